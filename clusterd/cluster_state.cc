@@ -1,0 +1,708 @@
+#include "clusterd/cluster_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include <google/protobuf/util/message_differencer.h>
+#include <google/protobuf/util/time_util.h>
+
+#include "clusterd/storage/key_codec.h"
+#include "common/levels.h"
+#include "common/logging.h"
+#include "common/validation.h"
+
+namespace clusterd {
+
+using google::protobuf::util::MessageDifferencer;
+using google::protobuf::util::TimeUtil;
+using storage::Cf;
+
+namespace {
+
+constexpr uint32_t kMaxDeviceId = 65535;
+constexpr size_t kMaxDevices = 1024;
+constexpr size_t kMaxDisks = 256;
+constexpr size_t kMaxActiveFaults = 4096;
+constexpr int32_t kDefaultPageSize = 100;
+constexpr int32_t kMaxPageSize = 1000;
+constexpr char kHeartbeatLost[] = "HEARTBEAT_LOST";
+
+google::protobuf::Timestamp ToProto(TimePoint t) {
+  return TimeUtil::NanosecondsToTimestamp(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+std::optional<uint32_t> DeviceOf(const v1::Fault& f) {
+  return f.has_device_id() ? std::optional<uint32_t>(f.device_id()) : std::nullopt;
+}
+
+bool HasPrefix(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+std::string ReportKey(const std::string& node, const v1::FaultReport& r) {
+  return storage::FaultKey(node, r.has_device_id() ? std::optional<uint32_t>(r.device_id()) : std::nullopt,
+                           r.source(), storage::AgentDiscriminator(r.code(), r.subject()));
+}
+
+Status ValidateFaultReport(const std::string& at, const v1::FaultReport& r) {
+  if (r.has_device_id() && r.device_id() > kMaxDeviceId) return InvalidArgument(at + ".device_id: above 65535");
+  switch (r.source()) {
+    case v1::FAULT_SOURCE_UNSPECIFIED:
+      return InvalidArgument(at + ".source: must be set");
+    case v1::FAULT_SOURCE_HEARTBEAT:
+    case v1::FAULT_SOURCE_EXTERNAL:
+      return InvalidArgument(at + ".source: " + v1::FaultSource_Name(r.source()) + " is reserved to ClusterD");
+    default:
+      if (!v1::FaultSource_IsValid(r.source())) return InvalidArgument(at + ".source: unknown value");
+  }
+  CLUSTERD_RETURN_IF_ERROR(ValidateCode(at + ".code", r.code()));
+  CLUSTERD_RETURN_IF_ERROR(ValidateText(at + ".subject", r.subject(), 1024));
+  if (!v1::FaultLevel_IsValid(r.level())) return InvalidArgument(at + ".level: unknown value");
+  return ValidateText(at + ".message", r.message());
+}
+
+Status ValidateLabels(const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.size() > kMaxLabels) return InvalidArgument("hello.labels: more than 64 labels");
+  for (const auto& [k, v] : labels) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateToken("hello.labels key", k));
+    CLUSTERD_RETURN_IF_ERROR(ValidateToken("hello.labels[" + k + "]", v, /*allow_empty=*/true));
+  }
+  return Status::Ok();
+}
+
+Status ValidatePaging(int32_t page_size, const std::string& token, int32_t* size, std::string* start_key) {
+  if (page_size < 0) return InvalidArgument("page_size: must not be negative");
+  *size = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
+  if (!token.empty()) {
+    auto decoded = storage::HexDecode(token);
+    if (!decoded || decoded->empty()) return InvalidArgument("page_token: not a token this server issued");
+    *start_key = *decoded;
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> ParseSelector(const std::string& selector) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t pos = 0;
+  while (pos < selector.size()) {
+    size_t comma = selector.find(',', pos);
+    if (comma == std::string::npos) comma = selector.size();
+    std::string term = selector.substr(pos, comma - pos);
+    auto eq = term.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("label_selector: \"" + term + "\" is not key=value");
+    }
+    out.emplace_back(term.substr(0, eq), term.substr(eq + 1));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status ValidateHello(const v1::Hello& hello) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("hello.node_name", hello.node_name()));
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.boot_id", hello.boot_id(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.agent_version", hello.agent_version(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLabels(hello.labels()));
+  if (hello.epoch() == 0) return InvalidArgument("hello.epoch: must be positive");
+  const auto& inv = hello.inventory();
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.cpu_model", inv.cpu_model(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.kernel_version", inv.kernel_version(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.os_image", inv.os_image(), 256));
+  if (inv.devices_size() > static_cast<int>(kMaxDevices)) return InvalidArgument("hello.inventory.devices: more than 1024");
+  if (inv.disks_size() > static_cast<int>(kMaxDisks)) return InvalidArgument("hello.inventory.disks: more than 256");
+  std::set<uint32_t> ids;
+  for (const auto& d : inv.devices()) {
+    const std::string at = "hello.inventory.devices[" + std::to_string(d.id()) + "]";
+    if (d.id() > kMaxDeviceId) return InvalidArgument(at + ".id: above 65535");
+    if (!ids.insert(d.id()).second) return InvalidArgument(at + ".id: duplicate device id");
+    CLUSTERD_RETURN_IF_ERROR(ValidateText(at + ".vendor", d.vendor(), 256));
+    CLUSTERD_RETURN_IF_ERROR(ValidateText(at + ".model", d.model(), 256));
+    CLUSTERD_RETURN_IF_ERROR(ValidateText(at + ".serial", d.serial(), 256));
+  }
+  for (const auto& d : inv.disks()) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.disks.mount_point", d.mount_point(), 1024));
+    CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.disks.device", d.device(), 1024));
+    CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.disks.fs_type", d.fs_type(), 64));
+  }
+  if (hello.active_faults_size() > static_cast<int>(kMaxActiveFaults)) {
+    return InvalidArgument("hello.active_faults: more than 4096");
+  }
+  for (int i = 0; i < hello.active_faults_size(); ++i) {
+    CLUSTERD_RETURN_IF_ERROR(
+        ValidateFaultReport("hello.active_faults[" + std::to_string(i) + "]", hello.active_faults(i)));
+  }
+  return Status::Ok();
+}
+
+Status ValidateTransition(const v1::FaultTransition& t) {
+  if (t.id().epoch() == 0 || t.id().seq() == 0) return InvalidArgument("transition.id: epoch and seq must be positive");
+  if (t.action() != v1::TRANSITION_ACTION_RAISE && t.action() != v1::TRANSITION_ACTION_CLEAR) {
+    return InvalidArgument("transition.action: must be RAISE or CLEAR");
+  }
+  return ValidateFaultReport("transition.fault", t.fault());
+}
+
+Status ValidateReport(const v1::ReportRequest& req) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateToken("reporter", req.reporter()));
+  if (req.reporter().find('/') != std::string::npos) return InvalidArgument("reporter: must not contain '/'");
+  CLUSTERD_RETURN_IF_ERROR(ValidateToken("id", req.id()));
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", req.node()));
+  if (req.has_device_id() && req.device_id() > kMaxDeviceId) return InvalidArgument("device_id: above 65535");
+  CLUSTERD_RETURN_IF_ERROR(ValidateCode("code", req.code()));
+  if (!v1::FaultLevel_IsValid(req.level())) return InvalidArgument("level: unknown value");
+  if (req.action() != v1::TRANSITION_ACTION_RAISE && req.action() != v1::TRANSITION_ACTION_CLEAR) {
+    return InvalidArgument("action: must be TRANSITION_ACTION_RAISE or TRANSITION_ACTION_CLEAR");
+  }
+  return ValidateText("message", req.message());
+}
+
+ClusterState::ClusterState(storage::Store* store, const Catalog* catalog, const Clock* clock)
+    : store_(store), catalog_(catalog), clock_(clock) {}
+
+Status ClusterState::Load() {
+  std::unique_lock lock(mu_);
+  revision_ = store_->revision_at_open();
+  compacted_ = store_->compacted_at_open();
+  durable_revision_ = revision_;
+  const TimePoint now = clock_->Now();
+  Status parse_error;
+  auto fail = [&](const std::string& what, std::string_view key) {
+    if (parse_error.ok()) parse_error = DataLoss(what + " record " + storage::HexEncode(key) + " does not parse");
+  };
+  CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kNodes, [&](std::string_view key, std::string_view value) {
+    NodeState n;
+    if (!n.record.ParseFromArray(value.data(), static_cast<int>(value.size()))) return fail("node", key);
+    n.last_seen = now;
+    nodes_.emplace(std::string(key), std::move(n));
+  }));
+  CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kDevices, [&](std::string_view key, std::string_view value) {
+    v1::Device d;
+    if (!d.ParseFromArray(value.data(), static_cast<int>(value.size()))) return fail("device", key);
+    auto it = nodes_.find(d.node());
+    if (it != nodes_.end()) it->second.devices[d.id()] = std::move(d);
+  }));
+  CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kFaults, [&](std::string_view key, std::string_view value) {
+    v1::Fault f;
+    if (!f.ParseFromArray(value.data(), static_cast<int>(value.size()))) return fail("fault", key);
+    if (f.source() == v1::FAULT_SOURCE_HEARTBEAT && f.state() == v1::FAULT_STATE_ACTIVE) {
+      auto it = nodes_.find(f.node());
+      if (it != nodes_.end()) it->second.lost = true;
+    }
+    faults_.emplace(std::string(key), std::move(f));
+  }));
+  CLUSTERD_RETURN_IF_ERROR(parse_error);
+  GetLogger("state")->info("loaded {} nodes, {} fault records at revision {}", nodes_.size(), faults_.size(),
+                           revision_);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- writes ---
+
+uint64_t ClusterState::NextRevision(Mutation* m) {
+  ++revision_;
+  std::string value;
+  storage::AppendU64(&value, revision_);
+  m->batch.Put(store_->Handle(Cf::kMeta), std::string(storage::kMetaRevision), value);
+  return revision_;
+}
+
+void ClusterState::Emit(Mutation* m, v1::Event event) {
+  if (event.revision() == 0) event.set_revision(NextRevision(m));
+  *event.mutable_time() = ToProto(clock_->Now());
+  m->batch.Put(store_->Handle(Cf::kEvents), storage::EventKey(event.revision()), event.SerializeAsString());
+  m->events.push_back(std::move(event));
+}
+
+void ClusterState::PutNode(NodeState& n, Mutation* m) {
+  m->batch.Put(store_->Handle(Cf::kNodes), storage::NodeKey(n.record.node().name()), n.record.SerializeAsString());
+}
+
+void ClusterState::PutDevice(const v1::Device& d, Mutation* m) {
+  m->batch.Put(store_->Handle(Cf::kDevices), storage::DeviceKey(d.node(), d.id()), d.SerializeAsString());
+}
+
+void ClusterState::PutFault(const std::string& key, const v1::Fault& f, Mutation* m) {
+  m->batch.Put(store_->Handle(Cf::kFaults), key, f.SerializeAsString());
+}
+
+v1::Fault ClusterState::FaultFromReport(const std::string& node, const v1::FaultReport& r) const {
+  v1::Fault f;
+  f.set_node(node);
+  if (r.has_device_id()) f.set_device_id(r.device_id());
+  f.set_source(r.source());
+  f.set_code(r.code());
+  f.set_subject(r.subject());
+  f.set_level(catalog_->Resolve(r.code(), r.level()));
+  f.set_message(r.message());
+  return f;
+}
+
+const v1::Fault& ClusterState::Raise(NodeState& n, const std::string& key, const v1::Fault& proposed, Mutation* m) {
+  const auto now = ToProto(clock_->Now());
+  auto [it, inserted] = faults_.try_emplace(key, proposed);
+  v1::Fault& f = it->second;
+  const bool was_active = !inserted && f.state() == v1::FAULT_STATE_ACTIVE;
+  if (was_active) {
+    *f.mutable_last_seen() = now;
+    if (f.level() == proposed.level() && f.message() == proposed.message()) return f;  // a refresh, not a change
+    f.set_level(proposed.level());
+    f.set_message(proposed.message());
+  } else {
+    if (inserted) {
+      *f.mutable_first_seen() = now;
+      f.set_id(storage::FaultIdOf(f));
+    }
+    f.set_level(proposed.level());
+    f.set_message(proposed.message());
+    f.set_state(v1::FAULT_STATE_ACTIVE);
+    f.set_count(f.count() + 1);
+    *f.mutable_last_seen() = now;
+    f.clear_cleared_time();
+    f.clear_clear_reason();
+  }
+  const uint64_t rev = NextRevision(m);
+  f.set_revision(rev);
+  if (inserted) f.set_create_revision(rev);
+  PutFault(key, f, m);
+  v1::Event ev;
+  ev.set_revision(rev);
+  ev.set_type(was_active ? v1::EVENT_TYPE_FAULT_UPDATED : v1::EVENT_TYPE_FAULT_RAISED);
+  ev.set_node(f.node());
+  if (f.has_device_id()) ev.set_device_id(f.device_id());
+  *ev.mutable_fault() = f;
+  Emit(m, std::move(ev));
+  if (f.source() == v1::FAULT_SOURCE_HEARTBEAT) n.lost = true;
+  RecomputeHealth(n, DeviceOf(f), m);
+  return f;
+}
+
+bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string& reason, Mutation* m) {
+  auto it = faults_.find(key);
+  if (it == faults_.end() || it->second.state() != v1::FAULT_STATE_ACTIVE) return false;
+  v1::Fault& f = it->second;
+  f.set_state(v1::FAULT_STATE_CLEARED);
+  *f.mutable_cleared_time() = ToProto(clock_->Now());
+  f.set_clear_reason(reason);
+  const uint64_t rev = NextRevision(m);
+  f.set_revision(rev);
+  PutFault(key, f, m);
+  v1::Event ev;
+  ev.set_revision(rev);
+  ev.set_type(v1::EVENT_TYPE_FAULT_CLEARED);
+  ev.set_node(f.node());
+  if (f.has_device_id()) ev.set_device_id(f.device_id());
+  *ev.mutable_fault() = f;
+  Emit(m, std::move(ev));
+  if (f.source() == v1::FAULT_SOURCE_HEARTBEAT) n.lost = false;
+  RecomputeHealth(n, DeviceOf(f), m);
+  return true;
+}
+
+void ClusterState::RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m) {
+  const std::string& name = n.record.node().name();
+  const std::string prefix = storage::NodePrefix(name);
+  v1::FaultLevel node_worst = v1::FAULT_LEVEL_UNSPECIFIED, dev_worst = v1::FAULT_LEVEL_UNSPECIFIED;
+  uint32_t node_active = 0, dev_active = 0;
+  for (auto it = faults_.lower_bound(prefix); it != faults_.end() && HasPrefix(it->first, prefix); ++it) {
+    const v1::Fault& f = it->second;
+    if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
+    ++node_active;
+    node_worst = std::max(node_worst, f.level());
+    if (device && f.has_device_id() && f.device_id() == *device) {
+      ++dev_active;
+      dev_worst = std::max(dev_worst, f.level());
+    }
+  }
+  if (device) {
+    auto [dit, created] = n.devices.try_emplace(*device);
+    v1::Device& d = dit->second;
+    if (created) {
+      // A fault on a device the inventory did not list: keep it visible.
+      d.set_node(name);
+      d.set_id(*device);
+      d.set_health(v1::HEALTH_HEALTHY);
+    }
+    const v1::Health before = d.health();
+    const v1::Health after = HealthForLevel(dev_worst);
+    d.set_worst_level(dev_worst);
+    d.set_active_faults(dev_active);
+    d.set_health(after);
+    if (before != after) {
+      v1::Event ev;
+      ev.set_type(v1::EVENT_TYPE_DEVICE_HEALTH_CHANGED);
+      ev.set_node(name);
+      ev.set_device_id(*device);
+      ev.set_health(after);
+      ev.set_previous_health(before);
+      ev.set_revision(NextRevision(m));
+      d.set_revision(ev.revision());
+      Emit(m, std::move(ev));
+    }
+    PutDevice(d, m);
+  }
+  v1::Node* node = n.record.mutable_node();
+  const v1::Health before = node->health();
+  const v1::Health after = n.lost ? v1::HEALTH_UNKNOWN : HealthForLevel(node_worst);
+  node->set_worst_level(node_worst);
+  node->set_active_faults(node_active);
+  node->set_health(after);
+  if (before != after) {
+    v1::Event ev;
+    ev.set_type(v1::EVENT_TYPE_NODE_HEALTH_CHANGED);
+    ev.set_node(name);
+    ev.set_health(after);
+    ev.set_previous_health(before);
+    ev.set_revision(NextRevision(m));
+    node->set_revision(ev.revision());
+    Emit(m, std::move(ev));
+  }
+  PutNode(n, m);
+}
+
+StatusOr<v1::Welcome> ClusterState::ApplyHello(const v1::Hello& hello, uint64_t session, Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateHello(hello));
+  const std::string& name = hello.node_name();
+  auto [it, created] = nodes_.try_emplace(name);
+  NodeState& n = it->second;
+  v1::Node* node = n.record.mutable_node();
+
+  // Identity and inventory.
+  v1::Node updated = *node;
+  updated.set_name(name);
+  updated.set_boot_id(hello.boot_id());
+  updated.set_agent_version(hello.agent_version());
+  *updated.mutable_labels() = hello.labels();
+  *updated.mutable_inventory() = hello.inventory();
+  if (created) {
+    *updated.mutable_registered_time() = ToProto(clock_->Now());
+    updated.set_health(v1::HEALTH_HEALTHY);
+  }
+  if (created || !MessageDifferencer::Equals(updated, *node)) {
+    *node = updated;
+    v1::Event ev;
+    ev.set_type(created ? v1::EVENT_TYPE_NODE_REGISTERED : v1::EVENT_TYPE_NODE_UPDATED);
+    ev.set_node(name);
+    ev.set_revision(NextRevision(m));
+    node->set_revision(ev.revision());
+    *ev.mutable_node_info() = *node;
+    Emit(m, std::move(ev));
+    PutNode(n, m);
+  }
+  for (const auto& info : hello.inventory().devices()) {
+    v1::Device& d = n.devices[info.id()];
+    v1::Device before = d;
+    d.set_node(name);
+    d.set_id(info.id());
+    d.set_vendor(info.vendor());
+    d.set_model(info.model());
+    d.set_serial(info.serial());
+    if (d.health() == v1::HEALTH_UNSPECIFIED) d.set_health(v1::HEALTH_HEALTHY);
+    if (!MessageDifferencer::Equals(before, d)) {
+      d.set_revision(revision_);
+      PutDevice(d, m);
+    }
+  }
+
+  n.session = session;
+  n.connected = true;
+  n.last_seen = clock_->Now();
+
+  // Reconcile agent-sourced faults with the agent's view.
+  std::map<std::string, const v1::FaultReport*> wanted;
+  for (const auto& r : hello.active_faults()) {
+    wanted[ReportKey(name, r)] = &r;
+  }
+  const std::string prefix = storage::NodePrefix(name);
+  std::vector<std::string> stale;
+  for (auto fit = faults_.lower_bound(prefix); fit != faults_.end() && HasPrefix(fit->first, prefix); ++fit) {
+    const v1::Fault& f = fit->second;
+    if (f.state() == v1::FAULT_STATE_ACTIVE && f.source() != v1::FAULT_SOURCE_HEARTBEAT &&
+        f.source() != v1::FAULT_SOURCE_EXTERNAL && !wanted.count(fit->first)) {
+      stale.push_back(fit->first);
+    }
+  }
+  for (const auto& key : stale) Clear(n, key, "not active on the agent at reconnect", m);
+  for (const auto& [key, report] : wanted) Raise(n, key, FaultFromReport(name, *report), m);
+  if (n.lost) Clear(n, storage::FaultKey(name, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost),
+                    "agent reconnected", m);
+
+  // Keep the applied sequence of the most recent epochs only.
+  auto* applied = n.record.mutable_applied_seq();
+  if (!applied->count(hello.epoch())) {
+    (*applied)[hello.epoch()] = 0;
+    while (applied->size() > kEpochsKept) {
+      uint64_t oldest = UINT64_MAX;
+      for (const auto& [epoch, seq] : *applied) oldest = std::min(oldest, epoch);
+      applied->erase(oldest);
+    }
+    PutNode(n, m);
+  }
+  v1::Welcome welcome;
+  welcome.set_revision(revision_);
+  welcome.set_applied_seq(applied->at(hello.epoch()));
+  return welcome;
+}
+
+StatusOr<ClusterState::NodeState*> ClusterState::SessionNode(const std::string& node, uint64_t session) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return FailedPrecondition("node " + node + " has not said hello");
+  if (it->second.session != session) {
+    return FailedPrecondition("a newer stream for node " + node + " replaced this one");
+  }
+  return &it->second;
+}
+
+Status ClusterState::ApplyHeartbeat(const std::string& node, uint64_t session, Mutation* m) {
+  auto n = SessionNode(node, session);
+  if (!n.ok()) return n.status();
+  (*n)->last_seen = clock_->Now();
+  if ((*n)->lost) {
+    Clear(**n, storage::FaultKey(node, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), "heartbeat resumed",
+          m);
+  }
+  return Status::Ok();
+}
+
+Status ValidateMetrics(const v1::MetricSnapshot& snapshot) {
+  if (snapshot.gauges_size() > 512) return InvalidArgument("metrics.gauges: more than 512");
+  for (const auto& [name, value] : snapshot.gauges()) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateToken("metrics.gauges key", name));
+    if (!std::isfinite(value)) return InvalidArgument("metrics.gauges[" + name + "]: not a finite number");
+  }
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateMetrics(snapshot));
+  auto n = SessionNode(node, session);
+  if (!n.ok()) return n.status();
+  (*n)->metrics = snapshot;
+  (*n)->last_seen = clock_->Now();
+  return Status::Ok();
+}
+
+StatusOr<TransitionResult> ClusterState::ApplyTransition(const std::string& node, uint64_t session,
+                                                         const v1::FaultTransition& t, Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateTransition(t));
+  auto found = SessionNode(node, session);
+  if (!found.ok()) return found.status();
+  NodeState& n = **found;
+  n.last_seen = clock_->Now();
+  auto* applied = n.record.mutable_applied_seq();
+  auto it = applied->find(t.id().epoch());
+  if (it == applied->end()) {
+    // An epoch older than every epoch kept was applied long ago (the agent
+    // has restarted kEpochsKept times since); a newer one is new.
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [epoch, seq] : *applied) oldest = std::min(oldest, epoch);
+    if (applied->size() >= kEpochsKept && t.id().epoch() < oldest) return TransitionResult{true};
+    (*applied)[t.id().epoch()] = 0;
+    while (applied->size() > kEpochsKept) {
+      uint64_t smallest = UINT64_MAX;
+      for (const auto& [epoch, seq] : *applied) smallest = std::min(smallest, epoch);
+      applied->erase(smallest);
+    }
+    it = applied->find(t.id().epoch());
+  }
+  if (t.id().seq() <= it->second) return TransitionResult{true};
+  it->second = t.id().seq();
+
+  const auto& r = t.fault();
+  const std::string key = ReportKey(node, r);
+  if (t.action() == v1::TRANSITION_ACTION_RAISE) {
+    Raise(n, key, FaultFromReport(node, r), m);
+  } else {
+    Clear(n, key, "cleared by agent", m);
+  }
+  if (n.lost) {
+    Clear(n, storage::FaultKey(node, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), "heartbeat resumed",
+          m);
+  }
+  PutNode(n, m);  // the applied sequence, in the same batch as the change
+  return TransitionResult{false};
+}
+
+void ClusterState::ApplyDisconnect(const std::string& node, uint64_t session) {
+  auto it = nodes_.find(node);
+  if (it != nodes_.end() && it->second.session == session) it->second.connected = false;
+}
+
+StatusOr<v1::ReportResponse> ClusterState::ApplyReport(const v1::ReportRequest& req, Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateReport(req));
+  auto nit = nodes_.find(req.node());
+  if (nit == nodes_.end()) return NotFound("node " + req.node() + " is not registered");
+  NodeState& n = nit->second;
+  std::optional<uint32_t> device = req.has_device_id() ? std::optional<uint32_t>(req.device_id()) : std::nullopt;
+  const std::string key = storage::FaultKey(req.node(), device, v1::FAULT_SOURCE_EXTERNAL, req.reporter() + "/" + req.id());
+  v1::ReportResponse resp;
+  const uint64_t before = revision_;
+  if (req.action() == v1::TRANSITION_ACTION_RAISE) {
+    v1::Fault proposed;
+    proposed.set_node(req.node());
+    if (device) proposed.set_device_id(*device);
+    proposed.set_source(v1::FAULT_SOURCE_EXTERNAL);
+    proposed.set_code(req.code());
+    proposed.set_level(catalog_->Resolve(req.code(), req.level()));
+    proposed.set_message(req.message());
+    proposed.set_reporter(req.reporter());
+    proposed.set_external_id(req.id());
+    auto existing = faults_.find(key);
+    if (existing != faults_.end() && existing->second.code() != req.code()) {
+      return InvalidArgument("code: fault " + req.reporter() + "/" + req.id() + " was reported with code " +
+                             existing->second.code());
+    }
+    *resp.mutable_fault() = Raise(n, key, proposed, m);
+  } else {
+    Clear(n, key, "cleared by " + req.reporter(), m);
+    auto it = faults_.find(key);
+    if (it != faults_.end()) *resp.mutable_fault() = it->second;
+  }
+  resp.set_unchanged(revision_ == before);
+  resp.set_revision(revision_);
+  return resp;
+}
+
+void ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* m) {
+  const TimePoint now = clock_->Now();
+  for (auto& [name, n] : nodes_) {
+    if (n.lost || now - n.last_seen <= grace) continue;
+    v1::Fault f;
+    f.set_node(name);
+    f.set_source(v1::FAULT_SOURCE_HEARTBEAT);
+    f.set_code(kHeartbeatLost);
+    f.set_level(catalog_->Resolve(kHeartbeatLost, v1::FAULT_LEVEL_SEPARATE));
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - n.last_seen).count();
+    f.set_message("no message from the agent for " + std::to_string(silent) + " ms");
+    GetLogger("liveness")->warn("node {} lost: {}", name, f.message());
+    Raise(n, storage::FaultKey(name, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), f, m);
+  }
+}
+
+void ClusterState::ApplyCompaction(uint64_t to, Mutation* m) {
+  const uint64_t from = compacted_.load();
+  if (to <= from) return;
+  store_->AddCompaction(&m->batch, from, to);
+  compacted_ = to;
+}
+
+// --------------------------------------------------------------- queries ---
+
+v1::GetSummaryResponse ClusterState::GetSummary() const {
+  v1::GetSummaryResponse out;
+  auto count = [](v1::HealthCounts* c, v1::Health h) {
+    c->set_total(c->total() + 1);
+    switch (h) {
+      case v1::HEALTH_HEALTHY: c->set_healthy(c->healthy() + 1); break;
+      case v1::HEALTH_SUB_HEALTHY: c->set_sub_healthy(c->sub_healthy() + 1); break;
+      case v1::HEALTH_UNHEALTHY: c->set_unhealthy(c->unhealthy() + 1); break;
+      default: c->set_unknown(c->unknown() + 1); break;
+    }
+  };
+  uint32_t connected = 0;
+  for (const auto& [name, n] : nodes_) {
+    count(out.mutable_nodes(), n.record.node().health());
+    for (const auto& [id, d] : n.devices) count(out.mutable_devices(), d.health());
+    connected += n.connected ? 1 : 0;
+  }
+  uint32_t active = 0;
+  for (const auto& [key, f] : faults_) {
+    if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
+    ++active;
+    (*out.mutable_active_faults_by_level())[v1::FaultLevel_Name(f.level())]++;
+  }
+  out.set_active_faults(active);
+  out.set_revision(durable_revision_.load());
+  out.set_compacted_revision(compacted_.load());
+  out.set_connected_agents(connected);
+  return out;
+}
+
+StatusOr<v1::ListNodesResponse> ClusterState::ListNodes(const v1::ListNodesRequest& req) const {
+  int32_t page_size = 0;
+  std::string start;
+  CLUSTERD_RETURN_IF_ERROR(ValidatePaging(req.page_size(), req.page_token(), &page_size, &start));
+  if (!v1::Health_IsValid(req.health())) return InvalidArgument("health: unknown value");
+  auto selector = ParseSelector(req.label_selector());
+  if (!selector.ok()) return selector.status();
+  auto matches = [&](const NodeState& n) {
+    const v1::Node& node = n.record.node();
+    if (req.health() != v1::HEALTH_UNSPECIFIED && node.health() != req.health()) return false;
+    for (const auto& [k, v] : *selector) {
+      auto it = node.labels().find(k);
+      if (it == node.labels().end() || it->second != v) return false;
+    }
+    return true;
+  };
+  v1::ListNodesResponse out;
+  int32_t total = 0;
+  for (const auto& [name, n] : nodes_) {
+    if (!matches(n)) continue;
+    ++total;
+    if (!start.empty() && name <= start) continue;
+    if (out.nodes_size() < page_size) {
+      v1::Node* node = out.add_nodes();
+      *node = n.record.node();
+      *node->mutable_last_heartbeat_time() = ToProto(n.last_seen);
+      node->set_connected(n.connected);
+    } else if (out.next_page_token().empty()) {
+      out.set_next_page_token(storage::HexEncode(out.nodes(out.nodes_size() - 1).name()));
+    }
+  }
+  out.set_total_size(total);
+  return out;
+}
+
+StatusOr<v1::GetNodeResponse> ClusterState::GetNode(const v1::GetNodeRequest& req) const {
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("name", req.name()));
+  auto it = nodes_.find(req.name());
+  if (it == nodes_.end()) return NotFound("node " + req.name() + " is not registered");
+  const NodeState& n = it->second;
+  v1::GetNodeResponse out;
+  *out.mutable_node() = n.record.node();
+  *out.mutable_node()->mutable_last_heartbeat_time() = ToProto(n.last_seen);
+  out.mutable_node()->set_connected(n.connected);
+  for (const auto& [id, d] : n.devices) *out.add_devices() = d;
+  const std::string prefix = storage::NodePrefix(req.name());
+  for (auto fit = faults_.lower_bound(prefix); fit != faults_.end() && HasPrefix(fit->first, prefix); ++fit) {
+    if (fit->second.state() == v1::FAULT_STATE_ACTIVE) *out.add_active_faults() = fit->second;
+  }
+  *out.mutable_metrics() = n.metrics;
+  return out;
+}
+
+StatusOr<v1::ListFaultsResponse> ClusterState::ListFaults(const v1::ListFaultsRequest& req) const {
+  int32_t page_size = 0;
+  std::string start;
+  CLUSTERD_RETURN_IF_ERROR(ValidatePaging(req.page_size(), req.page_token(), &page_size, &start));
+  if (!req.node().empty()) CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", req.node()));
+  if (req.has_device_id() && req.node().empty()) return InvalidArgument("device_id: requires node");
+  if (!v1::FaultLevel_IsValid(req.min_level())) return InvalidArgument("min_level: unknown value");
+  const std::string prefix = req.node().empty() ? std::string() : storage::NodePrefix(req.node());
+  auto matches = [&](const v1::Fault& f) {
+    if (req.has_device_id() && (!f.has_device_id() || f.device_id() != req.device_id())) return false;
+    if (f.level() < req.min_level()) return false;
+    if (req.active_only() && f.state() != v1::FAULT_STATE_ACTIVE) return false;
+    return f.revision() > req.since_revision();
+  };
+  v1::ListFaultsResponse out;
+  int32_t total = 0;
+  std::string last_key;
+  for (auto it = faults_.lower_bound(prefix); it != faults_.end() && HasPrefix(it->first, prefix); ++it) {
+    if (!matches(it->second)) continue;
+    ++total;
+    if (!start.empty() && it->first <= start) continue;
+    if (out.faults_size() < page_size) {
+      *out.add_faults() = it->second;
+      last_key = it->first;
+    } else if (out.next_page_token().empty()) {
+      out.set_next_page_token(storage::HexEncode(last_key));
+    }
+  }
+  out.set_total_size(total);
+  return out;
+}
+
+}  // namespace clusterd

@@ -1,0 +1,124 @@
+// The in-memory model of nodes, devices and faults, and every rule that
+// changes it. Each Apply* call is one logical change: it validates first and
+// changes nothing on error; on success it mutates memory and appends the
+// records, the revision bump and the events to the caller's Mutation, which
+// the Engine commits as one synced RocksDB write.
+//
+// Thread contract: Apply*, CheckLiveness and Load are called only by the
+// Engine's writer thread holding mutex() exclusively; the query methods may be
+// called from any thread holding mutex() shared. Nothing here touches the disk
+// except Load.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include <rocksdb/write_batch.h>
+
+#include "clusterd/catalog.h"
+#include "clusterd/storage/store.h"
+#include "clusterd/storage/v1/storage.pb.h"
+#include "clusterd/v1/agent.pb.h"
+#include "clusterd/v1/cluster.pb.h"
+#include "clusterd/v1/fault.pb.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+// The stored effect of one or more logical changes, committed together.
+struct Mutation {
+  rocksdb::WriteBatch batch;
+  std::vector<v1::Event> events;
+  bool empty() const { return batch.Count() == 0; }
+};
+
+struct TransitionResult {
+  bool duplicate = false;  // id already stored: acknowledged again, changed nothing
+};
+
+class ClusterState {
+ public:
+  // How many agent epochs per node keep their applied sequence.
+  static constexpr size_t kEpochsKept = 8;
+
+  ClusterState(storage::Store* store, const Catalog* catalog, const Clock* clock);
+
+  // Reads every node, device and fault record. Nodes start disconnected with
+  // their grace period counted from now.
+  Status Load();
+
+  std::shared_mutex& mutex() const { return mu_; }
+
+  // ---- writer thread, mutex held exclusively ----
+  StatusOr<v1::Welcome> ApplyHello(const v1::Hello& hello, uint64_t session, Mutation* m);
+  Status ApplyHeartbeat(const std::string& node, uint64_t session, Mutation* m);
+  Status ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot);
+  StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session,
+                                             const v1::FaultTransition& t, Mutation* m);
+  void ApplyDisconnect(const std::string& node, uint64_t session);
+  StatusOr<v1::ReportResponse> ApplyReport(const v1::ReportRequest& req, Mutation* m);
+  // Raises HEARTBEAT_LOST on every node silent for longer than grace.
+  void CheckLiveness(std::chrono::nanoseconds grace, Mutation* m);
+  // Adds deletion of events (compacted, to] to m and records the new floor.
+  void ApplyCompaction(uint64_t to, Mutation* m);
+
+  uint64_t revision() const { return revision_; }
+  uint64_t compacted_revision() const { return compacted_.load(); }
+  // Set by the Engine once a commit is durable.
+  void set_durable_revision(uint64_t r) { durable_revision_.store(r); }
+  uint64_t durable_revision() const { return durable_revision_.load(); }
+
+  // ---- queries, mutex held shared ----
+  v1::GetSummaryResponse GetSummary() const;
+  StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const;
+  StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const;
+  StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const;
+  size_t node_count() const { return nodes_.size(); }
+
+ private:
+  struct NodeState {
+    storage::v1::NodeRecord record;
+    std::map<uint32_t, v1::Device> devices;
+    TimePoint last_seen;
+    bool connected = false;
+    bool lost = false;  // HEARTBEAT_LOST active
+    uint64_t session = 0;
+    v1::MetricSnapshot metrics;
+  };
+
+  StatusOr<NodeState*> SessionNode(const std::string& node, uint64_t session);
+  uint64_t NextRevision(Mutation* m);
+  void Emit(Mutation* m, v1::Event event);
+  void PutNode(NodeState& n, Mutation* m);
+  void PutDevice(const v1::Device& d, Mutation* m);
+  void PutFault(const std::string& key, const v1::Fault& f, Mutation* m);
+  // Raise or refresh; returns the stored record.
+  const v1::Fault& Raise(NodeState& n, const std::string& key, const v1::Fault& proposed, Mutation* m);
+  bool Clear(NodeState& n, const std::string& key, const std::string& reason, Mutation* m);
+  void RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m);
+  v1::Fault FaultFromReport(const std::string& node, const v1::FaultReport& r) const;
+
+  storage::Store* store_;
+  const Catalog* catalog_;
+  const Clock* clock_;
+  mutable std::shared_mutex mu_;
+  std::map<std::string, NodeState> nodes_;
+  std::map<std::string, v1::Fault> faults_;  // storage fault key -> record
+  uint64_t revision_ = 0;
+  std::atomic<uint64_t> compacted_{0};
+  std::atomic<uint64_t> durable_revision_{0};
+};
+
+// Validation shared with the adapters (they reject before enqueueing).
+Status ValidateHello(const v1::Hello& hello);
+Status ValidateTransition(const v1::FaultTransition& t);
+Status ValidateReport(const v1::ReportRequest& req);
+Status ValidateMetrics(const v1::MetricSnapshot& snapshot);
+
+}  // namespace clusterd

@@ -1,0 +1,289 @@
+#include "clusterd/server/agent_service.h"
+
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include <google/protobuf/util/time_util.h>
+
+#include "clusterd/server/grpc_status.h"
+#include "common/logging.h"
+
+namespace clusterd {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+// One agent stream. All state lives under mu_; every gRPC operation is
+// started with mu_ held so that Finish can never race a StartRead/StartWrite.
+// The mutex is recursive because gRPC may run a reaction inline from inside
+// an operation started on a non-gRPC thread (the Engine's).
+class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>,
+                           public std::enable_shared_from_this<AgentReactor> {
+ public:
+  AgentReactor(AgentService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context), session_(service->NextSession()) {}
+
+  void Begin(std::shared_ptr<AgentReactor> self) {
+    self_ = std::move(self);
+    std::lock_guard lock(mu_);
+    if (service_->open_streams().fetch_add(1) >= static_cast<int64_t>(service_->options().max_streams)) {
+      if (service_->streams_rejected) service_->streams_rejected->Inc();
+      FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many agent streams"));
+      return;
+    }
+    StartReadLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    reading_ = false;
+    if (!ok) {
+      read_closed_ = true;
+      MaybeCloseLocked();
+      return;
+    }
+    Status st = HandleLocked();
+    if (!st.ok()) {
+      GetLogger("agent")->warn("stream from {} rejected: {}", node_.empty() ? context_->peer() : node_, st.ToString());
+      FinishLocked(ToGrpc(st));
+      return;
+    }
+    if (inflight_ < service_->options().max_inflight_per_stream) StartReadLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    if (pending_finish_) {
+      finish_called_ = true;
+      Finish(*pending_finish_);
+      return;
+    }
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to agent failed"));
+      return;
+    }
+    WriteNextLocked();
+    MaybeCloseLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard lock(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
+  }
+
+  void OnDone() override {
+    service_->open_streams().fetch_sub(1);
+    if (!node_.empty()) {
+      std::string node = node_;
+      uint64_t session = session_;
+      service_->engine()->Submit([node, session](ClusterState& state, Mutation*) -> Engine::Done {
+        state.ApplyDisconnect(node, session);
+        return nullptr;
+      });
+    }
+    self_.reset();  // may delete this
+  }
+
+ private:
+  Status HandleLocked() {
+    auto self = shared_from_this();
+    if (node_.empty()) {
+      if (!req_.has_hello()) return InvalidArgument("the first message of a stream must be a hello");
+      CLUSTERD_RETURN_IF_ERROR(ValidateHello(req_.hello()));
+      node_ = req_.hello().node_name();
+      if (service_->messages_other) service_->messages_other->Inc();
+      ++inflight_;
+      auto hello = std::make_shared<v1::Hello>(std::move(*req_.mutable_hello()));
+      uint64_t session = session_;
+      return Submit([self, hello, session](ClusterState& state, Mutation* m) -> Engine::Done {
+        auto welcome = state.ApplyHello(*hello, session, m);
+        return [self, welcome = std::move(welcome)] { self->OnWelcome(welcome); };
+      });
+    }
+    switch (req_.msg_case()) {
+      case v1::ConnectRequest::kHello:
+        return FailedPrecondition("hello may only be the first message of a stream");
+      case v1::ConnectRequest::kHeartbeat: {
+        if (service_->messages_heartbeat) service_->messages_heartbeat->Inc();
+        ++inflight_;
+        std::string node = node_;
+        uint64_t session = session_;
+        return Submit([self, node, session](ClusterState& state, Mutation* m) -> Engine::Done {
+          Status st = state.ApplyHeartbeat(node, session, m);
+          return [self, st] { self->OnApplied(st); };
+        });
+      }
+      case v1::ConnectRequest::kMetrics: {
+        if (service_->messages_other) service_->messages_other->Inc();
+        CLUSTERD_RETURN_IF_ERROR(ValidateMetrics(req_.metrics()));
+        ++inflight_;
+        auto snapshot = std::make_shared<v1::MetricSnapshot>(std::move(*req_.mutable_metrics()));
+        std::string node = node_;
+        uint64_t session = session_;
+        return Submit([self, node, session, snapshot](ClusterState& state, Mutation*) -> Engine::Done {
+          Status st = state.ApplyMetrics(node, session, *snapshot);
+          return [self, st] { self->OnApplied(st); };
+        });
+      }
+      case v1::ConnectRequest::kTransition: {
+        if (service_->messages_transition) service_->messages_transition->Inc();
+        CLUSTERD_RETURN_IF_ERROR(ValidateTransition(req_.transition()));
+        ++inflight_;
+        auto t = std::make_shared<v1::FaultTransition>(std::move(*req_.mutable_transition()));
+        std::string node = node_;
+        uint64_t session = session_;
+        return Submit([self, node, session, t](ClusterState& state, Mutation* m) -> Engine::Done {
+          auto result = state.ApplyTransition(node, session, *t, m);
+          Status st = result.ok() ? Status::Ok() : result.status();
+          bool duplicate = result.ok() && result->duplicate;
+          uint64_t revision = state.revision();
+          return [self, st, t, duplicate, revision] { self->OnTransitionDurable(st, t->id(), duplicate, revision); };
+        });
+      }
+      default:
+        return InvalidArgument("empty or unknown message");
+    }
+  }
+
+  Status Submit(Engine::Apply apply) {
+    if (!service_->engine()->Submit(std::move(apply))) {
+      --inflight_;
+      return Unavailable("clusterd is shutting down");
+    }
+    return Status::Ok();
+  }
+
+  void OnWelcome(const StatusOr<v1::Welcome>& welcome) {
+    std::lock_guard lock(mu_);
+    if (!welcome.ok()) {
+      FinishLocked(ToGrpc(welcome.status()));
+      return;
+    }
+    v1::ConnectResponse resp;
+    *resp.mutable_welcome() = *welcome;
+    *resp.mutable_welcome()->mutable_heartbeat_interval() =
+        TimeUtil::NanosecondsToDuration(service_->options().heartbeat_interval.count());
+    *resp.mutable_welcome()->mutable_node_grace() =
+        TimeUtil::NanosecondsToDuration(service_->options().node_grace.count());
+    outq_.push_back(std::move(resp));
+    AppliedLocked();
+  }
+
+  void OnApplied(const Status& st) {
+    std::lock_guard lock(mu_);
+    if (!st.ok()) {
+      FinishLocked(ToGrpc(st));
+      return;
+    }
+    AppliedLocked();
+  }
+
+  void OnTransitionDurable(const Status& st, const v1::TransitionId& id, bool duplicate, uint64_t revision) {
+    std::lock_guard lock(mu_);
+    if (!st.ok()) {
+      FinishLocked(ToGrpc(st));
+      return;
+    }
+    if (duplicate && service_->transitions_duplicate) service_->transitions_duplicate->Inc();
+    // Acks are cumulative within an epoch: a newer ack replaces a queued one.
+    if (!outq_.empty() && outq_.back().has_ack() && outq_.back().ack().id().epoch() == id.epoch()) {
+      outq_.pop_back();
+    }
+    v1::ConnectResponse resp;
+    *resp.mutable_ack()->mutable_id() = id;
+    resp.mutable_ack()->set_revision(revision);
+    outq_.push_back(std::move(resp));
+    AppliedLocked();
+  }
+
+  void AppliedLocked() {
+    --inflight_;
+    if (finish_called_) return;
+    WriteNextLocked();
+    if (!reading_ && !read_closed_ && inflight_ < service_->options().max_inflight_per_stream) StartReadLocked();
+    MaybeCloseLocked();
+  }
+
+  void StartReadLocked() {
+    if (finish_called_ || reading_ || read_closed_) return;
+    reading_ = true;
+    StartRead(&req_);
+  }
+
+  void WriteNextLocked() {
+    if (finish_called_ || writing_ || outq_.empty()) return;
+    current_ = std::move(outq_.front());
+    outq_.pop_front();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  // The agent closed its side: finish once everything it sent is answered.
+  void MaybeCloseLocked() {
+    if (read_closed_ && inflight_ == 0 && outq_.empty() && !writing_) FinishLocked(grpc::Status::OK);
+  }
+
+  // One write in flight at a time, and a Finish counts as one: with a write
+  // in flight the Finish waits for OnWriteDone. Queued acks are dropped; the
+  // agent resends anything not acknowledged. The first status wins.
+  void FinishLocked(grpc::Status status) {
+    if (finish_called_ || pending_finish_) return;
+    outq_.clear();
+    read_closed_ = true;
+    if (writing_) {
+      pending_finish_ = std::move(status);
+      return;
+    }
+    finish_called_ = true;
+    Finish(status);
+  }
+
+  AgentService* service_;
+  grpc::CallbackServerContext* context_;
+  const uint64_t session_;
+  std::shared_ptr<AgentReactor> self_;  // owned by gRPC until OnDone
+
+  std::recursive_mutex mu_;
+  v1::ConnectRequest req_;
+  v1::ConnectResponse current_;
+  std::deque<v1::ConnectResponse> outq_;
+  std::string node_;
+  uint32_t inflight_ = 0;
+  bool reading_ = false;
+  bool read_closed_ = false;
+  bool writing_ = false;
+  bool finish_called_ = false;
+  std::optional<grpc::Status> pending_finish_;
+};
+
+}  // namespace
+
+AgentService::AgentService(Engine* engine, AgentServiceOptions options, MetricsRegistry* metrics)
+    : engine_(engine), options_(options) {
+  if (metrics) {
+    messages_heartbeat = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
+                                              {{"type", "heartbeat"}});
+    messages_transition = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
+                                               {{"type", "transition"}});
+    messages_other = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
+                                          {{"type", "other"}});
+    transitions_duplicate = &metrics->AddCounter("clusterd_agent_duplicate_transitions_total",
+                                                 "Fault transitions already stored, acknowledged again.");
+    streams_rejected =
+        &metrics->AddCounter("clusterd_agent_streams_rejected_total", "Agent streams refused at the stream limit.");
+    metrics->AddCallbackGauge("clusterd_agent_streams", "Open agent streams.",
+                              [this] { return static_cast<double>(open_streams_.load()); });
+  }
+}
+
+grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>* AgentService::Connect(
+    grpc::CallbackServerContext* context) {
+  auto reactor = std::make_shared<AgentReactor>(this, context);
+  AgentReactor* raw = reactor.get();
+  raw->Begin(std::move(reactor));
+  return raw;
+}
+
+}  // namespace clusterd

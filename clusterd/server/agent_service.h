@@ -1,0 +1,46 @@
+// gRPC adapter for NodeAgentService.Connect. Each stream is a bidi reactor
+// that validates messages, submits them to the Engine and writes back the
+// Welcome and the acknowledgements once the Engine reports them durable.
+#pragma once
+
+#include <atomic>
+
+#include "clusterd/engine.h"
+#include "clusterd/v1/agent.grpc.pb.h"
+#include "common/metrics.h"
+
+namespace clusterd {
+
+struct AgentServiceOptions {
+  uint32_t max_inflight_per_stream = 256;
+  uint32_t max_streams = 20'000;
+  std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
+  std::chrono::nanoseconds node_grace = std::chrono::seconds(10);
+};
+
+class AgentService final : public v1::NodeAgentService::CallbackService {
+ public:
+  AgentService(Engine* engine, AgentServiceOptions options, MetricsRegistry* metrics);
+
+  grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>* Connect(
+      grpc::CallbackServerContext* context) override;
+
+  const AgentServiceOptions& options() const { return options_; }
+  Engine* engine() const { return engine_; }
+  std::atomic<int64_t>& open_streams() { return open_streams_; }
+  uint64_t NextSession() { return next_session_.fetch_add(1) + 1; }
+
+  Counter* messages_heartbeat = nullptr;
+  Counter* messages_transition = nullptr;
+  Counter* messages_other = nullptr;
+  Counter* transitions_duplicate = nullptr;
+  Counter* streams_rejected = nullptr;
+
+ private:
+  Engine* engine_;
+  AgentServiceOptions options_;
+  std::atomic<int64_t> open_streams_{0};
+  std::atomic<uint64_t> next_session_{0};
+};
+
+}  // namespace clusterd

@@ -1,0 +1,62 @@
+// gRPC adapters for ClusterService (queries read ClusterState under its
+// shared lock; Watch pulls from the WatchHub on the watch executor) and
+// FaultService (submitted to the Engine, answered once durable).
+#pragma once
+
+#include <boost/asio/thread_pool.hpp>
+
+#include "clusterd/cluster_state.h"
+#include "clusterd/engine.h"
+#include "clusterd/v1/cluster.grpc.pb.h"
+#include "clusterd/v1/fault.grpc.pb.h"
+#include "clusterd/watch_hub.h"
+#include "common/metrics.h"
+
+namespace clusterd {
+
+struct WatchOptions {
+  size_t batch_events = 256;
+  uint64_t max_lag_events = 10'000;
+};
+
+class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
+ public:
+  ClusterServiceImpl(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
+                     WatchOptions options, MetricsRegistry* metrics);
+
+  grpc::ServerUnaryReactor* GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest* req,
+                                       v1::GetSummaryResponse* resp) override;
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest* req,
+                                      v1::ListNodesResponse* resp) override;
+  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
+                                    v1::GetNodeResponse* resp) override;
+  grpc::ServerUnaryReactor* ListFaults(grpc::CallbackServerContext* ctx, const v1::ListFaultsRequest* req,
+                                       v1::ListFaultsResponse* resp) override;
+  grpc::ServerWriteReactor<v1::WatchResponse>* Watch(grpc::CallbackServerContext* ctx,
+                                                     const v1::WatchRequest* req) override;
+
+  const ClusterState* state() const { return state_; }
+  WatchHub* hub() const { return hub_; }
+  boost::asio::thread_pool* pool() const { return pool_; }
+  const WatchOptions& options() const { return options_; }
+  Counter* watch_ended_lagging = nullptr;
+  Counter* watch_events_sent = nullptr;
+
+ private:
+  const ClusterState* state_;
+  WatchHub* hub_;
+  boost::asio::thread_pool* pool_;
+  WatchOptions options_;
+};
+
+class FaultServiceImpl final : public v1::FaultService::CallbackService {
+ public:
+  explicit FaultServiceImpl(Engine* engine) : engine_(engine) {}
+  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx, const v1::ReportRequest* req,
+                                   v1::ReportResponse* resp) override;
+
+ private:
+  Engine* engine_;
+};
+
+}  // namespace clusterd

@@ -1,0 +1,33 @@
+// Wires ClusterD together: store, catalog, state, engine, gRPC services
+// (with health checking and reflection) and the HTTP endpoints. Only the
+// clusterd binary and the process-level tests use this.
+#pragma once
+
+#include <memory>
+
+#include "clusterd/config.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+class ClusterdServer {
+ public:
+  explicit ClusterdServer(ClusterdConfig config, const Clock* clock = &SystemClock::Instance());
+  ~ClusterdServer();
+
+  // Opens the store, loads state, starts the writer, gRPC and HTTP.
+  Status Start();
+  // Stops accepting, ends streams (agents reconnect elsewhere or later),
+  // commits what was accepted, closes the store. Idempotent.
+  void Shutdown();
+
+  int grpc_port() const;
+  int http_port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace clusterd

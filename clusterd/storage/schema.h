@@ -1,0 +1,35 @@
+// The whole on-disk schema of ClusterD's RocksDB store, in one place.
+// docs/storage.md explains it; the values below reach disk and never change.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace clusterd::storage {
+
+// Column families. The numeric values are pinned: they index handle arrays
+// and appear in docs; the names are what RocksDB stores.
+enum class Cf : uint8_t {
+  kDefault = 0,     // unused, RocksDB requires it
+  kMeta = 1,        // revision, compacted revision, schema version
+  kNodes = 2,       // node name -> storage.v1.NodeRecord
+  kDevices = 3,     // node \0 device-id(u32 BE) -> v1.Device
+  kFaults = 4,      // fault key (key_codec.h) -> v1.Fault
+  kEvents = 5,      // revision (u64 BE) -> v1.Event
+  kJobs = 6,        // reserved for the jobs issue
+  kRecoveries = 7,  // reserved for the recovery issue
+};
+inline constexpr size_t kCfCount = 8;
+
+inline constexpr std::array<std::string_view, kCfCount> kCfNames = {
+    "default", "meta", "nodes", "devices", "faults", "events", "jobs", "recoveries"};
+
+// Keys in the meta column family. Values are u64 big-endian.
+inline constexpr std::string_view kMetaRevision = "revision";
+inline constexpr std::string_view kMetaCompactedRevision = "compacted_revision";
+inline constexpr std::string_view kMetaSchemaVersion = "schema_version";
+
+inline constexpr uint64_t kSchemaVersion = 1;
+
+}  // namespace clusterd::storage

@@ -1,0 +1,142 @@
+#include "clusterd/storage/store.h"
+
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+
+#include "clusterd/storage/key_codec.h"
+#include "common/logging.h"
+
+namespace clusterd::storage {
+namespace {
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  if (s.IsCorruption()) return DataLoss(what + ": " + s.ToString());
+  if (s.IsIOError()) return Unavailable(what + ": " + s.ToString());
+  return Internal(what + ": " + s.ToString());
+}
+
+StatusOr<uint64_t> ReadMetaU64(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf, std::string_view key) {
+  std::string value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), cf, rocksdb::Slice(key.data(), key.size()), &value);
+  if (s.IsNotFound()) return uint64_t{0};
+  if (!s.ok()) return FromRocks(s, "read meta " + std::string(key));
+  auto v = DecodeU64(value);
+  if (!v) return DataLoss("meta key " + std::string(key) + " has " + std::to_string(value.size()) + " bytes, want 8");
+  return *v;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions options) {
+  auto log = GetLogger("store");
+  rocksdb::Options db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  // Two cores by default; RocksDB's background work must not starve ingest.
+  db_options.IncreaseParallelism(2);
+  db_options.max_total_wal_size = 256 << 20;
+  db_options.keep_log_file_num = 4;
+
+  rocksdb::ColumnFamilyOptions cf_options;
+  cf_options.OptimizeLevelStyleCompaction(64 << 20);
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (auto name : kCfNames) descriptors.emplace_back(std::string(name), cf_options);
+
+  std::unique_ptr<Store> store(new Store());
+  store->path_ = path;
+  store->options_ = options;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, path, descriptors, &handles, &raw);
+  if (!s.ok()) return FromRocks(s, "open store at " + path);
+  store->db_.reset(raw);
+  for (size_t i = 0; i < kCfCount; ++i) store->handles_[i] = handles[i];
+
+  auto version = ReadMetaU64(raw, store->Handle(Cf::kMeta), kMetaSchemaVersion);
+  if (!version.ok()) return version.status();
+  if (*version == 0) {
+    std::string value;
+    AppendU64(&value, kSchemaVersion);
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    s = raw->Put(wo, store->Handle(Cf::kMeta), std::string(kMetaSchemaVersion), value);
+    if (!s.ok()) return FromRocks(s, "write schema version");
+  } else if (*version != kSchemaVersion) {
+    return FailedPrecondition("store at " + path + " has schema version " + std::to_string(*version) +
+                              ", this binary supports " + std::to_string(kSchemaVersion));
+  }
+  auto revision = ReadMetaU64(raw, store->Handle(Cf::kMeta), kMetaRevision);
+  if (!revision.ok()) return revision.status();
+  auto compacted = ReadMetaU64(raw, store->Handle(Cf::kMeta), kMetaCompactedRevision);
+  if (!compacted.ok()) return compacted.status();
+  store->revision_at_open_ = *revision;
+  store->compacted_at_open_ = *compacted;
+  log->info("opened store at {} (revision {}, compacted {})", path, *revision, *compacted);
+  return store;
+}
+
+Store::~Store() {
+  if (!db_) return;
+  for (auto* h : handles_) {
+    if (h) db_->DestroyColumnFamilyHandle(h);
+  }
+  rocksdb::Status s = db_->Close();
+  if (!s.ok()) GetLogger("store")->warn("close: {}", s.ToString());
+}
+
+Status Store::Write(rocksdb::WriteBatch* batch) {
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return FromRocks(db_->Write(wo, batch), "write batch");
+}
+
+Status Store::ForEach(Cf cf, const std::function<void(std::string_view, std::string_view)>& fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), Handle(cf)));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    fn(std::string_view(it->key().data(), it->key().size()), std::string_view(it->value().data(), it->value().size()));
+  }
+  return FromRocks(it->status(), "scan " + std::string(kCfNames[static_cast<size_t>(cf)]));
+}
+
+StatusOr<std::vector<::clusterd::v1::Event>> Store::ReadEvents(uint64_t after, size_t max_count) const {
+  std::vector<::clusterd::v1::Event> out;
+  rocksdb::ReadOptions ro;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, Handle(Cf::kEvents)));
+  std::string start = EventKey(after + 1);
+  for (it->Seek(start); it->Valid() && out.size() < max_count; it->Next()) {
+    ::clusterd::v1::Event event;
+    if (!event.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return DataLoss("event at key " + HexEncode(it->key().ToStringView()) + " does not parse");
+    }
+    out.push_back(std::move(event));
+  }
+  CLUSTERD_RETURN_IF_ERROR(FromRocks(it->status(), "read events"));
+  return out;
+}
+
+StatusOr<uint64_t> Store::LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds, size_t max_scan) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), Handle(Cf::kEvents)));
+  uint64_t last = after;
+  size_t scanned = 0;
+  for (it->Seek(EventKey(after + 1)); it->Valid() && scanned < max_scan; it->Next(), ++scanned) {
+    ::clusterd::v1::Event event;
+    if (!event.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return DataLoss("event at key " + HexEncode(it->key().ToStringView()) + " does not parse");
+    }
+    if (event.time().seconds() >= cutoff_unix_seconds) return event.revision() - 1;
+    last = event.revision();
+  }
+  CLUSTERD_RETURN_IF_ERROR(FromRocks(it->status(), "scan events by age"));
+  return last;
+}
+
+void Store::AddCompaction(rocksdb::WriteBatch* batch, uint64_t from, uint64_t to) const {
+  // DeleteRange end is exclusive: deletes (from, to].
+  batch->DeleteRange(Handle(Cf::kEvents), EventKey(from + 1), EventKey(to + 1));
+  std::string value;
+  AppendU64(&value, to);
+  batch->Put(Handle(Cf::kMeta), std::string(kMetaCompactedRevision), value);
+}
+
+}  // namespace clusterd::storage

@@ -1,0 +1,76 @@
+// Fan-out of durable events to watchers. The Engine publishes each commit's
+// events after they are durable; watchers pull batches at their own pace from
+// an in-memory cache of recent events, or from the store when they are further
+// behind. A watcher never holds more than one batch, so a slow watcher costs
+// the writer one notification, never a wait.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <vector>
+
+#include "clusterd/storage/store.h"
+#include "clusterd/v1/cluster.pb.h"
+#include "clusterd/v1/types.pb.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+using EventPtr = std::shared_ptr<const v1::Event>;
+
+class WatchHub {
+ public:
+  // Listener called on the writer thread after each publish with the new
+  // head revision. It must be quick and must not call back into the hub's
+  // Subscribe/Unsubscribe.
+  using Listener = std::function<void(uint64_t head)>;
+
+  WatchHub(const storage::Store* store, size_t cache_events);
+
+  // Sets the head after the store is loaded, before any publish.
+  void Init(uint64_t head);
+  // Writer thread only, after the events are durable. Events have
+  // consecutive revisions following head().
+  void Publish(std::vector<v1::Event> events);
+  uint64_t head() const;
+
+  uint64_t Subscribe(Listener listener);
+  void Unsubscribe(uint64_t id);
+  size_t watcher_count() const;
+
+  // Events with revision > after, at most max, from the cache or the store.
+  // May read the disk: never call on a gRPC callback thread.
+  StatusOr<std::vector<EventPtr>> Fetch(uint64_t after, size_t max) const;
+
+ private:
+  bool ReadCached(uint64_t after, size_t max, std::vector<EventPtr>* out) const;
+
+  const storage::Store* store_;
+  const size_t cache_events_;
+  mutable std::shared_mutex cache_mu_;
+  std::deque<EventPtr> cache_;
+  uint64_t head_ = 0;
+
+  mutable std::mutex listeners_mu_;
+  std::map<uint64_t, std::shared_ptr<Listener>> listeners_;
+  uint64_t next_id_ = 1;
+};
+
+// Which events a watcher wants.
+class WatchFilter {
+ public:
+  static StatusOr<WatchFilter> FromRequest(const v1::WatchRequest& req);
+  bool Matches(const v1::Event& event) const;
+
+ private:
+  std::vector<std::string> nodes_;
+  std::vector<v1::EventType> types_;
+  v1::FaultLevel min_level_ = v1::FAULT_LEVEL_UNSPECIFIED;
+};
+
+}  // namespace clusterd

@@ -1,0 +1,354 @@
+#include "common/http_server.h"
+
+#include <atomic>
+#include <charconv>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <thread>
+#include <unordered_set>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/logging.h"
+
+namespace clusterd {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+// After refusing a request whose body we did not read (413, 400), read and
+// discard what the client still sends for a while before closing. Closing a
+// socket with unread input makes the kernel send RST, which can destroy the
+// error response before the client reads it ("lingering close").
+constexpr std::size_t kDrainLimitBytes = 8 << 20;
+constexpr auto kDrainTimeout = std::chrono::seconds(5);
+
+std::shared_ptr<spdlog::logger> Log() {
+  static const auto log = GetLogger("http");
+  return log;
+}
+
+// Splits "host:port" / "[v6]:port". Port 0..65535.
+Status ParseListenAddress(const std::string& text, tcp::endpoint* out) {
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("bad listen address '" + text + "': " + why);
+  };
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) return bad("expected host:port");
+  std::string host = text.substr(0, colon);
+  const std::string port_text = text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string::npos) {
+    return bad("IPv6 addresses must be bracketed, as in [::1]:80");
+  }
+  if (host.empty()) return bad("empty host");
+  unsigned port = 0;
+  const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535) {
+    return bad("port must be a number in 0..65535");
+  }
+  boost::system::error_code addr_ec;
+  const asio::ip::address address = asio::ip::make_address(host, addr_ec);
+  if (addr_ec) return bad("host must be a numeric IP address");
+  *out = tcp::endpoint(address, static_cast<unsigned short>(port));
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  class Session;
+
+  explicit Impl(Options o) : options(o) {}
+
+  // Runs on the server thread. Closes the listener and every connection so
+  // that io_context::run() runs out of work and returns.
+  void CloseAll();
+  void DoAccept();
+
+  const Options options;
+  // path -> method -> handler. Written only before Start(), then read-only
+  // on the server thread.
+  std::map<std::string, std::map<std::string, Handler>> routes;
+
+  std::mutex lifecycle_mu;  // serialises Start() and Stop()
+  bool started = false;     // guarded by lifecycle_mu (also read by Handle())
+  bool stopped = false;     // guarded by lifecycle_mu
+  std::atomic<int> bound_port{0};
+  std::thread thread;
+
+  // Live sessions and the closing flag; server thread only. Declared before
+  // io_context so that they outlive it: sessions still owned by queued
+  // handlers are destroyed by the io_context destructor.
+  std::unordered_set<Session*> sessions;
+  bool closing = false;
+
+  asio::io_context ioc{1};
+  tcp::acceptor acceptor{ioc};
+  asio::steady_timer accept_backoff{ioc};
+};
+
+// One connection: read a request, answer it, repeat while keep-alive.
+// Owned by the shared_ptrs captured in its pending completion handlers.
+class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Impl* server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {
+    server_->sessions.insert(this);
+  }
+  ~Session() { server_->sessions.erase(this); }
+
+  void Start() { DoRead(); }
+
+  // Cancels every pending operation (and the timeout timer); their handlers
+  // then run with an error and release the session.
+  void Close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+
+ private:
+  void DoRead() {
+    parser_.emplace();
+    parser_->body_limit(server_->options.max_body_bytes);
+    stream_.expires_after(server_->options.io_timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream) {
+      // Client closed its side between requests.
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      return;
+    }
+    if (ec == http::error::body_limit) {
+      Reply(Plain(http::status::payload_too_large, "request body exceeds " +
+                                                       std::to_string(server_->options.max_body_bytes) +
+                                                       " bytes\n"),
+            /*close=*/true);
+      return;
+    }
+    if (ec.category() == http::make_error_code(http::error::end_of_stream).category()) {
+      // Any other parse error (malformed request, header too large).
+      Reply(Plain(http::status::bad_request, "bad request: " + ec.message() + "\n"), /*close=*/true);
+      return;
+    }
+    if (ec) return;  // timeout, reset, operation_aborted: just drop it
+
+    auto& req = parser_->get();
+    Reply(Dispatch(req), /*close=*/!req.keep_alive());
+  }
+
+  http::response<http::string_body> Dispatch(const http::request<http::string_body>& req) {
+    const std::string target(req.target());
+    const std::string path = target.substr(0, target.find('?'));
+    const auto route = server_->routes.find(path);
+    if (route == server_->routes.end()) {
+      return Plain(http::status::not_found, "not found: " + path + "\n");
+    }
+    const std::string method(req.method_string());
+    const auto handler = route->second.find(method);
+    if (handler == route->second.end()) {
+      std::string allow;
+      for (const auto& [m, h] : route->second) allow += (allow.empty() ? "" : ", ") + m;
+      auto res = Plain(http::status::method_not_allowed, "method " + method + " not allowed on " + path + "\n");
+      res.set(http::field::allow, allow);
+      return res;
+    }
+
+    HttpRequest request{method, target, req.body()};
+    HttpResponse response;
+    // Handlers are user code on the server thread: an escaping exception
+    // would end io_context::run() for everyone, so it becomes a 500 here.
+    try {
+      response = handler->second(request);
+    } catch (const std::exception& e) {
+      Log()->error("handler for {} {} threw: {}", method, path, e.what());
+      return Plain(http::status::internal_server_error, "internal error\n");
+    } catch (...) {
+      Log()->error("handler for {} {} threw a non-std exception", method, path);
+      return Plain(http::status::internal_server_error, "internal error\n");
+    }
+    if (response.status < 100 || response.status > 999) {
+      Log()->error("handler for {} {} returned invalid status {}", method, path, response.status);
+      return Plain(http::status::internal_server_error, "internal error\n");
+    }
+    http::response<http::string_body> res{static_cast<http::status>(response.status), 11};
+    res.set(http::field::content_type, response.content_type);
+    res.body() = std::move(response.body);
+    return res;
+  }
+
+  static http::response<http::string_body> Plain(http::status status, std::string body) {
+    http::response<http::string_body> res{status, 11};
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.body() = std::move(body);
+    return res;
+  }
+
+  void Reply(http::response<http::string_body> res, bool close) {
+    res.keep_alive(!close);
+    res.prepare_payload();
+    res_ = std::move(res);
+    stream_.expires_after(server_->options.io_timeout);
+    http::async_write(stream_, res_, [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
+      self->OnWrite(ec, close);
+    });
+  }
+
+  void OnWrite(beast::error_code ec, bool close) {
+    if (ec) return;
+    if (close) {
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      // The request may not have been read completely (413, 400): drain.
+      drained_ = 0;
+      stream_.expires_after(kDrainTimeout);
+      DoDrain();
+      return;
+    }
+    DoRead();
+  }
+
+  void DoDrain() {
+    stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec,
+                                                                                  std::size_t n) {
+      self->drained_ += n;
+      // EOF, error, timeout or limit: the session ends and the socket closes.
+      if (!ec && self->drained_ < kDrainLimitBytes) self->DoDrain();
+    });
+  }
+
+  Impl* const server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> res_;  // must outlive async_write
+  std::size_t drained_ = 0;
+  char drain_buf_[16 * 1024];
+};
+
+void HttpServer::Impl::DoAccept() {
+  acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+    if (closing || !acceptor.is_open()) return;  // Stop() in progress
+    if (ec) {
+      // Transient errors (EMFILE, ECONNABORTED) must not kill the listener,
+      // nor spin it: retry after a pause.
+      Log()->warn("accept failed: {}", ec.message());
+      accept_backoff.expires_after(std::chrono::milliseconds(100));
+      accept_backoff.async_wait([this](beast::error_code wait_ec) {
+        if (!wait_ec && !closing) DoAccept();
+      });
+      return;
+    }
+    std::make_shared<Session>(this, std::move(socket))->Start();
+    DoAccept();
+  });
+}
+
+void HttpServer::Impl::CloseAll() {
+  closing = true;
+  beast::error_code ignored;
+  acceptor.close(ignored);
+  accept_backoff.cancel();
+  // Close() does not destroy sessions synchronously (their handlers hold
+  // them), so iterating the set while closing is safe.
+  for (Session* s : sessions) s->Close();
+}
+
+HttpServer::HttpServer() : HttpServer(Options{}) {}
+HttpServer::HttpServer(Options options) : impl_(std::make_unique<Impl>(options)) {}
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Handle(std::string method, std::string path, Handler handler) {
+  {
+    std::lock_guard lock(impl_->lifecycle_mu);
+    if (impl_->started) {
+      Log()->critical("HttpServer::Handle({} {}) called after Start()", method, path);
+      Log()->flush();
+      std::abort();
+    }
+  }
+  impl_->routes[std::move(path)][std::move(method)] = std::move(handler);
+}
+
+Status HttpServer::Start(const std::string& listen_address) {
+  std::lock_guard lock(impl_->lifecycle_mu);
+  if (impl_->started || impl_->stopped) {
+    return FailedPrecondition("HttpServer::Start(" + listen_address + "): server already started");
+  }
+  tcp::endpoint endpoint;
+  CLUSTERD_RETURN_IF_ERROR(ParseListenAddress(listen_address, &endpoint));
+
+  tcp::acceptor& acceptor = impl_->acceptor;
+  beast::error_code ec;
+  const auto fail = [&](const char* what) {
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    return Unavailable(std::string("cannot ") + what + " HTTP listener on " + listen_address + ": " + ec.message());
+  };
+  if (acceptor.open(endpoint.protocol(), ec)) return fail("open");
+  // Lets a restarted process rebind while old connections sit in TIME_WAIT;
+  // on Linux it does not allow two live listeners on one port.
+  if (acceptor.set_option(asio::socket_base::reuse_address(true), ec)) return fail("configure");
+  if (acceptor.bind(endpoint, ec)) return fail("bind");
+  if (acceptor.listen(asio::socket_base::max_listen_connections, ec)) return fail("listen on");
+  const tcp::endpoint local = acceptor.local_endpoint(ec);
+  if (ec) return fail("query");
+  impl_->bound_port.store(local.port());
+
+  impl_->DoAccept();
+  try {
+    impl_->thread = std::thread([impl = impl_.get()] {
+      // No work guard: run() returns once CloseAll() leaves nothing pending.
+      for (;;) {
+        try {
+          impl->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          Log()->error("HTTP server loop: {}", e.what());
+        }
+      }
+    });
+  } catch (const std::system_error& e) {
+    // The queued accept is never run; refuse further Start()s rather than
+    // reuse an io_context holding it.
+    impl_->stopped = true;
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    return Internal("cannot start HTTP server thread for " + listen_address + ": " + e.what());
+  }
+  impl_->started = true;
+  Log()->info("HTTP server listening on {} (port {})", listen_address, local.port());
+  return Status::Ok();
+}
+
+int HttpServer::port() const { return impl_->bound_port.load(); }
+
+void HttpServer::Stop() {
+  std::lock_guard lock(impl_->lifecycle_mu);
+  if (!impl_->started || impl_->stopped) return;
+  if (std::this_thread::get_id() == impl_->thread.get_id()) {
+    Log()->critical("HttpServer::Stop() called from a handler (would join its own thread)");
+    Log()->flush();
+    std::abort();
+  }
+  asio::post(impl_->ioc, [impl = impl_.get()] { impl->CloseAll(); });
+  impl_->thread.join();
+  impl_->stopped = true;
+}
+
+}  // namespace clusterd

@@ -1,0 +1,83 @@
+// A small HTTP/1.1 server (Boost.Beast) for /metrics, health and debug
+// endpoints. Not a general web server: exact-path routing, bodies held in
+// memory, no TLS.
+//
+// Threading: the server owns one io_context and one thread that runs it.
+// Every connection, and every handler call, runs on that thread, so handlers
+// must be quick and must not block (one slow handler stalls every other
+// connection); hand long work to another thread and answer from state it
+// publishes. Handlers may be called concurrently with the thread that owns
+// the HttpServer, so whatever they read must be thread-safe.
+//
+// Lifecycle: construct, Handle() every route, Start() once, Stop() (or just
+// destroy). Handle() after Start() and Start() a second time are programming
+// errors. Stop() and the destructor must not be called from a handler.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace clusterd {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // as sent, including any query string: "/metrics?x=1"
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpResponse(const HttpRequest&)>;
+
+  struct Options {
+    // Larger request bodies are refused with 413 and the connection closed.
+    std::size_t max_body_bytes = 1 << 20;
+    // Longest wait for a whole request (also the keep-alive idle time) and
+    // for a response write before the connection is dropped.
+    std::chrono::nanoseconds io_timeout = std::chrono::seconds(30);
+  };
+
+  HttpServer();
+  explicit HttpServer(Options options);
+  ~HttpServer();  // Calls Stop().
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Registers `handler` for `method` on exactly `path` (the target up to any
+  // '?'). Unknown paths answer 404; a known path with another method 405.
+  // Must be called before Start() (aborts otherwise); registering the same
+  // method+path twice replaces the handler.
+  void Handle(std::string method, std::string path, Handler handler);
+
+  // Binds and starts serving on "host:port", host a numeric IPv4 address or
+  // a bracketed IPv6 one ("0.0.0.0:11253", "127.0.0.1:0", "[::1]:0"); port 0
+  // picks a free port (see port()). Returns kInvalidArgument for a malformed
+  // address, kUnavailable when the socket cannot be bound or listened on
+  // (port in use, address not local), kFailedPrecondition when already
+  // started. Never throws.
+  Status Start(const std::string& listen_address);
+
+  // The bound port after a successful Start(); 0 before.
+  int port() const;
+
+  // Stops accepting, closes every connection, joins the server thread.
+  // Idempotent; safe to call without Start().
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace clusterd

@@ -1,0 +1,27 @@
+// Checks for untrusted strings that reach storage keys and logs. Every check
+// returns a Status naming the field, so callers can hand it straight back.
+#pragma once
+
+#include <string_view>
+
+#include "common/status.h"
+
+namespace clusterd {
+
+inline constexpr size_t kMaxNameLength = 253;
+inline constexpr size_t kMaxCodeLength = 64;
+inline constexpr size_t kMaxMessageLength = 4096;
+inline constexpr size_t kMaxLabelLength = 256;
+inline constexpr size_t kMaxLabels = 64;
+
+// Node names: 1-253 characters of [A-Za-z0-9._-], starting with a letter or digit.
+Status ValidateNodeName(std::string_view field, std::string_view name);
+// Fault codes: 1-64 characters of [A-Za-z0-9_.-].
+Status ValidateCode(std::string_view field, std::string_view code);
+// Free text: at most kMaxMessageLength bytes, valid UTF-8, no NUL.
+Status ValidateText(std::string_view field, std::string_view text, size_t max_len = kMaxMessageLength);
+// Label keys and values, reporter names and ids: printable ASCII without
+// spaces, 1-256 characters (values may be empty when allow_empty).
+Status ValidateToken(std::string_view field, std::string_view token, bool allow_empty = false);
+
+}  // namespace clusterd

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test: installs what is missing, builds, runs the unit, gRPC and
+# process tests through ctest, then the end-to-end checks against a real
+# clusterd with grpcurl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
+bash scripts/build.sh
+echo "== ctest"
+(cd build && ctest --output-on-failure -j2 --timeout 300)
+echo "== end-to-end"
+bash test/e2e/grpcurl_test.sh
+echo "== all tests passed"

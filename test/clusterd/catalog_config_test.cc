@@ -1,0 +1,97 @@
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "clusterd/catalog.h"
+#include "clusterd/config.h"
+#include "common/duration.h"
+#include "test_util.h"
+
+namespace clusterd {
+namespace {
+
+TEST(Catalog, DefaultHasThePublicAscendCodes) {
+  Catalog c = Catalog::Default();
+  EXPECT_EQ(c.size(), 803u);  // 802 Ascend codes + HEARTBEAT_LOST
+  EXPECT_EQ(c.Resolve("80E01801", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  EXPECT_EQ(c.Resolve("80e01801", v1::FAULT_LEVEL_NOT_HANDLE), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  EXPECT_EQ(c.Resolve("020001002", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(c.Resolve("HEARTBEAT_LOST", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SEPARATE);
+}
+
+TEST(Catalog, UnknownCodesUseReportedThenDefaultLevel) {
+  Catalog c = Catalog::Default(v1::FAULT_LEVEL_PRE_SEPARATE);
+  EXPECT_EQ(c.Resolve("NODE_DISK_FULL", v1::FAULT_LEVEL_RESTART_REQUEST), v1::FAULT_LEVEL_RESTART_REQUEST);
+  EXPECT_EQ(c.Resolve("DEADBEEF", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_PRE_SEPARATE);
+}
+
+TEST(Catalog, OverrideReplacesAndAdds) {
+  Catalog c = Catalog::Default();
+  ASSERT_TRUE(c.MergeJson(R"({"default_level": "NOT_HANDLE",
+      "codes": [{"code": "80E01801", "level": "SEPARATE"}, {"code": "MY_CODE", "level": "FAULT_LEVEL_SUB_HEALTH"}]})",
+                          "test").ok());
+  EXPECT_EQ(c.Resolve("80E01801", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(c.Resolve("MY_CODE", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SUB_HEALTH);
+  EXPECT_EQ(c.default_level(), v1::FAULT_LEVEL_NOT_HANDLE);
+}
+
+TEST(Catalog, BadOverrideIsRefusedAndChangesNothing) {
+  Catalog c = Catalog::Default();
+  Status st = c.MergeJson(R"({"codes": [{"code": "80E01801", "level": "SEPARATE"},
+                                       {"code": "X", "level": "VERY_BAD"}]})", "override.json");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("codes[1].level"), std::string::npos) << st.message();
+  EXPECT_EQ(c.Resolve("80E01801", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  EXPECT_FALSE(c.MergeJson("{not json", "x").ok());
+  EXPECT_FALSE(c.MergeFile("/nonexistent/catalog.json").ok());
+}
+
+TEST(Duration, ParsesUnitsAndRefusesBareNumbers) {
+  EXPECT_EQ(ParseDuration("10s").value(), std::chrono::seconds(10));
+  EXPECT_EQ(ParseDuration("1500ms").value(), std::chrono::milliseconds(1500));
+  EXPECT_EQ(ParseDuration("7d").value(), std::chrono::hours(168));
+  EXPECT_FALSE(ParseDuration("10").ok());
+  EXPECT_FALSE(ParseDuration("s").ok());
+  EXPECT_FALSE(ParseDuration("10 s").ok());
+  EXPECT_EQ(FormatDuration(std::chrono::milliseconds(1500)), "1500ms");
+  EXPECT_EQ(FormatDuration(std::chrono::seconds(120)), "2m");
+}
+
+TEST(Config, DefaultsFlagsAndFile) {
+  testing::TempDir dir;
+  std::ofstream(dir.Sub("c.json")) << R"({"node_grace": "30s", "listen": "127.0.0.1:9000", "retention_events": 5000})";
+  bool help = false;
+  auto cfg = ParseClusterdConfig({"--config", dir.Sub("c.json"), "--node-grace=3s", "--data-dir", "/tmp/x"}, &help);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->node_grace, std::chrono::seconds(3));  // the flag wins over the file
+  EXPECT_EQ(cfg->listen, "127.0.0.1:9000");
+  EXPECT_EQ(cfg->retention_events, 5000u);
+  EXPECT_EQ(cfg->data_dir, "/tmp/x");
+  EXPECT_EQ(cfg->http_listen, "0.0.0.0:11253");
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  bool help = false;
+  auto bad_flag = ParseClusterdConfig({"--node-grace", "ten"}, &help);
+  ASSERT_FALSE(bad_flag.ok());
+  EXPECT_NE(bad_flag.status().message().find("--node-grace"), std::string::npos) << bad_flag.status().message();
+  auto unknown = ParseClusterdConfig({"--bogus", "1"}, &help);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("--bogus"), std::string::npos);
+  ClusterdConfig cfg;
+  Status st = ApplyClusterdConfigJson(R"({"listen": "nohostport"})", "file.json", &cfg);
+  EXPECT_NE(st.message().find("listen"), std::string::npos) << st.message();
+  st = ApplyClusterdConfigJson(R"({"default_level": "LOUD"})", "file.json", &cfg);
+  EXPECT_NE(st.message().find("default_level"), std::string::npos);
+  st = ApplyClusterdConfigJson(R"({"whatever": 1})", "file.json", &cfg);
+  EXPECT_NE(st.message().find("whatever"), std::string::npos);
+  st = ApplyClusterdConfigJson(R"({"max_streams": -1})", "file.json", &cfg);
+  EXPECT_NE(st.message().find("max_streams"), std::string::npos);
+  EXPECT_EQ(cfg.listen, "0.0.0.0:8899");  // nothing applied on error
+  ASSERT_TRUE(ParseClusterdConfig({"--help"}, &help).ok());
+  EXPECT_TRUE(help);
+}
+
+}  // namespace
+}  // namespace clusterd

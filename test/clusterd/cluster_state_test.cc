@@ -1,0 +1,438 @@
+#include "clusterd/cluster_state.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace clusterd {
+namespace {
+
+using namespace std::chrono_literals;
+
+v1::Hello MakeHello(const std::string& node, uint64_t epoch, int devices = 8) {
+  v1::Hello h;
+  h.set_node_name(node);
+  h.set_boot_id("boot-1");
+  h.set_agent_version("test");
+  h.set_epoch(epoch);
+  (*h.mutable_labels())["rack"] = "r1";
+  for (int i = 0; i < devices; ++i) {
+    auto* d = h.mutable_inventory()->add_devices();
+    d->set_id(i);
+    d->set_vendor("huawei");
+    d->set_model("910B3");
+  }
+  return h;
+}
+
+v1::FaultTransition MakeTransition(uint64_t epoch, uint64_t seq, bool raise, std::optional<uint32_t> device,
+                                   const std::string& code, v1::FaultSource source = v1::FAULT_SOURCE_ACCELERATOR) {
+  v1::FaultTransition t;
+  t.mutable_id()->set_epoch(epoch);
+  t.mutable_id()->set_seq(seq);
+  t.set_action(raise ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR);
+  if (device) t.mutable_fault()->set_device_id(*device);
+  t.mutable_fault()->set_source(source);
+  t.mutable_fault()->set_code(code);
+  return t;
+}
+
+class ClusterStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open() {
+    state_.reset();
+    store_.reset();
+    auto store = storage::Store::Open(dir_.path(), storage::StoreOptions{.sync = false});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(*store);
+    state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
+    ASSERT_TRUE(state_->Load().ok());
+  }
+
+  // Applies fn as one commit, like the Engine does.
+  template <typename Fn>
+  auto Commit(Fn&& fn) {
+    Mutation m;
+    auto result = fn(&m);
+    EXPECT_TRUE(store_->Write(&m.batch).ok());
+    state_->set_durable_revision(state_->revision());
+    events_.insert(events_.end(), m.events.begin(), m.events.end());
+    return result;
+  }
+
+  v1::Welcome Hello(const v1::Hello& h, uint64_t session = 1) {
+    auto w = Commit([&](Mutation* m) { return state_->ApplyHello(h, session, m); });
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    return w.ok() ? *w : v1::Welcome();
+  }
+
+  StatusOr<TransitionResult> Transition(const std::string& node, const v1::FaultTransition& t, uint64_t session = 1) {
+    return Commit([&](Mutation* m) { return state_->ApplyTransition(node, session, t, m); });
+  }
+
+  v1::GetNodeResponse Node(const std::string& name) {
+    v1::GetNodeRequest req;
+    req.set_name(name);
+    auto r = state_->GetNode(req);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : v1::GetNodeResponse();
+  }
+
+  testing::TempDir dir_;
+  Catalog catalog_ = Catalog::Default();
+  FakeClock clock_;
+  std::unique_ptr<storage::Store> store_;
+  std::unique_ptr<ClusterState> state_;
+  std::vector<v1::Event> events_;
+};
+
+TEST_F(ClusterStateTest, HelloRegistersNodeAndDevices) {
+  v1::Welcome w = Hello(MakeHello("worker01", 1));
+  EXPECT_EQ(w.applied_seq(), 0u);
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].type(), v1::EVENT_TYPE_NODE_REGISTERED);
+  EXPECT_EQ(events_[0].revision(), 1u);
+  auto node = Node("worker01");
+  EXPECT_EQ(node.node().health(), v1::HEALTH_HEALTHY);
+  EXPECT_EQ(node.devices_size(), 8);
+  EXPECT_TRUE(node.node().connected());
+  EXPECT_EQ(node.node().labels().at("rack"), "r1");
+  // The same hello again changes nothing.
+  Hello(MakeHello("worker01", 1), 2);
+  EXPECT_EQ(events_.size(), 1u);
+  EXPECT_EQ(state_->revision(), 1u);
+}
+
+TEST_F(ClusterStateTest, FaultLevelFromCatalogDrivesDeviceAndNodeHealth) {
+  Hello(MakeHello("worker01", 1));
+  events_.clear();
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());
+  // FAULT_RAISED, DEVICE_HEALTH_CHANGED, NODE_HEALTH_CHANGED in one change.
+  ASSERT_EQ(events_.size(), 3u);
+  EXPECT_EQ(events_[0].type(), v1::EVENT_TYPE_FAULT_RAISED);
+  EXPECT_EQ(events_[0].fault().level(), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  EXPECT_EQ(events_[0].fault().id(), "worker01/3/accelerator/80E01801");
+  EXPECT_EQ(events_[1].type(), v1::EVENT_TYPE_DEVICE_HEALTH_CHANGED);
+  EXPECT_EQ(events_[1].device_id(), 3u);
+  EXPECT_EQ(events_[1].health(), v1::HEALTH_UNHEALTHY);
+  EXPECT_EQ(events_[2].type(), v1::EVENT_TYPE_NODE_HEALTH_CHANGED);
+  EXPECT_EQ(events_[2].previous_health(), v1::HEALTH_HEALTHY);
+  EXPECT_EQ(events_[0].revision() + 1, events_[1].revision());
+  auto node = Node("worker01");
+  EXPECT_EQ(node.node().health(), v1::HEALTH_UNHEALTHY);
+  EXPECT_EQ(node.devices(3).health(), v1::HEALTH_UNHEALTHY);
+  EXPECT_EQ(node.devices(2).health(), v1::HEALTH_HEALTHY);
+  ASSERT_EQ(node.active_faults_size(), 1);
+
+  // A SUB_HEALTH fault on another device: sub-healthy device, node stays unhealthy.
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 2, true, 5, "80818C06")).ok());
+  EXPECT_EQ(Node("worker01").devices(5).health(), v1::HEALTH_SUB_HEALTHY);
+  // Clear the bad one: node collapses to SUB_HEALTHY.
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 3, false, 3, "80E01801")).ok());
+  node = Node("worker01");
+  EXPECT_EQ(node.node().health(), v1::HEALTH_SUB_HEALTHY);
+  EXPECT_EQ(node.devices(3).health(), v1::HEALTH_HEALTHY);
+  // NOT_HANDLE keeps the device healthy.
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 4, true, 1, "80818200")).ok());
+  EXPECT_EQ(Node("worker01").devices(1).health(), v1::HEALTH_HEALTHY);
+}
+
+TEST_F(ClusterStateTest, TransitionIdsAreStoredOnce) {
+  Hello(MakeHello("worker01", 7));
+  ASSERT_FALSE(Transition("worker01", MakeTransition(7, 1, true, 3, "80E01801"))->duplicate);
+  const uint64_t rev = state_->revision();
+  auto again = Transition("worker01", MakeTransition(7, 1, true, 3, "80E01801"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate);
+  EXPECT_EQ(state_->revision(), rev);
+  // Even a resend after a restart of ClusterD is recognised.
+  Open();
+  Hello(MakeHello("worker01", 7));
+  EXPECT_TRUE(Transition("worker01", MakeTransition(7, 1, true, 3, "80E01801"))->duplicate);
+  auto w = Hello(MakeHello("worker01", 7), 5);
+  EXPECT_EQ(w.applied_seq(), 1u);
+  v1::ListFaultsRequest req;
+  EXPECT_EQ(state_->ListFaults(req)->faults(0).count(), 1u);
+}
+
+TEST_F(ClusterStateTest, BadInputChangesNothing) {
+  Hello(MakeHello("worker01", 1));
+  const uint64_t rev = state_->revision();
+  Mutation m;
+  EXPECT_EQ(state_->ApplyTransition("worker01", 1, MakeTransition(1, 1, true, 3, ""), &m).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(state_->ApplyTransition("worker01", 1, MakeTransition(1, 1, true, 3, "X", v1::FAULT_SOURCE_HEARTBEAT), &m)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  auto t = MakeTransition(1, 1, true, 3, "80E01801");
+  t.mutable_fault()->set_message(std::string(5000, 'x'));
+  EXPECT_FALSE(state_->ApplyTransition("worker01", 1, t, &m).ok());
+  t = MakeTransition(1, 1, true, 3, "80E01801");
+  t.set_action(static_cast<v1::TransitionAction>(42));
+  EXPECT_FALSE(state_->ApplyTransition("worker01", 1, t, &m).ok());
+  EXPECT_EQ(state_->ApplyTransition("worker01", 99, MakeTransition(1, 1, true, 3, "A"), &m).status().code(),
+            StatusCode::kFailedPrecondition);  // not the node's current stream
+  auto bad = MakeHello("bad name!", 1);
+  EXPECT_FALSE(state_->ApplyHello(bad, 1, &m).ok());
+  bad = MakeHello(std::string(300, 'a'), 1);
+  EXPECT_FALSE(state_->ApplyHello(bad, 1, &m).ok());
+  bad = MakeHello("ok", 0);
+  EXPECT_FALSE(state_->ApplyHello(bad, 1, &m).ok());
+  bad = MakeHello("ok", 1);
+  bad.mutable_inventory()->add_devices()->set_id(0);  // duplicate id
+  EXPECT_FALSE(state_->ApplyHello(bad, 1, &m).ok());
+  v1::ReportRequest report;
+  report.set_reporter("a/b");
+  report.set_id("c");
+  report.set_node("worker01");
+  report.set_code("X");
+  report.set_action(v1::TRANSITION_ACTION_RAISE);
+  EXPECT_EQ(state_->ApplyReport(report, &m).status().code(), StatusCode::kInvalidArgument);
+  v1::MetricSnapshot metrics;
+  (*metrics.mutable_gauges())["cpu"] = std::nan("");
+  EXPECT_EQ(state_->ApplyMetrics("worker01", 1, metrics).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m.empty());
+  EXPECT_TRUE(m.events.empty());
+  EXPECT_EQ(state_->revision(), rev);
+  EXPECT_EQ(state_->node_count(), 1u);
+}
+
+TEST_F(ClusterStateTest, SubjectsAreSeparateFaults) {
+  Hello(MakeHello("worker01", 1));
+  auto root = MakeTransition(1, 1, true, std::nullopt, "NODE_DISK_FULL", v1::FAULT_SOURCE_DISK);
+  root.mutable_fault()->set_subject("/");
+  auto data = MakeTransition(1, 2, true, std::nullopt, "NODE_DISK_FULL", v1::FAULT_SOURCE_DISK);
+  data.mutable_fault()->set_subject("/data");
+  ASSERT_TRUE(Transition("worker01", root).ok());
+  ASSERT_TRUE(Transition("worker01", data).ok());
+  auto node = Node("worker01");
+  ASSERT_EQ(node.active_faults_size(), 2);
+  EXPECT_EQ(node.active_faults(0).id(), "worker01/-/disk/NODE_DISK_FULL@/");
+  EXPECT_EQ(node.active_faults(1).subject(), "/data");
+  auto clear = MakeTransition(1, 3, false, std::nullopt, "NODE_DISK_FULL", v1::FAULT_SOURCE_DISK);
+  clear.mutable_fault()->set_subject("/data");
+  ASSERT_TRUE(Transition("worker01", clear).ok());
+  ASSERT_EQ(Node("worker01").active_faults_size(), 1);
+  EXPECT_EQ(Node("worker01").active_faults(0).subject(), "/");
+}
+
+TEST_F(ClusterStateTest, ReconnectReconcilesActiveFaults) {
+  auto h = MakeHello("worker01", 1);
+  Hello(h);
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 2, true, 4, "80E01801")).ok());
+  // The agent comes back: device 3's fault cleared while away, a disk fault appeared.
+  h.set_epoch(2);
+  auto* keep = h.add_active_faults();
+  keep->set_device_id(4);
+  keep->set_source(v1::FAULT_SOURCE_ACCELERATOR);
+  keep->set_code("80E01801");
+  auto* added = h.add_active_faults();
+  added->set_source(v1::FAULT_SOURCE_DISK);
+  added->set_code("NODE_DISK_FULL");
+  added->set_level(v1::FAULT_LEVEL_PRE_SEPARATE);
+  Hello(h, 2);
+  v1::ListFaultsRequest req;
+  req.set_active_only(true);
+  auto faults = state_->ListFaults(req);
+  ASSERT_EQ(faults->faults_size(), 2);
+  EXPECT_EQ(faults->faults(0).code(), "NODE_DISK_FULL");  // node-level first
+  EXPECT_EQ(faults->faults(0).level(), v1::FAULT_LEVEL_PRE_SEPARATE);
+  EXPECT_EQ(faults->faults(1).device_id(), 4u);
+  EXPECT_EQ(faults->faults(1).count(), 1u);  // not duplicated
+  req.set_active_only(false);
+  auto all = state_->ListFaults(req);
+  ASSERT_EQ(all->faults_size(), 3);
+  EXPECT_EQ(all->faults(1).state(), v1::FAULT_STATE_CLEARED);
+  EXPECT_EQ(all->faults(1).clear_reason(), "not active on the agent at reconnect");
+}
+
+TEST_F(ClusterStateTest, LivenessRaisesAndClearsHeartbeatLost) {
+  Hello(MakeHello("worker01", 1));
+  Hello(MakeHello("worker02", 1), 2);
+  clock_.Advance(6s);
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyHeartbeat("worker02", 2, m); }).ok());
+  clock_.Advance(5s);
+  Commit([&](Mutation* m) {
+    state_->CheckLiveness(10s, m);
+    return 0;
+  });
+  EXPECT_EQ(Node("worker01").node().health(), v1::HEALTH_UNKNOWN);
+  EXPECT_EQ(Node("worker02").node().health(), v1::HEALTH_HEALTHY);
+  auto lost = Node("worker01").active_faults();
+  ASSERT_EQ(lost.size(), 1);
+  EXPECT_EQ(lost[0].code(), "HEARTBEAT_LOST");
+  EXPECT_EQ(lost[0].level(), v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(lost[0].source(), v1::FAULT_SOURCE_HEARTBEAT);
+  // Checking again raises nothing new.
+  const uint64_t rev = state_->revision();
+  Commit([&](Mutation* m) {
+    state_->CheckLiveness(10s, m);
+    return 0;
+  });
+  EXPECT_EQ(state_->revision(), rev);
+  // The node returns.
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyHeartbeat("worker01", 1, m); }).ok());
+  EXPECT_EQ(Node("worker01").node().health(), v1::HEALTH_HEALTHY);
+  EXPECT_EQ(Node("worker01").active_faults_size(), 0);
+}
+
+TEST_F(ClusterStateTest, RestartGivesNodesOneGracePeriod) {
+  Hello(MakeHello("worker01", 1));
+  clock_.Advance(60s);
+  Open();  // ClusterD restarts long after the last heartbeat
+  auto node = Node("worker01");
+  EXPECT_FALSE(node.node().connected());
+  Commit([&](Mutation* m) {
+    state_->CheckLiveness(10s, m);
+    return 0;
+  });
+  EXPECT_EQ(Node("worker01").node().health(), v1::HEALTH_HEALTHY);
+  clock_.Advance(11s);
+  Commit([&](Mutation* m) {
+    state_->CheckLiveness(10s, m);
+    return 0;
+  });
+  EXPECT_EQ(Node("worker01").node().health(), v1::HEALTH_UNKNOWN);
+}
+
+TEST_F(ClusterStateTest, ReopenServesSameStateAndRevision) {
+  Hello(MakeHello("worker01", 1));
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());
+  const uint64_t rev = state_->revision();
+  const auto before = Node("worker01");
+  Open();
+  EXPECT_EQ(state_->revision(), rev);
+  const auto after = Node("worker01");
+  EXPECT_EQ(after.node().health(), before.node().health());
+  EXPECT_EQ(after.devices(3).health(), v1::HEALTH_UNHEALTHY);
+  ASSERT_EQ(after.active_faults_size(), 1);
+  EXPECT_EQ(after.active_faults(0).SerializeAsString(), before.active_faults(0).SerializeAsString());
+  auto events = store_->ReadEvents(0, 100);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), rev);
+  for (size_t i = 0; i < events->size(); ++i) EXPECT_EQ((*events)[i].revision(), i + 1);
+}
+
+TEST_F(ClusterStateTest, ExternalReportsAreIdempotent) {
+  Hello(MakeHello("worker01", 1));
+  v1::ReportRequest req;
+  req.set_reporter("netprobe");
+  req.set_id("roce-3");
+  req.set_node("worker01");
+  req.set_device_id(3);
+  req.set_code("ROCE_LINK_DOWN");
+  req.set_level(v1::FAULT_LEVEL_RESTART_REQUEST);
+  req.set_action(v1::TRANSITION_ACTION_RAISE);
+  auto r1 = Commit([&](Mutation* m) { return state_->ApplyReport(req, m); });
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_FALSE(r1->unchanged());
+  EXPECT_EQ(r1->fault().level(), v1::FAULT_LEVEL_RESTART_REQUEST);
+  EXPECT_EQ(r1->fault().source(), v1::FAULT_SOURCE_EXTERNAL);
+  auto r2 = Commit([&](Mutation* m) { return state_->ApplyReport(req, m); });
+  EXPECT_TRUE(r2->unchanged());
+  EXPECT_EQ(r2->fault().count(), 1u);
+  // An agent reconnect does not clear faults it did not raise.
+  Hello(MakeHello("worker01", 2), 2);
+  EXPECT_EQ(Node("worker01").active_faults_size(), 1);
+  req.set_action(v1::TRANSITION_ACTION_CLEAR);
+  auto r3 = Commit([&](Mutation* m) { return state_->ApplyReport(req, m); });
+  EXPECT_FALSE(r3->unchanged());
+  EXPECT_EQ(r3->fault().state(), v1::FAULT_STATE_CLEARED);
+  EXPECT_TRUE(Commit([&](Mutation* m) { return state_->ApplyReport(req, m); })->unchanged());
+  req.set_node("nobody");
+  EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyReport(req, m); }).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClusterStateTest, ListNodesFiltersAndPages) {
+  for (int i = 0; i < 5; ++i) {
+    auto h = MakeHello("node" + std::to_string(i), 1, 1);
+    if (i % 2) (*h.mutable_labels())["pool"] = "a";
+    Hello(h, i + 1);
+  }
+  ASSERT_TRUE(Transition("node3", MakeTransition(1, 1, true, 0, "80E01801"), 4).ok());
+  v1::ListNodesRequest req;
+  req.set_page_size(2);
+  std::vector<std::string> names;
+  for (;;) {
+    auto page = state_->ListNodes(req);
+    ASSERT_TRUE(page.ok());
+    EXPECT_EQ(page->total_size(), 5);
+    for (const auto& n : page->nodes()) names.push_back(n.name());
+    if (page->next_page_token().empty()) break;
+    req.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"node0", "node1", "node2", "node3", "node4"}));
+  v1::ListNodesRequest filtered;
+  filtered.set_label_selector("pool=a,rack=r1");
+  EXPECT_EQ(state_->ListNodes(filtered)->nodes_size(), 2);
+  filtered.set_health(v1::HEALTH_UNHEALTHY);
+  ASSERT_EQ(state_->ListNodes(filtered)->nodes_size(), 1);
+  EXPECT_EQ(state_->ListNodes(filtered)->nodes(0).name(), "node3");
+  v1::ListNodesRequest bad;
+  bad.set_label_selector("novalue");
+  EXPECT_EQ(state_->ListNodes(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = v1::ListNodesRequest();
+  bad.set_page_size(-1);
+  EXPECT_EQ(state_->ListNodes(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = v1::ListNodesRequest();
+  bad.set_page_token("zz");
+  EXPECT_EQ(state_->ListNodes(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClusterStateTest, ListFaultsFilters) {
+  Hello(MakeHello("worker01", 1));
+  Hello(MakeHello("worker02", 1), 2);
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());  // RESTART_BUSINESS
+  const uint64_t mid = state_->revision();
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 2, true, 4, "80818C06")).ok());  // SUB_HEALTH
+  ASSERT_TRUE(Transition("worker02", MakeTransition(1, 1, true, 1, "020001002"), 2).ok());  // SEPARATE
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 3, false, 4, "80818C06")).ok());
+  auto list = [&](auto setup) {
+    v1::ListFaultsRequest req;
+    setup(req);
+    auto r = state_->ListFaults(req);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<std::string> ids;
+    for (const auto& f : r->faults()) ids.push_back(f.id());
+    return ids;
+  };
+  EXPECT_EQ(list([](auto&) {}).size(), 3u);
+  EXPECT_EQ(list([](auto& r) { r.set_node("worker02"); }),
+            std::vector<std::string>{"worker02/1/accelerator/020001002"});
+  EXPECT_EQ(list([](auto& r) {
+              r.set_node("worker01");
+              r.set_device_id(3);
+            }),
+            std::vector<std::string>{"worker01/3/accelerator/80E01801"});
+  EXPECT_EQ(list([](auto& r) { r.set_min_level(v1::FAULT_LEVEL_RESTART_NPU); }).size(), 1u);
+  EXPECT_EQ(list([](auto& r) { r.set_active_only(true); }).size(), 2u);
+  EXPECT_EQ(list([&](auto& r) { r.set_since_revision(mid); }).size(), 2u);
+  v1::ListFaultsRequest bad;
+  bad.set_device_id(1);
+  EXPECT_EQ(state_->ListFaults(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClusterStateTest, SummaryCountsHealthAndLevels) {
+  Hello(MakeHello("worker01", 1));
+  Hello(MakeHello("worker02", 1), 2);
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());
+  auto s = state_->GetSummary();
+  EXPECT_EQ(s.nodes().total(), 2u);
+  EXPECT_EQ(s.nodes().unhealthy(), 1u);
+  EXPECT_EQ(s.devices().total(), 16u);
+  EXPECT_EQ(s.devices().unhealthy(), 1u);
+  EXPECT_EQ(s.devices().healthy(), 15u);
+  EXPECT_EQ(s.active_faults(), 1u);
+  EXPECT_EQ(s.active_faults_by_level().at("FAULT_LEVEL_RESTART_BUSINESS"), 1u);
+  EXPECT_EQ(s.revision(), state_->revision());
+  EXPECT_EQ(s.connected_agents(), 2u);
+}
+
+}  // namespace
+}  // namespace clusterd

@@ -1,0 +1,369 @@
+// In-process ClusterD on port 0 driven through real gRPC stubs.
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "clusterd/server/server.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "agent_client.h"
+#include "test_util.h"
+
+namespace clusterd {
+namespace {
+
+using testing::TestAgent;
+using testing::WaitFor;
+
+class GrpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer(); }
+  void TearDown() override { server_.reset(); }
+
+  void StartServer(std::function<void(ClusterdConfig&)> tweak = nullptr) {
+    server_.reset();
+    ClusterdConfig cfg;
+    cfg.listen = "127.0.0.1:0";
+    cfg.http_listen = "127.0.0.1:0";
+    cfg.data_dir = dir_.Sub("data");
+    cfg.log_level = "warn";
+    if (tweak) tweak(cfg);
+    server_ = std::make_unique<ClusterdServer>(cfg);
+    Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    channel_ = testing::Dial(server_->grpc_port());
+    cluster_ = v1::ClusterService::NewStub(channel_);
+  }
+
+  v1::GetNodeResponse GetNode(const std::string& name, grpc::Status* status = nullptr) {
+    grpc::ClientContext ctx;
+    v1::GetNodeRequest req;
+    req.set_name(name);
+    v1::GetNodeResponse resp;
+    grpc::Status st = cluster_->GetNode(&ctx, req, &resp);
+    if (status) *status = st;
+    return resp;
+  }
+
+  v1::GetSummaryResponse Summary() {
+    grpc::ClientContext ctx;
+    v1::GetSummaryResponse resp;
+    EXPECT_TRUE(cluster_->GetSummary(&ctx, v1::GetSummaryRequest(), &resp).ok());
+    return resp;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<ClusterdServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+};
+
+TEST_F(GrpcTest, AgentStreamAcknowledgesDurableTransitionsOnce) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  EXPECT_EQ(agent.welcome().applied_seq(), 0u);
+  EXPECT_EQ(agent.welcome().node_grace().seconds(), 10);
+  v1::Ack ack;
+  ASSERT_TRUE(agent.Transition(1, true, 3, "80E01801", &ack));
+  EXPECT_EQ(ack.id().seq(), 1u);
+  const uint64_t rev = ack.revision();
+  ASSERT_TRUE(agent.Transition(1, true, 3, "80E01801", &ack));  // resend: acknowledged again
+  EXPECT_EQ(ack.revision(), rev);
+  auto node = GetNode("worker01");
+  EXPECT_EQ(node.node().health(), v1::HEALTH_UNHEALTHY);
+  ASSERT_EQ(node.active_faults_size(), 1);
+  EXPECT_EQ(node.active_faults(0).count(), 1u);
+  EXPECT_EQ(node.active_faults(0).level(), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  EXPECT_TRUE(node.node().connected());
+  agent.Close();
+  EXPECT_TRUE(agent.status().ok()) << agent.status().error_message();
+  EXPECT_TRUE(WaitFor([&] { return !GetNode("worker01").node().connected(); }));
+}
+
+TEST_F(GrpcTest, StreamMustStartWithAValidHello) {
+  {
+    auto stub = v1::NodeAgentService::NewStub(channel_);
+    grpc::ClientContext ctx;
+    auto stream = stub->Connect(&ctx);
+    v1::ConnectRequest req;
+    req.mutable_heartbeat();
+    stream->Write(req);
+    v1::ConnectResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("hello"), std::string::npos);
+  }
+  TestAgent bad(channel_, "bad/name", 1);
+  EXPECT_FALSE(bad.Connect());
+  EXPECT_EQ(bad.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Summary().nodes().total(), 0u);
+  EXPECT_EQ(Summary().revision(), 0u);
+}
+
+TEST_F(GrpcTest, OversizedMessageIsRefused) {
+  StartServer([](ClusterdConfig& c) { c.max_message_bytes = 4096; });
+  TestAgent agent(channel_, "worker01", 1);
+  v1::Hello h = agent.MakeHello();
+  h.mutable_inventory()->set_cpu_model(std::string(10000, 'x'));
+  EXPECT_FALSE(agent.Connect(&h));
+  EXPECT_EQ(agent.status().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Summary().nodes().total(), 0u);
+}
+
+TEST_F(GrpcTest, NewerStreamReplacesOlderOne) {
+  TestAgent first(channel_, "worker01", 1);
+  ASSERT_TRUE(first.Connect());
+  TestAgent second(channel_, "worker01", 2);
+  ASSERT_TRUE(second.Connect());
+  EXPECT_FALSE(first.Transition(1, true, 0, "80E01801"));
+  first.Close();
+  EXPECT_EQ(first.status().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(second.Transition(1, true, 0, "80E01801"));
+}
+
+TEST_F(GrpcTest, QueriesAndErrors) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  ASSERT_TRUE(agent.Transition(1, true, 3, "80E01801"));
+  grpc::Status st;
+  GetNode("nobody", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  GetNode("", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext ctx;
+    v1::ListFaultsRequest req;
+    req.set_node("worker01");
+    req.set_min_level(v1::FAULT_LEVEL_RESTART_REQUEST);
+    v1::ListFaultsResponse resp;
+    ASSERT_TRUE(cluster_->ListFaults(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.faults_size(), 1);
+    EXPECT_EQ(resp.faults(0).code(), "80E01801");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListNodesRequest req;
+    req.set_page_size(-5);
+    v1::ListNodesResponse resp;
+    EXPECT_EQ(cluster_->ListNodes(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  auto summary = Summary();
+  EXPECT_EQ(summary.nodes().unhealthy(), 1u);
+  EXPECT_EQ(summary.devices().total(), 8u);
+  EXPECT_GT(summary.revision(), 0u);
+}
+
+TEST_F(GrpcTest, FaultServiceReportIsIdempotentAndValidated) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  auto stub = v1::FaultService::NewStub(channel_);
+  v1::ReportRequest req;
+  req.set_reporter("netprobe");
+  req.set_id("roce-1");
+  req.set_node("worker01");
+  req.set_code("ROCE_LINK_DOWN");
+  req.set_level(v1::FAULT_LEVEL_RESTART_REQUEST);
+  req.set_action(v1::TRANSITION_ACTION_RAISE);
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    v1::ReportResponse resp;
+    ASSERT_TRUE(stub->Report(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.unchanged(), i == 1);
+    EXPECT_EQ(resp.fault().count(), 1u);
+  }
+  grpc::ClientContext ctx;
+  v1::ReportRequest bad = req;
+  bad.set_action(v1::TRANSITION_ACTION_UNSPECIFIED);
+  v1::ReportResponse resp;
+  EXPECT_EQ(stub->Report(&ctx, bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext ctx2;
+  bad = req;
+  bad.set_node("ghost");
+  EXPECT_EQ(stub->Report(&ctx2, bad, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Reads events until `want` arrived or the stream ends.
+std::vector<v1::Event> ReadEvents(grpc::ClientReader<v1::WatchResponse>* reader, size_t want) {
+  std::vector<v1::Event> out;
+  v1::WatchResponse resp;
+  while (out.size() < want && reader->Read(&resp)) {
+    for (const auto& e : resp.events()) out.push_back(e);
+  }
+  return out;
+}
+
+TEST_F(GrpcTest, WatchReplaysHistoryThenFollowsLive) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  ASSERT_TRUE(agent.Transition(1, true, 3, "80E01801"));
+  const uint64_t head = Summary().revision();
+  ASSERT_EQ(head, 4u);  // registered, raised, device health, node health
+
+  grpc::ClientContext ctx;
+  v1::WatchRequest req;
+  req.set_from_revision(0);
+  auto reader = cluster_->Watch(&ctx, req);
+  auto replay = ReadEvents(reader.get(), head);
+  ASSERT_EQ(replay.size(), head);
+  for (size_t i = 0; i < replay.size(); ++i) EXPECT_EQ(replay[i].revision(), i + 1);
+  EXPECT_EQ(replay[0].type(), v1::EVENT_TYPE_NODE_REGISTERED);
+  EXPECT_EQ(replay[1].type(), v1::EVENT_TYPE_FAULT_RAISED);
+
+  ASSERT_TRUE(agent.Transition(2, false, 3, "80E01801"));
+  auto live = ReadEvents(reader.get(), 3);
+  ASSERT_EQ(live.size(), 3u);
+  EXPECT_EQ(live[0].revision(), head + 1);
+  EXPECT_EQ(live[0].type(), v1::EVENT_TYPE_FAULT_CLEARED);
+  ctx.TryCancel();
+  reader->Finish();
+}
+
+TEST_F(GrpcTest, WatchFiltersAndResumesWithoutGapOrDuplicate) {
+  TestAgent a(channel_, "worker01", 1), b(channel_, "worker02", 1);
+  ASSERT_TRUE(a.Connect());
+  ASSERT_TRUE(b.Connect());
+  ASSERT_TRUE(a.Transition(1, true, 1, "80E01801"));
+  ASSERT_TRUE(b.Transition(1, true, 2, "80E01801"));
+  grpc::ClientContext ctx;
+  v1::WatchRequest req;
+  req.add_nodes("worker02");
+  req.add_types(v1::EVENT_TYPE_FAULT_RAISED);
+  auto reader = cluster_->Watch(&ctx, req);
+  auto events = ReadEvents(reader.get(), 1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].node(), "worker02");
+  EXPECT_EQ(events[0].fault().device_id(), 2u);
+  ctx.TryCancel();
+  reader->Finish();
+
+  // Resume from a middle revision: exactly the later events.
+  grpc::ClientContext ctx2;
+  v1::WatchRequest resume;
+  resume.set_from_revision(3);
+  auto r2 = cluster_->Watch(&ctx2, resume);
+  const uint64_t head = Summary().revision();
+  auto rest = ReadEvents(r2.get(), head - 3);
+  ASSERT_EQ(rest.size(), head - 3);
+  EXPECT_EQ(rest.front().revision(), 4u);
+  EXPECT_EQ(rest.back().revision(), head);
+  ctx2.TryCancel();
+  r2->Finish();
+}
+
+TEST_F(GrpcTest, WatchFromCompactedHistoryIsOutOfRange) {
+  StartServer([](ClusterdConfig& c) {
+    c.retention_events = 1000;
+    c.retention_interval = std::chrono::milliseconds(100);
+  });
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  for (uint64_t seq = 1; seq <= 520; ++seq) {
+    // Raise and clear alternate: 4 or 3 events each, well over 1000 events.
+    ASSERT_TRUE(agent.Transition(seq, seq % 2 == 1, 3, "80E01801"));
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    agent.Heartbeat();
+    return Summary().compacted_revision() > 0;
+  }));
+  const uint64_t compacted = Summary().compacted_revision();
+  grpc::ClientContext ctx;
+  v1::WatchRequest req;
+  req.set_from_revision(compacted - 1);
+  auto reader = cluster_->Watch(&ctx, req);
+  v1::WatchResponse resp;
+  EXPECT_FALSE(reader->Read(&resp));
+  grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(st.error_message().find(std::to_string(compacted + 1)), std::string::npos) << st.error_message();
+}
+
+TEST_F(GrpcTest, LostNodeBecomesUnknownAndReturns) {
+  StartServer([](ClusterdConfig& c) { c.node_grace = std::chrono::milliseconds(300); });
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  ASSERT_TRUE(WaitFor([&] { return GetNode("worker01").node().health() == v1::HEALTH_UNKNOWN; }));
+  auto node = GetNode("worker01");
+  ASSERT_EQ(node.active_faults_size(), 1);
+  EXPECT_EQ(node.active_faults(0).code(), "HEARTBEAT_LOST");
+  ASSERT_TRUE(agent.Heartbeat());
+  ASSERT_TRUE(WaitFor([&] { return GetNode("worker01").node().health() == v1::HEALTH_HEALTHY; }));
+}
+
+TEST_F(GrpcTest, WatcherThatFallsBehindIsEndedAndCanResume) {
+  StartServer([](ClusterdConfig& c) { c.watch_max_lag_events = 16; });
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  // A watcher on its own connection with a fixed 64 KiB flow-control window,
+  // so that a client that does not read really stalls the server's writes.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt("grpc.use_local_subchannel_pool", 1);
+  auto watch_channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                                                 grpc::InsecureChannelCredentials(), args);
+  auto watch_stub = v1::ClusterService::NewStub(watch_channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  v1::WatchRequest req;
+  req.set_from_revision(Summary().revision());
+  auto reader = watch_stub->Watch(&ctx, req);
+  // The watcher reads nothing while megabytes of events are stored: ingest
+  // goes on regardless.
+  const std::string message(3000, 'm');
+  for (uint64_t seq = 1; seq <= 600; ++seq) {
+    ASSERT_TRUE(agent.Transition(seq, seq % 2 == 1, 3, "80E01801", nullptr, message + std::to_string(seq)));
+  }
+  const uint64_t head = Summary().revision();
+  std::vector<uint64_t> got;
+  v1::WatchResponse resp;
+  while (reader->Read(&resp)) {
+    for (const auto& e : resp.events()) got.push_back(e.revision());
+  }
+  grpc::Status st = reader->Finish();
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  ASSERT_FALSE(got.empty());
+  EXPECT_LT(got.back(), head);
+  EXPECT_NE(st.error_message().find("from_revision=" + std::to_string(got.back())), std::string::npos)
+      << st.error_message();
+  // Resuming from the last revision received continues without a gap.
+  grpc::ClientContext ctx2;
+  v1::WatchRequest resume;
+  resume.set_from_revision(got.back());
+  auto r2 = cluster_->Watch(&ctx2, resume);
+  auto rest = ReadEvents(r2.get(), head - got.back());
+  ASSERT_EQ(rest.size(), head - got.back());
+  EXPECT_EQ(rest.front().revision(), got.back() + 1);
+  ctx2.TryCancel();
+  r2->Finish();
+}
+
+TEST_F(GrpcTest, HealthServiceAndStartErrors) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  for (const char* service : {"", "clusterd.v1.ClusterService"}) {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service("no.such.Service");
+    grpc::health::v1::HealthCheckResponse resp;
+    EXPECT_EQ(health->Check(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // A second server on the same data directory cannot open the store.
+  ClusterdConfig cfg;
+  cfg.listen = "127.0.0.1:0";
+  cfg.http_listen = "127.0.0.1:0";
+  cfg.data_dir = dir_.Sub("data");
+  ClusterdServer second(cfg);
+  Status st = second.Start();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("lock"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace clusterd
