@@ -6,8 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
+#include "common/config_util.h"
 #include "common/duration.h"
 #include "common/levels.h"
 
@@ -15,47 +14,6 @@ namespace clusterd {
 namespace {
 
 using Setter = std::function<Status(const std::string& value, ClusterdConfig* cfg)>;
-
-Status SetU64(const std::string& key, const std::string& value, uint64_t min, uint64_t max, uint64_t* out) {
-  uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size()) {
-    return InvalidArgument(key + ": \"" + value + "\" is not a non-negative integer");
-  }
-  if (v < min || v > max) {
-    return InvalidArgument(key + ": " + value + " is out of range [" + std::to_string(min) + ", " +
-                           std::to_string(max) + "]");
-  }
-  *out = v;
-  return Status::Ok();
-}
-
-Status SetU32(const std::string& key, const std::string& value, uint32_t min, uint32_t max, uint32_t* out) {
-  uint64_t v = 0;
-  CLUSTERD_RETURN_IF_ERROR(SetU64(key, value, min, max, &v));
-  *out = static_cast<uint32_t>(v);
-  return Status::Ok();
-}
-
-Status SetDuration(const std::string& key, const std::string& value, std::chrono::nanoseconds min,
-                   std::chrono::nanoseconds* out) {
-  auto d = ParseDuration(value);
-  if (!d.ok()) return InvalidArgument(key + ": " + d.status().message());
-  if (*d < min) return InvalidArgument(key + ": " + value + " is shorter than the minimum " + FormatDuration(min));
-  *out = *d;
-  return Status::Ok();
-}
-
-Status SetAddress(const std::string& key, const std::string& value, std::string* out) {
-  auto colon = value.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) {
-    return InvalidArgument(key + ": \"" + value + "\" must be host:port");
-  }
-  uint32_t port = 0;
-  CLUSTERD_RETURN_IF_ERROR(SetU32(key + " port", value.substr(colon + 1), 0, 65535, &port));
-  *out = value;
-  return Status::Ok();
-}
 
 // One table of keys: the JSON file uses the key, flags use --key with '_' -> '-'.
 const std::map<std::string, Setter>& Setters() {
@@ -119,82 +77,37 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_inflight_per_stream", v, 1, 65'536, &c->max_inflight_per_stream);
        }},
-      {"log_level",
-       [](const std::string& v, ClusterdConfig* c) {
-         static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
-         for (const char* l : kLevels) {
-           if (v == l) {
-             c->log_level = v;
-             return Status::Ok();
-           }
-         }
-         return InvalidArgument("log_level: \"" + v + "\" is not one of trace, debug, info, warn, error, critical, off");
-       }},
+      {"log_level", [](const std::string& v, ClusterdConfig* c) { return SetLogLevel("log_level", v, &c->log_level); }},
   };
   return table;
 }
 
+bool KnownKey(const std::string& key) { return Setters().count(key) > 0; }
+
 }  // namespace
 
 Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view origin, ClusterdConfig* cfg) {
-  const std::string where(origin);
-  nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, false);
-  if (doc.is_discarded()) return InvalidArgument(where + ": not valid JSON");
-  if (!doc.is_object()) return InvalidArgument(where + ": top level must be an object");
   ClusterdConfig next = *cfg;
-  for (auto it = doc.begin(); it != doc.end(); ++it) {
-    auto setter = Setters().find(it.key());
-    if (setter == Setters().end()) return InvalidArgument(where + ": unknown key \"" + it.key() + "\"");
-    std::string value;
-    if (it->is_string()) value = it->get<std::string>();
-    else if (it->is_number_unsigned()) value = std::to_string(it->get<uint64_t>());
-    else return InvalidArgument(where + ": " + it.key() + ": must be a string or a non-negative integer");
-    Status st = setter->second(value, &next);
-    if (!st.ok()) return InvalidArgument(where + ": " + st.message());
-  }
+  CLUSTERD_RETURN_IF_ERROR(ApplyJsonObject(json_text, origin, KnownKey, [&](const std::string& key, const std::string& value) {
+    return Setters().at(key)(value, &next);
+  }));
   *cfg = next;
   return Status::Ok();
 }
 
 StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, bool* help) {
-  *help = false;
-  std::vector<std::pair<std::string, std::string>> flags;
-  std::string config_path;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return ClusterdConfig{};
-    }
-    if (arg.rfind("--", 0) != 0) return InvalidArgument("unexpected argument \"" + arg + "\"");
-    std::string name = arg.substr(2), value;
-    auto eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else {
-      if (i + 1 >= args.size()) return InvalidArgument("--" + name + ": missing value");
-      value = args[++i];
-    }
-    if (name == "config") {
-      config_path = value;
-      continue;
-    }
-    std::string key = name;
-    std::replace(key.begin(), key.end(), '-', '_');
-    if (key == "catalog") key = "catalog_file";
-    if (!Setters().count(key)) return InvalidArgument("unknown flag --" + name + " (see --help)");
-    flags.emplace_back(key, value);
-  }
+  auto split = SplitFlags(args, [](const std::string& key) { return key == "catalog" || KnownKey(key); });
+  if (!split.ok()) return split.status();
+  *help = split->help;
   ClusterdConfig cfg;
-  if (!config_path.empty()) {
-    std::ifstream in(config_path);
-    if (!in) return InvalidArgument("--config: cannot read " + config_path);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    CLUSTERD_RETURN_IF_ERROR(ApplyClusterdConfigJson(buffer.str(), "config file " + config_path, &cfg));
+  if (split->help) return cfg;
+  if (!split->config_path.empty()) {
+    auto text = ReadFileToString(split->config_path);
+    if (!text.ok()) return InvalidArgument("--config: " + text.status().message());
+    CLUSTERD_RETURN_IF_ERROR(ApplyClusterdConfigJson(*text, "config file " + split->config_path, &cfg));
   }
-  for (const auto& [key, value] : flags) {
+  for (auto [key, value] : split->flags) {
+    if (key == "catalog") key = "catalog_file";
     Status st = Setters().at(key)(value, &cfg);
     if (!st.ok()) {
       std::string flag = key;

@@ -11,4 +11,5 @@ echo "== ctest"
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 echo "== end-to-end"
 bash test/e2e/grpcurl_test.sh
+bash test/e2e/noded_test.sh
 echo "== all tests passed"

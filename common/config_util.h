@@ -1,0 +1,45 @@
+// Building blocks shared by the daemons' config parsers: value setters whose
+// errors name the key, and the split of argv into --config and --key value
+// pairs. Each daemon keeps its own table of keys (clusterd/config.cc,
+// noded/server/config.cc).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace clusterd {
+
+Status SetU64(const std::string& key, const std::string& value, uint64_t min, uint64_t max, uint64_t* out);
+Status SetU32(const std::string& key, const std::string& value, uint32_t min, uint32_t max, uint32_t* out);
+Status SetDuration(const std::string& key, const std::string& value, std::chrono::nanoseconds min,
+                   std::chrono::nanoseconds* out);
+// host:port with a numeric port 0-65535.
+Status SetAddress(const std::string& key, const std::string& value, std::string* out);
+Status SetLogLevel(const std::string& key, const std::string& value, std::string* out);
+StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// A table of keys: JSON uses the key, flags use --key with '_' written '-'.
+template <typename Config>
+using ConfigSetters = std::map<std::string, std::function<Status(const std::string& value, Config* cfg)>>;
+
+struct FlagArgs {
+  std::string config_path;
+  std::vector<std::pair<std::string, std::string>> flags;  // key (with '_'), value
+  bool help = false;
+};
+// Splits --key value / --key=value pairs; `known` says whether a key exists.
+StatusOr<FlagArgs> SplitFlags(const std::vector<std::string>& args, const std::function<bool(const std::string&)>& known);
+
+// Applies a JSON object of string or unsigned values through the setters.
+Status ApplyJsonObject(std::string_view json_text, std::string_view origin,
+                       const std::function<bool(const std::string&)>& known,
+                       const std::function<Status(const std::string& key, const std::string& value)>& set);
+
+}  // namespace clusterd

@@ -1,0 +1,295 @@
+#include "noded/agent.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <google/protobuf/util/time_util.h>
+
+#include "common/levels.h"
+#include "common/logging.h"
+#include "noded/rules/metrics.h"
+
+namespace clusterd::noded {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+google::protobuf::Timestamp ToProto(TimePoint t) {
+  return TimeUtil::NanosecondsToTimestamp(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string FindLineValue(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    auto sep = line.find_first_of(":=", key.size());
+    if (sep == std::string::npos) continue;
+    std::string value = line.substr(sep + 1);
+    value.erase(0, value.find_first_not_of(" \t\""));
+    while (!value.empty() && (value.back() == '"' || value.back() == ' ')) value.pop_back();
+    return value;
+  }
+  return {};
+}
+
+// Identity of an agent fault in the Outbox's active set.
+std::string KeyOf(const v1::FaultReport& r) {
+  return (r.has_device_id() ? std::to_string(r.device_id()) : "-") + "/" + std::to_string(r.source()) + "/" +
+         r.code() + "@" + r.subject();
+}
+
+}  // namespace
+
+v1::FaultLevel ToProtoLevel(Level level) {
+  return ParseFaultLevel(LevelName(level)).value_or(v1::FAULT_LEVEL_SUB_HEALTH);
+}
+
+v1::FaultSource ToProtoSource(Source source) {
+  switch (source) {
+    case Source::kCpu: return v1::FAULT_SOURCE_CPU;
+    case Source::kMemory: return v1::FAULT_SOURCE_MEMORY;
+    case Source::kDisk: return v1::FAULT_SOURCE_DISK;
+    case Source::kNetwork: return v1::FAULT_SOURCE_NETWORK;
+    case Source::kKernel: return v1::FAULT_SOURCE_KERNEL;
+  }
+  return v1::FAULT_SOURCE_KERNEL;
+}
+
+v1::FaultSource SourceForNodeCode(std::string_view code) {
+  auto starts = [&](std::string_view p) { return code.substr(0, p.size()) == p; };
+  if (starts("NODE_DISK") || starts("NODE_INODES")) return v1::FAULT_SOURCE_DISK;
+  if (starts("NODE_MEMORY")) return v1::FAULT_SOURCE_MEMORY;
+  if (starts("NODE_CPU")) return v1::FAULT_SOURCE_CPU;
+  if (starts("NODE_LINK") || starts("NODE_NIC") || starts("NODE_NET")) return v1::FAULT_SOURCE_NETWORK;
+  if (starts("KERNEL_")) return v1::FAULT_SOURCE_KERNEL;
+  return v1::FAULT_SOURCE_ACCELERATOR;
+}
+
+Agent::Agent(AgentOptions options, Outbox* outbox, AcceleratorBackend* backend, SimBackend* sim, const Clock* clock)
+    : options_(std::move(options)), outbox_(outbox), backend_(backend), sim_(sim), clock_(clock) {}
+
+Status Agent::Init() {
+  started_ = clock_->Now();
+  cpu_ = std::make_unique<CpuCollector>(options_.root);
+  memory_ = std::make_unique<MemoryCollector>(options_.root);
+  statfs_ = std::make_unique<RealStatFs>(options_.root);
+  DiskCollectorOptions disk_options;
+  disk_options.root = options_.root;
+  disk_ = std::make_unique<DiskCollector>(disk_options, *statfs_);
+  NetworkCollectorOptions net_options;
+  net_options.root = options_.root;
+  network_ = std::make_unique<NetworkCollector>(net_options);
+  if (!options_.kmsg_path.empty()) {
+    auto matcher = KmsgMatcher::Create(options_.rules.kernel_patterns);
+    if (!matcher.ok()) return matcher.status();
+    KmsgReaderOptions kmsg_options;
+    kmsg_options.path = options_.kmsg_path;
+    kernel_ = std::make_unique<KernelLogCollector>(std::move(*matcher), kmsg_options);
+  }
+  for (const auto& rule : options_.rules.rules) {
+    warmup_ = std::max(warmup_, rule.for_duration);
+    rule_codes_.insert(rule.code);
+  }
+  for (const auto& pattern : options_.rules.kernel_patterns) rule_codes_.insert(pattern.code);
+  warmup_ += std::chrono::seconds(5);
+  engine_ = std::make_unique<RuleEngine>(options_.rules.rules, *clock_);
+
+  // Inventory: read once.
+  v1::Inventory inv;
+  inv.set_cpu_count(static_cast<uint32_t>(sysconf(_SC_NPROCESSORS_ONLN)));
+  inv.set_cpu_model(FindLineValue(options_.root + "/proc/cpuinfo", "model name"));
+  if (auto mem = memory_->Collect(); mem.ok()) inv.set_memory_bytes(mem->total_kib * 1024);
+  utsname uts{};
+  if (uname(&uts) == 0) inv.set_kernel_version(uts.release);
+  inv.set_os_image(FindLineValue(options_.root + "/etc/os-release", "PRETTY_NAME"));
+  if (auto disks = disk_->Collect(); disks.ok()) {
+    for (const auto& m : disks->mounts) {
+      auto* d = inv.add_disks();
+      d->set_mount_point(m.mount_point);
+      d->set_device(m.device);
+      d->set_fs_type(m.fs_type);
+      if (m.stats) d->set_capacity_bytes(m.stats->blocks * m.stats->fragment_size);
+    }
+  }
+  auto devices = backend_->Devices();
+  if (!devices.ok()) return devices.status();
+  for (const auto& dev : *devices) {
+    auto* d = inv.add_devices();
+    d->set_id(static_cast<uint32_t>(dev.id));
+    d->set_vendor(dev.vendor);
+    d->set_model(dev.model);
+    d->set_serial(dev.serial);
+  }
+  std::lock_guard lock(mu_);
+  inventory_ = std::move(inv);
+  return Status::Ok();
+}
+
+void Agent::Record(v1::FaultTransition t) {
+  auto stored = outbox_->Record(t);
+  if (!stored.ok()) {
+    // Outbox full (ClusterD away for very long): keep it and retry later.
+    GetLogger("agent")->warn("outbox refused a transition, will retry: {}", stored.status().ToString());
+    retry_.push_back(std::move(t));
+  }
+}
+
+int Agent::PollOnce() {
+  const size_t pending_before = outbox_->pending_count();
+  // Earlier refusals first, in order.
+  for (size_t n = retry_.size(); n > 0; --n) {
+    v1::FaultTransition t = std::move(retry_.front());
+    retry_.pop_front();
+    Record(std::move(t));
+  }
+
+  Snapshot snap;
+  auto log = GetLogger("agent");
+  if (auto r = cpu_->Collect(); r.ok()) AddCpu(*r, &snap);
+  else log->debug("cpu: {}", r.status().ToString());
+  if (auto r = memory_->Collect(); r.ok()) AddMemory(*r, &snap);
+  else log->debug("memory: {}", r.status().ToString());
+  if (auto r = disk_->Collect(); r.ok()) AddDisk(*r, &snap);
+  else log->debug("disk: {}", r.status().ToString());
+  if (auto r = network_->Collect(); r.ok()) AddNetwork(*r, &snap);
+  else log->debug("network: {}", r.status().ToString());
+  if (kernel_) {
+    if (auto r = kernel_->Collect(); r.ok()) AddKernel(*r, &snap);
+    else log->debug("kernel log: {}", r.status().ToString());
+  }
+  const TimePoint now = clock_->Now();
+  for (const auto& tr : engine_->Evaluate(snap)) {
+    v1::FaultTransition t;
+    t.set_action(tr.action == Transition::Action::kRaise ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR);
+    auto* f = t.mutable_fault();
+    f->set_source(ToProtoSource(tr.source));
+    f->set_code(tr.code);
+    f->set_level(ToProtoLevel(tr.level));
+    f->set_subject(tr.subject);
+    f->set_message(tr.message.substr(0, 1024));
+    *t.mutable_time() = ToProto(now);
+    Record(std::move(t));
+  }
+  DiffAccelerators();
+  if (!rule_faults_reconciled_ && now - started_ >= warmup_) ReconcileRuleFaults();
+
+  v1::MetricSnapshot metrics;
+  *metrics.mutable_time() = ToProto(now);
+  for (const auto& s : snap.samples) {
+    std::string name = s.subject.empty() ? s.metric : s.metric + ":" + s.subject;
+    if (name.size() <= 256 && name.find(' ') == std::string::npos) (*metrics.mutable_gauges())[name] = s.value;
+    if (metrics.gauges_size() >= 500) break;
+  }
+  {
+    std::lock_guard lock(mu_);
+    metrics_ = std::move(metrics);
+  }
+  const size_t pending_after = outbox_->pending_count();
+  return pending_after > pending_before ? static_cast<int>(pending_after - pending_before) : 0;
+}
+
+void Agent::DiffAccelerators() {
+  auto statuses = backend_->Poll();
+  if (!statuses.ok()) {
+    GetLogger("agent")->warn("accelerator poll: {}", statuses.status().ToString());
+    return;
+  }
+  // What the hardware says now, for the devices that could be read.
+  std::map<std::string, v1::FaultReport> desired;
+  std::set<uint32_t> read_ok;
+  for (const auto& st : *statuses) {
+    if (!st.read_error.empty()) continue;
+    read_ok.insert(static_cast<uint32_t>(st.id));
+    for (const auto& code : st.error_codes) {
+      v1::FaultReport r;
+      r.set_device_id(static_cast<uint32_t>(st.id));
+      r.set_source(v1::FAULT_SOURCE_ACCELERATOR);
+      r.set_code(code);
+      desired[KeyOf(r)] = r;
+    }
+  }
+  if (sim_) {
+    for (const auto& code : sim_->NodeFaults()) {
+      v1::FaultReport r;
+      r.set_source(SourceForNodeCode(code));
+      r.set_code(code);
+      r.set_message("injected in the simulator");
+      desired[KeyOf(r)] = r;
+    }
+  }
+  const TimePoint now = clock_->Now();
+  auto emit = [&](v1::TransitionAction action, const v1::FaultReport& r) {
+    v1::FaultTransition t;
+    t.set_action(action);
+    *t.mutable_fault() = r;
+    *t.mutable_time() = ToProto(now);
+    Record(std::move(t));
+  };
+  std::set<std::string> active;
+  for (const auto& r : outbox_->Active()) {
+    const std::string key = KeyOf(r);
+    const bool accelerator = r.source() == v1::FAULT_SOURCE_ACCELERATOR && r.has_device_id();
+    const bool sim_node = sim_ && !r.has_device_id() && !rule_codes_.count(r.code());
+    if (!accelerator && !sim_node) continue;
+    active.insert(key);
+    if (accelerator && !read_ok.count(r.device_id())) continue;  // unreadable now: keep as is
+    if (!desired.count(key)) emit(v1::TRANSITION_ACTION_CLEAR, r);
+  }
+  for (const auto& [key, r] : desired) {
+    if (!active.count(key)) emit(v1::TRANSITION_ACTION_RAISE, r);
+  }
+}
+
+void Agent::ReconcileRuleFaults() {
+  // After a restart the rules engine starts empty while the Outbox remembers
+  // what was active. Once every rule had time to re-raise, whatever the rules
+  // no longer hold is cleared.
+  rule_faults_reconciled_ = true;
+  std::set<std::string> held;
+  for (const auto& f : engine_->Active()) {
+    v1::FaultReport r;
+    r.set_source(ToProtoSource(f.source));
+    r.set_code(f.code);
+    r.set_subject(f.subject);
+    held.insert(KeyOf(r));
+  }
+  for (const auto& r : outbox_->Active()) {
+    if (r.has_device_id() || !rule_codes_.count(r.code()) || held.count(KeyOf(r))) continue;
+    v1::FaultTransition t;
+    t.set_action(v1::TRANSITION_ACTION_CLEAR);
+    *t.mutable_fault() = r;
+    *t.mutable_time() = ToProto(clock_->Now());
+    Record(std::move(t));
+  }
+}
+
+v1::Hello Agent::MakeHello() const {
+  v1::Hello h;
+  h.set_node_name(options_.node_name);
+  h.set_boot_id(ReadFirstLine(options_.root + "/proc/sys/kernel/random/boot_id"));
+  h.set_agent_version(options_.agent_version);
+  for (const auto& [k, v] : options_.labels) (*h.mutable_labels())[k] = v;
+  std::lock_guard lock(mu_);
+  *h.mutable_inventory() = inventory_;
+  return h;
+}
+
+v1::MetricSnapshot Agent::LatestMetrics() const {
+  std::lock_guard lock(mu_);
+  return metrics_;
+}
+
+}  // namespace clusterd::noded

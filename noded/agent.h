@@ -1,0 +1,100 @@
+// The agent's domain logic: one polling round reads every collector and the
+// accelerator backend, turns readings into fault transitions (rules engine for
+// node readings, a diff of active codes for accelerators) and records each in
+// the durable Outbox before anything is sent. No gRPC here: the StreamClient
+// adapter ships what the Outbox holds.
+//
+// Thread contract: PollOnce, MakeHello and LatestMetrics are called from the
+// agent's polling thread only, except MakeHello/LatestMetrics which take the
+// agent's mutex and may be called from the stream thread.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "clusterd/v1/agent.pb.h"
+#include "common/clock.h"
+#include "noded/accel/backend.h"
+#include "noded/accel/sim_backend.h"
+#include "noded/collectors/cpu.h"
+#include "noded/collectors/disk.h"
+#include "noded/collectors/kmsg.h"
+#include "noded/collectors/memory.h"
+#include "noded/collectors/network.h"
+#include "noded/outbox.h"
+#include "noded/rules/engine.h"
+#include "noded/rules/rules_config.h"
+
+namespace clusterd::noded {
+
+struct AgentOptions {
+  std::string node_name;
+  std::string agent_version = "0.1.0";
+  std::map<std::string, std::string> labels;
+  std::string root = "/";           // collectors read root + /proc, /sys ...
+  std::string kmsg_path = "/dev/kmsg";  // empty disables the kernel-log collector
+  RulesConfig rules = DefaultRulesConfig();
+};
+
+class Agent {
+ public:
+  // backend and outbox must outlive the agent; sim is the backend when it is
+  // the simulator (for node-level injected faults), else null.
+  Agent(AgentOptions options, Outbox* outbox, AcceleratorBackend* backend, SimBackend* sim, const Clock* clock);
+
+  // Builds the collectors; fails on a bad kernel pattern.
+  Status Init();
+
+  // One round. Returns the number of transitions recorded.
+  int PollOnce();
+
+  // Identity and inventory, without the active faults (the stream adds them
+  // from the Outbox snapshot).
+  v1::Hello MakeHello() const;
+  v1::MetricSnapshot LatestMetrics() const;
+
+ private:
+  void Record(v1::FaultTransition t);
+  void DiffAccelerators();
+  void ReconcileRuleFaults();
+
+  AgentOptions options_;
+  Outbox* outbox_;
+  AcceleratorBackend* backend_;
+  SimBackend* sim_;
+  const Clock* clock_;
+  TimePoint started_;
+  bool rule_faults_reconciled_ = false;
+  std::chrono::nanoseconds warmup_{0};
+  // Codes the rules engine owns; other node-level faults belong to the simulator.
+  std::set<std::string> rule_codes_;
+
+  std::unique_ptr<CpuCollector> cpu_;
+  std::unique_ptr<MemoryCollector> memory_;
+  std::unique_ptr<RealStatFs> statfs_;
+  std::unique_ptr<DiskCollector> disk_;
+  std::unique_ptr<NetworkCollector> network_;
+  std::unique_ptr<KernelLogCollector> kernel_;
+  std::unique_ptr<RuleEngine> engine_;
+  // Transitions the Outbox refused (full): retried first next round, never dropped.
+  std::deque<v1::FaultTransition> retry_;
+
+  mutable std::mutex mu_;  // guards the fields below
+  v1::MetricSnapshot metrics_;
+  v1::Inventory inventory_;
+};
+
+// Mapping of the rules engine's enums onto the API's.
+v1::FaultLevel ToProtoLevel(Level level);
+v1::FaultSource ToProtoSource(Source source);
+// Source of a node-level fault injected in the simulator, by code prefix
+// (NODE_DISK_* -> disk, NODE_MEMORY_* -> memory, ...; else accelerator).
+v1::FaultSource SourceForNodeCode(std::string_view code);
+
+}  // namespace clusterd::noded

@@ -1,0 +1,41 @@
+// noded: the per-node agent. See docs/noded.md.
+#include <csignal>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "noded/server/config.h"
+#include "noded/server/noded_server.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  bool help = false;
+  auto config = clusterd::noded::ParseNodedConfig(args, &help);
+  if (help) {
+    std::cout << clusterd::noded::NodedUsage();
+    return 0;
+  }
+  if (!config.ok()) {
+    std::cerr << "noded: " << config.status().message() << "\n";
+    return 2;
+  }
+  clusterd::SetLogLevel(config->log_level);
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  clusterd::noded::NodedServer server(*config);
+  if (clusterd::Status st = server.Start(); !st.ok()) {
+    std::cerr << "noded: " << st.ToString() << "\n";
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  clusterd::GetLogger("noded")->info("signal {}: stopping", sig);
+  server.Shutdown();
+  return 0;
+}

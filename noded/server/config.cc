@@ -1,0 +1,162 @@
+#include "noded/server/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/config_util.h"
+#include "common/validation.h"
+
+namespace clusterd::noded {
+namespace {
+
+const ConfigSetters<NodedConfig>& Setters() {
+  static const ConfigSetters<NodedConfig> table = {
+      {"server", [](const std::string& v, NodedConfig* c) { return SetAddress("server", v, &c->server); }},
+      {"node_name",
+       [](const std::string& v, NodedConfig* c) {
+         CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node_name", v));
+         c->node_name = v;
+         return Status::Ok();
+       }},
+      {"http_listen",
+       [](const std::string& v, NodedConfig* c) { return SetAddress("http_listen", v, &c->http_listen); }},
+      {"state_dir",
+       [](const std::string& v, NodedConfig* c) {
+         if (v.empty()) return InvalidArgument("state_dir: must not be empty");
+         c->state_dir = v;
+         return Status::Ok();
+       }},
+      {"accelerator",
+       [](const std::string& v, NodedConfig* c) {
+         if (v != "ascend" && v != "npu-smi" && v != "sim" && v != "none") {
+           return InvalidArgument("accelerator: \"" + v + "\" is not one of ascend, npu-smi, sim, none");
+         }
+         c->accelerator = v;
+         return Status::Ok();
+       }},
+      {"sim_devices",
+       [](const std::string& v, NodedConfig* c) { return SetU32("sim_devices", v, 0, 1024, &c->sim_devices); }},
+      {"dcmi_path",
+       [](const std::string& v, NodedConfig* c) {
+         c->dcmi_path = v;
+         return Status::Ok();
+       }},
+      {"npu_smi_command",
+       [](const std::string& v, NodedConfig* c) {
+         if (v.empty()) return InvalidArgument("npu_smi_command: must not be empty");
+         c->npu_smi_command = v;
+         return Status::Ok();
+       }},
+      {"root",
+       [](const std::string& v, NodedConfig* c) {
+         if (v.empty() || v[0] != '/') return InvalidArgument("root: must be an absolute path");
+         c->root = v;
+         return Status::Ok();
+       }},
+      {"kmsg_path",
+       [](const std::string& v, NodedConfig* c) {
+         c->kmsg_path = v;
+         return Status::Ok();
+       }},
+      {"rules_file",
+       [](const std::string& v, NodedConfig* c) {
+         c->rules_file = v;
+         return Status::Ok();
+       }},
+      {"labels",
+       [](const std::string& v, NodedConfig* c) {
+         std::map<std::string, std::string> labels;
+         size_t pos = 0;
+         while (pos < v.size()) {
+           size_t comma = v.find(',', pos);
+           if (comma == std::string::npos) comma = v.size();
+           std::string term = v.substr(pos, comma - pos);
+           auto eq = term.find('=');
+           if (eq == std::string::npos || eq == 0) return InvalidArgument("labels: \"" + term + "\" is not key=value");
+           CLUSTERD_RETURN_IF_ERROR(ValidateToken("labels key", term.substr(0, eq)));
+           CLUSTERD_RETURN_IF_ERROR(ValidateToken("labels value", term.substr(eq + 1), true));
+           labels[term.substr(0, eq)] = term.substr(eq + 1);
+           pos = comma + 1;
+         }
+         c->labels = std::move(labels);
+         return Status::Ok();
+       }},
+      {"poll_interval",
+       [](const std::string& v, NodedConfig* c) {
+         return SetDuration("poll_interval", v, std::chrono::milliseconds(50), &c->poll_interval);
+       }},
+      {"heartbeat_interval",
+       [](const std::string& v, NodedConfig* c) {
+         return SetDuration("heartbeat_interval", v, std::chrono::milliseconds(50), &c->heartbeat_interval);
+       }},
+      {"metrics_interval",
+       [](const std::string& v, NodedConfig* c) {
+         return SetDuration("metrics_interval", v, std::chrono::milliseconds(100), &c->metrics_interval);
+       }},
+      {"log_level", [](const std::string& v, NodedConfig* c) { return SetLogLevel("log_level", v, &c->log_level); }},
+  };
+  return table;
+}
+
+bool KnownKey(const std::string& key) { return Setters().count(key) > 0; }
+
+}  // namespace
+
+StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help) {
+  auto split = SplitFlags(args, KnownKey);
+  if (!split.ok()) return split.status();
+  *help = split->help;
+  NodedConfig cfg;
+  if (split->help) return cfg;
+  if (!split->config_path.empty()) {
+    auto text = ReadFileToString(split->config_path);
+    if (!text.ok()) return InvalidArgument("--config: " + text.status().message());
+    CLUSTERD_RETURN_IF_ERROR(ApplyJsonObject(*text, "config file " + split->config_path, KnownKey,
+                                             [&](const std::string& k, const std::string& v) {
+                                               return Setters().at(k)(v, &cfg);
+                                             }));
+  }
+  for (const auto& [key, value] : split->flags) {
+    Status st = Setters().at(key)(value, &cfg);
+    if (!st.ok()) {
+      std::string flag = key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      return InvalidArgument("--" + flag + ": " + st.message());
+    }
+  }
+  if (cfg.node_name.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) return InvalidArgument("node_name: not set and no host name");
+    CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node_name (from the host name)", host));
+    cfg.node_name = host;
+  }
+  return cfg;
+}
+
+std::string NodedUsage() {
+  return R"(usage: noded [--config FILE] [--flag value ...]
+
+Flags (the JSON config file takes the same keys with '_'):
+  --server ADDR             ClusterD gRPC address (default 127.0.0.1:8899)
+  --node-name NAME          this node's name (default: the host name)
+  --http-listen ADDR        HTTP /healthz /readyz /metrics (default 0.0.0.0:11255)
+  --state-dir DIR           durable outbox and epoch (default /var/lib/noded)
+  --accelerator KIND        ascend, npu-smi, sim or none (default none)
+  --sim-devices N           simulated devices in sim mode (default 8)
+  --dcmi-path FILE          libdcmi.so to try first (ascend)
+  --npu-smi-command CMD     command printing npu-smi info (default "npu-smi info")
+  --root DIR                where /proc and /sys are mounted (default /)
+  --kmsg-path FILE          kernel log to follow (default /dev/kmsg; "" disables)
+  --rules-file FILE         JSON rules merged over the defaults
+  --labels k=v,k2=v2        labels reported with the node
+  --poll-interval DUR       collection interval (default 1s)
+  --heartbeat-interval DUR  heartbeat interval (default 2s)
+  --metrics-interval DUR    metric snapshot interval (default 10s)
+  --log-level LEVEL         trace, debug, info, warn, error, critical, off (default info)
+In sim mode, POST /v1/sim/faults {"device": 3, "code": "80E01801", "state": "raise"}
+injects a fault ("clear" clears it; no "device" for a node-level fault).
+)";
+}
+
+}  // namespace clusterd::noded

@@ -1,0 +1,36 @@
+// NodeD configuration: defaults, a JSON file (--config) and flags; a flag
+// overrides the file; every error names the key.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace clusterd::noded {
+
+struct NodedConfig {
+  std::string server = "127.0.0.1:8899";
+  std::string node_name;  // default: the host name
+  std::string http_listen = "0.0.0.0:11255";
+  std::string state_dir = "/var/lib/noded";
+  std::string accelerator = "none";  // ascend, npu-smi, sim, none
+  uint32_t sim_devices = 8;
+  std::string dcmi_path;             // tried before the driver's usual paths
+  std::string npu_smi_command = "npu-smi info";
+  std::string root = "/";            // where /proc and /sys are (a fixture tree in tests)
+  std::string kmsg_path = "/dev/kmsg";  // "" disables the kernel-log collector
+  std::string rules_file;            // JSON rules merged over the defaults
+  std::map<std::string, std::string> labels;
+  std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);
+  std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
+  std::chrono::nanoseconds metrics_interval = std::chrono::seconds(10);
+  std::string log_level = "info";
+};
+
+StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help);
+std::string NodedUsage();
+
+}  // namespace clusterd::noded

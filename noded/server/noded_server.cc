@@ -1,0 +1,181 @@
+#include "noded/server/noded_server.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/http_server.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "noded/agent.h"
+#include "noded/outbox.h"
+#include "noded/server/stream_client.h"
+
+namespace clusterd::noded {
+
+struct NodedServer::Impl {
+  NodedConfig config;
+  MetricsRegistry metrics;
+  std::unique_ptr<Outbox> outbox;
+  std::unique_ptr<AcceleratorBackend> backend;
+  SimBackend* sim = nullptr;
+  std::unique_ptr<Agent> agent;
+  std::unique_ptr<StreamClient> stream;
+  HttpServer http;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool wake = false;
+  std::atomic<bool> polled_once{false};
+  std::thread poller;
+  bool shut_down = false;
+
+  Counter* polls = nullptr;
+  Counter* recorded = nullptr;
+  Histogram* poll_seconds = nullptr;
+
+  void PollLoop() {
+    for (;;) {
+      const auto start = std::chrono::steady_clock::now();
+      const int n = agent->PollOnce();
+      poll_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      polls->Inc();
+      polled_once = true;
+      if (n > 0) {
+        recorded->Inc(n);
+        stream->Notify();
+      }
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, config.poll_interval, [&] { return stop || wake; });
+      if (stop) return;
+      wake = false;
+    }
+  }
+
+  void Wake() {
+    {
+      std::lock_guard lock(mu);
+      wake = true;
+    }
+    cv.notify_all();
+  }
+
+  HttpResponse InjectSimFault(const HttpRequest& req) {
+    auto bad = [](const std::string& why) {
+      return HttpResponse{400, "application/json", nlohmann::json{{"error", why}}.dump() + "\n"};
+    };
+    nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) return bad("body must be a JSON object");
+    for (auto it = body.begin(); it != body.end(); ++it) {
+      if (it.key() != "device" && it.key() != "code" && it.key() != "state") return bad("unknown field \"" + it.key() + "\"");
+    }
+    if (!body.contains("code") || !body["code"].is_string()) return bad("code: required string");
+    if (!body.contains("state") || !body["state"].is_string()) return bad("state: required, \"raise\" or \"clear\"");
+    const std::string state = body["state"].get<std::string>();
+    if (state != "raise" && state != "clear") return bad("state: must be \"raise\" or \"clear\"");
+    std::optional<uint32_t> device;
+    if (body.contains("device") && !body["device"].is_null()) {
+      if (!body["device"].is_number_unsigned()) return bad("device: must be a non-negative integer");
+      device = body["device"].get<uint32_t>();
+    }
+    Status st = sim->Inject(device, body["code"].get<std::string>(),
+                            state == "raise" ? InjectAction::kRaise : InjectAction::kClear);
+    if (!st.ok()) return bad(st.message());
+    Wake();  // report it now, not at the next tick
+    return HttpResponse{200, "application/json", "{\"ok\": true}\n"};
+  }
+};
+
+NodedServer::NodedServer(NodedConfig config) : impl_(std::make_unique<Impl>()) { impl_->config = std::move(config); }
+
+NodedServer::~NodedServer() { Shutdown(); }
+
+Status NodedServer::Start() {
+  Impl& s = *impl_;
+  const NodedConfig& cfg = s.config;
+  auto log = GetLogger("noded");
+
+  auto outbox = Outbox::Open(cfg.state_dir);
+  if (!outbox.ok()) return outbox.status();
+  s.outbox = std::move(*outbox);
+
+  BackendOptions bo;
+  bo.kind = cfg.accelerator;
+  if (!cfg.dcmi_path.empty()) bo.dcmi_paths.push_back(cfg.dcmi_path);
+  bo.npu_smi_command = cfg.npu_smi_command;
+  bo.sim_devices = static_cast<int>(cfg.sim_devices);
+  auto backend = MakeBackend(bo);
+  if (!backend.ok()) return backend.status();
+  s.backend = std::move(*backend);
+  CLUSTERD_RETURN_IF_ERROR(s.backend->Init());
+  s.sim = dynamic_cast<SimBackend*>(s.backend.get());
+
+  AgentOptions ao;
+  ao.node_name = cfg.node_name;
+  ao.labels = cfg.labels;
+  ao.root = cfg.root;
+  ao.kmsg_path = cfg.kmsg_path;
+  if (!cfg.rules_file.empty()) {
+    auto rules = LoadRulesFile(cfg.rules_file);
+    if (!rules.ok()) return rules.status();
+    ao.rules = std::move(*rules);
+  }
+  s.agent = std::make_unique<Agent>(ao, s.outbox.get(), s.backend.get(), s.sim, &SystemClock::Instance());
+  CLUSTERD_RETURN_IF_ERROR(s.agent->Init());
+
+  s.polls = &s.metrics.AddCounter("noded_polls_total", "Collection rounds.");
+  s.recorded = &s.metrics.AddCounter("noded_transitions_recorded_total", "Fault transitions recorded in the outbox.");
+  s.poll_seconds = &s.metrics.AddHistogram("noded_poll_duration_seconds", "Duration of one collection round.",
+                                           ExponentialBuckets(0.0005, 2, 14));
+  s.metrics.AddCallbackGauge("noded_outbox_pending", "Fault transitions not yet acknowledged by ClusterD.",
+                             [&s] { return static_cast<double>(s.outbox->pending_count()); });
+  s.metrics.AddCallbackGauge("noded_agent_epoch", "This agent run's epoch.",
+                             [&s] { return static_cast<double>(s.outbox->epoch()); });
+
+  StreamOptions so;
+  so.server = cfg.server;
+  so.heartbeat_interval = cfg.heartbeat_interval;
+  so.metrics_interval = cfg.metrics_interval;
+  s.stream = std::make_unique<StreamClient>(so, s.agent.get(), s.outbox.get(), &s.metrics);
+
+  s.http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
+  s.http.Handle("GET", "/readyz", [&s](const HttpRequest&) {
+    if (!s.polled_once.load()) return HttpResponse{503, "text/plain", "first collection pending\n"};
+    return HttpResponse{200, "text/plain", s.stream->connected() ? "ready\n" : "ready (clusterd not connected)\n"};
+  });
+  s.http.Handle("GET", "/metrics", [&s](const HttpRequest&) {
+    return HttpResponse{200, MetricsRegistry::kContentType, s.metrics.Render()};
+  });
+  if (s.sim) {
+    s.http.Handle("POST", "/v1/sim/faults", [&s](const HttpRequest& req) { return s.InjectSimFault(req); });
+  }
+  CLUSTERD_RETURN_IF_ERROR(s.http.Start(cfg.http_listen));
+
+  s.poller = std::thread([&s] { s.PollLoop(); });
+  s.stream->Start();
+  log->info("noded {} (epoch {}, accelerator {}) reporting to {}; HTTP on port {}", cfg.node_name,
+            s.outbox->epoch(), s.backend->name(), cfg.server, s.http.port());
+  return Status::Ok();
+}
+
+void NodedServer::Shutdown() {
+  Impl& s = *impl_;
+  if (s.shut_down) return;
+  s.shut_down = true;
+  {
+    std::lock_guard lock(s.mu);
+    s.stop = true;
+  }
+  s.cv.notify_all();
+  if (s.poller.joinable()) s.poller.join();
+  if (s.stream) s.stream->Stop();
+  s.http.Stop();
+}
+
+int NodedServer::http_port() const { return impl_->http.port(); }
+
+}  // namespace clusterd::noded

@@ -1,0 +1,183 @@
+#include "noded/server/stream_client.h"
+
+#include <map>
+
+#include <google/protobuf/util/time_util.h>
+
+#include "common/logging.h"
+
+namespace clusterd::noded {
+
+using google::protobuf::util::TimeUtil;
+
+StreamClient::StreamClient(StreamOptions options, const Agent* agent, Outbox* outbox, MetricsRegistry* metrics)
+    : options_(std::move(options)), agent_(agent), outbox_(outbox) {
+  grpc::ChannelArguments args;
+  // Notice a dead ClusterD (or path) even when nothing is being sent.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Our own backoff governs reconnects; keep gRPC's short.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
+  channel_ = grpc::CreateCustomChannel(options_.server, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::NodeAgentService::NewStub(channel_);
+  if (metrics) {
+    reconnects_ = &metrics->AddCounter("noded_stream_connects_total", "Streams opened to ClusterD.");
+    sent_transitions_ = &metrics->AddCounter("noded_transitions_sent_total", "Fault transitions sent (resends included).");
+    acks_ = &metrics->AddCounter("noded_acks_total", "Acknowledgements received from ClusterD.");
+    metrics->AddCallbackGauge("noded_stream_connected", "1 while the stream to ClusterD is up.",
+                              [this] { return connected_.load() ? 1.0 : 0.0; });
+  }
+}
+
+StreamClient::~StreamClient() { Stop(); }
+
+void StreamClient::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void StreamClient::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    if (current_) current_->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StreamClient::Notify() {
+  {
+    std::lock_guard lock(mu_);
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+void StreamClient::Run() {
+  auto log = GetLogger("stream");
+  auto backoff = options_.backoff_min;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+    }
+    const auto began = std::chrono::steady_clock::now();
+    Session();
+    connected_ = false;
+    // A session that lasted reset the backoff; quick failures grow it.
+    if (std::chrono::steady_clock::now() - began > options_.backoff_max) backoff = options_.backoff_min;
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(backoff * jitter(rng_));
+    log->info("reconnecting to {} in {} ms", options_.server,
+              std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, wait, [&] { return stop_; });
+    if (stop_) return;
+    backoff = std::min(backoff * 2, options_.backoff_max);
+  }
+}
+
+void StreamClient::Session() {
+  auto log = GetLogger("stream");
+  grpc::ClientContext ctx;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    current_ = &ctx;
+  }
+  struct Clear {
+    StreamClient* self;
+    ~Clear() {
+      std::lock_guard lock(self->mu_);
+      self->current_ = nullptr;
+    }
+  } clear{this};
+
+  auto stream = stub_->Connect(&ctx);
+  // Hello and the resend list come from one consistent snapshot.
+  Outbox::Snapshot snapshot = outbox_->Take();
+  v1::ConnectRequest hello;
+  *hello.mutable_hello() = agent_->MakeHello();
+  hello.mutable_hello()->set_epoch(outbox_->epoch());
+  for (auto& r : snapshot.active) *hello.mutable_hello()->add_active_faults() = std::move(r);
+  v1::ConnectResponse resp;
+  if (!stream->Write(hello) || !stream->Read(&resp) || !resp.has_welcome()) {
+    grpc::Status st = stream->Finish();
+    log->warn("connect to {} failed: {} {}", options_.server, static_cast<int>(st.error_code()), st.error_message());
+    return;
+  }
+  if (reconnects_) reconnects_->Inc();
+  const uint64_t epoch = outbox_->epoch();
+  if (resp.welcome().applied_seq() > 0) (void)outbox_->Ack(epoch, resp.welcome().applied_seq());
+  connected_ = true;
+  log->info("connected to {} (revision {}, {} transitions to resend)", options_.server, resp.welcome().revision(),
+            snapshot.pending.size());
+
+  std::atomic<bool> broken{false};
+  std::thread reader([&] {
+    v1::ConnectResponse in;
+    while (stream->Read(&in)) {
+      if (!in.has_ack()) continue;
+      if (acks_) acks_->Inc();
+      Status st = outbox_->Ack(in.ack().id().epoch(), in.ack().id().seq());
+      if (!st.ok()) log->error("outbox ack: {}", st.ToString());
+    }
+    broken = true;
+    cv_.notify_all();
+  });
+
+  // Highest sequence sent per epoch on this stream.
+  std::map<uint64_t, uint64_t> sent;
+  if (resp.welcome().applied_seq() > 0) sent[epoch] = resp.welcome().applied_seq();
+  auto send_pending = [&](const std::vector<Outbox::Pending>& pending) {
+    for (const auto& p : pending) {
+      if (p.seq <= sent[p.epoch]) continue;
+      v1::ConnectRequest req;
+      *req.mutable_transition() = p.transition;
+      if (!stream->Write(req)) return false;
+      sent[p.epoch] = p.seq;
+      if (sent_transitions_) sent_transitions_->Inc();
+    }
+    return true;
+  };
+  bool ok = send_pending(snapshot.pending);
+  auto next_heartbeat = std::chrono::steady_clock::now();
+  auto next_metrics = std::chrono::steady_clock::now();
+  while (ok) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_heartbeat) {
+      v1::ConnectRequest req;
+      *req.mutable_heartbeat()->mutable_time() = TimeUtil::GetCurrentTime();
+      ok = stream->Write(req);
+      next_heartbeat = now + options_.heartbeat_interval;
+    }
+    if (ok && now >= next_metrics) {
+      v1::ConnectRequest req;
+      *req.mutable_metrics() = agent_->LatestMetrics();
+      ok = stream->Write(req);
+      next_metrics = now + options_.metrics_interval;
+    }
+    if (!ok) break;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_until(lock, std::min(next_heartbeat, next_metrics), [&] { return stop_ || dirty_ || broken.load(); });
+      if (stop_ || broken) break;
+      dirty_ = false;
+    }
+    ok = send_pending(outbox_->Take().pending);
+  }
+  connected_ = false;
+  ctx.TryCancel();
+  reader.join();
+  grpc::Status st = stream->Finish();
+  bool stopping;
+  {
+    std::lock_guard lock(mu_);
+    stopping = stop_;
+  }
+  if (!stopping) {
+    log->warn("stream to {} ended: {} {}", options_.server, static_cast<int>(st.error_code()), st.error_message());
+  }
+}
+
+}  // namespace clusterd::noded

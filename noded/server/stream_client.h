@@ -1,0 +1,71 @@
+// The one NodeAgentService.Connect stream to ClusterD. A dedicated thread
+// connects, says hello with the Outbox's consistent snapshot (active faults +
+// transitions not yet acknowledged), resends those, then streams new
+// transitions, heartbeats and metric snapshots; a reader thread applies the
+// acknowledgements to the Outbox. On any failure it reconnects with
+// exponential backoff and jitter.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "clusterd/v1/agent.grpc.pb.h"
+#include "common/metrics.h"
+#include "noded/agent.h"
+#include "noded/outbox.h"
+
+namespace clusterd::noded {
+
+struct StreamOptions {
+  std::string server = "127.0.0.1:8899";
+  std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
+  std::chrono::nanoseconds metrics_interval = std::chrono::seconds(10);
+  std::chrono::nanoseconds backoff_min = std::chrono::milliseconds(200);
+  std::chrono::nanoseconds backoff_max = std::chrono::seconds(10);
+};
+
+class StreamClient {
+ public:
+  StreamClient(StreamOptions options, const Agent* agent, Outbox* outbox, MetricsRegistry* metrics);
+  ~StreamClient();
+
+  void Start();
+  void Stop();
+  // Wakes the sender: new transitions are in the Outbox. Thread-safe.
+  void Notify();
+  bool connected() const { return connected_.load(); }
+
+ private:
+  void Run();
+  // One connection's life; returns when it broke or Stop was called.
+  void Session();
+
+  StreamOptions options_;
+  const Agent* agent_;
+  Outbox* outbox_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::NodeAgentService::Stub> stub_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool dirty_ = false;
+  grpc::ClientContext* current_ = nullptr;  // guarded by mu_, for Stop's TryCancel
+  std::atomic<bool> connected_{false};
+  std::thread thread_;
+  std::mt19937_64 rng_{std::random_device{}()};
+
+  Counter* reconnects_ = nullptr;
+  Counter* sent_transitions_ = nullptr;
+  Counter* acks_ = nullptr;
+};
+
+}  // namespace clusterd::noded

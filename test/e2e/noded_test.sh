@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# NodeD end to end with a real clusterd: an injected fault appears in
+# ListFaults and in a Watch; clusterd down -> noded keeps faults -> clusterd up
+# -> every fault arrives once; kill -9 noded after a raise -> restart -> the
+# fault arrives once; the sim endpoint refuses bad bodies.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/test/e2e/lib.sh"
+export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
+
+WORK=$(mktemp -d)
+GRPC_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+NODED_PORT=$(free_port)
+ADDR=127.0.0.1:$GRPC_PORT
+CLUSTERD_PID=""
+NODED_PID=""
+cleanup() {
+  [[ -n $CLUSTERD_PID ]] && kill -9 "$CLUSTERD_PID" 2>/dev/null || true
+  [[ -n $NODED_PID ]] && kill -9 "$NODED_PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+start_clusterd() {
+  "$ROOT/build/bin/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+    --log-level warn >>"$WORK/clusterd.log" 2>&1 &
+  CLUSTERD_PID=$!
+  wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
+}
+start_noded() {
+  "$ROOT/build/bin/noded" --server "$ADDR" --node-name worker01 --http-listen "127.0.0.1:$NODED_PORT" \
+    --state-dir "$WORK/noded" --accelerator sim --sim-devices 8 --kmsg-path "" --poll-interval 200ms \
+    --heartbeat-interval 500ms --log-level warn >>"$WORK/noded.log" 2>&1 &
+  NODED_PID=$!
+  wait_until 30 curl -sf "http://127.0.0.1:$NODED_PORT/readyz"
+}
+inject() { curl -s -o "$WORK/inject.out" -w '%{http_code}' -X POST "http://127.0.0.1:$NODED_PORT/v1/sim/faults" -d "$1"; }
+faults() { grpcurl -plaintext -d "$1" "$ADDR" clusterd.v1.ClusterService/ListFaults; }
+connected() { grpcurl -plaintext -d '{"name": "worker01"}' "$ADDR" clusterd.v1.ClusterService/GetNode | grep -q '"connected": true'; }
+# fault_count ID: the stored raise count of one fault ("" when absent).
+fault_count() {
+  faults '{"node": "worker01", "pageSize": 1000}' | python3 -c '
+import json, sys
+want = sys.argv[1]
+for f in json.load(sys.stdin).get("faults", []):
+    if f["id"] == want:
+        print(f.get("count", "0"), f["state"])' "$1"
+}
+pending() { curl -sf "http://127.0.0.1:$NODED_PORT/metrics" | awk '/^noded_outbox_pending /{print $2}'; }
+trace_on_failure() { echo "--- clusterd.log"; tail -20 "$WORK/clusterd.log"; echo "--- noded.log"; tail -20 "$WORK/noded.log"; }
+trap 'trace_on_failure; cleanup' ERR
+
+start_clusterd
+start_noded
+wait_until 30 connected
+echo "-- noded registered with 8 simulated devices"
+devices=$(grpcurl -plaintext -d '{"name": "worker01"}' "$ADDR" clusterd.v1.ClusterService/GetNode |
+  python3 -c 'import json,sys; print(sum(d["model"] == "SIM-910B" for d in json.load(sys.stdin)["devices"]))')
+[[ $devices == 8 ]] || fail "expected 8 simulated devices, got $devices"
+
+echo "-- an injected fault appears in ListFaults and in a Watch"
+REV=$(grpcurl -plaintext "$ADDR" clusterd.v1.ClusterService/GetSummary | python3 -c 'import json,sys; print(json.load(sys.stdin).get("revision","0"))')
+[[ $(inject '{"device": 3, "code": "80E01801", "state": "raise"}') == 200 ]] || fail "inject: $(cat "$WORK/inject.out")"
+raised() { [[ "$(fault_count worker01/3/accelerator/80E01801)" == "1 FAULT_STATE_ACTIVE" ]]; }
+wait_until 30 raised
+watch=$(grpcurl -plaintext -max-time 3 -d "{\"fromRevision\": \"$REV\", \"types\": [\"EVENT_TYPE_FAULT_RAISED\"]}" \
+  "$ADDR" clusterd.v1.ClusterService/Watch 2>&1 || true)
+expect_contains "$watch" '"id": "worker01/3/accelerator/80E01801"' "Watch"
+expect_contains "$watch" '"level": "FAULT_LEVEL_RESTART_BUSINESS"' "Watch level"
+
+echo "-- the sim endpoint refuses bad bodies"
+for body in 'not json' '{"code": "80E01801"}' '{"device": 99, "code": "80E01801", "state": "raise"}' \
+            '{"device": 1, "code": "bad code!", "state": "raise"}' '{"device": -1, "code": "X", "state": "raise"}' \
+            '{"device": 1, "code": "X", "state": "maybe"}' '{"device": 1, "code": "X", "state": "raise", "extra": 1}'; do
+  code=$(inject "$body")
+  [[ $code == 400 ]] || fail "body $body: HTTP $code"
+  grep -q '"error"' "$WORK/inject.out" || fail "body $body: no reason given"
+done
+
+echo "-- clusterd down: noded keeps its faults; clusterd up: each arrives once"
+kill -9 "$CLUSTERD_PID"; wait "$CLUSTERD_PID" 2>/dev/null || true
+[[ $(inject '{"device": 5, "code": "80E01801", "state": "raise"}') == 200 ]]
+[[ $(inject '{"code": "NODE_DISK_FULL", "state": "raise"}') == 200 ]]
+[[ $(inject '{"device": 3, "code": "80E01801", "state": "clear"}') == 200 ]]
+three_pending() { [[ "$(pending)" -ge 3 ]]; }
+wait_until 30 three_pending
+start_clusterd
+arrived() {
+  [[ "$(fault_count worker01/5/accelerator/80E01801)" == "1 FAULT_STATE_ACTIVE" ]] &&
+  [[ "$(fault_count worker01/-/disk/NODE_DISK_FULL)" == "1 FAULT_STATE_ACTIVE" ]] &&
+  [[ "$(fault_count worker01/3/accelerator/80E01801)" == "1 FAULT_STATE_CLEARED" ]]
+}
+wait_until 60 arrived
+drained() { [[ "$(pending)" == 0 ]]; }
+wait_until 30 drained
+
+echo "-- kill -9 noded right after a raise: after restart the fault arrives once"
+kill -9 "$CLUSTERD_PID"; wait "$CLUSTERD_PID" 2>/dev/null || true
+[[ $(inject '{"device": 6, "code": "80E01801", "state": "raise"}') == 200 ]]
+one_pending() { [[ "$(pending)" -ge 1 ]]; }
+wait_until 30 one_pending
+kill -9 "$NODED_PID"; wait "$NODED_PID" 2>/dev/null || true
+start_clusterd
+start_noded
+# The simulator's state is memory: after the restart device 6 is healthy again,
+# so the fault arrives once and is then cleared.
+stored_once() { [[ "$(fault_count worker01/6/accelerator/80E01801)" =~ ^1\  ]]; }
+wait_until 60 stored_once
+wait_until 30 drained
+[[ "$(fault_count worker01/5/accelerator/80E01801)" =~ ^1\  ]] || fail "device 5 fault duplicated"
+history=$(grpcurl -plaintext -max-time 3 -d '{"types": ["EVENT_TYPE_FAULT_RAISED"]}' "$ADDR" \
+  clusterd.v1.ClusterService/Watch 2>&1 || true)
+[[ $(grep -c '"id": "worker01/6/accelerator/80E01801"' <<<"$history") == 1 ]] || fail "device 6 raised more than once"
+
+echo "-- SIGTERM stops both cleanly"
+kill -TERM "$NODED_PID"; wait "$NODED_PID" || fail "noded exit $?"
+NODED_PID=""
+kill -TERM "$CLUSTERD_PID"; wait "$CLUSTERD_PID" || fail "clusterd exit $?"
+CLUSTERD_PID=""
+echo "e2e noded: ok"
