@@ -1,0 +1,129 @@
+#include "clusterctl/client.h"
+
+namespace clusterctl {
+namespace {
+
+// Large pages: a list is one round trip for most clusters.
+constexpr int32_t kPageSize = 1000;
+// A pagination loop that never ends means a server bug; stop rather than spin.
+constexpr int kMaxPages = 1'000'000;
+
+}  // namespace
+
+ClusterClient::ClusterClient(std::string address, std::chrono::milliseconds timeout)
+    : address_(std::move(address)), timeout_(timeout) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  cluster_ = v1::ClusterService::NewStub(channel_);
+  fault_ = v1::FaultService::NewStub(channel_);
+}
+
+void ClusterClient::Prepare(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout_);
+}
+
+grpc::Status ClusterClient::GetSummary(v1::GetSummaryResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return cluster_->GetSummary(&ctx, v1::GetSummaryRequest(), out);
+}
+
+grpc::Status ClusterClient::ListAllNodes(v1::ListNodesRequest req, v1::ListNodesResponse* out) {
+  out->Clear();
+  req.set_page_size(kPageSize);
+  req.clear_page_token();
+  for (int page = 0; page < kMaxPages; ++page) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ListNodesResponse resp;
+    grpc::Status st = cluster_->ListNodes(&ctx, req, &resp);
+    if (!st.ok()) return st;
+    for (auto& n : *resp.mutable_nodes()) *out->add_nodes() = std::move(n);
+    out->set_total_size(resp.total_size());
+    if (resp.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(resp.next_page_token());
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, "ListNodes: pagination did not end");
+}
+
+grpc::Status ClusterClient::GetNode(const std::string& name, v1::GetNodeResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::GetNodeRequest req;
+  req.set_name(name);
+  return cluster_->GetNode(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::ListAllFaults(v1::ListFaultsRequest req, v1::ListFaultsResponse* out) {
+  out->Clear();
+  req.set_page_size(kPageSize);
+  req.clear_page_token();
+  for (int page = 0; page < kMaxPages; ++page) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ListFaultsResponse resp;
+    grpc::Status st = cluster_->ListFaults(&ctx, req, &resp);
+    if (!st.ok()) return st;
+    for (auto& f : *resp.mutable_faults()) *out->add_faults() = std::move(f);
+    out->set_total_size(resp.total_size());
+    if (resp.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(resp.next_page_token());
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, "ListFaults: pagination did not end");
+}
+
+grpc::Status ClusterClient::Report(const v1::ReportRequest& req, v1::ReportResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return fault_->Report(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::Watch(const v1::WatchRequest& req,
+                                  const std::function<bool(const v1::WatchResponse&)>& on_message) {
+  // No deadline: a watch runs until the server ends it or the caller stops.
+  // Without wait_for_ready an unreachable server fails the call at once.
+  grpc::ClientContext ctx;
+  auto reader = cluster_->Watch(&ctx, req);
+  v1::WatchResponse resp;
+  bool stopped = false;
+  while (reader->Read(&resp)) {
+    if (!on_message(resp)) {
+      stopped = true;
+      ctx.TryCancel();
+      break;
+    }
+  }
+  if (stopped) {
+    while (reader->Read(&resp)) {
+    }
+    reader->Finish();
+    return grpc::Status::OK;
+  }
+  return reader->Finish();
+}
+
+const char* GrpcCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN_CODE";
+  }
+}
+
+}  // namespace clusterctl

@@ -1,0 +1,51 @@
+// The gRPC calls clusterctl makes, behind one small class. Unary calls carry a
+// deadline; list calls follow pagination; Watch hands each message to a
+// callback until the callback says stop or the stream ends.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "clusterd/v1/cluster.grpc.pb.h"
+#include "clusterd/v1/fault.grpc.pb.h"
+
+namespace clusterctl {
+
+namespace v1 = clusterd::v1;
+
+class ClusterClient {
+ public:
+  ClusterClient(std::string address, std::chrono::milliseconds timeout);
+
+  const std::string& address() const { return address_; }
+
+  grpc::Status GetSummary(v1::GetSummaryResponse* out);
+  // Every page: out holds all nodes, no next_page_token.
+  grpc::Status ListAllNodes(v1::ListNodesRequest req, v1::ListNodesResponse* out);
+  grpc::Status GetNode(const std::string& name, v1::GetNodeResponse* out);
+  // Every page: out holds all faults, no next_page_token.
+  grpc::Status ListAllFaults(v1::ListFaultsRequest req, v1::ListFaultsResponse* out);
+  grpc::Status Report(const v1::ReportRequest& req, v1::ReportResponse* out);
+
+  // Opens a Watch stream and calls on_message for each response. Returns when
+  // the server ends the stream (its status) or on_message returns false (OK).
+  grpc::Status Watch(const v1::WatchRequest& req, const std::function<bool(const v1::WatchResponse&)>& on_message);
+
+ private:
+  void Prepare(grpc::ClientContext* ctx) const;
+
+  std::string address_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+  std::unique_ptr<v1::FaultService::Stub> fault_;
+};
+
+// "NOT_FOUND" for grpc::StatusCode::NOT_FOUND.
+const char* GrpcCodeName(grpc::StatusCode code);
+
+}  // namespace clusterctl

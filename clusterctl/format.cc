@@ -1,0 +1,155 @@
+#include "clusterctl/format.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "common/levels.h"
+
+namespace clusterctl {
+namespace {
+
+std::string Upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+std::string StripPrefix(const std::string& full, const std::string& prefix) {
+  return full.rfind(prefix, 0) == 0 ? full.substr(prefix.size()) : full;
+}
+
+// Display width: counts UTF-8 code points, not bytes, so names with
+// non-ASCII characters still line up (close enough for a terminal table).
+size_t Width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) {
+    if ((c & 0xC0) != 0x80) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+Table::Table(std::vector<std::string> headers) { rows_.push_back(std::move(headers)); }
+
+void Table::AddRow(std::vector<std::string> cells) {
+  for (auto& c : cells) c = Sanitize(c);
+  cells.resize(rows_[0].size());
+  rows_.push_back(std::move(cells));
+}
+
+void Table::Print(std::ostream& out) const {
+  const size_t cols = rows_[0].size();
+  std::vector<size_t> width(cols, 0);
+  for (const auto& row : rows_) {
+    for (size_t i = 0; i < cols; ++i) width[i] = std::max(width[i], Width(row[i]));
+  }
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < cols; ++i) {
+      line += row[i];
+      if (i + 1 < cols) line += std::string(width[i] - Width(row[i]) + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+}
+
+std::string Sanitize(const std::string& s) {
+  std::string out = s;
+  for (char& c : out) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) c = '?';
+  }
+  return out;
+}
+
+std::string ToJson(const google::protobuf::Message& m, bool pretty) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  opts.add_whitespace = pretty;
+  std::string out;
+  auto st = google::protobuf::util::MessageToJsonString(m, &out, opts);
+  if (!st.ok()) return "{\"error\": \"cannot encode response as JSON\"}";
+  if (pretty && !out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+std::string FormatTime(const google::protobuf::Timestamp& t, bool millis) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  std::time_t secs = static_cast<std::time_t>(t.seconds());
+  std::tm tm{};
+  if (!gmtime_r(&secs, &tm)) return "-";
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::string out = buf;
+  if (millis) {
+    char frac[8];
+    std::snprintf(frac, sizeof frac, ".%03d", t.nanos() / 1'000'000);
+    out += frac;
+  }
+  return out + "Z";
+}
+
+std::string ShortHealth(v1::Health h) {
+  if (h == v1::HEALTH_UNSPECIFIED) return "-";
+  return StripPrefix(v1::Health_Name(h), "HEALTH_");
+}
+
+std::string ShortLevel(v1::FaultLevel l) {
+  if (l == v1::FAULT_LEVEL_UNSPECIFIED) return "-";
+  return clusterd::ShortLevelName(l);
+}
+
+std::string ShortState(v1::FaultState s) {
+  if (s == v1::FAULT_STATE_UNSPECIFIED) return "-";
+  return StripPrefix(v1::FaultState_Name(s), "FAULT_STATE_");
+}
+
+std::string ShortEventType(v1::EventType t) { return StripPrefix(v1::EventType_Name(t), "EVENT_TYPE_"); }
+
+std::string ShortSource(v1::FaultSource s) {
+  if (s == v1::FAULT_SOURCE_UNSPECIFIED) return "-";
+  return clusterd::ShortSourceName(s);
+}
+
+std::string DeviceText(const std::optional<uint32_t>& device) { return device ? std::to_string(*device) : "-"; }
+
+std::string Bytes(uint64_t n) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  }
+  return buf;
+}
+
+std::optional<v1::Health> ParseHealth(const std::string& name) {
+  std::string upper = Upper(name);
+  if (upper.rfind("HEALTH_", 0) != 0) upper = "HEALTH_" + upper;
+  v1::Health h;
+  if (!v1::Health_Parse(upper, &h) || h == v1::HEALTH_UNSPECIFIED) return std::nullopt;
+  return h;
+}
+
+std::optional<v1::EventType> ParseEventType(const std::string& name) {
+  std::string upper = Upper(name);
+  if (upper.rfind("EVENT_TYPE_", 0) != 0) upper = "EVENT_TYPE_" + upper;
+  v1::EventType t;
+  if (!v1::EventType_Parse(upper, &t) || t == v1::EVENT_TYPE_UNSPECIFIED) return std::nullopt;
+  return t;
+}
+
+}  // namespace clusterctl

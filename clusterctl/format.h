@@ -1,0 +1,54 @@
+// Output helpers for clusterctl: aligned tables, short enum names, times and
+// JSON (proto field names, zero values included).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/message.h>
+#include <google/protobuf/timestamp.pb.h>
+
+#include "clusterd/v1/types.pb.h"
+
+namespace clusterctl {
+
+namespace v1 = clusterd::v1;
+
+// Columns separated by two spaces, each as wide as its widest cell; the last
+// column is not padded. Cells are sanitised (control characters become '?').
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers);
+  void AddRow(std::vector<std::string> cells);
+  size_t rows() const { return rows_.size(); }
+  void Print(std::ostream& out) const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;  // rows_[0] is the header
+};
+
+// Replaces control characters so a hostile string cannot break a line or a table.
+std::string Sanitize(const std::string& s);
+
+// JSON of a message: proto field names, enums as names, zero values printed.
+// `pretty` adds indentation; otherwise one line.
+std::string ToJson(const google::protobuf::Message& m, bool pretty);
+
+// "2024-05-01T10:00:00Z" (or with milliseconds); "-" for an unset timestamp.
+std::string FormatTime(const google::protobuf::Timestamp& t, bool millis = false);
+
+std::string ShortHealth(v1::Health h);         // "UNHEALTHY", "-" when unspecified
+std::string ShortLevel(v1::FaultLevel l);      // "SEPARATE", "-" when unspecified
+std::string ShortState(v1::FaultState s);      // "ACTIVE", "CLEARED"
+std::string ShortEventType(v1::EventType t);   // "FAULT_RAISED"
+std::string ShortSource(v1::FaultSource s);    // "accelerator"
+std::string DeviceText(const std::optional<uint32_t>& device);  // "3" or "-"
+std::string Bytes(uint64_t n);                 // "1.5 GiB"
+
+std::optional<v1::Health> ParseHealth(const std::string& name);
+std::optional<v1::EventType> ParseEventType(const std::string& name);
+
+}  // namespace clusterctl
