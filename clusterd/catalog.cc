@@ -13,14 +13,6 @@ namespace clusterd {
 
 extern const char kDefaultCatalogJson[];
 
-namespace {
-std::string Upper(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::toupper(c); });
-  return out;
-}
-}  // namespace
-
 Catalog Catalog::Default(v1::FaultLevel default_level) {
   Catalog catalog;
   Status st = catalog.MergeJson(kDefaultCatalogJson, "built-in catalog");
@@ -57,7 +49,7 @@ Status Catalog::MergeJson(std::string_view json_text, std::string_view origin) {
       CLUSTERD_RETURN_IF_ERROR(ValidateCode(at + ".code", code));
       auto level = ParseFaultLevel(entry["level"].get<std::string>());
       if (!level) return InvalidArgument(at + ".level: unknown level \"" + entry["level"].get<std::string>() + "\"");
-      merged[Upper(code)] = *level;
+      merged[AsciiUpper(code)] = *level;
     }
   }
   levels_ = std::move(merged);
@@ -74,12 +66,12 @@ Status Catalog::MergeFile(const std::string& path) {
 }
 
 v1::FaultLevel Catalog::Resolve(std::string_view code, v1::FaultLevel reported) const {
-  auto it = levels_.find(Upper(code));
+  auto it = levels_.find(AsciiUpper(code));
   if (it != levels_.end()) return it->second;
   if (reported != v1::FAULT_LEVEL_UNSPECIFIED) return reported;
   return default_level_;
 }
 
-bool Catalog::Contains(std::string_view code) const { return levels_.count(Upper(code)) > 0; }
+bool Catalog::Contains(std::string_view code) const { return levels_.count(AsciiUpper(code)) > 0; }
 
 }  // namespace clusterd

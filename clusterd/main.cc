@@ -1,5 +1,4 @@
 // clusterd: the central fault-management service. See docs/architecture.md.
-#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -7,6 +6,7 @@
 #include "clusterd/config.h"
 #include "clusterd/server/server.h"
 #include "common/logging.h"
+#include "common/signals.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -22,20 +22,14 @@ int main(int argc, char** argv) {
   }
   clusterd::SetLogLevel(config->log_level);
 
-  // Block the stop signals in every thread; the main thread waits for one.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  clusterd::BlockTerminationSignals();  // before any thread starts
 
   clusterd::ClusterdServer server(*config);
   if (clusterd::Status st = server.Start(); !st.ok()) {
     std::cerr << "clusterd: " << st.ToString() << "\n";
     return 1;
   }
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = clusterd::WaitForTerminationSignal();
   clusterd::GetLogger("server")->info("signal {}: draining", sig);
   server.Shutdown();
   return 0;

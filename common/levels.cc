@@ -4,18 +4,14 @@
 #include <cctype>
 
 namespace clusterd {
-namespace {
-
-std::string Upper(std::string_view s) {
+std::string AsciiUpper(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::toupper(c); });
   return out;
 }
 
-}  // namespace
-
 std::optional<FaultLevel> ParseFaultLevel(std::string_view name) {
-  std::string upper = Upper(name);
+  std::string upper = AsciiUpper(name);
   if (upper.rfind("FAULT_LEVEL_", 0) != 0) upper = "FAULT_LEVEL_" + upper;
   FaultLevel level;
   if (!v1::FaultLevel_Parse(upper, &level) || level == v1::FAULT_LEVEL_UNSPECIFIED) return std::nullopt;
@@ -41,7 +37,7 @@ Health HealthForLevel(FaultLevel worst) {
 }
 
 std::optional<v1::FaultSource> ParseFaultSource(std::string_view name) {
-  std::string upper = Upper(name);
+  std::string upper = AsciiUpper(name);
   if (upper.rfind("FAULT_SOURCE_", 0) != 0) upper = "FAULT_SOURCE_" + upper;
   v1::FaultSource source;
   if (!v1::FaultSource_Parse(upper, &source) || source == v1::FAULT_SOURCE_UNSPECIFIED) return std::nullopt;

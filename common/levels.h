@@ -13,6 +13,8 @@ namespace clusterd {
 using v1::FaultLevel;
 using v1::Health;
 
+std::string AsciiUpper(std::string_view s);
+
 // "SEPARATE" or "FAULT_LEVEL_SEPARATE" (case-insensitive) -> level.
 std::optional<FaultLevel> ParseFaultLevel(std::string_view name);
 // FAULT_LEVEL_SEPARATE -> "SEPARATE".

@@ -1,10 +1,10 @@
 // noded: the per-node agent. See docs/noded.md.
-#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "common/logging.h"
+#include "common/signals.h"
 #include "noded/server/config.h"
 #include "noded/server/noded_server.h"
 
@@ -22,19 +22,14 @@ int main(int argc, char** argv) {
   }
   clusterd::SetLogLevel(config->log_level);
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  clusterd::BlockTerminationSignals();  // before any thread starts
 
   clusterd::noded::NodedServer server(*config);
   if (clusterd::Status st = server.Start(); !st.ok()) {
     std::cerr << "noded: " << st.ToString() << "\n";
     return 1;
   }
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = clusterd::WaitForTerminationSignal();
   clusterd::GetLogger("noded")->info("signal {}: stopping", sig);
   server.Shutdown();
   return 0;
