@@ -25,6 +25,8 @@
 namespace clusterctl {
 namespace {
 
+const char* SystemGetenv(const char* name) { return std::getenv(name); }
+
 constexpr const char* kDefaultServer = "localhost:8899";
 constexpr std::chrono::milliseconds kDefaultTimeout{10'000};
 // RESOURCE_EXHAUSTED resumes in a row without any progress before giving up.
@@ -599,3 +601,414 @@ bool WriteCursor(const std::string& path, uint64_t revision, std::string* error)
   return true;
 }
 
+int Watch(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  std::optional<uint64_t> from_flag, max_events;
+  if (auto e = U64Flag(c, "from-revision", &from_flag)) return *e;
+  if (auto e = U64Flag(c, "max-events", &max_events)) return *e;
+  v1::WatchRequest req;
+  v1::FaultLevel min_level = v1::FAULT_LEVEL_UNSPECIFIED;
+  if (auto e = LevelFlag(c, "min-level", &min_level)) return *e;
+  req.set_min_level(min_level);
+  for (const auto& n : c.args.All("node")) req.add_nodes(n);
+  for (const auto& t : c.args.All("type")) {
+    auto type = ParseEventType(t);
+    if (!type) {
+      std::string names;
+      for (int i = v1::EVENT_TYPE_NODE_REGISTERED; i <= v1::EVENT_TYPE_FAULT_CLEARED; ++i) {
+        names += (names.empty() ? "" : ", ") + ShortEventType(static_cast<v1::EventType>(i));
+      }
+      return Usage(c, "--type: unknown event type '" + t + "' (one of " + names + ")");
+    }
+    req.add_types(*type);
+  }
+  if (max_events && *max_events == 0) return kExitOk;
+
+  // Where to start: the cursor file if it exists, else --from-revision, else now.
+  const std::string cursor_file = c.args.Get("cursor-file");
+  std::optional<uint64_t> from;
+  if (!cursor_file.empty()) {
+    std::string error;
+    from = ReadCursor(cursor_file, &error);
+    if (!error.empty()) {
+      c.err << "clusterctl: " << error << "\n";
+      return kExitUsage;
+    }
+  }
+  const bool from_cursor = from.has_value();
+  if (!from) from = from_flag;
+  if (!from) {
+    v1::GetSummaryResponse s;
+    if (auto st = c.Client().GetSummary(&s); !st.ok()) return RpcFailure(c, "GetSummary", st);
+    from = s.revision();
+  }
+  if (!cursor_file.empty() && !from_cursor) {
+    // Record the starting point at once: a restart before the first event
+    // must not skip what happened in between.
+    std::string error;
+    if (!WriteCursor(cursor_file, *from, &error)) {
+      c.err << "clusterctl: " << error << "\n";
+      return kExitRpcError;
+    }
+  }
+
+  if (!c.json()) c.out << WatchHeader() << std::endl;
+  uint64_t cursor = *from;
+  uint64_t printed = 0;
+  bool done = false;
+  std::string write_error;
+  int resumes_without_progress = 0;
+  for (;;) {
+    req.set_from_revision(cursor);
+    const uint64_t cursor_at_start = cursor;
+    grpc::Status st = c.Client().Watch(req, [&](const v1::WatchResponse& resp) {
+      for (const auto& e : resp.events()) {
+        if (c.json()) {
+          c.out << ToJson(e, false) << "\n";
+        } else {
+          c.out << WatchLine(e) << "\n";
+        }
+        ++printed;
+        if (max_events && printed >= *max_events) {
+          // Stopped inside this response: resume after the last event shown.
+          done = true;
+          cursor = &e == &resp.events(resp.events_size() - 1) ? std::max(resp.revision(), e.revision()) : e.revision();
+          break;
+        }
+      }
+      if (!done) cursor = std::max(cursor, resp.revision());
+      c.out.flush();
+      if (!cursor_file.empty() && !WriteCursor(cursor_file, cursor, &write_error)) return false;
+      return !done;
+    });
+    if (!write_error.empty()) {
+      c.err << "clusterctl: " << write_error << "\n";
+      return kExitRpcError;
+    }
+    if (st.ok()) {
+      if (done) return kExitOk;
+      c.err << "clusterctl: clusterd ended the watch at revision " << cursor << "\n";
+      return kExitRpcError;
+    }
+    if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      // The server ends a watcher that falls too far behind; nothing is lost
+      // by resuming from the last revision received.
+      resumes_without_progress = cursor == cursor_at_start ? resumes_without_progress + 1 : 0;
+      if (resumes_without_progress >= kMaxResumesWithoutProgress) return RpcFailure(c, "Watch", st);
+      c.err << "clusterctl: watch fell behind (" << Sanitize(st.error_message()) << "); resuming from revision "
+            << cursor << "\n";
+      continue;
+    }
+    if (st.error_code() == grpc::StatusCode::OUT_OF_RANGE) {
+      c.err << "clusterctl: revision " << cursor << " is no longer in the history (" << Sanitize(st.error_message())
+            << ")\n";
+      v1::GetSummaryResponse s;
+      if (c.Client().GetSummary(&s).ok()) {
+        c.err << "clusterctl: the oldest available revision is " << s.compacted_revision() + 1
+              << "; watch with --from-revision " << s.compacted_revision()
+              << (cursor_file.empty() ? "" : " (and remove the cursor file)") << " to read what is left\n";
+      }
+      return kExitOutOfRange;
+    }
+    return RpcFailure(c, "Watch", st);
+  }
+}
+
+// --------------------------------------------------- report/clear fault ---
+
+void PrintReport(Context& c, const v1::ReportResponse& r, const std::string& verb) {
+  if (c.json()) {
+    c.out << ToJson(r, true) << "\n";
+    return;
+  }
+  const v1::Fault& f = r.fault();
+  c.out << "fault " << Sanitize(f.reporter() + "/" + f.external_id()) << " on " << Sanitize(f.node());
+  if (f.has_device_id()) c.out << " device " << f.device_id();
+  if (r.unchanged()) {
+    c.out << " unchanged (already " << (verb == "raised" ? "active" : "cleared") << ")";
+  } else {
+    c.out << " " << verb;
+  }
+  c.out << ": code " << Sanitize(f.code()) << ", level " << ShortLevel(f.level()) << ", state "
+        << ShortState(f.state()) << ", revision " << r.revision() << "\n";
+}
+
+int ReportFault(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  if (auto e = RequireFlags(c, {"reporter", "id", "node", "code"})) return *e;
+  v1::ReportRequest req;
+  req.set_reporter(c.args.Get("reporter"));
+  req.set_id(c.args.Get("id"));
+  req.set_node(c.args.Get("node"));
+  req.set_code(c.args.Get("code"));
+  req.set_message(c.args.Get("message"));
+  req.set_action(v1::TRANSITION_ACTION_RAISE);
+  std::optional<uint64_t> device;
+  if (auto e = U64Flag(c, "device", &device, UINT32_MAX)) return *e;
+  if (device) req.set_device_id(static_cast<uint32_t>(*device));
+  v1::FaultLevel level = v1::FAULT_LEVEL_UNSPECIFIED;
+  if (auto e = LevelFlag(c, "level", &level)) return *e;
+  req.set_level(level);
+  v1::ReportResponse resp;
+  if (auto st = c.Client().Report(req, &resp); !st.ok()) return RpcFailure(c, "Report", st);
+  PrintReport(c, resp, "raised");
+  return kExitOk;
+}
+
+int ClearFault(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  if (auto e = RequireFlags(c, {"reporter", "id", "node"})) return *e;
+  const std::string reporter = c.args.Get("reporter"), id = c.args.Get("id"), node = c.args.Get("node");
+  std::optional<uint64_t> device;
+  if (auto e = U64Flag(c, "device", &device, UINT32_MAX)) return *e;
+
+  // The server identifies an external fault by (node, device, reporter, id)
+  // but still wants its code: look the fault up to fill in what is missing.
+  v1::ListFaultsRequest lreq;
+  lreq.set_node(node);
+  if (device) lreq.set_device_id(static_cast<uint32_t>(*device));
+  v1::ListFaultsResponse faults;
+  if (auto st = c.Client().ListAllFaults(lreq, &faults); !st.ok()) return RpcFailure(c, "ListFaults", st);
+  std::vector<const v1::Fault*> matches;
+  for (const auto& f : faults.faults()) {
+    if (f.source() != v1::FAULT_SOURCE_EXTERNAL || f.reporter() != reporter || f.external_id() != id) continue;
+    if (device && (!f.has_device_id() || f.device_id() != *device)) continue;
+    matches.push_back(&f);
+  }
+  if (matches.empty()) {
+    c.err << "clusterctl: no fault reported by '" << Sanitize(reporter) << "' with id '" << Sanitize(id)
+          << "' on node " << Sanitize(node) << (device ? " device " + std::to_string(*device) : std::string())
+          << " (faults raised by a node agent are cleared by that agent)\n";
+    return kExitNotFound;
+  }
+  if (matches.size() > 1) {
+    std::string where;
+    for (const auto* f : matches) where += " " + DeviceText(FaultDevice(*f));
+    return Usage(c, "clear-fault: '" + reporter + "/" + id + "' exists on several devices of " + node + " (" +
+                        where.substr(1) + "); name one with --device");
+  }
+  const v1::Fault& f = *matches[0];
+  v1::ReportRequest req;
+  req.set_reporter(reporter);
+  req.set_id(id);
+  req.set_node(node);
+  if (f.has_device_id()) req.set_device_id(f.device_id());
+  req.set_code(c.args.Get("code", f.code()));
+  req.set_message(c.args.Get("message"));
+  req.set_action(v1::TRANSITION_ACTION_CLEAR);
+  v1::ReportResponse resp;
+  if (auto st = c.Client().Report(req, &resp); !st.ok()) return RpcFailure(c, "Report", st);
+  PrintReport(c, resp, "cleared");
+  return kExitOk;
+}
+
+int Version(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  if (c.json()) {
+    c.out << "{\"client_version\": \"" << CLUSTERCTL_VERSION << "\"}\n";
+  } else {
+    c.out << "clusterctl " << CLUSTERCTL_VERSION << "\n";
+  }
+  return kExitOk;
+}
+
+// ----------------------------------------------------------- dispatch ---
+
+struct Command {
+  std::vector<FlagSpec> flags;
+  int (*run)(Context&);
+};
+
+const std::vector<FlagSpec> kReportFlags = {
+    {"reporter", 0, true, false}, {"id", 0, true, false},   {"node", 0, true, false},    {"device", 0, true, false},
+    {"code", 0, true, false},     {"level", 0, true, false}, {"message", 0, true, false},
+};
+
+// Looks up "get nodes", "describe node", "watch" ... (singular or plural
+// resource names). Returns nullptr for an unknown command.
+const Command* FindCommand(const std::string& verb, const std::string& resource) {
+  static const Command kSummary{{}, GetSummary};
+  static const Command kNodes{{{"health", 0, true, false}, {"selector", 'l', true, false},
+                               {"label-selector", 0, true, false}},
+                              GetNodes};
+  static const Command kFaults{{{"node", 0, true, false},
+                                {"device", 0, true, false},
+                                {"min-level", 0, true, false},
+                                {"active", 0, false, false},
+                                {"since-revision", 0, true, false}},
+                               GetFaults};
+  static const Command kDescribeNode{{}, DescribeNode};
+  static const Command kWatch{{{"from-revision", 0, true, false},
+                               {"node", 0, true, true},
+                               {"type", 0, true, true},
+                               {"min-level", 0, true, false},
+                               {"cursor-file", 0, true, false},
+                               {"max-events", 0, true, false}},
+                              Watch};
+  static const Command kReport{kReportFlags, ReportFault};
+  static const Command kClear{{{"reporter", 0, true, false},
+                               {"id", 0, true, false},
+                               {"node", 0, true, false},
+                               {"device", 0, true, false},
+                               {"code", 0, true, false},
+                               {"message", 0, true, false}},
+                              ClearFault};
+  static const Command kVersion{{}, Version};
+  if (verb == "get") {
+    if (resource == "summary") return &kSummary;
+    if (resource == "nodes" || resource == "node" || resource == "no") return &kNodes;
+    if (resource == "faults" || resource == "fault") return &kFaults;
+    return nullptr;
+  }
+  if (verb == "describe") return resource == "node" || resource == "nodes" ? &kDescribeNode : nullptr;
+  if (verb == "watch") return &kWatch;
+  if (verb == "report-fault") return &kReport;
+  if (verb == "clear-fault") return &kClear;
+  if (verb == "version") return &kVersion;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string ClusterctlUsage() {
+  return R"(clusterctl: query and watch ClusterD.
+
+Usage: clusterctl [--server ADDR] [-o table|wide|json] [--timeout 10s] COMMAND [ARGS]
+
+Global flags (before or after the command):
+  --server ADDR       clusterd gRPC address (default: $CLUSTERD_ADDR, else localhost:8899)
+  -o, --output FMT    table (default), wide (more columns) or json (proto field names)
+  --timeout D         deadline of each request, e.g. 10s (default 10s; watch has none)
+  -h, --help          this help
+
+Commands:
+  get summary                         cluster health counts, active faults per level, revision
+  get nodes [NAME] [--health H] [--selector k=v,...]
+                                      nodes (all pages); H: HEALTHY, SUB_HEALTHY, UNHEALTHY, UNKNOWN
+  get faults [--node N] [--device D] [--min-level L] [--active] [--since-revision R]
+                                      faults, active and cleared unless --active
+  describe node NAME                  node, inventory, devices, active faults, metrics
+  watch [--from-revision R] [--node N]... [--type T]... [--min-level L] [--cursor-file F]
+                                      print every change after revision R (default: from now),
+                                      then follow live changes; one line (or JSON object) per
+                                      event. --cursor-file keeps the last revision seen and
+                                      resumes from it when it exists. T: NODE_REGISTERED,
+                                      NODE_UPDATED, NODE_HEALTH_CHANGED, DEVICE_HEALTH_CHANGED,
+                                      FAULT_RAISED, FAULT_UPDATED, FAULT_CLEARED
+  report-fault --reporter R --id ID --node N [--device D] --code C [--level L] [--message M]
+                                      raise an external fault (idempotent by reporter and id)
+  clear-fault --reporter R --id ID --node N [--device D] [--message M]
+                                      clear an external fault. Faults raised by a node agent
+                                      are cleared by that agent when the condition ends.
+  version                             client version
+  help                                this help
+
+Levels (mildest first): NOT_HANDLE, SUB_HEALTH, PRE_SEPARATE, RESTART_REQUEST,
+  RESTART_BUSINESS, FREE_RESTART_NPU, RESTART_NPU, SEPARATE (a FAULT_LEVEL_ prefix is accepted).
+
+Not supported by this server yet (exit 5): get jobs, get recoveries, describe job (need
+  JobService); cordon, uncordon, pause, resume (need AdminService).
+
+Exit codes: 0 ok, 1 server unreachable or RPC error, 2 usage error, 3 not found,
+  4 watch revision compacted (the oldest available revision is printed), 5 not supported yet.
+)";
+}
+
+int RunClusterctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, GetEnvFn getenv) {
+  if (!getenv) getenv = SystemGetenv;
+  Context c{out, err, {}, "", "", Output::kTable, kDefaultTimeout, nullptr};
+
+  // Global flags, then the verb (and for get/describe the resource), then the
+  // verb's own flags mixed with global ones and positional arguments.
+  size_t i = 0;
+  for (; i < args.size() && LooksLikeFlag(args[i]); ++i) {
+    if (args[i] == "--") {
+      ++i;
+      break;
+    }
+    if (std::string e = ParseOneFlag(args, &i, kGlobalFlags, &c.args); !e.empty()) return Usage(c, e);
+  }
+  if (i >= args.size()) {
+    if (c.args.Has("help")) {
+      out << ClusterctlUsage();
+      return kExitOk;
+    }
+    return Usage(c, "no command given");
+  }
+  c.verb = args[i++];
+  if (c.verb == "help") {
+    out << ClusterctlUsage();
+    return kExitOk;
+  }
+  std::string resource;
+  if (c.verb == "get" || c.verb == "describe") {
+    if (i < args.size() && !LooksLikeFlag(args[i])) resource = args[i++];
+    if (resource.empty()) {
+      if (c.args.Has("help")) {
+        out << ClusterctlUsage();
+        return kExitOk;
+      }
+      return Usage(c, c.verb == "get" ? "get what? (summary, nodes, faults)" : "describe what? (node NAME)");
+    }
+    c.verb += " " + resource;
+  }
+
+  // Verbs that need services this server does not have: say so, fake nothing.
+  if (c.verb == "get jobs" || c.verb == "get job" || c.verb == "get recoveries" || c.verb == "get recovery") {
+    return Unsupported(c, "'clusterctl " + c.verb + "'", "JobService");
+  }
+  if (c.verb == "describe job" || c.verb == "describe jobs") {
+    return Unsupported(c, "'clusterctl " + c.verb + "'", "JobService");
+  }
+  if (c.verb == "cordon" || c.verb == "uncordon" || c.verb == "pause" || c.verb == "resume") {
+    return Unsupported(c, "'clusterctl " + c.verb + "'", "AdminService");
+  }
+
+  const Command* cmd = FindCommand(c.verb.substr(0, c.verb.find(' ')), resource);
+  if (!cmd) return Usage(c, "unknown command '" + c.verb + "'");
+  std::vector<FlagSpec> spec = kGlobalFlags;
+  spec.insert(spec.end(), cmd->flags.begin(), cmd->flags.end());
+  bool flags_done = false;
+  for (; i < args.size(); ++i) {
+    if (!flags_done && args[i] == "--") {
+      flags_done = true;
+      continue;
+    }
+    if (!flags_done && LooksLikeFlag(args[i])) {
+      if (std::string e = ParseOneFlag(args, &i, spec, &c.args); !e.empty()) return Usage(c, c.verb + ": " + e);
+      continue;
+    }
+    c.args.positional.push_back(args[i]);
+  }
+  if (c.args.Has("help")) {
+    out << ClusterctlUsage();
+    return kExitOk;
+  }
+  if (c.args.Has("label-selector")) c.args.flags["selector"] = c.args.flags["label-selector"];
+
+  const std::string output = c.args.Get("output", "table");
+  if (output == "table") {
+    c.output = Output::kTable;
+  } else if (output == "wide") {
+    c.output = Output::kWide;
+  } else if (output == "json") {
+    c.output = Output::kJson;
+  } else {
+    return Usage(c, "--output: unknown format '" + output + "' (one of table, wide, json)");
+  }
+  if (c.args.Has("timeout")) {
+    auto d = clusterd::ParseDuration(c.args.Get("timeout"));
+    if (!d.ok() || d->count() <= 0) {
+      return Usage(c, "--timeout: '" + c.args.Get("timeout") + "' is not a positive duration such as 10s");
+    }
+    c.timeout = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(*d));
+  }
+  c.server = c.args.Get("server");
+  if (c.server.empty()) {
+    const char* env = getenv("CLUSTERD_ADDR");
+    c.server = env && *env ? env : kDefaultServer;
+  }
+  return cmd->run(c);
+}
+
+}  // namespace clusterctl

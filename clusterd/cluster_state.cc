@@ -193,6 +193,12 @@ Status ClusterState::Load() {
     }
     faults_.emplace(std::string(key), std::move(f));
   }));
+  CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kJobs, [&](std::string_view key, std::string_view value) {
+    v1::Job job;
+    if (!job.ParseFromArray(value.data(), static_cast<int>(value.size()))) return fail("job", key);
+    IndexJob(job, true);
+    jobs_.emplace(std::string(key), std::move(job));
+  }));
   CLUSTERD_RETURN_IF_ERROR(parse_error);
   GetLogger("state")->info("loaded {} nodes, {} fault records at revision {}", nodes_.size(), faults_.size(),
                            revision_);
@@ -273,6 +279,7 @@ const v1::Fault& ClusterState::Raise(NodeState& n, const std::string& key, const
   ev.set_node(f.node());
   if (f.has_device_id()) ev.set_device_id(f.device_id());
   *ev.mutable_fault() = f;
+  for (auto& id : JobsHitBy(f)) ev.add_job_ids(std::move(id));
   Emit(m, std::move(ev));
   if (f.source() == v1::FAULT_SOURCE_HEARTBEAT) n.lost = true;
   RecomputeHealth(n, DeviceOf(f), m);
@@ -295,6 +302,7 @@ bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string
   ev.set_node(f.node());
   if (f.has_device_id()) ev.set_device_id(f.device_id());
   *ev.mutable_fault() = f;
+  for (auto& id : JobsHitBy(f)) ev.add_job_ids(std::move(id));
   Emit(m, std::move(ev));
   if (f.source() == v1::FAULT_SOURCE_HEARTBEAT) n.lost = false;
   RecomputeHealth(n, DeviceOf(f), m);
@@ -680,8 +688,16 @@ StatusOr<v1::ListFaultsResponse> ClusterState::ListFaults(const v1::ListFaultsRe
   if (!req.node().empty()) CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", req.node()));
   if (req.has_device_id() && req.node().empty()) return InvalidArgument("device_id: requires node");
   if (!v1::FaultLevel_IsValid(req.min_level())) return InvalidArgument("min_level: unknown value");
+  const v1::Job* job = nullptr;
+  if (!req.job().empty()) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("job", req.job()));
+    auto jit = jobs_.find(req.job());
+    if (jit == jobs_.end()) return NotFound("job " + req.job() + " does not exist");
+    job = &jit->second;
+  }
   const std::string prefix = req.node().empty() ? std::string() : storage::NodePrefix(req.node());
   auto matches = [&](const v1::Fault& f) {
+    if (job && RanksHit(*job, f).empty()) return false;
     if (req.has_device_id() && (!f.has_device_id() || f.device_id() != req.device_id())) return false;
     if (f.level() < req.min_level()) return false;
     if (req.active_only() && f.state() != v1::FAULT_STATE_ACTIVE) return false;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "clusterd/v1/agent.pb.h"
 #include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/fault.pb.h"
+#include "clusterd/v1/job.pb.h"
 #include "common/clock.h"
 #include "common/status.h"
 
@@ -63,6 +65,9 @@ class ClusterState {
                                              const v1::FaultTransition& t, Mutation* m);
   void ApplyDisconnect(const std::string& node, uint64_t session);
   StatusOr<v1::ReportResponse> ApplyReport(const v1::ReportRequest& req, Mutation* m);
+  StatusOr<v1::Job> ApplyCreateJob(const v1::Job& job, Mutation* m);
+  StatusOr<v1::Job> ApplyUpdateJob(const v1::Job& job, Mutation* m);
+  StatusOr<uint64_t> ApplyDeleteJob(const std::string& id, Mutation* m);
   // Raises HEARTBEAT_LOST on every node silent for longer than grace.
   void CheckLiveness(std::chrono::nanoseconds grace, Mutation* m);
   // Adds deletion of events (compacted, to] to m and records the new floor.
@@ -80,6 +85,9 @@ class ClusterState {
   StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const;
   StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const;
   size_t node_count() const { return nodes_.size(); }
+  StatusOr<v1::Job> GetJob(const std::string& id) const;
+  StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req) const;
+  size_t job_count() const { return jobs_.size(); }
 
  private:
   struct NodeState {
@@ -103,6 +111,11 @@ class ClusterState {
   bool Clear(NodeState& n, const std::string& key, const std::string& reason, Mutation* m);
   void RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m);
   v1::Fault FaultFromReport(const std::string& node, const v1::FaultReport& r) const;
+  // Jobs whose ranks a fault hits, sorted.
+  std::vector<std::string> JobsHitBy(const v1::Fault& f) const;
+  // The job with its current impacts filled in.
+  v1::Job WithImpacts(const v1::Job& job) const;
+  void IndexJob(const v1::Job& job, bool add);
 
   storage::Store* store_;
   const Catalog* catalog_;
@@ -110,6 +123,8 @@ class ClusterState {
   mutable std::shared_mutex mu_;
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, v1::Fault> faults_;  // storage fault key -> record
+  std::map<std::string, v1::Job> jobs_;      // id -> job as stored (no impacts)
+  std::map<std::string, std::set<std::string>> jobs_by_node_;
   uint64_t revision_ = 0;
   std::atomic<uint64_t> compacted_{0};
   std::atomic<uint64_t> durable_revision_{0};
@@ -120,5 +135,9 @@ Status ValidateHello(const v1::Hello& hello);
 Status ValidateTransition(const v1::FaultTransition& t);
 Status ValidateReport(const v1::ReportRequest& req);
 Status ValidateMetrics(const v1::MetricSnapshot& snapshot);
+Status ValidateJob(const v1::Job& job);
+// Ranks of the job on the fault's node and device (all of the node's ranks
+// for a node-level fault), sorted.
+std::vector<uint32_t> RanksHit(const v1::Job& job, const v1::Fault& fault);
 
 }  // namespace clusterd

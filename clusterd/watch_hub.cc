@@ -89,6 +89,10 @@ StatusOr<WatchFilter> WatchFilter::FromRequest(const v1::WatchRequest& req) {
     CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("nodes", node));
     f.nodes_.push_back(node);
   }
+  for (const auto& job : req.jobs()) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("jobs", job));
+    f.jobs_.push_back(job);
+  }
   for (int t : req.types()) {
     if (!v1::EventType_IsValid(t) || t == v1::EVENT_TYPE_UNSPECIFIED) {
       return InvalidArgument("types: unknown event type " + std::to_string(t));
@@ -103,6 +107,11 @@ StatusOr<WatchFilter> WatchFilter::FromRequest(const v1::WatchRequest& req) {
 bool WatchFilter::Matches(const v1::Event& e) const {
   if (!nodes_.empty() && std::find(nodes_.begin(), nodes_.end(), e.node()) == nodes_.end()) return false;
   if (!types_.empty() && std::find(types_.begin(), types_.end(), e.type()) == types_.end()) return false;
+  if (!jobs_.empty() && std::none_of(e.job_ids().begin(), e.job_ids().end(), [&](const std::string& id) {
+        return std::find(jobs_.begin(), jobs_.end(), id) != jobs_.end();
+      })) {
+    return false;
+  }
   if (e.has_fault() && e.fault().level() < min_level_) return false;
   return true;
 }

@@ -69,6 +69,7 @@ class WatchFilter {
 
  private:
   std::vector<std::string> nodes_;
+  std::vector<std::string> jobs_;
   std::vector<v1::EventType> types_;
   v1::FaultLevel min_level_ = v1::FAULT_LEVEL_UNSPECIFIED;
 };

@@ -14,6 +14,7 @@
 #include "clusterd/server/agent_service.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
+#include "clusterd/server/job_service.h"
 #include "clusterd/storage/store.h"
 #include "clusterd/watch_hub.h"
 #include "common/http_server.h"
@@ -36,6 +37,7 @@ struct ClusterdServer::Impl {
   std::unique_ptr<ClusterServiceImpl> cluster_service;
   std::unique_ptr<FaultServiceImpl> fault_service;
   std::unique_ptr<HealthServiceImpl> health_service;
+  std::unique_ptr<JobServiceImpl> job_service;
   std::unique_ptr<grpc::Server> grpc_server;
   HttpServer http;
   int grpc_port = 0;
@@ -90,6 +92,7 @@ Status ClusterdServer::Start() {
   s.cluster_service =
       std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo, &s.metrics);
   s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get());
+  s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get());
 
   s.metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
                              [&s] { return static_cast<double>(s.state->durable_revision()); });
@@ -101,7 +104,8 @@ Status ClusterdServer::Start() {
   });
 
   s.health_service = std::make_unique<HealthServiceImpl>(std::set<std::string>{
-      "clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService"});
+      "clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
+      "clusterd.v1.JobService"});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(cfg.listen, grpc::InsecureServerCredentials(), &s.grpc_port);
@@ -116,6 +120,7 @@ Status ClusterdServer::Start() {
   builder.RegisterService(s.cluster_service.get());
   builder.RegisterService(s.fault_service.get());
   builder.RegisterService(s.health_service.get());
+  builder.RegisterService(s.job_service.get());
   s.grpc_server = builder.BuildAndStart();
   if (!s.grpc_server || s.grpc_port == 0) {
     return Unavailable("cannot listen for gRPC on " + cfg.listen + " (address in use or invalid?)");

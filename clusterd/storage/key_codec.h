@@ -24,6 +24,8 @@ std::string EventKey(uint64_t revision);
 std::string NodeKey(std::string_view node);
 // devices: node 0x00 id(u32).
 std::string DeviceKey(std::string_view node, uint32_t device_id);
+// jobs: the job id itself.
+std::string JobKey(std::string_view job_id);
 // Prefix of every device and fault key of a node: node 0x00.
 std::string NodePrefix(std::string_view node);
 

@@ -1,4 +1,5 @@
 #include "clusterd/cluster_state.h"
+#include "clusterd/watch_hub.h"
 
 #include <cmath>
 
@@ -432,6 +433,117 @@ TEST_F(ClusterStateTest, SummaryCountsHealthAndLevels) {
   EXPECT_EQ(s.active_faults_by_level().at("FAULT_LEVEL_RESTART_BUSINESS"), 1u);
   EXPECT_EQ(s.revision(), state_->revision());
   EXPECT_EQ(s.connected_agents(), 2u);
+}
+
+}  // namespace
+}  // namespace clusterd
+
+namespace clusterd {
+namespace {
+
+v1::Job MakeJob(const std::string& id, const std::vector<std::pair<std::string, int>>& ranks) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_kind(v1::JOB_KIND_TRAINING);
+  uint32_t rank = 0;
+  for (const auto& [node, device] : ranks) {
+    auto* p = job.add_placement();
+    p->set_rank(rank++);
+    p->set_node(node);
+    if (device >= 0) p->set_device_id(static_cast<uint32_t>(device));
+  }
+  return job;
+}
+
+TEST_F(ClusterStateTest, JobsAreStoredWithEventsAndSurviveRestart) {
+  Hello(MakeHello("worker01", 1));
+  auto created = Commit([&](Mutation* m) { return state_->ApplyCreateJob(MakeJob("llm", {{"worker01", 0}, {"worker01", 3}}), m); });
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(events_.back().type(), v1::EVENT_TYPE_JOB_CREATED);
+  EXPECT_EQ(events_.back().job_ids(0), "llm");
+  EXPECT_EQ(created->revision(), events_.back().revision());
+  EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyCreateJob(MakeJob("llm", {{"worker01", 0}}), m); })
+                .status()
+                .code(),
+            StatusCode::kAlreadyExists);
+  auto updated = MakeJob("llm", {{"worker01", 1}});
+  updated.set_kind(v1::JOB_KIND_UNSPECIFIED);  // keep
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyUpdateJob(updated, m); }).ok());
+  EXPECT_EQ(events_.back().type(), v1::EVENT_TYPE_JOB_UPDATED);
+  Open();
+  auto job = state_->GetJob("llm");
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->placement_size(), 1);
+  EXPECT_EQ(job->placement(0).device_id(), 1u);
+  EXPECT_EQ(job->kind(), v1::JOB_KIND_TRAINING);
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyDeleteJob("llm", m); }).ok());
+  EXPECT_EQ(events_.back().type(), v1::EVENT_TYPE_JOB_DELETED);
+  EXPECT_EQ(state_->GetJob("llm").status().code(), StatusCode::kNotFound);
+  Open();
+  EXPECT_EQ(state_->job_count(), 0u);
+}
+
+TEST_F(ClusterStateTest, BadJobsAreRefused) {
+  const uint64_t rev = state_->revision();
+  Mutation m;
+  EXPECT_FALSE(state_->ApplyCreateJob(MakeJob("bad id!", {{"w", 0}}), &m).ok());
+  EXPECT_FALSE(state_->ApplyCreateJob(MakeJob("j", {}), &m).ok());
+  auto dup = MakeJob("j", {{"w", 0}, {"w", 1}});
+  dup.mutable_placement(1)->set_rank(0);
+  EXPECT_FALSE(state_->ApplyCreateJob(dup, &m).ok());
+  auto kind = MakeJob("j", {{"w", 0}});
+  kind.set_kind(v1::JOB_KIND_UNSPECIFIED);
+  EXPECT_FALSE(state_->ApplyCreateJob(kind, &m).ok());
+  auto strategy = MakeJob("j", {{"w", 0}});
+  strategy.mutable_policy()->add_allowed_strategies(static_cast<v1::RecoveryStrategy>(77));
+  EXPECT_FALSE(state_->ApplyCreateJob(strategy, &m).ok());
+  auto silence = MakeJob("j", {{"w", 0}});
+  silence.mutable_policy()->add_silences()->set_code("bad code");
+  EXPECT_FALSE(state_->ApplyCreateJob(silence, &m).ok());
+  EXPECT_EQ(state_->ApplyUpdateJob(MakeJob("ghost", {{"w", 0}}), &m).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(m.empty());
+  EXPECT_EQ(state_->revision(), rev);
+}
+
+TEST_F(ClusterStateTest, FaultImpactOnJobs) {
+  Hello(MakeHello("worker01", 1));
+  Hello(MakeHello("worker02", 1), 2);
+  ASSERT_TRUE(Commit([&](Mutation* m) {
+                return state_->ApplyCreateJob(MakeJob("llm", {{"worker01", 3}, {"worker01", 4}, {"worker02", 0}}), m);
+              }).ok());
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyCreateJob(MakeJob("other", {{"worker02", 5}}), m); }).ok());
+  events_.clear();
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());  // hits llm rank 0
+  ASSERT_EQ(events_[0].job_ids_size(), 1);
+  EXPECT_EQ(events_[0].job_ids(0), "llm");
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 2, true, 7, "80E01801")).ok());  // no rank there
+  auto job = state_->GetJob("llm");
+  ASSERT_EQ(job->impacts_size(), 1);
+  EXPECT_EQ(job->impacts(0).fault_id(), "worker01/3/accelerator/80E01801");
+  EXPECT_EQ(job->impacts(0).ranks(0), 0u);
+  EXPECT_EQ(job->impacts(0).level(), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  // A node-level fault hits every rank on the node.
+  auto disk = MakeTransition(1, 3, true, std::nullopt, "NODE_DISK_FULL", v1::FAULT_SOURCE_DISK);
+  ASSERT_TRUE(Transition("worker01", disk).ok());
+  job = state_->GetJob("llm");
+  ASSERT_EQ(job->impacts_size(), 2);
+  EXPECT_EQ(job->impacts(0).ranks_size(), 2);
+  v1::ListFaultsRequest req;
+  req.set_job("llm");
+  EXPECT_EQ(state_->ListFaults(req)->faults_size(), 2);
+  req.set_job("other");
+  EXPECT_EQ(state_->ListFaults(req)->faults_size(), 0);
+  req.set_job("ghost");
+  EXPECT_EQ(state_->ListFaults(req).status().code(), StatusCode::kNotFound);
+  // Watch by job: the filter uses the job ids stored in each event.
+  v1::WatchRequest watch;
+  watch.add_jobs("llm");
+  auto filter = WatchFilter::FromRequest(watch);
+  ASSERT_TRUE(filter.ok());
+  int matched = 0;
+  for (const auto& e : events_) matched += filter->Matches(e) ? 1 : 0;
+  EXPECT_EQ(matched, 2);  // the two fault raises that hit llm
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/server/server.h"
+#include "clusterd/v1/job.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "agent_client.h"
 #include "test_util.h"
@@ -335,6 +336,66 @@ TEST_F(GrpcTest, WatcherThatFallsBehindIsEndedAndCanResume) {
   EXPECT_EQ(rest.front().revision(), got.back() + 1);
   ctx2.TryCancel();
   r2->Finish();
+}
+
+TEST_F(GrpcTest, JobServiceAndFaultImpact) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  auto jobs = v1::JobService::NewStub(channel_);
+  v1::CreateJobRequest create;
+  auto* job = create.mutable_job();
+  job->set_id("llm-7b");
+  job->set_kind(v1::JOB_KIND_TRAINING);
+  for (uint32_t r = 0; r < 4; ++r) {
+    auto* p = job->add_placement();
+    p->set_rank(r);
+    p->set_node("worker01");
+    p->set_device_id(r);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    ASSERT_TRUE(jobs->CreateJob(&ctx, create, &resp).ok());
+    EXPECT_EQ(resp.job().state(), v1::JOB_STATE_RUNNING);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    EXPECT_EQ(jobs->CreateJob(&ctx, create, &resp).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  }
+  grpc::ClientContext wctx;
+  v1::WatchRequest wreq;
+  wreq.add_jobs("llm-7b");
+  wreq.add_types(v1::EVENT_TYPE_FAULT_RAISED);
+  auto reader = cluster_->Watch(&wctx, wreq);
+  ASSERT_TRUE(agent.Transition(1, true, 6, "80E01801"));  // no rank on device 6
+  ASSERT_TRUE(agent.Transition(2, true, 2, "80E01801"));  // rank 2
+  auto events = ReadEvents(reader.get(), 1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fault().device_id(), 2u);
+  wctx.TryCancel();
+  reader->Finish();
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id("llm-7b");
+    v1::GetJobResponse resp;
+    ASSERT_TRUE(jobs->GetJob(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.job().impacts_size(), 1);
+    EXPECT_EQ(resp.job().impacts(0).ranks(0), 2u);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteJobRequest req;
+    req.set_id("llm-7b");
+    v1::DeleteJobResponse resp;
+    ASSERT_TRUE(jobs->DeleteJob(&ctx, req, &resp).ok());
+    grpc::ClientContext ctx2;
+    v1::GetJobRequest get;
+    get.set_id("llm-7b");
+    v1::GetJobResponse gresp;
+    EXPECT_EQ(jobs->GetJob(&ctx2, get, &gresp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
 }
 
 TEST_F(GrpcTest, HealthServiceAndStartErrors) {

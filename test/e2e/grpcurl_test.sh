@@ -21,7 +21,8 @@ wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
 
 echo "-- reflection lists every service"
 services=$(grpcurl -plaintext "$ADDR" list)
-for s in clusterd.v1.ClusterService clusterd.v1.FaultService clusterd.v1.NodeAgentService grpc.health.v1.Health; do
+for s in clusterd.v1.ClusterService clusterd.v1.FaultService clusterd.v1.JobService clusterd.v1.NodeAgentService \
+         grpc.health.v1.Health; do
   expect_contains "$services" "$s" "grpcurl list"
 done
 
@@ -61,6 +62,15 @@ report='{"reporter": "netprobe", "id": "roce-3", "node": "worker01", "deviceId":
 grpcurl -plaintext -d "$report" "$ADDR" clusterd.v1.FaultService/Report >/dev/null
 again=$(grpcurl -plaintext -d "$report" "$ADDR" clusterd.v1.FaultService/Report)
 expect_contains "$again" '"unchanged": true' "Report idempotent"
+
+echo "-- jobs: the active fault hits rank 1"
+grpcurl -plaintext -d '{"job": {"id": "llm-7b", "kind": "JOB_KIND_TRAINING", "placement": [
+    {"rank": 0, "node": "worker01", "deviceId": 0}, {"rank": 1, "node": "worker01", "deviceId": 3}]}}' \
+  "$ADDR" clusterd.v1.JobService/CreateJob >/dev/null
+job=$(grpcurl -plaintext -d '{"id": "llm-7b"}' "$ADDR" clusterd.v1.JobService/GetJob)
+expect_contains "$job" '"fault_id": "worker01/3/accelerator/80E01801"' "GetJob impacts"
+expect_contains "$(grpcurl -plaintext -d '{"job": "llm-7b"}' "$ADDR" clusterd.v1.ClusterService/ListFaults)" \
+  '"code": "80E01801"' "ListFaults by job"
 
 echo "-- watch replays history from a revision"
 watch=$(grpcurl -plaintext -max-time 2 -d '{"fromRevision": "1", "types": ["EVENT_TYPE_FAULT_RAISED"]}' "$ADDR" \

@@ -1,0 +1,232 @@
+// ClusterState: jobs and fault impact. See cluster_state.h for the thread
+// contract; docs/recovery.md for the model.
+#include <algorithm>
+#include <set>
+
+#include <google/protobuf/util/time_util.h>
+
+#include "clusterd/cluster_state.h"
+#include "clusterd/storage/key_codec.h"
+#include "common/validation.h"
+
+namespace clusterd {
+
+using google::protobuf::util::TimeUtil;
+using storage::Cf;
+
+namespace {
+
+constexpr size_t kMaxRanks = 100'000;
+
+Status ValidateStrategy(const std::string& at, int s) {
+  if (!v1::RecoveryStrategy_IsValid(s) || s == v1::RECOVERY_STRATEGY_UNSPECIFIED) {
+    return InvalidArgument(at + ": unknown recovery strategy " + std::to_string(s));
+  }
+  return Status::Ok();
+}
+
+Status ValidatePolicy(const v1::RecoveryPolicy& p) {
+  for (int s : p.allowed_strategies()) CLUSTERD_RETURN_IF_ERROR(ValidateStrategy("policy.allowed_strategies", s));
+  for (const auto& t : p.step_timeouts()) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateStrategy("policy.step_timeouts.strategy", t.strategy()));
+    if (t.timeout().seconds() < 0 || t.timeout().nanos() < 0 ||
+        (t.timeout().seconds() == 0 && t.timeout().nanos() == 0)) {
+      return InvalidArgument("policy.step_timeouts.timeout: must be positive");
+    }
+  }
+  for (const auto& w : p.silences()) {
+    std::string code = w.code();
+    if (!code.empty() && code.back() == '*') code.pop_back();
+    CLUSTERD_RETURN_IF_ERROR(ValidateCode("policy.silences.code", code));
+  }
+  if (p.hold_down().seconds() < 0 || p.hold_down().nanos() < 0) {
+    return InvalidArgument("policy.hold_down: must not be negative");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateJob(const v1::Job& job) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("job.id", job.id()));
+  if (job.kind() != v1::JOB_KIND_TRAINING && job.kind() != v1::JOB_KIND_INFERENCE) {
+    return InvalidArgument("job.kind: must be JOB_KIND_TRAINING or JOB_KIND_INFERENCE");
+  }
+  if (!v1::JobState_IsValid(job.state())) return InvalidArgument("job.state: unknown value");
+  if (job.placement_size() == 0) return InvalidArgument("job.placement: at least one rank");
+  if (job.placement_size() > static_cast<int>(kMaxRanks)) return InvalidArgument("job.placement: more than 100000 ranks");
+  std::set<uint32_t> ranks;
+  for (const auto& p : job.placement()) {
+    const std::string at = "job.placement[rank " + std::to_string(p.rank()) + "]";
+    if (!ranks.insert(p.rank()).second) return InvalidArgument(at + ": duplicate rank");
+    CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(at + ".node", p.node()));
+    if (p.has_device_id() && p.device_id() > 65535) return InvalidArgument(at + ".device_id: above 65535");
+  }
+  if (job.labels_size() > static_cast<int>(kMaxLabels)) return InvalidArgument("job.labels: more than 64 labels");
+  for (const auto& [k, v] : job.labels()) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateToken("job.labels key", k));
+    CLUSTERD_RETURN_IF_ERROR(ValidateToken("job.labels[" + k + "]", v, true));
+  }
+  return ValidatePolicy(job.policy());
+}
+
+std::vector<uint32_t> RanksHit(const v1::Job& job, const v1::Fault& fault) {
+  std::vector<uint32_t> out;
+  for (const auto& p : job.placement()) {
+    if (p.node() != fault.node()) continue;
+    if (!fault.has_device_id() || (p.has_device_id() && p.device_id() == fault.device_id())) out.push_back(p.rank());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void ClusterState::IndexJob(const v1::Job& job, bool add) {
+  for (const auto& p : job.placement()) {
+    if (add) {
+      jobs_by_node_[p.node()].insert(job.id());
+    } else if (auto it = jobs_by_node_.find(p.node()); it != jobs_by_node_.end()) {
+      it->second.erase(job.id());
+      if (it->second.empty()) jobs_by_node_.erase(it);
+    }
+  }
+}
+
+std::vector<std::string> ClusterState::JobsHitBy(const v1::Fault& f) const {
+  std::vector<std::string> out;
+  auto it = jobs_by_node_.find(f.node());
+  if (it == jobs_by_node_.end()) return out;
+  for (const auto& id : it->second) {
+    if (!RanksHit(jobs_.at(id), f).empty()) out.push_back(id);
+  }
+  return out;
+}
+
+v1::Job ClusterState::WithImpacts(const v1::Job& job) const {
+  v1::Job out = job;
+  std::set<std::string> nodes;
+  for (const auto& p : job.placement()) nodes.insert(p.node());
+  for (const auto& node : nodes) {
+    const std::string prefix = storage::NodePrefix(node);
+    for (auto it = faults_.lower_bound(prefix); it != faults_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+         ++it) {
+      const v1::Fault& f = it->second;
+      if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
+      auto ranks = RanksHit(job, f);
+      if (ranks.empty()) continue;
+      auto* impact = out.add_impacts();
+      impact->set_fault_id(f.id());
+      impact->set_level(f.level());
+      impact->set_node(f.node());
+      if (f.has_device_id()) impact->set_device_id(f.device_id());
+      impact->set_code(f.code());
+      for (uint32_t r : ranks) impact->add_ranks(r);
+    }
+  }
+  return out;
+}
+
+StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& requested, Mutation* m) {
+  v1::Job job = requested;
+  job.clear_impacts();
+  if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(v1::JOB_STATE_RUNNING);
+  CLUSTERD_RETURN_IF_ERROR(ValidateJob(job));
+  if (jobs_.count(job.id())) return Status(StatusCode::kAlreadyExists, "job " + job.id() + " already exists");
+  const auto now = TimeUtil::NanosecondsToTimestamp(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now().time_since_epoch()).count());
+  *job.mutable_create_time() = now;
+  *job.mutable_update_time() = now;
+  v1::Event ev;
+  ev.set_type(v1::EVENT_TYPE_JOB_CREATED);
+  ev.set_revision(NextRevision(m));
+  job.set_revision(ev.revision());
+  ev.add_job_ids(job.id());
+  *ev.mutable_job() = job;
+  m->batch.Put(store_->Handle(Cf::kJobs), storage::JobKey(job.id()), job.SerializeAsString());
+  Emit(m, std::move(ev));
+  jobs_[job.id()] = job;
+  IndexJob(job, true);
+  return WithImpacts(job);
+}
+
+StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& requested, Mutation* m) {
+  auto it = jobs_.find(requested.id());
+  if (it == jobs_.end()) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("job.id", requested.id()));
+    return NotFound("job " + requested.id() + " does not exist");
+  }
+  v1::Job job = requested;
+  job.clear_impacts();
+  if (job.kind() == v1::JOB_KIND_UNSPECIFIED) job.set_kind(it->second.kind());
+  if (job.kind() != it->second.kind()) return InvalidArgument("job.kind: cannot change");
+  if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(it->second.state());
+  CLUSTERD_RETURN_IF_ERROR(ValidateJob(job));
+  *job.mutable_create_time() = it->second.create_time();
+  *job.mutable_update_time() = TimeUtil::NanosecondsToTimestamp(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now().time_since_epoch()).count());
+  v1::Event ev;
+  ev.set_type(v1::EVENT_TYPE_JOB_UPDATED);
+  ev.set_revision(NextRevision(m));
+  job.set_revision(ev.revision());
+  ev.add_job_ids(job.id());
+  *ev.mutable_job() = job;
+  m->batch.Put(store_->Handle(Cf::kJobs), storage::JobKey(job.id()), job.SerializeAsString());
+  Emit(m, std::move(ev));
+  IndexJob(it->second, false);
+  it->second = job;
+  IndexJob(job, true);
+  return WithImpacts(job);
+}
+
+StatusOr<uint64_t> ClusterState::ApplyDeleteJob(const std::string& id, Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("id", id));
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("job " + id + " does not exist");
+  v1::Event ev;
+  ev.set_type(v1::EVENT_TYPE_JOB_DELETED);
+  ev.set_revision(NextRevision(m));
+  ev.add_job_ids(id);
+  *ev.mutable_job() = it->second;
+  m->batch.Delete(store_->Handle(Cf::kJobs), storage::JobKey(id));
+  const uint64_t rev = ev.revision();
+  Emit(m, std::move(ev));
+  IndexJob(it->second, false);
+  jobs_.erase(it);
+  return rev;
+}
+
+StatusOr<v1::Job> ClusterState::GetJob(const std::string& id) const {
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("id", id));
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("job " + id + " does not exist");
+  return WithImpacts(it->second);
+}
+
+StatusOr<v1::ListJobsResponse> ClusterState::ListJobs(const v1::ListJobsRequest& req) const {
+  if (req.page_size() < 0) return InvalidArgument("page_size: must not be negative");
+  const int32_t page_size = req.page_size() == 0 ? 100 : std::min(req.page_size(), 1000);
+  std::string start;
+  if (!req.page_token().empty()) {
+    auto decoded = storage::HexDecode(req.page_token());
+    if (!decoded || decoded->empty()) return InvalidArgument("page_token: not a token this server issued");
+    start = *decoded;
+  }
+  if (!v1::JobState_IsValid(req.state())) return InvalidArgument("state: unknown value");
+  if (!v1::JobKind_IsValid(req.kind())) return InvalidArgument("kind: unknown value");
+  v1::ListJobsResponse out;
+  int32_t total = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (req.state() != v1::JOB_STATE_UNSPECIFIED && job.state() != req.state()) continue;
+    if (req.kind() != v1::JOB_KIND_UNSPECIFIED && job.kind() != req.kind()) continue;
+    ++total;
+    if (!start.empty() && id <= start) continue;
+    if (out.jobs_size() < page_size) {
+      *out.add_jobs() = WithImpacts(job);
+    } else if (out.next_page_token().empty()) {
+      out.set_next_page_token(storage::HexEncode(out.jobs(out.jobs_size() - 1).id()));
+    }
+  }
+  out.set_total_size(total);
+  return out;
+}
+
+}  // namespace clusterd

@@ -1,0 +1,31 @@
+// gRPC adapter for JobService: writes go through the Engine (answered once
+// durable), reads take ClusterState's shared lock.
+#pragma once
+
+#include "clusterd/cluster_state.h"
+#include "clusterd/engine.h"
+#include "clusterd/v1/job.grpc.pb.h"
+
+namespace clusterd {
+
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  JobServiceImpl(const ClusterState* state, Engine* engine) : state_(state), engine_(engine) {}
+
+  grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* req,
+                                      v1::CreateJobResponse* resp) override;
+  grpc::ServerUnaryReactor* UpdateJob(grpc::CallbackServerContext* ctx, const v1::UpdateJobRequest* req,
+                                      v1::UpdateJobResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx, const v1::DeleteJobRequest* req,
+                                      v1::DeleteJobResponse* resp) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+                                   v1::GetJobResponse* resp) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
+                                     v1::ListJobsResponse* resp) override;
+
+ private:
+  const ClusterState* state_;
+  Engine* engine_;
+};
+
+}  // namespace clusterd

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Checks, without Docker, that the Dockerfile's runtime stage installs every shared library
+# the built binaries link, so the image cannot fail at start with "error while loading
+# shared libraries".
+#
+#   bash scripts/check-image-libs.sh [BINARY ...]     (default: build/bin/clusterd build/bin/noded)
+#
+# How: `ldd` lists each binary's libraries as resolved on this machine (Debian 12, the
+# image's base); `dpkg -S` names the package that owns each file; every such package must be
+# in the runtime stage's `apt-get install` list or in BASE_PACKAGES below. Also checks that
+# each listed package exists in the apt lists and that the build stage installs every
+# package of scripts/deps.sh that a build needs. Exits non-zero naming what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Packages every debian:12-slim image already has: they are "required" priority or needed
+# by apt itself, so the runtime stage does not list them. Keep this list short.
+BASE_PACKAGES=(libc6 libgcc-s1 libstdc++6)
+# Packages of scripts/deps.sh that the image build does not need: compiler cache, the
+# downloader and Go (only the host-side tests and grpcurl use them).
+HOST_ONLY_PACKAGES=(ccache curl golang-go)
+
+DOCKERFILE=Dockerfile
+binaries=("$@")
+((${#binaries[@]})) || binaries=(build/bin/clusterd build/bin/noded)
+
+fail=0
+err() { echo "check-image-libs: FAIL: $*" >&2; fail=1; }
+
+for b in "${binaries[@]}"; do
+  [[ -x $b ]] || { echo "check-image-libs: $b not built (run scripts/build.sh first)" >&2; exit 1; }
+done
+. /etc/os-release 2>/dev/null || true
+if [[ ${ID:-} != debian || ${VERSION_ID:-} != 12 ]]; then
+  echo "check-image-libs: WARNING: this machine is ${PRETTY_NAME:-unknown}, the image is Debian 12;" \
+       "package names below are this machine's" >&2
+fi
+
+# Prints the packages of one stage's `apt-get install`, one a line (STAGE: the AS name).
+stage_packages() {
+  python3 - "$DOCKERFILE" "$1" <<'PY'
+import re, sys
+path, want = sys.argv[1], sys.argv[2]
+lines, cur = [], ""
+for raw in open(path):
+    line = raw.rstrip("\n")
+    if line.lstrip().startswith("#"):
+        continue  # comments inside a continued RUN are dropped, as Docker does
+    if line.endswith("\\"):
+        cur += line[:-1] + " "
+        continue
+    lines.append(cur + line)
+    cur = ""
+stage, found = None, False
+for line in lines:
+    m = re.match(r"\s*FROM\s+\S+(?:\s+AS\s+(\S+))?", line, re.I)
+    if m:
+        stage = (m.group(1) or "").lower()
+        continue
+    if stage != want or not re.match(r"\s*RUN\s", line, re.I):
+        continue
+    for cmd in re.split(r"&&|;|\|\|", line):
+        toks = cmd.split()
+        if "apt-get" in toks and "install" in toks:
+            found = True
+            for t in toks[toks.index("install") + 1:]:
+                if not t.startswith("-"):
+                    print(t)
+if not found:
+    sys.exit(f"no 'apt-get install' in stage {want!r} of {path}")
+PY
+}
+
+mapfile -t runtime_pkgs < <(stage_packages runtime)
+mapfile -t build_pkgs < <(stage_packages build)
+((${#runtime_pkgs[@]})) || { err "could not read the runtime stage's packages from $DOCKERFILE"; exit 1; }
+echo "check-image-libs: runtime stage installs: ${runtime_pkgs[*]}"
+
+in_list() { local x=$1; shift; local y; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
+
+# The package owning a file, trying the paths merged-/usr Debian may have recorded.
+owner_of() {
+  local p=$1 real cand out
+  real=$(readlink -f "$p")
+  for cand in "$p" "$real" "${p#/usr}" "/usr$p" "${real#/usr}" "/usr$real"; do
+    out=$(dpkg -S "$cand" 2>/dev/null | head -1) || continue
+    [[ -n $out ]] && { echo "${out%%:*}"; return 0; }
+  done
+  return 1
+}
+
+declare -A needed=()   # package -> a library that needs it
+for b in "${binaries[@]}"; do
+  ldd_out=$(ldd "$b") || { err "ldd $b failed"; continue; }
+  while read -r line; do
+    [[ -z $line || $line == *linux-vdso.so* ]] && continue
+    lib=${line%% *}
+    if [[ $line == *"not found"* ]]; then
+      err "$b: $lib is not found on this machine"
+      continue
+    fi
+    if [[ $line == *"=>"* ]]; then path=$(awk '{print $3}' <<<"$line"); else path=$lib; fi
+    if ! pkg=$(owner_of "$path"); then
+      err "$b: $lib ($path) belongs to no Debian package: the image cannot install it"
+      continue
+    fi
+    pkg=${pkg%%:*}
+    [[ -n ${needed[$pkg]:-} ]] || needed[$pkg]="$lib (${b##*/})"
+  done <<<"$ldd_out"
+done
+
+for pkg in $(printf '%s\n' "${!needed[@]}" | sort); do
+  if in_list "$pkg" "${runtime_pkgs[@]}"; then
+    echo "  ok   $pkg  (${needed[$pkg]})"
+  elif in_list "$pkg" "${BASE_PACKAGES[@]}"; then
+    echo "  base $pkg  (${needed[$pkg]})"
+  else
+    err "package $pkg (provides ${needed[$pkg]}) is missing from the runtime stage of $DOCKERFILE"
+  fi
+done
+for pkg in "${runtime_pkgs[@]}"; do
+  [[ -n ${needed[$pkg]:-} ]] || echo "  note: runtime package $pkg provides no library the binaries link"
+done
+
+# Every listed package must exist in Debian 12 (catches typos), when apt lists are present.
+if compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null; then
+  for pkg in "${runtime_pkgs[@]}" "${build_pkgs[@]}"; do
+    cand=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}')
+    [[ -n $cand && $cand != "(none)" ]] || err "package $pkg in $DOCKERFILE is unknown to apt"
+  done
+else
+  echo "check-image-libs: no apt lists; skipped the package-name check (run apt-get update)"
+fi
+
+# The build stage must install what scripts/deps.sh installs for a build.
+mapfile -t deps_pkgs < <(sed -n '/^APT_PACKAGES=(/,/^)/p' scripts/deps.sh | sed '1s/.*(//; $d' | tr -s ' \t' '\n' | sed '/^$/d')
+for pkg in "${deps_pkgs[@]}"; do
+  in_list "$pkg" "${build_pkgs[@]}" "${HOST_ONLY_PACKAGES[@]}" ||
+    err "scripts/deps.sh installs $pkg but the build stage of $DOCKERFILE does not (add it, or to HOST_ONLY_PACKAGES)"
+done
+
+if ((fail)); then exit 1; fi
+echo "check-image-libs: ok (${#needed[@]} packages for $(printf '%s ' "${binaries[@]##*/}")- all provided)"

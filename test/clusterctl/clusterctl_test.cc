@@ -1,0 +1,503 @@
+// clusterctl's real entry point, in-process, against a real in-process
+// clusterd over real gRPC (port 0, a unique temp data dir per test).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "agent_client.h"
+#include "clusterctl/cli.h"
+#include "clusterd/server/server.h"
+#include "test_util.h"
+
+namespace clusterctl {
+namespace {
+
+using clusterd::testing::TempDir;
+using clusterd::testing::TestAgent;
+using clusterd::testing::WaitFor;
+using json = nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+const char* NoEnv(const char*) { return nullptr; }
+
+std::string g_env_addr;
+const char* EnvWithAddr(const char* name) {
+  return std::string(name) == "CLUSTERD_ADDR" ? g_env_addr.c_str() : nullptr;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+// Revisions of the JSON events printed by `watch -o json`, one per line.
+std::vector<uint64_t> Revisions(const std::string& out) {
+  std::vector<uint64_t> revs;
+  for (const auto& line : Lines(out)) {
+    json j = json::parse(line);
+    revs.push_back(std::stoull(j.at("revision").get<std::string>()));
+  }
+  return revs;
+}
+
+// A port nobody listens on: bound and released at once.
+int UnusedPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class ClusterctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer(); }
+  void TearDown() override { StopServer(); }
+
+  void StopServer() {
+    for (auto& a : agents_) a->Close();
+    agents_.clear();
+    server_.reset();
+  }
+
+  void StartServer(std::function<void(clusterd::ClusterdConfig&)> tweak = nullptr) {
+    StopServer();
+    clusterd::ClusterdConfig cfg;
+    cfg.listen = "127.0.0.1:0";
+    cfg.http_listen = "127.0.0.1:0";
+    cfg.data_dir = dir_.Sub("data");
+    cfg.log_level = "warn";
+    if (tweak) tweak(cfg);
+    server_ = std::make_unique<clusterd::ClusterdServer>(cfg);
+    clusterd::Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    channel_ = clusterd::testing::Dial(server_->grpc_port());
+    Populate();
+  }
+
+  // worker01: 8 devices, label pool=train, metrics, fault 80E01801 on device 3.
+  // worker02: 2 devices, healthy.
+  void Populate() {
+    auto w1 = std::make_unique<TestAgent>(channel_, "worker01", 1, 8);
+    clusterd::v1::Hello hello = w1->MakeHello();
+    (*hello.mutable_labels())["pool"] = "train";
+    hello.mutable_inventory()->set_cpu_count(4);
+    hello.mutable_inventory()->set_cpu_model("Kunpeng 920");
+    ASSERT_TRUE(w1->Connect(&hello));
+    clusterd::v1::ConnectRequest metrics;
+    (*metrics.mutable_metrics()->mutable_gauges())["npu_temperature_celsius"] = 61.5;
+    metrics.mutable_metrics()->mutable_time()->set_seconds(1'700'000'000);
+    ASSERT_TRUE(w1->Send(metrics));
+    // Ordered on the stream: once this transition is acknowledged the
+    // snapshot sent before it has been applied too.
+    ASSERT_TRUE(w1->Transition(1, true, 3, "80E01801", nullptr, "HBM ECC error"));
+    auto w2 = std::make_unique<TestAgent>(channel_, "worker02", 1, 2);
+    ASSERT_TRUE(w2->Connect());
+    agents_.push_back(std::move(w1));
+    agents_.push_back(std::move(w2));
+  }
+
+  std::string Addr() const { return "127.0.0.1:" + std::to_string(server_->grpc_port()); }
+
+  Result Run(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--server", Addr()});
+    return RunRaw(args);
+  }
+
+  Result RunRaw(const std::vector<std::string>& args, GetEnvFn env = NoEnv) {
+    std::ostringstream out, err;
+    Result r;
+    r.code = RunClusterctl(args, out, err, env);
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+  }
+
+  clusterd::v1::GetSummaryResponse Summary() {
+    auto stub = clusterd::v1::ClusterService::NewStub(channel_);
+    grpc::ClientContext ctx;
+    clusterd::v1::GetSummaryResponse resp;
+    EXPECT_TRUE(stub->GetSummary(&ctx, clusterd::v1::GetSummaryRequest(), &resp).ok());
+    return resp;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<clusterd::ClusterdServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::vector<std::unique_ptr<TestAgent>> agents_;
+};
+
+TEST_F(ClusterctlTest, GetNodesTableIsAligned) {
+  Result r = Run({"get", "nodes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[0].rfind("NAME", 0), 0u);
+  std::string w1;
+  for (const auto& l : lines) {
+    if (l.rfind("worker01", 0) == 0) w1 = l;
+  }
+  ASSERT_FALSE(w1.empty()) << r.out;
+  EXPECT_EQ(w1.find("UNHEALTHY"), lines[0].find("HEALTH ")) << r.out;
+  EXPECT_EQ(w1.find("RESTART_BUSINESS"), lines[0].find("WORST-LEVEL")) << r.out;
+  EXPECT_NE(r.out.find("worker02"), std::string::npos);
+
+  Result wide = Run({"get", "nodes", "-o", "wide"});
+  ASSERT_EQ(wide.code, 0) << wide.err;
+  EXPECT_NE(wide.out.find("pool=train"), std::string::npos) << wide.out;
+  EXPECT_NE(wide.out.find("test-agent"), std::string::npos) << wide.out;
+}
+
+TEST_F(ClusterctlTest, GetNodesJsonHasTheFields) {
+  Result r = Run({"-o", "json", "get", "nodes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j.at("nodes").size(), 2u);
+  EXPECT_EQ(j.at("total_size"), 2);
+  json w1;
+  for (const auto& n : j["nodes"]) {
+    if (n.at("name") == "worker01") w1 = n;
+  }
+  ASSERT_FALSE(w1.is_null()) << r.out;
+  EXPECT_EQ(w1.at("health"), "HEALTH_UNHEALTHY");
+  EXPECT_EQ(w1.at("worst_level"), "FAULT_LEVEL_RESTART_BUSINESS");
+  EXPECT_EQ(w1.at("active_faults"), 1);
+  EXPECT_EQ(w1.at("labels").at("pool"), "train");
+  EXPECT_EQ(w1.at("inventory").at("devices").size(), 8u);
+  EXPECT_TRUE(w1.contains("last_heartbeat_time"));
+}
+
+TEST_F(ClusterctlTest, GetNodesFilters) {
+  Result r = Run({"get", "nodes", "--health", "UNHEALTHY", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j.at("nodes").size(), 1u);
+  EXPECT_EQ(j["nodes"][0]["name"], "worker01");
+
+  r = Run({"get", "nodes", "--health", "healthy"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("worker02"), std::string::npos);
+  EXPECT_EQ(r.out.find("worker01"), std::string::npos);
+
+  r = Run({"get", "nodes", "--selector", "pool=train"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("worker01"), std::string::npos);
+  EXPECT_EQ(r.out.find("worker02"), std::string::npos);
+
+  r = Run({"get", "nodes", "-l", "pool=infer"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("No nodes"), std::string::npos);
+
+  r = Run({"get", "node", "worker02"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Lines(r.out).size(), 2u) << r.out;
+}
+
+TEST_F(ClusterctlTest, GetFaultsFilters) {
+  const uint64_t before = Summary().revision();
+  Result rep = Run({"report-fault", "--reporter", "netprobe", "--id", "roce-0", "--node", "worker02", "--device", "0",
+                    "--code", "ROCE_LINK_DOWN", "--level", "SEPARATE", "--message", "link down"});
+  ASSERT_EQ(rep.code, 0) << rep.err;
+
+  Result r = Run({"get", "faults", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("faults").size(), 2u);
+
+  r = Run({"get", "faults", "--min-level", "separate", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j.at("faults").size(), 1u);
+  EXPECT_EQ(j["faults"][0]["node"], "worker02");
+  EXPECT_EQ(j["faults"][0]["code"], "ROCE_LINK_DOWN");
+  EXPECT_EQ(j["faults"][0]["level"], "FAULT_LEVEL_SEPARATE");
+  EXPECT_EQ(j["faults"][0]["reporter"], "netprobe");
+
+  r = Run({"get", "faults", "--node", "worker01", "--device", "3"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("80E01801"), std::string::npos);
+  EXPECT_NE(r.out.find("HBM ECC error"), std::string::npos);
+  EXPECT_EQ(r.out.find("ROCE_LINK_DOWN"), std::string::npos);
+
+  r = Run({"get", "faults", "--node", "worker01", "--device", "5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("No faults"), std::string::npos);
+
+  r = Run({"get", "faults", "--since-revision", std::to_string(before), "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = json::parse(r.out);
+  ASSERT_EQ(j.at("faults").size(), 1u);
+  EXPECT_EQ(j["faults"][0]["code"], "ROCE_LINK_DOWN");
+}
+
+TEST_F(ClusterctlTest, DescribeNode) {
+  Result r = Run({"describe", "node", "worker01"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"Name:", "worker01", "UNHEALTHY", "pool=train", "4 x Kunpeng 920", "Devices:", "910B3",
+                           "Active faults:", "80E01801", "HBM ECC error", "Metrics", "npu_temperature_celsius",
+                           "61.5"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  r = Run({"describe", "node", "worker01", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j.at("node").at("name"), "worker01");
+  EXPECT_EQ(j.at("devices").size(), 8u);
+  ASSERT_EQ(j.at("active_faults").size(), 1u);
+  EXPECT_EQ(j["active_faults"][0]["code"], "80E01801");
+  EXPECT_EQ(j["active_faults"][0]["device_id"], 3);
+  EXPECT_EQ(j.at("metrics").at("gauges").at("npu_temperature_celsius"), 61.5);
+}
+
+TEST_F(ClusterctlTest, WatchFromRevisionPrintsEveryEventInOrder) {
+  const uint64_t head = Summary().revision();
+  ASSERT_GE(head, 4u);
+  Result r = Run({"watch", "--from-revision", "0", "--max-events", std::to_string(head), "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<uint64_t> want;
+  for (uint64_t i = 1; i <= head; ++i) want.push_back(i);
+  EXPECT_EQ(Revisions(r.out), want) << r.out;
+  json first = json::parse(Lines(r.out)[0]);
+  EXPECT_EQ(first.at("type"), "EVENT_TYPE_NODE_REGISTERED");
+  EXPECT_EQ(first.at("node"), "worker01");
+
+  r = Run({"watch", "--from-revision", "0", "--type", "fault_raised", "--node", "worker01", "--max-events", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_EQ(lines[0].rfind("REVISION", 0), 0u);
+  for (const char* want : {"FAULT_RAISED", "worker01", "80E01801", "RESTART_BUSINESS", "ACTIVE"}) {
+    EXPECT_NE(lines[1].find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  EXPECT_EQ(lines[1].find("DEVICE_HEALTH"), std::string::npos);
+}
+
+TEST_F(ClusterctlTest, WatchFollowsLiveEvents) {
+  const uint64_t head = Summary().revision();
+  Result live;
+  std::thread watcher([&] {
+    live = Run({"watch", "--from-revision", std::to_string(head), "--type", "FAULT_RAISED", "--max-events", "1",
+                "-o", "json"});
+  });
+  Result rep = Run({"report-fault", "--reporter", "probe", "--id", "p1", "--node", "worker02", "--code",
+                    "NODE_DISK_FULL"});
+  watcher.join();
+  ASSERT_EQ(rep.code, 0) << rep.err;
+  ASSERT_EQ(live.code, 0) << live.err;
+  auto lines = Lines(live.out);
+  ASSERT_EQ(lines.size(), 1u) << live.out;
+  json e = json::parse(lines[0]);
+  EXPECT_EQ(e.at("fault").at("code"), "NODE_DISK_FULL");
+  EXPECT_GT(std::stoull(e.at("revision").get<std::string>()), head);
+}
+
+TEST_F(ClusterctlTest, WatchCursorFileResumesWithoutDuplicates) {
+  const std::string cursor = dir_.Sub("cursor");
+  const uint64_t head = Summary().revision();
+  ASSERT_GE(head, 4u);
+  Result a = Run({"watch", "--cursor-file", cursor, "--from-revision", "0", "--max-events", "3", "-o", "json"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(Revisions(a.out), (std::vector<uint64_t>{1, 2, 3}));
+  {
+    std::ifstream in(cursor);
+    std::string text;
+    std::getline(in, text);
+    EXPECT_EQ(text, "3");
+  }
+  // The cursor file wins over --from-revision once it exists.
+  Result b = Run({"watch", "--cursor-file", cursor, "--from-revision", "0", "--max-events", std::to_string(head - 3),
+                  "-o", "json"});
+  ASSERT_EQ(b.code, 0) << b.err;
+  std::vector<uint64_t> all = Revisions(a.out);
+  for (uint64_t r : Revisions(b.out)) all.push_back(r);
+  std::vector<uint64_t> want;
+  for (uint64_t i = 1; i <= head; ++i) want.push_back(i);
+  EXPECT_EQ(all, want);
+
+  // A new change after the cursor: the next run starts exactly there.
+  ASSERT_EQ(Run({"report-fault", "--reporter", "probe", "--id", "p2", "--node", "worker02", "--code", "NODE_DISK_FULL"})
+                .code,
+            0);
+  Result c = Run({"watch", "--cursor-file", cursor, "--max-events", "1", "-o", "json"});
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(Revisions(c.out), (std::vector<uint64_t>{head + 1}));
+
+  // A cursor file that holds garbage is an error, not a silent restart.
+  {
+    std::ofstream out(cursor, std::ios::trunc);
+    out << "not-a-revision\n";
+  }
+  Result bad = Run({"watch", "--cursor-file", cursor, "--max-events", "1"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("cursor file"), std::string::npos) << bad.err;
+}
+
+TEST_F(ClusterctlTest, WatchFromCompactedHistoryIsOutOfRange) {
+  StartServer([](clusterd::ClusterdConfig& c) {
+    c.retention_events = 2;  // below the config parser's floor: a test-only setting
+    c.retention_interval = std::chrono::milliseconds(50);
+  });
+  ASSERT_TRUE(WaitFor([&] { return Summary().compacted_revision() > 0; }));
+  const uint64_t compacted = Summary().compacted_revision();
+  Result r = Run({"watch", "--from-revision", "0", "--max-events", "1"});
+  EXPECT_EQ(r.code, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("oldest available revision is"), std::string::npos) << r.err;
+  // Retention may have moved on since; the printed revision is at least the one seen.
+  const auto pos = r.err.find("oldest available revision is ");
+  ASSERT_NE(pos, std::string::npos);
+  EXPECT_GE(std::stoull(r.err.substr(pos + 29)), compacted + 1) << r.err;
+}
+
+TEST_F(ClusterctlTest, ReportAndClearExternalFault) {
+  Result r = Run({"report-fault", "--reporter", "netprobe", "--id", "roce-3", "--node", "worker01", "--device", "3",
+                  "--code", "ROCE_LINK_DOWN", "--level", "RESTART_REQUEST"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("raised"), std::string::npos) << r.out;
+  r = Run({"report-fault", "--reporter", "netprobe", "--id", "roce-3", "--node", "worker01", "--device", "3",
+           "--code", "ROCE_LINK_DOWN", "--level", "restart_request"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("unchanged"), std::string::npos) << r.out;
+
+  r = Run({"get", "faults", "--active", "--node", "worker01", "-o", "wide"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("netprobe/roce-3"), std::string::npos) << r.out;
+
+  r = Run({"clear-fault", "--reporter", "netprobe", "--id", "roce-3", "--node", "worker01"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("cleared"), std::string::npos) << r.out;
+  r = Run({"get", "faults", "--node", "worker01", "--device", "3", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  bool found = false;
+  const json listed = json::parse(r.out);
+  for (const auto& f : listed.at("faults")) {
+    if (f.at("code") == "ROCE_LINK_DOWN") {
+      found = true;
+      EXPECT_EQ(f.at("state"), "FAULT_STATE_CLEARED");
+      EXPECT_EQ(f.at("clear_reason"), "cleared by netprobe");
+    }
+  }
+  EXPECT_TRUE(found) << r.out;
+  r = Run({"clear-fault", "--reporter", "netprobe", "--id", "roce-3", "--node", "worker01", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("unchanged"), true);
+
+  r = Run({"clear-fault", "--reporter", "netprobe", "--id", "nope", "--node", "worker01"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.err.find("cleared by that agent"), std::string::npos) << r.err;
+  r = Run({"clear-fault", "--reporter", "netprobe", "--node", "worker01"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--id"), std::string::npos) << r.err;
+}
+
+TEST_F(ClusterctlTest, GetSummary) {
+  Result r = Run({"get", "summary"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("RESTART_BUSINESS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NODES"), std::string::npos) << r.out;
+  r = Run({"get", "summary", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j.at("nodes").at("total"), 2);
+  EXPECT_EQ(j.at("nodes").at("unhealthy"), 1);
+  EXPECT_EQ(j.at("active_faults"), 1);
+  EXPECT_EQ(j.at("connected_agents"), 2);
+  EXPECT_EQ(j.at("active_faults_by_level").at("FAULT_LEVEL_RESTART_BUSINESS"), 1);
+}
+
+TEST_F(ClusterctlTest, ExitCodes) {
+  Result r = Run({"describe", "node", "nobody"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
+
+  r = Run({"get", "faults", "--min-level", "BOGUS"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown level 'BOGUS'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("clusterctl help"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"get", "nodes", "--health", "SICK"}).code, 2);
+  EXPECT_EQ(Run({"watch", "--type", "NOPE"}).code, 2);
+  EXPECT_EQ(Run({"watch", "--from-revision", "abc"}).code, 2);
+  EXPECT_EQ(Run({"report-fault", "--reporter", "p", "--id", "x", "--node", "worker01", "--code", "C", "--level",
+                 "bad"})
+                .code,
+            2);
+
+  // The server refuses a bad argument: an RPC error, with its code.
+  r = Run({"get", "nodes", "--selector", "no-equals-sign"});
+  if (r.code != 0) {
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+  }
+  r = Run({"report-fault", "--reporter", "p", "--id", "x", "--node", "nobody", "--code", "C"});
+  EXPECT_EQ(r.code, 3) << r.err;
+
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"get", "jobs"}, {"get", "recoveries"}, {"describe", "job", "j1"}, {"cordon", "worker01"},
+           {"uncordon", "worker01"}, {"pause"}, {"resume"}}) {
+    r = Run(args);
+    EXPECT_EQ(r.code, 5) << args[0];
+    EXPECT_NE(r.err.find("not supported by this server yet"), std::string::npos) << r.err;
+  }
+
+  EXPECT_EQ(RunRaw({}).code, 2);
+  EXPECT_EQ(Run({"frobnicate"}).code, 2);
+  EXPECT_EQ(Run({"get"}).code, 2);
+  EXPECT_EQ(Run({"get", "widgets"}).code, 2);
+  EXPECT_EQ(Run({"get", "nodes", "--bogus"}).code, 2);
+  EXPECT_EQ(Run({"get", "nodes", "--health"}).code, 2);
+  EXPECT_EQ(Run({"-o", "yaml", "get", "nodes"}).code, 2);
+  EXPECT_EQ(Run({"describe", "node"}).code, 2);
+  EXPECT_EQ(Run({"--timeout", "soon", "get", "nodes"}).code, 2);
+  EXPECT_EQ(Run({"help"}).code, 0);
+  EXPECT_EQ(Run({"get", "nodes", "--help"}).code, 0);
+  r = Run({"version"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.rfind("clusterctl ", 0), 0u);
+}
+
+TEST_F(ClusterctlTest, UnreachableServerNamesTheAddress) {
+  const std::string addr = "127.0.0.1:" + std::to_string(UnusedPort());
+  Result r = RunRaw({"--server", addr, "get", "nodes"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("cannot reach clusterd at " + addr), std::string::npos) << r.err;
+  r = RunRaw({"--server", addr, "watch", "--from-revision", "0"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(addr), std::string::npos) << r.err;
+}
+
+TEST_F(ClusterctlTest, ServerFromEnvironment) {
+  g_env_addr = Addr();
+  Result r = RunRaw({"get", "nodes"}, EnvWithAddr);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("worker01"), std::string::npos);
+  // --server wins over the environment.
+  g_env_addr = "127.0.0.1:1";
+  r = RunRaw({"get", "nodes", "--server", Addr()}, EnvWithAddr);
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+}  // namespace
+}  // namespace clusterctl

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Validates the objects `helm template` rendered for the clusterd chart.
+
+Usage: validate.py KUBE_VERSION RENDERED.yaml [RENDERED.yaml ...]
+
+Every built-in Kubernetes object is validated strictly (unknown fields are errors) against
+the OpenAPI schemas that the kubernetes-validate package bundles, offline. The Prometheus
+Operator kinds (ServiceMonitor, PrometheusRule) are CRDs the package has no schema for: they
+are checked structurally here instead. On top of the schemas, the chart's own promises are
+checked: the security contexts, no RBAC objects, no mounted service-account tokens, one
+ClusterD replica with the Recreate strategy, and that every JSON payload (config.json,
+catalog.json, rules.json, the Grafana dashboard) parses.
+Exits non-zero after printing every problem found.
+"""
+import json
+import re
+import sys
+
+import kubernetes_validate
+import yaml
+
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+problems = []
+
+
+def problem(obj, msg):
+    problems.append(f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}: {msg}")
+
+
+def check_service_monitor(obj):
+    spec = obj.get("spec") or {}
+    if not (spec.get("selector") or {}).get("matchLabels"):
+        problem(obj, "spec.selector.matchLabels is empty")
+    eps = spec.get("endpoints") or []
+    if not eps:
+        problem(obj, "spec.endpoints is empty")
+    for i, ep in enumerate(eps):
+        allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+        if set(ep) - allowed:
+            problem(obj, f"endpoints[{i}] has unknown fields {sorted(set(ep) - allowed)}")
+        if not ep.get("port"):
+            problem(obj, f"endpoints[{i}].port missing")
+        for key in ("interval", "scrapeTimeout"):
+            if key in ep and not PROM_DURATION.match(str(ep[key])):
+                problem(obj, f"endpoints[{i}].{key} {ep[key]!r} is not a Prometheus duration")
+
+
+def check_prometheus_rule(obj):
+    groups = (obj.get("spec") or {}).get("groups") or []
+    if not groups:
+        problem(obj, "spec.groups is empty")
+    names = set()
+    for g in groups:
+        if set(g) - {"name", "interval", "rules"}:
+            problem(obj, f"group {g.get('name')} has unknown fields")
+        for r in g.get("rules") or []:
+            if set(r) - {"alert", "record", "expr", "for", "labels", "annotations"}:
+                problem(obj, f"rule {r.get('alert')} has unknown fields {sorted(set(r))}")
+            if not r.get("alert") or not isinstance(r.get("expr"), str) or not r["expr"].strip():
+                problem(obj, f"rule {r!r} needs alert and expr")
+                continue
+            if r["alert"] in names:
+                problem(obj, f"duplicate alert {r['alert']}")
+            names.add(r["alert"])
+            if "for" in r and not PROM_DURATION.match(str(r["for"])):
+                problem(obj, f"alert {r['alert']}: for {r['for']!r} is not a Prometheus duration")
+            if (r.get("labels") or {}).get("severity") not in ("critical", "warning", "info"):
+                problem(obj, f"alert {r['alert']}: labels.severity must be critical, warning or info")
+            if not (r.get("annotations") or {}).get("summary"):
+                problem(obj, f"alert {r['alert']}: annotations.summary missing")
+            expr = r["expr"]
+            if expr.count("(") != expr.count(")") or expr.count("{") != expr.count("}"):
+                problem(obj, f"alert {r['alert']}: unbalanced brackets in {expr!r}")
+
+
+def check_pod(obj, pod):
+    spec = pod.get("spec") or {}
+    if spec.get("automountServiceAccountToken") is not False:
+        problem(obj, "pod must set automountServiceAccountToken: false")
+    psc = spec.get("securityContext") or {}
+    if (psc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+        problem(obj, "pod securityContext.seccompProfile must be RuntimeDefault")
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        sc = c.get("securityContext") or {}
+        where = f"container {c.get('name')}"
+        if sc.get("readOnlyRootFilesystem") is not True:
+            problem(obj, f"{where}: readOnlyRootFilesystem must be true")
+        if sc.get("privileged"):
+            # The API server rejects privileged with allowPrivilegeEscalation=false.
+            if sc.get("allowPrivilegeEscalation") is False:
+                problem(obj, f"{where}: privileged with allowPrivilegeEscalation=false is invalid")
+            continue
+        if sc.get("allowPrivilegeEscalation") is not False:
+            problem(obj, f"{where}: allowPrivilegeEscalation must be false")
+        if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+            problem(obj, f"{where}: capabilities must drop ALL")
+        added = set((sc.get("capabilities") or {}).get("add") or [])
+        run_as_root = sc.get("runAsUser", psc.get("runAsUser")) == 0
+        if run_as_root:
+            if added - {"CHOWN"}:
+                problem(obj, f"{where}: a root container may add only CHOWN, not {sorted(added)}")
+        else:
+            if added:
+                problem(obj, f"{where}: a non-root container gets no capabilities (adds {sorted(added)})")
+            if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
+                problem(obj, f"{where}: runAsNonRoot must be true")
+        if not (c.get("resources") or {}).get("requests"):
+            problem(obj, f"{where}: resources.requests missing")
+    for c in spec.get("containers") or []:
+        if not c.get("readinessProbe") or not c.get("livenessProbe"):
+            problem(obj, f"container {c.get('name')}: readiness and liveness probes required")
+    for v in spec.get("volumes") or []:
+        if "hostPath" in v:
+            mounts = [m for c in spec.get("containers") or [] for m in c.get("volumeMounts") or []
+                      if m.get("name") == v["name"]]
+            writable = [m for m in mounts if not m.get("readOnly")]
+            if writable and v["name"] != "state":
+                problem(obj, f"hostPath volume {v['name']} must be mounted read-only")
+
+
+def check_json_payloads(obj):
+    for key, value in (obj.get("data") or {}).items():
+        if key.endswith(".json"):
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError as e:
+                problem(obj, f"data[{key}] is not valid JSON: {e}")
+                continue
+            if key == "config.json":
+                for k, v in parsed.items():
+                    if not (isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)):
+                        problem(obj, f"config.json key {k}: values must be strings or non-negative integers")
+            if key.endswith("dashboard.json") or key == "clusterd.json":
+                if not parsed.get("panels") or not parsed.get("title"):
+                    problem(obj, f"data[{key}] is not a Grafana dashboard (no title/panels)")
+
+
+def main():
+    version, files = sys.argv[1], sys.argv[2:]
+    kinds = []
+    for path in files:
+        with open(path) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        if not docs:
+            problems.append(f"{path}: rendered nothing")
+        for obj in docs:
+            kinds.append(obj.get("kind"))
+            key = (obj.get("apiVersion"), obj.get("kind"))
+            if key in CRD_KINDS:
+                (check_service_monitor if key[1] == "ServiceMonitor" else check_prometheus_rule)(obj)
+            else:
+                try:
+                    kubernetes_validate.validate(obj, version, strict=True)
+                except kubernetes_validate.ValidationError as e:
+                    path_s = ".".join(str(p) for p in e.path)
+                    problem(obj, f"schema (Kubernetes {version}): {path_s}: {e.message}")
+                except kubernetes_validate.SchemaNotFoundError:
+                    problem(obj, f"no Kubernetes {version} schema for {key}: an unexpected kind")
+            kind = obj.get("kind")
+            if kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
+                problem(obj, "the chart must not grant Kubernetes API access today")
+            if kind == "ServiceAccount" and obj.get("automountServiceAccountToken") is not False:
+                problem(obj, "automountServiceAccountToken must be false")
+            if kind == "Deployment":
+                spec = obj["spec"]
+                if spec.get("replicas") != 1 or (spec.get("strategy") or {}).get("type") != "Recreate":
+                    problem(obj, "ClusterD must run 1 replica with strategy Recreate")
+            if kind in ("Deployment", "DaemonSet"):
+                check_pod(obj, obj["spec"]["template"])
+            if kind == "ConfigMap":
+                check_json_payloads(obj)
+    for p in problems:
+        print(f"  FAIL {p}")
+    summary = ", ".join(f"{k} x{kinds.count(k)}" for k in sorted(set(kinds), key=str))
+    print(f"  {len(kinds)} objects against Kubernetes {version}: {summary}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
