@@ -117,6 +117,7 @@ std::string ParseOneFlag(const std::vector<std::string>& args, size_t* i, const 
 enum class Output { kTable, kWide, kJson };
 
 struct Context {
+  Context(std::ostream& o, std::ostream& e) : out(o), err(e) {}
   std::ostream& out;
   std::ostream& err;
   Args args;
@@ -141,8 +142,8 @@ int Usage(Context& c, const std::string& message) {
 }
 
 int Unsupported(Context& c, const std::string& what, const std::string& service) {
-  c.err << "clusterctl: " << what << " is not supported by this server yet: it needs clusterd.v1." << service
-        << ", which clusterd does not provide yet\n";
+  c.err << "clusterctl: " << what << " is not supported by this server yet (it needs clusterd.v1." << service
+        << ")\n";
   return kExitUnsupported;
 }
 
@@ -520,7 +521,7 @@ std::string Col(const std::string& s, size_t width) {
 }
 
 std::string WatchHeader() {
-  std::string line = Col("REVISION", 8) + Col("TIME", 24) + Col("TYPE", 20) + Col("NODE", 16) + Col("DEVICE", 6) +
+  std::string line = Col("REVISION", 8) + Col("TIME", 24) + Col("TYPE", 21) + Col("NODE", 16) + Col("DEVICE", 6) +
                      Col("CODE", 16) + Col("LEVEL", 16) + "STATE";
   return line;
 }
@@ -549,7 +550,7 @@ std::string WatchLine(const v1::Event& e) {
       break;
   }
   std::string line = Col(std::to_string(e.revision()), 8) + Col(FormatTime(e.time(), true), 24) +
-                     Col(ShortEventType(e.type()), 20) + Col(e.node().empty() ? "-" : e.node(), 16) +
+                     Col(ShortEventType(e.type()), 21) + Col(e.node().empty() ? "-" : e.node(), 16) +
                      Col(DeviceText(device), 6) + Col(code, 16) + Col(level, 16) + Sanitize(state);
   while (!line.empty() && line.back() == ' ') line.pop_back();
   return line;
@@ -916,7 +917,7 @@ Exit codes: 0 ok, 1 server unreachable or RPC error, 2 usage error, 3 not found,
 
 int RunClusterctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, GetEnvFn getenv) {
   if (!getenv) getenv = SystemGetenv;
-  Context c{out, err, {}, "", "", Output::kTable, kDefaultTimeout, nullptr};
+  Context c(out, err);
 
   // Global flags, then the verb (and for get/describe the resource), then the
   // verb's own flags mixed with global ones and positional arguments.

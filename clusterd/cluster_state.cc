@@ -199,6 +199,10 @@ Status ClusterState::Load() {
     IndexJob(job, true);
     jobs_.emplace(std::string(key), std::move(job));
   }));
+  CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kMeta, [&](std::string_view key, std::string_view value) {
+    if (key != storage::kMetaAdminState) return;
+    if (!admin_.ParseFromArray(value.data(), static_cast<int>(value.size()))) fail("admin state", key);
+  }));
   CLUSTERD_RETURN_IF_ERROR(parse_error);
   GetLogger("state")->info("loaded {} nodes, {} fault records at revision {}", nodes_.size(), faults_.size(),
                            revision_);
@@ -286,7 +290,8 @@ const v1::Fault& ClusterState::Raise(NodeState& n, const std::string& key, const
   return f;
 }
 
-bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string& reason, Mutation* m) {
+bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string& reason, Mutation* m,
+                         const std::string& actor) {
   auto it = faults_.find(key);
   if (it == faults_.end() || it->second.state() != v1::FAULT_STATE_ACTIVE) return false;
   v1::Fault& f = it->second;
@@ -299,6 +304,7 @@ bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string
   v1::Event ev;
   ev.set_revision(rev);
   ev.set_type(v1::EVENT_TYPE_FAULT_CLEARED);
+  ev.set_actor(actor);
   ev.set_node(f.node());
   if (f.has_device_id()) ev.set_device_id(f.device_id());
   *ev.mutable_fault() = f;
@@ -571,6 +577,83 @@ StatusOr<v1::ReportResponse> ClusterState::ApplyReport(const v1::ReportRequest& 
   resp.set_unchanged(revision_ == before);
   resp.set_revision(revision_);
   return resp;
+}
+
+StatusOr<v1::Node> ClusterState::ApplyCordon(const std::string& node, bool cordon, const std::string& actor,
+                                             const std::string& reason, Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", node));
+  CLUSTERD_RETURN_IF_ERROR(ValidateToken("actor", actor));
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("reason", reason, 1024));
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return NotFound("node " + node + " is not registered");
+  v1::Node* n = it->second.record.mutable_node();
+  if (n->cordoned() != cordon) {
+    n->set_cordoned(cordon);
+    n->set_cordon_reason(cordon ? reason : "");
+    v1::Event ev;
+    ev.set_type(cordon ? v1::EVENT_TYPE_NODE_CORDONED : v1::EVENT_TYPE_NODE_UNCORDONED);
+    ev.set_node(node);
+    ev.set_actor(actor);
+    ev.set_reason(reason);
+    ev.set_revision(NextRevision(m));
+    n->set_revision(ev.revision());
+    *ev.mutable_node_info() = *n;
+    Emit(m, std::move(ev));
+    PutNode(it->second, m);
+  }
+  v1::Node out = *n;
+  out.set_connected(it->second.connected);
+  return out;
+}
+
+StatusOr<v1::Fault> ClusterState::ApplyClearFault(const std::string& fault_id, const std::string& actor,
+                                                  const std::string& reason, Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("fault_id", fault_id, 2048));
+  CLUSTERD_RETURN_IF_ERROR(ValidateToken("actor", actor));
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("reason", reason, 1024));
+  if (reason.empty()) return InvalidArgument("reason: say why the fault is cleared by hand");
+  const std::string node = fault_id.substr(0, fault_id.find('/'));
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("fault_id (node part)", node));
+  auto nit = nodes_.find(node);
+  if (nit == nodes_.end()) return NotFound("node " + node + " is not registered");
+  const std::string prefix = storage::NodePrefix(node);
+  for (auto it = faults_.lower_bound(prefix); it != faults_.end() && HasPrefix(it->first, prefix); ++it) {
+    if (it->second.id() != fault_id) continue;
+    if (it->second.state() != v1::FAULT_STATE_ACTIVE) {
+      return FailedPrecondition("fault " + fault_id + " is not active");
+    }
+    const std::string key = it->first;
+    Clear(nit->second, key, "cleared by " + actor + ": " + reason, m, actor);
+    return faults_.at(key);
+  }
+  return NotFound("fault " + fault_id + " does not exist");
+}
+
+StatusOr<v1::AdminState> ClusterState::ApplySetRecoveryMode(const v1::SetRecoveryModeRequest& req, Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateToken("actor", req.actor()));
+  CLUSTERD_RETURN_IF_ERROR(ValidateText("reason", req.reason(), 1024));
+  if (!req.has_recovery_paused() && !req.has_dry_run()) {
+    return InvalidArgument("set recovery_paused and/or dry_run");
+  }
+  v1::AdminState next = admin_;
+  if (req.has_recovery_paused()) next.set_recovery_paused(req.recovery_paused());
+  if (req.has_dry_run()) next.set_dry_run(req.dry_run());
+  if (next.recovery_paused() == admin_.recovery_paused() && next.dry_run() == admin_.dry_run()) return admin_;
+  next.set_actor(req.actor());
+  next.set_reason(req.reason());
+  *next.mutable_update_time() = ToProto(clock_->Now());
+  v1::Event ev;
+  ev.set_type(v1::EVENT_TYPE_RECOVERY_MODE_CHANGED);
+  ev.set_actor(req.actor());
+  ev.set_reason(req.reason());
+  ev.set_message(std::string("recovery_paused=") + (next.recovery_paused() ? "true" : "false") +
+                 " dry_run=" + (next.dry_run() ? "true" : "false"));
+  ev.set_revision(NextRevision(m));
+  next.set_revision(ev.revision());
+  m->batch.Put(store_->Handle(Cf::kMeta), std::string(storage::kMetaAdminState), next.SerializeAsString());
+  Emit(m, std::move(ev));
+  admin_ = std::move(next);
+  return admin_;
 }
 
 void ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* m) {

@@ -24,6 +24,7 @@
 #include "clusterd/catalog.h"
 #include "clusterd/storage/store.h"
 #include "clusterd/storage/v1/storage.pb.h"
+#include "clusterd/v1/admin.pb.h"
 #include "clusterd/v1/agent.pb.h"
 #include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/fault.pb.h"
@@ -65,6 +66,15 @@ class ClusterState {
                                              const v1::FaultTransition& t, Mutation* m);
   void ApplyDisconnect(const std::string& node, uint64_t session);
   StatusOr<v1::ReportResponse> ApplyReport(const v1::ReportRequest& req, Mutation* m);
+  // AdminService. Each validates, is idempotent, and records actor and reason
+  // in its event.
+  StatusOr<v1::Node> ApplyCordon(const std::string& node, bool cordon, const std::string& actor,
+                                 const std::string& reason, Mutation* m);
+  StatusOr<v1::Fault> ApplyClearFault(const std::string& fault_id, const std::string& actor, const std::string& reason,
+                                      Mutation* m);
+  StatusOr<v1::AdminState> ApplySetRecoveryMode(const v1::SetRecoveryModeRequest& req, Mutation* m);
+  const v1::AdminState& admin_state() const { return admin_; }
+
   StatusOr<v1::Job> ApplyCreateJob(const v1::Job& job, Mutation* m);
   StatusOr<v1::Job> ApplyUpdateJob(const v1::Job& job, Mutation* m);
   StatusOr<uint64_t> ApplyDeleteJob(const std::string& id, Mutation* m);
@@ -108,7 +118,8 @@ class ClusterState {
   void PutFault(const std::string& key, const v1::Fault& f, Mutation* m);
   // Raise or refresh; returns the stored record.
   const v1::Fault& Raise(NodeState& n, const std::string& key, const v1::Fault& proposed, Mutation* m);
-  bool Clear(NodeState& n, const std::string& key, const std::string& reason, Mutation* m);
+  bool Clear(NodeState& n, const std::string& key, const std::string& reason, Mutation* m,
+             const std::string& actor = "");
   void RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m);
   v1::Fault FaultFromReport(const std::string& node, const v1::FaultReport& r) const;
   // Jobs whose ranks a fault hits, sorted.
@@ -123,6 +134,7 @@ class ClusterState {
   mutable std::shared_mutex mu_;
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, v1::Fault> faults_;  // storage fault key -> record
+  v1::AdminState admin_;
   std::map<std::string, v1::Job> jobs_;      // id -> job as stored (no impacts)
   std::map<std::string, std::set<std::string>> jobs_by_node_;
   uint64_t revision_ = 0;

@@ -12,4 +12,6 @@ echo "== ctest"
 echo "== end-to-end"
 bash test/e2e/grpcurl_test.sh
 bash test/e2e/noded_test.sh
+bash test/e2e/helm_test.sh
+bash test/e2e/api_tools_test.sh
 echo "== all tests passed"

@@ -5,7 +5,7 @@
 
 #include <boost/asio/post.hpp>
 
-#include "clusterd/server/grpc_status.h"
+#include "clusterd/server/submit.h"
 #include "common/logging.h"
 
 namespace clusterd {
@@ -255,23 +255,17 @@ grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::Cal
 
 grpc::ServerUnaryReactor* FaultServiceImpl::Report(grpc::CallbackServerContext* ctx, const v1::ReportRequest* req,
                                                    v1::ReportResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
   if (Status st = ValidateReport(*req); !st.ok()) {
+    auto* reactor = ctx->DefaultReactor();
     reactor->Finish(ToGrpc(st));
     return reactor;
   }
-  // req and resp stay valid until Finish; the completion runs once durable.
-  bool submitted = engine_->Submit([req, resp, reactor](ClusterState& state, Mutation* m) -> Engine::Done {
+  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
     auto result = state.ApplyReport(*req, m);
-    if (!result.ok()) {
-      Status st = result.status();
-      return [reactor, st] { reactor->Finish(ToGrpc(st)); };
-    }
+    if (!result.ok()) return result.status();
     *resp = std::move(*result);
-    return [reactor] { reactor->Finish(grpc::Status::OK); };
+    return Status::Ok();
   });
-  if (!submitted) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "clusterd is shutting down"));
-  return reactor;
 }
 
 }  // namespace clusterd

@@ -11,6 +11,7 @@
 #include "clusterd/catalog.h"
 #include "clusterd/cluster_state.h"
 #include "clusterd/engine.h"
+#include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
@@ -38,6 +39,7 @@ struct ClusterdServer::Impl {
   std::unique_ptr<FaultServiceImpl> fault_service;
   std::unique_ptr<HealthServiceImpl> health_service;
   std::unique_ptr<JobServiceImpl> job_service;
+  std::unique_ptr<AdminServiceImpl> admin_service;
   std::unique_ptr<grpc::Server> grpc_server;
   HttpServer http;
   int grpc_port = 0;
@@ -93,6 +95,7 @@ Status ClusterdServer::Start() {
       std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo, &s.metrics);
   s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get());
   s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get());
+  s.admin_service = std::make_unique<AdminServiceImpl>(s.state.get(), s.engine.get());
 
   s.metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
                              [&s] { return static_cast<double>(s.state->durable_revision()); });
@@ -105,7 +108,7 @@ Status ClusterdServer::Start() {
 
   s.health_service = std::make_unique<HealthServiceImpl>(std::set<std::string>{
       "clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
-      "clusterd.v1.JobService"});
+      "clusterd.v1.JobService", "clusterd.v1.AdminService"});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(cfg.listen, grpc::InsecureServerCredentials(), &s.grpc_port);
@@ -121,6 +124,7 @@ Status ClusterdServer::Start() {
   builder.RegisterService(s.fault_service.get());
   builder.RegisterService(s.health_service.get());
   builder.RegisterService(s.job_service.get());
+  builder.RegisterService(s.admin_service.get());
   s.grpc_server = builder.BuildAndStart();
   if (!s.grpc_server || s.grpc_port == 0) {
     return Unavailable("cannot listen for gRPC on " + cfg.listen + " (address in use or invalid?)");

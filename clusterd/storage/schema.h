@@ -29,6 +29,8 @@ inline constexpr std::array<std::string_view, kCfCount> kCfNames = {
 inline constexpr std::string_view kMetaRevision = "revision";
 inline constexpr std::string_view kMetaCompactedRevision = "compacted_revision";
 inline constexpr std::string_view kMetaSchemaVersion = "schema_version";
+// Value: v1.AdminState (recovery paused, dry-run).
+inline constexpr std::string_view kMetaAdminState = "admin_state";
 
 inline constexpr uint64_t kSchemaVersion = 1;
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -476,6 +477,63 @@ TEST_F(ClusterctlTest, ExitCodes) {
   r = Run({"version"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out.rfind("clusterctl ", 0), 0u);
+}
+
+// A stand-in ClusterService whose first Watch ends with RESOURCE_EXHAUSTED
+// after two events, as clusterd does for a watcher that fell behind.
+class LaggingWatchService final : public clusterd::v1::ClusterService::Service {
+ public:
+  grpc::Status Watch(grpc::ServerContext*, const clusterd::v1::WatchRequest* req,
+                     grpc::ServerWriter<clusterd::v1::WatchResponse>* writer) override {
+    std::lock_guard lock(mu_);
+    from_.push_back(req->from_revision());
+    clusterd::v1::WatchResponse resp;
+    const uint64_t last = from_.size() == 1 ? 2 : 4;
+    for (uint64_t r = req->from_revision() + 1; r <= last; ++r) {
+      auto* e = resp.add_events();
+      e->set_revision(r);
+      e->set_type(clusterd::v1::EVENT_TYPE_NODE_UPDATED);
+      e->set_node("worker01");
+    }
+    resp.set_revision(last);
+    writer->Write(resp);
+    if (from_.size() == 1) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "watcher fell behind; resume with from_revision=2");
+    }
+    return grpc::Status::OK;
+  }
+  std::vector<uint64_t> from() {
+    std::lock_guard lock(mu_);
+    return from_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<uint64_t> from_;
+};
+
+TEST(ClusterctlWatchTest, ResourceExhaustedResumesFromTheLastRevision) {
+  LaggingWatchService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  TempDir dir;
+  std::ostringstream out, err;
+  int code = RunClusterctl({"--server", "127.0.0.1:" + std::to_string(port), "watch", "--from-revision", "0",
+                            "--max-events", "4", "--cursor-file", dir.Sub("cursor"), "-o", "json"},
+                           out, err, NoEnv);
+  server->Shutdown();
+  EXPECT_EQ(code, 0) << err.str();
+  EXPECT_EQ(Revisions(out.str()), (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(service.from(), (std::vector<uint64_t>{0, 2}));
+  EXPECT_NE(err.str().find("resuming from revision 2"), std::string::npos) << err.str();
+  std::ifstream in(dir.Sub("cursor"));
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "4");
 }
 
 TEST_F(ClusterctlTest, UnreachableServerNamesTheAddress) {

@@ -548,3 +548,80 @@ TEST_F(ClusterStateTest, FaultImpactOnJobs) {
 
 }  // namespace
 }  // namespace clusterd
+
+namespace clusterd {
+namespace {
+
+TEST_F(ClusterStateTest, CordonIsIdempotentAndRecordedWithActor) {
+  Hello(MakeHello("worker01", 1));
+  events_.clear();
+  auto node = Commit([&](Mutation* m) { return state_->ApplyCordon("worker01", true, "alice", "swap NIC", m); });
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  EXPECT_TRUE(node->cordoned());
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].type(), v1::EVENT_TYPE_NODE_CORDONED);
+  EXPECT_EQ(events_[0].actor(), "alice");
+  EXPECT_EQ(events_[0].reason(), "swap NIC");
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyCordon("worker01", true, "alice", "again", m); }).ok());
+  EXPECT_EQ(events_.size(), 1u);  // already cordoned: no change
+  Open();
+  EXPECT_TRUE(Node("worker01").node().cordoned());
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyCordon("worker01", false, "bob", "", m); }).ok());
+  EXPECT_EQ(events_.back().type(), v1::EVENT_TYPE_NODE_UNCORDONED);
+  EXPECT_FALSE(Node("worker01").node().cordoned());
+  Mutation m;
+  EXPECT_EQ(state_->ApplyCordon("ghost", true, "alice", "", &m).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state_->ApplyCordon("worker01", true, "", "", &m).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m.empty());
+}
+
+TEST_F(ClusterStateTest, ManualClearNamesWhoAndWhy) {
+  Hello(MakeHello("worker01", 1));
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());
+  Mutation bad;
+  EXPECT_EQ(state_->ApplyClearFault("worker01/3/accelerator/80E01801", "alice", "", &bad).status().code(),
+            StatusCode::kInvalidArgument);  // a reason is required
+  EXPECT_EQ(state_->ApplyClearFault("worker01/9/accelerator/80E01801", "alice", "x", &bad).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_TRUE(bad.empty());
+  events_.clear();
+  auto f = Commit([&](Mutation* m) {
+    return state_->ApplyClearFault("worker01/3/accelerator/80E01801", "alice", "chip replaced", m);
+  });
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->state(), v1::FAULT_STATE_CLEARED);
+  EXPECT_EQ(f->clear_reason(), "cleared by alice: chip replaced");
+  EXPECT_EQ(events_[0].type(), v1::EVENT_TYPE_FAULT_CLEARED);
+  EXPECT_EQ(events_[0].actor(), "alice");
+  EXPECT_EQ(Node("worker01").node().health(), v1::HEALTH_HEALTHY);
+  EXPECT_EQ(Commit([&](Mutation* m) {
+              return state_->ApplyClearFault("worker01/3/accelerator/80E01801", "alice", "again", m);
+            }).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClusterStateTest, RecoveryModeIsPersistedAndEvented) {
+  v1::SetRecoveryModeRequest req;
+  req.set_actor("alice");
+  req.set_reason("fabric upgrade");
+  req.set_recovery_paused(true);
+  auto st = Commit([&](Mutation* m) { return state_->ApplySetRecoveryMode(req, m); });
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->recovery_paused());
+  EXPECT_FALSE(st->dry_run());
+  EXPECT_EQ(events_.back().type(), v1::EVENT_TYPE_RECOVERY_MODE_CHANGED);
+  EXPECT_EQ(events_.back().message(), "recovery_paused=true dry_run=false");
+  const size_t n = events_.size();
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplySetRecoveryMode(req, m); }).ok());
+  EXPECT_EQ(events_.size(), n);  // no change, no event
+  Open();
+  EXPECT_TRUE(state_->admin_state().recovery_paused());
+  EXPECT_EQ(state_->admin_state().actor(), "alice");
+  v1::SetRecoveryModeRequest empty;
+  empty.set_actor("alice");
+  Mutation m;
+  EXPECT_EQ(state_->ApplySetRecoveryMode(empty, &m).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace clusterd

@@ -28,17 +28,20 @@ command -v protoc >/dev/null || fail "protoc not installed (run scripts/deps.sh)
 command -v grpcurl >/dev/null || fail "grpcurl not installed (run scripts/deps.sh)"
 [[ -x $ROOT/build/bin/clusterd && -x $ROOT/build/bin/noded ]] || fail "build/bin/clusterd and build/bin/noded missing (build first)"
 
-# go_tool NAME PACKAGE VERSION: installs PACKAGE@VERSION into $TOOLS_BIN unless
-# the binary there was already built from that version.
+# go_tool NAME PACKAGE VERSION [GO-INSTALL-FLAGS...]: installs PACKAGE@VERSION
+# into $TOOLS_BIN unless the binary there was already built from that version.
 go_tool() {
   local name=$1 pkg=$2 version=$3 have
+  shift 3
   have=$(go version -m "$TOOLS_BIN/$name" 2>/dev/null | awk '$1 == "mod" {print $3; exit}' || true)
   [[ $have == "$version" ]] && return 0
   echo "-- installing $name $version into $TOOLS_BIN (first run only; can take minutes)"
-  GOBIN="$TOOLS_BIN" go install "$pkg@$version" || fail "go install $pkg@$version"
+  GOBIN="$TOOLS_BIN" go install "$@" "$pkg@$version" || fail "go install $pkg@$version"
 }
 go_tool buf github.com/bufbuild/buf/cmd/buf "$BUF_VERSION"
-go_tool promtool github.com/prometheus/prometheus/cmd/promtool "$PROMTOOL_VERSION"
+# remove_all_sd leaves out Prometheus' service-discovery plugins (cloud SDKs),
+# which check metrics/rules never use: half the packages to build.
+go_tool promtool github.com/prometheus/prometheus/cmd/promtool "$PROMTOOL_VERSION" -tags remove_all_sd
 go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
 go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
 
@@ -103,7 +106,7 @@ fi
 echo "== build the Go operator"
 OPDIR="$ROOT/examples/operator-go"
 bash "$OPDIR/generate.sh" >/dev/null || fail "examples/operator-go/generate.sh"
-(cd "$OPDIR" && go vet ./... && go build -o "$WORK/operator" .) || fail "building examples/operator-go"
+(cd "$OPDIR" && go vet ./... && go build -buildvcs=false -o "$WORK/operator" .) || fail "building examples/operator-go"
 
 echo "== a live clusterd"
 start_clusterd() {
@@ -214,14 +217,23 @@ SMALL_GRPC=$(free_port)
 SMALL_HTTP=$(free_port)
 SMALL=127.0.0.1:$SMALL_GRPC
 "$ROOT/build/bin/clusterd" --listen "$SMALL" --http-listen "127.0.0.1:$SMALL_HTTP" --data-dir "$WORK/small" \
-  --node-grace 1h --retention-events 3 --retention-interval 100ms --log-level warn >"$WORK/small.log" 2>&1 &
+  --node-grace 1h --retention-events 1000 --retention-interval 100ms --log-level warn >"$WORK/small.log" 2>&1 &
 SMALL_PID=$!
 wait_until 30 curl -sf "http://127.0.0.1:$SMALL_HTTP/readyz"
-register "$SMALL" worker01
-for i in 1 2 3 4 5; do report "$SMALL" "s$i" RAISE; done
+# One agent stream that raises and clears a fault 400 times: over 1000 events,
+# so retention compacts the oldest ones.
+python3 -c '
+import json
+print(json.dumps({"hello": {"nodeName": "worker01", "bootId": "b1", "epoch": "1",
+                            "inventory": {"devices": [{"id": 3, "vendor": "huawei", "model": "910B3"}]}}}))
+for seq in range(1, 801):
+    print(json.dumps({"transition": {"id": {"epoch": "1", "seq": str(seq)},
+        "action": "TRANSITION_ACTION_RAISE" if seq % 2 else "TRANSITION_ACTION_CLEAR",
+        "fault": {"deviceId": 3, "source": "FAULT_SOURCE_ACCELERATOR", "code": "80E01801"}}}))
+' | grpcurl -plaintext -d @ "$SMALL" clusterd.v1.NodeAgentService/Connect >/dev/null
 compacted() {
   grpcurl -plaintext "$SMALL" clusterd.v1.ClusterService/GetSummary |
-    python3 -c 'import json,sys; sys.exit(int(json.load(sys.stdin).get("compactedRevision", "0")) < 5)'
+    python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(int(s.get("compactedRevision", s.get("compacted_revision", "0"))) < 10)'
 }
 wait_until 30 compacted
 echo 1 >"$WORK/old.cursor"
@@ -229,17 +241,15 @@ rc=0; "$WORK/operator" -server "$SMALL" -cursor-file "$WORK/old.cursor" -max-eve
 [[ $rc == 3 ]] || fail "operator on compacted history exited $rc, not 3: $(cat "$WORK/run5.log")"
 expect_contains "$(cat "$WORK/run5.log")" "oldest available revision:" "OUT_OF_RANGE report"
 [[ $(cat "$WORK/old.cursor") == 1 ]] || fail "the cursor moved without -reset-on-compaction"
-"$WORK/operator" -server "$SMALL" -cursor-file "$WORK/old.cursor" -max-events 1 -reset-on-compaction \
-  >"$WORK/run6.out" 2>"$WORK/run6.log" &
-OP_PID=$!
-sleep 1
-report "$SMALL" s6 RAISE
-rc=0; timeout 30 tail --pid="$OP_PID" -f /dev/null || rc=$?
-[[ $rc == 0 ]] || fail "operator with -reset-on-compaction did not finish: $(cat "$WORK/run6.log")"
-rc=0; wait "$OP_PID" || rc=$?; OP_PID=""
+[[ ! -s $WORK/run5.out ]] || fail "operator printed events from compacted history: $(cat "$WORK/run5.out")"
+rc=0; "$WORK/operator" -server "$SMALL" -cursor-file "$WORK/old.cursor" -max-events 1 -reset-on-compaction \
+  >"$WORK/run6.out" 2>"$WORK/run6.log" || rc=$?
 [[ $rc == 0 ]] || fail "operator with -reset-on-compaction exit $rc: $(cat "$WORK/run6.log")"
 expect_contains "$(cat "$WORK/run6.log")" "SKIPPING events 2.." "reset-on-compaction log"
-expect_contains "$(cat "$WORK/run6.out")" "netprobe/s6" "operator after the reset"
+expect_contains "$(cat "$WORK/run6.out")" "worker01/3/accelerator/80E01801" "operator after the reset"
+oldest=$(sed -n 's/.*oldest available revision: \([0-9]*\).*/\1/p' "$WORK/run5.log")
+first=$(revisions_of "$WORK/run6.out")
+(( first >= oldest )) || fail "after the reset the operator printed revision $first, older than $oldest"
 kill -TERM "$SMALL_PID"; wait "$SMALL_PID" || fail "small clusterd exit $?"; SMALL_PID=""
 
 echo "== the Python client"
@@ -289,7 +299,7 @@ else
   if command -v helm >/dev/null; then
     # Turn on whatever values key enables the rule: monitoring.prometheusRule.enabled today.
     key=$(sed -n 's/.*\.Values\.\([A-Za-z0-9_.]*[pP]rometheusRule\)\b.*/\1/p' "$RULE_TEMPLATE" | head -1)
-    helm template api-tools "$CHART" --namespace clusterd ${key:+--set "$key.enabled=true"} >"$WORK/chart.yaml" ||
+    helm template api-tools "$CHART" --namespace clusterd --kube-version 1.30.0 ${key:+--set "$key.enabled=true"} >"$WORK/chart.yaml" ||
       fail "helm template $CHART"
     rendered="$WORK/chart.yaml"
   elif ! grep -q '{{' "$RULE_TEMPLATE"; then

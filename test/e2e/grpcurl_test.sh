@@ -21,7 +21,7 @@ wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
 
 echo "-- reflection lists every service"
 services=$(grpcurl -plaintext "$ADDR" list)
-for s in clusterd.v1.ClusterService clusterd.v1.FaultService clusterd.v1.JobService clusterd.v1.NodeAgentService \
+for s in clusterd.v1.ClusterService clusterd.v1.FaultService clusterd.v1.JobService clusterd.v1.AdminService clusterd.v1.NodeAgentService \
          grpc.health.v1.Health; do
   expect_contains "$services" "$s" "grpcurl list"
 done
@@ -71,6 +71,20 @@ job=$(grpcurl -plaintext -d '{"id": "llm-7b"}' "$ADDR" clusterd.v1.JobService/Ge
 expect_contains "$job" '"fault_id": "worker01/3/accelerator/80E01801"' "GetJob impacts"
 expect_contains "$(grpcurl -plaintext -d '{"job": "llm-7b"}' "$ADDR" clusterd.v1.ClusterService/ListFaults)" \
   '"code": "80E01801"' "ListFaults by job"
+
+echo "-- admin: cordon, manual clear, pause; each is an event"
+grpcurl -plaintext -d '{"node": "worker01", "actor": "e2e", "reason": "maintenance"}' "$ADDR" \
+  clusterd.v1.AdminService/CordonNode >/dev/null
+expect_contains "$(grpcurl -plaintext -d '{"name": "worker01"}' "$ADDR" clusterd.v1.ClusterService/GetNode)" \
+  '"cordoned": true' "CordonNode"
+grpcurl -plaintext -d '{"recoveryPaused": true, "actor": "e2e", "reason": "test"}' "$ADDR" \
+  clusterd.v1.AdminService/SetRecoveryMode >/dev/null
+expect_contains "$(grpcurl -plaintext "$ADDR" clusterd.v1.AdminService/GetAdminState)" '"recovery_paused": true' \
+  "SetRecoveryMode"
+admin_events=$(grpcurl -plaintext -max-time 2 -d '{"types": ["EVENT_TYPE_NODE_CORDONED", "EVENT_TYPE_RECOVERY_MODE_CHANGED"]}' \
+  "$ADDR" clusterd.v1.ClusterService/Watch 2>&1 || true)
+expect_contains "$admin_events" '"actor": "e2e"' "admin events in Watch"
+expect_contains "$admin_events" "EVENT_TYPE_RECOVERY_MODE_CHANGED" "admin events in Watch"
 
 echo "-- watch replays history from a revision"
 watch=$(grpcurl -plaintext -max-time 2 -d '{"fromRevision": "1", "types": ["EVENT_TYPE_FAULT_RAISED"]}' "$ADDR" \

@@ -1,0 +1,60 @@
+#include "clusterd/server/admin_service.h"
+
+#include "clusterd/server/submit.h"
+
+namespace clusterd {
+
+grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerContext* ctx,
+                                                       const v1::CordonNodeRequest* req,
+                                                       v1::CordonNodeResponse* resp) {
+  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
+    auto node = state.ApplyCordon(req->node(), true, req->actor(), req->reason(), m);
+    if (!node.ok()) return node.status();
+    *resp->mutable_node() = std::move(*node);
+    return Status::Ok();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerContext* ctx,
+                                                         const v1::UncordonNodeRequest* req,
+                                                         v1::UncordonNodeResponse* resp) {
+  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
+    auto node = state.ApplyCordon(req->node(), false, req->actor(), req->reason(), m);
+    if (!node.ok()) return node.status();
+    *resp->mutable_node() = std::move(*node);
+    return Status::Ok();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ClearFault(grpc::CallbackServerContext* ctx,
+                                                       const v1::ClearFaultRequest* req,
+                                                       v1::ClearFaultResponse* resp) {
+  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
+    auto fault = state.ApplyClearFault(req->fault_id(), req->actor(), req->reason(), m);
+    if (!fault.ok()) return fault.status();
+    *resp->mutable_fault() = std::move(*fault);
+    return Status::Ok();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetRecoveryMode(grpc::CallbackServerContext* ctx,
+                                                            const v1::SetRecoveryModeRequest* req,
+                                                            v1::SetRecoveryModeResponse* resp) {
+  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
+    auto admin = state.ApplySetRecoveryMode(*req, m);
+    if (!admin.ok()) return admin.status();
+    *resp->mutable_state() = std::move(*admin);
+    return Status::Ok();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetAdminState(grpc::CallbackServerContext* ctx,
+                                                          const v1::GetAdminStateRequest*,
+                                                          v1::GetAdminStateResponse* resp) {
+  return AnswerRead(ctx, state_, [resp](const ClusterState& state) {
+    *resp->mutable_state() = state.admin_state();
+    return Status::Ok();
+  });
+}
+
+}  // namespace clusterd

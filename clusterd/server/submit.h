@@ -1,0 +1,38 @@
+// Unary writes: run `apply` on the Engine's writer thread and finish the call
+// once the change it recorded is durable (or with apply's error).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "clusterd/engine.h"
+#include "clusterd/server/grpc_status.h"
+
+namespace clusterd {
+
+// apply: Status(ClusterState&, Mutation*), called on the writer thread; it may
+// fill the response, which stays valid until Finish.
+template <typename Apply>
+grpc::ServerUnaryReactor* SubmitWrite(grpc::CallbackServerContext* ctx, Engine* engine, Apply apply) {
+  auto* reactor = ctx->DefaultReactor();
+  bool submitted = engine->Submit([reactor, apply](ClusterState& state, Mutation* m) -> Engine::Done {
+    Status st = apply(state, m);
+    return [reactor, st] { reactor->Finish(ToGrpc(st)); };
+  });
+  if (!submitted) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "clusterd is shutting down"));
+  return reactor;
+}
+
+// Reads under the state's shared lock. query: Status(const ClusterState&).
+template <typename Query>
+grpc::ServerUnaryReactor* AnswerRead(grpc::CallbackServerContext* ctx, const ClusterState* state, Query query) {
+  auto* reactor = ctx->DefaultReactor();
+  Status st;
+  {
+    std::shared_lock lock(state->mutex());
+    st = query(*state);
+  }
+  reactor->Finish(ToGrpc(st));
+  return reactor;
+}
+
+}  // namespace clusterd
