@@ -7,11 +7,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
+
+#include <unistd.h>
+
+#include <google/protobuf/util/json_util.h>
 
 #include "clusterctl/client.h"
 #include "clusterctl/format.h"
@@ -125,6 +131,7 @@ struct Context {
   std::string server;
   Output output = Output::kTable;
   std::chrono::milliseconds timeout = kDefaultTimeout;
+  GetEnvFn getenv = nullptr;
   std::unique_ptr<ClusterClient> client;
 
   ClusterClient& Client() {
@@ -141,9 +148,8 @@ int Usage(Context& c, const std::string& message) {
   return kExitUsage;
 }
 
-int Unsupported(Context& c, const std::string& what, const std::string& service) {
-  c.err << "clusterctl: " << what << " is not supported by this server yet (it needs clusterd.v1." << service
-        << ")\n";
+int Unsupported(Context& c, const std::string& what, const std::string& why) {
+  c.err << "clusterctl: " << what << " is not supported by this server yet (" << why << ")\n";
   return kExitUnsupported;
 }
 
@@ -269,6 +275,51 @@ std::optional<uint32_t> FaultDevice(const v1::Fault& f) {
   return f.has_device_id() ? std::optional<uint32_t>(f.device_id()) : std::nullopt;
 }
 
+// A string the server accepts as an actor: printable ASCII, no spaces.
+bool IsToken(const std::string& s) {
+  if (s.empty() || s.size() > 256) return false;
+  return std::all_of(s.begin(), s.end(), [](char ch) { return ch > ' ' && ch <= '~'; });
+}
+
+// Who does an admin action: --actor, else $CLUSTERCTL_ACTOR, else the login
+// name (getlogin_r, then $USER), else "clusterctl". Returns an exit code on error.
+std::optional<int> ActorFlag(Context& c, std::string* actor) {
+  if (c.args.Has("actor")) {
+    *actor = c.args.Get("actor");
+    if (actor->empty()) return Usage(c, c.verb + ": --actor must not be empty");
+    return std::nullopt;
+  }
+  if (const char* env = c.getenv("CLUSTERCTL_ACTOR"); env && *env) {
+    *actor = env;
+    return std::nullopt;
+  }
+  char login[257] = {};
+  if (getlogin_r(login, sizeof login) == 0 && IsToken(login)) {
+    *actor = login;
+    return std::nullopt;
+  }
+  if (const char* user = c.getenv("USER"); user && IsToken(user)) {
+    *actor = user;
+    return std::nullopt;
+  }
+  *actor = "clusterctl";
+  return std::nullopt;
+}
+
+std::string DurationText(const google::protobuf::Duration& d) {
+  if (d.seconds() == 0 && d.nanos() == 0) return "-";
+  return clusterd::FormatDuration(std::chrono::seconds(d.seconds()) + std::chrono::nanoseconds(d.nanos()));
+}
+
+void PrintKeyValues(Context& c, const std::vector<std::pair<std::string, std::string>>& kv,
+                    const std::string& prefix = "") {
+  size_t key_width = 0;
+  for (const auto& [k, v] : kv) key_width = std::max(key_width, k.size());
+  for (const auto& [k, v] : kv) {
+    c.out << prefix << k << ":" << std::string(key_width - k.size() + 2, ' ') << Sanitize(v) << "\n";
+  }
+}
+
 // ---------------------------------------------------------- get summary ---
 
 int GetSummary(Context& c) {
@@ -313,6 +364,7 @@ void AddNodeRow(Context& c, Table* t, const v1::Node& n) {
                                   std::to_string(n.active_faults()),
                                   std::to_string(n.inventory().devices_size()),
                                   n.connected() ? "yes" : "no",
+                                  n.cordoned() ? "yes" : "no",
                                   FormatTime(n.last_heartbeat_time())};
   if (c.wide()) {
     row.push_back(n.agent_version().empty() ? "-" : n.agent_version());
@@ -324,7 +376,8 @@ void AddNodeRow(Context& c, Table* t, const v1::Node& n) {
 }
 
 Table NodeTable(Context& c) {
-  std::vector<std::string> h = {"NAME", "HEALTH", "WORST-LEVEL", "FAULTS", "DEVICES", "CONNECTED", "LAST-HEARTBEAT"};
+  std::vector<std::string> h = {"NAME",      "HEALTH",   "WORST-LEVEL",   "FAULTS",
+                                "DEVICES",   "CONNECTED", "CORDONED", "LAST-HEARTBEAT"};
   if (c.wide()) h.insert(h.end(), {"AGENT", "BOOT-ID", "REVISION", "LABELS"});
   return Table(std::move(h));
 }
@@ -449,6 +502,7 @@ int DescribeNode(Context& c) {
       {"Worst level", ShortLevel(n.worst_level())},
       {"Active faults", std::to_string(n.active_faults())},
       {"Connected", n.connected() ? "yes" : "no"},
+      {"Cordoned", !n.cordoned() ? "no" : n.cordon_reason().empty() ? "yes" : "yes (" + n.cordon_reason() + ")"},
       {"Last heartbeat", FormatTime(n.last_heartbeat_time())},
       {"Registered", FormatTime(n.registered_time())},
       {"Agent version", n.agent_version().empty() ? "-" : n.agent_version()},
@@ -537,6 +591,12 @@ std::string WatchLine(const v1::Event& e) {
       level = ShortLevel(e.fault().level());
       state = ShortState(e.fault().state());
       if (!device) device = FaultDevice(e.fault());
+      if (!e.job_ids().empty()) {
+        std::string jobs;
+        for (const auto& id : e.job_ids()) jobs += (jobs.empty() ? "" : ",") + id;
+        state += " jobs=" + jobs;
+      }
+      if (!e.actor().empty()) state += " by " + e.actor();
       break;
     case v1::EVENT_TYPE_NODE_HEALTH_CHANGED:
     case v1::EVENT_TYPE_DEVICE_HEALTH_CHANGED:
@@ -545,6 +605,21 @@ std::string WatchLine(const v1::Event& e) {
     case v1::EVENT_TYPE_NODE_REGISTERED:
     case v1::EVENT_TYPE_NODE_UPDATED:
       if (e.has_node_info()) state = ShortHealth(e.node_info().health());
+      break;
+    case v1::EVENT_TYPE_JOB_CREATED:
+    case v1::EVENT_TYPE_JOB_UPDATED:
+    case v1::EVENT_TYPE_JOB_DELETED: {
+      const std::string id = e.has_job() ? e.job().id() : (e.job_ids().empty() ? "" : e.job_ids(0));
+      state = "job " + (id.empty() ? std::string("-") : id);
+      if (e.has_job() && e.type() != v1::EVENT_TYPE_JOB_DELETED) state += " " + ShortJobState(e.job().state());
+      break;
+    }
+    case v1::EVENT_TYPE_NODE_CORDONED:
+    case v1::EVENT_TYPE_NODE_UNCORDONED:
+    case v1::EVENT_TYPE_RECOVERY_MODE_CHANGED:
+      state = e.message().empty() ? "" : e.message() + " ";
+      state += "by " + (e.actor().empty() ? std::string("-") : e.actor());
+      if (!e.reason().empty()) state += ": " + e.reason();
       break;
     default:
       break;
@@ -616,7 +691,8 @@ int Watch(Context& c) {
     auto type = ParseEventType(t);
     if (!type) {
       std::string names;
-      for (int i = v1::EVENT_TYPE_NODE_REGISTERED; i <= v1::EVENT_TYPE_FAULT_CLEARED; ++i) {
+      for (int i = v1::EVENT_TYPE_NODE_REGISTERED; i <= v1::EventType_MAX; ++i) {
+        if (!v1::EventType_IsValid(i)) continue;
         names += (names.empty() ? "" : ", ") + ShortEventType(static_cast<v1::EventType>(i));
       }
       return Usage(c, "--type: unknown event type '" + t + "' (one of " + names + ")");
@@ -715,6 +791,372 @@ int Watch(Context& c) {
   }
 }
 
+// ----------------------------------------------------------------- jobs ---
+
+size_t NodeCount(const v1::Job& j) {
+  std::set<std::string> nodes;
+  for (const auto& p : j.placement()) nodes.insert(p.node());
+  return nodes.size();
+}
+
+std::vector<uint32_t> ImpactedRanks(const v1::Job& j) {
+  std::vector<uint32_t> ranks;
+  for (const auto& i : j.impacts()) ranks.insert(ranks.end(), i.ranks().begin(), i.ranks().end());
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+Table JobTable(Context& c) {
+  std::vector<std::string> h = {"ID", "KIND", "STATE", "RANKS", "NODES", "IMPACTED-RANKS"};
+  if (c.wide()) h.insert(h.end(), {"IMPACTED", "FAULTS", "CREATED", "REVISION", "LABELS"});
+  return Table(std::move(h));
+}
+
+void AddJobRow(Context& c, Table* t, const v1::Job& j) {
+  const std::vector<uint32_t> impacted = ImpactedRanks(j);
+  std::vector<std::string> row = {j.id(),
+                                  ShortJobKind(j.kind()),
+                                  ShortJobState(j.state()),
+                                  std::to_string(j.placement_size()),
+                                  std::to_string(NodeCount(j)),
+                                  std::to_string(impacted.size())};
+  if (c.wide()) {
+    row.push_back(RankRanges(impacted));
+    row.push_back(std::to_string(j.impacts_size()));
+    row.push_back(FormatTime(j.create_time()));
+    row.push_back(std::to_string(j.revision()));
+    row.push_back(LabelsText(j.labels()));
+  }
+  t->AddRow(std::move(row));
+}
+
+int GetJobs(Context& c) {
+  if (auto e = CheckPositional(c, 0, 1, "")) return *e;
+  if (c.args.positional.size() == 1) {  // get job ID: one row
+    if (c.args.Has("state") || c.args.Has("kind")) {
+      return Usage(c, "get jobs ID: --state and --kind filter lists, not one job");
+    }
+    v1::GetJobResponse resp;
+    if (auto st = c.Client().GetJob(c.args.positional[0], &resp); !st.ok()) return RpcFailure(c, "GetJob", st);
+    if (c.json()) {
+      c.out << ToJson(resp.job(), true) << "\n";
+      return kExitOk;
+    }
+    Table t = JobTable(c);
+    AddJobRow(c, &t, resp.job());
+    t.Print(c.out);
+    return kExitOk;
+  }
+  v1::ListJobsRequest req;
+  if (c.args.Has("state")) {
+    auto s = ParseJobState(c.args.Get("state"));
+    if (!s) {
+      return Usage(c, "--state: unknown job state '" + c.args.Get("state") +
+                          "' (one of PENDING, RUNNING, RECOVERING, SUCCEEDED, FAILED)");
+    }
+    req.set_state(*s);
+  }
+  if (c.args.Has("kind")) {
+    auto k = ParseJobKind(c.args.Get("kind"));
+    if (!k) return Usage(c, "--kind: unknown job kind '" + c.args.Get("kind") + "' (one of TRAINING, INFERENCE)");
+    req.set_kind(*k);
+  }
+  v1::ListJobsResponse resp;
+  if (auto st = c.Client().ListAllJobs(req, &resp); !st.ok()) return RpcFailure(c, "ListJobs", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  if (resp.jobs().empty()) {
+    c.err << "No jobs found.\n";
+    return kExitOk;
+  }
+  Table t = JobTable(c);
+  for (const auto& j : resp.jobs()) AddJobRow(c, &t, j);
+  t.Print(c.out);
+  return kExitOk;
+}
+
+std::string PolicyStrategies(const v1::RecoveryPolicy& p) {
+  if (p.allowed_strategies().empty()) return "all";
+  std::string out;
+  for (int s : p.allowed_strategies()) {
+    if (!out.empty()) out += ", ";
+    out += ShortStrategy(static_cast<v1::RecoveryStrategy>(s));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> PolicyLines(const v1::RecoveryPolicy& p) {
+  std::vector<std::pair<std::string, std::string>> kv = {{"Allowed strategies", PolicyStrategies(p)}};
+  std::string timeouts;
+  for (const auto& t : p.step_timeouts()) {
+    if (!timeouts.empty()) timeouts += ", ";
+    timeouts += ShortStrategy(t.strategy()) + "=" + DurationText(t.timeout());
+  }
+  kv.push_back({"Step timeouts", timeouts.empty() ? "-" : timeouts});
+  kv.push_back({"Max retries per job",
+                p.has_max_retries_per_job() ? std::to_string(p.max_retries_per_job()) : std::string("-")});
+  kv.push_back({"Max retries per node",
+                p.has_max_retries_per_node() ? std::to_string(p.max_retries_per_node()) : std::string("-")});
+  kv.push_back({"Hold-down", DurationText(p.hold_down())});
+  kv.push_back({"Min replicas", std::to_string(p.min_replicas())});
+  kv.push_back({"Ranks per replica", std::to_string(p.ranks_per_replica() == 0 ? 1 : p.ranks_per_replica())});
+  std::string silences;
+  for (const auto& w : p.silences()) {
+    if (!silences.empty()) silences += ", ";
+    silences += w.code() + (w.has_until() ? " until " + FormatTime(w.until()) : std::string(" (no end)"));
+  }
+  kv.push_back({"Silences", silences.empty() ? "-" : silences});
+  return kv;
+}
+
+int DescribeJob(Context& c) {
+  if (auto e = CheckPositional(c, 1, 1, "job id")) return *e;
+  v1::GetJobResponse resp;
+  if (auto st = c.Client().GetJob(c.args.positional[0], &resp); !st.ok()) return RpcFailure(c, "GetJob", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  const v1::Job& j = resp.job();
+  const std::vector<uint32_t> impacted = ImpactedRanks(j);
+  PrintKeyValues(c, {
+                        {"Id", j.id()},
+                        {"Kind", ShortJobKind(j.kind())},
+                        {"State", ShortJobState(j.state())},
+                        {"Ranks", std::to_string(j.placement_size()) + " on " + std::to_string(NodeCount(j)) +
+                                      (NodeCount(j) == 1 ? " node" : " nodes")},
+                        {"Impacted ranks", impacted.empty() ? "none"
+                                                            : std::to_string(impacted.size()) + " (" +
+                                                                  RankRanges(impacted) + ")"},
+                        {"Labels", LabelsText(j.labels())},
+                        {"Created", FormatTime(j.create_time())},
+                        {"Updated", FormatTime(j.update_time())},
+                        {"Revision", std::to_string(j.revision())},
+                    });
+
+  // The faults hitting each rank, by code, for the placement table.
+  std::map<uint32_t, std::set<std::string>> faults_by_rank;
+  for (const auto& i : j.impacts()) {
+    for (uint32_t r : i.ranks()) faults_by_rank[r].insert(i.code());
+  }
+  c.out << "\nPlacement:\n";
+  if (j.placement().empty()) {
+    c.out << "  <none>\n";
+  } else {
+    std::vector<const v1::RankPlacement*> placement;
+    for (const auto& p : j.placement()) placement.push_back(&p);
+    std::sort(placement.begin(), placement.end(), [](const auto* a, const auto* b) { return a->rank() < b->rank(); });
+    Table t({"RANK", "NODE", "DEVICE", "FAULTS"});
+    for (const auto* p : placement) {
+      std::string faults;
+      if (auto it = faults_by_rank.find(p->rank()); it != faults_by_rank.end()) {
+        for (const auto& code : it->second) faults += (faults.empty() ? "" : ",") + code;
+      }
+      t.AddRow({std::to_string(p->rank()), p->node(),
+                DeviceText(p->has_device_id() ? std::optional<uint32_t>(p->device_id()) : std::nullopt),
+                faults.empty() ? "-" : faults});
+    }
+    c.out << Indent(TableText(t));
+  }
+
+  c.out << "\nRecovery policy:\n";
+  PrintKeyValues(c, PolicyLines(j.policy()), "  ");
+
+  c.out << "\nImpacts (active faults hitting the job):\n";
+  if (j.impacts().empty()) {
+    c.out << "  <none>\n";
+  } else {
+    Table t({"NODE", "DEVICE", "CODE", "LEVEL", "RANKS", "FAULT-ID"});
+    for (const auto& i : j.impacts()) {
+      t.AddRow({i.node(), DeviceText(i.has_device_id() ? std::optional<uint32_t>(i.device_id()) : std::nullopt),
+                i.code(), ShortLevel(i.level()),
+                RankRanges(std::vector<uint32_t>(i.ranks().begin(), i.ranks().end())), i.fault_id()});
+    }
+    c.out << Indent(TableText(t));
+  }
+  return kExitOk;
+}
+
+// A possibly multi-line message (the JSON parser points at the error on a
+// second line): each line sanitised, continuation lines indented.
+std::string MultiLine(const std::string& text) {
+  std::string out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) out += (out.empty() ? "" : "\n  ") + Sanitize(line);
+  return out;
+}
+
+// Reads FILE ("-": standard input) into *text. Returns an error message, empty on success.
+std::string ReadInput(const std::string& path, std::string* text) {
+  if (path == "-") {
+    text->assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    return std::cin.bad() ? "cannot read standard input" : "";
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return path + " is a directory";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "cannot open " + path;
+  text->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) return "cannot read " + path;
+  return "";
+}
+
+int CreateJob(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  if (auto e = RequireFlags(c, {"filename"})) return *e;
+  const std::string path = c.args.Get("filename");
+  std::string text;
+  if (std::string error = ReadInput(path, &text); !error.empty()) {
+    c.err << "clusterctl: create-job: " << Sanitize(error) << "\n";
+    return kExitUsage;
+  }
+  v1::CreateJobRequest req;
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;  // a misspelt field is an error, not a silent default
+  if (auto st = google::protobuf::util::JsonStringToMessage(text, req.mutable_job(), opts); !st.ok()) {
+    c.err << "clusterctl: create-job: " << Sanitize(path == "-" ? "standard input" : path)
+          << " is not a valid Job (proto JSON): " << MultiLine(std::string(st.message())) << "\n";
+    return kExitUsage;
+  }
+  v1::CreateJobResponse resp;
+  if (auto st = c.Client().CreateJob(req, &resp); !st.ok()) return RpcFailure(c, "CreateJob", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  const v1::Job& j = resp.job();
+  c.out << "job " << Sanitize(j.id()) << " created: " << ShortJobKind(j.kind()) << ", " << j.placement_size()
+        << " ranks on " << NodeCount(j) << (NodeCount(j) == 1 ? " node" : " nodes") << ", state "
+        << ShortJobState(j.state()) << ", revision " << j.revision() << "\n";
+  const std::vector<uint32_t> impacted = ImpactedRanks(j);
+  if (!impacted.empty()) {
+    c.out << "warning: " << impacted.size() << " ranks already hit by active faults (" << RankRanges(impacted)
+          << "); see 'clusterctl describe job " << Sanitize(j.id()) << "'\n";
+  }
+  return kExitOk;
+}
+
+int DeleteJob(Context& c) {
+  if (auto e = CheckPositional(c, 1, 1, "job id")) return *e;
+  v1::DeleteJobResponse resp;
+  if (auto st = c.Client().DeleteJob(c.args.positional[0], &resp); !st.ok()) return RpcFailure(c, "DeleteJob", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  c.out << "job " << Sanitize(c.args.positional[0]) << " deleted, revision " << resp.revision() << "\n";
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------- admin ---
+
+int CordonOrUncordon(Context& c, bool cordon) {
+  if (auto e = CheckPositional(c, 1, 1, "node name")) return *e;
+  if (cordon) {
+    if (auto e = RequireFlags(c, {"reason"})) return *e;
+  }
+  std::string actor;
+  if (auto e = ActorFlag(c, &actor)) return *e;
+  v1::Node node;
+  if (cordon) {
+    v1::CordonNodeRequest req;
+    req.set_node(c.args.positional[0]);
+    req.set_actor(actor);
+    req.set_reason(c.args.Get("reason"));
+    v1::CordonNodeResponse resp;
+    if (auto st = c.Client().CordonNode(req, &resp); !st.ok()) return RpcFailure(c, "CordonNode", st);
+    if (c.json()) {
+      c.out << ToJson(resp, true) << "\n";
+      return kExitOk;
+    }
+    node = resp.node();
+  } else {
+    v1::UncordonNodeRequest req;
+    req.set_node(c.args.positional[0]);
+    req.set_actor(actor);
+    req.set_reason(c.args.Get("reason"));
+    v1::UncordonNodeResponse resp;
+    if (auto st = c.Client().UncordonNode(req, &resp); !st.ok()) return RpcFailure(c, "UncordonNode", st);
+    if (c.json()) {
+      c.out << ToJson(resp, true) << "\n";
+      return kExitOk;
+    }
+    node = resp.node();
+  }
+  c.out << "node " << Sanitize(node.name()) << (node.cordoned() ? " cordoned" : " uncordoned");
+  if (node.cordoned() && !node.cordon_reason().empty()) c.out << " (" << Sanitize(node.cordon_reason()) << ")";
+  c.out << ", revision " << node.revision() << "\n";
+  return kExitOk;
+}
+
+int Cordon(Context& c) { return CordonOrUncordon(c, true); }
+int Uncordon(Context& c) { return CordonOrUncordon(c, false); }
+
+std::string ModeText(const v1::AdminState& s) {
+  return std::string("recovery ") + (s.recovery_paused() ? "paused" : "active") + ", dry-run " +
+         (s.dry_run() ? "on" : "off");
+}
+
+int SetMode(Context& c, std::optional<bool> paused, std::optional<bool> dry_run) {
+  std::string actor;
+  if (auto e = ActorFlag(c, &actor)) return *e;
+  v1::SetRecoveryModeRequest req;
+  if (paused) req.set_recovery_paused(*paused);
+  if (dry_run) req.set_dry_run(*dry_run);
+  req.set_actor(actor);
+  req.set_reason(c.args.Get("reason"));
+  v1::SetRecoveryModeResponse resp;
+  if (auto st = c.Client().SetRecoveryMode(req, &resp); !st.ok()) return RpcFailure(c, "SetRecoveryMode", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  c.out << ModeText(resp.state()) << ", revision " << resp.state().revision() << "\n";
+  return kExitOk;
+}
+
+int Pause(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  if (auto e = RequireFlags(c, {"reason"})) return *e;
+  return SetMode(c, true, std::nullopt);
+}
+
+int Resume(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  return SetMode(c, false, std::nullopt);
+}
+
+int DryRun(Context& c) {
+  if (auto e = CheckPositional(c, 1, 1, "on or off")) return *e;
+  const std::string& v = c.args.positional[0];
+  if (v != "on" && v != "off") return Usage(c, "dry-run: '" + v + "' is neither on nor off");
+  return SetMode(c, std::nullopt, v == "on");
+}
+
+int GetAdmin(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  v1::GetAdminStateResponse resp;
+  if (auto st = c.Client().GetAdminState(&resp); !st.ok()) return RpcFailure(c, "GetAdminState", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  const v1::AdminState& s = resp.state();
+  PrintKeyValues(c, {
+                        {"Recovery", s.recovery_paused() ? "paused" : "active"},
+                        {"Dry run", s.dry_run() ? "on" : "off"},
+                        {"Changed by", s.actor().empty() ? "-" : s.actor()},
+                        {"Reason", s.reason().empty() ? "-" : s.reason()},
+                        {"Changed", FormatTime(s.update_time())},
+                        {"Revision", std::to_string(s.revision())},
+                    });
+  return kExitOk;
+}
+
 // --------------------------------------------------- report/clear fault ---
 
 void PrintReport(Context& c, const v1::ReportResponse& r, const std::string& verb) {
@@ -756,8 +1198,42 @@ int ReportFault(Context& c) {
   return kExitOk;
 }
 
+// clear-fault FAULT_ID: AdminService.ClearFault, any active fault.
+int ClearFaultById(Context& c) {
+  if (auto e = CheckPositional(c, 1, 1, "fault id")) return *e;
+  for (const char* flag : {"reporter", "id", "node", "device", "code", "message"}) {
+    if (c.args.Has(flag)) {
+      return Usage(c, "clear-fault FAULT_ID: --" + std::string(flag) +
+                          " belongs to the external-report form (--reporter R --id ID --node N)");
+    }
+  }
+  if (auto e = RequireFlags(c, {"reason"})) return *e;
+  std::string actor;
+  if (auto e = ActorFlag(c, &actor)) return *e;
+  v1::ClearFaultRequest req;
+  req.set_fault_id(c.args.positional[0]);
+  req.set_actor(actor);
+  req.set_reason(c.args.Get("reason"));
+  v1::ClearFaultResponse resp;
+  if (auto st = c.Client().ClearFault(req, &resp); !st.ok()) return RpcFailure(c, "ClearFault", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  const v1::Fault& f = resp.fault();
+  c.out << "fault " << Sanitize(f.id()) << " cleared: code " << Sanitize(FaultCode(f)) << ", level "
+        << ShortLevel(f.level()) << ", state " << ShortState(f.state()) << ", revision " << f.revision() << "\n";
+  return kExitOk;
+}
+
 int ClearFault(Context& c) {
-  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  if (!c.args.positional.empty()) return ClearFaultById(c);
+  if (!c.args.Has("reporter") && !c.args.Has("id") && !c.args.Has("node")) {
+    return Usage(c, "clear-fault: missing FAULT_ID (or --reporter R --id ID --node N for an external report)");
+  }
+  if (c.args.Has("reason") || c.args.Has("actor")) {
+    return Usage(c, "clear-fault: --reason and --actor go with a FAULT_ID; the external-report form takes --message");
+  }
   if (auto e = RequireFlags(c, {"reporter", "id", "node"})) return *e;
   const std::string reporter = c.args.Get("reporter"), id = c.args.Get("id"), node = c.args.Get("node");
   std::optional<uint64_t> device;
@@ -779,7 +1255,7 @@ int ClearFault(Context& c) {
   if (matches.empty()) {
     c.err << "clusterctl: no fault reported by '" << Sanitize(reporter) << "' with id '" << Sanitize(id)
           << "' on node " << Sanitize(node) << (device ? " device " + std::to_string(*device) : std::string())
-          << " (faults raised by a node agent are cleared by that agent)\n";
+          << " (a fault raised by a node agent is cleared with 'clear-fault FAULT_ID --reason R')\n";
     return kExitNotFound;
   }
   if (matches.size() > 1) {
@@ -825,6 +1301,9 @@ const std::vector<FlagSpec> kReportFlags = {
     {"code", 0, true, false},     {"level", 0, true, false}, {"message", 0, true, false},
 };
 
+// Operator actions (AdminService): who and why.
+const std::vector<FlagSpec> kAdminFlags = {{"reason", 0, true, false}, {"actor", 0, true, false}};
+
 // Looks up "get nodes", "describe node", "watch" ... (singular or plural
 // resource names). Returns nullptr for an unknown command.
 const Command* FindCommand(const std::string& verb, const std::string& resource) {
@@ -852,19 +1331,44 @@ const Command* FindCommand(const std::string& verb, const std::string& resource)
                                {"node", 0, true, false},
                                {"device", 0, true, false},
                                {"code", 0, true, false},
-                               {"message", 0, true, false}},
+                               {"message", 0, true, false},
+                               {"reason", 0, true, false},
+                               {"actor", 0, true, false}},
                               ClearFault};
   static const Command kVersion{{}, Version};
+  static const Command kJobs{{{"state", 0, true, false}, {"kind", 0, true, false}}, GetJobs};
+  static const Command kDescribeJob{{}, DescribeJob};
+  static const Command kCreateJob{{{"filename", 'f', true, false}}, CreateJob};
+  static const Command kDeleteJob{{}, DeleteJob};
+  static const Command kAdmin{{}, GetAdmin};
+  static const Command kCordon{kAdminFlags, Cordon};
+  static const Command kUncordon{kAdminFlags, Uncordon};
+  static const Command kPause{kAdminFlags, Pause};
+  static const Command kResume{kAdminFlags, Resume};
+  static const Command kDryRun{kAdminFlags, DryRun};
   if (verb == "get") {
     if (resource == "summary") return &kSummary;
     if (resource == "nodes" || resource == "node" || resource == "no") return &kNodes;
     if (resource == "faults" || resource == "fault") return &kFaults;
+    if (resource == "jobs" || resource == "job") return &kJobs;
+    if (resource == "admin") return &kAdmin;
     return nullptr;
   }
-  if (verb == "describe") return resource == "node" || resource == "nodes" ? &kDescribeNode : nullptr;
+  if (verb == "describe") {
+    if (resource == "node" || resource == "nodes") return &kDescribeNode;
+    if (resource == "job" || resource == "jobs") return &kDescribeJob;
+    return nullptr;
+  }
   if (verb == "watch") return &kWatch;
   if (verb == "report-fault") return &kReport;
   if (verb == "clear-fault") return &kClear;
+  if (verb == "create-job") return &kCreateJob;
+  if (verb == "delete-job") return &kDeleteJob;
+  if (verb == "cordon") return &kCordon;
+  if (verb == "uncordon") return &kUncordon;
+  if (verb == "pause") return &kPause;
+  if (verb == "resume") return &kResume;
+  if (verb == "dry-run") return &kDryRun;
   if (verb == "version") return &kVersion;
   return nullptr;
 }
@@ -872,7 +1376,7 @@ const Command* FindCommand(const std::string& verb, const std::string& resource)
 }  // namespace
 
 std::string ClusterctlUsage() {
-  return R"(clusterctl: query and watch ClusterD.
+  return R"(clusterctl: query, watch and operate ClusterD.
 
 Usage: clusterctl [--server ADDR] [-o table|wide|json] [--timeout 10s] COMMAND [ARGS]
 
@@ -888,29 +1392,53 @@ Commands:
                                       nodes (all pages); H: HEALTHY, SUB_HEALTHY, UNHEALTHY, UNKNOWN
   get faults [--node N] [--device D] [--min-level L] [--active] [--since-revision R]
                                       faults, active and cleared unless --active
+  get jobs [ID] [--state S] [--kind K]
+                                      jobs (all pages) with their ranks, nodes and the ranks hit
+                                      by active faults; S: PENDING, RUNNING, RECOVERING,
+                                      SUCCEEDED, FAILED; K: TRAINING, INFERENCE
+  get admin                           recovery paused or not, dry-run, who changed it last and why
   describe node NAME                  node, inventory, devices, active faults, metrics
+  describe job ID                     job, placement (rank -> node/device), recovery policy and
+                                      the active faults that hit it (impacts)
   watch [--from-revision R] [--node N]... [--type T]... [--min-level L] [--cursor-file F]
                                       print every change after revision R (default: from now),
                                       then follow live changes; one line (or JSON object) per
                                       event. --cursor-file keeps the last revision seen and
                                       resumes from it when it exists. T: NODE_REGISTERED,
                                       NODE_UPDATED, NODE_HEALTH_CHANGED, DEVICE_HEALTH_CHANGED,
-                                      FAULT_RAISED, FAULT_UPDATED, FAULT_CLEARED
+                                      FAULT_RAISED, FAULT_UPDATED, FAULT_CLEARED, JOB_CREATED,
+                                      JOB_UPDATED, JOB_DELETED, NODE_CORDONED, NODE_UNCORDONED,
+                                      RECOVERY_MODE_CHANGED
   report-fault --reporter R --id ID --node N [--device D] --code C [--level L] [--message M]
                                       raise an external fault (idempotent by reporter and id)
+  clear-fault FAULT_ID --reason R [--actor A]
+                                      clear any active fault by hand, agent-raised included
+                                      (FAULT_ID as in 'get faults -o wide', e.g.
+                                      worker01/3/accelerator/80E01801)
   clear-fault --reporter R --id ID --node N [--device D] [--message M]
-                                      clear an external fault. Faults raised by a node agent
-                                      are cleared by that agent when the condition ends.
+                                      clear an external fault as its reporter would
+  create-job -f FILE                  create a job from a Job in proto JSON (FILE '-': stdin)
+  delete-job ID                       delete a job
+  cordon NODE --reason R [--actor A]  maintenance: the node's faults are recorded but start
+                                      no recovery
+  uncordon NODE [--reason R] [--actor A]
+  pause --reason R [--actor A]        pause automatic recovery cluster-wide
+  resume [--reason R] [--actor A]     resume automatic recovery
+  dry-run on|off [--reason R] [--actor A]
+                                      dry-run: recovery decisions are recorded, nothing is acted on
   version                             client version
   help                                this help
+
+Actor of cordon, uncordon, pause, resume, dry-run and clear-fault FAULT_ID: --actor, else
+  $CLUSTERCTL_ACTOR, else the login name ($USER), else "clusterctl".
 
 Levels (mildest first): NOT_HANDLE, SUB_HEALTH, PRE_SEPARATE, RESTART_REQUEST,
   RESTART_BUSINESS, FREE_RESTART_NPU, RESTART_NPU, SEPARATE (a FAULT_LEVEL_ prefix is accepted).
 
-Not supported by this server yet (exit 5): get jobs, get recoveries, describe job (need
-  JobService); cordon, uncordon, pause, resume (need AdminService).
+Not supported by this server yet (exit 5): get recoveries (no service serves them yet).
 
-Exit codes: 0 ok, 1 server unreachable or RPC error, 2 usage error, 3 not found,
+Exit codes: 0 ok, 1 server unreachable or RPC error (the server's code and message are
+  printed, e.g. FAILED_PRECONDITION), 2 usage error (also a bad job file), 3 not found,
   4 watch revision compacted (the oldest available revision is printed), 5 not supported yet.
 )";
 }
@@ -918,6 +1446,7 @@ Exit codes: 0 ok, 1 server unreachable or RPC error, 2 usage error, 3 not found,
 int RunClusterctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, GetEnvFn getenv) {
   if (!getenv) getenv = SystemGetenv;
   Context c(out, err);
+  c.getenv = getenv;
 
   // Global flags, then the verb (and for get/describe the resource), then the
   // verb's own flags mixed with global ones and positional arguments.
@@ -949,20 +1478,16 @@ int RunClusterctl(const std::vector<std::string>& args, std::ostream& out, std::
         out << ClusterctlUsage();
         return kExitOk;
       }
-      return Usage(c, c.verb == "get" ? "get what? (summary, nodes, faults)" : "describe what? (node NAME)");
+      return Usage(c, c.verb == "get" ? "get what? (summary, nodes, faults, jobs, admin)"
+                                      : "describe what? (node NAME, job ID)");
     }
     c.verb += " " + resource;
   }
 
   // Verbs that need services this server does not have: say so, fake nothing.
-  if (c.verb == "get jobs" || c.verb == "get job" || c.verb == "get recoveries" || c.verb == "get recovery") {
-    return Unsupported(c, "'clusterctl " + c.verb + "'", "JobService");
-  }
-  if (c.verb == "describe job" || c.verb == "describe jobs") {
-    return Unsupported(c, "'clusterctl " + c.verb + "'", "JobService");
-  }
-  if (c.verb == "cordon" || c.verb == "uncordon" || c.verb == "pause" || c.verb == "resume") {
-    return Unsupported(c, "'clusterctl " + c.verb + "'", "AdminService");
+  if (c.verb == "get recoveries" || c.verb == "get recovery" || c.verb == "describe recovery" ||
+      c.verb == "describe recoveries") {
+    return Unsupported(c, "'clusterctl " + c.verb + "'", "no service serves recovery records yet");
   }
 
   const Command* cmd = FindCommand(c.verb.substr(0, c.verb.find(' ')), resource);

@@ -17,6 +17,8 @@ ClusterClient::ClusterClient(std::string address, std::chrono::milliseconds time
   channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
   cluster_ = v1::ClusterService::NewStub(channel_);
   fault_ = v1::FaultService::NewStub(channel_);
+  job_ = v1::JobService::NewStub(channel_);
+  admin_ = v1::AdminService::NewStub(channel_);
 }
 
 void ClusterClient::Prepare(grpc::ClientContext* ctx) const {
@@ -77,6 +79,76 @@ grpc::Status ClusterClient::Report(const v1::ReportRequest& req, v1::ReportRespo
   grpc::ClientContext ctx;
   Prepare(&ctx);
   return fault_->Report(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out) {
+  out->Clear();
+  req.set_page_size(kPageSize);
+  req.clear_page_token();
+  for (int page = 0; page < kMaxPages; ++page) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::ListJobsResponse resp;
+    grpc::Status st = job_->ListJobs(&ctx, req, &resp);
+    if (!st.ok()) return st;
+    for (auto& j : *resp.mutable_jobs()) *out->add_jobs() = std::move(j);
+    out->set_total_size(resp.total_size());
+    if (resp.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(resp.next_page_token());
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, "ListJobs: pagination did not end");
+}
+
+grpc::Status ClusterClient::GetJob(const std::string& id, v1::GetJobResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::GetJobRequest req;
+  req.set_id(id);
+  return job_->GetJob(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::CreateJob(const v1::CreateJobRequest& req, v1::CreateJobResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return job_->CreateJob(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::DeleteJob(const std::string& id, v1::DeleteJobResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::DeleteJobRequest req;
+  req.set_id(id);
+  return job_->DeleteJob(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::CordonNode(const v1::CordonNodeRequest& req, v1::CordonNodeResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->CordonNode(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::UncordonNode(const v1::UncordonNodeRequest& req, v1::UncordonNodeResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->UncordonNode(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::ClearFault(const v1::ClearFaultRequest& req, v1::ClearFaultResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->ClearFault(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::SetRecoveryMode(const v1::SetRecoveryModeRequest& req, v1::SetRecoveryModeResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->SetRecoveryMode(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::GetAdminState(v1::GetAdminStateResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->GetAdminState(&ctx, v1::GetAdminStateRequest(), out);
 }
 
 grpc::Status ClusterClient::Watch(const v1::WatchRequest& req,

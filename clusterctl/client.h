@@ -10,8 +10,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
+#include "clusterd/v1/job.grpc.pb.h"
 
 namespace clusterctl {
 
@@ -31,6 +33,19 @@ class ClusterClient {
   grpc::Status ListAllFaults(v1::ListFaultsRequest req, v1::ListFaultsResponse* out);
   grpc::Status Report(const v1::ReportRequest& req, v1::ReportResponse* out);
 
+  // JobService. ListAllJobs follows every page: out holds all jobs.
+  grpc::Status ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out);
+  grpc::Status GetJob(const std::string& id, v1::GetJobResponse* out);
+  grpc::Status CreateJob(const v1::CreateJobRequest& req, v1::CreateJobResponse* out);
+  grpc::Status DeleteJob(const std::string& id, v1::DeleteJobResponse* out);
+
+  // AdminService.
+  grpc::Status CordonNode(const v1::CordonNodeRequest& req, v1::CordonNodeResponse* out);
+  grpc::Status UncordonNode(const v1::UncordonNodeRequest& req, v1::UncordonNodeResponse* out);
+  grpc::Status ClearFault(const v1::ClearFaultRequest& req, v1::ClearFaultResponse* out);
+  grpc::Status SetRecoveryMode(const v1::SetRecoveryModeRequest& req, v1::SetRecoveryModeResponse* out);
+  grpc::Status GetAdminState(v1::GetAdminStateResponse* out);
+
   // Opens a Watch stream and calls on_message for each response. Returns when
   // the server ends the stream (its status) or on_message returns false (OK).
   grpc::Status Watch(const v1::WatchRequest& req, const std::function<bool(const v1::WatchResponse&)>& on_message);
@@ -43,6 +58,8 @@ class ClusterClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_;
   std::unique_ptr<v1::FaultService::Stub> fault_;
+  std::unique_ptr<v1::JobService::Stub> job_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
 };
 
 // "NOT_FOUND" for grpc::StatusCode::NOT_FOUND.

@@ -136,6 +136,39 @@ std::string Bytes(uint64_t n) {
   return buf;
 }
 
+std::string ShortJobKind(v1::JobKind k) {
+  if (k == v1::JOB_KIND_UNSPECIFIED) return "-";
+  return StripPrefix(v1::JobKind_Name(k), "JOB_KIND_");
+}
+
+std::string ShortJobState(v1::JobState s) {
+  if (s == v1::JOB_STATE_UNSPECIFIED) return "-";
+  return StripPrefix(v1::JobState_Name(s), "JOB_STATE_");
+}
+
+std::string ShortStrategy(v1::RecoveryStrategy s) {
+  if (s == v1::RECOVERY_STRATEGY_UNSPECIFIED) return "-";
+  const std::string name = v1::RecoveryStrategy_Name(s);
+  return name.empty() ? std::to_string(static_cast<int>(s)) : StripPrefix(name, "RECOVERY_STRATEGY_");
+}
+
+std::string RankRanges(std::vector<uint32_t> ranks) {
+  if (ranks.empty()) return "-";
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  size_t i = 0;
+  while (i < ranks.size()) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 std::optional<v1::Health> ParseHealth(const std::string& name) {
   std::string upper = Upper(name);
   if (upper.rfind("HEALTH_", 0) != 0) upper = "HEALTH_" + upper;
@@ -150,6 +183,22 @@ std::optional<v1::EventType> ParseEventType(const std::string& name) {
   v1::EventType t;
   if (!v1::EventType_Parse(upper, &t) || t == v1::EVENT_TYPE_UNSPECIFIED) return std::nullopt;
   return t;
+}
+
+std::optional<v1::JobState> ParseJobState(const std::string& name) {
+  std::string upper = Upper(name);
+  if (upper.rfind("JOB_STATE_", 0) != 0) upper = "JOB_STATE_" + upper;
+  v1::JobState s;
+  if (!v1::JobState_Parse(upper, &s) || s == v1::JOB_STATE_UNSPECIFIED) return std::nullopt;
+  return s;
+}
+
+std::optional<v1::JobKind> ParseJobKind(const std::string& name) {
+  std::string upper = Upper(name);
+  if (upper.rfind("JOB_KIND_", 0) != 0) upper = "JOB_KIND_" + upper;
+  v1::JobKind k;
+  if (!v1::JobKind_Parse(upper, &k) || k == v1::JOB_KIND_UNSPECIFIED) return std::nullopt;
+  return k;
 }
 
 }  // namespace clusterctl

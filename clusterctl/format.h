@@ -47,8 +47,16 @@ std::string ShortEventType(v1::EventType t);   // "FAULT_RAISED"
 std::string ShortSource(v1::FaultSource s);    // "accelerator"
 std::string DeviceText(const std::optional<uint32_t>& device);  // "3" or "-"
 std::string Bytes(uint64_t n);                 // "1.5 GiB"
+std::string ShortJobKind(v1::JobKind k);       // "TRAINING", "-" when unspecified
+std::string ShortJobState(v1::JobState s);     // "RUNNING", "-" when unspecified
+std::string ShortStrategy(v1::RecoveryStrategy s);  // "POD_RESCHEDULE"
+// "0-3,7,9-10" for a set of ranks (sorted, duplicates dropped); "-" when empty.
+std::string RankRanges(std::vector<uint32_t> ranks);
 
 std::optional<v1::Health> ParseHealth(const std::string& name);
 std::optional<v1::EventType> ParseEventType(const std::string& name);
+// Case-insensitive, with or without the JOB_STATE_ / JOB_KIND_ prefix.
+std::optional<v1::JobState> ParseJobState(const std::string& name);
+std::optional<v1::JobKind> ParseJobKind(const std::string& name);
 
 }  // namespace clusterctl

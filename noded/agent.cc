@@ -88,6 +88,9 @@ Status Agent::Init() {
   statfs_ = std::make_unique<RealStatFs>(options_.root);
   DiskCollectorOptions disk_options;
   disk_options.root = options_.root;
+  disk_options.mounts_file = !options_.mounts_file.empty() ? options_.mounts_file
+                             : options_.root == "/"       ? "/proc/mounts"
+                                                          : "/proc/1/mounts";
   disk_ = std::make_unique<DiskCollector>(disk_options, *statfs_);
   NetworkCollectorOptions net_options;
   net_options.root = options_.root;

@@ -39,6 +39,10 @@ struct AgentOptions {
   std::map<std::string, std::string> labels;
   std::string root = "/";           // collectors read root + /proc, /sys ...
   std::string kmsg_path = "/dev/kmsg";  // empty disables the kernel-log collector
+  // Mount table, relative to root. Empty: /proc/mounts when root is "/", else
+  // /proc/1/mounts -- inside a container /host/proc/mounts would list the
+  // container's own mounts, PID 1's table is the host's.
+  std::string mounts_file;
   RulesConfig rules = DefaultRulesConfig();
 };
 

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 BASE_PACKAGES=(libc6 libgcc-s1 libstdc++6)
 # Packages of scripts/deps.sh that the image build does not need: compiler cache, the
 # downloader and Go (only the host-side tests and grpcurl use them).
-HOST_ONLY_PACKAGES=(ccache curl golang-go)
+HOST_ONLY_PACKAGES=(ccache curl golang-go python3-venv)
 
 DOCKERFILE=Dockerfile
 binaries=("$@")

@@ -59,6 +59,12 @@ const ConfigSetters<NodedConfig>& Setters() {
          c->kmsg_path = v;
          return Status::Ok();
        }},
+      {"mounts_file",
+       [](const std::string& v, NodedConfig* c) {
+         if (!v.empty() && v[0] != '/') return InvalidArgument("mounts_file: must be an absolute path (under root)");
+         c->mounts_file = v;
+         return Status::Ok();
+       }},
       {"rules_file",
        [](const std::string& v, NodedConfig* c) {
          c->rules_file = v;
@@ -148,6 +154,8 @@ Flags (the JSON config file takes the same keys with '_'):
   --npu-smi-command CMD     command printing npu-smi info (default "npu-smi info")
   --root DIR                where /proc and /sys are mounted (default /)
   --kmsg-path FILE          kernel log to follow (default /dev/kmsg; "" disables)
+  --mounts-file FILE        mount table under root (default /proc/mounts, or
+                            /proc/1/mounts when --root is not /: the host's table)
   --rules-file FILE         JSON rules merged over the defaults
   --labels k=v,k2=v2        labels reported with the node
   --poll-interval DUR       collection interval (default 1s)

@@ -22,6 +22,7 @@ struct NodedConfig {
   std::string npu_smi_command = "npu-smi info";
   std::string root = "/";            // where /proc and /sys are (a fixture tree in tests)
   std::string kmsg_path = "/dev/kmsg";  // "" disables the kernel-log collector
+  std::string mounts_file;           // relative to root; "" picks (see AgentOptions)
   std::string rules_file;            // JSON rules merged over the defaults
   std::map<std::string, std::string> labels;
   std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);

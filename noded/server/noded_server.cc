@@ -119,6 +119,7 @@ Status NodedServer::Start() {
   ao.labels = cfg.labels;
   ao.root = cfg.root;
   ao.kmsg_path = cfg.kmsg_path;
+  ao.mounts_file = cfg.mounts_file;
   if (!cfg.rules_file.empty()) {
     auto rules = LoadRulesFile(cfg.rules_file);
     if (!rules.ok()) return rules.status();

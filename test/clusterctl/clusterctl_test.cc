@@ -39,6 +39,38 @@ const char* EnvWithAddr(const char* name) {
   return std::string(name) == "CLUSTERD_ADDR" ? g_env_addr.c_str() : nullptr;
 }
 
+std::vector<std::string> Lines(const std::string& text);
+
+std::string g_env_actor;
+const char* EnvWithActor(const char* name) {
+  return std::string(name) == "CLUSTERCTL_ACTOR" ? g_env_actor.c_str() : nullptr;
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+// The line of a table that starts with `first` (a name or id), or "".
+std::string RowOf(const std::string& table, const std::string& first) {
+  for (const auto& l : Lines(table)) {
+    if (l.rfind(first + " ", 0) == 0) return l;
+  }
+  return "";
+}
+
+// The cell of a row under the header column `column` (cells are aligned to headers).
+std::string Cell(const std::string& table, const std::string& row_key, const std::string& column) {
+  std::string header;
+  std::istringstream in(table);
+  std::getline(in, header);
+  const std::string row = RowOf(table, row_key);
+  const size_t at = header.find(column);
+  if (row.empty() || at == std::string::npos || at >= row.size()) return "";
+  const size_t end = row.find(' ', at);
+  return row.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -408,10 +440,265 @@ TEST_F(ClusterctlTest, ReportAndClearExternalFault) {
 
   r = Run({"clear-fault", "--reporter", "netprobe", "--id", "nope", "--node", "worker01"});
   EXPECT_EQ(r.code, 3);
-  EXPECT_NE(r.err.find("cleared by that agent"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("clear-fault FAULT_ID"), std::string::npos) << r.err;
   r = Run({"clear-fault", "--reporter", "netprobe", "--node", "worker01"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--id"), std::string::npos) << r.err;
+}
+
+// Ranks 0-3 on worker01 devices 4-7, ranks 4-5 on worker02 devices 0-1: no
+// active fault hits it when created (worker01's fault is on device 3).
+constexpr const char* kJobJson = R"({
+  "id": "train-1",
+  "kind": "JOB_KIND_TRAINING",
+  "state": "JOB_STATE_RUNNING",
+  "labels": {"team": "llm"},
+  "placement": [
+    {"rank": 0, "node": "worker01", "deviceId": 4},
+    {"rank": 1, "node": "worker01", "deviceId": 5},
+    {"rank": 2, "node": "worker01", "deviceId": 6},
+    {"rank": 3, "node": "worker01", "deviceId": 7},
+    {"rank": 4, "node": "worker02", "deviceId": 0},
+    {"rank": 5, "node": "worker02", "deviceId": 1}
+  ],
+  "policy": {
+    "allowedStrategies": ["RECOVERY_STRATEGY_PROCESS_RESTART", "RECOVERY_STRATEGY_POD_RESCHEDULE"],
+    "maxRetriesPerJob": 3,
+    "holdDown": "30s"
+  }
+})";
+
+TEST_F(ClusterctlTest, CreateGetDescribeDeleteJob) {
+  const std::string file = dir_.Sub("job.json");
+  WriteFile(file, kJobJson);
+  Result r = Run({"create-job", "-f", file});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("job train-1 created"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("6 ranks on 2 nodes"), std::string::npos) << r.out;
+
+  r = Run({"get", "jobs"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Lines(r.out).size(), 2u) << r.out;
+  for (const char* col : {"ID", "KIND", "STATE", "RANKS", "NODES", "IMPACTED-RANKS"}) {
+    EXPECT_NE(Lines(r.out)[0].find(col), std::string::npos) << col << "\n" << r.out;
+  }
+  EXPECT_EQ(Cell(r.out, "train-1", "KIND"), "TRAINING") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-1", "STATE"), "RUNNING") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-1", "RANKS"), "6") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-1", "NODES"), "2") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-1", "IMPACTED-RANKS"), "0") << r.out;
+
+  // Filters.
+  r = Run({"get", "jobs", "--state", "running", "--kind", "TRAINING"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("train-1"), std::string::npos) << r.out;
+  r = Run({"get", "jobs", "--kind", "inference"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("No jobs"), std::string::npos) << r.err;
+  r = Run({"get", "jobs", "--state", "JOB_STATE_PENDING", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).value("jobs", json::array()).size(), 0u) << r.out;
+  EXPECT_EQ(Run({"get", "jobs", "--state", "sleeping"}).code, 2);
+  EXPECT_EQ(Run({"get", "jobs", "--kind", "batch"}).code, 2);
+
+  // An agent-raised fault on worker01 device 5 hits rank 1.
+  ASSERT_TRUE(agents_[0]->Transition(2, true, 5, "80E01802", nullptr, "HBM ECC error on 5"));
+  r = Run({"get", "jobs"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Cell(r.out, "train-1", "IMPACTED-RANKS"), "1") << r.out;
+  r = Run({"get", "jobs", "train-1", "-o", "wide"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("team=llm"), std::string::npos) << r.out;
+
+  r = Run({"describe", "job", "train-1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"Id:", "train-1", "TRAINING", "RUNNING", "6 on 2 nodes", "Impacted ranks:", "1 (1)",
+                           "Placement:", "RANK", "Recovery policy:", "PROCESS_RESTART, POD_RESCHEDULE",
+                           "Max retries per job:", "30s", "Impacts", "80E01802", "worker01/5/"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  // In the placement table rank 1 names the fault; rank 0 has none.
+  const std::string placement = r.out.substr(r.out.find("Placement:"));
+  bool rank1 = false, rank0 = false;
+  for (const auto& l : Lines(placement)) {
+    if (l.rfind("  1 ", 0) == 0) rank1 = l.find("worker01") != std::string::npos && l.find("80E01802") != std::string::npos;
+    if (l.rfind("  0 ", 0) == 0) rank0 = l.find("80E01802") == std::string::npos;
+  }
+  EXPECT_TRUE(rank1 && rank0) << r.out;
+
+  r = Run({"describe", "job", "train-1", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out).at("job");
+  ASSERT_EQ(j.at("impacts").size(), 1u) << r.out;
+  EXPECT_EQ(j["impacts"][0].at("ranks"), json::array({1}));
+  EXPECT_EQ(j["impacts"][0].at("code"), "80E01802");
+  EXPECT_EQ(j["impacts"][0].at("device_id"), 5);
+
+  // Errors: unknown job, duplicate, bad JSON naming the field, missing -f.
+  r = Run({"describe", "job", "nope"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
+  r = Run({"create-job", "-f", file});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("ALREADY_EXISTS"), std::string::npos) << r.err;
+  WriteFile(dir_.Sub("typo.json"), R"({"id": "j2", "kind": "JOB_KIND_TRAINING", "placment": []})");
+  r = Run({"create-job", "-f", dir_.Sub("typo.json")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("placment"), std::string::npos) << r.err;
+  WriteFile(dir_.Sub("badenum.json"), R"({"id": "j2", "kind": "JOB_KIND_TRANING"})");
+  r = Run({"create-job", "-f", dir_.Sub("badenum.json")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("kind"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"create-job", "-f", dir_.Sub("missing.json")}).code, 2);
+  EXPECT_EQ(Run({"create-job"}).code, 2);
+  // The server validates the job: INVALID_ARGUMENT is an RPC error.
+  WriteFile(dir_.Sub("empty.json"), R"({"id": "j3", "kind": "JOB_KIND_INFERENCE"})");
+  r = Run({"create-job", "-f", dir_.Sub("empty.json")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+
+  r = Run({"delete-job", "train-1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("job train-1 deleted"), std::string::npos) << r.out;
+  EXPECT_EQ(Run({"describe", "job", "train-1"}).code, 3);
+  EXPECT_EQ(Run({"delete-job", "train-1"}).code, 3);
+  EXPECT_EQ(Run({"delete-job"}).code, 2);
+}
+
+TEST_F(ClusterctlTest, CordonShowsInGetNodes) {
+  Result r = Run({"get", "nodes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Cell(r.out, "worker02", "CORDONED"), "no") << r.out;
+
+  r = Run({"cordon", "worker02", "--reason", "disk swap", "--actor", "alice"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("node worker02 cordoned (disk swap)"), std::string::npos) << r.out;
+
+  r = Run({"get", "nodes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Cell(r.out, "worker02", "CORDONED"), "yes") << r.out;
+  EXPECT_EQ(Cell(r.out, "worker01", "CORDONED"), "no") << r.out;
+  r = Run({"get", "nodes", "worker02", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("cordoned"), true) << r.out;
+  EXPECT_EQ(json::parse(r.out).at("cordon_reason"), "disk swap") << r.out;
+  r = Run({"describe", "node", "worker02"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("yes (disk swap)"), std::string::npos) << r.out;
+
+  // The change is an event with who and why.
+  r = Run({"watch", "--from-revision", "0", "--type", "NODE_CORDONED", "--max-events", "1", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json e = json::parse(Lines(r.out).at(0));
+  EXPECT_EQ(e.at("actor"), "alice");
+  EXPECT_EQ(e.at("reason"), "disk swap");
+
+  r = Run({"uncordon", "worker02"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("node worker02 uncordoned"), std::string::npos) << r.out;
+  r = Run({"get", "nodes"});
+  EXPECT_EQ(Cell(r.out, "worker02", "CORDONED"), "no") << r.out;
+
+  r = Run({"cordon", "worker02"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--reason"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"cordon", "--reason", "x"}).code, 2);
+  EXPECT_EQ(Run({"cordon", "nobody", "--reason", "x"}).code, 3);
+  EXPECT_EQ(Run({"uncordon", "nobody"}).code, 3);
+  EXPECT_EQ(Run({"cordon", "worker02", "--reason", "x", "--actor", ""}).code, 2);
+}
+
+TEST_F(ClusterctlTest, PauseResumeDryRunInGetAdmin) {
+  Result r = Run({"get", "admin"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Recovery:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("active"), std::string::npos) << r.out;
+
+  r = Run({"pause", "--reason", "switch upgrade", "--actor", "bob"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("recovery paused, dry-run off"), std::string::npos) << r.out;
+  r = Run({"get", "admin"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"paused", "bob", "switch upgrade"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+
+  // The actor from the environment; --actor wins over it.
+  g_env_actor = "carol";
+  r = RunRaw({"--server", Addr(), "dry-run", "on", "--reason", "rehearsal"}, EnvWithActor);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Run({"get", "admin", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json s = json::parse(r.out).at("state");
+  EXPECT_EQ(s.at("recovery_paused"), true);
+  EXPECT_EQ(s.at("dry_run"), true);
+  EXPECT_EQ(s.at("actor"), "carol");
+  EXPECT_EQ(s.at("reason"), "rehearsal");
+  r = RunRaw({"--server", Addr(), "resume", "--actor", "dave"}, EnvWithActor);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("recovery active, dry-run on"), std::string::npos) << r.out;
+  r = Run({"get", "admin", "-o", "json"});
+  s = json::parse(r.out).at("state");
+  EXPECT_EQ(s.at("recovery_paused"), false);
+  EXPECT_EQ(s.at("actor"), "dave");
+
+  // No --actor, no environment: the login name or "clusterctl", never empty.
+  r = Run({"dry-run", "off"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Run({"get", "admin", "-o", "json"});
+  s = json::parse(r.out).at("state");
+  EXPECT_EQ(s.at("dry_run"), false);
+  EXPECT_FALSE(s.at("actor").get<std::string>().empty());
+  r = Run({"get", "admin"});
+  EXPECT_NE(r.out.find("off"), std::string::npos) << r.out;
+
+  r = Run({"pause"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--reason"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"dry-run"}).code, 2);
+  EXPECT_EQ(Run({"dry-run", "maybe"}).code, 2);
+  EXPECT_EQ(Run({"resume", "now"}).code, 2);
+}
+
+TEST_F(ClusterctlTest, ClearFaultByIdClearsAnAgentFault) {
+  Result r = Run({"get", "faults", "--node", "worker01", "--active", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json faults = json::parse(r.out).at("faults");
+  ASSERT_EQ(faults.size(), 1u) << r.out;
+  const std::string id = faults[0].at("id");
+  EXPECT_EQ(faults[0].at("source"), "FAULT_SOURCE_ACCELERATOR");
+  r = Run({"get", "faults", "-o", "wide"});
+  EXPECT_NE(r.out.find(id), std::string::npos) << r.out;
+
+  r = Run({"clear-fault", id});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--reason"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"clear-fault", id, "--reason", "x", "--node", "worker01"}).code, 2);
+  EXPECT_EQ(Run({"clear-fault", "--reporter", "p", "--id", "x", "--node", "worker01", "--reason", "x"}).code, 2);
+
+  r = Run({"clear-fault", id, "--reason", "HBM replaced", "--actor", "erin"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("fault " + id + " cleared"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CLEARED"), std::string::npos) << r.out;
+
+  r = Run({"get", "faults", "--node", "worker01", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  faults = json::parse(r.out).at("faults");
+  ASSERT_EQ(faults.size(), 1u) << r.out;
+  EXPECT_EQ(faults[0].at("state"), "FAULT_STATE_CLEARED");
+  const std::string reason = faults[0].at("clear_reason");
+  EXPECT_NE(reason.find("erin"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("HBM replaced"), std::string::npos) << reason;
+  EXPECT_EQ(Summary().active_faults(), 0u);
+
+  // Clearing it again: the server's precondition, exit 1 with its message.
+  r = Run({"clear-fault", id, "--reason", "again"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("FAILED_PRECONDITION"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not active"), std::string::npos) << r.err;
+  r = Run({"clear-fault", "worker01/-/external/NOPE", "--reason", "x"});
+  EXPECT_EQ(r.code, 3) << r.err;
 }
 
 TEST_F(ClusterctlTest, GetSummary) {
@@ -455,11 +742,11 @@ TEST_F(ClusterctlTest, ExitCodes) {
   r = Run({"report-fault", "--reporter", "p", "--id", "x", "--node", "nobody", "--code", "C"});
   EXPECT_EQ(r.code, 3) << r.err;
 
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {"get", "jobs"}, {"get", "recoveries"}, {"describe", "job", "j1"}, {"cordon", "worker01"},
-           {"uncordon", "worker01"}, {"pause"}, {"resume"}}) {
+  // Recoveries have no service yet: said so, nothing faked.
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{"get", "recoveries"}, {"get", "recovery", "r1"}}) {
     r = Run(args);
-    EXPECT_EQ(r.code, 5) << args[0];
+    EXPECT_EQ(r.code, 5) << args[1];
     EXPECT_NE(r.err.find("not supported by this server yet"), std::string::npos) << r.err;
   }
 

@@ -27,6 +27,7 @@ class AgentTest : public ::testing::Test {
     options.labels = {{"pool", "train"}};
     options.root = testing::FixtureDir("full");
     options.kmsg_path = "";
+    options.mounts_file = "/proc/mounts";  // the fixture has no /proc/1
     agent_ = std::make_unique<Agent>(options, outbox_.get(), sim_.get(), sim_.get(), &clock_);
     ASSERT_TRUE(agent_->Init().ok());
   }
