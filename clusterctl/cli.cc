@@ -809,7 +809,7 @@ std::vector<uint32_t> ImpactedRanks(const v1::Job& j) {
 
 Table JobTable(Context& c) {
   std::vector<std::string> h = {"ID", "KIND", "STATE", "RANKS", "NODES", "IMPACTED-RANKS"};
-  if (c.wide()) h.insert(h.end(), {"IMPACTED", "FAULTS", "CREATED", "REVISION", "LABELS"});
+  if (c.wide()) h.insert(h.end(), {"RANKS-HIT", "IMPACTING-FAULTS", "CREATED", "REVISION", "LABELS"});
   return Table(std::move(h));
 }
 
@@ -1007,7 +1007,7 @@ std::string ReadInput(const std::string& path, std::string* text) {
 
 int CreateJob(Context& c) {
   if (auto e = CheckPositional(c, 0, 0, "")) return *e;
-  if (auto e = RequireFlags(c, {"filename"})) return *e;
+  if (c.args.Get("filename").empty()) return Usage(c, "create-job: -f FILE is required (a Job in proto JSON)");
   const std::string path = c.args.Get("filename");
   std::string text;
   if (std::string error = ReadInput(path, &text); !error.empty()) {

@@ -270,6 +270,7 @@ const v1::Fault& ClusterState::Raise(NodeState& n, const std::string& key, const
     f.set_state(v1::FAULT_STATE_ACTIVE);
     f.set_count(f.count() + 1);
     *f.mutable_last_seen() = now;
+    *f.mutable_activated_time() = now;
     f.clear_cleared_time();
     f.clear_clear_reason();
   }

@@ -14,9 +14,8 @@ using namespace std::chrono_literals;
 inline const TimePoint kT0 = TimePoint(std::chrono::seconds(1'700'000'000));
 
 inline std::string NodeName(int i) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "worker%02d", i);
-  return buf;
+  std::string n = std::to_string(i);
+  return "worker" + (n.size() < 2 ? "0" + n : n);
 }
 
 // `nodes` nodes worker01.., 8 devices each, rank = (node-1)*8 + device.
