@@ -227,9 +227,10 @@ Histogram& MetricsRegistry::AddHistogram(const std::string& name, const std::str
 }
 
 void MetricsRegistry::AddCallbackGauge(const std::string& name, const std::string& help,
-                                       std::function<double()> fn) {
+                                       std::function<double()> fn, MetricLabels labels) {
   if (!fn) Die("callback gauge '" + name + "' has an empty function");
   auto s = std::make_unique<Series>();
+  s->labels = std::move(labels);
   s->fn = std::move(fn);
   AddSeries(name, help, Type::kGauge, std::move(s));
 }

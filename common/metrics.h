@@ -104,10 +104,11 @@ class MetricsRegistry {
   // and dropped (the +Inf bucket always exists). The label "le" is reserved.
   Histogram& AddHistogram(const std::string& name, const std::string& help,
                           std::vector<double> bucket_bounds, MetricLabels labels = {});
-  // A gauge (without labels) whose value is computed by `fn` at scrape time.
+  // A gauge whose value is computed by `fn` at scrape time.
   // `fn` runs on the thread calling Render(), under the registry mutex: it
   // must be quick, thread-safe, and must not call back into this registry.
-  void AddCallbackGauge(const std::string& name, const std::string& help, std::function<double()> fn);
+  void AddCallbackGauge(const std::string& name, const std::string& help, std::function<double()> fn,
+                        MetricLabels labels = {});
 
   // Prometheus text exposition format 0.0.4; families in registration order.
   std::string Render() const;

@@ -19,6 +19,7 @@
 #include "clusterd/storage/store.h"
 #include "clusterd/watch_hub.h"
 #include "common/http_server.h"
+#include "common/levels.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 
@@ -105,6 +106,42 @@ Status ClusterdServer::Start() {
     std::shared_lock lock(s.state->mutex());
     return static_cast<double>(s.state->node_count());
   });
+  // Health breakdowns for alerting (e.g. devices unhealthy, nodes unknown).
+  using Pick = uint32_t (v1::HealthCounts::*)() const;
+  const std::pair<const char*, Pick> kHealths[] = {{"healthy", &v1::HealthCounts::healthy},
+                                                   {"sub_healthy", &v1::HealthCounts::sub_healthy},
+                                                   {"unhealthy", &v1::HealthCounts::unhealthy},
+                                                   {"unknown", &v1::HealthCounts::unknown}};
+  for (const auto& [health, pick] : kHealths) {
+    s.metrics.AddCallbackGauge(
+        "clusterd_nodes_by_health", "Registered nodes per health.",
+        [&s, pick = pick] {
+          std::shared_lock lock(s.state->mutex());
+          return static_cast<double>((s.state->GetSummary().nodes().*pick)());
+        },
+        {{"health", health}});
+  }
+  for (const auto& [health, pick] : kHealths) {
+    s.metrics.AddCallbackGauge(
+        "clusterd_devices_by_health", "Accelerator devices per health.",
+        [&s, pick = pick] {
+          std::shared_lock lock(s.state->mutex());
+          return static_cast<double>((s.state->GetSummary().devices().*pick)());
+        },
+        {{"health", health}});
+  }
+  for (int level = v1::FAULT_LEVEL_NOT_HANDLE; level <= v1::FAULT_LEVEL_SEPARATE; ++level) {
+    const std::string name = v1::FaultLevel_Name(static_cast<v1::FaultLevel>(level));
+    s.metrics.AddCallbackGauge(
+        "clusterd_active_faults", "Active faults per level.",
+        [&s, name] {
+          std::shared_lock lock(s.state->mutex());
+          const auto summary = s.state->GetSummary();
+          auto it = summary.active_faults_by_level().find(name);
+          return it == summary.active_faults_by_level().end() ? 0.0 : static_cast<double>(it->second);
+        },
+        {{"level", ShortLevelName(static_cast<v1::FaultLevel>(level))}});
+  }
 
   s.health_service = std::make_unique<HealthServiceImpl>(std::set<std::string>{
       "clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",

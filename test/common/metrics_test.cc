@@ -92,6 +92,15 @@ TEST(MetricsTest, CallbackGaugeIsEvaluatedAtScrapeTime) {
   EXPECT_EQ(reg.Render(), "# HELP queue_depth Items queued.\n# TYPE queue_depth gauge\nqueue_depth 2.5\n");
 }
 
+TEST(MetricsTest, CallbackGaugesWithLabelsFormOneFamily) {
+  MetricsRegistry reg;
+  reg.AddCallbackGauge("devices", "Devices per health.", [] { return 6.0; }, {{"health", "healthy"}});
+  reg.AddCallbackGauge("devices", "Devices per health.", [] { return 2.0; }, {{"health", "unhealthy"}});
+  EXPECT_EQ(reg.Render(),
+            "# HELP devices Devices per health.\n# TYPE devices gauge\n"
+            "devices{health=\"healthy\"} 6\ndevices{health=\"unhealthy\"} 2\n");
+}
+
 TEST(MetricsTest, ReferencesStayValidAcrossRegistrations) {
   MetricsRegistry reg;
   Counter& first = reg.AddCounter("first_total", "first");

@@ -103,6 +103,8 @@ expect_contains "$(curl -sf "http://127.0.0.1:$HTTP_PORT/healthz")" ok "healthz"
 metrics=$(curl -sf "http://127.0.0.1:$HTTP_PORT/metrics")
 expect_contains "$metrics" "clusterd_revision " "metrics revision"
 expect_contains "$metrics" "clusterd_store_commit_duration_seconds_bucket" "metrics commit histogram"
+expect_contains "$metrics" 'clusterd_devices_by_health{health="unhealthy"} 1' "metrics devices by health"
+expect_contains "$metrics" 'clusterd_active_faults{level="RESTART_BUSINESS"} 1' "metrics active faults by level"
 
 echo "-- SIGTERM drains and exits 0"
 kill -TERM "$PID"
