@@ -9,6 +9,8 @@ export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
 bash scripts/build.sh
 echo "== ctest"
 (cd build && ctest --output-on-failure -j2 --timeout 300)
+echo "== benchmark, short mode (figures printed, not asserted)"
+build/bin/clusterd-bench --short --json "$(mktemp -d)/bench-short.json"
 echo "== end-to-end"
 bash test/e2e/grpcurl_test.sh
 bash test/e2e/noded_test.sh

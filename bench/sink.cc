@@ -1,0 +1,103 @@
+#include "sink.h"
+
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+
+#include "clusterd/v1/agent.grpc.pb.h"
+
+namespace clusterd::bench {
+namespace {
+
+using Req = v1::ConnectRequest;
+using Resp = v1::ConnectResponse;
+
+class SinkReactor final : public grpc::ServerBidiReactor<Req, Resp> {
+ public:
+  SinkReactor() { StartRead(&req_); }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    if (!ok) {
+      read_closed_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    if (req_.has_hello()) {
+      Resp r;
+      r.mutable_welcome()->set_revision(1);
+      r.mutable_welcome()->mutable_heartbeat_interval()->set_seconds(2);
+      r.mutable_welcome()->mutable_node_grace()->set_seconds(10);
+      outq_.push_back(std::move(r));
+    } else if (req_.has_transition()) {
+      // Cumulative acks, coalesced like clusterd's: a newer ack replaces a queued one.
+      if (!outq_.empty() && outq_.back().has_ack()) outq_.pop_back();
+      Resp r;
+      *r.mutable_ack()->mutable_id() = req_.transition().id();
+      r.mutable_ack()->set_revision(++revision_);
+      outq_.push_back(std::move(r));
+    }
+    MaybeWriteLocked();
+    if (!finished_) StartRead(&req_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishOnceLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      return;
+    }
+    MaybeWriteLocked();
+    MaybeFinishLocked();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void MaybeWriteLocked() {
+    if (writing_ || outq_.empty() || finished_) return;
+    out_ = std::move(outq_.front());
+    outq_.pop_front();
+    writing_ = true;
+    StartWrite(&out_);
+  }
+  void MaybeFinishLocked() {
+    if (read_closed_ && !writing_ && outq_.empty()) FinishOnceLocked(grpc::Status::OK);
+  }
+  void FinishOnceLocked(const grpc::Status& st) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(st);
+  }
+
+  std::mutex mu_;
+  Req req_;
+  Resp out_;
+  std::deque<Resp> outq_;
+  bool writing_ = false;
+  bool read_closed_ = false;
+  bool finished_ = false;
+  uint64_t revision_ = 1;
+};
+
+}  // namespace
+
+struct SinkServer::Service final : v1::NodeAgentService::CallbackService {
+  grpc::ServerBidiReactor<Req, Resp>* Connect(grpc::CallbackServerContext*) override { return new SinkReactor(); }
+};
+
+SinkServer::SinkServer() : service_(std::make_unique<Service>()) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) throw std::runtime_error("sink server failed to start");
+}
+
+SinkServer::~SinkServer() {
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+}
+
+}  // namespace clusterd::bench
