@@ -8,6 +8,27 @@ constexpr int32_t kPageSize = 1000;
 // A pagination loop that never ends means a server bug; stop rather than spin.
 constexpr int kMaxPages = 1'000'000;
 
+// Follows next_page_token until the last page, appending each page's items
+// (items(resp) returns the repeated field) to *out. call(ctx, req, resp) is one RPC.
+template <typename Req, typename Resp, typename Prepare, typename Call, typename Items>
+grpc::Status ListAll(const char* what, Req req, Resp* out, Prepare prepare, Call call, Items items) {
+  out->Clear();
+  req.set_page_size(kPageSize);
+  req.clear_page_token();
+  for (int page = 0; page < kMaxPages; ++page) {
+    grpc::ClientContext ctx;
+    prepare(&ctx);
+    Resp resp;
+    grpc::Status st = call(&ctx, req, &resp);
+    if (!st.ok()) return st;
+    for (auto& item : *items(&resp)) *items(out)->Add() = std::move(item);
+    out->set_total_size(resp.total_size());
+    if (resp.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(resp.next_page_token());
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, std::string(what) + ": pagination did not end");
+}
+
 }  // namespace
 
 ClusterClient::ClusterClient(std::string address, std::chrono::milliseconds timeout)
@@ -32,21 +53,10 @@ grpc::Status ClusterClient::GetSummary(v1::GetSummaryResponse* out) {
 }
 
 grpc::Status ClusterClient::ListAllNodes(v1::ListNodesRequest req, v1::ListNodesResponse* out) {
-  out->Clear();
-  req.set_page_size(kPageSize);
-  req.clear_page_token();
-  for (int page = 0; page < kMaxPages; ++page) {
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
-    v1::ListNodesResponse resp;
-    grpc::Status st = cluster_->ListNodes(&ctx, req, &resp);
-    if (!st.ok()) return st;
-    for (auto& n : *resp.mutable_nodes()) *out->add_nodes() = std::move(n);
-    out->set_total_size(resp.total_size());
-    if (resp.next_page_token().empty()) return grpc::Status::OK;
-    req.set_page_token(resp.next_page_token());
-  }
-  return grpc::Status(grpc::StatusCode::INTERNAL, "ListNodes: pagination did not end");
+  return ListAll(
+      "ListNodes", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
+      [this](grpc::ClientContext* ctx, const v1::ListNodesRequest& r, v1::ListNodesResponse* resp) { return cluster_->ListNodes(ctx, r, resp); },
+      [](v1::ListNodesResponse* resp) { return resp->mutable_nodes(); });
 }
 
 grpc::Status ClusterClient::GetNode(const std::string& name, v1::GetNodeResponse* out) {
@@ -58,21 +68,10 @@ grpc::Status ClusterClient::GetNode(const std::string& name, v1::GetNodeResponse
 }
 
 grpc::Status ClusterClient::ListAllFaults(v1::ListFaultsRequest req, v1::ListFaultsResponse* out) {
-  out->Clear();
-  req.set_page_size(kPageSize);
-  req.clear_page_token();
-  for (int page = 0; page < kMaxPages; ++page) {
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
-    v1::ListFaultsResponse resp;
-    grpc::Status st = cluster_->ListFaults(&ctx, req, &resp);
-    if (!st.ok()) return st;
-    for (auto& f : *resp.mutable_faults()) *out->add_faults() = std::move(f);
-    out->set_total_size(resp.total_size());
-    if (resp.next_page_token().empty()) return grpc::Status::OK;
-    req.set_page_token(resp.next_page_token());
-  }
-  return grpc::Status(grpc::StatusCode::INTERNAL, "ListFaults: pagination did not end");
+  return ListAll(
+      "ListFaults", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
+      [this](grpc::ClientContext* ctx, const v1::ListFaultsRequest& r, v1::ListFaultsResponse* resp) { return cluster_->ListFaults(ctx, r, resp); },
+      [](v1::ListFaultsResponse* resp) { return resp->mutable_faults(); });
 }
 
 grpc::Status ClusterClient::Report(const v1::ReportRequest& req, v1::ReportResponse* out) {
@@ -82,21 +81,10 @@ grpc::Status ClusterClient::Report(const v1::ReportRequest& req, v1::ReportRespo
 }
 
 grpc::Status ClusterClient::ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out) {
-  out->Clear();
-  req.set_page_size(kPageSize);
-  req.clear_page_token();
-  for (int page = 0; page < kMaxPages; ++page) {
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
-    v1::ListJobsResponse resp;
-    grpc::Status st = job_->ListJobs(&ctx, req, &resp);
-    if (!st.ok()) return st;
-    for (auto& j : *resp.mutable_jobs()) *out->add_jobs() = std::move(j);
-    out->set_total_size(resp.total_size());
-    if (resp.next_page_token().empty()) return grpc::Status::OK;
-    req.set_page_token(resp.next_page_token());
-  }
-  return grpc::Status(grpc::StatusCode::INTERNAL, "ListJobs: pagination did not end");
+  return ListAll(
+      "ListJobs", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
+      [this](grpc::ClientContext* ctx, const v1::ListJobsRequest& r, v1::ListJobsResponse* resp) { return job_->ListJobs(ctx, r, resp); },
+      [](v1::ListJobsResponse* resp) { return resp->mutable_jobs(); });
 }
 
 grpc::Status ClusterClient::GetJob(const std::string& id, v1::GetJobResponse* out) {

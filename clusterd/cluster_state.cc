@@ -10,13 +10,13 @@
 
 #include "clusterd/storage/key_codec.h"
 #include "common/levels.h"
+#include "common/time_proto.h"
 #include "common/logging.h"
 #include "common/validation.h"
 
 namespace clusterd {
 
 using google::protobuf::util::MessageDifferencer;
-using google::protobuf::util::TimeUtil;
 using storage::Cf;
 
 namespace {
@@ -28,11 +28,6 @@ constexpr size_t kMaxActiveFaults = 4096;
 constexpr int32_t kDefaultPageSize = 100;
 constexpr int32_t kMaxPageSize = 1000;
 constexpr char kHeartbeatLost[] = "HEARTBEAT_LOST";
-
-google::protobuf::Timestamp ToProto(TimePoint t) {
-  return TimeUtil::NanosecondsToTimestamp(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
-}
 
 std::optional<uint32_t> DeviceOf(const v1::Fault& f) {
   return f.has_device_id() ? std::optional<uint32_t>(f.device_id()) : std::nullopt;
@@ -221,7 +216,7 @@ uint64_t ClusterState::NextRevision(Mutation* m) {
 
 void ClusterState::Emit(Mutation* m, v1::Event event) {
   if (event.revision() == 0) event.set_revision(NextRevision(m));
-  *event.mutable_time() = ToProto(clock_->Now());
+  *event.mutable_time() = ToTimestamp(clock_->Now());
   m->batch.Put(store_->Handle(Cf::kEvents), storage::EventKey(event.revision()), event.SerializeAsString());
   m->events.push_back(std::move(event));
 }
@@ -251,7 +246,7 @@ v1::Fault ClusterState::FaultFromReport(const std::string& node, const v1::Fault
 }
 
 const v1::Fault& ClusterState::Raise(NodeState& n, const std::string& key, const v1::Fault& proposed, Mutation* m) {
-  const auto now = ToProto(clock_->Now());
+  const auto now = ToTimestamp(clock_->Now());
   auto [it, inserted] = faults_.try_emplace(key, proposed);
   v1::Fault& f = it->second;
   const bool was_active = !inserted && f.state() == v1::FAULT_STATE_ACTIVE;
@@ -297,7 +292,7 @@ bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string
   if (it == faults_.end() || it->second.state() != v1::FAULT_STATE_ACTIVE) return false;
   v1::Fault& f = it->second;
   f.set_state(v1::FAULT_STATE_CLEARED);
-  *f.mutable_cleared_time() = ToProto(clock_->Now());
+  *f.mutable_cleared_time() = ToTimestamp(clock_->Now());
   f.set_clear_reason(reason);
   const uint64_t rev = NextRevision(m);
   f.set_revision(rev);
@@ -392,7 +387,7 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const v1::Hello& hello, uint64_t 
   *updated.mutable_labels() = hello.labels();
   *updated.mutable_inventory() = hello.inventory();
   if (created) {
-    *updated.mutable_registered_time() = ToProto(clock_->Now());
+    *updated.mutable_registered_time() = ToTimestamp(clock_->Now());
     updated.set_health(v1::HEALTH_HEALTHY);
   }
   if (created || !MessageDifferencer::Equals(updated, *node)) {
@@ -642,7 +637,7 @@ StatusOr<v1::AdminState> ClusterState::ApplySetRecoveryMode(const v1::SetRecover
   if (next.recovery_paused() == admin_.recovery_paused() && next.dry_run() == admin_.dry_run()) return admin_;
   next.set_actor(req.actor());
   next.set_reason(req.reason());
-  *next.mutable_update_time() = ToProto(clock_->Now());
+  *next.mutable_update_time() = ToTimestamp(clock_->Now());
   v1::Event ev;
   ev.set_type(v1::EVENT_TYPE_RECOVERY_MODE_CHANGED);
   ev.set_actor(req.actor());
@@ -737,7 +732,7 @@ StatusOr<v1::ListNodesResponse> ClusterState::ListNodes(const v1::ListNodesReque
     if (out.nodes_size() < page_size) {
       v1::Node* node = out.add_nodes();
       *node = n.record.node();
-      *node->mutable_last_heartbeat_time() = ToProto(n.last_seen);
+      *node->mutable_last_heartbeat_time() = ToTimestamp(n.last_seen);
       node->set_connected(n.connected);
     } else if (out.next_page_token().empty()) {
       out.set_next_page_token(storage::HexEncode(out.nodes(out.nodes_size() - 1).name()));
@@ -754,7 +749,7 @@ StatusOr<v1::GetNodeResponse> ClusterState::GetNode(const v1::GetNodeRequest& re
   const NodeState& n = it->second;
   v1::GetNodeResponse out;
   *out.mutable_node() = n.record.node();
-  *out.mutable_node()->mutable_last_heartbeat_time() = ToProto(n.last_seen);
+  *out.mutable_node()->mutable_last_heartbeat_time() = ToTimestamp(n.last_seen);
   out.mutable_node()->set_connected(n.connected);
   for (const auto& [id, d] : n.devices) *out.add_devices() = d;
   const std::string prefix = storage::NodePrefix(req.name());

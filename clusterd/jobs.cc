@@ -3,15 +3,13 @@
 #include <algorithm>
 #include <set>
 
-#include <google/protobuf/util/time_util.h>
-
 #include "clusterd/cluster_state.h"
 #include "clusterd/storage/key_codec.h"
+#include "common/time_proto.h"
 #include "common/validation.h"
 
 namespace clusterd {
 
-using google::protobuf::util::TimeUtil;
 using storage::Cf;
 
 namespace {
@@ -131,8 +129,7 @@ StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& requested, Mutatio
   if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(v1::JOB_STATE_RUNNING);
   CLUSTERD_RETURN_IF_ERROR(ValidateJob(job));
   if (jobs_.count(job.id())) return Status(StatusCode::kAlreadyExists, "job " + job.id() + " already exists");
-  const auto now = TimeUtil::NanosecondsToTimestamp(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now().time_since_epoch()).count());
+  const auto now = ToTimestamp(clock_->Now());
   *job.mutable_create_time() = now;
   *job.mutable_update_time() = now;
   v1::Event ev;
@@ -161,8 +158,7 @@ StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& requested, Mutatio
   if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(it->second.state());
   CLUSTERD_RETURN_IF_ERROR(ValidateJob(job));
   *job.mutable_create_time() = it->second.create_time();
-  *job.mutable_update_time() = TimeUtil::NanosecondsToTimestamp(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now().time_since_epoch()).count());
+  *job.mutable_update_time() = ToTimestamp(clock_->Now());
   v1::Event ev;
   ev.set_type(v1::EVENT_TYPE_JOB_UPDATED);
   ev.set_revision(NextRevision(m));

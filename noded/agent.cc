@@ -11,17 +11,12 @@
 
 #include "common/levels.h"
 #include "common/logging.h"
+#include "common/time_proto.h"
 #include "noded/rules/metrics.h"
 
 namespace clusterd::noded {
 namespace {
 
-using google::protobuf::util::TimeUtil;
-
-google::protobuf::Timestamp ToProto(TimePoint t) {
-  return TimeUtil::NanosecondsToTimestamp(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
-}
 
 std::string ReadFirstLine(const std::string& path) {
   std::ifstream in(path);
@@ -183,14 +178,14 @@ int Agent::PollOnce() {
     f->set_level(ToProtoLevel(tr.level));
     f->set_subject(tr.subject);
     f->set_message(tr.message.substr(0, 1024));
-    *t.mutable_time() = ToProto(now);
+    *t.mutable_time() = ToTimestamp(now);
     Record(std::move(t));
   }
   DiffAccelerators();
   if (!rule_faults_reconciled_ && now - started_ >= warmup_) ReconcileRuleFaults();
 
   v1::MetricSnapshot metrics;
-  *metrics.mutable_time() = ToProto(now);
+  *metrics.mutable_time() = ToTimestamp(now);
   for (const auto& s : snap.samples) {
     std::string name = s.subject.empty() ? s.metric : s.metric + ":" + s.subject;
     if (name.size() <= 256 && name.find(' ') == std::string::npos) (*metrics.mutable_gauges())[name] = s.value;
@@ -238,7 +233,7 @@ void Agent::DiffAccelerators() {
     v1::FaultTransition t;
     t.set_action(action);
     *t.mutable_fault() = r;
-    *t.mutable_time() = ToProto(now);
+    *t.mutable_time() = ToTimestamp(now);
     Record(std::move(t));
   };
   std::set<std::string> active;
@@ -274,7 +269,7 @@ void Agent::ReconcileRuleFaults() {
     v1::FaultTransition t;
     t.set_action(v1::TRANSITION_ACTION_CLEAR);
     *t.mutable_fault() = r;
-    *t.mutable_time() = ToProto(clock_->Now());
+    *t.mutable_time() = ToTimestamp(clock_->Now());
     Record(std::move(t));
   }
 }

@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/time_util.h>
 
+#include "common/time_proto.h"
+
 namespace clusterd::recovery {
 namespace {
 
@@ -9,11 +11,6 @@ using google::protobuf::util::TimeUtil;
 
 Duration ToDuration(const google::protobuf::Duration& d) {
   return std::chrono::nanoseconds(TimeUtil::DurationToNanoseconds(d));
-}
-
-TimePoint ToTime(const google::protobuf::Timestamp& t) {
-  return TimePoint(std::chrono::duration_cast<TimePoint::duration>(
-      std::chrono::nanoseconds(TimeUtil::TimestampToNanoseconds(t))));
 }
 
 JobStatus FromProto(v1::JobState s) {
@@ -63,7 +60,7 @@ JobPolicy FromProto(const v1::RecoveryPolicy& p) {
   for (const auto& w : p.silences()) {
     SilenceWindow window;
     window.code = w.code();
-    if (w.has_until()) window.until = ToTime(w.until());
+    if (w.has_until()) window.until = FromTimestamp(w.until());
     out.silences.push_back(std::move(window));
   }
   if (p.has_hold_down()) out.hold_down = ToDuration(p.hold_down());
@@ -98,8 +95,8 @@ FaultView FromProto(const v1::Fault& f) {
   out.source = f.source();
   out.active = f.state() == v1::FAULT_STATE_ACTIVE;
   // Hold-down counts from the current activation; older records lack it.
-  out.first_seen = ToTime(f.has_activated_time() ? f.activated_time() : f.first_seen());
-  if (f.has_cleared_time() && !out.active) out.cleared_at = ToTime(f.cleared_time());
+  out.first_seen = FromTimestamp(f.has_activated_time() ? f.activated_time() : f.first_seen());
+  if (f.has_cleared_time() && !out.active) out.cleared_at = FromTimestamp(f.cleared_time());
   return out;
 }
 

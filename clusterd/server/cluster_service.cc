@@ -11,22 +11,6 @@
 namespace clusterd {
 namespace {
 
-template <typename Fn>
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, Fn&& fn) {
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpc(fn()));
-  return reactor;
-}
-
-template <typename Resp, typename Fn>
-Status ReadInto(const ClusterState* state, Resp* resp, Fn&& query) {
-  std::shared_lock lock(state->mutex());
-  auto result = query();
-  if (!result.ok()) return result.status();
-  *resp = std::move(*result);
-  return Status::Ok();
-}
-
 // One Watch stream. It pulls batches from the hub on the watch pool (which may
 // read the disk), writes one batch at a time, and goes idle when caught up
 // until the hub notifies it. State is under a recursive mutex held while any
@@ -222,27 +206,26 @@ ClusterServiceImpl::ClusterServiceImpl(const ClusterState* state, WatchHub* hub,
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerContext* ctx,
                                                          const v1::GetSummaryRequest*, v1::GetSummaryResponse* resp) {
-  return Answer(ctx, [&] {
-    std::shared_lock lock(state_->mutex());
-    *resp = state_->GetSummary();
+  return AnswerRead(ctx, state_, [resp](const ClusterState& state) {
+    *resp = state.GetSummary();
     return Status::Ok();
   });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListNodes(grpc::CallbackServerContext* ctx,
                                                         const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) {
-  return Answer(ctx, [&] { return ReadInto(state_, resp, [&] { return state_->ListNodes(*req); }); });
+  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListNodes(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
                                                       v1::GetNodeResponse* resp) {
-  return Answer(ctx, [&] { return ReadInto(state_, resp, [&] { return state_->GetNode(*req); }); });
+  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.GetNode(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListFaults(grpc::CallbackServerContext* ctx,
                                                          const v1::ListFaultsRequest* req,
                                                          v1::ListFaultsResponse* resp) {
-  return Answer(ctx, [&] { return ReadInto(state_, resp, [&] { return state_->ListFaults(*req); }); });
+  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListFaults(*req); });
 }
 
 grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,

@@ -36,22 +36,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                  v1::GetJobResponse* resp) {
-  return AnswerRead(ctx, state_, [req, resp](const ClusterState& state) {
-    auto job = state.GetJob(req->id());
-    if (!job.ok()) return job.status();
-    *resp->mutable_job() = std::move(*job);
-    return Status::Ok();
-  });
+  return AnswerQuery(ctx, state_, resp->mutable_job(), [req](const ClusterState& state) { return state.GetJob(req->id()); });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
                                                    v1::ListJobsResponse* resp) {
-  return AnswerRead(ctx, state_, [req, resp](const ClusterState& state) {
-    auto jobs = state.ListJobs(*req);
-    if (!jobs.ok()) return jobs.status();
-    *resp = std::move(*jobs);
-    return Status::Ok();
-  });
+  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListJobs(*req); });
 }
 
 }  // namespace clusterd

@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <shared_mutex>
 #include <set>
 
 #include <boost/asio/thread_pool.hpp>
@@ -46,6 +48,22 @@ struct ClusterdServer::Impl {
   int grpc_port = 0;
   std::atomic<bool> serving{false};
   bool shut_down = false;
+
+  // One summary serves every per-health and per-level gauge of a scrape
+  // (they would otherwise each walk all nodes, devices and faults).
+  std::mutex summary_mu;
+  std::chrono::steady_clock::time_point summary_at;
+  v1::GetSummaryResponse summary;
+  v1::GetSummaryResponse ScrapeSummary() {
+    std::lock_guard lock(summary_mu);
+    const auto now = std::chrono::steady_clock::now();
+    if (summary_at == std::chrono::steady_clock::time_point() || now - summary_at > std::chrono::seconds(1)) {
+      std::shared_lock state_lock(state->mutex());
+      summary = state->GetSummary();
+      summary_at = now;
+    }
+    return summary;
+  }
 };
 
 ClusterdServer::ClusterdServer(ClusterdConfig config, const Clock* clock) : impl_(std::make_unique<Impl>()) {
@@ -115,19 +133,13 @@ Status ClusterdServer::Start() {
   for (const auto& [health, pick] : kHealths) {
     s.metrics.AddCallbackGauge(
         "clusterd_nodes_by_health", "Registered nodes per health.",
-        [&s, pick = pick] {
-          std::shared_lock lock(s.state->mutex());
-          return static_cast<double>((s.state->GetSummary().nodes().*pick)());
-        },
+        [&s, pick = pick] { return static_cast<double>((s.ScrapeSummary().nodes().*pick)()); },
         {{"health", health}});
   }
   for (const auto& [health, pick] : kHealths) {
     s.metrics.AddCallbackGauge(
         "clusterd_devices_by_health", "Accelerator devices per health.",
-        [&s, pick = pick] {
-          std::shared_lock lock(s.state->mutex());
-          return static_cast<double>((s.state->GetSummary().devices().*pick)());
-        },
+        [&s, pick = pick] { return static_cast<double>((s.ScrapeSummary().devices().*pick)()); },
         {{"health", health}});
   }
   for (int level = v1::FAULT_LEVEL_NOT_HANDLE; level <= v1::FAULT_LEVEL_SEPARATE; ++level) {
@@ -135,8 +147,7 @@ Status ClusterdServer::Start() {
     s.metrics.AddCallbackGauge(
         "clusterd_active_faults", "Active faults per level.",
         [&s, name] {
-          std::shared_lock lock(s.state->mutex());
-          const auto summary = s.state->GetSummary();
+          const auto summary = s.ScrapeSummary();
           auto it = summary.active_faults_by_level().find(name);
           return it == summary.active_faults_by_level().end() ? 0.0 : static_cast<double>(it->second);
         },

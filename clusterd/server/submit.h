@@ -35,4 +35,16 @@ grpc::ServerUnaryReactor* AnswerRead(grpc::CallbackServerContext* ctx, const Clu
   return reactor;
 }
 
+// Reads a StatusOr<T> under the shared lock into *out. query: StatusOr<T>(const ClusterState&).
+template <typename T, typename Query>
+grpc::ServerUnaryReactor* AnswerQuery(grpc::CallbackServerContext* ctx, const ClusterState* state, T* out,
+                                      Query query) {
+  return AnswerRead(ctx, state, [out, &query](const ClusterState& s) {
+    auto result = query(s);
+    if (!result.ok()) return result.status();
+    *out = std::move(*result);
+    return Status::Ok();
+  });
+}
+
 }  // namespace clusterd
