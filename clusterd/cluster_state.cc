@@ -194,6 +194,11 @@ Status ClusterState::Load() {
     IndexJob(job, true);
     jobs_.emplace(std::string(key), std::move(job));
   }));
+  CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kRecoveries, [&](std::string_view key, std::string_view value) {
+    v1::Recovery r;
+    if (!r.ParseFromArray(value.data(), static_cast<int>(value.size()))) return fail("recovery", key);
+    LoadRecovery(std::move(r));
+  }));
   CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kMeta, [&](std::string_view key, std::string_view value) {
     if (key != storage::kMetaAdminState) return;
     if (!admin_.ParseFromArray(value.data(), static_cast<int>(value.size()))) fail("admin state", key);
@@ -583,9 +588,13 @@ StatusOr<v1::Node> ClusterState::ApplyCordon(const std::string& node, bool cordo
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return NotFound("node " + node + " is not registered");
   v1::Node* n = it->second.record.mutable_node();
-  if (n->cordoned() != cordon) {
+  bool isolated = n->isolated();
+  for (const auto& [id, d] : it->second.devices) isolated = isolated || d.isolated();
+  if (n->cordoned() != cordon || (!cordon && isolated)) {
     n->set_cordoned(cordon);
     n->set_cordon_reason(cordon ? reason : "");
+    // Uncordon returns the node to service: isolation by a recovery ends too.
+    if (!cordon) ClearIsolation(it->second, m);
     v1::Event ev;
     ev.set_type(cordon ? v1::EVENT_TYPE_NODE_CORDONED : v1::EVENT_TYPE_NODE_UNCORDONED);
     ev.set_node(node);

@@ -78,6 +78,26 @@ class ClusterState {
   StatusOr<v1::Job> ApplyCreateJob(const v1::Job& job, Mutation* m);
   StatusOr<v1::Job> ApplyUpdateJob(const v1::Job& job, Mutation* m);
   StatusOr<uint64_t> ApplyDeleteJob(const std::string& id, Mutation* m);
+  // ---- recoveries: called by the Coordinator on the writer thread ----
+  // Stores `r` with a new revision (and update_time) and emits one event of
+  // `type` carrying it and its job id. Returns the stored record.
+  const v1::Recovery& PutRecovery(v1::Recovery r, v1::EventType type, Mutation* m);
+  // The next recovery id for a job: "<job>.<n>".
+  std::string NextRecoveryId(const std::string& job_id);
+  // Sets a job's state (JOB_UPDATED event with `reason`); no-op if unchanged.
+  Status SetJobState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m);
+  // Marks a node (device absent) or a device isolated; NODE_UPDATED event.
+  // Idempotent. UncordonNode clears both.
+  Status SetIsolated(const std::string& node, std::optional<uint32_t> device, const std::string& reason, Mutation* m);
+  const std::map<std::string, v1::Recovery>& recoveries() const { return recoveries_; }
+  const std::map<std::string, v1::Job>& jobs() const { return jobs_; }
+  // Every fault record (active or cleared) on the nodes the job uses.
+  std::vector<const v1::Fault*> FaultsOnJobNodes(const v1::Job& job) const;
+  // The fault with this id (Fault.id), or null.
+  const v1::Fault* FindFault(const std::string& fault_id) const;
+  std::set<std::string> CordonedNodes() const;
+  std::set<std::string> IsolatedNodes() const;
+
   // Raises HEARTBEAT_LOST on every node silent for longer than grace.
   void CheckLiveness(std::chrono::nanoseconds grace, Mutation* m);
   // Adds deletion of events (compacted, to] to m and records the new floor.
@@ -98,6 +118,8 @@ class ClusterState {
   StatusOr<v1::Job> GetJob(const std::string& id) const;
   StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req) const;
   size_t job_count() const { return jobs_.size(); }
+  StatusOr<v1::ListRecoveriesResponse> ListRecoveries(const v1::ListRecoveriesRequest& req) const;
+  StatusOr<v1::Recovery> GetRecovery(const std::string& id) const;
 
  private:
   struct NodeState {
@@ -127,6 +149,8 @@ class ClusterState {
   // The job with its current impacts filled in.
   v1::Job WithImpacts(const v1::Job& job) const;
   void IndexJob(const v1::Job& job, bool add);
+  void LoadRecovery(v1::Recovery r);
+  void ClearIsolation(NodeState& n, Mutation* m);
 
   storage::Store* store_;
   const Catalog* catalog_;
@@ -137,6 +161,8 @@ class ClusterState {
   v1::AdminState admin_;
   std::map<std::string, v1::Job> jobs_;      // id -> job as stored (no impacts)
   std::map<std::string, std::set<std::string>> jobs_by_node_;
+  std::map<std::string, v1::Recovery> recoveries_;  // id -> record
+  std::map<std::string, uint64_t> recovery_seq_;    // job id -> last n used
   uint64_t revision_ = 0;
   std::atomic<uint64_t> compacted_{0};
   std::atomic<uint64_t> durable_revision_{0};

@@ -78,6 +78,40 @@ const std::map<std::string, Setter>& Setters() {
          return SetU32("max_inflight_per_stream", v, 1, 65'536, &c->max_inflight_per_stream);
        }},
       {"log_level", [](const std::string& v, ClusterdConfig* c) { return SetLogLevel("log_level", v, &c->log_level); }},
+      {"actuator",
+       [](const std::string& v, ClusterdConfig* c) {
+         if (v != "none" && v != "exec" && v != "webhook") {
+           return InvalidArgument("actuator: \"" + v + "\" is not one of none, exec, webhook");
+         }
+         c->actuator = v;
+         return Status::Ok();
+       }},
+      {"actuator_command",
+       [](const std::string& v, ClusterdConfig* c) {
+         c->actuator_command = v;
+         return Status::Ok();
+       }},
+      {"actuator_url",
+       [](const std::string& v, ClusterdConfig* c) {
+         c->actuator_url = v;
+         return Status::Ok();
+       }},
+      {"max_concurrent_recoveries",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_concurrent_recoveries", v, 1, 100'000, &c->max_concurrent_recoveries);
+       }},
+      {"max_isolated_node_percent",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_isolated_node_percent", v, 0, 100, &c->max_isolated_node_percent);
+       }},
+      {"recovery_budget_window",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("recovery_budget_window", v, std::chrono::minutes(1), &c->recovery_budget_window);
+       }},
+      {"recovery_resume_grace",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("recovery_resume_grace", v, std::chrono::seconds(1), &c->recovery_resume_grace);
+       }},
   };
   return table;
 }
@@ -106,6 +140,15 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
     if (!text.ok()) return InvalidArgument("--config: " + text.status().message());
     CLUSTERD_RETURN_IF_ERROR(ApplyClusterdConfigJson(*text, "config file " + split->config_path, &cfg));
   }
+  auto check = [&cfg]() -> Status {
+    if (cfg.actuator == "exec" && cfg.actuator_command.empty()) {
+      return InvalidArgument("--actuator-command: required with --actuator exec");
+    }
+    if (cfg.actuator == "webhook" && cfg.actuator_url.empty()) {
+      return InvalidArgument("--actuator-url: required with --actuator webhook");
+    }
+    return Status::Ok();
+  };
   for (auto [key, value] : split->flags) {
     if (key == "catalog") key = "catalog_file";
     Status st = Setters().at(key)(value, &cfg);
@@ -115,6 +158,7 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
       return InvalidArgument("--" + flag + ": " + st.message());
     }
   }
+  CLUSTERD_RETURN_IF_ERROR(check());
   return cfg;
 }
 
@@ -138,6 +182,15 @@ Flags (the JSON config file takes the same keys with '_'):
   --max-streams N             most concurrent agent streams (default 20000)
   --max-inflight-per-stream N agent messages in flight before reading pauses (default 256)
   --log-level LEVEL           trace, debug, info, warn, error (default info)
+Recovery:
+  --actuator KIND             none, exec or webhook: how cluster actions run (default none:
+                              every cluster action fails and the recovery escalates)
+  --actuator-command CMD      exec: run with /bin/sh -c, the action as JSON on stdin
+  --actuator-url URL          webhook: http://host:port/path receives the JSON by POST
+  --max-concurrent-recoveries N   recoveries running at once (default 4)
+  --max-isolated-node-percent N   nodes isolated at most, in percent (default 10)
+  --recovery-budget-window DUR    retry budgets count recoveries within (default 24h)
+  --recovery-resume-grace DUR     after a restart, steps in flight get this long (default 30s)
 Durations take a unit: 500ms, 10s, 2m, 1h, 7d.
 )";
 }

@@ -34,6 +34,18 @@ struct ClusterdConfig {
   // Messages of one agent stream accepted but not yet durable before reading pauses.
   uint32_t max_inflight_per_stream = 256;
   std::string log_level = "info";
+  // Recovery: how cluster actions are carried out ("none", "exec", "webhook").
+  std::string actuator = "none";
+  std::string actuator_command;  // exec: run with /bin/sh -c, the action as JSON on stdin
+  std::string actuator_url;      // webhook: http://host:port/path
+  // Blast radius: at most this many recoveries running at once, and at most
+  // this percentage of nodes isolated.
+  uint32_t max_concurrent_recoveries = 4;
+  uint32_t max_isolated_node_percent = 10;
+  // Retry budgets count recoveries started within this window.
+  std::chrono::nanoseconds recovery_budget_window = std::chrono::hours(24);
+  // After a restart, steps in flight get at least this long to be answered.
+  std::chrono::nanoseconds recovery_resume_grace = std::chrono::seconds(30);
 };
 
 // Parses flags (argv[1..]) and the --config file they name, if any. Returns

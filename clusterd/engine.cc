@@ -108,6 +108,7 @@ void Engine::Run() {
         state_->CheckLiveness(options_.node_grace, &m);
         next_liveness = now + options_.liveness_interval;
       }
+      if (tick_) tick_(*state_, now, &m, &dones);
     }
     if (!m.empty()) {
       const auto start = std::chrono::steady_clock::now();

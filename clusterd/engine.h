@@ -12,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "clusterd/cluster_state.h"
 #include "clusterd/storage/store.h"
@@ -44,6 +45,12 @@ class Engine {
          MetricsRegistry* metrics);
   ~Engine();
 
+  // Runs on the writer thread after every group (and at least every liveness
+  // interval), with the state locked, before the commit: it may add changes
+  // to m and Dones to run once they are durable. Set before Start.
+  using Tick = std::function<void(ClusterState& state, TimePoint now, Mutation* m, std::vector<Done>* after)>;
+  void set_tick(Tick tick) { tick_ = std::move(tick); }
+
   void Start();
   // Applies and commits everything already submitted, then stops the thread.
   void Stop();
@@ -61,6 +68,7 @@ class Engine {
   WatchHub* hub_;
   const Clock* clock_;
   EngineOptions options_;
+  Tick tick_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -14,6 +14,7 @@ build/bin/clusterd-bench --short --json "$(mktemp -d)/bench-short.json"
 echo "== end-to-end"
 bash test/e2e/grpcurl_test.sh
 bash test/e2e/noded_test.sh
+bash test/e2e/recovery_test.sh
 bash test/e2e/helm_test.sh
 bash test/e2e/api_tools_test.sh
 echo "== all tests passed"

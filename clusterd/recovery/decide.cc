@@ -172,6 +172,15 @@ Strategy Escalate(Strategy current, const JobPolicy& policy, JobKind kind) {
   return FirstAllowed(static_cast<Strategy>(static_cast<int>(current) + 1), policy, kind);
 }
 
+void ActionsFor(const Job& job, const std::vector<FaultView>& triggers, Strategy strategy, Decision* d) {
+  std::vector<Candidate> candidates;
+  for (const FaultView& f : triggers) {
+    std::vector<int> ranks = RanksHit(job, f);
+    if (!ranks.empty()) candidates.push_back(Candidate{&f, std::move(ranks)});
+  }
+  ComputeActions(candidates, strategy, /*isolate_nodes=*/strategy != Strategy::kScaleIn, d);
+}
+
 Decision Decide(const Job& job, const std::vector<FaultView>& faults, const ClusterView& cluster,
                 const Limits& limits, const History& history, TimePoint now) {
   Decision d;

@@ -31,6 +31,11 @@ Strategy FirstAllowed(Strategy from, const JobPolicy& policy, JobKind kind = Job
 // The next allowed rung strictly below `current`; FAIL after the last one.
 Strategy Escalate(Strategy current, const JobPolicy& policy, JobKind kind = JobKind::kTraining);
 
+// Isolation and chip resets that `strategy` implies for these trigger faults
+// (what Decide fills in), for a coordinator that escalates a running recovery
+// to `strategy`. Fills d->isolate_nodes, isolate_devices, reset_devices.
+void ActionsFor(const Job& job, const std::vector<FaultView>& triggers, Strategy strategy, Decision* d);
+
 // The decision for one job. Pure: equal inputs give equal decisions.
 Decision Decide(const Job& job, const std::vector<FaultView>& faults, const ClusterView& cluster,
                 const Limits& limits, const History& history, TimePoint now);

@@ -228,6 +228,19 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ListFaults(grpc::CallbackServerCon
   return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListFaults(*req); });
 }
 
+grpc::ServerUnaryReactor* ClusterServiceImpl::ListRecoveries(grpc::CallbackServerContext* ctx,
+                                                             const v1::ListRecoveriesRequest* req,
+                                                             v1::ListRecoveriesResponse* resp) {
+  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListRecoveries(*req); });
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::GetRecovery(grpc::CallbackServerContext* ctx,
+                                                          const v1::GetRecoveryRequest* req,
+                                                          v1::GetRecoveryResponse* resp) {
+  return AnswerQuery(ctx, state_, resp->mutable_recovery(),
+                     [req](const ClusterState& state) { return state.GetRecovery(req->id()); });
+}
+
 grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,
                                                                        const v1::WatchRequest* req) {
   auto reactor = std::make_shared<WatchReactor>(this, ctx);

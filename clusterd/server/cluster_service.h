@@ -32,6 +32,10 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
                                     v1::GetNodeResponse* resp) override;
   grpc::ServerUnaryReactor* ListFaults(grpc::CallbackServerContext* ctx, const v1::ListFaultsRequest* req,
                                        v1::ListFaultsResponse* resp) override;
+  grpc::ServerUnaryReactor* ListRecoveries(grpc::CallbackServerContext* ctx, const v1::ListRecoveriesRequest* req,
+                                           v1::ListRecoveriesResponse* resp) override;
+  grpc::ServerUnaryReactor* GetRecovery(grpc::CallbackServerContext* ctx, const v1::GetRecoveryRequest* req,
+                                        v1::GetRecoveryResponse* resp) override;
   grpc::ServerWriteReactor<v1::WatchResponse>* Watch(grpc::CallbackServerContext* ctx,
                                                      const v1::WatchRequest* req) override;
 

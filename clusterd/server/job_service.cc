@@ -1,8 +1,197 @@
 #include "clusterd/server/job_service.h"
 
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+
 #include "clusterd/server/submit.h"
+#include "common/logging.h"
+#include "common/validation.h"
 
 namespace clusterd {
+namespace {
+
+// One job recovery agent's stream. The first message names the job; ClusterD
+// answers with the job (and any command the agent owes an answer to), then
+// writes commands as the Coordinator dispatches them. Acks go to the writer
+// thread. One write in flight; a Finish waits for it. mu_ is recursive for
+// the same reason as in AgentReactor (reactions may run inline).
+class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1::AttachResponse>,
+                            public JobAgentHub::Sink,
+                            public std::enable_shared_from_this<AttachReactor> {
+ public:
+  explicit AttachReactor(JobServiceImpl* service) : service_(service) {}
+
+  void Begin(std::shared_ptr<AttachReactor> self) {
+    self_ = std::move(self);
+    std::lock_guard lock(mu_);
+    StartReadLocked();
+  }
+
+  // JobAgentHub::Sink (the writer thread).
+  void Send(v1::AttachResponse msg) override {
+    std::lock_guard lock(mu_);
+    if (finish_called_ || pending_finish_) return;
+    outq_.push_back(std::move(msg));
+    WriteNextLocked();
+  }
+  void Replaced() override {
+    std::lock_guard lock(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              "a newer recovery agent attached for job " + job_));
+  }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    reading_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status::OK);  // the agent closed its side
+      return;
+    }
+    Status st = HandleLocked();
+    if (!st.ok()) {
+      GetLogger("job-agent")->warn("attach stream for job {} rejected: {}", job_.empty() ? "?" : job_, st.ToString());
+      FinishLocked(ToGrpc(st));
+      return;
+    }
+    StartReadLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    if (pending_finish_) {
+      finish_called_ = true;
+      Finish(*pending_finish_);
+      return;
+    }
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to the recovery agent failed"));
+      return;
+    }
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard lock(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
+  }
+
+  void OnDone() override {
+    if (session_ != 0) service_->agents()->Detach(job_, session_);
+    self_.reset();  // the hub may still hold a reference until Detach
+  }
+
+ private:
+  Status HandleLocked() {
+    auto self = shared_from_this();
+    if (job_.empty()) {
+      if (!req_.has_hello()) return InvalidArgument("the first message of an Attach stream must be a hello");
+      CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("hello.job_id", req_.hello().job_id()));
+      CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.agent", req_.hello().agent(), 256));
+      job_ = req_.hello().job_id();
+      const std::string job = job_, agent = req_.hello().agent();
+      JobServiceImpl* service = service_;
+      bool ok = service_->engine()->Submit([self, service, job, agent](ClusterState& state, Mutation*) -> Engine::Done {
+        auto found = state.GetJob(job);
+        if (!found.ok()) return [self, st = found.status()] { self->OnAttachFailed(st); };
+        auto commands = service->coordinator()->PendingCommands(state, job);
+        return [self, service, job, agent, found = std::move(*found), commands = std::move(commands)] {
+          // On the writer thread, before any later dispatch: the hub sees
+          // this agent from now on, and it first gets what it owes.
+          GetLogger("job-agent")->info("recovery agent {} attached for job {}", agent.empty() ? "?" : agent, job);
+          v1::AttachResponse hello;
+          *hello.mutable_attached()->mutable_job() = found;
+          self->Send(std::move(hello));
+          for (const auto& c : commands) {
+            v1::AttachResponse msg;
+            *msg.mutable_command() = c;
+            self->Send(std::move(msg));
+          }
+          self->SetSession(service->agents()->Attach(job, self));
+        };
+      });
+      if (!ok) return Unavailable("clusterd is shutting down");
+      return Status::Ok();
+    }
+    if (!req_.has_ack()) return InvalidArgument("after the hello, an Attach stream carries only acks");
+    const v1::CommandAck& ack = req_.ack();
+    CLUSTERD_RETURN_IF_ERROR(ValidateText("ack.command_id", ack.command_id(), 512));
+    if (ack.command_id().empty()) return InvalidArgument("ack.command_id: required");
+    CLUSTERD_RETURN_IF_ERROR(ValidateText("ack.message", ack.message(), 4096));
+    // Only this job's commands can be answered on this stream (checked on
+    // the writer thread against the recovery the id names).
+    Coordinator* coordinator = service_->coordinator();
+    const std::string job = job_;
+    bool ok = service_->engine()->Submit([coordinator, ack, job](ClusterState& state, Mutation* m) -> Engine::Done {
+      coordinator->ApplyResult(state, ack.command_id(), ack.success(), ack.message(), m, job);
+      return nullptr;
+    });
+    if (!ok) return Unavailable("clusterd is shutting down");
+    return Status::Ok();
+  }
+
+  void SetSession(uint64_t session) {
+    std::lock_guard lock(mu_);
+    session_ = session;
+    if (finish_called_ || pending_finish_) service_->agents()->Detach(job_, session_);
+  }
+
+  void OnAttachFailed(const Status& st) {
+    std::lock_guard lock(mu_);
+    FinishLocked(ToGrpc(st));
+  }
+
+  void StartReadLocked() {
+    if (finish_called_ || pending_finish_ || reading_) return;
+    reading_ = true;
+    StartRead(&req_);
+  }
+
+  void WriteNextLocked() {
+    if (finish_called_ || writing_ || outq_.empty()) return;
+    current_ = std::move(outq_.front());
+    outq_.pop_front();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void FinishLocked(grpc::Status status) {
+    if (finish_called_ || pending_finish_) return;
+    outq_.clear();
+    if (writing_) {
+      pending_finish_ = std::move(status);
+      return;
+    }
+    finish_called_ = true;
+    Finish(status);
+  }
+
+  JobServiceImpl* service_;
+  std::shared_ptr<AttachReactor> self_;
+  std::recursive_mutex mu_;
+  v1::AttachRequest req_;
+  v1::AttachResponse current_;
+  std::deque<v1::AttachResponse> outq_;
+  std::string job_;
+  uint64_t session_ = 0;
+  bool reading_ = false;
+  bool writing_ = false;
+  bool finish_called_ = false;
+  std::optional<grpc::Status> pending_finish_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::AttachRequest, v1::AttachResponse>* JobServiceImpl::Attach(
+    grpc::CallbackServerContext* ctx) {
+  (void)ctx;
+  auto reactor = std::make_shared<AttachReactor>(this);
+  AttachReactor* raw = reactor.get();
+  raw->Begin(std::move(reactor));
+  return raw;
+}
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* req,
                                                     v1::CreateJobResponse* resp) {

@@ -2,15 +2,20 @@
 // durable), reads take ClusterState's shared lock.
 #pragma once
 
+#include <atomic>
+
 #include "clusterd/cluster_state.h"
+#include "clusterd/coordinator.h"
 #include "clusterd/engine.h"
+#include "clusterd/job_agent_hub.h"
 #include "clusterd/v1/job.grpc.pb.h"
 
 namespace clusterd {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(const ClusterState* state, Engine* engine) : state_(state), engine_(engine) {}
+  JobServiceImpl(const ClusterState* state, Engine* engine, Coordinator* coordinator, JobAgentHub* agents)
+      : state_(state), engine_(engine), coordinator_(coordinator), agents_(agents) {}
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* req,
                                       v1::CreateJobResponse* resp) override;
@@ -22,10 +27,17 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                    v1::GetJobResponse* resp) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
                                      v1::ListJobsResponse* resp) override;
+  grpc::ServerBidiReactor<v1::AttachRequest, v1::AttachResponse>* Attach(grpc::CallbackServerContext* ctx) override;
+
+  Engine* engine() { return engine_; }
+  Coordinator* coordinator() { return coordinator_; }
+  JobAgentHub* agents() { return agents_; }
 
  private:
   const ClusterState* state_;
   Engine* engine_;
+  Coordinator* coordinator_;
+  JobAgentHub* agents_;
 };
 
 }  // namespace clusterd

@@ -10,9 +10,12 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/server_builder.h>
 
+#include "clusterd/actuator.h"
 #include "clusterd/catalog.h"
 #include "clusterd/cluster_state.h"
+#include "clusterd/coordinator.h"
 #include "clusterd/engine.h"
+#include "clusterd/job_agent_hub.h"
 #include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"
 #include "clusterd/server/cluster_service.h"
@@ -36,6 +39,9 @@ struct ClusterdServer::Impl {
   std::unique_ptr<ClusterState> state;
   std::unique_ptr<WatchHub> hub;
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<Actuator> actuator;
+  JobAgentHub job_agents;
+  std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<boost::asio::thread_pool> watch_pool;
   std::unique_ptr<AgentService> agent_service;
   std::unique_ptr<ClusterServiceImpl> cluster_service;
@@ -99,6 +105,36 @@ Status ClusterdServer::Start() {
   eo.retention_age = cfg.retention_age;
   eo.retention_interval = cfg.retention_interval;
   s.engine = std::make_unique<Engine>(s.state.get(), s.store.get(), s.hub.get(), s.clock, eo, &s.metrics);
+
+  if (cfg.actuator == "exec") {
+    ExecActuatorOptions xo;
+    xo.command = cfg.actuator_command;
+    auto actuator = MakeExecActuator(xo);
+    if (!actuator.ok()) return actuator.status();
+    s.actuator = std::move(*actuator);
+  } else if (cfg.actuator == "webhook") {
+    WebhookActuatorOptions wo;
+    wo.url = cfg.actuator_url;
+    auto actuator = MakeWebhookActuator(wo);
+    if (!actuator.ok()) return actuator.status();
+    s.actuator = std::move(*actuator);
+  } else {
+    s.actuator = MakeNoneActuator();
+  }
+  log->info("recovery actuator: {}", s.actuator->kind());
+  CoordinatorOptions co;
+  co.limits.max_concurrent_recoveries = static_cast<int>(cfg.max_concurrent_recoveries);
+  co.limits.max_isolated_node_percent = static_cast<int>(cfg.max_isolated_node_percent);
+  co.budget_window = cfg.recovery_budget_window;
+  co.resume_grace = cfg.recovery_resume_grace;
+  s.coordinator = std::make_unique<Coordinator>(&s.job_agents, s.actuator.get(), s.clock, co, &s.metrics);
+  s.coordinator->set_submit([engine = s.engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); });
+  s.engine->set_tick([coordinator = s.coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
+                                                          std::vector<Engine::Done>* after) {
+    coordinator->Tick(state, now, m, after);
+  });
+  s.metrics.AddCallbackGauge("clusterd_job_agents", "Attached job recovery agents.",
+                             [&s] { return static_cast<double>(s.job_agents.attached()); });
   s.engine->Start();
 
   s.watch_pool = std::make_unique<boost::asio::thread_pool>(2);
@@ -113,7 +149,8 @@ Status ClusterdServer::Start() {
   s.cluster_service =
       std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo, &s.metrics);
   s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get());
-  s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get());
+  s.job_service =
+      std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get(), s.coordinator.get(), &s.job_agents);
   s.admin_service = std::make_unique<AdminServiceImpl>(s.state.get(), s.engine.get());
 
   s.metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
@@ -205,6 +242,9 @@ void ClusterdServer::Shutdown() {
     // Streams are cancelled after the deadline; unary calls in flight finish.
     s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
+  // Actions in flight finish and report to the engine (their results are
+  // committed by Stop); anything not reported is dispatched again at restart.
+  if (s.actuator) s.actuator->Stop();
   if (s.engine) s.engine->Stop();
   if (s.grpc_server) s.grpc_server->Wait();
   if (s.watch_pool) s.watch_pool->join();

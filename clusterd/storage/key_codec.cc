@@ -29,6 +29,8 @@ std::string NodeKey(std::string_view node) { return std::string(node); }
 
 std::string JobKey(std::string_view job_id) { return std::string(job_id); }
 
+std::string RecoveryKey(std::string_view recovery_id) { return std::string(recovery_id); }
+
 std::string NodePrefix(std::string_view node) {
   std::string key(node);
   key.push_back('\0');

@@ -26,6 +26,8 @@ std::string NodeKey(std::string_view node);
 std::string DeviceKey(std::string_view node, uint32_t device_id);
 // jobs: the job id itself.
 std::string JobKey(std::string_view job_id);
+// Recoveries CF: the recovery id ("<job id>.<n>").
+std::string RecoveryKey(std::string_view recovery_id);
 // Prefix of every device and fault key of a node: node 0x00.
 std::string NodePrefix(std::string_view node);
 

@@ -17,8 +17,8 @@ enum class Cf : uint8_t {
   kDevices = 3,     // node \0 device-id(u32 BE) -> v1.Device
   kFaults = 4,      // fault key (key_codec.h) -> v1.Fault
   kEvents = 5,      // revision (u64 BE) -> v1.Event
-  kJobs = 6,        // reserved for the jobs issue
-  kRecoveries = 7,  // reserved for the recovery issue
+  kJobs = 6,        // job id -> v1.Job (as stored, without impacts)
+  kRecoveries = 7,  // recovery id -> v1.Recovery
 };
 inline constexpr size_t kCfCount = 8;
 

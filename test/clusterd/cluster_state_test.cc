@@ -5,40 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include "state_fixtures.h"
 #include "test_util.h"
 
 namespace clusterd {
 namespace {
 
+using testing::MakeHello;
+using testing::MakeTransition;
+
 using namespace std::chrono_literals;
-
-v1::Hello MakeHello(const std::string& node, uint64_t epoch, int devices = 8) {
-  v1::Hello h;
-  h.set_node_name(node);
-  h.set_boot_id("boot-1");
-  h.set_agent_version("test");
-  h.set_epoch(epoch);
-  (*h.mutable_labels())["rack"] = "r1";
-  for (int i = 0; i < devices; ++i) {
-    auto* d = h.mutable_inventory()->add_devices();
-    d->set_id(i);
-    d->set_vendor("huawei");
-    d->set_model("910B3");
-  }
-  return h;
-}
-
-v1::FaultTransition MakeTransition(uint64_t epoch, uint64_t seq, bool raise, std::optional<uint32_t> device,
-                                   const std::string& code, v1::FaultSource source = v1::FAULT_SOURCE_ACCELERATOR) {
-  v1::FaultTransition t;
-  t.mutable_id()->set_epoch(epoch);
-  t.mutable_id()->set_seq(seq);
-  t.set_action(raise ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR);
-  if (device) t.mutable_fault()->set_device_id(*device);
-  t.mutable_fault()->set_source(source);
-  t.mutable_fault()->set_code(code);
-  return t;
-}
 
 class ClusterStateTest : public ::testing::Test {
  protected:
@@ -441,6 +417,9 @@ TEST_F(ClusterStateTest, SummaryCountsHealthAndLevels) {
 namespace clusterd {
 namespace {
 
+using testing::MakeHello;
+using testing::MakeTransition;
+
 v1::Job MakeJob(const std::string& id, const std::vector<std::pair<std::string, int>>& ranks) {
   v1::Job job;
   job.set_id(id);
@@ -551,6 +530,9 @@ TEST_F(ClusterStateTest, FaultImpactOnJobs) {
 
 namespace clusterd {
 namespace {
+
+using testing::MakeHello;
+using testing::MakeTransition;
 
 TEST_F(ClusterStateTest, CordonIsIdempotentAndRecordedWithActor) {
   Hello(MakeHello("worker01", 1));

@@ -1,0 +1,121 @@
+// Cluster actions of a recovery (isolate a device or node, reset a chip,
+// reschedule pods, restart a job) go through an Actuator. ClusterD stores the
+// step as RUNNING before it calls Execute, and stores the result before it
+// moves on, so an action that succeeded is never asked for again; an action
+// that was in flight when ClusterD died is asked for again after the restart
+// with the SAME idempotency key, and the actuator (or what it drives) must
+// treat a repeated key as already done.
+//
+// Shipped: "none" (every action fails: nothing is configured to act), "exec"
+// (runs a command with the action as one JSON object on stdin) and "webhook"
+// (HTTP POST of the same JSON). docs/recovery.md describes the JSON.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "clusterd/v1/types.pb.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+struct ActionRequest {
+  std::string idempotency_key;  // "<recovery id>/<step index>"
+  std::string recovery_id;
+  std::string job_id;
+  v1::ClusterAction action = v1::CLUSTER_ACTION_UNSPECIFIED;
+  v1::RecoveryStrategy strategy = v1::RECOVERY_STRATEGY_UNSPECIFIED;
+  std::string node;                // empty for RESTART_JOB
+  std::optional<uint32_t> device;  // ISOLATE_DEVICE, RESET_DEVICE
+  std::vector<uint32_t> ranks;     // RESCHEDULE_PODS, RESTART_JOB
+  // Wall-clock deadline of the step; the actuator gives up (and reports a
+  // failure) when it passes.
+  TimePoint deadline;
+};
+
+struct ActionResult {
+  bool ok = false;
+  std::string message;  // one line: what happened, or why it failed
+};
+
+// "isolate_device", "isolate_node", "reset_device", "reschedule_pods",
+// "restart_job".
+std::string_view ActionName(v1::ClusterAction action);
+
+// The request as one line of JSON:
+// {"idempotency_key":"train-1.1/2","recovery_id":"train-1.1","job_id":"train-1",
+//  "action":"isolate_device","strategy":"POD_RESCHEDULE","node":"worker01",
+//  "device_id":3,"ranks":[3],"deadline":"2026-11-30T01:02:03.000Z"}
+// device_id is present only when set; strings are JSON-escaped.
+std::string ActionJson(const ActionRequest& req);
+
+class Actuator {
+ public:
+  using Done = std::function<void(ActionResult)>;
+  virtual ~Actuator() = default;
+  // Starts `req` and returns at once; `done` runs exactly once, on any thread
+  // (never inside Execute itself). Thread-safe.
+  virtual void Execute(ActionRequest req, Done done) = 0;
+  // Waits for running actions to finish (their `done` still runs) and refuses
+  // new ones (their `done` runs with ok=false).
+  virtual void Stop() = 0;
+  virtual std::string_view kind() const = 0;
+};
+
+// Fails every action with "no actuator configured".
+std::unique_ptr<Actuator> MakeNoneActuator();
+
+struct ExecActuatorOptions {
+  // Run as `/bin/sh -c command`; the JSON arrives on stdin (then EOF). Exit
+  // status 0 is success; otherwise the last non-empty line of stdout+stderr
+  // (truncated to 512 bytes) is the failure message. The environment also
+  // carries CLUSTERD_ACTION, CLUSTERD_IDEMPOTENCY_KEY, CLUSTERD_JOB_ID.
+  std::string command;
+  // Actions run in parallel on this many worker threads.
+  int workers = 2;
+};
+// At the deadline the command's process group gets SIGTERM, 2 s later
+// SIGKILL, and the action fails with "timed out".
+StatusOr<std::unique_ptr<Actuator>> MakeExecActuator(ExecActuatorOptions options);
+
+struct WebhookActuatorOptions {
+  // http://host:port/path (plain HTTP; put a TLS proxy in front if needed).
+  std::string url;
+  int workers = 2;
+};
+// POSTs the JSON with Content-Type application/json and an Idempotency-Key
+// header. A 2xx answer is success; anything else (or no answer before the
+// deadline) fails, with the status line and the start of the body as the
+// message.
+StatusOr<std::unique_ptr<Actuator>> MakeWebhookActuator(WebhookActuatorOptions options);
+
+// Building blocks shared by the shipped actuators (actuator.cc); not for
+// callers.
+namespace actuator_internal {
+
+// Runs one action to the end on a worker thread and says how it went.
+using RunAction = std::function<ActionResult(const ActionRequest&)>;
+
+// An Actuator that runs `run` for each action on `workers` threads (at least
+// one), in the order Execute was called; `done` runs on the worker right
+// after. An exception from `run` fails the action with its message. Stop()
+// refuses new actions, finishes the queued and running ones and joins the
+// workers; it must not be called from a `done` callback.
+std::unique_ptr<Actuator> MakePooledActuator(std::string kind, int workers, RunAction run);
+
+// `text` as one line of valid UTF-8 of at most `max_bytes` bytes: control
+// characters (line breaks included) become spaces, invalid bytes '?', and
+// surrounding whitespace is trimmed.
+std::string OneLine(std::string_view text, size_t max_bytes);
+
+}  // namespace actuator_internal
+
+}  // namespace clusterd
