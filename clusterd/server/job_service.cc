@@ -46,7 +46,8 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
     std::lock_guard lock(mu_);
     reading_ = false;
     if (!ok) {
-      FinishLocked(grpc::Status::OK);  // the agent closed its side
+      read_closed_ = true;  // the agent closed its side: finish once answered
+      MaybeCloseLocked();
       return;
     }
     Status st = HandleLocked();
@@ -71,6 +72,7 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
       return;
     }
     WriteNextLocked();
+    MaybeCloseLocked();
   }
 
   void OnCancel() override {
@@ -93,6 +95,7 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
       job_ = req_.hello().job_id();
       const std::string job = job_, agent = req_.hello().agent();
       JobServiceImpl* service = service_;
+      ++inflight_;
       bool ok = service_->engine()->Submit([self, service, job, agent](ClusterState& state, Mutation*) -> Engine::Done {
         auto found = state.GetJob(job);
         if (!found.ok()) return [self, st = found.status()] { self->OnAttachFailed(st); };
@@ -110,9 +113,13 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
             self->Send(std::move(msg));
           }
           self->SetSession(service->agents()->Attach(job, self));
+          self->Applied();
         };
       });
-      if (!ok) return Unavailable("clusterd is shutting down");
+      if (!ok) {
+        --inflight_;
+        return Unavailable("clusterd is shutting down");
+      }
       return Status::Ok();
     }
     if (!req_.has_ack()) return InvalidArgument("after the hello, an Attach stream carries only acks");
@@ -124,11 +131,15 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
     // the writer thread against the recovery the id names).
     Coordinator* coordinator = service_->coordinator();
     const std::string job = job_;
-    bool ok = service_->engine()->Submit([coordinator, ack, job](ClusterState& state, Mutation* m) -> Engine::Done {
+    ++inflight_;
+    bool ok = service_->engine()->Submit([self, coordinator, ack, job](ClusterState& state, Mutation* m) -> Engine::Done {
       coordinator->ApplyResult(state, ack.command_id(), ack.success(), ack.message(), m, job);
-      return nullptr;
+      return [self] { self->Applied(); };
     });
-    if (!ok) return Unavailable("clusterd is shutting down");
+    if (!ok) {
+      --inflight_;
+      return Unavailable("clusterd is shutting down");
+    }
     return Status::Ok();
   }
 
@@ -136,6 +147,18 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
     std::lock_guard lock(mu_);
     session_ = session;
     if (finish_called_ || pending_finish_) service_->agents()->Detach(job_, session_);
+  }
+
+  void Applied() {
+    std::lock_guard lock(mu_);
+    --inflight_;
+    MaybeCloseLocked();
+  }
+
+  // After the agent's half-close: finish once its messages are applied and
+  // everything queued for it is written.
+  void MaybeCloseLocked() {
+    if (read_closed_ && inflight_ == 0 && outq_.empty() && !writing_) FinishLocked(grpc::Status::OK);
   }
 
   void OnAttachFailed(const Status& st) {
@@ -176,6 +199,8 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
   std::deque<v1::AttachResponse> outq_;
   std::string job_;
   uint64_t session_ = 0;
+  int inflight_ = 0;  // messages submitted to the engine, not yet applied
+  bool read_closed_ = false;
   bool reading_ = false;
   bool writing_ = false;
   bool finish_called_ = false;

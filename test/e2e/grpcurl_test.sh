@@ -65,12 +65,32 @@ expect_contains "$again" '"unchanged": true' "Report idempotent"
 
 echo "-- jobs: the active fault hits rank 1"
 grpcurl -plaintext -d '{"job": {"id": "llm-7b", "kind": "JOB_KIND_TRAINING", "placement": [
-    {"rank": 0, "node": "worker01", "deviceId": 0}, {"rank": 1, "node": "worker01", "deviceId": 3}]}}' \
+    {"rank": 0, "node": "worker01", "deviceId": 0}, {"rank": 1, "node": "worker01", "deviceId": 3}],
+    "policy": {"holdDown": "1s"}}}' \
   "$ADDR" clusterd.v1.JobService/CreateJob >/dev/null
 job=$(grpcurl -plaintext -d '{"id": "llm-7b"}' "$ADDR" clusterd.v1.JobService/GetJob)
 expect_contains "$job" '"fault_id": "worker01/3/accelerator/80E01801"' "GetJob impacts"
 expect_contains "$(grpcurl -plaintext -d '{"job": "llm-7b"}' "$ADDR" clusterd.v1.ClusterService/ListFaults)" \
   '"code": "80E01801"' "ListFaults by job"
+
+echo "-- recovery: after the hold-down a PROCESS_RESTART waits for the agent; grpcurl acks it"
+recovery_running() {
+  grpcurl -plaintext -d '{"job": "llm-7b"}' "$ADDR" clusterd.v1.ClusterService/ListRecoveries |
+    grep -q '"state": "RECOVERY_STATE_RUNNING"'
+}
+wait_until 30 recovery_running
+attach=$(grpcurl -plaintext -d @ "$ADDR" clusterd.v1.JobService/Attach <<'JSON'
+{"hello": {"jobId": "llm-7b", "agent": "grpcurl"}}
+{"ack": {"commandId": "llm-7b.1/0", "success": true, "message": "processes restarted"}}
+JSON
+)
+expect_contains "$attach" '"attached"' "Attach answers with the job"
+expect_contains "$attach" '"kind": "JOB_COMMAND_RESTART_PROCESSES"' "Attach delivers the command"
+recovery=$(grpcurl -plaintext -d '{"id": "llm-7b.1"}' "$ADDR" clusterd.v1.ClusterService/GetRecovery)
+expect_contains "$recovery" '"state": "RECOVERY_STATE_SUCCEEDED"' "GetRecovery after the ack"
+expect_contains "$recovery" '"message": "processes restarted"' "GetRecovery step message"
+unknown=$(grpcurl -plaintext -d '{"hello": {"jobId": "ghost"}}' "$ADDR" clusterd.v1.JobService/Attach 2>&1 || true)
+expect_contains "$unknown" "NotFound" "Attach for an unknown job"
 
 echo "-- admin: cordon, manual clear, pause; each is an event"
 grpcurl -plaintext -d '{"node": "worker01", "actor": "e2e", "reason": "maintenance"}' "$ADDR" \

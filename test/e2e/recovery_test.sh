@@ -130,8 +130,8 @@ wait_until 30 escalated
 [[ $(recovery train-c.1 'r["initial_strategy"]') == RECOVERY_STRATEGY_PROCESS_RESTART ]] || fail "C: initial strategy"
 wait_until 30 recovery_is train-c.1 RECOVERY_STATE_SUCCEEDED
 expect_contains "$(recovery train-c.1 'r["reasons"][-1]')" "timed out" "C: escalation reason"
-curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" | grep -q '^clusterd_recovery_escalations_total [1-9]' ||
-  fail "C: escalations metric"
+metrics=$(curl -sf "http://127.0.0.1:$HTTP_PORT/metrics")
+grep -q '^clusterd_recovery_escalations_total [1-9]' <<<"$metrics" || fail "C: escalations metric"
 
 echo "-- D: kill -9 of clusterd mid-recovery -> resumed, each action exactly once"
 start_agent train-d --placement 0=worker03:4,1=worker03:5 --spares worker03:6 --ignore RESUME
