@@ -398,6 +398,87 @@ TEST_F(GrpcTest, JobServiceAndFaultImpact) {
   }
 }
 
+TEST_F(GrpcTest, AttachDeliversCommandsTakesAcksAndOneAgentPerJob) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  auto jobs = v1::JobService::NewStub(channel_);
+  {
+    v1::CreateJobRequest create;
+    auto* job = create.mutable_job();
+    job->set_id("train");
+    job->set_kind(v1::JOB_KIND_TRAINING);
+    auto* p = job->add_placement();
+    p->set_node("worker01");
+    p->set_device_id(2);
+    job->mutable_policy()->mutable_hold_down()->set_seconds(0);
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    ASSERT_TRUE(jobs->CreateJob(&ctx, create, &resp).ok());
+  }
+  // Bad first messages are refused with a reason.
+  {
+    grpc::ClientContext ctx;
+    auto stream = jobs->Attach(&ctx);
+    v1::AttachRequest ack;
+    ack.mutable_ack()->set_command_id("x");
+    ASSERT_TRUE(stream->Write(ack));
+    v1::AttachResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  grpc::ClientContext ctx;
+  auto stream = jobs->Attach(&ctx);
+  v1::AttachRequest hello;
+  hello.mutable_hello()->set_job_id("train");
+  ASSERT_TRUE(stream->Write(hello));
+  v1::AttachResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_TRUE(resp.has_attached());
+  EXPECT_EQ(resp.attached().job().id(), "train");
+  // A RESTART_BUSINESS fault on the job's device: the command arrives here.
+  ASSERT_TRUE(agent.Transition(1, true, 2, "80E01801"));
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_TRUE(resp.has_command());
+  EXPECT_EQ(resp.command().id(), "train.1/0");
+  EXPECT_EQ(resp.command().kind(), v1::JOB_COMMAND_RESTART_PROCESSES);
+  v1::AttachRequest ack;
+  ack.mutable_ack()->set_command_id("train.1/0");
+  ack.mutable_ack()->set_success(true);
+  ack.mutable_ack()->set_message("restarted");
+  ASSERT_TRUE(stream->Write(ack));
+  auto recovery_state = [&] {
+    grpc::ClientContext c;
+    v1::GetRecoveryRequest req;
+    req.set_id("train.1");
+    v1::GetRecoveryResponse r;
+    return cluster_->GetRecovery(&c, req, &r).ok() ? r.recovery().state() : v1::RECOVERY_STATE_UNSPECIFIED;
+  };
+  EXPECT_TRUE(WaitFor([&] { return recovery_state() == v1::RECOVERY_STATE_SUCCEEDED; }));
+  // A second agent for the job replaces the first.
+  grpc::ClientContext ctx2;
+  auto second = jobs->Attach(&ctx2);
+  ASSERT_TRUE(second->Write(hello));
+  ASSERT_TRUE(second->Read(&resp));
+  EXPECT_TRUE(resp.has_attached());
+  EXPECT_FALSE(stream->Read(&resp));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  second->WritesDone();
+  EXPECT_TRUE(second->Finish().ok());
+  {
+    grpc::ClientContext c;
+    v1::ListRecoveriesRequest req;
+    req.set_job("train");
+    v1::ListRecoveriesResponse r;
+    ASSERT_TRUE(cluster_->ListRecoveries(&c, req, &r).ok());
+    EXPECT_EQ(r.total_size(), 1);
+    grpc::ClientContext c2;
+    v1::GetRecoveryRequest get;
+    get.set_id("nope.1");
+    v1::GetRecoveryResponse g;
+    EXPECT_EQ(cluster_->GetRecovery(&c2, get, &g).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+}
+
 TEST_F(GrpcTest, HealthServiceAndStartErrors) {
   auto health = grpc::health::v1::Health::NewStub(channel_);
   for (const char* service : {"", "clusterd.v1.ClusterService"}) {
