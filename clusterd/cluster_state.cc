@@ -211,12 +211,32 @@ Status ClusterState::Load() {
 
 // ---------------------------------------------------------------- writes ---
 
-uint64_t ClusterState::NextRevision(Mutation* m) {
-  ++revision_;
-  std::string value;
-  storage::AppendU64(&value, revision_);
-  m->batch.Put(store_->Handle(Cf::kMeta), std::string(storage::kMetaRevision), value);
-  return revision_;
+uint64_t ClusterState::NextRevision(Mutation*) {
+  revision_dirty_ = true;  // written once per commit, by FlushDirty
+  return ++revision_;
+}
+
+void ClusterState::FlushDirty(Mutation* m) {
+  if (revision_dirty_) {
+    std::string value;
+    storage::AppendU64(&value, revision_);
+    m->batch.Put(store_->Handle(Cf::kMeta), std::string(storage::kMetaRevision), value);
+    revision_dirty_ = false;
+  }
+  for (const auto& name : dirty_nodes_) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) continue;
+    m->batch.Put(store_->Handle(Cf::kNodes), storage::NodeKey(name), it->second.record.SerializeAsString());
+  }
+  dirty_nodes_.clear();
+  for (const auto& [name, id] : dirty_devices_) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) continue;
+    auto dit = it->second.devices.find(id);
+    if (dit == it->second.devices.end()) continue;
+    m->batch.Put(store_->Handle(Cf::kDevices), storage::DeviceKey(name, id), dit->second.SerializeAsString());
+  }
+  dirty_devices_.clear();
 }
 
 void ClusterState::Emit(Mutation* m, v1::Event event) {
@@ -226,13 +246,9 @@ void ClusterState::Emit(Mutation* m, v1::Event event) {
   m->events.push_back(std::move(event));
 }
 
-void ClusterState::PutNode(NodeState& n, Mutation* m) {
-  m->batch.Put(store_->Handle(Cf::kNodes), storage::NodeKey(n.record.node().name()), n.record.SerializeAsString());
-}
+void ClusterState::PutNode(NodeState& n, Mutation*) { dirty_nodes_.insert(n.record.node().name()); }
 
-void ClusterState::PutDevice(const v1::Device& d, Mutation* m) {
-  m->batch.Put(store_->Handle(Cf::kDevices), storage::DeviceKey(d.node(), d.id()), d.SerializeAsString());
-}
+void ClusterState::PutDevice(const v1::Device& d, Mutation*) { dirty_devices_.emplace(d.node(), d.id()); }
 
 void ClusterState::PutFault(const std::string& key, const v1::Fault& f, Mutation* m) {
   m->batch.Put(store_->Handle(Cf::kFaults), key, f.SerializeAsString());

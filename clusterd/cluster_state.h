@@ -34,7 +34,9 @@
 
 namespace clusterd {
 
-// The stored effect of one or more logical changes, committed together.
+// The stored effect of one or more logical changes, committed together
+// (after ClusterState::FlushDirty has added the records written once per
+// commit).
 struct Mutation {
   rocksdb::WriteBatch batch;
   std::vector<v1::Event> events;
@@ -103,6 +105,12 @@ class ClusterState {
   // Adds deletion of events (compacted, to] to m and records the new floor.
   void ApplyCompaction(uint64_t to, Mutation* m);
 
+  // Writes what changed since the last flush and is written once per commit
+  // however often it changed (the revision counter, node and device records)
+  // into m. The Engine calls it once per group, before the commit; anything
+  // that commits a Mutation must.
+  void FlushDirty(Mutation* m);
+
   uint64_t revision() const { return revision_; }
   uint64_t compacted_revision() const { return compacted_.load(); }
   // Set by the Engine once a commit is durable.
@@ -164,6 +172,9 @@ class ClusterState {
   std::map<std::string, v1::Recovery> recoveries_;  // id -> record
   std::map<std::string, uint64_t> recovery_seq_;    // job id -> last n used
   uint64_t revision_ = 0;
+  bool revision_dirty_ = false;
+  std::set<std::string> dirty_nodes_;
+  std::set<std::pair<std::string, uint32_t>> dirty_devices_;
   std::atomic<uint64_t> compacted_{0};
   std::atomic<uint64_t> durable_revision_{0};
 };

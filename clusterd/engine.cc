@@ -109,6 +109,7 @@ void Engine::Run() {
         next_liveness = now + options_.liveness_interval;
       }
       if (tick_) tick_(*state_, now, &m, &dones);
+      state_->FlushDirty(&m);
     }
     if (!m.empty()) {
       const auto start = std::chrono::steady_clock::now();

@@ -35,6 +35,7 @@ class ClusterStateTest : public ::testing::Test {
   auto Commit(Fn&& fn) {
     Mutation m;
     auto result = fn(&m);
+    state_->FlushDirty(&m);
     EXPECT_TRUE(store_->Write(&m.batch).ok());
     state_->set_durable_revision(state_->revision());
     events_.insert(events_.end(), m.events.begin(), m.events.end());

@@ -82,6 +82,7 @@ class CoordinatorTest : public ::testing::Test {
     fn(&m);
     std::vector<Engine::Done> after;
     coordinator_->Tick(*state_, clock_.Now(), &m, &after);
+    state_->FlushDirty(&m);
     ASSERT_TRUE(store_->Write(&m.batch).ok());
     state_->set_durable_revision(state_->revision());
     events_.insert(events_.end(), m.events.begin(), m.events.end());
