@@ -1,12 +1,12 @@
 #include "clusterd/server/agent_service.h"
 
-#include <deque>
 #include <memory>
 #include <mutex>
 
 #include <google/protobuf/util/time_util.h>
 
 #include "clusterd/server/grpc_status.h"
+#include "clusterd/server/stream_writer.h"
 #include "common/logging.h"
 
 namespace clusterd {
@@ -54,17 +54,12 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
 
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mu_);
-    writing_ = false;
-    if (pending_finish_) {
-      finish_called_ = true;
-      Finish(*pending_finish_);
-      return;
-    }
+    if (out_.WriteDone()) return;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to agent failed"));
       return;
     }
-    WriteNextLocked();
+    out_.Next();
     MaybeCloseLocked();
   }
 
@@ -167,7 +162,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         TimeUtil::NanosecondsToDuration(service_->options().heartbeat_interval.count());
     *resp.mutable_welcome()->mutable_node_grace() =
         TimeUtil::NanosecondsToDuration(service_->options().node_grace.count());
-    outq_.push_back(std::move(resp));
+    out_.Push(std::move(resp));
     AppliedLocked();
   }
 
@@ -188,56 +183,38 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     }
     if (duplicate && service_->transitions_duplicate) service_->transitions_duplicate->Inc();
     // Acks are cumulative within an epoch: a newer ack replaces a queued one.
-    if (!outq_.empty() && outq_.back().has_ack() && outq_.back().ack().id().epoch() == id.epoch()) {
-      outq_.pop_back();
-    }
+    auto& queue = out_.queue();
+    if (!queue.empty() && queue.back().has_ack() && queue.back().ack().id().epoch() == id.epoch()) queue.pop_back();
     v1::ConnectResponse resp;
     *resp.mutable_ack()->mutable_id() = id;
     resp.mutable_ack()->set_revision(revision);
-    outq_.push_back(std::move(resp));
+    out_.Push(std::move(resp));
     AppliedLocked();
   }
 
   void AppliedLocked() {
     --inflight_;
-    if (finish_called_) return;
-    WriteNextLocked();
+    if (out_.finishing()) return;
+    out_.Next();
     if (!reading_ && !read_closed_ && inflight_ < service_->options().max_inflight_per_stream) StartReadLocked();
     MaybeCloseLocked();
   }
 
   void StartReadLocked() {
-    if (finish_called_ || reading_ || read_closed_) return;
+    if (out_.finishing() || reading_ || read_closed_) return;
     reading_ = true;
     StartRead(&req_);
   }
 
-  void WriteNextLocked() {
-    if (finish_called_ || writing_ || outq_.empty()) return;
-    current_ = std::move(outq_.front());
-    outq_.pop_front();
-    writing_ = true;
-    StartWrite(&current_);
-  }
-
   // The agent closed its side: finish once everything it sent is answered.
   void MaybeCloseLocked() {
-    if (read_closed_ && inflight_ == 0 && outq_.empty() && !writing_) FinishLocked(grpc::Status::OK);
+    if (read_closed_ && inflight_ == 0 && out_.idle()) FinishLocked(grpc::Status::OK);
   }
 
-  // One write in flight at a time, and a Finish counts as one: with a write
-  // in flight the Finish waits for OnWriteDone. Queued acks are dropped; the
-  // agent resends anything not acknowledged. The first status wins.
+  // Queued acks are dropped; the agent resends anything not acknowledged.
   void FinishLocked(grpc::Status status) {
-    if (finish_called_ || pending_finish_) return;
-    outq_.clear();
     read_closed_ = true;
-    if (writing_) {
-      pending_finish_ = std::move(status);
-      return;
-    }
-    finish_called_ = true;
-    Finish(status);
+    out_.Finish(std::move(status));
   }
 
   AgentService* service_;
@@ -247,15 +224,11 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
 
   std::recursive_mutex mu_;
   v1::ConnectRequest req_;
-  v1::ConnectResponse current_;
-  std::deque<v1::ConnectResponse> outq_;
+  StreamWriter<AgentReactor, v1::ConnectResponse> out_{this};
   std::string node_;
   uint32_t inflight_ = 0;
   bool reading_ = false;
   bool read_closed_ = false;
-  bool writing_ = false;
-  bool finish_called_ = false;
-  std::optional<grpc::Status> pending_finish_;
 };
 
 }  // namespace

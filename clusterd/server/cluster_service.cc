@@ -5,6 +5,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "clusterd/server/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
 
@@ -45,12 +46,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
 
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mu_);
-    writing_ = false;
-    if (pending_finish_) {
-      finish_called_ = true;
-      Finish(*pending_finish_);
-      return;
-    }
+    if (out_.WriteDone()) return;
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to watcher failed"));
       return;
@@ -94,13 +90,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
 
   void OnPublished(uint64_t head) {
     std::lock_guard lock(mu_);
-    if (finish_called_ || pending_finish_) return;
+    if (out_.finishing()) return;
     if (LaggingLocked(head)) return;
     ScheduleLocked();
   }
 
   void ScheduleLocked() {
-    if (finish_called_ || pending_finish_ || writing_ || scheduled_) return;
+    if (out_.finishing() || out_.writing() || scheduled_) return;
     scheduled_ = true;
     boost::asio::post(*service_->pool(), [self = shared_from_this()] { self->Pump(); });
   }
@@ -110,7 +106,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
     uint64_t after;
     {
       std::lock_guard lock(mu_);
-      if (finish_called_ || pending_finish_) return;
+      if (out_.finishing()) return;
       after = after_;
     }
     for (;;) {
@@ -144,12 +140,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
       after_ = after;
       if (resp.events_size() > 0) {
         scheduled_ = false;
-        if (finish_called_ || pending_finish_) return;
+        if (out_.finishing()) return;
         resp.set_revision(after);
         if (service_->watch_events_sent) service_->watch_events_sent->Inc(resp.events_size());
-        current_ = std::move(resp);
-        writing_ = true;
-        StartWrite(&current_);
+        out_.Push(std::move(resp));
         return;
       }
       if (batch->empty() || after >= service_->hub()->head()) {
@@ -164,15 +158,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
     }
   }
 
-  void FinishLocked(grpc::Status status) {
-    if (finish_called_ || pending_finish_) return;
-    if (writing_) {
-      pending_finish_ = std::move(status);
-      return;
-    }
-    finish_called_ = true;
-    Finish(status);
-  }
+  void FinishLocked(grpc::Status status) { out_.Finish(std::move(status)); }
 
   ClusterServiceImpl* service_;
   grpc::CallbackServerContext* ctx_;
@@ -184,10 +170,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
   bool subscribed_ = false;
   bool live_ = false;
   bool scheduled_ = false;
-  bool writing_ = false;
-  bool finish_called_ = false;
-  std::optional<grpc::Status> pending_finish_;
-  v1::WatchResponse current_;
+  // One batch in flight at a time: the queue never holds more than one.
+  StreamWriter<WatchReactor, v1::WatchResponse> out_{this};
 };
 
 }  // namespace

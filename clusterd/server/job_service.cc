@@ -1,10 +1,9 @@
 #include "clusterd/server/job_service.h"
 
-#include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 
+#include "clusterd/server/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
 #include "common/validation.h"
@@ -15,8 +14,8 @@ namespace {
 // One job recovery agent's stream. The first message names the job; ClusterD
 // answers with the job (and any command the agent owes an answer to), then
 // writes commands as the Coordinator dispatches them. Acks go to the writer
-// thread. One write in flight; a Finish waits for it. mu_ is recursive for
-// the same reason as in AgentReactor (reactions may run inline).
+// thread. mu_ is recursive for the same reason as in AgentReactor (reactions
+// may run inline).
 class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1::AttachResponse>,
                             public JobAgentHub::Sink,
                             public std::enable_shared_from_this<AttachReactor> {
@@ -32,14 +31,11 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
   // JobAgentHub::Sink (the writer thread).
   void Send(v1::AttachResponse msg) override {
     std::lock_guard lock(mu_);
-    if (finish_called_ || pending_finish_) return;
-    outq_.push_back(std::move(msg));
-    WriteNextLocked();
+    out_.Push(std::move(msg));
   }
   void Replaced() override {
     std::lock_guard lock(mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                              "a newer recovery agent attached for job " + job_));
+    out_.Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a newer recovery agent attached for job " + job_));
   }
 
   void OnReadDone(bool ok) override {
@@ -53,7 +49,7 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
     Status st = HandleLocked();
     if (!st.ok()) {
       GetLogger("job-agent")->warn("attach stream for job {} rejected: {}", job_.empty() ? "?" : job_, st.ToString());
-      FinishLocked(ToGrpc(st));
+      out_.Finish(ToGrpc(st));
       return;
     }
     StartReadLocked();
@@ -61,23 +57,18 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
 
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mu_);
-    writing_ = false;
-    if (pending_finish_) {
-      finish_called_ = true;
-      Finish(*pending_finish_);
-      return;
-    }
+    if (out_.WriteDone()) return;
     if (!ok) {
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to the recovery agent failed"));
+      out_.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to the recovery agent failed"));
       return;
     }
-    WriteNextLocked();
+    out_.Next();
     MaybeCloseLocked();
   }
 
   void OnCancel() override {
     std::lock_guard lock(mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
+    out_.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
   }
 
   void OnDone() override {
@@ -146,7 +137,7 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
   void SetSession(uint64_t session) {
     std::lock_guard lock(mu_);
     session_ = session;
-    if (finish_called_ || pending_finish_) service_->agents()->Detach(job_, session_);
+    if (out_.finishing()) service_->agents()->Detach(job_, session_);
   }
 
   void Applied() {
@@ -158,53 +149,30 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
   // After the agent's half-close: finish once its messages are applied and
   // everything queued for it is written.
   void MaybeCloseLocked() {
-    if (read_closed_ && inflight_ == 0 && outq_.empty() && !writing_) FinishLocked(grpc::Status::OK);
+    if (read_closed_ && inflight_ == 0 && out_.idle()) out_.Finish(grpc::Status::OK);
   }
 
   void OnAttachFailed(const Status& st) {
     std::lock_guard lock(mu_);
-    FinishLocked(ToGrpc(st));
+    out_.Finish(ToGrpc(st));
   }
 
   void StartReadLocked() {
-    if (finish_called_ || pending_finish_ || reading_) return;
+    if (out_.finishing() || reading_) return;
     reading_ = true;
     StartRead(&req_);
-  }
-
-  void WriteNextLocked() {
-    if (finish_called_ || writing_ || outq_.empty()) return;
-    current_ = std::move(outq_.front());
-    outq_.pop_front();
-    writing_ = true;
-    StartWrite(&current_);
-  }
-
-  void FinishLocked(grpc::Status status) {
-    if (finish_called_ || pending_finish_) return;
-    outq_.clear();
-    if (writing_) {
-      pending_finish_ = std::move(status);
-      return;
-    }
-    finish_called_ = true;
-    Finish(status);
   }
 
   JobServiceImpl* service_;
   std::shared_ptr<AttachReactor> self_;
   std::recursive_mutex mu_;
   v1::AttachRequest req_;
-  v1::AttachResponse current_;
-  std::deque<v1::AttachResponse> outq_;
+  StreamWriter<AttachReactor, v1::AttachResponse> out_{this};
   std::string job_;
   uint64_t session_ = 0;
   int inflight_ = 0;  // messages submitted to the engine, not yet applied
   bool read_closed_ = false;
   bool reading_ = false;
-  bool writing_ = false;
-  bool finish_called_ = false;
-  std::optional<grpc::Status> pending_finish_;
 };
 
 }  // namespace
