@@ -2,6 +2,7 @@
 // group of its own, with the action's JSON on stdin, until it exits or the
 // action's deadline passes.
 #include "clusterd/actuator.h"
+#include "clusterd/actuator_internal.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,5 @@
 #include "clusterd/actuator.h"
+#include "clusterd/actuator_internal.h"
 
 #include <condition_variable>
 #include <fstream>
