@@ -348,6 +348,29 @@ TEST_F(CoordinatorTest, ConcurrencyLimitQueuesTheSecondJob) {
   EXPECT_EQ(Rec("b.1").state(), v1::RECOVERY_STATE_RUNNING) << "the freed slot goes to the waiting job";
 }
 
+TEST_F(CoordinatorTest, TheJobRetryBudgetCountsStoredRecoveries) {
+  Register("w1", 1);
+  Register("w2", 2);
+  v1::Job job = MakeJob("train", {"w1", "w2"});
+  job.mutable_policy()->set_max_retries_per_job(1);
+  CreateJob(job);
+  Attach("train");
+  Raise("w1", 1, 1, 0, kRestartBusiness);
+  clock_.Advance(2s);
+  Tick();
+  Answer("train.1/0", true);
+  ASSERT_EQ(Rec("train.1").state(), v1::RECOVERY_STATE_SUCCEEDED);
+  // A second incident within the budget window: the budget of 1 is spent.
+  Raise("w2", 2, 1, 1, kRestartBusiness);
+  clock_.Advance(2s);
+  Tick();
+  const v1::Recovery& r = Rec("train.2");
+  EXPECT_EQ(r.state(), v1::RECOVERY_STATE_FAILED);
+  EXPECT_NE(r.message().find("job retry budget exhausted"), std::string::npos) << r.message();
+  EXPECT_EQ(JobState("train"), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(sink_->commands.size(), 1u) << "nothing was sent for the refused recovery";
+}
+
 TEST_F(CoordinatorTest, DryRunRecordsOnceAndActsOnNothing) {
   StandardSetup();
   v1::SetRecoveryModeRequest dry;
