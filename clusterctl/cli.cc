@@ -148,11 +148,6 @@ int Usage(Context& c, const std::string& message) {
   return kExitUsage;
 }
 
-int Unsupported(Context& c, const std::string& what, const std::string& why) {
-  c.err << "clusterctl: " << what << " is not supported by this server yet (" << why << ")\n";
-  return kExitUnsupported;
-}
-
 int ExitFor(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::NOT_FOUND: return kExitNotFound;
@@ -175,6 +170,10 @@ int RpcFailure(Context& c, const std::string& what, const grpc::Status& st) {
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       c.err << "clusterctl: no answer from clusterd at " << c.server << " within " << TimeoutText(c.timeout) << " ("
             << detail << ")\n";
+      break;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      c.err << "clusterctl: " << what << " is not supported by clusterd at " << c.server
+            << " (an older server than this clusterctl?) (" << detail << ")\n";
       break;
     default:
       c.err << "clusterctl: " << what << " failed: " << detail << "\n";
@@ -320,6 +319,31 @@ void PrintKeyValues(Context& c, const std::vector<std::pair<std::string, std::st
   }
 }
 
+// The current rung; "PROCESS_RESTART->POD_RESCHEDULE" once it escalated from where it started.
+std::string RecoveryStrategyText(const v1::Recovery& r) {
+  const std::string now = ShortStrategy(r.strategy());
+  if (r.initial_strategy() == v1::RECOVERY_STRATEGY_UNSPECIFIED || r.initial_strategy() == r.strategy()) return now;
+  return ShortStrategy(r.initial_strategy()) + "->" + now;
+}
+
+bool StepEnded(const v1::RecoveryStep& s) {
+  switch (s.state()) {
+    case v1::STEP_STATE_SUCCEEDED:
+    case v1::STEP_STATE_FAILED:
+    case v1::STEP_STATE_TIMED_OUT:
+    case v1::STEP_STATE_SKIPPED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Steps that ended (succeeded, failed, timed out or skipped) out of all planned so far.
+std::string StepsText(const v1::Recovery& r) {
+  const auto done = std::count_if(r.steps().begin(), r.steps().end(), StepEnded);
+  return std::to_string(done) + "/" + std::to_string(r.steps_size());
+}
+
 // ---------------------------------------------------------- get summary ---
 
 int GetSummary(Context& c) {
@@ -365,6 +389,7 @@ void AddNodeRow(Context& c, Table* t, const v1::Node& n) {
                                   std::to_string(n.inventory().devices_size()),
                                   n.connected() ? "yes" : "no",
                                   n.cordoned() ? "yes" : "no",
+                                  n.isolated() ? "yes" : "no",
                                   FormatTime(n.last_heartbeat_time())};
   if (c.wide()) {
     row.push_back(n.agent_version().empty() ? "-" : n.agent_version());
@@ -376,8 +401,8 @@ void AddNodeRow(Context& c, Table* t, const v1::Node& n) {
 }
 
 Table NodeTable(Context& c) {
-  std::vector<std::string> h = {"NAME",      "HEALTH",   "WORST-LEVEL",   "FAULTS",
-                                "DEVICES",   "CONNECTED", "CORDONED", "LAST-HEARTBEAT"};
+  std::vector<std::string> h = {"NAME",      "HEALTH",    "WORST-LEVEL", "FAULTS",        "DEVICES",
+                                "CONNECTED", "CORDONED",  "ISOLATED",    "LAST-HEARTBEAT"};
   if (c.wide()) h.insert(h.end(), {"AGENT", "BOOT-ID", "REVISION", "LABELS"});
   return Table(std::move(h));
 }
@@ -503,6 +528,9 @@ int DescribeNode(Context& c) {
       {"Active faults", std::to_string(n.active_faults())},
       {"Connected", n.connected() ? "yes" : "no"},
       {"Cordoned", !n.cordoned() ? "no" : n.cordon_reason().empty() ? "yes" : "yes (" + n.cordon_reason() + ")"},
+      {"Isolated", !n.isolated()                 ? "no"
+                   : n.isolation_reason().empty() ? "yes"
+                                                  : "yes (" + n.isolation_reason() + ")"},
       {"Last heartbeat", FormatTime(n.last_heartbeat_time())},
       {"Registered", FormatTime(n.registered_time())},
       {"Agent version", n.agent_version().empty() ? "-" : n.agent_version()},
@@ -531,11 +559,14 @@ int DescribeNode(Context& c) {
   if (resp.devices().empty()) {
     c.out << "  <none>\n";
   } else {
-    Table t({"ID", "VENDOR", "MODEL", "SERIAL", "HEALTH", "WORST-LEVEL", "FAULTS"});
+    Table t({"ID", "VENDOR", "MODEL", "SERIAL", "HEALTH", "WORST-LEVEL", "FAULTS", "ISOLATED"});
     for (const auto& d : resp.devices()) {
       t.AddRow({std::to_string(d.id()), d.vendor().empty() ? "-" : d.vendor(), d.model().empty() ? "-" : d.model(),
                 d.serial().empty() ? "-" : d.serial(), ShortHealth(d.health()), ShortLevel(d.worst_level()),
-                std::to_string(d.active_faults())});
+                std::to_string(d.active_faults()),
+                !d.isolated()                 ? "no"
+                : d.isolation_reason().empty() ? "yes"
+                                               : "yes (" + d.isolation_reason() + ")"});
     }
     c.out << Indent(TableText(t));
   }
@@ -620,6 +651,16 @@ std::string WatchLine(const v1::Event& e) {
       state = e.message().empty() ? "" : e.message() + " ";
       state += "by " + (e.actor().empty() ? std::string("-") : e.actor());
       if (!e.reason().empty()) state += ": " + e.reason();
+      break;
+    case v1::EVENT_TYPE_RECOVERY_STARTED:
+    case v1::EVENT_TYPE_RECOVERY_UPDATED:
+    case v1::EVENT_TYPE_RECOVERY_FINISHED:
+      if (e.has_recovery()) {
+        const v1::Recovery& r = e.recovery();
+        level = ShortLevel(r.level());
+        state = "recovery " + r.id() + " " + ShortRecoveryState(r.state()) + " " + RecoveryStrategyText(r) +
+                " steps " + StepsText(r);
+      }
       break;
     default:
       break;
@@ -1052,6 +1093,192 @@ int DeleteJob(Context& c) {
   return kExitOk;
 }
 
+// ----------------------------------------------------------- recoveries ---
+
+std::string JoinText(const std::vector<std::string>& items, const std::string& sep = ",") {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
+  return out.empty() ? "-" : out;
+}
+
+std::string DeviceRefsText(const google::protobuf::RepeatedPtrField<v1::DeviceRef>& refs) {
+  std::vector<std::string> items;
+  for (const auto& d : refs) items.push_back(d.node() + " dev " + std::to_string(d.device_id()));
+  return JoinText(items, ", ");
+}
+
+std::vector<uint32_t> Ranks(const google::protobuf::RepeatedField<uint32_t>& ranks) {
+  return std::vector<uint32_t>(ranks.begin(), ranks.end());
+}
+
+// WAITING: why it waits; otherwise the outcome in words.
+std::string RecoveryNote(const v1::Recovery& r) {
+  if (r.state() == v1::RECOVERY_STATE_WAITING && !r.wait_reason().empty()) return r.wait_reason();
+  return r.message().empty() ? "-" : r.message();
+}
+
+// "agent RESTART_PROCESSES ranks 1-3", "actuator isolate_device worker02 dev 0".
+std::string StepWhat(const v1::RecoveryStep& s) {
+  std::string out;
+  if (s.action() != v1::CLUSTER_ACTION_UNSPECIFIED) {
+    out = "actuator " + ShortClusterAction(s.action());
+  } else {
+    out = "agent " + ShortJobCommand(s.command());
+  }
+  if (!s.node().empty()) out += " " + s.node();
+  if (s.has_device_id()) out += " dev " + std::to_string(s.device_id());
+  if (!s.ranks().empty()) out += " ranks " + RankRanges(Ranks(s.ranks()));
+  return out;
+}
+
+Table RecoveryTable(Context& c) {
+  std::vector<std::string> h = {"ID", "JOB", "STATE", "STRATEGY", "LEVEL", "RANKS", "STEPS", "CREATED"};
+  if (c.wide()) h.insert(h.end(), {"TRIGGERS", "UPDATED", "ENDED", "REVISION"});
+  h.push_back("MESSAGE");
+  return Table(std::move(h));
+}
+
+void AddRecoveryRow(Context& c, Table* t, const v1::Recovery& r) {
+  std::vector<std::string> row = {r.id(),
+                                  r.job_id(),
+                                  ShortRecoveryState(r.state()),
+                                  RecoveryStrategyText(r),
+                                  ShortLevel(r.level()),
+                                  RankRanges(Ranks(r.hit_ranks())),
+                                  StepsText(r),
+                                  FormatTime(r.create_time())};
+  if (c.wide()) {
+    row.push_back(JoinText(std::vector<std::string>(r.trigger_fault_ids().begin(), r.trigger_fault_ids().end())));
+    row.push_back(FormatTime(r.update_time()));
+    row.push_back(FormatTime(r.end_time()));
+    row.push_back(std::to_string(r.revision()));
+  }
+  row.push_back(c.wide() ? RecoveryNote(r) : Truncate(RecoveryNote(r), 60));
+  t->AddRow(std::move(row));
+}
+
+std::string RecoveryStateNames() {
+  std::string out;
+  for (int s = v1::RECOVERY_STATE_UNSPECIFIED + 1; s <= v1::RecoveryState_MAX; ++s) {
+    if (!v1::RecoveryState_IsValid(s)) continue;
+    if (!out.empty()) out += ", ";
+    out += ShortRecoveryState(static_cast<v1::RecoveryState>(s));
+  }
+  return out;
+}
+
+int GetRecoveries(Context& c) {
+  if (auto e = CheckPositional(c, 0, 1, "")) return *e;
+  if (c.args.positional.size() == 1) {  // get recovery ID: one row
+    if (c.args.Has("job") || c.args.Has("state")) {
+      return Usage(c, "get recoveries ID: --job and --state filter lists, not one recovery");
+    }
+    v1::GetRecoveryResponse resp;
+    if (auto st = c.Client().GetRecovery(c.args.positional[0], &resp); !st.ok()) {
+      return RpcFailure(c, "GetRecovery", st);
+    }
+    if (c.json()) {
+      c.out << ToJson(resp.recovery(), true) << "\n";
+      return kExitOk;
+    }
+    Table t = RecoveryTable(c);
+    AddRecoveryRow(c, &t, resp.recovery());
+    t.Print(c.out);
+    return kExitOk;
+  }
+  v1::ListRecoveriesRequest req;
+  req.set_job(c.args.Get("job"));
+  if (c.args.Has("state")) {
+    auto s = ParseRecoveryState(c.args.Get("state"));
+    if (!s) {
+      return Usage(c, "--state: unknown recovery state '" + c.args.Get("state") + "' (one of " +
+                          RecoveryStateNames() + ")");
+    }
+    req.set_state(*s);
+  }
+  v1::ListRecoveriesResponse resp;
+  if (auto st = c.Client().ListAllRecoveries(req, &resp); !st.ok()) return RpcFailure(c, "ListRecoveries", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  if (resp.recoveries().empty()) {
+    c.err << "No recoveries found.\n";
+    return kExitOk;
+  }
+  Table t = RecoveryTable(c);
+  for (const auto& r : resp.recoveries()) AddRecoveryRow(c, &t, r);
+  t.Print(c.out);
+  return kExitOk;
+}
+
+int DescribeRecovery(Context& c) {
+  if (auto e = CheckPositional(c, 1, 1, "recovery id")) return *e;
+  v1::GetRecoveryResponse resp;
+  if (auto st = c.Client().GetRecovery(c.args.positional[0], &resp); !st.ok()) return RpcFailure(c, "GetRecovery", st);
+  if (c.json()) {
+    c.out << ToJson(resp, true) << "\n";
+    return kExitOk;
+  }
+  const v1::Recovery& r = resp.recovery();
+  PrintKeyValues(c, {
+                        {"Id", r.id()},
+                        {"Job", r.job_id()},
+                        {"State", ShortRecoveryState(r.state())},
+                        {"Strategy", ShortStrategy(r.strategy())},
+                        {"Initial strategy", ShortStrategy(r.initial_strategy())},
+                        {"Level", ShortLevel(r.level())},
+                        {"Hit ranks", RankRanges(Ranks(r.hit_ranks()))},
+                        {"Steps ended", StepsText(r)},
+                        {"Dry run", r.dry_run() ? "yes" : "no"},
+                        {"Graceful", r.graceful() ? "yes (checkpoint first, replacement before stop)" : "no"},
+                        {"Isolate nodes", JoinText(std::vector<std::string>(r.isolate_nodes().begin(), r.isolate_nodes().end()), ", ")},
+                        {"Isolate devices", DeviceRefsText(r.isolate_devices())},
+                        {"Reset devices", DeviceRefsText(r.reset_devices())},
+                        {"Wait reason", r.wait_reason().empty() ? "-" : r.wait_reason()},
+                        {"Message", r.message().empty() ? "-" : r.message()},
+                        {"Created", FormatTime(r.create_time()) + " (revision " + std::to_string(r.create_revision()) +
+                                        ")"},
+                        {"Updated", FormatTime(r.update_time())},
+                        {"Ended", FormatTime(r.end_time())},
+                        {"Revision", std::to_string(r.revision())},
+                    });
+
+  c.out << "\nTrigger faults:\n";
+  if (r.trigger_fault_ids().empty()) c.out << "  <none>\n";
+  for (const auto& id : r.trigger_fault_ids()) c.out << "  " << Sanitize(id) << "\n";
+
+  c.out << "\nReasons:\n";
+  if (r.reasons().empty()) c.out << "  <none>\n";
+  for (const auto& reason : r.reasons()) c.out << "  - " << Sanitize(reason) << "\n";
+
+  c.out << "\nSteps:\n";
+  if (r.steps().empty()) {
+    c.out << "  <none>\n";
+    return kExitOk;
+  }
+  std::vector<const v1::RecoveryStep*> steps;
+  for (const auto& s : r.steps()) steps.push_back(&s);
+  std::stable_sort(steps.begin(), steps.end(), [](const auto* a, const auto* b) { return a->index() < b->index(); });
+  std::vector<std::string> h = {"INDEX", "RUNG", "WHAT", "STATE", "STARTED", "ENDED"};
+  if (c.wide()) h.insert(h.end(), {"DEADLINE", "KEY"});
+  h.push_back("MESSAGE");
+  Table t(std::move(h));
+  for (const auto* s : steps) {
+    std::vector<std::string> row = {std::to_string(s->index()), ShortStrategy(s->strategy()), StepWhat(*s),
+                                    ShortStepState(s->state()),  FormatTime(s->start_time(), true),
+                                    FormatTime(s->end_time(), true)};
+    if (c.wide()) {
+      row.push_back(FormatTime(s->deadline(), true));
+      row.push_back(s->idempotency_key().empty() ? "-" : s->idempotency_key());
+    }
+    row.push_back(s->message().empty() ? "-" : s->message());
+    t.AddRow(std::move(row));
+  }
+  c.out << Indent(TableText(t));
+  return kExitOk;
+}
+
 // ---------------------------------------------------------------- admin ---
 
 int CordonOrUncordon(Context& c, bool cordon) {
@@ -1338,6 +1565,8 @@ const Command* FindCommand(const std::string& verb, const std::string& resource)
   static const Command kVersion{{}, Version};
   static const Command kJobs{{{"state", 0, true, false}, {"kind", 0, true, false}}, GetJobs};
   static const Command kDescribeJob{{}, DescribeJob};
+  static const Command kRecoveries{{{"job", 0, true, false}, {"state", 0, true, false}}, GetRecoveries};
+  static const Command kDescribeRecovery{{}, DescribeRecovery};
   static const Command kCreateJob{{{"filename", 'f', true, false}}, CreateJob};
   static const Command kDeleteJob{{}, DeleteJob};
   static const Command kAdmin{{}, GetAdmin};
@@ -1351,12 +1580,14 @@ const Command* FindCommand(const std::string& verb, const std::string& resource)
     if (resource == "nodes" || resource == "node" || resource == "no") return &kNodes;
     if (resource == "faults" || resource == "fault") return &kFaults;
     if (resource == "jobs" || resource == "job") return &kJobs;
+    if (resource == "recoveries" || resource == "recovery") return &kRecoveries;
     if (resource == "admin") return &kAdmin;
     return nullptr;
   }
   if (verb == "describe") {
     if (resource == "node" || resource == "nodes") return &kDescribeNode;
     if (resource == "job" || resource == "jobs") return &kDescribeJob;
+    if (resource == "recovery" || resource == "recoveries") return &kDescribeRecovery;
     return nullptr;
   }
   if (verb == "watch") return &kWatch;
@@ -1396,10 +1627,19 @@ Commands:
                                       jobs (all pages) with their ranks, nodes and the ranks hit
                                       by active faults; S: PENDING, RUNNING, RECOVERING,
                                       SUCCEEDED, FAILED; K: TRAINING, INFERENCE
+  get recoveries [ID] [--job J] [--state S]
+                                      recoveries (all pages), newest first: state, strategy
+                                      (A->B once escalated), level, hit ranks, steps ended/total,
+                                      message (WAITING: why it waits); -o wide adds the trigger
+                                      faults. S: RUNNING, WAITING, SUCCEEDED, FAILED, DRY_RUN,
+                                      CANCELLED
   get admin                           recovery paused or not, dry-run, who changed it last and why
-  describe node NAME                  node, inventory, devices, active faults, metrics
+  describe node NAME                  node, inventory, devices, isolation, active faults, metrics
   describe job ID                     job, placement (rank -> node/device), recovery policy and
                                       the active faults that hit it (impacts)
+  describe recovery ID                recovery (e.g. train-a.2): every field, the trigger faults,
+                                      the decision's reasons and escalations, and each step
+                                      (agent command or actuator action, state, times, answer)
   watch [--from-revision R] [--node N]... [--type T]... [--min-level L] [--cursor-file F]
                                       print every change after revision R (default: from now),
                                       then follow live changes; one line (or JSON object) per
@@ -1408,7 +1648,8 @@ Commands:
                                       NODE_UPDATED, NODE_HEALTH_CHANGED, DEVICE_HEALTH_CHANGED,
                                       FAULT_RAISED, FAULT_UPDATED, FAULT_CLEARED, JOB_CREATED,
                                       JOB_UPDATED, JOB_DELETED, NODE_CORDONED, NODE_UNCORDONED,
-                                      RECOVERY_MODE_CHANGED
+                                      RECOVERY_MODE_CHANGED, RECOVERY_STARTED, RECOVERY_UPDATED,
+                                      RECOVERY_FINISHED
   report-fault --reporter R --id ID --node N [--device D] --code C [--level L] [--message M]
                                       raise an external fault (idempotent by reporter and id)
   clear-fault FAULT_ID --reason R [--actor A]
@@ -1435,11 +1676,10 @@ Actor of cordon, uncordon, pause, resume, dry-run and clear-fault FAULT_ID: --ac
 Levels (mildest first): NOT_HANDLE, SUB_HEALTH, PRE_SEPARATE, RESTART_REQUEST,
   RESTART_BUSINESS, FREE_RESTART_NPU, RESTART_NPU, SEPARATE (a FAULT_LEVEL_ prefix is accepted).
 
-Not supported by this server yet (exit 5): get recoveries (no service serves them yet).
-
 Exit codes: 0 ok, 1 server unreachable or RPC error (the server's code and message are
   printed, e.g. FAILED_PRECONDITION), 2 usage error (also a bad job file), 3 not found,
-  4 watch revision compacted (the oldest available revision is printed), 5 not supported yet.
+  4 watch revision compacted (the oldest available revision is printed), 5 the server does not
+  implement the call (UNIMPLEMENTED: a clusterd older than this clusterctl).
 )";
 }
 
@@ -1478,16 +1718,10 @@ int RunClusterctl(const std::vector<std::string>& args, std::ostream& out, std::
         out << ClusterctlUsage();
         return kExitOk;
       }
-      return Usage(c, c.verb == "get" ? "get what? (summary, nodes, faults, jobs, admin)"
-                                      : "describe what? (node NAME, job ID)");
+      return Usage(c, c.verb == "get" ? "get what? (summary, nodes, faults, jobs, recoveries, admin)"
+                                      : "describe what? (node NAME, job ID, recovery ID)");
     }
     c.verb += " " + resource;
-  }
-
-  // Verbs that need services this server does not have: say so, fake nothing.
-  if (c.verb == "get recoveries" || c.verb == "get recovery" || c.verb == "describe recovery" ||
-      c.verb == "describe recoveries") {
-    return Unsupported(c, "'clusterctl " + c.verb + "'", "no service serves recovery records yet");
   }
 
   const Command* cmd = FindCommand(c.verb.substr(0, c.verb.find(' ')), resource);

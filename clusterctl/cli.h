@@ -13,9 +13,9 @@ enum ExitCode : int {
   kExitOk = 0,
   kExitRpcError = 1,     // server unreachable, or the RPC failed (code and message printed)
   kExitUsage = 2,        // bad command line
-  kExitNotFound = 3,     // the named node or fault does not exist
+  kExitNotFound = 3,     // the named node, fault, job or recovery does not exist
   kExitOutOfRange = 4,   // watch: the revision was compacted away
-  kExitUnsupported = 5,  // the verb needs a service this server does not provide yet
+  kExitUnsupported = 5,  // the server does not implement the call (UNIMPLEMENTED: an older clusterd)
 };
 
 using GetEnvFn = const char* (*)(const char*);

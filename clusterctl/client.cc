@@ -74,6 +74,23 @@ grpc::Status ClusterClient::ListAllFaults(v1::ListFaultsRequest req, v1::ListFau
       [](v1::ListFaultsResponse* resp) { return resp->mutable_faults(); });
 }
 
+grpc::Status ClusterClient::ListAllRecoveries(v1::ListRecoveriesRequest req, v1::ListRecoveriesResponse* out) {
+  return ListAll(
+      "ListRecoveries", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
+      [this](grpc::ClientContext* ctx, const v1::ListRecoveriesRequest& r, v1::ListRecoveriesResponse* resp) {
+        return cluster_->ListRecoveries(ctx, r, resp);
+      },
+      [](v1::ListRecoveriesResponse* resp) { return resp->mutable_recoveries(); });
+}
+
+grpc::Status ClusterClient::GetRecovery(const std::string& id, v1::GetRecoveryResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::GetRecoveryRequest req;
+  req.set_id(id);
+  return cluster_->GetRecovery(&ctx, req, out);
+}
+
 grpc::Status ClusterClient::Report(const v1::ReportRequest& req, v1::ReportResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);

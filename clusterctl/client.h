@@ -32,6 +32,9 @@ class ClusterClient {
   // Every page: out holds all faults, no next_page_token.
   grpc::Status ListAllFaults(v1::ListFaultsRequest req, v1::ListFaultsResponse* out);
   grpc::Status Report(const v1::ReportRequest& req, v1::ReportResponse* out);
+  // Recoveries, newest first. ListAllRecoveries follows every page: out holds all.
+  grpc::Status ListAllRecoveries(v1::ListRecoveriesRequest req, v1::ListRecoveriesResponse* out);
+  grpc::Status GetRecovery(const std::string& id, v1::GetRecoveryResponse* out);
 
   // JobService. ListAllJobs follows every page: out holds all jobs.
   grpc::Status ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out);

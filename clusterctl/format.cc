@@ -152,6 +152,33 @@ std::string ShortStrategy(v1::RecoveryStrategy s) {
   return name.empty() ? std::to_string(static_cast<int>(s)) : StripPrefix(name, "RECOVERY_STRATEGY_");
 }
 
+std::string ShortRecoveryState(v1::RecoveryState s) {
+  if (s == v1::RECOVERY_STATE_UNSPECIFIED) return "-";
+  const std::string name = v1::RecoveryState_Name(s);
+  return name.empty() ? std::to_string(static_cast<int>(s)) : StripPrefix(name, "RECOVERY_STATE_");
+}
+
+std::string ShortStepState(v1::StepState s) {
+  if (s == v1::STEP_STATE_UNSPECIFIED) return "-";
+  const std::string name = v1::StepState_Name(s);
+  return name.empty() ? std::to_string(static_cast<int>(s)) : StripPrefix(name, "STEP_STATE_");
+}
+
+std::string ShortJobCommand(v1::JobCommand c) {
+  if (c == v1::JOB_COMMAND_UNSPECIFIED) return "-";
+  const std::string name = v1::JobCommand_Name(c);
+  return name.empty() ? std::to_string(static_cast<int>(c)) : StripPrefix(name, "JOB_COMMAND_");
+}
+
+std::string ShortClusterAction(v1::ClusterAction a) {
+  if (a == v1::CLUSTER_ACTION_UNSPECIFIED) return "-";
+  const std::string name = v1::ClusterAction_Name(a);
+  if (name.empty()) return std::to_string(static_cast<int>(a));
+  std::string out = StripPrefix(name, "CLUSTER_ACTION_");
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
 std::string RankRanges(std::vector<uint32_t> ranks) {
   if (ranks.empty()) return "-";
   std::sort(ranks.begin(), ranks.end());
@@ -199,6 +226,15 @@ std::optional<v1::JobKind> ParseJobKind(const std::string& name) {
   v1::JobKind k;
   if (!v1::JobKind_Parse(upper, &k) || k == v1::JOB_KIND_UNSPECIFIED) return std::nullopt;
   return k;
+}
+
+std::optional<v1::RecoveryState> ParseRecoveryState(const std::string& name) {
+  std::string upper = Upper(name);
+  std::replace(upper.begin(), upper.end(), '-', '_');
+  if (upper.rfind("RECOVERY_STATE_", 0) != 0) upper = "RECOVERY_STATE_" + upper;
+  v1::RecoveryState s;
+  if (!v1::RecoveryState_Parse(upper, &s) || s == v1::RECOVERY_STATE_UNSPECIFIED) return std::nullopt;
+  return s;
 }
 
 }  // namespace clusterctl

@@ -50,6 +50,10 @@ std::string Bytes(uint64_t n);                 // "1.5 GiB"
 std::string ShortJobKind(v1::JobKind k);       // "TRAINING", "-" when unspecified
 std::string ShortJobState(v1::JobState s);     // "RUNNING", "-" when unspecified
 std::string ShortStrategy(v1::RecoveryStrategy s);  // "POD_RESCHEDULE"
+std::string ShortRecoveryState(v1::RecoveryState s);  // "RUNNING", "DRY_RUN", "-" when unspecified
+std::string ShortStepState(v1::StepState s);          // "TIMED_OUT", "-" when unspecified
+std::string ShortJobCommand(v1::JobCommand c);        // "RESTART_PROCESSES", "-" when unspecified
+std::string ShortClusterAction(v1::ClusterAction a);  // "isolate_device", "-" when unspecified
 // "0-3,7,9-10" for a set of ranks (sorted, duplicates dropped); "-" when empty.
 std::string RankRanges(std::vector<uint32_t> ranks);
 
@@ -58,5 +62,7 @@ std::optional<v1::EventType> ParseEventType(const std::string& name);
 // Case-insensitive, with or without the JOB_STATE_ / JOB_KIND_ prefix.
 std::optional<v1::JobState> ParseJobState(const std::string& name);
 std::optional<v1::JobKind> ParseJobKind(const std::string& name);
+// Also with the RECOVERY_STATE_ prefix, and "dry-run" for DRY_RUN.
+std::optional<v1::RecoveryState> ParseRecoveryState(const std::string& name);
 
 }  // namespace clusterctl

@@ -661,6 +661,152 @@ TEST_F(ClusterctlTest, PauseResumeDryRunInGetAdmin) {
   EXPECT_EQ(Run({"resume", "now"}).code, 2);
 }
 
+// Ranks 0-1 on worker02 devices 0-1, no hold-down: a fault there is acted on
+// at the next coordinator tick.
+constexpr const char* kRecoveryJobJson = R"({
+  "id": "train-r",
+  "kind": "JOB_KIND_TRAINING",
+  "state": "JOB_STATE_RUNNING",
+  "placement": [
+    {"rank": 0, "node": "worker02", "deviceId": 0},
+    {"rank": 1, "node": "worker02", "deviceId": 1}
+  ],
+  "policy": {"holdDown": "0s"}
+})";
+
+TEST_F(ClusterctlTest, RecoveriesThroughTheRealApi) {
+  // None yet: an empty list, said on stderr like the other list verbs.
+  Result r = Run({"get", "recoveries"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("No recoveries found"), std::string::npos) << r.err;
+  r = Run({"get", "recoveries", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).value("recoveries", json::array()).size(), 0u) << r.out;
+  EXPECT_EQ(json::parse(r.out).at("total_size"), 0) << r.out;
+  r = Run({"describe", "recovery", "nope"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"get", "recoveries", "nope"}).code, 3);
+  EXPECT_EQ(Run({"get", "recoveries", "nope", "--state", "failed"}).code, 2);
+
+  // Dry-run: a SEPARATE fault under the job is decided and recorded, nothing acted on.
+  ASSERT_EQ(Run({"dry-run", "on", "--reason", "rehearsal", "--actor", "ops"}).code, 0);
+  const std::string file = dir_.Sub("job.json");
+  WriteFile(file, kRecoveryJobJson);
+  ASSERT_EQ(Run({"create-job", "-f", file}).code, 0);
+  r = Run({"report-fault", "--reporter", "netprobe", "--id", "dev0", "--node", "worker02", "--device", "0", "--code",
+           "NPU_LOST", "--level", "SEPARATE", "--message", "device lost"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json listed;
+  ASSERT_TRUE(WaitFor([&] {
+    Result l = Run({"get", "recoveries", "-o", "json"});
+    if (l.code != 0) return false;
+    listed = json::parse(l.out);
+    return listed.value("recoveries", json::array()).size() == 1;
+  }));
+  const json rec = listed["recoveries"][0];
+  EXPECT_EQ(rec.at("id"), "train-r.1") << rec;
+  EXPECT_EQ(rec.at("state"), "RECOVERY_STATE_DRY_RUN") << rec;
+  const size_t steps = rec.at("steps").size();
+  ASSERT_GT(steps, 0u) << rec;
+
+  r = Run({"get", "recoveries"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Lines(r.out).size(), 2u) << r.out;
+  for (const char* col : {"ID", "JOB", "STATE", "STRATEGY", "LEVEL", "RANKS", "STEPS", "CREATED", "MESSAGE"}) {
+    EXPECT_NE(Lines(r.out)[0].find(col), std::string::npos) << col << "\n" << r.out;
+  }
+  EXPECT_EQ(Cell(r.out, "train-r.1", "JOB"), "train-r") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-r.1", "STATE"), "DRY_RUN") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-r.1", "LEVEL"), "SEPARATE") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-r.1", "RANKS"), "0") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-r.1", "STEPS"), std::to_string(steps) + "/" + std::to_string(steps)) << r.out;
+  EXPECT_NE(Cell(r.out, "train-r.1", "STRATEGY"), "-") << r.out;
+
+  // Wide: the trigger faults.
+  r = Run({"get", "recoveries", "-o", "wide"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(Lines(r.out)[0].find("TRIGGERS"), std::string::npos) << r.out;
+  EXPECT_EQ(Cell(r.out, "train-r.1", "TRIGGERS"), "worker02/0/external/netprobe/dev0") << r.out;
+
+  // Filters, and one recovery by id.
+  for (const char* state : {"dry_run", "dry-run", "DRY_RUN", "RECOVERY_STATE_DRY_RUN"}) {
+    r = Run({"get", "recoveries", "--state", state});
+    ASSERT_EQ(r.code, 0) << state << r.err;
+    EXPECT_NE(RowOf(r.out, "train-r.1"), "") << state << "\n" << r.out;
+  }
+  r = Run({"get", "recoveries", "--state", "running"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  r = Run({"get", "recoveries", "--job", "train-r", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("recoveries").size(), 1u) << r.out;
+  r = Run({"get", "recoveries", "--job", "other", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).value("recoveries", json::array()).size(), 0u) << r.out;
+  r = Run({"get", "recovery", "train-r.1", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("id"), "train-r.1") << r.out;
+
+  // describe: the fields, the reasons and one row per step.
+  r = Run({"describe", "recovery", "train-r.1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"Id:", "train-r.1", "Job:", "train-r", "State:", "DRY_RUN", "Level:", "SEPARATE",
+                           "Dry run:", "yes", "Trigger faults:", "netprobe/dev0", "Reasons:", "Steps:", "INDEX", "RUNG",
+                           "WHAT", "SKIPPED"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  ASSERT_NE(r.out.find("\nSteps:\n"), std::string::npos) << r.out;
+  const std::string step_table = r.out.substr(r.out.find("\nSteps:\n"));
+  EXPECT_EQ(Lines(step_table).size(), steps + 2) << r.out;  // "Steps:", the header, one line per step
+  for (const auto& s : rec.at("steps")) {
+    if (s.contains("action") && s.at("action") == "CLUSTER_ACTION_ISOLATE_DEVICE") {
+      EXPECT_NE(step_table.find("actuator isolate_device worker02 dev 0"), std::string::npos) << r.out;
+    }
+    if (s.contains("command") && s.at("command") == "JOB_COMMAND_PAUSE") {
+      EXPECT_NE(step_table.find("agent PAUSE"), std::string::npos) << r.out;
+    }
+  }
+  r = Run({"describe", "recovery", "train-r.1", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("recovery").at("id"), "train-r.1") << r.out;
+
+  // The decision is an event, and watch says which recovery.
+  r = Run({"watch", "--from-revision", "0", "--type", "RECOVERY_STARTED", "--max-events", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("recovery train-r.1 DRY_RUN"), std::string::npos) << r.out;
+
+  // Paused, then dry-run off: the still-active fault gets a real recovery that
+  // waits, and the table says why.
+  ASSERT_EQ(Run({"pause", "--reason", "switch upgrade", "--actor", "ops"}).code, 0);
+  ASSERT_EQ(Run({"dry-run", "off", "--actor", "ops"}).code, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    Result l = Run({"get", "recoveries", "--state", "waiting", "-o", "json"});
+    return l.code == 0 && json::parse(l.out).value("recoveries", json::array()).size() == 1;
+  }));
+  r = Run({"get", "recoveries"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(Lines(r.out).size(), 3u) << r.out;
+  EXPECT_EQ(Lines(r.out)[1].rfind("train-r.2 ", 0), 0u) << "newest first\n" << r.out;
+  EXPECT_EQ(Cell(r.out, "train-r.2", "STATE"), "WAITING") << r.out;
+  EXPECT_NE(RowOf(r.out, "train-r.2").find("paused"), std::string::npos) << r.out;
+  r = Run({"describe", "recovery", "train-r.2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Wait reason:"), std::string::npos) << r.out;
+}
+
+TEST_F(ClusterctlTest, IsolationShowsInNodes) {
+  Result r = Run({"get", "nodes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Cell(r.out, "worker02", "ISOLATED"), "no") << r.out;
+  r = Run({"describe", "node", "worker02"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Isolated:"), std::string::npos) << r.out;
+  const std::string devices = r.out.substr(r.out.find("Devices:"));
+  EXPECT_NE(Lines(devices).at(1).find("ISOLATED"), std::string::npos) << r.out;
+}
+
 TEST_F(ClusterctlTest, ClearFaultByIdClearsAnAgentFault) {
   Result r = Run({"get", "faults", "--node", "worker01", "--active", "-o", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -742,13 +888,11 @@ TEST_F(ClusterctlTest, ExitCodes) {
   r = Run({"report-fault", "--reporter", "p", "--id", "x", "--node", "nobody", "--code", "C"});
   EXPECT_EQ(r.code, 3) << r.err;
 
-  // Recoveries have no service yet: said so, nothing faked.
-  for (std::vector<std::string> args :
-       std::vector<std::vector<std::string>>{{"get", "recoveries"}, {"get", "recovery", "r1"}}) {
-    r = Run(args);
-    EXPECT_EQ(r.code, 5) << args[1];
-    EXPECT_NE(r.err.find("not supported by this server yet"), std::string::npos) << r.err;
-  }
+  r = Run({"describe", "recovery", "nope"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"get", "recoveries", "--state", "sleeping"}).code, 2);
+  EXPECT_EQ(Run({"describe", "recovery"}).code, 2);
 
   EXPECT_EQ(RunRaw({}).code, 2);
   EXPECT_EQ(Run({"frobnicate"}).code, 2);
@@ -821,6 +965,289 @@ TEST(ClusterctlWatchTest, ResourceExhaustedResumesFromTheLastRevision) {
   std::string text;
   std::getline(in, text);
   EXPECT_EQ(text, "4");
+}
+
+// A stand-in ClusterService that serves hand-built recoveries one per page
+// (whatever page_size asks) and an isolated node, to test paging and the
+// formatting of what a short real run does not produce (escalation, step
+// times, isolation).
+class FakeRecoveryService final : public clusterd::v1::ClusterService::Service {
+ public:
+  FakeRecoveryService() {
+    namespace v1 = clusterd::v1;
+    v1::Recovery* a = &recoveries_.emplace_back();
+    a->set_id("train-a.2");
+    a->set_job_id("train-a");
+    a->set_state(v1::RECOVERY_STATE_RUNNING);
+    a->set_initial_strategy(v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+    a->set_strategy(v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+    a->set_level(v1::FAULT_LEVEL_SEPARATE);
+    for (uint32_t r : {3u, 0u, 1u, 2u, 7u}) a->add_hit_ranks(r);
+    a->add_trigger_fault_ids("worker02/0/accelerator/80E01801");
+    a->add_trigger_fault_ids("worker02/1/accelerator/80E01801");
+    a->add_reasons("2 fault(s) hit ranks [0-3,7]; worst SEPARATE starts at PROCESS_RESTART");
+    a->add_reasons("step 0 timed out: escalated to POD_RESCHEDULE");
+    a->set_graceful(true);
+    auto* dev = a->add_isolate_devices();
+    dev->set_node("worker02");
+    dev->set_device_id(0);
+    a->mutable_create_time()->set_seconds(1'700'000'000);
+    a->set_create_revision(40);
+    a->set_revision(44);
+    v1::RecoveryStep* s0 = a->add_steps();
+    s0->set_index(0);
+    s0->set_strategy(v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+    s0->set_command(v1::JOB_COMMAND_RESTART_PROCESSES);
+    for (uint32_t r : {0u, 1u, 2u, 3u, 7u}) s0->add_ranks(r);
+    s0->set_state(v1::STEP_STATE_TIMED_OUT);
+    s0->set_idempotency_key("train-a.2/0");
+    s0->mutable_start_time()->set_seconds(1'700'000'000);
+    s0->mutable_deadline()->set_seconds(1'700'000'300);
+    s0->mutable_end_time()->set_seconds(1'700'000'301);
+    s0->set_message("no answer before the deadline");
+    v1::RecoveryStep* s1 = a->add_steps();
+    s1->set_index(1);
+    s1->set_strategy(v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+    s1->set_action(v1::CLUSTER_ACTION_ISOLATE_DEVICE);
+    s1->set_node("worker02");
+    s1->set_device_id(0);
+    s1->set_state(v1::STEP_STATE_RUNNING);
+    s1->set_idempotency_key("train-a.2/1");
+    s1->mutable_start_time()->set_seconds(1'700'000'301);
+    v1::RecoveryStep* s2 = a->add_steps();
+    s2->set_index(2);
+    s2->set_strategy(v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+    s2->set_command(v1::JOB_COMMAND_RESUME);
+    s2->set_state(v1::STEP_STATE_PENDING);
+
+    v1::Recovery* b = &recoveries_.emplace_back();
+    b->set_id("train-b.1");
+    b->set_job_id("train-b");
+    b->set_state(v1::RECOVERY_STATE_WAITING);
+    b->set_strategy(v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+    b->set_initial_strategy(v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+    b->set_level(v1::FAULT_LEVEL_RESTART_BUSINESS);
+    b->add_hit_ranks(4);
+    b->set_wait_reason("blast radius: max_concurrent_recoveries=1 reached (train-a.2 running); " +
+                       std::string(80, 'x'));
+    b->set_message("not the wait reason");
+
+    v1::Recovery* c = &recoveries_.emplace_back();
+    c->set_id("train-a.1");
+    c->set_job_id("train-a");
+    c->set_state(v1::RECOVERY_STATE_FAILED);
+    c->set_strategy(v1::RECOVERY_STRATEGY_FAIL);
+    c->set_initial_strategy(v1::RECOVERY_STRATEGY_STEP_RETRY);
+    c->set_message("reached FAIL: the job is marked failed");
+  }
+
+  grpc::Status ListRecoveries(grpc::ServerContext*, const clusterd::v1::ListRecoveriesRequest* req,
+                              clusterd::v1::ListRecoveriesResponse* resp) override {
+    std::lock_guard lock(mu_);
+    requests_.push_back(*req);
+    const size_t at = req->page_token().empty() ? 0 : std::stoul(req->page_token());
+    if (at >= recoveries_.size()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad token");
+    *resp->add_recoveries() = recoveries_[at];
+    resp->set_total_size(static_cast<int32_t>(recoveries_.size()));
+    if (at + 1 < recoveries_.size()) resp->set_next_page_token(std::to_string(at + 1));
+    return grpc::Status::OK;
+  }
+  grpc::Status GetRecovery(grpc::ServerContext*, const clusterd::v1::GetRecoveryRequest* req,
+                           clusterd::v1::GetRecoveryResponse* resp) override {
+    for (const auto& r : recoveries_) {
+      if (r.id() == req->id()) {
+        *resp->mutable_recovery() = r;
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "recovery " + req->id() + " does not exist");
+  }
+  grpc::Status GetNode(grpc::ServerContext*, const clusterd::v1::GetNodeRequest* req,
+                       clusterd::v1::GetNodeResponse* resp) override {
+    auto* n = resp->mutable_node();
+    n->set_name(req->name());
+    n->set_isolated(true);
+    n->set_isolation_reason("isolated by train-a.2");
+    auto* d0 = resp->add_devices();
+    d0->set_id(0);
+    d0->set_isolated(true);
+    d0->set_isolation_reason("isolated by train-a.1");
+    resp->add_devices()->set_id(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListNodes(grpc::ServerContext*, const clusterd::v1::ListNodesRequest*,
+                         clusterd::v1::ListNodesResponse* resp) override {
+    auto* n = resp->add_nodes();
+    n->set_name("worker02");
+    n->set_isolated(true);
+    resp->add_nodes()->set_name("worker03");
+    resp->set_total_size(2);
+    return grpc::Status::OK;
+  }
+  std::vector<clusterd::v1::ListRecoveriesRequest> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<clusterd::v1::Recovery> recoveries_;
+  std::vector<clusterd::v1::ListRecoveriesRequest> requests_;
+};
+
+class ClusterctlFakeServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_TRUE(server_ && port_ > 0);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  Result Run(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--server", "127.0.0.1:" + std::to_string(port_)});
+    std::ostringstream out, err;
+    Result r;
+    r.code = RunClusterctl(args, out, err, NoEnv);
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+  }
+
+  FakeRecoveryService service_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_F(ClusterctlFakeServerTest, GetRecoveriesFollowsEveryPageAndFormats) {
+  Result r = Run({"get", "recoveries", "--job", "train-a", "--state", "running"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // One request per page, each with the filters and the previous page's token.
+  const auto reqs = service_.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(reqs[i].job(), "train-a");
+    EXPECT_EQ(reqs[i].state(), clusterd::v1::RECOVERY_STATE_RUNNING);
+    EXPECT_GT(reqs[i].page_size(), 0);
+    EXPECT_EQ(reqs[i].page_token(), i == 0 ? "" : std::to_string(i));
+  }
+  auto lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out;
+  EXPECT_EQ(lines[1].rfind("train-a.2 ", 0), 0u) << "the server's order is kept\n" << r.out;
+  EXPECT_EQ(lines[2].rfind("train-b.1 ", 0), 0u) << r.out;
+  EXPECT_EQ(lines[3].rfind("train-a.1 ", 0), 0u) << r.out;
+  EXPECT_EQ(Cell(r.out, "train-a.2", "STRATEGY"), "PROCESS_RESTART->POD_RESCHEDULE") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-a.2", "STATE"), "RUNNING") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-a.2", "LEVEL"), "SEPARATE") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-a.2", "RANKS"), "0-3,7") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-a.2", "STEPS"), "1/3") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-a.2", "CREATED"), "2023-11-14T22:13:20Z") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-b.1", "STRATEGY"), "PROCESS_RESTART") << "no arrow when it did not escalate";
+  EXPECT_EQ(Cell(r.out, "train-b.1", "STEPS"), "0/0") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-a.1", "STRATEGY"), "STEP_RETRY->FAIL") << r.out;
+  // WAITING shows why, truncated in the table; the message otherwise.
+  const std::string waiting = RowOf(r.out, "train-b.1");
+  EXPECT_NE(waiting.find("blast radius: max_concurrent_recoveries=1"), std::string::npos) << r.out;
+  EXPECT_EQ(waiting.find("not the wait reason"), std::string::npos) << r.out;
+  EXPECT_EQ(waiting.substr(waiting.size() - 3), "...") << r.out;
+  EXPECT_NE(RowOf(r.out, "train-a.1").find("reached FAIL"), std::string::npos) << r.out;
+
+  // Wide: triggers, the whole wait reason.
+  r = Run({"get", "recoveries", "-o", "wide"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Cell(r.out, "train-a.2", "TRIGGERS"), "worker02/0/accelerator/80E01801,worker02/1/accelerator/80E01801")
+      << r.out;
+  EXPECT_EQ(Cell(r.out, "train-a.2", "REVISION"), "44") << r.out;
+  EXPECT_NE(RowOf(r.out, "train-b.1").find(std::string(80, 'x')), std::string::npos) << r.out;
+
+  // JSON: every page in one response, proto field names.
+  r = Run({"get", "recoveries", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j.at("recoveries").size(), 3u) << r.out;
+  EXPECT_EQ(j.at("total_size"), 3);
+  EXPECT_FALSE(j.contains("next_page_token") && !j.at("next_page_token").get<std::string>().empty()) << r.out;
+  EXPECT_EQ(j["recoveries"][0].at("initial_strategy"), "RECOVERY_STRATEGY_PROCESS_RESTART");
+  EXPECT_EQ(j["recoveries"][1].at("wait_reason").get<std::string>().rfind("blast radius", 0), 0u);
+}
+
+TEST_F(ClusterctlFakeServerTest, DescribeRecoveryShowsFieldsReasonsAndSteps) {
+  Result r = Run({"describe", "recovery", "train-a.2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"Id:                train-a.2", "Job:               train-a", "State:             RUNNING",
+                           "Strategy:          POD_RESCHEDULE", "Initial strategy:  PROCESS_RESTART",
+                           "Level:             SEPARATE", "Hit ranks:         0-3,7", "Steps ended:       1/3",
+                           "Graceful:          yes", "Isolate devices:   worker02 dev 0",
+                           "Created:           2023-11-14T22:13:20Z (revision 40)", "Revision:          44",
+                           "  worker02/1/accelerator/80E01801", "  - step 0 timed out: escalated to POD_RESCHEDULE"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  const std::string steps = r.out.substr(r.out.find("\nSteps:\n"));
+  auto lines = Lines(steps);
+  ASSERT_EQ(lines.size(), 5u) << r.out;
+  for (const char* col : {"INDEX", "RUNG", "WHAT", "STATE", "STARTED", "ENDED", "MESSAGE"}) {
+    EXPECT_NE(lines[1].find(col), std::string::npos) << col << "\n" << r.out;
+  }
+  EXPECT_EQ(lines[1].find("DEADLINE"), std::string::npos) << "deadline only with -o wide";
+  for (const char* want : {"PROCESS_RESTART", "agent RESTART_PROCESSES ranks 0-3,7", "TIMED_OUT",
+                           "2023-11-14T22:13:20.000Z", "2023-11-14T22:18:21.000Z", "no answer before the deadline"}) {
+    EXPECT_NE(lines[2].find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  EXPECT_NE(lines[3].find("actuator isolate_device worker02 dev 0"), std::string::npos) << r.out;
+  EXPECT_NE(lines[3].find("RUNNING"), std::string::npos) << r.out;
+  EXPECT_NE(lines[4].find("agent RESUME"), std::string::npos) << r.out;
+  EXPECT_NE(lines[4].find("PENDING"), std::string::npos) << r.out;
+
+  r = Run({"describe", "recovery", "train-a.2", "-o", "wide"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("DEADLINE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2023-11-14T22:18:20.000Z"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train-a.2/1"), std::string::npos) << r.out;
+
+  r = Run({"describe", "recovery", "train-b.1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Wait reason:       blast radius"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Steps:\n  <none>"), std::string::npos) << r.out;
+
+  r = Run({"describe", "recovery", "nope"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
+}
+
+TEST_F(ClusterctlFakeServerTest, IsolatedNodeAndDevices) {
+  Result r = Run({"get", "nodes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Cell(r.out, "worker02", "ISOLATED"), "yes") << r.out;
+  EXPECT_EQ(Cell(r.out, "worker03", "ISOLATED"), "no") << r.out;
+  r = Run({"describe", "node", "worker02"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Isolated:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("yes (isolated by train-a.2)"), std::string::npos) << r.out;
+  const std::string devices = r.out.substr(r.out.find("Devices:"));
+  EXPECT_NE(RowOf(devices, "  0").find("yes (isolated by train-a.1)"), std::string::npos) << r.out;
+  EXPECT_EQ(RowOf(devices, "  1").substr(RowOf(devices, "  1").size() - 2), "no") << r.out;
+}
+
+TEST(ClusterctlUnimplementedTest, AnOlderServerIsExitFive) {
+  // A server without ListRecoveries (the stand-in serves only Watch).
+  LaggingWatchService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"get", "recoveries"}, {"describe", "recovery", "train-a.1"}}) {
+    args.insert(args.begin(), {"--server", "127.0.0.1:" + std::to_string(port)});
+    std::ostringstream out, err;
+    EXPECT_EQ(RunClusterctl(args, out, err, NoEnv), 5) << err.str();
+    EXPECT_NE(err.str().find("not supported by clusterd"), std::string::npos) << err.str();
+    EXPECT_NE(err.str().find("UNIMPLEMENTED"), std::string::npos) << err.str();
+  }
+  server->Shutdown();
 }
 
 TEST_F(ClusterctlTest, UnreachableServerNamesTheAddress) {
