@@ -344,8 +344,15 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
   rc::Job view = rc::FromProto(job);
   view.status = rc::JobStatus::kRunning;
   std::vector<rc::FaultView> faults;
+  const TimePoint job_created = FromTimestamp(job.create_time());
   for (const v1::Fault* f : state.FaultsOnJobNodes(job)) {
-    if (f->state() == v1::FAULT_STATE_ACTIVE && Handled(state, job_id, *f)) continue;
+    if (f->state() == v1::FAULT_STATE_ACTIVE) {
+      if (Handled(state, job_id, *f)) continue;
+    } else {
+      // Cleared faults only explain flaps: recent ones of this job's lifetime.
+      const TimePoint cleared = FromTimestamp(f->cleared_time());
+      if (cleared < job_created || now - cleared > std::chrono::minutes(5)) continue;
+    }
     faults.push_back(rc::FromProto(*f));
   }
   rc::ClusterView cluster;

@@ -2,7 +2,11 @@
 # A local cluster on loopback: one clusterd and three noded agents in sim mode
 # (mgmt015, worker01, worker02; 8 simulated NPUs each). Injects a fault, shows
 # it with grpcurl and a Watch stream, clears it, kill -9s clusterd and shows
-# that state and revision survive the restart, then stops everything.
+# that state and revision survive the restart. Then a training job on worker01
+# and worker02 with its recovery agent (build/bin/job-agent): a RESTART_BUSINESS
+# fault on one of its devices -> the decision, the agent's acks, the job running
+# again; a SEPARATE fault -> the device isolated through the exec actuator, the
+# pod rescheduled, the rank moved. Then stops everything.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -28,9 +32,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "--- logs"; tail -n 20 "$WORK"/*.log' ERR
 
+# The cluster actuator of this demo: prints the action it was asked for. A real
+# one would cordon, taint or call the scheduler, idempotently by key.
+cat >"$WORK/actuator.sh" <<EOF
+#!/bin/sh
+python3 -c 'import json,sys; a=json.load(sys.stdin); print("actuator:", a["action"], a["node"] or "-", a.get("device_id", "-"), "ranks", a["ranks"], "key", a["idempotency_key"])' >>"$WORK/actuator.out"
+EOF
+chmod +x "$WORK/actuator.sh"
+
 start_clusterd() {
   build/bin/clusterd --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
-    --log-level warn >>"$WORK/clusterd.log" 2>&1 &
+    --actuator exec --actuator-command "$WORK/actuator.sh" --log-level warn >>"$WORK/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
   PIDS+=("$CLUSTERD_PID")
   wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
@@ -110,6 +122,43 @@ echo "revision before: $REV_BEFORE  after restart: $REV_AFTER"
 grpcurl -plaintext -d '{"node": "worker01"}' "$ADDR" clusterd.v1.ClusterService/ListFaults | grep -E '"id"|"state"|"count"'
 wait_until 30 registered
 echo "the three agents reconnected"
+
+step "A training job on worker01 and worker02, with its recovery agent"
+build/bin/job-agent --server "$ADDR" --job llama-pretrain --hold-down 1s --step-ms 100 \
+  --placement 0=worker01:0,1=worker01:1,2=worker01:2,3=worker01:3,4=worker02:0,5=worker02:1,6=worker02:2,7=worker02:3 \
+  --spares worker02:6,worker02:7 --log "$WORK/agent.log" >"$WORK/agent.out" 2>&1 &
+PIDS+=("$!")
+wait_until 30 grep -q attached "$WORK/agent.log"
+build/bin/clusterctl --server "$ADDR" get jobs
+
+recovery_done() {
+  grpcurl -plaintext -d "{\"id\": \"$1\"}" "$ADDR" clusterd.v1.ClusterService/GetRecovery |
+    grep -q '"state": "RECOVERY_STATE_SUCCEEDED"'
+}
+step "Fault 80E01801 (RESTART_BUSINESS) on worker02 device 1, where rank 5 runs"
+curl -sf -X POST "http://127.0.0.1:${NODED_HTTP[worker02]}/v1/sim/faults" \
+  -d '{"device": 1, "code": "80E01801", "state": "raise"}'
+echo
+wait_until 30 recovery_done llama-pretrain.1
+echo "the decision, its step and the agent's answer:"
+build/bin/clusterctl --server "$ADDR" describe recovery llama-pretrain.1
+echo "the agent's log:"
+grep -E "command|->" "$WORK/agent.log"
+
+step "Fault 4C4BA00C (SEPARATE) on worker01 device 2, where rank 2 runs"
+curl -sf -X POST "http://127.0.0.1:${NODED_HTTP[worker01]}/v1/sim/faults" \
+  -d '{"device": 2, "code": "4C4BA00C", "state": "raise"}'
+echo
+wait_until 30 recovery_done llama-pretrain.2
+echo "what the exec actuator was asked to do:"
+cat "$WORK/actuator.out"
+echo "the agent's log:"
+grep -E "command llama-pretrain.2|->" "$WORK/agent.log" | tail -4
+job_running() { build/bin/clusterctl --server "$ADDR" get jobs | grep -q 'llama-pretrain.*RUNNING'; }
+wait_until 10 job_running
+step "Recoveries, and the job running again with rank 2 moved"
+build/bin/clusterctl --server "$ADDR" get recoveries || true
+build/bin/clusterctl --server "$ADDR" describe job llama-pretrain | sed -n '/Placement/,/^$/p'
 
 step "Stopping everything"
 for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
