@@ -92,6 +92,8 @@ class ClusterState {
   // Idempotent. UncordonNode clears both.
   Status SetIsolated(const std::string& node, std::optional<uint32_t> device, const std::string& reason, Mutation* m);
   const std::map<std::string, v1::Recovery>& recoveries() const { return recoveries_; }
+  // The job's recoveries (any state), oldest first.
+  std::vector<const v1::Recovery*> RecoveriesOfJob(const std::string& job_id) const;
   const std::map<std::string, v1::Job>& jobs() const { return jobs_; }
   // Every fault record (active or cleared) on the nodes the job uses.
   std::vector<const v1::Fault*> FaultsOnJobNodes(const v1::Job& job) const;
@@ -171,6 +173,7 @@ class ClusterState {
   std::map<std::string, std::set<std::string>> jobs_by_node_;
   std::map<std::string, v1::Recovery> recoveries_;  // id -> record
   std::map<std::string, uint64_t> recovery_seq_;    // job id -> last n used
+  std::map<std::string, std::set<std::string>> recoveries_by_job_;
   uint64_t revision_ = 0;
   bool revision_dirty_ = false;
   std::set<std::string> dirty_nodes_;

@@ -278,9 +278,10 @@ void Coordinator::Resume(ClusterState& state, TimePoint now, Mutation* m, std::v
 
 // ----------------------------------------------------------------- decide ---
 
-bool Coordinator::Handled(const ClusterState& state, const std::string& job_id, const v1::Fault& f) const {
-  for (const auto& [id, r] : state.recoveries()) {
-    if (r.job_id() != job_id) continue;
+bool Coordinator::Handled(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
+                          const v1::Fault& f) const {
+  for (const v1::Recovery* rp : job_recoveries) {
+    const v1::Recovery& r = *rp;
     if (r.state() == v1::RECOVERY_STATE_CANCELLED || r.state() == v1::RECOVERY_STATE_WAITING) continue;
     if (r.state() == v1::RECOVERY_STATE_DRY_RUN && !state.admin_state().dry_run()) continue;
     if (FromTimestamp(r.create_time()) < FromTimestamp(f.activated_time())) continue;
@@ -291,11 +292,12 @@ bool Coordinator::Handled(const ClusterState& state, const std::string& job_id, 
   return false;
 }
 
-rc::History Coordinator::HistoryOf(const ClusterState& state, const std::string& job_id, const std::string& skip,
+rc::History Coordinator::HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                                    TimePoint now) const {
   rc::History h;
-  for (const auto& [id, r] : state.recoveries()) {
-    if (r.job_id() != job_id || id == skip) continue;
+  for (const v1::Recovery* rp : job_recoveries) {
+    const v1::Recovery& r = *rp;
+    if (r.id() == skip) continue;
     const auto s = r.state();
     if (s == v1::RECOVERY_STATE_CANCELLED || s == v1::RECOVERY_STATE_WAITING || s == v1::RECOVERY_STATE_DRY_RUN) {
       continue;
@@ -345,9 +347,10 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
   view.status = rc::JobStatus::kRunning;
   std::vector<rc::FaultView> faults;
   const TimePoint job_created = FromTimestamp(job.create_time());
+  const std::vector<const v1::Recovery*> job_recoveries = state.RecoveriesOfJob(job_id);
   for (const v1::Fault* f : state.FaultsOnJobNodes(job)) {
     if (f->state() == v1::FAULT_STATE_ACTIVE) {
-      if (Handled(state, job_id, *f)) continue;
+      if (Handled(state, job_recoveries, *f)) continue;
     } else {
       // Cleared faults only explain flaps: recent ones of this job's lifetime.
       const TimePoint cleared = FromTimestamp(f->cleared_time());
@@ -365,7 +368,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
   }
   cluster.paused = state.admin_state().recovery_paused();
   cluster.dry_run = state.admin_state().dry_run();
-  const rc::History history = HistoryOf(state, job_id, current ? current->id() : "", now);
+  const rc::History history = HistoryOf(job_recoveries, current ? current->id() : "", now);
   const rc::Decision d = rc::Decide(view, faults, cluster, options_.limits, history, now);
 
   if (d.action == rc::Action::kNone) {

@@ -79,8 +79,10 @@ class Coordinator {
   void Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState final_state, const std::string& message,
               TimePoint now, Mutation* m);
   void Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, std::vector<Engine::Done>* after);
-  bool Handled(const ClusterState& state, const std::string& job_id, const v1::Fault& f) const;
-  recovery::History HistoryOf(const ClusterState& state, const std::string& job_id, const std::string& skip,
+  // Whether one of the job's recoveries already answers this activation of f.
+  bool Handled(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
+               const v1::Fault& f) const;
+  recovery::History HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                               TimePoint now) const;
   void CountActive(const ClusterState& state);
 

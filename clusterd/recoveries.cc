@@ -33,8 +33,19 @@ uint64_t RecoverySeqOf(const std::string& id) {
 void ClusterState::LoadRecovery(v1::Recovery r) {
   uint64_t& seq = recovery_seq_[r.job_id()];
   seq = std::max(seq, RecoverySeqOf(r.id()));
+  recoveries_by_job_[r.job_id()].insert(r.id());
   std::string id = r.id();
   recoveries_[std::move(id)] = std::move(r);
+}
+
+std::vector<const v1::Recovery*> ClusterState::RecoveriesOfJob(const std::string& job_id) const {
+  std::vector<const v1::Recovery*> out;
+  auto it = recoveries_by_job_.find(job_id);
+  if (it == recoveries_by_job_.end()) return out;
+  for (const auto& id : it->second) out.push_back(&recoveries_.at(id));
+  std::sort(out.begin(), out.end(),
+            [](const v1::Recovery* a, const v1::Recovery* b) { return a->create_revision() < b->create_revision(); });
+  return out;
 }
 
 std::string ClusterState::NextRecoveryId(const std::string& job_id) {
@@ -53,6 +64,7 @@ const v1::Recovery& ClusterState::PutRecovery(v1::Recovery r, v1::EventType type
   *ev.mutable_recovery() = r;
   m->batch.Put(store_->Handle(Cf::kRecoveries), storage::RecoveryKey(r.id()), r.SerializeAsString());
   Emit(m, std::move(ev));
+  recoveries_by_job_[r.job_id()].insert(r.id());
   std::string id = r.id();
   auto& slot = recoveries_[id];
   slot = std::move(r);
