@@ -93,5 +93,28 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_TRUE(help);
 }
 
+TEST(Config, RecoverySettings) {
+  bool help = false;
+  auto cfg = ParseClusterdConfig({"--actuator", "exec", "--actuator-command", "/bin/true", "--max-concurrent-recoveries",
+                                  "8", "--max-isolated-node-percent", "0", "--recovery-budget-window", "1h"},
+                                 &help);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->actuator, "exec");
+  EXPECT_EQ(cfg->max_concurrent_recoveries, 8u);
+  EXPECT_EQ(cfg->max_isolated_node_percent, 0u);
+  EXPECT_EQ(cfg->recovery_budget_window, std::chrono::hours(1));
+  auto no_command = ParseClusterdConfig({"--actuator", "exec"}, &help);
+  ASSERT_FALSE(no_command.ok());
+  EXPECT_NE(no_command.status().message().find("--actuator-command"), std::string::npos);
+  auto no_url = ParseClusterdConfig({"--actuator", "webhook"}, &help);
+  ASSERT_FALSE(no_url.ok());
+  EXPECT_NE(no_url.status().message().find("--actuator-url"), std::string::npos);
+  auto kind = ParseClusterdConfig({"--actuator", "kubernetes"}, &help);
+  ASSERT_FALSE(kind.ok());
+  EXPECT_NE(kind.status().message().find("none, exec, webhook"), std::string::npos);
+  EXPECT_FALSE(ParseClusterdConfig({"--max-isolated-node-percent", "101"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdConfig({"--max-concurrent-recoveries", "0"}, &help).ok());
+}
+
 }  // namespace
 }  // namespace clusterd
