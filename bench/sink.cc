@@ -4,7 +4,11 @@
 #include <mutex>
 #include <stdexcept>
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+
 #include "clusterd/v1/agent.grpc.pb.h"
+#include "clusterd/v1/cluster.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace clusterd::bench {
 namespace {
@@ -87,10 +91,58 @@ struct SinkServer::Service final : v1::NodeAgentService::CallbackService {
   grpc::ServerBidiReactor<Req, Resp>* Connect(grpc::CallbackServerContext*) override { return new SinkReactor(); }
 };
 
-SinkServer::SinkServer() : service_(std::make_unique<Service>()) {
+// The raw unary baseline: answers SERVING at once, nothing looked up.
+struct SinkServer::Health final : grpc::health::v1::Health::CallbackService {
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx, const grpc::health::v1::HealthCheckRequest*,
+                                  grpc::health::v1::HealthCheckResponse* resp) override {
+    resp->set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+// The same-shape unary baseline: canned answers, copied out under a lock.
+struct SinkServer::Cluster final : v1::ClusterService::CallbackService {
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest*,
+                                      v1::ListNodesResponse* resp) override {
+    {
+      std::lock_guard lock(mu);
+      *resp = list;
+    }
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest*,
+                                       v1::GetSummaryResponse* resp) override {
+    {
+      std::lock_guard lock(mu);
+      *resp = summary;
+    }
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  std::mutex mu;
+  v1::ListNodesResponse list;
+  v1::GetSummaryResponse summary;
+};
+
+void SinkServer::SetQueryAnswers(v1::ListNodesResponse list, v1::GetSummaryResponse summary) {
+  std::lock_guard lock(cluster_->mu);
+  cluster_->list = std::move(list);
+  cluster_->summary = std::move(summary);
+}
+
+SinkServer::SinkServer()
+    : service_(std::make_unique<Service>()), health_(std::make_unique<Health>()), cluster_(std::make_unique<Cluster>()) {
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // ghz finds the methods by reflection
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());
+  builder.RegisterService(health_.get());
+  builder.RegisterService(cluster_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) throw std::runtime_error("sink server failed to start");
 }

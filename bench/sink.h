@@ -1,11 +1,18 @@
-// Raw gRPC baseline: a NodeAgentService that acknowledges every transition
-// as soon as it is read, with no storage and no state. Same message shapes
-// and the same one-read/one-write-in-flight discipline as clusterd's reactor.
+// Raw gRPC baselines: a NodeAgentService that acknowledges every transition
+// as soon as it is read, with no storage and no state (same message shapes
+// and the same one-read/one-write-in-flight discipline as clusterd's
+// reactor); grpc.health.v1.Health/Check answering SERVING at once (the
+// trivial unary baseline of scenario 9); and ClusterService.ListNodes /
+// GetSummary answering canned responses (the same-shape unary baseline of
+// scenario 9: serialization and transport, no lookup). Server reflection is
+// on, for ghz.
 #pragma once
 
 #include <memory>
 
 #include <grpcpp/grpcpp.h>
+
+#include "clusterd/v1/cluster.pb.h"
 
 namespace clusterd::bench {
 
@@ -14,10 +21,16 @@ class SinkServer {
   SinkServer();
   ~SinkServer();
   int port() const { return port_; }
+  // What ListNodes and GetSummary answer (whatever the request).
+  void SetQueryAnswers(v1::ListNodesResponse list, v1::GetSummaryResponse summary);
 
  private:
   struct Service;
+  struct Health;
+  struct Cluster;
   std::unique_ptr<Service> service_;
+  std::unique_ptr<Health> health_;
+  std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

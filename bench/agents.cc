@@ -1,0 +1,581 @@
+#include "agents.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <thread>
+
+namespace clusterd::bench {
+
+// ---------------------------------------------------------------- messages
+
+v1::ConnectRequest MakeHello(const std::string& node) {
+  v1::ConnectRequest req;
+  auto* h = req.mutable_hello();
+  h->set_node_name(node);
+  h->set_boot_id("bench-boot");
+  h->set_agent_version("clusterd-bench");
+  h->set_epoch(kEpoch);
+  for (int i = 0; i < kDevices; ++i) {
+    auto* d = h->mutable_inventory()->add_devices();
+    d->set_id(i);
+    d->set_vendor("huawei");
+    d->set_model("910B3");
+  }
+  return req;
+}
+
+void FillFault(uint64_t seq, v1::TransitionAction action, uint32_t device, const std::string& code,
+               v1::FaultLevel level, v1::ConnectRequest* req) {
+  auto* t = req->mutable_transition();
+  t->mutable_id()->set_epoch(kEpoch);
+  t->mutable_id()->set_seq(seq);
+  t->set_action(action);
+  auto* f = t->mutable_fault();
+  f->set_device_id(device);
+  f->set_source(v1::FAULT_SOURCE_ACCELERATOR);
+  f->set_code(code);
+  f->set_level(level);
+  f->set_message("bench: injected fault " + code);
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  t->mutable_time()->set_seconds(std::chrono::duration_cast<std::chrono::seconds>(now).count());
+  t->mutable_time()->set_nanos(static_cast<int32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() % 1000000000));
+}
+
+void FillTransition(uint64_t seq, v1::ConnectRequest* req) {
+  FillFault(seq, seq % 2 == 1 ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR,
+            static_cast<uint32_t>(((seq - 1) / 2) % kDevices), "020000002", v1::FAULT_LEVEL_SUB_HEALTH, req);
+  req->mutable_transition()->mutable_fault()->set_message("bench: HBM single-bit ECC error count above threshold");
+}
+
+size_t RecordSize() {
+  v1::ConnectRequest req;
+  FillTransition(1, &req);
+  return req.transition().ByteSizeLong();
+}
+
+std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels) {
+  std::vector<std::shared_ptr<grpc::Channel>> out;
+  for (int i = 0; i < channels; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("bench.channel", i);  // distinct args -> distinct subchannel/connection
+    args.SetMaxReceiveMessageSize(64 << 20);
+    out.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- DriveAgents
+
+namespace {
+
+struct AgentStream {
+  std::unique_ptr<v1::NodeAgentService::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ConnectRequest, v1::ConnectResponse>> rw;
+  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> acked{0};
+  std::atomic<bool> welcomed{false};
+  std::atomic<bool> reader_done{false};
+  std::atomic<bool> failed{false};
+  std::unique_ptr<std::atomic<int64_t>[]> send_ns;  // by seq, paced mode only
+  uint64_t capacity = 0;
+  std::vector<int64_t> latencies;  // reader thread only
+  std::vector<int64_t> lags;       // writer thread only
+  std::mutex mu;
+  std::condition_variable cv;
+};
+
+}  // namespace
+
+DriveResult DriveAgents(const std::string& target, const std::string& node_prefix, int streams, double duration_s,
+                        double rate, uint64_t window) {
+  DriveResult result;
+  const bool paced = rate > 0;
+  const double warmup_s = std::min(1.0, duration_s / 4);
+  // Several channels, like several agents' connections (each channel is one HTTP/2 connection).
+  const int channels = std::min(streams, 4);
+  auto chans = MakeChannels(target, channels);
+  std::vector<std::unique_ptr<AgentStream>> ss;
+  for (int i = 0; i < streams; ++i) {
+    auto s = std::make_unique<AgentStream>();
+    s->stub = v1::NodeAgentService::NewStub(chans[i % channels]);
+    if (paced) {
+      s->capacity = static_cast<uint64_t>(std::ceil((duration_s + 1) * rate / streams)) + 16;
+      s->send_ns = std::make_unique<std::atomic<int64_t>[]>(s->capacity);
+      s->latencies.reserve(s->capacity);
+      s->lags.reserve(s->capacity);
+    }
+    ss.push_back(std::move(s));
+  }
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> start_ns{0};  // set once every stream is welcomed
+  std::atomic<int64_t> measure_from_ns{INT64_MAX};
+  std::atomic<int> ready{0};
+  std::vector<std::thread> readers, writers;
+
+  for (int i = 0; i < streams; ++i) {
+    AgentStream* s = ss[i].get();
+    s->rw = s->stub->Connect(&s->ctx);
+    readers.emplace_back([s, paced, &measure_from_ns] {
+      v1::ConnectResponse resp;
+      while (s->rw->Read(&resp)) {
+        if (resp.has_welcome()) s->welcomed = true;
+        if (!resp.has_ack()) continue;
+        const uint64_t seq = resp.ack().id().seq();
+        const uint64_t prev = s->acked.load(std::memory_order_relaxed);
+        if (seq <= prev) continue;
+        if (paced) {
+          const int64_t now = NowNs();
+          const int64_t from = measure_from_ns.load(std::memory_order_relaxed);
+          for (uint64_t q = prev + 1; q <= seq && q < s->capacity; ++q) {
+            const int64_t t = s->send_ns[q].load(std::memory_order_acquire);
+            if (t >= from) s->latencies.push_back(now - t);
+          }
+        }
+        {
+          std::lock_guard lock(s->mu);
+          s->acked.store(seq, std::memory_order_release);
+        }
+        s->cv.notify_one();
+      }
+      s->reader_done = true;
+      s->cv.notify_one();
+    });
+    writers.emplace_back([s, i, streams, paced, rate, window, duration_s, &node_prefix, &stop, &start_ns, &ready] {
+      if (!s->rw->Write(MakeHello("bench-" + node_prefix + "-" + std::to_string(i)))) {
+        s->failed = true;
+        ++ready;
+        return;
+      }
+      const auto hello_deadline = Clock::now() + std::chrono::seconds(30);
+      while (!s->welcomed && !s->reader_done && Clock::now() < hello_deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (!s->welcomed) s->failed = true;
+      ++ready;
+      while (start_ns.load() == 0 && !stop) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (s->failed) return;
+      const int64_t start = start_ns.load();
+      const int64_t end = start + static_cast<int64_t>(duration_s * 1e9);
+      // Each stream sends every streams/rate seconds, phase-shifted by i/rate.
+      const double interval_ns = paced ? 1e9 * streams / rate : 0;
+      const double phase_ns = paced ? 1e9 * i / rate : 0;
+      v1::ConnectRequest req;
+      for (uint64_t seq = 1; !stop; ++seq) {
+        if (paced) {
+          const int64_t due = start + static_cast<int64_t>(phase_ns + interval_ns * static_cast<double>(seq - 1));
+          if (due >= end || seq >= s->capacity) break;
+          std::this_thread::sleep_until(Clock::time_point(std::chrono::nanoseconds(due)));
+          FillTransition(seq, &req);
+          const int64_t now = NowNs();
+          s->lags.push_back(now - due);
+          s->send_ns[seq].store(now, std::memory_order_release);
+        } else {
+          std::unique_lock lock(s->mu);
+          s->cv.wait(lock, [&] { return stop || s->reader_done || seq - 1 - s->acked.load() < window; });
+          if (stop || s->reader_done) break;
+          lock.unlock();
+          FillTransition(seq, &req);
+        }
+        if (!s->rw->Write(req)) {
+          s->failed = true;
+          break;
+        }
+        s->sent.store(seq, std::memory_order_release);
+      }
+    });
+  }
+
+  // Wait for every Welcome, then start all streams together.
+  while (ready.load() < streams) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  bool any_failed = false;
+  for (auto& s : ss) any_failed |= s->failed.load();
+  auto sum = [&](auto field) {
+    uint64_t n = 0;
+    for (auto& s : ss) n += ((*s).*field).load();
+    return n;
+  };
+  if (!any_failed) {
+    const int64_t start = NowNs() + 1'000'000;
+    measure_from_ns = start + static_cast<int64_t>(warmup_s * 1e9);
+    start_ns = start;
+    std::this_thread::sleep_until(Clock::time_point(std::chrono::nanoseconds(measure_from_ns.load())));
+    const int64_t t0 = NowNs();
+    const uint64_t a0 = sum(&AgentStream::acked), s0 = sum(&AgentStream::sent);
+    std::this_thread::sleep_until(Clock::time_point(std::chrono::nanoseconds(start + static_cast<int64_t>(duration_s * 1e9))));
+    const int64_t t1 = NowNs();
+    const uint64_t a1 = sum(&AgentStream::acked), s1 = sum(&AgentStream::sent);
+    result.window_s = static_cast<double>(t1 - t0) / 1e9;
+    result.acked_per_s = static_cast<double>(a1 - a0) / result.window_s;
+    result.sent_per_s = static_cast<double>(s1 - s0) / result.window_s;
+  }
+  stop = true;
+  start_ns = start_ns.load() == 0 ? 1 : start_ns.load();
+  for (auto& s : ss) s->cv.notify_all();
+  for (auto& t : writers) t.join();
+  // Let outstanding acks arrive (paced mode measures their latency), then half-close.
+  const auto drain_deadline = Clock::now() + std::chrono::seconds(5);
+  for (auto& s : ss) {
+    while (!s->reader_done && s->acked.load() < s->sent.load() && Clock::now() < drain_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  for (auto& s : ss) s->rw->WritesDone();
+  const auto close_deadline = Clock::now() + std::chrono::seconds(5);
+  for (auto& s : ss) {
+    while (!s->reader_done && Clock::now() < close_deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!s->reader_done) s->ctx.TryCancel();
+  }
+  for (auto& t : readers) t.join();
+  std::vector<int64_t> lat, lag;
+  for (auto& s : ss) {
+    grpc::Status st = s->rw->Finish();
+    if ((s->failed || !st.ok()) && result.ok) {
+      result.ok = false;
+      result.error = "stream ended: " + std::to_string(st.error_code()) + " " + st.error_message();
+    }
+    result.acked_total += s->acked.load();
+    lat.insert(lat.end(), s->latencies.begin(), s->latencies.end());
+    lag.insert(lag.end(), s->lags.begin(), s->lags.end());
+  }
+  if (any_failed && result.ok) {
+    result.ok = false;
+    result.error = "a stream got no Welcome";
+  }
+  if (paced) {
+    result.latency_samples = lat.size();
+    result.p50_ms = Percentile(lat, 0.50);
+    result.p90_ms = Percentile(lat, 0.90);
+    result.p99_ms = Percentile(lat, 0.99);
+    result.max_ms = lat.empty() ? NAN : static_cast<double>(lat.back()) / 1e6;
+    result.send_lag_p99_ms = Percentile(lag, 0.99);
+  }
+  return result;
+}
+
+json DriveJson(const DriveResult& r) {
+  json j = {{"acked_per_s", r.acked_per_s}, {"sent_per_s", r.sent_per_s}, {"acked_total", r.acked_total},
+            {"window_s", r.window_s},       {"ok", r.ok}};
+  if (!std::isnan(r.p50_ms)) {
+    j["latency_ms"] = {{"p50", r.p50_ms}, {"p90", r.p90_ms}, {"p99", r.p99_ms}, {"max", r.max_ms},
+                       {"samples", r.latency_samples}};
+    j["send_lag_p99_ms"] = r.send_lag_p99_ms;
+  }
+  if (!r.ok) j["error"] = r.error;
+  return j;
+}
+
+// ---------------------------------------------------------------- AgentPool
+
+// State is under a recursive mutex held while a write starts, so a reaction
+// that runs inline finds it consistent.
+class AgentPool::Stream final : public grpc::ClientBidiReactor<v1::ConnectRequest, v1::ConnectResponse> {
+ public:
+  Stream(AgentPool* pool, v1::NodeAgentService::Stub* stub, std::string name)
+      : pool_(pool), stub_(stub), name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+
+  void Start() {
+    std::lock_guard lock(mu_);
+    started_ = true;
+    stub_->async()->Connect(&ctx_, this);
+    StartRead(&in_);
+    EnqueueLocked(MakeHello(name_));
+    StartCall();
+  }
+
+  uint64_t Send(v1::TransitionAction action, uint32_t device, const std::string& code, v1::FaultLevel level) {
+    v1::ConnectRequest req;
+    std::lock_guard lock(mu_);
+    const uint64_t seq = ++sent_;
+    FillFault(seq, action, device, code, level, &req);
+    send_ns_.push_back(NowNs());
+    ack_ns_.push_back(0);
+    EnqueueLocked(std::move(req));
+    return seq;
+  }
+
+  void RequestClose() {
+    std::lock_guard lock(mu_);
+    close_requested_ = true;
+    MaybeWritesDoneLocked();
+  }
+
+  void Cancel() { ctx_.TryCancel(); }
+
+  bool started() const { return started_; }
+  bool done() {
+    std::lock_guard lock(mu_);
+    return done_;
+  }
+  bool AllAcked() {
+    std::lock_guard lock(mu_);
+    return acked_ >= sent_;
+  }
+  uint64_t sent() {
+    std::lock_guard lock(mu_);
+    return sent_;
+  }
+  int64_t SentNs(uint64_t seq) {
+    std::lock_guard lock(mu_);
+    return seq >= 1 && seq <= sent_ ? send_ns_[seq] : 0;
+  }
+  int64_t AckedNs(uint64_t seq) {
+    std::lock_guard lock(mu_);
+    return seq >= 1 && seq <= sent_ ? ack_ns_[seq] : 0;
+  }
+  void AckLatencies(int64_t from, int64_t to, std::vector<int64_t>* out) {
+    std::lock_guard lock(mu_);
+    for (uint64_t q = 1; q <= sent_; ++q) {
+      if (send_ns_[q] >= from && send_ns_[q] < to && ack_ns_[q] != 0) out->push_back(ack_ns_[q] - send_ns_[q]);
+    }
+  }
+  grpc::Status status() {
+    std::lock_guard lock(mu_);
+    return status_;
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    if (!ok) return;  // the call is over; OnDone follows
+    if (!queue_.empty()) {
+      out_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      StartWrite(&out_);
+      return;
+    }
+    MaybeWritesDoneLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    const int64_t now = NowNs();
+    bool welcome = false;
+    {
+      std::lock_guard lock(mu_);
+      if (in_.has_welcome() && !welcomed_) welcome = welcomed_ = true;
+      if (in_.has_ack()) {
+        const uint64_t seq = in_.ack().id().seq();
+        for (uint64_t q = acked_ + 1; q <= seq && q <= sent_; ++q) ack_ns_[q] = now;
+        acked_ = std::max(acked_, seq);
+      }
+    }
+    if (welcome) pool_->Notify(&pool_->welcomed_);
+    StartRead(&in_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    {
+      std::lock_guard lock(mu_);
+      status_ = s;
+      done_ = true;
+    }
+    pool_->Notify(&pool_->done_);  // last: the pool may delete this stream once it is counted
+  }
+
+ private:
+  void EnqueueLocked(v1::ConnectRequest req) {
+    if (writes_done_) return;
+    if (writing_) {
+      queue_.push_back(std::move(req));
+      return;
+    }
+    out_ = std::move(req);
+    writing_ = true;
+    StartWrite(&out_);
+  }
+  void MaybeWritesDoneLocked() {
+    if (!close_requested_ || writing_ || !queue_.empty() || writes_done_) return;
+    writes_done_ = true;
+    StartWritesDone();
+  }
+
+  AgentPool* pool_;
+  v1::NodeAgentService::Stub* stub_;
+  const std::string name_;
+  grpc::ClientContext ctx_;
+  std::recursive_mutex mu_;
+  v1::ConnectRequest out_;
+  v1::ConnectResponse in_;
+  std::deque<v1::ConnectRequest> queue_;
+  bool started_ = false, writing_ = false, close_requested_ = false, writes_done_ = false;
+  bool welcomed_ = false, done_ = false;
+  uint64_t sent_ = 0, acked_ = 0;
+  std::vector<int64_t> send_ns_{0}, ack_ns_{0};  // by seq; [0] unused
+  grpc::Status status_;
+};
+
+AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, int channels)
+    : channels_(MakeChannels(target, channels)) {
+  for (auto& ch : channels_) stubs_.push_back(v1::NodeAgentService::NewStub(ch));
+  for (size_t i = 0; i < names.size(); ++i) {
+    index_[names[i]] = static_cast<int>(i);
+    streams_.push_back(std::make_unique<Stream>(this, stubs_[i % stubs_.size()].get(), std::move(names[i])));
+  }
+}
+
+AgentPool::~AgentPool() {
+  size_t started = 0;
+  for (auto& s : streams_) {
+    if (!s->started()) continue;
+    ++started;
+    if (!s->done()) s->Cancel();
+  }
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return done_.load() >= started; });
+}
+
+void AgentPool::Notify(std::atomic<size_t>* counter) {
+  std::lock_guard lock(mu_);
+  ++*counter;
+  cv_.notify_all();
+}
+
+const std::string& AgentPool::name(size_t i) const { return streams_[i]->name(); }
+
+int AgentPool::IndexOf(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+std::string AgentPool::Connect(double timeout_s) {
+  for (auto& s : streams_) s->Start();
+  std::unique_lock lock(mu_);
+  const bool ok = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                               [&] { return welcomed_.load() >= streams_.size() || done_.load() > 0; });
+  if (ok && done_.load() == 0) return "";
+  lock.unlock();
+  for (auto& s : streams_) {
+    if (s->done() && !s->status().ok()) return "agent stream " + s->name() + " ended: " + s->status().error_message();
+  }
+  return std::to_string(welcomed_.load()) + " of " + std::to_string(streams_.size()) + " agent streams welcomed within " +
+         Fmt(timeout_s, " s");
+}
+
+uint64_t AgentPool::Send(size_t i, v1::TransitionAction action, uint32_t device, const std::string& code,
+                         v1::FaultLevel level) {
+  return streams_[i]->Send(action, device, code, level);
+}
+
+int64_t AgentPool::SentNs(size_t i, uint64_t seq) const { return streams_[i]->SentNs(seq); }
+int64_t AgentPool::AckedNs(size_t i, uint64_t seq) const { return streams_[i]->AckedNs(seq); }
+uint64_t AgentPool::Sent(size_t i) const { return streams_[i]->sent(); }
+
+bool AgentPool::WaitAllAcked(double timeout_s) {
+  const int64_t deadline = NowNs() + static_cast<int64_t>(timeout_s * 1e9);
+  for (;;) {
+    bool all = true, failed = false;
+    for (auto& s : streams_) {
+      if (s->AllAcked()) continue;
+      all = false;
+      failed |= s->done();
+    }
+    if (all) return true;
+    if (failed || NowNs() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+std::vector<int64_t> AgentPool::AckLatencies(int64_t from_ns, int64_t to_ns) const {
+  std::vector<int64_t> out;
+  for (auto& s : streams_) s->AckLatencies(from_ns, to_ns, &out);
+  return out;
+}
+
+std::string AgentPool::Close(double timeout_s) {
+  size_t started = 0;
+  for (auto& s : streams_) {
+    if (!s->started()) continue;
+    ++started;
+    s->RequestClose();
+  }
+  {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done_.load() >= started; })) {
+      lock.unlock();
+      for (auto& s : streams_) {
+        if (s->started() && !s->done()) s->Cancel();
+      }
+      return "agent streams did not end within " + Fmt(timeout_s, " s") + " of their half-close";
+    }
+  }
+  for (auto& s : streams_) {
+    if (s->started() && !s->status().ok()) {
+      return "agent stream " + s->name() + " ended: " + std::to_string(s->status().error_code()) + " " +
+             s->status().error_message();
+    }
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------- WatchPool
+
+class WatchPool::Watcher final : public grpc::ClientReadReactor<v1::WatchResponse> {
+ public:
+  Watcher(WatchPool* pool, size_t index, v1::ClusterService::Stub* stub, const v1::WatchRequest& req)
+      : pool_(pool), index_(index), req_(req) {
+    stub->async()->Watch(&ctx_, &req_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+  void Cancel() { ctx_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    const int64_t now = NowNs();
+    pool_->on_response_(index_, resp_, now);
+    StartRead(&resp_);
+  }
+  void OnDone(const grpc::Status& s) override { pool_->OnWatcherDone(s); }
+
+ private:
+  WatchPool* pool_;
+  const size_t index_;
+  grpc::ClientContext ctx_;
+  v1::WatchRequest req_;
+  v1::WatchResponse resp_;
+};
+
+WatchPool::WatchPool(const std::string& target, int count, const v1::WatchRequest& req, OnResponse on_response,
+                     int channels)
+    : channels_(MakeChannels(target, channels)), on_response_(std::move(on_response)) {
+  for (auto& ch : channels_) stubs_.push_back(v1::ClusterService::NewStub(ch));
+  for (int i = 0; i < count; ++i) {
+    watchers_.push_back(std::make_unique<Watcher>(this, static_cast<size_t>(i), stubs_[i % stubs_.size()].get(), req));
+  }
+}
+
+WatchPool::~WatchPool() { Cancel(); }
+
+void WatchPool::OnWatcherDone(const grpc::Status& s) {
+  std::lock_guard lock(mu_);
+  ++done_;
+  if (!cancelled_) {
+    ++ended_;
+    if (first_end_.empty()) first_end_ = std::to_string(s.error_code()) + " " + s.error_message();
+  }
+  cv_.notify_all();
+}
+
+std::string WatchPool::first_end_status() const {
+  std::lock_guard lock(mu_);
+  return first_end_;
+}
+
+void WatchPool::Cancel() {
+  {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+  }
+  for (auto& w : watchers_) w->Cancel();
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return done_ >= watchers_.size(); });
+}
+
+}  // namespace clusterd::bench

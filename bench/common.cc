@@ -1,0 +1,447 @@
+#include "common.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+extern char** environ;
+
+namespace clusterd::bench {
+
+namespace fs = std::filesystem;
+
+int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+void SleepUntilNs(int64_t t) { std::this_thread::sleep_until(Clock::time_point(std::chrono::nanoseconds(t))); }
+
+// ---------------------------------------------------------------- options
+
+namespace {
+
+[[noreturn]] void Usage(int code) {
+  std::fprintf(code ? stderr : stdout,
+               "usage: clusterd-bench [--short] [--only LIST] [--duration SECONDS] [--streams N] [--rate EVENTS_PER_S]\n"
+               "                      [--decision-samples N] [--storm-nodes N] [--watchers N] [--fanout-rate R]\n"
+               "                      [--footprint SECONDS] [--query-nodes N] [--query-duration SECONDS]\n"
+               "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--json PATH] [--tmpdir DIR]\n"
+               "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
+               "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1,2,5,6,8,9)\n"
+               "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
+               "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
+               "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
+               "  --decision-samples  scenario 5: single faults timed one at a time (default 100)\n"
+               "  --storm-nodes       scenario 5: nodes x 8 devices faulting within one second (default 1000)\n"
+               "  --watchers          scenario 6: Watch streams (default 1000)\n"
+               "  --fanout-rate       scenario 6: events/s produced (default 1000)\n"
+               "  --footprint         scenario 8: seconds NodeD is sampled (default 10)\n"
+               "  --query-nodes       scenario 9: nodes stored (default 10000)\n"
+               "  --query-duration    scenario 9: seconds per ghz run (default 5)\n"
+               "  --clusterd, --noded binaries (default: next to this binary)\n"
+               "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
+               "                      skipped with a note when there is none)\n"
+               "  --json              results file (default bench-results.json)\n"
+               "  --tmpdir            where data dirs and the fsync file go (default $TMPDIR or /tmp)\n");
+  std::exit(code);
+}
+
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (dir.empty()) continue;
+    const std::string p = dir + "/" + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+}  // namespace
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  std::set<std::string> given;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string v;
+    auto eq = a.find('=');
+    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    }
+    auto value = [&]() -> std::string {
+      if (eq != std::string::npos) return v;
+      if (i + 1 >= argc) Usage(2);
+      return argv[++i];
+    };
+    given.insert(a);
+    try {
+      if (a == "--short") o.short_mode = true;
+      else if (a == "--duration") o.duration_s = std::stod(value());
+      else if (a == "--streams") o.streams = std::stoi(value());
+      else if (a == "--rate") o.rate = std::stod(value());
+      else if (a == "--decision-samples") o.decision_samples = std::stoi(value());
+      else if (a == "--storm-nodes") o.storm_nodes = std::stoi(value());
+      else if (a == "--watchers") o.watchers = std::stoi(value());
+      else if (a == "--fanout-rate") o.fanout_rate = std::stod(value());
+      else if (a == "--footprint") o.footprint_s = std::stod(value());
+      else if (a == "--query-nodes") o.query_nodes = std::stoi(value());
+      else if (a == "--query-duration") o.query_s = std::stod(value());
+      else if (a == "--clusterd") o.clusterd = value();
+      else if (a == "--noded") o.noded = value();
+      else if (a == "--ghz") o.ghz = value();
+      else if (a == "--json") o.json_path = value();
+      else if (a == "--tmpdir") o.tmp_root = value();
+      else if (a == "--only") {
+        std::istringstream list(value());
+        for (std::string s; std::getline(list, s, ',');) {
+          const int n = std::stoi(s);
+          if (n != 1 && n != 2 && n != 5 && n != 6 && n != 8 && n != 9) Usage(2);
+          o.only.insert(n);
+        }
+      } else if (a == "--help" || a == "-h") Usage(0);
+      else Usage(2);
+    } catch (const std::logic_error&) {
+      Usage(2);
+    }
+  }
+  if (o.short_mode) {
+    auto dflt = [&](const char* flag, auto* field, auto v) {
+      if (!given.count(flag)) *field = v;
+    };
+    dflt("--duration", &o.duration_s, 2.0);
+    dflt("--streams", &o.streams, 4);
+    dflt("--rate", &o.rate, 2000.0);
+    dflt("--decision-samples", &o.decision_samples, 5);
+    dflt("--storm-nodes", &o.storm_nodes, 50);
+    dflt("--watchers", &o.watchers, 20);
+    dflt("--fanout-rate", &o.fanout_rate, 200.0);
+    dflt("--footprint", &o.footprint_s, 2.0);
+    dflt("--query-nodes", &o.query_nodes, 200);
+    dflt("--query-duration", &o.query_s, 0.5);
+  }
+  if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
+      o.watchers <= 0 || o.fanout_rate <= 0 || o.footprint_s <= 0 || o.query_nodes <= 0 || o.query_s <= 0) {
+    Usage(2);
+  }
+  const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();
+  if (o.clusterd.empty()) o.clusterd = (self_dir / "clusterd").string();
+  if (o.noded.empty()) o.noded = (self_dir / "noded").string();
+  if (o.ghz.empty()) {
+    o.ghz = FindOnPath("ghz");
+    const char* home = std::getenv("HOME");
+    if (o.ghz.empty() && home && ::access((std::string(home) + "/go/bin/ghz").c_str(), X_OK) == 0) {
+      o.ghz = std::string(home) + "/go/bin/ghz";
+    }
+  }
+  if (o.tmp_root.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    o.tmp_root = t && *t ? t : "/tmp";
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------- small things
+
+TempDir::TempDir(const std::string& root) {
+  std::string tmpl = root + "/clusterd-bench.XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp under " + root + ": " + std::strerror(errno));
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+double Percentile(std::vector<int64_t>& v, double p) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  size_t idx = static_cast<size_t>(std::llround(p * static_cast<double>(v.size() - 1)));
+  return static_cast<double>(v[idx]) / 1e6;  // ms
+}
+
+namespace {
+constexpr double kHistBase = 1.01;
+int HistIndex(int64_t ns) {
+  const double us = static_cast<double>(ns) / 1e3;
+  if (us <= 1) return 0;
+  return std::min(1899, 1 + static_cast<int>(std::log(us) / std::log(kHistBase)));
+}
+}  // namespace
+
+void LatencyHist::Add(int64_t ns) {
+  ++buckets_[HistIndex(ns)];
+  ++count_;
+  max_ns_ = std::max(max_ns_, ns);
+}
+
+void LatencyHist::Merge(const LatencyHist& other) {
+  for (int i = 0; i < kBuckets; ++i) buckets_[i] += other.buckets_[i];
+  count_ += other.count_;
+  max_ns_ = std::max(max_ns_, other.max_ns_);
+}
+
+double LatencyHist::PercentileMs(double p) const {
+  if (count_ == 0) return NAN;
+  const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(p * static_cast<double>(count_))));
+  uint64_t seen = 0;
+  for (int i = 0; i < kBuckets; ++i) {
+    seen += buckets_[i];
+    if (seen >= rank) {
+      const double upper_us = i == 0 ? 1.0 : std::pow(kHistBase, i);
+      return std::min(upper_us / 1e3, max_ms());
+    }
+  }
+  return max_ms();
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) < 0) {
+    close(fd);
+    return "";
+  }
+  std::string resp;
+  char buf[8192];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const auto body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  auto rp = line.rfind(')');
+  if (rp == std::string::npos) return NAN;
+  std::istringstream rest(line.substr(rp + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int idx = 3; rest >> field; ++idx) {  // field 3 is state
+    if (idx == 14) utime = std::stod(field);
+    if (idx == 15) {
+      stime = std::stod(field);
+      break;
+    }
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double ProcessRssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6));
+  }
+  return NAN;
+}
+
+// ---------------------------------------------------------------- processes
+
+std::string ChildProcess::Spawn(const std::vector<std::string>& args, const std::string& log_path) {
+  if (args.empty() || ::access(args[0].c_str(), X_OK) != 0) return (args.empty() ? "" : args[0]) + " is not executable";
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!log_path.empty()) {
+    posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  }
+  const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    pid_ = -1;
+    return "posix_spawn " + args[0] + ": " + std::strerror(rc);
+  }
+  return "";
+}
+
+bool ChildProcess::Exited() {
+  if (pid_ <= 0) return true;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    pid_ = -1;
+    return true;
+  }
+  return false;
+}
+
+void ChildProcess::Stop() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+std::string ClusterdProcess::Start() {
+  port_ = FreePort();
+  http_port_ = FreePort();
+  std::vector<std::string> args = {bin_,
+                                   "--listen=127.0.0.1:" + std::to_string(port_),
+                                   "--http-listen=127.0.0.1:" + std::to_string(http_port_),
+                                   "--data-dir=" + data_dir_,
+                                   "--log-level=warn",
+                                   "--node-grace=1h"};
+  args.insert(args.end(), extra_.begin(), extra_.end());
+  if (auto err = proc_.Spawn(args); !err.empty()) return err;
+  auto channel = grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline) {
+    if (proc_.Exited()) return "clusterd exited during start";
+    if (channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(200))) return "";
+  }
+  return "clusterd did not accept connections within 30 s";
+}
+
+double ClusterdProcess::Metric(const std::string& name) const {
+  std::istringstream lines(MetricsText());
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return NAN;
+}
+
+PromHistogram PromHistogram::Parse(const std::string& text, const std::string& name) {
+  PromHistogram h;
+  std::istringstream lines(text);
+  std::string line;
+  const std::string bucket = name + "_bucket{le=\"";
+  while (std::getline(lines, line)) {
+    try {
+      if (line.rfind(bucket, 0) == 0) {
+        const size_t q = line.find('"', bucket.size());
+        const std::string le = line.substr(bucket.size(), q - bucket.size());
+        const double count = std::stod(line.substr(line.rfind(' ') + 1));
+        h.buckets.emplace_back(le == "+Inf" ? INFINITY : std::stod(le), count);
+        h.found = true;
+      } else if (line.rfind(name + "_sum ", 0) == 0) {
+        h.sum = std::stod(line.substr(name.size() + 5));
+      } else if (line.rfind(name + "_count ", 0) == 0) {
+        h.count = std::stod(line.substr(name.size() + 7));
+      }
+    } catch (const std::logic_error&) {
+    }
+  }
+  return h;
+}
+
+PromHistogram PromHistogram::Minus(const PromHistogram& before) const {
+  PromHistogram d = *this;
+  if (before.buckets.size() == buckets.size()) {
+    for (size_t i = 0; i < buckets.size(); ++i) d.buckets[i].second -= before.buckets[i].second;
+  }
+  d.sum -= before.sum;
+  d.count -= before.count;
+  return d;
+}
+
+double PromHistogram::QuantileUpperMs(double p) const {
+  if (count <= 0) return NAN;
+  for (const auto& [le, cum] : buckets) {
+    if (cum >= p * count) return le * 1e3;
+  }
+  return INFINITY;
+}
+
+// ---------------------------------------------------------------- report
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  }
+  return "unknown";
+}
+
+std::string Fmt(double v, const char* unit) {
+  if (std::isnan(v)) return "n/a";
+  if (std::isinf(v)) return std::string(v > 0 ? "inf" : "-inf") + unit;
+  char b[64];
+  if (std::fabs(v) >= 1000) std::snprintf(b, sizeof(b), "%.0f%s", v, unit);
+  else if (std::fabs(v) >= 10) std::snprintf(b, sizeof(b), "%.1f%s", v, unit);
+  else std::snprintf(b, sizeof(b), "%.3f%s", v, unit);
+  return b;
+}
+
+void PrintTable(const std::vector<Row>& rows) {
+  std::vector<Row> all = {{"scenario", "figure", "value", "baseline", "ratio", "target", "met?"}};
+  all.insert(all.end(), rows.begin(), rows.end());
+  size_t w[7] = {};
+  for (auto& r : all) {
+    const std::string* f[7] = {&r.scenario, &r.figure, &r.value, &r.baseline, &r.ratio, &r.target, &r.met};
+    for (int i = 0; i < 7; ++i) w[i] = std::max(w[i], f[i]->size());
+  }
+  for (size_t k = 0; k < all.size(); ++k) {
+    auto& r = all[k];
+    const std::string* f[7] = {&r.scenario, &r.figure, &r.value, &r.baseline, &r.ratio, &r.target, &r.met};
+    std::string line = "|";
+    for (int i = 0; i < 7; ++i) line += " " + *f[i] + std::string(w[i] - f[i]->size(), ' ') + " |";
+    std::cout << line << "\n";
+    if (k == 0) {
+      std::string sep = "|";
+      for (int i = 0; i < 7; ++i) sep += std::string(w[i] + 2, '-') + "|";
+      std::cout << sep << "\n";
+    }
+  }
+}
+
+}  // namespace clusterd::bench
