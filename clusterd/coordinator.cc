@@ -187,7 +187,7 @@ Coordinator::Coordinator(JobAgentHub* agents, Actuator* actuator, const Clock* c
 
 // ------------------------------------------------------------------- tick ---
 
-void Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after) {
+TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after) {
   if (!started_) {
     started_ = true;
     Resume(state, now, m, after);
@@ -241,6 +241,20 @@ void Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std::vec
     all = true;
   }
   CountActive(state);
+  return NextWake(state);
+}
+
+TimePoint Coordinator::NextWake(const ClusterState& state) const {
+  TimePoint next = TimePoint::max();
+  for (const auto& [job, at] : wake_) next = std::min(next, at);
+  for (const auto& id : active_) {
+    const v1::Recovery& r = state.recoveries().at(id);
+    if (r.state() != v1::RECOVERY_STATE_RUNNING) continue;
+    for (const auto& step : r.steps()) {
+      if (step.state() == v1::STEP_STATE_RUNNING) next = std::min(next, FromTimestamp(step.deadline()));
+    }
+  }
+  return next;
 }
 
 void Coordinator::CountActive(const ClusterState& state) {

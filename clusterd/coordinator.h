@@ -48,7 +48,9 @@ class Coordinator {
   // Engine hook (writer thread, state locked): reacts to the events already in
   // m, to due timers and step deadlines; decides, starts, advances and
   // escalates recoveries; appends the dispatches to run once durable.
-  void Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after);
+  // Returns the next time it has something to do without new input (a
+  // hold-down expiring, a step deadline), or TimePoint::max().
+  TimePoint Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after);
 
   // Writer thread: the agent or the actuator answered the step with this
   // idempotency key. Late or repeated answers change nothing.
@@ -85,6 +87,7 @@ class Coordinator {
   recovery::History HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                               TimePoint now) const;
   void CountActive(const ClusterState& state);
+  TimePoint NextWake(const ClusterState& state) const;
 
   JobAgentHub* agents_;
   Actuator* actuator_;

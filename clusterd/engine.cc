@@ -82,13 +82,18 @@ void Engine::Run() {
   TimePoint next_retention = clock_->Now();
   std::vector<Apply> items;
   std::vector<Done> dones;
+  TimePoint tick_at = TimePoint::max();  // when the tick asked to run again
   for (;;) {
     items.clear();
     dones.clear();
     bool stop = false;
     {
+      auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.liveness_interval);
+      if (tick_at != TimePoint::max()) {
+        wait = std::clamp<std::chrono::nanoseconds>(tick_at - clock_->Now(), std::chrono::nanoseconds(0), wait);
+      }
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, options_.liveness_interval, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait_for(lock, wait, [&] { return stopping_ || !queue_.empty(); });
       while (!queue_.empty() && items.size() < options_.max_group) {
         items.push_back(std::move(queue_.front()));
         queue_.pop_front();
@@ -108,7 +113,8 @@ void Engine::Run() {
         state_->CheckLiveness(options_.node_grace, &m);
         next_liveness = now + options_.liveness_interval;
       }
-      if (tick_) tick_(*state_, now, &m, &dones);
+      // After the group: what it changed carries times up to now.
+      if (tick_) tick_at = tick_(*state_, clock_->Now(), &m, &dones);
       state_->FlushDirty(&m);
     }
     if (!m.empty()) {

@@ -47,8 +47,10 @@ class Engine {
 
   // Runs on the writer thread after every group (and at least every liveness
   // interval), with the state locked, before the commit: it may add changes
-  // to m and Dones to run once they are durable. Set before Start.
-  using Tick = std::function<void(ClusterState& state, TimePoint now, Mutation* m, std::vector<Done>* after)>;
+  // to m and Dones to run once they are durable. Returns when it wants to
+  // run again even if nothing is submitted (TimePoint::max(): no need); the
+  // writer wakes up then. Set before Start.
+  using Tick = std::function<TimePoint(ClusterState& state, TimePoint now, Mutation* m, std::vector<Done>* after)>;
   void set_tick(Tick tick) { tick_ = std::move(tick); }
 
   void Start();

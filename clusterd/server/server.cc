@@ -131,7 +131,7 @@ Status ClusterdServer::Start() {
   s.coordinator->set_submit([engine = s.engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); });
   s.engine->set_tick([coordinator = s.coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
                                                           std::vector<Engine::Done>* after) {
-    coordinator->Tick(state, now, m, after);
+    return coordinator->Tick(state, now, m, after);
   });
   s.metrics.AddCallbackGauge("clusterd_job_agents", "Attached job recovery agents.",
                              [&s] { return static_cast<double>(s.job_agents.attached()); });
