@@ -10,9 +10,11 @@
 // except Load.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <shared_mutex>
@@ -176,6 +178,12 @@ class ClusterState {
   std::map<std::string, std::set<std::string>> recoveries_by_job_;
   uint64_t revision_ = 0;
   bool revision_dirty_ = false;
+  uint64_t connections_changed_ = 0;  // agents connecting or disconnecting
+  // GetSummary's last answer and what it depended on.
+  using SummaryKey = std::array<uint64_t, 4>;
+  mutable std::mutex summary_mu_;
+  mutable SummaryKey summary_key_{UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+  mutable v1::GetSummaryResponse summary_cache_;
   std::set<std::string> dirty_nodes_;
   std::set<std::pair<std::string, uint32_t>> dirty_devices_;
   std::atomic<uint64_t> compacted_{0};
