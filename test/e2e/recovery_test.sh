@@ -22,8 +22,9 @@ CLUSTERD_PID=""
 PIDS=()
 declare -A NODED_PORT AGENT_PID
 cleanup() {
-  [[ -n $CLUSTERD_PID ]] && kill -9 "$CLUSTERD_PID" 2>/dev/null || true
+  { [[ -n $CLUSTERD_PID ]] && kill -9 "$CLUSTERD_PID"; } 2>/dev/null || true
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true  # reap quietly (no "Killed" lines)
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -144,6 +145,7 @@ wait_until 30 waiting_for_resume
 kill -9 "$CLUSTERD_PID"
 wait "$CLUSTERD_PID" 2>/dev/null || true
 kill -9 "${AGENT_PID[train-d]}"
+wait "${AGENT_PID[train-d]}" 2>/dev/null || true
 start_clusterd
 echo "   clusterd restarted; the agent comes back and answers the resent RESUME"
 start_agent train-d --no-register --spares worker03:6
