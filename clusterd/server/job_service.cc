@@ -72,7 +72,13 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
   }
 
   void OnDone() override {
-    if (session_ != 0) service_->agents()->Detach(job_, session_);
+    uint64_t session;
+    {
+      std::lock_guard lock(mu_);
+      session = session_;
+    }
+    // A session set after this point is detached by SetSession (finishing).
+    if (session != 0) service_->agents()->Detach(job_, session);
     self_.reset();  // the hub may still hold a reference until Detach
   }
 
