@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <map>
+#include <random>
 #include <thread>
 
 namespace clusterd::bench {
@@ -61,6 +63,9 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& targ
     grpc::ChannelArguments args;
     args.SetInt("bench.channel", i);  // distinct args -> distinct subchannel/connection
     args.SetMaxReceiveMessageSize(64 << 20);
+    // As NodeD: its own backoff governs reconnects, gRPC's is kept short.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
     out.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
   }
   return out;
@@ -270,22 +275,51 @@ json DriveJson(const DriveResult& r) {
 
 // ---------------------------------------------------------------- AgentPool
 
-// State is under a recursive mutex held while a write starts, so a reaction
-// that runs inline finds it consistent.
-class AgentPool::Stream final : public grpc::ClientBidiReactor<v1::ConnectRequest, v1::ConnectResponse> {
+// One attempt of a stream: a reactor per call, so a stream that reconnects
+// gets a fresh call (and ClientContext). It forwards to its Stream and is
+// deleted by it in OnDone (gRPC touches a client reactor no more after OnDone).
+class AgentPool::Call final : public grpc::ClientBidiReactor<v1::ConnectRequest, v1::ConnectResponse> {
+ public:
+  explicit Call(Stream* s) : stream(s) {}
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& st) override;
+  Stream* stream;
+  grpc::ClientContext ctx;
+  v1::ConnectRequest out;
+  v1::ConnectResponse in;
+  std::deque<v1::ConnectRequest> queue;
+  bool writing = false, writes_done = false, welcomed = false;
+};
+
+// Logical state of one agent (one node), across calls. Everything is under a
+// recursive mutex held while a write starts, so a reaction that runs inline
+// finds it consistent.
+class AgentPool::Stream {
  public:
   Stream(AgentPool* pool, v1::NodeAgentService::Stub* stub, std::string name)
       : pool_(pool), stub_(stub), name_(std::move(name)) {}
 
   const std::string& name() const { return name_; }
 
+  // Starts a call: Hello (with the faults active now), then every
+  // transition not acknowledged yet (clusterd drops what it already has).
   void Start() {
     std::lock_guard lock(mu_);
+    if (final_done_ || stopped_) return;
     started_ = true;
-    stub_->async()->Connect(&ctx_, this);
-    StartRead(&in_);
-    EnqueueLocked(MakeHello(name_));
-    StartCall();
+    pending_reconnect_ = false;
+    auto* c = new Call(this);
+    call_ = c;
+    ++pool_->live_calls_;
+    stub_->async()->Connect(&c->ctx, c);
+    c->StartRead(&c->in);
+    v1::ConnectRequest hello = MakeHello(name_);
+    for (const auto& [key, report] : active_) *hello.mutable_hello()->add_active_faults() = report;
+    EnqueueLocked(c, std::move(hello));
+    for (const auto& req : unacked_) EnqueueLocked(c, req);
+    last_msg_ns_ = NowNs();
+    c->StartCall();
   }
 
   uint64_t Send(v1::TransitionAction action, uint32_t device, const std::string& code, v1::FaultLevel level) {
@@ -293,24 +327,71 @@ class AgentPool::Stream final : public grpc::ClientBidiReactor<v1::ConnectReques
     std::lock_guard lock(mu_);
     const uint64_t seq = ++sent_;
     FillFault(seq, action, device, code, level, &req);
-    send_ns_.push_back(NowNs());
+    const std::string key = std::to_string(device) + "/" + code;
+    if (action == v1::TRANSITION_ACTION_RAISE) {
+      active_[key] = req.transition().fault();
+    } else {
+      active_.erase(key);
+    }
+    const int64_t now = NowNs();
+    send_ns_.push_back(now);
     ack_ns_.push_back(0);
-    EnqueueLocked(std::move(req));
+    if (pool_->reconnect_) unacked_.push_back(req);
+    if (call_ && !stopped_) {
+      EnqueueLocked(call_, std::move(req));
+      last_msg_ns_ = now;
+    }
     return seq;
+  }
+
+  // A heartbeat on the current call; false when there is none (reconnecting).
+  bool Heartbeat() {
+    std::lock_guard lock(mu_);
+    if (!call_ || !call_->welcomed || stopped_) return false;
+    v1::ConnectRequest req;
+    auto now = std::chrono::system_clock::now().time_since_epoch();
+    req.mutable_heartbeat()->mutable_time()->set_seconds(std::chrono::duration_cast<std::chrono::seconds>(now).count());
+    req.mutable_heartbeat()->mutable_time()->set_nanos(
+        static_cast<int32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() % 1000000000));
+    EnqueueLocked(call_, std::move(req));
+    last_msg_ns_ = NowNs();
+    return true;
   }
 
   void RequestClose() {
     std::lock_guard lock(mu_);
+    stopped_ = true;
     close_requested_ = true;
-    MaybeWritesDoneLocked();
+    if (call_) {
+      MaybeWritesDoneLocked(call_);
+    } else if (started_) {
+      FinalDoneLocked();  // waiting to reconnect: nothing to close
+    }
   }
 
-  void Cancel() { ctx_.TryCancel(); }
+  // Ends the stream for good (no reconnect); with reconnect on, as an agent
+  // that died: its call is cancelled.
+  void Cancel() {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+    if (call_) {
+      call_->ctx.TryCancel();
+    } else if (started_) {
+      FinalDoneLocked();
+    }
+  }
 
-  bool started() const { return started_; }
+  bool started() {
+    std::lock_guard lock(mu_);
+    return started_;
+  }
   bool done() {
     std::lock_guard lock(mu_);
-    return done_;
+    return final_done_;
+  }
+  bool attached() {
+    std::lock_guard lock(mu_);
+    return call_ && call_->welcomed;
   }
   bool AllAcked() {
     std::lock_guard lock(mu_);
@@ -319,6 +400,10 @@ class AgentPool::Stream final : public grpc::ClientBidiReactor<v1::ConnectReques
   uint64_t sent() {
     std::lock_guard lock(mu_);
     return sent_;
+  }
+  int64_t last_msg_ns() {
+    std::lock_guard lock(mu_);
+    return last_msg_ns_;
   }
   int64_t SentNs(uint64_t seq) {
     std::lock_guard lock(mu_);
@@ -339,103 +424,215 @@ class AgentPool::Stream final : public grpc::ClientBidiReactor<v1::ConnectReques
     return status_;
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnWriteDone(Call* c, bool ok) {
     std::lock_guard lock(mu_);
-    writing_ = false;
+    c->writing = false;
     if (!ok) return;  // the call is over; OnDone follows
-    if (!queue_.empty()) {
-      out_ = std::move(queue_.front());
-      queue_.pop_front();
-      writing_ = true;
-      StartWrite(&out_);
+    if (!c->queue.empty()) {
+      c->out = std::move(c->queue.front());
+      c->queue.pop_front();
+      c->writing = true;
+      c->StartWrite(&c->out);
       return;
     }
-    MaybeWritesDoneLocked();
+    MaybeWritesDoneLocked(c);
   }
 
-  void OnReadDone(bool ok) override {
+  void OnReadDone(Call* c, bool ok) {
     if (!ok) return;
     const int64_t now = NowNs();
     bool welcome = false;
     {
       std::lock_guard lock(mu_);
-      if (in_.has_welcome() && !welcomed_) welcome = welcomed_ = true;
-      if (in_.has_ack()) {
-        const uint64_t seq = in_.ack().id().seq();
-        for (uint64_t q = acked_ + 1; q <= seq && q <= sent_; ++q) ack_ns_[q] = now;
-        acked_ = std::max(acked_, seq);
+      uint64_t upto = 0;
+      if (c->in.has_welcome() && !c->welcomed) {
+        c->welcomed = true;
+        welcome = true;
+        upto = c->in.welcome().applied_seq();
+        if (!ever_welcomed_) {
+          ever_welcomed_ = true;
+          ++pool_->welcomed_;
+        }
+        ++pool_->attached_;
+        ++pool_->welcomes_total_;
       }
+      if (c->in.has_ack()) upto = c->in.ack().id().seq();
+      for (uint64_t q = acked_ + 1; q <= upto && q <= sent_; ++q) ack_ns_[q] = now;
+      acked_ = std::max(acked_, std::min(upto, sent_));
+      while (!unacked_.empty() && unacked_.front().transition().id().seq() <= acked_) unacked_.pop_front();
     }
-    if (welcome) pool_->Notify(&pool_->welcomed_);
-    StartRead(&in_);
+    if (welcome) pool_->Notify(nullptr);
+    c->StartRead(&c->in);
   }
 
-  void OnDone(const grpc::Status& s) override {
+  void OnDone(Call* c, const grpc::Status& s) {
+    bool final_done = false;
     {
       std::lock_guard lock(mu_);
       status_ = s;
-      done_ = true;
+      if (c->welcomed) --pool_->attached_;
+      if (call_ == c) call_ = nullptr;
+      delete c;
+      if (stopped_ || !pool_->reconnect_ || pool_->stopping_) {
+        final_done = !final_done_;
+        final_done_ = true;
+      } else {
+        // Like NodeD: exponential backoff with jitter, reset by a session
+        // that lasted longer than the longest backoff.
+        const int64_t now = NowNs();
+        if (now - call_start_ns_ > pool_->backoff_max_ns_) backoff_ns_ = pool_->backoff_min_ns_;
+        std::uniform_real_distribution<double> jitter(0.5, 1.0);
+        const int64_t wait = static_cast<int64_t>(static_cast<double>(backoff_ns_) * jitter(rng_));
+        backoff_ns_ = std::min(backoff_ns_ * 2, pool_->backoff_max_ns_);
+        pending_reconnect_ = true;
+        pool_->ScheduleReconnect(this, now + wait);
+      }
     }
-    pool_->Notify(&pool_->done_);  // last: the pool may delete this stream once it is counted
+    pool_->Notify(final_done ? &pool_->done_ : nullptr, true);  // last: the pool may be deleted once counted
+  }
+
+  // Timer thread: the backoff is over.
+  void Reconnect() {
+    std::lock_guard lock(mu_);
+    if (!pending_reconnect_ || stopped_ || final_done_) return;
+    call_start_ns_ = NowNs();
+    Start();
+  }
+
+  void InitBackoff(int64_t min_ns, uint64_t seed) {
+    backoff_ns_ = min_ns;
+    rng_.seed(seed);
   }
 
  private:
-  void EnqueueLocked(v1::ConnectRequest req) {
-    if (writes_done_) return;
-    if (writing_) {
-      queue_.push_back(std::move(req));
+  void FinalDoneLocked() {
+    if (final_done_) return;
+    final_done_ = true;
+    pool_->Notify(&pool_->done_);
+  }
+  void EnqueueLocked(Call* c, v1::ConnectRequest req) {
+    if (c->writes_done) return;
+    if (c->writing) {
+      c->queue.push_back(std::move(req));
       return;
     }
-    out_ = std::move(req);
-    writing_ = true;
-    StartWrite(&out_);
+    c->out = std::move(req);
+    c->writing = true;
+    c->StartWrite(&c->out);
   }
-  void MaybeWritesDoneLocked() {
-    if (!close_requested_ || writing_ || !queue_.empty() || writes_done_) return;
-    writes_done_ = true;
-    StartWritesDone();
+  void MaybeWritesDoneLocked(Call* c) {
+    if (!close_requested_ || c->writing || !c->queue.empty() || c->writes_done) return;
+    c->writes_done = true;
+    c->StartWritesDone();
   }
 
   AgentPool* pool_;
   v1::NodeAgentService::Stub* stub_;
   const std::string name_;
-  grpc::ClientContext ctx_;
   std::recursive_mutex mu_;
-  v1::ConnectRequest out_;
-  v1::ConnectResponse in_;
-  std::deque<v1::ConnectRequest> queue_;
-  bool started_ = false, writing_ = false, close_requested_ = false, writes_done_ = false;
-  bool welcomed_ = false, done_ = false;
+  Call* call_ = nullptr;
+  std::map<std::string, v1::FaultReport> active_;  // device/code -> report, for the Hello
+  std::deque<v1::ConnectRequest> unacked_;         // resent after a reconnect (reconnect on only)
+  bool started_ = false, close_requested_ = false, stopped_ = false, ever_welcomed_ = false;
+  bool final_done_ = false, pending_reconnect_ = false;
   uint64_t sent_ = 0, acked_ = 0;
+  int64_t last_msg_ns_ = 0, call_start_ns_ = 0, backoff_ns_ = 0;
+  std::mt19937_64 rng_;
   std::vector<int64_t> send_ns_{0}, ack_ns_{0};  // by seq; [0] unused
   grpc::Status status_;
 };
 
-AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, int channels)
-    : channels_(MakeChannels(target, channels)) {
+void AgentPool::Call::OnWriteDone(bool ok) { stream->OnWriteDone(this, ok); }
+void AgentPool::Call::OnReadDone(bool ok) { stream->OnReadDone(this, ok); }
+void AgentPool::Call::OnDone(const grpc::Status& st) { stream->OnDone(this, st); }
+
+AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, int channels, bool reconnect)
+    : channels_(MakeChannels(target, channels)), reconnect_(reconnect) {
   for (auto& ch : channels_) stubs_.push_back(v1::NodeAgentService::NewStub(ch));
   for (size_t i = 0; i < names.size(); ++i) {
     index_[names[i]] = static_cast<int>(i);
     streams_.push_back(std::make_unique<Stream>(this, stubs_[i % stubs_.size()].get(), std::move(names[i])));
+    streams_.back()->InitBackoff(backoff_min_ns_, i + 1);
   }
+  if (reconnect_) timer_ = std::thread([this] { TimerLoop(); });
 }
 
 AgentPool::~AgentPool() {
-  size_t started = 0;
+  StopHeartbeats();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (timer_.joinable()) timer_.join();
   for (auto& s : streams_) {
-    if (!s->started()) continue;
-    ++started;
-    if (!s->done()) s->Cancel();
+    if (s->started() && !s->done()) s->Cancel();
   }
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return done_.load() >= started; });
+  cv_.wait(lock, [&] { return live_calls_.load() == 0; });
 }
 
-void AgentPool::Notify(std::atomic<size_t>* counter) {
+void AgentPool::Notify(std::atomic<size_t>* counter, bool call_ended) {
   std::lock_guard lock(mu_);
-  ++*counter;
+  if (counter) ++*counter;
+  if (call_ended) --live_calls_;
   cv_.notify_all();
 }
+
+void AgentPool::ScheduleReconnect(Stream* s, int64_t due_ns) {
+  std::lock_guard lock(mu_);
+  timers_.emplace(due_ns, s);
+  cv_.notify_all();
+}
+
+void AgentPool::TimerLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (timers_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    const int64_t due = timers_.begin()->first;
+    if (NowNs() < due) {
+      cv_.wait_until(lock, Clock::time_point(std::chrono::nanoseconds(due)));
+      continue;
+    }
+    Stream* s = timers_.begin()->second;
+    timers_.erase(timers_.begin());
+    ++reconnects_;
+    lock.unlock();
+    s->Reconnect();
+    lock.lock();
+  }
+}
+
+void AgentPool::StartHeartbeats(double interval_s) {
+  StopHeartbeats();
+  hb_stop_ = false;
+  hb_ = std::thread([this, interval_s] {
+    const int64_t interval = static_cast<int64_t>(interval_s * 1e9);
+    const size_t n = streams_.size();
+    const int64_t start = NowNs();
+    for (uint64_t k = 0; !hb_stop_.load(); ++k) {
+      const size_t i = k % n;
+      const int64_t due = start + static_cast<int64_t>(k / n) * interval +
+                          static_cast<int64_t>(static_cast<double>(interval) * static_cast<double>(i) / static_cast<double>(n));
+      if (due > NowNs() + 1'000'000) {
+        // Sleep in slices of at most 50 ms so StopHeartbeats is prompt.
+        while (!hb_stop_.load() && due > NowNs()) SleepUntilNs(std::min(due, NowNs() + 50'000'000));
+      }
+      if (hb_stop_.load()) break;
+      if (!hb_skip_[i].load(std::memory_order_relaxed) && streams_[i]->Heartbeat()) ++heartbeats_;
+    }
+  });
+}
+
+void AgentPool::StopHeartbeats() {
+  hb_stop_ = true;
+  if (hb_.joinable()) hb_.join();
+}
+
+void AgentPool::SetHeartbeating(size_t i, bool on) { hb_skip_[i] = !on; }
 
 const std::string& AgentPool::name(size_t i) const { return streams_[i]->name(); }
 
@@ -445,6 +642,7 @@ int AgentPool::IndexOf(const std::string& name) const {
 }
 
 std::string AgentPool::Connect(double timeout_s) {
+  hb_skip_ = std::make_unique<std::atomic<bool>[]>(streams_.size());
   for (auto& s : streams_) s->Start();
   std::unique_lock lock(mu_);
   const bool ok = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
@@ -458,10 +656,21 @@ std::string AgentPool::Connect(double timeout_s) {
          Fmt(timeout_s, " s");
 }
 
+size_t AgentPool::WaitAttached(size_t n, int64_t deadline_ns) {
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, Clock::time_point(std::chrono::nanoseconds(deadline_ns)), [&] { return attached_.load() >= n; });
+  return attached_.load();
+}
+
 uint64_t AgentPool::Send(size_t i, v1::TransitionAction action, uint32_t device, const std::string& code,
                          v1::FaultLevel level) {
   return streams_[i]->Send(action, device, code, level);
 }
+
+void AgentPool::Kill(size_t i) { streams_[i]->Cancel(); }
+bool AgentPool::Attached(size_t i) const { return streams_[i]->attached(); }
+int64_t AgentPool::LastMessageNs(size_t i) const { return streams_[i]->last_msg_ns(); }
+bool AgentPool::Heartbeat(size_t i) { return streams_[i]->Heartbeat(); }
 
 int64_t AgentPool::SentNs(size_t i, uint64_t seq) const { return streams_[i]->SentNs(seq); }
 int64_t AgentPool::AckedNs(size_t i, uint64_t seq) const { return streams_[i]->AckedNs(seq); }
@@ -489,6 +698,7 @@ std::vector<int64_t> AgentPool::AckLatencies(int64_t from_ns, int64_t to_ns) con
 }
 
 std::string AgentPool::Close(double timeout_s) {
+  StopHeartbeats();
   size_t started = 0;
   for (auto& s : streams_) {
     if (!s->started()) continue;

@@ -8,9 +8,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -65,11 +67,14 @@ json DriveJson(const DriveResult& r);
 
 // Agent streams (one node each) multiplexed on the callback API over a few
 // channels: no thread per stream. Each stream sends its Hello, then the
-// transitions queued with Send, one write in flight at a time; send and ack
-// times are recorded per seq.
+// transitions queued with Send (and heartbeats), one write in flight at a
+// time; send and ack times are recorded per seq. With reconnect, a stream
+// whose call fails starts a new one after NodeD's backoff (200 ms doubling to
+// 10 s, jitter 0.5-1x, reset by a call that lasted 10 s): a new Hello with the
+// faults active now, then every transition not acknowledged yet.
 class AgentPool {
  public:
-  AgentPool(const std::string& target, std::vector<std::string> names, int channels = 4);
+  AgentPool(const std::string& target, std::vector<std::string> names, int channels = 4, bool reconnect = false);
   ~AgentPool();
   AgentPool(const AgentPool&) = delete;
   AgentPool& operator=(const AgentPool&) = delete;
@@ -96,16 +101,46 @@ class AgentPool {
   // first error.
   std::string Close(double timeout_s = 30);
 
+  // Heartbeats (after Connect): every stream that is attached sends one
+  // every interval_s, spread evenly over the interval, from one thread.
+  void StartHeartbeats(double interval_s);
+  void StopHeartbeats();
+  void SetHeartbeating(size_t i, bool on);
+  bool Heartbeat(size_t i);  // one now; false if stream i is not attached
+  uint64_t heartbeats() const { return heartbeats_.load(); }
+  // Cancels stream i for good, as an agent that died (no reconnect).
+  void Kill(size_t i);
+  // When stream i last queued a message (Hello, transition or heartbeat).
+  int64_t LastMessageNs(size_t i) const;
+  bool Attached(size_t i) const;
+  // Streams whose current call is welcomed; WaitAttached waits until at
+  // least n are (or the deadline) and returns how many are.
+  size_t attached() const { return attached_.load(); }
+  size_t WaitAttached(size_t n, int64_t deadline_ns);
+  uint64_t reconnect_attempts() const { return reconnects_.load(); }
+  uint64_t welcomes() const { return welcomes_total_.load(); }
+
  private:
+  class Call;
   class Stream;
-  void Notify(std::atomic<size_t>* counter);
+  void Notify(std::atomic<size_t>* counter, bool call_ended = false);
+  void ScheduleReconnect(Stream* s, int64_t due_ns);
+  void TimerLoop();
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::NodeAgentService::Stub>> stubs_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::unordered_map<std::string, int> index_;
-  std::mutex mu_;  // guards nothing but the waits below
+  const bool reconnect_;
+  const int64_t backoff_min_ns_ = 200'000'000, backoff_max_ns_ = 10'000'000'000;
+  std::mutex mu_;  // guards timers_, stopping_ and the waits below
   std::condition_variable cv_;
-  std::atomic<size_t> welcomed_{0}, done_{0};
+  std::atomic<size_t> welcomed_{0}, done_{0}, attached_{0}, live_calls_{0}, welcomes_total_{0}, reconnects_{0};
+  std::atomic<bool> stopping_{false};
+  std::multimap<int64_t, Stream*> timers_;  // reconnects due
+  std::thread timer_, hb_;
+  std::atomic<bool> hb_stop_{true};
+  std::unique_ptr<std::atomic<bool>[]> hb_skip_;
+  std::atomic<uint64_t> heartbeats_{0};
 };
 
 // ---------------------------------------------------------------- WatchPool

@@ -42,9 +42,11 @@ namespace {
                "usage: clusterd-bench [--short] [--only LIST] [--duration SECONDS] [--streams N] [--rate EVENTS_PER_S]\n"
                "                      [--decision-samples N] [--storm-nodes N] [--watchers N] [--fanout-rate R]\n"
                "                      [--footprint SECONDS] [--query-nodes N] [--query-duration SECONDS]\n"
+               "                      [--agents N] [--agent-channels N] [--steady SECONDS] [--detect-samples N]\n"
+               "                      [--lost-samples N] [--restart-nodes N] [--restart-events N]\n"
                "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--json PATH] [--tmpdir DIR]\n"
                "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-               "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1,2,5,6,8,9)\n"
+               "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-9)\n"
                "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
                "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
                "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -55,6 +57,13 @@ namespace {
                "  --footprint         scenario 8: seconds NodeD is sampled (default 10)\n"
                "  --query-nodes       scenario 9: nodes stored (default 10000)\n"
                "  --query-duration    scenario 9: seconds per ghz run (default 5)\n"
+               "  --agents            scenarios 3/4: simulated agents, one stream each (default 10000)\n"
+               "  --agent-channels    scenarios 3/4/7: HTTP/2 connections the agent streams share (default 32)\n"
+               "  --steady            scenario 3: seconds of steady state measured (default 20)\n"
+               "  --detect-samples    scenario 4: faults timed to their Watch event (default 100)\n"
+               "  --lost-samples      scenario 4: agents stopped and timed to HEARTBEAT_LOST (default 20)\n"
+               "  --restart-nodes     scenario 7: nodes (x 8 devices) stored and reattaching (default 10000)\n"
+               "  --restart-events    scenario 7: history events stored before the kill -9 (default 1000000)\n"
                "  --clusterd, --noded binaries (default: next to this binary)\n"
                "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
                "                      skipped with a note when there is none)\n"
@@ -105,6 +114,13 @@ Options ParseArgs(int argc, char** argv) {
       else if (a == "--footprint") o.footprint_s = std::stod(value());
       else if (a == "--query-nodes") o.query_nodes = std::stoi(value());
       else if (a == "--query-duration") o.query_s = std::stod(value());
+      else if (a == "--agents") o.agents = std::stoi(value());
+      else if (a == "--agent-channels") o.agent_channels = std::stoi(value());
+      else if (a == "--steady") o.steady_s = std::stod(value());
+      else if (a == "--detect-samples") o.detect_samples = std::stoi(value());
+      else if (a == "--lost-samples") o.lost_samples = std::stoi(value());
+      else if (a == "--restart-nodes") o.restart_nodes = std::stoi(value());
+      else if (a == "--restart-events") o.restart_events = std::stoll(value());
       else if (a == "--clusterd") o.clusterd = value();
       else if (a == "--noded") o.noded = value();
       else if (a == "--ghz") o.ghz = value();
@@ -114,7 +130,7 @@ Options ParseArgs(int argc, char** argv) {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
           const int n = std::stoi(s);
-          if (n != 1 && n != 2 && n != 5 && n != 6 && n != 8 && n != 9) Usage(2);
+          if (n < 1 || n > 9) Usage(2);
           o.only.insert(n);
         }
       } else if (a == "--help" || a == "-h") Usage(0);
@@ -137,9 +153,20 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--footprint", &o.footprint_s, 2.0);
     dflt("--query-nodes", &o.query_nodes, 200);
     dflt("--query-duration", &o.query_s, 0.5);
+    dflt("--agents", &o.agents, 200);
+    dflt("--agent-channels", &o.agent_channels, 4);
+    dflt("--steady", &o.steady_s, 1.0);
+    o.scale_warmup_s = 0.5;
+    dflt("--detect-samples", &o.detect_samples, 10);
+    dflt("--lost-samples", &o.lost_samples, 3);
+    dflt("--restart-nodes", &o.restart_nodes, 200);
+    dflt("--restart-events", &o.restart_events, int64_t{20000});
+    o.restart_grace_s = 1.5;
   }
   if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
-      o.watchers <= 0 || o.fanout_rate <= 0 || o.footprint_s <= 0 || o.query_nodes <= 0 || o.query_s <= 0) {
+      o.watchers <= 0 || o.fanout_rate <= 0 || o.footprint_s <= 0 || o.query_nodes <= 0 || o.query_s <= 0 ||
+      o.agents <= 0 || o.agent_channels <= 0 || o.steady_s <= 0 || o.detect_samples <= 0 || o.lost_samples <= 0 ||
+      o.restart_nodes <= 0 || o.restart_events < 0) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();
@@ -327,9 +354,17 @@ void ChildProcess::Stop() {
   pid_ = -1;
 }
 
-std::string ClusterdProcess::Start() {
-  port_ = FreePort();
-  http_port_ = FreePort();
+void ChildProcess::Kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+std::string ClusterdProcess::Respawn() { return SpawnOnPorts(); }
+
+std::string ClusterdProcess::SpawnOnPorts() {
   std::vector<std::string> args = {bin_,
                                    "--listen=127.0.0.1:" + std::to_string(port_),
                                    "--http-listen=127.0.0.1:" + std::to_string(http_port_),
@@ -337,7 +372,14 @@ std::string ClusterdProcess::Start() {
                                    "--log-level=warn",
                                    "--node-grace=1h"};
   args.insert(args.end(), extra_.begin(), extra_.end());
-  if (auto err = proc_.Spawn(args); !err.empty()) return err;
+  started_ns_ = NowNs();
+  return proc_.Spawn(args);
+}
+
+std::string ClusterdProcess::Start() {
+  port_ = FreePort();
+  http_port_ = FreePort();
+  if (auto err = SpawnOnPorts(); !err.empty()) return err;
   auto channel = grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   while (Clock::now() < deadline) {

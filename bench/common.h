@@ -45,6 +45,17 @@ struct Options {
   // Scenario 9.
   int query_nodes = 10000;
   double query_s = 5;
+  // Scenarios 3 and 4.
+  int agents = 10000;
+  int agent_channels = 32;
+  double steady_s = 20;
+  double scale_warmup_s = 5;
+  int detect_samples = 100;
+  int lost_samples = 20;
+  // Scenario 7.
+  int restart_nodes = 10000;
+  int64_t restart_events = 1000000;
+  double restart_grace_s = 10;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };
@@ -104,6 +115,7 @@ class ChildProcess {
   std::string Spawn(const std::vector<std::string>& args, const std::string& log_path = "");
   bool Exited();  // reaps it if it did
   void Stop();
+  void Kill9();  // SIGKILL and reap
   pid_t pid() const { return pid_; }
 
  private:
@@ -117,6 +129,12 @@ class ClusterdProcess {
   // Returns an empty string on success, else why it failed.
   std::string Start();
   void Stop() { proc_.Stop(); }
+  // kill -9 (no shutdown at all), and a restart on the same data dir and
+  // ports that returns right after the exec (started_ns: just before it).
+  void Kill9() { proc_.Kill9(); }
+  std::string Respawn();
+  int64_t started_ns() const { return started_ns_; }
+  bool Exited() { return proc_.Exited(); }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   int http_port() const { return http_port_; }
   pid_t pid() const { return proc_.pid(); }
@@ -128,8 +146,10 @@ class ClusterdProcess {
  private:
   std::string bin_, data_dir_;
   std::vector<std::string> extra_;
+  std::string SpawnOnPorts();
   ChildProcess proc_;
   int port_ = 0, http_port_ = 0;
+  int64_t started_ns_ = 0;
 };
 
 // A Prometheus histogram scraped from /metrics text (cumulative buckets).

@@ -3,7 +3,8 @@
 // sink (no storage), RocksDB synced group commits, the single-writer
 // fdatasync rate and a raw unary call. Scenarios 1 (durable ingest) and 2
 // (ack latency at a fixed offered rate) are here; 5, 6, 8 and 9 are in
-// scenarios.cc. Figures are printed and written as JSON, never asserted.
+// scenarios.cc, 3, 4 and 7 in scale.cc. Figures are printed and written as
+// JSON, never asserted.
 // See docs/performance.md.
 #include <fcntl.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -27,6 +29,7 @@
 
 #include "agents.h"
 #include "common.h"
+#include "scale.h"
 #include "scenarios.h"
 #include "sink.h"
 
@@ -233,11 +236,16 @@ int Run(const Options& o) {
                     {"decision_samples", o.decision_samples}, {"storm_nodes", o.storm_nodes},
                     {"watchers", o.watchers},       {"fanout_rate", o.fanout_rate},
                     {"footprint_s", o.footprint_s}, {"query_nodes", o.query_nodes},
-                    {"query_s", o.query_s}};
+                    {"query_s", o.query_s},         {"agents", o.agents},
+                    {"agent_channels", o.agent_channels}, {"steady_s", o.steady_s},
+                    {"detect_samples", o.detect_samples}, {"lost_samples", o.lost_samples},
+                    {"restart_nodes", o.restart_nodes}, {"restart_events", o.restart_events}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
+  if (err.empty() && (o.Runs(3) || o.Runs(4))) err = RunScale(o, tmp, &out, &rows);
   if (err.empty() && (o.Runs(5) || o.Runs(6) || o.Runs(8))) err = RunRecoveryAndWatch(o, tmp, out, rows);
+  if (err.empty() && o.Runs(7)) err = RunRestart(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(9)) err = RunQueries(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
@@ -266,6 +274,7 @@ int Run(const Options& o) {
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
+  if (argc == 3 && std::string(argv[1]) == "--sink-server") return clusterd::bench::RunSinkServer(std::atoi(argv[2]));
   auto opts = clusterd::bench::ParseArgs(argc, argv);
   try {
     return clusterd::bench::Run(opts);

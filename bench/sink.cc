@@ -1,6 +1,10 @@
 #include "sink.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <deque>
+#include <string>
 #include <mutex>
 #include <stdexcept>
 
@@ -135,11 +139,11 @@ void SinkServer::SetQueryAnswers(v1::ListNodesResponse list, v1::GetSummaryRespo
   cluster_->summary = std::move(summary);
 }
 
-SinkServer::SinkServer()
+SinkServer::SinkServer(int port)
     : service_(std::make_unique<Service>()), health_(std::make_unique<Health>()), cluster_(std::make_unique<Cluster>()) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // ghz finds the methods by reflection
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
   builder.RegisterService(cluster_.get());
@@ -150,6 +154,18 @@ SinkServer::SinkServer()
 SinkServer::~SinkServer() {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
+}
+
+int RunSinkServer(int port) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before gRPC starts its threads
+  SinkServer sink(port);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return 0;
 }
 
 }  // namespace clusterd::bench

@@ -16,9 +16,13 @@
 
 namespace clusterd::bench {
 
+// Serves until SIGTERM/SIGINT on 127.0.0.1:port: `clusterd-bench --sink-server PORT`,
+// the sink as its own process so /proc CPU and RSS are the sink's alone.
+int RunSinkServer(int port);
+
 class SinkServer {
  public:
-  SinkServer();
+  explicit SinkServer(int port = 0);  // 0: any free port
   ~SinkServer();
   int port() const { return port_; }
   // What ListNodes and GetSummary answer (whatever the request).
