@@ -681,10 +681,15 @@ StatusOr<v1::AdminState> ClusterState::ApplySetRecoveryMode(const v1::SetRecover
   return admin_;
 }
 
-void ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* m) {
+TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* m) {
   const TimePoint now = clock_->Now();
+  TimePoint next = TimePoint::max();
   for (auto& [name, n] : nodes_) {
-    if (n.lost || now - n.last_seen <= grace) continue;
+    if (n.lost) continue;
+    if (now - n.last_seen <= grace) {
+      next = std::min(next, n.last_seen + grace);
+      continue;
+    }
     v1::Fault f;
     f.set_node(name);
     f.set_source(v1::FAULT_SOURCE_HEARTBEAT);
@@ -695,6 +700,7 @@ void ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* m) {
     GetLogger("liveness")->warn("node {} lost: {}", name, f.message());
     Raise(n, storage::FaultKey(name, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), f, m);
   }
+  return next;
 }
 
 void ClusterState::ApplyCompaction(uint64_t to, Mutation* m) {

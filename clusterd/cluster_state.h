@@ -105,7 +105,9 @@ class ClusterState {
   std::set<std::string> IsolatedNodes() const;
 
   // Raises HEARTBEAT_LOST on every node silent for longer than grace.
-  void CheckLiveness(std::chrono::nanoseconds grace, Mutation* m);
+  // Returns when the next node would be silent for longer than grace if it
+  // stays silent (TimePoint::max() if none can be).
+  TimePoint CheckLiveness(std::chrono::nanoseconds grace, Mutation* m);
   // Adds deletion of events (compacted, to] to m and records the new floor.
   void ApplyCompaction(uint64_t to, Mutation* m);
 

@@ -88,10 +88,10 @@ void Engine::Run() {
     dones.clear();
     bool stop = false;
     {
-      auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.liveness_interval);
-      if (tick_at != TimePoint::max()) {
-        wait = std::clamp<std::chrono::nanoseconds>(tick_at - clock_->Now(), std::chrono::nanoseconds(0), wait);
-      }
+      // Sleep until the next liveness check or the tick's next deadline.
+      const TimePoint wake = std::min(next_liveness, tick_at);
+      const auto wait = std::clamp<std::chrono::nanoseconds>(wake - clock_->Now(), std::chrono::nanoseconds(0),
+                                                             options_.liveness_interval);
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, wait, [&] { return stopping_ || !queue_.empty(); });
       while (!queue_.empty() && items.size() < options_.max_group) {
@@ -110,8 +110,11 @@ void Engine::Run() {
       std::unique_lock lock(state_->mutex());
       for (auto& apply : items) dones.push_back(apply(*state_, &m));
       if (now >= next_liveness) {
-        state_->CheckLiveness(options_.node_grace, &m);
+        // Check again when the next node could cross the grace (a moment
+        // after, so that it has), and at least every liveness interval.
+        const TimePoint expiry = state_->CheckLiveness(options_.node_grace, &m);
         next_liveness = now + options_.liveness_interval;
+        if (expiry != TimePoint::max()) next_liveness = std::min(next_liveness, expiry + std::chrono::milliseconds(1));
       }
       // After the group: what it changed carries times up to now.
       if (tick_) tick_at = tick_(*state_, clock_->Now(), &m, &dones);
