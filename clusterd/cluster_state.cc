@@ -487,6 +487,13 @@ StatusOr<ClusterState::NodeState*> ClusterState::SessionNode(const std::string& 
   return &it->second;
 }
 
+bool ClusterState::TryHeartbeat(const std::string& node, uint64_t session) const {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.session != session || it->second.lost) return false;
+  it->second.heard.ns.store(clock_->Now().time_since_epoch().count(), std::memory_order_relaxed);
+  return true;
+}
+
 Status ClusterState::ApplyHeartbeat(const std::string& node, uint64_t session, Mutation* m) {
   auto n = SessionNode(node, session);
   if (!n.ok()) return n.status();
@@ -686,8 +693,9 @@ TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* 
   TimePoint next = TimePoint::max();
   for (auto& [name, n] : nodes_) {
     if (n.lost) continue;
-    if (now - n.last_seen <= grace) {
-      next = std::min(next, n.last_seen + grace);
+    const TimePoint seen = n.LastSeen();
+    if (now - seen <= grace) {
+      next = std::min(next, seen + grace);
       continue;
     }
     v1::Fault f;
@@ -695,7 +703,7 @@ TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* 
     f.set_source(v1::FAULT_SOURCE_HEARTBEAT);
     f.set_code(kHeartbeatLost);
     f.set_level(catalog_->Resolve(kHeartbeatLost, v1::FAULT_LEVEL_SEPARATE));
-    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - n.last_seen).count();
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - seen).count();
     f.set_message("no message from the agent for " + std::to_string(silent) + " ms");
     GetLogger("liveness")->warn("node {} lost: {}", name, f.message());
     Raise(n, storage::FaultKey(name, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), f, m);
@@ -778,7 +786,7 @@ StatusOr<v1::ListNodesResponse> ClusterState::ListNodes(const v1::ListNodesReque
     if (out.nodes_size() < page_size) {
       v1::Node* node = out.add_nodes();
       *node = n.record.node();
-      *node->mutable_last_heartbeat_time() = ToTimestamp(n.last_seen);
+      *node->mutable_last_heartbeat_time() = ToTimestamp(n.LastSeen());
       node->set_connected(n.connected);
     } else if (out.next_page_token().empty()) {
       out.set_next_page_token(storage::HexEncode(out.nodes(out.nodes_size() - 1).name()));
@@ -795,7 +803,7 @@ StatusOr<v1::GetNodeResponse> ClusterState::GetNode(const v1::GetNodeRequest& re
   const NodeState& n = it->second;
   v1::GetNodeResponse out;
   *out.mutable_node() = n.record.node();
-  *out.mutable_node()->mutable_last_heartbeat_time() = ToTimestamp(n.last_seen);
+  *out.mutable_node()->mutable_last_heartbeat_time() = ToTimestamp(n.LastSeen());
   out.mutable_node()->set_connected(n.connected);
   for (const auto& [id, d] : n.devices) *out.add_devices() = d;
   const std::string prefix = storage::NodePrefix(req.name());

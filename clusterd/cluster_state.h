@@ -65,6 +65,10 @@ class ClusterState {
   // ---- writer thread, mutex held exclusively ----
   StatusOr<v1::Welcome> ApplyHello(const v1::Hello& hello, uint64_t session, Mutation* m);
   Status ApplyHeartbeat(const std::string& node, uint64_t session, Mutation* m);
+  // The common heartbeat without the writer: with the mutex held SHARED, a
+  // heartbeat of the node's current session on a node that is not lost only
+  // refreshes its last-seen time. False: submit ApplyHeartbeat instead.
+  bool TryHeartbeat(const std::string& node, uint64_t session) const;
   Status ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot);
   StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session,
                                              const v1::FaultTransition& t, Mutation* m);
@@ -136,10 +140,25 @@ class ClusterState {
   StatusOr<v1::Recovery> GetRecovery(const std::string& id) const;
 
  private:
+  // A time written without the exclusive lock (heartbeats under the shared
+  // lock), copyable so that NodeState stays a value.
+  struct AtomicTime {
+    std::atomic<int64_t> ns{0};
+    AtomicTime() = default;
+    AtomicTime(const AtomicTime& o) : ns(o.ns.load()) {}
+    AtomicTime& operator=(const AtomicTime& o) {
+      ns = o.ns.load();
+      return *this;
+    }
+  };
   struct NodeState {
     storage::v1::NodeRecord record;
     std::map<uint32_t, v1::Device> devices;
-    TimePoint last_seen;
+    TimePoint last_seen;     // last message applied by the writer
+    mutable AtomicTime heard;  // last heartbeat taken by TryHeartbeat
+    TimePoint LastSeen() const {
+      return std::max(last_seen, TimePoint(TimePoint::duration(heard.ns.load(std::memory_order_relaxed))));
+    }
     bool connected = false;
     bool lost = false;  // HEARTBEAT_LOST active
     uint64_t session = 0;

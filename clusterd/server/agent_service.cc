@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 
 #include <google/protobuf/util/time_util.h>
 
@@ -102,6 +103,11 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         return FailedPrecondition("hello may only be the first message of a stream");
       case v1::ConnectRequest::kHeartbeat: {
         if (service_->messages_heartbeat) service_->messages_heartbeat->Inc();
+        {
+          // Most heartbeats only refresh a time: no trip through the writer.
+          std::shared_lock state_lock(service_->state()->mutex());
+          if (service_->state()->TryHeartbeat(node_, session_)) return Status::Ok();
+        }
         ++inflight_;
         std::string node = node_;
         uint64_t session = session_;
@@ -233,8 +239,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
 
 }  // namespace
 
-AgentService::AgentService(Engine* engine, AgentServiceOptions options, MetricsRegistry* metrics)
-    : engine_(engine), options_(options) {
+AgentService::AgentService(const ClusterState* state, Engine* engine, AgentServiceOptions options,
+                           MetricsRegistry* metrics)
+    : state_(state), engine_(engine), options_(options) {
   if (metrics) {
     messages_heartbeat = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
                                               {{"type", "heartbeat"}});

@@ -20,13 +20,14 @@ struct AgentServiceOptions {
 
 class AgentService final : public v1::NodeAgentService::CallbackService {
  public:
-  AgentService(Engine* engine, AgentServiceOptions options, MetricsRegistry* metrics);
+  AgentService(const ClusterState* state, Engine* engine, AgentServiceOptions options, MetricsRegistry* metrics);
 
   grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>* Connect(
       grpc::CallbackServerContext* context) override;
 
   const AgentServiceOptions& options() const { return options_; }
   Engine* engine() const { return engine_; }
+  const ClusterState* state() const { return state_; }
   std::atomic<int64_t>& open_streams() { return open_streams_; }
   uint64_t NextSession() { return next_session_.fetch_add(1) + 1; }
 
@@ -37,6 +38,7 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   Counter* streams_rejected = nullptr;
 
  private:
+  const ClusterState* state_;
   Engine* engine_;
   AgentServiceOptions options_;
   std::atomic<int64_t> open_streams_{0};

@@ -143,7 +143,7 @@ Status ClusterdServer::Start() {
   ao.max_streams = cfg.max_streams;
   ao.heartbeat_interval = cfg.heartbeat_interval;
   ao.node_grace = cfg.node_grace;
-  s.agent_service = std::make_unique<AgentService>(s.engine.get(), ao, &s.metrics);
+  s.agent_service = std::make_unique<AgentService>(s.state.get(), s.engine.get(), ao, &s.metrics);
   WatchOptions wo;
   wo.max_lag_events = cfg.watch_max_lag_events;
   s.cluster_service =
