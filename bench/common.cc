@@ -206,6 +206,16 @@ double Percentile(std::vector<int64_t>& v, double p) {
   return static_cast<double>(v[idx]) / 1e6;  // ms
 }
 
+json LatencyJson(std::vector<int64_t> v) {
+  json j = {{"samples", v.size()}};
+  if (v.empty()) return j;
+  j["p50_ms"] = Percentile(v, 0.5);
+  j["p90_ms"] = Percentile(v, 0.9);
+  j["p99_ms"] = Percentile(v, 0.99);
+  j["max_ms"] = static_cast<double>(v.back()) / 1e6;
+  return j;
+}
+
 namespace {
 constexpr double kHistBase = 1.01;
 int HistIndex(int64_t ns) {

@@ -76,6 +76,8 @@ class TempDir {
 
 // p-quantile of nanosecond samples, in milliseconds (sorts v). NAN if empty.
 double Percentile(std::vector<int64_t>& v, double p);
+// samples (ns), p50/p90/p99/max in ms.
+json LatencyJson(std::vector<int64_t> v);
 
 // Latency histogram with ~1% relative resolution from 1 us to ~100 s, for
 // counts too large to keep every sample (one per watcher, merged at the end).

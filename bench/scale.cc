@@ -50,16 +50,6 @@ bool Summary(v1::ClusterService::Stub* cluster, double deadline_s, v1::GetSummar
   return st.ok();
 }
 
-json LatJson(std::vector<int64_t> v) {
-  json j = {{"samples", v.size()}};
-  if (v.empty()) return j;
-  j["p50_ms"] = Percentile(v, 0.5);
-  j["p90_ms"] = Percentile(v, 0.9);
-  j["p99_ms"] = Percentile(v, 0.99);
-  j["max_ms"] = static_cast<double>(v.back()) / 1e6;
-  return j;
-}
-
 uint64_t DirBytes(const std::string& dir) {
   uint64_t n = 0;
   std::error_code ec;
@@ -430,7 +420,7 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
     const double p50 = Percentile(d, 0.5), p99 = Percentile(d, 0.99);
     const bool det_met = detect_missed == 0 && !detect.empty() && p99 <= 50;
     auto lost_json = [](const LostResult& l) {
-      json j = LatJson(l.after_last_msg);
+      json j = LatencyJson(l.after_last_msg);
       j["grace_s"] = l.grace_s;
       j["missed"] = l.missed;
       std::vector<int64_t> v = l.after_last_msg;
@@ -439,7 +429,7 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
       j["met"] = l.missed == 0 && !v.empty() && Percentile(v, 0.99) <= l.grace_s * 1e3 + 200;
       return j;
     };
-    s4 = {{"fault_to_watch", LatJson(detect)},
+    s4 = {{"fault_to_watch", LatencyJson(detect)},
           {"fault_to_watch_missed", detect_missed},
           {"fault_to_watch_target_p99_max_ms", 50},
           {"fault_to_watch_met", det_met},

@@ -88,16 +88,6 @@ std::vector<std::string> Names(const std::string& prefix, int n) {
   return out;
 }
 
-json LatencyJson(std::vector<int64_t> v) {
-  json j = {{"samples", v.size()}};
-  if (v.empty()) return j;
-  j["p50_ms"] = Percentile(v, 0.5);
-  j["p90_ms"] = Percentile(v, 0.9);
-  j["p99_ms"] = Percentile(v, 0.99);
-  j["max_ms"] = static_cast<double>(v.back()) / 1e6;
-  return j;
-}
-
 double SelfCpuSeconds() { return ProcessCpuSeconds(getpid()); }
 
 // Recovery starts seen on a Watch stream, by job id (the first one per job).
