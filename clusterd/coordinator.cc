@@ -4,6 +4,7 @@
 
 #include "clusterd/recovery/convert.h"
 #include "clusterd/recovery/decide.h"
+#include "common/levels.h"
 #include "common/logging.h"
 #include "common/time_proto.h"
 
@@ -347,7 +348,6 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     return;
   }
   const v1::Job& job = jit->second;
-  if (current && current->state() == v1::RECOVERY_STATE_RUNNING) return;  // Advance owns it
   if (job.state() != v1::JOB_STATE_RUNNING && job.state() != v1::JOB_STATE_RECOVERING) {
     wake_.erase(job_id);
     if (current) {
@@ -382,6 +382,11 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
   }
   cluster.paused = state.admin_state().recovery_paused();
   cluster.dry_run = state.admin_state().dry_run();
+  if (current && current->state() == v1::RECOVERY_STATE_RUNNING) {
+    // Advance owns the running plan; only a worse fault changes it.
+    FoldInto(state, *current, job, view, faults, cluster, now, m);
+    return;
+  }
   const rc::History history = HistoryOf(job_recoveries, current ? current->id() : "", now);
   const rc::Decision d = rc::Decide(view, faults, cluster, options_.limits, history, now);
 
@@ -589,6 +594,64 @@ void Coordinator::Escalate(ClusterState& state, v1::Recovery* r, const v1::Job& 
   }
   PlanSteps(job, next, r);
   state.PutRecovery(*r, v1::EVENT_TYPE_RECOVERY_UPDATED, m);
+}
+
+void Coordinator::FoldInto(ClusterState& state, const v1::Recovery& current, const v1::Job& job, const rc::Job& view,
+                           const std::vector<rc::FaultView>& faults, rc::ClusterView cluster, TimePoint now,
+                           Mutation* m) {
+  // The faults the running recovery does not answer yet (its triggers are
+  // handled, so not among `faults`), decided as if alone: hold-down, cordon,
+  // silences and record-only levels apply; budgets and concurrency do not
+  // (this is the same recovery), nor pause (it already runs).
+  cluster.paused = false;
+  cluster.dry_run = false;
+  cluster.recoveries_running = 0;
+  const rc::Decision d = rc::Decide(view, faults, cluster, options_.limits, rc::History{}, now);
+  if (d.action == rc::Action::kWait && d.gate == rc::Gate::kHoldDown) {
+    if (d.wait_until) wake_[job.id()] = *d.wait_until;
+    return;
+  }
+  const rc::Strategy from = rc::FromProto(current.strategy());
+  if (d.action != rc::Action::kRecover || !d.strategy || *d.strategy <= from) return;  // the running rung covers it
+  const rc::Strategy to = *d.strategy;
+  v1::Recovery r = current;
+  std::string ids;
+  for (const auto& id : d.trigger_fault_ids) ids += (ids.empty() ? "" : ", ") + id;
+  const std::string why = "fault(s) " + ids + " (" + std::string(ShortLevelName(d.level)) + ") arrived during " +
+                          std::string(rc::StrategyName(from)) + ": moving to " + std::string(rc::StrategyName(to));
+  GetLogger("recovery")->warn("recovery {} of job {}: {}", r.id(), r.job_id(), why);
+  if (escalations_total_) escalations_total_->Inc();
+  for (auto& s : *r.mutable_steps()) {
+    if (s.state() == v1::STEP_STATE_PENDING || s.state() == v1::STEP_STATE_RUNNING) {
+      s.set_state(v1::STEP_STATE_SKIPPED);
+      s.set_message("superseded: " + why);
+    }
+  }
+  std::set<std::string> trigger_ids(r.trigger_fault_ids().begin(), r.trigger_fault_ids().end());
+  for (const auto& id : d.trigger_fault_ids) {
+    if (trigger_ids.insert(id).second) r.add_trigger_fault_ids(id);
+  }
+  std::set<uint32_t> ranks(r.hit_ranks().begin(), r.hit_ranks().end());
+  for (int rank : d.hit_ranks) ranks.insert(static_cast<uint32_t>(rank));
+  r.clear_hit_ranks();
+  for (uint32_t rank : ranks) r.add_hit_ranks(rank);
+  r.set_level(std::max(r.level(), d.level));
+  r.add_reasons(why);
+  r.set_strategy(rc::ToProto(to));
+  r.set_graceful(false);
+  std::vector<rc::FaultView> triggers;
+  for (const auto& fid : r.trigger_fault_ids()) {
+    if (const v1::Fault* f = state.FindFault(fid)) triggers.push_back(rc::FromProto(*f));
+  }
+  rc::Decision plan;
+  rc::ActionsFor(view, triggers, to, &plan);
+  SetActions(plan, &r);
+  if (to == rc::Strategy::kFail) {
+    Finish(state, std::move(r), v1::RECOVERY_STATE_FAILED, why, now, m);
+    return;
+  }
+  PlanSteps(job, to, &r);
+  state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
 }
 
 void Coordinator::Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState final_state,

@@ -78,6 +78,11 @@ class Coordinator {
   // ladder (recording why), possibly to FAIL.
   void Escalate(ClusterState& state, v1::Recovery* r, const v1::Job& job, const std::string& why, TimePoint now,
                 Mutation* m);
+  // A worse fault hit the job while its recovery runs: the running plan is
+  // superseded by the rung the worse fault needs (same recovery, more triggers).
+  void FoldInto(ClusterState& state, const v1::Recovery& current, const v1::Job& job, const recovery::Job& view,
+                const std::vector<recovery::FaultView>& faults, recovery::ClusterView cluster, TimePoint now,
+                Mutation* m);
   void Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState final_state, const std::string& message,
               TimePoint now, Mutation* m);
   void Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, std::vector<Engine::Done>* after);

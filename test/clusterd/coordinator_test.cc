@@ -277,6 +277,44 @@ TEST_F(CoordinatorTest, FailuresWalkTheLadderToFail) {
   EXPECT_NE(metrics_->Render().find("clusterd_recoveries_failed_total 1"), std::string::npos);
 }
 
+TEST_F(CoordinatorTest, AWorseFaultDuringARecoveryMovesItDownTheLadder) {
+  StandardSetup();
+  Raise("w1", 1, 1, 0, kRestartBusiness);
+  clock_.Advance(2s);
+  Tick();
+  ASSERT_EQ(Rec("train.1").strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+  ASSERT_EQ(Rec("train.1").steps(0).state(), v1::STEP_STATE_RUNNING);
+  // While the restart runs, a SEPARATE fault on another rank of the job.
+  Raise("w2", 2, 1, 1, kSeparate);
+  EXPECT_EQ(Rec("train.1").strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART) << "hold-down first";
+  clock_.Advance(2s);
+  Tick();
+  ASSERT_EQ(state_->recoveries().size(), 1u) << "the same recovery, not a second one";
+  const v1::Recovery& r = Rec("train.1");
+  EXPECT_EQ(r.state(), v1::RECOVERY_STATE_RUNNING);
+  EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+  EXPECT_EQ(r.initial_strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+  EXPECT_EQ(r.trigger_fault_ids_size(), 2);
+  EXPECT_EQ(r.hit_ranks_size(), 2);
+  EXPECT_EQ(r.steps(0).state(), v1::STEP_STATE_SKIPPED);
+  EXPECT_NE(r.steps(0).message().find("superseded"), std::string::npos);
+  ASSERT_GT(r.steps_size(), 1);
+  EXPECT_EQ(r.steps(1).command(), v1::JOB_COMMAND_PAUSE);
+  EXPECT_EQ(r.steps(1).state(), v1::STEP_STATE_RUNNING);
+  ASSERT_EQ(r.isolate_devices_size(), 1);
+  EXPECT_EQ(r.isolate_devices(0).node(), "w2");
+  // The late answer to the superseded restart changes nothing.
+  Answer("train.1/0", true);
+  EXPECT_EQ(Rec("train.1").steps(0).state(), v1::STEP_STATE_SKIPPED);
+  // A milder fault does not disturb the running plan.
+  const int steps = Rec("train.1").steps_size();
+  Raise("w1", 1, 2, 1, kRestartBusiness);
+  clock_.Advance(2s);
+  Tick();
+  EXPECT_EQ(Rec("train.1").steps_size(), steps);
+  EXPECT_EQ(state_->recoveries().size(), 1u);
+}
+
 TEST_F(CoordinatorTest, FlapAndCordonStartNothing) {
   StandardSetup();
   Raise("w1", 1, 1, 0, kRestartBusiness);
