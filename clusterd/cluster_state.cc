@@ -334,11 +334,9 @@ bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string
 
 void ClusterState::RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m) {
   const std::string& name = n.record.node().name();
-  const std::string prefix = storage::NodePrefix(name);
   v1::FaultLevel node_worst = v1::FAULT_LEVEL_UNSPECIFIED, dev_worst = v1::FAULT_LEVEL_UNSPECIFIED;
   uint32_t node_active = 0, dev_active = 0;
-  for (auto it = faults_.lower_bound(prefix); it != faults_.end() && HasPrefix(it->first, prefix); ++it) {
-    const v1::Fault& f = it->second;
+  for (const auto& [key, f] : FaultsOfNode(name)) {
     if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
     ++node_active;
     node_worst = std::max(node_worst, f.level());
@@ -447,13 +445,11 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const v1::Hello& hello, uint64_t 
   for (const auto& r : hello.active_faults()) {
     wanted[ReportKey(name, r)] = &r;
   }
-  const std::string prefix = storage::NodePrefix(name);
   std::vector<std::string> stale;
-  for (auto fit = faults_.lower_bound(prefix); fit != faults_.end() && HasPrefix(fit->first, prefix); ++fit) {
-    const v1::Fault& f = fit->second;
+  for (const auto& [key, f] : FaultsOfNode(name)) {
     if (f.state() == v1::FAULT_STATE_ACTIVE && f.source() != v1::FAULT_SOURCE_HEARTBEAT &&
-        f.source() != v1::FAULT_SOURCE_EXTERNAL && !wanted.count(fit->first)) {
-      stale.push_back(fit->first);
+        f.source() != v1::FAULT_SOURCE_EXTERNAL && !wanted.count(key)) {
+      stale.push_back(key);
     }
   }
   for (const auto& key : stale) Clear(n, key, "not active on the agent at reconnect", m);
@@ -648,15 +644,12 @@ StatusOr<v1::Fault> ClusterState::ApplyClearFault(const std::string& fault_id, c
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("fault_id (node part)", node));
   auto nit = nodes_.find(node);
   if (nit == nodes_.end()) return NotFound("node " + node + " is not registered");
-  const std::string prefix = storage::NodePrefix(node);
-  for (auto it = faults_.lower_bound(prefix); it != faults_.end() && HasPrefix(it->first, prefix); ++it) {
-    if (it->second.id() != fault_id) continue;
-    if (it->second.state() != v1::FAULT_STATE_ACTIVE) {
-      return FailedPrecondition("fault " + fault_id + " is not active");
-    }
-    const std::string key = it->first;
-    Clear(nit->second, key, "cleared by " + actor + ": " + reason, m, actor);
-    return faults_.at(key);
+  for (const auto& [key, f] : FaultsOfNode(node)) {
+    if (f.id() != fault_id) continue;
+    if (f.state() != v1::FAULT_STATE_ACTIVE) return FailedPrecondition("fault " + fault_id + " is not active");
+    const std::string found = key;  // Clear changes the record; the loop ends here
+    Clear(nit->second, found, "cleared by " + actor + ": " + reason, m, actor);
+    return faults_.at(found);
   }
   return NotFound("fault " + fault_id + " does not exist");
 }
@@ -806,9 +799,8 @@ StatusOr<v1::GetNodeResponse> ClusterState::GetNode(const v1::GetNodeRequest& re
   *out.mutable_node()->mutable_last_heartbeat_time() = ToTimestamp(n.LastSeen());
   out.mutable_node()->set_connected(n.connected);
   for (const auto& [id, d] : n.devices) *out.add_devices() = d;
-  const std::string prefix = storage::NodePrefix(req.name());
-  for (auto fit = faults_.lower_bound(prefix); fit != faults_.end() && HasPrefix(fit->first, prefix); ++fit) {
-    if (fit->second.state() == v1::FAULT_STATE_ACTIVE) *out.add_active_faults() = fit->second;
+  for (const auto& [key, f] : FaultsOfNode(req.name())) {
+    if (f.state() == v1::FAULT_STATE_ACTIVE) *out.add_active_faults() = f;
   }
   *out.mutable_metrics() = n.metrics;
   return out;

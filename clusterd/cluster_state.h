@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <ranges>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -24,6 +25,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "clusterd/catalog.h"
+#include "clusterd/storage/key_codec.h"
 #include "clusterd/storage/store.h"
 #include "clusterd/storage/v1/storage.pb.h"
 #include "clusterd/v1/admin.pb.h"
@@ -166,6 +168,11 @@ class ClusterState {
   };
 
   StatusOr<NodeState*> SessionNode(const std::string& node, uint64_t session);
+  // Every fault record of one node (active or cleared), in key order.
+  auto FaultsOfNode(const std::string& node) const {
+    return std::ranges::subrange(faults_.lower_bound(storage::NodePrefix(node)),
+                                 faults_.lower_bound(storage::NodePrefixEnd(node)));
+  }
   uint64_t NextRevision(Mutation* m);
   void Emit(Mutation* m, v1::Event event);
   void PutNode(NodeState& n, Mutation* m);

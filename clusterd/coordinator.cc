@@ -515,8 +515,8 @@ bool Coordinator::Advance(ClusterState& state, const std::string& id, TimePoint 
       *step.mutable_end_time() = ToTimestamp(now);
       step.set_message("no answer before the deadline");
       if (steps_failed_total_) steps_failed_total_->Inc();
-      Escalate(state, &r, job, "step " + std::to_string(step.index()) + " (" + StepText(step) + ") timed out", now,
-               m);
+      const std::string why = "step " + std::to_string(step.index()) + " (" + StepText(step) + ") timed out";
+      Escalate(state, std::move(r), job, why, now, m);
       return Advance(state, id, now, m, after);  // start the next rung at once
     }
     if (step.state() != v1::STEP_STATE_PENDING) continue;
@@ -535,22 +535,19 @@ bool Coordinator::Advance(ClusterState& state, const std::string& id, TimePoint 
   return true;
 }
 
-void Coordinator::Escalate(ClusterState& state, v1::Recovery* r, const v1::Job& job, const std::string& why,
+void Coordinator::Escalate(ClusterState& state, v1::Recovery r, const v1::Job& job, const std::string& why,
                            TimePoint now, Mutation* m) {
   auto log = GetLogger("recovery");
   if (escalations_total_) escalations_total_->Inc();
-  for (auto& s : *r->mutable_steps()) {
+  for (auto& s : *r.mutable_steps()) {
     if (s.state() == v1::STEP_STATE_PENDING) {
       s.set_state(v1::STEP_STATE_SKIPPED);
       s.set_message("skipped: " + why);
     }
   }
   const rc::Job view = rc::FromProto(job);
-  const rc::Strategy from = rc::FromProto(r->strategy());
-  std::vector<rc::FaultView> triggers;
-  for (const auto& fid : r->trigger_fault_ids()) {
-    if (const v1::Fault* f = state.FindFault(fid)) triggers.push_back(rc::FromProto(*f));
-  }
+  const rc::Strategy from = rc::FromProto(r.strategy());
+  const std::vector<rc::FaultView> triggers = TriggerViews(state, r);
   rc::Strategy next = rc::Escalate(from, view.policy, view.kind);
   std::string note = why + ": " + std::string(rc::StrategyName(from)) + " failed";
   rc::Decision plan;
@@ -558,7 +555,7 @@ void Coordinator::Escalate(ClusterState& state, v1::Recovery* r, const v1::Job& 
   for (;;) {
     if (next == rc::Strategy::kScaleIn) {
       std::set<int> replicas;
-      for (uint32_t rank : r->hit_ranks()) replicas.insert(view.ReplicaOf(static_cast<int>(rank)));
+      for (uint32_t rank : r.hit_ranks()) replicas.insert(view.ReplicaOf(static_cast<int>(rank)));
       if (view.ReplicaCount() - static_cast<int>(replicas.size()) < view.policy.min_replicas) {
         note += "; SCALE_IN would leave too few replicas";
         next = rc::Escalate(next, view.policy, view.kind);
@@ -584,16 +581,29 @@ void Coordinator::Escalate(ClusterState& state, v1::Recovery* r, const v1::Job& 
     break;
   }
   note += "; escalating to " + std::string(rc::StrategyName(next));
-  log->warn("recovery {} of job {}: {}", r->id(), r->job_id(), note);
-  r->add_reasons(note);
-  r->set_strategy(rc::ToProto(next));
-  SetActions(plan, r);
-  if (next == rc::Strategy::kFail) {
-    Finish(state, *r, v1::RECOVERY_STATE_FAILED, note, now, m);
+  log->warn("recovery {} of job {}: {}", r.id(), r.job_id(), note);
+  Replan(state, std::move(r), job, next, plan, note, now, m);
+}
+
+std::vector<rc::FaultView> Coordinator::TriggerViews(const ClusterState& state, const v1::Recovery& r) const {
+  std::vector<rc::FaultView> out;
+  for (const auto& fid : r.trigger_fault_ids()) {
+    if (const v1::Fault* f = state.FindFault(fid)) out.push_back(rc::FromProto(*f));
+  }
+  return out;
+}
+
+void Coordinator::Replan(ClusterState& state, v1::Recovery r, const v1::Job& job, rc::Strategy to,
+                         const rc::Decision& plan, const std::string& why, TimePoint now, Mutation* m) {
+  r.add_reasons(why);
+  r.set_strategy(rc::ToProto(to));
+  SetActions(plan, &r);
+  if (to == rc::Strategy::kFail) {
+    Finish(state, std::move(r), v1::RECOVERY_STATE_FAILED, why, now, m);
     return;
   }
-  PlanSteps(job, next, r);
-  state.PutRecovery(*r, v1::EVENT_TYPE_RECOVERY_UPDATED, m);
+  PlanSteps(job, to, &r);
+  state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
 }
 
 void Coordinator::FoldInto(ClusterState& state, const v1::Recovery& current, const v1::Job& job, const rc::Job& view,
@@ -636,22 +646,10 @@ void Coordinator::FoldInto(ClusterState& state, const v1::Recovery& current, con
   r.clear_hit_ranks();
   for (uint32_t rank : ranks) r.add_hit_ranks(rank);
   r.set_level(std::max(r.level(), d.level));
-  r.add_reasons(why);
-  r.set_strategy(rc::ToProto(to));
   r.set_graceful(false);
-  std::vector<rc::FaultView> triggers;
-  for (const auto& fid : r.trigger_fault_ids()) {
-    if (const v1::Fault* f = state.FindFault(fid)) triggers.push_back(rc::FromProto(*f));
-  }
   rc::Decision plan;
-  rc::ActionsFor(view, triggers, to, &plan);
-  SetActions(plan, &r);
-  if (to == rc::Strategy::kFail) {
-    Finish(state, std::move(r), v1::RECOVERY_STATE_FAILED, why, now, m);
-    return;
-  }
-  PlanSteps(job, to, &r);
-  state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
+  rc::ActionsFor(view, TriggerViews(state, r), to, &plan);
+  Replan(state, std::move(r), job, to, plan, why, now, m);
 }
 
 void Coordinator::Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState final_state,
@@ -759,7 +757,7 @@ void Coordinator::ApplyResult(ClusterState& state, const std::string& key, bool 
       Finish(state, std::move(r), v1::RECOVERY_STATE_CANCELLED, "the job was deleted", now, m);
       return;
     }
-    Escalate(state, &r, jit->second, why, now, m);
+    Escalate(state, std::move(r), jit->second, why, now, m);
   }
 }
 

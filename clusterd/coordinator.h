@@ -76,13 +76,19 @@ class Coordinator {
                std::vector<Engine::Done>* after);
   // The step failed or timed out: skip the rest of its rung and go down the
   // ladder (recording why), possibly to FAIL.
-  void Escalate(ClusterState& state, v1::Recovery* r, const v1::Job& job, const std::string& why, TimePoint now,
+  void Escalate(ClusterState& state, v1::Recovery r, const v1::Job& job, const std::string& why, TimePoint now,
                 Mutation* m);
   // A worse fault hit the job while its recovery runs: the running plan is
   // superseded by the rung the worse fault needs (same recovery, more triggers).
   void FoldInto(ClusterState& state, const v1::Recovery& current, const v1::Job& job, const recovery::Job& view,
                 const std::vector<recovery::FaultView>& faults, recovery::ClusterView cluster, TimePoint now,
                 Mutation* m);
+  // The recovery's trigger faults as the decision engine sees them.
+  std::vector<recovery::FaultView> TriggerViews(const ClusterState& state, const v1::Recovery& r) const;
+  // Moves r to rung `to` with plan's isolation/reset targets, recording why:
+  // the rung's steps are appended and stored, or for FAIL the recovery ends.
+  void Replan(ClusterState& state, v1::Recovery r, const v1::Job& job, recovery::Strategy to,
+              const recovery::Decision& plan, const std::string& why, TimePoint now, Mutation* m);
   void Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState final_state, const std::string& message,
               TimePoint now, Mutation* m);
   void Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, std::vector<Engine::Done>* after);

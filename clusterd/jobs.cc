@@ -104,10 +104,7 @@ v1::Job ClusterState::WithImpacts(const v1::Job& job) const {
   std::set<std::string> nodes;
   for (const auto& p : job.placement()) nodes.insert(p.node());
   for (const auto& node : nodes) {
-    const std::string prefix = storage::NodePrefix(node);
-    for (auto it = faults_.lower_bound(prefix); it != faults_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
-         ++it) {
-      const v1::Fault& f = it->second;
+    for (const auto& [key, f] : FaultsOfNode(node)) {
       if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
       auto ranks = RanksHit(job, f);
       if (ranks.empty()) continue;

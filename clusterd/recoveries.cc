@@ -14,8 +14,6 @@ using storage::Cf;
 
 namespace {
 
-bool HasPrefix(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 // n of "<job>.<n>", 0 if the id does not end that way.
 uint64_t RecoverySeqOf(const std::string& id) {
   const size_t dot = id.rfind('.');
@@ -151,18 +149,14 @@ std::vector<const v1::Fault*> ClusterState::FaultsOnJobNodes(const v1::Job& job)
   for (const auto& p : job.placement()) nodes.insert(p.node());
   std::vector<const v1::Fault*> out;
   for (const auto& node : nodes) {
-    const std::string prefix = storage::NodePrefix(node);
-    for (auto it = faults_.lower_bound(prefix); it != faults_.end() && HasPrefix(it->first, prefix); ++it) {
-      out.push_back(&it->second);
-    }
+    for (const auto& [key, f] : FaultsOfNode(node)) out.push_back(&f);
   }
   return out;
 }
 
 const v1::Fault* ClusterState::FindFault(const std::string& fault_id) const {
-  const std::string prefix = storage::NodePrefix(fault_id.substr(0, fault_id.find('/')));
-  for (auto it = faults_.lower_bound(prefix); it != faults_.end() && HasPrefix(it->first, prefix); ++it) {
-    if (it->second.id() == fault_id) return &it->second;
+  for (const auto& [key, f] : FaultsOfNode(fault_id.substr(0, fault_id.find('/')))) {
+    if (f.id() == fault_id) return &f;
   }
   return nullptr;
 }

@@ -55,20 +55,12 @@ struct ClusterdServer::Impl {
   std::atomic<bool> serving{false};
   bool shut_down = false;
 
-  // One summary serves every per-health and per-level gauge of a scrape
-  // (they would otherwise each walk all nodes, devices and faults).
-  std::mutex summary_mu;
-  std::chrono::steady_clock::time_point summary_at;
-  v1::GetSummaryResponse summary;
+  // The per-health and per-level gauges read the state's summary, which is
+  // cached per revision (ClusterState::GetSummary), so a scrape walks the
+  // state at most once.
   v1::GetSummaryResponse ScrapeSummary() {
-    std::lock_guard lock(summary_mu);
-    const auto now = std::chrono::steady_clock::now();
-    if (summary_at == std::chrono::steady_clock::time_point() || now - summary_at > std::chrono::seconds(1)) {
-      std::shared_lock state_lock(state->mutex());
-      summary = state->GetSummary();
-      summary_at = now;
-    }
-    return summary;
+    std::shared_lock state_lock(state->mutex());
+    return state->GetSummary();
   }
 };
 

@@ -37,6 +37,12 @@ std::string NodePrefix(std::string_view node) {
   return key;
 }
 
+std::string NodePrefixEnd(std::string_view node) {
+  std::string key(node);
+  key.push_back('\x01');
+  return key;
+}
+
 std::string DeviceKey(std::string_view node, uint32_t device_id) {
   std::string key = NodePrefix(node);
   AppendU32(&key, device_id);

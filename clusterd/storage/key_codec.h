@@ -30,6 +30,8 @@ std::string JobKey(std::string_view job_id);
 std::string RecoveryKey(std::string_view recovery_id);
 // Prefix of every device and fault key of a node: node 0x00.
 std::string NodePrefix(std::string_view node);
+// The first key after every key that starts with NodePrefix(node): node 0x01.
+std::string NodePrefixEnd(std::string_view node);
 
 // faults: node 0x00 | scope u8 (0 node-level, 1 device) | device id u32 (0
 // when node-level) | source u8 | discriminator. The discriminator is the code
