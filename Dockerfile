@@ -13,7 +13,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config git ca-certificates python3 \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      librocksdb-dev libboost-dev libspdlog-dev nlohmann-json3-dev \
+      librocksdb-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev \
       libgtest-dev libgmock-dev libbenchmark-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -44,6 +44,7 @@ RUN apt-get update \
       liblz4-1 \
       libzstd1 \
       libbz2-1.0 \
+      libjemalloc2 \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /var/lib/clusterd /var/lib/noded \
  && chown 65532:65532 /var/lib/clusterd /var/lib/noded \

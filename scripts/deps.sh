@@ -6,7 +6,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git curl ca-certificates python3 python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  librocksdb-dev libboost-dev libspdlog-dev nlohmann-json3-dev
+  librocksdb-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   golang-go
 )
