@@ -1,5 +1,6 @@
 #include "clusterd/storage/store.h"
 
+#include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 
@@ -37,11 +38,28 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptio
   db_options.IncreaseParallelism(2);
   db_options.max_total_wal_size = 256 << 20;
   db_options.keep_log_file_num = 4;
+  // One writer thread (the Engine's): no concurrent memtable inserts, which
+  // also allows the vector memtables below.
+  db_options.allow_concurrent_memtable_write = false;
 
   rocksdb::ColumnFamilyOptions cf_options;
   cf_options.OptimizeLevelStyleCompaction(64 << 20);
+  // The record CFs (nodes, devices, faults, jobs, recoveries) are read only by
+  // the full scans of ClusterState::Load at startup: everything else is
+  // served from memory. An unsorted vector memtable makes their puts O(1)
+  // (sorted once, at flush or at that scan) instead of a skip-list search
+  // among every version of the same few hot keys (a group commit rewrites a
+  // node's record and its devices' records). Events are read by position
+  // (watch catch-up, retention) and meta by Get at open: they keep the
+  // sorted skip list.
+  rocksdb::ColumnFamilyOptions record_options = cf_options;
+  record_options.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-  for (auto name : kCfNames) descriptors.emplace_back(std::string(name), cf_options);
+  for (size_t i = 0; i < kCfCount; ++i) {
+    const bool sorted = i == static_cast<size_t>(Cf::kDefault) || i == static_cast<size_t>(Cf::kMeta) ||
+                        i == static_cast<size_t>(Cf::kEvents);
+    descriptors.emplace_back(std::string(kCfNames[i]), sorted ? cf_options : record_options);
+  }
 
   std::unique_ptr<Store> store(new Store());
   store->path_ = path;
