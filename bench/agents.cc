@@ -736,6 +736,9 @@ class WatchPool::Watcher final : public grpc::ClientReadReactor<v1::WatchRespons
   }
   void Cancel() { ctx_.TryCancel(); }
 
+  void OnReadInitialMetadataDone(bool ok) override {
+    if (ok) pool_->headers_.fetch_add(1);
+  }
   void OnReadDone(bool ok) override {
     if (!ok) return;
     const int64_t now = NowNs();

@@ -156,6 +156,9 @@ class WatchPool {
   WatchPool(const WatchPool&) = delete;
   WatchPool& operator=(const WatchPool&) = delete;
   size_t size() const { return watchers_.size(); }
+  // Streams whose server sent its response headers (the raw sink sends them
+  // once the stream is subscribed; clusterd with its first response).
+  size_t headers() const { return headers_.load(); }
   // Streams that ended (clusterd ended them or they failed) and the first such status.
   size_t ended() const { return ended_.load(); }
   std::string first_end_status() const;
@@ -169,7 +172,7 @@ class WatchPool {
   std::vector<std::unique_ptr<v1::ClusterService::Stub>> stubs_;
   std::vector<std::unique_ptr<Watcher>> watchers_;
   OnResponse on_response_;
-  std::atomic<size_t> ended_{0};
+  std::atomic<size_t> ended_{0}, headers_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string first_end_;

@@ -20,6 +20,7 @@
 
 #include "agents.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
+#include "sink.h"
 
 namespace clusterd::bench {
 namespace {
@@ -210,20 +211,6 @@ json SteadyJson(const SteadyResult& r) {
           {"ack_p99_ms", r.ack_p99_ms}};
 }
 
-// The raw gRPC sink as its own process: this binary with --sink-server.
-std::string StartSink(ChildProcess* proc, int* port) {
-  *port = FreePort();
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  if (auto e = proc->Spawn({self, "--sink-server", std::to_string(*port)}); !e.empty()) return e;
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(*port), grpc::InsecureChannelCredentials());
-  const int64_t deadline = NowNs() + static_cast<int64_t>(30e9);
-  while (NowNs() < deadline) {
-    if (proc->Exited()) return "sink process exited during start";
-    if (channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(200))) return "";
-  }
-  return "sink process did not accept connections within 30 s";
-}
-
 // ---------------------------------------------------------------- scenario 4
 
 struct LostResult {
@@ -286,7 +273,7 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
     std::cerr << "[bench] scenario 3: " << n << " agents on " << channels << " connections against the raw gRPC sink\n";
     ChildProcess proc;
     int port = 0;
-    if (auto e = StartSink(&proc, &port); !e.empty()) return "scenario 3: " + e;
+    if (auto e = StartSinkProcess(&proc, &port); !e.empty()) return "scenario 3: " + e;
     const std::string target = "127.0.0.1:" + std::to_string(port);
     const double idle_rss = ProcessRssKiB(proc.pid()) / 1024;
     AgentPool pool(target, Names("bench-s3-", n), channels);

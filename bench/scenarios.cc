@@ -314,9 +314,10 @@ struct FanoutResult {
   size_t watchers_complete = 0, watchers_ended = 0;
   std::string end_status;
   LatencyHist hist;
-  double sent_per_s = 0, clusterd_cores = NAN, bench_cores = NAN;
+  double sent_per_s = 0, server_cores = NAN, bench_cores = NAN;
   double drain_s = 0, duration_s = 0;
   double delivered_per_s = 0;  // event deliveries per second over sending + drain
+  size_t event_bytes = 0;      // serialized size of one delivered raise event
 };
 
 struct WatcherState {
@@ -333,12 +334,17 @@ uint64_t SeqOf(const v1::Event& ev) {
   return ev.type() == v1::EVENT_TYPE_FAULT_CLEARED ? seq + 1 : seq;
 }
 
-FanoutResult MeasureFanout(const Options& o, const ClusterdProcess& cd, std::string* err) {
+// W watchers on `target` (clusterd, or the raw sink: `server` is its pid, for
+// CPU) and 16 agent streams producing R events/s; see docs/performance.md.
+// subscribed_first: the server keeps no history (the sink), so wait until
+// every watcher is subscribed (its headers arrived) before publishing.
+FanoutResult MeasureFanout(const Options& o, const std::string& target, pid_t server, bool subscribed_first,
+                           std::string* err) {
   FanoutResult r;
   r.duration_s = o.short_mode ? std::min(o.duration_s, 1.5) : o.duration_s;
   const int producers = std::min(o.streams, 16);
   const double duration = r.duration_s;
-  AgentPool prod(cd.target(), Names("bench-fan-", producers), 2);
+  AgentPool prod(target, Names("bench-fan-", producers), 2);
   if (auto e = prod.Connect(); !e.empty()) {
     *err = "scenario 6: " + e;
     return r;
@@ -348,7 +354,7 @@ FanoutResult MeasureFanout(const Options& o, const ClusterdProcess& cd, std::str
   std::vector<std::unique_ptr<std::atomic<int64_t>[]>> sent_ns;
   for (int p = 0; p < producers; ++p) sent_ns.push_back(std::make_unique<std::atomic<int64_t>[]>(per_producer + 1));
 
-  auto cluster = v1::ClusterService::NewStub(grpc::CreateChannel(cd.target(), grpc::InsecureChannelCredentials()));
+  auto cluster = v1::ClusterService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   const uint64_t rev = CurrentRevision(cluster.get(), err);
   if (!err->empty()) return r;
   v1::WatchRequest req;
@@ -366,6 +372,7 @@ FanoutResult MeasureFanout(const Options& o, const ClusterdProcess& cd, std::str
       if (it == producer_of.end()) continue;
       const uint64_t seq = SeqOf(ev);
       if (it->second == 0 && seq <= 2) {
+        if (w == 0 && seq == 1) r.event_bytes = ev.ByteSizeLong();
         s.warm.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
@@ -378,7 +385,13 @@ FanoutResult MeasureFanout(const Options& o, const ClusterdProcess& cd, std::str
   };
   std::cerr << "[bench] scenario 6: " << o.watchers << " watchers, " << o.fanout_rate << " events/s from " << producers
             << " agent streams, " << duration << " s\n";
-  WatchPool watchers(cd.target(), o.watchers, req, on_resp, 4);
+  WatchPool watchers(target, o.watchers, req, on_resp, 4);
+  if (subscribed_first) {
+    const int64_t deadline = NowNs() + static_cast<int64_t>(60e9);
+    while (watchers.headers() < ws.size() && watchers.ended() == 0 && NowNs() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   // Warm-up: one raise and one clear reach every watcher (all subscribed).
   for (int k = 1; k <= 2; ++k) {
     const uint64_t seq = prod.Send(0, k == 1 ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR, 0,
@@ -398,7 +411,7 @@ FanoutResult MeasureFanout(const Options& o, const ClusterdProcess& cd, std::str
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 
-  const double cpu0 = cd.CpuSeconds(), self0 = SelfCpuSeconds();
+  const double cpu0 = ProcessCpuSeconds(server), self0 = SelfCpuSeconds();
   const int64_t start = NowNs() + 1'000'000;
   const int64_t end = start + static_cast<int64_t>(duration * 1e9);
   // Per producer, k = the next seq: 3 on producer 0 (after the warm-up), 1 elsewhere.
@@ -439,7 +452,7 @@ FanoutResult MeasureFanout(const Options& o, const ClusterdProcess& cd, std::str
   }
   r.drain_s = static_cast<double>(NowNs() - send_end) / 1e9;
   const double wall = static_cast<double>(NowNs() - start) / 1e9;
-  r.clusterd_cores = (cd.CpuSeconds() - cpu0) / wall;
+  r.server_cores = (ProcessCpuSeconds(server) - cpu0) / wall;
   r.bench_cores = (SelfCpuSeconds() - self0) / wall;
   r.watchers_ended = watchers.ended();
   r.end_status = watchers.first_end_status();
@@ -465,10 +478,22 @@ FanoutResult MeasureFanout(const Options& o, const ClusterdProcess& cd, std::str
 
 std::string RunFanout(const Options& o, const ClusterdProcess& cd, json* out, std::vector<Row>* rows) {
   std::string err;
-  FanoutResult f = MeasureFanout(o, cd, &err);
+  FanoutResult f = MeasureFanout(o, cd.target(), cd.pid(), false, &err);
   if (!err.empty()) return err;
   const double p99 = f.hist.PercentileMs(0.99);
   const bool fan_met = f.missing == 0 && f.watchers_ended == 0 && p99 < 50;
+  // The same fan-out from the raw gRPC sink, in its own process: what gRPC
+  // alone delivers on this machine with these watchers.
+  FanoutResult sf;
+  {
+    ChildProcess proc;
+    int port = 0;
+    std::cerr << "[bench] scenario 6: the same fan-out from the raw gRPC sink\n";
+    if (auto e = StartSinkProcess(&proc, &port); !e.empty()) return "scenario 6 (sink): " + e;
+    sf = MeasureFanout(o, "127.0.0.1:" + std::to_string(port), proc.pid(), true, &err);
+    if (!err.empty()) return "scenario 6 (sink): " + err;
+  }
+  const double sink_p99 = sf.hist.PercentileMs(0.99);
 
   // Stalled watcher: a Watch stream on its own connection whose reader never
   // reads (no BDP probing: the 64 KiB stream window fills at once). Ingest
@@ -537,27 +562,34 @@ std::string RunFanout(const Options& o, const ClusterdProcess& cd, json* out, st
   const double rise = p_with / p_without;
   const bool stall_met = rise <= 1.10;
 
-  (*out)["scenario6_fanout"] = {
-      {"watchers", o.watchers},
-      {"offered_rate", o.fanout_rate},
-      {"sent_per_s", f.sent_per_s},
-      {"duration_s", f.duration_s},
-      {"events_per_watcher", f.expected},
-      {"watchers_complete", f.watchers_complete},
-      {"watchers_ended_by_clusterd", f.watchers_ended},
-      {"first_end_status", f.end_status},
-      {"missing_events_total", f.missing},
-      {"fewest_received", f.received_min},
-      {"deliveries", f.hist.count()},
-      {"delivery_latency_ms",
-       {{"p50", f.hist.PercentileMs(0.5)}, {"p90", f.hist.PercentileMs(0.9)}, {"p99", p99}, {"max", f.hist.max_ms()}}},
-      {"drain_after_last_send_s", f.drain_s},
-      {"deliveries_per_s", f.delivered_per_s},
-      {"clusterd_cpu_cores", f.clusterd_cores},
-      {"bench_cpu_cores", f.bench_cores},
-      {"targets", {{"missing", 0}, {"p99_max_ms", 50}, {"met", fan_met}}},
-      {"stalled_watcher",
-       {{"ingest_rate", o.fanout_rate},
+  auto fan_json = [&](const FanoutResult& x) {
+    return json{{"sent_per_s", x.sent_per_s},
+                {"duration_s", x.duration_s},
+                {"events_per_watcher", x.expected},
+                {"watchers_complete", x.watchers_complete},
+                {"watchers_ended_by_server", x.watchers_ended},
+                {"first_end_status", x.end_status},
+                {"missing_events_total", x.missing},
+                {"fewest_received", x.received_min},
+                {"deliveries", x.hist.count()},
+                {"delivery_latency_ms",
+                 {{"p50", x.hist.PercentileMs(0.5)},
+                  {"p90", x.hist.PercentileMs(0.9)},
+                  {"p99", x.hist.PercentileMs(0.99)},
+                  {"max", x.hist.max_ms()}}},
+                {"drain_after_last_send_s", x.drain_s},
+                {"deliveries_per_s", x.delivered_per_s},
+                {"server_cpu_cores", x.server_cores},
+                {"bench_cpu_cores", x.bench_cores},
+                {"event_bytes", x.event_bytes}};
+  };
+  json s6 = fan_json(f);
+  s6["watchers"] = o.watchers;
+  s6["offered_rate"] = o.fanout_rate;
+  s6["baseline_sink"] = fan_json(sf);
+  s6["deliveries_per_s_ratio_vs_sink"] = f.delivered_per_s / sf.delivered_per_s;
+  s6["targets"] = {{"missing", 0}, {"p99_max_ms", 50}, {"met", fan_met}};
+  s6["stalled_watcher"] = {{"ingest_rate", o.fanout_rate},
         {"streams", o.streams},
         {"phase_s", phase_s},
         {"ack_p99_without_ms", without},
@@ -566,15 +598,19 @@ std::string RunFanout(const Options& o, const ClusterdProcess& cd, json* out, st
         {"watchers_ended_lagging", lagging},
         {"stalled_watcher_ended_by_clusterd_after_s", ended_after},
         {"target_ratio_max", 1.10},
-        {"met", stall_met}}}};
+        {"met", stall_met}};
+  (*out)["scenario6_fanout"] = s6;
 
   const std::string shape = std::to_string(o.watchers) + " watchers @" + Fmt(f.sent_per_s, "/s");
   rows->push_back({"6 fan-out", shape + ": events missing", std::to_string(f.missing) + " of " +
                        std::to_string(f.expected * static_cast<uint64_t>(o.watchers)),
                    "", "", "0", Met(f.missing == 0 && f.watchers_ended == 0)});
   rows->push_back({"6 fan-out", "delivery p50 / p99 (send -> watcher)",
-                   Fmt(f.hist.PercentileMs(0.5), " ms") + " / " + Fmt(p99, " ms"), "", "", "p99 < 50 ms",
+                   Fmt(f.hist.PercentileMs(0.5), " ms") + " / " + Fmt(p99, " ms"),
+                   Fmt(sf.hist.PercentileMs(0.5), " ms") + " / " + Fmt(sink_p99, " ms") + " sink", "", "p99 < 50 ms",
                    Met(f.hist.count() > 0 && p99 < 50)});
+  rows->push_back({"6 fan-out", "deliveries/s (events x watchers)", Fmt(f.delivered_per_s, "/s"),
+                   Fmt(sf.delivered_per_s, "/s") + " sink", Fmt(f.delivered_per_s / sf.delivered_per_s, "x"), "", ""});
   std::string ended_note;
   if (!ended_after.empty() && !std::isnan(ended_after[0])) ended_note = " (ended by clusterd after " + Fmt(ended_after[0], " s") + ")";
   rows->push_back({"6 fan-out", "ingest ack p99 with a stalled watcher" + ended_note, Fmt(p_with, " ms"),

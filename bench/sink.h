@@ -4,17 +4,25 @@
 // reactor); grpc.health.v1.Health/Check answering SERVING at once (the
 // trivial unary baseline of scenario 9); and ClusterService.ListNodes /
 // GetSummary answering canned responses (the same-shape unary baseline of
-// scenario 9: serialization and transport, no lookup). Server reflection is
-// on, for ghz.
+// scenario 9: serialization and transport, no lookup); and
+// ClusterService.Watch, the raw server-streaming baseline of scenario 6: each
+// transition read becomes an event (clusterd's fields) sent to every Watch
+// stream, no storage, no history. Server reflection is on, for ghz.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <grpcpp/grpcpp.h>
 
 #include "clusterd/v1/cluster.pb.h"
+#include "common.h"
 
 namespace clusterd::bench {
+
+// Starts `clusterd-bench --sink-server PORT` (this binary) on a free port and
+// waits until it accepts connections; "" or why not.
+std::string StartSinkProcess(ChildProcess* proc, int* port);
 
 // Serves until SIGTERM/SIGINT on 127.0.0.1:port: `clusterd-bench --sink-server PORT`,
 // the sink as its own process so /proc CPU and RSS are the sink's alone.
@@ -29,9 +37,11 @@ class SinkServer {
   void SetQueryAnswers(v1::ListNodesResponse list, v1::GetSummaryResponse summary);
 
  private:
+  struct Fanout;
   struct Service;
   struct Health;
   struct Cluster;
+  std::unique_ptr<Fanout> fanout_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<Health> health_;
   std::unique_ptr<Cluster> cluster_;
