@@ -59,6 +59,14 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetDuration("retention_interval", v, std::chrono::milliseconds(100), &c->retention_interval);
        }},
+      {"commit_delay",
+       [](const std::string& v, ClusterdConfig* c) {
+         CLUSTERD_RETURN_IF_ERROR(SetDuration("commit_delay", v, std::chrono::nanoseconds(0), &c->commit_delay));
+         if (c->commit_delay > std::chrono::milliseconds(100)) {
+           return InvalidArgument("commit_delay: " + v + " is longer than the maximum 100ms");
+         }
+         return Status::Ok();
+       }},
       {"watch_cache_events",
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("watch_cache_events", v, 16, 16'000'000, &c->watch_cache_events);
@@ -176,6 +184,8 @@ Flags (the JSON config file takes the same keys with '_'):
   --retention-events N        keep at most N events in the history (default 1000000)
   --retention-age DUR         keep no event older than this (default 7d)
   --retention-interval DUR    how often retention runs (default 60s)
+  --commit-delay DUR          under steady light load, hold a group commit this long
+                              for more changes: one fdatasync for several (default 1ms, 0s: never)
   --watch-cache-events N      recent events kept in memory for watchers (default 65536)
   --watch-max-lag-events N    a live watcher further behind is ended (default 10000)
   --max-message-bytes N       largest accepted gRPC message (default 4194304)

@@ -25,6 +25,9 @@ struct ClusterdConfig {
   uint64_t retention_events = 1'000'000;
   std::chrono::nanoseconds retention_age = std::chrono::hours(24 * 7);
   std::chrono::nanoseconds retention_interval = std::chrono::seconds(60);
+  // Under a steady light load a group commit may wait this long for more
+  // changes (EngineOptions::commit_delay); 0 never waits.
+  std::chrono::nanoseconds commit_delay = std::chrono::milliseconds(1);
   // Watchers: recent events kept in memory, and how far a live watcher may
   // fall behind before it is ended with RESOURCE_EXHAUSTED.
   uint32_t watch_cache_events = 65'536;

@@ -23,6 +23,8 @@ Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const 
                                              ExponentialBuckets(0.0001, 2, 16));
     group_size_ = &metrics->AddHistogram("clusterd_store_commit_group_size", "Changes per group commit.",
                                          ExponentialBuckets(1, 2, 14));
+    delayed_ = &metrics->AddCounter("clusterd_store_commits_delayed_total",
+                                    "Group commits held back (at most --commit-delay) to gather more changes.");
     metrics->AddCallbackGauge("clusterd_ingest_queue_depth", "Changes waiting for the writer.",
                               [this] { return static_cast<double>(queue_depth()); });
   }
@@ -42,12 +44,16 @@ void Engine::Stop() {
 }
 
 bool Engine::Submit(Apply apply) {
+  bool wake;
   {
     std::lock_guard lock(mu_);
     if (stopping_) return false;
     queue_.push_back(std::move(apply));
+    // A commit held back waits for enough changes or its deadline: waking
+    // the writer for each one would cost what the wait saves.
+    wake = queue_.size() >= delay_wanted_;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return true;
 }
 
@@ -83,6 +89,14 @@ void Engine::Run() {
   std::vector<Apply> items;
   std::vector<Done> dones;
   TimePoint tick_at = TimePoint::max();  // when the tick asked to run again
+  // When the last group commit ended (real time: this is about the disk).
+  auto last_commit = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  auto take = [&] {
+    while (!queue_.empty() && items.size() < options_.max_group) {
+      items.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  };
   for (;;) {
     items.clear();
     dones.clear();
@@ -93,10 +107,17 @@ void Engine::Run() {
       const auto wait = std::clamp<std::chrono::nanoseconds>(wake - clock_->Now(), std::chrono::nanoseconds(0),
                                                              options_.liveness_interval);
       std::unique_lock lock(mu_);
+      const bool was_idle = queue_.empty();
       cv_.wait_for(lock, wait, [&] { return stopping_ || !queue_.empty(); });
-      while (!queue_.empty() && items.size() < options_.max_group) {
-        items.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+      take();
+      const auto delay = options_.commit_delay;
+      if (was_idle && !items.empty() && items.size() < options_.commit_group && delay.count() > 0 && !stopping_ &&
+          std::chrono::steady_clock::now() - last_commit < 2 * delay) {
+        delay_wanted_ = options_.commit_group - items.size();
+        cv_.wait_for(lock, delay, [&] { return stopping_ || queue_.size() >= delay_wanted_; });
+        delay_wanted_ = 0;
+        take();
+        if (delayed_) delayed_->Inc();
       }
       stop = stopping_ && queue_.empty();
     }
@@ -129,8 +150,9 @@ void Engine::Run() {
         log->critical("group commit failed, exiting: {}", st.ToString());
         std::abort();
       }
+      last_commit = std::chrono::steady_clock::now();
       if (commit_seconds_) {
-        commit_seconds_->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        commit_seconds_->Observe(std::chrono::duration<double>(last_commit - start).count());
         commits_->Inc();
         group_size_->Observe(static_cast<double>(items.size()));
         events_->Inc(m.events.size());

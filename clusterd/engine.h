@@ -30,6 +30,15 @@ struct EngineOptions {
   std::chrono::nanoseconds retention_age = std::chrono::hours(24 * 7);
   std::chrono::nanoseconds retention_interval = std::chrono::seconds(60);
   size_t max_group = 4096;
+  // Group commit under a steady light load. When the writer was idle, woke
+  // for fewer than commit_group changes and committed last less than
+  // 2 x commit_delay ago, it waits up to commit_delay (or until
+  // commit_group changes are there) before it commits: one fdatasync for
+  // several changes instead of one each (~100 us of CPU apiece on a VM).
+  // A writer that finds work already queued is batching anyway and never
+  // waits, nor does the first change after a quiet spell. 0: never wait.
+  std::chrono::nanoseconds commit_delay = std::chrono::milliseconds(1);
+  size_t commit_group = 8;
 };
 
 class Engine {
@@ -76,6 +85,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<Apply> queue_;
   bool stopping_ = false;
+  size_t delay_wanted_ = 0;  // while the writer holds a commit back: queued changes that end the wait
   std::thread thread_;
 
   Counter* commits_ = nullptr;
@@ -83,6 +93,7 @@ class Engine {
   Counter* events_ = nullptr;
   Histogram* commit_seconds_ = nullptr;
   Histogram* group_size_ = nullptr;
+  Counter* delayed_ = nullptr;
 };
 
 }  // namespace clusterd

@@ -96,6 +96,7 @@ Status ClusterdServer::Start() {
   eo.retention_events = cfg.retention_events;
   eo.retention_age = cfg.retention_age;
   eo.retention_interval = cfg.retention_interval;
+  eo.commit_delay = cfg.commit_delay;
   s.engine = std::make_unique<Engine>(s.state.get(), s.store.get(), s.hub.get(), s.clock, eo, &s.metrics);
 
   if (cfg.actuator == "exec") {

@@ -93,6 +93,21 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_TRUE(help);
 }
 
+TEST(Config, CommitDelay) {
+  bool help = false;
+  auto dflt = ParseClusterdConfig({}, &help);
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->commit_delay, std::chrono::milliseconds(1));
+  auto off = ParseClusterdConfig({"--commit-delay", "0s"}, &help);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->commit_delay, std::chrono::nanoseconds(0));
+  auto too_long = ParseClusterdConfig({"--commit-delay", "1s"}, &help);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("commit_delay"), std::string::npos) << too_long.status().message();
+  ClusterdConfig cfg;
+  EXPECT_TRUE(ApplyClusterdConfigJson(R"({"commit_delay": "250us"})", "file.json", &cfg).ok());
+}
+
 TEST(Config, RecoverySettings) {
   bool help = false;
   auto cfg = ParseClusterdConfig({"--actuator", "exec", "--actuator-command", "/bin/true", "--max-concurrent-recoveries",

@@ -83,6 +83,65 @@ TEST_F(EngineTest, CompletionsRunAfterDurableCommitAndEventsArePublished) {
   EXPECT_EQ((*store)->ReadEvents(0, 1000)->size(), 200u);
 }
 
+// What a rendered counter says; -1 when absent.
+double CounterIn(const std::string& text, const std::string& name) {
+  auto at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST_F(EngineTest, LightSteadyLoadSharesOneCommitAndAQuietSpellDoesNot) {
+  EngineOptions options;
+  options.commit_delay = 1h;  // only the group size can end the wait here
+  options.commit_group = 2;
+  Start(options);
+  auto submit = [&](int i, std::atomic<int>* done) {
+    engine_->Submit([i, done](ClusterState& s, Mutation* m) -> Engine::Done {
+      EXPECT_TRUE(s.ApplyHello(MakeHello("node" + std::to_string(i)), i + 1, m).ok());
+      return [done] { (*done)++; };
+    });
+  };
+  auto commits = [&] { return CounterIn(metrics_.Render(), "clusterd_store_commits_total"); };
+  // The first change after a quiet spell (here: the start) is committed at once.
+  std::atomic<int> a{0}, b{0}, c{0};
+  submit(0, &a);
+  ASSERT_TRUE(testing::WaitFor([&] { return a.load() == 1; }));
+  EXPECT_EQ(commits(), 1);
+  // Right after that commit a single change is held back (the writer has
+  // taken it off the queue) until a second one arrives: one commit for both.
+  submit(1, &b);
+  ASSERT_TRUE(testing::WaitFor([&] { return engine_->queue_depth() == 0; }));
+  submit(2, &c);
+  ASSERT_TRUE(testing::WaitFor([&] { return b.load() == 1 && c.load() == 1; }));
+  EXPECT_EQ(commits(), 2);
+  EXPECT_EQ(CounterIn(metrics_.Render(), "clusterd_store_commits_delayed_total"), 1);
+  EXPECT_EQ(state_->durable_revision(), state_->revision());
+}
+
+TEST_F(EngineTest, HeldCommitGoesOutAtItsDeadlineAndOnStop) {
+  EngineOptions options;
+  options.commit_delay = 1ms;
+  options.commit_group = 1000;
+  Start(options);
+  std::atomic<int> done{0};
+  for (int i = 0; i < 20; ++i) {
+    engine_->Submit([i, &done](ClusterState& s, Mutation* m) -> Engine::Done {
+      EXPECT_TRUE(s.ApplyHello(MakeHello("node" + std::to_string(i)), i + 1, m).ok());
+      return [&done] { done++; };
+    });
+    // One at a time: every change waits for its deadline, none is lost.
+    ASSERT_TRUE(testing::WaitFor([&] { return done.load() == i + 1; }));
+  }
+  // Stop commits what a held group has.
+  std::atomic<int> last{0};
+  engine_->Submit([&last](ClusterState& s, Mutation* m) -> Engine::Done {
+    EXPECT_TRUE(s.ApplyHello(MakeHello("node-last"), 99, m).ok());
+    return [&last] { last++; };
+  });
+  engine_.reset();
+  EXPECT_EQ(last.load(), 1);
+}
+
 TEST_F(EngineTest, HubServesFromCacheThenFromStore) {
   Start({}, /*cache=*/16);
   Register(50);
