@@ -185,7 +185,7 @@ Flags (the JSON config file takes the same keys with '_'):
   --retention-age DUR         keep no event older than this (default 7d)
   --retention-interval DUR    how often retention runs (default 60s)
   --commit-delay DUR          under steady light load, hold a group commit this long
-                              for more changes: one fdatasync for several (default 1ms, 0s: never)
+                              for more changes: one fdatasync for several (default 2ms, 0s: never)
   --watch-cache-events N      recent events kept in memory for watchers (default 65536)
   --watch-max-lag-events N    a live watcher further behind is ended (default 10000)
   --max-message-bytes N       largest accepted gRPC message (default 4194304)

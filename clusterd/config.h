@@ -27,7 +27,7 @@ struct ClusterdConfig {
   std::chrono::nanoseconds retention_interval = std::chrono::seconds(60);
   // Under a steady light load a group commit may wait this long for more
   // changes (EngineOptions::commit_delay); 0 never waits.
-  std::chrono::nanoseconds commit_delay = std::chrono::milliseconds(1);
+  std::chrono::nanoseconds commit_delay = std::chrono::milliseconds(2);
   // Watchers: recent events kept in memory, and how far a live watcher may
   // fall behind before it is ended with RESOURCE_EXHAUSTED.
   uint32_t watch_cache_events = 65'536;

@@ -37,7 +37,7 @@ struct EngineOptions {
   // several changes instead of one each (~100 us of CPU apiece on a VM).
   // A writer that finds work already queued is batching anyway and never
   // waits, nor does the first change after a quiet spell. 0: never wait.
-  std::chrono::nanoseconds commit_delay = std::chrono::milliseconds(1);
+  std::chrono::nanoseconds commit_delay = std::chrono::milliseconds(2);
   size_t commit_group = 8;
 };
 

@@ -97,7 +97,7 @@ TEST(Config, CommitDelay) {
   bool help = false;
   auto dflt = ParseClusterdConfig({}, &help);
   ASSERT_TRUE(dflt.ok());
-  EXPECT_EQ(dflt->commit_delay, std::chrono::milliseconds(1));
+  EXPECT_EQ(dflt->commit_delay, std::chrono::milliseconds(2));
   auto off = ParseClusterdConfig({"--commit-delay", "0s"}, &help);
   ASSERT_TRUE(off.ok()) << off.status().ToString();
   EXPECT_EQ(off->commit_delay, std::chrono::nanoseconds(0));
