@@ -1,6 +1,7 @@
 #include "clusterd/engine.h"
 
 #include <cstdlib>
+#include <optional>
 
 #include "common/logging.h"
 
@@ -90,7 +91,7 @@ void Engine::Run() {
   std::vector<Done> dones;
   TimePoint tick_at = TimePoint::max();  // when the tick asked to run again
   // When the last group commit ended (real time: this is about the disk).
-  auto last_commit = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  std::optional<std::chrono::steady_clock::time_point> last_commit;
   auto take = [&] {
     while (!queue_.empty() && items.size() < options_.max_group) {
       items.push_back(std::move(queue_.front()));
@@ -107,12 +108,11 @@ void Engine::Run() {
       const auto wait = std::clamp<std::chrono::nanoseconds>(wake - clock_->Now(), std::chrono::nanoseconds(0),
                                                              options_.liveness_interval);
       std::unique_lock lock(mu_);
-      const bool was_idle = queue_.empty();
       cv_.wait_for(lock, wait, [&] { return stopping_ || !queue_.empty(); });
       take();
       const auto delay = options_.commit_delay;
-      if (was_idle && !items.empty() && items.size() < options_.commit_group && delay.count() > 0 && !stopping_ &&
-          std::chrono::steady_clock::now() - last_commit < 2 * delay) {
+      if (!items.empty() && items.size() < options_.commit_group && delay.count() > 0 && !stopping_ && last_commit &&
+          std::chrono::steady_clock::now() - *last_commit < 2 * delay) {
         delay_wanted_ = options_.commit_group - items.size();
         cv_.wait_for(lock, delay, [&] { return stopping_ || queue_.size() >= delay_wanted_; });
         delay_wanted_ = 0;
@@ -152,7 +152,7 @@ void Engine::Run() {
       }
       last_commit = std::chrono::steady_clock::now();
       if (commit_seconds_) {
-        commit_seconds_->Observe(std::chrono::duration<double>(last_commit - start).count());
+        commit_seconds_->Observe(std::chrono::duration<double>(*last_commit - start).count());
         commits_->Inc();
         group_size_->Observe(static_cast<double>(items.size()));
         events_->Inc(m.events.size());

@@ -30,15 +30,15 @@ struct EngineOptions {
   std::chrono::nanoseconds retention_age = std::chrono::hours(24 * 7);
   std::chrono::nanoseconds retention_interval = std::chrono::seconds(60);
   size_t max_group = 4096;
-  // Group commit under a steady light load. When the writer was idle, woke
-  // for fewer than commit_group changes and committed last less than
-  // 2 x commit_delay ago, it waits up to commit_delay (or until
-  // commit_group changes are there) before it commits: one fdatasync for
-  // several changes instead of one each (~100 us of CPU apiece on a VM).
-  // A writer that finds work already queued is batching anyway and never
-  // waits, nor does the first change after a quiet spell. 0: never wait.
+  // Group commit under a steady light load. When the writer has fewer than
+  // commit_group changes and committed last less than 2 x commit_delay
+  // ago, it waits up to commit_delay (or until commit_group changes are
+  // there) before it commits: one fdatasync for several changes instead of
+  // one each (~100 us of CPU apiece on a VM). Under a heavy load groups are
+  // larger than commit_group and nothing waits; the first change after a
+  // quiet spell does not wait either. 0: never wait.
   std::chrono::nanoseconds commit_delay = std::chrono::milliseconds(2);
-  size_t commit_group = 8;
+  size_t commit_group = 4;
 };
 
 class Engine {
