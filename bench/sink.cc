@@ -12,10 +12,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <optional>
 #include <stdexcept>
 #include <string>
-#include <tuple>
+#include <utility>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -65,13 +65,16 @@ class SinkWatch final : public grpc::ServerWriteReactor<v1::WatchResponse>,
                         public std::enable_shared_from_this<SinkWatch> {
  public:
   explicit SinkWatch(WatchFanout* fanout) : fanout_(fanout) {}
-  // Subscribed, then the response headers: the bench waits for them before
-  // it publishes, since this sink keeps no history to replay.
+  // Subscribed, then the response headers: the bench waits for the headers
+  // before it publishes, since this sink keeps no history to replay.
   void Begin(std::shared_ptr<SinkWatch> self) {
     self_ = std::move(self);
+    {
+      std::lock_guard lock(mu_);
+      writing_ = true;  // the headers go first: events published meanwhile wait in pending_
+    }
     fanout_->Add(self_);
     std::lock_guard lock(mu_);
-    writing_ = true;
     StartSendInitialMetadata();
   }
   void OnSendInitialMetadataDone(bool ok) override { OnWriteDone(ok); }
