@@ -42,7 +42,9 @@ class Store {
   // One atomic, durable (WAL-synced when options.sync) write.
   Status Write(rocksdb::WriteBatch* batch);
 
-  // Calls fn for every key/value of a column family, in key order.
+  // Calls fn for every key/value of a column family, in key order. Meant for
+  // Load at startup: the record CFs keep unsorted (vector) memtables, which
+  // every scan sorts, so do not scan them on a hot path (docs/storage.md).
   Status ForEach(Cf cf, const std::function<void(std::string_view key, std::string_view value)>& fn) const;
 
   // Events with revision > after, at most max_count, in order.
