@@ -321,6 +321,56 @@ print(f"-- {len(groups)} rule groups, {sum(len(g.get('rules') or []) for g in gr
 PY
     out=$(promtool check rules "$WORK/rules.yaml" 2>&1) || { echo "$out" >&2; fail "promtool check rules (above)"; }
     echo "-- promtool check rules: ok"
+    # Behaviour of the critical ClusterdIngestStalled alert (promtool's rule unit tests): a quiet
+    # cluster (agents connected, nothing queued, nothing applied: heartbeats bypass the writer)
+    # must not fire it; changes queued while the writer applies nothing must.
+    rule_annotation() { # ALERT KEY: that annotation of the rendered rule
+      "$PY" - "$WORK/rules.yaml" "$1" "$2" <<'PY'
+import sys, yaml
+for g in yaml.safe_load(open(sys.argv[1]))["groups"]:
+    for r in g.get("rules") or []:
+        if r.get("alert") == sys.argv[2]:
+            print(r["annotations"][sys.argv[3]].replace('"', '\\"'))
+PY
+    }
+    if grep -q 'alert: ClusterdIngestStalled' "$WORK/rules.yaml"; then
+      sel='job="api-tools-clusterd",namespace="clusterd"'
+      cat >"$WORK/rules_test.yaml" <<YAML
+rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'clusterd_agent_streams{$sel}'
+        values: '100x20'
+      - series: 'clusterd_ingest_queue_depth{$sel}'
+        values: '0x20'
+      - series: 'clusterd_ingest_changes_total{$sel}'
+        values: '500x20'
+    alert_rule_test:
+      - eval_time: 15m
+        alertname: ClusterdIngestStalled
+        exp_alerts: []
+  - interval: 1m
+    input_series:
+      - series: 'clusterd_agent_streams{$sel}'
+        values: '100x20'
+      - series: 'clusterd_ingest_queue_depth{$sel}'
+        values: '0 0 0 0 0 40x15'
+      - series: 'clusterd_ingest_changes_total{$sel}'
+        values: '500x20'
+    alert_rule_test:
+      - eval_time: 15m
+        alertname: ClusterdIngestStalled
+        exp_alerts:
+          - exp_labels: {severity: critical, namespace: clusterd}
+            exp_annotations:
+              summary: "$(rule_annotation ClusterdIngestStalled summary)"
+              description: "$(rule_annotation ClusterdIngestStalled description)"
+YAML
+      out=$(cd "$WORK" && promtool test rules rules_test.yaml 2>&1) || { echo "$out" >&2; fail "promtool test rules: ClusterdIngestStalled (above)"; }
+      echo "-- promtool test rules: ClusterdIngestStalled quiet cluster silent, stuck writer fires: ok"
+    fi
   fi
 fi
 
