@@ -251,19 +251,6 @@ double LatencyHist::PercentileMs(double p) const {
   return max_ms();
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::string HttpGet(int port, const std::string& path) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -387,8 +374,8 @@ std::string ClusterdProcess::SpawnOnPorts() {
 }
 
 std::string ClusterdProcess::Start() {
-  port_ = FreePort();
-  http_port_ = FreePort();
+  port_ = FreeLoopbackPort();
+  http_port_ = FreeLoopbackPort();
   if (auto err = SpawnOnPorts(); !err.empty()) return err;
   auto channel = grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
   const auto deadline = Clock::now() + std::chrono::seconds(30);

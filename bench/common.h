@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/free_port.h"
+
 namespace clusterd::bench {
 
 using Clock = std::chrono::steady_clock;
@@ -96,8 +98,6 @@ class LatencyHist {
   uint64_t count_ = 0;
   int64_t max_ns_ = 0;
 };
-
-int FreePort();
 
 // GET http://127.0.0.1:port/path; the body, or "" on any failure.
 std::string HttpGet(int port, const std::string& path);

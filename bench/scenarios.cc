@@ -638,7 +638,7 @@ bool KmsgReadable() {
 std::string RunNodedFootprint(const Options& o, const TempDir& tmp, const ClusterdProcess& cd, json* out,
                               std::vector<Row>* rows) {
   const bool kmsg = KmsgReadable();
-  const int http = FreePort();
+  const int http = FreeLoopbackPort();
   const std::string node = "bench-noded";
   std::vector<std::string> args = {o.noded,
                                    "--server=" + cd.target(),

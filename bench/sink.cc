@@ -366,7 +366,7 @@ SinkServer::~SinkServer() {
 }
 
 std::string StartSinkProcess(ChildProcess* proc, int* port) {
-  *port = FreePort();
+  *port = FreeLoopbackPort();
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   if (auto e = proc->Spawn({self, "--sink-server", std::to_string(*port)}); !e.empty()) return e;
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(*port), grpc::InsecureChannelCredentials());

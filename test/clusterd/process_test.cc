@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "agent_client.h"
+#include "common/free_port.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -30,31 +31,18 @@ namespace {
 
 using testing::WaitFor;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 class Clusterd {
  public:
   explicit Clusterd(std::string data_dir) : data_dir_(std::move(data_dir)) {}
   ~Clusterd() { Kill(); }
 
   void Start() {
-    port_ = FreePort();
+    port_ = FreeLoopbackPort();
     const char* bin_dir = std::getenv("CLUSTERD_BIN_DIR");
     std::string bin = std::string(bin_dir ? bin_dir : "build/bin") + "/clusterd";
     std::vector<std::string> args = {bin,
                                      "--listen=127.0.0.1:" + std::to_string(port_),
-                                     "--http-listen=127.0.0.1:" + std::to_string(FreePort()),
+                                     "--http-listen=127.0.0.1:" + std::to_string(FreeLoopbackPort()),
                                      "--data-dir=" + data_dir_,
                                      "--log-level=warn"};
     std::vector<char*> argv;
