@@ -367,7 +367,12 @@ std::string ClusterdProcess::SpawnOnPorts() {
                                    "--http-listen=127.0.0.1:" + std::to_string(http_port_),
                                    "--data-dir=" + data_dir_,
                                    "--log-level=warn",
-                                   "--node-grace=1h"};
+                                   "--node-grace=1h",
+                                   // Every simulated agent and watcher connects from
+                                   // 127.0.0.1: one peer as far as the per-peer limits go.
+                                   "--max-streams-per-peer=1000000",
+                                   "--max-watch-streams-per-peer=1000000",
+                                   "--max-watch-streams=1000000"};
   args.insert(args.end(), extra_.begin(), extra_.end());
   started_ns_ = NowNs();
   return proc_.Spawn(args);

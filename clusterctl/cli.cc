@@ -578,6 +578,10 @@ int DescribeNode(Context& c) {
     Table t = FaultTable(c.wide(), false);
     for (const auto& f : resp.active_faults()) AddFaultRow(&t, f, c.wide(), false);
     c.out << Indent(TableText(t));
+    if (resp.active_faults_truncated()) {
+      c.out << "  (" << resp.active_faults_size() << " of " << n.active_faults()
+            << " shown; clusterctl get faults --node " << Sanitize(n.name()) << " --active lists them all)\n";
+    }
   }
 
   if (resp.has_metrics() && !resp.metrics().gauges().empty()) {
@@ -1014,9 +1018,18 @@ int DescribeJob(Context& c) {
     for (const auto& i : j.impacts()) {
       t.AddRow({i.node(), DeviceText(i.has_device_id() ? std::optional<uint32_t>(i.device_id()) : std::nullopt),
                 i.code(), ShortLevel(i.level()),
-                RankRanges(std::vector<uint32_t>(i.ranks().begin(), i.ranks().end())), i.fault_id()});
+                RankRanges(std::vector<uint32_t>(i.ranks().begin(), i.ranks().end())) +
+                    (i.total_ranks() > static_cast<uint32_t>(i.ranks_size())
+                         ? " (+" + std::to_string(i.total_ranks() - i.ranks_size()) + " more)"
+                         : ""),
+                i.fault_id()});
     }
     c.out << Indent(TableText(t));
+    if (j.impacts_truncated()) {
+      c.out << "  (" << j.impacts_size() << " of " << j.total_impacts()
+            << " impacts shown: the answer is cut to fit 4 MiB; grpcurl ListFaults with job=" << Sanitize(j.id())
+            << " lists every fault)\n";
+    }
   }
   return kExitOk;
 }
@@ -1361,6 +1374,9 @@ int DryRun(Context& c) {
   if (auto e = CheckPositional(c, 1, 1, "on or off")) return *e;
   const std::string& v = c.args.positional[0];
   if (v != "on" && v != "off") return Usage(c, "dry-run: '" + v + "' is neither on nor off");
+  if (v == "on") {
+    if (auto e = RequireFlags(c, {"reason"})) return *e;
+  }
   return SetMode(c, std::nullopt, v == "on");
 }
 
@@ -1665,7 +1681,7 @@ Commands:
   uncordon NODE [--reason R] [--actor A]
   pause --reason R [--actor A]        pause automatic recovery cluster-wide
   resume [--reason R] [--actor A]     resume automatic recovery
-  dry-run on|off [--reason R] [--actor A]
+  dry-run on --reason R | off [--reason R] [--actor A]
                                       dry-run: recovery decisions are recorded, nothing is acted on
   version                             client version
   help                                this help

@@ -8,8 +8,11 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <google/protobuf/util/time_util.h>
 
+#include "clusterd/placement_index.h"
+#include "clusterd/response_limits.h"
 #include "clusterd/storage/key_codec.h"
 #include "common/levels.h"
+#include "common/metrics.h"
 #include "common/time_proto.h"
 #include "common/logging.h"
 #include "common/validation.h"
@@ -52,7 +55,7 @@ Status ValidateFaultReport(const std::string& at, const v1::FaultReport& r) {
       if (!v1::FaultSource_IsValid(r.source())) return InvalidArgument(at + ".source: unknown value");
   }
   CLUSTERD_RETURN_IF_ERROR(ValidateCode(at + ".code", r.code()));
-  CLUSTERD_RETURN_IF_ERROR(ValidateText(at + ".subject", r.subject(), 1024));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".subject", r.subject(), 1024));
   if (!v1::FaultLevel_IsValid(r.level())) return InvalidArgument(at + ".level: unknown value");
   return ValidateText(at + ".message", r.message());
 }
@@ -77,18 +80,45 @@ Status ValidatePaging(int32_t page_size, const std::string& token, int32_t* size
   return Status::Ok();
 }
 
-StatusOr<std::vector<std::pair<std::string, std::string>>> ParseSelector(const std::string& selector) {
-  std::vector<std::pair<std::string, std::string>> out;
+// One term of a label selector: key=value, key==value or key!=value (the
+// equality-based subset of Kubernetes label selectors). A node without the
+// key matches key!=value.
+struct SelectorTerm {
+  std::string key;
+  std::string value;
+  bool equal = true;
+  bool Matches(const google::protobuf::Map<std::string, std::string>& labels) const {
+    auto it = labels.find(key);
+    const bool has = it != labels.end() && it->second == value;
+    return has == equal;
+  }
+};
+
+StatusOr<std::vector<SelectorTerm>> ParseSelector(const std::string& selector) {
+  std::vector<SelectorTerm> out;
+  if (selector.size() > 4096) return InvalidArgument("label_selector: longer than 4096 bytes");
   size_t pos = 0;
   while (pos < selector.size()) {
     size_t comma = selector.find(',', pos);
     if (comma == std::string::npos) comma = selector.size();
-    std::string term = selector.substr(pos, comma - pos);
-    auto eq = term.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return InvalidArgument("label_selector: \"" + term + "\" is not key=value");
+    const std::string term = selector.substr(pos, comma - pos);
+    SelectorTerm t;
+    size_t op = term.find_first_of("!=");
+    size_t value_at = std::string::npos;
+    if (op != std::string::npos && term.compare(op, 2, "!=") == 0) {
+      t.equal = false;
+      value_at = op + 2;
+    } else if (op != std::string::npos && term[op] == '=') {
+      value_at = op + (term.compare(op, 2, "==") == 0 ? 2 : 1);
     }
-    out.emplace_back(term.substr(0, eq), term.substr(eq + 1));
+    if (value_at == std::string::npos || op == 0) {
+      return InvalidArgument("label_selector: \"" + term + "\" is not key=value, key==value or key!=value");
+    }
+    t.key = term.substr(0, op);
+    t.value = term.substr(value_at);
+    CLUSTERD_RETURN_IF_ERROR(ValidateToken("label_selector key", t.key));
+    CLUSTERD_RETURN_IF_ERROR(ValidateToken("label_selector value of " + t.key, t.value, /*allow_empty=*/true));
+    out.push_back(std::move(t));
     pos = comma + 1;
   }
   return out;
@@ -98,14 +128,16 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ParseSelector(const s
 
 Status ValidateHello(const v1::Hello& hello) {
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("hello.node_name", hello.node_name()));
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.boot_id", hello.boot_id(), 256));
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.agent_version", hello.agent_version(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.boot_id", hello.boot_id(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.agent_version", hello.agent_version(), 256));
   CLUSTERD_RETURN_IF_ERROR(ValidateLabels(hello.labels()));
   if (hello.epoch() == 0) return InvalidArgument("hello.epoch: must be positive");
+  CLUSTERD_RETURN_IF_ERROR(ValidateToken("hello.instance_id", hello.instance_id(), /*allow_empty=*/true));
+  if (hello.instance_id().size() > 64) return InvalidArgument("hello.instance_id: longer than 64 characters");
   const auto& inv = hello.inventory();
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.cpu_model", inv.cpu_model(), 256));
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.kernel_version", inv.kernel_version(), 256));
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.os_image", inv.os_image(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.cpu_model", inv.cpu_model(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.kernel_version", inv.kernel_version(), 256));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.os_image", inv.os_image(), 256));
   if (inv.devices_size() > static_cast<int>(kMaxDevices)) return InvalidArgument("hello.inventory.devices: more than 1024");
   if (inv.disks_size() > static_cast<int>(kMaxDisks)) return InvalidArgument("hello.inventory.disks: more than 256");
   std::set<uint32_t> ids;
@@ -113,14 +145,14 @@ Status ValidateHello(const v1::Hello& hello) {
     const std::string at = "hello.inventory.devices[" + std::to_string(d.id()) + "]";
     if (d.id() > kMaxDeviceId) return InvalidArgument(at + ".id: above 65535");
     if (!ids.insert(d.id()).second) return InvalidArgument(at + ".id: duplicate device id");
-    CLUSTERD_RETURN_IF_ERROR(ValidateText(at + ".vendor", d.vendor(), 256));
-    CLUSTERD_RETURN_IF_ERROR(ValidateText(at + ".model", d.model(), 256));
-    CLUSTERD_RETURN_IF_ERROR(ValidateText(at + ".serial", d.serial(), 256));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".vendor", d.vendor(), 256));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".model", d.model(), 256));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".serial", d.serial(), 256));
   }
   for (const auto& d : inv.disks()) {
-    CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.disks.mount_point", d.mount_point(), 1024));
-    CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.disks.device", d.device(), 1024));
-    CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.inventory.disks.fs_type", d.fs_type(), 64));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.disks.mount_point", d.mount_point(), 1024));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.disks.device", d.device(), 1024));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.disks.fs_type", d.fs_type(), 64));
   }
   if (hello.active_faults_size() > static_cast<int>(kMaxActiveFaults)) {
     return InvalidArgument("hello.active_faults: more than 4096");
@@ -391,6 +423,21 @@ void ClusterState::RecomputeHealth(NodeState& n, std::optional<uint32_t> device,
   PutNode(n, m);
 }
 
+uint64_t& ClusterState::TrackEpoch(NodeState& n, uint64_t epoch) {
+  auto* applied = n.record.mutable_applied_seq();
+  applied->insert({epoch, 0});
+  while (applied->size() > kEpochsKept) {
+    // Evict the oldest epoch, but never the one asked for nor the one the
+    // node's current session said hello with (its transitions are new).
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [e, seq] : *applied) {
+      if (e != epoch && e != n.hello_epoch) oldest = std::min(oldest, e);
+    }
+    applied->erase(oldest);
+  }
+  return (*applied)[epoch];
+}
+
 StatusOr<v1::Welcome> ClusterState::ApplyHello(const v1::Hello& hello, uint64_t session, Mutation* m) {
   CLUSTERD_RETURN_IF_ERROR(ValidateHello(hello));
   const std::string& name = hello.node_name();
@@ -457,20 +504,30 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const v1::Hello& hello, uint64_t 
   if (n.lost) Clear(n, storage::FaultKey(name, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost),
                     "agent reconnected", m);
 
-  // Keep the applied sequence of the most recent epochs only.
-  auto* applied = n.record.mutable_applied_seq();
-  if (!applied->count(hello.epoch())) {
-    (*applied)[hello.epoch()] = 0;
-    while (applied->size() > kEpochsKept) {
-      uint64_t oldest = UINT64_MAX;
-      for (const auto& [epoch, seq] : *applied) oldest = std::min(oldest, epoch);
-      applied->erase(oldest);
-    }
-    PutNode(n, m);
+  // Applied sequences belong to one agent incarnation. A new one (a new or
+  // wiped state dir: its epochs start again) has applied nothing yet.
+  storage::v1::NodeRecord& record = n.record;
+  uint64_t max_epoch = 0;
+  for (const auto& [epoch, seq] : record.applied_seq()) max_epoch = std::max(max_epoch, epoch);
+  const bool new_incarnation = !hello.instance_id().empty() && !record.agent_instance().empty()
+                                   ? hello.instance_id() != record.agent_instance()
+                                   : hello.epoch() < max_epoch;
+  bool record_changed = record.agent_instance() != hello.instance_id();
+  if (new_incarnation) {
+    GetLogger("state")->info("node {}: new agent incarnation (instance '{}' -> '{}', epoch {} after {}); "
+                             "its transition ids start over",
+                             name, record.agent_instance(), hello.instance_id(), hello.epoch(), max_epoch);
+    record.clear_applied_seq();
+    record_changed = true;
   }
+  record.set_agent_instance(hello.instance_id());
+  n.hello_epoch = hello.epoch();
+  record_changed |= !record.applied_seq().contains(hello.epoch());
+  const uint64_t applied = TrackEpoch(n, hello.epoch());
+  if (record_changed) PutNode(n, m);
   v1::Welcome welcome;
   welcome.set_revision(revision_);
-  welcome.set_applied_seq(applied->at(hello.epoch()));
+  welcome.set_applied_seq(applied);
   return welcome;
 }
 
@@ -481,6 +538,30 @@ StatusOr<ClusterState::NodeState*> ClusterState::SessionNode(const std::string& 
     return FailedPrecondition("a newer stream for node " + node + " replaced this one");
   }
   return &it->second;
+}
+
+Status ClusterState::CheckFaultRoom(const std::string& node, const std::string& key, bool external) const {
+  if (auto it = faults_.find(key); it != faults_.end() && it->second.state() == v1::FAULT_STATE_ACTIVE) {
+    return Status::Ok();  // a refresh or an update: no new active fault
+  }
+  // As costly as the health recomputation every raise does anyway.
+  uint32_t active = 0;
+  for (const auto& [k, f] : FaultsOfNode(node)) {
+    if (f.state() != v1::FAULT_STATE_ACTIVE || f.source() == v1::FAULT_SOURCE_HEARTBEAT) continue;
+    if ((f.source() == v1::FAULT_SOURCE_EXTERNAL) == external) ++active;
+  }
+  if (active < limits_.max_faults_per_node) return Status::Ok();
+  const std::string limit = std::to_string(limits_.max_faults_per_node);
+  if (external) {
+    if (limits_.faults_refused_external) limits_.faults_refused_external->Inc();
+    return ResourceExhausted("node " + node + " already has " + limit +
+                             " active externally reported faults (max_faults_per_node): clear some before "
+                             "reporting new ones");
+  }
+  if (limits_.faults_refused_agent) limits_.faults_refused_agent->Inc();
+  return ResourceExhausted("node " + node + " already has " + limit +
+                           " active faults raised by its agent (max_faults_per_node): this raise is refused and "
+                           "stays in the agent's outbox, which sends it again after reconnecting");
 }
 
 bool ClusterState::TryHeartbeat(const std::string& node, uint64_t session) const {
@@ -526,24 +607,25 @@ StatusOr<TransitionResult> ClusterState::ApplyTransition(const std::string& node
   if (!found.ok()) return found.status();
   NodeState& n = **found;
   n.last_seen = clock_->Now();
-  auto* applied = n.record.mutable_applied_seq();
-  auto it = applied->find(t.id().epoch());
-  if (it == applied->end()) {
+  if (t.id().epoch() > n.hello_epoch) {
+    return InvalidArgument("transition.id.epoch: " + std::to_string(t.id().epoch()) + " is newer than the hello's epoch " +
+                           std::to_string(n.hello_epoch));
+  }
+  const auto& applied = n.record.applied_seq();
+  if (!applied.contains(t.id().epoch()) && applied.size() >= kEpochsKept) {
     // An epoch older than every epoch kept was applied long ago (the agent
     // has restarted kEpochsKept times since); a newer one is new.
     uint64_t oldest = UINT64_MAX;
-    for (const auto& [epoch, seq] : *applied) oldest = std::min(oldest, epoch);
-    if (applied->size() >= kEpochsKept && t.id().epoch() < oldest) return TransitionResult{true};
-    (*applied)[t.id().epoch()] = 0;
-    while (applied->size() > kEpochsKept) {
-      uint64_t smallest = UINT64_MAX;
-      for (const auto& [epoch, seq] : *applied) smallest = std::min(smallest, epoch);
-      applied->erase(smallest);
-    }
-    it = applied->find(t.id().epoch());
+    for (const auto& [epoch, seq] : applied) oldest = std::min(oldest, epoch);
+    if (t.id().epoch() < oldest) return TransitionResult{true};
   }
-  if (t.id().seq() <= it->second) return TransitionResult{true};
-  it->second = t.id().seq();
+  uint64_t& applied_seq = TrackEpoch(n, t.id().epoch());
+  if (t.id().seq() <= applied_seq) return TransitionResult{true};
+  // Refused before it counts as applied: the agent keeps it and resends it.
+  if (t.action() == v1::TRANSITION_ACTION_RAISE) {
+    CLUSTERD_RETURN_IF_ERROR(CheckFaultRoom(node, ReportKey(node, t.fault()), /*external=*/false));
+  }
+  applied_seq = t.id().seq();
 
   const auto& r = t.fault();
   const std::string key = ReportKey(node, r);
@@ -592,6 +674,7 @@ StatusOr<v1::ReportResponse> ClusterState::ApplyReport(const v1::ReportRequest& 
       return InvalidArgument("code: fault " + req.reporter() + "/" + req.id() + " was reported with code " +
                              existing->second.code());
     }
+    CLUSTERD_RETURN_IF_ERROR(CheckFaultRoom(req.node(), key, /*external=*/true));
     *resp.mutable_fault() = Raise(n, key, proposed, m);
   } else {
     Clear(n, key, "cleared by " + req.reporter(), m);
@@ -607,7 +690,8 @@ StatusOr<v1::Node> ClusterState::ApplyCordon(const std::string& node, bool cordo
                                              const std::string& reason, Mutation* m) {
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", node));
   CLUSTERD_RETURN_IF_ERROR(ValidateToken("actor", actor));
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("reason", reason, 1024));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("reason", reason, 1024));
+  if (cordon && reason.empty()) return InvalidArgument("reason: say why the node is cordoned");
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return NotFound("node " + node + " is not registered");
   v1::Node* n = it->second.record.mutable_node();
@@ -636,9 +720,9 @@ StatusOr<v1::Node> ClusterState::ApplyCordon(const std::string& node, bool cordo
 
 StatusOr<v1::Fault> ClusterState::ApplyClearFault(const std::string& fault_id, const std::string& actor,
                                                   const std::string& reason, Mutation* m) {
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("fault_id", fault_id, 2048));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("fault_id", fault_id, 2048));
   CLUSTERD_RETURN_IF_ERROR(ValidateToken("actor", actor));
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("reason", reason, 1024));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("reason", reason, 1024));
   if (reason.empty()) return InvalidArgument("reason: say why the fault is cleared by hand");
   const std::string node = fault_id.substr(0, fault_id.find('/'));
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("fault_id (node part)", node));
@@ -656,9 +740,14 @@ StatusOr<v1::Fault> ClusterState::ApplyClearFault(const std::string& fault_id, c
 
 StatusOr<v1::AdminState> ClusterState::ApplySetRecoveryMode(const v1::SetRecoveryModeRequest& req, Mutation* m) {
   CLUSTERD_RETURN_IF_ERROR(ValidateToken("actor", req.actor()));
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("reason", req.reason(), 1024));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("reason", req.reason(), 1024));
   if (!req.has_recovery_paused() && !req.has_dry_run()) {
     return InvalidArgument("set recovery_paused and/or dry_run");
+  }
+  // Stopping automation needs a reason, like cordoning a node or clearing a
+  // fault by hand; turning it back on may go without one.
+  if (req.reason().empty() && (req.recovery_paused() || req.dry_run())) {
+    return InvalidArgument("reason: say why recovery is paused or put in dry-run");
   }
   v1::AdminState next = admin_;
   if (req.has_recovery_paused()) next.set_recovery_paused(req.recovery_paused());
@@ -764,24 +853,28 @@ StatusOr<v1::ListNodesResponse> ClusterState::ListNodes(const v1::ListNodesReque
   auto matches = [&](const NodeState& n) {
     const v1::Node& node = n.record.node();
     if (req.health() != v1::HEALTH_UNSPECIFIED && node.health() != req.health()) return false;
-    for (const auto& [k, v] : *selector) {
-      auto it = node.labels().find(k);
-      if (it == node.labels().end() || it->second != v) return false;
+    for (const auto& term : *selector) {
+      if (!term.Matches(node.labels())) return false;
     }
     return true;
   };
   v1::ListNodesResponse out;
   int32_t total = 0;
+  PageBudget budget(page_size);
   for (const auto& [name, n] : nodes_) {
     if (!matches(n)) continue;
     ++total;
     if (!start.empty() && name <= start) continue;
-    if (out.nodes_size() < page_size) {
-      v1::Node* node = out.add_nodes();
-      *node = n.record.node();
-      *node->mutable_last_heartbeat_time() = ToTimestamp(n.LastSeen());
-      node->set_connected(n.connected);
-    } else if (out.next_page_token().empty()) {
+    if (!budget.closed()) {
+      v1::Node node = n.record.node();
+      *node.mutable_last_heartbeat_time() = ToTimestamp(n.LastSeen());
+      node.set_connected(n.connected);
+      if (budget.Take(node.ByteSizeLong())) {
+        *out.add_nodes() = std::move(node);
+        continue;
+      }
+    }
+    if (out.next_page_token().empty()) {
       out.set_next_page_token(storage::HexEncode(out.nodes(out.nodes_size() - 1).name()));
     }
   }
@@ -799,10 +892,24 @@ StatusOr<v1::GetNodeResponse> ClusterState::GetNode(const v1::GetNodeRequest& re
   *out.mutable_node()->mutable_last_heartbeat_time() = ToTimestamp(n.LastSeen());
   out.mutable_node()->set_connected(n.connected);
   for (const auto& [id, d] : n.devices) *out.add_devices() = d;
-  for (const auto& [key, f] : FaultsOfNode(req.name())) {
-    if (f.state() == v1::FAULT_STATE_ACTIVE) *out.add_active_faults() = f;
-  }
   *out.mutable_metrics() = n.metrics;
+  // The faults fill what the node, its devices and metrics leave of the
+  // answer's budget (ListFaults pages through the rest).
+  const size_t used = out.ByteSizeLong();
+  PageBudget budget(kMaxPageSize, used < kAnswerBytes ? kAnswerBytes - used : 0);
+  std::string last_key;
+  for (const auto& [key, f] : FaultsOfNode(req.name())) {
+    if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
+    if (budget.Take(f.ByteSizeLong() + 8)) {
+      *out.add_active_faults() = f;
+      last_key = key;
+      continue;
+    }
+    out.set_active_faults_truncated(true);
+    if (!last_key.empty()) out.set_next_faults_page_token(storage::HexEncode(last_key));
+    if (limits_.node_faults_truncated) limits_.node_faults_truncated->Inc();
+    break;
+  }
   return out;
 }
 
@@ -821,8 +928,13 @@ StatusOr<v1::ListFaultsResponse> ClusterState::ListFaults(const v1::ListFaultsRe
     job = &jit->second;
   }
   const std::string prefix = req.node().empty() ? std::string() : storage::NodePrefix(req.node());
+  // Indexed once: a job of R ranks costs O(log R) per fault, not O(R).
+  const std::optional<PlacementIndex> placement = job ? std::optional<PlacementIndex>(*job) : std::nullopt;
   auto matches = [&](const v1::Fault& f) {
-    if (job && RanksHit(*job, f).empty()) return false;
+    if (placement) {
+      const auto* ranks = placement->RanksHit(f);
+      if (!ranks || ranks->empty()) return false;
+    }
     if (req.has_device_id() && (!f.has_device_id() || f.device_id() != req.device_id())) return false;
     if (f.level() < req.min_level()) return false;
     if (req.active_only() && f.state() != v1::FAULT_STATE_ACTIVE) return false;
@@ -831,11 +943,12 @@ StatusOr<v1::ListFaultsResponse> ClusterState::ListFaults(const v1::ListFaultsRe
   v1::ListFaultsResponse out;
   int32_t total = 0;
   std::string last_key;
+  PageBudget budget(page_size);
   for (auto it = faults_.lower_bound(prefix); it != faults_.end() && HasPrefix(it->first, prefix); ++it) {
     if (!matches(it->second)) continue;
     ++total;
     if (!start.empty() && it->first <= start) continue;
-    if (out.faults_size() < page_size) {
+    if (budget.Take(it->second.ByteSizeLong())) {
       *out.add_faults() = it->second;
       last_key = it->first;
     } else if (out.next_page_token().empty()) {

@@ -47,6 +47,28 @@ struct Mutation {
   bool empty() const { return batch.Count() == 0; }
 };
 
+class Counter;
+
+// Limits on what one node or job may hold, so that every answer and every
+// computation over them stays bounded (see response_limits.h for the byte
+// budgets). The counters are optional; each is incremented when its limit
+// is hit.
+struct StateLimits {
+  // Ranks per job: CreateJob/UpdateJob beyond it are INVALID_ARGUMENT.
+  uint32_t max_job_ranks = 262'144;
+  // Active faults per node, counted apart for the node's agent and for
+  // external reporters (so external reports can never crowd out the agent's
+  // own faults): a raise of a new fault beyond it is RESOURCE_EXHAUSTED.
+  uint32_t max_faults_per_node = 4096;
+  // Impacts listed per job in an answer (Job.impacts_truncated beyond it).
+  uint32_t max_job_impacts = 1024;
+  Counter* faults_refused_agent = nullptr;
+  Counter* faults_refused_external = nullptr;
+  Counter* jobs_refused = nullptr;
+  Counter* job_impacts_truncated = nullptr;
+  Counter* node_faults_truncated = nullptr;
+};
+
 struct TransitionResult {
   bool duplicate = false;  // id already stored: acknowledged again, changed nothing
 };
@@ -63,6 +85,10 @@ class ClusterState {
   Status Load();
 
   std::shared_mutex& mutex() const { return mu_; }
+
+  // Before Load; the defaults otherwise.
+  void set_limits(const StateLimits& limits) { limits_ = limits; }
+  const StateLimits& limits() const { return limits_; }
 
   // ---- writer thread, mutex held exclusively ----
   StatusOr<v1::Welcome> ApplyHello(const v1::Hello& hello, uint64_t session, Mutation* m);
@@ -117,6 +143,22 @@ class ClusterState {
   // Adds deletion of events (compacted, to] to m and records the new floor.
   void ApplyCompaction(uint64_t to, Mutation* m);
 
+  // Finished recovery records kept (recoveries.cc). Never removed: a recovery
+  // still waiting or running, the newest recovery of a job that exists, and
+  // any recovery created or ended within `protect` (retry budgets and
+  // escalation count those). Of the rest, the oldest (by end time) go while
+  // more than max_count records are stored, and any that ended before
+  // now - max_age.
+  struct RecoveryRetention {
+    size_t max_count = 10'000;
+    std::chrono::nanoseconds max_age = std::chrono::hours(24 * 30);
+    std::chrono::nanoseconds protect = std::chrono::hours(24);
+  };
+  // Deletes what retention allows (no event: like the event-log compaction,
+  // it removes history, not state). Returns how many records it removed.
+  size_t ApplyRecoveryRetention(const RecoveryRetention& retention, TimePoint now, Mutation* m);
+  size_t recovery_count() const { return recoveries_.size(); }
+
   // Writes what changed since the last flush and is written once per commit
   // however often it changed (the revision counter, node and device records)
   // into m. The Engine calls it once per group, before the commit; anything
@@ -164,14 +206,30 @@ class ClusterState {
     bool connected = false;
     bool lost = false;  // HEARTBEAT_LOST active
     uint64_t session = 0;
+    uint64_t hello_epoch = 0;  // the epoch the current session said hello with
     v1::MetricSnapshot metrics;
   };
 
   StatusOr<NodeState*> SessionNode(const std::string& node, uint64_t session);
+  // OK when raising the fault stored under `key` on `node` stays within
+  // max_faults_per_node (a raise of a fault already active always does);
+  // RESOURCE_EXHAUSTED, counted, otherwise. `external`: the raise comes from
+  // FaultService, else from the node's agent.
+  Status CheckFaultRoom(const std::string& node, const std::string& key, bool external) const;
+  // The applied sequence of `epoch` in the node's record (0 when new). Keeps
+  // the kEpochsKept most recent epochs, never evicting `epoch` or the current
+  // session's hello epoch.
+  uint64_t& TrackEpoch(NodeState& n, uint64_t epoch);
   // Every fault record of one node (active or cleared), in key order.
-  auto FaultsOfNode(const std::string& node) const {
-    return std::ranges::subrange(faults_.lower_bound(storage::NodePrefix(node)),
-                                 faults_.lower_bound(storage::NodePrefixEnd(node)));
+  // (A plain iterator pair, not std::ranges::subrange: clang 14, which builds
+  // the fuzzers, cannot instantiate libstdc++ 12's subrange.)
+  struct FaultRange {
+    std::map<std::string, v1::Fault>::const_iterator first, last;
+    auto begin() const { return first; }
+    auto end() const { return last; }
+  };
+  FaultRange FaultsOfNode(const std::string& node) const {
+    return {faults_.lower_bound(storage::NodePrefix(node)), faults_.lower_bound(storage::NodePrefixEnd(node))};
   }
   uint64_t NextRevision(Mutation* m);
   void Emit(Mutation* m, v1::Event event);
@@ -195,6 +253,7 @@ class ClusterState {
   storage::Store* store_;
   const Catalog* catalog_;
   const Clock* clock_;
+  StateLimits limits_;
   mutable std::shared_mutex mu_;
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, v1::Fault> faults_;  // storage fault key -> record
@@ -223,7 +282,9 @@ Status ValidateHello(const v1::Hello& hello);
 Status ValidateTransition(const v1::FaultTransition& t);
 Status ValidateReport(const v1::ReportRequest& req);
 Status ValidateMetrics(const v1::MetricSnapshot& snapshot);
-Status ValidateJob(const v1::Job& job);
+// max_ranks: StateLimits::max_job_ranks. A job must also serialize to at most
+// kMaxJobBytes (response_limits.h).
+Status ValidateJob(const v1::Job& job, size_t max_ranks = StateLimits().max_job_ranks);
 // Ranks of the job on the fault's node and device (all of the node's ranks
 // for a node-level fault), sorted.
 std::vector<uint32_t> RanksHit(const v1::Job& job, const v1::Fault& fault);

@@ -21,6 +21,14 @@ const std::map<std::string, Setter>& Setters() {
       {"listen", [](const std::string& v, ClusterdConfig* c) { return SetAddress("listen", v, &c->listen); }},
       {"http_listen",
        [](const std::string& v, ClusterdConfig* c) { return SetAddress("http_listen", v, &c->http_listen); }},
+      {"min_free_bytes",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU64("min_free_bytes", v, 16ull << 20, 1ull << 40, &c->min_free_bytes);
+       }},
+      {"min_free_inodes",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU64("min_free_inodes", v, 16, 1'000'000'000, &c->min_free_inodes);
+       }},
       {"data_dir",
        [](const std::string& v, ClusterdConfig* c) {
          if (v.empty()) return InvalidArgument("data_dir: must not be empty");
@@ -85,6 +93,58 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_inflight_per_stream", v, 1, 65'536, &c->max_inflight_per_stream);
        }},
+      {"hello_timeout",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("hello_timeout", v, std::chrono::milliseconds(10), &c->hello_timeout);
+       }},
+      {"max_streams_per_peer",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_streams_per_peer", v, 1, 1'000'000, &c->max_streams_per_peer);
+       }},
+      {"max_watch_streams",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_watch_streams", v, 1, 1'000'000, &c->max_watch_streams);
+       }},
+      {"max_watch_streams_per_peer",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_watch_streams_per_peer", v, 1, 1'000'000, &c->max_watch_streams_per_peer);
+       }},
+      {"max_http_connections",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_http_connections", v, 1, 1'000'000, &c->max_http_connections);
+       }},
+      {"http_timeout",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("http_timeout", v, std::chrono::milliseconds(10), &c->http_timeout);
+       }},
+      {"grpc_handshake_timeout",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("grpc_handshake_timeout", v, std::chrono::milliseconds(100), &c->grpc_handshake_timeout);
+       }},
+      {"grpc_self_check_interval",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("grpc_self_check_interval", v, std::chrono::nanoseconds(0), &c->grpc_self_check_interval);
+       }},
+      {"grpc_unhealthy_after",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("grpc_unhealthy_after", v, std::chrono::nanoseconds(0), &c->grpc_unhealthy_after);
+       }},
+      {"grpc_self_check_timeout",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("grpc_self_check_timeout", v, std::chrono::milliseconds(10), &c->grpc_self_check_timeout);
+       }},
+      {"max_job_ranks",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_job_ranks", v, 1, 16'777'216, &c->max_job_ranks);
+       }},
+      {"max_faults_per_node",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_faults_per_node", v, 16, 1'000'000, &c->max_faults_per_node);
+       }},
+      {"max_job_impacts",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_job_impacts", v, 1, 100'000, &c->max_job_impacts);
+       }},
       {"log_level", [](const std::string& v, ClusterdConfig* c) { return SetLogLevel("log_level", v, &c->log_level); }},
       {"actuator",
        [](const std::string& v, ClusterdConfig* c) {
@@ -115,6 +175,14 @@ const std::map<std::string, Setter>& Setters() {
       {"recovery_budget_window",
        [](const std::string& v, ClusterdConfig* c) {
          return SetDuration("recovery_budget_window", v, std::chrono::minutes(1), &c->recovery_budget_window);
+       }},
+      {"recovery_retention_count",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("recovery_retention_count", v, 10, 10'000'000, &c->recovery_retention_count);
+       }},
+      {"recovery_retention_age",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("recovery_retention_age", v, std::chrono::hours(1), &c->recovery_retention_age);
        }},
       {"recovery_resume_grace",
        [](const std::string& v, ClusterdConfig* c) {
@@ -177,6 +245,9 @@ Flags (the JSON config file takes the same keys with '_'):
   --listen ADDR               gRPC address (default 0.0.0.0:8899)
   --http-listen ADDR          HTTP /healthz /readyz /metrics (default 0.0.0.0:11253)
   --data-dir DIR              RocksDB directory (default ./clusterd-data)
+  --min-free-bytes N          free-space reserve of the data dir: below it writes are refused
+                              (UNAVAILABLE) until space returns (default 268435456, min 16777216)
+  --min-free-inodes N         the same for free inodes (default 1024)
   --node-grace DUR            heartbeat silence before a node is lost (default 10s)
   --heartbeat-interval DUR    heartbeat interval advertised to agents (default 2s)
   --catalog FILE              fault-code catalog merged over the built-in one
@@ -191,6 +262,25 @@ Flags (the JSON config file takes the same keys with '_'):
   --max-message-bytes N       largest accepted gRPC message (default 4194304)
   --max-streams N             most concurrent agent streams (default 20000)
   --max-inflight-per-stream N agent messages in flight before reading pauses (default 256)
+Connection limits:
+  --hello-timeout DUR         an agent stream without a valid hello by then is ended (default 10s)
+  --max-streams-per-peer N    agent streams from one IP address (default 1000)
+  --max-watch-streams N       concurrent Watch streams (default 10000)
+  --max-watch-streams-per-peer N  Watch streams from one IP address (default 1000)
+  --max-http-connections N    open connections on the HTTP port (default 256)
+  --http-timeout DUR          longest wait for a whole HTTP request or keep-alive idle (default 30s)
+  --grpc-handshake-timeout DUR  a gRPC connection must finish its handshake by then (default 10s)
+  --grpc-self-check-interval DUR  how often /readyz checks that a new gRPC connection is
+                              accepted and answered (default 5s, 0s: never)
+  --grpc-self-check-timeout DUR   deadline of that check (default 2s)
+  --grpc-unhealthy-after DUR      /healthz fails once the self-check has failed this long
+                                  without a break: a restart is what brings gRPC's listener
+                                  back (default 60s, 0s: never)
+Size limits:
+  --max-job-ranks N           ranks per job; more is INVALID_ARGUMENT (default 262144)
+  --max-faults-per-node N     active faults per node, agent and external counted apart;
+                              a raise beyond is RESOURCE_EXHAUSTED (default 4096)
+  --max-job-impacts N         impacts listed per job in an answer (default 1024)
   --log-level LEVEL           trace, debug, info, warn, error (default info)
 Recovery:
   --actuator KIND             none, exec or webhook: how cluster actions run (default none:
@@ -201,6 +291,10 @@ Recovery:
   --max-isolated-node-percent N   nodes isolated at most, in percent (default 10)
   --recovery-budget-window DUR    retry budgets count recoveries within (default 24h)
   --recovery-resume-grace DUR     after a restart, steps in flight get this long (default 30s)
+  --recovery-retention-count N    finished recovery records kept at most (default 10000)
+  --recovery-retention-age DUR    finished recovery records older than this go (default 30d);
+                                  never a running one, a job's newest, or one within the
+                                  budget window
 Durations take a unit: 500ms, 10s, 2m, 1h, 7d.
 )";
 }

@@ -16,6 +16,13 @@ struct ClusterdConfig {
   std::string listen = "0.0.0.0:8899";
   std::string http_listen = "0.0.0.0:11253";
   std::string data_dir = "./clusterd-data";
+  // Free-space reserve of the data dir's filesystem: below it (bytes or
+  // inodes) client writes are refused with UNAVAILABLE and the store is
+  // opened read-only at start, so that RocksDB never meets ENOSPC (its WAL
+  // asserts on one); writes resume by themselves when space returns. It also
+  // covers RocksDB's own memtable flushes and compactions.
+  uint64_t min_free_bytes = 256ull << 20;
+  uint64_t min_free_inodes = 1024;
   std::chrono::nanoseconds node_grace = std::chrono::seconds(10);
   // Advertised to agents in the Welcome.
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
@@ -36,6 +43,36 @@ struct ClusterdConfig {
   uint32_t max_streams = 20'000;
   // Messages of one agent stream accepted but not yet durable before reading pauses.
   uint32_t max_inflight_per_stream = 256;
+  // Connection admission (fds and slots a client may hold): an agent stream
+  // that sends no valid Hello within hello_timeout is ended; one peer address
+  // may hold at most max_streams_per_peer agent streams and
+  // max_watch_streams_per_peer Watch streams; max_watch_streams in all.
+  std::chrono::nanoseconds hello_timeout = std::chrono::seconds(10);
+  uint32_t max_streams_per_peer = 1'000;
+  uint32_t max_watch_streams = 10'000;
+  uint32_t max_watch_streams_per_peer = 1'000;
+  // HTTP port: most connections open at once, and the longest wait for a
+  // whole request (also the keep-alive idle time).
+  uint32_t max_http_connections = 256;
+  std::chrono::nanoseconds http_timeout = std::chrono::seconds(30);
+  // gRPC port: a connection that has not finished the HTTP/2 handshake
+  // within this is closed; and how often /readyz's self-check opens a new
+  // loopback connection and calls Health/Check, with what deadline
+  // (interval 0 turns the check off).
+  std::chrono::nanoseconds grpc_handshake_timeout = std::chrono::seconds(10);
+  std::chrono::nanoseconds grpc_self_check_interval = std::chrono::seconds(5);
+  std::chrono::nanoseconds grpc_self_check_timeout = std::chrono::seconds(2);
+  // /healthz fails (so a liveness probe restarts the process) once the
+  // self-check has failed without a break for this long: gRPC 1.51 never
+  // brings a listener back after accept() failed. 0: never.
+  std::chrono::nanoseconds grpc_unhealthy_after = std::chrono::seconds(60);
+  // Size limits that keep every computation and answer bounded: ranks per
+  // job (16,000 nodes x 16 devices = 256,000 ranks fit), active faults per
+  // node (counted apart for the agent and for external reporters) and
+  // impacts listed per job in an answer.
+  uint32_t max_job_ranks = 262'144;
+  uint32_t max_faults_per_node = 4096;
+  uint32_t max_job_impacts = 1024;
   std::string log_level = "info";
   // Recovery: how cluster actions are carried out ("none", "exec", "webhook").
   std::string actuator = "none";
@@ -49,6 +86,11 @@ struct ClusterdConfig {
   std::chrono::nanoseconds recovery_budget_window = std::chrono::hours(24);
   // After a restart, steps in flight get at least this long to be answered.
   std::chrono::nanoseconds recovery_resume_grace = std::chrono::seconds(30);
+  // Finished recovery records kept: at most this many in all, none that ended
+  // longer ago than this (never a running one, a job's newest, or one within
+  // the budget window).
+  uint32_t recovery_retention_count = 10'000;
+  std::chrono::nanoseconds recovery_retention_age = std::chrono::hours(24 * 30);
 };
 
 // Parses flags (argv[1..]) and the --config file they name, if any. Returns

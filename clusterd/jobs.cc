@@ -4,7 +4,10 @@
 #include <set>
 
 #include "clusterd/cluster_state.h"
+#include "clusterd/placement_index.h"
+#include "clusterd/response_limits.h"
 #include "clusterd/storage/key_codec.h"
+#include "common/metrics.h"
 #include "common/time_proto.h"
 #include "common/validation.h"
 
@@ -13,8 +16,6 @@ namespace clusterd {
 using storage::Cf;
 
 namespace {
-
-constexpr size_t kMaxRanks = 100'000;
 
 Status ValidateStrategy(const std::string& at, int s) {
   if (!v1::RecoveryStrategy_IsValid(s) || s == v1::RECOVERY_STRATEGY_UNSPECIFIED) {
@@ -45,14 +46,17 @@ Status ValidatePolicy(const v1::RecoveryPolicy& p) {
 
 }  // namespace
 
-Status ValidateJob(const v1::Job& job) {
+Status ValidateJob(const v1::Job& job, size_t max_ranks) {
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("job.id", job.id()));
   if (job.kind() != v1::JOB_KIND_TRAINING && job.kind() != v1::JOB_KIND_INFERENCE) {
     return InvalidArgument("job.kind: must be JOB_KIND_TRAINING or JOB_KIND_INFERENCE");
   }
   if (!v1::JobState_IsValid(job.state())) return InvalidArgument("job.state: unknown value");
   if (job.placement_size() == 0) return InvalidArgument("job.placement: at least one rank");
-  if (job.placement_size() > static_cast<int>(kMaxRanks)) return InvalidArgument("job.placement: more than 100000 ranks");
+  if (static_cast<size_t>(job.placement_size()) > max_ranks) {
+    return InvalidArgument("job.placement: " + std::to_string(job.placement_size()) + " ranks, more than the " +
+                           std::to_string(max_ranks) + " a job may have (max_job_ranks)");
+  }
   std::set<uint32_t> ranks;
   for (const auto& p : job.placement()) {
     const std::string at = "job.placement[rank " + std::to_string(p.rank()) + "]";
@@ -65,7 +69,14 @@ Status ValidateJob(const v1::Job& job) {
     CLUSTERD_RETURN_IF_ERROR(ValidateToken("job.labels key", k));
     CLUSTERD_RETURN_IF_ERROR(ValidateToken("job.labels[" + k + "]", v, true));
   }
-  return ValidatePolicy(job.policy());
+  CLUSTERD_RETURN_IF_ERROR(ValidatePolicy(job.policy()));
+  // Checked last (it walks the whole message): a job travels whole in every
+  // answer and Watch event, which must fit a client's 4 MiB.
+  if (const size_t bytes = job.ByteSizeLong(); bytes > kMaxJobBytes) {
+    return InvalidArgument("job: " + std::to_string(bytes) + " bytes, more than the " + std::to_string(kMaxJobBytes) +
+                           " a job record may take (placement, policy and labels together)");
+  }
+  return Status::Ok();
 }
 
 std::vector<uint32_t> RanksHit(const v1::Job& job, const v1::Fault& fault) {
@@ -100,23 +111,44 @@ std::vector<std::string> ClusterState::JobsHitBy(const v1::Fault& f) const {
 }
 
 v1::Job ClusterState::WithImpacts(const v1::Job& job) const {
+  // Bounded by construction: the placement is indexed once, each fault
+  // record on the job's nodes costs a lookup, and at most max_job_impacts
+  // impacts (kImpactBytes in all, kMaxImpactRanks ranks each) are listed; the
+  // rest are only counted.
   v1::Job out = job;
-  std::set<std::string> nodes;
-  for (const auto& p : job.placement()) nodes.insert(p.node());
-  for (const auto& node : nodes) {
+  const PlacementIndex index(job);
+  uint32_t total = 0;
+  size_t bytes = 0;
+  bool truncated = false;
+  for (const auto& node : index.Nodes()) {
     for (const auto& [key, f] : FaultsOfNode(node)) {
       if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
-      auto ranks = RanksHit(job, f);
-      if (ranks.empty()) continue;
-      auto* impact = out.add_impacts();
-      impact->set_fault_id(f.id());
-      impact->set_level(f.level());
-      impact->set_node(f.node());
-      if (f.has_device_id()) impact->set_device_id(f.device_id());
-      impact->set_code(f.code());
-      for (uint32_t r : ranks) impact->add_ranks(r);
+      const std::vector<uint32_t>* ranks = index.RanksHit(f);
+      if (!ranks || ranks->empty()) continue;
+      ++total;
+      if (truncated) continue;
+      v1::FaultImpact impact;
+      impact.set_fault_id(f.id());
+      impact.set_level(f.level());
+      impact.set_node(f.node());
+      if (f.has_device_id()) impact.set_device_id(f.device_id());
+      impact.set_code(f.code());
+      impact.set_total_ranks(static_cast<uint32_t>(ranks->size()));
+      const size_t listed = std::min(ranks->size(), kMaxImpactRanks);
+      impact.mutable_ranks()->Reserve(static_cast<int>(listed));
+      for (size_t i = 0; i < listed; ++i) impact.add_ranks((*ranks)[i]);
+      const size_t size = impact.ByteSizeLong() + 8;  // + field tag and length
+      if (static_cast<uint32_t>(out.impacts_size()) >= limits_.max_job_impacts || bytes + size > kImpactBytes) {
+        truncated = true;
+        continue;
+      }
+      bytes += size;
+      *out.add_impacts() = std::move(impact);
     }
   }
+  out.set_total_impacts(total);
+  out.set_impacts_truncated(truncated);
+  if (truncated && limits_.job_impacts_truncated) limits_.job_impacts_truncated->Inc();
   return out;
 }
 
@@ -124,7 +156,10 @@ StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& requested, Mutatio
   v1::Job job = requested;
   job.clear_impacts();
   if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(v1::JOB_STATE_RUNNING);
-  CLUSTERD_RETURN_IF_ERROR(ValidateJob(job));
+  if (Status st = ValidateJob(job, limits_.max_job_ranks); !st.ok()) {
+    if (limits_.jobs_refused) limits_.jobs_refused->Inc();
+    return st;
+  }
   if (jobs_.count(job.id())) return Status(StatusCode::kAlreadyExists, "job " + job.id() + " already exists");
   const auto now = ToTimestamp(clock_->Now());
   *job.mutable_create_time() = now;
@@ -153,7 +188,10 @@ StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& requested, Mutatio
   if (job.kind() == v1::JOB_KIND_UNSPECIFIED) job.set_kind(it->second.kind());
   if (job.kind() != it->second.kind()) return InvalidArgument("job.kind: cannot change");
   if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(it->second.state());
-  CLUSTERD_RETURN_IF_ERROR(ValidateJob(job));
+  if (Status st = ValidateJob(job, limits_.max_job_ranks); !st.ok()) {
+    if (limits_.jobs_refused) limits_.jobs_refused->Inc();
+    return st;
+  }
   *job.mutable_create_time() = it->second.create_time();
   *job.mutable_update_time() = ToTimestamp(clock_->Now());
   v1::Event ev;
@@ -207,16 +245,20 @@ StatusOr<v1::ListJobsResponse> ClusterState::ListJobs(const v1::ListJobsRequest&
   if (!v1::JobKind_IsValid(req.kind())) return InvalidArgument("kind: unknown value");
   v1::ListJobsResponse out;
   int32_t total = 0;
+  PageBudget budget(page_size);
   for (const auto& [id, job] : jobs_) {
     if (req.state() != v1::JOB_STATE_UNSPECIFIED && job.state() != req.state()) continue;
     if (req.kind() != v1::JOB_KIND_UNSPECIFIED && job.kind() != req.kind()) continue;
     ++total;
     if (!start.empty() && id <= start) continue;
-    if (out.jobs_size() < page_size) {
-      *out.add_jobs() = WithImpacts(job);
-    } else if (out.next_page_token().empty()) {
-      out.set_next_page_token(storage::HexEncode(out.jobs(out.jobs_size() - 1).id()));
+    if (!budget.closed()) {
+      v1::Job item = WithImpacts(job);
+      if (budget.Take(item.ByteSizeLong())) {
+        *out.add_jobs() = std::move(item);
+        continue;
+      }
     }
+    if (out.next_page_token().empty()) out.set_next_page_token(storage::HexEncode(out.jobs(out.jobs_size() - 1).id()));
   }
   out.set_total_size(total);
   return out;

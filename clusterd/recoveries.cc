@@ -2,8 +2,10 @@
 // changes them, and the recovery queries. See cluster_state.h for the thread
 // contract; docs/recovery.md for the model.
 #include <algorithm>
+#include <tuple>
 
 #include "clusterd/cluster_state.h"
+#include "clusterd/response_limits.h"
 #include "clusterd/storage/key_codec.h"
 #include "common/time_proto.h"
 #include "common/validation.h"
@@ -44,6 +46,54 @@ std::vector<const v1::Recovery*> ClusterState::RecoveriesOfJob(const std::string
   std::sort(out.begin(), out.end(),
             [](const v1::Recovery* a, const v1::Recovery* b) { return a->create_revision() < b->create_revision(); });
   return out;
+}
+
+size_t ClusterState::ApplyRecoveryRetention(const RecoveryRetention& retention, TimePoint now, Mutation* m) {
+  struct Candidate {
+    TimePoint ended;
+    std::string id;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& [job_id, ids] : recoveries_by_job_) {
+    const v1::Recovery* newest = nullptr;
+    if (jobs_.count(job_id)) {
+      for (const auto& id : ids) {
+        const v1::Recovery& r = recoveries_.at(id);
+        if (!newest || r.create_revision() > newest->create_revision()) newest = &r;
+      }
+    }
+    for (const auto& id : ids) {
+      const v1::Recovery& r = recoveries_.at(id);
+      const auto s = r.state();
+      if (&r == newest || s == v1::RECOVERY_STATE_WAITING || s == v1::RECOVERY_STATE_RUNNING ||
+          s == v1::RECOVERY_STATE_UNSPECIFIED) {
+        continue;
+      }
+      const TimePoint created = FromTimestamp(r.create_time());
+      const TimePoint ended = FromTimestamp(r.has_end_time() ? r.end_time() : r.update_time());
+      if (now - created <= retention.protect || now - ended <= retention.protect) continue;
+      candidates.push_back({ended, id});
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.ended, a.id) < std::tie(b.ended, b.id);
+  });
+  const size_t excess = recoveries_.size() > retention.max_count ? recoveries_.size() - retention.max_count : 0;
+  size_t removed = 0;
+  for (const Candidate& c : candidates) {
+    if (removed >= excess && now - c.ended <= retention.max_age) break;  // oldest first: the rest stay too
+    auto it = recoveries_.find(c.id);
+    m->batch.Delete(store_->Handle(Cf::kRecoveries), storage::RecoveryKey(c.id));
+    auto by_job = recoveries_by_job_.find(it->second.job_id());
+    by_job->second.erase(c.id);
+    // recovery_seq_ keeps the job's counter, so an id is never given twice
+    // while this process runs; after a restart it is rebuilt from what is
+    // stored, which always includes the newest recovery of a job that exists.
+    if (by_job->second.empty()) recoveries_by_job_.erase(by_job);
+    recoveries_.erase(it);
+    ++removed;
+  }
+  return removed;
 }
 
 std::string ClusterState::NextRecoveryId(const std::string& job_id) {
@@ -202,11 +252,12 @@ StatusOr<v1::ListRecoveriesResponse> ClusterState::ListRecoveries(const v1::List
             [](const v1::Recovery* a, const v1::Recovery* b) { return a->create_revision() > b->create_revision(); });
   v1::ListRecoveriesResponse out;
   out.set_total_size(static_cast<int32_t>(match.size()));
+  PageBudget budget(page_size);  // by count and by bytes (response_limits.h)
   for (const v1::Recovery* r : match) {
     if (r->create_revision() >= below) continue;
-    if (out.recoveries_size() == page_size) {
+    if (!budget.Take(r->ByteSizeLong())) {
       std::string token;
-      storage::AppendU64(&token, out.recoveries(page_size - 1).create_revision());
+      storage::AppendU64(&token, out.recoveries(out.recoveries_size() - 1).create_revision());
       out.set_next_page_token(storage::HexEncode(token));
       break;
     }
@@ -216,7 +267,7 @@ StatusOr<v1::ListRecoveriesResponse> ClusterState::ListRecoveries(const v1::List
 }
 
 StatusOr<v1::Recovery> ClusterState::GetRecovery(const std::string& id) const {
-  CLUSTERD_RETURN_IF_ERROR(ValidateText("id", id, 512));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("id", id, 512));
   if (id.empty()) return InvalidArgument("id: required");
   auto it = recoveries_.find(id);
   if (it == recoveries_.end()) return NotFound("recovery " + id + " does not exist");

@@ -93,6 +93,17 @@ struct HttpServer::Impl {
   // handlers are destroyed by the io_context destructor.
   std::unordered_set<Session*> sessions;
   bool closing = false;
+  // Accept failures in a row, for a log line that does not flood; server
+  // thread only.
+  uint64_t accept_failures_in_row = 0;
+
+  // Readable from any thread (accessors and metrics).
+  // Shared with the metrics gauge, which may be rendered after the server is gone.
+  std::shared_ptr<std::atomic<std::size_t>> open_connections = std::make_shared<std::atomic<std::size_t>>(0);
+  std::atomic<uint64_t> rejected{0};
+  std::atomic<uint64_t> accept_errors{0};
+  Counter* rejected_metric = nullptr;
+  Counter* accept_errors_metric = nullptr;
 
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
@@ -105,8 +116,12 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Impl* server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {
     server_->sessions.insert(this);
+    server_->open_connections->store(server_->sessions.size());
   }
-  ~Session() { server_->sessions.erase(this); }
+  ~Session() {
+    server_->sessions.erase(this);
+    server_->open_connections->store(server_->sessions.size());
+  }
 
   void Start() { DoRead(); }
 
@@ -245,13 +260,45 @@ void HttpServer::Impl::DoAccept() {
   acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
     if (closing || !acceptor.is_open()) return;  // Stop() in progress
     if (ec) {
-      // Transient errors (EMFILE, ECONNABORTED) must not kill the listener,
-      // nor spin it: retry after a pause.
-      Log()->warn("accept failed: {}", ec.message());
+      // Nothing here may stop the listener for good: out of descriptors
+      // (EMFILE, ENFILE) or memory (ENOBUFS, ENOMEM) passes once connections
+      // close, so wait a little and accept again (not at once: the failing
+      // connection stays queued and would spin the loop). The connection
+      // waits in the kernel's backlog meanwhile.
+      accept_errors.fetch_add(1);
+      if (accept_errors_metric) accept_errors_metric->Inc();
+      ++accept_failures_in_row;
+      if (accept_failures_in_row == 1 || accept_failures_in_row % 100 == 0) {
+        Log()->warn("accept failed ({} in a row): {}; retrying in 100ms", accept_failures_in_row, ec.message());
+      }
       accept_backoff.expires_after(std::chrono::milliseconds(100));
       accept_backoff.async_wait([this](beast::error_code wait_ec) {
         if (!wait_ec && !closing) DoAccept();
       });
+      return;
+    }
+    if (accept_failures_in_row > 0) {
+      Log()->info("accepting again after {} failed accepts", accept_failures_in_row);
+      accept_failures_in_row = 0;
+    }
+    if (options.max_connections > 0 && sessions.size() >= options.max_connections) {
+      // Refuse without reading: a best-effort 503 (one non-blocking write
+      // that may fail), then close, which frees the descriptor at once.
+      rejected.fetch_add(1);
+      if (rejected_metric) rejected_metric->Inc();
+      if (rejected.load() == 1 || rejected.load() % 1000 == 0) {
+        Log()->warn("HTTP connection limit {} reached: refused {} connections so far", options.max_connections,
+                    rejected.load());
+      }
+      static constexpr char kBusy[] =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+          "Connection: close\r\nContent-Length: 38\r\n\r\ntoo many HTTP connections; try later\r\n";
+      beast::error_code ignored;
+      socket.non_blocking(true, ignored);
+      socket.write_some(asio::buffer(kBusy, sizeof(kBusy) - 1), ignored);
+      socket.shutdown(tcp::socket::shutdown_both, ignored);
+      socket.close(ignored);
+      DoAccept();
       return;
     }
     std::make_shared<Session>(this, std::move(socket))->Start();
@@ -270,7 +317,18 @@ void HttpServer::Impl::CloseAll() {
 }
 
 HttpServer::HttpServer() : HttpServer(Options{}) {}
-HttpServer::HttpServer(Options options) : impl_(std::make_unique<Impl>(options)) {}
+HttpServer::HttpServer(Options options) : impl_(std::make_unique<Impl>(options)) {
+  if (MetricsRegistry* m = options.metrics) {
+    const std::string& p = options.metrics_prefix;
+    Impl* impl = impl_.get();
+    m->AddCallbackGauge(p + "_http_connections", "Open HTTP connections.",
+                        [open = impl->open_connections] { return static_cast<double>(open->load()); });
+    impl->rejected_metric = &m->AddCounter(p + "_http_connections_rejected_total",
+                                           "HTTP connections refused at the connection limit.");
+    impl->accept_errors_metric = &m->AddCounter(
+        p + "_http_accept_errors_total", "Failed accepts on the HTTP port (e.g. out of file descriptors); retried.");
+  }
+}
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(std::string method, std::string path, Handler handler) {
@@ -337,6 +395,9 @@ Status HttpServer::Start(const std::string& listen_address) {
 }
 
 int HttpServer::port() const { return impl_->bound_port.load(); }
+std::size_t HttpServer::open_connections() const { return impl_->open_connections->load(); }
+uint64_t HttpServer::rejected_connections() const { return impl_->rejected.load(); }
+uint64_t HttpServer::accept_errors() const { return impl_->accept_errors.load(); }
 
 void HttpServer::Stop() {
   std::lock_guard lock(impl_->lifecycle_mu);

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "common/metrics.h"
 #include "common/status.h"
 
 namespace clusterd {
@@ -44,8 +45,21 @@ class HttpServer {
     // Larger request bodies are refused with 413 and the connection closed.
     std::size_t max_body_bytes = 1 << 20;
     // Longest wait for a whole request (also the keep-alive idle time) and
-    // for a response write before the connection is dropped.
+    // for a response write before the connection is dropped. The clock runs
+    // from the start of a request, not from its last byte, so a client that
+    // trickles a request (slow loris) is cut off as well.
     std::chrono::nanoseconds io_timeout = std::chrono::seconds(30);
+    // Most connections open at once. Each costs a file descriptor, which the
+    // gRPC server shares: unbounded HTTP connections can starve it. A
+    // connection beyond the limit is answered 503 and closed at once (no
+    // request is read). 0 means no limit.
+    std::size_t max_connections = 256;
+    // When set, the server registers <metrics_prefix>_http_connections (gauge),
+    // <metrics_prefix>_http_connections_rejected_total and
+    // <metrics_prefix>_http_accept_errors_total (counters) here. The registry
+    // must outlive the server.
+    MetricsRegistry* metrics = nullptr;
+    std::string metrics_prefix = "http";
   };
 
   HttpServer();
@@ -70,6 +84,12 @@ class HttpServer {
 
   // The bound port after a successful Start(); 0 before.
   int port() const;
+
+  // Connections open now; connections refused at max_connections and
+  // accept() failures (EMFILE, ENFILE, ...) so far. Any thread.
+  std::size_t open_connections() const;
+  uint64_t rejected_connections() const;
+  uint64_t accept_errors() const;
 
   // Stops accepting, closes every connection, joins the server thread.
   // Idempotent; safe to call without Start().

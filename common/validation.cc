@@ -52,8 +52,22 @@ Status ValidateCode(std::string_view field, std::string_view code) {
 
 Status ValidateText(std::string_view field, std::string_view text, size_t max_len) {
   if (text.size() > max_len) return Bad(field, "longer than " + std::to_string(max_len) + " bytes");
-  if (text.find('\0') != std::string_view::npos) return Bad(field, "contains a NUL byte");
+  // A request that was not UTF-8 reaches here with NUL in place of each bad
+  // byte (proto/wire_parse.h).
+  if (text.find('\0') != std::string_view::npos) return Bad(field, "contains a NUL byte or invalid UTF-8");
   if (!ValidUtf8(text)) return Bad(field, "is not valid UTF-8");
+  return Status::Ok();
+}
+
+Status ValidateLine(std::string_view field, std::string_view text, size_t max_len) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateText(field, text, max_len));
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const bool c1 = c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) <= 0x9F;
+    if (c < 0x20 || c == 0x7F || c1) {
+      return Bad(field, "contains a control character at byte " + std::to_string(i));
+    }
+  }
   return Status::Ok();
 }
 
@@ -64,6 +78,61 @@ Status ValidateToken(std::string_view field, std::string_view token, bool allow_
     if (c <= ' ' || c > '~') return Bad(field, "may only contain printable ASCII without spaces");
   }
   return Status::Ok();
+}
+
+bool SanitizeUtf8(std::string* s) {
+  auto cont = [](unsigned char c) { return (c & 0xC0) == 0x80; };
+  std::string out;
+  bool changed = false;
+  const auto* p = reinterpret_cast<const unsigned char*>(s->data());
+  const size_t n = s->size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    size_t len = 0;
+    if (c < 0x80) {
+      len = 1;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = (i + 1 < n && cont(p[i + 1])) ? 2 : 0;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      const unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+      len = (i + 2 < n && p[i + 1] >= lo && p[i + 1] <= hi && cont(p[i + 2])) ? 3 : 0;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      const unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+      len = (i + 3 < n && p[i + 1] >= lo && p[i + 1] <= hi && cont(p[i + 2]) && cont(p[i + 3])) ? 4 : 0;
+    }
+    if (len == 0) {
+      if (!changed) out.assign(s->data(), i);
+      changed = true;
+      out.append("\xEF\xBF\xBD");
+      ++i;
+      continue;
+    }
+    if (changed) out.append(s->data() + i, len);
+    i += len;
+  }
+  if (changed) *s = std::move(out);
+  return changed;
+}
+
+bool SanitizeLine(std::string* s) {
+  const bool fixed_utf8 = SanitizeUtf8(s);
+  std::string out;
+  out.reserve(s->size());
+  bool replaced = false;
+  for (size_t i = 0; i < s->size(); ++i) {
+    const auto c = static_cast<unsigned char>((*s)[i]);
+    const bool c1 = c == 0xC2 && i + 1 < s->size() && static_cast<unsigned char>((*s)[i + 1]) <= 0x9F;
+    if (c < 0x20 || c == 0x7F || c1) {
+      out.append("\xEF\xBF\xBD");
+      if (c1) ++i;
+      replaced = true;
+      continue;
+    }
+    out.push_back(static_cast<char>(c));
+  }
+  if (replaced) *s = std::move(out);
+  return fixed_utf8 || replaced;
 }
 
 }  // namespace clusterd

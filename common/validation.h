@@ -2,6 +2,7 @@
 // returns a Status naming the field, so callers can hand it straight back.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
@@ -20,8 +21,19 @@ Status ValidateNodeName(std::string_view field, std::string_view name);
 Status ValidateCode(std::string_view field, std::string_view code);
 // Free text: at most kMaxMessageLength bytes, valid UTF-8, no NUL.
 Status ValidateText(std::string_view field, std::string_view text, size_t max_len = kMaxMessageLength);
+// One-line text that names or identifies something (a fault's subject, an
+// inventory field, a reason, an id): as ValidateText, and no control
+// characters at all (C0, DEL, C1), so it cannot forge log lines or drive a
+// terminal.
+Status ValidateLine(std::string_view field, std::string_view text, size_t max_len);
 // Label keys and values, reporter names and ids: printable ASCII without
 // spaces, 1-256 characters (values may be empty when allow_empty).
 Status ValidateToken(std::string_view field, std::string_view token, bool allow_empty = false);
+
+// For agents, before they send what they read from the system: replace every
+// invalid UTF-8 sequence (SanitizeUtf8), and also every control character
+// (SanitizeLine), with U+FFFD. Return true when they changed *s.
+bool SanitizeUtf8(std::string* s);
+bool SanitizeLine(std::string* s);
 
 }  // namespace clusterd

@@ -12,6 +12,7 @@
 #include "common/levels.h"
 #include "common/logging.h"
 #include "common/time_proto.h"
+#include "common/validation.h"
 #include "noded/rules/metrics.h"
 
 namespace clusterd::noded {
@@ -130,6 +131,17 @@ Status Agent::Init() {
     d->set_vendor(dev.vendor);
     d->set_model(dev.model);
     d->set_serial(dev.serial);
+  }
+  // What the system reports is sent as is, except what ClusterD would refuse
+  // (and then refuse the whole hello): invalid UTF-8 and control characters.
+  for (std::string* text : {inv.mutable_cpu_model(), inv.mutable_kernel_version(), inv.mutable_os_image()}) {
+    SanitizeLine(text);
+  }
+  for (auto& d : *inv.mutable_disks()) {
+    for (std::string* text : {d.mutable_mount_point(), d.mutable_device(), d.mutable_fs_type()}) SanitizeLine(text);
+  }
+  for (auto& d : *inv.mutable_devices()) {
+    for (std::string* text : {d.mutable_vendor(), d.mutable_model(), d.mutable_serial()}) SanitizeLine(text);
   }
   std::lock_guard lock(mu_);
   inventory_ = std::move(inv);
@@ -278,6 +290,7 @@ v1::Hello Agent::MakeHello() const {
   v1::Hello h;
   h.set_node_name(options_.node_name);
   h.set_boot_id(ReadFirstLine(options_.root + "/proc/sys/kernel/random/boot_id"));
+  SanitizeLine(h.mutable_boot_id());
   h.set_agent_version(options_.agent_version);
   for (const auto& [k, v] : options_.labels) (*h.mutable_labels())[k] = v;
   std::lock_guard lock(mu_);

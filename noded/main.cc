@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd_limit.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "noded/server/config.h"
@@ -21,6 +22,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   clusterd::SetLogLevel(config->log_level);
+
+  // Every connection costs a descriptor; the soft limit (often 1024) is far
+  // below what the hard limit allows.
+  if (const clusterd::FdLimit fds = clusterd::RaiseFdLimit(); fds.error.empty()) {
+    clusterd::GetLogger("noded")->info("file descriptor limit: soft {} (was {}), hard {}", fds.soft,
+                                       fds.soft_before, fds.hard);
+  } else {
+    clusterd::GetLogger("noded")->warn("file descriptor limit: soft {}, hard {}; cannot raise: {}", fds.soft,
+                                       fds.hard, fds.error);
+  }
 
   clusterd::BlockTerminationSignals();  // before any thread starts
 

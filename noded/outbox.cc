@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/validation.h"
 
 namespace clusterd::noded {
 namespace {
@@ -27,6 +29,8 @@ constexpr size_t kWriteChunk = 1 << 20;
 
 constexpr const char* kLogName = "outbox.log";
 constexpr const char* kEpochName = "epoch";
+constexpr const char* kInstanceName = "instance";
+constexpr size_t kInstanceHexLen = 32;
 constexpr const char* kLockName = "LOCK";
 
 enum RecordType : uint8_t { kTransition = 1, kAck = 2, kSnapshot = 3 };
@@ -136,6 +140,54 @@ Status WriteFileAtomic(const std::string& dir, const char* name, const std::stri
     return s;
   }
   return SyncDir(dir);
+}
+
+// Reads a small file whole (at most max bytes are looked at); nullopt when it
+// does not exist.
+StatusOr<std::optional<std::string>> ReadSmallFile(const std::string& path, size_t max) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return ErrnoStatus("open", path, errno);
+  }
+  std::string text(max, '\0');
+  size_t got = 0;
+  Status st = Status::Ok();
+  while (got < max) {
+    ssize_t r = ::read(fd, text.data() + got, max - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      st = ErrnoStatus("read", path, errno);
+      break;
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  CLUSTERD_RETURN_IF_ERROR(st);
+  text.resize(got);
+  return std::optional<std::string>(std::move(text));
+}
+
+// 128 random bits from the kernel, as lowercase hex.
+StatusOr<std::string> NewInstanceId() {
+  unsigned char bytes[kInstanceHexLen / 2];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t r = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Internal(std::string("outbox: getrandom: ") + std::strerror(errno));
+    }
+    got += static_cast<size_t>(r);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 0xF]);
+  }
+  return out;
 }
 
 // Reads a file through a window of at least kReadChunk bytes, so that replay
@@ -251,44 +303,6 @@ bool DecodeSnapshot(const std::string& payload, uint64_t* epoch, std::vector<v1:
   return pos == payload.size();
 }
 
-// proto3 refuses to parse a string field that is not UTF-8, so a transition
-// stored with such bytes (a kernel log line, say) could never be replayed.
-// Replaces every invalid sequence with U+FFFD; returns true when it changed s.
-bool SanitizeUtf8(std::string* s) {
-  auto cont = [](unsigned char c) { return (c & 0xC0) == 0x80; };
-  std::string out;
-  bool changed = false;
-  const auto* p = reinterpret_cast<const unsigned char*>(s->data());
-  const size_t n = s->size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    size_t len = 0;
-    if (c < 0x80) {
-      len = 1;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      len = (i + 1 < n && cont(p[i + 1])) ? 2 : 0;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      const unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-      len = (i + 2 < n && p[i + 1] >= lo && p[i + 1] <= hi && cont(p[i + 2])) ? 3 : 0;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      const unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-      len = (i + 3 < n && p[i + 1] >= lo && p[i + 1] <= hi && cont(p[i + 2]) && cont(p[i + 3])) ? 4 : 0;
-    }
-    if (len == 0) {
-      if (!changed) out.assign(s->data(), i);
-      changed = true;
-      out.append("\xEF\xBF\xBD");
-      ++i;
-      continue;
-    }
-    if (changed) out.append(s->data() + i, len);
-    i += len;
-  }
-  if (changed) *s = std::move(out);
-  return changed;
-}
-
 bool ValidAction(v1::TransitionAction a) {
   return a == v1::TRANSITION_ACTION_RAISE || a == v1::TRANSITION_ACTION_CLEAR;
 }
@@ -326,39 +340,49 @@ StatusOr<std::unique_ptr<Outbox>> Outbox::Open(const std::string& state_dir, Opt
   // Leftovers of an interrupted atomic replace; the real files are intact.
   ::unlink((JoinPath(state_dir, kEpochName) + std::string(".tmp")).c_str());
   ::unlink((JoinPath(state_dir, kLogName) + std::string(".tmp")).c_str());
+  ::unlink((JoinPath(state_dir, kInstanceName) + std::string(".tmp")).c_str());
 
   // Persisted epoch.
   uint64_t file_epoch = 0;
   const std::string epoch_path = JoinPath(state_dir, kEpochName);
   {
-    int fd = ::open(epoch_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno != ENOENT) return ErrnoStatus("open", epoch_path, errno);
-    if (fd >= 0) {
-      char buf[64];
-      size_t got = 0;
-      Status st = Status::Ok();
-      while (got < sizeof(buf)) {
-        ssize_t r = ::read(fd, buf + got, sizeof(buf) - got);
-        if (r < 0) {
-          if (errno == EINTR) continue;
-          st = ErrnoStatus("read", epoch_path, errno);
-          break;
-        }
-        if (r == 0) break;
-        got += static_cast<size_t>(r);
-      }
-      ::close(fd);
-      CLUSTERD_RETURN_IF_ERROR(st);
-      std::string text(buf, got);
-      bool valid = text.size() >= 2 && text.size() <= 21 && text.back() == '\n';
-      if (valid) text.pop_back();
-      for (char c : text) valid = valid && c >= '0' && c <= '9';
+    auto text = ReadSmallFile(epoch_path, 64);
+    if (!text.ok()) return text.status();
+    if (*text) {
+      std::string digits = **text;
+      bool valid = digits.size() >= 2 && digits.size() <= 21 && digits.back() == '\n';
+      if (valid) digits.pop_back();
+      for (char c : digits) valid = valid && c >= '0' && c <= '9';
       if (valid) {
         errno = 0;
-        file_epoch = std::strtoull(text.c_str(), nullptr, 10);
+        file_epoch = std::strtoull(digits.c_str(), nullptr, 10);
         valid = errno == 0;
       }
       if (!valid) return DataLoss("outbox: " + epoch_path + " is corrupt (expected a decimal epoch)");
+    }
+  }
+
+  // The incarnation of this state dir: made once, never changed. A wiped or
+  // new state dir gets a new one, so ClusterD knows that epochs and sequences
+  // start over and that nothing it stored for the node's earlier incarnation
+  // acknowledges them.
+  const std::string instance_path = JoinPath(state_dir, kInstanceName);
+  {
+    auto text = ReadSmallFile(instance_path, 64);
+    if (!text.ok()) return text.status();
+    if (*text) {
+      std::string hex = **text;
+      bool valid = hex.size() == kInstanceHexLen + 1 && hex.back() == '\n';
+      if (valid) hex.pop_back();
+      for (char c : hex) valid = valid && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+      if (!valid) return DataLoss("outbox: " + instance_path + " is corrupt (expected 32 lowercase hex digits)");
+      box->instance_ = hex;
+    } else {
+      auto made = NewInstanceId();
+      if (!made.ok()) return made.status();
+      CLUSTERD_RETURN_IF_ERROR(WriteFileAtomic(state_dir, kInstanceName, *made + "\n"));
+      box->instance_ = *made;
+      log->info("outbox: new agent instance {} in {}", box->instance_, state_dir);
     }
   }
 
@@ -514,6 +538,8 @@ void Outbox::ApplyToActive(const v1::FaultTransition& t) {
   }
 }
 
+const std::string& Outbox::instance_id() const { return instance_; }
+
 uint64_t Outbox::epoch() const {
   std::lock_guard<std::mutex> lock(mu_);
   return epoch_;
@@ -558,9 +584,13 @@ StatusOr<std::optional<v1::FaultTransition>> Outbox::Record(v1::FaultTransition 
 
   {
     auto* f = t.mutable_fault();
+    // proto3 refuses to parse a string field that is not UTF-8, so a
+    // transition stored with such bytes (a kernel log line, say) could never
+    // be replayed; ClusterD refuses control characters in a subject (part of
+    // the fault's identity).
     const bool fixed = SanitizeUtf8(f->mutable_code()) | SanitizeUtf8(f->mutable_message()) |
-                       SanitizeUtf8(f->mutable_subject());
-    if (fixed) GetLogger("outbox")->warn("outbox: replaced invalid UTF-8 in fault {}", f->code());
+                       SanitizeLine(f->mutable_subject());
+    if (fixed) GetLogger("outbox")->warn("outbox: replaced invalid UTF-8 or control characters in fault {}", f->code());
   }
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -14,6 +14,12 @@
 //                the result before accepting any Record(). For safety the new
 //                epoch is also above every epoch found in outbox.log, so a lost
 //                epoch file can never make ids repeat.
+//   instance     The agent incarnation of this state dir: 32 lowercase hex
+//                digits (128 random bits) plus "\n", written atomically the
+//                first time the dir is opened and never changed. Sent in
+//                Hello: ClusterD keeps the applied sequences per incarnation, so
+//                a wiped state dir (epochs start again at 1) is a new agent
+//                whose transitions are all new, never "already applied".
 //   outbox.log   Append-only log (O_APPEND, one write() + fdatasync per mutating
 //                call). Layout:
 //
@@ -117,6 +123,8 @@ class Outbox {
   Outbox& operator=(const Outbox&) = delete;
 
   uint64_t epoch() const;
+  // This state dir's incarnation (see "instance" above); fixed while open.
+  const std::string& instance_id() const;
 
   // Assigns id {epoch(), next seq} (seq starts at 1 per epoch), sets it on the
   // transition, stamps the time (the clock's now, unless the caller already set
@@ -188,6 +196,7 @@ class Outbox {
   int log_fd_ = -1;          // O_APPEND
   uint64_t log_size_ = 0;    // bytes known good (for rollback of a failed write)
   size_t log_records_ = 0;
+  std::string instance_;     // set once by Open
   uint64_t epoch_ = 0;
   uint64_t next_seq_ = 1;
   Status broken_;            // sticky error after a failed fdatasync/rollback

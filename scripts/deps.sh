@@ -9,6 +9,7 @@ APT_PACKAGES=(
   librocksdb-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   golang-go
+  clang libclang-rt-14-dev
 )
 GRPCURL_VERSION=v1.9.4
 

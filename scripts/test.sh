@@ -9,6 +9,10 @@ export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
 bash scripts/build.sh
 echo "== ctest"
 (cd build && ctest --output-on-failure -j2 --timeout 300)
+echo "== sanitizers: ASan+UBSan build in build-asan, ctest there (docs/testing.md)"
+bash scripts/sanitize.sh
+echo "== fuzzers: each libFuzzer target for a bounded time (docs/testing.md)"
+bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 echo "== benchmark, short mode (figures printed, not asserted)"
 build/bin/clusterd-bench --short --json "$(mktemp -d)/bench-short.json"
 echo "== end-to-end"
@@ -17,4 +21,5 @@ bash test/e2e/noded_test.sh
 bash test/e2e/recovery_test.sh
 bash test/e2e/helm_test.sh
 bash test/e2e/api_tools_test.sh
+bash test/faults/run.sh
 echo "== all tests passed"

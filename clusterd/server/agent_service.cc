@@ -5,9 +5,11 @@
 #include <shared_mutex>
 
 #include <google/protobuf/util/time_util.h>
+#include <grpcpp/alarm.h>
 
 #include "clusterd/server/grpc_status.h"
 #include "clusterd/server/stream_writer.h"
+#include "common/duration.h"
 #include "common/logging.h"
 
 namespace clusterd {
@@ -28,11 +30,31 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   void Begin(std::shared_ptr<AgentReactor> self) {
     self_ = std::move(self);
     std::lock_guard lock(mu_);
-    if (service_->open_streams().fetch_add(1) >= static_cast<int64_t>(service_->options().max_streams)) {
+    const AgentServiceOptions& opts = service_->options();
+    if (service_->open_streams().fetch_add(1) >= static_cast<int64_t>(opts.max_streams)) {
       if (service_->streams_rejected) service_->streams_rejected->Inc();
-      FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many agent streams"));
+      FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                "too many agent streams (max_streams=" + std::to_string(opts.max_streams) + ")"));
       return;
     }
+    peer_key_ = PeerLimiter::PeerKey(context_->peer());
+    if (!service_->peers().TryAcquire(peer_key_)) {
+      if (service_->streams_rejected_per_peer) service_->streams_rejected_per_peer->Inc();
+      GetLogger("agent")->warn("agent stream from {} refused: it holds max_streams_per_peer={} streams", peer_key_,
+                               opts.max_streams_per_peer);
+      FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                "too many agent streams from " + peer_key_ + " (max_streams_per_peer=" +
+                                    std::to_string(opts.max_streams_per_peer) + ")"));
+      return;
+    }
+    peer_counted_ = true;
+    // A stream that never says hello would hold its slots forever. The
+    // alarm holds only a weak reference: it never keeps the stream alive.
+    std::weak_ptr<AgentReactor> weak = self_;
+    hello_alarm_.Set(std::chrono::system_clock::now() + opts.hello_timeout, [weak](bool fired) {
+      if (!fired) return;  // cancelled: the hello came, or the stream ended
+      if (auto reactor = weak.lock()) reactor->OnHelloDeadline();
+    });
     StartReadLocked();
   }
 
@@ -71,6 +93,8 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
 
   void OnDone() override {
     service_->open_streams().fetch_sub(1);
+    if (peer_counted_) service_->peers().Release(peer_key_);
+    hello_alarm_.Cancel();
     if (!node_.empty()) {
       std::string node = node_;
       uint64_t session = session_;
@@ -89,6 +113,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       if (!req_.has_hello()) return InvalidArgument("the first message of a stream must be a hello");
       CLUSTERD_RETURN_IF_ERROR(ValidateHello(req_.hello()));
       node_ = req_.hello().node_name();
+      hello_alarm_.Cancel();
       if (service_->messages_other) service_->messages_other->Inc();
       ++inflight_;
       auto hello = std::make_shared<v1::Hello>(std::move(*req_.mutable_hello()));
@@ -123,10 +148,12 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         auto snapshot = std::make_shared<v1::MetricSnapshot>(std::move(*req_.mutable_metrics()));
         std::string node = node_;
         uint64_t session = session_;
-        return Submit([self, node, session, snapshot](ClusterState& state, Mutation*) -> Engine::Done {
-          Status st = state.ApplyMetrics(node, session, *snapshot);
-          return [self, st] { self->OnApplied(st); };
-        });
+        return Submit(
+            [self, node, session, snapshot](ClusterState& state, Mutation*) -> Engine::Done {
+              Status st = state.ApplyMetrics(node, session, *snapshot);
+              return [self, st] { self->OnApplied(st); };
+            },
+            /*write=*/false);
       }
       case v1::ConnectRequest::kTransition: {
         if (service_->messages_transition) service_->messages_transition->Inc();
@@ -148,12 +175,27 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     }
   }
 
-  Status Submit(Engine::Apply apply) {
-    if (!service_->engine()->Submit(std::move(apply))) {
-      --inflight_;
-      return Unavailable("clusterd is shutting down");
-    }
-    return Status::Ok();
+  void OnHelloDeadline() {
+    std::lock_guard lock(mu_);
+    if (!node_.empty() || out_.finishing()) return;
+    if (service_->hello_timeouts) service_->hello_timeouts->Inc();
+    const std::string timeout = FormatDuration(service_->options().hello_timeout);
+    GetLogger("agent")->warn("stream from {} ended: no valid hello within {}", context_->peer(), timeout);
+    FinishLocked(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                              "no valid hello within " + timeout + " (hello_timeout) of opening the stream"));
+  }
+
+  // A write (hello, transition, heartbeat through the writer) is refused
+  // while the store cannot take writes (disk below its reserve): the stream
+  // ends with UNAVAILABLE and the reason, nothing unacknowledged is acked,
+  // and the agent backs off, reconnects and resends its outbox. Metrics
+  // change nothing durable and are never refused.
+  Status Submit(Engine::Apply apply, bool write = true) {
+    Status st = write ? service_->engine()->SubmitWrite(std::move(apply))
+                      : (service_->engine()->Submit(std::move(apply)) ? Status::Ok()
+                                                                     : Unavailable("clusterd is shutting down"));
+    if (!st.ok()) --inflight_;
+    return st;
   }
 
   void OnWelcome(const StatusOr<v1::Welcome>& welcome) {
@@ -232,6 +274,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   v1::ConnectRequest req_;
   StreamWriter<AgentReactor, v1::ConnectResponse> out_{this};
   std::string node_;
+  std::string peer_key_;      // client IP address, for the per-peer limit
+  bool peer_counted_ = false;  // peer_key_ holds one of the peer's slots
+  grpc::Alarm hello_alarm_;    // ends the stream if no hello arrives in time
   uint32_t inflight_ = 0;
   bool reading_ = false;
   bool read_closed_ = false;
@@ -241,7 +286,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
 
 AgentService::AgentService(const ClusterState* state, Engine* engine, AgentServiceOptions options,
                            MetricsRegistry* metrics)
-    : state_(state), engine_(engine), options_(options) {
+    : state_(state), engine_(engine), options_(options), peers_(options.max_streams_per_peer) {
   if (metrics) {
     messages_heartbeat = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
                                               {{"type", "heartbeat"}});
@@ -253,6 +298,10 @@ AgentService::AgentService(const ClusterState* state, Engine* engine, AgentServi
                                                  "Fault transitions already stored, acknowledged again.");
     streams_rejected =
         &metrics->AddCounter("clusterd_agent_streams_rejected_total", "Agent streams refused at the stream limit.");
+    streams_rejected_per_peer = &metrics->AddCounter("clusterd_agent_streams_rejected_per_peer_total",
+                                                     "Agent streams refused at max_streams_per_peer.");
+    hello_timeouts = &metrics->AddCounter("clusterd_agent_hello_timeouts_total",
+                                          "Agent streams ended because no valid hello came within hello_timeout.");
     metrics->AddCallbackGauge("clusterd_agent_streams", "Open agent streams.",
                               [this] { return static_cast<double>(open_streams_.load()); });
   }

@@ -1,11 +1,17 @@
 // gRPC adapter for NodeAgentService.Connect. Each stream is a bidi reactor
 // that validates messages, submits them to the Engine and writes back the
 // Welcome and the acknowledgements once the Engine reports them durable.
+//
+// Admission: at most max_streams streams in all and max_streams_per_peer per
+// client IP address; a stream must send its Hello within hello_timeout.
+// Threading: Connect is called by gRPC on any thread; the metrics and
+// accessors are thread-safe.
 #pragma once
 
 #include <atomic>
 
 #include "clusterd/engine.h"
+#include "clusterd/server/peer_limiter.h"
 #include "clusterd/v1/agent.grpc.pb.h"
 #include "common/metrics.h"
 
@@ -16,6 +22,13 @@ struct AgentServiceOptions {
   uint32_t max_streams = 20'000;
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
   std::chrono::nanoseconds node_grace = std::chrono::seconds(10);
+  // A stream that has not sent a valid Hello this long after it opened is
+  // ended with DEADLINE_EXCEEDED, freeing its slot.
+  std::chrono::nanoseconds hello_timeout = std::chrono::seconds(10);
+  // Agent streams one peer IP address may hold; more are refused with
+  // RESOURCE_EXHAUSTED (a node runs one agent; this stops one host from
+  // taking all max_streams slots).
+  uint32_t max_streams_per_peer = 1'000;
 };
 
 class AgentService final : public v1::NodeAgentService::CallbackService {
@@ -36,6 +49,10 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   Counter* messages_other = nullptr;
   Counter* transitions_duplicate = nullptr;
   Counter* streams_rejected = nullptr;
+  Counter* streams_rejected_per_peer = nullptr;
+  Counter* hello_timeouts = nullptr;
+
+  PeerLimiter& peers() { return peers_; }
 
  private:
   const ClusterState* state_;
@@ -43,6 +60,7 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   AgentServiceOptions options_;
   std::atomic<int64_t> open_streams_{0};
   std::atomic<uint64_t> next_session_{0};
+  PeerLimiter peers_;
 };
 
 }  // namespace clusterd

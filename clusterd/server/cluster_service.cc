@@ -5,6 +5,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "clusterd/response_limits.h"
 #include "clusterd/server/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
@@ -25,6 +26,12 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
   void Begin(std::shared_ptr<WatchReactor> self, const v1::WatchRequest& req) {
     self_ = std::move(self);
     std::lock_guard lock(mu_);
+    peer_key_ = PeerLimiter::PeerKey(ctx_->peer());
+    if (grpc::Status admitted = service_->AdmitWatch(peer_key_); !admitted.ok()) {
+      FinishLocked(std::move(admitted));
+      return;
+    }
+    admitted_ = true;
     auto filter = WatchFilter::FromRequest(req);
     if (!filter.ok()) {
       FinishLocked(ToGrpc(filter.status()));
@@ -62,6 +69,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
 
   void OnDone() override {
     if (subscribed_) service_->hub()->Unsubscribe(subscription_);
+    if (admitted_) service_->ReleaseWatch(peer_key_);
     self_.reset();
   }
 
@@ -131,9 +139,19 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
         FinishLocked(ToGrpc(batch.status()));
         return;
       }
+      // Split by bytes as well as by count: a response stays within
+      // kWatchBatchBytes unless one event alone is larger (a job event can
+      // reach kMaxJobBytes), so it always fits a client's 4 MiB. The rest of
+      // the batch goes in the next response.
       v1::WatchResponse resp;
+      size_t bytes = 0;
       for (const auto& e : *batch) {
-        if (filter_.Matches(*e)) *resp.add_events() = *e;
+        if (filter_.Matches(*e)) {
+          const size_t size = e->ByteSizeLong();
+          if (resp.events_size() > 0 && bytes + size > kWatchBatchBytes) break;
+          bytes += size;
+          *resp.add_events() = *e;
+        }
         after = e->revision();
       }
       std::lock_guard lock(mu_);
@@ -168,6 +186,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
   uint64_t after_ = 0;
   uint64_t subscription_ = 0;
   bool subscribed_ = false;
+  std::string peer_key_;   // client IP address, for the per-peer limit
+  bool admitted_ = false;  // counted in the Watch limits; released in OnDone
   bool live_ = false;
   bool scheduled_ = false;
   // One batch in flight at a time: the queue never holds more than one.
@@ -178,14 +198,41 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
 
 ClusterServiceImpl::ClusterServiceImpl(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
                                        WatchOptions options, MetricsRegistry* metrics)
-    : state_(state), hub_(hub), pool_(watch_pool), options_(options) {
+    : state_(state), hub_(hub), pool_(watch_pool), options_(options), watch_peers_(options.max_streams_per_peer) {
   if (metrics) {
+    watch_rejected = &metrics->AddCounter("clusterd_watch_streams_rejected_total",
+                                          "Watch streams refused at max_watch_streams.");
+    watch_rejected_per_peer = &metrics->AddCounter("clusterd_watch_streams_rejected_per_peer_total",
+                                                   "Watch streams refused at max_watch_streams_per_peer.");
     watch_ended_lagging = &metrics->AddCounter("clusterd_watch_lagging_ended_total",
                                                "Watch streams ended because they fell too far behind.");
     watch_events_sent = &metrics->AddCounter("clusterd_watch_events_sent_total", "Events written to watchers.");
     metrics->AddCallbackGauge("clusterd_watchers", "Open Watch streams.",
                               [this] { return static_cast<double>(hub_->watcher_count()); });
   }
+}
+
+grpc::Status ClusterServiceImpl::AdmitWatch(const std::string& peer_key) {
+  if (open_watches_.fetch_add(1) >= static_cast<int64_t>(options_.max_streams)) {
+    open_watches_.fetch_sub(1);
+    if (watch_rejected) watch_rejected->Inc();
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "too many Watch streams (max_watch_streams=" + std::to_string(options_.max_streams) +
+                            "); retry later");
+  }
+  if (!watch_peers_.TryAcquire(peer_key)) {
+    open_watches_.fetch_sub(1);
+    if (watch_rejected_per_peer) watch_rejected_per_peer->Inc();
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "too many Watch streams from " + peer_key + " (max_watch_streams_per_peer=" +
+                            std::to_string(options_.max_streams_per_peer) + "); close some or retry later");
+  }
+  return grpc::Status::OK;
+}
+
+void ClusterServiceImpl::ReleaseWatch(const std::string& peer_key) {
+  watch_peers_.Release(peer_key);
+  open_watches_.fetch_sub(1);
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerContext* ctx,

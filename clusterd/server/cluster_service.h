@@ -3,10 +3,14 @@
 // FaultService (submitted to the Engine, answered once durable).
 #pragma once
 
+#include <atomic>
+#include <string>
+
 #include <boost/asio/thread_pool.hpp>
 
 #include "clusterd/cluster_state.h"
 #include "clusterd/engine.h"
+#include "clusterd/server/peer_limiter.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
 #include "clusterd/watch_hub.h"
@@ -17,6 +21,11 @@ namespace clusterd {
 struct WatchOptions {
   size_t batch_events = 256;
   uint64_t max_lag_events = 10'000;
+  // Admission: Watch streams open at once, in all and per client IP address;
+  // more are refused with RESOURCE_EXHAUSTED (each holds a batch and a
+  // subscription, some hundreds of KiB at worst).
+  uint32_t max_streams = 10'000;
+  uint32_t max_streams_per_peer = 1'000;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
@@ -45,12 +54,23 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   const WatchOptions& options() const { return options_; }
   Counter* watch_ended_lagging = nullptr;
   Counter* watch_events_sent = nullptr;
+  Counter* watch_rejected = nullptr;
+  Counter* watch_rejected_per_peer = nullptr;
+
+  // Watch admission (any thread): counts the stream in and returns OK, or
+  // returns RESOURCE_EXHAUSTED naming the limit. Each OK is undone by one
+  // ReleaseWatch with the same peer key.
+  grpc::Status AdmitWatch(const std::string& peer_key);
+  void ReleaseWatch(const std::string& peer_key);
+  int64_t open_watch_streams() const { return open_watches_.load(); }
 
  private:
   const ClusterState* state_;
   WatchHub* hub_;
   boost::asio::thread_pool* pool_;
   WatchOptions options_;
+  std::atomic<int64_t> open_watches_{0};
+  PeerLimiter watch_peers_;
 };
 
 class FaultServiceImpl final : public v1::FaultService::CallbackService {

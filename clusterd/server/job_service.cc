@@ -88,7 +88,7 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
     if (job_.empty()) {
       if (!req_.has_hello()) return InvalidArgument("the first message of an Attach stream must be a hello");
       CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("hello.job_id", req_.hello().job_id()));
-      CLUSTERD_RETURN_IF_ERROR(ValidateText("hello.agent", req_.hello().agent(), 256));
+      CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.agent", req_.hello().agent(), 256));
       job_ = req_.hello().job_id();
       const std::string job = job_, agent = req_.hello().agent();
       JobServiceImpl* service = service_;
@@ -121,7 +121,7 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
     }
     if (!req_.has_ack()) return InvalidArgument("after the hello, an Attach stream carries only acks");
     const v1::CommandAck& ack = req_.ack();
-    CLUSTERD_RETURN_IF_ERROR(ValidateText("ack.command_id", ack.command_id(), 512));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine("ack.command_id", ack.command_id(), 512));
     if (ack.command_id().empty()) return InvalidArgument("ack.command_id: required");
     CLUSTERD_RETURN_IF_ERROR(ValidateText("ack.message", ack.message(), 4096));
     // Only this job's commands can be answered on this stream (checked on

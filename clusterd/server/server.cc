@@ -1,21 +1,27 @@
 #include "clusterd/server/server.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <shared_mutex>
 #include <set>
+#include <thread>
 
 #include <boost/asio/thread_pool.hpp>
+#include <grpcpp/create_channel.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/server_builder.h>
 
 #include "clusterd/actuator.h"
 #include "clusterd/catalog.h"
 #include "clusterd/cluster_state.h"
 #include "clusterd/coordinator.h"
+#include "clusterd/disk_monitor.h"
 #include "clusterd/engine.h"
 #include "clusterd/job_agent_hub.h"
+#include "clusterd/response_limits.h"
 #include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"
 #include "clusterd/server/cluster_service.h"
@@ -23,6 +29,8 @@
 #include "clusterd/server/job_service.h"
 #include "clusterd/storage/store.h"
 #include "clusterd/watch_hub.h"
+#include "common/duration.h"
+#include "common/fd_limit.h"
 #include "common/http_server.h"
 #include "common/levels.h"
 #include "common/logging.h"
@@ -35,6 +43,7 @@ struct ClusterdServer::Impl {
   const Clock* clock;
   MetricsRegistry metrics;
   Catalog catalog;
+  std::unique_ptr<DiskMonitor> disk_monitor;
   std::unique_ptr<storage::Store> store;
   std::unique_ptr<ClusterState> state;
   std::unique_ptr<WatchHub> hub;
@@ -50,10 +59,35 @@ struct ClusterdServer::Impl {
   std::unique_ptr<JobServiceImpl> job_service;
   std::unique_ptr<AdminServiceImpl> admin_service;
   std::unique_ptr<grpc::Server> grpc_server;
-  HttpServer http;
+  std::unique_ptr<HttpServer> http;
   int grpc_port = 0;
   std::atomic<bool> serving{false};
   bool shut_down = false;
+
+  // The gRPC self-check behind /readyz (see RunSelfCheck). grpc_ok and
+  // grpc_problem are written by the check thread and read by HTTP handlers.
+  std::thread self_check_thread;
+  std::mutex self_check_mu;
+  std::condition_variable self_check_cv;
+  bool self_check_stop = false;  // guarded by self_check_mu
+  std::atomic<bool> grpc_ok{true};
+  // When the self-check started failing without a break (steady clock, ns;
+  // 0 while it passes): /healthz fails after grpc_unhealthy_after.
+  std::atomic<int64_t> grpc_failing_since{0};
+  std::mutex problem_mu;
+  std::string grpc_problem;  // guarded by problem_mu; why the last check failed
+  uint64_t self_checks = 0;  // check thread only
+  Counter* self_check_failures = nullptr;
+
+  // gRPC 1.51's listener stops accepting for good the first time accept()
+  // fails with anything but EAGAIN/EINTR (EMFILE included: on_read in
+  // tcp_server_posix.cc goes to its error path and never re-arms), and
+  // nothing in the API reports it. So /readyz cannot trust a flag: it asks
+  // whether a new connection to the port is accepted and answered, the way a
+  // client would, over a connection of its own (a fresh subchannel each time).
+  Status RunSelfCheck();
+  void SelfCheckLoop();
+  std::string SelfCheckTarget() const;
 
   // The per-health and per-level gauges read the state's summary, which is
   // cached per revision (ClusterState::GetSummary), so a scrape walks the
@@ -83,10 +117,44 @@ Status ClusterdServer::Start() {
   std::error_code ec;
   std::filesystem::create_directories(cfg.data_dir, ec);
   if (ec) return InvalidArgument("data_dir " + cfg.data_dir + ": " + ec.message());
-  auto store = storage::Store::Open(cfg.data_dir);
+  // Free space decides how the store opens: RocksDB writes files at every
+  // writable open and asserts when one fails, so below the reserve it opens
+  // read-only (reads and Watch work; the engine reopens it for writing once
+  // space returns).
+  DiskMonitorOptions dmo;
+  dmo.path = cfg.data_dir;
+  dmo.min_free_bytes = cfg.min_free_bytes;
+  dmo.min_free_inodes = cfg.min_free_inodes;
+  s.disk_monitor = std::make_unique<DiskMonitor>(MakeStatvfsSource(cfg.data_dir), dmo, &s.metrics);
+  storage::StoreOptions store_options;
+  if (auto low = s.disk_monitor->LowSpaceReason()) {
+    if (!std::filesystem::exists(std::filesystem::path(cfg.data_dir) / "CURRENT")) {
+      return Unavailable("cannot create a new store: " + *low);
+    }
+    log->error("opening the store read-only, writes refused: {}", *low);
+    store_options.read_only = true;
+  }
+  auto store = storage::Store::Open(cfg.data_dir, store_options);
   if (!store.ok()) return store.status();
   s.store = std::move(*store);
   s.state = std::make_unique<ClusterState>(s.store.get(), &s.catalog, s.clock);
+  StateLimits limits;
+  limits.max_job_ranks = cfg.max_job_ranks;
+  limits.max_faults_per_node = cfg.max_faults_per_node;
+  limits.max_job_impacts = cfg.max_job_impacts;
+  const char* kRefusedHelp = "Fault raises refused at max_faults_per_node, by origin.";
+  limits.faults_refused_agent = &s.metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "agent"}});
+  limits.faults_refused_external =
+      &s.metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "external"}});
+  limits.jobs_refused = &s.metrics.AddCounter("clusterd_jobs_refused_total",
+                                              "Jobs refused for size: more than max_job_ranks ranks or a record "
+                                              "over 3 MiB.");
+  const char* kTruncatedHelp = "Answers cut to fit a client's 4 MiB receive limit, by what was cut.";
+  limits.job_impacts_truncated =
+      &s.metrics.AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "job_impacts"}});
+  limits.node_faults_truncated =
+      &s.metrics.AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "node_faults"}});
+  s.state->set_limits(limits);
   CLUSTERD_RETURN_IF_ERROR(s.state->Load());
   s.hub = std::make_unique<WatchHub>(s.store.get(), cfg.watch_cache_events);
   s.hub->Init(s.state->revision());
@@ -97,7 +165,13 @@ Status ClusterdServer::Start() {
   eo.retention_age = cfg.retention_age;
   eo.retention_interval = cfg.retention_interval;
   eo.commit_delay = cfg.commit_delay;
+  eo.recovery_retention.max_count = cfg.recovery_retention_count;
+  eo.recovery_retention.max_age = cfg.recovery_retention_age;
+  // Budgets count recoveries within the budget window and escalation looks
+  // back 30 minutes: retention never takes those.
+  eo.recovery_retention.protect = std::max<std::chrono::nanoseconds>(cfg.recovery_budget_window, std::chrono::hours(1));
   s.engine = std::make_unique<Engine>(s.state.get(), s.store.get(), s.hub.get(), s.clock, eo, &s.metrics);
+  s.engine->set_disk_monitor(s.disk_monitor.get());
 
   if (cfg.actuator == "exec") {
     ExecActuatorOptions xo;
@@ -136,9 +210,13 @@ Status ClusterdServer::Start() {
   ao.max_streams = cfg.max_streams;
   ao.heartbeat_interval = cfg.heartbeat_interval;
   ao.node_grace = cfg.node_grace;
+  ao.hello_timeout = cfg.hello_timeout;
+  ao.max_streams_per_peer = cfg.max_streams_per_peer;
   s.agent_service = std::make_unique<AgentService>(s.state.get(), s.engine.get(), ao, &s.metrics);
   WatchOptions wo;
   wo.max_lag_events = cfg.watch_max_lag_events;
+  wo.max_streams = cfg.max_watch_streams;
+  wo.max_streams_per_peer = cfg.max_watch_streams_per_peer;
   s.cluster_service =
       std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo, &s.metrics);
   s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get());
@@ -191,12 +269,21 @@ Status ClusterdServer::Start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(cfg.listen, grpc::InsecureServerCredentials(), &s.grpc_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(cfg.max_message_bytes));
-  builder.SetMaxSendMessageSize(64 << 20);
+  // What every client accepts by default. Answers are built to fit it
+  // (response_limits.h); one that did not would fail loudly here rather than
+  // only for clients with default limits.
+  builder.SetMaxSendMessageSize(static_cast<int>(kMaxSendBytes));
   // Detect dead agents' connections even when they send nothing.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
+  // A connection that never completes the HTTP/2 handshake (a raw TCP
+  // connect that sends nothing) holds a descriptor until this passes; gRPC's
+  // own default is 120s.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(cfg.grpc_handshake_timeout).count()));
   builder.RegisterService(s.agent_service.get());
   builder.RegisterService(s.cluster_service.get());
   builder.RegisterService(s.fault_service.get());
@@ -208,18 +295,74 @@ Status ClusterdServer::Start() {
     return Unavailable("cannot listen for gRPC on " + cfg.listen + " (address in use or invalid?)");
   }
 
-  s.http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
-  s.http.Handle("GET", "/readyz", [&s](const HttpRequest&) {
+  s.metrics.AddCallbackGauge("clusterd_open_fds", "File descriptors open in the clusterd process.", [] {
+    auto n = CountOpenFds();
+    return n ? static_cast<double>(*n) : -1.0;
+  });
+  s.metrics.AddCallbackGauge("clusterd_max_fds", "Soft limit on open file descriptors (RLIMIT_NOFILE).", [] {
+    auto n = SoftFdLimit();
+    return n ? static_cast<double>(*n) : -1.0;
+  });
+  s.metrics.AddCallbackGauge("clusterd_grpc_self_check_ok",
+                             "1 while a new loopback connection to the gRPC port is accepted and answered.",
+                             [&s] { return s.grpc_ok.load() ? 1.0 : 0.0; });
+  s.self_check_failures = &s.metrics.AddCounter("clusterd_grpc_self_check_failures_total",
+                                                "gRPC self-checks (new connection + Health/Check) that failed.");
+
+  HttpServer::Options ho;
+  ho.max_connections = cfg.max_http_connections;
+  ho.io_timeout = cfg.http_timeout;
+  ho.metrics = &s.metrics;
+  ho.metrics_prefix = "clusterd";
+  s.http = std::make_unique<HttpServer>(ho);
+  s.http->Handle("GET", "/healthz", [&s](const HttpRequest&) {
+    const int64_t since = s.grpc_failing_since.load();
+    const auto limit = s.config.grpc_unhealthy_after;
+    if (since != 0 && limit.count() > 0) {
+      const auto failing = std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(since);
+      if (failing >= limit) {
+        return HttpResponse{503, "text/plain",
+                            "gRPC port not accepting for " + FormatDuration(failing) +
+                                " (grpc_unhealthy_after " + FormatDuration(limit) +
+                                "): only a restart brings the listener back\n"};
+      }
+    }
+    return HttpResponse{200, "text/plain", "ok\n"};
+  });
+  s.http->Handle("GET", "/readyz", [&s](const HttpRequest&) {
     if (!s.serving.load()) return HttpResponse{503, "text/plain", "not serving\n"};
+    if (!s.grpc_ok.load()) {
+      std::lock_guard lock(s.problem_mu);
+      return HttpResponse{503, "text/plain", "gRPC port not accepting: " + s.grpc_problem + "\n"};
+    }
+    // Writes refused (disk below its reserve) keep the pod ready: reads and
+    // Watch still work, and a 503 would take the only replica out of its
+    // Service. The reason is in the body, on /readyz/writes (503), on
+    // clusterd_store_writable and in the ClusterdWritesRefused alert.
+    if (Status refusal = s.engine->WriteRefusal(); !refusal.ok()) {
+      return HttpResponse{200, "text/plain", "ready for reads; writes refused: " + refusal.message() + "\n"};
+    }
     return HttpResponse{200, "text/plain", "ready\n"};
   });
-  s.http.Handle("GET", "/metrics", [&s](const HttpRequest&) {
+  s.http->Handle("GET", "/readyz/writes", [&s](const HttpRequest&) {
+    if (Status refusal = s.engine->WriteRefusal(); !refusal.ok()) {
+      return HttpResponse{503, "text/plain", "writes refused: " + refusal.message() + "\n"};
+    }
+    return HttpResponse{200, "text/plain", "writable\n"};
+  });
+  s.http->Handle("GET", "/metrics", [&s](const HttpRequest&) {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.Render()};
   });
-  CLUSTERD_RETURN_IF_ERROR(s.http.Start(cfg.http_listen));
+  CLUSTERD_RETURN_IF_ERROR(s.http->Start(cfg.http_listen));
   s.serving = true;
   s.health_service->SetServing(true);
-  log->info("serving gRPC on port {} and HTTP on port {} (revision {})", s.grpc_port, s.http.port(),
+  if (cfg.grpc_self_check_interval.count() > 0) {
+    // The first check runs before Start returns, so /readyz is truthful from
+    // the first probe on.
+    if (Status st = s.RunSelfCheck(); !st.ok()) log->warn("gRPC self-check: {}", st.message());
+    s.self_check_thread = std::thread([&s] { s.SelfCheckLoop(); });
+  }
+  log->info("serving gRPC on port {} and HTTP on port {} (revision {})", s.grpc_port, s.http->port(),
             s.state->revision());
   return Status::Ok();
 }
@@ -239,15 +382,86 @@ void ClusterdServer::Shutdown() {
   // committed by Stop); anything not reported is dispatched again at restart.
   if (s.actuator) s.actuator->Stop();
   if (s.engine) s.engine->Stop();
+  if (s.self_check_thread.joinable()) {
+    {
+      std::lock_guard lock(s.self_check_mu);
+      s.self_check_stop = true;
+    }
+    s.self_check_cv.notify_all();
+    s.self_check_thread.join();
+  }
   if (s.grpc_server) s.grpc_server->Wait();
   if (s.watch_pool) s.watch_pool->join();
-  s.http.Stop();
+  if (s.http) s.http->Stop();
   s.grpc_server.reset();
   s.store.reset();
   log->info("shut down");
 }
 
 int ClusterdServer::grpc_port() const { return impl_->grpc_port; }
-int ClusterdServer::http_port() const { return impl_->http.port(); }
+int ClusterdServer::http_port() const { return impl_->http ? impl_->http->port() : 0; }
+
+std::string ClusterdServer::Impl::SelfCheckTarget() const {
+  // A wildcard listener is reached over loopback; a specific address as is.
+  const std::string& listen = config.listen;
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  std::string target_host = host;
+  if (host == "0.0.0.0" || host.empty()) target_host = "127.0.0.1";
+  if (host == "[::]") target_host = "[::1]";
+  return target_host + ":" + std::to_string(grpc_port);
+}
+
+Status ClusterdServer::Impl::RunSelfCheck() {
+  Status result = [&]() -> Status {
+    grpc::ChannelArguments args;
+    // A connection of its own every time: a reused one would prove nothing
+    // about accept().
+    args.SetInt("grpc.use_local_subchannel_pool", 1);
+    args.SetInt("clusterd.self_check", static_cast<int>(++self_checks % 1'000'000));
+    auto channel = grpc::CreateCustomChannel(SelfCheckTarget(), grpc::InsecureChannelCredentials(), args);
+    auto stub = grpc::health::v1::Health::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + config.grpc_self_check_timeout);
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    const grpc::Status st = stub->Check(&ctx, req, &resp);
+    if (!st.ok()) {
+      return Unavailable("Health/Check on a new connection to " + SelfCheckTarget() + " failed within " +
+                         FormatDuration(config.grpc_self_check_timeout) + ": " + st.error_message() + " (code " +
+                         std::to_string(st.error_code()) + ")");
+    }
+    if (resp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+      return Unavailable("Health/Check answered " +
+                         grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()));
+    }
+    return Status::Ok();
+  }();
+  const bool was_ok = grpc_ok.load();
+  if (result.ok()) {
+    if (!was_ok) GetLogger("server")->info("gRPC self-check passes again");
+  } else {
+    if (self_check_failures) self_check_failures->Inc();
+    if (was_ok) GetLogger("server")->error("gRPC self-check failed, /readyz answers 503: {}", result.message());
+    std::lock_guard lock(problem_mu);
+    grpc_problem = result.message();
+  }
+  if (result.ok()) {
+    grpc_failing_since.store(0);
+  } else if (was_ok) {
+    grpc_failing_since.store(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  grpc_ok.store(result.ok());
+  return result;
+}
+
+void ClusterdServer::Impl::SelfCheckLoop() {
+  std::unique_lock lock(self_check_mu);
+  for (;;) {
+    if (self_check_cv.wait_for(lock, config.grpc_self_check_interval, [this] { return self_check_stop; })) return;
+    lock.unlock();
+    (void)RunSelfCheck();  // logs and publishes its own result
+    lock.lock();
+  }
+}
 
 }  // namespace clusterd

@@ -14,11 +14,13 @@ namespace clusterd {
 template <typename Apply>
 grpc::ServerUnaryReactor* SubmitWrite(grpc::CallbackServerContext* ctx, Engine* engine, Apply apply) {
   auto* reactor = ctx->DefaultReactor();
-  bool submitted = engine->Submit([reactor, apply](ClusterState& state, Mutation* m) -> Engine::Done {
+  // Refused with UNAVAILABLE (and why) while the disk is below its reserve
+  // or the store cannot be written, and after shutdown.
+  Status submitted = engine->SubmitWrite([reactor, apply](ClusterState& state, Mutation* m) -> Engine::Done {
     Status st = apply(state, m);
     return [reactor, st] { reactor->Finish(ToGrpc(st)); };
   });
-  if (!submitted) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "clusterd is shutting down"));
+  if (!submitted.ok()) reactor->Finish(ToGrpc(submitted));
   return reactor;
 }
 

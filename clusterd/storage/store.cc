@@ -29,8 +29,9 @@ StatusOr<uint64_t> ReadMetaU64(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions options) {
-  auto log = GetLogger("store");
+namespace {
+
+rocksdb::DBOptions MakeDbOptions() {
   rocksdb::Options db_options;
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
@@ -41,7 +42,15 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptio
   // One writer thread (the Engine's): no concurrent memtable inserts, which
   // also allows the vector memtables below.
   db_options.allow_concurrent_memtable_write = false;
+  // Recovery replays the WAL into memtables and keeps the WAL, instead of
+  // flushing them into new SST files at every open: an open then needs only
+  // a few KB (MANIFEST, OPTIONS, a new WAL), and an open that fails (full
+  // disk) leaves no orphaned SSTs behind (it used to leak ~2.6 MB per try).
+  db_options.avoid_flush_during_recovery = true;
+  return db_options;
+}
 
+std::vector<rocksdb::ColumnFamilyDescriptor> MakeDescriptors() {
   rocksdb::ColumnFamilyOptions cf_options;
   cf_options.OptimizeLevelStyleCompaction(64 << 20);
   // The record CFs (nodes, devices, faults, jobs, recoveries) are read only by
@@ -60,25 +69,58 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptio
                         i == static_cast<size_t>(Cf::kEvents);
     descriptors.emplace_back(std::string(kCfNames[i]), sorted ? cf_options : record_options);
   }
+  return descriptors;
+}
 
+}  // namespace
+
+Status Store::OpenDb(bool read_only) {
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  const auto db_options = MakeDbOptions();
+  const auto descriptors = MakeDescriptors();
+  rocksdb::Status s = read_only ? rocksdb::DB::OpenForReadOnly(db_options, path_, descriptors, &handles, &raw)
+                                : rocksdb::DB::Open(db_options, path_, descriptors, &handles, &raw);
+  if (!s.ok()) {
+    return FromRocks(s, std::string(read_only ? "open store read-only at " : "open store at ") + path_);
+  }
+  db_.reset(raw);
+  for (size_t i = 0; i < kCfCount; ++i) handles_[i] = handles[i];
+  read_only_.store(read_only, std::memory_order_release);
+  return Status::Ok();
+}
+
+void Store::CloseDb() {
+  if (!db_) return;
+  for (auto*& h : handles_) {
+    if (h) db_->DestroyColumnFamilyHandle(h);
+    h = nullptr;
+  }
+  rocksdb::Status s = db_->Close();
+  if (!s.ok()) GetLogger("store")->warn("close: {}", s.ToString());
+  db_.reset();
+}
+
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions options) {
+  auto log = GetLogger("store");
   std::unique_ptr<Store> store(new Store());
   store->path_ = path;
   store->options_ = options;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, path, descriptors, &handles, &raw);
-  if (!s.ok()) return FromRocks(s, "open store at " + path);
-  store->db_.reset(raw);
-  for (size_t i = 0; i < kCfCount; ++i) store->handles_[i] = handles[i];
+  CLUSTERD_RETURN_IF_ERROR(store->OpenDb(options.read_only));
+  rocksdb::DB* raw = store->db_.get();
 
   auto version = ReadMetaU64(raw, store->Handle(Cf::kMeta), kMetaSchemaVersion);
   if (!version.ok()) return version.status();
   if (*version == 0) {
+    if (options.read_only) {
+      return Unavailable("store at " + path + " has no schema version and is open read-only (disk full?): "
+                         "cannot initialise it");
+    }
     std::string value;
     AppendU64(&value, kSchemaVersion);
     rocksdb::WriteOptions wo;
     wo.sync = true;
-    s = raw->Put(wo, store->Handle(Cf::kMeta), std::string(kMetaSchemaVersion), value);
+    rocksdb::Status s = raw->Put(wo, store->Handle(Cf::kMeta), std::string(kMetaSchemaVersion), value);
     if (!s.ok()) return FromRocks(s, "write schema version");
   } else if (*version != kSchemaVersion) {
     return FailedPrecondition("store at " + path + " has schema version " + std::to_string(*version) +
@@ -90,26 +132,40 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptio
   if (!compacted.ok()) return compacted.status();
   store->revision_at_open_ = *revision;
   store->compacted_at_open_ = *compacted;
-  log->info("opened store at {} (revision {}, compacted {})", path, *revision, *compacted);
+  log->info("opened store at {}{} (revision {}, compacted {})", path, options.read_only ? " read-only" : "",
+            *revision, *compacted);
   return store;
 }
 
-Store::~Store() {
-  if (!db_) return;
-  for (auto* h : handles_) {
-    if (h) db_->DestroyColumnFamilyHandle(h);
+Store::~Store() { CloseDb(); }
+
+Status Store::Reopen(bool read_only) {
+  std::unique_lock lock(db_mu_);
+  CloseDb();
+  Status st = OpenDb(read_only);
+  if (st.ok()) {
+    GetLogger("store")->info("reopened store at {}{}", path_, read_only ? " read-only" : " for writing");
+    return st;
   }
-  rocksdb::Status s = db_->Close();
-  if (!s.ok()) GetLogger("store")->warn("close: {}", s.ToString());
+  if (!read_only) {
+    // Keep serving reads.
+    Status ro = OpenDb(true);
+    if (!ro.ok()) GetLogger("store")->error("cannot reopen store read-only either: {}", ro.ToString());
+  }
+  return st;
 }
 
 Status Store::Write(rocksdb::WriteBatch* batch) {
+  if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
+  if (read_only()) return Unavailable("store at " + path_ + " is open read-only");
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
   return FromRocks(db_->Write(wo, batch), "write batch");
 }
 
 Status Store::ForEach(Cf cf, const std::function<void(std::string_view, std::string_view)>& fn) const {
+  std::shared_lock lock(db_mu_);
+  if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), Handle(cf)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     fn(std::string_view(it->key().data(), it->key().size()), std::string_view(it->value().data(), it->value().size()));
@@ -118,6 +174,8 @@ Status Store::ForEach(Cf cf, const std::function<void(std::string_view, std::str
 }
 
 StatusOr<std::vector<::clusterd::v1::Event>> Store::ReadEvents(uint64_t after, size_t max_count) const {
+  std::shared_lock lock(db_mu_);
+  if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
   std::vector<::clusterd::v1::Event> out;
   rocksdb::ReadOptions ro;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, Handle(Cf::kEvents)));
@@ -134,6 +192,8 @@ StatusOr<std::vector<::clusterd::v1::Event>> Store::ReadEvents(uint64_t after, s
 }
 
 StatusOr<uint64_t> Store::LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds, size_t max_scan) const {
+  std::shared_lock lock(db_mu_);
+  if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), Handle(Cf::kEvents)));
   uint64_t last = after;
   size_t scanned = 0;

@@ -1,14 +1,24 @@
 // RocksDB store: column families from schema.h, synced batch writes, event
-// log reads and retention. Thread contract: Write() and Compact() are called
-// by the single writer (the Engine's thread); ReadEvents() and ForEach() may
-// be called from any thread concurrently with it. Never call from a gRPC
-// callback thread: every call may touch the disk.
+// log reads and retention. Thread contract: Write(), Reopen() and Handle()
+// are called by the single writer (the Engine's thread; Open's caller before
+// it starts); ReadEvents(), ForEach() and LastRevisionBefore() may be called
+// from any thread concurrently with it (they wait while Reopen swaps the
+// database). Never call from a gRPC callback thread: every call may touch
+// the disk.
+//
+// Read-only mode: on a full disk RocksDB cannot open for writing (it writes a
+// new MANIFEST, OPTIONS file and WAL at every open, and the Debian build
+// asserts on a failed write), so the caller opens read-only instead
+// (OpenForReadOnly writes nothing): reads work, Write() fails with
+// UNAVAILABLE, and Reopen(false) makes it writable once space returns.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -24,6 +34,9 @@ namespace clusterd::storage {
 struct StoreOptions {
   // Sync the WAL on every Write. Only tests of unrelated logic turn it off.
   bool sync = true;
+  // Open with rocksdb::DB::OpenForReadOnly: nothing is written; the WAL is
+  // replayed into memory only.
+  bool read_only = false;
 };
 
 class Store {
@@ -39,8 +52,18 @@ class Store {
   uint64_t revision_at_open() const { return revision_at_open_; }
   uint64_t compacted_at_open() const { return compacted_at_open_; }
 
-  // One atomic, durable (WAL-synced when options.sync) write.
+  // One atomic, durable (WAL-synced when options.sync) write. UNAVAILABLE
+  // while read-only. A batch that failed may be written again: batches hold
+  // only puts and deletes, so a second write of one is idempotent.
   Status Write(rocksdb::WriteBatch* batch);
+
+  // Closes the database and opens it again, read-only or not. Used to leave
+  // read-only mode, and after a failed write (a fresh instance has no
+  // background error and a new WAL). If a writable open fails the store
+  // falls back to read-only, so reads keep working; the error is returned.
+  // Handles from before are invalid after it.
+  Status Reopen(bool read_only);
+  bool read_only() const { return read_only_.load(std::memory_order_acquire); }
 
   // Calls fn for every key/value of a column family, in key order. Meant for
   // Load at startup: the record CFs keep unsorted (vector) memtables, which
@@ -62,8 +85,15 @@ class Store {
 
  private:
   Store() = default;
+  Status OpenDb(bool read_only);  // with db_mu_ held exclusively (or before anyone else has the store)
+  void CloseDb();                 // likewise
+
   std::string path_;
   StoreOptions options_;
+  // Readers hold it shared; Reopen exclusively (the writer, which alone
+  // changes db_, does not need it for its own calls).
+  mutable std::shared_mutex db_mu_;
+  std::atomic<bool> read_only_{false};
   std::unique_ptr<rocksdb::DB> db_;
   std::array<rocksdb::ColumnFamilyHandle*, kCfCount> handles_{};
   uint64_t revision_at_open_ = 0;

@@ -80,7 +80,10 @@ struct NodedServer::Impl {
     std::optional<uint32_t> device;
     if (body.contains("device") && !body["device"].is_null()) {
       if (!body["device"].is_number_unsigned()) return bad("device: must be a non-negative integer");
-      device = body["device"].get<uint32_t>();
+      // Read it whole: get<uint32_t>() would wrap 4294967299 to device 3.
+      const uint64_t id = body["device"].get<uint64_t>();
+      if (id > UINT32_MAX) return bad("device: " + std::to_string(id) + " is not a device id");
+      device = static_cast<uint32_t>(id);
     }
     Status st = sim->Inject(device, body["code"].get<std::string>(),
                             state == "raise" ? InjectAction::kRaise : InjectAction::kClear);

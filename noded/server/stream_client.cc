@@ -99,6 +99,7 @@ void StreamClient::Session() {
   v1::ConnectRequest hello;
   *hello.mutable_hello() = agent_->MakeHello();
   hello.mutable_hello()->set_epoch(outbox_->epoch());
+  hello.mutable_hello()->set_instance_id(outbox_->instance_id());
   for (auto& r : snapshot.active) *hello.mutable_hello()->add_active_faults() = std::move(r);
   v1::ConnectResponse resp;
   if (!stream->Write(hello) || !stream->Read(&resp) || !resp.has_welcome()) {

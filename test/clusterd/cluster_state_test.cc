@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/time_proto.h"
 #include "state_fixtures.h"
 #include "test_util.h"
 
@@ -135,6 +136,101 @@ TEST_F(ClusterStateTest, TransitionIdsAreStoredOnce) {
   EXPECT_EQ(w.applied_seq(), 1u);
   v1::ListFaultsRequest req;
   EXPECT_EQ(state_->ListFaults(req)->faults(0).count(), 1u);
+}
+
+// A hello with an epoch older than every epoch kept used to abort ClusterD
+// (a map lookup of the epoch it had just evicted): eight restarts of an agent,
+// then its state dir wiped (epoch 1 again), crash-looped the server.
+TEST_F(ClusterStateTest, HelloWithEvictedEpochDoesNotAbortAndItsFaultsAreStored) {
+  for (uint64_t epoch = 100; epoch < 100 + ClusterState::kEpochsKept; ++epoch) {
+    Hello(MakeHello("worker01", epoch), epoch);
+    ASSERT_FALSE(Transition("worker01", MakeTransition(epoch, 1, epoch % 2 == 0, 3, "80E01801"), epoch)->duplicate);
+  }
+  // An older agent (no instance id) whose state dir was wiped: epoch 1.
+  v1::Welcome w = Hello(MakeHello("worker01", 1), 500);
+  EXPECT_EQ(w.applied_seq(), 0u);
+  // Its first raise is new, not "applied long ago": the node turns unhealthy.
+  auto r = Transition("worker01", MakeTransition(1, 1, true, 5, "80E01801"), 500);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->duplicate);
+  EXPECT_EQ(Node("worker01").devices(5).health(), v1::HEALTH_UNHEALTHY);
+}
+
+// The same with agents that send their incarnation: a wiped state dir is a new
+// instance, so its ids are all new, even where the epochs are still kept.
+TEST_F(ClusterStateTest, NewAgentInstanceStartsItsTransitionIdsOver) {
+  v1::Hello h = MakeHello("worker01", 3);
+  h.set_instance_id("0123456789abcdef0123456789abcdef");
+  Hello(h, 1);
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    ASSERT_FALSE(Transition("worker01", MakeTransition(3, seq, seq != 2, 3, "80E01801"), 1)->duplicate);
+  }
+  ASSERT_EQ(Node("worker01").devices(3).health(), v1::HEALTH_UNHEALTHY);
+
+  // Same instance after a ClusterD restart and an agent restart: what was
+  // applied stays applied (a resend is a duplicate).
+  Open();
+  h.set_epoch(4);
+  Hello(h, 2);
+  EXPECT_TRUE(Transition("worker01", MakeTransition(3, 3, true, 3, "80E01801"), 2)->duplicate);
+
+  // The state dir is wiped: new instance, epoch 3 again (kept, seq 3 applied
+  // for the old instance). Its transitions (3,1) and (3,2) are new.
+  Open();
+  v1::Hello wiped = MakeHello("worker01", 3);
+  wiped.set_instance_id("fedcba9876543210fedcba9876543210");
+  EXPECT_EQ(Hello(wiped, 3).applied_seq(), 0u);
+  const uint64_t before = state_->revision();
+  auto clear = Transition("worker01", MakeTransition(3, 1, false, 3, "80E01801"), 3);
+  ASSERT_TRUE(clear.ok());
+  EXPECT_FALSE(clear->duplicate);
+  auto raise = Transition("worker01", MakeTransition(3, 2, true, 6, "80E01801"), 3);
+  ASSERT_TRUE(raise.ok());
+  EXPECT_FALSE(raise->duplicate);
+  EXPECT_GT(state_->revision(), before);
+  auto node = Node("worker01");
+  EXPECT_EQ(node.devices(3).health(), v1::HEALTH_HEALTHY);
+  EXPECT_EQ(node.devices(6).health(), v1::HEALTH_UNHEALTHY);
+  // And the new instance's progress survives a ClusterD restart.
+  Open();
+  EXPECT_EQ(Hello(wiped, 4).applied_seq(), 2u);
+}
+
+// Same instance, an epoch older than every one kept (not a sane agent, but
+// not a reason to crash or to drop what it raises in that epoch).
+TEST_F(ClusterStateTest, SameInstanceOlderEpochKeepsItsTransitions) {
+  v1::Hello h = MakeHello("worker01", 1);
+  h.set_instance_id("0123456789abcdef0123456789abcdef");
+  for (uint64_t epoch = 50; epoch < 50 + ClusterState::kEpochsKept + 2; ++epoch) {
+    h.set_epoch(epoch);
+    Hello(h, epoch);
+  }
+  h.set_epoch(1);
+  EXPECT_EQ(Hello(h, 99).applied_seq(), 0u);
+  auto r = Transition("worker01", MakeTransition(1, 1, true, 2, "80E01801"), 99);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->duplicate);
+  EXPECT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 2, "80E01801"), 99)->duplicate);
+}
+
+TEST_F(ClusterStateTest, TransitionFromAnEpochAfterTheHellosIsRefused) {
+  Hello(MakeHello("worker01", 5));
+  const uint64_t before = state_->revision();
+  auto r = Transition("worker01", MakeTransition(6, 1, true, 2, "80E01801"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("newer than the hello's epoch"), std::string::npos);
+  EXPECT_EQ(state_->revision(), before);
+}
+
+TEST_F(ClusterStateTest, HelloInstanceIdIsValidated) {
+  v1::Hello h = MakeHello("worker01", 1);
+  h.set_instance_id(std::string(65, 'a'));
+  Mutation m;
+  EXPECT_EQ(state_->ApplyHello(h, 1, &m).status().code(), StatusCode::kInvalidArgument);
+  h.set_instance_id("has space");
+  EXPECT_EQ(state_->ApplyHello(h, 1, &m).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(state_->revision(), 0u);
 }
 
 TEST_F(ClusterStateTest, BadInputChangesNothing) {
@@ -352,9 +448,20 @@ TEST_F(ClusterStateTest, ListNodesFiltersAndPages) {
   filtered.set_health(v1::HEALTH_UNHEALTHY);
   ASSERT_EQ(state_->ListNodes(filtered)->nodes_size(), 1);
   EXPECT_EQ(state_->ListNodes(filtered)->nodes(0).name(), "node3");
+  // != (as in Kubernetes selectors): nodes without the key match too.
+  v1::ListNodesRequest unequal;
+  unequal.set_label_selector("pool!=a");
+  auto others = state_->ListNodes(unequal);
+  ASSERT_TRUE(others.ok()) << others.status().ToString();
+  ASSERT_EQ(others->nodes_size(), 3);
+  EXPECT_EQ(others->nodes(0).name(), "node0");
+  unequal.set_label_selector("pool==a,rack!=r2");
+  EXPECT_EQ(state_->ListNodes(unequal)->nodes_size(), 2);
   v1::ListNodesRequest bad;
-  bad.set_label_selector("novalue");
-  EXPECT_EQ(state_->ListNodes(bad).status().code(), StatusCode::kInvalidArgument);
+  for (const char* selector : {"novalue", "=a", "!=a", "pool!a", "a=b,,c=d", "pool in (a)", "k\x1b=v"}) {
+    bad.set_label_selector(selector);
+    EXPECT_EQ(state_->ListNodes(bad).status().code(), StatusCode::kInvalidArgument) << selector;
+  }
   bad = v1::ListNodesRequest();
   bad.set_page_size(-1);
   EXPECT_EQ(state_->ListNodes(bad).status().code(), StatusCode::kInvalidArgument);
@@ -464,6 +571,71 @@ TEST_F(ClusterStateTest, JobsAreStoredWithEventsAndSurviveRestart) {
   EXPECT_EQ(state_->job_count(), 0u);
 }
 
+// Finished recovery records are pruned by age and count; a running one, a
+// job's newest and anything within the protected window always stay.
+TEST_F(ClusterStateTest, RecoveryRetentionKeepsRunningNewestAndRecent) {
+  Hello(MakeHello("worker01", 1));
+  for (const char* id : {"a", "b"}) {
+    ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyCreateJob(MakeJob(id, {{"worker01", 0}}), m); }).ok());
+  }
+  auto put = [&](const std::string& job, v1::RecoveryState st) {
+    v1::Recovery r;
+    r.set_id(state_->NextRecoveryId(job));
+    r.set_job_id(job);
+    r.set_state(st);
+    if (st != v1::RECOVERY_STATE_RUNNING) *r.mutable_end_time() = ToTimestamp(clock_.Now());
+    Commit([&](Mutation* m) { return &state_->PutRecovery(r, v1::EVENT_TYPE_RECOVERY_FINISHED, m); });
+    clock_.Advance(std::chrono::hours(1));
+    return r.id();
+  };
+  // Job a: four finished, then one still running (the newest); job b: one
+  // finished (its newest), then the job is deleted; then one more of job a
+  // ... all at least a day ago, except the last one.
+  put("a", v1::RECOVERY_STATE_SUCCEEDED);                    // a.1
+  put("a", v1::RECOVERY_STATE_FAILED);                       // a.2
+  put("b", v1::RECOVERY_STATE_SUCCEEDED);                    // b.1 (job b's newest)
+  put("a", v1::RECOVERY_STATE_CANCELLED);                    // a.3
+  const std::string running = put("a", v1::RECOVERY_STATE_RUNNING);  // a.4
+  clock_.Advance(std::chrono::hours(48));
+  put("a", v1::RECOVERY_STATE_DRY_RUN);                      // a.5, newest of a, recent
+  ASSERT_EQ(state_->recovery_count(), 6u);
+
+  ClusterState::RecoveryRetention keep_all{.max_count = 100, .max_age = std::chrono::hours(24 * 30),
+                                           .protect = std::chrono::hours(24)};
+  const uint64_t rev = state_->revision();
+  EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyRecoveryRetention(keep_all, clock_.Now(), m); }), 0u);
+
+  // Count: at most 4 -> the two oldest finished ones go (a.1, a.2); b.1 is
+  // job b's newest and stays while b exists.
+  ClusterState::RecoveryRetention by_count = keep_all;
+  by_count.max_count = 4;
+  EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyRecoveryRetention(by_count, clock_.Now(), m); }), 2u);
+  EXPECT_EQ(state_->GetRecovery("a.1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state_->GetRecovery("a.2").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(state_->GetRecovery("b.1").ok());
+  EXPECT_EQ(state_->revision(), rev);  // history removed, no state changed
+
+  // Job b deleted: its last recovery may go now. Age: 1 day -> everything
+  // finished that ended more than a day ago goes, except the running a.4
+  // and the recent a.5.
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyDeleteJob("b", m); }).ok());
+  ClusterState::RecoveryRetention by_age = keep_all;
+  by_age.max_age = std::chrono::hours(24);
+  EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyRecoveryRetention(by_age, clock_.Now(), m); }), 2u);
+  // Even a count of 1 cannot take the running one or a's newest.
+  by_age.max_count = 1;
+  EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyRecoveryRetention(by_age, clock_.Now(), m); }), 0u);
+  EXPECT_EQ(state_->recovery_count(), 2u);
+  EXPECT_TRUE(state_->GetRecovery(running).ok());
+  EXPECT_TRUE(state_->GetRecovery("a.5").ok());
+
+  // Durable: a restart loads the same two, and ids are not given twice.
+  Open();
+  EXPECT_EQ(state_->recovery_count(), 2u);
+  EXPECT_EQ(state_->GetRecovery("a.1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state_->NextRecoveryId("a"), "a.6");
+}
+
 TEST_F(ClusterStateTest, BadJobsAreRefused) {
   const uint64_t rev = state_->revision();
   Mutation m;
@@ -553,9 +725,16 @@ TEST_F(ClusterStateTest, CordonIsIdempotentAndRecordedWithActor) {
   EXPECT_EQ(events_.back().type(), v1::EVENT_TYPE_NODE_UNCORDONED);
   EXPECT_FALSE(Node("worker01").node().cordoned());
   Mutation m;
-  EXPECT_EQ(state_->ApplyCordon("ghost", true, "alice", "", &m).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(state_->ApplyCordon("worker01", true, "", "", &m).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(state_->ApplyCordon("ghost", true, "alice", "x", &m).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state_->ApplyCordon("worker01", true, "", "x", &m).status().code(), StatusCode::kInvalidArgument);
+  // Cordoning needs a reason (as a manual clear does); a reason is one line.
+  auto no_reason = state_->ApplyCordon("worker01", true, "alice", "", &m);
+  EXPECT_EQ(no_reason.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_reason.status().message().find("reason"), std::string::npos);
+  EXPECT_EQ(state_->ApplyCordon("worker01", true, "alice", "swap\x1b[2J", &m).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_TRUE(m.empty());
+  EXPECT_FALSE(Node("worker01").node().cordoned());
 }
 
 TEST_F(ClusterStateTest, ManualClearNamesWhoAndWhy) {
@@ -604,6 +783,48 @@ TEST_F(ClusterStateTest, RecoveryModeIsPersistedAndEvented) {
   empty.set_actor("alice");
   Mutation m;
   EXPECT_EQ(state_->ApplySetRecoveryMode(empty, &m).status().code(), StatusCode::kInvalidArgument);
+  // Turning dry-run on needs a reason; resuming does not.
+  v1::SetRecoveryModeRequest dry;
+  dry.set_actor("alice");
+  dry.set_dry_run(true);
+  auto refused = state_->ApplySetRecoveryMode(dry, &m);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("reason"), std::string::npos);
+  EXPECT_TRUE(m.empty());
+  EXPECT_FALSE(state_->admin_state().dry_run());
+  v1::SetRecoveryModeRequest resume;
+  resume.set_actor("alice");
+  resume.set_recovery_paused(false);
+  auto resumed = Commit([&](Mutation* m) { return state_->ApplySetRecoveryMode(resume, m); });
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_FALSE(resumed->recovery_paused());
+}
+
+TEST_F(ClusterStateTest, ControlCharactersInNamesAreRefused) {
+  v1::Hello h = MakeHello("worker01", 1);
+  h.mutable_inventory()->mutable_devices(0)->set_serial("SN\r\nforged log line");
+  Mutation m;
+  auto refused = state_->ApplyHello(h, 1, &m);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(".serial"), std::string::npos) << refused.status().message();
+  h = MakeHello("worker01", 1);
+  h.set_boot_id("\xc2\x9b" "31m");  // C1 CSI
+  EXPECT_EQ(state_->ApplyHello(h, 1, &m).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m.empty());
+  EXPECT_EQ(state_->revision(), 0u);
+
+  Hello(MakeHello("worker01", 1));
+  const uint64_t before = state_->revision();
+  auto t = MakeTransition(1, 1, true, 3, "80E01801");
+  t.mutable_fault()->set_subject("/mnt/\x1b]0;owned\x07");
+  auto r = Transition("worker01", t);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("subject"), std::string::npos);
+  // A fault message is free text: tabs and newlines are fine there.
+  t.mutable_fault()->set_subject("");
+  t.mutable_fault()->set_message("line 1\n\tline 2");
+  EXPECT_EQ(state_->revision(), before);
+  ASSERT_TRUE(Transition("worker01", t).ok());
 }
 
 }  // namespace

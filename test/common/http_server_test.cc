@@ -1,7 +1,17 @@
 #include "common/http_server.h"
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,6 +19,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
+
+#include "common/fd_limit.h"
+#include "common/metrics.h"
 
 namespace clusterd {
 namespace {
@@ -304,6 +317,100 @@ TEST_F(HttpServerTest, StopClosesIdleKeepAliveConnections) {
   // Stop() must close it rather than wait for the timeout.
   server_->Stop();
   EXPECT_TRUE(client.ServerClosed());
+}
+
+// Polls cond until it holds or 20 s pass (a failure bound, not a timing).
+bool WaitFor(const std::function<bool()>& cond) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
+
+// Every connection costs the server a descriptor, shared with everything
+// else in the process (clusterd's gRPC server): beyond max_connections a
+// connection is answered 503 and closed without reading it.
+TEST_F(HttpServerTest, ConnectionsBeyondTheLimitAreRefusedAtOnce) {
+  MetricsRegistry metrics;
+  HttpServer::Options options;
+  options.max_connections = 3;
+  options.metrics = &metrics;
+  options.metrics_prefix = "test";
+  StartServer(options);
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(std::make_unique<Client>(server_->port()));
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 3; }));
+
+  Client over(server_->port());
+  Response refused = over.Read();
+  EXPECT_EQ(refused.result_int(), 503);
+  EXPECT_EQ(refused.body(), "too many HTTP connections; try later\r\n");
+  EXPECT_TRUE(over.ServerClosed());
+  EXPECT_EQ(server_->rejected_connections(), 1u);
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("test_http_connections_rejected_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("test_http_connections 3\n"), std::string::npos) << text;
+
+  // The open connections still work, and a closed one frees its place.
+  EXPECT_EQ(idle[0]->Send(http::verb::get, "/hello").result_int(), 200);
+  idle.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 2; }));
+  Client next(server_->port());
+  EXPECT_EQ(next.Send(http::verb::get, "/hello").result_int(), 200);
+}
+
+// A slow-loris client that never finishes its request is cut off at the
+// timeout: it cannot hold a connection slot for longer.
+TEST_F(HttpServerTest, UnfinishedRequestIsClosedAtTheTimeout) {
+  HttpServer::Options options;
+  options.io_timeout = std::chrono::milliseconds(200);
+  StartServer(options);
+  Client slow(server_->port());
+  slow.WriteRaw("GET /hello HTTP/1.1\r\nHost: x\r\n");  // no final empty line, ever
+  EXPECT_TRUE(slow.ServerClosed());
+  EXPECT_TRUE(WaitFor([&] { return server_->open_connections() == 0; }));
+}
+
+// Out of descriptors, accept() fails with EMFILE; the listener must retry
+// and serve the waiting connection once descriptors are free again.
+TEST_F(HttpServerTest, AcceptRecoversFromEmfile) {
+  StartServer();
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const auto open_now = CountOpenFds();
+  ASSERT_TRUE(open_now.has_value());
+  rlimit low = saved;
+  low.rlim_cur = *open_now + 32;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fillers;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+  // One free slot, taken by the client's socket: the server has none left.
+  close(fillers.back());
+  fillers.pop_back();
+  const int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(client, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const bool failed = WaitFor([&] { return server_->accept_errors() >= 2; });  // failed, and retried
+  for (int fd : fillers) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_TRUE(failed);
+
+  const std::string request = "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(write(client, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buf[1024];
+  for (ssize_t n; (n = read(client, buf, sizeof(buf))) > 0;) response.append(buf, static_cast<size_t>(n));
+  close(client);
+  EXPECT_EQ(response.rfind("HTTP/1.1 200 OK", 0), 0u) << response;
+  // New connections are served as usual.
+  Client later(server_->port());
+  EXPECT_EQ(later.Send(http::verb::get, "/hello").result_int(), 200);
 }
 
 TEST(HttpServerDeathTest, HandleAfterStartAborts) {

@@ -146,7 +146,7 @@ expect "default: NodeD reaches the ClusterD Service" "$D" "__import__('json').lo
 expect "default: no catalog override" "$D" "sorted(cm('clusterd')) " "['config.json']"
 expect "monitoring: CRD objects" "$M" "sorted(d['metadata']['name'] for k in ('ServiceMonitor', 'PrometheusRule') for d in by[k])" "['clusterd', 'clusterd', 'clusterd-noded']"
 expect "monitoring: alerts" "$M" "sorted(r['alert'] for r in by['PrometheusRule'][0]['spec']['groups'][0]['rules'])" \
-  "['ClusterdAgentStreamsRejected', 'ClusterdCommitLatencyHigh', 'ClusterdDevicesUnhealthy', 'ClusterdDown', 'ClusterdIngestQueueHigh', 'ClusterdIngestStalled', 'ClusterdNodeLost', 'ClusterdNodesUnknown', 'ClusterdRecoveriesWaiting', 'ClusterdRecoveryFailed', 'ClusterdWatchersLagging', 'NodedDisconnected', 'NodedOutboxBacklog']"
+  "['ClusterdAgentStreamsRejected', 'ClusterdCommitLatencyHigh', 'ClusterdDataDirLowSpace', 'ClusterdDevicesUnhealthy', 'ClusterdDown', 'ClusterdGrpcNotAccepting', 'ClusterdIngestQueueHigh', 'ClusterdIngestStalled', 'ClusterdNodeLost', 'ClusterdNodesUnknown', 'ClusterdRecoveriesWaiting', 'ClusterdRecoveryFailed', 'ClusterdWatchersLagging', 'ClusterdWritesRefused', 'NodedDisconnected', 'NodedOutboxBacklog']"
 expect "monitoring: dashboard ConfigMap in its namespace" "$M" "[(d['metadata']['namespace'], d['metadata']['labels']['grafana_dashboard']) for d in by['ConfigMap'] if d['metadata']['name'].endswith('dashboard')]" "[('monitoring', '1')]"
 expect "monitoring: NodeD metrics Service is headless" "$M" "[s['spec'].get('clusterIP') for s in by['Service'] if s['metadata']['name'].endswith('-metrics')]" "['None']"
 expect "existing-claim: no PVC created" "$E" "'PersistentVolumeClaim' in by" "False"

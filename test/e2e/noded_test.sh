@@ -72,7 +72,8 @@ expect_contains "$watch" '"level": "FAULT_LEVEL_RESTART_BUSINESS"' "Watch level"
 echo "-- the sim endpoint refuses bad bodies"
 for body in 'not json' '{"code": "80E01801"}' '{"device": 99, "code": "80E01801", "state": "raise"}' \
             '{"device": 1, "code": "bad code!", "state": "raise"}' '{"device": -1, "code": "X", "state": "raise"}' \
-            '{"device": 1, "code": "X", "state": "maybe"}' '{"device": 1, "code": "X", "state": "raise", "extra": 1}'; do
+            '{"device": 1, "code": "X", "state": "maybe"}' '{"device": 1, "code": "X", "state": "raise", "extra": 1}' \
+            '{"device": 4294967299, "code": "80E01801", "state": "raise"}' '{"device": 1e30, "code": "X", "state": "raise"}'; do
   code=$(inject "$body")
   [[ $code == 400 ]] || fail "body $body: HTTP $code"
   grep -q '"error"' "$WORK/inject.out" || fail "body $body: no reason given"

@@ -484,6 +484,38 @@ TEST(OutboxTest, LostEpochFileNeverReusesIds) {
   EXPECT_EQ(PendingIds(*box), (Ids{{5, 1}, {6, 1}}));
 }
 
+TEST(OutboxTest, InstanceIdIsMadeOnceAndNewForAWipedStateDir) {
+  TempDir dir;
+  std::string first;
+  {
+    auto box = MustOpen(dir.state());
+    first = box->instance_id();
+    ASSERT_EQ(first.size(), 32u);
+    EXPECT_EQ(first.find_first_not_of("0123456789abcdef"), std::string::npos) << first;
+    EXPECT_EQ(ReadFile(dir.state() + "/instance"), first + "\n");
+  }
+  {
+    auto box = MustOpen(dir.state());
+    EXPECT_EQ(box->instance_id(), first);  // kept across restarts
+    EXPECT_EQ(box->epoch(), 2u);
+  }
+  fs::remove_all(dir.state());  // re-imaged node, lost hostPath
+  auto box = MustOpen(dir.state());
+  EXPECT_EQ(box->epoch(), 1u);
+  EXPECT_NE(box->instance_id(), first);
+  EXPECT_EQ(box->instance_id().size(), 32u);
+}
+
+TEST(OutboxTest, CorruptInstanceFileIsAnError) {
+  TempDir dir;
+  { MustOpen(dir.state()); }
+  { std::ofstream(dir.state() + "/instance") << "not-hex\n"; }
+  auto r = Outbox::Open(dir.state());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("instance"), std::string::npos);
+}
+
 TEST(OutboxTest, SecondOpenOfTheSameDirIsRefused) {
   TempDir dir;
   auto box = MustOpen(dir.state());

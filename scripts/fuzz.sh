@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (test/fuzz, clang, ASan+UBSan) in build-fuzz/
+# and runs each for a bounded time, starting from its seed corpus in
+# test/fuzz/corpus/<target>. Fails on the first crash, sanitizer report, leak,
+# timeout or failed property check, and says where the input that did it is.
+#
+#   scripts/fuzz.sh                  # every target, 20 s each (what CI runs)
+#   scripts/fuzz.sh 600              # every target, 10 minutes each
+#   scripts/fuzz.sh 3600 outbox      # one target (or several), an hour
+#   FUZZ_JOBS=2 scripts/fuzz.sh 600  # parallel fuzzing processes per target
+#
+# Inputs a run finds that add coverage are kept in build-fuzz/corpus/<target>
+# (not in the tree); crashing inputs in build-fuzz/artifacts/<target>/.
+# docs/testing.md says how to add a target and how to keep a new seed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_TARGET="${1:-${FUZZ_SECONDS:-20}}"
+shift || true
+JOBS="${JOBS:-2}"
+FUZZ_JOBS="${FUZZ_JOBS:-1}"
+BUILD_DIR="${FUZZ_BUILD_DIR:-build-fuzz}"
+ALL_TARGETS=(npu_smi sim_http rules_config noded_config clusterd_config catalog label_selector page_token key_codec outbox)
+JSON_TARGETS=" sim_http rules_config noded_config clusterd_config catalog "
+targets=("$@")
+((${#targets[@]})) || targets=("${ALL_TARGETS[@]}")
+
+# ccache hits across checkouts in other folders (CI builds a fresh clone):
+# paths under the tree are hashed relative to it.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+start=$(date +%s)
+if [[ ! -f $BUILD_DIR/build.ninja ]]; then
+  # Debug keeps assertions on; -O1 keeps the instrumented code fast enough.
+  # CLUSTERD_FUZZ adds -fsanitize=fuzzer-no-link,address,undefined everywhere.
+  cmake -S . -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DCMAKE_C_FLAGS_DEBUG="-O1 -g" \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCLUSTERD_FUZZ=ON
+fi
+cmake --build "$BUILD_DIR" -j"$JOBS" --target fuzzers
+echo "== fuzz: built in $(($(date +%s) - start)) s; ${SECONDS_PER_TARGET} s per target"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=0:detect_leaks=1:strict_string_checks=1:check_initialization_order=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+failed=()
+for t in "${targets[@]}"; do
+  bin="$BUILD_DIR/fuzz-bin/fuzz_$t"
+  seeds="test/fuzz/corpus/$t"
+  [[ -x $bin ]] || { echo "fuzz: no target $t ($bin)"; exit 2; }
+  work="$BUILD_DIR/corpus/$t"
+  artifacts="$BUILD_DIR/artifacts/$t"
+  log="$BUILD_DIR/logs/$t.log"
+  mkdir -p "$work" "$artifacts" "$(dirname "$log")"
+  args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2560 -max_len=8192
+        -print_final_stats=1 -artifact_prefix="$artifacts/")
+  [[ $JSON_TARGETS == *" $t "* ]] && args+=(-dict=test/fuzz/json.dict)
+  ((FUZZ_JOBS > 1)) && args+=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")
+  t0=$(date +%s)
+  # The working corpus first: libFuzzer adds what it finds there, never to the seeds.
+  if "$bin" "${args[@]}" "$work" "$seeds" >"$log" 2>&1; then
+    execs=$(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
+    echo "fuzz: $t ok in $(($(date +%s) - t0)) s ($execs inputs, $cov, corpus $(ls "$work" | wc -l) + $(ls "$seeds" | wc -l) seeds)"
+  else
+    echo "fuzz: $t FAILED; the end of $log:"
+    tail -60 "$log"
+    echo "fuzz: the input is in $artifacts/ (replay: $bin <file>; keep it as a regression seed in $seeds/)"
+    failed+=("$t")
+  fi
+done
+echo "== fuzz: $(($(date +%s) - start)) s in all"
+if ((${#failed[@]})); then
+  echo "fuzz: FAILED: ${failed[*]}"
+  exit 1
+fi
