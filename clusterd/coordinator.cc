@@ -14,6 +14,13 @@ namespace rc = recovery;
 
 namespace {
 
+// The job or node a recovery changes may be gone by the time it does (a job
+// deleted while its recovery ends, a node never registered): that is not an
+// error here, anything else is worth a line in the log.
+void WarnUnlessGone(const Status& st) {
+  if (!st.ok() && st.code() != StatusCode::kNotFound) GetLogger("recovery")->warn("{}", st.ToString());
+}
+
 bool Ended(v1::RecoveryState s) {
   return s == v1::RECOVERY_STATE_SUCCEEDED || s == v1::RECOVERY_STATE_FAILED || s == v1::RECOVERY_STATE_CANCELLED ||
          s == v1::RECOVERY_STATE_DRY_RUN;
@@ -483,7 +490,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
             fmt::join(r.hit_ranks(), ","), d.reasons.empty() ? "" : d.reasons.back());
   const v1::Recovery& stored = state.PutRecovery(std::move(r), type, m);
   active_.insert(stored.id());
-  (void)state.SetJobState(job_id, v1::JOB_STATE_RECOVERING, "recovery " + stored.id() + " started", m);
+  WarnUnlessGone(state.SetJobState(job_id, v1::JOB_STATE_RECOVERING, "recovery " + stored.id() + " started", m));
 }
 
 // ---------------------------------------------------------------- advance ---
@@ -673,18 +680,18 @@ void Coordinator::Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState 
   switch (final_state) {
     case v1::RECOVERY_STATE_SUCCEEDED:
       if (succeeded_total_) succeeded_total_->Inc();
-      (void)state.SetJobState(job, v1::JOB_STATE_RUNNING, "recovery " + id + " succeeded", m);
+      WarnUnlessGone(state.SetJobState(job, v1::JOB_STATE_RUNNING, "recovery " + id + " succeeded", m));
       break;
     case v1::RECOVERY_STATE_FAILED:
       if (failed_total_) failed_total_->Inc();
-      (void)state.SetJobState(job, v1::JOB_STATE_FAILED, "recovery " + id + " failed: " + message, m);
+      WarnUnlessGone(state.SetJobState(job, v1::JOB_STATE_FAILED, "recovery " + id + " failed: " + message, m));
       break;
     default:
       if (cancelled_total_) cancelled_total_->Inc();
       if (was_running) {
         auto it = state.jobs().find(job);
         if (it != state.jobs().end() && it->second.state() == v1::JOB_STATE_RECOVERING) {
-          (void)state.SetJobState(job, v1::JOB_STATE_RUNNING, "recovery " + id + " cancelled", m);
+          WarnUnlessGone(state.SetJobState(job, v1::JOB_STATE_RUNNING, "recovery " + id + " cancelled", m));
         }
       }
       break;
@@ -745,7 +752,7 @@ void Coordinator::ApplyResult(ClusterState& state, const std::string& key, bool 
   if (ok && (step.action() == v1::CLUSTER_ACTION_ISOLATE_NODE || step.action() == v1::CLUSTER_ACTION_ISOLATE_DEVICE)) {
     std::optional<uint32_t> device;
     if (step.has_device_id()) device = step.device_id();
-    (void)state.SetIsolated(step.node(), device, "recovery " + id, m);
+    WarnUnlessGone(state.SetIsolated(step.node(), device, "recovery " + id, m));
   }
   if (ok) {
     state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);

@@ -30,7 +30,7 @@ class PlacementIndex {
 
   // The ranks the fault hits, sorted, or null when it hits none: every rank
   // on the fault's node for a node-level fault, the ranks on its device for
-  // a device fault (the rule of RanksHit).
+  // a device fault (recovery::FaultHitsRank, precomputed per device).
   const std::vector<uint32_t>* RanksHit(const v1::Fault& f) const {
     auto it = nodes_.find(f.node());
     if (it == nodes_.end()) return nullptr;

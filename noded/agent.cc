@@ -74,8 +74,8 @@ v1::FaultSource SourceForNodeCode(std::string_view code) {
   return v1::FAULT_SOURCE_ACCELERATOR;
 }
 
-Agent::Agent(AgentOptions options, Outbox* outbox, AcceleratorBackend* backend, SimBackend* sim, const Clock* clock)
-    : options_(std::move(options)), outbox_(outbox), backend_(backend), sim_(sim), clock_(clock) {}
+Agent::Agent(AgentOptions options, Outbox* outbox, AcceleratorBackend* backend, const Clock* clock)
+    : options_(std::move(options)), outbox_(outbox), backend_(backend), clock_(clock) {}
 
 Status Agent::Init() {
   started_ = clock_->Now();
@@ -231,12 +231,13 @@ void Agent::DiffAccelerators() {
       desired[KeyOf(r)] = r;
     }
   }
-  if (sim_) {
-    for (const auto& code : sim_->NodeFaults()) {
+  const bool node_faults = backend_->reports_node_faults();
+  if (node_faults) {
+    for (const auto& code : backend_->NodeFaults()) {
       v1::FaultReport r;
       r.set_source(SourceForNodeCode(code));
       r.set_code(code);
-      r.set_message("injected in the simulator");
+      r.set_message("reported by the " + backend_->name() + " backend");
       desired[KeyOf(r)] = r;
     }
   }
@@ -252,8 +253,8 @@ void Agent::DiffAccelerators() {
   for (const auto& r : outbox_->Active()) {
     const std::string key = KeyOf(r);
     const bool accelerator = r.source() == v1::FAULT_SOURCE_ACCELERATOR && r.has_device_id();
-    const bool sim_node = sim_ && !r.has_device_id() && !rule_codes_.count(r.code());
-    if (!accelerator && !sim_node) continue;
+    const bool backend_node = node_faults && !r.has_device_id() && !rule_codes_.count(r.code());
+    if (!accelerator && !backend_node) continue;
     active.insert(key);
     if (accelerator && !read_ok.count(r.device_id())) continue;  // unreadable now: keep as is
     if (!desired.count(key)) emit(v1::TRANSITION_ACTION_CLEAR, r);

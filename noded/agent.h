@@ -21,7 +21,7 @@
 #include "clusterd/v1/agent.pb.h"
 #include "common/clock.h"
 #include "noded/accel/backend.h"
-#include "noded/accel/sim_backend.h"
+#include "noded/accel/backend.h"
 #include "noded/collectors/cpu.h"
 #include "noded/collectors/disk.h"
 #include "noded/collectors/kmsg.h"
@@ -48,9 +48,8 @@ struct AgentOptions {
 
 class Agent {
  public:
-  // backend and outbox must outlive the agent; sim is the backend when it is
-  // the simulator (for node-level injected faults), else null.
-  Agent(AgentOptions options, Outbox* outbox, AcceleratorBackend* backend, SimBackend* sim, const Clock* clock);
+  // backend and outbox must outlive the agent.
+  Agent(AgentOptions options, Outbox* outbox, AcceleratorBackend* backend, const Clock* clock);
 
   // Builds the collectors; fails on a bad kernel pattern.
   Status Init();
@@ -71,7 +70,6 @@ class Agent {
   AgentOptions options_;
   Outbox* outbox_;
   AcceleratorBackend* backend_;
-  SimBackend* sim_;
   const Clock* clock_;
   TimePoint started_;
   bool rule_faults_reconciled_ = false;

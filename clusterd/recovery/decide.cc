@@ -119,9 +119,7 @@ std::vector<int> RanksHit(const Job& job, const FaultView& fault) {
   std::vector<int> ranks;
   for (const auto& [rank, where] : job.placement) {
     if (where.node != fault.node) continue;
-    // Node-level faults hit every rank on the node; device faults only the
-    // ranks on that device (a rank without a device uses no accelerator).
-    if (!fault.device || (where.device && *where.device == *fault.device)) ranks.push_back(rank);
+    if (FaultHitsRank(fault.device, where.device)) ranks.push_back(rank);
   }
   return ranks;  // std::map iteration: already sorted
 }

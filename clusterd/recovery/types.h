@@ -94,6 +94,15 @@ struct RankPlacement {
   std::optional<uint32_t> device;  // absent: the rank uses no accelerator
 };
 
+// THE rule of which ranks a fault hits, for a rank on the fault's node: a
+// node-level fault hits every rank there, a device fault only the ranks on
+// that device (a rank without a device uses no accelerator). Every mapping of
+// faults to ranks (decisions, job impacts, event job ids, the placement
+// index) applies this.
+inline bool FaultHitsRank(std::optional<uint32_t> fault_device, std::optional<uint32_t> rank_device) {
+  return !fault_device || (rank_device && *rank_device == *fault_device);
+}
+
 struct Job {
   std::string id;
   JobKind kind = JobKind::kTraining;

@@ -58,6 +58,17 @@ struct DeviceStatus {
   std::string read_error;
 };
 
+enum class InjectAction { kRaise, kClear };
+
+// What a backend that can take faults by hand (the simulator) offers NodeD's
+// `POST /v1/sim/faults`.
+class FaultInjector {
+ public:
+  virtual ~FaultInjector() = default;
+  // Raises or clears `code` on `device` (nullopt: a node-level fault).
+  virtual Status Inject(std::optional<uint32_t> device, std::string_view code, InjectAction action) = 0;
+};
+
 class AcceleratorBackend {
  public:
   virtual ~AcceleratorBackend() = default;
@@ -74,6 +85,15 @@ class AcceleratorBackend {
   virtual StatusOr<std::vector<DeviceStatus>> Poll() = 0;
   // The backend kind: "ascend", "npu-smi", "sim", "none".
   virtual std::string name() const = 0;
+
+  // Node-level fault codes the source reports without a device, sorted. A
+  // backend that reports them owns every node-level fault the rules engine
+  // does not (NodeD clears those the backend no longer reports).
+  virtual bool reports_node_faults() const { return false; }
+  virtual std::vector<std::string> NodeFaults() const { return {}; }
+  // Faults injected by hand, for backends that take them (the simulator);
+  // null for real hardware. Owned by the backend.
+  virtual FaultInjector* injector() { return nullptr; }
 };
 
 struct BackendOptions {
@@ -104,8 +124,8 @@ inline constexpr const char* kDefaultDcmiPaths[] = {
 inline constexpr int kMaxSimDevices = 1024;
 
 // Creates the backend named by options.kind; does not call Init. InvalidArgument for
-// an unknown kind or out-of-range option. For kind "sim" the result is a SimBackend
-// (dynamic_cast to reach Inject).
+// an unknown kind or out-of-range option. For kind "sim" the result takes injected
+// faults (injector()).
 StatusOr<std::unique_ptr<AcceleratorBackend>> MakeBackend(const BackendOptions& options);
 
 // 0x80E01801 -> "80E01801".

@@ -24,9 +24,7 @@
 
 namespace clusterd::noded {
 
-enum class InjectAction { kRaise, kClear };
-
-class SimBackend final : public AcceleratorBackend {
+class SimBackend final : public AcceleratorBackend, public FaultInjector {
  public:
   static constexpr const char* kModel = "SIM-910B";
   static constexpr const char* kVendor = "sim";
@@ -46,10 +44,12 @@ class SimBackend final : public AcceleratorBackend {
   // InvalidArgument for a device out of range or a malformed code (1-64
   // characters of [A-Za-z0-9_.-]); ResourceExhausted when raising would exceed
   // kMaxActiveCodes. Raising an active code or clearing an inactive one is a no-op.
-  Status Inject(std::optional<uint32_t> device, std::string_view code, InjectAction action);
+  Status Inject(std::optional<uint32_t> device, std::string_view code, InjectAction action) override;
+  FaultInjector* injector() override { return this; }
 
   // Active node-level codes, sorted.
-  std::vector<std::string> NodeFaults() const;
+  bool reports_node_faults() const override { return true; }
+  std::vector<std::string> NodeFaults() const override;
 
   int device_count() const { return static_cast<int>(device_codes_.size()); }
 

@@ -21,7 +21,7 @@ struct NodedServer::Impl {
   MetricsRegistry metrics;
   std::unique_ptr<Outbox> outbox;
   std::unique_ptr<AcceleratorBackend> backend;
-  SimBackend* sim = nullptr;
+  FaultInjector* injector = nullptr;  // the backend's, when it takes injected faults
   std::unique_ptr<Agent> agent;
   std::unique_ptr<StreamClient> stream;
   HttpServer http;
@@ -85,7 +85,7 @@ struct NodedServer::Impl {
       if (id > UINT32_MAX) return bad("device: " + std::to_string(id) + " is not a device id");
       device = static_cast<uint32_t>(id);
     }
-    Status st = sim->Inject(device, body["code"].get<std::string>(),
+    Status st = injector->Inject(device, body["code"].get<std::string>(),
                             state == "raise" ? InjectAction::kRaise : InjectAction::kClear);
     if (!st.ok()) return bad(st.message());
     Wake();  // report it now, not at the next tick
@@ -115,7 +115,7 @@ Status NodedServer::Start() {
   if (!backend.ok()) return backend.status();
   s.backend = std::move(*backend);
   CLUSTERD_RETURN_IF_ERROR(s.backend->Init());
-  s.sim = dynamic_cast<SimBackend*>(s.backend.get());
+  s.injector = s.backend->injector();
 
   AgentOptions ao;
   ao.node_name = cfg.node_name;
@@ -128,7 +128,7 @@ Status NodedServer::Start() {
     if (!rules.ok()) return rules.status();
     ao.rules = std::move(*rules);
   }
-  s.agent = std::make_unique<Agent>(ao, s.outbox.get(), s.backend.get(), s.sim, &SystemClock::Instance());
+  s.agent = std::make_unique<Agent>(ao, s.outbox.get(), s.backend.get(), &SystemClock::Instance());
   CLUSTERD_RETURN_IF_ERROR(s.agent->Init());
 
   s.polls = &s.metrics.AddCounter("noded_polls_total", "Collection rounds.");
@@ -154,7 +154,7 @@ Status NodedServer::Start() {
   s.http.Handle("GET", "/metrics", [&s](const HttpRequest&) {
     return HttpResponse{200, MetricsRegistry::kContentType, s.metrics.Render()};
   });
-  if (s.sim) {
+  if (s.injector) {
     s.http.Handle("POST", "/v1/sim/faults", [&s](const HttpRequest& req) { return s.InjectSimFault(req); });
   }
   CLUSTERD_RETURN_IF_ERROR(s.http.Start(cfg.http_listen));

@@ -109,7 +109,12 @@ void StreamClient::Session() {
   }
   if (reconnects_) reconnects_->Inc();
   const uint64_t epoch = outbox_->epoch();
-  if (resp.welcome().applied_seq() > 0) (void)outbox_->Ack(epoch, resp.welcome().applied_seq());
+  if (resp.welcome().applied_seq() > 0) {
+    // A failed ack only keeps entries ClusterD already has: they are resent
+    // and acknowledged again as duplicates.
+    Status acked = outbox_->Ack(epoch, resp.welcome().applied_seq());
+    if (!acked.ok()) log->error("outbox ack of the welcome: {}", acked.ToString());
+  }
   connected_ = true;
   log->info("connected to {} (revision {}, {} transitions to resend)", options_.server, resp.welcome().revision(),
             snapshot.pending.size());

@@ -1,6 +1,7 @@
 // The agent's round on a fixture tree with the simulator and a real Outbox:
 // what becomes a transition, and what survives a restart.
 #include "noded/agent.h"
+#include "noded/accel/sim_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -28,7 +29,7 @@ class AgentTest : public ::testing::Test {
     options.root = testing::FixtureDir("full");
     options.kmsg_path = "";
     options.mounts_file = "/proc/mounts";  // the fixture has no /proc/1
-    agent_ = std::make_unique<Agent>(options, outbox_.get(), sim_.get(), sim_.get(), &clock_);
+    agent_ = std::make_unique<Agent>(options, outbox_.get(), sim_.get(), &clock_);
     ASSERT_TRUE(agent_->Init().ok());
   }
 
