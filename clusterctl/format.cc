@@ -4,9 +4,12 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <sstream>
 
 #include <google/protobuf/util/json_util.h>
 
+#include "common/duration.h"
 #include "common/levels.h"
 
 namespace clusterctl {
@@ -194,6 +197,94 @@ std::string RankRanges(std::vector<uint32_t> ranks) {
     i = j + 1;
   }
   return out;
+}
+
+std::string Truncate(const std::string& s, size_t max_chars) {
+  size_t chars = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (chars == max_chars) return s.substr(0, i) + "...";
+      ++chars;
+    }
+  }
+  return s;
+}
+
+std::string Indent(const std::string& text, const std::string& prefix) {
+  std::string out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) out += prefix + line + "\n";
+  return out;
+}
+
+std::string TableText(const Table& t) {
+  std::ostringstream s;
+  t.Print(s);
+  return s.str();
+}
+
+std::string LabelsText(const google::protobuf::Map<std::string, std::string>& labels) {
+  std::map<std::string, std::string> sorted(labels.begin(), labels.end());
+  std::string out;
+  for (const auto& [k, v] : sorted) {
+    if (!out.empty()) out += ",";
+    out += k + "=" + v;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string DurationText(const google::protobuf::Duration& d) {
+  if (d.seconds() == 0 && d.nanos() == 0) return "-";
+  return clusterd::FormatDuration(std::chrono::seconds(d.seconds()) + std::chrono::nanoseconds(d.nanos()));
+}
+
+std::string JoinText(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
+  return out.empty() ? "-" : out;
+}
+
+void PrintKeyValues(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& kv,
+                    const std::string& prefix) {
+  size_t key_width = 0;
+  for (const auto& [k, v] : kv) key_width = std::max(key_width, k.size());
+  for (const auto& [k, v] : kv) {
+    out << prefix << k << ":" << std::string(key_width - k.size() + 2, ' ') << Sanitize(v) << "\n";
+  }
+}
+
+std::string FaultCode(const v1::Fault& f) { return f.subject().empty() ? f.code() : f.code() + "@" + f.subject(); }
+
+std::optional<uint32_t> FaultDevice(const v1::Fault& f) {
+  return f.has_device_id() ? std::optional<uint32_t>(f.device_id()) : std::nullopt;
+}
+
+std::string RecoveryStrategyText(const v1::Recovery& r) {
+  const std::string now = ShortStrategy(r.strategy());
+  if (r.initial_strategy() == v1::RECOVERY_STRATEGY_UNSPECIFIED || r.initial_strategy() == r.strategy()) return now;
+  return ShortStrategy(r.initial_strategy()) + "->" + now;
+}
+
+namespace {
+
+bool StepEnded(const v1::RecoveryStep& s) {
+  switch (s.state()) {
+    case v1::STEP_STATE_SUCCEEDED:
+    case v1::STEP_STATE_FAILED:
+    case v1::STEP_STATE_TIMED_OUT:
+    case v1::STEP_STATE_SKIPPED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::string StepsText(const v1::Recovery& r) {
+  const auto done = std::count_if(r.steps().begin(), r.steps().end(), StepEnded);
+  return std::to_string(done) + "/" + std::to_string(r.steps_size());
 }
 
 std::optional<v1::Health> ParseHealth(const std::string& name) {

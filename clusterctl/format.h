@@ -6,8 +6,11 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <google/protobuf/duration.pb.h>
+#include <google/protobuf/map.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/timestamp.pb.h>
 
@@ -56,6 +59,24 @@ std::string ShortJobCommand(v1::JobCommand c);        // "RESTART_PROCESSES", "-
 std::string ShortClusterAction(v1::ClusterAction a);  // "isolate_device", "-" when unspecified
 // "0-3,7,9-10" for a set of ranks (sorted, duplicates dropped); "-" when empty.
 std::string RankRanges(std::vector<uint32_t> ranks);
+
+// Text shared by several commands.
+std::string Truncate(const std::string& s, size_t max_chars);  // "abc..." past max_chars code points
+// Each line of `text` with `prefix` before it (a table nested under a heading).
+std::string Indent(const std::string& text, const std::string& prefix = "  ");
+std::string TableText(const Table& t);
+std::string LabelsText(const google::protobuf::Map<std::string, std::string>& labels);  // "a=1,b=2" or "-"
+std::string DurationText(const google::protobuf::Duration& d);  // "30s", "-" when zero
+std::string JoinText(const std::vector<std::string>& items, const std::string& sep = ",");  // "-" when empty
+// "Key:  value" lines, the values aligned and sanitised.
+void PrintKeyValues(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& kv,
+                    const std::string& prefix = "");
+std::string FaultCode(const v1::Fault& f);  // "CODE" or "CODE@subject"
+std::optional<uint32_t> FaultDevice(const v1::Fault& f);
+// The current rung; "PROCESS_RESTART->POD_RESCHEDULE" once it escalated from where it started.
+std::string RecoveryStrategyText(const v1::Recovery& r);
+// Steps that ended (succeeded, failed, timed out or skipped) out of all planned so far: "2/3".
+std::string StepsText(const v1::Recovery& r);
 
 std::optional<v1::Health> ParseHealth(const std::string& name);
 std::optional<v1::EventType> ParseEventType(const std::string& name);

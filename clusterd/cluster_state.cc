@@ -250,15 +250,13 @@ uint64_t ClusterState::NextRevision(Mutation*) {
 
 void ClusterState::FlushDirty(Mutation* m) {
   if (revision_dirty_) {
-    std::string value;
-    storage::AppendU64(&value, revision_);
-    m->batch.Put(store_->Handle(Cf::kMeta), std::string(storage::kMetaRevision), value);
+    storage::PutRevision(&m->changes, revision_);
     revision_dirty_ = false;
   }
   for (const auto& name : dirty_nodes_) {
     auto it = nodes_.find(name);
     if (it == nodes_.end()) continue;
-    m->batch.Put(store_->Handle(Cf::kNodes), storage::NodeKey(name), it->second.record.SerializeAsString());
+    m->changes.Put(Cf::kNodes, storage::NodeKey(name), it->second.record);
   }
   dirty_nodes_.clear();
   for (const auto& [name, id] : dirty_devices_) {
@@ -266,7 +264,7 @@ void ClusterState::FlushDirty(Mutation* m) {
     if (it == nodes_.end()) continue;
     auto dit = it->second.devices.find(id);
     if (dit == it->second.devices.end()) continue;
-    m->batch.Put(store_->Handle(Cf::kDevices), storage::DeviceKey(name, id), dit->second.SerializeAsString());
+    m->changes.Put(Cf::kDevices, storage::DeviceKey(name, id), dit->second);
   }
   dirty_devices_.clear();
 }
@@ -274,7 +272,7 @@ void ClusterState::FlushDirty(Mutation* m) {
 void ClusterState::Emit(Mutation* m, v1::Event event) {
   if (event.revision() == 0) event.set_revision(NextRevision(m));
   *event.mutable_time() = ToTimestamp(clock_->Now());
-  m->batch.Put(store_->Handle(Cf::kEvents), storage::EventKey(event.revision()), event.SerializeAsString());
+  m->changes.Put(Cf::kEvents, storage::EventKey(event.revision()), event);
   m->events.push_back(std::move(event));
 }
 
@@ -283,7 +281,7 @@ void ClusterState::PutNode(NodeState& n, Mutation*) { dirty_nodes_.insert(n.reco
 void ClusterState::PutDevice(const v1::Device& d, Mutation*) { dirty_devices_.emplace(d.node(), d.id()); }
 
 void ClusterState::PutFault(const std::string& key, const v1::Fault& f, Mutation* m) {
-  m->batch.Put(store_->Handle(Cf::kFaults), key, f.SerializeAsString());
+  m->changes.Put(Cf::kFaults, key, f);
 }
 
 v1::Fault ClusterState::FaultFromReport(const std::string& node, const v1::FaultReport& r) const {
@@ -638,7 +636,7 @@ StatusOr<TransitionResult> ClusterState::ApplyTransition(const std::string& node
     Clear(n, storage::FaultKey(node, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), "heartbeat resumed",
           m);
   }
-  PutNode(n, m);  // the applied sequence, in the same batch as the change
+  PutNode(n, m);  // the applied sequence, in the same commit as the change
   return TransitionResult{false};
 }
 
@@ -764,7 +762,7 @@ StatusOr<v1::AdminState> ClusterState::ApplySetRecoveryMode(const v1::SetRecover
                  " dry_run=" + (next.dry_run() ? "true" : "false"));
   ev.set_revision(NextRevision(m));
   next.set_revision(ev.revision());
-  m->batch.Put(store_->Handle(Cf::kMeta), std::string(storage::kMetaAdminState), next.SerializeAsString());
+  m->changes.Put(Cf::kMeta, std::string(storage::kMetaAdminState), next);
   Emit(m, std::move(ev));
   admin_ = std::move(next);
   return admin_;
@@ -796,7 +794,7 @@ TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* 
 void ClusterState::ApplyCompaction(uint64_t to, Mutation* m) {
   const uint64_t from = compacted_.load();
   if (to <= from) return;
-  store_->AddCompaction(&m->batch, from, to);
+  storage::AddCompaction(&m->changes, from, to);
   compacted_ = to;
 }
 

@@ -2,7 +2,7 @@
 // changes it. Each Apply* call is one logical change: it validates first and
 // changes nothing on error; on success it mutates memory and appends the
 // records, the revision bump and the events to the caller's Mutation, which
-// the Engine commits as one synced RocksDB write.
+// the Engine commits as one synced Store write.
 //
 // Thread contract: Apply*, CheckLiveness and Load are called only by the
 // Engine's writer thread holding mutex() exclusively; the query methods may be
@@ -22,9 +22,8 @@
 #include <string>
 #include <vector>
 
-#include <rocksdb/write_batch.h>
-
 #include "clusterd/catalog.h"
+#include "clusterd/storage/change_set.h"
 #include "clusterd/storage/key_codec.h"
 #include "clusterd/storage/store.h"
 #include "clusterd/storage/v1/storage.pb.h"
@@ -40,11 +39,12 @@ namespace clusterd {
 
 // The stored effect of one or more logical changes, committed together
 // (after ClusterState::FlushDirty has added the records written once per
-// commit).
+// commit): the change set the Store applies, and the events to publish to
+// watchers once it is durable.
 struct Mutation {
-  rocksdb::WriteBatch batch;
+  storage::ChangeSet changes;
   std::vector<v1::Event> events;
-  bool empty() const { return batch.Count() == 0; }
+  bool empty() const { return changes.empty(); }
 };
 
 class Counter;

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "clusterd/actuator_registry.h"
 #include "common/config_util.h"
 #include "common/duration.h"
 #include "common/levels.h"
@@ -148,8 +149,9 @@ const std::map<std::string, Setter>& Setters() {
       {"log_level", [](const std::string& v, ClusterdConfig* c) { return SetLogLevel("log_level", v, &c->log_level); }},
       {"actuator",
        [](const std::string& v, ClusterdConfig* c) {
-         if (v != "none" && v != "exec" && v != "webhook") {
-           return InvalidArgument("actuator: \"" + v + "\" is not one of none, exec, webhook");
+         const ActuatorRegistry& actuators = BuiltinActuators();
+         if (!actuators.Has(v)) {
+           return InvalidArgument("actuator: \"" + v + "\" is not one of " + JoinNames(actuators.Names()));
          }
          c->actuator = v;
          return Status::Ok();
@@ -216,15 +218,9 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
     if (!text.ok()) return InvalidArgument("--config: " + text.status().message());
     CLUSTERD_RETURN_IF_ERROR(ApplyClusterdConfigJson(*text, "config file " + split->config_path, &cfg));
   }
-  auto check = [&cfg]() -> Status {
-    if (cfg.actuator == "exec" && cfg.actuator_command.empty()) {
-      return InvalidArgument("--actuator-command: required with --actuator exec");
-    }
-    if (cfg.actuator == "webhook" && cfg.actuator_url.empty()) {
-      return InvalidArgument("--actuator-url: required with --actuator webhook");
-    }
-    return Status::Ok();
-  };
+  // What each actuator kind needs (e.g. exec: --actuator-command) is its own
+  // registration's check.
+  auto check = [&cfg]() -> Status { return BuiltinActuators().Validate(cfg); };
   for (auto [key, value] : split->flags) {
     if (key == "catalog") key = "catalog_file";
     Status st = Setters().at(key)(value, &cfg);
@@ -283,7 +279,8 @@ Size limits:
   --max-job-impacts N         impacts listed per job in an answer (default 1024)
   --log-level LEVEL           trace, debug, info, warn, error (default info)
 Recovery:
-  --actuator KIND             none, exec or webhook: how cluster actions run (default none:
+  --actuator KIND             )" + JoinNames(BuiltinActuators().Names(), " or ") +
+         R"(: how cluster actions run (default none:
                               every cluster action fails and the recovery escalates)
   --actuator-command CMD      exec: run with /bin/sh -c, the action as JSON on stdin
   --actuator-url URL          webhook: http://host:port/path receives the JSON by POST

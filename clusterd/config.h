@@ -78,6 +78,9 @@ struct ClusterdConfig {
   std::string actuator = "none";
   std::string actuator_command;  // exec: run with /bin/sh -c, the action as JSON on stdin
   std::string actuator_url;      // webhook: http://host:port/path
+  // Integrations to run alongside ClusterD, by registered name
+  // (integration.h: BuiltinIntegrations). No flag yet: none is shipped.
+  std::vector<std::string> integrations;
   // Blast radius: at most this many recoveries running at once, and at most
   // this percentage of nodes isolated.
   uint32_t max_concurrent_recoveries = 4;

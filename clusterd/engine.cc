@@ -141,7 +141,7 @@ bool Engine::Commit(Mutation* m, size_t changes) {
   for (;;) {
     if (CanCommit()) {
       const auto start = std::chrono::steady_clock::now();
-      Status st = store_->Write(&m->batch);
+      Status st = store_->Write(m->changes);
       if (st.ok()) {
         if (held) {
           log->info("held group of {} changes committed: writes resume", changes);
@@ -168,7 +168,7 @@ bool Engine::Commit(Mutation* m, size_t changes) {
     if (stopping_) {
       lock.unlock();
       // One last try, then give up: the group stays unacknowledged.
-      if (CanCommit() && store_->Write(&m->batch).ok()) return true;
+      if (CanCommit() && store_->Write(m->changes).ok()) return true;
       return false;
     }
   }

@@ -1,18 +1,18 @@
 // The single writer. Every change to ClusterState runs on the Engine's thread:
 // it drains the queue, applies each closure to the state (under the state's
-// exclusive lock), commits everything the batch produced with ONE synced
-// RocksDB write (group commit), then publishes the events to watchers and runs
-// each closure's completion. So many agents' messages share one fsync, and no
-// RocksDB call ever runs on a gRPC thread.
+// exclusive lock), commits everything the group produced with ONE synced
+// Store write (group commit: one ChangeSet), then publishes the events to
+// watchers and runs each closure's completion. So many agents' messages share
+// one fsync, and no store call ever runs on a gRPC thread.
 //
 // Disk full (docs/operate.md): with a DiskMonitor set, client writes are
 // refused (SubmitWrite: UNAVAILABLE with the reason) while the data dir is
 // below its free-space reserve or the store cannot be written, and the
 // writer commits nothing then: a group it has applied is HELD (not
 // acknowledged, not published to watchers) and committed once space returns,
-// by writing the same batch again (idempotent: puts and deletes). A failed
+// by writing the same change set again (idempotent: puts and deletes). A failed
 // commit is held the same way instead of ending the process; the writer
-// reopens the store (a fresh RocksDB instance) before it retries. Nothing is
+// reopens the store (Store::Reopen: a fresh RocksDB instance) before it retries. Nothing is
 // acknowledged before it is durable, so nothing acknowledged is lost. Node
 // liveness is suspended while writes are refused (a lost node could not be
 // recorded, and agents whose writes are refused reconnect): nodes get a

@@ -5,6 +5,7 @@
 
 #include "clusterd/cluster_state.h"
 #include "clusterd/placement_index.h"
+#include "clusterd/recovery/types.h"
 #include "clusterd/response_limits.h"
 #include "clusterd/storage/key_codec.h"
 #include "common/metrics.h"
@@ -83,7 +84,10 @@ std::vector<uint32_t> RanksHit(const v1::Job& job, const v1::Fault& fault) {
   std::vector<uint32_t> out;
   for (const auto& p : job.placement()) {
     if (p.node() != fault.node()) continue;
-    if (!fault.has_device_id() || (p.has_device_id() && p.device_id() == fault.device_id())) out.push_back(p.rank());
+    if (recovery::FaultHitsRank(fault.has_device_id() ? std::optional<uint32_t>(fault.device_id()) : std::nullopt,
+                                p.has_device_id() ? std::optional<uint32_t>(p.device_id()) : std::nullopt)) {
+      out.push_back(p.rank());
+    }
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -170,7 +174,7 @@ StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& requested, Mutatio
   job.set_revision(ev.revision());
   ev.add_job_ids(job.id());
   *ev.mutable_job() = job;
-  m->batch.Put(store_->Handle(Cf::kJobs), storage::JobKey(job.id()), job.SerializeAsString());
+  m->changes.Put(Cf::kJobs, storage::JobKey(job.id()), job);
   Emit(m, std::move(ev));
   jobs_[job.id()] = job;
   IndexJob(job, true);
@@ -200,7 +204,7 @@ StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& requested, Mutatio
   job.set_revision(ev.revision());
   ev.add_job_ids(job.id());
   *ev.mutable_job() = job;
-  m->batch.Put(store_->Handle(Cf::kJobs), storage::JobKey(job.id()), job.SerializeAsString());
+  m->changes.Put(Cf::kJobs, storage::JobKey(job.id()), job);
   Emit(m, std::move(ev));
   IndexJob(it->second, false);
   it->second = job;
@@ -217,7 +221,7 @@ StatusOr<uint64_t> ClusterState::ApplyDeleteJob(const std::string& id, Mutation*
   ev.set_revision(NextRevision(m));
   ev.add_job_ids(id);
   *ev.mutable_job() = it->second;
-  m->batch.Delete(store_->Handle(Cf::kJobs), storage::JobKey(id));
+  m->changes.Delete(Cf::kJobs, storage::JobKey(id));
   const uint64_t rev = ev.revision();
   Emit(m, std::move(ev));
   IndexJob(it->second, false);

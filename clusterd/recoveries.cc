@@ -83,7 +83,7 @@ size_t ClusterState::ApplyRecoveryRetention(const RecoveryRetention& retention, 
   for (const Candidate& c : candidates) {
     if (removed >= excess && now - c.ended <= retention.max_age) break;  // oldest first: the rest stay too
     auto it = recoveries_.find(c.id);
-    m->batch.Delete(store_->Handle(Cf::kRecoveries), storage::RecoveryKey(c.id));
+    m->changes.Delete(Cf::kRecoveries, storage::RecoveryKey(c.id));
     auto by_job = recoveries_by_job_.find(it->second.job_id());
     by_job->second.erase(c.id);
     // recovery_seq_ keeps the job's counter, so an id is never given twice
@@ -110,7 +110,7 @@ const v1::Recovery& ClusterState::PutRecovery(v1::Recovery r, v1::EventType type
   if (!r.has_create_time()) *r.mutable_create_time() = r.update_time();
   ev.add_job_ids(r.job_id());
   *ev.mutable_recovery() = r;
-  m->batch.Put(store_->Handle(Cf::kRecoveries), storage::RecoveryKey(r.id()), r.SerializeAsString());
+  m->changes.Put(Cf::kRecoveries, storage::RecoveryKey(r.id()), r);
   Emit(m, std::move(ev));
   recoveries_by_job_[r.job_id()].insert(r.id());
   std::string id = r.id();
@@ -134,7 +134,7 @@ Status ClusterState::SetJobState(const std::string& id, v1::JobState state, cons
   ev.set_actor("clusterd");
   ev.set_reason(reason);
   *ev.mutable_job() = job;
-  m->batch.Put(store_->Handle(Cf::kJobs), storage::JobKey(id), job.SerializeAsString());
+  m->changes.Put(Cf::kJobs, storage::JobKey(id), job);
   Emit(m, std::move(ev));
   return Status::Ok();
 }

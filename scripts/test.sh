@@ -9,10 +9,15 @@ export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
 bash scripts/build.sh
 echo "== ctest"
 (cd build && ctest --output-on-failure -j2 --timeout 300)
-echo "== sanitizers: ASan+UBSan build in build-asan, ctest there (docs/testing.md)"
-bash scripts/sanitize.sh
-echo "== fuzzers: each libFuzzer target for a bounded time (docs/testing.md)"
-bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+# SANITIZE=0 or FUZZ_SECONDS=0 skip these two (a quicker local run; CI runs both).
+if [[ ${SANITIZE:-1} != 0 ]]; then
+  echo "== sanitizers: ASan+UBSan build in build-asan, ctest there (docs/testing.md)"
+  bash scripts/sanitize.sh
+fi
+if [[ ${FUZZ_SECONDS:-20} != 0 ]]; then
+  echo "== fuzzers: each libFuzzer target for a bounded time (docs/testing.md)"
+  bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+fi
 echo "== benchmark, short mode (figures printed, not asserted)"
 build/bin/clusterd-bench --short --json "$(mktemp -d)/bench-short.json"
 echo "== end-to-end"

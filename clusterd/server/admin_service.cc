@@ -1,5 +1,6 @@
 #include "clusterd/server/admin_service.h"
 
+#include "clusterd/server/auth.h"
 #include "clusterd/server/submit.h"
 
 namespace clusterd {
@@ -7,8 +8,9 @@ namespace clusterd {
 grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerContext* ctx,
                                                        const v1::CordonNodeRequest* req,
                                                        v1::CordonNodeResponse* resp) {
-  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
-    auto node = state.ApplyCordon(req->node(), true, req->actor(), req->reason(), m);
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
+                                  [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
+    auto node = state.ApplyCordon(req->node(), true, who.actor(), req->reason(), m);
     if (!node.ok()) return node.status();
     *resp->mutable_node() = std::move(*node);
     return Status::Ok();
@@ -18,8 +20,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerContext* ctx,
                                                          const v1::UncordonNodeRequest* req,
                                                          v1::UncordonNodeResponse* resp) {
-  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
-    auto node = state.ApplyCordon(req->node(), false, req->actor(), req->reason(), m);
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
+                                  [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
+    auto node = state.ApplyCordon(req->node(), false, who.actor(), req->reason(), m);
     if (!node.ok()) return node.status();
     *resp->mutable_node() = std::move(*node);
     return Status::Ok();
@@ -29,8 +32,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* AdminServiceImpl::ClearFault(grpc::CallbackServerContext* ctx,
                                                        const v1::ClearFaultRequest* req,
                                                        v1::ClearFaultResponse* resp) {
-  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
-    auto fault = state.ApplyClearFault(req->fault_id(), req->actor(), req->reason(), m);
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
+                                  [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
+    auto fault = state.ApplyClearFault(req->fault_id(), who.actor(), req->reason(), m);
     if (!fault.ok()) return fault.status();
     *resp->mutable_fault() = std::move(*fault);
     return Status::Ok();
@@ -40,8 +44,11 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ClearFault(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRecoveryMode(grpc::CallbackServerContext* ctx,
                                                             const v1::SetRecoveryModeRequest* req,
                                                             v1::SetRecoveryModeResponse* resp) {
-  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
-    auto admin = state.ApplySetRecoveryMode(*req, m);
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
+                                  [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
+    v1::SetRecoveryModeRequest change = *req;
+    change.set_actor(who.actor());
+    auto admin = state.ApplySetRecoveryMode(change, m);
     if (!admin.ok()) return admin.status();
     *resp->mutable_state() = std::move(*admin);
     return Status::Ok();

@@ -4,13 +4,16 @@
 
 #include "clusterd/cluster_state.h"
 #include "clusterd/engine.h"
+#include "clusterd/server/auth.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 
 namespace clusterd {
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {
  public:
-  AdminServiceImpl(const ClusterState* state, Engine* engine) : state_(state), engine_(engine) {}
+  // `auth` derives each write's principal (its actor); it must outlive this.
+  AdminServiceImpl(const ClusterState* state, Engine* engine, const Authenticator* auth)
+      : state_(state), engine_(engine), auth_(auth) {}
 
   grpc::ServerUnaryReactor* CordonNode(grpc::CallbackServerContext* ctx, const v1::CordonNodeRequest* req,
                                        v1::CordonNodeResponse* resp) override;
@@ -26,6 +29,7 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
  private:
   const ClusterState* state_;
   Engine* engine_;
+  const Authenticator* auth_;
 };
 
 }  // namespace clusterd

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 
 #include "clusterd/response_limits.h"
+#include "clusterd/server/auth.h"
 #include "clusterd/server/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
@@ -287,7 +288,10 @@ grpc::ServerUnaryReactor* FaultServiceImpl::Report(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpc(st));
     return reactor;
   }
-  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
+  // A report records its reporter, not an actor; the principal is derived
+  // all the same, so an authenticator can refuse the write.
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
+                                  [req, resp](const Principal&, ClusterState& state, Mutation* m) {
     auto result = state.ApplyReport(*req, m);
     if (!result.ok()) return result.status();
     *resp = std::move(*result);

@@ -10,6 +10,7 @@
 
 #include "clusterd/cluster_state.h"
 #include "clusterd/engine.h"
+#include "clusterd/server/auth.h"
 #include "clusterd/server/peer_limiter.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
@@ -75,12 +76,14 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
 
 class FaultServiceImpl final : public v1::FaultService::CallbackService {
  public:
-  explicit FaultServiceImpl(Engine* engine) : engine_(engine) {}
+  // `auth` derives each write's principal; it must outlive this.
+  FaultServiceImpl(Engine* engine, const Authenticator* auth) : engine_(engine), auth_(auth) {}
   grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx, const v1::ReportRequest* req,
                                    v1::ReportResponse* resp) override;
 
  private:
   Engine* engine_;
+  const Authenticator* auth_;
 };
 
 }  // namespace clusterd

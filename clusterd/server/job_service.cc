@@ -3,6 +3,7 @@
 #include <memory>
 #include <mutex>
 
+#include "clusterd/server/auth.h"
 #include "clusterd/server/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
@@ -194,7 +195,10 @@ grpc::ServerBidiReactor<v1::AttachRequest, v1::AttachResponse>* JobServiceImpl::
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* req,
                                                     v1::CreateJobResponse* resp) {
-  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
+  // Jobs record no actor; the principal is derived all the same, so an
+  // authenticator can refuse the write.
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
+                                  [req, resp](const Principal&, ClusterState& state, Mutation* m) {
     auto job = state.ApplyCreateJob(req->job(), m);
     if (!job.ok()) return job.status();
     *resp->mutable_job() = std::move(*job);
@@ -204,7 +208,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext* ctx, const v1::UpdateJobRequest* req,
                                                     v1::UpdateJobResponse* resp) {
-  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
+                                  [req, resp](const Principal&, ClusterState& state, Mutation* m) {
     auto job = state.ApplyUpdateJob(req->job(), m);
     if (!job.ok()) return job.status();
     *resp->mutable_job() = std::move(*job);
@@ -214,7 +219,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* ctx, const v1::DeleteJobRequest* req,
                                                     v1::DeleteJobResponse* resp) {
-  return SubmitWrite(ctx, engine_, [req, resp](ClusterState& state, Mutation* m) {
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
+                                  [req, resp](const Principal&, ClusterState& state, Mutation* m) {
     auto rev = state.ApplyDeleteJob(req->id(), m);
     if (!rev.ok()) return rev.status();
     resp->set_revision(*rev);

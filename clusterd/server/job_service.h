@@ -8,14 +8,17 @@
 #include "clusterd/coordinator.h"
 #include "clusterd/engine.h"
 #include "clusterd/job_agent_hub.h"
+#include "clusterd/server/auth.h"
 #include "clusterd/v1/job.grpc.pb.h"
 
 namespace clusterd {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(const ClusterState* state, Engine* engine, Coordinator* coordinator, JobAgentHub* agents)
-      : state_(state), engine_(engine), coordinator_(coordinator), agents_(agents) {}
+  // `auth` derives each write's principal; it must outlive this.
+  JobServiceImpl(const ClusterState* state, Engine* engine, Coordinator* coordinator, JobAgentHub* agents,
+                 const Authenticator* auth)
+      : state_(state), engine_(engine), coordinator_(coordinator), agents_(agents), auth_(auth) {}
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* req,
                                       v1::CreateJobResponse* resp) override;
@@ -38,6 +41,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   Engine* engine_;
   Coordinator* coordinator_;
   JobAgentHub* agents_;
+  const Authenticator* auth_;
 };
 
 }  // namespace clusterd

@@ -15,19 +15,22 @@
 #include <grpcpp/server_builder.h>
 
 #include "clusterd/actuator.h"
+#include "clusterd/actuator_registry.h"
 #include "clusterd/catalog.h"
 #include "clusterd/cluster_state.h"
 #include "clusterd/coordinator.h"
 #include "clusterd/disk_monitor.h"
 #include "clusterd/engine.h"
+#include "clusterd/integration.h"
 #include "clusterd/job_agent_hub.h"
 #include "clusterd/response_limits.h"
 #include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"
+#include "clusterd/server/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
 #include "clusterd/server/job_service.h"
-#include "clusterd/storage/store.h"
+#include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/watch_hub.h"
 #include "common/duration.h"
 #include "common/fd_limit.h"
@@ -52,6 +55,8 @@ struct ClusterdServer::Impl {
   JobAgentHub job_agents;
   std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<boost::asio::thread_pool> watch_pool;
+  // Who made each write (server/auth.h); before the services that use it.
+  std::unique_ptr<Authenticator> authenticator;
   std::unique_ptr<AgentService> agent_service;
   std::unique_ptr<ClusterServiceImpl> cluster_service;
   std::unique_ptr<FaultServiceImpl> fault_service;
@@ -60,6 +65,15 @@ struct ClusterdServer::Impl {
   std::unique_ptr<AdminServiceImpl> admin_service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpServer> http;
+  // Integrations (integration.h), each with its own facade and env; the
+  // vector is filled once, before any starts (the env's address is theirs).
+  struct RunningIntegration {
+    std::unique_ptr<Integration> integration;
+    std::unique_ptr<ClusterCommands> commands;
+    IntegrationEnv env;
+  };
+  std::vector<std::unique_ptr<Integration>> added_integrations;  // AddIntegration, until Start
+  std::vector<RunningIntegration> integrations;
   int grpc_port = 0;
   std::atomic<bool> serving{false};
   bool shut_down = false;
@@ -87,6 +101,8 @@ struct ClusterdServer::Impl {
   // client would, over a connection of its own (a fresh subchannel each time).
   Status RunSelfCheck();
   void SelfCheckLoop();
+  // Creates the configured and added integrations and starts them in order.
+  Status StartIntegrations();
   std::string SelfCheckTarget() const;
 
   // The per-health and per-level gauges read the state's summary, which is
@@ -134,7 +150,7 @@ Status ClusterdServer::Start() {
     log->error("opening the store read-only, writes refused: {}", *low);
     store_options.read_only = true;
   }
-  auto store = storage::Store::Open(cfg.data_dir, store_options);
+  auto store = storage::RocksDbStore::Open(cfg.data_dir, store_options);
   if (!store.ok()) return store.status();
   s.store = std::move(*store);
   s.state = std::make_unique<ClusterState>(s.store.get(), &s.catalog, s.clock);
@@ -173,21 +189,9 @@ Status ClusterdServer::Start() {
   s.engine = std::make_unique<Engine>(s.state.get(), s.store.get(), s.hub.get(), s.clock, eo, &s.metrics);
   s.engine->set_disk_monitor(s.disk_monitor.get());
 
-  if (cfg.actuator == "exec") {
-    ExecActuatorOptions xo;
-    xo.command = cfg.actuator_command;
-    auto actuator = MakeExecActuator(xo);
-    if (!actuator.ok()) return actuator.status();
-    s.actuator = std::move(*actuator);
-  } else if (cfg.actuator == "webhook") {
-    WebhookActuatorOptions wo;
-    wo.url = cfg.actuator_url;
-    auto actuator = MakeWebhookActuator(wo);
-    if (!actuator.ok()) return actuator.status();
-    s.actuator = std::move(*actuator);
-  } else {
-    s.actuator = MakeNoneActuator();
-  }
+  auto actuator = BuiltinActuators().Create(cfg);
+  if (!actuator.ok()) return actuator.status();
+  s.actuator = std::move(*actuator);
   log->info("recovery actuator: {}", s.actuator->kind());
   CoordinatorOptions co;
   co.limits.max_concurrent_recoveries = static_cast<int>(cfg.max_concurrent_recoveries);
@@ -219,10 +223,11 @@ Status ClusterdServer::Start() {
   wo.max_streams_per_peer = cfg.max_watch_streams_per_peer;
   s.cluster_service =
       std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo, &s.metrics);
-  s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get());
-  s.job_service =
-      std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get(), s.coordinator.get(), &s.job_agents);
-  s.admin_service = std::make_unique<AdminServiceImpl>(s.state.get(), s.engine.get());
+  s.authenticator = MakeClaimedActorAuthenticator();
+  s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get(), s.authenticator.get());
+  s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get(), s.coordinator.get(),
+                                                   &s.job_agents, s.authenticator.get());
+  s.admin_service = std::make_unique<AdminServiceImpl>(s.state.get(), s.engine.get(), s.authenticator.get());
 
   s.metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
                              [&s] { return static_cast<double>(s.state->durable_revision()); });
@@ -354,6 +359,7 @@ Status ClusterdServer::Start() {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.Render()};
   });
   CLUSTERD_RETURN_IF_ERROR(s.http->Start(cfg.http_listen));
+  CLUSTERD_RETURN_IF_ERROR(s.StartIntegrations());
   s.serving = true;
   s.health_service->SetServing(true);
   if (cfg.grpc_self_check_interval.count() > 0) {
@@ -378,6 +384,8 @@ void ClusterdServer::Shutdown() {
     // Streams are cancelled after the deadline; unary calls in flight finish.
     s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
+  // Integrations stop while the writer still answers their writes.
+  for (auto it = s.integrations.rbegin(); it != s.integrations.rend(); ++it) it->integration->Stop();
   // Actions in flight finish and report to the engine (their results are
   // committed by Stop); anything not reported is dispatched again at restart.
   if (s.actuator) s.actuator->Stop();
@@ -396,6 +404,39 @@ void ClusterdServer::Shutdown() {
   s.grpc_server.reset();
   s.store.reset();
   log->info("shut down");
+}
+
+void ClusterdServer::AddIntegration(std::unique_ptr<Integration> integration) {
+  impl_->added_integrations.push_back(std::move(integration));
+}
+
+Status ClusterdServer::Impl::StartIntegrations() {
+  std::vector<std::unique_ptr<Integration>> all;
+  for (const auto& name : config.integrations) {
+    auto made = BuiltinIntegrations().Create(name, config);
+    if (!made.ok()) return made.status();
+    all.push_back(std::move(*made));
+  }
+  for (auto& added : added_integrations) all.push_back(std::move(added));
+  added_integrations.clear();
+  integrations.reserve(all.size());
+  for (auto& integration : all) {
+    Principal principal;
+    principal.kind = Principal::Kind::kInternal;
+    principal.name = std::string(integration->name());
+    RunningIntegration& r = integrations.emplace_back();
+    r.commands = MakeEngineCommands(engine.get(), state.get(), std::move(principal));
+    r.env = IntegrationEnv{r.commands.get(), clock, &metrics};
+    r.integration = std::move(integration);
+  }
+  // Shutdown stops every one of them, started or not (Stop tolerates that).
+  for (auto& r : integrations) {
+    if (Status st = r.integration->Start(r.env); !st.ok()) {
+      return Status(st.code(), "integration " + std::string(r.integration->name()) + ": " + st.message());
+    }
+    GetLogger("server")->info("integration {} started", r.integration->name());
+  }
+  return Status::Ok();
 }
 
 int ClusterdServer::grpc_port() const { return impl_->grpc_port; }

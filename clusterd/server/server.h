@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "clusterd/config.h"
+#include "clusterd/integration.h"
 #include "common/clock.h"
 #include "common/status.h"
 
@@ -16,7 +17,14 @@ class ClusterdServer {
   explicit ClusterdServer(ClusterdConfig config, const Clock* clock = &SystemClock::Instance());
   ~ClusterdServer();
 
-  // Opens the store, loads state, starts the writer, gRPC and HTTP.
+  // Before Start: runs `integration` alongside ClusterD, like one the
+  // config lists (integration.h): started after the writer, with a command
+  // facade whose writes record integration->name() as their actor; stopped
+  // before the writer.
+  void AddIntegration(std::unique_ptr<Integration> integration);
+
+  // Opens the store, loads state, starts the writer, gRPC, HTTP and the
+  // integrations.
   Status Start();
   // Stops accepting, ends streams (agents reconnect elsewhere or later),
   // commits what was accepted, closes the store. Idempotent.

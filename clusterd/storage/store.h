@@ -1,30 +1,27 @@
-// RocksDB store: column families from schema.h, synced batch writes, event
-// log reads and retention. Thread contract: Write(), Reopen() and Handle()
-// are called by the single writer (the Engine's thread; Open's caller before
-// it starts); ReadEvents(), ForEach() and LastRevisionBefore() may be called
-// from any thread concurrently with it (they wait while Reopen swaps the
-// database). Never call from a gRPC callback thread: every call may touch
-// the disk.
+// The store: the tables of schema.h behind an interface, so that the state,
+// the writer and the watch fan-out never see a storage engine. Implementations:
+// RocksDbStore (rocksdb_store.h, production) and MemoryStore (memory_store.h,
+// tests). A new engine implements this interface and applies ChangeSets; it
+// never touches ClusterState or the gRPC adapters.
 //
-// Read-only mode: on a full disk RocksDB cannot open for writing (it writes a
-// new MANIFEST, OPTIONS file and WAL at every open, and the Debian build
-// asserts on a failed write), so the caller opens read-only instead
-// (OpenForReadOnly writes nothing): reads work, Write() fails with
-// UNAVAILABLE, and Reopen(false) makes it writable once space returns.
+// Thread contract (every implementation): Write() and Reopen() are called by
+// the single writer (the Engine's thread; the opener before it starts);
+// ReadEvents(), ForEach() and LastRevisionBefore() may be called from any
+// thread concurrently with it. Never call from a gRPC callback thread: every
+// call may touch the disk.
+//
+// Read-only mode: a store may be open read-only (RocksDB on a full disk, see
+// rocksdb_store.h): reads work, Write() fails with UNAVAILABLE, and
+// Reopen(false) makes it writable once that is possible again.
 #pragma once
 
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <functional>
-#include <memory>
-#include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include <rocksdb/db.h>
-#include <rocksdb/write_batch.h>
-
+#include "clusterd/storage/change_set.h"
 #include "clusterd/storage/schema.h"
 #include "clusterd/v1/types.pb.h"
 #include "common/status.h"
@@ -32,72 +29,49 @@
 namespace clusterd::storage {
 
 struct StoreOptions {
-  // Sync the WAL on every Write. Only tests of unrelated logic turn it off.
+  // Make every Write durable before it returns (RocksDB: sync the WAL). Only
+  // tests of unrelated logic turn it off.
   bool sync = true;
-  // Open with rocksdb::DB::OpenForReadOnly: nothing is written; the WAL is
-  // replayed into memory only.
+  // Open read-only: nothing is written; reads work.
   bool read_only = false;
 };
 
 class Store {
  public:
-  static StatusOr<std::unique_ptr<Store>> Open(const std::string& path, StoreOptions options = {});
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
+  virtual ~Store() = default;
 
-  rocksdb::ColumnFamilyHandle* Handle(Cf cf) const { return handles_[static_cast<size_t>(cf)]; }
+  // Persisted counters, as read when the store was opened (the writer keeps
+  // them current after, in memory).
+  virtual uint64_t revision_at_open() const = 0;
+  virtual uint64_t compacted_at_open() const = 0;
 
-  // Persisted counters, as read at Open (the writer keeps them current after).
-  uint64_t revision_at_open() const { return revision_at_open_; }
-  uint64_t compacted_at_open() const { return compacted_at_open_; }
+  // Applies the change set atomically, in order, durably (when
+  // options.sync). UNAVAILABLE while read-only. A change set that failed may
+  // be written again (it is idempotent).
+  virtual Status Write(const ChangeSet& changes) = 0;
 
-  // One atomic, durable (WAL-synced when options.sync) write. UNAVAILABLE
-  // while read-only. A batch that failed may be written again: batches hold
-  // only puts and deletes, so a second write of one is idempotent.
-  Status Write(rocksdb::WriteBatch* batch);
+  // Closes the store and opens it again, read-only or not. Used to leave
+  // read-only mode, and after a failed write. If a writable open fails the
+  // store stays readable (read-only); the error is returned.
+  virtual Status Reopen(bool read_only) = 0;
+  virtual bool read_only() const = 0;
 
-  // Closes the database and opens it again, read-only or not. Used to leave
-  // read-only mode, and after a failed write (a fresh instance has no
-  // background error and a new WAL). If a writable open fails the store
-  // falls back to read-only, so reads keep working; the error is returned.
-  // Handles from before are invalid after it.
-  Status Reopen(bool read_only);
-  bool read_only() const { return read_only_.load(std::memory_order_acquire); }
-
-  // Calls fn for every key/value of a column family, in key order. Meant for
-  // Load at startup: the record CFs keep unsorted (vector) memtables, which
-  // every scan sorts, so do not scan them on a hot path (docs/storage.md).
-  Status ForEach(Cf cf, const std::function<void(std::string_view key, std::string_view value)>& fn) const;
+  // Calls fn for every key/value of a table, in key (bytewise) order. Meant
+  // for ClusterState::Load at startup, not for a hot path (docs/storage.md).
+  virtual Status ForEach(Cf table,
+                         const std::function<void(std::string_view key, std::string_view value)>& fn) const = 0;
 
   // Events with revision > after, at most max_count, in order.
-  StatusOr<std::vector<::clusterd::v1::Event>> ReadEvents(uint64_t after, size_t max_count) const;
+  virtual StatusOr<std::vector<::clusterd::v1::Event>> ReadEvents(uint64_t after, size_t max_count) const = 0;
 
   // The first stored event with time >= cutoff_unix_seconds, scanning from
   // revision > after; returns its revision minus one, or the last scanned
   // revision when every scanned event is older (at most max_scan events).
-  StatusOr<uint64_t> LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds, size_t max_scan) const;
+  virtual StatusOr<uint64_t> LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds,
+                                                size_t max_scan) const = 0;
 
-  // Adds to batch the deletion of events (from, to] and the new compacted revision.
-  void AddCompaction(rocksdb::WriteBatch* batch, uint64_t from, uint64_t to) const;
-
-  const std::string& path() const { return path_; }
-
- private:
-  Store() = default;
-  Status OpenDb(bool read_only);  // with db_mu_ held exclusively (or before anyone else has the store)
-  void CloseDb();                 // likewise
-
-  std::string path_;
-  StoreOptions options_;
-  // Readers hold it shared; Reopen exclusively (the writer, which alone
-  // changes db_, does not need it for its own calls).
-  mutable std::shared_mutex db_mu_;
-  std::atomic<bool> read_only_{false};
-  std::unique_ptr<rocksdb::DB> db_;
-  std::array<rocksdb::ColumnFamilyHandle*, kCfCount> handles_{};
-  uint64_t revision_at_open_ = 0;
-  uint64_t compacted_at_open_ = 0;
+  // Where the data lives, for messages (a directory for RocksDB).
+  virtual const std::string& path() const = 0;
 };
 
 }  // namespace clusterd::storage

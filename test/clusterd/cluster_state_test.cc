@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "clusterd/storage/rocksdb_store.h"
 #include "common/time_proto.h"
 #include "state_fixtures.h"
 #include "test_util.h"
@@ -24,7 +25,7 @@ class ClusterStateTest : public ::testing::Test {
   void Open() {
     state_.reset();
     store_.reset();
-    auto store = storage::Store::Open(dir_.path(), storage::StoreOptions{.sync = false});
+    auto store = storage::RocksDbStore::Open(dir_.path(), storage::StoreOptions{.sync = false});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
     state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
@@ -37,7 +38,7 @@ class ClusterStateTest : public ::testing::Test {
     Mutation m;
     auto result = fn(&m);
     state_->FlushDirty(&m);
-    EXPECT_TRUE(store_->Write(&m.batch).ok());
+    EXPECT_TRUE(store_->Write(m.changes).ok());
     state_->set_durable_revision(state_->revision());
     events_.insert(events_.end(), m.events.begin(), m.events.end());
     return result;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "clusterd/storage/rocksdb_store.h"
 #include "common/time_proto.h"
 #include "state_fixtures.h"
 #include "test_util.h"
@@ -64,7 +65,7 @@ class CoordinatorTest : public ::testing::Test {
     coordinator_.reset();
     state_.reset();
     store_.reset();
-    auto store = storage::Store::Open(dir_.path(), storage::StoreOptions{.sync = false});
+    auto store = storage::RocksDbStore::Open(dir_.path(), storage::StoreOptions{.sync = false});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
     state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
@@ -83,7 +84,7 @@ class CoordinatorTest : public ::testing::Test {
     std::vector<Engine::Done> after;
     coordinator_->Tick(*state_, clock_.Now(), &m, &after);
     state_->FlushDirty(&m);
-    ASSERT_TRUE(store_->Write(&m.batch).ok());
+    ASSERT_TRUE(store_->Write(m.changes).ok());
     state_->set_durable_revision(state_->revision());
     events_.insert(events_.end(), m.events.begin(), m.events.end());
     for (auto& d : after) d();

@@ -9,6 +9,7 @@
 
 #include "clusterd/disk_monitor.h"
 #include "clusterd/engine.h"
+#include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/watch_hub.h"
 #include "test_util.h"
 
@@ -86,7 +87,7 @@ class DiskFullEngineTest : public ::testing::Test {
   void OpenStore(bool read_only) {
     storage::StoreOptions so;
     so.read_only = read_only;
-    auto store = storage::Store::Open(dir_.path(), so);
+    auto store = storage::RocksDbStore::Open(dir_.path(), so);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
   }
@@ -271,27 +272,27 @@ TEST_F(DiskFullEngineTest, ReadOnlyStoreServesReadsAndBecomesWritableWhenSpaceRe
 TEST(StoreReadOnlyTest, ReadOnlyStoreRefusesWritesAndReopensForWriting) {
   testing::TempDir dir;
   {
-    auto store = storage::Store::Open(dir.path());
+    auto store = storage::RocksDbStore::Open(dir.path());
     ASSERT_TRUE(store.ok());
   }
   storage::StoreOptions so;
   so.read_only = true;
-  auto store = storage::Store::Open(dir.path(), so);
+  auto store = storage::RocksDbStore::Open(dir.path(), so);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  rocksdb::WriteBatch batch;
-  batch.Put((*store)->Handle(storage::Cf::kMeta), "k", "v");
-  Status st = (*store)->Write(&batch);
+  storage::ChangeSet batch;
+  batch.Put(storage::Cf::kMeta, "k", "v");
+  Status st = (*store)->Write(batch);
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_NE(st.message().find("read-only"), std::string::npos);
   ASSERT_TRUE((*store)->Reopen(false).ok());
   EXPECT_FALSE((*store)->read_only());
-  EXPECT_TRUE((*store)->Write(&batch).ok());
+  EXPECT_TRUE((*store)->Write(batch).ok());
   // Written twice: batches are idempotent (a held batch may be written again).
-  EXPECT_TRUE((*store)->Write(&batch).ok());
+  EXPECT_TRUE((*store)->Write(batch).ok());
 
   // A store that does not exist cannot be created read-only.
   testing::TempDir empty;
-  EXPECT_FALSE(storage::Store::Open(empty.Sub("none"), so).ok());
+  EXPECT_FALSE(storage::RocksDbStore::Open(empty.Sub("none"), so).ok());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/engine.h"
+#include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/watch_hub.h"
 #include "test_util.h"
 
@@ -21,7 +22,7 @@ v1::Hello MakeHello(const std::string& node) {
 class EngineTest : public ::testing::Test {
  protected:
   void Start(EngineOptions options, size_t cache = 1024) {
-    auto store = storage::Store::Open(dir_.path());
+    auto store = storage::RocksDbStore::Open(dir_.path());
     ASSERT_TRUE(store.ok());
     store_ = std::move(*store);
     state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
@@ -77,7 +78,7 @@ TEST_F(EngineTest, CompletionsRunAfterDurableCommitAndEventsArePublished) {
   }
   // Everything acknowledged is on disk after a restart.
   Stop();
-  auto store = storage::Store::Open(dir_.path());
+  auto store = storage::RocksDbStore::Open(dir_.path());
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->revision_at_open(), 200u);
   EXPECT_EQ((*store)->ReadEvents(0, 1000)->size(), 200u);
@@ -174,7 +175,7 @@ TEST_F(EngineTest, RetentionCompactsByCountAndRecordsTheFloor) {
   ASSERT_EQ(events->size(), 30u);
   EXPECT_EQ(events->front().revision(), 71u);
   Stop();
-  auto store = storage::Store::Open(dir_.path());
+  auto store = storage::RocksDbStore::Open(dir_.path());
   EXPECT_EQ((*store)->compacted_at_open(), 70u);
 }
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "common/logging.h"
 
 // Aborts (a crash libFuzzer reports with the input) when cond is false.
@@ -29,12 +31,19 @@ namespace clusterd::fuzz {
 
 // Product code logs a warning for most malformed inputs: at thousands of
 // inputs a second that drowns libFuzzer's own output and slows it down.
-inline void QuietLogs() { SetLogLevel("off"); }
+// Protobuf logs every string field with invalid UTF-8 it parses (the outbox
+// target parses many), so its log handler goes too.
+inline void QuietLogs() {
+  SetLogLevel("off");
+  google::protobuf::SetLogHandler(nullptr);
+}
 
 // A fresh private directory under $TMPDIR (or /dev/shm when there is one, so
 // the targets that write files do not wear a disk), removed at exit.
 inline const std::string& TempDir() {
-  static const std::string dir = [] {
+  // A leaked heap string: the atexit handler below reads it after static
+  // destructors may have run.
+  static const std::string* const dir = [] {
     std::string base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "";
     if (base.empty()) base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
     std::string templ = base + "/clusterd-fuzz-XXXXXX";
@@ -42,13 +51,17 @@ inline const std::string& TempDir() {
       std::perror("mkdtemp");
       std::abort();
     }
+    return new std::string(templ);
+  }();
+  static const bool cleanup = [] {
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(TempDir(), ec);
+      std::filesystem::remove_all(*dir, ec);
     });
-    return templ;
+    return true;
   }();
-  return dir;
+  (void)cleanup;
+  return *dir;
 }
 
 inline void WriteFile(const std::string& path, std::string_view bytes) {

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "clusterd/cluster_state.h"
-#include "clusterd/storage/store.h"
+#include "clusterd/storage/rocksdb_store.h"
 #include "fuzz_util.h"
 
 namespace clusterd::fuzz {
@@ -21,7 +21,7 @@ class QueryState {
 
  private:
   QueryState() {
-    auto store = storage::Store::Open(TempDir() + "/store", storage::StoreOptions{.sync = false});
+    auto store = storage::RocksDbStore::Open(TempDir() + "/store", storage::StoreOptions{.sync = false});
     FUZZ_CHECK(store.ok());
     store_ = std::move(*store);
     state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
@@ -86,7 +86,7 @@ class QueryState {
       std::abort();
     }
     state_->FlushDirty(&m);
-    FUZZ_CHECK(store_->Write(&m.batch).ok());
+    FUZZ_CHECK(store_->Write(m.changes).ok());
     state_->set_durable_revision(state_->revision());
   }
 

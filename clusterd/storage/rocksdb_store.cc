@@ -1,8 +1,10 @@
-#include "clusterd/storage/store.h"
+#include "clusterd/storage/rocksdb_store.h"
 
+#include <rocksdb/db.h>
 #include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
 
 #include "clusterd/storage/key_codec.h"
 #include "common/logging.h"
@@ -74,7 +76,7 @@ std::vector<rocksdb::ColumnFamilyDescriptor> MakeDescriptors() {
 
 }  // namespace
 
-Status Store::OpenDb(bool read_only) {
+Status RocksDbStore::OpenDb(bool read_only) {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   const auto db_options = MakeDbOptions();
@@ -90,7 +92,7 @@ Status Store::OpenDb(bool read_only) {
   return Status::Ok();
 }
 
-void Store::CloseDb() {
+void RocksDbStore::CloseDb() {
   if (!db_) return;
   for (auto*& h : handles_) {
     if (h) db_->DestroyColumnFamilyHandle(h);
@@ -101,9 +103,9 @@ void Store::CloseDb() {
   db_.reset();
 }
 
-StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions options) {
+StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const std::string& path, StoreOptions options) {
   auto log = GetLogger("store");
-  std::unique_ptr<Store> store(new Store());
+  std::unique_ptr<RocksDbStore> store(new RocksDbStore());
   store->path_ = path;
   store->options_ = options;
   CLUSTERD_RETURN_IF_ERROR(store->OpenDb(options.read_only));
@@ -137,9 +139,9 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptio
   return store;
 }
 
-Store::~Store() { CloseDb(); }
+RocksDbStore::~RocksDbStore() { CloseDb(); }
 
-Status Store::Reopen(bool read_only) {
+Status RocksDbStore::Reopen(bool read_only) {
   std::unique_lock lock(db_mu_);
   CloseDb();
   Status st = OpenDb(read_only);
@@ -155,15 +157,33 @@ Status Store::Reopen(bool read_only) {
   return st;
 }
 
-Status Store::Write(rocksdb::WriteBatch* batch) {
+Status RocksDbStore::Write(const ChangeSet& changes) {
   if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
   if (read_only()) return Unavailable("store at " + path_ + " is open read-only");
+  // One batch per write: a change set that failed is translated again when
+  // it is retried (after a Reopen the handles are new).
+  rocksdb::WriteBatch batch(changes.byte_size() + 16 * changes.size() + 64);
+  for (const Change& c : changes) {
+    rocksdb::Status s;
+    switch (c.op) {
+      case Change::Op::kPut:
+        s = batch.Put(Handle(c.table), c.key, c.value);
+        break;
+      case Change::Op::kDelete:
+        s = batch.Delete(Handle(c.table), c.key);
+        break;
+      case Change::Op::kDeleteRange:
+        s = batch.DeleteRange(Handle(c.table), c.key, c.end);
+        break;
+    }
+    if (!s.ok()) return FromRocks(s, "build write batch");
+  }
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return FromRocks(db_->Write(wo, batch), "write batch");
+  return FromRocks(db_->Write(wo, &batch), "write batch");
 }
 
-Status Store::ForEach(Cf cf, const std::function<void(std::string_view, std::string_view)>& fn) const {
+Status RocksDbStore::ForEach(Cf cf, const std::function<void(std::string_view, std::string_view)>& fn) const {
   std::shared_lock lock(db_mu_);
   if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), Handle(cf)));
@@ -173,7 +193,7 @@ Status Store::ForEach(Cf cf, const std::function<void(std::string_view, std::str
   return FromRocks(it->status(), "scan " + std::string(kCfNames[static_cast<size_t>(cf)]));
 }
 
-StatusOr<std::vector<::clusterd::v1::Event>> Store::ReadEvents(uint64_t after, size_t max_count) const {
+StatusOr<std::vector<::clusterd::v1::Event>> RocksDbStore::ReadEvents(uint64_t after, size_t max_count) const {
   std::shared_lock lock(db_mu_);
   if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
   std::vector<::clusterd::v1::Event> out;
@@ -191,7 +211,8 @@ StatusOr<std::vector<::clusterd::v1::Event>> Store::ReadEvents(uint64_t after, s
   return out;
 }
 
-StatusOr<uint64_t> Store::LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds, size_t max_scan) const {
+StatusOr<uint64_t> RocksDbStore::LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds,
+                                                    size_t max_scan) const {
   std::shared_lock lock(db_mu_);
   if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), Handle(Cf::kEvents)));
@@ -207,14 +228,6 @@ StatusOr<uint64_t> Store::LastRevisionBefore(uint64_t after, int64_t cutoff_unix
   }
   CLUSTERD_RETURN_IF_ERROR(FromRocks(it->status(), "scan events by age"));
   return last;
-}
-
-void Store::AddCompaction(rocksdb::WriteBatch* batch, uint64_t from, uint64_t to) const {
-  // DeleteRange end is exclusive: deletes (from, to].
-  batch->DeleteRange(Handle(Cf::kEvents), EventKey(from + 1), EventKey(to + 1));
-  std::string value;
-  AppendU64(&value, to);
-  batch->Put(Handle(Cf::kMeta), std::string(kMetaCompactedRevision), value);
 }
 
 }  // namespace clusterd::storage

@@ -1,0 +1,110 @@
+// Operator actions (AdminService): get admin, cordon, uncordon, pause, resume, dry-run.
+#include "clusterctl/resources/resources.h"
+
+namespace clusterctl {
+namespace {
+
+// Who and why, on every action.
+const std::vector<FlagSpec> kAdminFlags = {{"reason", 0, true, false}, {"actor", 0, true, false}};
+
+void PrintAdmin(Context& c, const v1::GetAdminStateResponse& resp) {
+  const v1::AdminState& s = resp.state();
+  PrintKeyValues(c.out, {
+                            {"Recovery", s.recovery_paused() ? "paused" : "active"},
+                            {"Dry run", s.dry_run() ? "on" : "off"},
+                            {"Changed by", s.actor().empty() ? "-" : s.actor()},
+                            {"Reason", s.reason().empty() ? "-" : s.reason()},
+                            {"Changed", FormatTime(s.update_time())},
+                            {"Revision", std::to_string(s.revision())},
+                        });
+}
+
+// CordonNode and UncordonNode take and answer the same fields.
+template <typename Req, typename Resp>
+int CordonOrUncordon(Context& c, bool cordon, const std::string& rpc,
+                     grpc::Status (ClusterClient::*call)(const Req&, Resp*)) {
+  if (auto e = CheckPositional(c, 1, 1, "node name")) return *e;
+  if (cordon) {
+    if (auto e = RequireFlags(c, {"reason"})) return *e;
+  }
+  std::string actor;
+  if (auto e = ActorFlag(c, &actor)) return *e;
+  Req req;
+  req.set_node(c.args.positional[0]);
+  req.set_actor(actor);
+  req.set_reason(c.args.Get("reason"));
+  return CallAndPrint<Resp>(
+      c, rpc, [&](ClusterClient& client, Resp* resp) { return (client.*call)(req, resp); },
+      [&](const Resp& resp) {
+        const v1::Node& node = resp.node();
+        c.out << "node " << Sanitize(node.name()) << (node.cordoned() ? " cordoned" : " uncordoned");
+        if (node.cordoned() && !node.cordon_reason().empty()) c.out << " (" << Sanitize(node.cordon_reason()) << ")";
+        c.out << ", revision " << node.revision() << "\n";
+      });
+}
+
+int Cordon(Context& c) { return CordonOrUncordon(c, true, "CordonNode", &ClusterClient::CordonNode); }
+int Uncordon(Context& c) { return CordonOrUncordon(c, false, "UncordonNode", &ClusterClient::UncordonNode); }
+
+int SetMode(Context& c, std::optional<bool> paused, std::optional<bool> dry_run) {
+  std::string actor;
+  if (auto e = ActorFlag(c, &actor)) return *e;
+  v1::SetRecoveryModeRequest req;
+  if (paused) req.set_recovery_paused(*paused);
+  if (dry_run) req.set_dry_run(*dry_run);
+  req.set_actor(actor);
+  req.set_reason(c.args.Get("reason"));
+  return CallAndPrint<v1::SetRecoveryModeResponse>(
+      c, "SetRecoveryMode",
+      [&](ClusterClient& client, v1::SetRecoveryModeResponse* resp) { return client.SetRecoveryMode(req, resp); },
+      [&](const v1::SetRecoveryModeResponse& resp) {
+        const v1::AdminState& s = resp.state();
+        c.out << "recovery " << (s.recovery_paused() ? "paused" : "active") << ", dry-run "
+              << (s.dry_run() ? "on" : "off") << ", revision " << s.revision() << "\n";
+      });
+}
+
+int Pause(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  if (auto e = RequireFlags(c, {"reason"})) return *e;
+  return SetMode(c, true, std::nullopt);
+}
+
+int Resume(Context& c) {
+  if (auto e = CheckPositional(c, 0, 0, "")) return *e;
+  return SetMode(c, false, std::nullopt);
+}
+
+int DryRun(Context& c) {
+  if (auto e = CheckPositional(c, 1, 1, "on or off")) return *e;
+  const std::string& v = c.args.positional[0];
+  if (v != "on" && v != "off") return Usage(c, "dry-run: '" + v + "' is neither on nor off");
+  if (v == "on") {
+    if (auto e = RequireFlags(c, {"reason"})) return *e;
+  }
+  return SetMode(c, std::nullopt, v == "on");
+}
+
+}  // namespace
+
+std::vector<Command> AdminCommands() {
+  return {
+      ShowCommand<v1::GetAdminStateResponse>(
+          {"admin"}, "GetAdminState", &ClusterClient::GetAdminState, PrintAdmin,
+          "  get admin                           recovery paused or not, dry-run, who changed it last and why\n"),
+      Command{"cordon", {}, "", kAdminFlags, Cordon,
+              "  cordon NODE --reason R [--actor A]  maintenance: the node's faults are recorded but start\n"
+              "                                      no recovery\n"},
+      Command{"uncordon", {}, "", kAdminFlags, Uncordon, "  uncordon NODE [--reason R] [--actor A]\n"},
+      Command{"pause", {}, "", kAdminFlags, Pause,
+              "  pause --reason R [--actor A]        pause automatic recovery cluster-wide\n"},
+      Command{"resume", {}, "", kAdminFlags, Resume,
+              "  resume [--reason R] [--actor A]     resume automatic recovery\n"},
+      Command{"dry-run", {}, "", kAdminFlags, DryRun,
+              "  dry-run on --reason R | off [--reason R] [--actor A]\n"
+              "                                      dry-run: recovery decisions are recorded, nothing is acted "
+              "on\n"},
+  };
+}
+
+}  // namespace clusterctl

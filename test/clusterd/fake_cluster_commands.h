@@ -1,0 +1,130 @@
+// An in-memory ClusterCommands for unit tests of integrations: no engine, no
+// disk, no threads. Writes are applied to plain maps and replied to before the
+// call returns (a real facade replies on the writer thread; an integration
+// must not depend on either). Set `refusal` to refuse every write with it, as
+// the real facade does while writes are refused. Not thread-safe.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "clusterd/integration.h"
+
+namespace clusterd::testing {
+
+class FakeClusterCommands final : public ClusterCommands {
+ public:
+  explicit FakeClusterCommands(Principal principal = {}) : principal_(std::move(principal)) {}
+
+  struct Cordon {
+    bool cordoned = false;
+    std::string actor;
+    std::string reason;
+  };
+
+  // What the writes did.
+  std::vector<v1::ReportRequest> reports;
+  std::map<std::string, v1::Job> jobs;
+  std::map<std::string, Cordon> cordons;  // node -> last SetCordon
+  std::map<std::string, v1::Node> nodes;  // for GetNode/ListNodes; filled by the test
+  uint64_t revision = 0;
+  Status refusal;  // non-OK: every write is refused with it
+
+  void ReportFault(v1::ReportRequest report, Reply<v1::ReportResponse> reply) override {
+    if (!refusal.ok()) return reply(refusal);
+    v1::ReportResponse resp;
+    resp.set_revision(++revision);
+    resp.mutable_fault()->set_node(report.node());
+    resp.mutable_fault()->set_code(report.code());
+    resp.mutable_fault()->set_reporter(report.reporter());
+    resp.mutable_fault()->set_external_id(report.id());
+    resp.mutable_fault()->set_state(report.action() == v1::TRANSITION_ACTION_RAISE ? v1::FAULT_STATE_ACTIVE
+                                                                                   : v1::FAULT_STATE_CLEARED);
+    reports.push_back(std::move(report));
+    reply(std::move(resp));
+  }
+
+  void CreateJob(v1::Job job, Reply<v1::Job> reply) override {
+    if (!refusal.ok()) return reply(refusal);
+    if (jobs.count(job.id())) return reply(Status(StatusCode::kAlreadyExists, "job " + job.id() + " exists"));
+    job.set_revision(++revision);
+    jobs[job.id()] = job;
+    reply(std::move(job));
+  }
+
+  void UpdateJob(v1::Job job, Reply<v1::Job> reply) override {
+    if (!refusal.ok()) return reply(refusal);
+    if (!jobs.count(job.id())) return reply(NotFound("job " + job.id() + " does not exist"));
+    job.set_revision(++revision);
+    jobs[job.id()] = job;
+    reply(std::move(job));
+  }
+
+  void DeleteJob(std::string id, Reply<uint64_t> reply) override {
+    if (!refusal.ok()) return reply(refusal);
+    if (jobs.erase(id) == 0) return reply(NotFound("job " + id + " does not exist"));
+    reply(++revision);
+  }
+
+  void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) override {
+    if (!refusal.ok()) return reply(refusal);
+    cordons[node] = Cordon{cordon, principal_.actor(), reason};
+    v1::Node n = nodes.count(node) ? nodes[node] : v1::Node();
+    n.set_name(node);
+    n.set_cordoned(cordon);
+    n.set_revision(++revision);
+    nodes[node] = n;
+    reply(std::move(n));
+  }
+
+  StatusOr<v1::Job> GetJob(const std::string& id) const override {
+    auto it = jobs.find(id);
+    if (it == jobs.end()) return NotFound("job " + id + " does not exist");
+    return it->second;
+  }
+  StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest&) const override {
+    v1::ListJobsResponse resp;
+    for (const auto& [id, job] : jobs) *resp.add_jobs() = job;
+    return resp;
+  }
+  StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const override {
+    auto it = nodes.find(req.name());
+    if (it == nodes.end()) return NotFound("node " + req.name() + " is not registered");
+    v1::GetNodeResponse resp;
+    *resp.mutable_node() = it->second;
+    return resp;
+  }
+  StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest&) const override {
+    v1::ListNodesResponse resp;
+    for (const auto& [name, node] : nodes) *resp.add_nodes() = node;
+    return resp;
+  }
+  // The faults the reports raised and have not cleared.
+  StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest&) const override {
+    std::map<std::string, v1::Fault> active;
+    for (const auto& r : reports) {
+      const std::string key = r.reporter() + "/" + r.id();
+      if (r.action() != v1::TRANSITION_ACTION_RAISE) {
+        active.erase(key);
+        continue;
+      }
+      v1::Fault f;
+      f.set_node(r.node());
+      f.set_code(r.code());
+      f.set_reporter(r.reporter());
+      f.set_external_id(r.id());
+      f.set_state(v1::FAULT_STATE_ACTIVE);
+      active[key] = f;
+    }
+    v1::ListFaultsResponse resp;
+    for (const auto& [key, f] : active) *resp.add_faults() = f;
+    return resp;
+  }
+
+ private:
+  Principal principal_;
+};
+
+}  // namespace clusterd::testing
