@@ -42,7 +42,8 @@ void FillFault(uint64_t seq, v1::TransitionAction action, uint32_t device, const
   f->set_message("bench: injected fault " + code);
   auto now = std::chrono::system_clock::now().time_since_epoch();
   t->mutable_time()->set_seconds(std::chrono::duration_cast<std::chrono::seconds>(now).count());
-  t->mutable_time()->set_nanos(static_cast<int32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() % 1000000000));
+  t->mutable_time()->set_nanos(
+      static_cast<int32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() % 1000000000));
 }
 
 void FillTransition(uint64_t seq, v1::ConnectRequest* req) {
@@ -210,7 +211,8 @@ DriveResult DriveAgents(const std::string& target, const std::string& node_prefi
     std::this_thread::sleep_until(Clock::time_point(std::chrono::nanoseconds(measure_from_ns.load())));
     const int64_t t0 = NowNs();
     const uint64_t a0 = sum(&AgentStream::acked), s0 = sum(&AgentStream::sent);
-    std::this_thread::sleep_until(Clock::time_point(std::chrono::nanoseconds(start + static_cast<int64_t>(duration_s * 1e9))));
+    std::this_thread::sleep_until(
+        Clock::time_point(std::chrono::nanoseconds(start + static_cast<int64_t>(duration_s * 1e9))));
     const int64_t t1 = NowNs();
     const uint64_t a1 = sum(&AgentStream::acked), s1 = sum(&AgentStream::sent);
     result.window_s = static_cast<double>(t1 - t0) / 1e9;
@@ -262,11 +264,14 @@ DriveResult DriveAgents(const std::string& target, const std::string& node_prefi
 }
 
 json DriveJson(const DriveResult& r) {
-  json j = {{"acked_per_s", r.acked_per_s}, {"sent_per_s", r.sent_per_s}, {"acked_total", r.acked_total},
-            {"window_s", r.window_s},       {"ok", r.ok}};
+  json j = {{"acked_per_s", r.acked_per_s},
+            {"sent_per_s", r.sent_per_s},
+            {"acked_total", r.acked_total},
+            {"window_s", r.window_s},
+            {"ok", r.ok}};
   if (!std::isnan(r.p50_ms)) {
-    j["latency_ms"] = {{"p50", r.p50_ms}, {"p90", r.p90_ms}, {"p99", r.p99_ms}, {"max", r.max_ms},
-                       {"samples", r.latency_samples}};
+    j["latency_ms"] = {
+        {"p50", r.p50_ms}, {"p90", r.p90_ms}, {"p99", r.p99_ms}, {"max", r.max_ms}, {"samples", r.latency_samples}};
     j["send_lag_p99_ms"] = r.send_lag_p99_ms;
   }
   if (!r.ok) j["error"] = r.error;
@@ -615,8 +620,9 @@ void AgentPool::StartHeartbeats(double interval_s) {
     const int64_t start = NowNs();
     for (uint64_t k = 0; !hb_stop_.load(); ++k) {
       const size_t i = k % n;
-      const int64_t due = start + static_cast<int64_t>(k / n) * interval +
-                          static_cast<int64_t>(static_cast<double>(interval) * static_cast<double>(i) / static_cast<double>(n));
+      const int64_t due =
+          start + static_cast<int64_t>(k / n) * interval +
+          static_cast<int64_t>(static_cast<double>(interval) * static_cast<double>(i) / static_cast<double>(n));
       if (due > NowNs() + 1'000'000) {
         // Sleep in slices of at most 50 ms so StopHeartbeats is prompt.
         while (!hb_stop_.load() && due > NowNs()) SleepUntilNs(std::min(due, NowNs() + 50'000'000));
@@ -652,8 +658,8 @@ std::string AgentPool::Connect(double timeout_s) {
   for (auto& s : streams_) {
     if (s->done() && !s->status().ok()) return "agent stream " + s->name() + " ended: " + s->status().error_message();
   }
-  return std::to_string(welcomed_.load()) + " of " + std::to_string(streams_.size()) + " agent streams welcomed within " +
-         Fmt(timeout_s, " s");
+  return std::to_string(welcomed_.load()) + " of " + std::to_string(streams_.size()) +
+         " agent streams welcomed within " + Fmt(timeout_s, " s");
 }
 
 size_t AgentPool::WaitAttached(size_t n, int64_t deadline_ns) {

@@ -88,8 +88,7 @@ class AgentPool {
 
   // Queues a transition on stream i and returns its seq (1, 2, ...); its
   // send time is taken now.
-  uint64_t Send(size_t i, v1::TransitionAction action, uint32_t device, const std::string& code,
-                v1::FaultLevel level);
+  uint64_t Send(size_t i, v1::TransitionAction action, uint32_t device, const std::string& code, v1::FaultLevel level);
   int64_t SentNs(size_t i, uint64_t seq) const;
   int64_t AckedNs(size_t i, uint64_t seq) const;  // 0 while not acknowledged
   uint64_t Sent(size_t i) const;

@@ -29,7 +29,9 @@ namespace clusterd::bench {
 
 namespace fs = std::filesystem;
 
-int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 void SleepUntilNs(int64_t t) { std::this_thread::sleep_until(Clock::time_point(std::chrono::nanoseconds(t))); }
 
@@ -38,37 +40,38 @@ void SleepUntilNs(int64_t t) { std::this_thread::sleep_until(Clock::time_point(s
 namespace {
 
 [[noreturn]] void Usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: clusterd-bench [--short] [--only LIST] [--duration SECONDS] [--streams N] [--rate EVENTS_PER_S]\n"
-               "                      [--decision-samples N] [--storm-nodes N] [--watchers N] [--fanout-rate R]\n"
-               "                      [--footprint SECONDS] [--query-nodes N] [--query-duration SECONDS]\n"
-               "                      [--agents N] [--agent-channels N] [--steady SECONDS] [--detect-samples N]\n"
-               "                      [--lost-samples N] [--restart-nodes N] [--restart-events N]\n"
-               "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--json PATH] [--tmpdir DIR]\n"
-               "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-               "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-9)\n"
-               "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
-               "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
-               "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
-               "  --decision-samples  scenario 5: single faults timed one at a time (default 100)\n"
-               "  --storm-nodes       scenario 5: nodes x 8 devices faulting within one second (default 1000)\n"
-               "  --watchers          scenario 6: Watch streams (default 1000)\n"
-               "  --fanout-rate       scenario 6: events/s produced (default 1000)\n"
-               "  --footprint         scenario 8: seconds NodeD is sampled (default 10)\n"
-               "  --query-nodes       scenario 9: nodes stored (default 10000)\n"
-               "  --query-duration    scenario 9: seconds per ghz run (default 5)\n"
-               "  --agents            scenarios 3/4: simulated agents, one stream each (default 10000)\n"
-               "  --agent-channels    scenarios 3/4/7: HTTP/2 connections the agent streams share (default 32)\n"
-               "  --steady            scenario 3: seconds of steady state measured (default 20)\n"
-               "  --detect-samples    scenario 4: faults timed to their Watch event (default 100)\n"
-               "  --lost-samples      scenario 4: agents stopped and timed to HEARTBEAT_LOST (default 20)\n"
-               "  --restart-nodes     scenario 7: nodes (x 8 devices) stored and reattaching (default 10000)\n"
-               "  --restart-events    scenario 7: history events stored before the kill -9 (default 1000000)\n"
-               "  --clusterd, --noded binaries (default: next to this binary)\n"
-               "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
-               "                      skipped with a note when there is none)\n"
-               "  --json              results file (default bench-results.json)\n"
-               "  --tmpdir            where data dirs and the fsync file go (default $TMPDIR or /tmp)\n");
+  std::fprintf(
+      code ? stderr : stdout,
+      "usage: clusterd-bench [--short] [--only LIST] [--duration SECONDS] [--streams N] [--rate EVENTS_PER_S]\n"
+      "                      [--decision-samples N] [--storm-nodes N] [--watchers N] [--fanout-rate R]\n"
+      "                      [--footprint SECONDS] [--query-nodes N] [--query-duration SECONDS]\n"
+      "                      [--agents N] [--agent-channels N] [--steady SECONDS] [--detect-samples N]\n"
+      "                      [--lost-samples N] [--restart-nodes N] [--restart-events N]\n"
+      "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--json PATH] [--tmpdir DIR]\n"
+      "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-9)\n"
+      "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
+      "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
+      "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
+      "  --decision-samples  scenario 5: single faults timed one at a time (default 100)\n"
+      "  --storm-nodes       scenario 5: nodes x 8 devices faulting within one second (default 1000)\n"
+      "  --watchers          scenario 6: Watch streams (default 1000)\n"
+      "  --fanout-rate       scenario 6: events/s produced (default 1000)\n"
+      "  --footprint         scenario 8: seconds NodeD is sampled (default 10)\n"
+      "  --query-nodes       scenario 9: nodes stored (default 10000)\n"
+      "  --query-duration    scenario 9: seconds per ghz run (default 5)\n"
+      "  --agents            scenarios 3/4: simulated agents, one stream each (default 10000)\n"
+      "  --agent-channels    scenarios 3/4/7: HTTP/2 connections the agent streams share (default 32)\n"
+      "  --steady            scenario 3: seconds of steady state measured (default 20)\n"
+      "  --detect-samples    scenario 4: faults timed to their Watch event (default 100)\n"
+      "  --lost-samples      scenario 4: agents stopped and timed to HEARTBEAT_LOST (default 20)\n"
+      "  --restart-nodes     scenario 7: nodes (x 8 devices) stored and reattaching (default 10000)\n"
+      "  --restart-events    scenario 7: history events stored before the kill -9 (default 1000000)\n"
+      "  --clusterd, --noded binaries (default: next to this binary)\n"
+      "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
+      "                      skipped with a note when there is none)\n"
+      "  --json              results file (default bench-results.json)\n"
+      "  --tmpdir            where data dirs and the fsync file go (default $TMPDIR or /tmp)\n");
   std::exit(code);
 }
 
@@ -103,29 +106,52 @@ Options ParseArgs(int argc, char** argv) {
     };
     given.insert(a);
     try {
-      if (a == "--short") o.short_mode = true;
-      else if (a == "--duration") o.duration_s = std::stod(value());
-      else if (a == "--streams") o.streams = std::stoi(value());
-      else if (a == "--rate") o.rate = std::stod(value());
-      else if (a == "--decision-samples") o.decision_samples = std::stoi(value());
-      else if (a == "--storm-nodes") o.storm_nodes = std::stoi(value());
-      else if (a == "--watchers") o.watchers = std::stoi(value());
-      else if (a == "--fanout-rate") o.fanout_rate = std::stod(value());
-      else if (a == "--footprint") o.footprint_s = std::stod(value());
-      else if (a == "--query-nodes") o.query_nodes = std::stoi(value());
-      else if (a == "--query-duration") o.query_s = std::stod(value());
-      else if (a == "--agents") o.agents = std::stoi(value());
-      else if (a == "--agent-channels") o.agent_channels = std::stoi(value());
-      else if (a == "--steady") o.steady_s = std::stod(value());
-      else if (a == "--detect-samples") o.detect_samples = std::stoi(value());
-      else if (a == "--lost-samples") o.lost_samples = std::stoi(value());
-      else if (a == "--restart-nodes") o.restart_nodes = std::stoi(value());
-      else if (a == "--restart-events") o.restart_events = std::stoll(value());
-      else if (a == "--clusterd") o.clusterd = value();
-      else if (a == "--noded") o.noded = value();
-      else if (a == "--ghz") o.ghz = value();
-      else if (a == "--json") o.json_path = value();
-      else if (a == "--tmpdir") o.tmp_root = value();
+      if (a == "--short")
+        o.short_mode = true;
+      else if (a == "--duration")
+        o.duration_s = std::stod(value());
+      else if (a == "--streams")
+        o.streams = std::stoi(value());
+      else if (a == "--rate")
+        o.rate = std::stod(value());
+      else if (a == "--decision-samples")
+        o.decision_samples = std::stoi(value());
+      else if (a == "--storm-nodes")
+        o.storm_nodes = std::stoi(value());
+      else if (a == "--watchers")
+        o.watchers = std::stoi(value());
+      else if (a == "--fanout-rate")
+        o.fanout_rate = std::stod(value());
+      else if (a == "--footprint")
+        o.footprint_s = std::stod(value());
+      else if (a == "--query-nodes")
+        o.query_nodes = std::stoi(value());
+      else if (a == "--query-duration")
+        o.query_s = std::stod(value());
+      else if (a == "--agents")
+        o.agents = std::stoi(value());
+      else if (a == "--agent-channels")
+        o.agent_channels = std::stoi(value());
+      else if (a == "--steady")
+        o.steady_s = std::stod(value());
+      else if (a == "--detect-samples")
+        o.detect_samples = std::stoi(value());
+      else if (a == "--lost-samples")
+        o.lost_samples = std::stoi(value());
+      else if (a == "--restart-nodes")
+        o.restart_nodes = std::stoi(value());
+      else if (a == "--restart-events")
+        o.restart_events = std::stoll(value());
+      else if (a == "--clusterd")
+        o.clusterd = value();
+      else if (a == "--noded")
+        o.noded = value();
+      else if (a == "--ghz")
+        o.ghz = value();
+      else if (a == "--json")
+        o.json_path = value();
+      else if (a == "--tmpdir")
+        o.tmp_root = value();
       else if (a == "--only") {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
@@ -133,8 +159,10 @@ Options ParseArgs(int argc, char** argv) {
           if (n < 1 || n > 9) Usage(2);
           o.only.insert(n);
         }
-      } else if (a == "--help" || a == "-h") Usage(0);
-      else Usage(2);
+      } else if (a == "--help" || a == "-h")
+        Usage(0);
+      else
+        Usage(2);
     } catch (const std::logic_error&) {
       Usage(2);
     }
@@ -362,17 +390,12 @@ void ChildProcess::Kill9() {
 std::string ClusterdProcess::Respawn() { return SpawnOnPorts(); }
 
 std::string ClusterdProcess::SpawnOnPorts() {
-  std::vector<std::string> args = {bin_,
-                                   "--listen=127.0.0.1:" + std::to_string(port_),
-                                   "--http-listen=127.0.0.1:" + std::to_string(http_port_),
-                                   "--data-dir=" + data_dir_,
-                                   "--log-level=warn",
-                                   "--node-grace=1h",
-                                   // Every simulated agent and watcher connects from
-                                   // 127.0.0.1: one peer as far as the per-peer limits go.
-                                   "--max-streams-per-peer=1000000",
-                                   "--max-watch-streams-per-peer=1000000",
-                                   "--max-watch-streams=1000000"};
+  std::vector<std::string> args = {
+      bin_, "--listen=127.0.0.1:" + std::to_string(port_), "--http-listen=127.0.0.1:" + std::to_string(http_port_),
+      "--data-dir=" + data_dir_, "--log-level=warn", "--node-grace=1h",
+      // Every simulated agent and watcher connects from
+      // 127.0.0.1: one peer as far as the per-peer limits go.
+      "--max-streams-per-peer=1000000", "--max-watch-streams-per-peer=1000000", "--max-watch-streams=1000000"};
   args.insert(args.end(), extra_.begin(), extra_.end());
   started_ns_ = NowNs();
   return proc_.Spawn(args);
@@ -460,9 +483,12 @@ std::string Fmt(double v, const char* unit) {
   if (std::isnan(v)) return "n/a";
   if (std::isinf(v)) return std::string(v > 0 ? "inf" : "-inf") + unit;
   char b[64];
-  if (std::fabs(v) >= 1000) std::snprintf(b, sizeof(b), "%.0f%s", v, unit);
-  else if (std::fabs(v) >= 10) std::snprintf(b, sizeof(b), "%.1f%s", v, unit);
-  else std::snprintf(b, sizeof(b), "%.3f%s", v, unit);
+  if (std::fabs(v) >= 1000)
+    std::snprintf(b, sizeof(b), "%.0f%s", v, unit);
+  else if (std::fabs(v) >= 10)
+    std::snprintf(b, sizeof(b), "%.1f%s", v, unit);
+  else
+    std::snprintf(b, sizeof(b), "%.3f%s", v, unit);
   return b;
 }
 

@@ -113,22 +113,24 @@ RocksResult MeasureRocksDb(const std::string& dir, double duration_s, int batch,
   return r;
 }
 
-
 // Baselines and scenarios 1 and 2. "" or a real error.
 std::string RunIngest(const Options& o, const TempDir& tmp, json& out, std::vector<Row>& rows) {
   const size_t record_bytes = RecordSize();
   const double storage_s = std::min(o.duration_s, o.short_mode ? 1.0 : 3.0);
   std::cerr << "[bench] fdatasync baseline (" << storage_s << " s)\n";
   auto fsync = MeasureFdatasync(tmp.Sub("fsync.dat"), storage_s);
-  out["baselines"]["fdatasync"] = {{"ops_per_s", fsync.ops_per_s}, {"p50_ms", fsync.p50_ms},
-                                   {"p99_ms", fsync.p99_ms}, {"ops", fsync.ops}, {"write_bytes", 200}};
+  out["baselines"]["fdatasync"] = {{"ops_per_s", fsync.ops_per_s},
+                                   {"p50_ms", fsync.p50_ms},
+                                   {"p99_ms", fsync.p99_ms},
+                                   {"ops", fsync.ops},
+                                   {"write_bytes", 200}};
 
   std::cerr << "[bench] rocksdb synced WriteBatch baseline (" << storage_s << " s)\n";
   auto rocks = MeasureRocksDb(tmp.Sub("rocks"), storage_s, 64, record_bytes);
-  out["baselines"]["rocksdb_group_commit"] = {{"records_per_s", rocks.records_per_s}, {"commits_per_s", rocks.commits_per_s},
-                                              {"commit_p50_ms", rocks.commit_p50_ms},
-                                              {"commit_p99_ms", rocks.commit_p99_ms},
-                                              {"records_per_batch", rocks.batch}, {"record_bytes", rocks.record_bytes}};
+  out["baselines"]["rocksdb_group_commit"] = {
+      {"records_per_s", rocks.records_per_s}, {"commits_per_s", rocks.commits_per_s},
+      {"commit_p50_ms", rocks.commit_p50_ms}, {"commit_p99_ms", rocks.commit_p99_ms},
+      {"records_per_batch", rocks.batch},     {"record_bytes", rocks.record_bytes}};
 
   DriveResult sink_tput, sink_lat;
   {
@@ -174,18 +176,22 @@ std::string RunIngest(const Options& o, const TempDir& tmp, json& out, std::vect
   out["scenario1_durable_ingest"]["ratio_vs_grpc_sink"] = r_grpc;
   out["scenario1_durable_ingest"]["ratio_vs_fdatasync"] = r_fsync;
   out["scenario1_durable_ingest"]["ratio_vs_rocksdb_group_commit"] = s1.acked_per_s / rocks.records_per_s;
-  out["scenario1_durable_ingest"]["targets"] = {{"ratio_vs_grpc_sink_min", 0.5}, {"ratio_vs_fdatasync_min", 20},
-                                                {"met_grpc", r_grpc >= 0.5}, {"met_fdatasync", r_fsync >= 20}};
+  out["scenario1_durable_ingest"]["targets"] = {{"ratio_vs_grpc_sink_min", 0.5},
+                                                {"ratio_vs_fdatasync_min", 20},
+                                                {"met_grpc", r_grpc >= 0.5},
+                                                {"met_fdatasync", r_fsync >= 20}};
   out["scenario2_ack_latency"] = s2j;
   out["scenario2_ack_latency"]["offered_rate"] = o.rate;
-  out["scenario2_ack_latency"]["targets"] = {{"p50_max_ms", 1.0}, {"p99_max_ms", p99_target},
-                                             {"met_p50", s2.p50_ms <= 1.0}, {"met_p99", s2.p99_ms <= p99_target}};
+  out["scenario2_ack_latency"]["targets"] = {{"p50_max_ms", 1.0},
+                                             {"p99_max_ms", p99_target},
+                                             {"met_p50", s2.p50_ms <= 1.0},
+                                             {"met_p99", s2.p99_ms <= p99_target}};
 
   rows.push_back({"baseline", "fdatasync 200 B, 1 writer", Fmt(fsync.ops_per_s, " ops/s"), "", "", "", ""});
-  rows.push_back({"baseline", "fdatasync latency p50 / p99", Fmt(fsync.p50_ms, " ms") + " / " + Fmt(fsync.p99_ms, " ms"),
-                  "", "", "", ""});
-  rows.push_back({"baseline", "RocksDB synced batch x" + std::to_string(rocks.batch) + " (" +
-                                  std::to_string(record_bytes) + " B)",
+  rows.push_back({"baseline", "fdatasync latency p50 / p99",
+                  Fmt(fsync.p50_ms, " ms") + " / " + Fmt(fsync.p99_ms, " ms"), "", "", "", ""});
+  rows.push_back({"baseline",
+                  "RocksDB synced batch x" + std::to_string(rocks.batch) + " (" + std::to_string(record_bytes) + " B)",
                   Fmt(rocks.records_per_s, " rec/s"), "", "", "", ""});
   rows.push_back({"baseline", "raw gRPC sink, streaming acks", Fmt(sink_tput.acked_per_s, " msg/s"), "", "", "", ""});
   rows.push_back({"baseline", "raw gRPC sink ack p50 / p99 @" + Fmt(o.rate, "/s"),
@@ -194,13 +200,14 @@ std::string RunIngest(const Options& o, const TempDir& tmp, json& out, std::vect
                   Fmt(r_grpc, "x"), ">= 0.5x", Met(r_grpc >= 0.5)});
   rows.push_back({"1 ingest", "durable acks/s vs fdatasync", Fmt(s1.acked_per_s, "/s"), Fmt(fsync.ops_per_s, "/s"),
                   Fmt(r_fsync, "x"), ">= 20x", Met(r_fsync >= 20)});
-  rows.push_back({"1 ingest", "transitions per group commit", Fmt(s1j["transitions_per_commit"].get<double>()), "", "",
-                  "", ""});
+  rows.push_back(
+      {"1 ingest", "transitions per group commit", Fmt(s1j["transitions_per_commit"].get<double>()), "", "", "", ""});
   rows.push_back({"2 latency", "ack p50 @" + Fmt(s2.sent_per_s, "/s") + " sent", Fmt(s2.p50_ms, " ms"), "", "",
                   "<= 1 ms", Met(s2.p50_ms <= 1.0)});
   rows.push_back({"2 latency", "ack p99", Fmt(s2.p99_ms, " ms"), Fmt(fsync.p99_ms, " ms") + " fsync p99",
                   Fmt(s2.p99_ms - fsync.p99_ms, " ms") + " over", "<= fsync p99 + 2 ms", Met(s2.p99_ms <= p99_target)});
-  rows.push_back({"2 latency", "acks/s (offered " + Fmt(o.rate, "/s") + ")", Fmt(s2.acked_per_s, "/s"), "", "", "", ""});
+  rows.push_back(
+      {"2 latency", "acks/s (offered " + Fmt(o.rate, "/s") + ")", Fmt(s2.acked_per_s, "/s"), "", "", "", ""});
   return "";
 }
 
@@ -225,21 +232,31 @@ int Run(const Options& o) {
   TempDir tmp(o.tmp_root);
   const int64_t t0 = NowNs();
   json out;
-  out["machine"] = {{"nproc", std::thread::hardware_concurrency()}, {"cpu_model", CpuModel()},
-                    {"tmpdir", o.tmp_root}};
+  out["machine"] = {{"nproc", std::thread::hardware_concurrency()}, {"cpu_model", CpuModel()}, {"tmpdir", o.tmp_root}};
   json only = json::array();
   for (int s : o.only) only.push_back(s);
-  out["options"] = {{"duration_s", o.duration_s},   {"streams", o.streams},
-                    {"rate", o.rate},               {"short", o.short_mode},
-                    {"clusterd", o.clusterd},       {"noded", o.noded},
-                    {"ghz", o.ghz},                 {"only", only},
-                    {"decision_samples", o.decision_samples}, {"storm_nodes", o.storm_nodes},
-                    {"watchers", o.watchers},       {"fanout_rate", o.fanout_rate},
-                    {"footprint_s", o.footprint_s}, {"query_nodes", o.query_nodes},
-                    {"query_s", o.query_s},         {"agents", o.agents},
-                    {"agent_channels", o.agent_channels}, {"steady_s", o.steady_s},
-                    {"detect_samples", o.detect_samples}, {"lost_samples", o.lost_samples},
-                    {"restart_nodes", o.restart_nodes}, {"restart_events", o.restart_events}};
+  out["options"] = {{"duration_s", o.duration_s},
+                    {"streams", o.streams},
+                    {"rate", o.rate},
+                    {"short", o.short_mode},
+                    {"clusterd", o.clusterd},
+                    {"noded", o.noded},
+                    {"ghz", o.ghz},
+                    {"only", only},
+                    {"decision_samples", o.decision_samples},
+                    {"storm_nodes", o.storm_nodes},
+                    {"watchers", o.watchers},
+                    {"fanout_rate", o.fanout_rate},
+                    {"footprint_s", o.footprint_s},
+                    {"query_nodes", o.query_nodes},
+                    {"query_s", o.query_s},
+                    {"agents", o.agents},
+                    {"agent_channels", o.agent_channels},
+                    {"steady_s", o.steady_s},
+                    {"detect_samples", o.detect_samples},
+                    {"lost_samples", o.lost_samples},
+                    {"restart_nodes", o.restart_nodes},
+                    {"restart_events", o.restart_events}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);

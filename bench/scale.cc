@@ -27,8 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kLoadCode = "020000002";    // SUB_HEALTH: raises/clears change device health
-constexpr const char* kProbeCode = "200001002";   // NOT_HANDLE: one transition, one event
+constexpr const char* kLoadCode = "020000002";   // SUB_HEALTH: raises/clears change device health
+constexpr const char* kProbeCode = "200001002";  // NOT_HANDLE: one transition, one event
 constexpr const char* kLostCode = "HEARTBEAT_LOST";
 
 std::string StatusText(const grpc::Status& st) { return std::to_string(st.error_code()) + " " + st.error_message(); }
@@ -45,7 +45,8 @@ bool HasPrefix(const std::string& s, const std::string& p) { return s.compare(0,
 bool Summary(v1::ClusterService::Stub* cluster, double deadline_s, v1::GetSummaryResponse* resp,
              std::string* err = nullptr) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1e3)));
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1e3)));
   auto st = cluster->GetSummary(&ctx, v1::GetSummaryRequest(), resp);
   if (!st.ok() && err) *err = "GetSummary: " + StatusText(st);
   return st.ok();
@@ -54,7 +55,8 @@ bool Summary(v1::ClusterService::Stub* cluster, double deadline_s, v1::GetSummar
 uint64_t DirBytes(const std::string& dir) {
   uint64_t n = 0;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
     if (it->is_regular_file(ec)) n += it->file_size(ec);
   }
   return n;
@@ -128,7 +130,8 @@ class FaultWatch {
 // code on device (k/2) % 8.
 class FaultDriver {
  public:
-  FaultDriver(AgentPool* pool, double per_agent_per_s) : pool_(pool), period_ns_(static_cast<int64_t>(1e9 / per_agent_per_s)) {
+  FaultDriver(AgentPool* pool, double per_agent_per_s)
+      : pool_(pool), period_ns_(static_cast<int64_t>(1e9 / per_agent_per_s)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~FaultDriver() { Stop(); }
@@ -145,8 +148,9 @@ class FaultDriver {
     for (uint64_t k = 0; !stop_.load(); ++k) {
       const size_t i = k % n;
       const uint64_t round = k / n;
-      const int64_t due = start + static_cast<int64_t>(round) * period_ns_ +
-                          static_cast<int64_t>(static_cast<double>(period_ns_) * static_cast<double>(i) / static_cast<double>(n));
+      const int64_t due =
+          start + static_cast<int64_t>(round) * period_ns_ +
+          static_cast<int64_t>(static_cast<double>(period_ns_) * static_cast<double>(i) / static_cast<double>(n));
       while (!stop_.load() && due > NowNs() + 1'000'000) SleepUntilNs(std::min(due, NowNs() + 50'000'000));
       if (stop_.load()) break;
       const bool raise = round % 2 == 0;
@@ -204,8 +208,12 @@ std::string SteadyLoad(const Options& o, const std::string& target, pid_t pid, A
 }
 
 json SteadyJson(const SteadyResult& r) {
-  return {{"cpu_cores", r.cpu_cores},          {"rss_mib", r.rss_mib},         {"rss_max_mib", r.rss_max_mib},
-          {"bench_cpu_cores", r.bench_cpu_cores}, {"window_s", r.window_s},     {"connect_s", r.connect_s},
+  return {{"cpu_cores", r.cpu_cores},
+          {"rss_mib", r.rss_mib},
+          {"rss_max_mib", r.rss_max_mib},
+          {"bench_cpu_cores", r.bench_cpu_cores},
+          {"window_s", r.window_s},
+          {"connect_s", r.connect_s},
           {"heartbeats_per_s", static_cast<double>(r.heartbeats) / r.window_s},
           {"transitions_per_s", static_cast<double>(r.transitions) / r.window_s},
           {"ack_p99_ms", r.ack_p99_ms}};
@@ -246,7 +254,8 @@ std::string MeasureLost(const Options& o, const std::string& target, const std::
   }
   const int64_t deadline = NowNs() + static_cast<int64_t>((grace_s + 5) * 1e9);
   for (int i = 0; i < n; ++i) {
-    while (watch.LostAt(pool.name(i)) == 0 && NowNs() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (watch.LostAt(pool.name(i)) == 0 && NowNs() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const int64_t at = watch.LostAt(pool.name(i));
     if (at == 0) {
       ++r->missed;
@@ -324,9 +333,8 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
     });
     std::thread t_default;
     if (!o.short_mode) {
-      t_default = std::thread([&] {
-        err_default = MeasureLost(o, cd.target(), "bench-lost10s-", 10, 10.0, 2.0, 0.7, &lost_default);
-      });
+      t_default = std::thread(
+          [&] { err_default = MeasureLost(o, cd.target(), "bench-lost10s-", 10, 10.0, 2.0, 0.7, &lost_default); });
     }
     // (a) a NOT_HANDLE fault raised on a probe agent -> FAULT_RAISED seen.
     {
@@ -394,13 +402,14 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
   s3["sink_idle_rss_mib"] = (*out)["scenario3_agents"].value("sink_idle_rss_mib", NAN);
   (*out)["scenario3_agents"] = s3;
   const std::string shape = std::to_string(n) + " agents / " + std::to_string(channels) + " conns";
-  rows->push_back({"3 agents", shape + ": CPU (hb 2 s, " + Fmt(static_cast<double>(cdr.transitions) / cdr.window_s, " tr/s") + ")",
-                   Fmt(cdr.cpu_cores, " cores"), Fmt(sink.cpu_cores, " cores") + " sink", Fmt(cpu_ratio, "x"), "<= 1.5x",
-                   Met(cpu_met)});
+  rows->push_back({"3 agents",
+                   shape + ": CPU (hb 2 s, " + Fmt(static_cast<double>(cdr.transitions) / cdr.window_s, " tr/s") + ")",
+                   Fmt(cdr.cpu_cores, " cores"), Fmt(sink.cpu_cores, " cores") + " sink", Fmt(cpu_ratio, "x"),
+                   "<= 1.5x", Met(cpu_met)});
   rows->push_back({"3 agents", "RSS max", Fmt(cdr.rss_max_mib, " MiB"), Fmt(sink.rss_max_mib, " MiB") + " sink", "",
                    "<= 1.5x sink + 200 MiB", Met(rss_met)});
-  rows->push_back({"3 agents", "false node-lost decisions (grace 10 s)", std::to_string(false_lost), "", "", "0",
-                   Met(lost_met)});
+  rows->push_back(
+      {"3 agents", "false node-lost decisions (grace 10 s)", std::to_string(false_lost), "", "", "0", Met(lost_met)});
 
   if (o.Runs(4)) {
     std::vector<int64_t> d = detect;
@@ -423,9 +432,10 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
           {"lost_short_grace_dedicated", lost_json(lost_short)}};
     if (!o.short_mode) s4["lost_grace_10s_loaded"] = lost_json(lost_default);
     (*out)["scenario4_detection"] = s4;
-    rows->push_back({"4 detection", "fault -> Watch p50 / p99 (" + std::to_string(detect.size()) + ", under load)",
-                     Fmt(p50, " ms") + " / " + Fmt(p99, " ms"), "", "", "p99 <= 50 ms",
-                     std::string(Met(det_met)) + (detect_missed ? " (" + std::to_string(detect_missed) + " missed)" : "")});
+    rows->push_back(
+        {"4 detection", "fault -> Watch p50 / p99 (" + std::to_string(detect.size()) + ", under load)",
+         Fmt(p50, " ms") + " / " + Fmt(p99, " ms"), "", "", "p99 <= 50 ms",
+         std::string(Met(det_met)) + (detect_missed ? " (" + std::to_string(detect_missed) + " missed)" : "")});
     auto lost_row = [&](const LostResult& l, const std::string& what) {
       std::vector<int64_t> v = l.after_last_msg;
       const double lp50 = Percentile(v, 0.5), lp99 = Percentile(v, 0.99);
@@ -453,8 +463,8 @@ std::string RunRestart(const Options& o, const TempDir& tmp, json* out, std::vec
   std::snprintf(hb_flag, sizeof(hb_flag), "--heartbeat-interval=%dms", static_cast<int>(hb * 1000));
   const std::string data = tmp.Sub("clusterd-restart");
   ClusterdProcess cd(o.clusterd, data, {grace_flag, hb_flag});
-  std::cerr << "[bench] scenario 7: restart with " << n << " nodes x " << kDevices << " devices and " << o.restart_events
-            << " events stored (" << grace_flag << ")\n";
+  std::cerr << "[bench] scenario 7: restart with " << n << " nodes x " << kDevices << " devices and "
+            << o.restart_events << " events stored (" << grace_flag << ")\n";
   if (auto e = cd.Start(); !e.empty()) return "scenario 7: " + e;
   AgentPool pool(cd.target(), Names("bench-r-", n), channels, /*reconnect=*/true);
   const int64_t c0 = NowNs();
@@ -568,12 +578,13 @@ std::string RunRestart(const Options& o, const TempDir& tmp, json* out, std::vec
                                    {"met_lost", lost_met}}}};
   const std::string shape = std::to_string(n) + " nodes, " + std::to_string(rev_before / 1000) + "k events, " +
                             Fmt(static_cast<double>(db_bytes) / (1 << 20), " MiB") + " on disk";
-  rows->push_back({"7 restart", shape + ": exec -> first GetSummary", Fmt(answer_s, " s"), "", "", "<= 5 s",
-                   Met(answer_met)});
-  rows->push_back({"7 restart", "exec -> all agents reattached (" + std::to_string(attached) + "/" + std::to_string(n) + ")",
+  rows->push_back(
+      {"7 restart", shape + ": exec -> first GetSummary", Fmt(answer_s, " s"), "", "", "<= 5 s", Met(answer_met)});
+  rows->push_back({"7 restart",
+                   "exec -> all agents reattached (" + std::to_string(attached) + "/" + std::to_string(n) + ")",
                    Fmt(reattach_s, " s"), "", "", "<= 15 s", Met(reattach_met)});
-  rows->push_back({"7 restart", "spurious node-lost after restart (grace " + Fmt(grace, " s") + ")", std::to_string(spurious),
-                   "", "", "0", Met(lost_met)});
+  rows->push_back({"7 restart", "spurious node-lost after restart (grace " + Fmt(grace, " s") + ")",
+                   std::to_string(spurious), "", "", "0", Met(lost_met)});
   return "";
 }
 

@@ -37,9 +37,7 @@ std::unique_ptr<grpc::ClientContext> Deadline(double seconds) {
   return ctx;
 }
 
-std::string StatusText(const grpc::Status& st) {
-  return std::to_string(st.error_code()) + " " + st.error_message();
-}
+std::string StatusText(const grpc::Status& st) { return std::to_string(st.error_code()) + " " + st.error_message(); }
 
 // The current revision, or 0 and *err.
 uint64_t CurrentRevision(v1::ClusterService::Stub* cluster, std::string* err) {
@@ -118,7 +116,8 @@ class RecoveryStarts {
       for (const auto& j : jobs) n += seen_.count(j);
       return n;
     };
-    cv_.wait_until(lock, Clock::time_point(std::chrono::nanoseconds(deadline_ns)), [&] { return count() == jobs.size(); });
+    cv_.wait_until(lock, Clock::time_point(std::chrono::nanoseconds(deadline_ns)),
+                   [&] { return count() == jobs.size(); });
     return count();
   }
   int64_t At(const std::string& job) {
@@ -219,13 +218,15 @@ std::string RunDecisions(const Options& o, const ClusterdProcess& cd, json* out,
     storm_start = NowNs() + 1'000'000;
     // Device-major: every node has its first fault in the first eighth of the second.
     for (int64_t n = 0; n < faults; ++n) {
-      const int64_t due = storm_start + static_cast<int64_t>(1e9 * static_cast<double>(n) / static_cast<double>(faults));
+      const int64_t due =
+          storm_start + static_cast<int64_t>(1e9 * static_cast<double>(n) / static_cast<double>(faults));
       if (due > NowNs()) SleepUntilNs(due);
       const int node = static_cast<int>(n % nodes);
       const uint32_t dev = static_cast<uint32_t>(n / nodes);
       const bool separate = dev % 2 == 0;
-      const uint64_t seq = pool.Send(node, v1::TRANSITION_ACTION_RAISE, dev, separate ? kSeparateCode : kRestartBusinessCode,
-                                     separate ? v1::FAULT_LEVEL_SEPARATE : v1::FAULT_LEVEL_RESTART_BUSINESS);
+      const uint64_t seq =
+          pool.Send(node, v1::TRANSITION_ACTION_RAISE, dev, separate ? kSeparateCode : kRestartBusinessCode,
+                    separate ? v1::FAULT_LEVEL_SEPARATE : v1::FAULT_LEVEL_RESTART_BUSINESS);
       if (job_first[node / 8] == 0) job_first[node / 8] = pool.SentNs(node, seq);
     }
     storm_sent_end = NowNs();
@@ -257,7 +258,9 @@ std::string RunDecisions(const Options& o, const ClusterdProcess& cd, json* out,
   lat["restart_business"] = LatencyJson(by_code[1]);
   const PromHistogram hl = h1.Minus(h0), hs = h2.Minus(h1);
   auto hist_json = [](const PromHistogram& h) {
-    return json{{"count", h.count}, {"mean_ms", h.MeanMs()}, {"p50_bucket_le_ms", h.QuantileUpperMs(0.5)},
+    return json{{"count", h.count},
+                {"mean_ms", h.MeanMs()},
+                {"p50_bucket_le_ms", h.QuantileUpperMs(0.5)},
                 {"p99_bucket_le_ms", h.QuantileUpperMs(0.99)}};
   };
   lat["clusterd_recovery_decision_seconds"] = hist_json(hl);
@@ -290,16 +293,17 @@ std::string RunDecisions(const Options& o, const ClusterdProcess& cd, json* out,
 
   rows->push_back({"5 decisions", "fault -> RECOVERY_STARTED seen p50 (" + std::to_string(decision.size()) + " faults)",
                    Fmt(p50, " ms"), Fmt(ack_p50, " ms") + " ack p50", "", "", ""});
-  rows->push_back({"5 decisions", "fault -> RECOVERY_STARTED seen p99", Fmt(p99, " ms"), Fmt(ack_p99, " ms") + " ack p99",
-                   Fmt(p99 - ack_p99, " ms") + " over", "< 100 ms, none missed",
+  rows->push_back({"5 decisions", "fault -> RECOVERY_STARTED seen p99", Fmt(p99, " ms"),
+                   Fmt(ack_p99, " ms") + " ack p99", Fmt(p99 - ack_p99, " ms") + " over", "< 100 ms, none missed",
                    std::string(Met(lat_met)) + (missed ? " (" + std::to_string(missed) + " missed)" : "")});
   rows->push_back({"5 decisions", "clusterd_recovery_decision_seconds p99",
-                   "<= " + Fmt(hl.QuantileUpperMs(0.99), " ms") + " (mean " + Fmt(hl.MeanMs(), " ms") + ")", "", "",
-                   "", ""});
+                   "<= " + Fmt(hl.QuantileUpperMs(0.99), " ms") + " (mean " + Fmt(hl.MeanMs(), " ms") + ")", "", "", "",
+                   ""});
   rows->push_back({"5 storm", std::to_string(nodes) + " nodes x 8 faults in 1 s: jobs decided",
-                   std::to_string(decided) + " / " + std::to_string(njobs), "", "", "all", Met(decided == job_ids.size())});
-  rows->push_back({"5 storm", "decision after job's first fault p50 / max", Fmt(storm_p50, " ms") + " / " + Fmt(storm_max, " ms"),
-                   "", "", "every one < 2 s", Met(storm_met)});
+                   std::to_string(decided) + " / " + std::to_string(njobs), "", "", "all",
+                   Met(decided == job_ids.size())});
+  rows->push_back({"5 storm", "decision after job's first fault p50 / max",
+                   Fmt(storm_p50, " ms") + " / " + Fmt(storm_max, " ms"), "", "", "every one < 2 s", Met(storm_met)});
   rows->push_back({"5 storm", "last decision after storm start", Fmt(last_ms, " ms"),
                    Fmt(storm_ack_p99, " ms") + " storm ack p99", "", "", ""});
   return "";
@@ -426,9 +430,9 @@ FanoutResult MeasureFanout(const Options& o, const std::string& target, pid_t se
     const uint64_t k = next[p]++;
     if (k > per_producer) break;
     sent_ns[p][k].store(NowNs(), std::memory_order_release);  // before any watcher can see it
-    const uint64_t seq = prod.Send(p, k % 2 == 1 ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR,
-                                   static_cast<uint32_t>(((k - 1) / 2) % kDevices), kNotHandleCode,
-                                   v1::FAULT_LEVEL_NOT_HANDLE);
+    const uint64_t seq =
+        prod.Send(p, k % 2 == 1 ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR,
+                  static_cast<uint32_t>(((k - 1) / 2) % kDevices), kNotHandleCode, v1::FAULT_LEVEL_NOT_HANDLE);
     if (seq != k) {
       *err = "scenario 6: producer seq out of step";
       return r;
@@ -536,8 +540,8 @@ std::string RunFanout(const Options& o, const ClusterdProcess& cd, json* out, st
     grpc::ChannelArguments args;
     args.SetInt("bench.stalled", i);
     args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-    auto stub = v1::ClusterService::NewStub(
-        grpc::CreateCustomChannel(cd.target(), grpc::InsecureChannelCredentials(), args));
+    auto stub =
+        v1::ClusterService::NewStub(grpc::CreateCustomChannel(cd.target(), grpc::InsecureChannelCredentials(), args));
     auto cluster = v1::ClusterService::NewStub(grpc::CreateChannel(cd.target(), grpc::InsecureChannelCredentials()));
     const uint64_t rev = CurrentRevision(cluster.get(), &err);
     if (!err.empty()) return err;
@@ -590,20 +594,20 @@ std::string RunFanout(const Options& o, const ClusterdProcess& cd, json* out, st
   s6["deliveries_per_s_ratio_vs_sink"] = f.delivered_per_s / sf.delivered_per_s;
   s6["targets"] = {{"missing", 0}, {"p99_max_ms", 50}, {"met", fan_met}};
   s6["stalled_watcher"] = {{"ingest_rate", o.fanout_rate},
-        {"streams", o.streams},
-        {"phase_s", phase_s},
-        {"ack_p99_without_ms", without},
-        {"ack_p99_with_ms", with},
-        {"ratio", rise},
-        {"watchers_ended_lagging", lagging},
-        {"stalled_watcher_ended_by_clusterd_after_s", ended_after},
-        {"target_ratio_max", 1.10},
-        {"met", stall_met}};
+                           {"streams", o.streams},
+                           {"phase_s", phase_s},
+                           {"ack_p99_without_ms", without},
+                           {"ack_p99_with_ms", with},
+                           {"ratio", rise},
+                           {"watchers_ended_lagging", lagging},
+                           {"stalled_watcher_ended_by_clusterd_after_s", ended_after},
+                           {"target_ratio_max", 1.10},
+                           {"met", stall_met}};
   (*out)["scenario6_fanout"] = s6;
 
   const std::string shape = std::to_string(o.watchers) + " watchers @" + Fmt(f.sent_per_s, "/s");
-  rows->push_back({"6 fan-out", shape + ": events missing", std::to_string(f.missing) + " of " +
-                       std::to_string(f.expected * static_cast<uint64_t>(o.watchers)),
+  rows->push_back({"6 fan-out", shape + ": events missing",
+                   std::to_string(f.missing) + " of " + std::to_string(f.expected * static_cast<uint64_t>(o.watchers)),
                    "", "", "0", Met(f.missing == 0 && f.watchers_ended == 0)});
   rows->push_back({"6 fan-out", "delivery p50 / p99 (send -> watcher)",
                    Fmt(f.hist.PercentileMs(0.5), " ms") + " / " + Fmt(p99, " ms"),
@@ -612,7 +616,8 @@ std::string RunFanout(const Options& o, const ClusterdProcess& cd, json* out, st
   rows->push_back({"6 fan-out", "deliveries/s (events x watchers)", Fmt(f.delivered_per_s, "/s"),
                    Fmt(sf.delivered_per_s, "/s") + " sink", Fmt(f.delivered_per_s / sf.delivered_per_s, "x"), "", ""});
   std::string ended_note;
-  if (!ended_after.empty() && !std::isnan(ended_after[0])) ended_note = " (ended by clusterd after " + Fmt(ended_after[0], " s") + ")";
+  if (!ended_after.empty() && !std::isnan(ended_after[0]))
+    ended_note = " (ended by clusterd after " + Fmt(ended_after[0], " s") + ")";
   rows->push_back({"6 fan-out", "ingest ack p99 with a stalled watcher" + ended_note, Fmt(p_with, " ms"),
                    Fmt(p_without, " ms") + " without", Fmt(rise, "x"), "<= 1.10x", Met(stall_met)});
   return "";
@@ -701,7 +706,8 @@ std::string RunNodedFootprint(const Options& o, const TempDir& tmp, const Cluste
                                          {"targets", {{"rss_max_mib", 20}, {"cpu_max_percent", 1}}},
                                          {"met_rss", rss_met},
                                          {"met_cpu", cpu_met}};
-  rows->push_back({"8 noded", "RSS max over " + Fmt(wall, " s"), Fmt(rss_mib, " MiB"), "", "", "< 20 MiB", Met(rss_met)});
+  rows->push_back(
+      {"8 noded", "RSS max over " + Fmt(wall, " s"), Fmt(rss_mib, " MiB"), "", "", "< 20 MiB", Met(rss_met)});
   rows->push_back({"8 noded", std::string("CPU (sim, 8 devices") + (kmsg ? ", kmsg" : ", no kmsg") + ")",
                    Fmt(cpu_pct, " % of a core"), "", "", "< 1 %", Met(cpu_met)});
   return "";
@@ -742,7 +748,8 @@ std::string RunGhz(const Options& o, const std::string& target, const std::strin
   r->ghz_cpu_cores = (secs(ru1.ru_utime) + secs(ru1.ru_stime) - secs(ru0.ru_utime) - secs(ru0.ru_stime)) /
                      (static_cast<double>(NowNs() - t0) / 1e9);
   json j = json::parse(text, nullptr, false);
-  if (rc != 0 || j.is_discarded() || !j.is_object()) return "ghz " + call + " failed (status " + std::to_string(rc) + "): " + text.substr(0, 500);
+  if (rc != 0 || j.is_discarded() || !j.is_object())
+    return "ghz " + call + " failed (status " + std::to_string(rc) + "): " + text.substr(0, 500);
   r->rps = j.value("rps", NAN);
   r->count = j.value("count", uint64_t{0});
   if (j.contains("latencyDistribution") && j["latencyDistribution"].is_array()) {
@@ -765,8 +772,8 @@ std::string RunGhz(const Options& o, const std::string& target, const std::strin
 }
 
 json GhzJson(const GhzResult& r) {
-  json j = {{"rps", r.rps},       {"p50_ms", r.p50_ms}, {"p99_ms", r.p99_ms}, {"count", r.count},
-            {"errors", r.errors}, {"ghz_cpu_cores", r.ghz_cpu_cores}};
+  json j = {{"rps", r.rps},     {"p50_ms", r.p50_ms}, {"p99_ms", r.p99_ms},
+            {"count", r.count}, {"errors", r.errors}, {"ghz_cpu_cores", r.ghz_cpu_cores}};
   if (r.errors) j["error_distribution"] = r.error_distribution;
   return j;
 }
@@ -864,13 +871,13 @@ std::string RunQueries(const Options& o, const TempDir& tmp, json* out, std::vec
   };
   auto base = [&](const GhzResult& r, const std::string& what) { return Fmt(r.rps, " req/s") + " " + what; };
   rows->push_back({"baseline", "raw gRPC unary Health/Check (ghz -c 16)", value(health), "", "", "", ""});
-  rows->push_back({"9 queries", "GetSummary, " + std::to_string(o.query_nodes) + " nodes, p99 " + Fmt(sum.p99_ms, " ms"),
-                   value(sum), base(sink_sum, "sink, same answer"), Fmt(sum.rps / sink_sum.rps, "x"), "(none given)",
-                   ""});
-  rows->push_back({"9 queries", "ListNodes page of 100 (" + std::to_string(list_bytes / 1024) + " KiB), p99 " +
-                                    Fmt(list_r.p99_ms, " ms"),
-                   value(list_r), base(sink_list, "sink, same answer"), Fmt(list_r.rps / sink_list.rps, "x"),
-                   "(none given)", ""});
+  rows->push_back({"9 queries",
+                   "GetSummary, " + std::to_string(o.query_nodes) + " nodes, p99 " + Fmt(sum.p99_ms, " ms"), value(sum),
+                   base(sink_sum, "sink, same answer"), Fmt(sum.rps / sink_sum.rps, "x"), "(none given)", ""});
+  rows->push_back(
+      {"9 queries",
+       "ListNodes page of 100 (" + std::to_string(list_bytes / 1024) + " KiB), p99 " + Fmt(list_r.p99_ms, " ms"),
+       value(list_r), base(sink_list, "sink, same answer"), Fmt(list_r.rps / sink_list.rps, "x"), "(none given)", ""});
   return "";
 }
 

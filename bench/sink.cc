@@ -137,7 +137,7 @@ class SinkWatch final : public grpc::ServerWriteReactor<v1::WatchResponse>,
 
   WatchFanout* fanout_;
   std::shared_ptr<SinkWatch> self_;  // owned by gRPC until OnDone
-  std::recursive_mutex mu_;  // gRPC may run OnWriteDone inline from StartWrite on a pool thread
+  std::recursive_mutex mu_;          // gRPC may run OnWriteDone inline from StartWrite on a pool thread
   std::deque<std::shared_ptr<const v1::Event>> pending_;
   v1::WatchResponse resp_;
   bool writing_ = false, scheduled_ = false, finishing_ = false;
@@ -230,7 +230,8 @@ class SinkReactor final : public grpc::ServerBidiReactor<Req, Resp> {
     const auto& r = t.fault();
     const bool raise = t.action() == v1::TRANSITION_ACTION_RAISE;
     const auto now = TimeUtil::NanosecondsToTimestamp(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
     auto ev = std::make_shared<v1::Event>();
     const uint64_t rev = fanout_->NextRevision();
     ev->set_revision(rev);
@@ -287,9 +288,7 @@ struct SinkServer::Fanout final : WatchFanout {};
 
 struct SinkServer::Service final : v1::NodeAgentService::CallbackService {
   explicit Service(WatchFanout* fanout) : fanout(fanout) {}
-  grpc::ServerBidiReactor<Req, Resp>* Connect(grpc::CallbackServerContext*) override {
-    return new SinkReactor(fanout);
-  }
+  grpc::ServerBidiReactor<Req, Resp>* Connect(grpc::CallbackServerContext*) override { return new SinkReactor(fanout); }
   WatchFanout* fanout;
 };
 

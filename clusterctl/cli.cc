@@ -86,7 +86,8 @@ Global flags (before or after the command):
   -h, --help          this help
 
 Commands:
-)" + CommandsHelp() + R"(
+)" + CommandsHelp() +
+         R"(
 Actor of cordon, uncordon, pause, resume, dry-run and clear-fault FAULT_ID: --actor, else
   $CLUSTERCTL_ACTOR, else the login name ($USER), else "clusterctl".
 

@@ -55,7 +55,9 @@ grpc::Status ClusterClient::GetSummary(v1::GetSummaryResponse* out) {
 grpc::Status ClusterClient::ListAllNodes(v1::ListNodesRequest req, v1::ListNodesResponse* out) {
   return ListAll(
       "ListNodes", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
-      [this](grpc::ClientContext* ctx, const v1::ListNodesRequest& r, v1::ListNodesResponse* resp) { return cluster_->ListNodes(ctx, r, resp); },
+      [this](grpc::ClientContext* ctx, const v1::ListNodesRequest& r, v1::ListNodesResponse* resp) {
+        return cluster_->ListNodes(ctx, r, resp);
+      },
       [](v1::ListNodesResponse* resp) { return resp->mutable_nodes(); });
 }
 
@@ -70,7 +72,9 @@ grpc::Status ClusterClient::GetNode(const std::string& name, v1::GetNodeResponse
 grpc::Status ClusterClient::ListAllFaults(v1::ListFaultsRequest req, v1::ListFaultsResponse* out) {
   return ListAll(
       "ListFaults", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
-      [this](grpc::ClientContext* ctx, const v1::ListFaultsRequest& r, v1::ListFaultsResponse* resp) { return cluster_->ListFaults(ctx, r, resp); },
+      [this](grpc::ClientContext* ctx, const v1::ListFaultsRequest& r, v1::ListFaultsResponse* resp) {
+        return cluster_->ListFaults(ctx, r, resp);
+      },
       [](v1::ListFaultsResponse* resp) { return resp->mutable_faults(); });
 }
 
@@ -100,7 +104,9 @@ grpc::Status ClusterClient::Report(const v1::ReportRequest& req, v1::ReportRespo
 grpc::Status ClusterClient::ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out) {
   return ListAll(
       "ListJobs", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
-      [this](grpc::ClientContext* ctx, const v1::ListJobsRequest& r, v1::ListJobsResponse* resp) { return job_->ListJobs(ctx, r, resp); },
+      [this](grpc::ClientContext* ctx, const v1::ListJobsRequest& r, v1::ListJobsResponse* resp) {
+        return job_->ListJobs(ctx, r, resp);
+      },
       [](v1::ListJobsResponse* resp) { return resp->mutable_jobs(); });
 }
 

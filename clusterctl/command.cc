@@ -62,9 +62,7 @@ int RpcFailure(Context& c, const std::string& rpc, const grpc::Status& st) {
       c.err << "clusterctl: " << rpc << " is not supported by clusterd at " << c.server
             << " (an older server than this clusterctl?) (" << detail << ")\n";
       break;
-    default:
-      c.err << "clusterctl: " << rpc << " failed: " << detail << "\n";
-      break;
+    default: c.err << "clusterctl: " << rpc << " failed: " << detail << "\n"; break;
   }
   return ExitFor(st.error_code());
 }

@@ -261,7 +261,7 @@ std::optional<uint32_t> FaultDevice(const v1::Fault& f) {
 }
 
 std::string RecoveryStrategyText(const v1::Recovery& r) {
-  const std::string now = ShortStrategy(r.strategy());
+  std::string now = ShortStrategy(r.strategy());
   if (r.initial_strategy() == v1::RECOVERY_STRATEGY_UNSPECIFIED || r.initial_strategy() == r.strategy()) return now;
   return ShortStrategy(r.initial_strategy()) + "->" + now;
 }
@@ -273,10 +273,8 @@ bool StepEnded(const v1::RecoveryStep& s) {
     case v1::STEP_STATE_SUCCEEDED:
     case v1::STEP_STATE_FAILED:
     case v1::STEP_STATE_TIMED_OUT:
-    case v1::STEP_STATE_SKIPPED:
-      return true;
-    default:
-      return false;
+    case v1::STEP_STATE_SKIPPED: return true;
+    default: return false;
   }
 }
 

@@ -43,20 +43,20 @@ std::string ToJson(const google::protobuf::Message& m, bool pretty);
 // "2024-05-01T10:00:00Z" (or with milliseconds); "-" for an unset timestamp.
 std::string FormatTime(const google::protobuf::Timestamp& t, bool millis = false);
 
-std::string ShortHealth(v1::Health h);         // "UNHEALTHY", "-" when unspecified
-std::string ShortLevel(v1::FaultLevel l);      // "SEPARATE", "-" when unspecified
-std::string ShortState(v1::FaultState s);      // "ACTIVE", "CLEARED"
-std::string ShortEventType(v1::EventType t);   // "FAULT_RAISED"
-std::string ShortSource(v1::FaultSource s);    // "accelerator"
+std::string ShortHealth(v1::Health h);                          // "UNHEALTHY", "-" when unspecified
+std::string ShortLevel(v1::FaultLevel l);                       // "SEPARATE", "-" when unspecified
+std::string ShortState(v1::FaultState s);                       // "ACTIVE", "CLEARED"
+std::string ShortEventType(v1::EventType t);                    // "FAULT_RAISED"
+std::string ShortSource(v1::FaultSource s);                     // "accelerator"
 std::string DeviceText(const std::optional<uint32_t>& device);  // "3" or "-"
-std::string Bytes(uint64_t n);                 // "1.5 GiB"
-std::string ShortJobKind(v1::JobKind k);       // "TRAINING", "-" when unspecified
-std::string ShortJobState(v1::JobState s);     // "RUNNING", "-" when unspecified
-std::string ShortStrategy(v1::RecoveryStrategy s);  // "POD_RESCHEDULE"
-std::string ShortRecoveryState(v1::RecoveryState s);  // "RUNNING", "DRY_RUN", "-" when unspecified
-std::string ShortStepState(v1::StepState s);          // "TIMED_OUT", "-" when unspecified
-std::string ShortJobCommand(v1::JobCommand c);        // "RESTART_PROCESSES", "-" when unspecified
-std::string ShortClusterAction(v1::ClusterAction a);  // "isolate_device", "-" when unspecified
+std::string Bytes(uint64_t n);                                  // "1.5 GiB"
+std::string ShortJobKind(v1::JobKind k);                        // "TRAINING", "-" when unspecified
+std::string ShortJobState(v1::JobState s);                      // "RUNNING", "-" when unspecified
+std::string ShortStrategy(v1::RecoveryStrategy s);              // "POD_RESCHEDULE"
+std::string ShortRecoveryState(v1::RecoveryState s);            // "RUNNING", "DRY_RUN", "-" when unspecified
+std::string ShortStepState(v1::StepState s);                    // "TIMED_OUT", "-" when unspecified
+std::string ShortJobCommand(v1::JobCommand c);                  // "RESTART_PROCESSES", "-" when unspecified
+std::string ShortClusterAction(v1::ClusterAction a);            // "isolate_device", "-" when unspecified
 // "0-3,7,9-10" for a set of ranks (sorted, duplicates dropped); "-" when empty.
 std::string RankRanges(std::vector<uint32_t> ranks);
 
@@ -65,8 +65,8 @@ std::string Truncate(const std::string& s, size_t max_chars);  // "abc..." past 
 // Each line of `text` with `prefix` before it (a table nested under a heading).
 std::string Indent(const std::string& text, const std::string& prefix = "  ");
 std::string TableText(const Table& t);
-std::string LabelsText(const google::protobuf::Map<std::string, std::string>& labels);  // "a=1,b=2" or "-"
-std::string DurationText(const google::protobuf::Duration& d);  // "30s", "-" when zero
+std::string LabelsText(const google::protobuf::Map<std::string, std::string>& labels);      // "a=1,b=2" or "-"
+std::string DurationText(const google::protobuf::Duration& d);                              // "30s", "-" when zero
 std::string JoinText(const std::vector<std::string>& items, const std::string& sep = ",");  // "-" when empty
 // "Key:  value" lines, the values aligned and sanitised.
 void PrintKeyValues(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& kv,

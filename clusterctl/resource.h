@@ -83,9 +83,9 @@ struct NoGet {};
 // fetches one object by name or id. Built once per command table; read-only after.
 template <typename Item, typename GetResp, typename ListReq, typename ListResp>
 struct Resource {
-  std::string singular;  // "node": "... not one node", "describe node: missing node name"
-  std::string plural;    // "nodes": "get nodes NAME", "No nodes found."
-  std::string operand;   // "NAME" or "ID": what names one object
+  std::string singular;   // "node": "... not one node", "describe node: missing node name"
+  std::string plural;     // "nodes": "get nodes NAME", "No nodes found."
+  std::string operand;    // "NAME" or "ID": what names one object
   Columns<Item> columns;  // get's table, one row per object
 
   // get PLURAL: every page of the list. `read_filters` turns the list flags
@@ -172,15 +172,20 @@ int Describe(Context& c, const Resource<Item, GetResp, ListReq, ListResp>& r) {
 template <typename R>
 Command GetCommand(std::shared_ptr<const R> r, std::vector<std::string> names, std::vector<FlagSpec> flags,
                    std::string help) {
-  return Command{"get", std::move(names), r->operand, std::move(flags),
-                 [r](Context& c) { return resource_internal::Get(c, *r); }, std::move(help)};
+  return Command{"get",
+                 std::move(names),
+                 r->operand,
+                 std::move(flags),
+                 [r](Context& c) { return resource_internal::Get(c, *r); },
+                 std::move(help)};
 }
 
 // `describe NAMES... OPERAND`: one object with everything the server knows about it.
 template <typename R>
 Command DescribeCommand(std::shared_ptr<const R> r, std::vector<std::string> names, std::string help) {
-  return Command{"describe", std::move(names), r->operand, {},
-                 [r](Context& c) { return resource_internal::Describe(c, *r); }, std::move(help)};
+  return Command{
+      "describe",     std::move(names), r->operand, {}, [r](Context& c) { return resource_internal::Describe(c, *r); },
+      std::move(help)};
 }
 
 // `get NAME` of a resource that is a single object (summary, admin state).
@@ -188,7 +193,10 @@ template <typename Resp>
 Command ShowCommand(std::vector<std::string> names, std::string rpc,
                     std::function<grpc::Status(ClusterClient&, Resp*)> call,
                     std::function<void(Context&, const Resp&)> print, std::string help) {
-  return Command{"get", std::move(names), "", {},
+  return Command{"get",
+                 std::move(names),
+                 "",
+                 {},
                  [rpc = std::move(rpc), call = std::move(call), print = std::move(print)](Context& c) {
                    if (auto e = CheckPositional(c, 0, 0, "")) return *e;
                    return CallAndPrint<Resp>(c, rpc, call, [&](const Resp& resp) { print(c, resp); });

@@ -178,18 +178,12 @@ size_t Utf8SequenceLength(std::string_view s) {
 
 std::string_view ActionName(v1::ClusterAction action) {
   switch (action) {
-    case v1::CLUSTER_ACTION_ISOLATE_DEVICE:
-      return "isolate_device";
-    case v1::CLUSTER_ACTION_ISOLATE_NODE:
-      return "isolate_node";
-    case v1::CLUSTER_ACTION_RESET_DEVICE:
-      return "reset_device";
-    case v1::CLUSTER_ACTION_RESCHEDULE_PODS:
-      return "reschedule_pods";
-    case v1::CLUSTER_ACTION_RESTART_JOB:
-      return "restart_job";
-    default:
-      return "unspecified";
+    case v1::CLUSTER_ACTION_ISOLATE_DEVICE: return "isolate_device";
+    case v1::CLUSTER_ACTION_ISOLATE_NODE: return "isolate_node";
+    case v1::CLUSTER_ACTION_RESET_DEVICE: return "reset_device";
+    case v1::CLUSTER_ACTION_RESCHEDULE_PODS: return "reschedule_pods";
+    case v1::CLUSTER_ACTION_RESTART_JOB: return "restart_job";
+    default: return "unspecified";
   }
 }
 
@@ -209,8 +203,9 @@ std::string ActionJson(const ActionRequest& req) {
 }
 
 std::unique_ptr<Actuator> MakeNoneActuator() {
-  return actuator_internal::MakePooledActuator(
-      "none", 1, [](const ActionRequest&) { return ActionResult{false, "no actuator configured"}; });
+  return actuator_internal::MakePooledActuator("none", 1, [](const ActionRequest&) {
+    return ActionResult{false, "no actuator configured"};
+  });
 }
 
 namespace actuator_internal {

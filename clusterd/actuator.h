@@ -95,6 +95,6 @@ struct WebhookActuatorOptions {
 // header. A 2xx answer is success; anything else (or no answer before the
 // deadline) fails, with the status line and the start of the body as the
 // message.
-StatusOr<std::unique_ptr<Actuator>> MakeWebhookActuator(WebhookActuatorOptions options);
+StatusOr<std::unique_ptr<Actuator>> MakeWebhookActuator(const WebhookActuatorOptions& options);
 
 }  // namespace clusterd

@@ -268,8 +268,8 @@ ActionResult RunCommand(const std::string& command, const ActionRequest& req) {
       killpg(group, SIGKILL);
     }
     const auto wake = !timed_out ? req.deadline : !killed ? kill_at : now + kMaxWait;
-    const auto cap = exit_fd.valid() ? std::chrono::duration_cast<std::chrono::milliseconds>(kMaxWait)
-                                     : kExitPollInterval;
+    const auto cap =
+        exit_fd.valid() ? std::chrono::duration_cast<std::chrono::milliseconds>(kMaxWait) : kExitPollInterval;
     pollfd fds[3];
     nfds_t nfds = 0;
     if (out_read.valid()) fds[nfds++] = {out_read.get(), POLLIN, 0};
@@ -312,8 +312,8 @@ ActionResult RunCommand(const std::string& command, const ActionRequest& req) {
   };
   if (timed_out) {
     const auto ran = std::chrono::round<std::chrono::milliseconds>(req.deadline - start);
-    return {false, with_line("timed out after " + FormatDuration(ran) +
-                             (killed ? " (killed: SIGTERM was not enough)" : ""))};
+    return {false,
+            with_line("timed out after " + FormatDuration(ran) + (killed ? " (killed: SIGTERM was not enough)" : ""))};
   }
   if (WIFEXITED(status)) {
     if (WEXITSTATUS(status) == 0) return {true, line};

@@ -40,9 +40,8 @@ const ActuatorRegistry& BuiltinActuators() {
     ActuatorRegistry r;
     // Registering cannot fail here (fixed, distinct names); a failure would
     // be a programming error caught by the registry test.
-    Status st = r.Register("none", [](const ClusterdConfig&) -> StatusOr<std::unique_ptr<Actuator>> {
-      return MakeNoneActuator();
-    });
+    Status st = r.Register(
+        "none", [](const ClusterdConfig&) -> StatusOr<std::unique_ptr<Actuator>> { return MakeNoneActuator(); });
     if (st.ok()) {
       st = r.Register(
           "exec",
@@ -62,7 +61,7 @@ const ActuatorRegistry& BuiltinActuators() {
           [](const ClusterdConfig& c) {
             WebhookActuatorOptions o;
             o.url = c.actuator_url;
-            return MakeWebhookActuator(std::move(o));
+            return MakeWebhookActuator(o);
           },
           [](const ClusterdConfig& c) {
             if (c.actuator_url.empty()) return InvalidArgument("--actuator-url: required with --actuator webhook");

@@ -139,7 +139,7 @@ ActionResult Post(const Url& url, const ActionRequest& req) {
     resolve_timed_out = true;
     resolver.cancel();
   });
-  resolver.async_resolve(url.host, url.port, [&](beast::error_code ec, tcp::resolver::results_type results) {
+  resolver.async_resolve(url.host, url.port, [&](beast::error_code ec, const tcp::resolver::results_type& results) {
     resolve_timer.cancel();
     if (ec) return fail("resolving the host", resolve_timed_out ? beast::error::timeout : ec);
     stream.expires_at(expiry);
@@ -162,9 +162,8 @@ ActionResult Post(const Url& url, const ActionRequest& req) {
   if (!answered) {
     const std::string why =
         error == beast::error::timeout
-            ? "timed out after " +
-                  FormatDuration(std::chrono::round<std::chrono::milliseconds>(req.deadline - start)) + " " +
-                  failed_at
+            ? "timed out after " + FormatDuration(std::chrono::round<std::chrono::milliseconds>(req.deadline - start)) +
+                  " " + failed_at
             : failed_at + (": " + error.message());
     return {false, OneLine("POST " + url.text + ": " + why, 2 * kMaxMessageBytes)};
   }
@@ -185,7 +184,7 @@ ActionResult Post(const Url& url, const ActionRequest& req) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Actuator>> MakeWebhookActuator(WebhookActuatorOptions options) {
+StatusOr<std::unique_ptr<Actuator>> MakeWebhookActuator(const WebhookActuatorOptions& options) {
   auto url = ParseUrl(options.url);
   if (!url.ok()) return url.status();
   if (options.workers < 1) {

@@ -41,8 +41,8 @@ Status Catalog::MergeJson(std::string_view json_text, std::string_view origin) {
     for (size_t i = 0; i < codes.size(); ++i) {
       const auto& entry = codes[i];
       const std::string at = where + ": codes[" + std::to_string(i) + "]";
-      if (!entry.is_object() || !entry.contains("code") || !entry["code"].is_string() ||
-          !entry.contains("level") || !entry["level"].is_string()) {
+      if (!entry.is_object() || !entry.contains("code") || !entry["code"].is_string() || !entry.contains("level") ||
+          !entry["level"].is_string()) {
         return InvalidArgument(at + ": must be {\"code\": string, \"level\": string}");
       }
       std::string code = entry["code"].get<std::string>();

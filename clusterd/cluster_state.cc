@@ -39,15 +39,14 @@ std::optional<uint32_t> DeviceOf(const v1::Fault& f) {
 bool HasPrefix(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 std::string ReportKey(const std::string& node, const v1::FaultReport& r) {
-  return storage::FaultKey(node, r.has_device_id() ? std::optional<uint32_t>(r.device_id()) : std::nullopt,
-                           r.source(), storage::AgentDiscriminator(r.code(), r.subject()));
+  return storage::FaultKey(node, r.has_device_id() ? std::optional<uint32_t>(r.device_id()) : std::nullopt, r.source(),
+                           storage::AgentDiscriminator(r.code(), r.subject()));
 }
 
 Status ValidateFaultReport(const std::string& at, const v1::FaultReport& r) {
   if (r.has_device_id() && r.device_id() > kMaxDeviceId) return InvalidArgument(at + ".device_id: above 65535");
   switch (r.source()) {
-    case v1::FAULT_SOURCE_UNSPECIFIED:
-      return InvalidArgument(at + ".source: must be set");
+    case v1::FAULT_SOURCE_UNSPECIFIED: return InvalidArgument(at + ".source: must be set");
     case v1::FAULT_SOURCE_HEARTBEAT:
     case v1::FAULT_SOURCE_EXTERNAL:
       return InvalidArgument(at + ".source: " + v1::FaultSource_Name(r.source()) + " is reserved to ClusterD");
@@ -138,7 +137,8 @@ Status ValidateHello(const v1::Hello& hello) {
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.cpu_model", inv.cpu_model(), 256));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.kernel_version", inv.kernel_version(), 256));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.os_image", inv.os_image(), 256));
-  if (inv.devices_size() > static_cast<int>(kMaxDevices)) return InvalidArgument("hello.inventory.devices: more than 1024");
+  if (inv.devices_size() > static_cast<int>(kMaxDevices))
+    return InvalidArgument("hello.inventory.devices: more than 1024");
   if (inv.disks_size() > static_cast<int>(kMaxDisks)) return InvalidArgument("hello.inventory.disks: more than 256");
   std::set<uint32_t> ids;
   for (const auto& d : inv.devices()) {
@@ -499,8 +499,8 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const v1::Hello& hello, uint64_t 
   }
   for (const auto& key : stale) Clear(n, key, "not active on the agent at reconnect", m);
   for (const auto& [key, report] : wanted) Raise(n, key, FaultFromReport(name, *report), m);
-  if (n.lost) Clear(n, storage::FaultKey(name, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost),
-                    "agent reconnected", m);
+  if (n.lost)
+    Clear(n, storage::FaultKey(name, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), "agent reconnected", m);
 
   // Applied sequences belong to one agent incarnation. A new one (a new or
   // wiped state dir: its epochs start again) has applied nothing yet.
@@ -512,9 +512,10 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const v1::Hello& hello, uint64_t 
                                    : hello.epoch() < max_epoch;
   bool record_changed = record.agent_instance() != hello.instance_id();
   if (new_incarnation) {
-    GetLogger("state")->info("node {}: new agent incarnation (instance '{}' -> '{}', epoch {} after {}); "
-                             "its transition ids start over",
-                             name, record.agent_instance(), hello.instance_id(), hello.epoch(), max_epoch);
+    GetLogger("state")->info(
+        "node {}: new agent incarnation (instance '{}' -> '{}', epoch {} after {}); "
+        "its transition ids start over",
+        name, record.agent_instance(), hello.instance_id(), hello.epoch(), max_epoch);
     record.clear_applied_seq();
     record_changed = true;
   }
@@ -606,8 +607,8 @@ StatusOr<TransitionResult> ClusterState::ApplyTransition(const std::string& node
   NodeState& n = **found;
   n.last_seen = clock_->Now();
   if (t.id().epoch() > n.hello_epoch) {
-    return InvalidArgument("transition.id.epoch: " + std::to_string(t.id().epoch()) + " is newer than the hello's epoch " +
-                           std::to_string(n.hello_epoch));
+    return InvalidArgument("transition.id.epoch: " + std::to_string(t.id().epoch()) +
+                           " is newer than the hello's epoch " + std::to_string(n.hello_epoch));
   }
   const auto& applied = n.record.applied_seq();
   if (!applied.contains(t.id().epoch()) && applied.size() >= kEpochsKept) {
@@ -633,8 +634,7 @@ StatusOr<TransitionResult> ClusterState::ApplyTransition(const std::string& node
     Clear(n, key, "cleared by agent", m);
   }
   if (n.lost) {
-    Clear(n, storage::FaultKey(node, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), "heartbeat resumed",
-          m);
+    Clear(n, storage::FaultKey(node, std::nullopt, v1::FAULT_SOURCE_HEARTBEAT, kHeartbeatLost), "heartbeat resumed", m);
   }
   PutNode(n, m);  // the applied sequence, in the same commit as the change
   return TransitionResult{false};
@@ -654,7 +654,8 @@ StatusOr<v1::ReportResponse> ClusterState::ApplyReport(const v1::ReportRequest& 
   if (nit == nodes_.end()) return NotFound("node " + req.node() + " is not registered");
   NodeState& n = nit->second;
   std::optional<uint32_t> device = req.has_device_id() ? std::optional<uint32_t>(req.device_id()) : std::nullopt;
-  const std::string key = storage::FaultKey(req.node(), device, v1::FAULT_SOURCE_EXTERNAL, req.reporter() + "/" + req.id());
+  const std::string key =
+      storage::FaultKey(req.node(), device, v1::FAULT_SOURCE_EXTERNAL, req.reporter() + "/" + req.id());
   v1::ReportResponse resp;
   const uint64_t before = revision_;
   if (req.action() == v1::TRANSITION_ACTION_RAISE) {

@@ -98,8 +98,8 @@ class ClusterState {
   // refreshes its last-seen time. False: submit ApplyHeartbeat instead.
   bool TryHeartbeat(const std::string& node, uint64_t session) const;
   Status ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot);
-  StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session,
-                                             const v1::FaultTransition& t, Mutation* m);
+  StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session, const v1::FaultTransition& t,
+                                             Mutation* m);
   void ApplyDisconnect(const std::string& node, uint64_t session);
   StatusOr<v1::ReportResponse> ApplyReport(const v1::ReportRequest& req, Mutation* m);
   // AdminService. Each validates, is idempotent, and records actor and reason
@@ -198,7 +198,7 @@ class ClusterState {
   struct NodeState {
     storage::v1::NodeRecord record;
     std::map<uint32_t, v1::Device> devices;
-    TimePoint last_seen;     // last message applied by the writer
+    TimePoint last_seen;       // last message applied by the writer
     mutable AtomicTime heard;  // last heartbeat taken by TryHeartbeat
     TimePoint LastSeen() const {
       return std::max(last_seen, TimePoint(TimePoint::duration(heard.ns.load(std::memory_order_relaxed))));
@@ -258,7 +258,7 @@ class ClusterState {
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, v1::Fault> faults_;  // storage fault key -> record
   v1::AdminState admin_;
-  std::map<std::string, v1::Job> jobs_;      // id -> job as stored (no impacts)
+  std::map<std::string, v1::Job> jobs_;  // id -> job as stored (no impacts)
   std::map<std::string, std::set<std::string>> jobs_by_node_;
   std::map<std::string, v1::Recovery> recoveries_;  // id -> record
   std::map<std::string, uint64_t> recovery_seq_;    // job id -> last n used

@@ -134,10 +134,8 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetDuration("grpc_self_check_timeout", v, std::chrono::milliseconds(10), &c->grpc_self_check_timeout);
        }},
-      {"max_job_ranks",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_job_ranks", v, 1, 16'777'216, &c->max_job_ranks);
-       }},
+      {"max_job_ranks", [](const std::string& v,
+                           ClusterdConfig* c) { return SetU32("max_job_ranks", v, 1, 16'777'216, &c->max_job_ranks); }},
       {"max_faults_per_node",
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_faults_per_node", v, 16, 1'000'000, &c->max_faults_per_node);
@@ -200,9 +198,9 @@ bool KnownKey(const std::string& key) { return Setters().count(key) > 0; }
 
 Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view origin, ClusterdConfig* cfg) {
   ClusterdConfig next = *cfg;
-  CLUSTERD_RETURN_IF_ERROR(ApplyJsonObject(json_text, origin, KnownKey, [&](const std::string& key, const std::string& value) {
-    return Setters().at(key)(value, &next);
-  }));
+  CLUSTERD_RETURN_IF_ERROR(ApplyJsonObject(
+      json_text, origin, KnownKey,
+      [&](const std::string& key, const std::string& value) { return Setters().at(key)(value, &next); }));
   *cfg = next;
   return Status::Ok();
 }
@@ -279,7 +277,8 @@ Size limits:
   --max-job-impacts N         impacts listed per job in an answer (default 1024)
   --log-level LEVEL           trace, debug, info, warn, error (default info)
 Recovery:
-  --actuator KIND             )" + JoinNames(BuiltinActuators().Names(), " or ") +
+  --actuator KIND             )" +
+         JoinNames(BuiltinActuators().Names(), " or ") +
          R"(: how cluster actions run (default none:
                               every cluster action fails and the recovery escalates)
   --actuator-command CMD      exec: run with /bin/sh -c, the action as JSON on stdin

@@ -106,9 +106,7 @@ void PlanSteps(const v1::Job& job, rc::Strategy strategy, v1::Recovery* r) {
   };
   const std::vector<uint32_t> all = AllRanks(job);
   switch (strategy) {
-    case rc::Strategy::kStepRetry:
-      agent(v1::JOB_COMMAND_RETRY_STEP, hit);
-      break;
+    case rc::Strategy::kStepRetry: agent(v1::JOB_COMMAND_RETRY_STEP, hit); break;
     case rc::Strategy::kProcessRestart:
       if (r->reset_devices_size() > 0) {
         agent(v1::JOB_COMMAND_STOP, hit);
@@ -145,8 +143,7 @@ void PlanSteps(const v1::Job& job, rc::Strategy strategy, v1::Recovery* r) {
       agent(v1::JOB_COMMAND_SCALE_IN, drop);
       break;
     }
-    case rc::Strategy::kFail:
-      break;
+    case rc::Strategy::kFail: break;
   }
 }
 
@@ -209,19 +206,14 @@ TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std
       case v1::EVENT_TYPE_FAULT_UPDATED:
       case v1::EVENT_TYPE_FAULT_CLEARED:
       case v1::EVENT_TYPE_JOB_CREATED:
-      case v1::EVENT_TYPE_JOB_DELETED:
-        dirty.insert(ev.job_ids().begin(), ev.job_ids().end());
-        break;
+      case v1::EVENT_TYPE_JOB_DELETED: dirty.insert(ev.job_ids().begin(), ev.job_ids().end()); break;
       case v1::EVENT_TYPE_JOB_UPDATED:
         if (ev.actor() != "clusterd") dirty.insert(ev.job_ids().begin(), ev.job_ids().end());
         break;
       case v1::EVENT_TYPE_NODE_CORDONED:
       case v1::EVENT_TYPE_NODE_UNCORDONED:
-      case v1::EVENT_TYPE_RECOVERY_MODE_CHANGED:
-        all = true;
-        break;
-      default:
-        break;
+      case v1::EVENT_TYPE_RECOVERY_MODE_CHANGED: all = true; break;
+      default: break;
     }
   }
   for (auto it = wake_.begin(); it != wake_.end();) {
@@ -401,8 +393,8 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     wake_.erase(job_id);
     if (current) {
       Finish(state, *current, v1::RECOVERY_STATE_CANCELLED,
-             "no fault needs a recovery any more" + (d.reasons.empty() ? std::string() : ": " + d.reasons.back()),
-             now, m);
+             "no fault needs a recovery any more" + (d.reasons.empty() ? std::string() : ": " + d.reasons.back()), now,
+             m);
     }
     return;
   }
@@ -659,8 +651,8 @@ void Coordinator::FoldInto(ClusterState& state, const v1::Recovery& current, con
   Replan(state, std::move(r), job, to, plan, why, now, m);
 }
 
-void Coordinator::Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState final_state,
-                         const std::string& message, TimePoint now, Mutation* m) {
+void Coordinator::Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState final_state, const std::string& message,
+                         TimePoint now, Mutation* m) {
   for (auto& s : *r.mutable_steps()) {
     if (s.state() == v1::STEP_STATE_PENDING || s.state() == v1::STEP_STATE_RUNNING) {
       s.set_state(v1::STEP_STATE_SKIPPED);
@@ -723,7 +715,7 @@ void Coordinator::Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, 
   req.deadline = FromTimestamp(step.deadline());
   after->push_back([this, req = std::move(req)]() mutable {
     const std::string key = req.idempotency_key;
-    actuator_->Execute(std::move(req), [this, key](ActionResult result) {
+    actuator_->Execute(std::move(req), [this, key](const ActionResult& result) {
       if (!submit_) return;
       submit_([this, key, result](ClusterState& state, Mutation* m) -> Engine::Done {
         ApplyResult(state, key, result.ok, result.message, m);

@@ -107,8 +107,8 @@ class Coordinator {
   std::function<bool(Engine::Apply)> submit_;
 
   bool started_ = false;
-  std::set<std::string> active_;                // RUNNING and WAITING recovery ids
-  std::map<std::string, TimePoint> wake_;       // job -> decide again at (hold-down)
+  std::set<std::string> active_;           // RUNNING and WAITING recovery ids
+  std::map<std::string, TimePoint> wake_;  // job -> decide again at (hold-down)
   bool all_dirty_ = true;
 
   std::atomic<int> running_{0};

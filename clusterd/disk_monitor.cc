@@ -35,14 +35,12 @@ std::unique_ptr<FreeSpaceSource> MakeStatvfsSource(std::string path) {
   return std::make_unique<StatvfsSource>(std::move(path));
 }
 
-DiskMonitor::DiskMonitor(std::unique_ptr<FreeSpaceSource> source, DiskMonitorOptions options,
-                         MetricsRegistry* metrics)
+DiskMonitor::DiskMonitor(std::unique_ptr<FreeSpaceSource> source, DiskMonitorOptions options, MetricsRegistry* metrics)
     : source_(std::move(source)), options_(std::move(options)) {
   if (metrics) {
     metrics->AddCallbackGauge("clusterd_data_dir_free_bytes", "Bytes available on the data directory's filesystem.",
                               [this] { return static_cast<double>(free_bytes()); });
-    metrics->AddCallbackGauge("clusterd_data_dir_free_inodes",
-                              "Inodes available on the data directory's filesystem.",
+    metrics->AddCallbackGauge("clusterd_data_dir_free_inodes", "Inodes available on the data directory's filesystem.",
                               [this] { return static_cast<double>(free_inodes()); });
     metrics->AddCallbackGauge("clusterd_data_dir_min_free_bytes",
                               "The min_free_bytes reserve: below it writes are refused.",

@@ -71,8 +71,8 @@ class DiskMonitor {
   std::atomic<uint64_t> free_inodes_{0};
   std::atomic<bool> low_{false};
   mutable std::mutex mu_;
-  std::string reason_;          // under mu_
-  std::string last_error_;      // under mu_: the last failed Query, logged once
+  std::string reason_;      // under mu_
+  std::string last_error_;  // under mu_: the last failed Query, logged once
   Counter* query_errors_ = nullptr;
 };
 

@@ -13,21 +13,19 @@ Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const 
                MetricsRegistry* metrics)
     : state_(state), store_(store), hub_(hub), clock_(clock), options_(options) {
   if (options_.liveness_interval.count() <= 0) {
-    options_.liveness_interval =
-        std::clamp<std::chrono::nanoseconds>(options_.node_grace / 20, std::chrono::milliseconds(10),
-                                             std::chrono::milliseconds(500));
+    options_.liveness_interval = std::clamp<std::chrono::nanoseconds>(
+        options_.node_grace / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(500));
   }
   if (metrics) {
     commits_ = &metrics->AddCounter("clusterd_store_commits_total", "Synced RocksDB writes (group commits).");
     changes_ = &metrics->AddCounter("clusterd_ingest_changes_total", "Messages and requests applied by the writer.");
     events_ = &metrics->AddCounter("clusterd_events_total", "Events appended to the event log.");
     commit_seconds_ = &metrics->AddHistogram("clusterd_store_commit_duration_seconds",
-                                             "Latency of one synced group commit.",
-                                             ExponentialBuckets(0.0001, 2, 16));
+                                             "Latency of one synced group commit.", ExponentialBuckets(0.0001, 2, 16));
     group_size_ = &metrics->AddHistogram("clusterd_store_commit_group_size", "Changes per group commit.",
                                          ExponentialBuckets(1, 2, 14));
-    recoveries_pruned_ = &metrics->AddCounter("clusterd_recoveries_pruned_total",
-                                              "Finished recovery records removed by retention.");
+    recoveries_pruned_ =
+        &metrics->AddCounter("clusterd_recoveries_pruned_total", "Finished recovery records removed by retention.");
     metrics->AddCallbackGauge("clusterd_recoveries_stored", "Recovery records stored (any state).", [this] {
       std::shared_lock lock(state_->mutex());
       return static_cast<double>(state_->recovery_count());
@@ -36,9 +34,9 @@ Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const 
                                     "Group commits held back (at most --commit-delay) to gather more changes.");
     metrics->AddCallbackGauge("clusterd_ingest_queue_depth", "Changes waiting for the writer.",
                               [this] { return static_cast<double>(queue_depth()); });
-    refused_low_space_ = &metrics->AddCounter("clusterd_writes_refused_total",
-                                              "Client writes refused with UNAVAILABLE because the store cannot take them.",
-                                              {{"reason", "low_space"}});
+    refused_low_space_ = &metrics->AddCounter(
+        "clusterd_writes_refused_total", "Client writes refused with UNAVAILABLE because the store cannot take them.",
+        {{"reason", "low_space"}});
     refused_store_ = &metrics->AddCounter("clusterd_writes_refused_total",
                                           "Client writes refused with UNAVAILABLE because the store cannot take them.",
                                           {{"reason", "store_unavailable"}});
@@ -55,14 +53,17 @@ Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const 
   }
   if (store_->read_only()) {
     store_unavailable_ = true;
-    store_error_ = "the store at " + store_->path() + " was opened read-only (too little free space to open it for "
+    store_error_ = "the store at " + store_->path() +
+                   " was opened read-only (too little free space to open it for "
                    "writing)";
   }
 }
 
 Engine::~Engine() { Stop(); }
 
-void Engine::Start() { thread_ = std::thread([this] { Run(); }); }
+void Engine::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Engine::Stop() {
   {
@@ -273,9 +274,10 @@ void Engine::Run() {
         // durable and must not be acknowledged, but its callers' calls can
         // only finish by being acknowledged: end the process (the restart
         // reloads what is durable, read-only until space returns).
-        log->critical("stopping with a group of {} changes that could not be committed (not acknowledged); "
-                      "exiting",
-                      items.size());
+        log->critical(
+            "stopping with a group of {} changes that could not be committed (not acknowledged); "
+            "exiting",
+            items.size());
         std::_Exit(EXIT_FAILURE);
       }
       last_commit = std::chrono::steady_clock::now();

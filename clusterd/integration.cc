@@ -76,8 +76,8 @@ class EngineCommands final : public ClusterCommands {
   template <typename T, typename Apply>
   void Write(Reply<T> reply, Apply apply) {
     auto shared_reply = std::make_shared<Reply<T>>(std::move(reply));
-    Status submitted =
-        engine_->SubmitWrite([shared_reply, apply = std::move(apply)](ClusterState& state, Mutation* m) -> Engine::Done {
+    Status submitted = engine_->SubmitWrite(
+        [shared_reply, apply = std::move(apply)](ClusterState& state, Mutation* m) -> Engine::Done {
           auto result = std::make_shared<StatusOr<T>>(apply(state, m));
           return [shared_reply, result] { (*shared_reply)(std::move(*result)); };
         });

@@ -26,11 +26,11 @@ int main(int argc, char** argv) {
   // Every connection costs a descriptor; the soft limit (often 1024) is far
   // below what the hard limit allows.
   if (const clusterd::FdLimit fds = clusterd::RaiseFdLimit(); fds.error.empty()) {
-    clusterd::GetLogger("server")->info("file descriptor limit: soft {} (was {}), hard {}", fds.soft,
-                                        fds.soft_before, fds.hard);
+    clusterd::GetLogger("server")->info("file descriptor limit: soft {} (was {}), hard {}", fds.soft, fds.soft_before,
+                                        fds.hard);
   } else {
-    clusterd::GetLogger("server")->warn("file descriptor limit: soft {}, hard {}; cannot raise: {}", fds.soft,
-                                        fds.hard, fds.error);
+    clusterd::GetLogger("server")->warn("file descriptor limit: soft {}, hard {}; cannot raise: {}", fds.soft, fds.hard,
+                                        fds.error);
   }
 
   clusterd::BlockTerminationSignals();  // before any thread starts

@@ -39,14 +39,10 @@ struct Principal {
 
 inline const char* PrincipalKindName(Principal::Kind kind) {
   switch (kind) {
-    case Principal::Kind::kAnonymous:
-      return "anonymous";
-    case Principal::Kind::kClaimed:
-      return "claimed";
-    case Principal::Kind::kAuthenticated:
-      return "authenticated";
-    case Principal::Kind::kInternal:
-      return "internal";
+    case Principal::Kind::kAnonymous: return "anonymous";
+    case Principal::Kind::kClaimed: return "claimed";
+    case Principal::Kind::kAuthenticated: return "authenticated";
+    case Principal::Kind::kInternal: return "internal";
   }
   return "unknown";
 }

@@ -75,9 +75,8 @@ size_t ClusterState::ApplyRecoveryRetention(const RecoveryRetention& retention, 
       candidates.push_back({ended, id});
     }
   }
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.ended, a.id) < std::tie(b.ended, b.id);
-  });
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return std::tie(a.ended, a.id) < std::tie(b.ended, b.id); });
   const size_t excess = recoveries_.size() > retention.max_count ? recoveries_.size() - retention.max_count : 0;
   size_t removed = 0;
   for (const Candidate& c : candidates) {

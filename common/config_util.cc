@@ -112,9 +112,12 @@ Status ApplyJsonObject(std::string_view json_text, std::string_view origin,
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (!known(it.key())) return InvalidArgument(where + ": unknown key \"" + it.key() + "\"");
     std::string value;
-    if (it->is_string()) value = it->get<std::string>();
-    else if (it->is_number_unsigned()) value = std::to_string(it->get<uint64_t>());
-    else return InvalidArgument(where + ": " + it.key() + ": must be a string or a non-negative integer");
+    if (it->is_string())
+      value = it->get<std::string>();
+    else if (it->is_number_unsigned())
+      value = std::to_string(it->get<uint64_t>());
+    else
+      return InvalidArgument(where + ": " + it.key() + ": must be a string or a non-negative integer");
     Status st = set(it.key(), value);
     if (!st.ok()) return InvalidArgument(where + ": " + st.message());
   }

@@ -35,7 +35,8 @@ struct FlagArgs {
   bool help = false;
 };
 // Splits --key value / --key=value pairs; `known` says whether a key exists.
-StatusOr<FlagArgs> SplitFlags(const std::vector<std::string>& args, const std::function<bool(const std::string&)>& known);
+StatusOr<FlagArgs> SplitFlags(const std::vector<std::string>& args,
+                              const std::function<bool(const std::string&)>& known);
 
 // Applies a JSON object of string or unsigned values through the setters.
 Status ApplyJsonObject(std::string_view json_text, std::string_view origin,

@@ -40,9 +40,7 @@ std::shared_ptr<spdlog::logger> Log() {
 
 // Splits "host:port" / "[v6]:port". Port 0..65535.
 Status ParseListenAddress(const std::string& text, tcp::endpoint* out) {
-  const auto bad = [&](const std::string& why) {
-    return InvalidArgument("bad listen address '" + text + "': " + why);
-  };
+  const auto bad = [&](const std::string& why) { return InvalidArgument("bad listen address '" + text + "': " + why); };
   const size_t colon = text.rfind(':');
   if (colon == std::string::npos) return bad("expected host:port");
   std::string host = text.substr(0, colon);
@@ -70,7 +68,7 @@ Status ParseListenAddress(const std::string& text, tcp::endpoint* out) {
 struct HttpServer::Impl {
   class Session;
 
-  explicit Impl(Options o) : options(o) {}
+  explicit Impl(Options o) : options(std::move(o)) {}
 
   // Runs on the server thread. Closes the listener and every connection so
   // that io_context::run() runs out of work and returns.
@@ -150,9 +148,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (ec == http::error::body_limit) {
-      Reply(Plain(http::status::payload_too_large, "request body exceeds " +
-                                                       std::to_string(server_->options.max_body_bytes) +
-                                                       " bytes\n"),
+      Reply(Plain(http::status::payload_too_large,
+                  "request body exceeds " + std::to_string(server_->options.max_body_bytes) + " bytes\n"),
             /*close=*/true);
       return;
     }
@@ -239,8 +236,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
   void DoDrain() {
-    stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec,
-                                                                                  std::size_t n) {
+    stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
       self->drained_ += n;
       // EOF, error, timeout or limit: the session ends and the socket closes.
       if (!ec && self->drained_ < kDrainLimitBytes) self->DoDrain();
@@ -317,14 +313,14 @@ void HttpServer::Impl::CloseAll() {
 }
 
 HttpServer::HttpServer() : HttpServer(Options{}) {}
-HttpServer::HttpServer(Options options) : impl_(std::make_unique<Impl>(options)) {
+HttpServer::HttpServer(const Options& options) : impl_(std::make_unique<Impl>(options)) {
   if (MetricsRegistry* m = options.metrics) {
     const std::string& p = options.metrics_prefix;
     Impl* impl = impl_.get();
     m->AddCallbackGauge(p + "_http_connections", "Open HTTP connections.",
                         [open = impl->open_connections] { return static_cast<double>(open->load()); });
-    impl->rejected_metric = &m->AddCounter(p + "_http_connections_rejected_total",
-                                           "HTTP connections refused at the connection limit.");
+    impl->rejected_metric =
+        &m->AddCounter(p + "_http_connections_rejected_total", "HTTP connections refused at the connection limit.");
     impl->accept_errors_metric = &m->AddCounter(
         p + "_http_accept_errors_total", "Failed accepts on the HTTP port (e.g. out of file descriptors); retried.");
   }

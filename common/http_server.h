@@ -63,7 +63,7 @@ class HttpServer {
   };
 
   HttpServer();
-  explicit HttpServer(Options options);
+  explicit HttpServer(const Options& options);
   ~HttpServer();  // Calls Stop().
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

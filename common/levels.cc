@@ -26,13 +26,10 @@ std::string ShortLevelName(FaultLevel level) {
 Health HealthForLevel(FaultLevel worst) {
   switch (worst) {
     case v1::FAULT_LEVEL_UNSPECIFIED:
-    case v1::FAULT_LEVEL_NOT_HANDLE:
-      return v1::HEALTH_HEALTHY;
+    case v1::FAULT_LEVEL_NOT_HANDLE: return v1::HEALTH_HEALTHY;
     case v1::FAULT_LEVEL_SUB_HEALTH:
-    case v1::FAULT_LEVEL_PRE_SEPARATE:
-      return v1::HEALTH_SUB_HEALTHY;
-    default:
-      return v1::HEALTH_UNHEALTHY;
+    case v1::FAULT_LEVEL_PRE_SEPARATE: return v1::HEALTH_SUB_HEALTHY;
+    default: return v1::HEALTH_UNHEALTHY;
   }
 }
 

@@ -24,8 +24,8 @@ bool IsValidName(const std::string& name, bool allow_colon) {
   if (name.empty()) return false;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                    (allow_colon && c == ':') || (i > 0 && c >= '0' && c <= '9');
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (allow_colon && c == ':') ||
+                    (i > 0 && c >= '0' && c <= '9');
     if (!ok) return false;
   }
   return true;
@@ -146,8 +146,8 @@ struct MetricsRegistry::Family {
 MetricsRegistry::MetricsRegistry() = default;
 MetricsRegistry::~MetricsRegistry() = default;
 
-MetricsRegistry::Series& MetricsRegistry::AddSeries(const std::string& name, const std::string& help,
-                                                    Type type, std::unique_ptr<Series> series) {
+MetricsRegistry::Series& MetricsRegistry::AddSeries(const std::string& name, const std::string& help, Type type,
+                                                    std::unique_ptr<Series> series) {
   const MetricLabels& labels = series->labels;
   if (!IsValidName(name, /*allow_colon=*/true)) {
     Die("invalid metric name '" + name + "' (must match [a-zA-Z_:][a-zA-Z0-9_:]*)");
@@ -226,8 +226,8 @@ Histogram& MetricsRegistry::AddHistogram(const std::string& name, const std::str
   return *AddSeries(name, help, Type::kHistogram, std::move(s)).histogram;
 }
 
-void MetricsRegistry::AddCallbackGauge(const std::string& name, const std::string& help,
-                                       std::function<double()> fn, MetricLabels labels) {
+void MetricsRegistry::AddCallbackGauge(const std::string& name, const std::string& help, std::function<double()> fn,
+                                       MetricLabels labels) {
   if (!fn) Die("callback gauge '" + name + "' has an empty function");
   auto s = std::make_unique<Series>();
   s->labels = std::move(labels);
@@ -274,8 +274,8 @@ std::string MetricsRegistry::Render() const {
 
 std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   if (!(start > 0) || !(factor > 1) || count < 1 || !std::isfinite(start) || !std::isfinite(factor)) {
-    Die("ExponentialBuckets(" + FormatValue(start) + ", " + FormatValue(factor) + ", " +
-        std::to_string(count) + "): need start > 0, factor > 1, count >= 1");
+    Die("ExponentialBuckets(" + FormatValue(start) + ", " + FormatValue(factor) + ", " + std::to_string(count) +
+        "): need start > 0, factor > 1, count >= 1");
   }
   std::vector<double> out;
   out.reserve(static_cast<size_t>(count));

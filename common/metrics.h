@@ -102,8 +102,8 @@ class MetricsRegistry {
   Gauge& AddGauge(const std::string& name, const std::string& help, MetricLabels labels = {});
   // `bucket_bounds` must be strictly increasing; a trailing +Inf is allowed
   // and dropped (the +Inf bucket always exists). The label "le" is reserved.
-  Histogram& AddHistogram(const std::string& name, const std::string& help,
-                          std::vector<double> bucket_bounds, MetricLabels labels = {});
+  Histogram& AddHistogram(const std::string& name, const std::string& help, std::vector<double> bucket_bounds,
+                          MetricLabels labels = {});
   // A gauge whose value is computed by `fn` at scrape time.
   // `fn` runs on the thread calling Render(), under the registry mutex: it
   // must be quick, thread-safe, and must not call back into this registry.

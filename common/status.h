@@ -59,7 +59,7 @@ const char* StatusCodeName(StatusCode code);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT
 
   bool ok() const { return status_.ok(); }
@@ -79,8 +79,8 @@ class [[nodiscard]] StatusOr {
 
 }  // namespace clusterd
 
-#define CLUSTERD_RETURN_IF_ERROR(expr)        \
-  do {                                         \
-    ::clusterd::Status _st = (expr);           \
-    if (!_st.ok()) return _st;                 \
+#define CLUSTERD_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    ::clusterd::Status _st = (expr);   \
+    if (!_st.ok()) return _st;         \
   } while (0)

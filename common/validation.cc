@@ -7,9 +7,7 @@ namespace {
 
 bool IsAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
 
-Status Bad(std::string_view field, const std::string& why) {
-  return InvalidArgument(std::string(field) + ": " + why);
-}
+Status Bad(std::string_view field, const std::string& why) { return InvalidArgument(std::string(field) + ": " + why); }
 
 bool ValidUtf8(std::string_view s) {
   size_t i = 0;

@@ -18,7 +18,6 @@
 namespace clusterd::noded {
 namespace {
 
-
 std::string ReadFirstLine(const std::string& path) {
   std::ifstream in(path);
   std::string line;
@@ -43,8 +42,8 @@ std::string FindLineValue(const std::string& path, const std::string& key) {
 
 // Identity of an agent fault in the Outbox's active set.
 std::string KeyOf(const v1::FaultReport& r) {
-  return (r.has_device_id() ? std::to_string(r.device_id()) : "-") + "/" + std::to_string(r.source()) + "/" +
-         r.code() + "@" + r.subject();
+  return (r.has_device_id() ? std::to_string(r.device_id()) : "-") + "/" + std::to_string(r.source()) + "/" + r.code() +
+         "@" + r.subject();
 }
 
 }  // namespace
@@ -85,8 +84,8 @@ Status Agent::Init() {
   DiskCollectorOptions disk_options;
   disk_options.root = options_.root;
   disk_options.mounts_file = !options_.mounts_file.empty() ? options_.mounts_file
-                             : options_.root == "/"       ? "/proc/mounts"
-                                                          : "/proc/1/mounts";
+                             : options_.root == "/"        ? "/proc/mounts"
+                                                           : "/proc/1/mounts";
   disk_ = std::make_unique<DiskCollector>(disk_options, *statfs_);
   NetworkCollectorOptions net_options;
   net_options.root = options_.root;
@@ -168,17 +167,27 @@ int Agent::PollOnce() {
 
   Snapshot snap;
   auto log = GetLogger("agent");
-  if (auto r = cpu_->Collect(); r.ok()) AddCpu(*r, &snap);
-  else log->debug("cpu: {}", r.status().ToString());
-  if (auto r = memory_->Collect(); r.ok()) AddMemory(*r, &snap);
-  else log->debug("memory: {}", r.status().ToString());
-  if (auto r = disk_->Collect(); r.ok()) AddDisk(*r, &snap);
-  else log->debug("disk: {}", r.status().ToString());
-  if (auto r = network_->Collect(); r.ok()) AddNetwork(*r, &snap);
-  else log->debug("network: {}", r.status().ToString());
+  if (auto r = cpu_->Collect(); r.ok())
+    AddCpu(*r, &snap);
+  else
+    log->debug("cpu: {}", r.status().ToString());
+  if (auto r = memory_->Collect(); r.ok())
+    AddMemory(*r, &snap);
+  else
+    log->debug("memory: {}", r.status().ToString());
+  if (auto r = disk_->Collect(); r.ok())
+    AddDisk(*r, &snap);
+  else
+    log->debug("disk: {}", r.status().ToString());
+  if (auto r = network_->Collect(); r.ok())
+    AddNetwork(*r, &snap);
+  else
+    log->debug("network: {}", r.status().ToString());
   if (kernel_) {
-    if (auto r = kernel_->Collect(); r.ok()) AddKernel(*r, &snap);
-    else log->debug("kernel log: {}", r.status().ToString());
+    if (auto r = kernel_->Collect(); r.ok())
+      AddKernel(*r, &snap);
+    else
+      log->debug("kernel log: {}", r.status().ToString());
   }
   const TimePoint now = clock_->Now();
   for (const auto& tr : engine_->Evaluate(snap)) {

@@ -37,7 +37,7 @@ struct AgentOptions {
   std::string node_name;
   std::string agent_version = "0.1.0";
   std::map<std::string, std::string> labels;
-  std::string root = "/";           // collectors read root + /proc, /sys ...
+  std::string root = "/";               // collectors read root + /proc, /sys ...
   std::string kmsg_path = "/dev/kmsg";  // empty disables the kernel-log collector
   // Mount table, relative to root. Empty: /proc/mounts when root is "/", else
   // /proc/1/mounts -- inside a container /host/proc/mounts would list the

@@ -397,8 +397,8 @@ StatusOr<std::unique_ptr<Outbox>> Outbox::Open(const std::string& state_dir, Opt
   box->epoch_ = base + 1;
   box->next_seq_ = 1;
   CLUSTERD_RETURN_IF_ERROR(WriteFileAtomic(state_dir, kEpochName, std::to_string(box->epoch_) + "\n"));
-  log->info("outbox: opened {} at epoch {}: {} pending transition(s), {} active fault(s), {} log record(s)",
-            state_dir, box->epoch_, box->pending_.size(), box->active_.size(), box->log_records_);
+  log->info("outbox: opened {} at epoch {}: {} pending transition(s), {} active fault(s), {} log record(s)", state_dir,
+            box->epoch_, box->pending_.size(), box->active_.size(), box->log_records_);
   if (box->pending_.size() > options.max_pending) {
     log->warn("outbox: {} pending transitions exceed max_pending {}; keeping all, refusing new ones until acked",
               box->pending_.size(), options.max_pending);
@@ -489,8 +489,7 @@ Status Outbox::Replay(uint64_t* max_epoch_seen) {
           }
           break;
         }
-        default:
-          return DataLoss("outbox: unknown record type " + std::to_string(rec.type) + " in " + where);
+        default: return DataLoss("outbox: unknown record type " + std::to_string(rec.type) + " in " + where);
       }
       off += rec.total;
       ++records;
@@ -588,8 +587,8 @@ StatusOr<std::optional<v1::FaultTransition>> Outbox::Record(v1::FaultTransition 
     // transition stored with such bytes (a kernel log line, say) could never
     // be replayed; ClusterD refuses control characters in a subject (part of
     // the fault's identity).
-    const bool fixed = SanitizeUtf8(f->mutable_code()) | SanitizeUtf8(f->mutable_message()) |
-                       SanitizeLine(f->mutable_subject());
+    const bool fixed =
+        SanitizeUtf8(f->mutable_code()) | SanitizeUtf8(f->mutable_message()) | SanitizeLine(f->mutable_subject());
     if (fixed) GetLogger("outbox")->warn("outbox: replaced invalid UTF-8 or control characters in fault {}", f->code());
   }
 
@@ -597,8 +596,7 @@ StatusOr<std::optional<v1::FaultTransition>> Outbox::Record(v1::FaultTransition 
   const FaultKey key = KeyOf(t.fault());
   auto it = active_.find(key);
   if (t.action() == v1::TRANSITION_ACTION_RAISE) {
-    if (it != active_.end() && it->second.level() == t.fault().level() &&
-        it->second.message() == t.fault().message()) {
+    if (it != active_.end() && it->second.level() == t.fault().level() && it->second.message() == t.fault().message()) {
       return std::optional<v1::FaultTransition>();
     }
   } else if (it == active_.end()) {
@@ -636,8 +634,7 @@ Status Outbox::Ack(uint64_t epoch, uint64_t seq) {
   if (epoch == 0 || seq == 0 || first == last) return Status::Ok();  // nothing to drop
   if (!broken_.ok()) return broken_;
   if (epoch == epoch_ && seq >= next_seq_) {
-    GetLogger("outbox")->warn("outbox: ack of {}/{} beyond the last transition issued ({})", epoch, seq,
-                              next_seq_ - 1);
+    GetLogger("outbox")->warn("outbox: ack of {}/{} beyond the last transition issued ({})", epoch, seq, next_seq_ - 1);
   }
   std::string payload;
   PutU64(&payload, epoch);

@@ -193,13 +193,13 @@ class Outbox {
   int lock_fd_ = -1;
 
   mutable std::mutex mu_;
-  int log_fd_ = -1;          // O_APPEND
-  uint64_t log_size_ = 0;    // bytes known good (for rollback of a failed write)
+  int log_fd_ = -1;        // O_APPEND
+  uint64_t log_size_ = 0;  // bytes known good (for rollback of a failed write)
   size_t log_records_ = 0;
-  std::string instance_;     // set once by Open
+  std::string instance_;  // set once by Open
   uint64_t epoch_ = 0;
   uint64_t next_seq_ = 1;
-  Status broken_;            // sticky error after a failed fdatasync/rollback
+  Status broken_;  // sticky error after a failed fdatasync/rollback
   std::map<FaultKey, v1::FaultReport> active_;
   std::map<PendingKey, v1::FaultTransition> pending_;
 };

@@ -131,10 +131,10 @@ grpc::Status LenientDeserialize(grpc::ByteBuffer* buffer, google::protobuf::Mess
 }  // namespace clusterd::wire
 
 namespace grpc {
-#define CLUSTERD_DEFINE_LENIENT(T)                                                                      \
-  template <>                                                                                           \
-  Status SerializationTraits<T, void>::Deserialize(ByteBuffer* buffer, protobuf::MessageLite* msg) {    \
-    return clusterd::wire::LenientDeserialize(buffer, static_cast<T*>(msg));                           \
+#define CLUSTERD_DEFINE_LENIENT(T)                                                                   \
+  template <>                                                                                        \
+  Status SerializationTraits<T, void>::Deserialize(ByteBuffer* buffer, protobuf::MessageLite* msg) { \
+    return clusterd::wire::LenientDeserialize(buffer, static_cast<T*>(msg));                         \
   }
 CLUSTERD_LENIENT_REQUESTS(CLUSTERD_DEFINE_LENIENT)
 #undef CLUSTERD_DEFINE_LENIENT

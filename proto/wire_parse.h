@@ -40,26 +40,26 @@ grpc::Status LenientDeserialize(grpc::ByteBuffer* buffer, google::protobuf::Mess
 
 }  // namespace clusterd::wire
 
-#define CLUSTERD_LENIENT_REQUESTS(X)                                                                       \
-  X(clusterd::v1::ConnectRequest)                                                                          \
-  X(clusterd::v1::GetSummaryRequest)                                                                       \
-  X(clusterd::v1::ListNodesRequest)                                                                        \
-  X(clusterd::v1::GetNodeRequest)                                                                          \
-  X(clusterd::v1::ListFaultsRequest)                                                                       \
-  X(clusterd::v1::WatchRequest)                                                                            \
-  X(clusterd::v1::ListRecoveriesRequest)                                                                   \
-  X(clusterd::v1::GetRecoveryRequest)                                                                      \
-  X(clusterd::v1::ReportRequest)                                                                           \
-  X(clusterd::v1::CreateJobRequest)                                                                        \
-  X(clusterd::v1::UpdateJobRequest)                                                                        \
-  X(clusterd::v1::GetJobRequest)                                                                           \
-  X(clusterd::v1::ListJobsRequest)                                                                         \
-  X(clusterd::v1::DeleteJobRequest)                                                                        \
-  X(clusterd::v1::AttachRequest)                                                                           \
-  X(clusterd::v1::CordonNodeRequest)                                                                       \
-  X(clusterd::v1::UncordonNodeRequest)                                                                     \
-  X(clusterd::v1::ClearFaultRequest)                                                                       \
-  X(clusterd::v1::SetRecoveryModeRequest)                                                                  \
+#define CLUSTERD_LENIENT_REQUESTS(X)      \
+  X(clusterd::v1::ConnectRequest)         \
+  X(clusterd::v1::GetSummaryRequest)      \
+  X(clusterd::v1::ListNodesRequest)       \
+  X(clusterd::v1::GetNodeRequest)         \
+  X(clusterd::v1::ListFaultsRequest)      \
+  X(clusterd::v1::WatchRequest)           \
+  X(clusterd::v1::ListRecoveriesRequest)  \
+  X(clusterd::v1::GetRecoveryRequest)     \
+  X(clusterd::v1::ReportRequest)          \
+  X(clusterd::v1::CreateJobRequest)       \
+  X(clusterd::v1::UpdateJobRequest)       \
+  X(clusterd::v1::GetJobRequest)          \
+  X(clusterd::v1::ListJobsRequest)        \
+  X(clusterd::v1::DeleteJobRequest)       \
+  X(clusterd::v1::AttachRequest)          \
+  X(clusterd::v1::CordonNodeRequest)      \
+  X(clusterd::v1::UncordonNodeRequest)    \
+  X(clusterd::v1::ClearFaultRequest)      \
+  X(clusterd::v1::SetRecoveryModeRequest) \
   X(clusterd::v1::GetAdminStateRequest)
 
 namespace grpc {

@@ -92,15 +92,27 @@ std::vector<Command> AdminCommands() {
       ShowCommand<v1::GetAdminStateResponse>(
           {"admin"}, "GetAdminState", &ClusterClient::GetAdminState, PrintAdmin,
           "  get admin                           recovery paused or not, dry-run, who changed it last and why\n"),
-      Command{"cordon", {}, "", kAdminFlags, Cordon,
+      Command{"cordon",
+              {},
+              "",
+              kAdminFlags,
+              Cordon,
               "  cordon NODE --reason R [--actor A]  maintenance: the node's faults are recorded but start\n"
               "                                      no recovery\n"},
       Command{"uncordon", {}, "", kAdminFlags, Uncordon, "  uncordon NODE [--reason R] [--actor A]\n"},
-      Command{"pause", {}, "", kAdminFlags, Pause,
+      Command{"pause",
+              {},
+              "",
+              kAdminFlags,
+              Pause,
               "  pause --reason R [--actor A]        pause automatic recovery cluster-wide\n"},
-      Command{"resume", {}, "", kAdminFlags, Resume,
-              "  resume [--reason R] [--actor A]     resume automatic recovery\n"},
-      Command{"dry-run", {}, "", kAdminFlags, DryRun,
+      Command{
+          "resume", {}, "", kAdminFlags, Resume, "  resume [--reason R] [--actor A]     resume automatic recovery\n"},
+      Command{"dry-run",
+              {},
+              "",
+              kAdminFlags,
+              DryRun,
               "  dry-run on --reason R | off [--reason R] [--actor A]\n"
               "                                      dry-run: recovery decisions are recorded, nothing is acted "
               "on\n"},

@@ -59,8 +59,8 @@ void PrintReport(Context& c, const v1::ReportResponse& r, const std::string& ver
   } else {
     c.out << " " << verb;
   }
-  c.out << ": code " << Sanitize(f.code()) << ", level " << ShortLevel(f.level()) << ", state "
-        << ShortState(f.state()) << ", revision " << r.revision() << "\n";
+  c.out << ": code " << Sanitize(f.code()) << ", level " << ShortLevel(f.level()) << ", state " << ShortState(f.state())
+        << ", revision " << r.revision() << "\n";
 }
 
 int Report(Context& c, const v1::ReportRequest& req, const std::string& verb) {
@@ -110,8 +110,7 @@ int ClearFaultById(Context& c) {
       [&](const v1::ClearFaultResponse& resp) {
         const v1::Fault& f = resp.fault();
         c.out << "fault " << Sanitize(f.id()) << " cleared: code " << Sanitize(FaultCode(f)) << ", level "
-              << ShortLevel(f.level()) << ", state " << ShortState(f.state()) << ", revision " << f.revision()
-              << "\n";
+              << ShortLevel(f.level()) << ", state " << ShortState(f.state()) << ", revision " << f.revision() << "\n";
       });
 }
 
@@ -142,8 +141,8 @@ int ClearFault(Context& c) {
     matches.push_back(&f);
   }
   if (matches.empty()) {
-    c.err << "clusterctl: no fault reported by '" << Sanitize(reporter) << "' with id '" << Sanitize(id)
-          << "' on node " << Sanitize(node) << (device ? " device " + std::to_string(*device) : std::string())
+    c.err << "clusterctl: no fault reported by '" << Sanitize(reporter) << "' with id '" << Sanitize(id) << "' on node "
+          << Sanitize(node) << (device ? " device " + std::to_string(*device) : std::string())
           << " (a fault raised by a node agent is cleared with 'clear-fault FAULT_ID --reason R')\n";
     return kExitNotFound;
   }
@@ -181,32 +180,38 @@ std::vector<Command> FaultCommands() {
       .columns = FaultColumns(true),
       .list_rpc = "ListFaults",
       .list = &ClusterClient::ListAllFaults,
-      .items = [](const v1::ListFaultsResponse& r) -> const auto& { return r.faults(); },
-      .filters = {},
-      .read_filters = ReadFilters,
-  });
-  const FlagSpec node{"node", 0, true, false}, device{"device", 0, true, false}, code{"code", 0, true, false};
-  const FlagSpec reporter{"reporter", 0, true, false}, id{"id", 0, true, false}, message{"message", 0, true, false};
-  return {
-      GetCommand(faults, {"faults", "fault"},
-                 {node, device, {"min-level", 0, true, false}, {"active", 0, false, false},
-                  {"since-revision", 0, true, false}},
-                 "  get faults [--node N] [--device D] [--min-level L] [--active] [--since-revision R]\n"
-                 "                                      faults, active and cleared unless --active\n"),
-      Command{"report-fault", {}, "", {reporter, id, node, device, code, {"level", 0, true, false}, message},
-              ReportFault,
-              "  report-fault --reporter R --id ID --node N [--device D] --code C [--level L] [--message M]\n"
-              "                                      raise an external fault (idempotent by reporter and id)\n"},
-      Command{"clear-fault", {}, "",
-              {reporter, id, node, device, code, message, {"reason", 0, true, false}, {"actor", 0, true, false}},
-              ClearFault,
-              "  clear-fault FAULT_ID --reason R [--actor A]\n"
-              "                                      clear any active fault by hand, agent-raised included\n"
-              "                                      (FAULT_ID as in 'get faults -o wide', e.g.\n"
-              "                                      worker01/3/accelerator/80E01801)\n"
-              "  clear-fault --reporter R --id ID --node N [--device D] [--message M]\n"
-              "                                      clear an external fault as its reporter would\n"},
-  };
+      .items = [](const v1::ListFaultsResponse& r) -> const auto& { return r.faults();
+}
+, .filters = {}, .read_filters = ReadFilters,
+}  // namespace clusterctl
+);
+const FlagSpec node{"node", 0, true, false}, device{"device", 0, true, false}, code{"code", 0, true, false};
+const FlagSpec reporter{"reporter", 0, true, false}, id{"id", 0, true, false}, message{"message", 0, true, false};
+return {
+    GetCommand(
+        faults, {"faults", "fault"},
+        {node, device, {"min-level", 0, true, false}, {"active", 0, false, false}, {"since-revision", 0, true, false}},
+        "  get faults [--node N] [--device D] [--min-level L] [--active] [--since-revision R]\n"
+        "                                      faults, active and cleared unless --active\n"),
+    Command{"report-fault",
+            {},
+            "",
+            {reporter, id, node, device, code, {"level", 0, true, false}, message},
+            ReportFault,
+            "  report-fault --reporter R --id ID --node N [--device D] --code C [--level L] [--message M]\n"
+            "                                      raise an external fault (idempotent by reporter and id)\n"},
+    Command{"clear-fault",
+            {},
+            "",
+            {reporter, id, node, device, code, message, {"reason", 0, true, false}, {"actor", 0, true, false}},
+            ClearFault,
+            "  clear-fault FAULT_ID --reason R [--actor A]\n"
+            "                                      clear any active fault by hand, agent-raised included\n"
+            "                                      (FAULT_ID as in 'get faults -o wide', e.g.\n"
+            "                                      worker01/3/accelerator/80E01801)\n"
+            "  clear-fault --reporter R --id ID --node N [--device D] [--message M]\n"
+            "                                      clear an external fault as its reporter would\n"},
+};
 }
 
 }  // namespace clusterctl

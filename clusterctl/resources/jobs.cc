@@ -101,20 +101,20 @@ std::vector<std::pair<std::string, std::string>> PolicyLines(const v1::RecoveryP
 void DescribeJob(Context& c, const v1::GetJobResponse& resp) {
   const v1::Job& j = resp.job();
   const std::vector<uint32_t> impacted = ImpactedRanks(j);
-  PrintKeyValues(c.out, {
-                            {"Id", j.id()},
-                            {"Kind", ShortJobKind(j.kind())},
-                            {"State", ShortJobState(j.state())},
-                            {"Ranks", std::to_string(j.placement_size()) + " on " + std::to_string(NodeCount(j)) +
-                                          (NodeCount(j) == 1 ? " node" : " nodes")},
-                            {"Impacted ranks", impacted.empty() ? "none"
-                                                                : std::to_string(impacted.size()) + " (" +
-                                                                      RankRanges(impacted) + ")"},
-                            {"Labels", LabelsText(j.labels())},
-                            {"Created", FormatTime(j.create_time())},
-                            {"Updated", FormatTime(j.update_time())},
-                            {"Revision", std::to_string(j.revision())},
-                        });
+  PrintKeyValues(c.out,
+                 {
+                     {"Id", j.id()},
+                     {"Kind", ShortJobKind(j.kind())},
+                     {"State", ShortJobState(j.state())},
+                     {"Ranks", std::to_string(j.placement_size()) + " on " + std::to_string(NodeCount(j)) +
+                                   (NodeCount(j) == 1 ? " node" : " nodes")},
+                     {"Impacted ranks",
+                      impacted.empty() ? "none" : std::to_string(impacted.size()) + " (" + RankRanges(impacted) + ")"},
+                     {"Labels", LabelsText(j.labels())},
+                     {"Created", FormatTime(j.create_time())},
+                     {"Updated", FormatTime(j.update_time())},
+                     {"Revision", std::to_string(j.revision())},
+                 });
 
   // The faults hitting each rank, by code, for the placement table.
   std::map<uint32_t, std::set<std::string>> faults_by_rank;
@@ -244,28 +244,33 @@ std::vector<Command> JobCommands() {
       .columns = JobColumns(),
       .list_rpc = "ListJobs",
       .list = &ClusterClient::ListAllJobs,
-      .items = [](const v1::ListJobsResponse& r) -> const auto& { return r.jobs(); },
-      .filters = {"state", "kind"},
-      .read_filters = ReadFilters,
-      .get_rpc = "GetJob",
-      .get = &ClusterClient::GetJob,
-      .item = [](const v1::GetJobResponse& r) -> const auto& { return r.job(); },
-      .describe = DescribeJob,
-  });
-  return {
-      GetCommand(jobs, {"jobs", "job"}, {{"state", 0, true, false}, {"kind", 0, true, false}},
-                 "  get jobs [ID] [--state S] [--kind K]\n"
-                 "                                      jobs (all pages) with their ranks, nodes and the ranks hit\n"
-                 "                                      by active faults; S: PENDING, RUNNING, RECOVERING,\n"
-                 "                                      SUCCEEDED, FAILED; K: TRAINING, INFERENCE\n"),
-      DescribeCommand(jobs, {"job", "jobs"},
-                      "  describe job ID                     job, placement (rank -> node/device), recovery policy "
-                      "and\n"
-                      "                                      the active faults that hit it (impacts)\n"),
-      Command{"create-job", {}, "", {{"filename", 'f', true, false}}, CreateJob,
-              "  create-job -f FILE                  create a job from a Job in proto JSON (FILE '-': stdin)\n"},
-      Command{"delete-job", {}, "", {}, DeleteJob, "  delete-job ID                       delete a job\n"},
-  };
+      .items = [](const v1::ListJobsResponse& r) -> const auto& { return r.jobs();
+}
+, .filters = {"state", "kind"}, .read_filters = ReadFilters, .get_rpc = "GetJob", .get = &ClusterClient::GetJob,
+  .item = [](const v1::GetJobResponse& r) -> const auto& {
+  return r.job();
+}
+, .describe = DescribeJob,
+}  // namespace clusterctl
+);
+return {
+    GetCommand(jobs, {"jobs", "job"}, {{"state", 0, true, false}, {"kind", 0, true, false}},
+               "  get jobs [ID] [--state S] [--kind K]\n"
+               "                                      jobs (all pages) with their ranks, nodes and the ranks hit\n"
+               "                                      by active faults; S: PENDING, RUNNING, RECOVERING,\n"
+               "                                      SUCCEEDED, FAILED; K: TRAINING, INFERENCE\n"),
+    DescribeCommand(jobs, {"job", "jobs"},
+                    "  describe job ID                     job, placement (rank -> node/device), recovery policy "
+                    "and\n"
+                    "                                      the active faults that hit it (impacts)\n"),
+    Command{"create-job",
+            {},
+            "",
+            {{"filename", 'f', true, false}},
+            CreateJob,
+            "  create-job -f FILE                  create a job from a Job in proto JSON (FILE '-': stdin)\n"},
+    Command{"delete-job", {}, "", {}, DeleteJob, "  delete-job ID                       delete a job\n"},
+};
 }
 
 }  // namespace clusterctl

@@ -127,24 +127,25 @@ std::vector<Command> NodeCommands() {
       .columns = NodeColumns(),
       .list_rpc = "ListNodes",
       .list = &ClusterClient::ListAllNodes,
-      .items = [](const v1::ListNodesResponse& r) -> const auto& { return r.nodes(); },
-      .filters = {"health", "selector"},
-      .read_filters = ReadFilters,
-      .get_rpc = "GetNode",
-      .get = &ClusterClient::GetNode,
-      .item = [](const v1::GetNodeResponse& r) -> const auto& { return r.node(); },
-      .describe = DescribeNode,
-  });
-  return {
-      GetCommand(nodes, {"nodes", "node", "no"},
-                 {{"health", 0, true, false}, {"selector", 'l', true, false}, {"label-selector", 0, true, false}},
-                 "  get nodes [NAME] [--health H] [--selector k=v,...]\n"
-                 "                                      nodes (all pages); H: HEALTHY, SUB_HEALTHY, UNHEALTHY, "
-                 "UNKNOWN\n"),
-      DescribeCommand(nodes, {"node", "nodes"},
-                      "  describe node NAME                  node, inventory, devices, isolation, active faults, "
-                      "metrics\n"),
-  };
+      .items = [](const v1::ListNodesResponse& r) -> const auto& { return r.nodes();
+}
+, .filters = {"health", "selector"}, .read_filters = ReadFilters, .get_rpc = "GetNode", .get = &ClusterClient::GetNode,
+  .item = [](const v1::GetNodeResponse& r) -> const auto& {
+  return r.node();
+}
+, .describe = DescribeNode,
+}  // namespace clusterctl
+);
+return {
+    GetCommand(nodes, {"nodes", "node", "no"},
+               {{"health", 0, true, false}, {"selector", 'l', true, false}, {"label-selector", 0, true, false}},
+               "  get nodes [NAME] [--health H] [--selector k=v,...]\n"
+               "                                      nodes (all pages); H: HEALTHY, SUB_HEALTHY, UNHEALTHY, "
+               "UNKNOWN\n"),
+    DescribeCommand(nodes, {"node", "nodes"},
+                    "  describe node NAME                  node, inventory, devices, isolation, active faults, "
+                    "metrics\n"),
+};
 }
 
 }  // namespace clusterctl

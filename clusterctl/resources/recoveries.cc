@@ -92,8 +92,8 @@ std::optional<int> ReadFilters(Context& c, v1::ListRecoveriesRequest* req) {
   if (c.args.Has("state")) {
     auto s = ParseRecoveryState(c.args.Get("state"));
     if (!s) {
-      return Usage(c, "--state: unknown recovery state '" + c.args.Get("state") + "' (one of " +
-                          RecoveryStateNames() + ")");
+      return Usage(
+          c, "--state: unknown recovery state '" + c.args.Get("state") + "' (one of " + RecoveryStateNames() + ")");
     }
     req->set_state(*s);
   }
@@ -102,28 +102,28 @@ std::optional<int> ReadFilters(Context& c, v1::ListRecoveriesRequest* req) {
 
 void DescribeRecovery(Context& c, const v1::GetRecoveryResponse& resp) {
   const v1::Recovery& r = resp.recovery();
-  PrintKeyValues(c.out, {
-                            {"Id", r.id()},
-                            {"Job", r.job_id()},
-                            {"State", ShortRecoveryState(r.state())},
-                            {"Strategy", ShortStrategy(r.strategy())},
-                            {"Initial strategy", ShortStrategy(r.initial_strategy())},
-                            {"Level", ShortLevel(r.level())},
-                            {"Hit ranks", RankRanges(Ranks(r.hit_ranks()))},
-                            {"Steps ended", StepsText(r)},
-                            {"Dry run", r.dry_run() ? "yes" : "no"},
-                            {"Graceful", r.graceful() ? "yes (checkpoint first, replacement before stop)" : "no"},
-                            {"Isolate nodes", JoinText(Strings(r.isolate_nodes()), ", ")},
-                            {"Isolate devices", DeviceRefsText(r.isolate_devices())},
-                            {"Reset devices", DeviceRefsText(r.reset_devices())},
-                            {"Wait reason", r.wait_reason().empty() ? "-" : r.wait_reason()},
-                            {"Message", r.message().empty() ? "-" : r.message()},
-                            {"Created", FormatTime(r.create_time()) + " (revision " +
-                                            std::to_string(r.create_revision()) + ")"},
-                            {"Updated", FormatTime(r.update_time())},
-                            {"Ended", FormatTime(r.end_time())},
-                            {"Revision", std::to_string(r.revision())},
-                        });
+  PrintKeyValues(
+      c.out, {
+                 {"Id", r.id()},
+                 {"Job", r.job_id()},
+                 {"State", ShortRecoveryState(r.state())},
+                 {"Strategy", ShortStrategy(r.strategy())},
+                 {"Initial strategy", ShortStrategy(r.initial_strategy())},
+                 {"Level", ShortLevel(r.level())},
+                 {"Hit ranks", RankRanges(Ranks(r.hit_ranks()))},
+                 {"Steps ended", StepsText(r)},
+                 {"Dry run", r.dry_run() ? "yes" : "no"},
+                 {"Graceful", r.graceful() ? "yes (checkpoint first, replacement before stop)" : "no"},
+                 {"Isolate nodes", JoinText(Strings(r.isolate_nodes()), ", ")},
+                 {"Isolate devices", DeviceRefsText(r.isolate_devices())},
+                 {"Reset devices", DeviceRefsText(r.reset_devices())},
+                 {"Wait reason", r.wait_reason().empty() ? "-" : r.wait_reason()},
+                 {"Message", r.message().empty() ? "-" : r.message()},
+                 {"Created", FormatTime(r.create_time()) + " (revision " + std::to_string(r.create_revision()) + ")"},
+                 {"Updated", FormatTime(r.update_time())},
+                 {"Ended", FormatTime(r.end_time())},
+                 {"Revision", std::to_string(r.revision())},
+             });
 
   c.out << "\nTrigger faults:\n";
   if (r.trigger_fault_ids().empty()) c.out << "  <none>\n";
@@ -154,29 +154,30 @@ std::vector<Command> RecoveryCommands() {
       .columns = RecoveryColumns(),
       .list_rpc = "ListRecoveries",
       .list = &ClusterClient::ListAllRecoveries,
-      .items = [](const v1::ListRecoveriesResponse& r) -> const auto& { return r.recoveries(); },
-      .filters = {"job", "state"},
-      .read_filters = ReadFilters,
-      .get_rpc = "GetRecovery",
-      .get = &ClusterClient::GetRecovery,
-      .item = [](const v1::GetRecoveryResponse& r) -> const auto& { return r.recovery(); },
-      .describe = DescribeRecovery,
-  });
-  return {
-      GetCommand(recoveries, {"recoveries", "recovery"}, {{"job", 0, true, false}, {"state", 0, true, false}},
-                 "  get recoveries [ID] [--job J] [--state S]\n"
-                 "                                      recoveries (all pages), newest first: state, strategy\n"
-                 "                                      (A->B once escalated), level, hit ranks, steps ended/total,\n"
-                 "                                      message (WAITING: why it waits); -o wide adds the trigger\n"
-                 "                                      faults. S: RUNNING, WAITING, SUCCEEDED, FAILED, DRY_RUN,\n"
-                 "                                      CANCELLED\n"),
-      DescribeCommand(recoveries, {"recovery", "recoveries"},
-                      "  describe recovery ID                recovery (e.g. train-a.2): every field, the trigger "
-                      "faults,\n"
-                      "                                      the decision's reasons and escalations, and each step\n"
-                      "                                      (agent command or actuator action, state, times, "
-                      "answer)\n"),
-  };
+      .items = [](const v1::ListRecoveriesResponse& r) -> const auto& { return r.recoveries();
+}
+, .filters = {"job", "state"}, .read_filters = ReadFilters, .get_rpc = "GetRecovery",
+  .get = &ClusterClient::GetRecovery, .item = [](const v1::GetRecoveryResponse& r) -> const auto& {
+  return r.recovery();
+}
+, .describe = DescribeRecovery,
+}  // namespace clusterctl
+);
+return {
+    GetCommand(recoveries, {"recoveries", "recovery"}, {{"job", 0, true, false}, {"state", 0, true, false}},
+               "  get recoveries [ID] [--job J] [--state S]\n"
+               "                                      recoveries (all pages), newest first: state, strategy\n"
+               "                                      (A->B once escalated), level, hit ranks, steps ended/total,\n"
+               "                                      message (WAITING: why it waits); -o wide adds the trigger\n"
+               "                                      faults. S: RUNNING, WAITING, SUCCEEDED, FAILED, DRY_RUN,\n"
+               "                                      CANCELLED\n"),
+    DescribeCommand(recoveries, {"recovery", "recoveries"},
+                    "  describe recovery ID                recovery (e.g. train-a.2): every field, the trigger "
+                    "faults,\n"
+                    "                                      the decision's reasons and escalations, and each step\n"
+                    "                                      (agent command or actuator action, state, times, "
+                    "answer)\n"),
+};
 }
 
 }  // namespace clusterctl

@@ -13,8 +13,8 @@ void PrintSummary(Context& c, const v1::GetSummaryResponse& s) {
   head.Print(c.out);
   c.out << "\n";
   Table health({"", "TOTAL", "HEALTHY", "SUB_HEALTHY", "UNHEALTHY", "UNKNOWN"});
-  for (const auto& [name, h] : {std::pair<const char*, const v1::HealthCounts*>{"NODES", &s.nodes()},
-                                {"DEVICES", &s.devices()}}) {
+  for (const auto& [name, h] :
+       {std::pair<const char*, const v1::HealthCounts*>{"NODES", &s.nodes()}, {"DEVICES", &s.devices()}}) {
     health.AddRow({name, std::to_string(h->total()), std::to_string(h->healthy()), std::to_string(h->sub_healthy()),
                    std::to_string(h->unhealthy()), std::to_string(h->unknown())});
   }

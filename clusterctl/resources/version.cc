@@ -21,8 +21,7 @@ int Version(Context& c) {
 }  // namespace
 
 std::vector<Command> VersionCommands() {
-  return {Command{"version", {}, "", {}, Version,
-                  "  version                             client version\n"}};
+  return {Command{"version", {}, "", {}, Version, "  version                             client version\n"}};
 }
 
 }  // namespace clusterctl

@@ -71,12 +71,11 @@ std::string WatchLine(const v1::Event& e) {
       if (e.has_recovery()) {
         const v1::Recovery& r = e.recovery();
         level = ShortLevel(r.level());
-        state = "recovery " + r.id() + " " + ShortRecoveryState(r.state()) + " " + RecoveryStrategyText(r) +
-                " steps " + StepsText(r);
+        state = "recovery " + r.id() + " " + ShortRecoveryState(r.state()) + " " + RecoveryStrategyText(r) + " steps " +
+                StepsText(r);
       }
       break;
-    default:
-      break;
+    default: break;
   }
   std::string line = Col(std::to_string(e.revision()), 8) + Col(FormatTime(e.time(), true), 24) +
                      Col(ShortEventType(e.type()), 21) + Col(e.node().empty() ? "-" : e.node(), 16) +

@@ -147,10 +147,8 @@ std::optional<Strategy> StartingStrategy(FaultLevel level, JobKind kind) {
       return kind == JobKind::kTraining ? Strategy::kStepRetry : Strategy::kProcessRestart;
     case v1::FAULT_LEVEL_RESTART_BUSINESS:
     case v1::FAULT_LEVEL_FREE_RESTART_NPU:
-    case v1::FAULT_LEVEL_RESTART_NPU:
-      return Strategy::kProcessRestart;
-    case v1::FAULT_LEVEL_SEPARATE:
-      return Strategy::kPodReschedule;
+    case v1::FAULT_LEVEL_RESTART_NPU: return Strategy::kProcessRestart;
+    case v1::FAULT_LEVEL_SEPARATE: return Strategy::kPodReschedule;
     default:  // UNSPECIFIED, NOT_HANDLE, SUB_HEALTH
       return std::nullopt;
   }
@@ -179,8 +177,8 @@ void ActionsFor(const Job& job, const std::vector<FaultView>& triggers, Strategy
   ComputeActions(candidates, strategy, /*isolate_nodes=*/strategy != Strategy::kScaleIn, d);
 }
 
-Decision Decide(const Job& job, const std::vector<FaultView>& faults, const ClusterView& cluster,
-                const Limits& limits, const History& history, TimePoint now) {
+Decision Decide(const Job& job, const std::vector<FaultView>& faults, const ClusterView& cluster, const Limits& limits,
+                const History& history, TimePoint now) {
   Decision d;
   d.dry_run = cluster.dry_run;
   const JobPolicy& policy = job.policy;
@@ -296,13 +294,12 @@ Decision Decide(const Job& job, const std::vector<FaultView>& faults, const Clus
   });
   const Strategy start = *StartingStrategy(d.level, job.kind);
   const bool proactive = d.level == FAULT_LEVEL_PRE_SEPARATE;
-  reason(std::to_string(actionable.size()) + " fault(s) hit ranks " + Join(d.hit_ranks) + "; worst " +
-         Lvl(d.level) + " (" + worst.fault->id + ") starts a " + Kind(job.kind) + " job at " + Name(start));
+  reason(std::to_string(actionable.size()) + " fault(s) hit ranks " + Join(d.hit_ranks) + "; worst " + Lvl(d.level) +
+         " (" + worst.fault->id + ") starts a " + Kind(job.kind) + " job at " + Name(start));
   Strategy strategy = FirstAllowed(start, policy, job.kind);
   if (strategy != start) {
-    reason(strategy == Strategy::kFail
-               ? "the policy allows no strategy from " + Name(start) + " on: FAIL"
-               : "the policy does not allow " + Name(start) + ": taking " + Name(strategy));
+    reason(strategy == Strategy::kFail ? "the policy allows no strategy from " + Name(start) + " on: FAIL"
+                                       : "the policy does not allow " + Name(start) + ": taking " + Name(strategy));
   }
   if (proactive) {
     d.graceful = true;
@@ -390,9 +387,8 @@ Decision Decide(const Job& job, const std::vector<FaultView>& faults, const Clus
   }
   if (cluster.recoveries_running >= limits.max_concurrent_recoveries) {
     Wait(&d, Gate::kMaxConcurrent,
-         "blast radius: " + std::to_string(cluster.recoveries_running) +
-             " recoveries already running, the limit is " + std::to_string(limits.max_concurrent_recoveries) +
-             " (max_concurrent_recoveries)");
+         "blast radius: " + std::to_string(cluster.recoveries_running) + " recoveries already running, the limit is " +
+             std::to_string(limits.max_concurrent_recoveries) + " (max_concurrent_recoveries)");
     return d;
   }
   std::vector<std::string> new_nodes;
@@ -402,14 +398,12 @@ Decision Decide(const Job& job, const std::vector<FaultView>& faults, const Clus
   if (!new_nodes.empty()) {
     const int after = static_cast<int>(cluster.isolated_nodes.size() + new_nodes.size());
     const int total = std::max(cluster.total_nodes, after);
-    const int allowed = limits.max_isolated_node_percent == 0
-                            ? 0
-                            : std::max(1, total * limits.max_isolated_node_percent / 100);
+    const int allowed =
+        limits.max_isolated_node_percent == 0 ? 0 : std::max(1, total * limits.max_isolated_node_percent / 100);
     if (after > allowed) {
       const std::string why = "blast radius: isolating " + std::to_string(new_nodes.size()) +
-                              " more node(s) would make " + std::to_string(after) + " of " +
-                              std::to_string(total) + " nodes isolated, over the " +
-                              std::to_string(limits.max_isolated_node_percent) +
+                              " more node(s) would make " + std::to_string(after) + " of " + std::to_string(total) +
+                              " nodes isolated, over the " + std::to_string(limits.max_isolated_node_percent) +
                               "% limit (max_isolated_node_percent allows " + std::to_string(allowed) + ")";
       // SCALE_IN is no scheduling point: joined PRE_SEPARATE faults stay recorded.
       std::set<int> replicas;

@@ -37,7 +37,7 @@ Strategy Escalate(Strategy current, const JobPolicy& policy, JobKind kind = JobK
 void ActionsFor(const Job& job, const std::vector<FaultView>& triggers, Strategy strategy, Decision* d);
 
 // The decision for one job. Pure: equal inputs give equal decisions.
-Decision Decide(const Job& job, const std::vector<FaultView>& faults, const ClusterView& cluster,
-                const Limits& limits, const History& history, TimePoint now);
+Decision Decide(const Job& job, const std::vector<FaultView>& faults, const ClusterView& cluster, const Limits& limits,
+                const History& history, TimePoint now);
 
 }  // namespace clusterd::recovery

@@ -173,15 +173,15 @@ std::string_view ActionName(Action a);
 
 // The rule that shaped the decision, for machines (reasons are for humans).
 enum class Gate {
-  kNone,              // the level/policy/history mapping alone decided
-  kJobNotRunning,     // job pending or finished: no recovery
-  kHoldDown,          // kWait: flap suppression
-  kRecoveryRunning,   // kWait: this job is already recovering
-  kPaused,            // kWait: global pause
-  kJobBudget,         // FAIL: job retry budget exhausted
-  kNodeBudget,        // FAIL: node retry budget exhausted
-  kMaxConcurrent,     // kWait: M recoveries already running
-  kMaxIsolated,       // kWait, or SCALE_IN instead: N% of nodes isolated
+  kNone,             // the level/policy/history mapping alone decided
+  kJobNotRunning,    // job pending or finished: no recovery
+  kHoldDown,         // kWait: flap suppression
+  kRecoveryRunning,  // kWait: this job is already recovering
+  kPaused,           // kWait: global pause
+  kJobBudget,        // FAIL: job retry budget exhausted
+  kNodeBudget,       // FAIL: node retry budget exhausted
+  kMaxConcurrent,    // kWait: M recoveries already running
+  kMaxIsolated,      // kWait, or SCALE_IN instead: N% of nodes isolated
 };
 std::string_view GateName(Gate g);
 
@@ -199,8 +199,8 @@ struct Decision {
   std::vector<std::string> isolate_nodes;  // sorted
   std::vector<DeviceRef> isolate_devices;  // sorted, none on an isolated node
   std::vector<DeviceRef> reset_devices;    // chips to reset once free, sorted
-  bool graceful = false;  // proactive move: start the replacement before stopping
-  bool dry_run = false;   // record, do not act
+  bool graceful = false;                   // proactive move: start the replacement before stopping
+  bool dry_run = false;                    // record, do not act
   Duration step_timeout{0};
 };
 

@@ -6,15 +6,14 @@
 namespace clusterd {
 
 grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerContext* ctx,
-                                                       const v1::CordonNodeRequest* req,
-                                                       v1::CordonNodeResponse* resp) {
+                                                       const v1::CordonNodeRequest* req, v1::CordonNodeResponse* resp) {
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
-    auto node = state.ApplyCordon(req->node(), true, who.actor(), req->reason(), m);
-    if (!node.ok()) return node.status();
-    *resp->mutable_node() = std::move(*node);
-    return Status::Ok();
-  });
+                                    auto node = state.ApplyCordon(req->node(), true, who.actor(), req->reason(), m);
+                                    if (!node.ok()) return node.status();
+                                    *resp->mutable_node() = std::move(*node);
+                                    return Status::Ok();
+                                  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerContext* ctx,
@@ -22,23 +21,22 @@ grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerCon
                                                          v1::UncordonNodeResponse* resp) {
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
-    auto node = state.ApplyCordon(req->node(), false, who.actor(), req->reason(), m);
-    if (!node.ok()) return node.status();
-    *resp->mutable_node() = std::move(*node);
-    return Status::Ok();
-  });
+                                    auto node = state.ApplyCordon(req->node(), false, who.actor(), req->reason(), m);
+                                    if (!node.ok()) return node.status();
+                                    *resp->mutable_node() = std::move(*node);
+                                    return Status::Ok();
+                                  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ClearFault(grpc::CallbackServerContext* ctx,
-                                                       const v1::ClearFaultRequest* req,
-                                                       v1::ClearFaultResponse* resp) {
+                                                       const v1::ClearFaultRequest* req, v1::ClearFaultResponse* resp) {
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
-    auto fault = state.ApplyClearFault(req->fault_id(), who.actor(), req->reason(), m);
-    if (!fault.ok()) return fault.status();
-    *resp->mutable_fault() = std::move(*fault);
-    return Status::Ok();
-  });
+                                    auto fault = state.ApplyClearFault(req->fault_id(), who.actor(), req->reason(), m);
+                                    if (!fault.ok()) return fault.status();
+                                    *resp->mutable_fault() = std::move(*fault);
+                                    return Status::Ok();
+                                  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRecoveryMode(grpc::CallbackServerContext* ctx,
@@ -46,13 +44,13 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetRecoveryMode(grpc::CallbackServer
                                                             v1::SetRecoveryModeResponse* resp) {
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
-    v1::SetRecoveryModeRequest change = *req;
-    change.set_actor(who.actor());
-    auto admin = state.ApplySetRecoveryMode(change, m);
-    if (!admin.ok()) return admin.status();
-    *resp->mutable_state() = std::move(*admin);
-    return Status::Ok();
-  });
+                                    v1::SetRecoveryModeRequest change = *req;
+                                    change.set_actor(who.actor());
+                                    auto admin = state.ApplySetRecoveryMode(change, m);
+                                    if (!admin.ok()) return admin.status();
+                                    *resp->mutable_state() = std::move(*admin);
+                                    return Status::Ok();
+                                  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetAdminState(grpc::CallbackServerContext* ctx,

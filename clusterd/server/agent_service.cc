@@ -43,8 +43,8 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       GetLogger("agent")->warn("agent stream from {} refused: it holds max_streams_per_peer={} streams", peer_key_,
                                opts.max_streams_per_peer);
       FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                "too many agent streams from " + peer_key_ + " (max_streams_per_peer=" +
-                                    std::to_string(opts.max_streams_per_peer) + ")"));
+                                "too many agent streams from " + peer_key_ +
+                                    " (max_streams_per_peer=" + std::to_string(opts.max_streams_per_peer) + ")"));
       return;
     }
     peer_counted_ = true;
@@ -124,8 +124,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       });
     }
     switch (req_.msg_case()) {
-      case v1::ConnectRequest::kHello:
-        return FailedPrecondition("hello may only be the first message of a stream");
+      case v1::ConnectRequest::kHello: return FailedPrecondition("hello may only be the first message of a stream");
       case v1::ConnectRequest::kHeartbeat: {
         if (service_->messages_heartbeat) service_->messages_heartbeat->Inc();
         {
@@ -170,8 +169,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
           return [self, st, t, duplicate, revision] { self->OnTransitionDurable(st, t->id(), duplicate, revision); };
         });
       }
-      default:
-        return InvalidArgument("empty or unknown message");
+      default: return InvalidArgument("empty or unknown message");
     }
   }
 
@@ -193,7 +191,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   Status Submit(Engine::Apply apply, bool write = true) {
     Status st = write ? service_->engine()->SubmitWrite(std::move(apply))
                       : (service_->engine()->Submit(std::move(apply)) ? Status::Ok()
-                                                                     : Unavailable("clusterd is shutting down"));
+                                                                      : Unavailable("clusterd is shutting down"));
     if (!st.ok()) --inflight_;
     return st;
   }
@@ -274,7 +272,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   v1::ConnectRequest req_;
   StreamWriter<AgentReactor, v1::ConnectResponse> out_{this};
   std::string node_;
-  std::string peer_key_;      // client IP address, for the per-peer limit
+  std::string peer_key_;       // client IP address, for the per-peer limit
   bool peer_counted_ = false;  // peer_key_ holds one of the peer's slots
   grpc::Alarm hello_alarm_;    // ends the stream if no hello arrives in time
   uint32_t inflight_ = 0;
@@ -292,8 +290,8 @@ AgentService::AgentService(const ClusterState* state, Engine* engine, AgentServi
                                               {{"type", "heartbeat"}});
     messages_transition = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
                                                {{"type", "transition"}});
-    messages_other = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
-                                          {{"type", "other"}});
+    messages_other =
+        &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.", {{"type", "other"}});
     transitions_duplicate = &metrics->AddCounter("clusterd_agent_duplicate_transitions_total",
                                                  "Fault transitions already stored, acknowledged again.");
     streams_rejected =

@@ -21,8 +21,7 @@ namespace {
 class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
                            public std::enable_shared_from_this<WatchReactor> {
  public:
-  WatchReactor(ClusterServiceImpl* service, grpc::CallbackServerContext* ctx)
-      : service_(service), ctx_(ctx) {}
+  WatchReactor(ClusterServiceImpl* service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {}
 
   void Begin(std::shared_ptr<WatchReactor> self, const v1::WatchRequest& req) {
     self_ = std::move(self);
@@ -201,8 +200,8 @@ ClusterServiceImpl::ClusterServiceImpl(const ClusterState* state, WatchHub* hub,
                                        WatchOptions options, MetricsRegistry* metrics)
     : state_(state), hub_(hub), pool_(watch_pool), options_(options), watch_peers_(options.max_streams_per_peer) {
   if (metrics) {
-    watch_rejected = &metrics->AddCounter("clusterd_watch_streams_rejected_total",
-                                          "Watch streams refused at max_watch_streams.");
+    watch_rejected =
+        &metrics->AddCounter("clusterd_watch_streams_rejected_total", "Watch streams refused at max_watch_streams.");
     watch_rejected_per_peer = &metrics->AddCounter("clusterd_watch_streams_rejected_per_peer_total",
                                                    "Watch streams refused at max_watch_streams_per_peer.");
     watch_ended_lagging = &metrics->AddCounter("clusterd_watch_lagging_ended_total",
@@ -217,9 +216,9 @@ grpc::Status ClusterServiceImpl::AdmitWatch(const std::string& peer_key) {
   if (open_watches_.fetch_add(1) >= static_cast<int64_t>(options_.max_streams)) {
     open_watches_.fetch_sub(1);
     if (watch_rejected) watch_rejected->Inc();
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        "too many Watch streams (max_watch_streams=" + std::to_string(options_.max_streams) +
-                            "); retry later");
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        "too many Watch streams (max_watch_streams=" + std::to_string(options_.max_streams) + "); retry later");
   }
   if (!watch_peers_.TryAcquire(peer_key)) {
     open_watches_.fetch_sub(1);
@@ -236,8 +235,8 @@ void ClusterServiceImpl::ReleaseWatch(const std::string& peer_key) {
   open_watches_.fetch_sub(1);
 }
 
-grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerContext* ctx,
-                                                         const v1::GetSummaryRequest*, v1::GetSummaryResponse* resp) {
+grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest*,
+                                                         v1::GetSummaryResponse* resp) {
   return AnswerRead(ctx, state_, [resp](const ClusterState& state) {
     *resp = state.GetSummary();
     return Status::Ok();
@@ -292,11 +291,11 @@ grpc::ServerUnaryReactor* FaultServiceImpl::Report(grpc::CallbackServerContext* 
   // all the same, so an authenticator can refuse the write.
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
                                   [req, resp](const Principal&, ClusterState& state, Mutation* m) {
-    auto result = state.ApplyReport(*req, m);
-    if (!result.ok()) return result.status();
-    *resp = std::move(*result);
-    return Status::Ok();
-  });
+                                    auto result = state.ApplyReport(*req, m);
+                                    if (!result.ok()) return result.status();
+                                    *resp = std::move(*result);
+                                    return Status::Ok();
+                                  });
 }
 
 }  // namespace clusterd

@@ -130,10 +130,11 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
     Coordinator* coordinator = service_->coordinator();
     const std::string job = job_;
     ++inflight_;
-    bool ok = service_->engine()->Submit([self, coordinator, ack, job](ClusterState& state, Mutation* m) -> Engine::Done {
-      coordinator->ApplyResult(state, ack.command_id(), ack.success(), ack.message(), m, job);
-      return [self] { self->Applied(); };
-    });
+    bool ok =
+        service_->engine()->Submit([self, coordinator, ack, job](ClusterState& state, Mutation* m) -> Engine::Done {
+          coordinator->ApplyResult(state, ack.command_id(), ack.success(), ack.message(), m, job);
+          return [self] { self->Applied(); };
+        });
     if (!ok) {
       --inflight_;
       return Unavailable("clusterd is shutting down");
@@ -199,38 +200,39 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
   // authenticator can refuse the write.
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
                                   [req, resp](const Principal&, ClusterState& state, Mutation* m) {
-    auto job = state.ApplyCreateJob(req->job(), m);
-    if (!job.ok()) return job.status();
-    *resp->mutable_job() = std::move(*job);
-    return Status::Ok();
-  });
+                                    auto job = state.ApplyCreateJob(req->job(), m);
+                                    if (!job.ok()) return job.status();
+                                    *resp->mutable_job() = std::move(*job);
+                                    return Status::Ok();
+                                  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext* ctx, const v1::UpdateJobRequest* req,
                                                     v1::UpdateJobResponse* resp) {
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
                                   [req, resp](const Principal&, ClusterState& state, Mutation* m) {
-    auto job = state.ApplyUpdateJob(req->job(), m);
-    if (!job.ok()) return job.status();
-    *resp->mutable_job() = std::move(*job);
-    return Status::Ok();
-  });
+                                    auto job = state.ApplyUpdateJob(req->job(), m);
+                                    if (!job.ok()) return job.status();
+                                    *resp->mutable_job() = std::move(*job);
+                                    return Status::Ok();
+                                  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* ctx, const v1::DeleteJobRequest* req,
                                                     v1::DeleteJobResponse* resp) {
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
                                   [req, resp](const Principal&, ClusterState& state, Mutation* m) {
-    auto rev = state.ApplyDeleteJob(req->id(), m);
-    if (!rev.ok()) return rev.status();
-    resp->set_revision(*rev);
-    return Status::Ok();
-  });
+                                    auto rev = state.ApplyDeleteJob(req->id(), m);
+                                    if (!rev.ok()) return rev.status();
+                                    resp->set_revision(*rev);
+                                    return Status::Ok();
+                                  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                  v1::GetJobResponse* resp) {
-  return AnswerQuery(ctx, state_, resp->mutable_job(), [req](const ClusterState& state) { return state.GetJob(req->id()); });
+  return AnswerQuery(ctx, state_, resp->mutable_job(),
+                     [req](const ClusterState& state) { return state.GetJob(req->id()); });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,

@@ -128,7 +128,8 @@ Status ClusterdServer::Start() {
 
   s.catalog = Catalog::Default(cfg.default_level);
   if (!cfg.catalog_file.empty()) CLUSTERD_RETURN_IF_ERROR(s.catalog.MergeFile(cfg.catalog_file));
-  log->info("fault catalog: {} codes, default level {}", s.catalog.size(), v1::FaultLevel_Name(s.catalog.default_level()));
+  log->info("fault catalog: {} codes, default level {}", s.catalog.size(),
+            v1::FaultLevel_Name(s.catalog.default_level()));
 
   std::error_code ec;
   std::filesystem::create_directories(cfg.data_dir, ec);
@@ -159,7 +160,8 @@ Status ClusterdServer::Start() {
   limits.max_faults_per_node = cfg.max_faults_per_node;
   limits.max_job_impacts = cfg.max_job_impacts;
   const char* kRefusedHelp = "Fault raises refused at max_faults_per_node, by origin.";
-  limits.faults_refused_agent = &s.metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "agent"}});
+  limits.faults_refused_agent =
+      &s.metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "agent"}});
   limits.faults_refused_external =
       &s.metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "external"}});
   limits.jobs_refused = &s.metrics.AddCounter("clusterd_jobs_refused_total",
@@ -199,9 +201,10 @@ Status ClusterdServer::Start() {
   co.budget_window = cfg.recovery_budget_window;
   co.resume_grace = cfg.recovery_resume_grace;
   s.coordinator = std::make_unique<Coordinator>(&s.job_agents, s.actuator.get(), s.clock, co, &s.metrics);
-  s.coordinator->set_submit([engine = s.engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); });
+  s.coordinator->set_submit(
+      [engine = s.engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); });
   s.engine->set_tick([coordinator = s.coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
-                                                          std::vector<Engine::Done>* after) {
+                                                         std::vector<Engine::Done>* after) {
     return coordinator->Tick(state, now, m, after);
   });
   s.metrics.AddCallbackGauge("clusterd_job_agents", "Attached job recovery agents.",
@@ -225,8 +228,8 @@ Status ClusterdServer::Start() {
       std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo, &s.metrics);
   s.authenticator = MakeClaimedActorAuthenticator();
   s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get(), s.authenticator.get());
-  s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get(), s.coordinator.get(),
-                                                   &s.job_agents, s.authenticator.get());
+  s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get(), s.coordinator.get(), &s.job_agents,
+                                                   s.authenticator.get());
   s.admin_service = std::make_unique<AdminServiceImpl>(s.state.get(), s.engine.get(), s.authenticator.get());
 
   s.metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
@@ -244,32 +247,30 @@ Status ClusterdServer::Start() {
                                                    {"unhealthy", &v1::HealthCounts::unhealthy},
                                                    {"unknown", &v1::HealthCounts::unknown}};
   for (const auto& [health, pick] : kHealths) {
-    s.metrics.AddCallbackGauge(
-        "clusterd_nodes_by_health", "Registered nodes per health.",
-        [&s, pick = pick] { return static_cast<double>((s.ScrapeSummary().nodes().*pick)()); },
-        {{"health", health}});
+    s.metrics.AddCallbackGauge("clusterd_nodes_by_health", "Registered nodes per health.",
+                               [&s, pick = pick] { return static_cast<double>((s.ScrapeSummary().nodes().*pick)()); },
+                               {{"health", health}});
   }
   for (const auto& [health, pick] : kHealths) {
-    s.metrics.AddCallbackGauge(
-        "clusterd_devices_by_health", "Accelerator devices per health.",
-        [&s, pick = pick] { return static_cast<double>((s.ScrapeSummary().devices().*pick)()); },
-        {{"health", health}});
+    s.metrics.AddCallbackGauge("clusterd_devices_by_health", "Accelerator devices per health.",
+                               [&s, pick = pick] { return static_cast<double>((s.ScrapeSummary().devices().*pick)()); },
+                               {{"health", health}});
   }
   for (int level = v1::FAULT_LEVEL_NOT_HANDLE; level <= v1::FAULT_LEVEL_SEPARATE; ++level) {
     const std::string name = v1::FaultLevel_Name(static_cast<v1::FaultLevel>(level));
-    s.metrics.AddCallbackGauge(
-        "clusterd_active_faults", "Active faults per level.",
-        [&s, name] {
-          const auto summary = s.ScrapeSummary();
-          auto it = summary.active_faults_by_level().find(name);
-          return it == summary.active_faults_by_level().end() ? 0.0 : static_cast<double>(it->second);
-        },
-        {{"level", ShortLevelName(static_cast<v1::FaultLevel>(level))}});
+    s.metrics.AddCallbackGauge("clusterd_active_faults", "Active faults per level.",
+                               [&s, name] {
+                                 const auto summary = s.ScrapeSummary();
+                                 auto it = summary.active_faults_by_level().find(name);
+                                 return it == summary.active_faults_by_level().end() ? 0.0
+                                                                                     : static_cast<double>(it->second);
+                               },
+                               {{"level", ShortLevelName(static_cast<v1::FaultLevel>(level))}});
   }
 
-  s.health_service = std::make_unique<HealthServiceImpl>(std::set<std::string>{
-      "clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
-      "clusterd.v1.JobService", "clusterd.v1.AdminService"});
+  s.health_service = std::make_unique<HealthServiceImpl>(
+      std::set<std::string>{"clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
+                            "clusterd.v1.JobService", "clusterd.v1.AdminService"});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(cfg.listen, grpc::InsecureServerCredentials(), &s.grpc_port);
@@ -327,9 +328,8 @@ Status ClusterdServer::Start() {
       const auto failing = std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(since);
       if (failing >= limit) {
         return HttpResponse{503, "text/plain",
-                            "gRPC port not accepting for " + FormatDuration(failing) +
-                                " (grpc_unhealthy_after " + FormatDuration(limit) +
-                                "): only a restart brings the listener back\n"};
+                            "gRPC port not accepting for " + FormatDuration(failing) + " (grpc_unhealthy_after " +
+                                FormatDuration(limit) + "): only a restart brings the listener back\n"};
       }
     }
     return HttpResponse{200, "text/plain", "ok\n"};

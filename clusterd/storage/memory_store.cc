@@ -62,12 +62,8 @@ Status MemoryStore::Write(const ChangeSet& changes) {
   for (const Change& c : changes) {
     Table& table = disk_->tables[static_cast<size_t>(c.table)];
     switch (c.op) {
-      case Change::Op::kPut:
-        table.insert_or_assign(c.key, c.value);
-        break;
-      case Change::Op::kDelete:
-        table.erase(c.key);
-        break;
+      case Change::Op::kPut: table.insert_or_assign(c.key, c.value); break;
+      case Change::Op::kDelete: table.erase(c.key); break;
       case Change::Op::kDeleteRange:
         if (c.key < c.end) table.erase(table.lower_bound(c.key), table.lower_bound(c.end));
         break;
@@ -99,8 +95,7 @@ StatusOr<std::vector<::clusterd::v1::Event>> MemoryStore::ReadEvents(uint64_t af
   return out;
 }
 
-StatusOr<uint64_t> MemoryStore::LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds,
-                                                   size_t max_scan) const {
+StatusOr<uint64_t> MemoryStore::LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds, size_t max_scan) const {
   std::shared_lock lock(disk_->mu);
   const Table& events = disk_->tables[static_cast<size_t>(Cf::kEvents)];
   uint64_t last = after;

@@ -39,8 +39,7 @@ class MemoryStore final : public Store {
   Status Write(const ChangeSet& changes) override;
   Status Reopen(bool read_only) override;
   bool read_only() const override { return read_only_.load(std::memory_order_acquire); }
-  Status ForEach(Cf table,
-                 const std::function<void(std::string_view key, std::string_view value)>& fn) const override;
+  Status ForEach(Cf table, const std::function<void(std::string_view key, std::string_view value)>& fn) const override;
   StatusOr<std::vector<::clusterd::v1::Event>> ReadEvents(uint64_t after, size_t max_count) const override;
   StatusOr<uint64_t> LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds, size_t max_scan) const override;
   const std::string& path() const override { return path_; }

@@ -115,7 +115,8 @@ StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const std::string& pa
   if (!version.ok()) return version.status();
   if (*version == 0) {
     if (options.read_only) {
-      return Unavailable("store at " + path + " has no schema version and is open read-only (disk full?): "
+      return Unavailable("store at " + path +
+                         " has no schema version and is open read-only (disk full?): "
                          "cannot initialise it");
     }
     std::string value;
@@ -134,8 +135,8 @@ StatusOr<std::unique_ptr<RocksDbStore>> RocksDbStore::Open(const std::string& pa
   if (!compacted.ok()) return compacted.status();
   store->revision_at_open_ = *revision;
   store->compacted_at_open_ = *compacted;
-  log->info("opened store at {}{} (revision {}, compacted {})", path, options.read_only ? " read-only" : "",
-            *revision, *compacted);
+  log->info("opened store at {}{} (revision {}, compacted {})", path, options.read_only ? " read-only" : "", *revision,
+            *compacted);
   return store;
 }
 
@@ -166,15 +167,9 @@ Status RocksDbStore::Write(const ChangeSet& changes) {
   for (const Change& c : changes) {
     rocksdb::Status s;
     switch (c.op) {
-      case Change::Op::kPut:
-        s = batch.Put(Handle(c.table), c.key, c.value);
-        break;
-      case Change::Op::kDelete:
-        s = batch.Delete(Handle(c.table), c.key);
-        break;
-      case Change::Op::kDeleteRange:
-        s = batch.DeleteRange(Handle(c.table), c.key, c.end);
-        break;
+      case Change::Op::kPut: s = batch.Put(Handle(c.table), c.key, c.value); break;
+      case Change::Op::kDelete: s = batch.Delete(Handle(c.table), c.key); break;
+      case Change::Op::kDeleteRange: s = batch.DeleteRange(Handle(c.table), c.key, c.end); break;
     }
     if (!s.ok()) return FromRocks(s, "build write batch");
   }

@@ -22,8 +22,8 @@ enum class Cf : uint8_t {
 };
 inline constexpr size_t kCfCount = 8;
 
-inline constexpr std::array<std::string_view, kCfCount> kCfNames = {
-    "default", "meta", "nodes", "devices", "faults", "events", "jobs", "recoveries"};
+inline constexpr std::array<std::string_view, kCfCount> kCfNames = {"default", "meta",   "nodes", "devices",
+                                                                    "faults",  "events", "jobs",  "recoveries"};
 
 // Keys in the meta column family. Values are u64 big-endian.
 inline constexpr std::string_view kMetaRevision = "revision";

@@ -67,8 +67,7 @@ class Store {
   // The first stored event with time >= cutoff_unix_seconds, scanning from
   // revision > after; returns its revision minus one, or the last scanned
   // revision when every scanned event is older (at most max_scan events).
-  virtual StatusOr<uint64_t> LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds,
-                                                size_t max_scan) const = 0;
+  virtual StatusOr<uint64_t> LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds, size_t max_scan) const = 0;
 
   // Where the data lives, for messages (a directory for RocksDB).
   virtual const std::string& path() const = 0;

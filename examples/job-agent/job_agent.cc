@@ -89,10 +89,14 @@ bool ParseDuration(const std::string& text, google::protobuf::Duration* out) {
     size_t used = 0;
     const long long n = std::stoll(text, &used);
     const std::string unit = text.substr(used);
-    if (unit == "ms") *out = TimeUtil::MillisecondsToDuration(n);
-    else if (unit == "s") *out = TimeUtil::SecondsToDuration(n);
-    else if (unit == "m") *out = TimeUtil::SecondsToDuration(n * 60);
-    else return false;
+    if (unit == "ms")
+      *out = TimeUtil::MillisecondsToDuration(n);
+    else if (unit == "s")
+      *out = TimeUtil::SecondsToDuration(n);
+    else if (unit == "m")
+      *out = TimeUtil::SecondsToDuration(n * 60);
+    else
+      return false;
     return n >= 0;
   } catch (...) {
     return false;
@@ -275,9 +279,7 @@ class Agent {
           message = DropRanks(cmd.ranks());
           state_ = "running";
           break;
-        default:
-          ok = false;
-          message = "unknown command";
+        default: ok = false; message = "unknown command";
       }
     }
     done_[cmd.id()] = {ok, message};
@@ -298,8 +300,10 @@ class Agent {
       moved += (moved.empty() ? "" : ", ") + std::string("rank ") + std::to_string(p.rank()) + " -> " + slot.node +
                (slot.device ? ":" + std::to_string(*slot.device) : "");
       p.set_node(slot.node);
-      if (slot.device) p.set_device_id(*slot.device);
-      else p.clear_device_id();
+      if (slot.device)
+        p.set_device_id(*slot.device);
+      else
+        p.clear_device_id();
     }
     if (moved.empty()) return "ranks rescheduled in place (no spare slots given)";
     return UpdatePlacement(std::move(job)) ? "moved " + moved : "moved " + moved + " (placement update failed)";
@@ -373,23 +377,36 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (flag == "--server") o.server = value();
-    else if (flag == "--job") o.job = value();
+    if (flag == "--server")
+      o.server = value();
+    else if (flag == "--job")
+      o.job = value();
     else if (flag == "--kind") {
       const std::string k = value();
       if (k != "training" && k != "inference") return Usage();
       o.kind = k == "training" ? v1::JOB_KIND_TRAINING : v1::JOB_KIND_INFERENCE;
-    } else if (flag == "--placement") o.placement = value();
-    else if (flag == "--spares") o.spares = value();
-    else if (flag == "--log") o.log_path = value();
-    else if (flag == "--hold-down") o.hold_down = value();
-    else if (flag == "--step-timeout") o.step_timeout = value();
-    else if (flag == "--max-retries-per-job") o.max_retries_per_job = static_cast<uint32_t>(std::stoul(value()));
-    else if (flag == "--step-ms") o.step_ms = std::max(1, std::stoi(value()));
-    else if (flag == "--fail") o.fail.insert(value());
-    else if (flag == "--ignore") o.ignore.insert(value());
-    else if (flag == "--no-register") o.register_job = false;
-    else return Usage();
+    } else if (flag == "--placement")
+      o.placement = value();
+    else if (flag == "--spares")
+      o.spares = value();
+    else if (flag == "--log")
+      o.log_path = value();
+    else if (flag == "--hold-down")
+      o.hold_down = value();
+    else if (flag == "--step-timeout")
+      o.step_timeout = value();
+    else if (flag == "--max-retries-per-job")
+      o.max_retries_per_job = static_cast<uint32_t>(std::stoul(value()));
+    else if (flag == "--step-ms")
+      o.step_ms = std::max(1, std::stoi(value()));
+    else if (flag == "--fail")
+      o.fail.insert(value());
+    else if (flag == "--ignore")
+      o.ignore.insert(value());
+    else if (flag == "--no-register")
+      o.register_job = false;
+    else
+      return Usage();
   }
   if (o.job.empty() || (o.register_job && o.placement.empty())) return Usage();
   // SIGTERM/SIGINT end the process (the default): ClusterD resends any

@@ -13,13 +13,11 @@
 namespace clusterd::noded {
 namespace {
 
-std::string CallFailed(const char* fn, int rc) {
-  return std::string(fn) + " returned " + std::to_string(rc);
-}
+std::string CallFailed(const char* fn, int rc) { return std::string(fn) + " returned " + std::to_string(rc); }
 
 std::string CallFailed(const char* fn, int card, int chip, int rc) {
-  return std::string(fn) + "(card " + std::to_string(card) + ", chip " + std::to_string(chip) +
-         ") returned " + std::to_string(rc);
+  return std::string(fn) + "(card " + std::to_string(card) + ", chip " + std::to_string(chip) + ") returned " +
+         std::to_string(rc);
 }
 
 // chip_name is NUL-padded but not guaranteed NUL-terminated; keep printable ASCII.
@@ -164,8 +162,8 @@ StatusOr<std::vector<AscendBackend::Chip>> AscendBackend::Enumerate() {
         return Unavailable(CallFailed("dcmi_get_device_logic_id", card, chip, rc));
       }
       if (logic < 0 || !seen.insert(logic).second) {
-        return Internal("dcmi_get_device_logic_id(card " + std::to_string(card) + ", chip " +
-                        std::to_string(chip) + ") gave invalid or duplicate logic id " + std::to_string(logic));
+        return Internal("dcmi_get_device_logic_id(card " + std::to_string(card) + ", chip " + std::to_string(chip) +
+                        ") gave invalid or duplicate logic id " + std::to_string(logic));
       }
       c.logic_id = logic;
       dcmi::ChipInfo info{};
@@ -203,7 +201,7 @@ StatusOr<std::vector<DeviceInfo>> AscendBackend::Devices() {
 DeviceStatus AscendBackend::ReadChip(const Chip& c) {
   DeviceStatus s;
   s.id = c.logic_id;
-  auto add_error = [&s](std::string e) {
+  auto add_error = [&s](const std::string& e) {
     if (!s.read_error.empty()) s.read_error += "; ";
     s.read_error += e;
   };

@@ -23,8 +23,8 @@ using GetDeviceNumInCardFn = int (*)(int card_id, int* device_num);
 using GetDeviceLogicIdFn = int (*)(int* device_logic_id, int card_id, int device_id);
 using GetDeviceChipInfoFn = int (*)(int card_id, int device_id, ChipInfo* chip_info);
 using GetDeviceHealthFn = int (*)(int card_id, int device_id, unsigned int* health);
-using GetDeviceErrorCodeV2Fn = int (*)(int card_id, int device_id, int* error_count,
-                                       unsigned int* error_code_list, unsigned int list_len);
+using GetDeviceErrorCodeV2Fn = int (*)(int card_id, int device_id, int* error_count, unsigned int* error_code_list,
+                                       unsigned int list_len);
 using GetDeviceTemperatureFn = int (*)(int card_id, int device_id, int* temperature);
 using GetDevicePowerInfoFn = int (*)(int card_id, int device_id, int* power);  // 0.1 W units
 

@@ -141,7 +141,7 @@ StatusOr<std::vector<NpuSmiChip>> ParseNpuSmiInfo(std::string_view text) {
   for (; i < lines.size(); ++i) {
     const size_t line_no = i + 1;
     std::string_view l = Trim(lines[i]);
-    if (!l.empty() && l.front() == '+') continue;  // separator
+    if (!l.empty() && l.front() == '+') continue;                            // separator
     if (l.empty() || l.front() != '|' || IContains(l, "Process id")) break;  // end of the device table
     auto cells = Cells(l);
     if (!pending) {
@@ -230,6 +230,7 @@ StatusOr<std::string> RunCommand(const std::vector<std::string>& argv, std::chro
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   // Its own process group, so that a timeout kills whatever it started too.

@@ -49,13 +49,13 @@ inline constexpr const char* kNpuSmiHealthUnknown = "NPU_SMI_HEALTH_UNKNOWN";
 struct NpuSmiChip {
   int32_t id = 0;  // assigned as described above
   int npu_id = 0;
-  int chip = 0;                    // chip index within the NPU
-  std::optional<int> column_id;    // the Device / Phy-ID column, if the table has one
-  std::string name;                // "910B3"
-  std::string health;              // as printed: "OK", "Warning", ...
+  int chip = 0;                  // chip index within the NPU
+  std::optional<int> column_id;  // the Device / Phy-ID column, if the table has one
+  std::string name;              // "910B3"
+  std::string health;            // as printed: "OK", "Warning", ...
   std::optional<double> power_w;
   std::optional<double> temperature_c;
-  std::string bus_id;              // "0000:C1:00.0"
+  std::string bus_id;  // "0000:C1:00.0"
 };
 
 // Parses the text of `npu-smi info`. InvalidArgument (with the line number) when

@@ -54,8 +54,7 @@ StatusOr<CpuReading> CpuCollector::Collect() {
       uint64_t idle = r.times.Idle() - previous_->Idle();
       uint64_t busy = total > idle ? total - idle : 0;
       r.utilisation_percent = 100.0 * static_cast<double>(busy) / static_cast<double>(total);
-      r.iowait_percent =
-          100.0 * static_cast<double>(r.times.iowait - previous_->iowait) / static_cast<double>(total);
+      r.iowait_percent = 100.0 * static_cast<double>(r.times.iowait - previous_->iowait) / static_cast<double>(total);
     }
   }
   previous_ = r.times;

@@ -50,16 +50,16 @@ StatusOr<FsStats> RealStatFs::Stat(const std::string& mount_point) {
 }
 
 std::vector<std::string> DiskCollectorOptions::DefaultSkipFsTypes() {
-  return {"proc",    "sysfs",     "devtmpfs", "devpts",   "tmpfs",      "ramfs",  "cgroup*",
-          "securityfs", "pstore", "bpf",      "debugfs",  "tracefs",    "configfs", "fusectl",
-          "mqueue",  "hugetlbfs", "autofs",   "binfmt_misc", "rpc_pipefs", "nsfs", "efivarfs",
-          "selinuxfs", "overlay", "squashfs", "iso9660",  "erofs",      "nfs*",   "cifs",
-          "smb3",    "fuse*",     "ceph",     "glusterfs", "lustre",    "gpfs",   "9p"};
+  return {"proc",       "sysfs",     "devtmpfs", "devpts",      "tmpfs",      "ramfs",    "cgroup*",
+          "securityfs", "pstore",    "bpf",      "debugfs",     "tracefs",    "configfs", "fusectl",
+          "mqueue",     "hugetlbfs", "autofs",   "binfmt_misc", "rpc_pipefs", "nsfs",     "efivarfs",
+          "selinuxfs",  "overlay",   "squashfs", "iso9660",     "erofs",      "nfs*",     "cifs",
+          "smb3",       "fuse*",     "ceph",     "glusterfs",   "lustre",     "gpfs",     "9p"};
 }
 
 std::vector<std::string> DiskCollectorOptions::DefaultSkipMountPrefixes() {
-  return {"/var/lib/kubelet/pods/", "/var/lib/docker/", "/var/lib/containerd/", "/run/containerd/",
-          "/run/k3s/", "/snap/"};
+  return {"/var/lib/kubelet/pods/", "/var/lib/docker/", "/var/lib/containerd/",
+          "/run/containerd/",       "/run/k3s/",        "/snap/"};
 }
 
 DiskCollector::DiskCollector(DiskCollectorOptions options, StatFs& statfs)

@@ -68,7 +68,7 @@ struct MountReading {
 };
 
 struct BlockDeviceReading {
-  std::string name;  // "sda"
+  std::string name;        // "sda"
   uint64_t io_errors = 0;  // /sys/block/<name>/device/ioerr_cnt (SCSI disks only)
 };
 

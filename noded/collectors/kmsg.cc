@@ -42,14 +42,12 @@ std::vector<KernelPattern> DefaultKernelPatterns() {
       {"KERNEL_OOM_KILL", R"(Killed process \d+)", false},
       {"KERNEL_HUNG_TASK", R"(blocked for more than \d+ seconds)", false},
       // Not a bare "mce:": thermal throttling messages carry that prefix too.
-      {"KERNEL_MCE", R"(mce: \[Hardware Error\]|Machine check events logged|Machine Check Exception)",
-       false},
+      {"KERNEL_MCE", R"(mce: \[Hardware Error\]|Machine check events logged|Machine Check Exception)", false},
       {"KERNEL_FS_ERROR",
        R"(EXT4-fs error|EXT4-fs .*Remounting filesystem read-only|XFS .*([Ee]rror|[Cc]orruption|[Ss]hutdown)|I/O error)",
        false},
       {"KERNEL_ACCEL_DRIVER_ERROR",
-       R"(\b(davinci|devdrv|devmm|hccl|hdc|npu|dcmi)\w*\b.*\b(error|fault|fail(ed|ure)?|timeout|exception)\b)",
-       true},
+       R"(\b(davinci|devdrv|devmm|hccl|hdc|npu|dcmi)\w*\b.*\b(error|fault|fail(ed|ure)?|timeout|exception)\b)", true},
   };
 }
 
@@ -127,8 +125,8 @@ StatusOr<std::vector<KmsgRecord>> KmsgReader::Poll() {
   }
   char buf[8192];  // /dev/kmsg records are at most about 8 KiB; a smaller read fails EINVAL
   while (out.size() < options_.max_records_per_poll) {
-    ssize_t n = is_device_ ? ::read(fd_, buf, sizeof(buf))
-                           : ::pread(fd_, buf, sizeof(buf), static_cast<off_t>(offset_));
+    ssize_t n =
+        is_device_ ? ::read(fd_, buf, sizeof(buf)) : ::pread(fd_, buf, sizeof(buf), static_cast<off_t>(offset_));
     if (n > 0) {
       partial_.append(buf, static_cast<size_t>(n));
       if (is_device_ && partial_.back() != '\n') partial_.push_back('\n');
@@ -136,7 +134,7 @@ StatusOr<std::vector<KmsgRecord>> KmsgReader::Poll() {
       TakeLines(&out);
       continue;
     }
-    if (n == 0) break;  // end of a regular file
+    if (n == 0) break;                                   // end of a regular file
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;  // nothing more now
     if (errno == EINTR) continue;
     if (errno == EPIPE) continue;  // /dev/kmsg: records overwritten; next read resumes, gap counted

@@ -105,7 +105,7 @@ struct KernelReading {
   // is present (zero until it matches) so that rules get a baseline.
   std::map<std::string, uint64_t> counts;
   std::map<std::string, std::string> last_message;  // per code, the latest matching line
-  std::vector<KernelMatch> matches;                   // new in this poll
+  std::vector<KernelMatch> matches;                 // new in this poll
   uint64_t lost = 0;
 };
 

@@ -75,8 +75,10 @@ StatusOr<MemoryReading> MemoryCollector::Collect() const {
       size_t nl = prest.find('\n');
       std::string_view line = prest.substr(0, nl);
       prest = nl == std::string_view::npos ? std::string_view() : prest.substr(nl + 1);
-      if (line.starts_with("some ")) r.pressure_some = ParsePressureLine(line);
-      else if (line.starts_with("full ")) r.pressure_full = ParsePressureLine(line);
+      if (line.starts_with("some "))
+        r.pressure_some = ParsePressureLine(line);
+      else if (line.starts_with("full "))
+        r.pressure_full = ParsePressureLine(line);
     }
   }
 

@@ -31,8 +31,8 @@ struct MemoryReading {
   uint64_t total_kib = 0;
   // MemAvailable; on kernels without it, MemFree + Buffers + Cached.
   uint64_t available_kib = 0;
-  double available_percent = 0;  // available / total * 100
-  uint64_t hardware_corrupted_kib = 0;  // memory the kernel poisoned after errors
+  double available_percent = 0;           // available / total * 100
+  uint64_t hardware_corrupted_kib = 0;    // memory the kernel poisoned after errors
   std::optional<Pressure> pressure_some;  // absent without PSI
   std::optional<Pressure> pressure_full;
   std::vector<EdacController> edac;  // empty without EDAC

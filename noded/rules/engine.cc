@@ -53,8 +53,8 @@ double RuleEngine::Judge(const RuleInfo& r, State& st, TimePoint now, double sam
   return sample - h.front().second;
 }
 
-Transition RuleEngine::Make(const RuleInfo& r, Transition::Action action, const std::string& subject,
-                            double value, const std::string& message, TimePoint now) const {
+Transition RuleEngine::Make(const RuleInfo& r, Transition::Action action, const std::string& subject, double value,
+                            const std::string& message, TimePoint now) const {
   Transition t;
   t.action = action;
   t.code = r.rule.code;
@@ -89,10 +89,9 @@ std::vector<Transition> RuleEngine::Evaluate(const Snapshot& snapshot) {
         const double v = Judge(ri, st, now, s->value);
         const bool over = r.op == Op::kAbove ? v > r.raise : v < r.raise;
         const bool back = r.op == Op::kAbove ? v <= r.clear : v >= r.clear;
-        const std::string what = ri.kind == MetricKind::kCounter
-                                     ? Describe(r, s->subject) + " grew by " + Num(v) + " in " +
-                                           FormatDuration(r.window)
-                                     : Describe(r, s->subject) + " = " + Num(v);
+        const std::string what = ri.kind == MetricKind::kCounter ? Describe(r, s->subject) + " grew by " + Num(v) +
+                                                                       " in " + FormatDuration(r.window)
+                                                                 : Describe(r, s->subject) + " = " + Num(v);
         const std::string detail = s->detail.empty() ? "" : "; " + s->detail;
         if (!st.active) {
           if (!over) {

@@ -45,7 +45,7 @@ class RuleEngine {
  private:
   struct State {
     bool active = false;
-    TimePoint since;                      // when it was raised
+    TimePoint since;                       // when it was raised
     std::optional<TimePoint> raise_since;  // raise condition holding since
     std::optional<TimePoint> clear_since;  // clear condition holding since
     // Counters: points where the value changed, oldest first; the front is the

@@ -70,8 +70,8 @@ void AddKernel(const KernelReading& r, Snapshot* s) {
   s->sources.insert(Source::kKernel);
   for (const auto& [code, count] : r.counts) {
     auto last = r.last_message.find(code);
-    s->samples.push_back({"kernel." + code, "", D(count),
-                          last == r.last_message.end() ? std::string() : "last: " + last->second});
+    s->samples.push_back(
+        {"kernel." + code, "", D(count), last == r.last_message.end() ? std::string() : "last: " + last->second});
   }
 }
 

@@ -18,7 +18,7 @@ struct Sample {
   std::string metric;   // a FindMetric() name
   std::string subject;  // mount point, interface, block device; "" for the node
   double value = 0;
-  std::string detail;   // extra words for the fault message (e.g. the kernel log line)
+  std::string detail;  // extra words for the fault message (e.g. the kernel log line)
 };
 
 // One round of sampling. `sources` lists the sources that were collected

@@ -5,9 +5,9 @@
 namespace clusterd::noded {
 namespace {
 
-constexpr std::array<const char*, 8> kLevelNames = {
-    "NOT_HANDLE",       "SUB_HEALTH",       "PRE_SEPARATE", "RESTART_REQUEST",
-    "RESTART_BUSINESS", "FREE_RESTART_NPU", "RESTART_NPU",  "SEPARATE"};
+constexpr std::array<const char*, 8> kLevelNames = {"NOT_HANDLE",      "SUB_HEALTH",       "PRE_SEPARATE",
+                                                    "RESTART_REQUEST", "RESTART_BUSINESS", "FREE_RESTART_NPU",
+                                                    "RESTART_NPU",     "SEPARATE"};
 
 struct StaticMetric {
   const char* name;
@@ -66,9 +66,7 @@ const char* SourceName(Source source) {
 
 const char* OpName(Op op) { return op == Op::kAbove ? "above" : "below"; }
 
-const char* ActionName(Transition::Action action) {
-  return action == Transition::Action::kRaise ? "raise" : "clear";
-}
+const char* ActionName(Transition::Action action) { return action == Transition::Action::kRaise ? "raise" : "clear"; }
 
 std::optional<MetricInfo> FindMetric(std::string_view name) {
   for (const auto& m : kMetrics) {

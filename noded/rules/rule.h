@@ -62,7 +62,7 @@ struct Rule {
   std::chrono::nanoseconds for_duration{0};
   std::chrono::nanoseconds clear_for{0};
   std::chrono::nanoseconds window{std::chrono::minutes(1)};  // counters only
-  std::string code;  // e.g. "NODE_DISK_FULL"; unique among enabled rules
+  std::string code;                                          // e.g. "NODE_DISK_FULL"; unique among enabled rules
   Level level = Level::kSubHealth;
   bool enabled = true;
 };

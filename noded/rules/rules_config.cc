@@ -42,8 +42,7 @@ Status FieldError(const std::string& rule, const std::string& field, const std::
   return InvalidArgument("rule '" + rule + "': field '" + field + "' " + what);
 }
 
-StatusOr<nanoseconds> ParseDurationField(const std::string& rule, const std::string& field,
-                                         const nlohmann::json& v) {
+StatusOr<nanoseconds> ParseDurationField(const std::string& rule, const std::string& field, const nlohmann::json& v) {
   if (!v.is_string()) return FieldError(rule, field, "must be a duration string such as \"30s\"");
   const std::string& s = v.get_ref<const std::string&>();
   if (!s.empty() && s.front() == '-') return FieldError(rule, field, "must not be negative (\"" + s + "\")");
@@ -53,7 +52,7 @@ StatusOr<nanoseconds> ParseDurationField(const std::string& rule, const std::str
 }
 
 Status ApplyRuleFields(const nlohmann::json& j, bool is_new, Rule* r) {
-  static const std::set<std::string> kFields = {"name", "metric", "op",   "raise", "clear", "for",
+  static const std::set<std::string> kFields = {"name",      "metric", "op",   "raise", "clear",  "for",
                                                 "clear_for", "window", "code", "level", "enabled"};
   const std::string& name = r->name;
   for (const auto& [key, value] : j.items()) {
@@ -70,9 +69,12 @@ Status ApplyRuleFields(const nlohmann::json& j, bool is_new, Rule* r) {
   }
   if (j.contains("op")) {
     const auto& v = j["op"];
-    if (v == "above") r->op = Op::kAbove;
-    else if (v == "below") r->op = Op::kBelow;
-    else return FieldError(name, "op", "must be \"above\" or \"below\", not " + v.dump());
+    if (v == "above")
+      r->op = Op::kAbove;
+    else if (v == "below")
+      r->op = Op::kBelow;
+    else
+      return FieldError(name, "op", "must be \"above\" or \"below\", not " + v.dump());
   }
   for (auto [key, slot] : {std::pair<const char*, double*>{"raise", &r->raise}, {"clear", &r->clear}}) {
     if (!j.contains(key)) continue;
@@ -134,32 +136,31 @@ std::vector<Rule> DefaultRules() {
                Level::kPreSeparate),
       MakeRule("disk_io_errors", "disk.io_errors", Op::kAbove, 0, 0, zero, minutes(10), "NODE_DISK_IO_ERRORS",
                Level::kSubHealth),
-      MakeRule("memory_low", "memory.available_percent", Op::kBelow, 5, 10, seconds(30), minutes(1),
-               "NODE_MEMORY_LOW", Level::kSubHealth),
+      MakeRule("memory_low", "memory.available_percent", Op::kBelow, 5, 10, seconds(30), minutes(1), "NODE_MEMORY_LOW",
+               Level::kSubHealth),
       MakeRule("memory_pressure", "memory.pressure_full_avg10", Op::kAbove, 20, 5, seconds(30), minutes(1),
                "NODE_MEMORY_PRESSURE", Level::kSubHealth),
       MakeRule("ecc_uncorrected", "memory.ecc_uncorrected", Op::kAbove, 0, 0, zero, hours(24),
                "NODE_MEMORY_ECC_UNCORRECTED", Level::kPreSeparate),
       MakeRule("ecc_corrected", "memory.ecc_corrected", Op::kAbove, 100, 10, zero, hours(1),
                "NODE_MEMORY_ECC_CORRECTED", Level::kSubHealth),
-      MakeRule("cpu_throttled", "cpu.throttle_events", Op::kAbove, 100, 10, zero, minutes(5),
-               "NODE_CPU_THROTTLED", Level::kSubHealth),
+      MakeRule("cpu_throttled", "cpu.throttle_events", Op::kAbove, 100, 10, zero, minutes(5), "NODE_CPU_THROTTLED",
+               Level::kSubHealth),
       MakeRule("link_down", "network.link_down", Op::kAbove, 0, 0, seconds(2), minutes(1), "NODE_LINK_DOWN",
                Level::kSubHealth),
-      MakeRule("link_flapping", "network.carrier_changes", Op::kAbove, 10, 0, zero, minutes(10),
-               "NODE_LINK_FLAPPING", Level::kSubHealth),
+      MakeRule("link_flapping", "network.carrier_changes", Op::kAbove, 10, 0, zero, minutes(10), "NODE_LINK_FLAPPING",
+               Level::kSubHealth),
       MakeRule("nic_errors", "network.errors", Op::kAbove, 100, 0, zero, minutes(5), "NODE_NIC_ERRORS",
                Level::kSubHealth),
-      MakeRule("kernel_oom_kill", "kernel.KERNEL_OOM_KILL", Op::kAbove, 0, 0, zero, minutes(10),
-               "KERNEL_OOM_KILL", Level::kSubHealth),
-      MakeRule("kernel_hung_task", "kernel.KERNEL_HUNG_TASK", Op::kAbove, 0, 0, zero, minutes(10),
-               "KERNEL_HUNG_TASK", Level::kSubHealth),
-      MakeRule("kernel_mce", "kernel.KERNEL_MCE", Op::kAbove, 0, 0, zero, hours(1), "KERNEL_MCE",
+      MakeRule("kernel_oom_kill", "kernel.KERNEL_OOM_KILL", Op::kAbove, 0, 0, zero, minutes(10), "KERNEL_OOM_KILL",
                Level::kSubHealth),
+      MakeRule("kernel_hung_task", "kernel.KERNEL_HUNG_TASK", Op::kAbove, 0, 0, zero, minutes(10), "KERNEL_HUNG_TASK",
+               Level::kSubHealth),
+      MakeRule("kernel_mce", "kernel.KERNEL_MCE", Op::kAbove, 0, 0, zero, hours(1), "KERNEL_MCE", Level::kSubHealth),
       MakeRule("kernel_fs_error", "kernel.KERNEL_FS_ERROR", Op::kAbove, 0, 0, zero, hours(1), "KERNEL_FS_ERROR",
                Level::kSubHealth),
-      MakeRule("kernel_accel_driver_error", "kernel.KERNEL_ACCEL_DRIVER_ERROR", Op::kAbove, 0, 0, zero,
-               minutes(10), "KERNEL_ACCEL_DRIVER_ERROR", Level::kSubHealth),
+      MakeRule("kernel_accel_driver_error", "kernel.KERNEL_ACCEL_DRIVER_ERROR", Op::kAbove, 0, 0, zero, minutes(10),
+               "KERNEL_ACCEL_DRIVER_ERROR", Level::kSubHealth),
   };
 }
 
@@ -174,12 +175,14 @@ Status ValidateRule(const Rule& r) {
   if (!std::isfinite(r.raise)) return FieldError(r.name, "raise", "must be a finite number");
   if (!std::isfinite(r.clear)) return FieldError(r.name, "clear", "must be a finite number");
   if (r.op == Op::kAbove && r.clear > r.raise) {
-    return FieldError(r.name, "clear", "(" + Num(r.clear) + ") must be <= 'raise' (" + Num(r.raise) +
-                                           ") for op 'above': a fault clears at or below it");
+    return FieldError(r.name, "clear",
+                      "(" + Num(r.clear) + ") must be <= 'raise' (" + Num(r.raise) +
+                          ") for op 'above': a fault clears at or below it");
   }
   if (r.op == Op::kBelow && r.clear < r.raise) {
-    return FieldError(r.name, "clear", "(" + Num(r.clear) + ") must be >= 'raise' (" + Num(r.raise) +
-                                           ") for op 'below': a fault clears at or above it");
+    return FieldError(r.name, "clear",
+                      "(" + Num(r.clear) + ") must be >= 'raise' (" + Num(r.raise) +
+                          ") for op 'below': a fault clears at or above it");
   }
   if (r.for_duration.count() < 0) return FieldError(r.name, "for", "must not be negative");
   if (r.clear_for.count() < 0) return FieldError(r.name, "clear_for", "must not be negative");
@@ -250,8 +253,10 @@ StatusOr<RulesConfig> ApplyRulesJson(RulesConfig base, const nlohmann::json& doc
       KernelPattern kp{p["code"].get<std::string>(), p["regex"].get<std::string>(), p.value("ignore_case", false)};
       auto it = std::find_if(base.kernel_patterns.begin(), base.kernel_patterns.end(),
                              [&](const KernelPattern& e) { return e.code == kp.code; });
-      if (it != base.kernel_patterns.end()) *it = std::move(kp);
-      else base.kernel_patterns.push_back(std::move(kp));
+      if (it != base.kernel_patterns.end())
+        *it = std::move(kp);
+      else
+        base.kernel_patterns.push_back(std::move(kp));
     }
   }
   if (doc.contains("rules")) {
@@ -272,8 +277,10 @@ StatusOr<RulesConfig> ApplyRulesJson(RulesConfig base, const nlohmann::json& doc
       rule.name = name;
       CLUSTERD_RETURN_IF_ERROR(ApplyRuleFields(j, is_new, &rule));
       CLUSTERD_RETURN_IF_ERROR(ValidateRule(rule));
-      if (is_new) base.rules.push_back(std::move(rule));
-      else *it = std::move(rule);
+      if (is_new)
+        base.rules.push_back(std::move(rule));
+      else
+        *it = std::move(rule);
     }
   }
   CLUSTERD_RETURN_IF_ERROR(ValidateRulesConfig(base));

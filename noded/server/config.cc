@@ -118,10 +118,9 @@ StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, boo
   if (!split->config_path.empty()) {
     auto text = ReadFileToString(split->config_path);
     if (!text.ok()) return InvalidArgument("--config: " + text.status().message());
-    CLUSTERD_RETURN_IF_ERROR(ApplyJsonObject(*text, "config file " + split->config_path, KnownKey,
-                                             [&](const std::string& k, const std::string& v) {
-                                               return Setters().at(k)(v, &cfg);
-                                             }));
+    CLUSTERD_RETURN_IF_ERROR(
+        ApplyJsonObject(*text, "config file " + split->config_path, KnownKey,
+                        [&](const std::string& k, const std::string& v) { return Setters().at(k)(v, &cfg); }));
   }
   for (const auto& [key, value] : split->flags) {
     Status st = Setters().at(key)(value, &cfg);

@@ -18,12 +18,12 @@ struct NodedConfig {
   std::string state_dir = "/var/lib/noded";
   std::string accelerator = "none";  // ascend, npu-smi, sim, none
   uint32_t sim_devices = 8;
-  std::string dcmi_path;             // tried before the driver's usual paths
+  std::string dcmi_path;  // tried before the driver's usual paths
   std::string npu_smi_command = "npu-smi info";
-  std::string root = "/";            // where /proc and /sys are (a fixture tree in tests)
+  std::string root = "/";               // where /proc and /sys are (a fixture tree in tests)
   std::string kmsg_path = "/dev/kmsg";  // "" disables the kernel-log collector
-  std::string mounts_file;           // relative to root; "" picks (see AgentOptions)
-  std::string rules_file;            // JSON rules merged over the defaults
+  std::string mounts_file;              // relative to root; "" picks (see AgentOptions)
+  std::string rules_file;               // JSON rules merged over the defaults
   std::map<std::string, std::string> labels;
   std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);

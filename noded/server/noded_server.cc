@@ -71,7 +71,8 @@ struct NodedServer::Impl {
     nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object()) return bad("body must be a JSON object");
     for (auto it = body.begin(); it != body.end(); ++it) {
-      if (it.key() != "device" && it.key() != "code" && it.key() != "state") return bad("unknown field \"" + it.key() + "\"");
+      if (it.key() != "device" && it.key() != "code" && it.key() != "state")
+        return bad("unknown field \"" + it.key() + "\"");
     }
     if (!body.contains("code") || !body["code"].is_string()) return bad("code: required string");
     if (!body.contains("state") || !body["state"].is_string()) return bad("state: required, \"raise\" or \"clear\"");
@@ -86,7 +87,7 @@ struct NodedServer::Impl {
       device = static_cast<uint32_t>(id);
     }
     Status st = injector->Inject(device, body["code"].get<std::string>(),
-                            state == "raise" ? InjectAction::kRaise : InjectAction::kClear);
+                                 state == "raise" ? InjectAction::kRaise : InjectAction::kClear);
     if (!st.ok()) return bad(st.message());
     Wake();  // report it now, not at the next tick
     return HttpResponse{200, "application/json", "{\"ok\": true}\n"};
@@ -161,8 +162,8 @@ Status NodedServer::Start() {
 
   s.poller = std::thread([&s] { s.PollLoop(); });
   s.stream->Start();
-  log->info("noded {} (epoch {}, accelerator {}) reporting to {}; HTTP on port {}", cfg.node_name,
-            s.outbox->epoch(), s.backend->name(), cfg.server, s.http.port());
+  log->info("noded {} (epoch {}, accelerator {}) reporting to {}; HTTP on port {}", cfg.node_name, s.outbox->epoch(),
+            s.backend->name(), cfg.server, s.http.port());
   return Status::Ok();
 }
 

@@ -24,7 +24,8 @@ StreamClient::StreamClient(StreamOptions options, const Agent* agent, Outbox* ou
   stub_ = v1::NodeAgentService::NewStub(channel_);
   if (metrics) {
     reconnects_ = &metrics->AddCounter("noded_stream_connects_total", "Streams opened to ClusterD.");
-    sent_transitions_ = &metrics->AddCounter("noded_transitions_sent_total", "Fault transitions sent (resends included).");
+    sent_transitions_ =
+        &metrics->AddCounter("noded_transitions_sent_total", "Fault transitions sent (resends included).");
     acks_ = &metrics->AddCounter("noded_acks_total", "Acknowledgements received from ClusterD.");
     metrics->AddCallbackGauge("noded_stream_connected", "1 while the stream to ClusterD is up.",
                               [this] { return connected_.load() ? 1.0 : 0.0; });
@@ -33,7 +34,9 @@ StreamClient::StreamClient(StreamOptions options, const Agent* agent, Outbox* ou
 
 StreamClient::~StreamClient() { Stop(); }
 
-void StreamClient::Start() { thread_ = std::thread([this] { Run(); }); }
+void StreamClient::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void StreamClient::Stop() {
   {

@@ -290,9 +290,9 @@ TEST_F(ClusterctlTest, GetFaultsFilters) {
 TEST_F(ClusterctlTest, DescribeNode) {
   Result r = Run({"describe", "node", "worker01"});
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* want : {"Name:", "worker01", "UNHEALTHY", "pool=train", "4 x Kunpeng 920", "Devices:", "910B3",
-                           "Active faults:", "80E01801", "HBM ECC error", "Metrics", "npu_temperature_celsius",
-                           "61.5"}) {
+  for (const char* want :
+       {"Name:", "worker01", "UNHEALTHY", "pool=train", "4 x Kunpeng 920", "Devices:", "910B3",
+        "Active faults:", "80E01801", "HBM ECC error", "Metrics", "npu_temperature_celsius", "61.5"}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
   r = Run({"describe", "node", "worker01", "-o", "json"});
@@ -333,11 +333,11 @@ TEST_F(ClusterctlTest, WatchFollowsLiveEvents) {
   const uint64_t head = Summary().revision();
   Result live;
   std::thread watcher([&] {
-    live = Run({"watch", "--from-revision", std::to_string(head), "--type", "FAULT_RAISED", "--max-events", "1",
-                "-o", "json"});
+    live = Run({"watch", "--from-revision", std::to_string(head), "--type", "FAULT_RAISED", "--max-events", "1", "-o",
+                "json"});
   });
-  Result rep = Run({"report-fault", "--reporter", "probe", "--id", "p1", "--node", "worker02", "--code",
-                    "NODE_DISK_FULL"});
+  Result rep =
+      Run({"report-fault", "--reporter", "probe", "--id", "p1", "--node", "worker02", "--code", "NODE_DISK_FULL"});
   watcher.join();
   ASSERT_EQ(rep.code, 0) << rep.err;
   ASSERT_EQ(live.code, 0) << live.err;
@@ -372,9 +372,9 @@ TEST_F(ClusterctlTest, WatchCursorFileResumesWithoutDuplicates) {
   EXPECT_EQ(all, want);
 
   // A new change after the cursor: the next run starts exactly there.
-  ASSERT_EQ(Run({"report-fault", "--reporter", "probe", "--id", "p2", "--node", "worker02", "--code", "NODE_DISK_FULL"})
-                .code,
-            0);
+  ASSERT_EQ(
+      Run({"report-fault", "--reporter", "probe", "--id", "p2", "--node", "worker02", "--code", "NODE_DISK_FULL"}).code,
+      0);
   Result c = Run({"watch", "--cursor-file", cursor, "--max-events", "1", "-o", "json"});
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_EQ(Revisions(c.out), (std::vector<uint64_t>{head + 1}));
@@ -410,8 +410,8 @@ TEST_F(ClusterctlTest, ReportAndClearExternalFault) {
                   "--code", "ROCE_LINK_DOWN", "--level", "RESTART_REQUEST"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("raised"), std::string::npos) << r.out;
-  r = Run({"report-fault", "--reporter", "netprobe", "--id", "roce-3", "--node", "worker01", "--device", "3",
-           "--code", "ROCE_LINK_DOWN", "--level", "restart_request"});
+  r = Run({"report-fault", "--reporter", "netprobe", "--id", "roce-3", "--node", "worker01", "--device", "3", "--code",
+           "ROCE_LINK_DOWN", "--level", "restart_request"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("unchanged"), std::string::npos) << r.out;
 
@@ -522,7 +522,8 @@ TEST_F(ClusterctlTest, CreateGetDescribeDeleteJob) {
   const std::string placement = r.out.substr(r.out.find("Placement:"));
   bool rank1 = false, rank0 = false;
   for (const auto& l : Lines(placement)) {
-    if (l.rfind("  1 ", 0) == 0) rank1 = l.find("worker01") != std::string::npos && l.find("80E01802") != std::string::npos;
+    if (l.rfind("  1 ", 0) == 0)
+      rank1 = l.find("worker01") != std::string::npos && l.find("80E01802") != std::string::npos;
     if (l.rfind("  0 ", 0) == 0) rank0 = l.find("80E01802") == std::string::npos;
   }
   EXPECT_TRUE(rank1 && rank0) << r.out;
@@ -752,9 +753,9 @@ TEST_F(ClusterctlTest, RecoveriesThroughTheRealApi) {
   // describe: the fields, the reasons and one row per step.
   r = Run({"describe", "recovery", "train-r.1"});
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* want : {"Id:", "train-r.1", "Job:", "train-r", "State:", "DRY_RUN", "Level:", "SEPARATE",
-                           "Dry run:", "yes", "Trigger faults:", "netprobe/dev0", "Reasons:", "Steps:", "INDEX", "RUNG",
-                           "WHAT", "SKIPPED"}) {
+  for (const char* want :
+       {"Id:", "train-r.1", "Job:", "train-r", "State:", "DRY_RUN", "Level:", "SEPARATE", "Dry run:", "yes",
+        "Trigger faults:", "netprobe/dev0", "Reasons:", "Steps:", "INDEX", "RUNG", "WHAT", "SKIPPED"}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
   ASSERT_NE(r.out.find("\nSteps:\n"), std::string::npos) << r.out;
@@ -874,10 +875,9 @@ TEST_F(ClusterctlTest, ExitCodes) {
   EXPECT_EQ(Run({"get", "nodes", "--health", "SICK"}).code, 2);
   EXPECT_EQ(Run({"watch", "--type", "NOPE"}).code, 2);
   EXPECT_EQ(Run({"watch", "--from-revision", "abc"}).code, 2);
-  EXPECT_EQ(Run({"report-fault", "--reporter", "p", "--id", "x", "--node", "worker01", "--code", "C", "--level",
-                 "bad"})
-                .code,
-            2);
+  EXPECT_EQ(
+      Run({"report-fault", "--reporter", "p", "--id", "x", "--node", "worker01", "--code", "C", "--level", "bad"}).code,
+      2);
 
   // The server refuses a bad argument: an RPC error, with its code.
   r = Run({"get", "nodes", "--selector", "no-equals-sign"});
@@ -1239,8 +1239,8 @@ TEST(ClusterctlUnimplementedTest, AnOlderServerIsExitFive) {
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   ASSERT_TRUE(server && port > 0);
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {"get", "recoveries"}, {"describe", "recovery", "train-a.1"}}) {
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{"get", "recoveries"}, {"describe", "recovery", "train-a.1"}}) {
     args.insert(args.begin(), {"--server", "127.0.0.1:" + std::to_string(port)});
     std::ostringstream out, err;
     EXPECT_EQ(RunClusterctl(args, out, err, NoEnv), 5) << err.str();

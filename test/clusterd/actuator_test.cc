@@ -91,10 +91,9 @@ ActionResult RunOne(Actuator& actuator, ActionRequest req) {
 TEST(ActionJsonTest, Golden) {
   ActionRequest req = Request();
   req.deadline = TimePoint(std::chrono::milliseconds(1'795'914'123'456));
-  EXPECT_EQ(ActionJson(req),
-            R"({"idempotency_key":"train-1.1/2","recovery_id":"train-1.1","job_id":"train-1",)"
-            R"("action":"isolate_device","strategy":"POD_RESCHEDULE","node":"worker01",)"
-            R"("device_id":3,"ranks":[3],"deadline":"2026-11-29T01:02:03.456Z"})");
+  EXPECT_EQ(ActionJson(req), R"({"idempotency_key":"train-1.1/2","recovery_id":"train-1.1","job_id":"train-1",)"
+                             R"("action":"isolate_device","strategy":"POD_RESCHEDULE","node":"worker01",)"
+                             R"("device_id":3,"ranks":[3],"deadline":"2026-11-29T01:02:03.456Z"})");
 }
 
 TEST(ActionJsonTest, EscapesStringsAndOmitsUnsetDevice) {
@@ -106,11 +105,10 @@ TEST(ActionJsonTest, EscapesStringsAndOmitsUnsetDevice) {
   req.strategy = v1::RECOVERY_STRATEGY_JOB_RESCHEDULE;
   req.ranks = {0, 1, 7};
   req.deadline = TimePoint(std::chrono::seconds(1'700'000'000));
-  EXPECT_EQ(ActionJson(req),
-            R"({"idempotency_key":"a\"b\\c\n\u0001","recovery_id":"r","job_id":"j)"
-            "\xC3\xA9"
-            R"(","action":"restart_job","strategy":"JOB_RESCHEDULE","node":"","ranks":[0,1,7],)"
-            R"("deadline":"2023-11-14T22:13:20.000Z"})");
+  EXPECT_EQ(ActionJson(req), R"({"idempotency_key":"a\"b\\c\n\u0001","recovery_id":"r","job_id":"j)"
+                             "\xC3\xA9"
+                             R"(","action":"restart_job","strategy":"JOB_RESCHEDULE","node":"","ranks":[0,1,7],)"
+                             R"("deadline":"2023-11-14T22:13:20.000Z"})");
 }
 
 TEST(ActionJsonTest, Names) {
@@ -168,8 +166,8 @@ TEST(ExecActuatorTest, RejectsBadOptions) {
 TEST(ExecActuatorTest, PassesJsonOnStdinAndEnvironment) {
   testing::TempDir dir;
   const std::string input = dir.Sub("input"), env = dir.Sub("env");
-  auto a = Exec("cat >> " + input + "; echo \"$CLUSTERD_ACTION|$CLUSTERD_IDEMPOTENCY_KEY|$CLUSTERD_JOB_ID\" > " +
-                env + "; echo first; echo last; echo");
+  auto a = Exec("cat >> " + input + "; echo \"$CLUSTERD_ACTION|$CLUSTERD_IDEMPOTENCY_KEY|$CLUSTERD_JOB_ID\" > " + env +
+                "; echo first; echo last; echo");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->kind(), "exec");
   const ActionRequest req = Request();
@@ -412,9 +410,9 @@ TEST(WebhookActuatorTest, NoAnswerBeforeTheDeadlineFails) {
 }
 
 TEST(WebhookActuatorTest, RejectsBadUrls) {
-  for (const std::string url : {"", "https://example.com/x", "ftp://h/x", "http://", "http://:80/x",
-                                "http://host:99999/x", "http://host:/x", "http://user@host/x", "example.com/x",
-                                "http://ho st/x", "http://[::1/x", "http://host/x#frag"}) {
+  for (const std::string url :
+       {"", "https://example.com/x", "ftp://h/x", "http://", "http://:80/x", "http://host:99999/x", "http://host:/x",
+        "http://user@host/x", "example.com/x", "http://ho st/x", "http://[::1/x", "http://host/x#frag"}) {
     auto a = MakeWebhookActuator({.url = url});
     ASSERT_FALSE(a.ok()) << url;
     EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument) << url;

@@ -140,8 +140,7 @@ TEST_F(AdmissionTest, AgentStreamsPerPeerAreLimited) {
   v1::GetNodeRequest req;
   req.set_name("worker03");
   v1::GetNodeResponse resp;
-  EXPECT_EQ(v1::ClusterService::NewStub(channel_)->GetNode(&ctx, req, &resp).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(v1::ClusterService::NewStub(channel_)->GetNode(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
   // A closed stream gives its slot back.
   a.Close();
   std::unique_ptr<TestAgent> d;

@@ -29,7 +29,8 @@ TEST(Catalog, OverrideReplacesAndAdds) {
   Catalog c = Catalog::Default();
   ASSERT_TRUE(c.MergeJson(R"({"default_level": "NOT_HANDLE",
       "codes": [{"code": "80E01801", "level": "SEPARATE"}, {"code": "MY_CODE", "level": "FAULT_LEVEL_SUB_HEALTH"}]})",
-                          "test").ok());
+                          "test")
+                  .ok());
   EXPECT_EQ(c.Resolve("80E01801", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SEPARATE);
   EXPECT_EQ(c.Resolve("MY_CODE", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SUB_HEALTH);
   EXPECT_EQ(c.default_level(), v1::FAULT_LEVEL_NOT_HANDLE);
@@ -38,7 +39,8 @@ TEST(Catalog, OverrideReplacesAndAdds) {
 TEST(Catalog, BadOverrideIsRefusedAndChangesNothing) {
   Catalog c = Catalog::Default();
   Status st = c.MergeJson(R"({"codes": [{"code": "80E01801", "level": "SEPARATE"},
-                                       {"code": "X", "level": "VERY_BAD"}]})", "override.json");
+                                       {"code": "X", "level": "VERY_BAD"}]})",
+                          "override.json");
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("codes[1].level"), std::string::npos) << st.message();
@@ -110,9 +112,10 @@ TEST(Config, CommitDelay) {
 
 TEST(Config, RecoverySettings) {
   bool help = false;
-  auto cfg = ParseClusterdConfig({"--actuator", "exec", "--actuator-command", "/bin/true", "--max-concurrent-recoveries",
-                                  "8", "--max-isolated-node-percent", "0", "--recovery-budget-window", "1h"},
-                                 &help);
+  auto cfg =
+      ParseClusterdConfig({"--actuator", "exec", "--actuator-command", "/bin/true", "--max-concurrent-recoveries", "8",
+                           "--max-isolated-node-percent", "0", "--recovery-budget-window", "1h"},
+                          &help);
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   EXPECT_EQ(cfg->actuator, "exec");
   EXPECT_EQ(cfg->max_concurrent_recoveries, 8u);

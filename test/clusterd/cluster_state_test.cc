@@ -476,7 +476,7 @@ TEST_F(ClusterStateTest, ListFaultsFilters) {
   Hello(MakeHello("worker02", 1), 2);
   ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());  // RESTART_BUSINESS
   const uint64_t mid = state_->revision();
-  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 2, true, 4, "80818C06")).ok());  // SUB_HEALTH
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 2, true, 4, "80818C06")).ok());      // SUB_HEALTH
   ASSERT_TRUE(Transition("worker02", MakeTransition(1, 1, true, 1, "020001002"), 2).ok());  // SEPARATE
   ASSERT_TRUE(Transition("worker01", MakeTransition(1, 3, false, 4, "80818C06")).ok());
   auto list = [&](auto setup) {
@@ -545,13 +545,17 @@ v1::Job MakeJob(const std::string& id, const std::vector<std::pair<std::string, 
 
 TEST_F(ClusterStateTest, JobsAreStoredWithEventsAndSurviveRestart) {
   Hello(MakeHello("worker01", 1));
-  auto created = Commit([&](Mutation* m) { return state_->ApplyCreateJob(MakeJob("llm", {{"worker01", 0}, {"worker01", 3}}), m); });
+  auto created = Commit([&](Mutation* m) {
+    return state_->ApplyCreateJob(MakeJob("llm", {{"worker01", 0}, {"worker01", 3}}), m);
+  });
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   EXPECT_EQ(created->state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(events_.back().type(), v1::EVENT_TYPE_JOB_CREATED);
   EXPECT_EQ(events_.back().job_ids(0), "llm");
   EXPECT_EQ(created->revision(), events_.back().revision());
-  EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyCreateJob(MakeJob("llm", {{"worker01", 0}}), m); })
+  EXPECT_EQ(Commit([&](Mutation* m) {
+              return state_->ApplyCreateJob(MakeJob("llm", {{"worker01", 0}}), m);
+            })
                 .status()
                 .code(),
             StatusCode::kAlreadyExists);
@@ -592,17 +596,17 @@ TEST_F(ClusterStateTest, RecoveryRetentionKeepsRunningNewestAndRecent) {
   // Job a: four finished, then one still running (the newest); job b: one
   // finished (its newest), then the job is deleted; then one more of job a
   // ... all at least a day ago, except the last one.
-  put("a", v1::RECOVERY_STATE_SUCCEEDED);                    // a.1
-  put("a", v1::RECOVERY_STATE_FAILED);                       // a.2
-  put("b", v1::RECOVERY_STATE_SUCCEEDED);                    // b.1 (job b's newest)
-  put("a", v1::RECOVERY_STATE_CANCELLED);                    // a.3
+  put("a", v1::RECOVERY_STATE_SUCCEEDED);                            // a.1
+  put("a", v1::RECOVERY_STATE_FAILED);                               // a.2
+  put("b", v1::RECOVERY_STATE_SUCCEEDED);                            // b.1 (job b's newest)
+  put("a", v1::RECOVERY_STATE_CANCELLED);                            // a.3
   const std::string running = put("a", v1::RECOVERY_STATE_RUNNING);  // a.4
   clock_.Advance(std::chrono::hours(48));
-  put("a", v1::RECOVERY_STATE_DRY_RUN);                      // a.5, newest of a, recent
+  put("a", v1::RECOVERY_STATE_DRY_RUN);  // a.5, newest of a, recent
   ASSERT_EQ(state_->recovery_count(), 6u);
 
-  ClusterState::RecoveryRetention keep_all{.max_count = 100, .max_age = std::chrono::hours(24 * 30),
-                                           .protect = std::chrono::hours(24)};
+  ClusterState::RecoveryRetention keep_all{
+      .max_count = 100, .max_age = std::chrono::hours(24 * 30), .protect = std::chrono::hours(24)};
   const uint64_t rev = state_->revision();
   EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyRecoveryRetention(keep_all, clock_.Now(), m); }), 0u);
 
@@ -759,7 +763,9 @@ TEST_F(ClusterStateTest, ManualClearNamesWhoAndWhy) {
   EXPECT_EQ(Node("worker01").node().health(), v1::HEALTH_HEALTHY);
   EXPECT_EQ(Commit([&](Mutation* m) {
               return state_->ApplyClearFault("worker01/3/accelerator/80E01801", "alice", "again", m);
-            }).status().code(),
+            })
+                .status()
+                .code(),
             StatusCode::kFailedPrecondition);
 }
 
@@ -809,7 +815,9 @@ TEST_F(ClusterStateTest, ControlCharactersInNamesAreRefused) {
   ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find(".serial"), std::string::npos) << refused.status().message();
   h = MakeHello("worker01", 1);
-  h.set_boot_id("\xc2\x9b" "31m");  // C1 CSI
+  h.set_boot_id(
+      "\xc2\x9b"
+      "31m");  // C1 CSI
   EXPECT_EQ(state_->ApplyHello(h, 1, &m).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(m.empty());
   EXPECT_EQ(state_->revision(), 0u);

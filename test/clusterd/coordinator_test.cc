@@ -461,11 +461,11 @@ TEST_F(CoordinatorTest, RestartResumesTheStepInFlightAndNeverRepeatsADoneOne) {
   Raise("w2", 2, 1, 0, kSeparate);
   clock_.Advance(2s);
   Tick();
-  Answer("train.1/0", true);                      // PAUSE acked
-  ASSERT_EQ(actuator_.requests.size(), 1u);       // isolate_device in flight...
-  Answer("train.1/1", true);                      // ...done
-  ASSERT_EQ(actuator_.requests.size(), 2u);       // reschedule_pods in flight: "crash" now
-  Open();                                         // a new process: state reloaded from disk
+  Answer("train.1/0", true);                 // PAUSE acked
+  ASSERT_EQ(actuator_.requests.size(), 1u);  // isolate_device in flight...
+  Answer("train.1/1", true);                 // ...done
+  ASSERT_EQ(actuator_.requests.size(), 2u);  // reschedule_pods in flight: "crash" now
+  Open();                                    // a new process: state reloaded from disk
   Tick();
   ASSERT_EQ(actuator_.requests.size(), 1u) << "only the step in flight is asked for again";
   EXPECT_EQ(actuator_.requests[0].idempotency_key, "train.1/2");

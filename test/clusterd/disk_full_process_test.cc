@@ -254,8 +254,7 @@ TEST(DiskFullProcessTest, RefusesWritesBeforeFullServesReadsOnAFullDiskAndResume
   EXPECT_FALSE(agent.Transition(21, true, 5, Code(21)));
   agent.Close();
   EXPECT_EQ(agent.status().error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_NE(agent.status().error_message().find("min_free_bytes"), std::string::npos)
-      << agent.status().error_message();
+  EXPECT_NE(agent.status().error_message().find("min_free_bytes"), std::string::npos) << agent.status().error_message();
   // Reads, Watch, /readyz (reads are still served) and the metrics.
   EXPECT_EQ(FaultCodes(server.channel()), acked);
   const uint64_t revision = Revision(server.channel());

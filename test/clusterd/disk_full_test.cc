@@ -179,9 +179,7 @@ TEST_F(DiskFullEngineTest, BelowTheReserveClientWritesAreRefusedAndHeldChangesCo
     std::shared_lock lock(state_->mutex());
     return state_->revision() > durable;
   }));
-  ASSERT_TRUE(testing::WaitFor([&] {
-    return Metrics().find("clusterd_store_held_changes 1\n") != std::string::npos;
-  }));
+  ASSERT_TRUE(testing::WaitFor([&] { return Metrics().find("clusterd_store_held_changes 1\n") != std::string::npos; }));
   EXPECT_FALSE(internal_done.load());
   EXPECT_EQ(state_->durable_revision(), durable);
   EXPECT_EQ(hub_->head(), durable);
@@ -222,9 +220,7 @@ TEST_F(DiskFullEngineTest, LivenessIsSuspendedWhileWritesAreRefused) {
   clock_.Advance(std::chrono::minutes(5));
   std::atomic<int> loops{0};
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(engine_->Submit([&loops](ClusterState&, Mutation*) -> Engine::Done {
-      return [&loops] { loops++; };
-    }));
+    ASSERT_TRUE(engine_->Submit([&loops](ClusterState&, Mutation*) -> Engine::Done { return [&loops] { loops++; }; }));
   }
   ASSERT_TRUE(testing::WaitFor([&] { return loops.load() == 3; }));
   EXPECT_EQ(NodeHealth("node0"), v1::HEALTH_HEALTHY);

@@ -301,7 +301,8 @@ TEST(FdExhaustionTest, ReadyzIs503WhileGrpcCannotAccept) {
   EXPECT_TRUE(WaitFor([&] {
     ready = HttpGet(http_port, "/readyz");
     return ready.status == 503;
-  })) << ready.status << " " << ready.body;
+  })) << ready.status
+      << " " << ready.body;
   EXPECT_NE(ready.body.find("gRPC port not accepting: Health/Check on a new connection"), std::string::npos)
       << ready.body;
   const std::string metrics = HttpGet(http_port, "/metrics").body;
@@ -313,7 +314,8 @@ TEST(FdExhaustionTest, ReadyzIs503WhileGrpcCannotAccept) {
   EXPECT_TRUE(WaitFor([&] {
     live = HttpGet(http_port, "/healthz");
     return live.status == 503;
-  })) << live.status << " " << live.body;
+  })) << live.status
+      << " " << live.body;
   EXPECT_NE(live.body.find("only a restart brings the listener back"), std::string::npos) << live.body;
   server.reset();
 }

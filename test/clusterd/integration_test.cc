@@ -129,12 +129,16 @@ TEST(IntegrationTest, RegistryCreatesByNameAndRejectsUnknownNames) {
                               return std::unique_ptr<Integration>(std::make_unique<ToyIntegration>("worker01"));
                             })
                   .ok());
-  EXPECT_FALSE(registry.Register("toy", [](const ClusterdConfig&) -> StatusOr<std::unique_ptr<Integration>> {
-                         return Internal("unused");
-                       }).ok());
-  EXPECT_FALSE(registry.Register("", [](const ClusterdConfig&) -> StatusOr<std::unique_ptr<Integration>> {
-                         return Internal("unused");
-                       }).ok());
+  EXPECT_FALSE(
+      registry
+          .Register("toy",
+                    [](const ClusterdConfig&) -> StatusOr<std::unique_ptr<Integration>> { return Internal("unused"); })
+          .ok());
+  EXPECT_FALSE(
+      registry
+          .Register("",
+                    [](const ClusterdConfig&) -> StatusOr<std::unique_ptr<Integration>> { return Internal("unused"); })
+          .ok());
   EXPECT_FALSE(registry.Register("empty", nullptr).ok());
   EXPECT_EQ(registry.Names(), std::vector<std::string>{"toy"});
   auto made = registry.Create("toy", ClusterdConfig());

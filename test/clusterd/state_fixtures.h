@@ -25,8 +25,8 @@ inline v1::Hello MakeHello(const std::string& node, uint64_t epoch, int devices 
 }
 
 inline v1::FaultTransition MakeTransition(uint64_t epoch, uint64_t seq, bool raise, std::optional<uint32_t> device,
-                                         const std::string& code,
-                                         v1::FaultSource source = v1::FAULT_SOURCE_ACCELERATOR) {
+                                          const std::string& code,
+                                          v1::FaultSource source = v1::FAULT_SOURCE_ACCELERATOR) {
   v1::FaultTransition t;
   t.mutable_id()->set_epoch(epoch);
   t.mutable_id()->set_seq(seq);

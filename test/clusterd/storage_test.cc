@@ -87,9 +87,10 @@ TEST(ChangeSetTest, KeepsOperationsInOrder) {
   std::vector<Change> ops(c.begin(), c.end());
   EXPECT_EQ(ops[0], (Change{.op = Change::Op::kPut, .table = Cf::kJobs, .key = "j", .value = "v", .end = ""}));
   EXPECT_EQ(ops[1], (Change{.op = Change::Op::kDelete, .table = Cf::kJobs, .key = "k", .value = "", .end = ""}));
-  EXPECT_EQ(ops[2],
-            (Change{.op = Change::Op::kDeleteRange, .table = Cf::kEvents, .key = EventKey(1), .value = "",
-                    .end = EventKey(3)}));
+  EXPECT_EQ(
+      ops[2],
+      (Change{
+          .op = Change::Op::kDeleteRange, .table = Cf::kEvents, .key = EventKey(1), .value = "", .end = EventKey(3)}));
   c.Clear();
   EXPECT_TRUE(c.empty());
   EXPECT_EQ(c.byte_size(), 0u);
@@ -123,8 +124,8 @@ TYPED_TEST(StoreContractTest, ChangeSetRoundTrip) {
   EXPECT_EQ(Dump(*store, Cf::kNodes), nodes);
   // Bytewise order: a's devices by big-endian id, then ab's.
   std::vector<std::string> device_keys;
-  ASSERT_TRUE(store->ForEach(Cf::kDevices, [&](std::string_view k, std::string_view) { device_keys.emplace_back(k); })
-                  .ok());
+  ASSERT_TRUE(
+      store->ForEach(Cf::kDevices, [&](std::string_view k, std::string_view) { device_keys.emplace_back(k); }).ok());
   EXPECT_EQ(device_keys, (std::vector<std::string>{DeviceKey("a", 1), DeviceKey("a", 256), DeviceKey("ab", 0)}));
 
   auto events = store->ReadEvents(0, 100);

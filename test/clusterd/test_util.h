@@ -32,8 +32,7 @@ class TempDir {
 
 // Polls cond until it holds or the deadline passes; returns its last value.
 // The deadline is a failure bound, never a timing assertion.
-inline bool WaitFor(const std::function<bool()>& cond,
-                    std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
+inline bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
   const auto end = std::chrono::steady_clock::now() + deadline;
   while (std::chrono::steady_clock::now() < end) {
     if (cond()) return true;

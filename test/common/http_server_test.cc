@@ -40,8 +40,7 @@ class Client {
     socket_.connect(tcp::endpoint(host, static_cast<unsigned short>(port)));
   }
 
-  Response Send(http::verb method, const std::string& target, const std::string& body = "",
-                bool keep_alive = true) {
+  Response Send(http::verb method, const std::string& target, const std::string& body = "", bool keep_alive = true) {
     http::request<http::string_body> req{method, target, 11};
     req.set(http::field::host, "localhost");
     req.keep_alive(keep_alive);
@@ -101,9 +100,7 @@ class HttpServerTest : public ::testing::Test {
       echo_calls_++;
       return Text(req.method + ":" + req.body);
     });
-    server_->Handle("GET", "/throws", [](const HttpRequest&) -> HttpResponse {
-      throw std::runtime_error("boom");
-    });
+    server_->Handle("GET", "/throws", [](const HttpRequest&) -> HttpResponse { throw std::runtime_error("boom"); });
     server_->Handle("GET", "/teapot", [](const HttpRequest&) {
       HttpResponse r;
       r.status = 418;
@@ -198,8 +195,8 @@ TEST_F(HttpServerTest, OversizedBodyWithDefaultLimitIs413) {
   const std::size_t size = (1 << 20) + 1;
   // Send the whole body before reading, as a naive client would: the server
   // must answer 413 and still let the client finish writing.
-  client.WriteRaw("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(size) +
-                  "\r\n\r\n" + std::string(size, 'x'));
+  client.WriteRaw("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(size) + "\r\n\r\n" +
+                  std::string(size, 'x'));
   Response res = client.Read();
   EXPECT_EQ(res.result_int(), 413);
   EXPECT_EQ(echo_calls_.load(), 0);

@@ -65,16 +65,16 @@ struct Options {
   int agents = 4;
   int reporters = 2;
   int devices = 8;
-  int codes = 4;           // fault codes per device an agent cycles through
-  int external_ids = 16;   // ids per reporter
-  double rate = 200;       // transitions per second per agent
-  double report_rate = 40; // reports per second per reporter
-  int max_inflight = 128;  // unacknowledged transitions per agent
+  int codes = 4;            // fault codes per device an agent cycles through
+  int external_ids = 16;    // ids per reporter
+  double rate = 200;        // transitions per second per agent
+  double report_rate = 40;  // reports per second per reporter
+  int max_inflight = 128;   // unacknowledged transitions per agent
   std::string node_prefix = "fi";
   std::string stop_file;
   std::string progress_file;
-  int deadline_s = 180;     // whole run, a failure bound
-  int stall_ms = 5000;      // no ack progress with transitions pending: reconnect
+  int deadline_s = 180;  // whole run, a failure bound
+  int stall_ms = 5000;   // no ack progress with transitions pending: reconnect
   uint64_t seed = 0;
   uint64_t epoch = 1;
   // helloless mode
@@ -110,9 +110,7 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& target, int salt = 
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
-bool StopRequested(const Options& o) {
-  return !o.stop_file.empty() && std::filesystem::exists(o.stop_file);
-}
+bool StopRequested(const Options& o) { return !o.stop_file.empty() && std::filesystem::exists(o.stop_file); }
 
 void SleepJitter(std::mt19937_64& rng, milliseconds base) {
   std::uniform_real_distribution<double> j(0.5, 1.5);
@@ -146,7 +144,8 @@ std::string ExternalKey(const std::string& node, const std::string& reporter, co
 }
 std::optional<std::string> KeyOf(const v1::Fault& f) {
   if (f.source() == v1::FAULT_SOURCE_EXTERNAL) return ExternalKey(f.node(), f.reporter(), f.external_id());
-  if (f.source() == v1::FAULT_SOURCE_ACCELERATOR && f.has_device_id()) return AgentKey(f.node(), f.device_id(), f.code());
+  if (f.source() == v1::FAULT_SOURCE_ACCELERATOR && f.has_device_id())
+    return AgentKey(f.node(), f.device_id(), f.code());
   return std::nullopt;
 }
 
@@ -159,7 +158,9 @@ class Agent {
     instance_ = "fault-driver-" + std::to_string(o.seed) + "-" + std::to_string(index);
   }
 
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -418,10 +419,14 @@ class Agent {
 class Reporter {
  public:
   Reporter(const Options& o, int index, std::vector<std::string> nodes)
-      : o_(o), name_(o.node_prefix + "-reporter-" + std::to_string(index)), nodes_(std::move(nodes)),
+      : o_(o),
+        name_(o.node_prefix + "-reporter-" + std::to_string(index)),
+        nodes_(std::move(nodes)),
         rng_(o.seed * 7919 + index) {}
 
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -470,7 +475,10 @@ class Reporter {
         v1::ReportResponse resp;
         grpc::Status s = stub->Report(&ctx, req, &resp);
         if (s.ok()) {
-          if (raise) ++want.raises; else ++want.clears;
+          if (raise)
+            ++want.raises;
+          else
+            ++want.clears;
           want.active = raise;
           if (first && resp.unchanged()) {
             Violation(name_ + " " + key + ": first attempt of a " + (raise ? "raise" : "clear") +
@@ -519,7 +527,9 @@ class Reporter {
 class Watcher {
  public:
   explicit Watcher(const Options& o) : o_(o) {}
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
   void Stop() {
     stop_ = true;
     Kick();
@@ -620,7 +630,7 @@ grpc::Status Retrying(const Options& o, Clock::time_point deadline, Call call) {
 }
 
 std::map<std::string, v1::Fault> ListAll(const Options& o, const std::vector<std::string>& nodes,
-                                          Clock::time_point deadline, bool* ok) {
+                                         Clock::time_point deadline, bool* ok) {
   std::map<std::string, v1::Fault> out;
   for (const auto& node : nodes) {
     std::string token;
@@ -645,7 +655,8 @@ std::map<std::string, v1::Fault> ListAll(const Options& o, const std::vector<std
         auto key = KeyOf(f);
         if (!key) continue;
         // Other writers (the suite's own probes) may report on these nodes.
-        if (f.source() == v1::FAULT_SOURCE_EXTERNAL && f.reporter().rfind(o.node_prefix + "-reporter-", 0) != 0) continue;
+        if (f.source() == v1::FAULT_SOURCE_EXTERNAL && f.reporter().rfind(o.node_prefix + "-reporter-", 0) != 0)
+          continue;
         if (out.count(*key)) Violation("ListFaults lists " + *key + " twice");
         out[*key] = f;
       }
@@ -702,8 +713,8 @@ int RunIngest(const Options& o) {
     if (ViolationCount() > 0 && g_fatal) break;
     if (Clock::now() >= deadline) {
       timed_out = true;
-      std::fprintf(stderr, "DEADLINE: %d s passed; %zu transitions still unacknowledged (stop file %s)\n",
-                   o.deadline_s, pending, StopRequested(o) ? "present" : "absent");
+      std::fprintf(stderr, "DEADLINE: %d s passed; %zu transitions still unacknowledged (stop file %s)\n", o.deadline_s,
+                   pending, StopRequested(o) ? "present" : "absent");
       break;
     }
     std::this_thread::sleep_for(milliseconds(100));
@@ -768,8 +779,8 @@ int RunIngest(const Options& o) {
     const v1::Fault& f = it->second;
     const bool active = f.state() == v1::FAULT_STATE_ACTIVE;
     if (active != e.active) {
-      Violation(key + ": state " + v1::FaultState_Name(f.state()) + ", expected " +
-                (e.active ? "ACTIVE" : "CLEARED") + " (clear_reason '" + f.clear_reason() + "')");
+      Violation(key + ": state " + v1::FaultState_Name(f.state()) + ", expected " + (e.active ? "ACTIVE" : "CLEARED") +
+                " (clear_reason '" + f.clear_reason() + "')");
     }
     if (f.count() != e.raises) {
       Violation(key + ": count " + std::to_string(f.count()) + ", expected " + std::to_string(e.raises));
@@ -851,13 +862,14 @@ int RunHelloless(const Options& o) {
   for (auto& h : held) h.ctx->TryCancel();
   for (auto& h : held) h.stream->Finish();
   if (!welcomed) {
-    std::printf("FAILED: with %d hello-less Connect streams open, a real agent got no Welcome in %d s "
-                "(%d attempts; last: %s)\n",
-                o.streams, o.agent_deadline_s, attempts, Describe(last).c_str());
+    std::printf(
+        "FAILED: with %d hello-less Connect streams open, a real agent got no Welcome in %d s "
+        "(%d attempts; last: %s)\n",
+        o.streams, o.agent_deadline_s, attempts, Describe(last).c_str());
     return 1;
   }
-  std::printf("ok: with %d hello-less Connect streams open a real agent got a Welcome after %d attempt(s)\n",
-              o.streams, attempts);
+  std::printf("ok: with %d hello-less Connect streams open a real agent got a Welcome after %d attempt(s)\n", o.streams,
+              attempts);
   return 0;
 }
 
@@ -887,22 +899,38 @@ int main(int argc, char** argv) {
       return Usage(("missing value for " + arg).c_str());
     }
     try {
-      if (arg == "--mode") o.mode = value;
-      else if (arg == "--target") o.target = value;
-      else if (arg == "--agents") o.agents = std::stoi(value);
-      else if (arg == "--reporters") o.reporters = std::stoi(value);
-      else if (arg == "--rate") o.rate = std::stod(value);
-      else if (arg == "--report-rate") o.report_rate = std::stod(value);
-      else if (arg == "--stop-file") o.stop_file = value;
-      else if (arg == "--progress-file") o.progress_file = value;
-      else if (arg == "--deadline") o.deadline_s = std::stoi(value);
-      else if (arg == "--stall-ms") o.stall_ms = std::stoi(value);
-      else if (arg == "--seed") o.seed = std::stoull(value);
-      else if (arg == "--node-prefix") o.node_prefix = value;
-      else if (arg == "--streams") o.streams = std::stoi(value);
-      else if (arg == "--channels") o.channels = std::stoi(value);
-      else if (arg == "--agent-deadline") o.agent_deadline_s = std::stoi(value);
-      else return Usage(("unknown flag " + arg).c_str());
+      if (arg == "--mode")
+        o.mode = value;
+      else if (arg == "--target")
+        o.target = value;
+      else if (arg == "--agents")
+        o.agents = std::stoi(value);
+      else if (arg == "--reporters")
+        o.reporters = std::stoi(value);
+      else if (arg == "--rate")
+        o.rate = std::stod(value);
+      else if (arg == "--report-rate")
+        o.report_rate = std::stod(value);
+      else if (arg == "--stop-file")
+        o.stop_file = value;
+      else if (arg == "--progress-file")
+        o.progress_file = value;
+      else if (arg == "--deadline")
+        o.deadline_s = std::stoi(value);
+      else if (arg == "--stall-ms")
+        o.stall_ms = std::stoi(value);
+      else if (arg == "--seed")
+        o.seed = std::stoull(value);
+      else if (arg == "--node-prefix")
+        o.node_prefix = value;
+      else if (arg == "--streams")
+        o.streams = std::stoi(value);
+      else if (arg == "--channels")
+        o.channels = std::stoi(value);
+      else if (arg == "--agent-deadline")
+        o.agent_deadline_s = std::stoi(value);
+      else
+        return Usage(("unknown flag " + arg).c_str());
     } catch (const std::exception&) {
       return Usage(("bad value for " + arg + ": " + value).c_str());
     }

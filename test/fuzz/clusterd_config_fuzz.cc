@@ -19,8 +19,8 @@ bool SameAsDefault(const ClusterdConfig& c) {
   return c.listen == d.listen && c.http_listen == d.http_listen && c.data_dir == d.data_dir &&
          c.node_grace == d.node_grace && c.default_level == d.default_level &&
          c.retention_events == d.retention_events && c.retention_age == d.retention_age &&
-         c.max_message_bytes == d.max_message_bytes && c.max_streams == d.max_streams &&
-         c.log_level == d.log_level && c.actuator == d.actuator && c.actuator_url == d.actuator_url &&
+         c.max_message_bytes == d.max_message_bytes && c.max_streams == d.max_streams && c.log_level == d.log_level &&
+         c.actuator == d.actuator && c.actuator_url == d.actuator_url &&
          c.max_concurrent_recoveries == d.max_concurrent_recoveries;
 }
 }  // namespace

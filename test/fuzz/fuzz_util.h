@@ -73,8 +73,6 @@ inline void WriteFile(const std::string& path, std::string_view bytes) {
   }
 }
 
-inline std::string_view AsView(const uint8_t* data, size_t size) {
-  return {reinterpret_cast<const char*>(data), size};
-}
+inline std::string_view AsView(const uint8_t* data, size_t size) { return {reinterpret_cast<const char*>(data), size}; }
 
 }  // namespace clusterd::fuzz

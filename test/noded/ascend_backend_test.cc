@@ -43,7 +43,9 @@ class FakeDcmi {
   void SetHealth(int logic, unsigned health) { ASSERT_EQ(set_health_(logic, health), 0); }
   void Raise(int logic, unsigned code) { ASSERT_EQ(raise_(logic, code), 0); }
   void Clear(int logic, unsigned code) { ASSERT_EQ(clear_(logic, code), 0); }
-  void SetSensors(int logic, int temp, int power_decawatts) { ASSERT_EQ(set_sensors_(logic, temp, power_decawatts), 0); }
+  void SetSensors(int logic, int temp, int power_decawatts) {
+    ASSERT_EQ(set_sensors_(logic, temp, power_decawatts), 0);
+  }
   void SetChipName(int logic, const char* name) { ASSERT_EQ(set_chip_name_(logic, name), 0); }
   void Fail(const char* fn, int rc, int logic = -1) { fail_(fn, logic, rc); }
   int Calls(const char* fn) { return calls_(fn); }
@@ -222,8 +224,7 @@ TEST_F(AscendBackendTest, OneUnreadableChipIsMarkedNotDropped) {
   poll = b.Poll();
   ASSERT_FALSE(poll.ok());
   EXPECT_EQ(poll.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(poll.status().message().find("dcmi_get_device_errorcode_v2"), std::string::npos)
-      << poll.status().message();
+  EXPECT_NE(poll.status().message().find("dcmi_get_device_errorcode_v2"), std::string::npos) << poll.status().message();
 }
 
 TEST_F(AscendBackendTest, RefusesAnAbsurdCardCount) {

@@ -141,7 +141,7 @@ FsStats Stats(uint64_t blocks, uint64_t free, uint64_t avail, uint64_t files, ui
 
 TEST(DiskCollectorTest, RealMountsSpaceInodesAndReadOnly) {
   FakeStatFs statfs;
-  statfs.stats["/"] = Stats(1000, 100, 50, 1000, 900);  // used 900 of 950 -> 94.7%
+  statfs.stats["/"] = Stats(1000, 100, 50, 1000, 900);   // used 900 of 950 -> 94.7%
   statfs.stats["/boot/efi"] = Stats(100, 90, 90, 0, 0);  // vfat: no inode counts
   statfs.stats["/data"] = Stats(1000, 1000, 1000, 100, 1);
   statfs.stats["/mnt/my disk"] = Stats(200, 100, 100, 10, 5);
@@ -206,8 +206,9 @@ TEST(DiskCollectorTest, RemountReadOnlyAfterSeenWritable) {
 
 TEST(DiskCollectorTest, LastMountOnAPointWinsAndMissingFilesTolerated) {
   TempDir dir;
-  dir.Write("proc/mounts", "/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/vdb /tmp ext4 rw 0 0\n"
-                           "/dev/vdc /x ext4 rw 0 0\ntmpfs /x tmpfs rw 0 0\n");
+  dir.Write("proc/mounts",
+            "/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/vdb /tmp ext4 rw 0 0\n"
+            "/dev/vdc /x ext4 rw 0 0\ntmpfs /x tmpfs rw 0 0\n");
   FakeStatFs statfs;
   DiskCollectorOptions opts;
   opts.root = dir.path();

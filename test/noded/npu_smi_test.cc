@@ -179,9 +179,7 @@ TEST(NpuSmiBackendTest, SourceFailureAndMalformedOutputAreErrors) {
   // Good at Init, broken later: Poll reports it, it does not return stale data.
   int calls = 0;
   std::string good = Fixture("910b-8x-healthy.txt");
-  NpuSmiBackend flaky([&]() -> StatusOr<std::string> {
-    return ++calls == 1 ? good : std::string("garbage\n");
-  });
+  NpuSmiBackend flaky([&]() -> StatusOr<std::string> { return ++calls == 1 ? good : std::string("garbage\n"); });
   ASSERT_TRUE(flaky.Init().ok());
   EXPECT_EQ(flaky.Poll().status().code(), StatusCode::kInvalidArgument);
 }

@@ -433,8 +433,7 @@ TEST(OutboxTest, CorruptionInTheMiddleNamesFileAndOffset) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find(dir.log()), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("offset " + std::to_string(second)), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("offset " + std::to_string(second)), std::string::npos) << r.status().message();
   // Nothing was truncated or rewritten.
   EXPECT_EQ(FileSize(dir.log()), sizes[2]);
 
@@ -540,8 +539,8 @@ TEST(OutboxTest, CompactionKeepsActiveAndPendingAndShrinksTheLog) {
     for (auto* b : {box.get(), plain.get()}) {
       MustRecord(*b, Raise(0, "A"));
       MustRecord(*b, Raise(1, "B"));
-      MustRecord(*b, Raise(std::nullopt, "NODE_DISK_FULL", v1::FAULT_LEVEL_SUB_HEALTH, "", "/data",
-                           v1::FAULT_SOURCE_DISK));
+      MustRecord(*b,
+                 Raise(std::nullopt, "NODE_DISK_FULL", v1::FAULT_LEVEL_SUB_HEALTH, "", "/data", v1::FAULT_SOURCE_DISK));
       // A flapping fault, acked as it goes (each ack also covers A, B and the
       // disk fault, which then live on only in the snapshot's active set).
       for (int i = 0; i < 100; ++i) {

@@ -78,31 +78,30 @@ TEST(RulesConfigTest, OverridesDisablesAndAdds) {
 }
 
 TEST(RulesConfigTest, BadRulesAreRefusedNamingRuleAndField) {
-  ExpectRefused({{"rules", {{{"name", "x"}, {"metric", "disk.usage"}, {"raise", 1}, {"code", "X"},
-                             {"level", "SUB_HEALTH"}}}}},
-                {"rule 'x'", "'metric'", "unknown metric 'disk.usage'"});
+  ExpectRefused(
+      {{"rules", {{{"name", "x"}, {"metric", "disk.usage"}, {"raise", 1}, {"code", "X"}, {"level", "SUB_HEALTH"}}}}},
+      {"rule 'x'", "'metric'", "unknown metric 'disk.usage'"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"clear", 96}}}}},
                 {"rule 'disk_full'", "'clear'", "96", "<= 'raise' (95)"});
   ExpectRefused({{"rules", {{{"name", "memory_low"}, {"clear", 1}}}}}, {"rule 'memory_low'", "'clear'", ">="});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"for", "-5s"}}}}}, {"rule 'disk_full'", "'for'", "negative"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"for", 30}}}}}, {"rule 'disk_full'", "'for'", "duration"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"for", "30 parsecs"}}}}}, {"rule 'disk_full'", "'for'"});
-  ExpectRefused({{"rules", {{{"name", "disk_full"}, {"level", "URGENT"}}}}},
-                {"rule 'disk_full'", "'level'", "URGENT"});
+  ExpectRefused({{"rules", {{{"name", "disk_full"}, {"level", "URGENT"}}}}}, {"rule 'disk_full'", "'level'", "URGENT"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"raize", 90}}}}}, {"rule 'disk_full'", "'raize'"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"op", "sideways"}}}}}, {"rule 'disk_full'", "'op'"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"raise", "high"}}}}}, {"rule 'disk_full'", "'raise'"});
-  ExpectRefused({{"rules", {{{"name", "disk_full"}, {"window", "5m"}}}}},
-                {"rule 'disk_full'", "'window'", "gauge"});
+  ExpectRefused({{"rules", {{{"name", "disk_full"}, {"window", "5m"}}}}}, {"rule 'disk_full'", "'window'", "gauge"});
   ExpectRefused({{"rules", {{{"name", "nic_errors"}, {"window", "0s"}}}}}, {"rule 'nic_errors'", "'window'"});
   ExpectRefused({{"rules", {{{"name", "brand_new"}, {"metric", "disk.used_percent"}}}}},
                 {"rule 'brand_new'", "required"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"code", "NODE_LINK_DOWN"}}}}},
                 {"rule 'disk_full'", "'code'", "link_down"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}, {"code", "lower case"}}}}}, {"rule 'disk_full'", "'code'"});
-  ExpectRefused({{"rules", {{{"name", "a"}, {"metric", "kernel.KERNEL_NOPE"}, {"raise", 0}, {"code", "K"},
-                             {"level", "SUB_HEALTH"}}}}},
-                {"rule 'a'", "'metric'", "no kernel pattern"});
+  ExpectRefused(
+      {{"rules",
+        {{{"name", "a"}, {"metric", "kernel.KERNEL_NOPE"}, {"raise", 0}, {"code", "K"}, {"level", "SUB_HEALTH"}}}}},
+      {"rule 'a'", "'metric'", "no kernel pattern"});
   ExpectRefused({{"rules", {{{"name", "disk_full"}}, {{"name", "disk_full"}}}}}, {"disk_full", "twice"});
   ExpectRefused({{"rules", {{{"raise", 1}}}}}, {"rule 0", "'name'"});
   ExpectRefused({{"kernel_patterns", {{{"code", "K"}, {"regex", "([a-"}}}}}, {"'K'", "regex"});

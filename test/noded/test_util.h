@@ -38,7 +38,9 @@ class TempDir {
     out << content;
   }
   void Append(const std::string& rel, const std::string& content) const { Write(rel, content, true); }
-  void MakeDir(const std::string& rel) const { std::filesystem::create_directories(std::filesystem::path(path_) / rel); }
+  void MakeDir(const std::string& rel) const {
+    std::filesystem::create_directories(std::filesystem::path(path_) / rel);
+  }
 
  private:
   std::string path_;

@@ -27,7 +27,7 @@ std::string AllReasons(const Decision& d) {
 }
 
 Decision DecideFor(const Job& job, const std::vector<FaultView>& faults, const ClusterView& cluster = Cluster(),
-             const Limits& limits = Limits{}, const History& history = History{}, TimePoint now = kT0) {
+                   const Limits& limits = Limits{}, const History& history = History{}, TimePoint now = kT0) {
   return Decide(job, faults, cluster, limits, history, now);
 }
 
@@ -52,9 +52,9 @@ TEST(MapImpact, SkipsClearedFaultsAndFaultsThatHitNothing) {
   FaultView cleared = DeviceFault("worker01", 1, SEPARATE);
   cleared.active = false;
   cleared.cleared_at = kT0 - 10s;
-  const auto impact = MapImpact(job, {DeviceFault("worker01", 6, SEPARATE), DeviceFault("worker05", 0, SEPARATE),
-                                      NodeFault("worker07", SEPARATE), cleared,
-                                      DeviceFault("worker01", 2, RESTART_NPU)});
+  const auto impact =
+      MapImpact(job, {DeviceFault("worker01", 6, SEPARATE), DeviceFault("worker05", 0, SEPARATE),
+                      NodeFault("worker07", SEPARATE), cleared, DeviceFault("worker01", 2, RESTART_NPU)});
   ASSERT_EQ(impact.size(), 1u);
   EXPECT_EQ(impact[0].fault_id, DeviceFault("worker01", 2, RESTART_NPU).id);
 }
@@ -77,7 +77,7 @@ TEST(Decide, NoFaultsMeansNothingToDo) {
 TEST(Decide, FaultsOnDevicesAndNodesTheJobDoesNotUseMeanNothingToDo) {
   Job job = MakeJob(JobKind::kTraining, 1, 4);  // worker01 devices 0-3
   const Decision d = DecideFor(job, {DeviceFault("worker01", 5, SEPARATE), DeviceFault("worker01", 7, RESTART_NPU),
-                               DeviceFault("worker02", 0, SEPARATE), NodeFault("worker03", SEPARATE)});
+                                     DeviceFault("worker02", 0, SEPARATE), NodeFault("worker03", SEPARATE)});
   EXPECT_EQ(d.action, Action::kNone);
   EXPECT_TRUE(d.hit_ranks.empty());
   EXPECT_THAT(AllReasons(d), HasSubstr("no active fault hits the job"));
@@ -108,10 +108,8 @@ TEST(Decide, RecoveringJobWaitsForItsRunningRecovery) {
 TEST(Grouping, ChipFaultAndNeighbourLinkFaultsAreOneRecovery) {
   Job job = MakeJob();
   const FaultView chip = DeviceFault("worker01", 3, RESTART_NPU, "80E18005", kT0 - 12s);
-  const FaultView link2 =
-      DeviceFault("worker01", 2, RESTART_REQUEST, "81078603", kT0 - 11s, v1::FAULT_SOURCE_NETWORK);
-  const FaultView link4 =
-      DeviceFault("worker01", 4, RESTART_REQUEST, "81078603", kT0 - 11s, v1::FAULT_SOURCE_NETWORK);
+  const FaultView link2 = DeviceFault("worker01", 2, RESTART_REQUEST, "81078603", kT0 - 11s, v1::FAULT_SOURCE_NETWORK);
+  const FaultView link4 = DeviceFault("worker01", 4, RESTART_REQUEST, "81078603", kT0 - 11s, v1::FAULT_SOURCE_NETWORK);
   const Decision d = DecideFor(job, {link4, chip, link2});
   ASSERT_EQ(d.action, Action::kRecover) << AllReasons(d);
   EXPECT_EQ(d.strategy, S::kProcessRestart);  // from the worst: RESTART_NPU
@@ -158,8 +156,9 @@ TEST(Grouping, WorstLevelDecidesWhateverTheOrder) {
 
 TEST(Grouping, NodeLevelFaultWithDeviceSeparateFaults) {
   Job job = MakeJob();
-  const Decision d = DecideFor(job, {NodeFault("worker01", RESTART_BUSINESS, "NODE_OOM", kT0 - 1min, v1::FAULT_SOURCE_MEMORY),
-                               DeviceFault("worker01", 6, SEPARATE)});
+  const Decision d =
+      DecideFor(job, {NodeFault("worker01", RESTART_BUSINESS, "NODE_OOM", kT0 - 1min, v1::FAULT_SOURCE_MEMORY),
+                      DeviceFault("worker01", 6, SEPARATE)});
   EXPECT_EQ(d.strategy, S::kPodReschedule);
   EXPECT_EQ(d.hit_ranks.size(), 8u);
   EXPECT_TRUE(d.isolate_nodes.empty());  // the node-level fault is not SEPARATE
@@ -204,7 +203,7 @@ TEST(Grouping, InferencePreSeparateIsAGracefulMoveOfTheReplica) {
 
 TEST(Grouping, RecordOnlyFaultsSayWhy) {
   const Decision d = DecideFor(MakeJob(), {DeviceFault("worker01", 0, v1::FAULT_LEVEL_SUB_HEALTH),
-                                     DeviceFault("worker01", 1, v1::FAULT_LEVEL_NOT_HANDLE)});
+                                           DeviceFault("worker01", 1, v1::FAULT_LEVEL_NOT_HANDLE)});
   EXPECT_EQ(d.action, Action::kNone);
   ASSERT_EQ(d.reasons.size(), 2u);
   EXPECT_THAT(d.reasons[0], HasSubstr("recorded only"));
@@ -401,8 +400,9 @@ TEST(Budget, NodeBudgetExhaustedOnAHitNodeFails) {
   // The spent node is not hit: fine.
   EXPECT_EQ(DecideFor(job, {DeviceFault("worker02", 0, RESTART_BUSINESS)}, Cluster(), Limits{}, h).strategy,
             S::kProcessRestart);
-  const Decision d = DecideFor(job, {DeviceFault("worker02", 0, RESTART_BUSINESS), DeviceFault("worker01", 3, RESTART_NPU)},
-                         Cluster(), Limits{}, h);
+  const Decision d =
+      DecideFor(job, {DeviceFault("worker02", 0, RESTART_BUSINESS), DeviceFault("worker01", 3, RESTART_NPU)}, Cluster(),
+                Limits{}, h);
   EXPECT_EQ(d.strategy, S::kFail);
   EXPECT_EQ(d.gate, Gate::kNodeBudget);
   EXPECT_THAT(AllReasons(d), HasSubstr("node retry budget exhausted on worker01: 2 of 2 used"));
@@ -521,8 +521,8 @@ TEST(Escalate, FailedRungsOfThisIncidentAreSkippedUntilFail) {
                                     kT0 - 1min + std::chrono::seconds(i)});
     h.job_retries_used++;
   }
-  EXPECT_EQ(sequence, (std::vector<Strategy>{S::kStepRetry, S::kProcessRestart, S::kPodReschedule,
-                                             S::kJobReschedule, S::kScaleIn, S::kFail}));
+  EXPECT_EQ(sequence, (std::vector<Strategy>{S::kStepRetry, S::kProcessRestart, S::kPodReschedule, S::kJobReschedule,
+                                             S::kScaleIn, S::kFail}));
 }
 
 TEST(Escalate, OnlyRecentFailuresOfTheSameIncidentCount) {

@@ -139,8 +139,8 @@ TEST_P(LiteralTable, Cell) {
   const bool isolates = leaves && (c.level == v1::FAULT_LEVEL_SEPARATE || c.level == v1::FAULT_LEVEL_PRE_SEPARATE);
   EXPECT_EQ(d.isolate_devices, (isolates ? std::vector<DeviceRef>{{"worker01", 3}} : std::vector<DeviceRef>{}));
   EXPECT_TRUE(d.isolate_nodes.empty());
-  const bool resets = c.expected != Cell::F &&
-                      (c.level == v1::FAULT_LEVEL_RESTART_NPU || c.level == v1::FAULT_LEVEL_FREE_RESTART_NPU);
+  const bool resets =
+      c.expected != Cell::F && (c.level == v1::FAULT_LEVEL_RESTART_NPU || c.level == v1::FAULT_LEVEL_FREE_RESTART_NPU);
   EXPECT_EQ(d.reset_devices, (resets ? std::vector<DeviceRef>{{"worker01", 3}} : std::vector<DeviceRef>{}));
   EXPECT_EQ(d.graceful, c.level == v1::FAULT_LEVEL_PRE_SEPARATE);
   EXPECT_EQ(d.step_timeout, c.expected == Cell::F ? Duration::zero() : DefaultStepTimeout(*d.strategy));
@@ -203,8 +203,7 @@ TEST_P(ExhaustiveSweep, AllPolicySubsets) {
     }
     ASSERT_EQ(d.action, Action::kRecover);
     EXPECT_EQ(d.strategy, want);
-    const std::vector<int> ranks =
-        c.node_level ? std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15} : std::vector<int>{13};
+    const std::vector<int> ranks = c.node_level ? std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15} : std::vector<int>{13};
     EXPECT_EQ(d.hit_ranks, ranks);
     // A node-level fault that needs isolation isolates the node when ranks move
     // to other pods; SCALE_IN just leaves it.

@@ -46,8 +46,7 @@ inline FaultView DeviceFault(const std::string& node, uint32_t device, FaultLeve
 }
 
 inline FaultView NodeFault(const std::string& node, FaultLevel level, const std::string& code = "HEARTBEAT_LOST",
-                           TimePoint first_seen = kT0 - 1min,
-                           v1::FaultSource source = v1::FAULT_SOURCE_HEARTBEAT) {
+                           TimePoint first_seen = kT0 - 1min, v1::FaultSource source = v1::FAULT_SOURCE_HEARTBEAT) {
   FaultView f;
   f.node = node;
   f.code = code;
