@@ -4,6 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
 JOBS="${JOBS:-2}"
+# ccache hits across checkouts in other folders (CI builds a fresh clone):
+# paths under the tree are hashed relative to it.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE"
 fi

@@ -9,7 +9,7 @@ APT_PACKAGES=(
   librocksdb-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   golang-go
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format clang-tidy
 )
 GRPCURL_VERSION=v1.9.4
 

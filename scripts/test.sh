@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
 bash scripts/build.sh
+echo "== lint: clang-format on the tree, clang-tidy on what the last commit changed (docs/testing.md)"
+bash scripts/lint.sh
 echo "== ctest"
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 # SANITIZE=0 or FUZZ_SECONDS=0 skip these two (a quicker local run; CI runs both).
