@@ -107,7 +107,8 @@ TEST_F(AgentTest, TransitionsSurviveARestartWithTheirIds) {
   // The hardware (simulator) no longer reports it: the next round clears it
   // under the new epoch.
   EXPECT_EQ(agent_->PollOnce(), 1);
-  const auto& clear = Pending().back();
+  const auto pending = Pending();
+  const auto& clear = pending.back();
   EXPECT_EQ(clear.action(), v1::TRANSITION_ACTION_CLEAR);
   EXPECT_EQ(clear.fault().device_id(), 5u);
   EXPECT_EQ(clear.id().epoch(), epoch + 1);
