@@ -155,7 +155,13 @@ node_health() { grpc clusterd.v1.ClusterService/GetNode "{\"name\": \"$1\"}" | p
 
 # Uses a clusterd flag only if this build has it (the suite runs against
 # older builds too, where the case then shows what is missing).
-has_flag() { "$CLUSTERD" --help 2>&1 | grep -q -- "$1 "; }
+# The whole help first: `grep -q` in a pipe would stop reading early, clusterd
+# would get SIGPIPE, and pipefail would turn a match into a failure.
+has_flag() {
+  local help
+  help=$("$CLUSTERD" --help 2>&1 || true)
+  grep -q -- "$1 " <<<"$help"
+}
 
 # ---- the cases ----
 
