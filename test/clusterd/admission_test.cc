@@ -8,6 +8,7 @@
 #include "clusterd/server/server.h"
 #include "agent_client.h"
 #include "http_get.h"
+#include "loopback_config.h"
 #include "test_util.h"
 
 namespace clusterd {
@@ -24,11 +25,7 @@ class AdmissionTest : public ::testing::Test {
 
   void StartServer(const std::function<void(ClusterdConfig&)>& tweak) {
     server_.reset();
-    ClusterdConfig cfg;
-    cfg.listen = "127.0.0.1:0";
-    cfg.http_listen = "127.0.0.1:0";
-    cfg.data_dir = dir_.Sub("data");
-    cfg.log_level = "warn";
+    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
     tweak(cfg);
     server_ = std::make_unique<ClusterdServer>(cfg);
     Status st = server_->Start();

@@ -34,6 +34,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "agent_client.h"
 #include "http_get.h"
+#include "loopback_config.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -241,11 +242,7 @@ std::string GrpcLog() {
 // gRPC port, which the server then cannot accept.
 TEST(FdExhaustionTest, ReadyzIs503WhileGrpcCannotAccept) {
   testing::TempDir dir;
-  ClusterdConfig cfg;
-  cfg.listen = "127.0.0.1:0";
-  cfg.http_listen = "127.0.0.1:0";
-  cfg.data_dir = dir.Sub("data");
-  cfg.log_level = "warn";
+  ClusterdConfig cfg = testing::LoopbackConfig(dir.Sub("data"));
   cfg.grpc_self_check_interval = std::chrono::milliseconds(100);
   cfg.grpc_self_check_timeout = std::chrono::seconds(1);
   cfg.grpc_unhealthy_after = std::chrono::milliseconds(300);

@@ -14,6 +14,7 @@
 #include "clusterd/v1/job.grpc.pb.h"
 #include "agent_client.h"
 #include "fake_cluster_commands.h"
+#include "loopback_config.h"
 #include "test_util.h"
 
 namespace clusterd {
@@ -154,11 +155,7 @@ TEST(IntegrationTest, RegistryCreatesByNameAndRejectsUnknownNames) {
 class ServerIntegrationTest : public ::testing::Test {
  protected:
   ClusterdConfig Config() {
-    ClusterdConfig cfg;
-    cfg.listen = "127.0.0.1:0";
-    cfg.http_listen = "127.0.0.1:0";
-    cfg.data_dir = dir_.Sub("data");
-    cfg.log_level = "warn";
+    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
     return cfg;
   }
   testing::TempDir dir_;

@@ -18,6 +18,7 @@
 #include "clusterd/v1/fault.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
 #include "agent_client.h"
+#include "loopback_config.h"
 #include "test_util.h"
 
 namespace clusterd {
@@ -76,11 +77,7 @@ class LimitsTest : public ::testing::Test {
 
   void StartServer(std::function<void(ClusterdConfig&)> tweak = nullptr) {
     server_.reset();
-    ClusterdConfig cfg;
-    cfg.listen = "127.0.0.1:0";
-    cfg.http_listen = "127.0.0.1:0";
-    cfg.data_dir = dir_.Sub("data");
-    cfg.log_level = "warn";
+    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
     if (tweak) tweak(cfg);
     server_ = std::make_unique<ClusterdServer>(cfg);
     Status st = server_->Start();

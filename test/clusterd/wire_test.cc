@@ -9,6 +9,7 @@
 #include "clusterd/server/server.h"
 #include "agent_client.h"
 #include "state_fixtures.h"
+#include "loopback_config.h"
 #include "test_util.h"
 
 namespace clusterd {
@@ -33,11 +34,7 @@ grpc::ByteBuffer ToBuffer(const std::string& bytes) {
 class WireTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ClusterdConfig cfg;
-    cfg.listen = "127.0.0.1:0";
-    cfg.http_listen = "127.0.0.1:0";
-    cfg.data_dir = dir_.Sub("data");
-    cfg.log_level = "warn";
+    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
     server_ = std::make_unique<ClusterdServer>(cfg);
     Status st = server_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
