@@ -14,6 +14,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config git ca-certificates python3 \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       librocksdb-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev \
+      libssl-dev libyaml-cpp-dev \
       libgtest-dev libgmock-dev libbenchmark-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -45,6 +46,7 @@ RUN apt-get update \
       libzstd1 \
       libbz2-1.0 \
       libjemalloc2 \
+      libyaml-cpp0.7 \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /var/lib/clusterd /var/lib/noded \
  && chown 65532:65532 /var/lib/clusterd /var/lib/noded \

@@ -36,6 +36,8 @@ struct ActionRequest {
   std::string node;                // empty for RESTART_JOB
   std::optional<uint32_t> device;  // ISOLATE_DEVICE, RESET_DEVICE
   std::vector<uint32_t> ranks;     // RESCHEDULE_PODS, RESTART_JOB
+  // Worst level among the recovery's trigger faults (e.g. a taint's value).
+  v1::FaultLevel level = v1::FAULT_LEVEL_UNSPECIFIED;
   // Wall-clock deadline of the step; the actuator gives up (and reports a
   // failure) when it passes.
   TimePoint deadline;

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <utility>
 
+#include "clusterd/kubernetes.h"
+
 namespace clusterd {
 
 Status ActuatorRegistry::Register(std::string name, Factory factory, Validator validate) {
@@ -67,6 +69,11 @@ const ActuatorRegistry& BuiltinActuators() {
             if (c.actuator_url.empty()) return InvalidArgument("--actuator-url: required with --actuator webhook");
             return Status::Ok();
           });
+    }
+    if (st.ok()) {
+      // The API server from --kubeconfig or the pod's service account
+      // (docs/kubernetes.md); reached at start, so a bad kubeconfig fails it.
+      st = r.Register("kubernetes", [](const ClusterdConfig& c) { return MakeKubernetesActuator(c); });
     }
     if (!st.ok()) std::abort();
     return r;

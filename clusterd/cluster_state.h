@@ -5,9 +5,10 @@
 // the Engine commits as one synced Store write.
 //
 // Thread contract: Apply*, CheckLiveness and Load are called only by the
-// Engine's writer thread holding mutex() exclusively; the query methods may be
-// called from any thread holding mutex() shared. Nothing here touches the disk
-// except Load.
+// Engine's writer thread holding the state's lock exclusively (the Engine is
+// the one writer); the query methods may be called from any thread through
+// Read, which holds the lock shared. Nothing here touches the disk except
+// Load.
 #pragma once
 
 #include <array>
@@ -20,6 +21,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "clusterd/catalog.h"
@@ -73,6 +75,8 @@ struct TransitionResult {
   bool duplicate = false;  // id already stored: acknowledged again, changed nothing
 };
 
+class Engine;
+
 class ClusterState {
  public:
   // How many agent epochs per node keep their applied sequence.
@@ -84,7 +88,15 @@ class ClusterState {
   // their grace period counted from now.
   Status Load();
 
-  std::shared_mutex& mutex() const { return mu_; }
+  // The one way to read from any thread: fn(const ClusterState&) runs under
+  // the shared lock (many readers at once, never while the writer applies)
+  // and its result is returned by value, so nothing it points into escapes
+  // the lock.
+  template <typename Fn>
+  auto Read(Fn&& fn) const {
+    std::shared_lock lock(mu_);
+    return std::forward<Fn>(fn)(*this);
+  }
 
   // Before Load; the defaults otherwise.
   void set_limits(const StateLimits& limits) { limits_ = limits; }
@@ -111,9 +123,13 @@ class ClusterState {
   StatusOr<v1::AdminState> ApplySetRecoveryMode(const v1::SetRecoveryModeRequest& req, Mutation* m);
   const v1::AdminState& admin_state() const { return admin_; }
 
-  StatusOr<v1::Job> ApplyCreateJob(const v1::Job& job, Mutation* m);
-  StatusOr<v1::Job> ApplyUpdateJob(const v1::Job& job, Mutation* m);
-  StatusOr<uint64_t> ApplyDeleteJob(const std::string& id, Mutation* m);
+  // `source` is who writes: "api" (JobService) or an integration's name. It
+  // is stored on the job; a job is changed or deleted only by its own source,
+  // except that the API may delete any job (FailedPrecondition otherwise).
+  StatusOr<v1::Job> ApplyCreateJob(const v1::Job& job, Mutation* m, const std::string& source = kApiSource);
+  StatusOr<v1::Job> ApplyUpdateJob(const v1::Job& job, Mutation* m, const std::string& source = kApiSource);
+  StatusOr<uint64_t> ApplyDeleteJob(const std::string& id, Mutation* m, const std::string& source = kApiSource);
+  static constexpr const char* kApiSource = "api";
   // ---- recoveries: called by the Coordinator on the writer thread ----
   // Stores `r` with a new revision (and update_time) and emits one event of
   // `type` carrying it and its job id. Returns the stored record.
@@ -184,6 +200,10 @@ class ClusterState {
   StatusOr<v1::Recovery> GetRecovery(const std::string& id) const;
 
  private:
+  friend class Engine;  // the writer takes the lock exclusively
+  // The lock itself: only the Engine (the writer) takes it, exclusively;
+  // readers go through Read.
+  std::shared_mutex& mutex() const { return mu_; }
   // A time written without the exclusive lock (heartbeats under the shared
   // lock), copyable so that NodeState stays a value.
   struct AtomicTime {

@@ -7,12 +7,22 @@
 #include <sstream>
 
 #include "clusterd/actuator_registry.h"
+#include "clusterd/integration.h"
 #include "common/config_util.h"
 #include "common/duration.h"
 #include "common/levels.h"
 
 namespace clusterd {
 namespace {
+
+// A free-text setting: one printable line.
+Status SetText(const std::string& v, std::string* out) {
+  for (unsigned char ch : v) {
+    if (ch < 0x20 || ch == 0x7f) return InvalidArgument("\"" + v + "\" has a control character");
+  }
+  *out = v;
+  return Status::Ok();
+}
 
 using Setter = std::function<Status(const std::string& value, ClusterdConfig* cfg)>;
 
@@ -164,6 +174,69 @@ const std::map<std::string, Setter>& Setters() {
          c->actuator_url = v;
          return Status::Ok();
        }},
+      {"integrations",
+       [](const std::string& v, ClusterdConfig* c) {
+         std::vector<std::string> names;
+         size_t start = 0;
+         while (start <= v.size() && !v.empty()) {
+           size_t comma = v.find(',', start);
+           std::string name = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+           if (!name.empty()) {
+             if (!BuiltinIntegrations().Has(name)) {
+               return InvalidArgument("integrations: \"" + name + "\" is not one of " +
+                                      JoinNames(BuiltinIntegrations().Names()));
+             }
+             if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+           }
+           if (comma == std::string::npos) break;
+           start = comma + 1;
+         }
+         c->integrations = std::move(names);
+         return Status::Ok();
+       }},
+      {"kubeconfig", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.kubeconfig); }},
+      {"kube_context", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.kube_context); }},
+      {"k8s_namespace", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.namespace_); }},
+      {"k8s_rank_annotation",
+       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.rank_annotation); }},
+      {"k8s_rank_env", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.rank_env); }},
+      {"k8s_devices_annotation",
+       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.devices_annotation); }},
+      {"k8s_job_kind_label",
+       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.job_kind_label); }},
+      {"k8s_podgroups",
+       [](const std::string& v, ClusterdConfig* c) { return SetBool("k8s_podgroups", v, &c->k8s.podgroups); }},
+      {"k8s_taint_key", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.taint_key); }},
+      {"k8s_taint_effect",
+       [](const std::string& v, ClusterdConfig* c) {
+         if (v != "NoSchedule" && v != "NoExecute") {
+           return InvalidArgument("k8s_taint_effect: \"" + v + "\" is not NoSchedule or NoExecute");
+         }
+         c->k8s.taint_effect = v;
+         return Status::Ok();
+       }},
+      {"k8s_node_condition",
+       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.node_condition); }},
+      {"k8s_node_not_ready_level",
+       [](const std::string& v, ClusterdConfig* c) {
+         auto level = ParseFaultLevel(v);
+         if (!level) return InvalidArgument("k8s_node_not_ready_level: \"" + v + "\" is not a fault level name");
+         c->k8s.node_not_ready_level = *level;
+         return Status::Ok();
+       }},
+      {"k8s_eviction_timeout",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("k8s_eviction_timeout", v, std::chrono::seconds(1), &c->k8s.eviction_timeout);
+       }},
+      {"k8s_delete_fallback",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetBool("k8s_delete_fallback", v, &c->k8s.delete_fallback);
+       }},
+      {"k8s_condition_interval",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("k8s_condition_interval", v, std::chrono::milliseconds(100),
+                            &c->k8s.condition_interval);
+       }},
       {"max_concurrent_recoveries",
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_concurrent_recoveries", v, 1, 100'000, &c->max_concurrent_recoveries);
@@ -291,6 +364,27 @@ Recovery:
   --recovery-retention-age DUR    finished recovery records older than this go (default 30d);
                                   never a running one, a job's newest, or one within the
                                   budget window
+Kubernetes (docs/kubernetes.md):
+  --integrations LIST         integrations to run, comma-separated: )" +
+         JoinNames(BuiltinIntegrations().Names(), " or ") +
+         R"( (default none)
+  --kubeconfig FILE           kubeconfig of the API server (default: the pod's service account)
+  --kube-context NAME         context of the kubeconfig (default: its current-context)
+  --k8s-namespace NS          discover jobs in this namespace only (default: all)
+  --k8s-rank-annotation KEY   pod annotation with the pod's rank (default hccl/rankIndex)
+  --k8s-rank-env NAME         container env var with the rank when the annotation is absent
+  --k8s-devices-annotation KEY  pod annotation listing its devices (default huawei.com/AscendReal)
+  --k8s-job-kind-label KEY    pod/PodGroup label: training or inference (default clusterd.io/job-kind)
+  --k8s-podgroups BOOL        follow Volcano PodGroups (default true)
+  --k8s-taint-key KEY         taint put on an isolated node (default clusterd.io/fault)
+  --k8s-taint-effect EFFECT   NoSchedule or NoExecute (default NoSchedule)
+  --k8s-node-condition TYPE   Node condition kept in step with ClusterD's health
+                              (default AcceleratorHealthy)
+  --k8s-node-not-ready-level LEVEL  fault level of a Node whose Ready condition is not True
+                              (default PRE_SEPARATE)
+  --k8s-eviction-timeout DUR  how long an eviction may be refused (PodDisruptionBudget) (default 60s)
+  --k8s-delete-fallback BOOL  delete the pod when eviction keeps being refused (default false)
+  --k8s-condition-interval DUR  how often Node conditions are compared and written (default 5s)
 Durations take a unit: 500ms, 10s, 2m, 1h, 7d.
 )";
 }

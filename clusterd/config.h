@@ -79,8 +79,29 @@ struct ClusterdConfig {
   std::string actuator_command;  // exec: run with /bin/sh -c, the action as JSON on stdin
   std::string actuator_url;      // webhook: http://host:port/path
   // Integrations to run alongside ClusterD, by registered name
-  // (integration.h: BuiltinIntegrations). No flag yet: none is shipped.
+  // (integration.h: BuiltinIntegrations): "kubernetes" discovers jobs from
+  // pods and PodGroups, follows Node readiness and keeps a Node condition.
   std::vector<std::string> integrations;
+  // The Kubernetes API (integration and actuator "kubernetes";
+  // docs/kubernetes.md). Empty kubeconfig: the pod's service account.
+  struct Kubernetes {
+    std::string kubeconfig;
+    std::string kube_context;
+    std::string namespace_;  // "" = every namespace
+    std::string rank_annotation = "hccl/rankIndex";
+    std::string rank_env;  // e.g. "RANK" (PyTorchJob) when the annotation is absent
+    std::string devices_annotation = "huawei.com/AscendReal";
+    std::string job_kind_label = "clusterd.io/job-kind";
+    bool podgroups = true;  // follow Volcano PodGroups
+    std::string taint_key = "clusterd.io/fault";
+    std::string taint_effect = "NoSchedule";
+    std::string node_condition = "AcceleratorHealthy";
+    v1::FaultLevel node_not_ready_level = v1::FAULT_LEVEL_PRE_SEPARATE;
+    std::chrono::nanoseconds eviction_timeout = std::chrono::seconds(60);
+    bool delete_fallback = false;
+    // How often the Node conditions are compared with ClusterD's health.
+    std::chrono::nanoseconds condition_interval = std::chrono::seconds(5);
+  } k8s;
   // Blast radius: at most this many recoveries running at once, and at most
   // this percentage of nodes isolated.
   uint32_t max_concurrent_recoveries = 4;

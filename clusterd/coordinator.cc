@@ -192,10 +192,12 @@ Coordinator::Coordinator(JobAgentHub* agents, Actuator* actuator, const Clock* c
 
 // ------------------------------------------------------------------- tick ---
 
-TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after) {
+TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after,
+                            const Engine::SubmitFn& submit) {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
   if (!started_) {
     started_ = true;
-    Resume(state, now, m, after);
+    Resume(state, now, m, after, submit);
   }
   std::set<std::string> dirty;
   bool all = all_dirty_;
@@ -235,7 +237,7 @@ TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std
     dirty.clear();
     bool ended = false;
     for (auto ids = active_; const auto& id : ids) {
-      if (Advance(state, id, now, m, after)) ended = true;
+      if (Advance(state, id, now, m, after, submit)) ended = true;
     }
     if (!ended) break;
     all = true;
@@ -268,7 +270,8 @@ void Coordinator::CountActive(const ClusterState& state) {
   waiting_ = waiting;
 }
 
-void Coordinator::Resume(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after) {
+void Coordinator::Resume(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after,
+                         const Engine::SubmitFn& submit) {
   auto log = GetLogger("recovery");
   for (const auto& [id, r] : state.recoveries()) {
     if (Ended(r.state())) continue;
@@ -284,7 +287,7 @@ void Coordinator::Resume(ClusterState& state, TimePoint now, Mutation* m, std::v
       if (FromTimestamp(step.deadline()) < floor) *step.mutable_deadline() = ToTimestamp(floor);
       log->info("recovery {}: resuming step {} ({}) after restart", id, step.index(), StepText(step));
       const v1::Recovery& stored = state.PutRecovery(r, v1::EVENT_TYPE_RECOVERY_UPDATED, m);
-      Dispatch(stored, stored.steps(static_cast<int>(step.index())), after);
+      Dispatch(stored, stored.steps(static_cast<int>(step.index())), after, submit);
       break;
     }
   }
@@ -488,7 +491,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
 // ---------------------------------------------------------------- advance ---
 
 bool Coordinator::Advance(ClusterState& state, const std::string& id, TimePoint now, Mutation* m,
-                          std::vector<Engine::Done>* after) {
+                          std::vector<Engine::Done>* after, const Engine::SubmitFn& submit) {
   auto rit = state.recoveries().find(id);
   if (rit == state.recoveries().end() || Ended(rit->second.state())) {
     active_.erase(id);
@@ -516,7 +519,7 @@ bool Coordinator::Advance(ClusterState& state, const std::string& id, TimePoint 
       if (steps_failed_total_) steps_failed_total_->Inc();
       const std::string why = "step " + std::to_string(step.index()) + " (" + StepText(step) + ") timed out";
       Escalate(state, std::move(r), job, why, now, m);
-      return Advance(state, id, now, m, after);  // start the next rung at once
+      return Advance(state, id, now, m, after, submit);  // start the next rung at once
     }
     if (step.state() != v1::STEP_STATE_PENDING) continue;
     if (state.admin_state().recovery_paused()) return false;  // no new step while paused
@@ -526,7 +529,7 @@ bool Coordinator::Advance(ClusterState& state, const std::string& id, TimePoint 
     *step.mutable_deadline() = ToTimestamp(now + timeout);
     const uint32_t index = step.index();
     const v1::Recovery& stored = state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
-    Dispatch(stored, stored.steps(static_cast<int>(index)), after);
+    Dispatch(stored, stored.steps(static_cast<int>(index)), after, submit);
     return false;
   }
   // Every step succeeded.
@@ -692,7 +695,8 @@ void Coordinator::Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState 
 
 // --------------------------------------------------------------- dispatch ---
 
-void Coordinator::Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, std::vector<Engine::Done>* after) {
+void Coordinator::Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, std::vector<Engine::Done>* after,
+                           const Engine::SubmitFn& submit) {
   if (step.command() != v1::JOB_COMMAND_UNSPECIFIED) {
     v1::Command cmd = CommandFor(r, step);
     std::string job = r.job_id();
@@ -712,12 +716,13 @@ void Coordinator::Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, 
   req.node = step.node();
   if (step.has_device_id()) req.device = step.device_id();
   req.ranks.assign(step.ranks().begin(), step.ranks().end());
+  req.level = r.level();
   req.deadline = FromTimestamp(step.deadline());
-  after->push_back([this, req = std::move(req)]() mutable {
+  after->push_back([this, submit, req = std::move(req)]() mutable {
     const std::string key = req.idempotency_key;
-    actuator_->Execute(std::move(req), [this, key](const ActionResult& result) {
-      if (!submit_) return;
-      submit_([this, key, result](ClusterState& state, Mutation* m) -> Engine::Done {
+    actuator_->Execute(std::move(req), [this, submit, key](const ActionResult& result) {
+      if (!submit) return;
+      submit([this, key, result](ClusterState& state, Mutation* m) -> Engine::Done {
         ApplyResult(state, key, result.ok, result.message, m);
         return nullptr;
       });
@@ -727,6 +732,7 @@ void Coordinator::Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, 
 
 void Coordinator::ApplyResult(ClusterState& state, const std::string& key, bool ok, const std::string& message,
                               Mutation* m, const std::string& job) {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
   std::string id;
   uint32_t index = 0;
   if (!SplitKey(key, &id, &index)) return;
@@ -761,6 +767,7 @@ void Coordinator::ApplyResult(ClusterState& state, const std::string& key, bool 
 }
 
 std::vector<v1::Command> Coordinator::PendingCommands(const ClusterState& state, const std::string& job) const {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
   std::vector<v1::Command> out;
   for (const auto& id : active_) {
     const v1::Recovery& r = state.recoveries().at(id);

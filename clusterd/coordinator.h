@@ -25,6 +25,7 @@
 #include "clusterd/recovery/types.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/thread_checker.h"
 
 namespace clusterd {
 
@@ -42,15 +43,16 @@ class Coordinator {
   Coordinator(JobAgentHub* agents, Actuator* actuator, const Clock* clock, CoordinatorOptions options,
               MetricsRegistry* metrics);
 
-  // Wiring: how results of asynchronous steps get back onto the writer thread.
-  void set_submit(std::function<bool(Engine::Apply)> submit) { submit_ = std::move(submit); }
-
-  // Engine hook (writer thread, state locked): reacts to the events already in
-  // m, to due timers and step deadlines; decides, starts, advances and
-  // escalates recoveries; appends the dispatches to run once durable.
-  // Returns the next time it has something to do without new input (a
-  // hold-down expiring, a step deadline), or TimePoint::max().
-  TimePoint Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after);
+  // Engine hook (Engine::Hooks::tick; writer thread, state locked): reacts
+  // to the events already in m, to due timers and step deadlines; decides,
+  // starts, advances and escalates recoveries; appends the dispatches to run
+  // once durable. The actuator's answers to those dispatches come back
+  // through `submit` (the Engine's; empty: answers are dropped, as in tests
+  // that answer by hand). Returns the next time it has something to do
+  // without new input (a hold-down expiring, a step deadline), or
+  // TimePoint::max().
+  TimePoint Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after,
+                 const Engine::SubmitFn& submit = {});
 
   // Writer thread: the agent or the actuator answered the step with this
   // idempotency key. Late or repeated answers change nothing.
@@ -68,12 +70,13 @@ class Coordinator {
   int waiting() const { return waiting_.load(); }
 
  private:
-  void Resume(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after);
+  void Resume(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after,
+              const Engine::SubmitFn& submit);
   void DecideJob(ClusterState& state, const std::string& job_id, TimePoint now, Mutation* m);
   // Starts the next step, notices deadlines and completion. Returns true if
   // the recovery ended.
-  bool Advance(ClusterState& state, const std::string& id, TimePoint now, Mutation* m,
-               std::vector<Engine::Done>* after);
+  bool Advance(ClusterState& state, const std::string& id, TimePoint now, Mutation* m, std::vector<Engine::Done>* after,
+               const Engine::SubmitFn& submit);
   // The step failed or timed out: skip the rest of its rung and go down the
   // ladder (recording why), possibly to FAIL.
   void Escalate(ClusterState& state, v1::Recovery r, const v1::Job& job, const std::string& why, TimePoint now,
@@ -91,7 +94,8 @@ class Coordinator {
               const recovery::Decision& plan, const std::string& why, TimePoint now, Mutation* m);
   void Finish(ClusterState& state, v1::Recovery r, v1::RecoveryState final_state, const std::string& message,
               TimePoint now, Mutation* m);
-  void Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, std::vector<Engine::Done>* after);
+  void Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, std::vector<Engine::Done>* after,
+                const Engine::SubmitFn& submit);
   // Whether one of the job's recoveries already answers this activation of f.
   bool Handled(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
                const v1::Fault& f) const;
@@ -104,8 +108,9 @@ class Coordinator {
   Actuator* actuator_;
   const Clock* clock_;
   CoordinatorOptions options_;
-  std::function<bool(Engine::Apply)> submit_;
 
+  // Everything below is the writer's (Tick, ApplyResult, PendingCommands).
+  ThreadChecker writer_;
   bool started_ = false;
   std::set<std::string> active_;           // RUNNING and WAITING recovery ids
   std::map<std::string, TimePoint> wake_;  // job -> decide again at (hold-down)

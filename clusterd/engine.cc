@@ -10,8 +10,14 @@
 namespace clusterd {
 
 Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const Clock* clock, EngineOptions options,
-               MetricsRegistry* metrics)
-    : state_(state), store_(store), hub_(hub), clock_(clock), options_(options) {
+               MetricsRegistry* metrics, Hooks hooks)
+    : state_(state),
+      store_(store),
+      hub_(hub),
+      clock_(clock),
+      options_(options),
+      hooks_(std::move(hooks)),
+      submit_([this](Apply apply) { return Submit(std::move(apply)); }) {
   if (options_.liveness_interval.count() <= 0) {
     options_.liveness_interval = std::clamp<std::chrono::nanoseconds>(
         options_.node_grace / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(500));
@@ -27,8 +33,7 @@ Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const 
     recoveries_pruned_ =
         &metrics->AddCounter("clusterd_recoveries_pruned_total", "Finished recovery records removed by retention.");
     metrics->AddCallbackGauge("clusterd_recoveries_stored", "Recovery records stored (any state).", [this] {
-      std::shared_lock lock(state_->mutex());
-      return static_cast<double>(state_->recovery_count());
+      return static_cast<double>(state_->Read([](const ClusterState& s) { return s.recovery_count(); }));
     });
     delayed_ = &metrics->AddCounter("clusterd_store_commits_delayed_total",
                                     "Group commits held back (at most --commit-delay) to gather more changes.");
@@ -59,9 +64,14 @@ Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const 
   }
 }
 
+Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const Clock* clock, EngineOptions options,
+               MetricsRegistry* metrics)
+    : Engine(state, store, hub, clock, options, metrics, Hooks{}) {}
+
 Engine::~Engine() { Stop(); }
 
 void Engine::Start() {
+  // The driver thread becomes the writer (the first to Step).
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -71,7 +81,38 @@ void Engine::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    thread_.join();
+    return;
+  }
+  // Stepped by hand (or never started): drain here what is left.
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.empty() && !held_) return;
+    }
+    if (Step().drained) return;
+  }
+}
+
+void Engine::Run() {
+  auto log = GetLogger("ingest");
+  for (;;) {
+    const StepResult r = Step();
+    if (r.drained) break;
+    // Sleep until there is work for the writer or its next deadline (at
+    // most a liveness interval: the clock is checked again then).
+    const auto wait = std::clamp<std::chrono::nanoseconds>(r.next - clock_->Now(), std::chrono::nanoseconds(0),
+                                                           options_.liveness_interval);
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, wait, [&] {
+      if (stopping_) return true;
+      if (r.held) return false;  // a held group is retried at its deadline
+      if (r.gathering) return queue_.size() >= delay_wanted_;
+      return !queue_.empty();
+    });
+  }
+  log->info("writer stopped at revision {}", state_->revision());
 }
 
 bool Engine::Submit(Apply apply) {
@@ -80,8 +121,8 @@ bool Engine::Submit(Apply apply) {
     std::lock_guard lock(mu_);
     if (stopping_) return false;
     queue_.push_back(std::move(apply));
-    // A commit held back waits for enough changes or its deadline: waking
-    // the writer for each one would cost what the wait saves.
+    // A small group that gathers waits for enough changes or its deadline:
+    // waking the writer for each one would cost what the wait saves.
     wake = queue_.size() >= delay_wanted_;
   }
   if (wake) cv_.notify_one();
@@ -91,7 +132,7 @@ bool Engine::Submit(Apply apply) {
 Status Engine::SubmitWrite(Apply apply) {
   Status refusal = WriteRefusal();
   if (!refusal.ok()) {
-    Counter* c = monitor_ && monitor_->low() ? refused_low_space_ : refused_store_;
+    Counter* c = hooks_.disk_monitor && hooks_.disk_monitor->low() ? refused_low_space_ : refused_store_;
     if (c) c->Inc();
     return refusal;
   }
@@ -100,8 +141,8 @@ Status Engine::SubmitWrite(Apply apply) {
 }
 
 Status Engine::WriteRefusal() const {
-  if (monitor_) {
-    if (auto reason = monitor_->LowSpaceReason()) return Unavailable(*reason);
+  if (hooks_.disk_monitor) {
+    if (auto reason = hooks_.disk_monitor->LowSpaceReason()) return Unavailable(*reason);
   }
   if (store_unavailable_.load(std::memory_order_acquire)) {
     std::lock_guard lock(mu_);
@@ -118,10 +159,10 @@ void Engine::SetStoreError(const Status& st) {
   store_unavailable_.store(true, std::memory_order_release);
 }
 
-bool Engine::CanCommit() {
-  if (monitor_ && !monitor_->Refresh()) return false;
+bool Engine::CanCommit(TimePoint now) {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
+  if (hooks_.disk_monitor && !hooks_.disk_monitor->Refresh()) return false;
   if (!store_unavailable_.load(std::memory_order_acquire)) return true;
-  const auto now = std::chrono::steady_clock::now();
   if (now < next_reopen_) return false;
   next_reopen_ = now + options_.store_retry_interval;
   // A fresh instance: no background error from the failed write, a new WAL.
@@ -136,43 +177,32 @@ bool Engine::CanCommit() {
   return true;
 }
 
-bool Engine::Commit(Mutation* m, size_t changes) {
+bool Engine::TryCommit(const Group& g, TimePoint now, bool already_held) {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
   auto log = GetLogger("ingest");
-  bool held = false;
-  for (;;) {
-    if (CanCommit()) {
-      const auto start = std::chrono::steady_clock::now();
-      Status st = store_->Write(m->changes);
-      if (st.ok()) {
-        if (held) {
-          log->info("held group of {} changes committed: writes resume", changes);
-          held_changes_.store(0, std::memory_order_relaxed);
-        }
-        if (commit_seconds_) {
-          commit_seconds_->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        }
-        return true;
-      }
-      // Memory is ahead of the disk: nothing of this group is acknowledged
-      // or published until the same batch is written.
-      if (write_failures_) write_failures_->Inc();
-      log->error("group commit failed, holding it and refusing writes: {}", st.ToString());
-      SetStoreError(st);
-    } else if (!held) {
-      log->warn("holding a group commit of {} changes until the store can take it", changes);
-    }
-    held = true;
-    held_changes_.store(std::max<size_t>(changes, 1), std::memory_order_relaxed);
-    std::unique_lock lock(mu_);
-    if (stopping_) return false;
-    cv_.wait_for(lock, options_.store_retry_interval, [&] { return stopping_; });
-    if (stopping_) {
-      lock.unlock();
-      // One last try, then give up: the group stays unacknowledged.
-      if (CanCommit() && store_->Write(m->changes).ok()) return true;
-      return false;
-    }
+  if (!CanCommit(now)) {
+    if (!already_held) log->warn("holding a group commit of {} changes until the store can take it", g.items);
+    return false;
   }
+  // The commit latency is a measurement of the disk, not a decision: real time.
+  const auto start = std::chrono::steady_clock::now();
+  Status st = store_->Write(g.m.changes);
+  if (st.ok()) {
+    if (already_held) {
+      log->info("held group of {} changes committed: writes resume", g.items);
+      held_changes_.store(0, std::memory_order_relaxed);
+    }
+    if (commit_seconds_) {
+      commit_seconds_->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return true;
+  }
+  // Memory is ahead of the disk: nothing of this group is acknowledged
+  // or published until the same batch is written.
+  if (write_failures_) write_failures_->Inc();
+  log->error("group commit failed, holding it and refusing writes: {}", st.ToString());
+  SetStoreError(st);
+  return false;
 }
 
 size_t Engine::queue_depth() const {
@@ -181,6 +211,7 @@ size_t Engine::queue_depth() const {
 }
 
 void Engine::MaybeRetain(TimePoint now, Mutation* m) {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
   const uint64_t compacted = state_->compacted_revision();
   const uint64_t durable = state_->durable_revision();
   uint64_t to = durable > options_.retention_events ? durable - options_.retention_events : 0;
@@ -205,97 +236,136 @@ void Engine::MaybeRetain(TimePoint now, Mutation* m) {
   }
 }
 
-void Engine::Run() {
-  auto log = GetLogger("ingest");
-  TimePoint next_liveness = clock_->Now() + options_.node_grace;  // one grace period after start
-  TimePoint next_retention = clock_->Now();
-  std::vector<Apply> items;
-  std::vector<Done> dones;
-  TimePoint tick_at = TimePoint::max();  // when the tick asked to run again
-  // When the last group commit ended (real time: this is about the disk).
-  std::optional<std::chrono::steady_clock::time_point> last_commit;
-  auto take = [&] {
-    while (!queue_.empty() && items.size() < options_.max_group) {
-      items.push_back(std::move(queue_.front()));
-      queue_.pop_front();
+Engine::StepResult Engine::Step() {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
+  const TimePoint now = clock_->Now();
+  if (!next_liveness_) {
+    next_liveness_ = now + options_.node_grace;  // one grace period after the first step
+    next_retention_ = now;
+  }
+  StepResult result;
+  bool stopping;
+  {
+    std::lock_guard lock(mu_);
+    stopping = stopping_;
+  }
+
+  if (held_) {
+    // Nothing new is applied until the held group is durable.
+    result.held = true;
+    if (!stopping && now < retry_at_) {
+      result.next = retry_at_;
+      return result;
     }
-  };
-  for (;;) {
-    items.clear();
-    dones.clear();
-    bool stop = false;
-    {
-      // Sleep until the next liveness check or the tick's next deadline.
-      const TimePoint wake = std::min(next_liveness, tick_at);
-      const auto wait = std::clamp<std::chrono::nanoseconds>(wake - clock_->Now(), std::chrono::nanoseconds(0),
-                                                             options_.liveness_interval);
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, wait, [&] { return stopping_ || !queue_.empty(); });
-      take();
-      const auto delay = options_.commit_delay;
-      if (!items.empty() && items.size() < options_.commit_group && delay.count() > 0 && !stopping_ && last_commit &&
-          std::chrono::steady_clock::now() - *last_commit < 2 * delay) {
-        delay_wanted_ = options_.commit_group - items.size();
-        cv_.wait_for(lock, delay, [&] { return stopping_ || queue_.size() >= delay_wanted_; });
-        delay_wanted_ = 0;
-        take();
-        if (delayed_) delayed_->Inc();
-      }
-      stop = stopping_ && queue_.empty();
-    }
-    Mutation m;
-    const TimePoint now = clock_->Now();
-    // Refresh the free space (and leave read-only mode when there is room):
-    // while writes are refused, nothing that only the writer starts
-    // (retention, liveness) adds to what would be held.
-    const bool can_write = CanCommit();
-    if (!can_write) next_liveness = std::max(next_liveness, now + options_.node_grace);
-    if (can_write && now >= next_retention) {
-      MaybeRetain(now, &m);
-      next_retention = now + options_.retention_interval;
-    }
-    {
-      std::unique_lock lock(state_->mutex());
-      for (auto& apply : items) dones.push_back(apply(*state_, &m));
-      if (can_write && now >= next_liveness) {
-        // Check again when the next node could cross the grace (a moment
-        // after, so that it has), and at least every liveness interval.
-        const TimePoint expiry = state_->CheckLiveness(options_.node_grace, &m);
-        next_liveness = now + options_.liveness_interval;
-        if (expiry != TimePoint::max()) next_liveness = std::min(next_liveness, expiry + std::chrono::milliseconds(1));
-      }
-      // After the group: what it changed carries times up to now.
-      if (tick_) tick_at = tick_(*state_, clock_->Now(), &m, &dones);
-      state_->FlushDirty(&m);
-    }
-    if (!m.empty()) {
-      if (!Commit(&m, items.size())) {
+    if (!TryCommit(*held_, now, /*already_held=*/true)) {
+      if (stopping) {
         // Stopped while the disk is still full. The group's changes are not
         // durable and must not be acknowledged, but its callers' calls can
         // only finish by being acknowledged: end the process (the restart
         // reloads what is durable, read-only until space returns).
-        log->critical(
+        GetLogger("ingest")->critical(
             "stopping with a group of {} changes that could not be committed (not acknowledged); "
             "exiting",
-            items.size());
+            held_->items);
         std::_Exit(EXIT_FAILURE);
       }
-      last_commit = std::chrono::steady_clock::now();
-      if (commits_) {
-        commits_->Inc();
-        group_size_->Observe(static_cast<double>(items.size()));
-        events_->Inc(m.events.size());
+      retry_at_ = now + options_.store_retry_interval;
+      result.next = retry_at_;
+      return result;
+    }
+    Group g = std::move(*held_);
+    held_.reset();
+    Finish(&g, now);
+    result.held = false;
+    result.next = now;  // what was submitted meanwhile is due
+    return result;
+  }
+
+  std::vector<Apply> items;
+  {
+    std::lock_guard lock(mu_);
+    // Group commit under a steady light load (EngineOptions::commit_delay):
+    // right after a commit, a small group waits on the queue for more.
+    const size_t queued = queue_.size();
+    const auto delay = options_.commit_delay;
+    if (!stopping_ && queued > 0 && queued < options_.commit_group && delay.count() > 0 && last_commit_ &&
+        now - *last_commit_ < 2 * delay) {
+      if (!gather_until_) {
+        gather_until_ = now + delay;
+        if (delayed_) delayed_->Inc();
+      }
+      if (now < *gather_until_) {
+        delay_wanted_ = options_.commit_group;
+        result.gathering = true;
+        result.next = *gather_until_;
+        return result;
       }
     }
-    if (changes_) changes_->Inc(items.size());
-    state_->set_durable_revision(state_->revision());
-    hub_->Publish(std::move(m.events));
-    for (auto& done : dones) {
-      if (done) done();
+    gather_until_.reset();
+    delay_wanted_ = 0;
+    while (!queue_.empty() && items.size() < options_.max_group) {
+      items.push_back(std::move(queue_.front()));
+      queue_.pop_front();
     }
-    if (stop) break;
+    result.drained = stopping_ && queue_.empty();
   }
-  log->info("writer stopped at revision {}", state_->revision());
+
+  Group g;
+  g.items = items.size();
+  result.applied = items.size();
+  // Refresh the free space (and leave read-only mode when there is room):
+  // while writes are refused, nothing that only the writer starts
+  // (retention, liveness) adds to what would be held.
+  const bool can_write = CanCommit(now);
+  if (!can_write) next_liveness_ = std::max(*next_liveness_, now + options_.node_grace);
+  if (can_write && now >= next_retention_) {
+    MaybeRetain(now, &g.m);
+    next_retention_ = now + options_.retention_interval;
+  }
+  {
+    std::unique_lock lock(state_->mutex());
+    for (auto& apply : items) g.dones.push_back(apply(*state_, &g.m));
+    if (can_write && now >= *next_liveness_) {
+      // Check again when the next node could cross the grace (a moment
+      // after, so that it has), and at least every liveness interval.
+      const TimePoint expiry = state_->CheckLiveness(options_.node_grace, &g.m);
+      next_liveness_ = now + options_.liveness_interval;
+      if (expiry != TimePoint::max()) next_liveness_ = std::min(*next_liveness_, expiry + std::chrono::milliseconds(1));
+    }
+    // After the group: what it changed carries times up to now.
+    if (hooks_.tick) tick_at_ = hooks_.tick(*state_, clock_->Now(), &g.m, &g.dones, submit_);
+    state_->FlushDirty(&g.m);
+  }
+  if (!g.m.empty() && !TryCommit(g, now, /*already_held=*/false)) {
+    held_changes_.store(std::max<size_t>(g.items, 1), std::memory_order_relaxed);
+    held_ = std::move(g);
+    retry_at_ = now + options_.store_retry_interval;
+    result.held = true;
+    result.drained = false;
+    result.next = retry_at_;
+    return result;
+  }
+  Finish(&g, now);
+  result.next = std::min(*next_liveness_, tick_at_);
+  return result;
+}
+
+void Engine::Finish(Group* g, TimePoint now) {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
+  if (!g->m.empty()) {
+    last_commit_ = now;
+    if (commits_) {
+      commits_->Inc();
+      group_size_->Observe(static_cast<double>(g->items));
+      events_->Inc(g->m.events.size());
+    }
+  }
+  if (changes_) changes_->Inc(g->items);
+  state_->set_durable_revision(state_->revision());
+  hub_->Publish(std::move(g->m.events));
+  for (auto& done : g->dones) {
+    if (done) done();
+  }
 }
 
 }  // namespace clusterd

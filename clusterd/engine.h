@@ -1,11 +1,17 @@
-// The single writer. Every change to ClusterState runs on the Engine's thread:
-// it drains the queue, applies each closure to the state (under the state's
+// The single writer. Every change to ClusterState runs on the writer: it
+// drains the queue, applies each closure to the state (under the state's
 // exclusive lock), commits everything the group produced with ONE synced
 // Store write (group commit: one ChangeSet), then publishes the events to
 // watchers and runs each closure's completion. So many agents' messages share
 // one fsync, and no store call ever runs on a gRPC thread.
 //
-// Disk full (docs/operate.md): with a DiskMonitor set, client writes are
+// The writer is a steppable commit pipeline (Step: one group, never waits)
+// plus a thin thread driver (Start/Stop: steps whenever there is work or a
+// deadline, and sleeps in between). Every decision (liveness, retention, the
+// group-commit delay, retry spacing) reads the injected Clock, so tests step
+// the pipeline on a FakeClock without a thread and without waiting.
+//
+// Disk full (docs/operate.md): with a DiskMonitor hooked in, client writes are
 // refused (SubmitWrite: UNAVAILABLE with the reason) while the data dir is
 // below its free-space reserve or the store cannot be written, and the
 // writer commits nothing then: a group it has applied is HELD (not
@@ -25,6 +31,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +41,7 @@
 #include "clusterd/watch_hub.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/thread_checker.h"
 
 namespace clusterd {
 
@@ -71,25 +79,65 @@ class Engine {
   // Runs on the writer thread with the state locked; records its change in
   // the Mutation and returns what to do once it is durable (may be empty).
   using Apply = std::function<Done(ClusterState& state, Mutation* m)>;
+  // Engine::Submit as a value: what hooks hand their asynchronous work so
+  // that its results come back onto the writer.
+  using SubmitFn = std::function<bool(Apply)>;
+  // Runs on the writer thread after every group (and at least every liveness
+  // interval), with the state locked, before the commit: it may add changes
+  // to m and Dones to run once they are durable; `submit` is this Engine's
+  // Submit, for results that arrive later (an actuator's answer). Returns
+  // when it wants to run again even if nothing is submitted
+  // (TimePoint::max(): no need); the writer wakes up then.
+  using Tick = std::function<TimePoint(ClusterState& state, TimePoint now, Mutation* m, std::vector<Done>* after,
+                                       const SubmitFn& submit)>;
 
+  // What the writer calls besides the submitted closures; fixed at
+  // construction. Each may be empty.
+  struct Hooks {
+    Tick tick;  // the recovery Coordinator in clusterd
+    // Free space of the data dir (not owned; outlives the Engine); null: no
+    // reserve. The writer refreshes it before every commit and at least
+    // every liveness interval.
+    DiskMonitor* disk_monitor = nullptr;
+  };
+
+  // All pointers are borrowed and must outlive the Engine.
+  Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const Clock* clock, EngineOptions options,
+         MetricsRegistry* metrics, Hooks hooks);
+  // No hooks.
   Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const Clock* clock, EngineOptions options,
          MetricsRegistry* metrics);
   ~Engine();
 
-  // Runs on the writer thread after every group (and at least every liveness
-  // interval), with the state locked, before the commit: it may add changes
-  // to m and Dones to run once they are durable. Returns when it wants to
-  // run again even if nothing is submitted (TimePoint::max(): no need); the
-  // writer wakes up then. Set before Start.
-  using Tick = std::function<TimePoint(ClusterState& state, TimePoint now, Mutation* m, std::vector<Done>* after)>;
-  void set_tick(Tick tick) { tick_ = std::move(tick); }
-  // Free space of the data dir; set before Start; may stay null (no reserve).
-  // The writer refreshes it before every commit and at least every liveness
-  // interval.
-  void set_disk_monitor(DiskMonitor* monitor) { monitor_ = monitor; }
+  // What one Step did and when the writer has something to do next.
+  struct StepResult {
+    size_t applied = 0;  // submitted closures applied (and committed unless held)
+    // A group is applied but not durable (the store cannot take it yet): it
+    // is retried at `next`, and nothing new is applied until it is durable.
+    bool held = false;
+    // A small group is left on the queue to gather more (commit_delay): it
+    // goes out at `next` or once commit_group changes are queued.
+    bool gathering = false;
+    // Stop was called, the queue is empty and nothing is held: the driver ends.
+    bool drained = false;
+    // When to step again even if nothing is submitted (Clock time).
+    TimePoint next = TimePoint::max();
+  };
 
+  // Writer only (checked in debug builds): the first caller becomes the
+  // writer; with Start, that is the driver thread. Runs one turn of the
+  // pipeline without waiting: retries a held group when its retry is due;
+  // otherwise takes up to max_group queued closures (unless a small group is
+  // gathering), runs retention, the closures, liveness and the tick hook,
+  // commits, publishes and runs the completions.
+  StepResult Step();
+
+  // The thread driver: a thread that Steps whenever there is work or a
+  // deadline is due. Not with a caller that Steps by hand.
   void Start();
-  // Applies and commits everything already submitted, then stops the thread.
+  // Applies and commits everything already submitted, then stops the
+  // driver. Without a driver, the calling thread drains the queue (it must be
+  // the thread that Stepped, if any did).
   void Stop();
 
   // Thread-safe. Returns false (and drops the closure) after Stop. Not
@@ -106,16 +154,24 @@ class Engine {
   size_t queue_depth() const;
 
  private:
+  // One group: what its closures and the hooks changed, and their completions.
+  struct Group {
+    Mutation m;
+    size_t items = 0;
+    std::vector<Done> dones;
+  };
+
   void Run();
   void MaybeRetain(TimePoint now, Mutation* m);
-  // Writer thread. Whether a commit may be tried now: refreshes the monitor
-  // and, when there is room and the store is read-only or failed, reopens
-  // it for writing.
-  bool CanCommit();
-  // Writer thread. Commits m, holding it (retrying every
-  // store_retry_interval) until it is durable. Returns false when stopped
-  // with m still not durable.
-  bool Commit(Mutation* m, size_t changes);
+  // Writer. Whether a commit may be tried now: refreshes the monitor and,
+  // when there is room and the store is read-only or failed, reopens it for
+  // writing (at most every store_retry_interval).
+  bool CanCommit(TimePoint now);
+  // Writer. One attempt to make g durable; on failure the store's error is
+  // recorded and client writes are refused.
+  bool TryCommit(const Group& g, TimePoint now, bool already_held);
+  // Writer. After g is durable: counts, publishes, runs the completions.
+  void Finish(Group* g, TimePoint now);
   void SetStoreError(const Status& st);
 
   ClusterState* state_;
@@ -123,19 +179,29 @@ class Engine {
   WatchHub* hub_;
   const Clock* clock_;
   EngineOptions options_;
-  Tick tick_;
-  DiskMonitor* monitor_ = nullptr;
+  const Hooks hooks_;
+  const SubmitFn submit_;  // this->Submit, handed to the tick hook
   // The store cannot be written (read-only open, failed commit); the reason under mu_.
   std::atomic<bool> store_unavailable_{false};
   std::atomic<size_t> held_changes_{0};  // changes applied in memory, waiting for a commit the store can take
   std::string store_error_;
-  std::chrono::steady_clock::time_point next_reopen_{};  // writer thread: reopen attempts are spaced
+
+  // The writer's own state: only Step and what it calls touch it.
+  ThreadChecker writer_;
+  std::optional<TimePoint> next_liveness_;  // unset until the first Step
+  TimePoint next_retention_{};
+  TimePoint tick_at_ = TimePoint::max();   // when the tick asked to run again
+  TimePoint next_reopen_{};                // reopen attempts are spaced
+  std::optional<TimePoint> last_commit_;   // when the last group commit ended
+  std::optional<TimePoint> gather_until_;  // a small group waits on the queue until then
+  std::optional<Group> held_;              // applied, not yet durable
+  TimePoint retry_at_{};                   // when held_ is tried again
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Apply> queue_;
   bool stopping_ = false;
-  size_t delay_wanted_ = 0;  // while the writer holds a commit back: queued changes that end the wait
+  size_t delay_wanted_ = 0;  // while a small group gathers: the queue length that ends the wait
   std::thread thread_;
 
   Counter* recoveries_pruned_ = nullptr;

@@ -6,6 +6,7 @@
 
 #include "clusterd/cluster_state.h"
 #include "clusterd/engine.h"
+#include "clusterd/kubernetes.h"
 
 namespace clusterd {
 namespace {
@@ -28,17 +29,23 @@ class EngineCommands final : public ClusterCommands {
 
   void CreateJob(v1::Job job, Reply<v1::Job> reply) override {
     Write<v1::Job>(std::move(reply),
-                   [job = std::move(job)](ClusterState& state, Mutation* m) { return state.ApplyCreateJob(job, m); });
+                   [job = std::move(job), source = principal_.actor()](ClusterState& state, Mutation* m) {
+                     return state.ApplyCreateJob(job, m, source);
+                   });
   }
 
   void UpdateJob(v1::Job job, Reply<v1::Job> reply) override {
     Write<v1::Job>(std::move(reply),
-                   [job = std::move(job)](ClusterState& state, Mutation* m) { return state.ApplyUpdateJob(job, m); });
+                   [job = std::move(job), source = principal_.actor()](ClusterState& state, Mutation* m) {
+                     return state.ApplyUpdateJob(job, m, source);
+                   });
   }
 
   void DeleteJob(std::string id, Reply<uint64_t> reply) override {
     Write<uint64_t>(std::move(reply),
-                    [id = std::move(id)](ClusterState& state, Mutation* m) { return state.ApplyDeleteJob(id, m); });
+                    [id = std::move(id), source = principal_.actor()](ClusterState& state, Mutation* m) {
+                      return state.ApplyDeleteJob(id, m, source);
+                    });
   }
 
   void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) override {
@@ -49,24 +56,19 @@ class EngineCommands final : public ClusterCommands {
   }
 
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
-    std::shared_lock lock(state_->mutex());
-    return state_->GetJob(id);
+    return state_->Read([&](const ClusterState& s) { return s.GetJob(id); });
   }
   StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req) const override {
-    std::shared_lock lock(state_->mutex());
-    return state_->ListJobs(req);
+    return state_->Read([&](const ClusterState& s) { return s.ListJobs(req); });
   }
   StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const override {
-    std::shared_lock lock(state_->mutex());
-    return state_->GetNode(req);
+    return state_->Read([&](const ClusterState& s) { return s.GetNode(req); });
   }
   StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const override {
-    std::shared_lock lock(state_->mutex());
-    return state_->ListNodes(req);
+    return state_->Read([&](const ClusterState& s) { return s.ListNodes(req); });
   }
   StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const override {
-    std::shared_lock lock(state_->mutex());
-    return state_->ListFaults(req);
+    return state_->Read([&](const ClusterState& s) { return s.ListFaults(req); });
   }
 
  private:
@@ -117,8 +119,14 @@ StatusOr<std::unique_ptr<Integration>> IntegrationRegistry::Create(std::string_v
 }
 
 const IntegrationRegistry& BuiltinIntegrations() {
-  // The Kubernetes job discovery and the MindCluster adapter register here.
-  static const IntegrationRegistry registry;
+  static const IntegrationRegistry registry = [] {
+    IntegrationRegistry r;
+    // Jobs from pods and PodGroups, Node readiness, Node conditions
+    // (clusterd/kubernetes.h). The MindCluster adapter registers here too.
+    Status st = r.Register("kubernetes", [](const ClusterdConfig& c) { return MakeKubernetesIntegration(c); });
+    if (!st.ok()) std::abort();
+    return r;
+  }();
   return registry;
 }
 

@@ -156,9 +156,22 @@ v1::Job ClusterState::WithImpacts(const v1::Job& job) const {
   return out;
 }
 
-StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& requested, Mutation* m) {
+namespace {
+
+std::string SourceOf(const v1::Job& job) { return job.source().empty() ? ClusterState::kApiSource : job.source(); }
+
+Status CheckSource(const v1::Job& stored, const std::string& source, const char* verb) {
+  if (SourceOf(stored) == source) return Status::Ok();
+  return FailedPrecondition("job " + stored.id() + " was registered by " + SourceOf(stored) + "; " + source +
+                            " may not " + verb + " it");
+}
+
+}  // namespace
+
+StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& requested, Mutation* m, const std::string& source) {
   v1::Job job = requested;
   job.clear_impacts();
+  job.set_source(source);
   if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(v1::JOB_STATE_RUNNING);
   if (Status st = ValidateJob(job, limits_.max_job_ranks); !st.ok()) {
     if (limits_.jobs_refused) limits_.jobs_refused->Inc();
@@ -181,14 +194,16 @@ StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& requested, Mutatio
   return WithImpacts(job);
 }
 
-StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& requested, Mutation* m) {
+StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& requested, Mutation* m, const std::string& source) {
   auto it = jobs_.find(requested.id());
   if (it == jobs_.end()) {
     CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("job.id", requested.id()));
     return NotFound("job " + requested.id() + " does not exist");
   }
+  CLUSTERD_RETURN_IF_ERROR(CheckSource(it->second, source, "change"));
   v1::Job job = requested;
   job.clear_impacts();
+  job.set_source(it->second.source());
   if (job.kind() == v1::JOB_KIND_UNSPECIFIED) job.set_kind(it->second.kind());
   if (job.kind() != it->second.kind()) return InvalidArgument("job.kind: cannot change");
   if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(it->second.state());
@@ -212,10 +227,13 @@ StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& requested, Mutatio
   return WithImpacts(job);
 }
 
-StatusOr<uint64_t> ClusterState::ApplyDeleteJob(const std::string& id, Mutation* m) {
+StatusOr<uint64_t> ClusterState::ApplyDeleteJob(const std::string& id, Mutation* m, const std::string& source) {
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("id", id));
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("job " + id + " does not exist");
+  // The API may remove any job (an operator cleaning up after an
+  // integration); an integration only its own.
+  if (source != kApiSource) CLUSTERD_RETURN_IF_ERROR(CheckSource(it->second, source, "delete"));
   v1::Event ev;
   ev.set_type(v1::EVENT_TYPE_JOB_DELETED);
   ev.set_revision(NextRevision(m));

@@ -102,6 +102,17 @@ StatusOr<FlagArgs> SplitFlags(const std::vector<std::string>& args,
   return out;
 }
 
+Status SetBool(const std::string& key, const std::string& value, bool* out) {
+  if (value == "true" || value == "1") {
+    *out = true;
+  } else if (value == "false" || value == "0") {
+    *out = false;
+  } else {
+    return InvalidArgument(key + ": \"" + value + "\" is not true or false");
+  }
+  return Status::Ok();
+}
+
 Status ApplyJsonObject(std::string_view json_text, std::string_view origin,
                        const std::function<bool(const std::string&)>& known,
                        const std::function<Status(const std::string& key, const std::string& value)>& set) {
@@ -116,8 +127,20 @@ Status ApplyJsonObject(std::string_view json_text, std::string_view origin,
       value = it->get<std::string>();
     else if (it->is_number_unsigned())
       value = std::to_string(it->get<uint64_t>());
-    else
-      return InvalidArgument(where + ": " + it.key() + ": must be a string or a non-negative integer");
+    else if (it->is_boolean())
+      value = it->get<bool>() ? "true" : "false";
+    else if (it->is_array()) {
+      // A list of strings: the same comma-separated text the flag takes.
+      for (const auto& item : *it) {
+        if (!item.is_string() || item.get_ref<const std::string&>().find(',') != std::string::npos) {
+          return InvalidArgument(where + ": " + it.key() + ": a list must hold strings without commas");
+        }
+        if (!value.empty()) value += ",";
+        value += item.get<std::string>();
+      }
+    } else
+      return InvalidArgument(where + ": " + it.key() +
+                             ": must be a string, a non-negative integer, a boolean or a list of strings");
     Status st = set(it.key(), value);
     if (!st.ok()) return InvalidArgument(where + ": " + st.message());
   }

@@ -22,6 +22,8 @@ Status SetDuration(const std::string& key, const std::string& value, std::chrono
                    std::chrono::nanoseconds* out);
 // host:port with a numeric port 0-65535.
 Status SetAddress(const std::string& key, const std::string& value, std::string* out);
+// "true"/"false" (also 1/0).
+Status SetBool(const std::string& key, const std::string& value, bool* out);
 Status SetLogLevel(const std::string& key, const std::string& value, std::string* out);
 StatusOr<std::string> ReadFileToString(const std::string& path);
 
@@ -38,7 +40,9 @@ struct FlagArgs {
 StatusOr<FlagArgs> SplitFlags(const std::vector<std::string>& args,
                               const std::function<bool(const std::string&)>& known);
 
-// Applies a JSON object of string or unsigned values through the setters.
+// Applies a JSON object through the setters: strings and non-negative
+// integers as their text, booleans as "true"/"false", lists of strings
+// joined with commas (as the matching flag would take them).
 Status ApplyJsonObject(std::string_view json_text, std::string_view origin,
                        const std::function<bool(const std::string&)>& known,
                        const std::function<Status(const std::string& key, const std::string& value)>& set);

@@ -18,6 +18,8 @@ bash test/e2e/grpcurl_test.sh
 bash test/e2e/noded_test.sh
 bash test/e2e/recovery_test.sh
 bash test/e2e/helm_test.sh
+bash test/k8s/helm_rbac_test.sh
+bash test/k8s/kubernetes_e2e_test.sh
 bash test/e2e/api_tools_test.sh
 bash test/faults/run.sh
 # The instrumented builds come last: each is a build of the tree of its own

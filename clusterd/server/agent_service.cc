@@ -127,10 +127,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       case v1::ConnectRequest::kHello: return FailedPrecondition("hello may only be the first message of a stream");
       case v1::ConnectRequest::kHeartbeat: {
         if (service_->messages_heartbeat) service_->messages_heartbeat->Inc();
-        {
-          // Most heartbeats only refresh a time: no trip through the writer.
-          std::shared_lock state_lock(service_->state()->mutex());
-          if (service_->state()->TryHeartbeat(node_, session_)) return Status::Ok();
+        // Most heartbeats only refresh a time: no trip through the writer.
+        if (service_->state()->Read([this](const ClusterState& s) { return s.TryHeartbeat(node_, session_); })) {
+          return Status::Ok();
         }
         ++inflight_;
         std::string node = node_;

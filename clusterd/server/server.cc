@@ -109,8 +109,7 @@ struct ClusterdServer::Impl {
   // cached per revision (ClusterState::GetSummary), so a scrape walks the
   // state at most once.
   v1::GetSummaryResponse ScrapeSummary() {
-    std::shared_lock state_lock(state->mutex());
-    return state->GetSummary();
+    return state->Read([](const ClusterState& st) { return st.GetSummary(); });
   }
 };
 
@@ -188,8 +187,6 @@ Status ClusterdServer::Start() {
   // Budgets count recoveries within the budget window and escalation looks
   // back 30 minutes: retention never takes those.
   eo.recovery_retention.protect = std::max<std::chrono::nanoseconds>(cfg.recovery_budget_window, std::chrono::hours(1));
-  s.engine = std::make_unique<Engine>(s.state.get(), s.store.get(), s.hub.get(), s.clock, eo, &s.metrics);
-  s.engine->set_disk_monitor(s.disk_monitor.get());
 
   auto actuator = BuiltinActuators().Create(cfg);
   if (!actuator.ok()) return actuator.status();
@@ -201,12 +198,16 @@ Status ClusterdServer::Start() {
   co.budget_window = cfg.recovery_budget_window;
   co.resume_grace = cfg.recovery_resume_grace;
   s.coordinator = std::make_unique<Coordinator>(&s.job_agents, s.actuator.get(), s.clock, co, &s.metrics);
-  s.coordinator->set_submit(
-      [engine = s.engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); });
-  s.engine->set_tick([coordinator = s.coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
-                                                         std::vector<Engine::Done>* after) {
-    return coordinator->Tick(state, now, m, after);
-  });
+  // The writer's hooks, fixed at construction: the coordinator runs after
+  // every group and gets the Engine's Submit for its actuators' answers.
+  Engine::Hooks hooks;
+  hooks.tick = [coordinator = s.coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
+                                                   std::vector<Engine::Done>* after, const Engine::SubmitFn& submit) {
+    return coordinator->Tick(state, now, m, after, submit);
+  };
+  hooks.disk_monitor = s.disk_monitor.get();
+  s.engine =
+      std::make_unique<Engine>(s.state.get(), s.store.get(), s.hub.get(), s.clock, eo, &s.metrics, std::move(hooks));
   s.metrics.AddCallbackGauge("clusterd_job_agents", "Attached job recovery agents.",
                              [&s] { return static_cast<double>(s.job_agents.attached()); });
   s.engine->Start();
@@ -237,8 +238,7 @@ Status ClusterdServer::Start() {
   s.metrics.AddCallbackGauge("clusterd_compacted_revision", "Highest revision removed from the event log.",
                              [&s] { return static_cast<double>(s.state->compacted_revision()); });
   s.metrics.AddCallbackGauge("clusterd_nodes", "Registered nodes.", [&s] {
-    std::shared_lock lock(s.state->mutex());
-    return static_cast<double>(s.state->node_count());
+    return static_cast<double>(s.state->Read([](const ClusterState& st) { return st.node_count(); }));
   });
   // Health breakdowns for alerting (e.g. devices unhealthy, nodes unknown).
   using Pick = uint32_t (v1::HealthCounts::*)() const;

@@ -28,11 +28,7 @@ grpc::ServerUnaryReactor* SubmitWrite(grpc::CallbackServerContext* ctx, Engine* 
 template <typename Query>
 grpc::ServerUnaryReactor* AnswerRead(grpc::CallbackServerContext* ctx, const ClusterState* state, Query query) {
   auto* reactor = ctx->DefaultReactor();
-  Status st;
-  {
-    std::shared_lock lock(state->mutex());
-    st = query(*state);
-  }
+  const Status st = state->Read(query);
   reactor->Finish(ToGrpc(st));
   return reactor;
 }

@@ -2,6 +2,8 @@
 // a kind by registering it.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "clusterd/actuator_registry.h"
 
 namespace clusterd {
@@ -9,11 +11,12 @@ namespace {
 
 TEST(ActuatorRegistryTest, BuiltinKindsInOrder) {
   const ActuatorRegistry& r = BuiltinActuators();
-  EXPECT_EQ(r.Names(), (std::vector<std::string>{"none", "exec", "webhook"}));
-  EXPECT_EQ(JoinNames(r.Names()), "none, exec, webhook");
-  EXPECT_EQ(JoinNames(r.Names(), " or "), "none, exec or webhook");
+  EXPECT_EQ(r.Names(), (std::vector<std::string>{"none", "exec", "webhook", "kubernetes"}));
+  EXPECT_EQ(JoinNames(r.Names()), "none, exec, webhook, kubernetes");
+  EXPECT_EQ(JoinNames(r.Names(), " or "), "none, exec, webhook or kubernetes");
   EXPECT_TRUE(r.Has("exec"));
-  EXPECT_FALSE(r.Has("kubernetes"));
+  EXPECT_TRUE(r.Has("kubernetes"));
+  EXPECT_FALSE(r.Has("ssh"));
 }
 
 TEST(ActuatorRegistryTest, BuiltinChecksAndFactories) {
@@ -45,9 +48,24 @@ TEST(ActuatorRegistryTest, BuiltinChecksAndFactories) {
   EXPECT_EQ((*webhook)->kind(), "webhook");
   (*webhook)->Stop();
 
-  cfg.actuator = "kubernetes";
-  EXPECT_EQ(r.Validate(cfg).message(), "actuator: \"kubernetes\" is not one of none, exec, webhook");
+  cfg.actuator = "ssh";
+  EXPECT_EQ(r.Validate(cfg).message(), "actuator: \"ssh\" is not one of none, exec, webhook, kubernetes");
   EXPECT_FALSE(r.Create(cfg).ok());
+
+  // Outside a pod and without --kubeconfig there is no API server to reach:
+  // the start fails with a message that says what to give.
+  cfg.actuator = "kubernetes";
+  EXPECT_TRUE(r.Validate(cfg).ok());
+  cfg.k8s.kubeconfig = "";
+  if (std::getenv("KUBERNETES_SERVICE_HOST") == nullptr) {
+    auto k8s = r.Create(cfg);
+    ASSERT_FALSE(k8s.ok());
+    EXPECT_NE(k8s.status().message().find("--kubeconfig"), std::string::npos) << k8s.status().message();
+  }
+  cfg.k8s.kubeconfig = "/nonexistent/kubeconfig";
+  auto missing = r.Create(cfg);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/kubeconfig"), std::string::npos);
 }
 
 TEST(ActuatorRegistryTest, ANewKindIsOneRegistration) {

@@ -127,9 +127,47 @@ TEST(Config, RecoverySettings) {
   auto no_url = ParseClusterdConfig({"--actuator", "webhook"}, &help);
   ASSERT_FALSE(no_url.ok());
   EXPECT_NE(no_url.status().message().find("--actuator-url"), std::string::npos);
-  auto kind = ParseClusterdConfig({"--actuator", "kubernetes"}, &help);
+  auto kind = ParseClusterdConfig({"--actuator", "ssh"}, &help);
   ASSERT_FALSE(kind.ok());
-  EXPECT_NE(kind.status().message().find("none, exec, webhook"), std::string::npos);
+  EXPECT_NE(kind.status().message().find("none, exec, webhook, kubernetes"), std::string::npos);
+}
+
+TEST(Config, KubernetesSettings) {
+  bool help = false;
+  auto cfg =
+      ParseClusterdConfig({"--integrations", "kubernetes", "--actuator", "kubernetes", "--kubeconfig", "/k",
+                           "--k8s-namespace", "train", "--k8s-taint-effect", "NoExecute", "--k8s-node-not-ready-level",
+                           "SEPARATE", "--k8s-delete-fallback", "true", "--k8s-eviction-timeout", "90s"},
+                          &help);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->integrations, std::vector<std::string>{"kubernetes"});
+  EXPECT_EQ(cfg->actuator, "kubernetes");
+  EXPECT_EQ(cfg->k8s.kubeconfig, "/k");
+  EXPECT_EQ(cfg->k8s.namespace_, "train");
+  EXPECT_EQ(cfg->k8s.taint_effect, "NoExecute");
+  EXPECT_EQ(cfg->k8s.node_not_ready_level, v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_TRUE(cfg->k8s.delete_fallback);
+  EXPECT_EQ(cfg->k8s.eviction_timeout, std::chrono::seconds(90));
+  EXPECT_EQ(cfg->k8s.rank_annotation, "hccl/rankIndex");  // defaults stay
+
+  // The chart's config file: a list and a boolean.
+  ClusterdConfig file;
+  ASSERT_TRUE(ApplyClusterdConfigJson(R"({"integrations": ["kubernetes"], "k8s_delete_fallback": false,
+                                          "k8s_podgroups": true})",
+                                      "test", &file)
+                  .ok());
+  EXPECT_EQ(file.integrations, std::vector<std::string>{"kubernetes"});
+  EXPECT_FALSE(file.k8s.delete_fallback);
+
+  auto bad_name = ParseClusterdConfig({"--integrations", "kubernetes,mindcluster"}, &help);
+  ASSERT_FALSE(bad_name.ok());
+  EXPECT_NE(bad_name.status().message().find("\"mindcluster\" is not one of kubernetes"), std::string::npos)
+      << bad_name.status().message();
+  EXPECT_FALSE(ParseClusterdConfig({"--k8s-taint-effect", "PreferNoSchedule"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdConfig({"--k8s-node-not-ready-level", "BAD"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdConfig({"--k8s-delete-fallback", "maybe"}, &help).ok());
+  EXPECT_FALSE(ApplyClusterdConfigJson(R"({"integrations": ["a,b"]})", "test", &file).ok());
+  EXPECT_FALSE(ApplyClusterdConfigJson(R"({"integrations": [1]})", "test", &file).ok());
   EXPECT_FALSE(ParseClusterdConfig({"--max-isolated-node-percent", "101"}, &help).ok());
   EXPECT_FALSE(ParseClusterdConfig({"--max-concurrent-recoveries", "0"}, &help).ok());
 }

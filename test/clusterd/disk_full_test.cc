@@ -4,6 +4,7 @@
 // itself once space returns. The real thing (a small tmpfs) is in
 // disk_full_process_test.cc.
 #include <atomic>
+#include <shared_mutex>
 
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr uint64_t kReserve = 256ull << 20;
+constexpr auto kRetry = std::chrono::milliseconds(10);  // EngineOptions::store_retry_interval
 
 struct FakeDisk {
   std::atomic<uint64_t> free_bytes{10ull << 30};
@@ -106,11 +108,25 @@ class DiskFullEngineTest : public ::testing::Test {
     MetricsRegistry* metrics = engine_metrics_ ? nullptr : &metrics_;
     engine_metrics_ = true;
     EngineOptions eo;
-    eo.store_retry_interval = 10ms;
+    eo.store_retry_interval = kRetry;
     eo.liveness_interval = 10ms;
-    engine_ = std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, eo, metrics);
-    engine_->set_disk_monitor(monitor_.get());
-    engine_->Start();
+    eo.commit_delay = 0ns;  // every Step commits what it applied (group commit is engine_watch_test's)
+    Engine::Hooks hooks;
+    hooks.disk_monitor = monitor_.get();
+    engine_ = std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, eo, metrics, std::move(hooks));
+  }
+  // The writer is stepped by hand on the FakeClock (no thread, no waiting).
+  // Steps until the queue is empty; true when nothing is held either.
+  bool Drain() {
+    for (;;) {
+      const Engine::StepResult r = engine_->Step();
+      if (r.held) return false;
+      if (r.gathering) {
+        clock_.Set(r.next);
+      } else if (engine_->queue_depth() == 0) {
+        return true;
+      }
+    }
   }
   void Stop() {
     engine_.reset();
@@ -127,10 +143,9 @@ class DiskFullEngineTest : public ::testing::Test {
   }
   std::string Metrics() { return metrics_.Render(); }
   v1::Health NodeHealth(const std::string& node) {
-    std::shared_lock lock(state_->mutex());
     v1::GetNodeRequest req;
     req.set_name(node);
-    auto resp = state_->GetNode(req);
+    auto resp = state_->Read([&](const ClusterState& s) { return s.GetNode(req); });
     EXPECT_TRUE(resp.ok()) << resp.status().ToString();
     return resp.ok() ? resp->node().health() : v1::HEALTH_UNSPECIFIED;
   }
@@ -152,7 +167,8 @@ TEST_F(DiskFullEngineTest, BelowTheReserveClientWritesAreRefusedAndHeldChangesCo
   ASSERT_NO_FATAL_FAILURE(Start());
   std::atomic<int> done{0};
   ASSERT_TRUE(Hello("node0", 1, &done).ok());
-  ASSERT_TRUE(testing::WaitFor([&] { return done.load() == 1; }));
+  ASSERT_TRUE(Drain());
+  ASSERT_EQ(done.load(), 1);
   const uint64_t durable = state_->durable_revision();
   ASSERT_GT(durable, 0u);
   EXPECT_NE(Metrics().find("clusterd_store_writable 1\n"), std::string::npos);
@@ -175,11 +191,12 @@ TEST_F(DiskFullEngineTest, BelowTheReserveClientWritesAreRefusedAndHeldChangesCo
     EXPECT_TRUE(s.ApplyHello(MakeHello("node2"), 3, m).ok());
     return [&internal_done] { internal_done = true; };
   }));
-  ASSERT_TRUE(testing::WaitFor([&] {
-    std::shared_lock lock(state_->mutex());
-    return state_->revision() > durable;
-  }));
-  ASSERT_TRUE(testing::WaitFor([&] { return Metrics().find("clusterd_store_held_changes 1\n") != std::string::npos; }));
+  const Engine::StepResult held = engine_->Step();
+  EXPECT_TRUE(held.held);
+  EXPECT_EQ(held.applied, 1u);
+  EXPECT_EQ(held.next, clock_.Now() + kRetry);
+  EXPECT_GT(state_->Read([](const ClusterState& s) { return s.revision(); }), durable);
+  EXPECT_NE(Metrics().find("clusterd_store_held_changes 1\n"), std::string::npos);
   EXPECT_FALSE(internal_done.load());
   EXPECT_EQ(state_->durable_revision(), durable);
   EXPECT_EQ(hub_->head(), durable);
@@ -188,15 +205,26 @@ TEST_F(DiskFullEngineTest, BelowTheReserveClientWritesAreRefusedAndHeldChangesCo
   EXPECT_TRUE(on_disk->empty());
   // Reads keep working.
   EXPECT_EQ(NodeHealth("node0"), v1::HEALTH_HEALTHY);
+  // Retried at its deadline, still held while the disk is full.
+  clock_.Advance(kRetry);
+  EXPECT_TRUE(engine_->Step().held);
+  EXPECT_FALSE(internal_done.load());
 
-  // Space returns: the held change is committed by itself, then published.
+  // Space returns: the held change is committed at its next retry, then published.
   disk_.free_bytes = 10ull << 30;
-  ASSERT_TRUE(testing::WaitFor([&] { return internal_done.load(); }));
+  EXPECT_TRUE(engine_->Step().held);  // not before its retry is due
+  EXPECT_FALSE(internal_done.load());
+  clock_.Advance(kRetry);
+  const Engine::StepResult committed = engine_->Step();
+  EXPECT_FALSE(committed.held);
+  EXPECT_TRUE(internal_done.load());
   EXPECT_EQ(state_->durable_revision(), state_->revision());
   EXPECT_EQ(hub_->head(), state_->revision());
+  EXPECT_NE(Metrics().find("clusterd_store_held_changes 0\n"), std::string::npos);
   EXPECT_TRUE(engine_->writable());
   ASSERT_TRUE(Hello("node3", 4, &done).ok());
-  ASSERT_TRUE(testing::WaitFor([&] { return done.load() == 2; }));
+  ASSERT_TRUE(Drain());
+  EXPECT_EQ(done.load(), 2);
 
   // Everything acknowledged is on disk.
   const uint64_t final_revision = state_->durable_revision();
@@ -212,7 +240,8 @@ TEST_F(DiskFullEngineTest, LivenessIsSuspendedWhileWritesAreRefused) {
   ASSERT_NO_FATAL_FAILURE(Start());
   std::atomic<int> done{0};
   ASSERT_TRUE(Hello("node0", 1, &done).ok());
-  ASSERT_TRUE(testing::WaitFor([&] { return done.load() == 1; }));
+  ASSERT_TRUE(Drain());
+  ASSERT_EQ(done.load(), 1);
   disk_.free_bytes = 0;
   monitor_->Refresh();
   // Far past the grace: a node lost now could not be recorded (and agents
@@ -222,16 +251,19 @@ TEST_F(DiskFullEngineTest, LivenessIsSuspendedWhileWritesAreRefused) {
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(engine_->Submit([&loops](ClusterState&, Mutation*) -> Engine::Done { return [&loops] { loops++; }; }));
   }
-  ASSERT_TRUE(testing::WaitFor([&] { return loops.load() == 3; }));
+  ASSERT_TRUE(Drain());
+  EXPECT_EQ(loops.load(), 3);
   EXPECT_EQ(NodeHealth("node0"), v1::HEALTH_HEALTHY);
 
   // When writes resume the node gets a whole grace period again...
   disk_.free_bytes = 10ull << 30;
-  ASSERT_TRUE(testing::WaitFor([&] { return engine_->writable(); }));
+  engine_->Step();
+  EXPECT_TRUE(engine_->writable());
   EXPECT_EQ(NodeHealth("node0"), v1::HEALTH_HEALTHY);
   // ...and is lost after it.
   clock_.Advance(std::chrono::minutes(1));
-  ASSERT_TRUE(testing::WaitFor([&] { return NodeHealth("node0") == v1::HEALTH_UNKNOWN; }));
+  engine_->Step();
+  EXPECT_EQ(NodeHealth("node0"), v1::HEALTH_UNKNOWN);
 }
 
 TEST_F(DiskFullEngineTest, ReadOnlyStoreServesReadsAndBecomesWritableWhenSpaceReturns) {
@@ -239,7 +271,8 @@ TEST_F(DiskFullEngineTest, ReadOnlyStoreServesReadsAndBecomesWritableWhenSpaceRe
   ASSERT_NO_FATAL_FAILURE(Start());
   std::atomic<int> done{0};
   ASSERT_TRUE(Hello("node0", 1, &done).ok());
-  ASSERT_TRUE(testing::WaitFor([&] { return done.load() == 1; }));
+  ASSERT_TRUE(Drain());
+  ASSERT_EQ(done.load(), 1);
   const uint64_t revision = state_->durable_revision();
   Stop();
 
@@ -255,13 +288,18 @@ TEST_F(DiskFullEngineTest, ReadOnlyStoreServesReadsAndBecomesWritableWhenSpaceRe
   Status refused = Hello("node1", 2, &done);
   EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
   EXPECT_NE(refused.message().find("min_free_bytes"), std::string::npos) << refused.message();
+  engine_->Step();
+  EXPECT_FALSE(engine_->writable());
+  EXPECT_TRUE(store_->read_only());
 
   // Space returns: the engine reopens the store for writing by itself.
   disk_.free_bytes = 10ull << 30;
-  ASSERT_TRUE(testing::WaitFor([&] { return engine_->writable(); }));
+  engine_->Step();
+  EXPECT_TRUE(engine_->writable());
   EXPECT_FALSE(store_->read_only());
   ASSERT_TRUE(Hello("node1", 2, &done).ok());
-  ASSERT_TRUE(testing::WaitFor([&] { return done.load() == 2; }));
+  ASSERT_TRUE(Drain());
+  EXPECT_EQ(done.load(), 2);
   EXPECT_GT(state_->durable_revision(), revision);
 }
 

@@ -1,4 +1,8 @@
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -19,9 +23,12 @@ v1::Hello MakeHello(const std::string& node) {
   return h;
 }
 
+// The writer stepped by hand on a FakeClock: no thread, no waiting. Time
+// passes only when a test advances the clock.
 class EngineTest : public ::testing::Test {
  protected:
-  void Start(EngineOptions options, size_t cache = 1024) {
+  // The engine reads `clock` (default: the test's FakeClock).
+  void Start(EngineOptions options, size_t cache = 1024, const Clock* clock = nullptr) {
     auto store = storage::RocksDbStore::Open(dir_.path());
     ASSERT_TRUE(store.ok());
     store_ = std::move(*store);
@@ -29,8 +36,8 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(state_->Load().ok());
     hub_ = std::make_unique<WatchHub>(store_.get(), cache);
     hub_->Init(state_->revision());
-    engine_ = std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, options, &metrics_);
-    engine_->Start();
+    engine_ =
+        std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), clock ? clock : &clock_, options, &metrics_);
   }
   void Stop() {
     engine_.reset();
@@ -38,15 +45,34 @@ class EngineTest : public ::testing::Test {
     state_.reset();
     store_.reset();
   }
+  // Steps until everything submitted is durable; a small group that gathers
+  // (commit_delay) goes out when the clock reaches its deadline.
+  void Drain() {
+    for (;;) {
+      const Engine::StepResult r = engine_->Step();
+      ASSERT_FALSE(r.held);
+      if (r.gathering) {
+        clock_.Set(r.next);
+      } else if (engine_->queue_depth() == 0) {
+        return;
+      }
+    }
+  }
+  void SubmitHello(const std::string& node, uint64_t session, std::atomic<int>* done) {
+    ASSERT_TRUE(engine_->Submit([node, session, done](ClusterState& s, Mutation* m) -> Engine::Done {
+      EXPECT_TRUE(s.ApplyHello(MakeHello(node), session, m).ok());
+      return [done] { (*done)++; };
+    }));
+  }
   void Register(int n) {
     std::atomic<int> done{0};
-    for (int i = 0; i < n; ++i) {
-      engine_->Submit([i, &done](ClusterState& s, Mutation* m) -> Engine::Done {
-        EXPECT_TRUE(s.ApplyHello(MakeHello("node" + std::to_string(i)), i + 1, m).ok());
-        return [&done] { done++; };
-      });
-    }
-    ASSERT_TRUE(testing::WaitFor([&] { return done.load() == n; }));
+    for (int i = 0; i < n; ++i) SubmitHello("node" + std::to_string(i), i + 1, &done);
+    Drain();
+    ASSERT_EQ(done.load(), n);
+  }
+  void Nudge() {
+    ASSERT_TRUE(engine_->Submit([](ClusterState&, Mutation*) -> Engine::Done { return nullptr; }));
+    Drain();
   }
 
   testing::TempDir dir_;
@@ -67,21 +93,27 @@ TEST_F(EngineTest, CompletionsRunAfterDurableCommitAndEventsArePublished) {
     std::lock_guard lock(mu);
     heads.push_back(head);
   });
+  // Completions run only after the commit that holds their change.
+  std::atomic<int> first{0};
+  SubmitHello("first", 1000, &first);
+  EXPECT_EQ(first.load(), 0);
+  EXPECT_EQ(state_->durable_revision(), 0u);
   Register(200);
-  EXPECT_EQ(state_->durable_revision(), 200u);
-  EXPECT_EQ(hub_->head(), 200u);
+  EXPECT_EQ(first.load(), 1);
+  EXPECT_EQ(state_->durable_revision(), 201u);
+  EXPECT_EQ(hub_->head(), 201u);
   {
     std::lock_guard lock(mu);
     ASSERT_FALSE(heads.empty());
-    EXPECT_EQ(heads.back(), 200u);
+    EXPECT_EQ(heads.back(), 201u);
     EXPECT_TRUE(std::is_sorted(heads.begin(), heads.end()));
   }
   // Everything acknowledged is on disk after a restart.
   Stop();
   auto store = storage::RocksDbStore::Open(dir_.path());
   ASSERT_TRUE(store.ok());
-  EXPECT_EQ((*store)->revision_at_open(), 200u);
-  EXPECT_EQ((*store)->ReadEvents(0, 1000)->size(), 200u);
+  EXPECT_EQ((*store)->revision_at_open(), 201u);
+  EXPECT_EQ((*store)->ReadEvents(0, 1000)->size(), 201u);
 }
 
 // What a rendered counter says; -1 when absent.
@@ -96,27 +128,35 @@ TEST_F(EngineTest, LightSteadyLoadSharesOneCommitAndAQuietSpellDoesNot) {
   options.commit_delay = 1h;  // only the group size can end the wait here
   options.commit_group = 2;
   Start(options);
-  auto submit = [&](int i, std::atomic<int>* done) {
-    engine_->Submit([i, done](ClusterState& s, Mutation* m) -> Engine::Done {
-      EXPECT_TRUE(s.ApplyHello(MakeHello("node" + std::to_string(i)), i + 1, m).ok());
-      return [done] { (*done)++; };
-    });
-  };
   auto commits = [&] { return CounterIn(metrics_.Render(), "clusterd_store_commits_total"); };
   // The first change after a quiet spell (here: the start) is committed at once.
   std::atomic<int> a{0}, b{0}, c{0};
-  submit(0, &a);
-  ASSERT_TRUE(testing::WaitFor([&] { return a.load() == 1; }));
+  SubmitHello("node0", 1, &a);
+  EXPECT_EQ(engine_->Step().applied, 1u);
+  EXPECT_EQ(a.load(), 1);
   EXPECT_EQ(commits(), 1);
-  // Right after that commit a single change is held back (the writer has
-  // taken it off the queue) until a second one arrives: one commit for both.
-  submit(1, &b);
-  ASSERT_TRUE(testing::WaitFor([&] { return engine_->queue_depth() == 0; }));
-  submit(2, &c);
-  ASSERT_TRUE(testing::WaitFor([&] { return b.load() == 1 && c.load() == 1; }));
+  // Right after that commit a single change is held back until a second one
+  // arrives: one commit for both.
+  SubmitHello("node1", 2, &b);
+  const Engine::StepResult gathering = engine_->Step();
+  EXPECT_TRUE(gathering.gathering);
+  EXPECT_EQ(gathering.applied, 0u);
+  EXPECT_EQ(gathering.next, clock_.Now() + 1h);
+  EXPECT_EQ(b.load(), 0);
+  SubmitHello("node2", 3, &c);
+  EXPECT_EQ(engine_->Step().applied, 2u);
+  EXPECT_EQ(b.load(), 1);
+  EXPECT_EQ(c.load(), 1);
   EXPECT_EQ(commits(), 2);
   EXPECT_EQ(CounterIn(metrics_.Render(), "clusterd_store_commits_delayed_total"), 1);
   EXPECT_EQ(state_->durable_revision(), state_->revision());
+  // A quiet spell (more than twice the delay since the last commit): at once.
+  std::atomic<int> d{0};
+  clock_.Advance(3h);
+  SubmitHello("node3", 4, &d);
+  EXPECT_EQ(engine_->Step().applied, 1u);
+  EXPECT_EQ(d.load(), 1);
+  EXPECT_EQ(commits(), 3);
 }
 
 TEST_F(EngineTest, HeldCommitGoesOutAtItsDeadlineAndOnStop) {
@@ -126,19 +166,24 @@ TEST_F(EngineTest, HeldCommitGoesOutAtItsDeadlineAndOnStop) {
   Start(options);
   std::atomic<int> done{0};
   for (int i = 0; i < 20; ++i) {
-    engine_->Submit([i, &done](ClusterState& s, Mutation* m) -> Engine::Done {
-      EXPECT_TRUE(s.ApplyHello(MakeHello("node" + std::to_string(i)), i + 1, m).ok());
-      return [&done] { done++; };
-    });
-    // One at a time: every change waits for its deadline, none is lost.
-    ASSERT_TRUE(testing::WaitFor([&] { return done.load() == i + 1; }));
+    SubmitHello("node" + std::to_string(i), i + 1, &done);
+    Engine::StepResult r = engine_->Step();
+    if (i > 0) {
+      // One at a time: every change after the first waits for its deadline.
+      ASSERT_TRUE(r.gathering);
+      EXPECT_EQ(done.load(), i);
+      clock_.Advance(500us);
+      ASSERT_TRUE(engine_->Step().gathering);
+      clock_.Advance(500us);
+      r = engine_->Step();
+    }
+    EXPECT_EQ(r.applied, 1u);
+    ASSERT_EQ(done.load(), i + 1);
   }
-  // Stop commits what a held group has.
+  // Stop commits what a gathering group has.
   std::atomic<int> last{0};
-  engine_->Submit([&last](ClusterState& s, Mutation* m) -> Engine::Done {
-    EXPECT_TRUE(s.ApplyHello(MakeHello("node-last"), 99, m).ok());
-    return [&last] { last++; };
-  });
+  SubmitHello("node-last", 99, &last);
+  ASSERT_TRUE(engine_->Step().gathering);
   engine_.reset();
   EXPECT_EQ(last.load(), 1);
 }
@@ -164,14 +209,12 @@ TEST_F(EngineTest, RetentionCompactsByCountAndRecordsTheFloor) {
   options.node_grace = 1000h;
   Start(options);
   Register(100);
-  // Retention runs on the writer's next turn; nudge it with an empty change.
-  ASSERT_TRUE(testing::WaitFor([&] {
-    clock_.Advance(1s);
-    engine_->Submit([](ClusterState&, Mutation*) -> Engine::Done { return nullptr; });
-    return store_->ReadEvents(0, 1000)->size() == 30u;  // the deletion is durable
-  }));
+  EXPECT_EQ(state_->compacted_revision(), 0u);  // retention ran before the group
+  // Retention runs on the writer's next turn once its interval has passed.
+  clock_.Advance(1s);
+  Nudge();
   EXPECT_EQ(state_->compacted_revision(), 70u);
-  auto events = store_->ReadEvents(0, 1000);
+  auto events = store_->ReadEvents(0, 1000);  // the deletion is durable
   ASSERT_EQ(events->size(), 30u);
   EXPECT_EQ(events->front().revision(), 71u);
   Stop();
@@ -188,16 +231,11 @@ TEST_F(EngineTest, RetentionCompactsByAge) {
   Register(10);
   clock_.Advance(2h);
   std::atomic<int> done{0};
-  engine_->Submit([&](ClusterState& s, Mutation* m) -> Engine::Done {
-    EXPECT_TRUE(s.ApplyHello(MakeHello("late"), 99, m).ok());
-    return [&] { done++; };
-  });
-  ASSERT_TRUE(testing::WaitFor([&] { return done.load() == 1; }));
-  ASSERT_TRUE(testing::WaitFor([&] {
-    engine_->Submit([](ClusterState&, Mutation*) -> Engine::Done { return nullptr; });
-    return store_->ReadEvents(0, 100)->size() == 1u;
-  }));
+  SubmitHello("late", 99, &done);
+  Drain();
+  EXPECT_EQ(done.load(), 1);
   EXPECT_EQ(state_->compacted_revision(), 10u);
+  EXPECT_EQ(store_->ReadEvents(0, 100)->size(), 1u);
 }
 
 TEST_F(EngineTest, LivenessRunsOnTheWriter) {
@@ -206,11 +244,102 @@ TEST_F(EngineTest, LivenessRunsOnTheWriter) {
   options.liveness_interval = 1ms;
   Start(options);
   Register(1);
+  auto unknown = [&] { return state_->Read([](const ClusterState& s) { return s.GetSummary().nodes().unknown(); }); };
+  // The writer asks to run again by the grace's end even with nothing submitted.
+  const Engine::StepResult idle = engine_->Step();
+  EXPECT_LE(idle.next, clock_.Now() + 10s);
+  EXPECT_EQ(unknown(), 0u);
   clock_.Advance(11s);
-  ASSERT_TRUE(testing::WaitFor([&] {
-    std::shared_lock lock(state_->mutex());
-    return state_->GetSummary().nodes().unknown() == 1;
+  engine_->Step();
+  EXPECT_EQ(unknown(), 1u);
+}
+
+TEST_F(EngineTest, StopDrainsWhatIsQueuedAndRefusesMore) {
+  Start({});
+  std::atomic<int> done{0};
+  for (int i = 0; i < 5; ++i) SubmitHello("node" + std::to_string(i), i + 1, &done);
+  engine_->Stop();
+  EXPECT_EQ(done.load(), 5);
+  EXPECT_EQ(state_->durable_revision(), 5u);
+  EXPECT_FALSE(engine_->Submit([](ClusterState&, Mutation*) -> Engine::Done { return nullptr; }));
+  EXPECT_EQ(engine_->SubmitWrite([](ClusterState&, Mutation*) -> Engine::Done { return nullptr; }).code(),
+            StatusCode::kUnavailable);
+}
+
+// The tick hook runs after every group with the group's changes, on the
+// writer, and gets the Engine's Submit for answers that arrive later.
+TEST_F(EngineTest, TickHookSeesEachGroupAndCanSubmitLater) {
+  EngineOptions options;
+  auto store = storage::RocksDbStore::Open(dir_.path());
+  ASSERT_TRUE(store.ok());
+  store_ = std::move(*store);
+  state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
+  ASSERT_TRUE(state_->Load().ok());
+  hub_ = std::make_unique<WatchHub>(store_.get(), 16);
+  hub_->Init(state_->revision());
+  std::vector<size_t> events_seen;
+  Engine::SubmitFn later;
+  Engine::Hooks hooks;
+  hooks.tick = [&](ClusterState&, TimePoint now, Mutation* m, std::vector<Engine::Done>*,
+                   const Engine::SubmitFn& submit) {
+    events_seen.push_back(m->events.size());
+    later = submit;
+    return now + 5s;
+  };
+  engine_ =
+      std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, options, &metrics_, std::move(hooks));
+  Register(3);
+  ASSERT_EQ(events_seen.size(), 1u);
+  EXPECT_EQ(events_seen[0], 3u);
+  // The hook's wish to run again is the writer's next deadline.
+  const Engine::StepResult idle = engine_->Step();
+  EXPECT_EQ(idle.next, clock_.Now() + 5s);
+  ASSERT_TRUE(later);
+  std::atomic<int> done{0};
+  ASSERT_TRUE(later([&done](ClusterState& s, Mutation* m) -> Engine::Done {
+    EXPECT_TRUE(s.ApplyHello(MakeHello("from-hook"), 77, m).ok());
+    return [&done] { done++; };
   }));
+  Drain();
+  EXPECT_EQ(done.load(), 1);
+  engine_.reset();  // before the hook's captures go
+}
+
+// The thread driver: Start steps on its own thread, Stop drains. Waits on
+// the completions with a deadline (a failure bound, not a timing). On the
+// system clock, as in clusterd: the driver sleeps until the clock reaches a
+// deadline (a gathering group's), which a FakeClock would never do by itself.
+TEST_F(EngineTest, DriverThreadCommitsSubmissionsFromManyThreads) {
+  Start({}, 1024, &SystemClock::Instance());
+  engine_->Start();
+  constexpr int kThreads = 4, kEach = 50;
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const std::string node = "n" + std::to_string(t) + "-" + std::to_string(i);
+        engine_->Submit([&, node](ClusterState& s, Mutation* m) -> Engine::Done {
+          EXPECT_TRUE(s.ApplyHello(MakeHello(node), 1, m).ok());
+          return [&] {
+            std::lock_guard lock(mu);
+            ++done;
+            cv.notify_all();
+          };
+        });
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 20s, [&] { return done == kThreads * kEach; }));
+  }
+  engine_->Stop();
+  EXPECT_EQ(state_->durable_revision(), static_cast<uint64_t>(kThreads * kEach));
 }
 
 TEST(WatchFilter, MatchesNodesTypesAndLevels) {

@@ -148,8 +148,8 @@ TEST(IntegrationTest, RegistryCreatesByNameAndRejectsUnknownNames) {
   auto unknown = registry.Create("kubernetes", ClusterdConfig());
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("kubernetes"), std::string::npos);
-  // Nothing is shipped yet, so a config listing a name fails the start.
-  EXPECT_TRUE(BuiltinIntegrations().Names().empty());
+  // The shipped ones.
+  EXPECT_EQ(BuiltinIntegrations().Names(), std::vector<std::string>{"kubernetes"});
 }
 
 class ServerIntegrationTest : public ::testing::Test {

@@ -6,9 +6,12 @@
 #      against the Kubernetes OpenAPI schemas (kubernetes-validate, strict, offline), the
 #      Prometheus Operator CRDs structurally, plus the chart's own security promises
 #      (test/helm/validate.py);
-#   3. what each value set promises (selectors, claims, monitoring objects, privilege mode);
+#   3. what each value set promises (selectors, claims, monitoring objects, privilege mode,
+#      the Kubernetes RBAC objects and config keys rendered with kubernetes.enabled and gone
+#      without it), and that a plain `helm template` (no --kube-version) works;
 #   4. the rendered config.json / catalog.json files are accepted by the real clusterd and
-#      noded binaries (when built);
+#      noded binaries (when built); ClusterD's config without the Kubernetes keys here, as
+#      those need an API server (test/k8s/helm_rbac_test.sh installs the chart into one);
 #   5. values.schema.json rejects bad values: every test/helm/bad/*.yaml must make
 #      `helm template` fail with the message its first line names;
 #   6. scripts/check-image-libs.sh passes, and fails on a Dockerfile missing a library.
@@ -20,7 +23,7 @@ cd "$ROOT"
 
 HELM_VERSION=v3.19.5               # served by the Go module proxy; needs Go >= 1.24
 KUBERNETES_VALIDATE_VERSION=1.37.0 # bundles schemas up to Kubernetes 1.37
-KUBE_VERSIONS=(1.25.0 1.33.0)      # Chart.yaml kubeVersion's floor, and a recent release
+KUBE_VERSIONS=(1.25.0 1.33.0)      # the oldest supported Kubernetes (docs/deploy.md), and a recent release
 VENV=${CLUSTERD_HELM_VENV:-$HOME/.cache/clusterd-venv}
 CHART=charts/clusterd
 export GOPATH=${GOPATH:-$HOME/go}
@@ -89,10 +92,10 @@ done
 
 # ---- 2. render and validate -----------------------------------------------------------------
 echo "== helm template + Kubernetes schema validation (${SECONDS}s)"
-render() { # render NAME VALUES KUBE_VERSION -> $TMP/NAME-KUBE_VERSION.yaml
+render() { # render NAME VALUES KUBE_VERSION [HELM ARGS...] -> $TMP/NAME-KUBE_VERSION.yaml
   # shellcheck disable=SC2046
   "$HELM" template clusterd "$CHART" --namespace fault-mgmt --kube-version "$3" \
-    $(values_args "$2") >"$TMP/$1-$3.yaml"
+    $(values_args "$2") "${@:4}" >"$TMP/$1-$3.yaml"
 }
 for vs in "${value_sets[@]}"; do
   name=$(set_name "$vs")
@@ -132,7 +135,7 @@ expect() { # expect DESCRIPTION FILE EXPR WANT
 kv=${KUBE_VERSIONS[-1]}
 D=$TMP/default-$kv.yaml M=$TMP/values-monitoring-$kv.yaml
 E=$TMP/values-existing-claim-$kv.yaml S=$TMP/values-sim-$kv.yaml N=$TMP/values-npu-smi-$kv.yaml
-expect "default: kinds" "$D" "sorted(by)" "['ConfigMap', 'DaemonSet', 'Deployment', 'PersistentVolumeClaim', 'Service', 'ServiceAccount']"
+expect "default: kinds" "$D" "sorted(by)" "['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'DaemonSet', 'Deployment', 'PersistentVolumeClaim', 'Role', 'RoleBinding', 'Service', 'ServiceAccount']"
 expect "default: ClusterD on masterselector=dls-master-node" "$D" "pod('Deployment')['nodeSelector']" "{'masterselector': 'dls-master-node'}"
 expect "default: NodeD on workerselector=dls-worker-node" "$D" "pod('DaemonSet')['nodeSelector']" "{'workerselector': 'dls-worker-node'}"
 expect "default: Service ports grpc 8899, http 11253" "$D" "[(p['name'], p['port']) for p in by['Service'][0]['spec']['ports']]" "[('grpc', 8899), ('http', 11253)]"
@@ -162,11 +165,39 @@ expect "sim: no kmsg/driver mounts" "$S" "sorted(v['name'] for v in pod('DaemonS
 expect "sim: rules file and labels" "$S" "(lambda c: (c['rules_file'], c['labels'], c['kmsg_path'], c['sim_devices']))(__import__('json').loads(cm('-noded')['config.json']))" \
   "('/etc/noded/rules.json', 'pool=train,rack=r12', '', 16)"
 expect "sim: emptyDir data" "$S" "[v for v in pod('Deployment')['volumes'] if v['name'] == 'data'][0]" "{'name': 'data', 'emptyDir': {}}"
+# The Kubernetes integration (docs/deploy.md, "Kubernetes API access").
+rules() { echo "sorted((g, r, ' '.join(x['verbs'])) for x in by['$1'][0]['rules'] for g in x['apiGroups'] for r in x['resources'])"; }
+K=$TMP/values-kubernetes-$kv.yaml NK=$TMP/values-no-kubernetes-$kv.yaml R=$TMP/values-recovery-$kv.yaml
+expect "default: ClusterRole rules" "$D" "$(rules ClusterRole)" \
+  "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
+expect "default: Role: leases in the release namespace" "$D" "(by['Role'][0]['metadata']['namespace'], $(rules Role))" \
+  "('fault-mgmt', [('coordination.k8s.io', 'leases', 'get create update')])"
+expect "default: bindings name ClusterD's ServiceAccount only" "$D" "sorted((b['kind'], b['roleRef']['name'], str(b['subjects'])) for k in ('ClusterRoleBinding', 'RoleBinding') for b in by[k])" \
+  "[('ClusterRoleBinding', 'fault-mgmt-clusterd', \"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\"), ('RoleBinding', 'clusterd', \"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\")]"
+expect "default: token mounted into ClusterD only" "$D" "(pod('Deployment')['automountServiceAccountToken'], pod('DaemonSet')['automountServiceAccountToken'])" "(True, False)"
+expect "default: config.json turns the integration and actuator on" "$D" "(lambda c: (c['integrations'], c['actuator'], 'kubeconfig' in c, {k: v for k, v in c.items() if k.startswith('k8s_')}))(__import__('json').loads(cm('clusterd')['config.json']))" \
+  "(['kubernetes'], 'kubernetes', False, {'k8s_delete_fallback': False, 'k8s_devices_annotation': 'huawei.com/AscendReal', 'k8s_eviction_timeout': '60s', 'k8s_job_kind_label': 'clusterd.io/job-kind', 'k8s_namespace': '', 'k8s_node_condition': 'AcceleratorHealthy', 'k8s_node_not_ready_level': 'PRE_SEPARATE', 'k8s_rank_annotation': 'hccl/rankIndex', 'k8s_taint_effect': 'NoSchedule', 'k8s_taint_key': 'clusterd.io/fault'})"
+expect "no-kubernetes: no RBAC objects" "$NK" "sorted(by)" "['ConfigMap', 'DaemonSet', 'Deployment', 'PersistentVolumeClaim', 'Service', 'ServiceAccount']"
+expect "no-kubernetes: no token mounted" "$NK" "(pod('Deployment')['automountServiceAccountToken'], pod('DaemonSet')['automountServiceAccountToken'])" "(False, False)"
+expect "no-kubernetes: no Kubernetes keys, no actuator (binary default none)" "$NK" "sorted(k for k in __import__('json').loads(cm('clusterd')['config.json']) if k.startswith(('k8s_', 'integrations', 'kubeconfig', 'actuator')))" "[]"
+expect "kubernetes: tuned keys in config.json" "$K" "(lambda c: sorted((k, v) for k, v in c.items() if k.startswith('k8s_')))(__import__('json').loads(cm('clusterd')['config.json']))" \
+  "[('k8s_delete_fallback', True), ('k8s_devices_annotation', 'example.com/devices'), ('k8s_eviction_timeout', '2m'), ('k8s_job_kind_label', 'example.com/kind'), ('k8s_namespace', 'training'), ('k8s_node_condition', 'GPUHealthy'), ('k8s_node_not_ready_level', 'SEPARATE'), ('k8s_rank_annotation', 'example.com/rank'), ('k8s_taint_effect', 'NoExecute'), ('k8s_taint_key', 'example.com/accelerator-fault')]"
+expect "kubernetes: bindings follow the named ServiceAccount" "$K" "sorted({s['name'] for k in ('ClusterRoleBinding', 'RoleBinding') for b in by[k] for s in b['subjects']} | {pod('Deployment')['serviceAccountName']})" "['fault-sa']"
+expect "recovery: an explicit actuator wins over kubernetes" "$R" "__import__('json').loads(cm('clusterd')['config.json'])['actuator']" "webhook"
+expect "recovery: without the kubernetes actuator no eviction or pod delete" "$R" "$(rules ClusterRole)" \
+  "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
+if out=$("$HELM" template "$CHART" 2>&1 >"$TMP/plain.yaml"); then
+  ok "plain \`helm template $CHART\` (no --kube-version) renders $(grep -c '^kind:' "$TMP/plain.yaml") objects"
+else
+  echo "$out" >&2; bad "plain \`helm template $CHART\` fails"
+fi
 expect "npu-smi: pod network, custom ports" "$N" "(pod('DaemonSet').get('hostNetwork'), pod('DaemonSet')['containers'][0]['ports'][0]['containerPort'], by['Service'][0]['spec']['ports'][0]['port'])" "(None, 21255, 18899)"
 expect "npu-smi: npu-smi binary mounted read-only" "$N" "[(m['mountPath'], m['readOnly']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'npu-smi']" "[('/usr/local/bin/npu-smi', True)]"
 
 # ---- 4. the binaries accept the rendered config files ----------------------------------------
 echo "== rendered config files against the real binaries (${SECONDS}s)"
+# ClusterD's config.json rendered with kubernetes.enabled=false: the Kubernetes integration needs
+# an API server, and test/k8s/helm_rbac_test.sh runs that config against a real one.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 extract() { # extract RENDERED CONFIGMAP_SUFFIX KEY OUT
   "$PY" -c 'import sys, yaml
@@ -195,7 +226,10 @@ run_daemon() { # run_daemon NAME URL_PATH -- COMMAND...: starts it, waits for UR
 }
 if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
   for vs in default values-existing-claim; do
-    r="$TMP/$vs-$kv.yaml" d="$TMP/run-$vs"
+    vf=default
+    [[ $vs == default ]] || vf=test/helm/$vs.yaml
+    render "$vs-no-k8s" "$vf" "$kv" --set kubernetes.enabled=false
+    r="$TMP/$vs-no-k8s-$kv.yaml" d="$TMP/run-$vs"
     mkdir -p "$d"
     if [[ $vs == default ]]; then sfx=clusterd; else sfx=fault-center; fi
     extract "$r" "$sfx" config.json "$d/config.json"

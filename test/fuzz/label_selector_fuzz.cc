@@ -13,16 +13,16 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const ClusterState& state = fuzz::QueryState::Get().state();
-  std::shared_lock lock(state.mutex());
-  v1::ListNodesRequest req;
-  req.set_label_selector(std::string(fuzz::AsView(data, size)));
-  auto resp = state.ListNodes(req);
-  if (!resp.ok()) {
-    FUZZ_CHECK(resp.status().code() == StatusCode::kInvalidArgument);
+  return fuzz::QueryState::Get().state().Read([&](const ClusterState& state) {
+    v1::ListNodesRequest req;
+    req.set_label_selector(std::string(fuzz::AsView(data, size)));
+    auto resp = state.ListNodes(req);
+    if (!resp.ok()) {
+      FUZZ_CHECK(resp.status().code() == StatusCode::kInvalidArgument);
+      return 0;
+    }
+    FUZZ_CHECK(resp->nodes_size() <= static_cast<int>(state.node_count()));
+    if (size == 0) FUZZ_CHECK(resp->nodes_size() == static_cast<int>(state.node_count()));
     return 0;
-  }
-  FUZZ_CHECK(resp->nodes_size() <= static_cast<int>(state.node_count()));
-  if (size == 0) FUZZ_CHECK(resp->nodes_size() == static_cast<int>(state.node_count()));
-  return 0;
+  });
 }

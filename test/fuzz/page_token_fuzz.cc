@@ -45,31 +45,31 @@ void Page(const ClusterState& state, int32_t page_size, std::string token, Call 
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const ClusterState& state = fuzz::QueryState::Get().state();
-  std::shared_lock lock(state.mutex());
-  const int32_t page_size = data[1] % 8;
-  std::string token(fuzz::AsView(data + 2, size - 2));
-  switch (data[0] % 4) {
-    case 0:
-      Page<v1::ListNodesRequest>(
-          state, page_size, token, &ClusterState::ListNodes,
-          [](const v1::ListNodesResponse& r) { return r.nodes_size(); }, state.node_count());
-      break;
-    case 1:
-      Page<v1::ListFaultsRequest>(
-          state, page_size, token, &ClusterState::ListFaults,
-          [](const v1::ListFaultsResponse& r) { return r.faults_size(); }, 64);
-      break;
-    case 2:
-      Page<v1::ListJobsRequest>(
-          state, page_size, token, &ClusterState::ListJobs, [](const v1::ListJobsResponse& r) { return r.jobs_size(); },
-          state.job_count());
-      break;
-    case 3:
-      Page<v1::ListRecoveriesRequest>(
-          state, page_size, token, &ClusterState::ListRecoveries,
-          [](const v1::ListRecoveriesResponse& r) { return r.recoveries_size(); }, state.recoveries().size());
-      break;
-  }
+  fuzz::QueryState::Get().state().Read([&](const ClusterState& state) {
+    const int32_t page_size = data[1] % 8;
+    std::string token(fuzz::AsView(data + 2, size - 2));
+    switch (data[0] % 4) {
+      case 0:
+        Page<v1::ListNodesRequest>(
+            state, page_size, token, &ClusterState::ListNodes,
+            [](const v1::ListNodesResponse& r) { return r.nodes_size(); }, state.node_count());
+        break;
+      case 1:
+        Page<v1::ListFaultsRequest>(
+            state, page_size, token, &ClusterState::ListFaults,
+            [](const v1::ListFaultsResponse& r) { return r.faults_size(); }, 64);
+        break;
+      case 2:
+        Page<v1::ListJobsRequest>(
+            state, page_size, token, &ClusterState::ListJobs,
+            [](const v1::ListJobsResponse& r) { return r.jobs_size(); }, state.job_count());
+        break;
+      case 3:
+        Page<v1::ListRecoveriesRequest>(
+            state, page_size, token, &ClusterState::ListRecoveries,
+            [](const v1::ListRecoveriesResponse& r) { return r.recoveries_size(); }, state.recoveries().size());
+        break;
+    }
+  });
   return 0;
 }

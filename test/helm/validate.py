@@ -7,9 +7,11 @@ Every built-in Kubernetes object is validated strictly (unknown fields are error
 the OpenAPI schemas that the kubernetes-validate package bundles, offline. The Prometheus
 Operator kinds (ServiceMonitor, PrometheusRule) are CRDs the package has no schema for: they
 are checked structurally here instead. On top of the schemas, the chart's own promises are
-checked: the security contexts, no RBAC objects, no mounted service-account tokens, one
-ClusterD replica with the Recreate strategy, and that every JSON payload (config.json,
-catalog.json, rules.json, the Grafana dashboard) parses.
+checked: the security contexts; RBAC only for ClusterD's ServiceAccount and only the rules in
+ALLOWED_RULES (no wildcards, nothing else); a service-account token mounted only into the
+ClusterD pod and only when it has a role (kubernetes.enabled), never into NodeD; one ClusterD
+replica with the Recreate strategy; and that every JSON payload (config.json, catalog.json,
+rules.json, the Grafana dashboard) parses.
 Exits non-zero after printing every problem found.
 """
 import json
@@ -20,6 +22,18 @@ import kubernetes_validate
 import yaml
 
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+# What ClusterD may do with the Kubernetes API (docs/deploy.md, "Kubernetes API access"):
+# (kind of role, apiGroup, resource) -> verbs. A rendered rule outside it is a problem.
+ALLOWED_RULES = {
+    ("ClusterRole", "", "pods"): {"get", "list", "watch", "delete"},
+    ("ClusterRole", "", "nodes"): {"get", "list", "watch", "patch"},
+    ("ClusterRole", "", "nodes/status"): {"patch"},
+    ("ClusterRole", "", "pods/eviction"): {"create"},
+    ("ClusterRole", "scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
+    ("ClusterRole", "", "events"): {"create", "patch", "get"},
+    ("ClusterRole", "events.k8s.io", "events"): {"create", "patch", "get"},
+    ("Role", "coordination.k8s.io", "leases"): {"get", "create", "update"},
+}
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 problems = []
@@ -75,9 +89,50 @@ def check_prometheus_rule(obj):
                 problem(obj, f"alert {r['alert']}: unbalanced brackets in {expr!r}")
 
 
+def check_role(obj):
+    for i, rule in enumerate(obj.get("rules") or []):
+        if rule.get("resourceNames") or rule.get("nonResourceURLs"):
+            problem(obj, f"rules[{i}]: resourceNames/nonResourceURLs are not expected")
+        for group in rule.get("apiGroups") or []:
+            for res in rule.get("resources") or []:
+                allowed = ALLOWED_RULES.get((obj["kind"], group, res))
+                verbs = set(rule.get("verbs") or [])
+                if allowed is None:
+                    problem(obj, f"rules[{i}]: {res!r} in group {group!r} is not in ALLOWED_RULES")
+                elif verbs - allowed:
+                    problem(obj, f"rules[{i}]: verbs {sorted(verbs - allowed)} on {group}/{res} are not allowed")
+
+
+def check_rbac(docs):
+    """Bindings grant only ClusterD's own ServiceAccount its own roles; tokens only follow roles."""
+    deployments = [d for d in docs if d.get("kind") == "Deployment"]
+    if not deployments:
+        return
+    dep = deployments[0]
+    pod = dep["spec"]["template"]["spec"]
+    sa = (pod.get("serviceAccountName"), dep["metadata"].get("namespace"))
+    roles = {(d["kind"], d["metadata"]["name"]) for d in docs if d.get("kind") in ("Role", "ClusterRole")}
+    bound = False
+    for b in (d for d in docs if d.get("kind") in ("RoleBinding", "ClusterRoleBinding")):
+        subjects = [(s.get("kind"), s.get("name"), s.get("namespace")) for s in b.get("subjects") or []]
+        if subjects != [("ServiceAccount", sa[0], sa[1])]:
+            problem(b, f"subjects {subjects} must be exactly ClusterD's ServiceAccount {sa}")
+        ref = b.get("roleRef") or {}
+        if (ref.get("kind"), ref.get("name")) not in roles:
+            problem(b, f"roleRef {ref} is not a role the chart renders")
+        if b["kind"] == "RoleBinding" and ref.get("kind") != "Role":
+            problem(b, "a RoleBinding must reference the chart's Role")
+        bound = True
+    if bound and not {"ClusterRoleBinding", "RoleBinding"} <= {d.get("kind") for d in docs}:
+        problem(dep, "RBAC is all or nothing: ClusterRole, Role and both bindings")
+    if pod.get("automountServiceAccountToken") is not bound:
+        problem(dep, f"automountServiceAccountToken must be {bound} (roles bound: {bound})")
+
+
 def check_pod(obj, pod):
     spec = pod.get("spec") or {}
-    if spec.get("automountServiceAccountToken") is not False:
+    # ClusterD's token follows its roles (check_rbac); NodeD never gets one.
+    if obj.get("kind") != "Deployment" and spec.get("automountServiceAccountToken") is not False:
         problem(obj, "pod must set automountServiceAccountToken: false")
     psc = spec.get("securityContext") or {}
     if (psc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
@@ -130,8 +185,10 @@ def check_json_payloads(obj):
                 continue
             if key == "config.json":
                 for k, v in parsed.items():
-                    if not (isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)):
-                        problem(obj, f"config.json key {k}: values must be strings or non-negative integers")
+                    if not (isinstance(v, (str, bool)) or (isinstance(v, int) and v >= 0)
+                            or (isinstance(v, list) and all(isinstance(x, str) for x in v))):
+                        problem(obj, f"config.json key {k}: values must be strings, booleans, "
+                                     "non-negative integers or lists of strings")
             if key.endswith("dashboard.json") or key == "clusterd.json":
                 if not parsed.get("panels") or not parsed.get("title"):
                     problem(obj, f"data[{key}] is not a Grafana dashboard (no title/panels)")
@@ -159,8 +216,8 @@ def main():
                 except kubernetes_validate.SchemaNotFoundError:
                     problem(obj, f"no Kubernetes {version} schema for {key}: an unexpected kind")
             kind = obj.get("kind")
-            if kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
-                problem(obj, "the chart must not grant Kubernetes API access today")
+            if kind in ("Role", "ClusterRole"):
+                check_role(obj)
             if kind == "ServiceAccount" and obj.get("automountServiceAccountToken") is not False:
                 problem(obj, "automountServiceAccountToken must be false")
             if kind == "Deployment":
@@ -171,6 +228,7 @@ def main():
                 check_pod(obj, obj["spec"]["template"])
             if kind == "ConfigMap":
                 check_json_payloads(obj)
+        check_rbac(docs)
     for p in problems:
         print(f"  FAIL {p}")
     summary = ", ".join(f"{k} x{kinds.count(k)}" for k in sorted(set(kinds), key=str))

@@ -7,7 +7,7 @@
 #include "noded/collectors/fs_root.h"
 #include "noded/collectors/memory.h"
 #include "noded/collectors/network.h"
-#include "test/noded/test_util.h"
+#include "test_util.h"
 
 namespace clusterd::noded {
 namespace {

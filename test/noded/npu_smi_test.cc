@@ -9,7 +9,7 @@
 
 #include "noded/accel/backend.h"
 #include "noded/accel/npu_smi.h"
-#include "test/noded/test_util.h"
+#include "test_util.h"
 
 namespace clusterd::noded {
 namespace {

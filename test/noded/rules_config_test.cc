@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "noded/rules/rules_config.h"
-#include "test/noded/test_util.h"
+#include "test_util.h"
 
 namespace clusterd::noded {
 namespace {

@@ -3,7 +3,7 @@
 #include "noded/rules/engine.h"
 #include "noded/rules/metrics.h"
 #include "noded/rules/rules_config.h"
-#include "test/noded/test_util.h"
+#include "test_util.h"
 
 namespace clusterd::noded {
 namespace {

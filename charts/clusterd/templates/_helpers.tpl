@@ -123,7 +123,52 @@ ClusterD's config.json content.
 {{- if include "clusterd.hasCatalog" . }}
 {{- $_ = set $c "catalog_file" "/etc/clusterd/catalog.json" }}
 {{- end }}
+{{- $k := .Values.kubernetes }}
+{{- if $k.enabled }}
+{{- /* No kubeconfig key: in-cluster config from the mounted ServiceAccount token. */}}
+{{- $_ = set $c "integrations" (list "kubernetes") }}
+{{- $_ = set $c "k8s_namespace" $k.namespace }}
+{{- $_ = set $c "k8s_rank_annotation" $k.rankAnnotation }}
+{{- $_ = set $c "k8s_devices_annotation" $k.devicesAnnotation }}
+{{- $_ = set $c "k8s_job_kind_label" $k.jobKindLabel }}
+{{- $_ = set $c "k8s_taint_key" $k.taintKey }}
+{{- $_ = set $c "k8s_taint_effect" $k.taintEffect }}
+{{- $_ = set $c "k8s_node_condition" $k.nodeCondition }}
+{{- $_ = set $c "k8s_node_not_ready_level" $k.nodeNotReadyLevel }}
+{{- $_ = set $c "k8s_eviction_timeout" $k.evictionTimeout }}
+{{- $_ = set $c "k8s_delete_fallback" $k.deleteFallback }}
+{{- end }}
+{{- with include "clusterd.actuator" . }}
+{{- $_ = set $c "actuator" . }}
+{{- end }}
 {{- include "clusterd.flatJson" $c }}
+{{- end }}
+
+{{/*
+The actuator ClusterD runs with: clusterd.config.actuator when set, else "kubernetes" when
+kubernetes.enabled and kubernetes.actuator, else "" (the key is left out: the binary's none).
+*/}}
+{{- define "clusterd.actuator" -}}
+{{- $a := .Values.clusterd.config.actuator }}
+{{- if not (kindIs "invalid" $a) }}
+{{- $a }}
+{{- else if and .Values.kubernetes.enabled .Values.kubernetes.actuator }}kubernetes
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when ClusterD acts through the Kubernetes API (the write rules of its ClusterRole).
+*/}}
+{{- define "clusterd.kubernetes.actuates" -}}
+{{- if and .Values.kubernetes.enabled (eq (include "clusterd.actuator" .) "kubernetes") }}true{{ end }}
+{{- end }}
+
+{{/*
+Name of the ClusterRole and ClusterRoleBinding: cluster-scoped, so the release namespace is
+part of it (two releases of the same name in two namespaces do not collide).
+*/}}
+{{- define "clusterd.kubernetes.clusterRoleName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "clusterd.clusterd.fullname" .) | trunc 253 | trimSuffix "-" }}
 {{- end }}
 
 {{/*

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds a real etcd and kube-apiserver from the Go module proxy for the
+# Kubernetes end-to-end tests (docs/kubernetes.md, docs/testing.md) and prints
+# the directory that holds them. Neither is packaged for Debian 12 at a version
+# Kubernetes supports, and `go install` refuses both (their modules carry
+# replace directives), so each is built from a scratch module. The binaries are
+# cached under $HOME/.cache/clusterd-k8s/<version>: a second run takes a second.
+#
+#   scripts/k8s-tools.sh          build what is missing, print the bin directory
+#   K8S_VERSION=1.37.2 ETCD_VERSION=3.6.16 override the versions
+set -euo pipefail
+K8S_VERSION=${K8S_VERSION:-1.37.2}
+ETCD_VERSION=${ETCD_VERSION:-3.6.16}
+export PATH=/usr/local/go/bin:$PATH
+CACHE=${CLUSTERD_K8S_CACHE:-$HOME/.cache/clusterd-k8s}
+BIN=$CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION
+mkdir -p "$BIN"
+log() { echo "k8s-tools: $*" >&2; }
+
+if ! "$BIN/etcd" --version 2>/dev/null | grep -q "etcd Version: $ETCD_VERSION"; then
+  log "building etcd $ETCD_VERSION (about 1.5 min cold)"
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  (cd "$work" && go mod init clusterd.local/etcd >/dev/null 2>&1 &&
+     go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >/dev/null 2>&1 &&
+     go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3 &&
+     mv "$BIN/etcd.tmp" "$BIN/etcd")
+  rm -rf "$work"; trap - EXIT
+fi
+
+want="v$K8S_VERSION"
+if ! "$BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $want"; then
+  log "building kube-apiserver $K8S_VERSION (5-11 min cold on 2 CPUs)"
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  minor=${K8S_VERSION#*.}; minor=${minor%%.*}
+  staging_version="v0.${K8S_VERSION#*.}"
+  (
+    cd "$work"
+    go mod init clusterd.local/kube-apiserver >/dev/null 2>&1
+    go mod download -json "k8s.io/kubernetes@$want" >/dev/null
+    modfile=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$want.mod
+    # Every staging module k8s.io/kubernetes replaces with ./staging/... is
+    # replaced here with its published version of the same release.
+    {
+      echo "require k8s.io/kubernetes $want"
+      grep -oE '^\s*k8s\.io/[a-z0-9-]+ => \./staging/src/k8s\.io/[a-z0-9-]+' "$modfile" |
+        awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
+    } >>go.mod
+    pkg=k8s.io/component-base/version
+    GOFLAGS=-mod=mod go build -trimpath -o "$BIN/kube-apiserver.tmp" \
+      -ldflags "-s -w -X $pkg.gitVersion=$want -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor" \
+      k8s.io/kubernetes/cmd/kube-apiserver
+    mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+  )
+  rm -rf "$work"; trap - EXIT
+fi
+echo "$BIN"

@@ -1,0 +1,371 @@
+# Test harness for the Kubernetes tests: a real etcd and kube-apiserver on
+# loopback (no kubelet, no controller-manager, no containers), built from the Go
+# module proxy by scripts/k8s-tools.sh. Source it from bash:
+#
+#   source test/k8s/lib.sh
+#   trap k8s_stop EXIT
+#   k8s_start                       # ~3-5 s once the binaries are cached
+#   k8s_api GET /api/v1/nodes       # body on stdout; exit 0 only on 2xx
+#   k8s_code GET /api/v1/secrets    # prints the HTTP status code only
+#
+# k8s_start exports:
+#   K8S_DIR          temporary directory (certificates, data, logs, kubeconfig)
+#   K8S_API          https://127.0.0.1:PORT (the API server)
+#   K8S_CA           CA certificate (PEM) that signed the serving certificate (IP SAN 127.0.0.1)
+#   K8S_ADMIN_TOKEN  bearer token of user "admin" in group system:masters
+#   K8S_KUBECONFIG   admin kubeconfig (YAML: server, certificate-authority path, token)
+#   K8S_ETCD         http://127.0.0.1:PORT (etcd's client URL and HTTP/JSON gateway)
+#   K8S_BIN          directory with the etcd and kube-apiserver binaries
+#   K8S_APISERVER_PID, K8S_ETCD_PID
+# Logs: $K8S_DIR/etcd.log, $K8S_DIR/kube-apiserver.log.
+#
+# Functions: k8s_start, k8s_stop, k8s_api, k8s_code (K8S_TOKEN=... picks another token),
+# k8s_restart_apiserver (or k8s_stop_apiserver + k8s_start_apiserver for an outage),
+# k8s_compact_etcd, k8s_etcd_revision, k8s_create_namespace, k8s_sa_token,
+# k8s_write_kubeconfig, k8s_apply_podgroup_crd, k8s_wait, k8s_free_port, k8s_kill_wait.
+# `bash test/k8s/lib.sh serve ENV_FILE` runs the cluster for a driver in another language.
+#
+# What the cluster lacks: no kubelet, so pods stay Pending unless the test
+# patches pods/status, and a deleted pod bound to a node stays Terminating until deleted with
+# gracePeriodSeconds=0; no controllers, so nothing creates pods from Jobs and nothing is
+# garbage collected; the ServiceAccount admission plugin is off, so a namespace needs no
+# default ServiceAccount.
+#
+# k8s_start must run in the shell that later calls k8s_stop (not in a $(...) subshell): it
+# keeps the process ids in shell variables. A guard process stops both servers if that shell
+# dies without calling k8s_stop (kill -9, CI timeout).
+
+K8S_LIB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+K8S_START_TIMEOUT=${K8S_START_TIMEOUT:-60}
+
+k8s_log() { echo "k8s: $*" >&2; }
+
+k8s_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# k8s_wait SECONDS DESCRIPTION CMD...: runs CMD (output discarded) every 0.1 s until it succeeds
+# or SECONDS pass; returns 1 on the deadline.
+k8s_wait() {
+  local deadline=$((SECONDS + $1)) what=$2
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      k8s_log "timed out after $1 s waiting for: $what"
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+# k8s_api METHOD PATH [BODY [CONTENT_TYPE]]: one request to the API server. PATH includes any
+# query string. BODY is JSON text, or @FILE. CONTENT_TYPE defaults to
+# application/merge-patch+json for PATCH (CRDs accept it; strategic merge patch they refuse)
+# and application/json otherwise. Authenticates with $K8S_TOKEN when set, else the admin token.
+# Prints the response body; returns 0 on 2xx, 1 on another status, 2 if no response came.
+k8s_api() {
+  local method=$1 path=$2 body=${3-} ctype=${4-} code out
+  if [[ -z $ctype ]]; then
+    if [[ $method == PATCH ]]; then ctype=application/merge-patch+json; else ctype=application/json; fi
+  fi
+  local args=(-sS --max-time "${K8S_API_TIMEOUT:-30}" --cacert "$K8S_CA" -X "$method"
+    -H "Authorization: Bearer ${K8S_TOKEN:-$K8S_ADMIN_TOKEN}" -H "Accept: application/json")
+  [[ -n $body ]] && args+=(-H "Content-Type: $ctype" --data-binary "$body")
+  out=$(mktemp)
+  if ! code=$(curl "${args[@]}" -o "$out" -w '%{http_code}' "$K8S_API$path"); then
+    cat "$out"; rm -f "$out"
+    return 2
+  fi
+  cat "$out"; rm -f "$out"
+  [[ $code == 2?? ]]
+}
+
+# k8s_code METHOD PATH [BODY [CONTENT_TYPE]]: like k8s_api but prints only the HTTP status code
+# (000 when no response came), e.g. [[ $(K8S_TOKEN=$t k8s_code GET /api/v1/secrets) == 403 ]].
+k8s_code() {
+  local method=$1 path=$2 body=${3-} ctype=${4-}
+  if [[ -z $ctype ]]; then
+    if [[ $method == PATCH ]]; then ctype=application/merge-patch+json; else ctype=application/json; fi
+  fi
+  local args=(-sS --max-time "${K8S_API_TIMEOUT:-30}" --cacert "$K8S_CA" -X "$method"
+    -H "Authorization: Bearer ${K8S_TOKEN:-$K8S_ADMIN_TOKEN}" -H "Accept: application/json")
+  [[ -n $body ]] && args+=(-H "Content-Type: $ctype" --data-binary "$body")
+  curl "${args[@]}" -o /dev/null -w '%{http_code}' "$K8S_API$path" 2>/dev/null || true
+}
+
+# Writes the certificates, keys and token file into $K8S_DIR.
+k8s_gen_certs() {
+  local d=$K8S_DIR
+  (
+    set -e
+    cd "$d"
+    openssl req -x509 -new -nodes -newkey rsa:2048 -sha256 -days 2 -keyout ca.key -out ca.crt \
+      -subj /CN=clusterd-test-ca -addext basicConstraints=critical,CA:TRUE \
+      -addext keyUsage=critical,keyCertSign,cRLSign
+    openssl req -new -nodes -newkey rsa:2048 -keyout apiserver.key -out apiserver.csr -subj /CN=kube-apiserver
+    printf '%s\n' 'basicConstraints=CA:FALSE' 'keyUsage=critical,digitalSignature,keyEncipherment' \
+      'extendedKeyUsage=serverAuth' 'subjectAltName=IP:127.0.0.1' >apiserver.ext
+    openssl x509 -req -sha256 -days 2 -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+      -extfile apiserver.ext -out apiserver.crt
+    # Signs and verifies service-account tokens (TokenRequest).
+    openssl genrsa -out sa.key 2048
+    openssl rand -hex 32 >admin.token
+    printf '%s,admin,admin-uid,"system:masters"\n' "$(cat admin.token)" >tokens.csv
+    chmod 600 ./*.key admin.token tokens.csv
+  ) >"$d/openssl.log" 2>&1 || { cat "$d/openssl.log" >&2; return 1; }
+}
+
+k8s_readyz() { [[ $(K8S_TOKEN= K8S_API_TIMEOUT=2 k8s_code GET /readyz) == 200 ]]; }
+k8s_etcd_healthy() { curl -fsS --max-time 2 "$K8S_ETCD/health" 2>/dev/null | grep -q '"health":"true"'; }
+
+# Starts kube-apiserver (again) with the arguments k8s_start chose, and waits for /readyz.
+k8s_start_apiserver() {
+  "$K8S_BIN/kube-apiserver" "${K8S_APISERVER_ARGS[@]}" >>"$K8S_DIR/kube-apiserver.log" 2>&1 &
+  K8S_APISERVER_PID=$!
+  export K8S_APISERVER_PID
+  echo "$K8S_APISERVER_PID" >"$K8S_DIR/apiserver.pid"
+  local deadline=$((SECONDS + K8S_START_TIMEOUT))
+  until k8s_readyz; do
+    if ! kill -0 "$K8S_APISERVER_PID" 2>/dev/null; then
+      k8s_log "kube-apiserver exited; last lines of $K8S_DIR/kube-apiserver.log:"
+      tail -20 "$K8S_DIR/kube-apiserver.log" >&2
+      return 1
+    fi
+    if ((SECONDS >= deadline)); then
+      k8s_log "kube-apiserver not ready after $K8S_START_TIMEOUT s; last lines of its log:"
+      tail -20 "$K8S_DIR/kube-apiserver.log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+# Stops kube-apiserver (SIGTERM, SIGKILL after 20 s) and waits until it has exited.
+k8s_stop_apiserver() {
+  [[ -n ${K8S_APISERVER_PID-} ]] || return 0
+  k8s_kill_wait "$K8S_APISERVER_PID"
+  K8S_APISERVER_PID=
+}
+
+# k8s_restart_apiserver: stop and start on the same port with the same flags; ready on return.
+# Its watch cache is rebuilt from etcd, so after k8s_compact_etcd a watch from an older
+# resourceVersion gets 410 Gone.
+k8s_restart_apiserver() {
+  k8s_stop_apiserver && k8s_start_apiserver
+}
+
+# k8s_kill_wait PID: SIGTERM, then SIGKILL if it is still there after 20 s; reaps it.
+k8s_kill_wait() {
+  local pid=$1 deadline=$((SECONDS + 20))
+  if kill "$pid" 2>/dev/null; then
+    while kill -0 "$pid" 2>/dev/null; do
+      if ((SECONDS >= deadline)); then kill -9 "$pid" 2>/dev/null || true; fi
+      sleep 0.05
+    done
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+# k8s_start: builds or reuses the binaries, generates certificates, starts etcd and
+# kube-apiserver on free loopback ports, waits for /readyz and exports the K8S_* variables.
+k8s_start() {
+  local bin
+  bin=$(bash "$K8S_LIB_ROOT/scripts/k8s-tools.sh") || {
+    k8s_log "scripts/k8s-tools.sh failed"
+    return 1
+  }
+  export K8S_BIN=$bin
+  local t0=$SECONDS
+  K8S_DIR=$(mktemp -d "${TMPDIR:-/tmp}/clusterd-k8s.XXXXXX")
+  export K8S_DIR
+  k8s_gen_certs || return 1
+  export K8S_CA=$K8S_DIR/ca.crt
+  export K8S_ADMIN_TOKEN
+  K8S_ADMIN_TOKEN=$(cat "$K8S_DIR/admin.token")
+
+  local etcd_port
+  etcd_port=$(k8s_free_port)
+  export K8S_ETCD=http://127.0.0.1:$etcd_port
+  # The peer port is never used (one member): port 0.
+  "$K8S_BIN/etcd" --data-dir "$K8S_DIR/etcd" \
+    --listen-client-urls "$K8S_ETCD" --advertise-client-urls "$K8S_ETCD" \
+    --listen-peer-urls http://127.0.0.1:0 --unsafe-no-fsync --log-level warn >"$K8S_DIR/etcd.log" 2>&1 &
+  export K8S_ETCD_PID=$!
+  # A guard: if the shell that started the servers dies without k8s_stop, stop them anyway.
+  # tail --pid returns when that shell is gone; k8s_stop kills the guard first.
+  local owner=$BASHPID
+  (
+    tail --pid="$owner" -f /dev/null
+    # The API server first: without etcd its graceful shutdown hangs.
+    api=$(cat "$K8S_DIR/apiserver.pid" 2>/dev/null)
+    if [[ -n $api ]] && kill "$api" 2>/dev/null; then
+      for _ in $(seq 200); do kill -0 "$api" 2>/dev/null || break; sleep 0.1; done
+      kill -0 "$api" 2>/dev/null && kill -9 "$api"
+    fi
+    kill "$K8S_ETCD_PID" 2>/dev/null
+    rm -rf "$K8S_DIR"
+  ) </dev/null >/dev/null 2>&1 &
+  K8S_GUARD_PID=$!
+  local deadline=$((SECONDS + K8S_START_TIMEOUT))
+  until k8s_etcd_healthy; do
+    if ! kill -0 "$K8S_ETCD_PID" 2>/dev/null || ((SECONDS >= deadline)); then
+      k8s_log "etcd did not become healthy; last lines of $K8S_DIR/etcd.log:"
+      tail -20 "$K8S_DIR/etcd.log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+
+  local port
+  port=$(k8s_free_port)
+  export K8S_API=https://127.0.0.1:$port
+  # Pitfalls (docs/testing.md): --advertise-address 127.0.0.1 is fatal with the default
+  # endpoint reconciler; without a controller-manager no namespace gets a default
+  # ServiceAccount, so the ServiceAccount admission plugin would refuse every pod.
+  # --allow-privileged: the chart's NodeD DaemonSet is privileged by default (as RKE2 allows).
+  K8S_APISERVER_ARGS=(
+    --etcd-servers "$K8S_ETCD"
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port"
+    --cert-dir "$K8S_DIR/certs"
+    --tls-cert-file "$K8S_DIR/apiserver.crt" --tls-private-key-file "$K8S_DIR/apiserver.key"
+    --client-ca-file "$K8S_CA" --token-auth-file "$K8S_DIR/tokens.csv"
+    --service-account-issuer https://kubernetes.default.svc
+    --service-account-key-file "$K8S_DIR/sa.key" --service-account-signing-key-file "$K8S_DIR/sa.key"
+    --service-cluster-ip-range 10.0.0.0/24 --endpoint-reconciler-type none
+    --authorization-mode Node,RBAC --enable-priority-and-fairness=false
+    --disable-admission-plugins ServiceAccount
+    --allow-privileged=true
+    --profiling=false
+  )
+  k8s_start_apiserver || return 1
+
+  export K8S_KUBECONFIG=$K8S_DIR/kubeconfig
+  k8s_write_kubeconfig "$K8S_KUBECONFIG" "$K8S_ADMIN_TOKEN" admin
+  k8s_log "etcd $K8S_ETCD and kube-apiserver $K8S_API ready in $((SECONDS - t0)) s (dir $K8S_DIR)"
+}
+
+# k8s_write_kubeconfig FILE TOKEN [USER [NAMESPACE]]: a kubeconfig for this API server that
+# authenticates with TOKEN (e.g. a ServiceAccount token from k8s_sa_token).
+k8s_write_kubeconfig() {
+  local file=$1 token=$2 user=${3:-user} ns=${4:-default}
+  cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: clusterd-test
+    cluster:
+      server: $K8S_API
+      certificate-authority: $K8S_CA
+users:
+  - name: $user
+    user:
+      token: $token
+contexts:
+  - name: $user@clusterd-test
+    context:
+      cluster: clusterd-test
+      user: $user
+      namespace: $ns
+current-context: $user@clusterd-test
+EOF
+  chmod 600 "$file"
+}
+
+# k8s_stop: stops both servers and removes $K8S_DIR. Safe to call twice, or after a failed start.
+k8s_stop() {
+  if [[ -n ${K8S_GUARD_PID-} ]]; then
+    kill "$K8S_GUARD_PID" 2>/dev/null || true
+    wait "$K8S_GUARD_PID" 2>/dev/null || true
+    K8S_GUARD_PID=
+  fi
+  k8s_stop_apiserver
+  if [[ -n ${K8S_ETCD_PID-} ]]; then
+    k8s_kill_wait "$K8S_ETCD_PID"
+    K8S_ETCD_PID=
+  fi
+  if [[ -n ${K8S_DIR-} && -d $K8S_DIR ]]; then
+    if [[ -n ${K8S_KEEP_DIR-} ]]; then k8s_log "kept $K8S_DIR"; else rm -rf "$K8S_DIR"; fi
+  fi
+}
+
+# k8s_etcd_revision: etcd's current revision (the API server's newest resourceVersion).
+k8s_etcd_revision() {
+  curl -fsS --max-time 5 -X POST "$K8S_ETCD/v3/kv/range" -d '{"key":"AA=="}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["header"]["revision"])'
+}
+
+# k8s_compact_etcd: compacts etcd's history up to its current revision (printed), through its
+# HTTP/JSON gateway. The API server's watch cache still serves older resourceVersions until
+# k8s_restart_apiserver; after that, a watch from before the revision gets a 410 Gone
+# (an ERROR event with code 410) and a list with such a resourceVersion is refused.
+k8s_compact_etcd() {
+  local rev
+  rev=$(k8s_etcd_revision) || return 1
+  curl -fsS --max-time 30 -X POST "$K8S_ETCD/v3/kv/compaction" \
+    -d "{\"revision\": \"$rev\", \"physical\": true}" >/dev/null || return 1
+  echo "$rev"
+}
+
+# k8s_create_namespace NAME: creates it (an existing one is fine).
+k8s_create_namespace() {
+  local code
+  code=$(k8s_code POST /api/v1/namespaces "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"$1\"}}")
+  [[ $code == 201 || $code == 409 ]] || {
+    k8s_log "creating namespace $1: HTTP $code"
+    return 1
+  }
+}
+
+# k8s_sa_token NAMESPACE SERVICEACCOUNT [SECONDS]: prints a token for the ServiceAccount,
+# issued through the TokenRequest API (default lifetime 3600 s).
+k8s_sa_token() {
+  local body
+  body="{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenRequest\",\"spec\":{\"expirationSeconds\":${3:-3600}}}"
+  K8S_TOKEN= k8s_api POST "/api/v1/namespaces/$1/serviceaccounts/$2/token" "$body" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["token"])'
+}
+
+# k8s_apply_podgroup_crd: creates the Volcano PodGroup CRD (test/k8s/podgroup-crd.json,
+# scheduling.volcano.sh/v1beta1) and waits until podgroups are served.
+k8s_apply_podgroup_crd() {
+  local code
+  code=$(k8s_code POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions "@$K8S_LIB_ROOT/test/k8s/podgroup-crd.json")
+  [[ $code == 201 || $code == 409 ]] || {
+    k8s_log "creating the PodGroup CRD: HTTP $code"
+    return 1
+  }
+  k8s_wait 30 "podgroups.scheduling.volcano.sh served" k8s_api GET /apis/scheduling.volcano.sh/v1beta1/podgroups
+}
+
+# Run as a program (not sourced), for a test driver in another language (a GoogleTest fixture):
+#   bash test/k8s/lib.sh serve ENV_FILE
+# starts the cluster, writes KEY=VALUE lines (the K8S_* variables above) to ENV_FILE once it is
+# ready (atomically: wait for the file), and keeps it running until SIGTERM or SIGINT, then
+# stops it and removes ENV_FILE. SIGUSR1 restarts the API server; ENV_FILE is rewritten with
+# the new K8S_APISERVER_PID and K8S_RESTARTS incremented once it is ready again.
+k8s_write_env() {
+  local v
+  for v in K8S_DIR K8S_API K8S_CA K8S_ADMIN_TOKEN K8S_KUBECONFIG K8S_ETCD K8S_BIN K8S_APISERVER_PID K8S_ETCD_PID K8S_RESTARTS; do
+    echo "$v=${!v-}"
+  done >"$1.tmp" && mv "$1.tmp" "$1"
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  if [[ ${1-} != serve || -z ${2-} ]]; then
+    echo "usage: bash test/k8s/lib.sh serve ENV_FILE" >&2
+    exit 2
+  fi
+  K8S_ENV_FILE=$2 K8S_RESTARTS=0 K8S_SERVE_STOP=
+  trap 'k8s_stop; rm -f "$K8S_ENV_FILE"' EXIT
+  trap 'K8S_SERVE_STOP=1' TERM INT
+  trap 'k8s_restart_apiserver && K8S_RESTARTS=$((K8S_RESTARTS + 1)) && k8s_write_env "$K8S_ENV_FILE"' USR1
+  k8s_start || exit 1
+  k8s_write_env "$K8S_ENV_FILE"
+  # wait returns early whenever a trapped signal arrives; the loop resumes after USR1.
+  tail -f /dev/null &
+  K8S_SERVE_TAIL=$!
+  until [[ -n $K8S_SERVE_STOP ]]; do wait "$K8S_SERVE_TAIL" || true; done
+  kill "$K8S_SERVE_TAIL" 2>/dev/null
+  wait "$K8S_SERVE_TAIL" 2>/dev/null
+  exit 0
+fi
