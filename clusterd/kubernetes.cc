@@ -366,7 +366,12 @@ class KubernetesIntegration final : public Integration {
         if (ctx_->NodesSynced()) SyncReadiness();
       }
       if (std::chrono::steady_clock::now() >= next_nodes) {
-        if (ctx_->NodesSynced()) SyncNodes();
+        if (ctx_->NodesSynced()) {
+          // Also retries readiness reports refused before the node's agent
+          // registered (only nodes whose state was not yet reported are sent).
+          SyncReadiness();
+          SyncNodes();
+        }
         next_nodes = std::chrono::steady_clock::now() + interval;
       }
     }

@@ -36,6 +36,7 @@ Columns<v1::Job> JobColumns() {
       {"ID", false, [](const v1::Job& j, bool) { return j.id(); }},
       {"KIND", false, [](const v1::Job& j, bool) { return ShortJobKind(j.kind()); }},
       {"STATE", false, [](const v1::Job& j, bool) { return ShortJobState(j.state()); }},
+      {"SOURCE", false, [](const v1::Job& j, bool) { return j.source().empty() ? std::string("api") : j.source(); }},
       {"RANKS", false, [](const v1::Job& j, bool) { return std::to_string(j.placement_size()); }},
       {"NODES", false, [](const v1::Job& j, bool) { return std::to_string(NodeCount(j)); }},
       {"IMPACTED-RANKS", false, [](const v1::Job& j, bool) { return std::to_string(ImpactedRanks(j).size()); }},
@@ -106,6 +107,7 @@ void DescribeJob(Context& c, const v1::GetJobResponse& resp) {
                      {"Id", j.id()},
                      {"Kind", ShortJobKind(j.kind())},
                      {"State", ShortJobState(j.state())},
+                     {"Source", j.source().empty() ? std::string("api") : j.source()},
                      {"Ranks", std::to_string(j.placement_size()) + " on " + std::to_string(NodeCount(j)) +
                                    (NodeCount(j) == 1 ? " node" : " nodes")},
                      {"Impacted ranks",
