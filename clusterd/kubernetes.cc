@@ -173,12 +173,10 @@ void KubernetesContext::SetListener(Listener listener) {
 }
 
 void KubernetesContext::Notify() {
-  Listener l;
-  {
-    std::lock_guard lock(mu_);
-    l = listener_;
-  }
-  if (l) l();
+  // Called under the lock, so that once SetListener(nullptr) returns the old
+  // listener never runs again (its owner may be gone). Listeners are quick.
+  std::lock_guard lock(mu_);
+  if (listener_) listener_();
 }
 
 void KubernetesContext::StartWatches(MetricsRegistry* metrics) {
@@ -337,13 +335,13 @@ class KubernetesIntegration final : public Integration {
   }
 
   void Stop() override {
+    ctx_->SetListener(nullptr);
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
-    ctx_->SetListener(nullptr);
   }
 
  private:
