@@ -787,7 +787,7 @@ class KubernetesActions {
 
   // The job's pods that hold any of `ranks` (all of its pods for a job
   // restart), from the shared pod cache.
-  std::vector<Target> FindPods(const ActionRequest& req, bool whole_job) {
+  std::vector<Target> FindPods(const ActionRequest& req, bool whole_job, size_t* job_pods) {
     std::set<uint32_t> ranks(req.ranks.begin(), req.ranks.end());
     k8s::PodGroupMap podgroups;
     for (const auto& obj : ctx_->PodGroups()) {
@@ -799,6 +799,7 @@ class KubernetesActions {
       auto pod = k8s::ParsePod(obj, ctx_->discovery());
       if (!pod.ok() || pod->terminating) continue;
       if (k8s::JobKeyOf(*pod, podgroups) != req.job_id) continue;
+      ++*job_pods;
       bool hit = whole_job;
       if (!hit) {
         for (uint32_t r : k8s::PodDeviceRanks(*pod)) hit = hit || ranks.count(r) > 0;
@@ -822,7 +823,15 @@ class KubernetesActions {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (!ctx_->JobsSynced()) return {false, "the pod cache is not synced yet"};
-    auto targets = FindPods(req, !evict);
+    size_t job_pods = 0;
+    auto targets = FindPods(req, !evict, &job_pods);
+    if (job_pods == 0) {
+      // Not a job discovered from pods (registered through the API), or all
+      // of its pods are gone: nothing here can move its ranks, and saying
+      // "done" would mark a recovery succeeded that moved nothing.
+      return {false, "no pod of job " + req.job_id +
+                         " in the Kubernetes pod cache: the kubernetes actuator moves only jobs discovered from pods"};
+    }
     const std::string verb = evict ? "Evict" : "Delete";
     std::string ns = targets.empty() ? std::string() : targets.front().ns;
     if (!targets.empty()) {

@@ -16,6 +16,12 @@ CACHE=${CLUSTERD_K8S_CACHE:-$HOME/.cache/clusterd-k8s}
 BIN=$CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION
 mkdir -p "$BIN"
 log() { echo "k8s-tools: $*" >&2; }
+# kube-apiserver 1.37's go.mod needs Go 1.26 or newer; Debian 12's golang-go is 1.19.
+gov=$(go env GOVERSION 2>/dev/null || echo go0)
+if [[ ! $gov =~ ^go1\.([0-9]+) ]] || ((BASH_REMATCH[1] < 26)); then
+  log "Go 1.26 or newer is needed (found ${gov}); install it in /usr/local/go"
+  exit 1
+fi
 
 if ! "$BIN/etcd" --version 2>/dev/null | grep -q "etcd Version: $ETCD_VERSION"; then
   log "building etcd $ETCD_VERSION (about 1.5 min cold)"

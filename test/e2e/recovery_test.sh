@@ -20,7 +20,7 @@ HTTP_PORT=$(free_port)
 ADDR=127.0.0.1:$GRPC_PORT
 CLUSTERD_PID=""
 PIDS=()
-declare -A NODED_PORT AGENT_PID
+declare -A NODED_PORT NODED_PID AGENT_PID
 cleanup() {
   { [[ -n $CLUSTERD_PID ]] && kill -9 "$CLUSTERD_PID"; } 2>/dev/null || true
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
@@ -54,13 +54,7 @@ start_clusterd() {
   CLUSTERD_PID=$!
   wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
 }
-start_noded() {
-  NODED_PORT[$1]=$(free_port)
-  "$BIN/noded" --server "$ADDR" --node-name "$1" --http-listen "127.0.0.1:${NODED_PORT[$1]}" \
-    --state-dir "$WORK/noded-$1" --accelerator sim --sim-devices 8 --kmsg-path "" --poll-interval 200ms \
-    --heartbeat-interval 500ms --log-level warn >>"$WORK/noded-$1.log" 2>&1 &
-  PIDS+=($!)
-}
+start_noded() { start_sim_noded "$1"; }
 # start_agent JOB ARGS...: an example job agent, hold-down 500ms.
 start_agent() {
   local job=$1; shift
@@ -70,12 +64,7 @@ start_agent() {
   PIDS+=($!)
   wait_until 30 grep -q "attached: job $job" "$WORK/agent-$job.log"
 }
-inject() {
-  local code
-  code=$(curl -s -o "$WORK/inject.out" -w '%{http_code}' -X POST "http://127.0.0.1:${NODED_PORT[$1]}/v1/sim/faults" \
-    -d "{\"device\": $2, \"code\": \"$3\", \"state\": \"${4:-raise}\"}")
-  [[ $code == 200 ]] || fail "inject on $1: HTTP $code $(cat "$WORK/inject.out")"
-}
+inject() { inject_sim_fault "$@"; }
 # recovery ID EXPR: evaluates a Python expression over the recovery `r` (JSON).
 recovery() {
   grpcurl -plaintext -d "{\"id\": \"$1\"}" "$ADDR" clusterd.v1.ClusterService/GetRecovery 2>/dev/null |

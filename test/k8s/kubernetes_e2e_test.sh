@@ -97,20 +97,8 @@ start_clusterd() {
   CLUSTERD_PID=$!
   wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
 }
-start_noded() {
-  NODED_PORT[$1]=$(free_port)
-  "$BIN/noded" --server "$ADDR" --node-name "$1" --http-listen "127.0.0.1:${NODED_PORT[$1]}" \
-    --state-dir "$WORK/noded-$1" --accelerator sim --sim-devices 8 --kmsg-path "" --poll-interval 200ms \
-    --heartbeat-interval 500ms --log-level warn >>"$WORK/noded-$1.log" 2>&1 &
-  NODED_PID[$1]=$!
-  PIDS+=($!)
-}
-inject() {
-  local code
-  code=$(curl -s -o "$WORK/inject.out" -w '%{http_code}' -X POST "http://127.0.0.1:${NODED_PORT[$1]}/v1/sim/faults" \
-    -d "{\"device\": $2, \"code\": \"$3\", \"state\": \"${4:-raise}\"}")
-  [[ $code == 200 ]] || fail "inject on $1: HTTP $code $(cat "$WORK/inject.out")"
-}
+start_noded() { start_sim_noded "$1"; }
+inject() { inject_sim_fault "$@"; }
 connected() {
   [[ $(grpcurl -plaintext "$ADDR" clusterd.v1.ClusterService/GetSummary |
     python3 -c 'import json,sys; print(json.load(sys.stdin).get("connected_agents", 0))') == "$1" ]]
