@@ -18,6 +18,7 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/version.hpp>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace clusterd::k8s {
@@ -258,6 +259,10 @@ StatusOr<Response> Client::Do(std::string_view method, std::string_view target, 
       http::response_parser<http::string_body> parser;
       parser.body_limit(limit);
       parser.header_limit(64 * 1024);
+      // The header on its own first: Boost 1.74's eager read (async_read)
+      // drops the body_limit error of a Content-Length that arrives together
+      // with the body, and would then buffer the whole answer.
+      co_await http::async_read_header(ex.stream(), ex.buffer(), parser, net::use_awaitable);
       co_await http::async_read(ex.stream(), ex.buffer(), parser, net::use_awaitable);
       response.status = static_cast<int>(parser.get().result_int());
       response.retry_after = std::string(parser.get()[http::field::retry_after]);
@@ -325,12 +330,21 @@ Status Client::Stream(std::string_view target, std::chrono::milliseconds idle_ti
   std::string line;
   const size_t max_line = config_.max_line_bytes;
   http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
+  // No limit, but not boost::none: Boost 1.74 compares any Content-Length
+  // as over an empty limit, which turned every error answer (403, 410 Gone)
+  // into "body limit exceeded". Error bodies are bounded below.
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   // Chunked answers (every watch) go through this callback, piece by piece;
   // an error answer with a Content-Length lands in the string body.
   auto on_chunk = [&](uint64_t /*remain*/, beast::string_view piece, beast::error_code& /*ec*/) -> size_t {
     size_t taken = piece.size();
     if (stop) return taken;
+    if (parser.get().result_int() != 200) {
+      // A chunked error answer is one Status object, not lines for on_line.
+      const size_t room = line.size() < 64 * 1024 ? 64 * 1024 - line.size() : 0;
+      line.append(piece.data(), std::min(piece.size(), room));
+      return taken;
+    }
     size_t start = 0;
     while (start < piece.size()) {
       size_t nl = piece.find('\n', start);
@@ -364,12 +378,23 @@ Status Client::Stream(std::string_view target, std::chrono::milliseconds idle_ti
   auto run = [&]() -> net::awaitable<void> {
     try {
       co_await ex.Connect(std::chrono::steady_clock::now() + config_.request_timeout);
+      // A Cancel() that came while connecting closed nothing (the socket was
+      // not open yet): honour it here rather than waiting out the watch.
+      if (cancel != nullptr && cancel->cancelled()) {
+        status = {StatusCode::kCancelled, "kubernetes: watch cancelled"};
+        ex.Close();
+        co_return;
+      }
       auto& lowest = beast::get_lowest_layer(ex.stream());
       lowest.expires_after(config_.request_timeout);
       co_await http::async_write(ex.stream(), req, net::use_awaitable);
       lowest.expires_after(config_.request_timeout);
       co_await http::async_read_header(ex.stream(), ex.buffer(), parser, net::use_awaitable);
       const bool ok_status = parser.get().result_int() == 200;
+      // The string body reserves a Content-Length up front: bound it.
+      if (parser.content_length().value_or(0) > (ok_status ? max_line : 64 * 1024)) {
+        throw boost::system::system_error(http::error::body_limit);
+      }
       while (!parser.is_done() && !stop) {
         lowest.expires_after(ok_status ? idle_timeout : config_.request_timeout);
         co_await http::async_read_some(ex.stream(), ex.buffer(), parser, net::use_awaitable);
