@@ -313,6 +313,9 @@ class KubernetesIntegration final : public Integration {
           &m.AddCounter("clusterd_k8s_jobs_written_total", "Discovered jobs created, updated or deleted in ClusterD.");
       jobs_refused_ = &m.AddCounter("clusterd_k8s_job_writes_failed_total",
                                     "Writes of discovered jobs that ClusterD refused or that failed.");
+      discovery_warnings_ =
+          &m.AddGauge("clusterd_k8s_discovery_warnings",
+                      "Warnings of the last job discovery pass (duplicate ranks, invalid policy annotations, ...).");
       pods_refused_ = &m.AddGauge("clusterd_k8s_pods_malformed",
                                   "Pods that look like job pods but carry malformed rank or device data.");
       conditions_written_ =
@@ -412,9 +415,18 @@ class KubernetesIntegration final : public Integration {
     if (pods_refused_ != nullptr) pods_refused_->Set(view.refused);
     auto discovered = k8s::BuildJobs(view.pods, view.podgroups, ctx_->discovery());
     std::set<std::string> seen;
+    size_t warnings = 0;
     for (auto& dj : discovered) {
       const std::string id = dj.job.id();
       seen.insert(id);
+      // Each distinct warning is logged once (Warn remembers the last one
+      // per job), and counted in a gauge.
+      warnings += dj.warnings.size();
+      if (!dj.warnings.empty()) {
+        std::string all;
+        for (const auto& w : dj.warnings) all += (all.empty() ? "" : "; ") + w;
+        Warn("discovery/" + id, "kubernetes: job " + id + ": " + all.substr(0, 2048));
+      }
       // A job whose pods are all pending or terminating (a whole-job
       // reschedule) keeps its last placement until pods are placed again.
       if (dj.job.placement_size() == 0) continue;
@@ -438,6 +450,7 @@ class KubernetesIntegration final : public Integration {
         Warn("job/" + id, "kubernetes: job " + id + ": " + s.message());
       }
     }
+    if (discovery_warnings_ != nullptr) discovery_warnings_->Set(static_cast<double>(warnings));
     for (auto it = written_.begin(); it != written_.end();) {
       if (seen.count(it->first)) {
         ++it;
@@ -616,7 +629,7 @@ class KubernetesIntegration final : public Integration {
     ops.push_back({{"op", "replace"}, {"path", "/spec/taints"}, {"value", taints}});
     const bool we_cordoned = Annotation(obj, marks.cordoned_annotation) == "true";
     if (we_cordoned) ops.push_back({{"op", "replace"}, {"path", "/spec/unschedulable"}, {"value", false}});
-    auto escape = [](std::string k) {
+    auto escape = [](const std::string& k) {
       std::string out;
       for (char c : k) out += c == '/' ? "~1" : c == '~' ? "~0" : std::string(1, c);
       return out;
@@ -659,6 +672,7 @@ class KubernetesIntegration final : public Integration {
   Counter* jobs_written_ = nullptr;
   Counter* jobs_refused_ = nullptr;
   Gauge* pods_refused_ = nullptr;
+  Gauge* discovery_warnings_ = nullptr;
   Counter* conditions_written_ = nullptr;
   Counter* unisolations_ = nullptr;
   Counter* k8s_errors_ = nullptr;
@@ -757,6 +771,7 @@ class KubernetesActions {
       if (devices.count(*req.device)) return {true, "device already marked isolated on node " + req.node};
       devices.insert(*req.device);
       std::vector<std::string> items;
+      items.reserve(devices.size());
       for (uint32_t d : devices) items.push_back(std::to_string(d));
       json ops = json::array();
       ops.push_back({{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", k8s::ResourceVersionOf(*node)}});
@@ -838,10 +853,13 @@ class KubernetesActions {
       // The record: created once; a repeat reads the pods chosen then.
       const std::string name = RecordName(req.idempotency_key);
       const std::string events = "/apis/events.k8s.io/v1/namespaces/" + k8s::UrlEncode(ns) + "/events";
-      std::vector<std::string> uids;
-      for (const auto& t : targets) uids.push_back(t.uid);
-      std::vector<std::string> names;
-      for (const auto& t : targets) names.push_back(t.name);
+      std::vector<std::string> uids, names;
+      uids.reserve(targets.size());
+      names.reserve(targets.size());
+      for (const auto& t : targets) {
+        uids.push_back(t.uid);
+        names.push_back(t.name);
+      }
       json ev = MakeEvent(
           req, "Pod", targets.front().name, ns, targets.front().uid, verb,
           "recovery " + req.recovery_id + ": " + (evict ? "evicting" : "deleting") + " pods " + Join(names, ", "));

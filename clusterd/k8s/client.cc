@@ -4,15 +4,13 @@
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
@@ -79,6 +77,21 @@ Status FromSystemError(const boost::system::error_code& ec, std::string_view wha
   if (ec == beast::error::timeout) return {StatusCode::kDeadlineExceeded, std::string(what) + ": timed out"};
   if (ec == net::error::operation_aborted) return {StatusCode::kCancelled, std::string(what) + ": cancelled"};
   return Unavailable(std::string(what) + ": " + ec.message());
+}
+
+// Runs one asynchronous operation to its end on `ioc`, on the calling thread,
+// and throws its error as boost::system::system_error. Asynchronous because
+// Beast's tcp_stream deadlines (expires_at) and a cancel posted from another
+// thread only act on asynchronous operations; plain callbacks rather than
+// C++20 coroutines because clang 14 (clang-tidy, the fuzz build) cannot
+// compile Asio's coroutines against libstdc++ 12.
+template <typename Start>
+void RunOp(net::io_context& ioc, Start start) {
+  boost::system::error_code result = net::error::operation_aborted;
+  start([&result](boost::system::error_code ec, auto&&...) { result = ec; });
+  ioc.restart();
+  ioc.run();
+  if (result) throw boost::system::system_error(result);
 }
 
 }  // namespace
@@ -197,14 +210,29 @@ class Exchange {
     return Status::Ok();
   }
 
-  net::awaitable<void> Connect(std::chrono::steady_clock::time_point deadline) {
+  // Throws boost::system::system_error.
+  void Connect(std::chrono::steady_clock::time_point deadline) {
     tcp::resolver resolver(ioc_);
     auto& lowest = beast::get_lowest_layer(stream_);
+    tcp::resolver::results_type results;
+    // The resolver has no deadline of its own: a timer cancels it.
+    net::steady_timer timer(ioc_, deadline);
+    timer.async_wait([&resolver](boost::system::error_code ec) {
+      if (!ec) resolver.cancel();
+    });
+    RunOp(ioc_, [&](auto done) {
+      resolver.async_resolve(
+          config_.host, config_.port,
+          [&results, &timer, done](boost::system::error_code ec, tcp::resolver::results_type r) mutable {
+            timer.cancel();
+            results = std::move(r);
+            done(ec);
+          });
+    });
     lowest.expires_at(deadline);
-    auto results = co_await resolver.async_resolve(config_.host, config_.port, net::use_awaitable);
-    co_await lowest.async_connect(results, net::use_awaitable);
+    RunOp(ioc_, [&](auto done) { lowest.async_connect(results, done); });
     lowest.expires_at(deadline);
-    co_await stream_.async_handshake(ssl::stream_base::client, net::use_awaitable);
+    RunOp(ioc_, [&](auto done) { stream_.async_handshake(ssl::stream_base::client, done); });
   }
 
   void Close() {
@@ -251,19 +279,19 @@ StatusOr<Response> Client::Do(std::string_view method, std::string_view target, 
   Status status = Unavailable("kubernetes: request did not run");
   Response response;
   const size_t limit = config_.max_response_bytes;
-  auto run = [&]() -> net::awaitable<void> {
+  auto run = [&]() {
     try {
-      co_await ex.Connect(deadline);
+      ex.Connect(deadline);
       beast::get_lowest_layer(ex.stream()).expires_at(deadline);
-      co_await http::async_write(ex.stream(), req, net::use_awaitable);
+      RunOp(ex.ioc(), [&](auto done) { http::async_write(ex.stream(), req, done); });
       http::response_parser<http::string_body> parser;
       parser.body_limit(limit);
-      parser.header_limit(64 * 1024);
+      parser.header_limit(size_t{64} * 1024);
       // The header on its own first: Boost 1.74's eager read (async_read)
       // drops the body_limit error of a Content-Length that arrives together
       // with the body, and would then buffer the whole answer.
-      co_await http::async_read_header(ex.stream(), ex.buffer(), parser, net::use_awaitable);
-      co_await http::async_read(ex.stream(), ex.buffer(), parser, net::use_awaitable);
+      RunOp(ex.ioc(), [&](auto done) { http::async_read_header(ex.stream(), ex.buffer(), parser, done); });
+      RunOp(ex.ioc(), [&](auto done) { http::async_read(ex.stream(), ex.buffer(), parser, done); });
       response.status = static_cast<int>(parser.get().result_int());
       response.retry_after = std::string(parser.get()[http::field::retry_after]);
       response.body = std::move(parser.get().body());
@@ -278,8 +306,7 @@ StatusOr<Response> Client::Do(std::string_view method, std::string_view target, 
     }
     ex.Close();
   };
-  net::co_spawn(ex.ioc(), run(), net::detached);
-  ex.ioc().run();
+  run();
   if (!status.ok()) return status;
   return response;
 }
@@ -341,7 +368,7 @@ Status Client::Stream(std::string_view target, std::chrono::milliseconds idle_ti
     if (stop) return taken;
     if (parser.get().result_int() != 200) {
       // A chunked error answer is one Status object, not lines for on_line.
-      const size_t room = line.size() < 64 * 1024 ? 64 * 1024 - line.size() : 0;
+      const size_t room = line.size() < size_t{64} * 1024 ? size_t{64} * 1024 - line.size() : 0;
       line.append(piece.data(), std::min(piece.size(), room));
       return taken;
     }
@@ -375,30 +402,30 @@ Status Client::Stream(std::string_view target, std::chrono::milliseconds idle_ti
       return {StatusCode::kCancelled, "kubernetes: watch cancelled"};
     }
   }
-  auto run = [&]() -> net::awaitable<void> {
+  auto run = [&]() {
     try {
-      co_await ex.Connect(std::chrono::steady_clock::now() + config_.request_timeout);
+      ex.Connect(std::chrono::steady_clock::now() + config_.request_timeout);
       // A Cancel() that came while connecting closed nothing (the socket was
       // not open yet): honour it here rather than waiting out the watch.
       if (cancel != nullptr && cancel->cancelled()) {
         status = {StatusCode::kCancelled, "kubernetes: watch cancelled"};
         ex.Close();
-        co_return;
+        return;
       }
       auto& lowest = beast::get_lowest_layer(ex.stream());
       lowest.expires_after(config_.request_timeout);
-      co_await http::async_write(ex.stream(), req, net::use_awaitable);
+      RunOp(ex.ioc(), [&](auto done) { http::async_write(ex.stream(), req, done); });
       lowest.expires_after(config_.request_timeout);
-      co_await http::async_read_header(ex.stream(), ex.buffer(), parser, net::use_awaitable);
+      RunOp(ex.ioc(), [&](auto done) { http::async_read_header(ex.stream(), ex.buffer(), parser, done); });
       const bool ok_status = parser.get().result_int() == 200;
       // The string body reserves a Content-Length up front: bound it.
-      if (parser.content_length().value_or(0) > (ok_status ? max_line : 64 * 1024)) {
+      if (parser.content_length().value_or(0) > (ok_status ? max_line : size_t{64} * 1024)) {
         throw boost::system::system_error(http::error::body_limit);
       }
       while (!parser.is_done() && !stop) {
         lowest.expires_after(ok_status ? idle_timeout : config_.request_timeout);
-        co_await http::async_read_some(ex.stream(), ex.buffer(), parser, net::use_awaitable);
-        if (!ok_status && parser.get().body().size() > 64 * 1024) break;
+        RunOp(ex.ioc(), [&](auto done) { http::async_read_some(ex.stream(), ex.buffer(), parser, done); });
+        if (!ok_status && parser.get().body().size() > size_t{64} * 1024) break;
       }
       if (!ok_status) {
         Response r;
@@ -425,8 +452,7 @@ Status Client::Stream(std::string_view target, std::chrono::milliseconds idle_ti
     }
     ex.Close();
   };
-  net::co_spawn(ex.ioc(), run(), net::detached);
-  ex.ioc().run();
+  run();
   if (cancel != nullptr) cancel->Detach();
   if (status.ok() && cancel != nullptr && cancel->cancelled()) {
     return {StatusCode::kCancelled, "kubernetes: watch cancelled"};

@@ -346,7 +346,7 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
     if (dev_ann && !Trim(dev_ann->get_ref<const std::string&>()).empty()) {
       const std::string& text = dev_ann->get_ref<const std::string&>();
       // Each item takes at least two bytes with its comma: a cheap bound first.
-      if (text.size() > 64 * kMaxDevicesPerPod) {
+      if (text.size() > size_t{64} * kMaxDevicesPerPod) {
         return InvalidArgument(where + ": annotation " + opts.devices_annotation + " is too long");
       }
       std::set<uint32_t> seen;
