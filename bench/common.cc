@@ -392,7 +392,7 @@ std::string ClusterdProcess::Respawn() { return SpawnOnPorts(); }
 std::string ClusterdProcess::SpawnOnPorts() {
   std::vector<std::string> args = {
       bin_, "--listen=127.0.0.1:" + std::to_string(port_), "--http-listen=127.0.0.1:" + std::to_string(http_port_),
-      "--data-dir=" + data_dir_, "--log-level=warn", "--node-grace=1h",
+      "--data-dir=" + data_dir_, "--log-level=warn", "--node-grace=1h", "--insecure",
       // Every simulated agent and watcher connects from
       // 127.0.0.1: one peer as far as the per-peer limits go.
       "--max-streams-per-peer=1000000", "--max-watch-streams-per-peer=1000000", "--max-watch-streams=1000000"};

@@ -8,6 +8,7 @@
 #include "clusterctl/command.h"
 #include "clusterctl/registry.h"
 #include "common/duration.h"
+#include "common/grpc/credentials.h"
 
 namespace clusterctl {
 namespace {
@@ -23,7 +24,24 @@ const std::vector<FlagSpec> kGlobalFlags = {
     {"output", 'o', true, false},
     {"timeout", 0, true, false},
     {"help", 'h', false, false},
+    // Transport security (common/grpc/credentials.h).
+    {"ca", 0, true, false},
+    {"cert", 0, true, false},
+    {"key", 0, true, false},
+    {"token", 0, true, false},
+    {"token-file", 0, true, false},
+    {"server-name", 0, true, false},
 };
+
+// The flags above, then the CLUSTERD_* environment for what they left unset.
+clusterd::ClientSecurity SecurityFromArgs(const Args& args, GetEnvFn getenv) {
+  clusterd::ClientSecurity security;
+  for (const char* name : {"ca", "cert", "key", "token", "token-file", "server-name"}) {
+    if (args.Has(name)) clusterd::SetClientSecurityFlag(name, args.Get(name), &security);
+  }
+  clusterd::ApplyClientSecurityEnv(&security, getenv);
+  return security;
+}
 
 bool LooksLikeFlag(const std::string& a) { return a.size() > 1 && a[0] == '-'; }
 
@@ -77,7 +95,7 @@ std::string ParseOneFlag(const std::vector<std::string>& args, size_t* i, const 
 std::string ClusterctlUsage() {
   return R"(clusterctl: query, watch and operate ClusterD.
 
-Usage: clusterctl [--server ADDR] [-o table|wide|json] [--timeout 10s] COMMAND [ARGS]
+Usage: clusterctl [--server ADDR] [-o table|wide|json] [--timeout 10s] [--ca FILE ...] COMMAND [ARGS]
 
 Global flags (before or after the command):
   --server ADDR       clusterd gRPC address (default: $CLUSTERD_ADDR, else localhost:8899)
@@ -85,6 +103,10 @@ Global flags (before or after the command):
   --timeout D         deadline of each request, e.g. 10s (default 10s; watch has none)
   -h, --help          this help
 
+Transport security (a flag wins over its environment variable; TLS when any of
+--ca, --cert, --key is set, else plaintext; a token is only sent over TLS):
+)" + std::string(clusterd::ClientSecurityUsage()) +
+         R"(
 Commands:
 )" + CommandsHelp() +
          R"(
@@ -185,6 +207,12 @@ int RunClusterctl(const std::vector<std::string>& args, std::ostream& out, std::
     const char* env = getenv("CLUSTERD_ADDR");
     c.server = env && *env ? env : kDefaultServer;
   }
+  // The channel is made (not dialled: gRPC connects on the first call) before
+  // the command runs, so a missing file or a token without TLS is a usage
+  // error (exit 2) naming the flag (ValidateClientSecurity), never an RPC failure.
+  auto client = ClusterClient::Create(c.server, c.timeout, SecurityFromArgs(c.args, getenv));
+  if (!client.ok()) return Usage(c, client.status().message());
+  c.client = std::move(*client);
   return cmd->run(c);
 }
 

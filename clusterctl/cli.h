@@ -21,7 +21,8 @@ enum ExitCode : int {
 using GetEnvFn = const char* (*)(const char*);
 
 // Runs one command line (argv without the program name). Normal output goes
-// to `out`, diagnostics to `err`. `getenv` reads CLUSTERD_ADDR.
+// to `out`, diagnostics to `err`. `getenv` reads CLUSTERD_ADDR and the
+// transport security variables (CLUSTERD_CA, CLUSTERD_TOKEN, ...).
 int RunClusterctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                   GetEnvFn getenv = nullptr);
 

@@ -31,11 +31,19 @@ grpc::Status ListAll(const char* what, Req req, Resp* out, Prepare prepare, Call
 
 }  // namespace
 
-ClusterClient::ClusterClient(std::string address, std::chrono::milliseconds timeout)
-    : address_(std::move(address)), timeout_(timeout) {
+clusterd::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Create(std::string address,
+                                                                         std::chrono::milliseconds timeout,
+                                                                         const clusterd::ClientSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  auto channel = clusterd::CreateClientChannel(address, security, args);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(address), timeout, std::move(*channel)));
+}
+
+ClusterClient::ClusterClient(std::string address, std::chrono::milliseconds timeout,
+                             std::shared_ptr<grpc::Channel> channel)
+    : address_(std::move(address)), timeout_(timeout), channel_(std::move(channel)) {
   cluster_ = v1::ClusterService::NewStub(channel_);
   fault_ = v1::FaultService::NewStub(channel_);
   job_ = v1::JobService::NewStub(channel_);

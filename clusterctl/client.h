@@ -14,6 +14,8 @@
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
+#include "common/grpc/credentials.h"
+#include "common/status.h"
 
 namespace clusterctl {
 
@@ -21,7 +23,12 @@ namespace v1 = clusterd::v1;
 
 class ClusterClient {
  public:
-  ClusterClient(std::string address, std::chrono::milliseconds timeout);
+  // A client whose channel has the given transport security (TLS, client
+  // certificate, bearer token; plaintext when none). Fails, naming the flag,
+  // when `security` is invalid (ValidateClientSecurity).
+  static clusterd::StatusOr<std::unique_ptr<ClusterClient>> Create(std::string address,
+                                                                   std::chrono::milliseconds timeout,
+                                                                   const clusterd::ClientSecurity& security);
 
   const std::string& address() const { return address_; }
 
@@ -54,6 +61,8 @@ class ClusterClient {
   grpc::Status Watch(const v1::WatchRequest& req, const std::function<bool(const v1::WatchResponse&)>& on_message);
 
  private:
+  ClusterClient(std::string address, std::chrono::milliseconds timeout, std::shared_ptr<grpc::Channel> channel);
+
   void Prepare(grpc::ClientContext* ctx) const;
 
   std::string address_;

@@ -58,13 +58,11 @@ struct Context {
   Output output = Output::kTable;
   std::chrono::milliseconds timeout = kDefaultTimeout;
   GetEnvFn getenv = nullptr;
+  // Made by RunClusterctl before the command runs (with the transport
+  // security flags); gRPC dials on the first call, so a usage error never does.
   std::unique_ptr<ClusterClient> client;
 
-  // Connects on first use, so a usage error never dials the server.
-  ClusterClient& Client() {
-    if (!client) client = std::make_unique<ClusterClient>(server, timeout);
-    return *client;
-  }
+  ClusterClient& Client() { return *client; }
   bool json() const { return output == Output::kJson; }
   bool wide() const { return output == Output::kWide; }
 };

@@ -8,6 +8,7 @@
 
 #include "clusterd/actuator_registry.h"
 #include "clusterd/integration.h"
+#include "clusterd/roles.h"
 #include "common/config_util.h"
 #include "common/duration.h"
 #include "common/levels.h"
@@ -22,6 +23,18 @@ Status SetText(const std::string& v, std::string* out) {
   }
   *out = v;
   return Status::Ok();
+}
+
+// A list setting: JSON lists arrive joined with ',' (ApplyJsonObject), flags
+// are written that way. Empty items are dropped.
+std::vector<std::string> SplitList(const std::string& v) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(v);
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
 }
 
 using Setter = std::function<Status(const std::string& value, ClusterdConfig* cfg)>;
@@ -237,6 +250,57 @@ const std::map<std::string, Setter>& Setters() {
          return SetDuration("k8s_condition_interval", v, std::chrono::milliseconds(100),
                             &c->k8s.condition_interval);
        }},
+      {"insecure", [](const std::string& v, ClusterdConfig* c) { return SetBool("insecure", v, &c->insecure); }},
+      {"tls_cert_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->tls.cert_file); }},
+      {"tls_key_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->tls.key_file); }},
+      {"tls_client_ca_file",
+       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->tls.client_ca_file); }},
+      {"tls_client_auth",
+       [](const std::string& v, ClusterdConfig* c) {
+         if (v != "require" && v != "request" && v != "none") {
+           return InvalidArgument("tls_client_auth: \"" + v + "\" is not require, request or none");
+         }
+         c->tls.client_auth = v;
+         return Status::Ok();
+       }},
+      {"tls_reload_interval",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("tls_reload_interval", v, std::chrono::seconds(1), &c->tls.reload_interval);
+       }},
+      {"auth_token_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->auth.token_file); }},
+      {"auth_token_review",
+       [](const std::string& v, ClusterdConfig* c) { return SetBool("auth_token_review", v, &c->auth.token_review); }},
+      {"auth_token_audience",
+       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->auth.token_audience); }},
+      {"auth_token_cache_ttl",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("auth_token_cache_ttl", v, std::chrono::seconds(1), &c->auth.token_cache_ttl);
+       }},
+      {"auth_agent_service_accounts",
+       [](const std::string& v, ClusterdConfig* c) {
+         c->auth.agent_service_accounts.clear();
+         for (auto& sa : SplitList(v)) {
+           auto slash = sa.find('/');
+           if (slash == 0 || slash == std::string::npos || slash + 1 == sa.size() ||
+               sa.find('/', slash + 1) != std::string::npos) {
+             return InvalidArgument("auth_agent_service_accounts: \"" + sa + "\" is not namespace/name");
+           }
+           c->auth.agent_service_accounts.push_back(std::move(sa));
+         }
+         return Status::Ok();
+       }},
+      {"auth_bindings",
+       [](const std::string& v, ClusterdConfig* c) {
+         c->auth.bindings.clear();
+         for (auto& b : SplitList(v)) {
+           Status st = CheckRoleBinding(b);
+           if (!st.ok()) return InvalidArgument("auth_bindings: " + st.message());
+           c->auth.bindings.push_back(std::move(b));
+         }
+         return Status::Ok();
+       }},
+      {"metrics_auth",
+       [](const std::string& v, ClusterdConfig* c) { return SetBool("metrics_auth", v, &c->auth.metrics_auth); }},
       {"max_concurrent_recoveries",
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_concurrent_recoveries", v, 1, 100'000, &c->max_concurrent_recoveries);
@@ -278,8 +342,46 @@ Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view orig
   return Status::Ok();
 }
 
+Status ValidateSecurity(const ClusterdConfig& c) {
+  const bool cert = !c.tls.cert_file.empty(), key = !c.tls.key_file.empty();
+  const bool authn = !c.auth.token_file.empty() || c.auth.token_review || !c.tls.client_ca_file.empty();
+  if (c.insecure) {
+    if (cert || key || authn || !c.tls.client_auth.empty() || c.auth.metrics_auth) {
+      return InvalidArgument(
+          "insecure: plaintext without authentication cannot be combined with tls_* or auth_* "
+          "settings (drop --insecure to serve TLS)");
+    }
+    return Status::Ok();
+  }
+  if (!cert && !key) {
+    return InvalidArgument(
+        "no server certificate: give tls_cert_file and tls_key_file (--tls-cert-file, "
+        "--tls-key-file), or --insecure for plaintext without authentication (local development "
+        "only; docs/security.md)");
+  }
+  if (cert != key)
+    return InvalidArgument(cert ? "tls_cert_file: needs tls_key_file" : "tls_key_file: needs tls_cert_file");
+  if (!authn) {
+    return InvalidArgument(
+        "TLS without a way to authenticate clients: give tls_client_ca_file (client "
+        "certificates), auth_token_file or auth_token_review");
+  }
+  if ((c.tls.client_auth == "require" || c.tls.client_auth == "request") && c.tls.client_ca_file.empty()) {
+    return InvalidArgument("tls_client_auth: \"" + c.tls.client_auth + "\" needs tls_client_ca_file");
+  }
+  if (c.auth.metrics_auth && c.auth.token_file.empty() && !c.auth.token_review) {
+    return InvalidArgument("metrics_auth: needs auth_token_file or auth_token_review (a scraper sends a bearer token)");
+  }
+  if (!c.auth.agent_service_accounts.empty() && !c.auth.token_review) {
+    return InvalidArgument("auth_agent_service_accounts: needs auth_token_review");
+  }
+  return Status::Ok();
+}
+
 StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, bool* help) {
-  auto split = SplitFlags(args, [](const std::string& key) { return key == "catalog" || KnownKey(key); });
+  auto split = SplitFlags(
+      args, [](const std::string& key) { return key == "catalog" || KnownKey(key); },
+      [](const std::string& key) { return key == "insecure" || key == "auth_token_review" || key == "metrics_auth"; });
   if (!split.ok()) return split.status();
   *help = split->help;
   ClusterdConfig cfg;
@@ -302,6 +404,7 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
     }
   }
   CLUSTERD_RETURN_IF_ERROR(check());
+  CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
   return cfg;
 }
 
@@ -329,6 +432,21 @@ Flags (the JSON config file takes the same keys with '_'):
   --max-message-bytes N       largest accepted gRPC message (default 4194304)
   --max-streams N             most concurrent agent streams (default 20000)
   --max-inflight-per-stream N agent messages in flight before reading pauses (default 256)
+Security (docs/security.md):
+  --tls-cert-file FILE        server certificate (PEM); with --tls-key-file, gRPC is served over TLS
+  --tls-key-file FILE         its private key
+  --tls-client-ca-file FILE   CA bundle of client certificates (mutual TLS)
+  --tls-client-auth MODE      require (default with a client CA), request or none
+  --tls-reload-interval DUR   how often the certificate files are re-read (default 10s)
+  --insecure                  plaintext gRPC, no authentication: every caller may do everything
+                              (local development only; required when no certificate is given)
+  --auth-token-file FILE      bearer tokens: token,user,uid,"group1,group2" (kube-apiserver form)
+  --auth-token-review BOOL    check other tokens with the Kubernetes TokenReview API (default false)
+  --auth-token-audience AUD   audience those tokens must carry (default clusterd)
+  --auth-token-cache-ttl DUR  how long a TokenReview answer is reused (default 60s)
+  --auth-agent-service-accounts LIST  namespace/name of NodeD's service accounts (pod-bound tokens)
+  --auth-bindings LIST        ROLE=user:NAME or ROLE=group:NAME, comma-separated
+  --metrics-auth BOOL         /metrics needs a viewer's bearer token (default false)
 Connection limits:
   --hello-timeout DUR         an agent stream without a valid hello by then is ended (default 10s)
   --max-streams-per-peer N    agent streams from one IP address (default 1000)

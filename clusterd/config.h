@@ -102,6 +102,38 @@ struct ClusterdConfig {
     // How often the Node conditions are compared with ClusterD's health.
     std::chrono::nanoseconds condition_interval = std::chrono::seconds(5);
   } k8s;
+  // Transport security and authentication (docs/security.md). Without a
+  // server certificate ClusterD starts only when `insecure` says so: then
+  // the gRPC port is plaintext and every caller may do everything, recorded
+  // under the actor it claims (local development, the demo).
+  bool insecure = false;
+  struct Tls {
+    std::string cert_file;
+    std::string key_file;
+    // CA bundle that signs client certificates; client_auth says whether a
+    // client must present one ("require": mutual TLS, the default with a CA),
+    // may ("request") or is not asked ("none", the default without one).
+    std::string client_ca_file;
+    std::string client_auth;
+    // How often the certificate, key and CA files are re-read (rotation).
+    std::chrono::nanoseconds reload_interval = std::chrono::seconds(10);
+  } tls;
+  struct Auth {
+    // Bearer tokens in kube-apiserver --token-auth-file form.
+    std::string token_file;
+    // Tokens not in the file are checked with the Kubernetes TokenReview API
+    // (kubeconfig above, or the pod's service account) for this audience.
+    bool token_review = false;
+    std::string token_audience = "clusterd";
+    std::chrono::nanoseconds token_cache_ttl = std::chrono::seconds(60);
+    // "namespace/name" of service accounts whose pod-bound tokens are NodeD
+    // agents (the node is the token's node-name).
+    std::vector<std::string> agent_service_accounts;
+    // "ROLE=user:NAME" or "ROLE=group:NAME".
+    std::vector<std::string> bindings;
+    // /metrics needs a viewer's bearer token.
+    bool metrics_auth = false;
+  } auth;
   // Blast radius: at most this many recoveries running at once, and at most
   // this percentage of nodes isolated.
   uint32_t max_concurrent_recoveries = 4;
@@ -124,6 +156,11 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
 
 // Applies a JSON object over cfg. `origin` prefixes error messages.
 Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view origin, ClusterdConfig* cfg);
+
+// The transport-security settings fit together: a server certificate or
+// `insecure` (never both), a client CA when client certificates are asked
+// for, a token source for metrics_auth. Also checked by ClusterdServer::Start.
+Status ValidateSecurity(const ClusterdConfig& cfg);
 
 std::string ClusterdUsage();
 

@@ -4,7 +4,9 @@
 // Domain code sees only this struct, never the transport.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace clusterd {
 
@@ -16,8 +18,7 @@ struct Principal {
     // The client wrote its own name into the request's actor field and the
     // authenticator trusted it (the default, until mTLS or tokens).
     kClaimed,
-    // An identity the transport proved (client certificate, token). Not
-    // produced yet: the security issue's authenticators will.
+    // An identity the transport proved (client certificate, bearer token).
     kAuthenticated,
     // ClusterD itself or an integration running inside it (integration.h);
     // the name is the integration's.
@@ -31,6 +32,16 @@ struct Principal {
   // logs and per-peer decisions, never recorded as the actor. Empty for
   // kInternal.
   std::string peer;
+  // What proved it: "x509", "token-file", "token-review"; "" otherwise.
+  std::string method;
+  // Groups (certificate O entries, token groups) and the roles they and the
+  // bindings grant (roles.h: a RoleMask; everything in --insecure mode).
+  std::vector<std::string> groups;
+  uint32_t roles = 0;
+  // Scopes: the node an agent may speak for, the job a job agent may attach
+  // to (roles.h: from the user name or the token's node binding).
+  std::string node;
+  std::string job;
 
   // The actor a write records: the name (so a claimed actor is recorded
   // exactly as the client wrote it).

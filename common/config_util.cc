@@ -71,8 +71,16 @@ StatusOr<std::string> ReadFileToString(const std::string& path) {
   return buffer.str();
 }
 
+namespace {
+std::string DashesToUnderscores(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+}  // namespace
+
 StatusOr<FlagArgs> SplitFlags(const std::vector<std::string>& args,
-                              const std::function<bool(const std::string&)>& known) {
+                              const std::function<bool(const std::string&)>& known,
+                              const std::function<bool(const std::string&)>& is_switch) {
   FlagArgs out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -86,6 +94,9 @@ StatusOr<FlagArgs> SplitFlags(const std::vector<std::string>& args,
     if (eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
+    } else if (is_switch && is_switch(DashesToUnderscores(name)) &&
+               (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
+      value = "true";  // a switch given alone ("--insecure")
     } else {
       if (i + 1 >= args.size()) return InvalidArgument("--" + name + ": missing value");
       value = args[++i];

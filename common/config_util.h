@@ -37,8 +37,11 @@ struct FlagArgs {
   bool help = false;
 };
 // Splits --key value / --key=value pairs; `known` says whether a key exists.
+// A key for which `is_switch` is true may also be given alone ("--insecure",
+// followed by another flag or nothing), meaning "true".
 StatusOr<FlagArgs> SplitFlags(const std::vector<std::string>& args,
-                              const std::function<bool(const std::string&)>& known);
+                              const std::function<bool(const std::string&)>& known,
+                              const std::function<bool(const std::string&)>& is_switch = nullptr);
 
 // Applies a JSON object through the setters: strings and non-negative
 // integers as their text, booleans as "true"/"false", lists of strings

@@ -181,7 +181,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
       return res;
     }
 
-    HttpRequest request{method, target, req.body()};
+    HttpRequest request{method, target, req.body(), std::string(req[boost::beast::http::field::authorization])};
     HttpResponse response;
     // Handlers are user code on the server thread: an escaping exception
     // would end io_context::run() for everyone, so it becomes a 500 here.

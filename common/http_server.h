@@ -29,6 +29,7 @@ struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // as sent, including any query string: "/metrics?x=1"
   std::string body;
+  std::string authorization;  // the Authorization header, "" when absent
 };
 
 struct HttpResponse {

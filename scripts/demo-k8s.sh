@@ -54,7 +54,7 @@ done
 echo "Nodes npu-node-1, npu-node-2; Volcano job train/llama (uid $JOB_UID): 2 pods x 2 NPUs"
 
 step "clusterd --kubeconfig ... --integrations kubernetes --actuator kubernetes, two noded agents"
-build/bin/clusterd --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+build/bin/clusterd --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
   --kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes --actuator kubernetes --k8s-condition-interval 1s \
   >"$WORK/clusterd.log" 2>&1 &
 PIDS+=($!)

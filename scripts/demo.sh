@@ -41,7 +41,7 @@ EOF
 chmod +x "$WORK/actuator.sh"
 
 start_clusterd() {
-  build/bin/clusterd --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+  build/bin/clusterd --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
     --actuator exec --actuator-command "$WORK/actuator.sh" --log-level warn >>"$WORK/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
   PIDS+=("$CLUSTERD_PID")

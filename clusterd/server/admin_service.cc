@@ -7,7 +7,7 @@ namespace clusterd {
 
 grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerContext* ctx,
                                                        const v1::CordonNodeRequest* req, v1::CordonNodeResponse* resp) {
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.AdminService/CordonNode", req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
                                     auto node = state.ApplyCordon(req->node(), true, who.actor(), req->reason(), m);
                                     if (!node.ok()) return node.status();
@@ -19,7 +19,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerContext* ctx,
                                                          const v1::UncordonNodeRequest* req,
                                                          v1::UncordonNodeResponse* resp) {
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.AdminService/UncordonNode", req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
                                     auto node = state.ApplyCordon(req->node(), false, who.actor(), req->reason(), m);
                                     if (!node.ok()) return node.status();
@@ -30,7 +30,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerCon
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ClearFault(grpc::CallbackServerContext* ctx,
                                                        const v1::ClearFaultRequest* req, v1::ClearFaultResponse* resp) {
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.AdminService/ClearFault", req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
                                     auto fault = state.ApplyClearFault(req->fault_id(), who.actor(), req->reason(), m);
                                     if (!fault.ok()) return fault.status();
@@ -42,7 +42,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ClearFault(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRecoveryMode(grpc::CallbackServerContext* ctx,
                                                             const v1::SetRecoveryModeRequest* req,
                                                             v1::SetRecoveryModeResponse* resp) {
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, req->actor(),
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.AdminService/SetRecoveryMode", req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
                                     v1::SetRecoveryModeRequest change = *req;
                                     change.set_actor(who.actor());
@@ -56,6 +56,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetRecoveryMode(grpc::CallbackServer
 grpc::ServerUnaryReactor* AdminServiceImpl::GetAdminState(grpc::CallbackServerContext* ctx,
                                                           const v1::GetAdminStateRequest*,
                                                           v1::GetAdminStateResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.AdminService/GetAdminState")) return refused;
   return AnswerRead(ctx, state_, [resp](const ClusterState& state) {
     *resp->mutable_state() = state.admin_state();
     return Status::Ok();

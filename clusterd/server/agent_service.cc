@@ -7,6 +7,7 @@
 #include <google/protobuf/util/time_util.h>
 #include <grpcpp/alarm.h>
 
+#include "clusterd/server/auth.h"
 #include "clusterd/server/grpc_status.h"
 #include "clusterd/server/stream_writer.h"
 #include "common/duration.h"
@@ -14,6 +15,8 @@
 
 namespace clusterd {
 namespace {
+
+constexpr std::string_view kConnectMethod = "/clusterd.v1.NodeAgentService/Connect";
 
 using google::protobuf::util::TimeUtil;
 
@@ -37,6 +40,14 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
                                 "too many agent streams (max_streams=" + std::to_string(opts.max_streams) + ")"));
       return;
     }
+    // Only a node's agent (or an admin) may open a stream; which node it may
+    // speak for is checked at its hello.
+    auto who = service_->auth()->Authorize(*context_, kConnectMethod);
+    if (!who.ok()) {
+      FinishLocked(ToGrpc(who.status()));
+      return;
+    }
+    principal_ = std::move(*who);
     peer_key_ = PeerLimiter::PeerKey(context_->peer());
     if (!service_->peers().TryAcquire(peer_key_)) {
       if (service_->streams_rejected_per_peer) service_->streams_rejected_per_peer->Inc();
@@ -112,6 +123,13 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     if (node_.empty()) {
       if (!req_.has_hello()) return InvalidArgument("the first message of a stream must be a hello");
       CLUSTERD_RETURN_IF_ERROR(ValidateHello(req_.hello()));
+      // An agent says hello for its own node only: another node's stream
+      // would be ended and its faults cleared.
+      if (!MayActForNode(principal_, req_.hello().node_name())) {
+        return service_->auth()->Deny(
+            principal_, kConnectMethod,
+            "may say hello only for node \"" + principal_.node + "\", not \"" + req_.hello().node_name() + "\"");
+      }
       node_ = req_.hello().node_name();
       hello_alarm_.Cancel();
       if (service_->messages_other) service_->messages_other->Inc();
@@ -271,6 +289,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   v1::ConnectRequest req_;
   StreamWriter<AgentReactor, v1::ConnectResponse> out_{this};
   std::string node_;
+  Principal principal_;
   std::string peer_key_;       // client IP address, for the per-peer limit
   bool peer_counted_ = false;  // peer_key_ holds one of the peer's slots
   grpc::Alarm hello_alarm_;    // ends the stream if no hello arrives in time
@@ -282,8 +301,8 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
 }  // namespace
 
 AgentService::AgentService(const ClusterState* state, Engine* engine, AgentServiceOptions options,
-                           MetricsRegistry* metrics)
-    : state_(state), engine_(engine), options_(options), peers_(options.max_streams_per_peer) {
+                           MetricsRegistry* metrics, const Authenticator* auth)
+    : state_(state), engine_(engine), options_(options), auth_(auth), peers_(options.max_streams_per_peer) {
   if (metrics) {
     messages_heartbeat = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
                                               {{"type", "heartbeat"}});

@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "clusterd/engine.h"
+#include "clusterd/server/auth.h"
 #include "clusterd/server/peer_limiter.h"
 #include "clusterd/v1/agent.grpc.pb.h"
 #include "common/metrics.h"
@@ -33,7 +34,10 @@ struct AgentServiceOptions {
 
 class AgentService final : public v1::NodeAgentService::CallbackService {
  public:
-  AgentService(const ClusterState* state, Engine* engine, AgentServiceOptions options, MetricsRegistry* metrics);
+  // `auth` decides who may open a stream and for which node; it must
+  // outlive this.
+  AgentService(const ClusterState* state, Engine* engine, AgentServiceOptions options, MetricsRegistry* metrics,
+               const Authenticator* auth);
 
   grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>* Connect(
       grpc::CallbackServerContext* context) override;
@@ -41,6 +45,7 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   const AgentServiceOptions& options() const { return options_; }
   Engine* engine() const { return engine_; }
   const ClusterState* state() const { return state_; }
+  const Authenticator* auth() const { return auth_; }
   std::atomic<int64_t>& open_streams() { return open_streams_; }
   uint64_t NextSession() { return next_session_.fetch_add(1) + 1; }
 
@@ -58,6 +63,7 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   const ClusterState* state_;
   Engine* engine_;
   AgentServiceOptions options_;
+  const Authenticator* auth_;
   std::atomic<int64_t> open_streams_{0};
   std::atomic<uint64_t> next_session_{0};
   PeerLimiter peers_;

@@ -26,6 +26,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
   void Begin(std::shared_ptr<WatchReactor> self, const v1::WatchRequest& req) {
     self_ = std::move(self);
     std::lock_guard lock(mu_);
+    if (auto who = service_->auth()->Authorize(*ctx_, "/clusterd.v1.ClusterService/Watch"); !who.ok()) {
+      FinishLocked(ToGrpc(who.status()));
+      return;
+    }
     peer_key_ = PeerLimiter::PeerKey(ctx_->peer());
     if (grpc::Status admitted = service_->AdmitWatch(peer_key_); !admitted.ok()) {
       FinishLocked(std::move(admitted));
@@ -197,8 +201,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
 }  // namespace
 
 ClusterServiceImpl::ClusterServiceImpl(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
-                                       WatchOptions options, MetricsRegistry* metrics)
-    : state_(state), hub_(hub), pool_(watch_pool), options_(options), watch_peers_(options.max_streams_per_peer) {
+                                       WatchOptions options, MetricsRegistry* metrics, const Authenticator* auth)
+    : state_(state),
+      hub_(hub),
+      pool_(watch_pool),
+      options_(options),
+      auth_(auth),
+      watch_peers_(options.max_streams_per_peer) {
   if (metrics) {
     watch_rejected =
         &metrics->AddCounter("clusterd_watch_streams_rejected_total", "Watch streams refused at max_watch_streams.");
@@ -237,6 +246,7 @@ void ClusterServiceImpl::ReleaseWatch(const std::string& peer_key) {
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest*,
                                                          v1::GetSummaryResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetSummary")) return refused;
   return AnswerRead(ctx, state_, [resp](const ClusterState& state) {
     *resp = state.GetSummary();
     return Status::Ok();
@@ -245,29 +255,34 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerCon
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListNodes(grpc::CallbackServerContext* ctx,
                                                         const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListNodes")) return refused;
   return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListNodes(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
                                                       v1::GetNodeResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetNode")) return refused;
   return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.GetNode(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListFaults(grpc::CallbackServerContext* ctx,
                                                          const v1::ListFaultsRequest* req,
                                                          v1::ListFaultsResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListFaults")) return refused;
   return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListFaults(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListRecoveries(grpc::CallbackServerContext* ctx,
                                                              const v1::ListRecoveriesRequest* req,
                                                              v1::ListRecoveriesResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListRecoveries")) return refused;
   return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListRecoveries(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetRecovery(grpc::CallbackServerContext* ctx,
                                                           const v1::GetRecoveryRequest* req,
                                                           v1::GetRecoveryResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetRecovery")) return refused;
   return AnswerQuery(ctx, state_, resp->mutable_recovery(),
                      [req](const ClusterState& state) { return state.GetRecovery(req->id()); });
 }
@@ -282,20 +297,22 @@ grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::Cal
 
 grpc::ServerUnaryReactor* FaultServiceImpl::Report(grpc::CallbackServerContext* ctx, const v1::ReportRequest* req,
                                                    v1::ReportResponse* resp) {
-  if (Status st = ValidateReport(*req); !st.ok()) {
-    auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpc(st));
-    return reactor;
+  // Who first: a caller that may not report learns nothing from validation.
+  auto who = auth_->Authorize(*ctx, "/clusterd.v1.FaultService/Report");
+  if (!who.ok()) return FinishUnary(ctx, who.status());
+  if (Status st = ValidateReport(*req); !st.ok()) return FinishUnary(ctx, st);
+  // A reporter reports, and clears, only under its own name.
+  if (!MayReportAs(*who, req->reporter())) {
+    return FinishUnary(ctx, auth_->Deny(*who, "/clusterd.v1.FaultService/Report",
+                                        "may report only as reporter \"" + ReporterScope(*who) + "\", not \"" +
+                                            req->reporter() + "\""));
   }
-  // A report records its reporter, not an actor; the principal is derived
-  // all the same, so an authenticator can refuse the write.
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
-                                  [req, resp](const Principal&, ClusterState& state, Mutation* m) {
-                                    auto result = state.ApplyReport(*req, m);
-                                    if (!result.ok()) return result.status();
-                                    *resp = std::move(*result);
-                                    return Status::Ok();
-                                  });
+  return SubmitWriteAs(ctx, engine_, std::move(*who), [req, resp](const Principal&, ClusterState& state, Mutation* m) {
+    auto result = state.ApplyReport(*req, m);
+    if (!result.ok()) return result.status();
+    *resp = std::move(*result);
+    return Status::Ok();
+  });
 }
 
 }  // namespace clusterd

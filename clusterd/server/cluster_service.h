@@ -31,8 +31,9 @@ struct WatchOptions {
 
 class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
  public:
+  // `auth` decides who may call what; it must outlive this.
   ClusterServiceImpl(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
-                     WatchOptions options, MetricsRegistry* metrics);
+                     WatchOptions options, MetricsRegistry* metrics, const Authenticator* auth);
 
   grpc::ServerUnaryReactor* GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest* req,
                                        v1::GetSummaryResponse* resp) override;
@@ -52,6 +53,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   const ClusterState* state() const { return state_; }
   WatchHub* hub() const { return hub_; }
   boost::asio::thread_pool* pool() const { return pool_; }
+  const Authenticator* auth() const { return auth_; }
   const WatchOptions& options() const { return options_; }
   Counter* watch_ended_lagging = nullptr;
   Counter* watch_events_sent = nullptr;
@@ -70,6 +72,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   WatchHub* hub_;
   boost::asio::thread_pool* pool_;
   WatchOptions options_;
+  const Authenticator* auth_;
   std::atomic<int64_t> open_watches_{0};
   PeerLimiter watch_peers_;
 };

@@ -12,6 +12,8 @@
 namespace clusterd {
 namespace {
 
+constexpr std::string_view kAttachMethod = "/clusterd.v1.JobService/Attach";
+
 // One job recovery agent's stream. The first message names the job; ClusterD
 // answers with the job (and any command the agent owes an answer to), then
 // writes commands as the Coordinator dispatches them. Acks go to the writer
@@ -23,9 +25,15 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
  public:
   explicit AttachReactor(JobServiceImpl* service) : service_(service) {}
 
-  void Begin(std::shared_ptr<AttachReactor> self) {
+  // `who` is the caller (or why it may not attach at all).
+  void Begin(std::shared_ptr<AttachReactor> self, StatusOr<Principal> who) {
     self_ = std::move(self);
     std::lock_guard lock(mu_);
+    if (!who.ok()) {
+      out_.Finish(ToGrpc(who.status()));
+      return;
+    }
+    principal_ = std::move(*who);
     StartReadLocked();
   }
 
@@ -90,6 +98,12 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
       if (!req_.has_hello()) return InvalidArgument("the first message of an Attach stream must be a hello");
       CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("hello.job_id", req_.hello().job_id()));
       CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.agent", req_.hello().agent(), 256));
+      // A job's recovery agent attaches for its own job only.
+      if (!MayAttachJob(principal_, req_.hello().job_id())) {
+        return service_->auth()->Deny(
+            principal_, kAttachMethod,
+            "may attach only for job \"" + principal_.job + "\", not \"" + req_.hello().job_id() + "\"");
+      }
       job_ = req_.hello().job_id();
       const std::string job = job_, agent = req_.hello().agent();
       JobServiceImpl* service = service_;
@@ -175,6 +189,7 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
   std::shared_ptr<AttachReactor> self_;
   std::recursive_mutex mu_;
   v1::AttachRequest req_;
+  Principal principal_;
   StreamWriter<AttachReactor, v1::AttachResponse> out_{this};
   std::string job_;
   uint64_t session_ = 0;
@@ -187,18 +202,16 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
 
 grpc::ServerBidiReactor<v1::AttachRequest, v1::AttachResponse>* JobServiceImpl::Attach(
     grpc::CallbackServerContext* ctx) {
-  (void)ctx;
   auto reactor = std::make_shared<AttachReactor>(this);
   AttachReactor* raw = reactor.get();
-  raw->Begin(std::move(reactor));
+  raw->Begin(std::move(reactor), auth_->Authorize(*ctx, kAttachMethod));
   return raw;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* req,
                                                     v1::CreateJobResponse* resp) {
-  // Jobs record no actor; the principal is derived all the same, so an
-  // authenticator can refuse the write.
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
+  // Jobs record no actor (the audit log names who changed one).
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.JobService/CreateJob", "",
                                   [req, resp](const Principal&, ClusterState& state, Mutation* m) {
                                     auto job = state.ApplyCreateJob(req->job(), m);
                                     if (!job.ok()) return job.status();
@@ -209,7 +222,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext* ctx, const v1::UpdateJobRequest* req,
                                                     v1::UpdateJobResponse* resp) {
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.JobService/UpdateJob", "",
                                   [req, resp](const Principal&, ClusterState& state, Mutation* m) {
                                     auto job = state.ApplyUpdateJob(req->job(), m);
                                     if (!job.ok()) return job.status();
@@ -220,7 +233,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* ctx, const v1::DeleteJobRequest* req,
                                                     v1::DeleteJobResponse* resp) {
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "",
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.JobService/DeleteJob", "",
                                   [req, resp](const Principal&, ClusterState& state, Mutation* m) {
                                     auto rev = state.ApplyDeleteJob(req->id(), m);
                                     if (!rev.ok()) return rev.status();
@@ -231,12 +244,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                  v1::GetJobResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.JobService/GetJob")) return refused;
   return AnswerQuery(ctx, state_, resp->mutable_job(),
                      [req](const ClusterState& state) { return state.GetJob(req->id()); });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
                                                    v1::ListJobsResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.JobService/ListJobs")) return refused;
   return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListJobs(*req); });
 }
 

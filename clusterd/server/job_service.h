@@ -35,6 +35,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   Engine* engine() { return engine_; }
   Coordinator* coordinator() { return coordinator_; }
   JobAgentHub* agents() { return agents_; }
+  const Authenticator* auth() const { return auth_; }
 
  private:
   const ClusterState* state_;

@@ -30,6 +30,7 @@
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
 #include "clusterd/server/job_service.h"
+#include "clusterd/server/tls.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/watch_hub.h"
 #include "common/duration.h"
@@ -56,6 +57,7 @@ struct ClusterdServer::Impl {
   std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<boost::asio::thread_pool> watch_pool;
   // Who made each write (server/auth.h); before the services that use it.
+  std::unique_ptr<TokenReviewer> token_reviewer;
   std::unique_ptr<Authenticator> authenticator;
   std::unique_ptr<AgentService> agent_service;
   std::unique_ptr<ClusterServiceImpl> cluster_service;
@@ -91,6 +93,7 @@ struct ClusterdServer::Impl {
   std::mutex problem_mu;
   std::string grpc_problem;  // guarded by problem_mu; why the last check failed
   uint64_t self_checks = 0;  // check thread only
+  std::shared_ptr<grpc::ChannelCredentials> self_check_credentials;
   Counter* self_check_failures = nullptr;
 
   // gRPC 1.51's listener stops accepting for good the first time accept()
@@ -124,6 +127,10 @@ Status ClusterdServer::Start() {
   Impl& s = *impl_;
   auto log = GetLogger("server");
   const ClusterdConfig& cfg = s.config;
+  CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
+  // Certificate files are checked before anything is opened.
+  auto credentials = MakeServerCredentials(cfg);
+  if (!credentials.ok()) return credentials.status();
 
   s.catalog = Catalog::Default(cfg.default_level);
   if (!cfg.catalog_file.empty()) CLUSTERD_RETURN_IF_ERROR(s.catalog.MergeFile(cfg.catalog_file));
@@ -220,14 +227,32 @@ Status ClusterdServer::Start() {
   ao.node_grace = cfg.node_grace;
   ao.hello_timeout = cfg.hello_timeout;
   ao.max_streams_per_peer = cfg.max_streams_per_peer;
-  s.agent_service = std::make_unique<AgentService>(s.state.get(), s.engine.get(), ao, &s.metrics);
+  // Who may call what (server/auth.h), before the services that ask it.
+  AuthOptions auth_options;
+  auth_options.insecure = cfg.insecure;
+  auth_options.token_file = cfg.auth.token_file;
+  auth_options.agent_service_accounts = cfg.auth.agent_service_accounts;
+  auth_options.review_cache_ttl = cfg.auth.token_cache_ttl;
+  for (const auto& b : cfg.auth.bindings) {
+    auto binding = ParseRoleBinding(b);
+    if (!binding.ok()) return InvalidArgument("auth_bindings: " + binding.status().message());
+    auth_options.bindings.push_back(std::move(*binding));
+  }
+  if (cfg.auth.token_review) {
+    auto reviewer = MakeKubernetesTokenReviewer(cfg);
+    if (!reviewer.ok()) return reviewer.status();
+    s.token_reviewer = std::move(*reviewer);
+    auth_options.reviewer = s.token_reviewer.get();
+  }
+  s.authenticator = MakeAuthenticator(std::move(auth_options), &s.metrics);
+  s.agent_service =
+      std::make_unique<AgentService>(s.state.get(), s.engine.get(), ao, &s.metrics, s.authenticator.get());
   WatchOptions wo;
   wo.max_lag_events = cfg.watch_max_lag_events;
   wo.max_streams = cfg.max_watch_streams;
   wo.max_streams_per_peer = cfg.max_watch_streams_per_peer;
-  s.cluster_service =
-      std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo, &s.metrics);
-  s.authenticator = MakeClaimedActorAuthenticator();
+  s.cluster_service = std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo,
+                                                           &s.metrics, s.authenticator.get());
   s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get(), s.authenticator.get());
   s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get(), s.coordinator.get(), &s.job_agents,
                                                    s.authenticator.get());
@@ -273,7 +298,7 @@ Status ClusterdServer::Start() {
                             "clusterd.v1.JobService", "clusterd.v1.AdminService"});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(cfg.listen, grpc::InsecureServerCredentials(), &s.grpc_port);
+  builder.AddListeningPort(cfg.listen, *credentials, &s.grpc_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(cfg.max_message_bytes));
   // What every client accepts by default. Answers are built to fit it
   // (response_limits.h); one that did not would fail loudly here rather than
@@ -355,7 +380,19 @@ Status ClusterdServer::Start() {
     }
     return HttpResponse{200, "text/plain", "writable\n"};
   });
-  s.http->Handle("GET", "/metrics", [&s](const HttpRequest&) {
+  s.http->Handle("GET", "/metrics", [&s](const HttpRequest& req) {
+    if (s.config.auth.metrics_auth) {
+      // A scraper's bearer token, of a principal that may read the cluster.
+      constexpr std::string_view kBearer = "Bearer ";
+      if (req.authorization.rfind(kBearer, 0) != 0) {
+        return HttpResponse{401, "text/plain", "/metrics needs Authorization: Bearer <token> (metrics_auth)\n"};
+      }
+      auto who = s.authenticator->AuthenticateToken(std::string_view(req.authorization).substr(kBearer.size()), "http");
+      if (!who.ok()) return HttpResponse{401, "text/plain", who.status().message() + "\n"};
+      if ((who->roles & (RoleBit(Role::kViewer) | RoleBit(Role::kOperator) | RoleBit(Role::kAdmin))) == 0) {
+        return HttpResponse{403, "text/plain", who->name + " may not read /metrics: needs viewer\n"};
+      }
+    }
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.Render()};
   });
   CLUSTERD_RETURN_IF_ERROR(s.http->Start(cfg.http_listen));
@@ -363,6 +400,7 @@ Status ClusterdServer::Start() {
   s.serving = true;
   s.health_service->SetServing(true);
   if (cfg.grpc_self_check_interval.count() > 0) {
+    s.self_check_credentials = MakeSelfCheckCredentials(cfg);
     // The first check runs before Start returns, so /readyz is truthful from
     // the first probe on.
     if (Status st = s.RunSelfCheck(); !st.ok()) log->warn("gRPC self-check: {}", st.message());
@@ -459,7 +497,7 @@ Status ClusterdServer::Impl::RunSelfCheck() {
     // about accept().
     args.SetInt("grpc.use_local_subchannel_pool", 1);
     args.SetInt("clusterd.self_check", static_cast<int>(++self_checks % 1'000'000));
-    auto channel = grpc::CreateCustomChannel(SelfCheckTarget(), grpc::InsecureChannelCredentials(), args);
+    auto channel = grpc::CreateCustomChannel(SelfCheckTarget(), self_check_credentials, args);
     auto stub = grpc::health::v1::Health::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + config.grpc_self_check_timeout);

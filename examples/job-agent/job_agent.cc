@@ -11,6 +11,9 @@
 //
 // Flags for tests: --fail KIND answers KIND commands with failure; --ignore
 // KIND never answers them (the deadline passes and the recovery escalates).
+// Transport security as every client (common/grpc/credentials.h): --ca,
+// --cert, --key, --token, --token-file, --server-name or CLUSTERD_CA ...; a
+// job's agent authenticates as user "job:<job-id>" (docs/security.md).
 //
 //   job-agent --server 127.0.0.1:8899 --job train-1
 //       --placement 0=worker01:0,1=worker01:1,2=worker02:0,3=worker02:1 --spares worker03:0,worker03:1
@@ -31,6 +34,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "clusterd/v1/job.grpc.pb.h"
+#include "common/grpc/credentials.h"
 
 namespace {
 
@@ -53,6 +57,7 @@ struct Options {
   std::set<std::string> fail, ignore;
   int step_ms = 500;
   bool register_job = true;
+  clusterd::ClientSecurity security;  // --ca, --cert, --key, --token, --token-file, --server-name
 };
 
 struct Slot {
@@ -105,10 +110,8 @@ bool ParseDuration(const std::string& text, google::protobuf::Duration* out) {
 
 class Agent {
  public:
-  explicit Agent(Options options)
-      : options_(std::move(options)),
-        channel_(grpc::CreateChannel(options_.server, grpc::InsecureChannelCredentials())),
-        jobs_(v1::JobService::NewStub(channel_)) {
+  Agent(Options options, std::shared_ptr<grpc::Channel> channel)
+      : options_(std::move(options)), channel_(std::move(channel)), jobs_(v1::JobService::NewStub(channel_)) {
     if (!options_.log_path.empty()) log_.open(options_.log_path, std::ios::app);
     for (const auto& s : Split(options_.spares, ',')) {
       Slot slot;
@@ -356,10 +359,13 @@ class Agent {
 };
 
 int Usage() {
-  std::cerr << "usage: job-agent --job ID --placement RANK=NODE[:DEV],... [--server ADDR] [--kind training|inference]\n"
-               "                 [--spares NODE[:DEV],...] [--hold-down DUR] [--step-timeout DUR]\n"
-               "                 [--max-retries-per-job N] [--log FILE] [--step-ms N] [--no-register]\n"
-               "                 [--fail KIND] [--ignore KIND]   (KIND: PAUSE, STOP, RESTART_PROCESSES, ...)\n";
+  std::cerr
+      << "usage: job-agent --job ID --placement RANK=NODE[:DEV],... [--server ADDR] [--kind training|inference]\n"
+         "                 [--spares NODE[:DEV],...] [--hold-down DUR] [--step-timeout DUR]\n"
+         "                 [--max-retries-per-job N] [--log FILE] [--step-ms N] [--no-register]\n"
+         "                 [--fail KIND] [--ignore KIND]   (KIND: PAUSE, STOP, RESTART_PROCESSES, ...)\n"
+         "                 [--ca FILE] [--cert FILE --key FILE] [--token T | --token-file FILE] [--server-name N]\n"
+      << clusterd::ClientSecurityUsage();
   return 2;
 }
 
@@ -405,12 +411,21 @@ int main(int argc, char** argv) {
       o.ignore.insert(value());
     else if (flag == "--no-register")
       o.register_job = false;
+    else if (flag == "--ca" || flag == "--cert" || flag == "--key" || flag == "--token" || flag == "--token-file" ||
+             flag == "--server-name")
+      clusterd::SetClientSecurityFlag(flag.substr(2), value(), &o.security);
     else
       return Usage();
   }
   if (o.job.empty() || (o.register_job && o.placement.empty())) return Usage();
+  clusterd::ApplyClientSecurityEnv(&o.security);  // CLUSTERD_CA ... for what the flags left unset
+  auto channel = clusterd::CreateClientChannel(o.server, o.security);
+  if (!channel.ok()) {
+    std::cerr << "job-agent: " << channel.status().message() << "\n";
+    return 2;
+  }
   // SIGTERM/SIGINT end the process (the default): ClusterD resends any
   // command not acknowledged to the next agent that attaches.
-  Agent agent(o);
+  Agent agent(o, std::move(*channel));
   return agent.Run();
 }

@@ -5,6 +5,9 @@
 // restart resumes exactly where it left off.
 //
 // Build: ./generate.sh && go build -o operator .
+//
+// TLS, mutual TLS and a bearer token: -ca, -cert, -key, -token, -token-file,
+// -server-name, or CLUSTERD_CA ... (security.go), as every ClusterD client.
 package main
 
 //go:generate ./generate.sh
@@ -28,7 +31,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -53,6 +55,7 @@ type config struct {
 	minLevel          clusterdv1.FaultLevel
 	resetOnCompaction bool
 	maxBackoff        time.Duration
+	security          security // -ca, -cert, -key, -token, -token-file, -server-name (security.go)
 }
 
 func main() { os.Exit(run()) }
@@ -74,7 +77,9 @@ func run() int {
 	flag.BoolVar(&cfg.resetOnCompaction, "reset-on-compaction", false,
 		"if the cursor points into compacted history, skip to the oldest revision available instead of exiting")
 	flag.DurationVar(&cfg.maxBackoff, "max-backoff", 10*time.Second, "longest wait between reconnects")
+	cfg.security.registerFlags(flag.CommandLine)
 	flag.Parse()
+	cfg.security.applyEnv(os.Getenv)
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("operator: ")
 	if flag.NArg() > 0 {
@@ -94,6 +99,12 @@ func run() int {
 		cfg.minLevel = clusterdv1.FaultLevel(v)
 	}
 
+	dialOpts, err := cfg.security.dialOptions()
+	if err != nil {
+		log.Print(err)
+		return exitUsage
+	}
+
 	cursor, found, err := loadCursor(cfg.cursorFile)
 	if err != nil {
 		log.Printf("cursor: %v", err)
@@ -106,7 +117,7 @@ func run() int {
 		log.Printf("no cursor file %s: starting after revision %d", cfg.cursorFile, cursor)
 	}
 
-	conn, err := grpc.NewClient(cfg.server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(cfg.server, dialOpts...)
 	if err != nil {
 		log.Printf("connect %s: %v", cfg.server, err)
 		return exitUsage

@@ -3,12 +3,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <utility>
 
 #include "common/config_util.h"
 #include "common/validation.h"
 
 namespace clusterd::noded {
 namespace {
+
+// A file name or a name: any string ("" = unset); files are checked by ApplySecurity.
+Status SetString(const std::string& v, std::string* out) {
+  *out = v;
+  return Status::Ok();
+}
 
 const ConfigSetters<NodedConfig>& Setters() {
   static const ConfigSetters<NodedConfig> table = {
@@ -101,15 +110,76 @@ const ConfigSetters<NodedConfig>& Setters() {
          return SetDuration("metrics_interval", v, std::chrono::milliseconds(100), &c->metrics_interval);
        }},
       {"log_level", [](const std::string& v, NodedConfig* c) { return SetLogLevel("log_level", v, &c->log_level); }},
+      {"tls_ca_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->tls_ca_file); }},
+      {"tls_cert_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->tls_cert_file); }},
+      {"tls_key_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->tls_key_file); }},
+      {"token_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->token_file); }},
+      {"server_name", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->server_name); }},
   };
   return table;
 }
 
 bool KnownKey(const std::string& key) { return Setters().count(key) > 0; }
 
+// The CLUSTERD_* variables of every client (common/grpc/credentials.h) for the
+// keys the file and flags left empty, then the checks of
+// ValidateClientSecurity, but naming config keys (and the variable a value
+// came from) rather than clusterctl's flags.
+Status ApplySecurity(GetEnvFn getenv, NodedConfig* c) {
+  std::map<std::string, std::string> source;  // key -> "tls_ca_file (from CLUSTERD_CA)"
+  auto env = [&](const char* var, const char* key, std::string* field) {
+    source[key] = key;
+    if (!field->empty()) return;
+    if (const char* v = getenv(var); v != nullptr && *v != '\0') {
+      *field = v;
+      source[key] = std::string(key) + " (from " + var + ")";
+    }
+  };
+  env("CLUSTERD_CA", "tls_ca_file", &c->tls_ca_file);
+  env("CLUSTERD_CERT", "tls_cert_file", &c->tls_cert_file);
+  env("CLUSTERD_KEY", "tls_key_file", &c->tls_key_file);
+  env("CLUSTERD_SERVER_NAME", "server_name", &c->server_name);
+  // The token and the token file are one setting: a configured token_file
+  // wins over both variables.
+  source["token"] = "CLUSTERD_TOKEN";
+  if (c->token_file.empty()) {
+    env("CLUSTERD_TOKEN_FILE", "token_file", &c->token_file);
+    const char* t = getenv("CLUSTERD_TOKEN");
+    if (t != nullptr && *t != '\0') {
+      if (!c->token_file.empty()) return InvalidArgument("CLUSTERD_TOKEN and CLUSTERD_TOKEN_FILE: set one");
+      c->token = t;
+    }
+  } else {
+    source["token_file"] = "token_file";
+  }
+
+  const bool tls = !c->tls_ca_file.empty() || !c->tls_cert_file.empty() || !c->tls_key_file.empty();
+  if (c->tls_cert_file.empty() != c->tls_key_file.empty()) {
+    return InvalidArgument(c->tls_cert_file.empty() ? source["tls_key_file"] + ": needs tls_cert_file"
+                                                    : source["tls_cert_file"] + ": needs tls_key_file");
+  }
+  if (!tls && (!c->token_file.empty() || !c->token.empty())) {
+    return InvalidArgument((c->token.empty() ? source["token_file"] : source["token"]) +
+                           ": a bearer token is only sent over TLS (set tls_ca_file)");
+  }
+  if (!tls && !c->server_name.empty()) return InvalidArgument(source["server_name"] + ": needs TLS (set tls_ca_file)");
+  for (const auto& [key, path] : {std::pair<const char*, const std::string&>{"tls_ca_file", c->tls_ca_file},
+                                  {"tls_cert_file", c->tls_cert_file},
+                                  {"tls_key_file", c->tls_key_file},
+                                  {"token_file", c->token_file}}) {
+    if (path.empty()) continue;
+    auto text = ReadFileToString(path);
+    if (!text.ok()) return InvalidArgument(source[key] + ": cannot read " + path);
+  }
+  return Status::Ok();
+}
+
+const char* SystemGetenv(const char* name) { return std::getenv(name); }
+
 }  // namespace
 
-StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help) {
+StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help, GetEnvFn getenv) {
+  if (getenv == nullptr) getenv = SystemGetenv;
   auto split = SplitFlags(args, KnownKey);
   if (!split.ok()) return split.status();
   *help = split->help;
@@ -136,6 +206,7 @@ StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, boo
     CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node_name (from the host name)", host));
     cfg.node_name = host;
   }
+  CLUSTERD_RETURN_IF_ERROR(ApplySecurity(getenv, &cfg));
   return cfg;
 }
 
@@ -161,6 +232,14 @@ Flags (the JSON config file takes the same keys with '_'):
   --heartbeat-interval DUR  heartbeat interval (default 2s)
   --metrics-interval DUR    metric snapshot interval (default 10s)
   --log-level LEVEL         trace, debug, info, warn, error, critical, off (default info)
+Transport security of the stream to ClusterD (TLS when any of the three files is set;
+each falls back to the environment variable named, which a flag or the file overrides):
+  --tls-ca-file FILE        CA bundle of ClusterD's certificate (CLUSTERD_CA)
+  --tls-cert-file FILE      client certificate for mutual TLS (CLUSTERD_CERT)
+  --tls-key-file FILE       its private key (CLUSTERD_KEY)
+  --token-file FILE         bearer token, re-read when it changes; TLS only
+                            (CLUSTERD_TOKEN_FILE; or the token itself in CLUSTERD_TOKEN)
+  --server-name NAME        name to verify ClusterD's certificate against (CLUSTERD_SERVER_NAME)
 In sim mode, POST /v1/sim/faults {"device": 3, "code": "80E01801", "state": "raise"}
 injects a fault ("clear" clears it; no "device" for a node-level fault).
 )";

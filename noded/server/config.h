@@ -29,9 +29,25 @@ struct NodedConfig {
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
   std::chrono::nanoseconds metrics_interval = std::chrono::seconds(10);
   std::string log_level = "info";
+  // Transport security of the stream to ClusterD (docs/security.md). TLS when
+  // any of the three files is set; each falls back to its CLUSTERD_*
+  // environment variable (CLUSTERD_CA, CLUSTERD_CERT, CLUSTERD_KEY,
+  // CLUSTERD_TOKEN_FILE, CLUSTERD_SERVER_NAME).
+  std::string tls_ca_file;
+  std::string tls_cert_file;  // client certificate (mutual TLS), with tls_key_file
+  std::string tls_key_file;
+  std::string token_file;   // bearer token, re-read when it changes (a projected service-account token)
+  std::string server_name;  // name to verify ClusterD's certificate against
+  // Only from CLUSTERD_TOKEN (when no token file is configured): a secret has
+  // no place in a config file or on a command line.
+  std::string token;
 };
 
-StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help);
+using GetEnvFn = const char* (*)(const char*);
+
+// `getenv` (default std::getenv) is where the CLUSTERD_* fallbacks are read;
+// for tests.
+StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help, GetEnvFn getenv = nullptr);
 std::string NodedUsage();
 
 }  // namespace clusterd::noded

@@ -145,7 +145,17 @@ Status NodedServer::Start() {
   so.server = cfg.server;
   so.heartbeat_interval = cfg.heartbeat_interval;
   so.metrics_interval = cfg.metrics_interval;
-  s.stream = std::make_unique<StreamClient>(so, s.agent.get(), s.outbox.get(), &s.metrics);
+  so.security.ca_file = cfg.tls_ca_file;
+  so.security.cert_file = cfg.tls_cert_file;
+  so.security.key_file = cfg.tls_key_file;
+  so.security.token = cfg.token;
+  so.security.token_file = cfg.token_file;
+  so.security.server_name = cfg.server_name;
+  // ParseNodedConfig checked these under their key names; this fails only if
+  // a file went away since.
+  auto stream = StreamClient::Create(so, s.agent.get(), s.outbox.get(), &s.metrics);
+  if (!stream.ok()) return InvalidArgument("connection to ClusterD: " + stream.status().message());
+  s.stream = std::move(*stream);
 
   s.http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
   s.http.Handle("GET", "/readyz", [&s](const HttpRequest&) {
@@ -162,8 +172,12 @@ Status NodedServer::Start() {
 
   s.poller = std::thread([&s] { s.PollLoop(); });
   s.stream->Start();
-  log->info("noded {} (epoch {}, accelerator {}) reporting to {}; HTTP on port {}", cfg.node_name, s.outbox->epoch(),
-            s.backend->name(), cfg.server, s.http.port());
+  const char* transport = !so.security.tls()               ? "plaintext"
+                          : so.security.has_token()        ? "TLS, bearer token"
+                          : !so.security.cert_file.empty() ? "mutual TLS"
+                                                           : "TLS";
+  log->info("noded {} (epoch {}, accelerator {}) reporting to {} ({}); HTTP on port {}", cfg.node_name,
+            s.outbox->epoch(), s.backend->name(), cfg.server, transport, s.http.port());
   return Status::Ok();
 }
 

@@ -10,8 +10,8 @@ namespace clusterd::noded {
 
 using google::protobuf::util::TimeUtil;
 
-StreamClient::StreamClient(StreamOptions options, const Agent* agent, Outbox* outbox, MetricsRegistry* metrics)
-    : options_(std::move(options)), agent_(agent), outbox_(outbox) {
+StatusOr<std::unique_ptr<StreamClient>> StreamClient::Create(StreamOptions options, const Agent* agent, Outbox* outbox,
+                                                             MetricsRegistry* metrics) {
   grpc::ChannelArguments args;
   // Notice a dead ClusterD (or path) even when nothing is being sent.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
@@ -20,7 +20,15 @@ StreamClient::StreamClient(StreamOptions options, const Agent* agent, Outbox* ou
   // Our own backoff governs reconnects; keep gRPC's short.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
-  channel_ = grpc::CreateCustomChannel(options_.server, grpc::InsecureChannelCredentials(), args);
+  auto channel = CreateClientChannel(options.server, options.security, args);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<StreamClient>(
+      new StreamClient(std::move(options), std::move(*channel), agent, outbox, metrics));
+}
+
+StreamClient::StreamClient(StreamOptions options, std::shared_ptr<grpc::Channel> channel, const Agent* agent,
+                           Outbox* outbox, MetricsRegistry* metrics)
+    : options_(std::move(options)), agent_(agent), outbox_(outbox), channel_(std::move(channel)) {
   stub_ = v1::NodeAgentService::NewStub(channel_);
   if (metrics) {
     reconnects_ = &metrics->AddCounter("noded_stream_connects_total", "Streams opened to ClusterD.");

@@ -18,7 +18,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "clusterd/v1/agent.grpc.pb.h"
+#include "common/grpc/credentials.h"
 #include "common/metrics.h"
+#include "common/status.h"
 #include "noded/agent.h"
 #include "noded/outbox.h"
 
@@ -30,11 +32,15 @@ struct StreamOptions {
   std::chrono::nanoseconds metrics_interval = std::chrono::seconds(10);
   std::chrono::nanoseconds backoff_min = std::chrono::milliseconds(200);
   std::chrono::nanoseconds backoff_max = std::chrono::seconds(10);
+  ClientSecurity security;  // TLS, client certificate, bearer token; plaintext when empty
 };
 
 class StreamClient {
  public:
-  StreamClient(StreamOptions options, const Agent* agent, Outbox* outbox, MetricsRegistry* metrics);
+  // Fails (naming the flag) when options.security is invalid; see
+  // ValidateClientSecurity. Connecting starts with Start().
+  static StatusOr<std::unique_ptr<StreamClient>> Create(StreamOptions options, const Agent* agent, Outbox* outbox,
+                                                        MetricsRegistry* metrics);
   ~StreamClient();
 
   void Start();
@@ -44,6 +50,9 @@ class StreamClient {
   bool connected() const { return connected_.load(); }
 
  private:
+  StreamClient(StreamOptions options, std::shared_ptr<grpc::Channel> channel, const Agent* agent, Outbox* outbox,
+               MetricsRegistry* metrics);
+
   void Run();
   // One connection's life; returns when it broke or Stop was called.
   void Session();

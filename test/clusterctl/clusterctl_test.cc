@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "clusterctl/cli.h"
 #include "clusterd/server/server.h"
 #include "test_util.h"
+#include "tls_test_server.h"
 
 namespace clusterctl {
 namespace {
@@ -123,6 +125,7 @@ class ClusterctlTest : public ::testing::Test {
     cfg.http_listen = "127.0.0.1:0";
     cfg.data_dir = dir_.Sub("data");
     cfg.log_level = "warn";
+    cfg.insecure = true;
     if (tweak) tweak(cfg);
     server_ = std::make_unique<clusterd::ClusterdServer>(cfg);
     clusterd::Status st = server_->Start();
@@ -1269,6 +1272,193 @@ TEST_F(ClusterctlTest, ServerFromEnvironment) {
   g_env_addr = "127.0.0.1:1";
   r = RunRaw({"get", "nodes", "--server", Addr()}, EnvWithAddr);
   EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// ------------------------------------------------ transport security ---
+
+std::map<std::string, std::string> g_env_map;
+const char* EnvFromMap(const char* name) {
+  auto it = g_env_map.find(name);
+  return it == g_env_map.end() ? nullptr : it->second.c_str();
+}
+
+// The flags are checked before any call: no server is needed to refuse them.
+class ClusterctlSecurityFlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_env_map.clear();
+    WriteFile(ca_, "not a certificate\n");
+    WriteFile(cert_, "not a certificate\n");
+    WriteFile(key_, "not a key\n");
+  }
+  void TearDown() override { g_env_map.clear(); }
+
+  static Result Run(const std::vector<std::string>& args) {
+    std::ostringstream out, err;
+    Result r;
+    r.code = RunClusterctl(args, out, err, EnvFromMap);
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+  }
+
+  TempDir dir_;
+  const std::string ca_ = dir_.Sub("ca.crt"), cert_ = dir_.Sub("c.crt"), key_ = dir_.Sub("c.key");
+  const std::string addr_ = "127.0.0.1:" + std::to_string(UnusedPort());
+};
+
+TEST_F(ClusterctlSecurityFlagsTest, HelpListsTheFlags) {
+  Result r = Run({"help"});
+  ASSERT_EQ(r.code, 0);
+  for (const char* flag : {"--ca FILE", "--cert FILE", "--key FILE", "--token TOKEN", "--token-file FILE",
+                           "--server-name NAME", "CLUSTERD_CA", "CLUSTERD_TOKEN_FILE"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST_F(ClusterctlSecurityFlagsTest, ATokenWithoutCaIsRefused) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--server", addr_, "--token", "t", "get", "nodes"},
+           {"--server", addr_, "get", "nodes", "--token=t"},  // global flags also after the command
+           {"--server", addr_, "--token-file", ca_, "get", "summary"}}) {
+    Result r = Run(args);
+    EXPECT_EQ(r.code, kExitUsage) << r.err;
+    EXPECT_NE(r.err.find("--token"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("only sent over TLS (give --ca)"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("cannot reach"), std::string::npos) << r.err;  // never dialled
+  }
+}
+
+TEST_F(ClusterctlSecurityFlagsTest, ACertificateWithoutItsKeyIsRefused) {
+  Result r = Run({"--server", addr_, "--ca", ca_, "--cert", cert_, "get", "nodes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--cert: needs --key"), std::string::npos) << r.err;
+  r = Run({"--server", addr_, "--ca", ca_, "--key", key_, "get", "nodes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--key: needs --cert"), std::string::npos) << r.err;
+}
+
+TEST_F(ClusterctlSecurityFlagsTest, AMissingFileNamesTheFlag) {
+  const std::string missing = dir_.Sub("missing.crt");
+  Result r = Run({"--server", addr_, "--ca", missing, "get", "nodes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--ca: cannot read " + missing), std::string::npos) << r.err;
+  r = Run({"--server", addr_, "--server-name", "clusterd", "get", "nodes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--server-name"), std::string::npos) << r.err;
+  r = Run({"--server", addr_, "--ca"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--ca needs a value"), std::string::npos) << r.err;
+}
+
+TEST_F(ClusterctlSecurityFlagsTest, TheEnvironmentIsTheFallback) {
+  g_env_map["CLUSTERD_CA"] = dir_.Sub("env-ca.crt");  // missing: the error shows which one was used
+  Result r = Run({"--server", addr_, "get", "nodes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--ca: cannot read " + dir_.Sub("env-ca.crt")), std::string::npos) << r.err;
+
+  g_env_map.clear();
+  g_env_map["CLUSTERD_TOKEN"] = "t";
+  r = Run({"--server", addr_, "get", "nodes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("only sent over TLS"), std::string::npos) << r.err;
+
+  g_env_map["CLUSTERD_CERT"] = cert_;
+  r = Run({"--server", addr_, "--ca", ca_, "get", "nodes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--cert: needs --key"), std::string::npos) << r.err;
+}
+
+TEST_F(ClusterctlSecurityFlagsTest, AFlagWinsOverTheEnvironment) {
+  g_env_map["CLUSTERD_CA"] = dir_.Sub("env-ca.crt");
+  Result r = Run({"--server", addr_, "--ca", dir_.Sub("flag-ca.crt"), "get", "nodes"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("flag-ca.crt"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("env-ca.crt"), std::string::npos) << r.err;
+}
+
+// The same flags, all the way to a TLS server that records who called.
+class ClusterctlTlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    certs_ = new TempDir();
+    made_ = clusterd::testing::MakeTestCerts(certs_->path());
+  }
+  static void TearDownTestSuite() {
+    delete certs_;
+    certs_ = nullptr;
+  }
+  void SetUp() override {
+    g_env_map.clear();
+    ASSERT_TRUE(made_) << "test/security/make_certs.sh failed";
+    ASSERT_TRUE(server_.Start(certs_->path()));
+  }
+  void TearDown() override { g_env_map.clear(); }
+
+  static std::string Cert(const std::string& name) { return certs_->Sub(name); }
+
+  Result Run(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--server", server_.address(), "--timeout", "30s"});
+    std::ostringstream out, err;
+    Result r;
+    r.code = RunClusterctl(args, out, err, EnvFromMap);
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+  }
+
+  static TempDir* certs_;
+  static bool made_;
+  clusterd::testing::TlsTestServer server_;
+};
+
+TempDir* ClusterctlTlsTest::certs_ = nullptr;
+bool ClusterctlTlsTest::made_ = false;
+
+TEST_F(ClusterctlTlsTest, TokenOverTls) {
+  Result r = Run({"--ca", Cert("ca.crt"), "--token-file", Cert("token-viewer"), "get", "summary", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("4242"), std::string::npos) << r.out;
+  EXPECT_EQ(server_.service().last().authorization, "Bearer " + clusterd::testing::ReadWholeFile(Cert("token-viewer")));
+}
+
+TEST_F(ClusterctlTlsTest, MutualTls) {
+  Result r = Run({"get", "summary", "--ca", Cert("ca.crt"), "--cert", Cert("operator.crt"), "--key",
+                  Cert("operator.key"), "--server-name", "clusterd"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(server_.service().last().common_name, "bob");
+  EXPECT_EQ(server_.service().last().authorization, "");
+}
+
+TEST_F(ClusterctlTlsTest, FromTheEnvironment) {
+  g_env_map = {{"CLUSTERD_CA", Cert("ca.crt")},
+               {"CLUSTERD_CERT", Cert("viewer.crt")},
+               {"CLUSTERD_KEY", Cert("viewer.key")},
+               {"CLUSTERD_TOKEN", "env-token"}};
+  Result r = Run({"get", "summary"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(server_.service().last().common_name, "alice");
+  EXPECT_EQ(server_.service().last().authorization, "Bearer env-token");
+
+  // A token flag replaces the environment's token; a token file flag too
+  // (and is not refused as a second token).
+  r = Run({"get", "summary", "--token", "flag-token"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(server_.service().last().authorization, "Bearer flag-token");
+  r = Run({"get", "summary", "--token-file", Cert("token-admin")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(server_.service().last().authorization, "Bearer " + clusterd::testing::ReadWholeFile(Cert("token-admin")));
+}
+
+TEST_F(ClusterctlTlsTest, WithoutTheFlagsItIsPlaintextAndFails) {
+  // Plaintext to a TLS server: the handshake fails, an RPC error (exit 1).
+  Result r = Run({"get", "summary"});
+  EXPECT_EQ(r.code, kExitRpcError) << r.err;
+  EXPECT_TRUE(server_.service().calls().empty());
+  // A CA that did not sign the server's certificate: the token is never sent.
+  r = Run({"get", "summary", "--ca", Cert("other-ca.crt"), "--token", "must-not-leak"});
+  EXPECT_EQ(r.code, kExitRpcError) << r.err;
+  EXPECT_TRUE(server_.service().calls().empty());
 }
 
 }  // namespace

@@ -64,7 +64,8 @@ TEST(Config, DefaultsFlagsAndFile) {
   testing::TempDir dir;
   std::ofstream(dir.Sub("c.json")) << R"({"node_grace": "30s", "listen": "127.0.0.1:9000", "retention_events": 5000})";
   bool help = false;
-  auto cfg = ParseClusterdConfig({"--config", dir.Sub("c.json"), "--node-grace=3s", "--data-dir", "/tmp/x"}, &help);
+  auto cfg = ParseClusterdConfig(
+      {"--insecure", "--config", dir.Sub("c.json"), "--node-grace=3s", "--data-dir", "/tmp/x"}, &help);
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   EXPECT_EQ(cfg->node_grace, std::chrono::seconds(3));  // the flag wins over the file
   EXPECT_EQ(cfg->listen, "127.0.0.1:9000");
@@ -75,10 +76,10 @@ TEST(Config, DefaultsFlagsAndFile) {
 
 TEST(Config, ErrorsNameTheKey) {
   bool help = false;
-  auto bad_flag = ParseClusterdConfig({"--node-grace", "ten"}, &help);
+  auto bad_flag = ParseClusterdConfig({"--insecure", "--node-grace", "ten"}, &help);
   ASSERT_FALSE(bad_flag.ok());
   EXPECT_NE(bad_flag.status().message().find("--node-grace"), std::string::npos) << bad_flag.status().message();
-  auto unknown = ParseClusterdConfig({"--bogus", "1"}, &help);
+  auto unknown = ParseClusterdConfig({"--insecure", "--bogus", "1"}, &help);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("--bogus"), std::string::npos);
   ClusterdConfig cfg;
@@ -91,19 +92,19 @@ TEST(Config, ErrorsNameTheKey) {
   st = ApplyClusterdConfigJson(R"({"max_streams": -1})", "file.json", &cfg);
   EXPECT_NE(st.message().find("max_streams"), std::string::npos);
   EXPECT_EQ(cfg.listen, "0.0.0.0:8899");  // nothing applied on error
-  ASSERT_TRUE(ParseClusterdConfig({"--help"}, &help).ok());
+  ASSERT_TRUE(ParseClusterdConfig({"--insecure", "--help"}, &help).ok());
   EXPECT_TRUE(help);
 }
 
 TEST(Config, CommitDelay) {
   bool help = false;
-  auto dflt = ParseClusterdConfig({}, &help);
+  auto dflt = ParseClusterdConfig({"--insecure"}, &help);
   ASSERT_TRUE(dflt.ok());
   EXPECT_EQ(dflt->commit_delay, std::chrono::milliseconds(2));
-  auto off = ParseClusterdConfig({"--commit-delay", "0s"}, &help);
+  auto off = ParseClusterdConfig({"--insecure", "--commit-delay", "0s"}, &help);
   ASSERT_TRUE(off.ok()) << off.status().ToString();
   EXPECT_EQ(off->commit_delay, std::chrono::nanoseconds(0));
-  auto too_long = ParseClusterdConfig({"--commit-delay", "1s"}, &help);
+  auto too_long = ParseClusterdConfig({"--insecure", "--commit-delay", "1s"}, &help);
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("commit_delay"), std::string::npos) << too_long.status().message();
   ClusterdConfig cfg;
@@ -112,33 +113,33 @@ TEST(Config, CommitDelay) {
 
 TEST(Config, RecoverySettings) {
   bool help = false;
-  auto cfg =
-      ParseClusterdConfig({"--actuator", "exec", "--actuator-command", "/bin/true", "--max-concurrent-recoveries", "8",
-                           "--max-isolated-node-percent", "0", "--recovery-budget-window", "1h"},
-                          &help);
+  auto cfg = ParseClusterdConfig(
+      {"--insecure", "--actuator", "exec", "--actuator-command", "/bin/true", "--max-concurrent-recoveries", "8",
+       "--max-isolated-node-percent", "0", "--recovery-budget-window", "1h"},
+      &help);
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   EXPECT_EQ(cfg->actuator, "exec");
   EXPECT_EQ(cfg->max_concurrent_recoveries, 8u);
   EXPECT_EQ(cfg->max_isolated_node_percent, 0u);
   EXPECT_EQ(cfg->recovery_budget_window, std::chrono::hours(1));
-  auto no_command = ParseClusterdConfig({"--actuator", "exec"}, &help);
+  auto no_command = ParseClusterdConfig({"--insecure", "--actuator", "exec"}, &help);
   ASSERT_FALSE(no_command.ok());
   EXPECT_NE(no_command.status().message().find("--actuator-command"), std::string::npos);
-  auto no_url = ParseClusterdConfig({"--actuator", "webhook"}, &help);
+  auto no_url = ParseClusterdConfig({"--insecure", "--actuator", "webhook"}, &help);
   ASSERT_FALSE(no_url.ok());
   EXPECT_NE(no_url.status().message().find("--actuator-url"), std::string::npos);
-  auto kind = ParseClusterdConfig({"--actuator", "ssh"}, &help);
+  auto kind = ParseClusterdConfig({"--insecure", "--actuator", "ssh"}, &help);
   ASSERT_FALSE(kind.ok());
   EXPECT_NE(kind.status().message().find("none, exec, webhook, kubernetes"), std::string::npos);
 }
 
 TEST(Config, KubernetesSettings) {
   bool help = false;
-  auto cfg =
-      ParseClusterdConfig({"--integrations", "kubernetes", "--actuator", "kubernetes", "--kubeconfig", "/k",
-                           "--k8s-namespace", "train", "--k8s-taint-effect", "NoExecute", "--k8s-node-not-ready-level",
-                           "SEPARATE", "--k8s-delete-fallback", "true", "--k8s-eviction-timeout", "90s"},
-                          &help);
+  auto cfg = ParseClusterdConfig(
+      {"--insecure", "--integrations", "kubernetes", "--actuator", "kubernetes", "--kubeconfig", "/k",
+       "--k8s-namespace", "train", "--k8s-taint-effect", "NoExecute", "--k8s-node-not-ready-level", "SEPARATE",
+       "--k8s-delete-fallback", "true", "--k8s-eviction-timeout", "90s"},
+      &help);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   EXPECT_EQ(cfg->integrations, std::vector<std::string>{"kubernetes"});
   EXPECT_EQ(cfg->actuator, "kubernetes");
@@ -159,17 +160,17 @@ TEST(Config, KubernetesSettings) {
   EXPECT_EQ(file.integrations, std::vector<std::string>{"kubernetes"});
   EXPECT_FALSE(file.k8s.delete_fallback);
 
-  auto bad_name = ParseClusterdConfig({"--integrations", "kubernetes,mindcluster"}, &help);
+  auto bad_name = ParseClusterdConfig({"--insecure", "--integrations", "kubernetes,mindcluster"}, &help);
   ASSERT_FALSE(bad_name.ok());
   EXPECT_NE(bad_name.status().message().find("\"mindcluster\" is not one of kubernetes"), std::string::npos)
       << bad_name.status().message();
-  EXPECT_FALSE(ParseClusterdConfig({"--k8s-taint-effect", "PreferNoSchedule"}, &help).ok());
-  EXPECT_FALSE(ParseClusterdConfig({"--k8s-node-not-ready-level", "BAD"}, &help).ok());
-  EXPECT_FALSE(ParseClusterdConfig({"--k8s-delete-fallback", "maybe"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--k8s-taint-effect", "PreferNoSchedule"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--k8s-node-not-ready-level", "BAD"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--k8s-delete-fallback", "maybe"}, &help).ok());
   EXPECT_FALSE(ApplyClusterdConfigJson(R"({"integrations": ["a,b"]})", "test", &file).ok());
   EXPECT_FALSE(ApplyClusterdConfigJson(R"({"integrations": [1]})", "test", &file).ok());
-  EXPECT_FALSE(ParseClusterdConfig({"--max-isolated-node-percent", "101"}, &help).ok());
-  EXPECT_FALSE(ParseClusterdConfig({"--max-concurrent-recoveries", "0"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--max-isolated-node-percent", "101"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--max-concurrent-recoveries", "0"}, &help).ok());
 }
 
 }  // namespace

@@ -122,6 +122,7 @@ class Clusterd {
     std::string bin = std::string(bin_dir ? bin_dir : "build/bin") + "/clusterd";
     std::vector<std::string> args = {bin,
                                      "--listen=127.0.0.1:" + std::to_string(port_),
+                                     "--insecure",
                                      "--http-listen=127.0.0.1:" + std::to_string(http_port_),
                                      "--data-dir=" + data_dir_,
                                      "--min-free-bytes=" + std::to_string(kReserve),

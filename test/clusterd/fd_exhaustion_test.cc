@@ -105,6 +105,7 @@ class LimitedClusterd {
                                      script,
                                      bin,
                                      "--listen=127.0.0.1:" + std::to_string(grpc_port_),
+                                     "--insecure",
                                      "--http-listen=127.0.0.1:" + std::to_string(http_port_),
                                      "--data-dir=" + data_dir,
                                      "--log-level=warn"};

@@ -498,6 +498,7 @@ TEST_F(GrpcTest, HealthServiceAndStartErrors) {
   cfg.listen = "127.0.0.1:0";
   cfg.http_listen = "127.0.0.1:0";
   cfg.data_dir = dir_.Sub("data");
+  cfg.insecure = true;
   ClusterdServer second(cfg);
   Status st = second.Start();
   EXPECT_FALSE(st.ok());

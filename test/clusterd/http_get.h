@@ -15,7 +15,8 @@ struct HttpResult {
   std::string body;
 };
 
-inline HttpResult HttpGet(int port, const std::string& target) {
+// `authorization`, when not empty, is sent as the Authorization header.
+inline HttpResult HttpGet(int port, const std::string& target, const std::string& authorization = "") {
   namespace asio = boost::asio;
   namespace http = boost::beast::http;
   HttpResult out;
@@ -25,6 +26,7 @@ inline HttpResult HttpGet(int port, const std::string& target) {
     socket.connect(asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), static_cast<unsigned short>(port)));
     http::request<http::string_body> req{http::verb::get, target, 11};
     req.set(http::field::host, "localhost");
+    if (!authorization.empty()) req.set(http::field::authorization, authorization);
     req.keep_alive(false);
     http::write(socket, req);
     boost::beast::flat_buffer buffer;

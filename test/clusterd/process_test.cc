@@ -40,9 +40,12 @@ class Clusterd {
     port_ = FreeLoopbackPort();
     const char* bin_dir = std::getenv("CLUSTERD_BIN_DIR");
     std::string bin = std::string(bin_dir ? bin_dir : "build/bin") + "/clusterd";
-    std::vector<std::string> args = {bin, "--listen=127.0.0.1:" + std::to_string(port_),
+    std::vector<std::string> args = {bin,
+                                     "--listen=127.0.0.1:" + std::to_string(port_),
+                                     "--insecure",
                                      "--http-listen=127.0.0.1:" + std::to_string(FreeLoopbackPort()),
-                                     "--data-dir=" + data_dir_, "--log-level=warn"};
+                                     "--data-dir=" + data_dir_,
+                                     "--log-level=warn"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

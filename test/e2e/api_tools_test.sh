@@ -110,7 +110,7 @@ bash "$OPDIR/generate.sh" >/dev/null || fail "examples/operator-go/generate.sh"
 
 echo "== a live clusterd"
 start_clusterd() {
-  "$ROOT/build/bin/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+  "$ROOT/build/bin/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
     --node-grace 1h --log-level warn >>"$WORK/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
   wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
@@ -216,7 +216,7 @@ echo "-- compacted history: OUT_OF_RANGE names the oldest revision; -reset-on-co
 SMALL_GRPC=$(free_port)
 SMALL_HTTP=$(free_port)
 SMALL=127.0.0.1:$SMALL_GRPC
-"$ROOT/build/bin/clusterd" --listen "$SMALL" --http-listen "127.0.0.1:$SMALL_HTTP" --data-dir "$WORK/small" \
+"$ROOT/build/bin/clusterd" --listen "$SMALL" --insecure --http-listen "127.0.0.1:$SMALL_HTTP" --data-dir "$WORK/small" \
   --node-grace 1h --retention-events 1000 --retention-interval 100ms --log-level warn >"$WORK/small.log" 2>&1 &
 SMALL_PID=$!
 wait_until 30 curl -sf "http://127.0.0.1:$SMALL_HTTP/readyz"

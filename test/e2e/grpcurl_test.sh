@@ -12,7 +12,7 @@ WORK=$(mktemp -d)
 GRPC_PORT=$(free_port)
 HTTP_PORT=$(free_port)
 ADDR=127.0.0.1:$GRPC_PORT
-"$ROOT/build/bin/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" \
+"$ROOT/build/bin/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" \
   --data-dir "$WORK/data" --log-level warn >"$WORK/clusterd.log" 2>&1 &
 PID=$!
 cleanup() { kill -9 "$PID" 2>/dev/null || true; rm -rf "$WORK"; }

@@ -8,10 +8,15 @@
 #      (test/helm/validate.py);
 #   3. what each value set promises (selectors, claims, monitoring objects, privilege mode,
 #      the Kubernetes RBAC objects and config keys rendered with kubernetes.enabled and gone
-#      without it), and that a plain `helm template` (no --kube-version) works;
-#   4. the rendered config.json / catalog.json files are accepted by the real clusterd and
-#      noded binaries (when built); ClusterD's config without the Kubernetes keys here, as
-#      those need an API server (test/k8s/helm_rbac_test.sh installs the chart into one);
+#      without it; TLS from each tls.source, mutual TLS by default, insecure without TLS, the
+#      generated certificates, NodeD's projected token, the TokenReview role, NetworkPolicies),
+#      and that a plain `helm template` (no --kube-version) works;
+#   4. the rendered config.json / catalog.json files, laid out as the kubelet projects the
+#      pods' volumes, are accepted by the real clusterd and noded binaries (when built):
+#      plaintext, and with the generated certificates when the binaries know the TLS flags
+#      (mutual TLS checked with grpcurl); ClusterD's config without the Kubernetes keys and
+#      TokenReview here, as those need an API server (test/k8s/helm_rbac_test.sh installs the
+#      chart into one); NOTES.txt's openssl and grpcurl commands against a live clusterd;
 #   5. values.schema.json rejects bad values: every test/helm/bad/*.yaml must make
 #      `helm template` fail with the message its first line names;
 #   6. scripts/check-image-libs.sh passes, and fails on a Dockerfile missing a library.
@@ -117,13 +122,18 @@ echo "== rendered content (${SECONDS}s)"
 # (kind -> list of objects); prints it.
 q() {
   "$PY" - "$1" "$2" <<'PY'
-import sys, yaml
+import json, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 by = {}
 for d in docs:
     by.setdefault(d["kind"], []).append(d)
 def pod(kind): return by[kind][0]["spec"]["template"]["spec"]
 def cm(suffix): return next(d for d in by["ConfigMap"] if d["metadata"]["name"].endswith(suffix))["data"]
+def cfg(suffix): return json.loads(cm(suffix)["config.json"])
+def sources(kind): return next(v for v in pod(kind)["volumes"] if v["name"] == "config")["projected"]["sources"]
+def proj(kind): return [(k, s[k].get("name", s[k].get("audience")), sorted((i["key"], i["path"], i.get("mode")) for i in s[k].get("items", []))) for s in sources(kind) for k in s]
+def npol(name): return next(d for d in by["NetworkPolicy"] if d["metadata"]["name"] == name)["spec"]
+def rules_of(name): return [([p["port"] for p in r.get("ports", [])], r.get("from")) for r in npol(name).get("ingress", [])]
 print(eval(sys.argv[2]))
 PY
 }
@@ -135,7 +145,7 @@ expect() { # expect DESCRIPTION FILE EXPR WANT
 kv=${KUBE_VERSIONS[-1]}
 D=$TMP/default-$kv.yaml M=$TMP/values-monitoring-$kv.yaml
 E=$TMP/values-existing-claim-$kv.yaml S=$TMP/values-sim-$kv.yaml N=$TMP/values-npu-smi-$kv.yaml
-expect "default: kinds" "$D" "sorted(by)" "['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'DaemonSet', 'Deployment', 'PersistentVolumeClaim', 'Role', 'RoleBinding', 'Service', 'ServiceAccount']"
+expect "default: kinds" "$D" "sorted(by)" "['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'DaemonSet', 'Deployment', 'NetworkPolicy', 'PersistentVolumeClaim', 'Role', 'RoleBinding', 'Secret', 'Service', 'ServiceAccount']"
 expect "default: ClusterD on masterselector=dls-master-node" "$D" "pod('Deployment')['nodeSelector']" "{'masterselector': 'dls-master-node'}"
 expect "default: NodeD on workerselector=dls-worker-node" "$D" "pod('DaemonSet')['nodeSelector']" "{'workerselector': 'dls-worker-node'}"
 expect "default: Service ports grpc 8899, http 11253" "$D" "[(p['name'], p['port']) for p in by['Service'][0]['spec']['ports']]" "[('grpc', 8899), ('http', 11253)]"
@@ -166,18 +176,24 @@ expect "sim: rules file and labels" "$S" "(lambda c: (c['rules_file'], c['labels
   "('/etc/noded/rules.json', 'pool=train,rack=r12', '', 16)"
 expect "sim: emptyDir data" "$S" "[v for v in pod('Deployment')['volumes'] if v['name'] == 'data'][0]" "{'name': 'data', 'emptyDir': {}}"
 # The Kubernetes integration (docs/deploy.md, "Kubernetes API access").
-rules() { echo "sorted((g, r, ' '.join(x['verbs'])) for x in by['$1'][0]['rules'] for g in x['apiGroups'] for r in x['resources'])"; }
+# rules KIND [NAME_SUFFIX]: the rules of the KIND object whose name ends with NAME_SUFFIX (default:
+# the one not ending with -tokenreview), as sorted (group, resource, verbs).
+rules() {
+  local pick="[d for d in by['$1'] if not d['metadata']['name'].endswith('-tokenreview')][0]"
+  [[ -n ${2-} ]] && pick="[d for d in by['$1'] if d['metadata']['name'].endswith('$2')][0]"
+  echo "sorted((g, r, ' '.join(x['verbs'])) for x in $pick['rules'] for g in x['apiGroups'] for r in x['resources'])"
+}
 K=$TMP/values-kubernetes-$kv.yaml NK=$TMP/values-no-kubernetes-$kv.yaml R=$TMP/values-recovery-$kv.yaml
 expect "default: ClusterRole rules" "$D" "$(rules ClusterRole)" \
   "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
 expect "default: Role: leases in the release namespace" "$D" "(by['Role'][0]['metadata']['namespace'], $(rules Role))" \
   "('fault-mgmt', [('coordination.k8s.io', 'leases', 'get create update')])"
 expect "default: bindings name ClusterD's ServiceAccount only" "$D" "sorted((b['kind'], b['roleRef']['name'], str(b['subjects'])) for k in ('ClusterRoleBinding', 'RoleBinding') for b in by[k])" \
-  "[('ClusterRoleBinding', 'fault-mgmt-clusterd', \"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\"), ('RoleBinding', 'clusterd', \"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\")]"
+  "[('ClusterRoleBinding', 'fault-mgmt-clusterd', \"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\"), ('ClusterRoleBinding', 'fault-mgmt-clusterd-tokenreview', \"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\"), ('RoleBinding', 'clusterd', \"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\")]"
 expect "default: token mounted into ClusterD only" "$D" "(pod('Deployment')['automountServiceAccountToken'], pod('DaemonSet')['automountServiceAccountToken'])" "(True, False)"
 expect "default: config.json turns the integration and actuator on" "$D" "(lambda c: (c['integrations'], c['actuator'], 'kubeconfig' in c, {k: v for k, v in c.items() if k.startswith('k8s_')}))(__import__('json').loads(cm('clusterd')['config.json']))" \
   "(['kubernetes'], 'kubernetes', False, {'k8s_delete_fallback': False, 'k8s_devices_annotation': 'huawei.com/AscendReal', 'k8s_eviction_timeout': '60s', 'k8s_job_kind_label': 'clusterd.io/job-kind', 'k8s_namespace': '', 'k8s_node_condition': 'AcceleratorHealthy', 'k8s_node_not_ready_level': 'PRE_SEPARATE', 'k8s_rank_annotation': 'hccl/rankIndex', 'k8s_taint_effect': 'NoSchedule', 'k8s_taint_key': 'clusterd.io/fault'})"
-expect "no-kubernetes: no RBAC objects" "$NK" "sorted(by)" "['ConfigMap', 'DaemonSet', 'Deployment', 'PersistentVolumeClaim', 'Service', 'ServiceAccount']"
+expect "no-kubernetes: no RBAC objects" "$NK" "sorted(by)" "['ConfigMap', 'DaemonSet', 'Deployment', 'NetworkPolicy', 'PersistentVolumeClaim', 'Secret', 'Service', 'ServiceAccount']"
 expect "no-kubernetes: no token mounted" "$NK" "(pod('Deployment')['automountServiceAccountToken'], pod('DaemonSet')['automountServiceAccountToken'])" "(False, False)"
 expect "no-kubernetes: no Kubernetes keys, no actuator (binary default none)" "$NK" "sorted(k for k in __import__('json').loads(cm('clusterd')['config.json']) if k.startswith(('k8s_', 'integrations', 'kubeconfig', 'actuator')))" "[]"
 expect "kubernetes: tuned keys in config.json" "$K" "(lambda c: sorted((k, v) for k, v in c.items() if k.startswith('k8s_')))(__import__('json').loads(cm('clusterd')['config.json']))" \
@@ -194,10 +210,92 @@ fi
 expect "npu-smi: pod network, custom ports" "$N" "(pod('DaemonSet').get('hostNetwork'), pod('DaemonSet')['containers'][0]['ports'][0]['containerPort'], by['Service'][0]['spec']['ports'][0]['port'])" "(None, 21255, 18899)"
 expect "npu-smi: npu-smi binary mounted read-only" "$N" "[(m['mountPath'], m['readOnly']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'npu-smi']" "[('/usr/local/bin/npu-smi', True)]"
 
+# TLS, authentication and NetworkPolicies (docs/deploy.md, "TLS and authentication").
+X=$TMP/values-tls-existing-secret-$kv.yaml C=$TMP/values-tls-cert-manager-$kv.yaml I=$TMP/values-insecure-$kv.yaml
+NODED_SEL="{'matchLabels': {'app.kubernetes.io/name': 'clusterd', 'app.kubernetes.io/instance': 'clusterd', 'app.kubernetes.io/component': 'noded'}}"
+PROM="[{'namespaceSelector': {}, 'podSelector': {'matchLabels': {'app.kubernetes.io/name': 'prometheus'}}}]"
+expect "default: mutual TLS (client certificate required)" "$D" "(lambda c: (c['tls_cert_file'], c['tls_key_file'], c['tls_client_ca_file'], c['tls_client_auth'], 'insecure' in c))(cfg('clusterd'))" \
+  "('/etc/clusterd/tls/tls.crt', '/etc/clusterd/tls/tls.key', '/etc/clusterd/tls/ca.crt', 'require', False)"
+expect "default: TokenReview for NodeD's ServiceAccount" "$D" "(lambda c: (c['auth_token_review'], c['auth_token_audience'], c['auth_agent_service_accounts']))(cfg('clusterd'))" \
+  "(True, 'clusterd', ['fault-mgmt/clusterd-noded'])"
+expect "default: no token file, bindings or metrics auth" "$D" "sorted(k for k in cfg('clusterd') if k in ('auth_token_file', 'auth_bindings', 'metrics_auth'))" "[]"
+expect "default: NodeD's TLS files and token" "$D" "(lambda c: (c['tls_ca_file'], c['tls_cert_file'], c['tls_key_file'], c['token_file']))(cfg('-noded'))" \
+  "('/etc/noded/tls/ca.crt', '/etc/noded/tls/tls.crt', '/etc/noded/tls/tls.key', '/etc/noded/token/token')"
+expect "default: generated Secrets (CA, server, agents)" "$D" "sorted((d['metadata']['name'], d['type'], sorted(d['data'])) for d in by['Secret'])" \
+  "[('clusterd-ca', 'kubernetes.io/tls', ['ca.crt', 'tls.crt', 'tls.key']), ('clusterd-noded-tls', 'kubernetes.io/tls', ['ca.crt', 'tls.crt', 'tls.key']), ('clusterd-tls', 'kubernetes.io/tls', ['ca.crt', 'tls.crt', 'tls.key'])]"
+expect "default: ClusterD's projected config volume" "$D" "proj('Deployment')" \
+  "[('configMap', 'clusterd', []), ('secret', 'clusterd-tls', [('ca.crt', 'tls/ca.crt', None), ('tls.crt', 'tls/tls.crt', None), ('tls.key', 'tls/tls.key', 288)])]"
+expect "default: NodeD's projected config volume" "$D" "proj('DaemonSet')" \
+  "[('configMap', 'clusterd-noded', []), ('secret', 'clusterd-noded-tls', [('ca.crt', 'tls/ca.crt', None), ('tls.crt', 'tls/tls.crt', None), ('tls.key', 'tls/tls.key', 288)]), ('serviceAccountToken', 'clusterd', [])]"
+expect "default: NodeD's token: audience clusterd, 1 h, own ServiceAccount, no API token" "$D" \
+  "([s['serviceAccountToken'] for s in sources('DaemonSet') if 'serviceAccountToken' in s], pod('DaemonSet')['serviceAccountName'], pod('DaemonSet')['automountServiceAccountToken'], [a['automountServiceAccountToken'] for a in by['ServiceAccount'] if a['metadata']['name'] == 'clusterd-noded'])" \
+  "([{'audience': 'clusterd', 'expirationSeconds': 3600, 'path': 'token/token'}], 'clusterd-noded', False, [False])"
+expect "default: TokenReview ClusterRole" "$D" "$(rules ClusterRole -tokenreview)" "[('authentication.k8s.io', 'tokenreviews', 'create')]"
+expect "default: ClusterD NetworkPolicy (host-network agents, no CIDRs: gRPC open; HTTP Prometheus)" "$D" "(npol('clusterd')['podSelector']['matchLabels']['app.kubernetes.io/component'], npol('clusterd')['policyTypes'], rules_of('clusterd'))" \
+  "('clusterd', ['Ingress'], [(['grpc'], None), (['http'], $PROM)])"
+expect "default: NodeD NetworkPolicy (HTTP from Prometheus only)" "$D" "(npol('clusterd-noded')['podSelector'], rules_of('clusterd-noded'))" "($NODED_SEL, [(['http'], $PROM)])"
+expect "existing-secret: nothing generated" "$X" "sorted(k for k in by if k in ('Secret', 'Certificate'))" "[]"
+expect "existing-secret: the named Secrets and the token file mounted" "$X" "[(k, n) for k, n, _ in proj('Deployment') + proj('DaemonSet')]" \
+  "[('configMap', 'clusterd'), ('secret', 'clusterd-server-cert'), ('secret', 'clusterd-tokens'), ('configMap', 'clusterd-noded'), ('secret', 'clusterd-agent-cert'), ('serviceAccountToken', 'clusterd')]"
+expect "existing-secret: request mode, token file, bindings, metrics auth" "$X" "(lambda c: (c['tls_client_auth'], c['auth_token_file'], c['auth_bindings'], c['metrics_auth']))(cfg('clusterd'))" \
+  "('request', '/etc/clusterd/auth/tokens.csv', ['operator=group:sre', 'viewer=user:system:serviceaccount:monitoring:prometheus'], True)"
+expect "existing-secret: tokens.csv at auth/, group-readable only" "$X" "[i for k, n, i in proj('Deployment') if n == 'clusterd-tokens']" "[[('tokens.csv', 'auth/tokens.csv', 288)]]"
+expect "existing-secret: the ServiceMonitor sends the scrape token to ClusterD only" "$X" "[(d['metadata']['name'], d['spec']['endpoints'][0].get('authorization')) for d in by['ServiceMonitor']]" \
+  "[('clusterd', {'type': 'Bearer', 'credentials': {'name': 'clusterd-scrape-token', 'key': 'token'}}), ('clusterd-noded', None)]"
+expect "existing-secret: gRPC from NodeD pods and the listed clients; extra rule" "$X" "rules_of('clusterd')" \
+  "[(['grpc'], [{'podSelector': $NODED_SEL}, {'podSelector': {'matchLabels': {'app': 'clusterctl'}}}, {'namespaceSelector': {'matchLabels': {'kubernetes.io/metadata.name': 'training'}}, 'podSelector': {'matchLabels': {'clusterd.io/job-agent': 'true'}}}]), (['http'], $PROM), (['grpc'], [{'ipBlock': {'cidr': '10.20.0.0/16'}}])]"
+expect "existing-secret: NodeD extra rule" "$X" "rules_of('clusterd-noded')" "[(['http'], $PROM), (['http'], [{'ipBlock': {'cidr': '10.30.0.0/16'}}])]"
+expect "cert-manager: Certificates for server and agents" "$C" "sorted((c['metadata']['name'], c['spec']['secretName'], c['spec']['commonName'], c['spec'].get('dnsNames'), c['spec'].get('ipAddresses'), c['spec']['issuerRef'], c['spec']['duration']) for c in by['Certificate'])" \
+  "[('clusterd-noded-tls', 'clusterd-noded-tls', 'clusterd-agents', None, None, {'name': 'cluster-ca', 'kind': 'ClusterIssuer', 'group': 'cert-manager.io'}, '720h'), ('clusterd-tls', 'clusterd-tls', 'clusterd', ['clusterd', 'clusterd.fault-mgmt', 'clusterd.fault-mgmt.svc', 'clusterd.fault-mgmt.svc.cluster.local', 'localhost', 'clusterd.example.com'], ['127.0.0.1', '192.0.2.10'], {'name': 'cluster-ca', 'kind': 'ClusterIssuer', 'group': 'cert-manager.io'}, '720h')]"
+expect "cert-manager: the pods mount the Certificates' Secrets" "$C" "sorted(n for k, n, _ in proj('Deployment') + proj('DaemonSet') if k == 'secret') == sorted(c['spec']['secretName'] for c in by['Certificate']) and 'Secret' not in by" "True"
+expect "cert-manager: integration off, TokenReview alone (its role, token mounted)" "$C" "(sorted(d['metadata']['name'] for k in ('ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding') for d in by.get(k, [])), pod('Deployment')['automountServiceAccountToken'], 'integrations' in cfg('clusterd'))" \
+  "(['fault-mgmt-clusterd-tokenreview', 'fault-mgmt-clusterd-tokenreview'], True, False)"
+expect "cert-manager: another audience on both sides" "$C" "(cfg('clusterd')['auth_token_audience'], [(s['serviceAccountToken']['audience'], s['serviceAccountToken']['expirationSeconds']) for s in sources('DaemonSet') if 'serviceAccountToken' in s], cfg('clusterd')['tls_reload_interval'])" \
+  "('clusterd.example.com', [('clusterd.example.com', 7200)], '30s')"
+expect "cert-manager: gRPC from the node CIDRs; no Prometheus rule" "$C" "(rules_of('clusterd'), rules_of('clusterd-noded'))" \
+  "([(['grpc'], [{'podSelector': $NODED_SEL}, {'ipBlock': {'cidr': '10.0.0.0/24'}}, {'ipBlock': {'cidr': '10.0.1.0/24'}}])], [])"
+expect "insecure: config.json says insecure, no TLS or auth keys" "$I" "(lambda c: (c.get('insecure'), sorted(k for k in c if k.startswith(('tls_', 'auth_', 'metrics_')))))(cfg('clusterd'))" "(True, [])"
+expect "insecure: NodeD without TLS keys or token" "$I" "(sorted(k for k in cfg('-noded') if k.startswith(('tls_', 'token', 'server_name'))), proj('DaemonSet'))" "([], [('configMap', 'clusterd-noded', [])])"
+expect "insecure: no Secrets, NetworkPolicies or TokenReview role" "$I" "(sorted(k for k in by if k in ('Secret', 'Certificate', 'NetworkPolicy')), [d['metadata']['name'] for d in by['ClusterRole']])" "([], ['fault-mgmt-clusterd'])"
+# The generated certificates: one CA signs both; the server's names; the agents' CN and no group.
+secret_data() { # secret_data RENDERED NAME KEY OUT
+  "$PY" -c 'import base64, sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "Secret" and d["metadata"]["name"] == sys.argv[2]:
+        open(sys.argv[4], "wb").write(base64.b64decode(d["data"][sys.argv[3]])); break
+else: sys.exit("no Secret " + sys.argv[2])' "$@"
+}
+gen=$TMP/gen && mkdir -p "$gen"
+for sk in clusterd-ca:ca.crt clusterd-ca:tls.key clusterd-tls:tls.crt clusterd-tls:ca.crt clusterd-noded-tls:tls.crt clusterd-noded-tls:ca.crt clusterd-noded-tls:tls.key; do
+  secret_data "$D" "${sk%%:*}" "${sk#*:}" "$gen/${sk%%:*}-${sk#*:}"
+done
+if openssl verify -CAfile "$gen/clusterd-ca-ca.crt" "$gen/clusterd-tls-tls.crt" "$gen/clusterd-noded-tls-tls.crt" >/dev/null 2>&1 &&
+   cmp -s "$gen/clusterd-ca-ca.crt" "$gen/clusterd-tls-ca.crt" && cmp -s "$gen/clusterd-ca-ca.crt" "$gen/clusterd-noded-tls-ca.crt"; then
+  ok "generated: one CA signs both certificates and is each Secret's ca.crt"
+else
+  bad "generated: the certificates do not chain to the CA in clusterd-ca"
+fi
+sans=$(openssl x509 -in "$gen/clusterd-tls-tls.crt" -noout -ext subjectAltName 2>/dev/null | tail -1 | tr -d ' ')
+want_sans="DNS:clusterd,DNS:clusterd.fault-mgmt,DNS:clusterd.fault-mgmt.svc,DNS:clusterd.fault-mgmt.svc.cluster.local,DNS:localhost,IPAddress:127.0.0.1"
+if [[ $sans == "$want_sans" ]]; then ok "generated: server certificate names ($sans)"; else bad "generated: server SANs '$sans', want '$want_sans'"; fi
+subj=$(openssl x509 -in "$gen/clusterd-noded-tls-tls.crt" -noout -subject -nameopt RFC2253 2>/dev/null)
+if [[ $subj == "subject=CN=clusterd-agents" ]]; then ok "generated: agents' certificate CN=clusterd-agents, no O (no role)"; else bad "generated: agents' subject '$subj'"; fi
+if [[ $(openssl x509 -in "$gen/clusterd-noded-tls-tls.crt" -noout -pubkey | openssl sha256) == \
+      $(openssl pkey -in "$gen/clusterd-noded-tls-tls.key" -pubout | openssl sha256) ]]; then
+  ok "generated: agents' key matches its certificate"
+else
+  bad "generated: agents' key does not match its certificate"
+fi
+
 # ---- 4. the binaries accept the rendered config files ----------------------------------------
 echo "== rendered config files against the real binaries (${SECONDS}s)"
-# ClusterD's config.json rendered with kubernetes.enabled=false: the Kubernetes integration needs
-# an API server, and test/k8s/helm_rbac_test.sh runs that config against a real one.
+# Each daemon runs on its config volume laid out as the kubelet projects it (materialize): the
+# ConfigMap, the rendered Secrets' items and a stand-in for NodeD's projected token, under a temp
+# directory, with config.json's paths into the volume moved there. ClusterD's config.json is
+# rendered with kubernetes.enabled=false and auth.tokenReview=false here, as both need an API
+# server (test/k8s/helm_rbac_test.sh runs the installed config against a real one).
+# Plaintext (tls.enabled=false: config.json says insecure) always; the TLS configs (the default:
+# mutual TLS) only with binaries that know the TLS flags.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 extract() { # extract RENDERED CONFIGMAP_SUFFIX KEY OUT
   "$PY" -c 'import sys, yaml
@@ -205,6 +303,44 @@ for d in yaml.safe_load_all(open(sys.argv[1])):
     if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith(sys.argv[2]):
         open(sys.argv[4], "w").write(d["data"][sys.argv[3]]); break
 else: sys.exit("no " + sys.argv[3])' "$@"
+}
+materialize() { # materialize RENDERED KIND ROOT [DROP_KEY...]: prints the path of the moved config
+  "$PY" - "$@" <<'PY'
+import base64, json, os, sys, yaml
+rendered, kind, root, drop = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+spec = next(d for d in docs if d["kind"] == kind)["spec"]["template"]["spec"]
+vol = next(v for v in spec["volumes"] if v["name"] == "config")
+mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "config")["mountPath"]
+base = root + mount
+def obj(k, name):
+    return next(d for d in docs if d["kind"] == k and d["metadata"]["name"] == name)
+def put(path, data, mode):
+    p = os.path.join(base, path)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "wb") as f:
+        f.write(data)
+    os.chmod(p, mode)
+for src in vol["projected"]["sources"]:
+    if "configMap" in src or "secret" in src:
+        k = "configMap" if "configMap" in src else "secret"
+        o = obj("ConfigMap" if k == "configMap" else "Secret", src[k]["name"])
+        data = ({n: v.encode() for n, v in o["data"].items()} if k == "configMap"
+                else {n: base64.b64decode(v) for n, v in o["data"].items()})
+        for item in src[k].get("items") or [{"key": n, "path": n} for n in data]:
+            put(item["path"], data[item["key"]], item.get("mode", 0o644))
+    elif "serviceAccountToken" in src:
+        put(src["serviceAccountToken"]["path"], b"stand-in-for-the-projected-token\n", 0o600)
+cfg = json.load(open(os.path.join(base, "config.json")))
+for k in drop:
+    cfg.pop(k, None)
+for k, v in cfg.items():
+    if isinstance(v, str) and v.startswith(mount + "/"):
+        cfg[k] = root + v
+out = os.path.join(root, "config.local.json")
+json.dump(cfg, open(out, "w"), indent=2)
+print(out)
+PY
 }
 wait_http() { # wait_http URL SECONDS PID
   local deadline=$(($(date +%s) + $2))
@@ -224,63 +360,134 @@ run_daemon() { # run_daemon NAME URL_PATH -- COMMAND...: starts it, waits for UR
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
+# The whole help is read before matching: grep -q in a pipe would end the binary with SIGPIPE.
+clusterd_help=$(build/bin/clusterd --help 2>&1 || true)
+noded_help=$(build/bin/noded --help 2>&1 || true)
+clusterd_tls= noded_tls= insecure_flag=() plain_drop=()
+[[ $clusterd_help == *--tls-cert-file* ]] && clusterd_tls=1
+[[ $noded_help == *--tls-ca-file* ]] && noded_tls=1
+# A clusterd from before TLS knows neither the flag nor the key.
+if [[ $clusterd_help == *--insecure* ]]; then insecure_flag=(--insecure); else plain_drop=(insecure); fi
+NOK=(--set kubernetes.enabled=false --set auth.tokenReview=false)
 if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
   for vs in default values-existing-claim; do
     vf=default
     [[ $vs == default ]] || vf=test/helm/$vs.yaml
-    render "$vs-no-k8s" "$vf" "$kv" --set kubernetes.enabled=false
-    r="$TMP/$vs-no-k8s-$kv.yaml" d="$TMP/run-$vs"
-    mkdir -p "$d"
-    if [[ $vs == default ]]; then sfx=clusterd; else sfx=fault-center; fi
-    extract "$r" "$sfx" config.json "$d/config.json"
-    catalog=()
-    if extract "$r" "$sfx" catalog.json "$d/catalog.json" 2>/dev/null; then catalog=(--catalog "$d/catalog.json"); fi
+    render "$vs-plain" "$vf" "$kv" "${NOK[@]}" --set tls.enabled=false
+    d="$TMP/run-$vs"
+    conf=$(materialize "$TMP/$vs-plain-$kv.yaml" Deployment "$d" "${plain_drop[@]}")
+    catalog=$(grep -q '"catalog_file"' "$conf" && echo " and catalog.json" || true)
     # The file is parsed and checked whole; the flags only move ports and paths off the image's.
-    run_daemon "clusterd starts with the $vs config.json${catalog:+ and catalog.json}" /readyz -- \
-      build/bin/clusterd --config "$d/config.json" --listen "127.0.0.1:$(free_port)" --data-dir "$d/data" "${catalog[@]}"
+    run_daemon "clusterd starts with the $vs config.json$catalog (plaintext: insecure)" /readyz -- \
+      build/bin/clusterd --config "$conf" --listen "127.0.0.1:$(free_port)" --data-dir "$d/data" "${insecure_flag[@]}"
   done
   for vs in default values-sim; do
-    r="$TMP/$vs-$kv.yaml" d="$TMP/run-noded-$vs"
+    vf=default
+    [[ $vs == default ]] || vf=test/helm/$vs.yaml
+    render "$vs-plain" "$vf" "$kv" --set tls.enabled=false
+    d="$TMP/run-noded-$vs"
     mkdir -p "$d/state"
-    extract "$r" -noded config.json "$d/config.json"
-    rules=()
-    if extract "$r" -noded rules.json "$d/rules.json" 2>/dev/null; then rules=(--rules-file "$d/rules.json"); fi
-    run_daemon "noded starts with the $vs config.json${rules:+ and rules.json}" /healthz -- \
-      build/bin/noded --config "$d/config.json" --node-name helm-test --accelerator sim --root / --kmsg-path "" \
-      --state-dir "$d/state" --server "127.0.0.1:$(free_port)" "${rules[@]}"
+    conf=$(materialize "$TMP/$vs-plain-$kv.yaml" DaemonSet "$d")
+    rules=$(grep -q '"rules_file"' "$conf" && echo " and rules.json" || true)
+    run_daemon "noded starts with the $vs config.json$rules (plaintext)" /healthz -- \
+      build/bin/noded --config "$conf" --node-name helm-test --accelerator sim --root / --kmsg-path "" \
+      --state-dir "$d/state" --server "127.0.0.1:$(free_port)"
   done
+  if [[ -n $clusterd_tls ]]; then
+    render default-tls default "$kv" "${NOK[@]}"
+    d="$TMP/run-default-tls"
+    conf=$(materialize "$TMP/default-tls-$kv.yaml" Deployment "$d")
+    tls=$d/etc/clusterd/tls
+    g=$(free_port) h=$(free_port)
+    build/bin/clusterd --config "$conf" --listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" --data-dir "$d/data" \
+      >"$d/clusterd.log" 2>&1 &
+    cpid=$!; pids+=("$cpid")
+    if wait_http "http://127.0.0.1:$h/readyz" 20 "$cpid"; then
+      ok "clusterd starts with the default config.json and the generated Secrets (mutual TLS)"
+      # NodeD's certificate from its Secret: the transport only, no role.
+      agent=(-cacert "$tls/ca.crt" -cert "$TMP/gen-agent.crt" -key "$TMP/gen-agent.key")
+      secret_data "$TMP/default-tls-$kv.yaml" clusterd-noded-tls tls.crt "$TMP/gen-agent.crt"
+      secret_data "$TMP/default-tls-$kv.yaml" clusterd-noded-tls tls.key "$TMP/gen-agent.key"
+      out=$(timeout 10 grpcurl "${agent[@]}" "127.0.0.1:$g" grpc.health.v1.Health/Check 2>&1) || true
+      if [[ $out == *SERVING* ]]; then ok "mTLS: NodeD's certificate reaches Health"; else echo "$out" >&2; bad "mTLS: Health with NodeD's certificate"; fi
+      out=$(timeout 10 grpcurl "${agent[@]}" "127.0.0.1:$g" clusterd.v1.ClusterService/GetSummary 2>&1) || true
+      if [[ $out == *PermissionDenied* ]]; then ok "mTLS: NodeD's transport certificate grants no role (GetSummary PermissionDenied)"; else echo "$out" >&2; bad "mTLS: GetSummary with the transport certificate: want PermissionDenied"; fi
+      if timeout 10 grpcurl -cacert "$tls/ca.crt" "127.0.0.1:$g" grpc.health.v1.Health/Check >/dev/null 2>&1; then
+        bad "mTLS: a client without a certificate was let in"
+      else
+        ok "mTLS: a client without a certificate is refused"
+      fi
+      if timeout 10 grpcurl -plaintext "127.0.0.1:$g" grpc.health.v1.Health/Check >/dev/null 2>&1; then
+        bad "mTLS: a plaintext client was let in"
+      else
+        ok "mTLS: a plaintext client is refused"
+      fi
+    else
+      tail -5 "$d/clusterd.log" >&2; bad "clusterd with the default config.json and the generated Secrets (mutual TLS)"
+    fi
+    kill "$cpid" 2>/dev/null || true
+    wait "$cpid" 2>/dev/null || true
+  else
+    echo "  skip build/bin/clusterd has no --tls-cert-file: the TLS config is not run"
+  fi
+  if [[ -n $noded_tls ]]; then
+    render noded-tls default "$kv"
+    d="$TMP/run-noded-tls"
+    mkdir -p "$d/state"
+    conf=$(materialize "$TMP/noded-tls-$kv.yaml" DaemonSet "$d")
+    run_daemon "noded starts with the default config.json, its certificate and a token file (TLS)" /healthz -- \
+      build/bin/noded --config "$conf" --node-name helm-test --accelerator sim --root / --kmsg-path "" \
+      --state-dir "$d/state" --server "127.0.0.1:$(free_port)"
+  else
+    echo "  skip build/bin/noded has no --tls-ca-file: its TLS config is not run"
+  fi
 else
   echo "  skip binaries not built (scripts/build.sh); config files not run"
 fi
 
-# ---- 4b. NOTES.txt: rendered, and its grpcurl commands work against a live clusterd -------
+# ---- 4b. NOTES.txt: rendered, and its commands work against a live clusterd ------------------
 echo "== NOTES.txt (${SECONDS}s)"
-# `helm template` does not render NOTES.txt; a copy of the chart renders it into a ConfigMap.
+# `helm template` does not render NOTES.txt; a copy of the chart renders it into a ConfigMap,
+# next to everything else (the generated Secrets the commands need come from the same render).
 cp -r "$CHART" "$TMP/notes-chart"
 mkdir -p "$TMP/notes-chart/files"
 mv "$TMP/notes-chart/templates/NOTES.txt" "$TMP/notes-chart/files/NOTES.txt"
 printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  NOTES.txt: |-\n{{ tpl (.Files.Get "files/NOTES.txt") . | indent 4 }}\n' \
   >"$TMP/notes-chart/templates/zz-notes.yaml"
-if "$HELM" template clusterd "$TMP/notes-chart" --namespace fault-mgmt --kube-version "$kv" \
-     -s templates/zz-notes.yaml >"$TMP/notes.yaml" 2>"$TMP/notes.err" &&
-   extract "$TMP/notes.yaml" notes NOTES.txt "$TMP/NOTES.txt"; then
-  if grep -q "port-forward svc/clusterd 8899:8899" "$TMP/NOTES.txt" &&
-     grep -q "clusterd.v1.ClusterService/GetSummary" "$TMP/NOTES.txt"; then
-    ok "NOTES.txt renders the port-forward and grpcurl commands"
-  else
-    cat "$TMP/NOTES.txt" >&2; bad "NOTES.txt lacks the port-forward or GetSummary command"
-  fi
+notes() { # notes NAME [HELM ARGS...]: renders the notes chart into $TMP/NAME.yaml and $TMP/NAME.txt
+  local name=$1
+  shift
+  "$HELM" template clusterd "$TMP/notes-chart" --namespace fault-mgmt --kube-version "$kv" "$@" \
+    >"$TMP/$name.yaml" 2>"$TMP/$name.err" && extract "$TMP/$name.yaml" notes NOTES.txt "$TMP/$name.txt"
+}
+notes_has() { # notes_has NAME DESCRIPTION PATTERN...: every fixed string appears in the notes
+  local name=$1 what=$2 p
+  shift 2
+  for p in "$@"; do
+    grep -qF -- "$p" "$TMP/$name.txt" || { cat "$TMP/$name.txt" >&2; bad "NOTES.txt ($what) lacks: $p"; return; }
+  done
+  ok "NOTES.txt ($what) renders: ${*:1:3} ..."
+}
+if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${NOK[@]}" &&
+   notes notes-existing --set tls.source=existingSecret --set tls.existingSecret.server=srv --set tls.existingSecret.agents=agt; then
+  notes_has notes-tls "mutual TLS, generated CA" "port-forward svc/clusterd 8899:8899" "get secret clusterd-ca" \
+    "openssl req -new" "/O=clusterd:viewer" "grpcurl -cacert ca.crt -cert client.crt -key client.key localhost:8899 clusterd.v1.ClusterService/GetSummary"
+  notes_has notes-plain "tls.enabled=false" "port-forward svc/clusterd 8899:8899" "grpcurl -plaintext localhost:8899 clusterd.v1.ClusterService/GetSummary" "unauthenticated"
+  notes_has notes-existing "existingSecret, TokenReview" "get secret srv" "-authority clusterd.fault-mgmt.svc" "create token SERVICEACCOUNT --audience clusterd"
 else
-  cat "$TMP/notes.err" >&2; bad "NOTES.txt does not render"
+  cat "$TMP"/notes-*.err >&2; bad "NOTES.txt does not render"
 fi
-if [[ -x build/bin/clusterd && -s $TMP/NOTES.txt ]] && command -v grpcurl >/dev/null; then
-  # The commands, continuation lines joined, pointed at a clusterd on free ports.
-  mapfile -t cmds < <("$PY" - "$TMP/NOTES.txt" <<'PY'
+if [[ -x build/bin/clusterd && -s $TMP/notes-plain.txt ]] && command -v grpcurl >/dev/null; then
+  # The TLS notes with a clusterd that serves TLS, else the plaintext ones.
+  mode=plain
+  [[ -n $clusterd_tls ]] && mode=tls
+  # The commands, continuation lines joined (the kubectl ones are done below by hand).
+  mapfile -t cmds < <("$PY" - "$TMP/notes-$mode.txt" <<'PY'
 import sys
 cur = ""
 for line in open(sys.argv[1]).read().split("\n"):
     s = line.strip()
-    if cur or s.startswith(("grpcurl ", "REV=")):
+    if cur or s.startswith(("grpcurl ", "REV=", "openssl ", "rm ")):
         if s.endswith("\\"):
             cur += s[:-1] + " "
             continue
@@ -288,24 +495,39 @@ for line in open(sys.argv[1]).read().split("\n"):
         cur = ""
 PY
   )
-  g=$(free_port) h=$(free_port) d="$TMP/run-notes"
-  mkdir -p "$d"
-  build/bin/clusterd --config "$d/../run-default/config.json" --listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" \
-    --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
+  g=$(free_port) h=$(free_port) d="$TMP/run-notes" w="$TMP/notes-cwd"
+  mkdir -p "$d" "$w"
+  if [[ $mode == tls ]]; then
+    conf=$(materialize "$TMP/notes-tls.yaml" Deployment "$d")
+    # What the notes' two kubectl commands fetch from the CA Secret.
+    secret_data "$TMP/notes-tls.yaml" clusterd-ca ca.crt "$w/ca.crt"
+    secret_data "$TMP/notes-tls.yaml" clusterd-ca tls.key "$w/ca.key"
+    flags=()
+  else
+    conf=$(materialize "$TMP/notes-plain.yaml" Deployment "$d" "${plain_drop[@]}")
+    flags=("${insecure_flag[@]}")
+  fi
+  build/bin/clusterd --config "$conf" --listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" \
+    --data-dir "$d/data" "${flags[@]}" >"$d/clusterd.log" 2>&1 &
   cpid=$!; pids+=("$cpid")
   if wait_http "http://127.0.0.1:$h/readyz" 20 "$cpid"; then
+    cd "$w"
     for cmd in "${cmds[@]}"; do
       cmd=${cmd//localhost:8899/127.0.0.1:$g}
       rc=0 out=""
       if [[ $cmd == REV=* ]]; then
         eval "$cmd" || rc=$?
-      else
+      elif [[ $cmd == grpcurl* ]]; then
         out=$(eval "timeout 5 $cmd" 2>&1) || rc=$?
         # Watch streams until stopped: ended by the timeout (124) is success.
         [[ $cmd == *ClusterService/Watch* && $rc == 124 ]] && rc=0
+      else
+        out=$(eval "$cmd" 2>&1) || rc=$?
       fi
-      if ((rc == 0)); then ok "NOTES: ${cmd:0:90}"; else echo "$out" >&2; bad "NOTES: $cmd (exit $rc)"; fi
+      if ((rc == 0)); then ok "NOTES ($mode): ${cmd:0:90}"; else echo "$out" >&2; bad "NOTES ($mode): $cmd (exit $rc)"; fi
     done
+    cd "$ROOT"
+    if [[ $mode == tls && -e $w/ca.key ]]; then bad "NOTES (tls): the CA key is left behind"; fi
   else
     tail -5 "$d/clusterd.log" >&2; bad "clusterd for the NOTES commands did not start"
   fi

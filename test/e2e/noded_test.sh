@@ -23,7 +23,7 @@ cleanup() {
 trap cleanup EXIT
 
 start_clusterd() {
-  "$ROOT/build/bin/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+  "$ROOT/build/bin/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
     --log-level warn >>"$WORK/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
   wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"

@@ -48,7 +48,7 @@ EOF
 chmod +x "$WORK/actuator.sh"
 
 start_clusterd() {
-  "$BIN/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+  "$BIN/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
     --actuator exec --actuator-command "$WORK/actuator.sh" --recovery-resume-grace 5s \
     --log-level info >>"$WORK/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!

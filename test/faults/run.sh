@@ -61,7 +61,7 @@ alive() { kill -0 "$1" 2>/dev/null; }
 # (fixed for the case, so agents reconnect to the same place) in $NETNS_EXEC.
 start_clusterd() {
   local dir=$1; shift
-  $NETNS_EXEC "$CLUSTERD" --listen "$GRPC_ADDR" --http-listen "$HTTP_ADDR" --data-dir "$dir" --log-level "$LOG_LEVEL" \
+  $NETNS_EXEC "$CLUSTERD" --listen "$GRPC_ADDR" --insecure --http-listen "$HTTP_ADDR" --data-dir "$dir" --log-level "$LOG_LEVEL" \
     "$@" >>"$W/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
   CASE_PIDS+=("$CLUSTERD_PID")
@@ -441,7 +441,7 @@ case_disk_full() {
   # A restart on a full disk: clusterd starts and serves reads.
   kill9_clusterd
   fill_disk 0
-  $CLUSTERD --listen "$GRPC_ADDR" --http-listen "$HTTP_ADDR" --data-dir "$W/disk/data" --log-level warn "${flags[@]}" \
+  $CLUSTERD --listen "$GRPC_ADDR" --insecure --http-listen "$HTTP_ADDR" --data-dir "$W/disk/data" --log-level warn "${flags[@]}" \
     >>"$W/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!; CASE_PIDS+=("$CLUSTERD_PID")
   serves_reads() { alive "$CLUSTERD_PID" && grpc clusterd.v1.ClusterService/GetSummary >/dev/null 2>&1; }
@@ -456,7 +456,7 @@ case_disk_full() {
 # /readyz never says 200 while gRPC cannot accept.
 case_fd_exhaustion() {
   GRPC_ADDR=127.0.0.1:$(free_port); HTTP_ADDR=127.0.0.1:$(free_port)
-  (ulimit -n 1024; exec "$CLUSTERD" --listen "$GRPC_ADDR" --http-listen "$HTTP_ADDR" --data-dir "$W/data" \
+  (ulimit -n 1024; exec "$CLUSTERD" --listen "$GRPC_ADDR" --insecure --http-listen "$HTTP_ADDR" --data-dir "$W/data" \
     --log-level warn >>"$W/clusterd.log" 2>&1) &
   CLUSTERD_PID=$!; CASE_PIDS+=("$CLUSTERD_PID")
   wait_until 30 clusterd_ready || fail "clusterd did not become ready"

@@ -5,13 +5,15 @@ Usage: validate.py KUBE_VERSION RENDERED.yaml [RENDERED.yaml ...]
 
 Every built-in Kubernetes object is validated strictly (unknown fields are errors) against
 the OpenAPI schemas that the kubernetes-validate package bundles, offline. The Prometheus
-Operator kinds (ServiceMonitor, PrometheusRule) are CRDs the package has no schema for: they
-are checked structurally here instead. On top of the schemas, the chart's own promises are
-checked: the security contexts; RBAC only for ClusterD's ServiceAccount and only the rules in
-ALLOWED_RULES (no wildcards, nothing else); a service-account token mounted only into the
-ClusterD pod and only when it has a role (kubernetes.enabled), never into NodeD; one ClusterD
-replica with the Recreate strategy; and that every JSON payload (config.json, catalog.json,
-rules.json, the Grafana dashboard) parses.
+Operator kinds (ServiceMonitor, PrometheusRule) and cert-manager's Certificate are CRDs the
+package has no schema for: they are checked structurally here instead. On top of the schemas,
+the chart's own promises are checked: the security contexts; RBAC only for ClusterD's
+ServiceAccount and only the rules in ALLOWED_RULES (no wildcards, nothing else); a
+service-account API token mounted only into the ClusterD pod and only when it has a role
+(kubernetes.enabled or auth.tokenReview), never into NodeD, whose projected token must carry
+an audience of its own (one the API server does not accept); TLS keys and tokens mounted
+read-only; one ClusterD replica with the Recreate strategy; and that every JSON payload
+(config.json, catalog.json, rules.json, the Grafana dashboard) parses.
 Exits non-zero after printing every problem found.
 """
 import json
@@ -21,7 +23,8 @@ import sys
 import kubernetes_validate
 import yaml
 
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
+             ("cert-manager.io/v1", "Certificate")}
 # What ClusterD may do with the Kubernetes API (docs/deploy.md, "Kubernetes API access"):
 # (kind of role, apiGroup, resource) -> verbs. A rendered rule outside it is a problem.
 ALLOWED_RULES = {
@@ -33,7 +36,11 @@ ALLOWED_RULES = {
     ("ClusterRole", "", "events"): {"create", "patch", "get"},
     ("ClusterRole", "events.k8s.io", "events"): {"create", "patch", "get"},
     ("Role", "coordination.k8s.io", "leases"): {"get", "create", "update"},
+    # auth.tokenReview: who sent a bearer token (its own ClusterRole).
+    ("ClusterRole", "authentication.k8s.io", "tokenreviews"): {"create"},
 }
+# The ClusterRole rules that belong to the Kubernetes integration (all or nothing with its Role).
+TOKEN_REVIEW = ("authentication.k8s.io", "tokenreviews")
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 problems = []
@@ -51,11 +58,18 @@ def check_service_monitor(obj):
     if not eps:
         problem(obj, "spec.endpoints is empty")
     for i, ep in enumerate(eps):
-        allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+        allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings",
+                   "authorization", "bearerTokenFile"}
         if set(ep) - allowed:
             problem(obj, f"endpoints[{i}] has unknown fields {sorted(set(ep) - allowed)}")
         if not ep.get("port"):
             problem(obj, f"endpoints[{i}].port missing")
+        auth = ep.get("authorization")
+        if auth is not None and (auth.get("type") != "Bearer" or set(auth) - {"type", "credentials"}
+                                 or set(auth.get("credentials") or {}) != {"name", "key"}):
+            problem(obj, f"endpoints[{i}].authorization must be type Bearer with credentials name and key")
+        if "authorization" in ep and "bearerTokenFile" in ep:
+            problem(obj, f"endpoints[{i}]: authorization and bearerTokenFile are exclusive")
         for key in ("interval", "scrapeTimeout"):
             if key in ep and not PROM_DURATION.match(str(ep[key])):
                 problem(obj, f"endpoints[{i}].{key} {ep[key]!r} is not a Prometheus duration")
@@ -87,6 +101,31 @@ def check_prometheus_rule(obj):
             expr = r["expr"]
             if expr.count("(") != expr.count(")") or expr.count("{") != expr.count("}"):
                 problem(obj, f"alert {r['alert']}: unbalanced brackets in {expr!r}")
+
+
+def check_certificate(obj):
+    """cert-manager Certificate (tls.source=certManager), checked structurally."""
+    spec = obj.get("spec") or {}
+    allowed = {"secretName", "commonName", "dnsNames", "ipAddresses", "duration", "renewBefore", "usages",
+               "issuerRef", "privateKey", "subject"}
+    if set(spec) - allowed:
+        problem(obj, f"spec has unknown fields {sorted(set(spec) - allowed)}")
+    if not spec.get("secretName"):
+        problem(obj, "spec.secretName missing")
+    ref = spec.get("issuerRef") or {}
+    if not ref.get("name") or set(ref) - {"name", "kind", "group"}:
+        problem(obj, f"spec.issuerRef {ref} needs a name (and only kind, group)")
+    usages = set(spec.get("usages") or [])
+    known = {"digital signature", "key encipherment", "server auth", "client auth"}
+    if usages - known:
+        problem(obj, f"unexpected usages {sorted(usages - known)}")
+    if "client auth" not in usages:
+        problem(obj, "usages lack client auth")
+    for key in ("duration", "renewBefore"):
+        if key in spec and not re.match(r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$", str(spec[key])):
+            problem(obj, f"spec.{key} {spec[key]!r} is not a Go duration")
+    if not spec.get("dnsNames") and spec.get("commonName") != "clusterd-agents":
+        problem(obj, "a server certificate needs dnsNames")
 
 
 def check_role(obj):
@@ -123,7 +162,16 @@ def check_rbac(docs):
         if b["kind"] == "RoleBinding" and ref.get("kind") != "Role":
             problem(b, "a RoleBinding must reference the chart's Role")
         bound = True
-    if bound and not {"ClusterRoleBinding", "RoleBinding"} <= {d.get("kind") for d in docs}:
+    # The integration's RBAC is all or nothing; the TokenReview ClusterRole stands alone.
+    def token_review_only(role):
+        return all((g, r) == TOKEN_REVIEW for rule in role.get("rules") or []
+                   for g in rule.get("apiGroups") or [] for r in rule.get("resources") or [])
+    integration = [d for d in docs if d.get("kind") == "Role"
+                   or (d.get("kind") == "ClusterRole" and not token_review_only(d))]
+    if integration and not ({"ClusterRole", "Role"} <= {d["kind"] for d in integration}
+                            and sum(d.get("kind") == "ClusterRoleBinding" for d in docs)
+                            >= sum(d.get("kind") == "ClusterRole" for d in docs)
+                            and any(d.get("kind") == "RoleBinding" for d in docs)):
         problem(dep, "RBAC is all or nothing: ClusterRole, Role and both bindings")
     if pod.get("automountServiceAccountToken") is not bound:
         problem(dep, f"automountServiceAccountToken must be {bound} (roles bound: {bound})")
@@ -167,6 +215,19 @@ def check_pod(obj, pod):
         if not c.get("readinessProbe") or not c.get("livenessProbe"):
             problem(obj, f"container {c.get('name')}: readiness and liveness probes required")
     for v in spec.get("volumes") or []:
+        sources = (v.get("projected") or {}).get("sources") or []
+        for src in sources:
+            sat = src.get("serviceAccountToken")
+            if sat is not None:
+                # Without an audience the token is an API token of the ServiceAccount.
+                aud = sat.get("audience") or ""
+                if not aud or aud in ("api", "https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local"):
+                    problem(obj, f"volume {v['name']}: a projected token needs an audience of its own, not {aud!r}")
+        if sources or "secret" in v:
+            for c in spec.get("containers") or []:
+                for m in c.get("volumeMounts") or []:
+                    if m.get("name") == v["name"] and not m.get("readOnly"):
+                        problem(obj, f"volume {v['name']} (secrets or tokens) must be mounted read-only")
         if "hostPath" in v:
             mounts = [m for c in spec.get("containers") or [] for m in c.get("volumeMounts") or []
                       if m.get("name") == v["name"]]
@@ -206,7 +267,8 @@ def main():
             kinds.append(obj.get("kind"))
             key = (obj.get("apiVersion"), obj.get("kind"))
             if key in CRD_KINDS:
-                (check_service_monitor if key[1] == "ServiceMonitor" else check_prometheus_rule)(obj)
+                {"ServiceMonitor": check_service_monitor, "PrometheusRule": check_prometheus_rule,
+                 "Certificate": check_certificate}[key[1]](obj)
             else:
                 try:
                     kubernetes_validate.validate(obj, version, strict=True)

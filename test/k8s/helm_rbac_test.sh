@@ -3,10 +3,14 @@
 # (test/k8s/lib.sh; no kubelet, so the pods stay Pending) and checks, with real requests made
 # with a token of ClusterD's own ServiceAccount (TokenRequest API), that the rendered RBAC
 # allows every call ClusterD makes (docs/deploy.md, "Kubernetes API access") and refuses
-# what it does not need (403). Also: NodeD's ServiceAccount gets nothing; with the real
-# clusterd binary built and knowing --kubeconfig, it runs on the installed config.json with
-# that token and becomes ready; `helm upgrade --set kubernetes.enabled=false` removes the
-# access again. Prints every check; exits 0 only if all passed.
+# what it does not need (403). Also: NodeD's ServiceAccount gets nothing from the API server,
+# but its pod-bound token with audience clusterd passes ClusterD's TokenReview (the chart's
+# tokenreviews rule) and names the node; the generated certificates survive `helm upgrade`.
+# With the real binaries built, ClusterD runs on the installed config.json and Secrets (mutual
+# TLS, TokenReview through the API server with its own token) and a NodeD with the installed
+# client certificate and a pod-bound token connects as its node. `helm upgrade --set
+# kubernetes.enabled=false` removes the integration's access, `--set auth.tokenReview=false` the
+# rest. Prints every check; exits 0 only if all passed.
 #
 # Needs: helm (test/e2e/helm_test.sh installs it), Go for scripts/k8s-tools.sh (the first run
 # builds etcd and kube-apiserver: minutes; later runs start them in seconds).
@@ -35,8 +39,9 @@ die() {
 }
 
 TMP=$(mktemp -d)
-CLUSTERD_PID=
+CLUSTERD_PID= NODED_PID=
 cleanup() {
+  if [[ -n $NODED_PID ]]; then k8s_kill_wait "$NODED_PID"; fi
   if [[ -n $CLUSTERD_PID ]]; then k8s_kill_wait "$CLUSTERD_PID"; fi
   k8s_stop
   rm -rf "$TMP"
@@ -70,7 +75,13 @@ for obj in "/apis/rbac.authorization.k8s.io/v1/clusterroles/$CLUSTER_ROLE" \
   "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/$CLUSTER_ROLE" \
   "/apis/rbac.authorization.k8s.io/v1/namespaces/$NS/roles/clusterd" \
   "/apis/rbac.authorization.k8s.io/v1/namespaces/$NS/rolebindings/clusterd" \
-  "/apis/apps/v1/namespaces/$NS/deployments/clusterd" "/apis/apps/v1/namespaces/$NS/daemonsets/clusterd-noded"; do
+  "/apis/apps/v1/namespaces/$NS/deployments/clusterd" "/apis/apps/v1/namespaces/$NS/daemonsets/clusterd-noded" \
+  "/apis/rbac.authorization.k8s.io/v1/clusterroles/$CLUSTER_ROLE-tokenreview" \
+  "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/$CLUSTER_ROLE-tokenreview" \
+  "/api/v1/namespaces/$NS/secrets/clusterd-ca" "/api/v1/namespaces/$NS/secrets/clusterd-tls" \
+  "/api/v1/namespaces/$NS/secrets/clusterd-noded-tls" \
+  "/apis/networking.k8s.io/v1/namespaces/$NS/networkpolicies/clusterd" \
+  "/apis/networking.k8s.io/v1/namespaces/$NS/networkpolicies/clusterd-noded"; do
   if k8s_api GET "$obj" | name_of >/dev/null 2>&1; then ok "installed: $obj"; else bad "not installed: $obj"; fi
 done
 
@@ -170,30 +181,185 @@ TOKEN=$NODED_TOKEN check 403 "NodeD: list pods" GET /api/v1/pods
 TOKEN=$NODED_TOKEN check 403 "NodeD: get its node" GET /api/v1/nodes/worker-1
 TOKEN=$NODED_TOKEN check 403 "NodeD: patch a node" PATCH /api/v1/nodes/worker-1 '{"metadata":{"labels":{"x":"y"}}}'
 
-echo "== the real clusterd on the installed config.json with its own token (${SECONDS}s)"
+echo "== TokenReview: NodeD's pod-bound token, checked with ClusterD's token (${SECONDS}s)"
+# A NodeD pod on worker-1 (never started: no kubelet) and the token its projected volume would
+# hold: audience clusterd, bound to the pod, so the API server adds the pod's node.
+admin POST "/api/v1/namespaces/$NS/pods" \
+  '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"noded-worker-1"},"spec":{"nodeName":"worker-1","serviceAccountName":"clusterd-noded","containers":[{"name":"noded","image":"clusterd"}]}}'
+pod_uid=$(k8s_api GET "/api/v1/namespaces/$NS/pods/noded-worker-1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["uid"])') || pod_uid=
+AGENT_TOKEN=$(K8S_TOKEN= k8s_api POST "/api/v1/namespaces/$NS/serviceaccounts/clusterd-noded/token" \
+  "{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenRequest\",\"spec\":{\"audiences\":[\"clusterd\"],\"expirationSeconds\":3600,\"boundObjectRef\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"name\":\"noded-worker-1\",\"uid\":\"$pod_uid\"}}}" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["token"])') || die "TokenRequest for NodeD's pod"
+review() { # review TOKEN_TO_CHECK: the TokenReview body for audience clusterd
+  echo "{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenReview\",\"spec\":{\"token\":\"$1\",\"audiences\":[\"clusterd\"]}}"
+}
+check 201 "create a TokenReview" POST /apis/authentication.k8s.io/v1/tokenreviews "$(review "$AGENT_TOKEN")"
+got=$(K8S_TOKEN=$SA_TOKEN k8s_api POST /apis/authentication.k8s.io/v1/tokenreviews "$(review "$AGENT_TOKEN")" |
+  python3 -c 'import json,sys; s=json.load(sys.stdin)["status"]; u=s.get("user",{}); print(s.get("authenticated"), u.get("username"), u.get("extra",{}).get("authentication.kubernetes.io/node-name"), s.get("audiences"))' 2>&1) || true
+want="True system:serviceaccount:$NS:clusterd-noded ['worker-1'] ['clusterd']"
+if [[ $got == "$want" ]]; then ok "NodeD's pod-bound token: $got"; else bad "TokenReview of NodeD's token: '$got', want '$want'"; fi
+TOKEN=$AGENT_TOKEN check 401 "NodeD's clusterd-audience token is no API token" GET /api/v1/nodes/worker-1
+TOKEN=$NODED_TOKEN check 403 "NodeD: create a TokenReview" POST /apis/authentication.k8s.io/v1/tokenreviews "$(review "$AGENT_TOKEN")"
+
+echo "== helm upgrade keeps the generated certificates (${SECONDS}s)"
+secret_json() { k8s_api GET "/api/v1/namespaces/$NS/secrets/$1" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["data"], sort_keys=True))'; }
+before=$(for s in clusterd-ca clusterd-tls clusterd-noded-tls; do secret_json "$s"; done)
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" 2>&1); then ok "helm upgrade (same values)"; else echo "$out" >&2; bad "helm upgrade (same values)"; fi
+after=$(for s in clusterd-ca clusterd-tls clusterd-noded-tls; do secret_json "$s"; done)
+if [[ -n $before && $before == "$after" ]]; then ok "CA, server and agent certificates unchanged by the upgrade"; else bad "helm upgrade rotated the generated certificates"; fi
+# A new name for the server certificate: re-issued by the same CA; the agents' kept.
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set 'tls.extraDnsNames={clusterd.example.com}' 2>&1); then
+  ok "helm upgrade --set tls.extraDnsNames={clusterd.example.com}"
+else
+  echo "$out" >&2; bad "helm upgrade --set tls.extraDnsNames"
+fi
+if [[ $(secret_json clusterd-ca) == $(sed -n 1p <<<"$before") && $(secret_json clusterd-noded-tls) == $(sed -n 3p <<<"$before") &&
+      $(secret_json clusterd-tls) != $(sed -n 2p <<<"$before") ]] &&
+   k8s_api GET "/api/v1/namespaces/$NS/secrets/clusterd-tls" |
+     python3 -c 'import base64,json,sys; sys.stdout.buffer.write(base64.b64decode(json.load(sys.stdin)["data"]["tls.crt"]))' |
+     openssl x509 -noout -ext subjectAltName 2>/dev/null | grep -q 'DNS:clusterd.example.com'; then
+  ok "a new name re-issues the server certificate only, from the same CA"
+else
+  bad "tls.extraDnsNames did not re-issue just the server certificate"
+fi
+helm_k upgrade "$RELEASE" "$CHART" -n "$NS" >/dev/null 2>&1 || bad "helm upgrade back to the defaults"
+
+echo "== the real clusterd and noded on the installed configuration (${SECONDS}s)"
 # The whole help is read before matching: grep -q in a pipe would end clusterd with SIGPIPE.
 CLUSTERD=${CLUSTERD:-build/bin/clusterd}
+NODED=${NODED:-build/bin/noded}
 help=$("$CLUSTERD" --help 2>&1 || true)
+noded_help=$("$NODED" --help 2>&1 || true)
+# installed KIND NAME ROOT [DROP_KEY...]: lays out the pod's "config" volume of the installed
+# Deployment/DaemonSet NAME under ROOT as the kubelet projects it (ConfigMap and Secret items
+# as installed; $PROJECTED_TOKEN for a serviceAccountToken source) and prints the path of its
+# config.json with the paths into the volume moved under ROOT (DROP_KEYs left out).
+installed() {
+  local kind=$1 name=$2 root=$3 res
+  shift 3
+  mkdir -p "$root"
+  res=$([[ $kind == Deployment ]] && echo deployments || echo daemonsets)
+  k8s_api GET "/apis/apps/v1/namespaces/$NS/$res/$name" >"$root/workload.json" &&
+    k8s_api GET "/api/v1/namespaces/$NS/configmaps" >"$root/configmaps.json" &&
+    k8s_api GET "/api/v1/namespaces/$NS/secrets" >"$root/secrets.json" || return 1
+  PROJECTED_TOKEN=${PROJECTED_TOKEN-} python3 - "$root" "$@" <<'PY'
+import base64, json, os, sys
+root, drop = sys.argv[1], sys.argv[2:]
+spec = json.load(open(os.path.join(root, "workload.json")))["spec"]["template"]["spec"]
+items = {k: {o["metadata"]["name"]: o for o in json.load(open(os.path.join(root, f)))["items"]}
+         for k, f in (("configMap", "configmaps.json"), ("secret", "secrets.json"))}
+vol = next(v for v in spec["volumes"] if v["name"] == "config")
+mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "config")["mountPath"]
+def put(path, data, mode):
+    p = os.path.join(root + mount, path)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "wb") as f:
+        f.write(data)
+    os.chmod(p, mode)
+for src in vol["projected"]["sources"]:
+    for k in ("configMap", "secret"):
+        if k in src:
+            o = items[k][src[k]["name"]]
+            data = ({n: v.encode() for n, v in o["data"].items()} if k == "configMap"
+                    else {n: base64.b64decode(v) for n, v in o["data"].items()})
+            for it in src[k].get("items") or [{"key": n, "path": n} for n in data]:
+                put(it["path"], data[it["key"]], it.get("mode", 0o644))
+    if "serviceAccountToken" in src:
+        put(src["serviceAccountToken"]["path"], os.environ["PROJECTED_TOKEN"].encode(), 0o600)
+cfg = json.load(open(os.path.join(root + mount, "config.json")))
+# A DROP_KEY ending in "_" drops every key with that prefix.
+for k in [k for k in cfg if any(k == d or (d.endswith("_") and k.startswith(d)) for d in drop)]:
+    cfg.pop(k)
+for k, v in cfg.items():
+    if isinstance(v, str) and v.startswith(mount + "/"):
+        cfg[k] = root + v
+out = os.path.join(root, "config.local.json")
+json.dump(cfg, open(out, "w"), indent=2)
+print(out)
+PY
+}
 if [[ -x $CLUSTERD && $help == *--kubeconfig* ]]; then
   d=$TMP/clusterd
-  mkdir -p "$d"
-  k8s_api GET "/api/v1/namespaces/$NS/configmaps/clusterd" |
-    python3 -c 'import json,sys; sys.stdout.write(json.load(sys.stdin)["data"]["config.json"])' >"$d/config.json"
+  tls=
+  if [[ $help == *--tls-cert-file* ]]; then
+    tls=1
+    conf=$(installed Deployment clusterd "$d") || die "reading the installed Deployment"
+  else
+    # A clusterd from before TLS: the installed config without the security keys.
+    conf=$(installed Deployment clusterd "$d" tls_ auth_ metrics_auth insecure) || die "reading the installed Deployment"
+  fi
   k8s_write_kubeconfig "$d/kubeconfig" "$SA_TOKEN" "system:serviceaccount:$NS:clusterd" "$NS"
-  http=$(k8s_free_port)
+  http=$(k8s_free_port) grpc=$(k8s_free_port)
   # The file as installed; flags move only the ports and the data directory off the image's
   # and give the out-of-cluster credentials (in a pod: the mounted token).
-  "$CLUSTERD" --config "$d/config.json" --kubeconfig "$d/kubeconfig" --listen "127.0.0.1:$(k8s_free_port)" \
+  "$CLUSTERD" --config "$conf" --kubeconfig "$d/kubeconfig" --listen "127.0.0.1:$grpc" \
     --http-listen "127.0.0.1:$http" --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
   if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$http/readyz"; then
-    ok "clusterd is ready with integrations [kubernetes], actuator kubernetes and only its ServiceAccount's rights"
+    ok "clusterd is ready with integrations [kubernetes], actuator kubernetes${tls:+, mutual TLS, TokenReview} and only its ServiceAccount's rights"
   else
     tail -20 "$d/clusterd.log" >&2
     bad "clusterd did not become ready with the installed config.json"
   fi
+  if [[ -n $tls && -x $NODED && $noded_help == *--tls-ca-file* ]] && command -v grpcurl >/dev/null; then
+    # NodeD as the DaemonSet installs it: its config.json, the shared client certificate and
+    # the pod-bound token (here the one issued above for the pod on worker-1).
+    n=$TMP/noded
+    nconf=$(PROJECTED_TOKEN=$AGENT_TOKEN installed DaemonSet clusterd-noded "$n") || die "reading the installed DaemonSet"
+    mkdir -p "$n/state"
+    nhttp=$(k8s_free_port)
+    # The Service name the pods use is checked against ClusterD's certificate.
+    "$NODED" --config "$nconf" --node-name worker-1 --server "127.0.0.1:$grpc" --server-name "clusterd.$NS.svc" \
+      --accelerator sim --root / --kmsg-path "" --state-dir "$n/state" --http-listen "127.0.0.1:$nhttp" >"$n/noded.log" 2>&1 &
+    NODED_PID=$!
+    # A viewer's client certificate from the generated CA (what NOTES.txt shows).
+    c=$TMP/client
+    mkdir -p "$c"
+    k8s_api GET "/api/v1/namespaces/$NS/secrets/clusterd-ca" | python3 -c 'import base64,json,os,sys
+d = json.load(sys.stdin)["data"]
+for k, f in (("ca.crt", "ca.crt"), ("tls.key", "ca.key")): open(os.path.join(sys.argv[1], f), "wb").write(base64.b64decode(d[k]))' "$c"
+    (cd "$c" && openssl req -new -newkey rsa:2048 -nodes -keyout client.key -subj "/CN=rbac-test/O=clusterd:viewer" -out client.csr &&
+      openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -out client.crt) >"$c/openssl.log" 2>&1 ||
+      bad "a viewer certificate from the generated CA"
+    viewer=(grpcurl -cacert "$c/ca.crt" -cert "$c/client.crt" -key "$c/client.key" -authority "clusterd.$NS.svc" "127.0.0.1:$grpc")
+    # worker-1 with an agent stream (the integration alone would list the Kubernetes Node too,
+    # without one).
+    connected() {
+      "${viewer[@]}" clusterd.v1.ClusterService/ListNodes 2>/dev/null |
+        python3 -c 'import json,sys; sys.exit(not any(n.get("name") == "worker-1" and n.get("connected") for n in json.load(sys.stdin).get("nodes", [])))'
+    }
+    if k8s_wait 30 "NodeD worker-1 connected" connected; then
+      ok "NodeD connects as worker-1 (client certificate + pod-bound token, TokenReview through the API server)"
+    else
+      tail -10 "$n/noded.log" >&2
+      tail -10 "$d/clusterd.log" >&2
+      bad "NodeD did not connect as worker-1"
+    fi
+    if timeout 10 grpcurl -cacert "$c/ca.crt" -authority "clusterd.$NS.svc" "127.0.0.1:$grpc" grpc.health.v1.Health/Check >/dev/null 2>&1; then
+      bad "mutual TLS: a client without a certificate was let in"
+    else
+      ok "mutual TLS: a client without a certificate is refused"
+    fi
+    k8s_kill_wait "$NODED_PID"
+    # The same token and certificate saying hello for another node: the token names worker-1.
+    mkdir -p "$n/state2"
+    "$NODED" --config "$nconf" --node-name worker-2 --server "127.0.0.1:$grpc" --server-name "clusterd.$NS.svc" \
+      --accelerator sim --root / --kmsg-path "" --state-dir "$n/state2" --http-listen "127.0.0.1:$(k8s_free_port)" \
+      >"$n/noded2.log" 2>&1 &
+    NODED_PID=$!
+    if k8s_wait 30 "hello for worker-2 refused" grep -q 'may say hello only for node "worker-1", not "worker-2"' "$d/clusterd.log"; then
+      ok "worker-1's token cannot say hello for worker-2 (PERMISSION_DENIED, audited)"
+    else
+      tail -5 "$n/noded2.log" >&2
+      bad "a hello for worker-2 with worker-1's token was not refused"
+    fi
+    k8s_kill_wait "$NODED_PID"
+    NODED_PID=
+  elif [[ -n $tls ]]; then
+    echo "  skip NodeD not run ($NODED without --tls-ca-file, or no grpcurl)"
+  fi
   if grep -qiE 'forbidden|\b403\b' "$d/clusterd.log"; then
-    grep -iE 'forbidden|\b403\b' "$d/clusterd.log" | head -5 >&2
+    { grep -iE 'forbidden|\b403\b' "$d/clusterd.log" | head -5 >&2; } || true # head ends grep early (SIGPIPE)
     bad "clusterd's log shows a refused API call"
   else
     ok "no refused (403) API call in clusterd's log"
@@ -204,7 +370,7 @@ else
   echo "  skip $CLUSTERD missing or without --kubeconfig"
 fi
 
-echo "== helm upgrade --set kubernetes.enabled=false takes the access away (${SECONDS}s)"
+echo "== helm upgrade --set kubernetes.enabled=false takes the integration's access away (${SECONDS}s)"
 if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set kubernetes.enabled=false 2>&1); then
   ok "helm upgrade --set kubernetes.enabled=false"
 else
@@ -215,9 +381,29 @@ gone=$(k8s_code GET "/apis/rbac.authorization.k8s.io/v1/clusterroles/$CLUSTER_RO
 if [[ $gone == 404 ]]; then ok "ClusterRole $CLUSTER_ROLE removed"; else bad "ClusterRole $CLUSTER_ROLE: GET -> $gone, want 404"; fi
 check 403 "disabled: list pods" GET /api/v1/pods
 check 403 "disabled: get the Lease" GET "$LEASES/clusterd"
-mount=$(k8s_api GET "/apis/apps/v1/namespaces/$NS/deployments/clusterd" |
-  python3 -c 'import json,sys; print(json.load(sys.stdin)["spec"]["template"]["spec"].get("automountServiceAccountToken"))')
+check 201 "TokenReview stays (auth.tokenReview)" POST /apis/authentication.k8s.io/v1/tokenreviews "$(review "$AGENT_TOKEN")"
+automount() {
+  k8s_api GET "/apis/apps/v1/namespaces/$NS/deployments/clusterd" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["spec"]["template"]["spec"].get("automountServiceAccountToken"))'
+}
+mount=$(automount)
+if [[ $mount == True ]]; then ok "integration off: the token stays mounted for TokenReview"; else bad "integration off: automountServiceAccountToken is $mount, want True"; fi
+
+echo "== helm upgrade --set auth.tokenReview=false takes the rest away (${SECONDS}s)"
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set kubernetes.enabled=false --set auth.tokenReview=false 2>&1); then
+  ok "helm upgrade --set kubernetes.enabled=false --set auth.tokenReview=false"
+else
+  echo "$out" >&2
+  bad "helm upgrade --set auth.tokenReview=false"
+fi
+gone=$(k8s_code GET "/apis/rbac.authorization.k8s.io/v1/clusterroles/$CLUSTER_ROLE-tokenreview")
+if [[ $gone == 404 ]]; then ok "ClusterRole $CLUSTER_ROLE-tokenreview removed"; else bad "ClusterRole $CLUSTER_ROLE-tokenreview: GET -> $gone, want 404"; fi
+check 403 "disabled: create a TokenReview" POST /apis/authentication.k8s.io/v1/tokenreviews "$(review "$AGENT_TOKEN")"
+mount=$(automount)
 if [[ $mount == False ]]; then ok "disabled: no token mounted into ClusterD"; else bad "disabled: automountServiceAccountToken is $mount"; fi
+projected=$(k8s_api GET "/apis/apps/v1/namespaces/$NS/daemonsets/clusterd-noded" |
+  python3 -c 'import json,sys; print([k for v in json.load(sys.stdin)["spec"]["template"]["spec"]["volumes"] for s in v.get("projected", {}).get("sources", []) for k in s])')
+if [[ $projected == "['configMap', 'secret']" ]]; then ok "disabled: NodeD has no projected token"; else bad "disabled: NodeD's projected sources are $projected"; fi
 if out=$(helm_k uninstall "$RELEASE" -n "$NS" 2>&1); then ok "helm uninstall"; else echo "$out" >&2; bad "helm uninstall"; fi
 
 echo "helm_rbac_test: $passed passed, $failed failed (${SECONDS}s)"

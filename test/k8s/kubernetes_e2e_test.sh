@@ -90,7 +90,7 @@ pod llm-worker-1 worker02 1 Ascend910-0,Ascend910-1
 
 # ---- clusterd with the integration and the actuator, three sim agents ----
 start_clusterd() {
-  "$BIN/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+  "$BIN/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
     --kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes --actuator kubernetes \
     --k8s-condition-interval 1s --node-grace 3s --recovery-resume-grace 5s --log-level info \
     >>"$WORK/clusterd.log" 2>&1 &

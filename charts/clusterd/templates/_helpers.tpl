@@ -141,6 +141,32 @@ ClusterD's config.json content.
 {{- with include "clusterd.actuator" . }}
 {{- $_ = set $c "actuator" . }}
 {{- end }}
+{{- if .Values.tls.enabled }}
+{{- $dir := include "clusterd.tls.dir" . }}
+{{- $_ = set $c "tls_cert_file" (printf "%s/tls.crt" $dir) }}
+{{- $_ = set $c "tls_key_file" (printf "%s/tls.key" $dir) }}
+{{- $_ = set $c "tls_client_ca_file" (printf "%s/ca.crt" $dir) }}
+{{- $_ = set $c "tls_client_auth" (ternary "require" "request" .Values.tls.mutual) }}
+{{- if include "clusterd.auth.tokenReview" . }}
+{{- $_ = set $c "auth_token_review" true }}
+{{- $_ = set $c "auth_token_audience" .Values.auth.tokenAudience }}
+{{- if .Values.noded.enabled }}
+{{- $_ = set $c "auth_agent_service_accounts" (list (printf "%s/%s" .Release.Namespace (include "clusterd.noded.serviceAccountName" .))) }}
+{{- end }}
+{{- end }}
+{{- if .Values.auth.tokenFile.existingSecret }}
+{{- $_ = set $c "auth_token_file" (include "clusterd.auth.tokenFileMount" .) }}
+{{- end }}
+{{- with .Values.auth.bindings }}
+{{- $_ = set $c "auth_bindings" . }}
+{{- end }}
+{{- if .Values.metrics.auth }}
+{{- $_ = set $c "metrics_auth" true }}
+{{- end }}
+{{- else }}
+{{- /* Plaintext, no authentication: ClusterD refuses to start without a certificate or this. */}}
+{{- $_ = set $c "insecure" true }}
+{{- end }}
 {{- include "clusterd.flatJson" $c }}
 {{- end }}
 
@@ -233,6 +259,15 @@ NodeD's config.json content. node_name comes from the downward API as a flag.
 {{- end }}
 {{- $_ = set $c "labels" (join "," $terms) }}
 {{- end }}
+{{- if .Values.tls.enabled }}
+{{- $dir := include "clusterd.noded.tls.dir" . }}
+{{- $_ = set $c "tls_ca_file" (printf "%s/ca.crt" $dir) }}
+{{- $_ = set $c "tls_cert_file" (printf "%s/tls.crt" $dir) }}
+{{- $_ = set $c "tls_key_file" (printf "%s/tls.key" $dir) }}
+{{- if include "clusterd.noded.projectedToken" . }}
+{{- $_ = set $c "token_file" (include "clusterd.noded.tokenFile" .) }}
+{{- end }}
+{{- end }}
 {{- include "clusterd.flatJson" $c }}
 {{- end }}
 
@@ -245,4 +280,112 @@ A nodeSelector as "k=v,k2=v2" for NOTES.txt ("any node" when empty).
 {{- $terms = append $terms (printf "%s=%s" $k $v) }}
 {{- end }}
 {{- if $terms }}{{ join "," $terms }}{{ else }}(any node){{ end }}
+{{- end }}
+
+{{/*
+---- TLS and authentication (docs/deploy.md, "TLS and authentication") ----
+Where the daemons find their credentials: one projected volume per pod carries the ConfigMap
+and the Secrets, so the files sit under the config directory without a mount inside a
+read-only mount, and Secret updates (cert-manager renewals) reach the running pod.
+*/}}
+{{- define "clusterd.tls.dir" -}}/etc/clusterd/tls{{- end }}
+{{- define "clusterd.noded.tls.dir" -}}/etc/noded/tls{{- end }}
+{{- define "clusterd.noded.tokenFile" -}}/etc/noded/token/token{{- end }}
+{{- define "clusterd.auth.tokenFileMount" -}}/etc/clusterd/auth/tokens.csv{{- end }}
+
+{{/*
+Name of the Secret with ClusterD's certificate (tls.crt, tls.key, ca.crt = client CA).
+*/}}
+{{- define "clusterd.tls.serverSecret" -}}
+{{- if eq .Values.tls.source "existingSecret" }}
+{{- .Values.tls.existingSecret.server }}
+{{- else }}
+{{- printf "%s-tls" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the Secret with NodeD's client certificate (tls.crt, tls.key, ca.crt = server CA).
+*/}}
+{{- define "clusterd.tls.agentsSecret" -}}
+{{- if eq .Values.tls.source "existingSecret" }}
+{{- .Values.tls.existingSecret.agents }}
+{{- else }}
+{{- printf "%s-tls" (include "clusterd.noded.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The generated CA (tls.source=generate): ca.crt, tls.crt (the same certificate) and tls.key.
+Not mounted anywhere; it signs client certificates for people and tools (NOTES.txt).
+*/}}
+{{- define "clusterd.tls.caSecret" -}}
+{{- printf "%s-ca" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
+
+{{/*
+DNS names ClusterD's certificate covers: the Service in every form a client may use,
+localhost (port-forward, the /readyz self-check) and tls.extraDnsNames. As JSON (a list).
+*/}}
+{{- define "clusterd.tls.dnsNames" -}}
+{{- $svc := include "clusterd.clusterd.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost" }}
+{{- toJson (concat $names .Values.tls.extraDnsNames | uniq) }}
+{{- end }}
+
+{{- define "clusterd.tls.ipAddresses" -}}
+{{- toJson (concat (list "127.0.0.1") .Values.tls.extraIpAddresses | uniq) }}
+{{- end }}
+
+{{/*
+"true" when ClusterD checks tokens with the TokenReview API: auth.tokenReview, with TLS.
+*/}}
+{{- define "clusterd.auth.tokenReview" -}}
+{{- if and .Values.tls.enabled .Values.auth.tokenReview }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when NodeD gets the projected token (TokenReview on and NodeD deployed).
+*/}}
+{{- define "clusterd.noded.projectedToken" -}}
+{{- if and (include "clusterd.auth.tokenReview" .) .Values.noded.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when ClusterD's pod needs its ServiceAccount token: the Kubernetes integration or
+TokenReview.
+*/}}
+{{- define "clusterd.clusterd.apiAccess" -}}
+{{- if or .Values.kubernetes.enabled (include "clusterd.auth.tokenReview" .) }}true{{ end }}
+{{- end }}
+
+{{/*
+Combinations the schema cannot express well; fails with a message that names the values.
+Included by the ConfigMap (always rendered).
+*/}}
+{{- define "clusterd.validate" -}}
+{{- $t := .Values.tls }}
+{{- if not $t.enabled }}
+{{- if or .Values.auth.tokenFile.existingSecret .Values.auth.bindings .Values.metrics.auth }}
+{{- fail "auth.tokenFile.existingSecret, auth.bindings and metrics.auth need tls.enabled=true: without TLS ClusterD runs insecure and authenticates nobody" }}
+{{- end }}
+{{- else if eq $t.source "existingSecret" }}
+{{- if not $t.existingSecret.server }}
+{{- fail "tls.source=existingSecret needs tls.existingSecret.server (a Secret with tls.crt, tls.key and ca.crt)" }}
+{{- end }}
+{{- if and .Values.noded.enabled (not $t.existingSecret.agents) }}
+{{- fail "tls.source=existingSecret needs tls.existingSecret.agents (NodeD's client certificate: tls.crt, tls.key and ca.crt)" }}
+{{- end }}
+{{- else if eq $t.source "certManager" }}
+{{- if not $t.certManager.issuerRef.name }}
+{{- fail "tls.source=certManager needs tls.certManager.issuerRef.name (a cert-manager Issuer or ClusterIssuer, best a CA issuer)" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.metrics.auth (not .Values.auth.tokenFile.existingSecret) (not (include "clusterd.auth.tokenReview" .)) }}
+{{- fail "metrics.auth needs a token source: auth.tokenFile.existingSecret or auth.tokenReview" }}
+{{- end }}
+{{- if and .Values.metrics.auth .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.bearerTokenSecret.name) (not .Values.metrics.bearerTokenFile) }}
+{{- fail "metrics.auth with monitoring.serviceMonitor.enabled needs metrics.bearerTokenSecret.name or metrics.bearerTokenFile (the token Prometheus sends)" }}
+{{- end }}
 {{- end }}

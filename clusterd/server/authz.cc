@@ -1,0 +1,53 @@
+#include "clusterd/server/authz.h"
+
+namespace clusterd {
+namespace {
+
+constexpr RoleMask kViewers = RoleBit(Role::kViewer) | RoleBit(Role::kOperator);
+constexpr RoleMask kOperators = RoleBit(Role::kOperator);
+
+}  // namespace
+
+const std::vector<MethodRule>& MethodRules() {
+  static const std::vector<MethodRule> rules = {
+      // Queries and history: viewers and operators.
+      {"/clusterd.v1.ClusterService/GetSummary", kViewers},
+      {"/clusterd.v1.ClusterService/ListNodes", kViewers},
+      {"/clusterd.v1.ClusterService/GetNode", kViewers},
+      {"/clusterd.v1.ClusterService/ListFaults", kViewers},
+      {"/clusterd.v1.ClusterService/Watch", kViewers},
+      {"/clusterd.v1.ClusterService/ListRecoveries", kViewers},
+      {"/clusterd.v1.ClusterService/GetRecovery", kViewers},
+      {"/clusterd.v1.JobService/GetJob", kViewers},
+      {"/clusterd.v1.JobService/ListJobs", kViewers},
+      {"/clusterd.v1.AdminService/GetAdminState", kViewers},
+      // External fault sources, each under its own reporter name.
+      {"/clusterd.v1.FaultService/Report", RoleBit(Role::kReporter)},
+      // Changes to the cluster's state: operators.
+      {"/clusterd.v1.AdminService/CordonNode", kOperators},
+      {"/clusterd.v1.AdminService/UncordonNode", kOperators},
+      {"/clusterd.v1.AdminService/ClearFault", kOperators},
+      {"/clusterd.v1.JobService/CreateJob", kOperators},
+      {"/clusterd.v1.JobService/UpdateJob", kOperators},
+      {"/clusterd.v1.JobService/DeleteJob", kOperators},
+      // Pause and dry-run: admins only.
+      {"/clusterd.v1.AdminService/SetRecoveryMode", 0},
+      // Scoped channels: a job's recovery agent, a node's agent.
+      {"/clusterd.v1.JobService/Attach", RoleBit(Role::kJobAgent)},
+      {"/clusterd.v1.NodeAgentService/Connect", RoleBit(Role::kAgent)},
+      // Probes and schema: anyone, before any identity.
+      {"/grpc.health.v1.Health/Check", 0, true},
+      {"/grpc.health.v1.Health/Watch", 0, true},
+      {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", 0, true},
+  };
+  return rules;
+}
+
+const MethodRule* FindMethodRule(std::string_view method) {
+  for (const auto& r : MethodRules()) {
+    if (r.method == method) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace clusterd

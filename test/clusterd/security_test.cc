@@ -1,0 +1,619 @@
+// Transport security, identities and roles against a real TLS server
+// (docs/security.md). Certificates and tokens come from a test CA made with
+// openssl at test time (test/security/make_certs.sh).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "agent_client.h"
+#include "clusterd/server/auth.h"
+#include "clusterd/server/authz.h"
+#include "clusterd/server/server.h"
+#include "clusterd/v1/admin.grpc.pb.h"
+#include "clusterd/v1/cluster.grpc.pb.h"
+#include "clusterd/v1/fault.grpc.pb.h"
+#include "clusterd/v1/job.grpc.pb.h"
+#include "common/grpc/credentials.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "http_get.h"
+#include "loopback_config.h"
+#include "test_util.h"
+
+namespace clusterd {
+namespace {
+
+using testing::TempDir;
+using testing::WaitFor;
+
+// The test CA, made once for the whole suite.
+class Certs {
+ public:
+  static const Certs& Get() {
+    static Certs* certs = new Certs();
+    return *certs;
+  }
+  std::string Path(const std::string& name) const { return dir_.Sub(name); }
+  std::string Token(const std::string& who) const {
+    std::ifstream in(Path("token-" + who));
+    std::string t;
+    std::getline(in, t);
+    return t;
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  Certs() { ok_ = std::system(("bash '" CLUSTERD_MAKE_CERTS "' '" + dir_.path() + "'").c_str()) == 0; }
+  TempDir dir_;
+  bool ok_ = false;
+};
+
+// A client with the named certificate (or none), optionally a bearer token.
+std::shared_ptr<grpc::Channel> Client(int port, const std::string& cert, const std::string& token = "",
+                                      const std::string& ca = "ca.crt") {
+  const Certs& c = Certs::Get();
+  ClientSecurity s;
+  s.ca_file = c.Path(ca);
+  if (!cert.empty()) {
+    s.cert_file = c.Path(cert + ".crt");
+    s.key_file = c.Path(cert + ".key");
+  }
+  s.token = token;
+  grpc::ChannelArguments args;
+  // A connection of its own, so a refused handshake is not hidden by
+  // another channel's connection.
+  args.SetInt("grpc.use_local_subchannel_pool", 1);
+  auto ch = CreateClientChannel("127.0.0.1:" + std::to_string(port), s, args);
+  EXPECT_TRUE(ch.ok()) << ch.status().ToString();
+  return ch.ok() ? *ch : nullptr;
+}
+
+grpc::StatusCode Summary(const std::shared_ptr<grpc::Channel>& ch) {
+  auto stub = v1::ClusterService::NewStub(ch);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetSummaryResponse resp;
+  return stub->GetSummary(&ctx, v1::GetSummaryRequest(), &resp).error_code();
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(Certs::Get().ok()) << "test/security/make_certs.sh failed"; }
+
+  // A TLS server: the test CA's server certificate, client certificates
+  // verified against the CA ("request": token-only clients may connect too),
+  // the generated token file.
+  void Start(const std::string& client_auth = "request", std::function<void(ClusterdConfig&)> tweak = nullptr) {
+    const Certs& c = Certs::Get();
+    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
+    cfg.insecure = false;
+    // Copies, so that a test can rotate them.
+    std::filesystem::copy_file(c.Path("server.crt"), dir_.Sub("tls.crt"),
+                               std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(c.Path("server.key"), dir_.Sub("tls.key"),
+                               std::filesystem::copy_options::overwrite_existing);
+    cfg.tls.cert_file = dir_.Sub("tls.crt");
+    cfg.tls.key_file = dir_.Sub("tls.key");
+    cfg.tls.client_ca_file = c.Path("ca.crt");
+    cfg.tls.client_auth = client_auth;
+    cfg.tls.reload_interval = std::chrono::seconds(1);
+    cfg.auth.token_file = c.Path("tokens.csv");
+    if (tweak) tweak(cfg);
+    server_ = std::make_unique<ClusterdServer>(cfg);
+    Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    port_ = server_->grpc_port();
+  }
+
+  std::shared_ptr<grpc::Channel> As(const std::string& cert) { return Client(port_, cert); }
+  std::shared_ptr<grpc::Channel> WithToken(const std::string& who) {
+    return Client(port_, "", Certs::Get().Token(who));
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ClusterdServer> server_;
+  int port_ = 0;
+};
+
+TEST(SecurityConfigTest, PlaintextOnlyWhenAskedFor) {
+  TempDir dir;
+  ClusterdConfig cfg = testing::LoopbackConfig(dir.Sub("data"));
+  cfg.insecure = false;
+  ClusterdServer server(cfg);
+  Status st = server.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--insecure"), std::string::npos) << st.message();
+
+  bool help = false;
+  auto parsed = ParseClusterdConfig({"--insecure", "--tls-cert-file", "x.crt"}, &help);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("insecure"), std::string::npos) << parsed.status().message();
+  parsed = ParseClusterdConfig({"--tls-cert-file", "x.crt", "--tls-key-file", "x.key"}, &help);
+  ASSERT_FALSE(parsed.ok());  // TLS with no way to authenticate anyone
+  EXPECT_NE(parsed.status().message().find("authenticate"), std::string::npos) << parsed.status().message();
+  parsed = ParseClusterdConfig({"--insecure"}, &help);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_TRUE(parsed->insecure);
+  parsed = ParseClusterdConfig({"--auth-bindings", "viewer=group:system:authenticated,operator=user:bob", "--insecure",
+                                "false", "--tls-cert-file", "a", "--tls-key-file", "b", "--auth-token-file", "t"},
+                               &help);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->auth.bindings.size(), 2u);
+  parsed = ParseClusterdConfig({"--insecure", "--auth-bindings", "agent=user:x"}, &help);
+  EXPECT_FALSE(parsed.ok());  // agents come from their node-scoped names only
+}
+
+TEST_F(SecurityTest, BadKeyOrMissingFileIsAClearStartError) {
+  TempDir dir;
+  ClusterdConfig cfg = testing::LoopbackConfig(dir.Sub("data"));
+  cfg.insecure = false;
+  cfg.tls.cert_file = Certs::Get().Path("server.crt");
+  cfg.tls.key_file = Certs::Get().Path("server2.key");  // another certificate's key
+  cfg.tls.client_ca_file = Certs::Get().Path("ca.crt");
+  ClusterdServer server(cfg);
+  Status st = server.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("is not the key of"), std::string::npos) << st.message();
+  cfg.tls.key_file = dir.Sub("missing.key");
+  ClusterdServer again(cfg);
+  st = again.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("tls_key_file"), std::string::npos) << st.message();
+}
+
+TEST_F(SecurityTest, HandshakeRefusesPlaintextWrongCaExpiredAndAnUntrustedServer) {
+  Start("require");
+  EXPECT_EQ(Summary(As("viewer")), grpc::StatusCode::OK);
+  // /readyz's own check gets through mutual TLS (server.crt allows client auth).
+  EXPECT_EQ(testing::HttpGet(server_->http_port(), "/readyz").status, 200);
+  // A plaintext client on the TLS port.
+  EXPECT_EQ(Summary(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials())),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Summary(As("wrongca")), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Summary(As("expired")), grpc::StatusCode::UNAVAILABLE);
+  // mutual TLS: no client certificate, no connection.
+  EXPECT_EQ(Summary(As("")), grpc::StatusCode::UNAVAILABLE);
+  // The client verifies the server too.
+  EXPECT_EQ(Summary(Client(port_, "viewer", "", "other-ca.crt")), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(SecurityTest, NoIdentityIsUnauthenticatedButProbesAnswer) {
+  Start("request");
+  auto anon = As("");
+  EXPECT_EQ(Summary(anon), grpc::StatusCode::UNAUTHENTICATED);
+  auto health = grpc::health::v1::Health::NewStub(anon);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckResponse resp;
+  EXPECT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp).ok());
+  EXPECT_EQ(Summary(Client(port_, "", "not-a-token")), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Summary(WithToken("viewer")), grpc::StatusCode::OK);
+}
+
+// worker02's certificate cannot say hello as worker01: the real agent's
+// stream stays and its faults stay active.
+TEST_F(SecurityTest, AnAgentSpeaksOnlyForItsOwnNode) {
+  Start();
+  testing::TestAgent real(As("worker01"), "worker01", 1);
+  ASSERT_TRUE(real.Connect()) << real.status().error_message();
+  ASSERT_TRUE(real.Transition(1, true, 0, "80E01801"));
+
+  testing::TestAgent impostor(As("worker02"), "worker01", 2);
+  EXPECT_FALSE(impostor.Connect());
+  EXPECT_EQ(impostor.status().error_code(), grpc::StatusCode::PERMISSION_DENIED) << impostor.status().error_message();
+  // A viewer may not open an agent stream at all.
+  testing::TestAgent viewer(As("viewer"), "worker01", 3);
+  EXPECT_FALSE(viewer.Connect());
+  EXPECT_EQ(viewer.status().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // The real stream is untouched: it still gets acks, its fault is active.
+  ASSERT_TRUE(real.Transition(2, true, 1, "80E01801"));
+  auto q = v1::ClusterService::NewStub(As("viewer"));
+  grpc::ClientContext ctx;
+  v1::ListFaultsRequest req;
+  req.set_node("worker01");
+  v1::ListFaultsResponse resp;
+  ASSERT_TRUE(q->ListFaults(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.faults_size(), 2);
+  for (const auto& f : resp.faults()) EXPECT_EQ(f.state(), v1::FAULT_STATE_ACTIVE);
+
+  // An agent may only be an agent.
+  EXPECT_EQ(Summary(As("worker01")), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(SecurityTest, ViewerCannotCordonAndTheActorIsThePrincipal) {
+  Start();
+  testing::TestAgent agent(As("worker01"), "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  v1::CordonNodeRequest req;
+  req.set_node("worker01");
+  req.set_actor("mallory");
+  req.set_reason("test");
+  {
+    auto admin = v1::AdminService::NewStub(As("viewer"));
+    grpc::ClientContext ctx;
+    v1::CordonNodeResponse resp;
+    auto st = admin->CordonNode(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+    EXPECT_NE(st.error_message().find("alice"), std::string::npos) << st.error_message();
+  }
+  {
+    auto q = v1::ClusterService::NewStub(As("viewer"));
+    grpc::ClientContext ctx;
+    v1::GetNodeRequest get;
+    get.set_name("worker01");
+    v1::GetNodeResponse node;
+    ASSERT_TRUE(q->GetNode(&ctx, get, &node).ok());
+    EXPECT_FALSE(node.node().cordoned());
+  }
+  uint64_t revision = 0;
+  {
+    auto admin = v1::AdminService::NewStub(As("operator"));
+    grpc::ClientContext ctx;
+    v1::CordonNodeResponse resp;
+    auto st = admin->CordonNode(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_TRUE(resp.node().cordoned());
+    revision = resp.node().revision();
+  }
+  // The stored event names bob (the certificate), not the claimed mallory.
+  auto q = v1::ClusterService::NewStub(As("viewer"));
+  grpc::ClientContext ctx;
+  v1::WatchRequest watch;
+  watch.add_types(v1::EVENT_TYPE_NODE_CORDONED);
+  auto stream = q->Watch(&ctx, watch);
+  v1::WatchResponse batch;
+  bool seen = false;
+  while (!seen && stream->Read(&batch)) {
+    for (const auto& e : batch.events()) {
+      if (e.type() != v1::EVENT_TYPE_NODE_CORDONED) continue;
+      EXPECT_EQ(e.actor(), "bob");
+      EXPECT_LE(e.revision(), revision);
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+  ctx.TryCancel();
+
+  // Pause is for admins; the token's user is the recorded actor.
+  v1::SetRecoveryModeRequest pause;
+  pause.set_recovery_paused(true);
+  pause.set_actor("mallory");
+  pause.set_reason("maintenance");
+  {
+    auto admin = v1::AdminService::NewStub(As("operator"));
+    grpc::ClientContext c;
+    v1::SetRecoveryModeResponse resp;
+    EXPECT_EQ(admin->SetRecoveryMode(&c, pause, &resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    auto admin = v1::AdminService::NewStub(WithToken("admin"));
+    grpc::ClientContext c;
+    v1::SetRecoveryModeResponse resp;
+    auto st = admin->SetRecoveryMode(&c, pause, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_TRUE(resp.state().recovery_paused());
+    EXPECT_EQ(resp.state().actor(), "root-op");
+  }
+}
+
+v1::ReportRequest Report(const std::string& reporter, const std::string& id, bool raise) {
+  v1::ReportRequest r;
+  r.set_reporter(reporter);
+  r.set_id(id);
+  r.set_node("worker01");
+  r.set_code("NODE_NETWORK_DOWN");
+  r.set_level(v1::FAULT_LEVEL_SUB_HEALTH);
+  r.set_action(raise ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR);
+  return r;
+}
+
+TEST_F(SecurityTest, AReporterReportsAndClearsOnlyUnderItsOwnName) {
+  Start();
+  testing::TestAgent agent(As("worker01"), "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  auto netprobe = v1::FaultService::NewStub(As("reporter"));
+  auto diskwatch = v1::FaultService::NewStub(As("reporter2"));
+  std::string fault_id;
+  {
+    grpc::ClientContext ctx;
+    v1::ReportResponse resp;
+    auto st = netprobe->Report(&ctx, Report("netprobe", "link-1", true), &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    fault_id = resp.fault().id();
+  }
+  {
+    // Raising under another reporter's name.
+    grpc::ClientContext ctx;
+    v1::ReportResponse resp;
+    EXPECT_EQ(netprobe->Report(&ctx, Report("diskwatch", "x", true), &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    // Clearing netprobe's fault as diskwatch, through Report ...
+    grpc::ClientContext ctx;
+    v1::ReportResponse resp;
+    auto st = diskwatch->Report(&ctx, Report("netprobe", "link-1", false), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  }
+  {
+    // ... or through AdminService.
+    auto admin = v1::AdminService::NewStub(As("reporter2"));
+    grpc::ClientContext ctx;
+    v1::ClearFaultRequest clear;
+    clear.set_fault_id(fault_id);
+    clear.set_reason("x");
+    v1::ClearFaultResponse resp;
+    EXPECT_EQ(admin->ClearFault(&ctx, clear, &resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  auto q = v1::ClusterService::NewStub(As("viewer"));
+  grpc::ClientContext ctx;
+  v1::ListFaultsRequest req;
+  req.set_node("worker01");
+  v1::ListFaultsResponse resp;
+  ASSERT_TRUE(q->ListFaults(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.faults_size(), 1);
+  EXPECT_EQ(resp.faults(0).state(), v1::FAULT_STATE_ACTIVE);
+}
+
+grpc::Status Attach(const std::shared_ptr<grpc::Channel>& ch, const std::string& job) {
+  auto stub = v1::JobService::NewStub(ch);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub->Attach(&ctx);
+  v1::AttachRequest hello;
+  hello.mutable_hello()->set_job_id(job);
+  stream->Write(hello);
+  v1::AttachResponse resp;
+  if (stream->Read(&resp) && resp.has_attached()) {
+    ctx.TryCancel();
+    stream->Finish().ok();
+    return grpc::Status::OK;
+  }
+  stream->WritesDone();
+  return stream->Finish();
+}
+
+TEST_F(SecurityTest, AJobAgentAttachesOnlyToItsOwnJob) {
+  Start();
+  testing::TestAgent agent(As("worker01"), "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  auto jobs = v1::JobService::NewStub(As("operator"));
+  for (const char* id : {"train-1", "train-2"}) {
+    v1::CreateJobRequest create;
+    create.mutable_job()->set_id(id);
+    create.mutable_job()->set_kind(v1::JOB_KIND_TRAINING);
+    auto* p = create.mutable_job()->add_placement();
+    p->set_rank(0);
+    p->set_node("worker01");
+    p->set_device_id(0);
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    ASSERT_TRUE(jobs->CreateJob(&ctx, create, &resp).ok());
+  }
+  EXPECT_TRUE(Attach(As("jobagent"), "train-1").ok());
+  auto st = Attach(As("jobagent"), "train-2");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_EQ(Attach(As("viewer"), "train-1").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // A job agent reads nothing else.
+  EXPECT_EQ(Summary(As("jobagent")), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// A renewed server certificate is served to new connections; an agent
+// stream opened before keeps working.
+TEST_F(SecurityTest, CertificateRotationKeepsStreams) {
+  Start();
+  testing::TestAgent agent(As("worker01"), "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  ASSERT_TRUE(agent.Transition(1, true, 0, "80E01801"));
+
+  auto served = [this]() -> std::string {
+    auto ch = As("viewer");
+    auto stub = v1::ClusterService::NewStub(ch);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::GetSummaryResponse resp;
+    if (!stub->GetSummary(&ctx, v1::GetSummaryRequest(), &resp).ok()) return "";
+    auto pems = ctx.auth_context()->FindPropertyValues("x509_pem_cert");
+    return pems.empty() ? "" : std::string(pems.front().data(), pems.front().size());
+  };
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string first = read(Certs::Get().Path("server.crt"));
+  const std::string second = read(Certs::Get().Path("server2.crt"));
+  ASSERT_NE(first, second);
+  EXPECT_EQ(served(), first);
+  // Replace key and certificate the way a Secret update does (rename).
+  std::filesystem::copy_file(Certs::Get().Path("server2.key"), dir_.Sub("tls.key.new"));
+  std::filesystem::copy_file(Certs::Get().Path("server2.crt"), dir_.Sub("tls.crt.new"));
+  std::filesystem::rename(dir_.Sub("tls.key.new"), dir_.Sub("tls.key"));
+  std::filesystem::rename(dir_.Sub("tls.crt.new"), dir_.Sub("tls.crt"));
+  EXPECT_TRUE(WaitFor([&] { return served() == second; }, std::chrono::seconds(30)));
+  // The stream from before the rotation is still acknowledged.
+  EXPECT_TRUE(agent.Transition(2, true, 1, "80E01801"));
+}
+
+TEST_F(SecurityTest, MetricsNeedAViewersTokenWhenAsked) {
+  Start("request", [](ClusterdConfig& cfg) { cfg.auth.metrics_auth = true; });
+  const int http = server_->http_port();
+  EXPECT_EQ(testing::HttpGet(http, "/metrics").status, 401);
+  EXPECT_EQ(testing::HttpGet(http, "/metrics", "Bearer wrong").status, 401);
+  EXPECT_EQ(testing::HttpGet(http, "/metrics", "Bearer " + Certs::Get().Token("reporter")).status, 403);
+  auto ok = testing::HttpGet(http, "/metrics", "Bearer " + Certs::Get().Token("viewer"));
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_NE(ok.body.find("clusterd_auth_requests_total"), std::string::npos);
+  // Probes stay open.
+  EXPECT_EQ(testing::HttpGet(http, "/healthz").status, 200);
+  EXPECT_EQ(testing::HttpGet(http, "/readyz").status, 200);
+}
+
+class FakeReviewer final : public TokenReviewer {
+ public:
+  StatusOr<TokenReviewResult> Review(const std::string& token) override {
+    ++calls;
+    TokenReviewResult r;
+    if (token == "noded-token") {
+      r.authenticated = true;
+      r.user = "system:serviceaccount:cluster-system:noded";
+      r.groups = {"system:serviceaccounts", "system:authenticated"};
+      r.node_name = "worker07";
+    } else if (token == "netprobe-token") {
+      r.authenticated = true;
+      r.user = "system:serviceaccount:monitoring:netprobe";
+      r.groups = {"system:serviceaccounts:monitoring"};
+    } else if (token == "down") {
+      return Unavailable("connection refused");
+    }
+    return r;
+  }
+  int calls = 0;
+};
+
+// TokenReview: a pod-bound token of NodeD's service account is the agent of
+// the node it is bound to; other accounts get roles from bindings; answers
+// are cached; an unreachable API is UNAVAILABLE, not a silent refusal.
+TEST(TokenReviewAuthTest, AgentsAndBindings) {
+  FakeReviewer reviewer;
+  AuthOptions o;
+  o.reviewer = &reviewer;
+  o.agent_service_accounts = {"cluster-system/noded"};
+  auto b = ParseRoleBinding("reporter=group:system:serviceaccounts:monitoring");
+  ASSERT_TRUE(b.ok());
+  o.bindings.push_back(*b);
+  auto auth = MakeAuthenticator(o, nullptr);
+  auto agent = auth->AuthenticateToken("noded-token", "peer");
+  ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+  EXPECT_EQ(agent->method, "token-review");
+  EXPECT_TRUE(MayActForNode(*agent, "worker07"));
+  EXPECT_FALSE(MayActForNode(*agent, "worker08"));
+  EXPECT_EQ(agent->roles, RoleBit(Role::kAgent));
+  auto probe = auth->AuthenticateToken("netprobe-token", "peer");
+  ASSERT_TRUE(probe.ok());
+  EXPECT_TRUE(MayReportAs(*probe, "netprobe"));
+  EXPECT_FALSE(MayReportAs(*probe, "diskwatch"));
+  EXPECT_FALSE(MayActForNode(*probe, "worker07"));  // not an agent account, no node
+  EXPECT_EQ(auth->AuthenticateToken("bogus", "peer").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(auth->AuthenticateToken("down", "peer").status().code(), StatusCode::kUnavailable);
+  const int calls = reviewer.calls;
+  ASSERT_TRUE(auth->AuthenticateToken("noded-token", "peer").ok());
+  EXPECT_EQ(reviewer.calls, calls);  // cached
+}
+
+TEST(TokenReviewAuthTest, ParsesTheApiAnswer) {
+  auto r = ParseTokenReview(R"({"kind":"TokenReview","status":{"authenticated":true,"user":{"username":
+      "system:serviceaccount:ns:noded","groups":["system:serviceaccounts"],"extra":{
+      "authentication.kubernetes.io/node-name":["worker01"],"authentication.kubernetes.io/pod-name":["noded-x"]}},
+      "audiences":["clusterd"]}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->authenticated);
+  EXPECT_EQ(r->user, "system:serviceaccount:ns:noded");
+  EXPECT_EQ(r->node_name, "worker01");
+  auto no = ParseTokenReview(R"({"status":{"authenticated":false,"error":"token expired"}})");
+  ASSERT_TRUE(no.ok());
+  EXPECT_FALSE(no->authenticated);
+  EXPECT_EQ(no->error, "token expired");
+  EXPECT_FALSE(ParseTokenReview("not json").ok());
+  EXPECT_FALSE(ParseTokenReview(R"({"status":{"authenticated":true,"user":{}}})").ok());
+  EXPECT_NE(TokenReviewRequestBody("t", "clusterd").find("\"audiences\":[\"clusterd\"]"), std::string::npos);
+}
+
+// Every method of every service in proto/ (read from the source tree, so a
+// new file or method is seen) has an entry in the one table, and the table
+// names no method that does not exist.
+std::vector<std::string> DeclaredMethods() {
+  std::vector<std::string> files;
+  for (const char* dir : {"clusterd/v1", "grpc/health/v1"}) {
+    for (const auto& e : std::filesystem::directory_iterator(std::string(CLUSTERD_PROTO_DIR "/") + dir)) {
+      if (e.path().extension() == ".proto") files.push_back(std::string(dir) + "/" + e.path().filename().string());
+    }
+  }
+  std::vector<std::string> methods;
+  const auto* pool = google::protobuf::DescriptorPool::generated_pool();
+  for (const auto& f : files) {
+    const auto* file = pool->FindFileByName(f);
+    EXPECT_NE(file, nullptr) << f << " is not linked into the server";
+    if (file == nullptr) continue;
+    for (int s = 0; s < file->service_count(); ++s) {
+      const auto* svc = file->service(s);
+      for (int m = 0; m < svc->method_count(); ++m)
+        methods.push_back("/" + svc->full_name() + "/" + svc->method(m)->name());
+    }
+  }
+  return methods;
+}
+
+TEST(AuthzTableTest, EveryDeclaredMethodHasARule) {
+  auto methods = DeclaredMethods();
+  EXPECT_GE(methods.size(), 20u);
+  std::set<std::string> declared(methods.begin(), methods.end());
+  for (const auto& m : methods) EXPECT_NE(FindMethodRule(m), nullptr) << m << " has no entry in server/authz.cc";
+  for (const auto& r : MethodRules()) {
+    if (r.method.rfind("/grpc.reflection.", 0) == 0) continue;  // gRPC's own service
+    EXPECT_TRUE(declared.count(std::string(r.method))) << r.method << " is in the table but declared nowhere";
+  }
+}
+
+// Each principal calls every method with an empty request: the answer is an
+// authorization refusal exactly when the table says so. This catches a
+// handler that forgets to ask, or asks under another method's name.
+TEST_F(SecurityTest, EveryMethodEnforcesItsRule) {
+  Start();
+  struct Who {
+    std::string cert;
+    RoleMask roles;
+  };
+  const std::vector<Who> principals = {
+      {"viewer", RoleBit(Role::kViewer)},
+      {"operator", RoleBit(Role::kOperator)},
+      {"admin", RoleBit(Role::kAdmin)},
+      {"reporter", RoleBit(Role::kReporter)},
+      {"jobagent", RoleBit(Role::kJobAgent)},
+      {"worker01", RoleBit(Role::kAgent)},
+      {"norole", 0},
+      {"", 0},
+  };
+  auto methods = DeclaredMethods();
+  for (const auto& who : principals) {
+    auto ch = As(who.cert);
+    grpc::GenericStub generic(ch);
+    for (const auto& m : methods) {
+      const MethodRule* rule = FindMethodRule(m);
+      ASSERT_NE(rule, nullptr);
+      const bool allowed = rule->anyone || (who.roles & (rule->roles | RoleBit(Role::kAdmin))) != 0;
+      grpc::ClientContext ctx;
+      // Streams that are allowed stay open: the deadline ends them.
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1500));
+      grpc::ByteBuffer request, response;  // an empty message
+      grpc::Slice empty("");
+      request = grpc::ByteBuffer(&empty, 1);
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      grpc::Status status;
+      generic.UnaryCall(&ctx, m, grpc::StubOptions(), &request, &response, [&](grpc::Status st) {
+        std::lock_guard lock(mu);
+        status = std::move(st);
+        done = true;
+        cv.notify_all();
+      });
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return done; });
+      const auto code = status.error_code();
+      const bool refused = code == grpc::StatusCode::PERMISSION_DENIED || code == grpc::StatusCode::UNAUTHENTICATED;
+      EXPECT_EQ(refused, !allowed) << (who.cert.empty() ? "anonymous" : who.cert) << " " << m << ": " << code << " "
+                                   << status.error_message();
+      if (who.cert.empty() && !allowed) {
+        EXPECT_EQ(code, grpc::StatusCode::UNAUTHENTICATED) << m;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace clusterd

@@ -1,0 +1,233 @@
+// NodeD's configuration (noded/server/config.h): the transport security keys
+// of the stream to ClusterD, from the file, flags and CLUSTERD_* environment,
+// and the startup errors that name the key.
+#include "noded/server/config.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "noded/server/stream_client.h"
+#include "test_util.h"
+
+namespace clusterd::noded {
+namespace {
+
+using testing::TempDir;
+
+std::map<std::string, std::string> g_env;
+const char* FakeEnv(const char* name) {
+  auto it = g_env.find(name);
+  return it == g_env.end() ? nullptr : it->second.c_str();
+}
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class NodedConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_env.clear();
+    dir_.Write("ca.crt", "ca\n");
+    dir_.Write("client.crt", "cert\n");
+    dir_.Write("client.key", "key\n");
+    dir_.Write("token", "tok\n");
+    dir_.Write("other-ca.crt", "ca2\n");
+  }
+  void TearDown() override { g_env.clear(); }
+
+  std::string P(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  // Parses with the fake environment; --node-name keeps the host name out of it.
+  StatusOr<NodedConfig> Parse(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--node-name", "worker01"});
+    bool help = false;
+    auto cfg = ParseNodedConfig(args, &help, FakeEnv);
+    EXPECT_FALSE(help);
+    return cfg;
+  }
+  // The error message of parsing `args`, "" when it succeeds.
+  std::string Error(std::vector<std::string> args) {
+    auto cfg = Parse(std::move(args));
+    if (cfg.ok()) return "";
+    EXPECT_EQ(cfg.status().code(), StatusCode::kInvalidArgument);
+    return cfg.status().message();
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(NodedConfigTest, PlaintextByDefault) {
+  auto cfg = Parse({});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->tls_ca_file, "");
+  EXPECT_EQ(cfg->tls_cert_file, "");
+  EXPECT_EQ(cfg->tls_key_file, "");
+  EXPECT_EQ(cfg->token_file, "");
+  EXPECT_EQ(cfg->token, "");
+  EXPECT_EQ(cfg->server_name, "");
+  EXPECT_EQ(cfg->server, "127.0.0.1:8899");
+  EXPECT_EQ(cfg->node_name, "worker01");
+}
+
+TEST_F(NodedConfigTest, Flags) {
+  auto cfg = Parse({"--tls-ca-file", P("ca.crt"), "--tls-cert-file", P("client.crt"), "--tls-key-file", P("client.key"),
+                    "--token-file", P("token"), "--server-name", "clusterd.example"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->tls_ca_file, P("ca.crt"));
+  EXPECT_EQ(cfg->tls_cert_file, P("client.crt"));
+  EXPECT_EQ(cfg->tls_key_file, P("client.key"));
+  EXPECT_EQ(cfg->token_file, P("token"));
+  EXPECT_EQ(cfg->server_name, "clusterd.example");
+  EXPECT_EQ(cfg->token, "");
+}
+
+TEST_F(NodedConfigTest, ConfigFileKeysAndAFlagOverridesTheFile) {
+  dir_.Write("noded.json", R"({"tls_ca_file": ")" + P("ca.crt") + R"(", "tls_cert_file": ")" + P("client.crt") +
+                               R"(", "tls_key_file": ")" + P("client.key") + R"(", "token_file": ")" + P("token") +
+                               R"(", "server_name": "from-file"})");
+  auto cfg = Parse({"--config", P("noded.json")});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->tls_ca_file, P("ca.crt"));
+  EXPECT_EQ(cfg->tls_cert_file, P("client.crt"));
+  EXPECT_EQ(cfg->tls_key_file, P("client.key"));
+  EXPECT_EQ(cfg->token_file, P("token"));
+  EXPECT_EQ(cfg->server_name, "from-file");
+
+  cfg = Parse({"--config", P("noded.json"), "--tls-ca-file", P("other-ca.crt"), "--server-name", "from-flag"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->tls_ca_file, P("other-ca.crt"));
+  EXPECT_EQ(cfg->server_name, "from-flag");
+}
+
+TEST_F(NodedConfigTest, TheEnvironmentIsTheFallback) {
+  g_env = {{"CLUSTERD_CA", P("ca.crt")},
+           {"CLUSTERD_CERT", P("client.crt")},
+           {"CLUSTERD_KEY", P("client.key")},
+           {"CLUSTERD_TOKEN_FILE", P("token")},
+           {"CLUSTERD_SERVER_NAME", "env-name"}};
+  auto cfg = Parse({});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->tls_ca_file, P("ca.crt"));
+  EXPECT_EQ(cfg->tls_cert_file, P("client.crt"));
+  EXPECT_EQ(cfg->tls_key_file, P("client.key"));
+  EXPECT_EQ(cfg->token_file, P("token"));
+  EXPECT_EQ(cfg->server_name, "env-name");
+}
+
+TEST_F(NodedConfigTest, FlagsAndTheFileWinOverTheEnvironment) {
+  g_env = {{"CLUSTERD_CA", P("ca.crt")}, {"CLUSTERD_SERVER_NAME", "env-name"}, {"CLUSTERD_TOKEN_FILE", "/env/token"}};
+  auto cfg = Parse({"--tls-ca-file", P("other-ca.crt"), "--token-file", P("token")});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->tls_ca_file, P("other-ca.crt"));
+  EXPECT_EQ(cfg->token_file, P("token"));
+  EXPECT_EQ(cfg->server_name, "env-name");  // not configured: from the environment
+
+  g_env.erase("CLUSTERD_TOKEN_FILE");  // a missing file: it would be used now
+  dir_.Write("noded.json", R"({"server_name": "from-file"})");
+  cfg = Parse({"--config", P("noded.json")});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->server_name, "from-file");
+}
+
+TEST_F(NodedConfigTest, TokenFromTheEnvironment) {
+  g_env = {{"CLUSTERD_CA", P("ca.crt")}, {"CLUSTERD_TOKEN", "env-token"}};
+  auto cfg = Parse({});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->token, "env-token");
+  EXPECT_EQ(cfg->token_file, "");
+
+  // A configured token file wins over both token variables.
+  g_env["CLUSTERD_TOKEN_FILE"] = "/env/token";
+  cfg = Parse({"--token-file", P("token")});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->token_file, P("token"));
+  EXPECT_EQ(cfg->token, "");
+
+  // Both variables and nothing configured: ambiguous.
+  const std::string e = Error({});
+  EXPECT_TRUE(Contains(e, "CLUSTERD_TOKEN and CLUSTERD_TOKEN_FILE")) << e;
+}
+
+TEST_F(NodedConfigTest, ATokenWithoutTlsIsRefused) {
+  std::string e = Error({"--token-file", P("token")});
+  EXPECT_EQ(e.rfind("token_file:", 0), 0u) << e;
+  EXPECT_TRUE(Contains(e, "only sent over TLS (set tls_ca_file)")) << e;
+
+  g_env = {{"CLUSTERD_TOKEN", "t"}};
+  e = Error({});
+  EXPECT_TRUE(Contains(e, "CLUSTERD_TOKEN: a bearer token is only sent over TLS")) << e;
+
+  g_env = {{"CLUSTERD_TOKEN_FILE", P("token")}};
+  e = Error({});
+  EXPECT_TRUE(Contains(e, "token_file (from CLUSTERD_TOKEN_FILE): a bearer token is only sent over TLS")) << e;
+}
+
+TEST_F(NodedConfigTest, ACertificateNeedsItsKey) {
+  std::string e = Error({"--tls-ca-file", P("ca.crt"), "--tls-cert-file", P("client.crt")});
+  EXPECT_EQ(e, "tls_cert_file: needs tls_key_file");
+  e = Error({"--tls-ca-file", P("ca.crt"), "--tls-key-file", P("client.key")});
+  EXPECT_EQ(e, "tls_key_file: needs tls_cert_file");
+  // The variable the value came from is named.
+  g_env = {{"CLUSTERD_CERT", P("client.crt")}};
+  e = Error({"--tls-ca-file", P("ca.crt")});
+  EXPECT_EQ(e, "tls_cert_file (from CLUSTERD_CERT): needs tls_key_file");
+  // A client certificate alone is TLS (the system's roots verify the server).
+  EXPECT_EQ(Error({"--tls-cert-file", P("client.crt"), "--tls-key-file", P("client.key")}), "");
+}
+
+TEST_F(NodedConfigTest, AServerNameNeedsTls) {
+  const std::string e = Error({"--server-name", "clusterd"});
+  EXPECT_EQ(e.rfind("server_name:", 0), 0u) << e;
+}
+
+TEST_F(NodedConfigTest, UnreadableFilesNameTheKey) {
+  const std::string missing = P("missing");
+  EXPECT_EQ(Error({"--tls-ca-file", missing}), "tls_ca_file: cannot read " + missing);
+  EXPECT_EQ(Error({"--tls-ca-file", P("ca.crt"), "--tls-cert-file", missing, "--tls-key-file", P("client.key")}),
+            "tls_cert_file: cannot read " + missing);
+  EXPECT_EQ(Error({"--tls-ca-file", P("ca.crt"), "--tls-cert-file", P("client.crt"), "--tls-key-file", missing}),
+            "tls_key_file: cannot read " + missing);
+  EXPECT_EQ(Error({"--tls-ca-file", P("ca.crt"), "--token-file", missing}), "token_file: cannot read " + missing);
+  g_env = {{"CLUSTERD_CA", missing}};
+  EXPECT_EQ(Error({}), "tls_ca_file (from CLUSTERD_CA): cannot read " + missing);
+  // From the config file: the same key name.
+  dir_.Write("noded.json", R"({"tls_ca_file": ")" + missing + R"("})");
+  g_env.clear();
+  EXPECT_EQ(Error({"--config", P("noded.json")}), "tls_ca_file: cannot read " + missing);
+}
+
+TEST_F(NodedConfigTest, UnknownSecurityFlagsAreRefused) {
+  // clusterctl's short names are not NodeD's keys.
+  EXPECT_NE(Error({"--ca", P("ca.crt")}), "");
+  EXPECT_NE(Error({"--token", "t"}), "");
+}
+
+TEST_F(NodedConfigTest, UsageListsTheKeys) {
+  const std::string usage = NodedUsage();
+  for (const char* s : {"--tls-ca-file FILE", "--tls-cert-file FILE", "--tls-key-file FILE", "--token-file FILE",
+                        "--server-name NAME", "CLUSTERD_CA", "CLUSTERD_CERT", "CLUSTERD_KEY", "CLUSTERD_TOKEN_FILE",
+                        "CLUSTERD_TOKEN", "CLUSTERD_SERVER_NAME"}) {
+    EXPECT_TRUE(Contains(usage, s)) << s;
+  }
+}
+
+TEST_F(NodedConfigTest, StreamClientBuildsItsChannelWithTheSecurity) {
+  StreamOptions bad;
+  bad.security.token = "t";  // no TLS
+  auto refused = StreamClient::Create(bad, nullptr, nullptr, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(Contains(refused.status().message(), "--token")) << refused.status().message();
+
+  for (bool tls : {false, true}) {
+    StreamOptions ok;
+    if (tls) ok.security.ca_file = P("ca.crt");
+    auto client = StreamClient::Create(ok, nullptr, nullptr, nullptr);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    EXPECT_FALSE((*client)->connected());  // not started: nothing dialled
+  }
+}
+
+}  // namespace
+}  // namespace clusterd::noded
