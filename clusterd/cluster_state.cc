@@ -175,6 +175,10 @@ Status ValidateTransition(const v1::FaultTransition& t) {
 Status ValidateReport(const v1::ReportRequest& req) {
   CLUSTERD_RETURN_IF_ERROR(ValidateToken("reporter", req.reporter()));
   if (req.reporter().find('/') != std::string::npos) return InvalidArgument("reporter: must not contain '/'");
+  // MindCluster public faults are stored as "pubfault/<resource>"; the bare
+  // name would let a reporter reach their keys.
+  if (req.reporter() == "pubfault")
+    return InvalidArgument("reporter: \"pubfault\" is reserved for MindCluster public faults");
   CLUSTERD_RETURN_IF_ERROR(ValidateToken("id", req.id()));
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", req.node()));
   if (req.has_device_id() && req.device_id() > kMaxDeviceId) return InvalidArgument("device_id: above 65535");
@@ -217,6 +221,10 @@ Status ClusterState::Load() {
     if (f.source() == v1::FAULT_SOURCE_HEARTBEAT && f.state() == v1::FAULT_STATE_ACTIVE) {
       auto it = nodes_.find(f.node());
       if (it != nodes_.end()) it->second.lost = true;
+    }
+    if (f.state() == v1::FAULT_STATE_ACTIVE) {
+      CountPubFault(f, +1);
+      if (f.has_auto_clear_time()) auto_clears_.emplace(FromTimestamp(f.auto_clear_time()), std::string(key));
     }
     faults_.emplace(std::string(key), std::move(f));
   }));
@@ -314,6 +322,7 @@ const v1::Fault& ClusterState::Raise(NodeState& n, const std::string& key, const
     f.set_level(proposed.level());
     f.set_message(proposed.message());
     f.set_state(v1::FAULT_STATE_ACTIVE);
+    CountPubFault(f, +1);
     f.set_count(f.count() + 1);
     *f.mutable_last_seen() = now;
     *f.mutable_activated_time() = now;
@@ -343,6 +352,11 @@ bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string
   if (it == faults_.end() || it->second.state() != v1::FAULT_STATE_ACTIVE) return false;
   v1::Fault& f = it->second;
   f.set_state(v1::FAULT_STATE_CLEARED);
+  CountPubFault(f, -1);
+  if (f.has_auto_clear_time()) {
+    auto_clears_.erase({FromTimestamp(f.auto_clear_time()), key});
+    f.clear_auto_clear_time();
+  }
   *f.mutable_cleared_time() = ToTimestamp(clock_->Now());
   f.set_clear_reason(reason);
   const uint64_t rev = NextRevision(m);

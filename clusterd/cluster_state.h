@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "clusterd/catalog.h"
+#include "clusterd/pubfault.h"
 #include "clusterd/storage/change_set.h"
 #include "clusterd/storage/key_codec.h"
 #include "clusterd/storage/store.h"
@@ -114,6 +115,19 @@ class ClusterState {
                                              Mutation* m);
   void ApplyDisconnect(const std::string& node, uint64_t session);
   StatusOr<v1::ReportResponse> ApplyReport(const v1::ReportRequest& req, Mutation* m);
+  // MindCluster public faults (pubfault.h, pubfaults.cc): raises or clears
+  // each planned fault under plan.reporter. A fault on a node that is not
+  // registered (or a serial no node carries) is dropped and named in
+  // `dropped`; RESOURCE_EXHAUSTED when options.max_faults would be passed.
+  struct PubFaultResult {
+    uint32_t applied = 0;
+    std::vector<std::string> dropped;
+  };
+  StatusOr<PubFaultResult> ApplyPublicFaults(const PubFaultPlan& plan, const PubFaultOptions& options, Mutation* m);
+  // Clears the faults whose auto_clear_time has come; returns when the next
+  // one is due (TimePoint::max() when none). Called by the writer's tick.
+  TimePoint ExpireAutoClears(TimePoint now, Mutation* m);
+  uint32_t active_public_faults() const { return active_pubfaults_; }
   // AdminService. Each validates, is idempotent, and records actor and reason
   // in its event.
   StatusOr<v1::Node> ApplyCordon(const std::string& node, bool cordon, const std::string& actor,
@@ -145,6 +159,14 @@ class ClusterState {
   // The job's recoveries (any state), oldest first.
   std::vector<const v1::Recovery*> RecoveriesOfJob(const std::string& job_id) const;
   const std::map<std::string, v1::Job>& jobs() const { return jobs_; }
+  // Every fault record (active or cleared) by storage key: one node's faults
+  // are the range [storage::NodePrefix(node), storage::NodePrefixEnd(node)).
+  const std::map<std::string, v1::Fault>& faults() const { return faults_; }
+  // The node as stored (labels, inventory, health), or null.
+  const v1::Node* FindNode(const std::string& name) const {
+    auto it = nodes_.find(name);
+    return it == nodes_.end() ? nullptr : &it->second.record.node();
+  }
   // Every fault record (active or cleared) on the nodes the job uses.
   std::vector<const v1::Fault*> FaultsOnJobNodes(const v1::Job& job) const;
   // The fault with this id (Fault.id), or null.
@@ -277,6 +299,11 @@ class ClusterState {
   mutable std::shared_mutex mu_;
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, v1::Fault> faults_;  // storage fault key -> record
+  // Active faults with an auto_clear_time, by that time; and how many
+  // public faults are active.
+  std::set<std::pair<TimePoint, std::string>> auto_clears_;
+  uint32_t active_pubfaults_ = 0;
+  void CountPubFault(const v1::Fault& f, int delta);
   v1::AdminState admin_;
   std::map<std::string, v1::Job> jobs_;  // id -> job as stored (no impacts)
   std::map<std::string, std::set<std::string>> jobs_by_node_;

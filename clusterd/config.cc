@@ -301,6 +301,39 @@ const std::map<std::string, Setter>& Setters() {
        }},
       {"metrics_auth",
        [](const std::string& v, ClusterdConfig* c) { return SetBool("metrics_auth", v, &c->auth.metrics_auth); }},
+      {"pubfault_code_table",
+       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->pubfault.code_table_file); }},
+      {"pubfault_resources",
+       [](const std::string& v, ClusterdConfig* c) {
+         auto names = SplitList(v);
+         for (const auto& n : names) {
+           if (n.size() > 64) return InvalidArgument("pubfault_resources: \"" + n.substr(0, 64) + "...\" is too long");
+         }
+         c->pubfault.resources = std::move(names);
+         return Status::Ok();
+       }},
+      {"pubfault_rate",
+       [](const std::string& v, ClusterdConfig* c) {
+         char* end = nullptr;
+         const double rate = std::strtod(v.c_str(), &end);
+         if (v.empty() || end != v.c_str() + v.size() || !(rate > 0) || rate > 1e6) {
+           return InvalidArgument("pubfault_rate: \"" + v + "\" is not a number of requests per second above 0");
+         }
+         c->pubfault.rate_per_second = rate;
+         return Status::Ok();
+       }},
+      {"pubfault_burst",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("pubfault_burst", v, 1, 1'000'000, &c->pubfault.burst);
+       }},
+      {"pubfault_max_faults",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("pubfault_max_faults", v, 1, 10'000'000, &c->pubfault.max_faults);
+       }},
+      {"mindcluster_max_subscribers",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("mindcluster_max_subscribers", v, 1, 1'000'000, &c->mindcluster_max_subscribers);
+       }},
       {"max_concurrent_recoveries",
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_concurrent_recoveries", v, 1, 100'000, &c->max_concurrent_recoveries);
@@ -482,6 +515,15 @@ Recovery:
   --recovery-retention-age DUR    finished recovery records older than this go (default 30d);
                                   never a running one, a job's newest, or one within the
                                   budget window
+MindCluster compatibility (docs/mindcluster.md):
+  --pubfault-code-table FILE  public-fault codes {"SubHealthFault": ["010001001", ...]} merged over
+                              MindCluster's default table
+  --pubfault-resources LIST   resources allowed to send public faults (default CCAE,fd-online,
+                              pingmesh,Netmind,dpcStorage,dtfsStorage)
+  --pubfault-rate N           requests per second per resource, sustained (default 1)
+  --pubfault-burst N          requests per resource in a burst (default 100)
+  --pubfault-max-faults N     public faults active at once (default 50000)
+  --mindcluster-max-subscribers N  fault.Fault registrations and subscription streams (default 1000)
 Kubernetes (docs/kubernetes.md):
   --integrations LIST         integrations to run, comma-separated: )" +
          JoinNames(BuiltinIntegrations().Names(), " or ") +

@@ -134,6 +134,19 @@ struct ClusterdConfig {
     // /metrics needs a viewer's bearer token.
     bool metrics_auth = false;
   } auth;
+  // MindCluster's PubFault.SendPublicFault (docs/mindcluster.md): a code
+  // table merged over the built-in one, the resources allowed, their rate
+  // limit and the most public faults active at once.
+  struct PubFault {
+    std::string code_table_file;
+    std::vector<std::string> resources = {"CCAE", "fd-online", "pingmesh", "Netmind", "dpcStorage", "dtfsStorage"};
+    double rate_per_second = 1.0;
+    uint32_t burst = 100;
+    uint32_t max_faults = 50'000;
+  } pubfault;
+  // MindCluster's fault.Fault: registrations, and subscription streams, at
+  // most (RESOURCE_EXHAUSTED beyond).
+  uint32_t mindcluster_max_subscribers = 1000;
   // Blast radius: at most this many recoveries running at once, and at most
   // this percentage of nodes isolated.
   uint32_t max_concurrent_recoveries = 4;

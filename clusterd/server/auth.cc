@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -25,6 +26,11 @@ constexpr std::string_view kNodeNameExtra = "authentication.kubernetes.io/node-n
 // certificates and distinct reviewed tokens remembered.
 constexpr size_t kMaxCachedCerts = 4096;
 constexpr size_t kMaxCachedReviews = 16384;
+// TokenReview calls in flight at once. Each holds a gRPC thread until the
+// API answers (up to its 5 s deadline); beyond this a caller is told to retry
+// (UNAVAILABLE) instead of stalling every other call, e.g. when thousands of
+// agents reconnect after a restart.
+constexpr int kMaxReviewsInFlight = 16;
 
 bool IEquals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -170,6 +176,8 @@ class AuthenticatorImpl final : public Authenticator {
       reviews_ = &metrics->AddCounter("clusterd_auth_token_reviews_total", "TokenReview calls to the Kubernetes API.");
       review_errors_ = &metrics->AddCounter("clusterd_auth_token_review_errors_total",
                                             "TokenReview calls that failed (API unreachable, refused).");
+      review_busy_ = &metrics->AddCounter("clusterd_auth_token_review_busy_total",
+                                          "Calls told to retry because too many TokenReviews were in flight.");
     }
   }
 
@@ -336,8 +344,14 @@ class AuthenticatorImpl final : public Authenticator {
       auto it = reviews_cache_.find(token);
       if (it != reviews_cache_.end() && it->second.first > now) return it->second.second;
     }
+    if (reviews_in_flight_.fetch_add(1) >= kMaxReviewsInFlight) {
+      reviews_in_flight_.fetch_sub(1);
+      Count(review_busy_);
+      return Unavailable("too many token reviews in flight; retry");
+    }
     Count(reviews_);
     auto r = options_.reviewer->Review(token);
+    reviews_in_flight_.fetch_sub(1);
     if (!r.ok()) {
       Count(review_errors_);
       return r;
@@ -368,6 +382,8 @@ class AuthenticatorImpl final : public Authenticator {
   Counter* denied_ = nullptr;
   Counter* reviews_ = nullptr;
   Counter* review_errors_ = nullptr;
+  Counter* review_busy_ = nullptr;
+  mutable std::atomic<int> reviews_in_flight_{0};
 };
 
 }  // namespace

@@ -21,8 +21,14 @@ const std::vector<MethodRule>& MethodRules() {
       {"/clusterd.v1.JobService/GetJob", kViewers},
       {"/clusterd.v1.JobService/ListJobs", kViewers},
       {"/clusterd.v1.AdminService/GetAdminState", kViewers},
+      // MindCluster's job-fault subscriptions (MindIE's controller).
+      {"/fault.Fault/Register", kViewers},
+      {"/fault.Fault/SubscribeFaultMsgSignal", kViewers},
+      {"/fault.Fault/GetFaultMsgSignal", kViewers},
       // External fault sources, each under its own reporter name.
       {"/clusterd.v1.FaultService/Report", RoleBit(Role::kReporter)},
+      // MindCluster's public faults, each resource under its own name.
+      {"/PubFault/SendPublicFault", RoleBit(Role::kReporter)},
       // Changes to the cluster's state: operators.
       {"/clusterd.v1.AdminService/CordonNode", kOperators},
       {"/clusterd.v1.AdminService/UncordonNode", kOperators},

@@ -30,6 +30,8 @@
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
 #include "clusterd/server/job_service.h"
+#include "clusterd/server/mindcluster_fault_service.h"
+#include "clusterd/server/pubfault_service.h"
 #include "clusterd/server/tls.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/watch_hub.h"
@@ -65,6 +67,8 @@ struct ClusterdServer::Impl {
   std::unique_ptr<HealthServiceImpl> health_service;
   std::unique_ptr<JobServiceImpl> job_service;
   std::unique_ptr<AdminServiceImpl> admin_service;
+  std::unique_ptr<MindClusterFaultService> mindcluster_fault_service;
+  std::unique_ptr<PubFaultServiceImpl> pubfault_service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpServer> http;
   // Integrations (integration.h), each with its own facade and env; the
@@ -210,7 +214,9 @@ Status ClusterdServer::Start() {
   Engine::Hooks hooks;
   hooks.tick = [coordinator = s.coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
                                                    std::vector<Engine::Done>* after, const Engine::SubmitFn& submit) {
-    return coordinator->Tick(state, now, m, after, submit);
+    // Public faults due to clear themselves (pubfault.h), then recoveries.
+    const TimePoint next_clear = state.ExpireAutoClears(now, m);
+    return std::min(next_clear, coordinator->Tick(state, now, m, after, submit));
   };
   hooks.disk_monitor = s.disk_monitor.get();
   s.engine =
@@ -257,6 +263,24 @@ Status ClusterdServer::Start() {
   s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get(), s.coordinator.get(), &s.job_agents,
                                                    s.authenticator.get());
   s.admin_service = std::make_unique<AdminServiceImpl>(s.state.get(), s.engine.get(), s.authenticator.get());
+  MindClusterFaultOptions mfo;
+  mfo.max_subscribers = cfg.mindcluster_max_subscribers;
+  s.mindcluster_fault_service = std::make_unique<MindClusterFaultService>(
+      s.state.get(), s.hub.get(), s.watch_pool.get(), mfo, &s.metrics, s.authenticator.get());
+  {
+    PubFaultCodeTable table = PubFaultCodeTable::Default();
+    if (!cfg.pubfault.code_table_file.empty()) CLUSTERD_RETURN_IF_ERROR(table.MergeFile(cfg.pubfault.code_table_file));
+    PubFaultOptions po;
+    po.resources = cfg.pubfault.resources;
+    po.rate_per_second = cfg.pubfault.rate_per_second;
+    po.burst = cfg.pubfault.burst;
+    po.max_faults = cfg.pubfault.max_faults;
+    s.pubfault_service = std::make_unique<PubFaultServiceImpl>(s.engine.get(), s.authenticator.get(), s.clock,
+                                                               std::move(table), std::move(po), &s.metrics);
+    s.metrics.AddCallbackGauge("clusterd_pubfault_active", "MindCluster public faults active.", [&s] {
+      return static_cast<double>(s.state->Read([](const ClusterState& st) { return st.active_public_faults(); }));
+    });
+  }
 
   s.metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
                              [&s] { return static_cast<double>(s.state->durable_revision()); });
@@ -295,7 +319,7 @@ Status ClusterdServer::Start() {
 
   s.health_service = std::make_unique<HealthServiceImpl>(
       std::set<std::string>{"clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
-                            "clusterd.v1.JobService", "clusterd.v1.AdminService"});
+                            "clusterd.v1.JobService", "clusterd.v1.AdminService", "fault.Fault"});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(cfg.listen, *credentials, &s.grpc_port);
@@ -321,6 +345,8 @@ Status ClusterdServer::Start() {
   builder.RegisterService(s.health_service.get());
   builder.RegisterService(s.job_service.get());
   builder.RegisterService(s.admin_service.get());
+  builder.RegisterService(s.mindcluster_fault_service.get());
+  builder.RegisterService(s.pubfault_service.get());
   s.grpc_server = builder.BuildAndStart();
   if (!s.grpc_server || s.grpc_port == 0) {
     return Unavailable("cannot listen for gRPC on " + cfg.listen + " (address in use or invalid?)");

@@ -6,6 +6,7 @@
 
 #include "clusterd/server/server.h"
 #include "clusterd/v1/job.grpc.pb.h"
+#include "mindcluster/pubfault.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "agent_client.h"
 #include "loopback_config.h"
@@ -503,6 +504,83 @@ TEST_F(GrpcTest, HealthServiceAndStartErrors) {
   Status st = second.Start();
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("lock"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace clusterd
+
+namespace clusterd {
+namespace {
+
+::PublicFaultRequest PublicFault(const std::string& resource, const std::string& fault_id, const std::string& assertion,
+                                 const std::string& code = "220001001") {
+  ::PublicFaultRequest r;
+  r.set_id("req-" + fault_id);
+  r.set_timestamp(1'700'000'000'000);
+  r.set_version("1.0");
+  r.set_resource(resource);
+  auto* f = r.add_faults();
+  f->set_faultid(fault_id);
+  f->set_faulttype("Network");
+  f->set_faultcode(code);
+  f->set_faulttime(1'700'000'000'000);
+  f->set_assertion(assertion);
+  auto* in = f->add_influence();
+  in->set_nodename("worker01");
+  in->add_deviceids(2);
+  return r;
+}
+
+::RespStatus SendPublic(const std::shared_ptr<grpc::Channel>& ch, const ::PublicFaultRequest& r) {
+  auto stub = ::PubFault::NewStub(ch);
+  grpc::ClientContext ctx;
+  ::RespStatus resp;
+  grpc::Status st = stub->SendPublicFault(&ctx, r, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();  // the outcome is in the RespStatus
+  return resp;
+}
+
+// MindCluster's PubFault on the same port: accepted faults are ClusterD
+// faults (durable before the reply), refusals are RespStatus codes.
+TEST_F(GrpcTest, PubFaultSendPublicFaultDrivesFaults) {
+  StartServer([](ClusterdConfig& cfg) { cfg.pubfault.burst = 3; });
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  auto ok = SendPublic(channel_, PublicFault("pingmesh", "link-00001", "occur"));
+  EXPECT_EQ(ok.code(), 0) << ok.info();
+  auto node = GetNode("worker01");
+  bool found = false;
+  for (const auto& f : node.active_faults()) {
+    if (f.reporter() != "pubfault/pingmesh") continue;
+    found = true;
+    EXPECT_EQ(f.level(), v1::FAULT_LEVEL_SEPARATE);
+    EXPECT_EQ(f.device_id(), 2u);
+    EXPECT_EQ(f.external_id(), "link-00001");
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(node.node().health(), v1::HEALTH_UNHEALTHY);
+
+  auto bad = PublicFault("pingmesh", "link-00002", "occur");
+  bad.set_version("0.9");
+  EXPECT_EQ(SendPublic(channel_, bad).code(), 409);
+  EXPECT_EQ(SendPublic(channel_, PublicFault("somebody", "link-00003", "occur")).code(), 410);
+  // Burst of 3: the 4th request of the resource in a row is over the limit.
+  EXPECT_EQ(SendPublic(channel_, PublicFault("pingmesh", "link-00004", "once", "010001001")).code(), 0);
+  EXPECT_EQ(SendPublic(channel_, PublicFault("pingmesh", "link-00005", "once", "010001001")).code(), 0);
+  auto limited = SendPublic(channel_, PublicFault("pingmesh", "link-00006", "occur"));
+  EXPECT_EQ(limited.code(), 410);
+  EXPECT_NE(limited.info().find("rate limit"), std::string::npos) << limited.info();
+
+  // "once" faults clear themselves after their minimum visibility.
+  auto active_once = [&] {
+    int n = 0;
+    const auto now = GetNode("worker01");
+    for (const auto& f : now.active_faults()) {
+      if (f.state() == v1::FAULT_STATE_ACTIVE && f.code() == "010001001") ++n;
+    }
+    return n;
+  };
+  EXPECT_TRUE(testing::WaitFor([&] { return active_once() == 0; }, std::chrono::seconds(30)));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "clusterd/cluster_state.h"
 #include "state_fixtures.h"
+#include "state_on_store.h"
 #include "store_backends.h"
 
 namespace clusterd {
@@ -20,30 +21,12 @@ using testing::MakeTransition;
 using Tables = std::map<storage::Cf, std::map<std::string, std::string>>;
 
 template <typename Backend>
-class StateOnStore {
+class StateOnStore : public testing::StateOnStore<Backend> {
  public:
-  // Opens the store and loads a fresh ClusterState from it (a restart).
-  void Open() {
-    state_.reset();
-    store_.reset();
-    auto store = backend_.Open();
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(*store);
-    state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
-    ASSERT_TRUE(state_->Load().ok());
-  }
-
-  // Applies fn as one commit, like the Engine does.
-  template <typename Fn>
-  auto Commit(Fn&& fn) {
-    Mutation m;
-    auto result = fn(&m);
-    state_->FlushDirty(&m);
-    EXPECT_TRUE(store_->Write(m.changes).ok());
-    state_->set_durable_revision(state_->revision());
-    events_.insert(events_.end(), m.events.begin(), m.events.end());
-    return result;
-  }
+  using Base = testing::StateOnStore<Backend>;
+  using Base::Commit;
+  using Base::state_;
+  using Base::store_;
 
   // hello, a device fault, a job on the faulty device.
   void Scenario() {
@@ -71,13 +54,6 @@ class StateOnStore {
     }
     return out;
   }
-
-  Backend backend_;
-  Catalog catalog_ = Catalog::Default();
-  FakeClock clock_;
-  std::unique_ptr<storage::Store> store_;
-  std::unique_ptr<ClusterState> state_;
-  std::vector<v1::Event> events_;
 };
 
 TEST(MemoryStoreStateTest, HelloFaultJobSurviveRestart) {

@@ -4,7 +4,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <condition_variable>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -21,6 +24,7 @@
 #include "clusterd/v1/job.grpc.pb.h"
 #include "common/grpc/credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "mindcluster/pubfault.grpc.pb.h"
 #include "http_get.h"
 #include "loopback_config.h"
 #include "test_util.h"
@@ -360,6 +364,42 @@ TEST_F(SecurityTest, AReporterReportsAndClearsOnlyUnderItsOwnName) {
   EXPECT_EQ(resp.faults(0).state(), v1::FAULT_STATE_ACTIVE);
 }
 
+// MindCluster public faults: a reporter sends under its own resource name.
+TEST_F(SecurityTest, APublicFaultSourceSendsOnlyAsItsOwnResource) {
+  Start("request", [](ClusterdConfig& cfg) { cfg.pubfault.resources = {"netprobe", "pingmesh"}; });
+  testing::TestAgent agent(As("worker01"), "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  auto send = [&](const std::string& cert, const std::string& resource, ::RespStatus* resp) {
+    ::PublicFaultRequest r;
+    r.set_id("req-00000001");
+    r.set_timestamp(1'700'000'000'000);
+    r.set_version("1.0");
+    r.set_resource(resource);
+    auto* f = r.add_faults();
+    f->set_faultid("fault-0001");
+    f->set_faulttype("Network");
+    f->set_faultcode("220001001");
+    f->set_assertion("occur");
+    auto* in = f->add_influence();
+    in->set_nodename("worker01");
+    in->add_deviceids(0);
+    auto stub = ::PubFault::NewStub(As(cert));
+    grpc::ClientContext ctx;
+    return stub->SendPublicFault(&ctx, r, resp);
+  };
+  ::RespStatus resp;
+  auto st = send("reporter", "netprobe", &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.code(), 0) << resp.info();
+  st = send("reporter", "pingmesh", &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  st = send("viewer", "netprobe", &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  st = send("admin", "pingmesh", &resp);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(resp.code(), 0) << resp.info();
+}
+
 grpc::Status Attach(const std::shared_ptr<grpc::Channel>& ch, const std::string& job) {
   auto stub = v1::JobService::NewStub(ch);
   grpc::ClientContext ctx;
@@ -505,6 +545,49 @@ TEST(TokenReviewAuthTest, AgentsAndBindings) {
   EXPECT_EQ(reviewer.calls, calls);  // cached
 }
 
+// A reviewer that holds every call until released.
+class BlockingReviewer final : public TokenReviewer {
+ public:
+  StatusOr<TokenReviewResult> Review(const std::string&) override {
+    std::unique_lock lock(mu);
+    ++waiting;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+    return TokenReviewResult{};
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int waiting = 0;
+  bool released = false;
+};
+
+// Reviews in flight are bounded: past the bound a caller is told to retry
+// at once rather than holding one more gRPC thread on a slow API server.
+TEST(TokenReviewAuthTest, ReviewsInFlightAreBounded) {
+  BlockingReviewer reviewer;
+  AuthOptions o;
+  o.reviewer = &reviewer;
+  MetricsRegistry metrics;
+  auto auth = MakeAuthenticator(o, &metrics);
+  std::vector<std::thread> held;
+  for (int i = 0; i < 16; ++i) {
+    held.emplace_back([&, i] { (void)auth->AuthenticateToken("token-" + std::to_string(i), "peer"); });
+  }
+  {
+    std::unique_lock lock(reviewer.mu);
+    ASSERT_TRUE(reviewer.cv.wait_for(lock, std::chrono::seconds(30), [&] { return reviewer.waiting == 16; }));
+  }
+  auto busy = auth->AuthenticateToken("one-more", "peer");
+  EXPECT_EQ(busy.status().code(), StatusCode::kUnavailable) << busy.status().ToString();
+  EXPECT_NE(metrics.Render().find("clusterd_auth_token_review_busy_total 1"), std::string::npos);
+  {
+    std::lock_guard lock(reviewer.mu);
+    reviewer.released = true;
+  }
+  reviewer.cv.notify_all();
+  for (auto& t : held) t.join();
+}
+
 TEST(TokenReviewAuthTest, ParsesTheApiAnswer) {
   auto r = ParseTokenReview(R"({"kind":"TokenReview","status":{"authenticated":true,"user":{"username":
       "system:serviceaccount:ns:noded","groups":["system:serviceaccounts"],"extra":{
@@ -528,7 +611,7 @@ TEST(TokenReviewAuthTest, ParsesTheApiAnswer) {
 // names no method that does not exist.
 std::vector<std::string> DeclaredMethods() {
   std::vector<std::string> files;
-  for (const char* dir : {"clusterd/v1", "grpc/health/v1"}) {
+  for (const char* dir : {"clusterd/v1", "grpc/health/v1", "mindcluster"}) {
     for (const auto& e : std::filesystem::directory_iterator(std::string(CLUSTERD_PROTO_DIR "/") + dir)) {
       if (e.path().extension() == ".proto") files.push_back(std::string(dir) + "/" + e.path().filename().string());
     }

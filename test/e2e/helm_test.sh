@@ -9,14 +9,17 @@
 #   3. what each value set promises (selectors, claims, monitoring objects, privilege mode,
 #      the Kubernetes RBAC objects and config keys rendered with kubernetes.enabled and gone
 #      without it; TLS from each tls.source, mutual TLS by default, insecure without TLS, the
-#      generated certificates, NodeD's projected token, the TokenReview role, NetworkPolicies),
-#      and that a plain `helm template` (no --kube-version) works;
+#      generated certificates, NodeD's projected token, the TokenReview role, NetworkPolicies;
+#      MindCluster's clusterd-grpc-svc Service and pubfault_* keys), and that a plain
+#      `helm template` (no --kube-version) works;
 #   4. the rendered config.json / catalog.json files, laid out as the kubelet projects the
 #      pods' volumes, are accepted by the real clusterd and noded binaries (when built):
 #      plaintext, and with the generated certificates when the binaries know the TLS flags
 #      (mutual TLS checked with grpcurl); ClusterD's config without the Kubernetes keys and
 #      TokenReview here, as those need an API server (test/k8s/helm_rbac_test.sh installs the
-#      chart into one); NOTES.txt's openssl and grpcurl commands against a live clusterd;
+#      chart into one); values-mindcluster's public-fault settings and code table are in force
+#      (public faults sent with grpcurl); NOTES.txt's openssl and grpcurl commands against a
+#      live clusterd;
 #   5. values.schema.json rejects bad values: every test/helm/bad/*.yaml must make
 #      `helm template` fail with the message its first line names;
 #   6. scripts/check-image-libs.sh passes, and fails on a Dockerfile missing a library.
@@ -210,6 +213,43 @@ fi
 expect "npu-smi: pod network, custom ports" "$N" "(pod('DaemonSet').get('hostNetwork'), pod('DaemonSet')['containers'][0]['ports'][0]['containerPort'], by['Service'][0]['spec']['ports'][0]['port'])" "(None, 21255, 18899)"
 expect "npu-smi: npu-smi binary mounted read-only" "$N" "[(m['mountPath'], m['readOnly']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'npu-smi']" "[('/usr/local/bin/npu-smi', True)]"
 
+# MindCluster compatibility (docs/deploy.md, "MindCluster clients"): the Service MindCluster's
+# clients dial (name and port fixed), and the pubfault_* / mindcluster_* keys of config.json.
+MC=$TMP/values-mindcluster-$kv.yaml
+mc_keys="sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith(('pubfault_', 'mindcluster_')))"
+mc_svc="[s for s in by['Service'] if s['metadata']['name'] == 'clusterd-grpc-svc']"
+expect "default: MindCluster keys at the binary's defaults, no code table, no clusterd-grpc-svc" "$D" "($mc_keys, [s['metadata']['name'] for s in by['Service']])" \
+  "([('mindcluster_max_subscribers', 1000), ('pubfault_burst', 100), ('pubfault_max_faults', 50000), ('pubfault_rate', 1), ('pubfault_resources', ['CCAE', 'fd-online', 'pingmesh', 'Netmind', 'dpcStorage', 'dtfsStorage'])], ['clusterd'])"
+expect "mindcluster: Service clusterd-grpc-svc, ClusterIP, one port 8899 -> grpc" "$MC" "[(s['metadata']['namespace'], s['spec']['type'], [(p['name'], p['port'], p['targetPort'], p['protocol'], p['appProtocol']) for p in s['spec']['ports']]) for s in $mc_svc]" \
+  "[('fault-mgmt', 'ClusterIP', [('grpc', 8899, 'grpc', 'TCP', 'grpc')])]"
+expect "mindcluster: clusterd-grpc-svc selects the ClusterD pods, and no ServiceMonitor selects it" "$MC" "[(s['spec']['selector'] == by['Deployment'][0]['spec']['selector']['matchLabels'], s['metadata']['labels']['app.kubernetes.io/component']) for s in $mc_svc]" \
+  "[(True, 'mindcluster')]"
+expect "mindcluster: config.json keys" "$MC" "$mc_keys" \
+  "[('mindcluster_max_subscribers', 64), ('pubfault_burst', 3), ('pubfault_code_table', '/etc/clusterd/pubfault-codes.json'), ('pubfault_max_faults', 1000), ('pubfault_rate', '0.001'), ('pubfault_resources', ['CCAE', 'helm-test-probe'])]"
+expect "mindcluster: the code table in the ConfigMap" "$MC" "(sorted(cm('clusterd')), json.loads(cm('clusterd')['pubfault-codes.json']))" \
+  "(['config.json', 'pubfault-codes.json'], {'SeparateNPU': ['A00000001', '220001099'], 'SubHealthFault': ['010001099']})"
+expect "mindcluster: pubfault_code_table is the file's path in ClusterD's config volume" "$MC" "(next(m['mountPath'] for m in pod('Deployment')['containers'][0]['volumeMounts'] if m['name'] == 'config') + '/pubfault-codes.json' == cfg('clusterd')['pubfault_code_table'], proj('Deployment')[0])" \
+  "(True, ('configMap', 'clusterd', []))"
+# The name and the port stay MindCluster's whatever the release name, fullnameOverride or gRPC port.
+if "$HELM" template other "$CHART" --namespace mindx-dl --kube-version "$kv" --set mindcluster.service.enabled=true \
+  --set clusterd.ports.grpc=18899 >"$TMP/mindcluster-other.yaml" 2>"$TMP/mindcluster-other.err" &&
+  "$HELM" template clusterd "$CHART" --namespace mindx-dl --kube-version "$kv" --set mindcluster.service.enabled=true \
+    --set fullnameOverride=fc >"$TMP/mindcluster-fc.yaml" 2>>"$TMP/mindcluster-other.err"; then
+  expect "mindcluster: fixed name and port 8899 -> a moved gRPC port (release other)" "$TMP/mindcluster-other.yaml" \
+    "(sorted((s['metadata']['name'], s['metadata']['namespace'], [(p['port'], p['targetPort']) for p in s['spec']['ports']]) for s in by['Service']), pod('Deployment')['containers'][0]['ports'][0])" \
+    "([('clusterd-grpc-svc', 'mindx-dl', [(8899, 'grpc')]), ('other-clusterd', 'mindx-dl', [(18899, 'grpc'), (11253, 'http')])], {'name': 'grpc', 'containerPort': 18899, 'protocol': 'TCP'})"
+  expect "mindcluster: fixed name with fullnameOverride" "$TMP/mindcluster-fc.yaml" "sorted(s['metadata']['name'] for s in by['Service'])" "['clusterd-grpc-svc', 'fc']"
+else
+  cat "$TMP/mindcluster-other.err" >&2; bad "mindcluster: helm template with another release name / fullnameOverride"
+fi
+if out=$("$HELM" template clusterd-grpc-svc "$CHART" --kube-version "$kv" --set mindcluster.service.enabled=true 2>&1 >/dev/null); then
+  bad "mindcluster: a release whose own Service is named clusterd-grpc-svc was accepted"
+elif grep -qF "already named clusterd-grpc-svc" <<<"$out"; then
+  ok "mindcluster: a release whose own Service would be clusterd-grpc-svc is refused"
+else
+  echo "$out" >&2; bad "mindcluster: release clusterd-grpc-svc failed without naming the clash"
+fi
+
 # TLS, authentication and NetworkPolicies (docs/deploy.md, "TLS and authentication").
 X=$TMP/values-tls-existing-secret-$kv.yaml C=$TMP/values-tls-cert-manager-$kv.yaml I=$TMP/values-insecure-$kv.yaml
 NODED_SEL="{'matchLabels': {'app.kubernetes.io/name': 'clusterd', 'app.kubernetes.io/instance': 'clusterd', 'app.kubernetes.io/component': 'noded'}}"
@@ -370,17 +410,60 @@ clusterd_tls= noded_tls= insecure_flag=() plain_drop=()
 if [[ $clusterd_help == *--insecure* ]]; then insecure_flag=(--insecure); else plain_drop=(insecure); fi
 NOK=(--set kubernetes.enabled=false --set auth.tokenReview=false)
 if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
-  for vs in default values-existing-claim; do
+  for vs in default values-existing-claim values-mindcluster; do
     vf=default
     [[ $vs == default ]] || vf=test/helm/$vs.yaml
     render "$vs-plain" "$vf" "$kv" "${NOK[@]}" --set tls.enabled=false
     d="$TMP/run-$vs"
     conf=$(materialize "$TMP/$vs-plain-$kv.yaml" Deployment "$d" "${plain_drop[@]}")
     catalog=$(grep -q '"catalog_file"' "$conf" && echo " and catalog.json" || true)
+    catalog+=$(grep -q '"pubfault_code_table"' "$conf" && echo " and pubfault-codes.json" || true)
     # The file is parsed and checked whole; the flags only move ports and paths off the image's.
     run_daemon "clusterd starts with the $vs config.json$catalog (plaintext: insecure)" /readyz -- \
       build/bin/clusterd --config "$conf" --listen "127.0.0.1:$(free_port)" --data-dir "$d/data" "${insecure_flag[@]}"
   done
+  # MindCluster: the rendered pubfault_* keys and code table are the ones ClusterD enforces. Public
+  # faults are sent (plaintext, as MindCluster's clients do) to a clusterd on values-mindcluster's
+  # config: no node is registered, so a valid fault ends "not registered" (409) after passing the
+  # resource check, the code table and the rate limiter, which runs before the node lookup.
+  if command -v grpcurl >/dev/null; then
+    d="$TMP/run-values-mindcluster"
+    conf=$(materialize "$TMP/values-mindcluster-plain-$kv.yaml" Deployment "$d" "${plain_drop[@]}")
+    g=$(free_port) h=$(free_port)
+    build/bin/clusterd --config "$conf" --listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" --data-dir "$d/data2" \
+      "${insecure_flag[@]}" >"$d/clusterd.log" 2>&1 &
+    cpid=$!; pids+=("$cpid")
+    if wait_http "http://127.0.0.1:$h/readyz" 20 "$cpid"; then
+      n=0
+      pubfault() { # pubfault RESOURCE CODE: SendPublicFault (ids unique per call); the reply in $reply
+        n=$((n + 1))
+        local ms
+        ms=$(($(date +%s) * 1000))
+        reply=$(timeout 10 grpcurl -plaintext -import-path proto -proto mindcluster/pubfault.proto -d "{\"id\": \"helm-test-$n\", \"timestamp\": $ms,
+          \"version\": \"1.0\", \"resource\": \"$1\", \"faults\": [{\"faultId\": \"helm-fault-$n\", \"faultType\": \"NPU\",
+          \"faultCode\": \"$2\", \"faultTime\": $ms, \"assertion\": \"occur\",
+          \"influence\": [{\"nodeName\": \"helm-node\", \"deviceIds\": [0]}]}]}" "127.0.0.1:$g" PubFault/SendPublicFault 2>&1) || true
+      }
+      reply_is() { # reply_is RESOURCE CODE DESCRIPTION PATTERN: sends one, the reply holds the fixed string
+        pubfault "$1" "$2"
+        if grep -qF -- "$4" <<<"$reply"; then ok "MindCluster config in force: $3"; else echo "$reply" >&2; bad "MindCluster config: $3: reply lacks '$4'"; fi
+      }
+      # Three valid requests from helm-test-probe: its whole burst (rate 0.001/s refills none meanwhile).
+      reply_is helm-test-probe A00000001 "code from codeTable (SeparateNPU) known" "node helm-node is not registered"
+      reply_is helm-test-probe 010001099 "code from codeTable (SubHealthFault) known" "node helm-node is not registered"
+      reply_is helm-test-probe 220001001 "built-in code still known (merged, not replaced)" "node helm-node is not registered"
+      reply_is helm-test-probe Z99999999 "a code in neither table refused" "is not in the public-fault code table"
+      reply_is pingmesh 220001001 "a default resource left out of resources refused" 'pingmesh\" is not allowed' # JSON-escaped
+      reply_is helm-test-probe A00000001 "burst 3 used up: the fourth valid request is rate-limited" "over its rate limit"
+      reply_is CCAE A00000001 "another listed resource has a burst of its own" "node helm-node is not registered"
+    else
+      tail -5 "$d/clusterd.log" >&2; bad "clusterd on the values-mindcluster config.json did not start"
+    fi
+    kill "$cpid" 2>/dev/null || true
+    wait "$cpid" 2>/dev/null || true
+  else
+    echo "  skip grpcurl not installed: public faults not sent to the values-mindcluster clusterd"
+  fi
   for vs in default values-sim; do
     vf=default
     [[ $vs == default ]] || vf=test/helm/$vs.yaml
@@ -468,12 +551,30 @@ notes_has() { # notes_has NAME DESCRIPTION PATTERN...: every fixed string appear
   done
   ok "NOTES.txt ($what) renders: ${*:1:3} ..."
 }
+notes_lacks() { # notes_lacks NAME DESCRIPTION PATTERN...: no fixed string appears in the notes
+  local name=$1 what=$2 p
+  shift 2
+  for p in "$@"; do
+    if grep -qF -- "$p" "$TMP/$name.txt"; then cat "$TMP/$name.txt" >&2; bad "NOTES.txt ($what) has: $p"; return; fi
+  done
+  ok "NOTES.txt ($what) leaves out: ${*:1:3}"
+}
 if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${NOK[@]}" &&
-   notes notes-existing --set tls.source=existingSecret --set tls.existingSecret.server=srv --set tls.existingSecret.agents=agt; then
+   notes notes-existing --set tls.source=existingSecret --set tls.existingSecret.server=srv --set tls.existingSecret.agents=agt &&
+   notes notes-mindcluster -f test/helm/values-mindcluster.yaml &&
+   notes notes-mindcluster-ok --namespace mindx-dl --set mindcluster.service.enabled=true --set tls.enabled=false "${NOK[@]}" &&
+   notes notes-mindcluster-np --set mindcluster.service.enabled=true --set-json 'networkPolicy.nodeCIDRs=["10.0.0.0/24"]'; then
   notes_has notes-tls "mutual TLS, generated CA" "port-forward svc/clusterd 8899:8899" "get secret clusterd-ca" \
     "openssl req -new" "/O=clusterd:viewer" "grpcurl -cacert ca.crt -cert client.crt -key client.key localhost:8899 clusterd.v1.ClusterService/GetSummary"
   notes_has notes-plain "tls.enabled=false" "port-forward svc/clusterd 8899:8899" "grpcurl -plaintext localhost:8899 clusterd.v1.ClusterService/GetSummary" "unauthenticated"
   notes_has notes-existing "existingSecret, TokenReview" "get secret srv" "-authority clusterd.fault-mgmt.svc" "create token SERVICEACCOUNT --audience clusterd"
+  notes_has notes-mindcluster "MindCluster Service, TLS, wrong namespace" "clusterd-grpc-svc.mindx-dl.svc.cluster.local:8899" \
+    "must be mindx-dl, and they speak plaintext gRPC" "WARNING: this release is in namespace \"fault-mgmt\", not \"mindx-dl\"" \
+    "WARNING: tls.enabled=true" "CANNOT connect" "docs/deploy.md, \"MindCluster clients\""
+  notes_has notes-mindcluster-ok "MindCluster Service, plaintext, mindx-dl" "clusterd-grpc-svc.mindx-dl.svc.cluster.local:8899" "speak plaintext gRPC"
+  notes_lacks notes-mindcluster-ok "MindCluster Service, plaintext, mindx-dl" "WARNING: this release is in namespace" "WARNING: tls.enabled=true"
+  notes_has notes-mindcluster-np "MindCluster Service behind a closed NetworkPolicy" "add MindCluster's client pods"
+  notes_lacks notes-tls "default: no MindCluster Service" "clusterd-grpc-svc"
 else
   cat "$TMP"/notes-*.err >&2; bad "NOTES.txt does not render"
 fi

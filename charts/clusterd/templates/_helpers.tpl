@@ -141,6 +141,22 @@ ClusterD's config.json content.
 {{- with include "clusterd.actuator" . }}
 {{- $_ = set $c "actuator" . }}
 {{- end }}
+{{- /* MindCluster compatibility: always written, like the other keys with a chart default. */}}
+{{- $pf := .Values.mindcluster.pubfault }}
+{{- $_ = set $c "pubfault_resources" (default list $pf.resources) }}
+{{- /* flatJson prints numbers as integers and the config parser takes no JSON fractions:
+a fractional rate goes in as text ("0.5"), which the binary parses as a number. */}}
+{{- if eq (float64 $pf.rate) (floor $pf.rate) }}
+{{- $_ = set $c "pubfault_rate" $pf.rate }}
+{{- else }}
+{{- $_ = set $c "pubfault_rate" (toString $pf.rate) }}
+{{- end }}
+{{- $_ = set $c "pubfault_burst" $pf.burst }}
+{{- $_ = set $c "pubfault_max_faults" $pf.maxFaults }}
+{{- if $pf.codeTable }}
+{{- $_ = set $c "pubfault_code_table" "/etc/clusterd/pubfault-codes.json" }}
+{{- end }}
+{{- $_ = set $c "mindcluster_max_subscribers" .Values.mindcluster.maxSubscribers }}
 {{- if .Values.tls.enabled }}
 {{- $dir := include "clusterd.tls.dir" . }}
 {{- $_ = set $c "tls_cert_file" (printf "%s/tls.crt" $dir) }}
@@ -207,6 +223,21 @@ The catalog override file.
 {{- end }}
 {{- toPrettyJson $cat }}
 {{- end }}
+
+{{/*
+MindCluster's public-fault code override (mindcluster.pubfault.codeTable), merged over the
+built-in table: {"SubHealthFault": ["010001001", ...], ...}.
+*/}}
+{{- define "clusterd.pubfaultCodesJson" -}}
+{{- toPrettyJson .Values.mindcluster.pubfault.codeTable }}
+{{- end }}
+
+{{/*
+The Service name MindCluster's clients have hard-coded (clusterd-grpc-svc.mindx-dl.svc...:8899).
+*/}}
+{{- define "clusterd.mindcluster.serviceName" -}}clusterd-grpc-svc{{- end }}
+{{- define "clusterd.mindcluster.namespace" -}}mindx-dl{{- end }}
+{{- define "clusterd.mindcluster.port" -}}8899{{- end }}
 
 {{/*
 "true" when NodeD runs privileged: forced by noded.privileged, or (null) needed by the
@@ -381,6 +412,9 @@ Included by the ConfigMap (always rendered).
 {{- if not $t.certManager.issuerRef.name }}
 {{- fail "tls.source=certManager needs tls.certManager.issuerRef.name (a cert-manager Issuer or ClusterIssuer, best a CA issuer)" }}
 {{- end }}
+{{- end }}
+{{- if and .Values.mindcluster.service.enabled (eq (include "clusterd.clusterd.fullname" .) (include "clusterd.mindcluster.serviceName" .)) }}
+{{- fail "mindcluster.service.enabled: the release's own Service is already named clusterd-grpc-svc; choose another release name or fullnameOverride" }}
 {{- end }}
 {{- if and .Values.metrics.auth (not .Values.auth.tokenFile.existingSecret) (not (include "clusterd.auth.tokenReview" .)) }}
 {{- fail "metrics.auth needs a token source: auth.tokenFile.existingSecret or auth.tokenReview" }}

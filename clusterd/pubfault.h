@@ -1,0 +1,110 @@
+// MindCluster public faults (PubFault.SendPublicFault; docs/mindcluster.md):
+// the code table, the reference server's validation, and the plan of
+// external faults a request becomes. Pure: no gRPC, no state; the writer
+// applies the plan (ClusterState::ApplyPublicFaults) and the adapter
+// (server/pubfault_service.h) answers with a RespStatus.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "clusterd/v1/types.pb.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "mindcluster/pubfault.pb.h"
+
+namespace clusterd {
+
+// RespStatus codes of the reference server.
+inline constexpr int32_t kPubFaultOk = 0;
+inline constexpr int32_t kPubFaultInvalid = 409;
+inline constexpr int32_t kPubFaultRefused = 410;  // unknown resource or rate-limited
+
+// A public fault's reporter: "pubfault/<resource>" (a name FaultService.Report
+// cannot use, so no other reporter can clear these).
+inline constexpr std::string_view kPubFaultReporterPrefix = "pubfault/";
+
+// Public-fault code (9 characters) -> level. The default is MindCluster's
+// table; a JSON file {"SubHealthFault": ["010001001", ...], ...} with
+// MindCluster's level names is merged over it.
+class PubFaultCodeTable {
+ public:
+  static PubFaultCodeTable Default();
+  Status MergeFile(const std::string& path);
+  Status MergeJson(std::string_view text, std::string_view origin);
+  std::optional<v1::FaultLevel> Find(std::string_view code) const;
+  size_t size() const { return levels_.size(); }
+
+ private:
+  std::map<std::string, v1::FaultLevel, std::less<>> levels_;
+};
+
+// MindCluster's level names ("SubHealthFault", "SeparateNPU", ...).
+std::optional<v1::FaultLevel> ParseMindClusterLevel(std::string_view name);
+
+struct PubFaultOptions {
+  std::vector<std::string> resources = {"CCAE", "fd-online", "pingmesh", "Netmind", "dpcStorage", "dtfsStorage"};
+  // Per resource: sustained requests per second and burst.
+  double rate_per_second = 1.0;
+  uint32_t burst = 100;
+  // A recovered fault stays visible at least this long after it occurred; a
+  // "once" fault is cleared this long after it occurred.
+  std::chrono::nanoseconds min_visible = std::chrono::seconds(5);
+  // Public faults active at once, in all.
+  uint32_t max_faults = 50'000;
+};
+
+// One external fault to raise or clear.
+struct PlannedPubFault {
+  std::string node;     // "" with node_sn set: resolved by the writer
+  std::string node_sn;  // the node's "product-serial-number" label
+  uint32_t device = 0;
+  std::string fault_id;
+  std::string code;
+  v1::FaultLevel level = v1::FAULT_LEVEL_UNSPECIFIED;
+  enum class Assertion { kOccur, kRecover, kOnce } assertion = Assertion::kOccur;
+  std::string message;
+};
+
+struct PubFaultPlan {
+  std::string reporter;  // "pubfault/<resource>"
+  std::vector<PlannedPubFault> faults;
+  // Why each dropped fault was dropped ("faultId x: ..."), for the reply.
+  std::vector<std::string> dropped;
+};
+
+// Validates a request the way the reference server does. A request-level
+// problem is {409, why} (or {410, why} for an unknown resource); an invalid
+// fault is dropped (listed in plan->dropped) and the request fails with 409
+// only when none is left.
+struct PubFaultVerdict {
+  int32_t code = kPubFaultOk;
+  std::string info;
+};
+PubFaultVerdict PlanPublicFaults(const ::PublicFaultRequest& req, const PubFaultCodeTable& table,
+                                 const PubFaultOptions& options, PubFaultPlan* plan);
+
+// Token buckets per resource. Thread-safe.
+class PubFaultRateLimiter {
+ public:
+  PubFaultRateLimiter(const Clock* clock, double rate_per_second, uint32_t burst)
+      : clock_(clock), rate_(rate_per_second), burst_(burst) {}
+  bool Allow(const std::string& resource);
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    TimePoint refilled{};
+  };
+  const Clock* clock_;
+  const double rate_;
+  const uint32_t burst_;
+  std::mutex mu_;
+  std::map<std::string, Bucket> buckets_;  // guarded by mu_; one per allowed resource
+};
+
+}  // namespace clusterd

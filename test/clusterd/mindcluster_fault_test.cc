@@ -1,0 +1,401 @@
+// MindCluster's fault.Fault on an in-process ClusterD (port 0), through real
+// gRPC stubs: Register's codes, SubscribeFaultMsgSignal driven by an agent's
+// device faults, re-registration, cluster-wide subscribers, job deletion,
+// GetFaultMsgSignal and the subscriber limit.
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "clusterd/server/server.h"
+#include "clusterd/v1/job.grpc.pb.h"
+#include "mindcluster/fault.grpc.pb.h"
+#include "agent_client.h"
+#include "http_get.h"
+#include "loopback_config.h"
+#include "test_util.h"
+
+namespace clusterd {
+namespace {
+
+using testing::TestAgent;
+using testing::WaitFor;
+
+constexpr auto kDeadline = std::chrono::seconds(30);
+
+fault::ClientInfo Client(const std::string& job, const std::string& role) {
+  fault::ClientInfo c;
+  c.set_jobid(job);
+  c.set_role(role);
+  return c;
+}
+
+// A SubscribeFaultMsgSignal stream read on a thread of its own.
+class Subscription {
+ public:
+  Subscription(fault::Fault::Stub* stub, const std::string& job, const std::string& role) {
+    reader_ = stub->SubscribeFaultMsgSignal(&ctx_, Client(job, role));
+    thread_ = std::thread([this] {
+      fault::FaultMsgSignal msg;
+      while (reader_->Read(&msg)) {
+        std::lock_guard lock(mu_);
+        messages_.push_back(msg);
+        cv_.notify_all();
+      }
+      grpc::Status st = reader_->Finish();
+      std::lock_guard lock(mu_);
+      status_ = std::move(st);
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~Subscription() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+
+  // Waits until at least n messages arrived; returns them (fewer on timeout).
+  std::vector<fault::FaultMsgSignal> WaitMessages(size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, kDeadline, [&] { return messages_.size() >= n || done_; });
+    return messages_;
+  }
+  std::vector<fault::FaultMsgSignal> Messages() {
+    std::lock_guard lock(mu_);
+    return messages_;
+  }
+  // Waits until the server ended the stream; its status (UNKNOWN on timeout).
+  grpc::Status WaitEnd() {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, kDeadline, [&] { return done_; })) {
+      return grpc::Status(grpc::StatusCode::UNKNOWN, "stream did not end in time");
+    }
+    return status_;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<fault::FaultMsgSignal>> reader_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<fault::FaultMsgSignal> messages_;
+  grpc::Status status_;
+  bool done_ = false;
+};
+
+class MindClusterFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer(); }
+  void TearDown() override { server_.reset(); }
+
+  void StartServer(std::function<void(ClusterdConfig&)> tweak = nullptr) {
+    server_.reset();
+    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
+    if (tweak) tweak(cfg);
+    server_ = std::make_unique<ClusterdServer>(cfg);
+    Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    channel_ = testing::Dial(server_->grpc_port());
+    fault_ = fault::Fault::NewStub(channel_);
+    jobs_ = v1::JobService::NewStub(channel_);
+  }
+
+  // A job with one rank per device of `node`.
+  void CreateJob(const std::string& id, const std::string& node, std::vector<uint32_t> devices) {
+    v1::CreateJobRequest req;
+    req.mutable_job()->set_id(id);
+    req.mutable_job()->set_kind(v1::JOB_KIND_INFERENCE);
+    uint32_t rank = 0;
+    for (uint32_t d : devices) {
+      auto* p = req.mutable_job()->add_placement();
+      p->set_rank(rank++);
+      p->set_node(node);
+      p->set_device_id(d);
+    }
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    grpc::Status st = jobs_->CreateJob(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+
+  void DeleteJob(const std::string& id) {
+    v1::DeleteJobRequest req;
+    req.set_id(id);
+    grpc::ClientContext ctx;
+    v1::DeleteJobResponse resp;
+    grpc::Status st = jobs_->DeleteJob(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+
+  fault::Status Register(const std::string& job, const std::string& role, grpc::Status* status = nullptr) {
+    grpc::ClientContext ctx;
+    fault::Status resp;
+    grpc::Status st = fault_->Register(&ctx, Client(job, role), &resp);
+    if (status) {
+      *status = st;
+    } else {
+      EXPECT_TRUE(st.ok()) << st.error_message();
+    }
+    return resp;
+  }
+
+  fault::FaultQueryResult Get(const std::string& job) {
+    grpc::ClientContext ctx;
+    fault::FaultQueryResult resp;
+    grpc::Status st = fault_->GetFaultMsgSignal(&ctx, Client(job, "query"), &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp;
+  }
+
+  double Metric(const std::string& name) {
+    auto res = testing::HttpGet(server_->http_port(), "/metrics");
+    return res.status == 200 ? testing::MetricValue(res.body, name) : -1;
+  }
+  // Subscriptions that took their baseline: what happens from now on is told.
+  bool WaitLive(double n) {
+    return WaitFor([&] { return Metric("clusterd_mindcluster_fault_subscribers") == n; }, kDeadline);
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<ClusterdServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<fault::Fault::Stub> fault_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+};
+
+std::vector<std::string> Codes(const fault::DeviceFaultInfo& d) {
+  return {d.faultcodes().begin(), d.faultcodes().end()};
+}
+
+TEST_F(MindClusterFaultTest, RegisterCodes) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-0001", "worker01", {0, 1});
+  auto r = Register("mindie-job-0001", "");
+  EXPECT_NE(r.code(), 0);
+  EXPECT_NE(r.info().find("role"), std::string::npos) << r.info();
+  r = Register("no-such-job-000", "controller");
+  EXPECT_EQ(r.code(), 402);
+  EXPECT_NE(r.info().find("no-such-job-000"), std::string::npos) << r.info();
+  r = Register("mindie-job-0001", "controller");
+  EXPECT_EQ(r.code(), 0) << r.info();
+  r = Register("", "platform");
+  EXPECT_EQ(r.code(), 0) << r.info();
+  r = Register("mindie-job-0001", "controller");  // again: fine
+  EXPECT_EQ(r.code(), 0) << r.info();
+}
+
+TEST_F(MindClusterFaultTest, SubscribeNeedsARegistration) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-0001", "worker01", {0});
+  {
+    Subscription sub(fault_.get(), "mindie-job-0001", "controller");
+    grpc::Status st = sub.WaitEnd();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+    EXPECT_NE(st.error_message().find("Register"), std::string::npos) << st.error_message();
+  }
+  {
+    Subscription sub(fault_.get(), "mindie-job-0001", "");
+    EXPECT_EQ(sub.WaitEnd().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Registered for the job, not for the whole cluster.
+  ASSERT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  Subscription sub(fault_.get(), "", "controller");
+  EXPECT_EQ(sub.WaitEnd().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// "fault" after a fault on the job's device, "normal" once after it cleared;
+// faults the job does not see, and NotHandle faults, never count.
+TEST_F(MindClusterFaultTest, FaultThenNormalOnce) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-0001", "worker01", {2, 3});
+  ASSERT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  Subscription sub(fault_.get(), "mindie-job-0001", "controller");
+  ASSERT_TRUE(WaitLive(1));
+
+  ASSERT_TRUE(agent.Transition(1, true, 3, "80E01801"));  // RESTART_BUSINESS on the job's device
+  auto msgs = sub.WaitMessages(1);
+  ASSERT_EQ(msgs.size(), 1u);
+  EXPECT_EQ(msgs[0].jobid(), "mindie-job-0001");
+  EXPECT_EQ(msgs[0].signaltype(), "fault");
+  EXPECT_FALSE(msgs[0].uuid().empty());
+  ASSERT_EQ(msgs[0].nodefaultinfo_size(), 1);
+  const auto& node = msgs[0].nodefaultinfo(0);
+  EXPECT_EQ(node.nodename(), "worker01");
+  EXPECT_EQ(node.faultlevel(), "UnHealthy");
+  ASSERT_EQ(node.faultdevice_size(), 1);
+  EXPECT_EQ(node.faultdevice(0).deviceid(), "3");
+  EXPECT_EQ(node.faultdevice(0).devicetype(), "NPU");
+  EXPECT_EQ(Codes(node.faultdevice(0)), std::vector<std::string>{"80E01801"});
+  EXPECT_EQ(node.faultdevice(0).faultlevels(0), "RestartBusiness");
+
+  // A device the job does not use, then the clear: the next message is the
+  // "normal".
+  ASSERT_TRUE(agent.Transition(2, true, 5, "80E01801"));
+  ASSERT_TRUE(agent.Transition(3, false, 3, "80E01801"));
+  msgs = sub.WaitMessages(2);
+  ASSERT_EQ(msgs.size(), 2u);
+  EXPECT_EQ(msgs[1].signaltype(), "normal");
+  EXPECT_EQ(msgs[1].jobid(), "mindie-job-0001");
+  EXPECT_EQ(msgs[1].nodefaultinfo_size(), 0);
+  EXPECT_NE(msgs[1].uuid(), msgs[0].uuid());
+
+  // A NotHandle fault on the job's device is not told, and no second
+  // "normal" comes: the next message is the new fault alone.
+  ASSERT_TRUE(agent.Transition(4, true, 2, "80818200"));
+  ASSERT_TRUE(agent.Transition(5, true, 3, "80E01801"));
+  msgs = sub.WaitMessages(3);
+  ASSERT_EQ(msgs.size(), 3u);
+  EXPECT_EQ(msgs[2].signaltype(), "fault");
+  ASSERT_EQ(msgs[2].nodefaultinfo_size(), 1);
+  ASSERT_EQ(msgs[2].nodefaultinfo(0).faultdevice_size(), 1);
+  EXPECT_EQ(msgs[2].nodefaultinfo(0).faultdevice(0).deviceid(), "3");
+  EXPECT_TRUE(WaitFor([&] { return Metric("clusterd_mindcluster_fault_messages_total") >= 3; }, kDeadline));
+}
+
+TEST_F(MindClusterFaultTest, RegisteringAgainEndsTheOlderStream) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-0001", "worker01", {0});
+  ASSERT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  auto first = std::make_unique<Subscription>(fault_.get(), "mindie-job-0001", "controller");
+  ASSERT_TRUE(WaitLive(1));
+  ASSERT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  grpc::Status st = first->WaitEnd();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED) << st.error_message();
+  EXPECT_TRUE(WaitLive(0));
+
+  // Another role is another subscription; a second stream of the same
+  // registration replaces the first.
+  ASSERT_EQ(Register("mindie-job-0001", "other").code(), 0);
+  Subscription other(fault_.get(), "mindie-job-0001", "other");
+  Subscription second(fault_.get(), "mindie-job-0001", "controller");
+  ASSERT_TRUE(WaitLive(2));
+  Subscription third(fault_.get(), "mindie-job-0001", "controller");
+  EXPECT_EQ(second.WaitEnd().error_code(), grpc::StatusCode::ABORTED);
+  ASSERT_TRUE(agent.Transition(1, true, 0, "80E01801"));
+  EXPECT_EQ(other.WaitMessages(1).size(), 1u);
+  // Whether the third stream's baseline saw the fault or not, the clear
+  // changes what it was told.
+  ASSERT_TRUE(agent.Transition(2, false, 0, "80E01801"));
+  EXPECT_EQ(other.WaitMessages(2).size(), 2u);
+  auto msgs = third.WaitMessages(1);
+  ASSERT_GE(msgs.size(), 1u);
+  EXPECT_EQ(msgs.back().jobid(), "mindie-job-0001");
+}
+
+// A cluster subscriber gets one message per job the change hits, each with
+// its jobId and only that job's devices.
+TEST_F(MindClusterFaultTest, ClusterSubscriberGetsPerJobMessages) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-000a", "worker01", {0, 1});
+  CreateJob("mindie-job-000b", "worker01", {2, 3});
+  ASSERT_EQ(Register("", "platform").code(), 0);
+  Subscription sub(fault_.get(), "", "platform");
+  ASSERT_TRUE(WaitLive(1));
+  ASSERT_TRUE(agent.Transition(1, true, 1, "80E01801"));
+  ASSERT_TRUE(agent.Transition(2, true, 2, "80E01801"));
+  ASSERT_TRUE(agent.Transition(3, true, 6, "80E01801"));  // no job's device
+  // The latest message per job says both its faults were seen.
+  std::map<std::string, fault::FaultMsgSignal> latest;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& m : sub.Messages()) latest[m.jobid()] = m;
+        return latest.size() == 2;
+      },
+      kDeadline));
+  EXPECT_EQ(latest.count(""), 0u);
+  ASSERT_EQ(latest["mindie-job-000a"].nodefaultinfo_size(), 1);
+  ASSERT_EQ(latest["mindie-job-000a"].nodefaultinfo(0).faultdevice_size(), 1);
+  EXPECT_EQ(latest["mindie-job-000a"].nodefaultinfo(0).faultdevice(0).deviceid(), "1");
+  ASSERT_EQ(latest["mindie-job-000b"].nodefaultinfo_size(), 1);
+  ASSERT_EQ(latest["mindie-job-000b"].nodefaultinfo(0).faultdevice_size(), 1);
+  EXPECT_EQ(latest["mindie-job-000b"].nodefaultinfo(0).faultdevice(0).deviceid(), "2");
+
+  // Clearing job a's fault: a "normal" for job a only.
+  const size_t before = sub.Messages().size();
+  ASSERT_TRUE(agent.Transition(4, false, 1, "80E01801"));
+  auto msgs = sub.WaitMessages(before + 1);
+  ASSERT_EQ(msgs.size(), before + 1);
+  EXPECT_EQ(msgs.back().jobid(), "mindie-job-000a");
+  EXPECT_EQ(msgs.back().signaltype(), "normal");
+}
+
+// A deleted job's subscription says "normal" (it had faults) and ends; its
+// registration is gone.
+TEST_F(MindClusterFaultTest, DeletedJobEndsItsSubscription) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-0001", "worker01", {0});
+  ASSERT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  Subscription sub(fault_.get(), "mindie-job-0001", "controller");
+  ASSERT_TRUE(WaitLive(1));
+  ASSERT_TRUE(agent.Transition(1, true, 0, "80E01801"));
+  ASSERT_EQ(sub.WaitMessages(1).size(), 1u);
+  DeleteJob("mindie-job-0001");
+  grpc::Status st = sub.WaitEnd();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+  auto msgs = sub.Messages();
+  ASSERT_EQ(msgs.size(), 2u);
+  EXPECT_EQ(msgs[1].signaltype(), "normal");
+  Subscription again(fault_.get(), "mindie-job-0001", "controller");
+  EXPECT_EQ(again.WaitEnd().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Register("mindie-job-0001", "controller").code(), 402);
+}
+
+TEST_F(MindClusterFaultTest, GetFaultMsgSignalCodes) {
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-0001", "worker01", {0, 1});
+  EXPECT_EQ(Get("short").code(), 409);
+  EXPECT_EQ(Get(std::string(129, 'x')).code(), 409);
+  EXPECT_EQ(Get("no-such-job-000").code(), 402);
+
+  auto r = Get("mindie-job-0001");
+  EXPECT_EQ(r.code(), 200) << r.info();
+  EXPECT_EQ(r.faultsignal().jobid(), "mindie-job-0001");
+  EXPECT_EQ(r.faultsignal().signaltype(), "normal");
+  EXPECT_FALSE(r.faultsignal().uuid().empty());
+
+  ASSERT_TRUE(agent.Transition(1, true, 1, "80E01801"));
+  ASSERT_TRUE(agent.Transition(2, true, 7, "80E01801"));  // no job's device
+  r = Get("mindie-job-0001");
+  EXPECT_EQ(r.code(), 200);
+  EXPECT_EQ(r.faultsignal().signaltype(), "fault");
+  ASSERT_EQ(r.faultsignal().nodefaultinfo_size(), 1);
+  ASSERT_EQ(r.faultsignal().nodefaultinfo(0).faultdevice_size(), 1);
+  EXPECT_EQ(r.faultsignal().nodefaultinfo(0).faultdevice(0).deviceid(), "1");
+
+  r = Get("");
+  EXPECT_EQ(r.code(), 200);
+  EXPECT_EQ(r.faultsignal().jobid(), "");
+  EXPECT_EQ(r.faultsignal().signaltype(), "fault");
+  ASSERT_EQ(r.faultsignal().nodefaultinfo_size(), 1);
+  ASSERT_EQ(r.faultsignal().nodefaultinfo(0).faultdevice_size(), 2);
+  EXPECT_EQ(r.faultsignal().nodefaultinfo(0).faultdevice(1).deviceid(), "7");
+}
+
+TEST_F(MindClusterFaultTest, SubscriberLimit) {
+  StartServer([](ClusterdConfig& c) { c.mindcluster_max_subscribers = 1; });
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-0001", "worker01", {0});
+  ASSERT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  grpc::Status st;
+  Register("mindie-job-0001", "second", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("mindcluster_max_subscribers=1"), std::string::npos) << st.error_message();
+  // The one registered may register again and subscribe.
+  EXPECT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  Subscription sub(fault_.get(), "mindie-job-0001", "controller");
+  EXPECT_TRUE(WaitLive(1));
+}
+
+}  // namespace
+}  // namespace clusterd

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# MindCluster compatibility end to end (docs/mindcluster.md), with clients
+# that are not ClusterD's C++ code: grpcurl reading proto/mindcluster (no
+# reflection) and a Go program (test/e2e/mindcluster-client) whose stubs
+# protoc-gen-go and protoc-gen-go-grpc generate here, from the same protos.
+# A clusterd (--insecure) with two sim noded agents and a training job on
+# worker01 devices 0 and 1:
+#  1. reflection lists PubFault and fault.Fault;
+#  2. fault.Fault/Register: an unknown job -> 402, no role -> 409;
+#  3. a subscriber registered for the job; a public fault (pingmesh,
+#     220001001 = SeparateNPU) on worker01 device 1 -> code 0, in ListFaults
+#     and in a Watch from revision 0, a "fault" signal naming worker01 and
+#     device 1, GetFaultMsgSignal lists it; an invalid request (version 2.0)
+#     -> 409, an unknown resource -> 410; "recover" -> a "normal" signal once
+#     its minimum visibility (5 s) has passed;
+#  4. a sim fault on worker02 (not the job's) and one on worker01 device 0
+#     -> a "fault" signal for device 0 only; cleared -> "normal".
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/test/e2e/lib.sh"
+export GOPATH="${GOPATH:-$HOME/go}"
+TOOLS_BIN="$GOPATH/bin"
+export PATH="$TOOLS_BIN:$PATH"
+BIN="$ROOT/build/bin"
+PROTOC_GEN_GO_VERSION=v1.36.12     # as test/e2e/api_tools_test.sh
+PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
+JOB=mc-job-0001
+
+command -v go >/dev/null || fail "go not installed (run scripts/deps.sh)"
+command -v protoc >/dev/null || fail "protoc not installed (run scripts/deps.sh)"
+command -v grpcurl >/dev/null || fail "grpcurl not installed (run scripts/deps.sh)"
+[[ -x $BIN/clusterd && -x $BIN/noded ]] || fail "build/bin/clusterd and build/bin/noded missing (build first)"
+
+# go_tool NAME PACKAGE VERSION: installs PACKAGE@VERSION into $TOOLS_BIN
+# unless the binary there was built from that version.
+go_tool() {
+  local have
+  have=$(go version -m "$TOOLS_BIN/$1" 2>/dev/null | awk '$1 == "mod" {print $3; exit}' || true)
+  [[ $have == "$3" ]] && return 0
+  echo "-- installing $1 $3 into $TOOLS_BIN (first run only)"
+  GOBIN="$TOOLS_BIN" go install "$2@$3" || fail "go install $2@$3"
+}
+go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
+go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
+
+WORK=$(mktemp -d)
+GRPC_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+ADDR=127.0.0.1:$GRPC_PORT
+CLUSTERD_PID=""
+SUB_PID=""
+PIDS=()
+declare -A NODED_PORT NODED_PID
+cleanup() {
+  local p
+  for p in "$SUB_PID" "${PIDS[@]}" "$CLUSTERD_PID"; do [[ -n $p ]] && kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true  # reap quietly
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trace_on_failure() {
+  local f
+  for f in "$WORK"/*.log "$WORK"/*.out; do [[ -f $f ]] && { echo "--- $(basename "$f")"; tail -20 "$f"; }; done
+}
+trap 'trace_on_failure; cleanup' ERR
+
+echo "== build the Go client (stubs generated now, into $WORK)"
+SRC="$ROOT/test/e2e/mindcluster-client"
+mkdir -p "$WORK/mcclient"
+cp "$SRC/main.go" "$SRC/go.mod" "$SRC/go.sum" "$WORK/mcclient/"
+bash "$SRC/generate.sh" "$WORK/mcclient" || fail "generating the Go stubs of proto/mindcluster"
+(cd "$WORK/mcclient" && go vet ./... && go build -buildvcs=false -o "$WORK/mcclient/mcclient" .) >"$WORK/gobuild.log" 2>&1 ||
+  fail "building test/e2e/mindcluster-client: $(cat "$WORK/gobuild.log")"
+MC="$WORK/mcclient/mcclient"
+
+echo "== clusterd and two sim noded agents"
+"$BIN/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+  --log-level warn >>"$WORK/clusterd.log" 2>&1 &
+CLUSTERD_PID=$!
+wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
+start_sim_noded worker01
+start_sim_noded worker02
+connected_agents() {
+  [[ $(grpcurl -plaintext "$ADDR" clusterd.v1.ClusterService/GetSummary |
+    python3 -c 'import json,sys; print(json.load(sys.stdin).get("connected_agents", 0))') == 2 ]]
+}
+wait_until 30 connected_agents
+grpcurl -plaintext -d "{\"job\": {\"id\": \"$JOB\", \"kind\": \"JOB_KIND_TRAINING\", \"placement\": [
+    {\"rank\": 0, \"node\": \"worker01\", \"device_id\": 0}, {\"rank\": 1, \"node\": \"worker01\", \"device_id\": 1}]}}" \
+  "$ADDR" clusterd.v1.JobService/CreateJob >/dev/null || fail "CreateJob $JOB"
+
+# json_field FIELD: a top-level field of the JSON object on stdin ("" if absent).
+json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], ""))' "$1"; }
+# mc_reply KIND FIELD: FIELD of the {"KIND": {...}} line that mcclient printed on stdin.
+mc_reply() {
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line).get(sys.argv[1])
+    if msg is not None:
+        print(msg.get(sys.argv[2], ""))
+        break' "$1" "$2"
+}
+# pubfault_grpcurl JSON: PubFault/SendPublicFault through grpcurl with the
+# proto file (no reflection); prints the RespStatus.
+pubfault_grpcurl() {
+  grpcurl -plaintext -emit-defaults -import-path "$ROOT/proto" -proto mindcluster/pubfault.proto -d "$1" \
+    "$ADDR" PubFault/SendPublicFault
+}
+# pubfault_request VERSION RESOURCE FAULT-ID ASSERTION: a request for worker01 device 1, code 220001001.
+pubfault_request() {
+  local now
+  now=$(date +%s%3N)
+  cat <<JSON
+{"id": "req-$3-$4-$now", "timestamp": $now, "version": "$1", "resource": "$2",
+ "faults": [{"faultId": "$3", "faultType": "NPU", "faultCode": "220001001", "faultTime": $now,
+             "assertion": "$4", "faultLocation": {"chip": "1"}, "description": "link down",
+             "influence": [{"nodeName": "worker01", "deviceIds": [1]}]}]}
+JSON
+}
+# signals FILE: one line per signal mcclient printed:
+#   "<signalType> <jobId> [node:deviceId:deviceType:codes:levels:faultLevel ...]",
+# and a line "NO-UUID" for a message without a uuid.
+signals() {
+  python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    sig = json.loads(line).get("signal")
+    if sig is None:
+        continue
+    if not sig.get("uuid"):
+        print("NO-UUID")
+    devs = []
+    for n in sig.get("nodeFaultInfo") or []:
+        for d in n.get("faultDevice") or []:
+            devs.append(":".join([n["nodeName"], d["deviceId"], d["deviceType"], ",".join(d["faultCodes"]),
+                                  ",".join(d["faultLevels"]), d["faultLevel"]]))
+    print(" ".join([sig["signalType"], sig["jobId"]] + devs))
+PY
+}
+has_signal() { signals "$1" | grep -q "^$2"; }
+live_subscribers() {
+  [[ $(curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" | awk '$1 == "clusterd_mindcluster_fault_subscribers" {print $2}') == "$1" ]]
+}
+# subscribe NAME: mcclient subscribe in the background (stdout in $WORK/NAME.out),
+# once clusterd counts its stream as live (changes from then on are told).
+subscribe() {
+  "$MC" subscribe -server "$ADDR" -job "$JOB" -role mindie -deadline 60s >"$WORK/$1.out" 2>"$WORK/$1.log" &
+  SUB_PID=$!
+  wait_until 30 live_subscribers 1 || fail "the $1 subscription never went live: $(cat "$WORK/$1.log")"
+  [[ $(mc_reply register code <"$WORK/$1.out") == 0 ]] || fail "Register $JOB: $(cat "$WORK/$1.out")"
+}
+# subscriber_done NAME: the subscriber exited 0 (after "normal").
+subscriber_done() {
+  local rc=0
+  timeout 30 tail --pid="$SUB_PID" -f /dev/null || fail "$1: mcclient still running: $(cat "$WORK/$1.out")"
+  wait "$SUB_PID" || rc=$?
+  SUB_PID=""
+  [[ $rc == 0 ]] || fail "$1: mcclient exit $rc: $(cat "$WORK/$1.log")"
+}
+
+echo "== 1. reflection lists both MindCluster services"
+services=$(grpcurl -plaintext "$ADDR" list)
+expect_contains "$services" "PubFault" "grpcurl list"
+expect_contains "$services" "fault.Fault" "grpcurl list"
+methods=$(grpcurl -plaintext "$ADDR" list fault.Fault)
+for m in Register SubscribeFaultMsgSignal GetFaultMsgSignal; do expect_contains "$methods" "fault.Fault.$m" "grpcurl list fault.Fault"; done
+
+echo "== 2. Register: unknown job -> 402, no role -> 409"
+out=$("$MC" register -server "$ADDR" -job mc-job-unknown -role mindie) || fail "mcclient register: $out"
+[[ $(mc_reply register code <<<"$out") == 402 ]] || fail "Register for an unknown job: $out (expected code 402)"
+out=$(grpcurl -plaintext -emit-defaults -import-path "$ROOT/proto" -proto mindcluster/fault.proto \
+  -d "{\"jobId\": \"$JOB\", \"role\": \"\"}" "$ADDR" fault.Fault/Register) || fail "grpcurl Register: $out"
+[[ $(json_field code <<<"$out") == 409 ]] || fail "Register with no role: $out (expected code 409)"
+
+echo "== 3. a public fault -> ListFaults, Watch, a \"fault\" signal; recover -> \"normal\""
+subscribe sub1
+out=$(pubfault_grpcurl "$(pubfault_request 1.0 pingmesh pingmesh-link-0001 occur)") || fail "SendPublicFault: $out"
+[[ $(json_field code <<<"$out") == 0 ]] || fail "SendPublicFault: $out (expected code 0)"
+# The stored fault, as the clusterd.v1 API shows it.
+pubfault_listed() {
+  grpcurl -plaintext -d '{"node": "worker01", "active_only": true}' "$ADDR" clusterd.v1.ClusterService/ListFaults |
+    python3 -c '
+import json, sys
+for f in json.load(sys.stdin).get("faults", []):
+    if f.get("reporter") == "pubfault/pingmesh" and f.get("external_id") == "pingmesh-link-0001":
+        print(f["code"], f["level"], f.get("device_id"), f["state"])'
+}
+listed=$(pubfault_listed)
+[[ $listed == "220001001 FAULT_LEVEL_SEPARATE 1 FAULT_STATE_ACTIVE" ]] ||
+  fail "ListFaults after SendPublicFault: '$listed' (expected 220001001 FAULT_LEVEL_SEPARATE 1 FAULT_STATE_ACTIVE)"
+# A Watch from revision 0 replays the history, the raise included; grpcurl
+# ends it after a second (the replay comes at once).
+watch_has_pubfault() {
+  { grpcurl -plaintext -max-time 1 -d '{"from_revision": "0", "types": ["EVENT_TYPE_FAULT_RAISED"]}' "$ADDR" \
+      clusterd.v1.ClusterService/Watch 2>/dev/null || true; } |
+    python3 -c '
+import json, sys
+text, dec, pos = sys.stdin.read(), json.JSONDecoder(), 0
+found = False
+while True:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    if pos >= len(text):
+        break
+    msg, pos = dec.raw_decode(text, pos)
+    for ev in msg.get("events", []):
+        f = ev.get("fault") or {}
+        found |= (f.get("reporter") == "pubfault/pingmesh" and f.get("device_id") == 1 and
+                  f.get("level") == "FAULT_LEVEL_SEPARATE" and f.get("code") == "220001001" and
+                  ev.get("job_ids") == ["mc-job-0001"])
+sys.exit(0 if found else 1)'
+}
+wait_until 20 watch_has_pubfault || fail "no FAULT_RAISED event of the public fault in a Watch from revision 0"
+echo "-- SendPublicFault: code 0; in ListFaults and in the Watch (reporter pubfault/pingmesh, SEPARATE, device 1)"
+
+wait_until 20 has_signal "$WORK/sub1.out" fault || fail "no \"fault\" signal: $(cat "$WORK/sub1.out")"
+first=$(signals "$WORK/sub1.out" | grep -m1 '^fault')
+[[ $first == "fault $JOB worker01:1:NPU:220001001:SeparateNPU:UnHealthy" ]] ||
+  fail "the first fault signal says '$first' (expected worker01 device 1, NPU, 220001001, SeparateNPU, UnHealthy)"
+echo "-- subscriber: $first"
+out=$("$MC" query -server "$ADDR" -job "$JOB" -role mindie) || fail "mcclient query: $out"
+[[ $(mc_reply query code <<<"$out") == 200 ]] || fail "GetFaultMsgSignal: $out (expected code 200)"
+grep -q '"worker01"' <<<"$out" && grep -q '"220001001"' <<<"$out" || fail "GetFaultMsgSignal does not list the fault: $out"
+
+out=$(pubfault_grpcurl "$(pubfault_request 2.0 pingmesh pingmesh-link-0002 occur)") || fail "SendPublicFault: $out"
+[[ $(json_field code <<<"$out") == 409 ]] || fail "SendPublicFault version 2.0: $out (expected code 409)"
+out=$(pubfault_grpcurl "$(pubfault_request 1.0 no-such-system pingmesh-link-0003 occur)") || fail "SendPublicFault: $out"
+[[ $(json_field code <<<"$out") == 410 ]] || fail "SendPublicFault from an unknown resource: $out (expected code 410)"
+echo "-- version 2.0 -> 409, resource no-such-system -> 410"
+
+# Recover, through the Go client's PubFault stub this time.
+out=$("$MC" pubfault -server "$ADDR" -resource pingmesh -fault-id pingmesh-link-0001 -code 220001001 \
+  -assertion recover -node worker01 -devices 1) || fail "mcclient pubfault: $out"
+[[ $(mc_reply pubfault code <<<"$out") == 0 ]] || fail "recover: $out (expected code 0)"
+subscriber_done sub1
+last=$(signals "$WORK/sub1.out" | tail -1)
+[[ $last == "normal $JOB" ]] || fail "the last signal says '$last', not 'normal $JOB'"
+! signals "$WORK/sub1.out" | grep -q NO-UUID || fail "a signal without a uuid: $(cat "$WORK/sub1.out")"
+[[ -z $(pubfault_listed) ]] || fail "the public fault is still active after the normal signal"
+echo "-- recover -> code 0; subscriber: $(signals "$WORK/sub1.out" | cut -d' ' -f1 | paste -sd' ')"
+
+echo "== 4. sim faults: worker02 (not the job's) and worker01 device 0 -> \"fault\"; cleared -> \"normal\""
+wait_until 30 live_subscribers 0 || fail "the first subscription is still counted live"
+subscribe sub2
+sim_fault_active() {
+  grpcurl -plaintext -d "{\"node\": \"$1\", \"active_only\": true}" "$ADDR" clusterd.v1.ClusterService/ListFaults |
+    grep -q 80E01801
+}
+inject_sim_fault worker02 0 80E01801
+wait_until 30 sim_fault_active worker02
+inject_sim_fault worker01 0 80E01801
+wait_until 30 has_signal "$WORK/sub2.out" fault || fail "no \"fault\" signal for the sim fault: $(cat "$WORK/sub2.out")"
+first=$(signals "$WORK/sub2.out" | grep -m1 '^fault')
+[[ $first == "fault $JOB worker01:0:NPU:80E01801:"* ]] || fail "the sim fault's signal says '$first' (expected worker01 device 0)"
+echo "-- subscriber: $first"
+inject_sim_fault worker01 0 80E01801 clear
+subscriber_done sub2
+[[ $(signals "$WORK/sub2.out" | tail -1) == "normal $JOB" ]] || fail "no normal signal last: $(cat "$WORK/sub2.out")"
+! grep -q worker02 "$WORK/sub2.out" || fail "a signal of $JOB names worker02: $(cat "$WORK/sub2.out")"
+
+echo "-- SIGTERM stops clusterd cleanly"
+kill -TERM "$CLUSTERD_PID"; wait "$CLUSTERD_PID" || fail "clusterd exit $?"; CLUSTERD_PID=""
+echo "e2e mindcluster: ok"
