@@ -167,7 +167,21 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   http::response<http::string_body> Dispatch(const http::request<http::string_body>& req) {
     const std::string target(req.target());
     const std::string path = target.substr(0, target.find('?'));
-    const auto route = server_->routes.find(path);
+    auto route = server_->routes.find(path);
+    if (route == server_->routes.end()) {
+      // A prefix route ("/api/v1/nodes/*") takes every path below it; the
+      // longest one wins.
+      size_t best = 0;
+      for (auto it = server_->routes.begin(); it != server_->routes.end(); ++it) {
+        const std::string& key = it->first;
+        if (key.size() < 2 || key.back() != '*') continue;
+        const std::string_view prefix(key.data(), key.size() - 1);
+        if (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 && prefix.size() > best) {
+          best = prefix.size();
+          route = it;
+        }
+      }
+    }
     if (route == server_->routes.end()) {
       return Plain(http::status::not_found, "not found: " + path + "\n");
     }

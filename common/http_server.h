@@ -70,7 +70,9 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Registers `handler` for `method` on exactly `path` (the target up to any
-  // '?'). Unknown paths answer 404; a known path with another method 405.
+  // '?'), or on every path below it when `path` ends in "/*" ("/api/v1/nodes/*":
+  // the longest such prefix wins; the prefix itself is not matched). Unknown
+  // paths answer 404; a known path with another method 405.
   // Must be called before Start() (aborts otherwise); registering the same
   // method+path twice replaces the handler.
   void Handle(std::string method, std::string path, Handler handler);

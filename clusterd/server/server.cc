@@ -29,6 +29,7 @@
 #include "clusterd/server/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
+#include "clusterd/server/http_api.h"
 #include "clusterd/server/job_service.h"
 #include "clusterd/server/mindcluster_fault_service.h"
 #include "clusterd/server/pubfault_service.h"
@@ -421,6 +422,9 @@ Status ClusterdServer::Start() {
     }
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.Render()};
   });
+  HttpApiOptions api;
+  api.require_viewer = !cfg.insecure;
+  RegisterHttpApi(s.http.get(), s.state.get(), s.hub.get(), s.authenticator.get(), api);
   CLUSTERD_RETURN_IF_ERROR(s.http->Start(cfg.http_listen));
   CLUSTERD_RETURN_IF_ERROR(s.StartIntegrations());
   s.serving = true;

@@ -606,6 +606,18 @@ TEST(TokenReviewAuthTest, ParsesTheApiAnswer) {
   EXPECT_NE(TokenReviewRequestBody("t", "clusterd").find("\"audiences\":[\"clusterd\"]"), std::string::npos);
 }
 
+// The JSON API on the HTTP port is read-only and needs a viewer's token
+// unless ClusterD runs --insecure.
+TEST_F(SecurityTest, TheJsonApiNeedsAViewersToken) {
+  Start();
+  const int http = server_->http_port();
+  EXPECT_EQ(testing::HttpGet(http, "/api/v1/summary").status, 401);
+  EXPECT_EQ(testing::HttpGet(http, "/api/v1/nodes", "Bearer nope").status, 401);
+  EXPECT_EQ(testing::HttpGet(http, "/api/v1/events", "Bearer " + Certs::Get().Token("reporter")).status, 403);
+  EXPECT_EQ(testing::HttpGet(http, "/api/v1/summary", "Bearer " + Certs::Get().Token("viewer")).status, 200);
+  EXPECT_EQ(testing::HttpGet(http, "/api/v1/nodes/x", "Bearer " + Certs::Get().Token("operator")).status, 404);
+}
+
 // Every method of every service in proto/ (read from the source tree, so a
 // new file or method is seen) has an entry in the one table, and the table
 // names no method that does not exist.

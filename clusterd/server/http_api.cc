@@ -1,0 +1,269 @@
+#include "clusterd/server/http_api.h"
+
+#include <cstdlib>
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+namespace clusterd {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+// Answers over this size are cut (events) or refused: what a client with
+// default limits accepts.
+constexpr size_t kMaxAnswerBytes = 4u << 20;
+
+int HttpStatusOf(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kOutOfRange: return 410;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kUnavailable: return 503;
+    default: return 500;
+  }
+}
+
+HttpResponse Error(const Status& st) {
+  nlohmann::json body = {{"code", StatusCodeName(st.code())}, {"message", st.message()}};
+  return HttpResponse{HttpStatusOf(st.code()), "application/json", body.dump() + "\n"};
+}
+
+HttpResponse Json(const google::protobuf::Message& msg) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  auto st = google::protobuf::util::MessageToJsonString(msg, &out, options);
+  if (!st.ok()) return Error(Internal("cannot render the answer as JSON"));
+  return HttpResponse{200, "application/json", out + "\n"};
+}
+
+int Hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+StatusOr<std::string> UrlDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%') {
+      if (i + 2 >= s.size()) return InvalidArgument("bad %-escape in the query");
+      const int hi = Hex(s[i + 1]), lo = Hex(s[i + 2]);
+      if (hi < 0 || lo < 0) return InvalidArgument("bad %-escape in the query");
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::string_view QueryOf(const std::string& target) {
+  auto q = target.find('?');
+  return q == std::string::npos ? std::string_view() : std::string_view(target).substr(q + 1);
+}
+
+// The part of the path after `prefix` ("/api/v1/nodes/"), URL-decoded.
+StatusOr<std::string> PathTail(const std::string& target, std::string_view prefix) {
+  std::string_view path(target);
+  path = path.substr(0, path.find('?'));
+  return UrlDecode(path.substr(prefix.size()));
+}
+
+}  // namespace
+
+Status QueryToMessage(std::string_view query, google::protobuf::Message* msg) {
+  const auto* desc = msg->GetDescriptor();
+  nlohmann::json doc = nlohmann::json::object();
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    auto eq = pair.find('=');
+    auto key = UrlDecode(pair.substr(0, eq));
+    if (!key.ok()) return key.status();
+    auto value = UrlDecode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
+    if (!value.ok()) return value.status();
+    const FieldDescriptor* field = desc->FindFieldByName(*key);
+    if (field == nullptr) field = desc->FindFieldByCamelcaseName(*key);
+    if (field == nullptr || field->type() == FieldDescriptor::TYPE_MESSAGE) {
+      return InvalidArgument("unknown query parameter \"" + key->substr(0, 64) + "\"");
+    }
+    nlohmann::json v;
+    if (field->type() == FieldDescriptor::TYPE_BOOL) {
+      if (*value != "true" && *value != "false") {
+        return InvalidArgument(*key + ": \"" + value->substr(0, 64) + "\" is not true or false");
+      }
+      v = *value == "true";
+    } else {
+      v = *value;  // numbers and enum names as strings: the proto3 JSON parser takes both
+    }
+    if (field->is_repeated()) {
+      // Repeated: "nodes=a&nodes=b" or "nodes=a,b".
+      auto& arr = doc[field->name()];
+      if (!arr.is_array()) arr = nlohmann::json::array();
+      if (v.is_string()) {
+        std::string s = v.get<std::string>();
+        size_t start = 0;
+        while (start <= s.size()) {
+          auto comma = s.find(',', start);
+          std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+          if (!item.empty()) arr.push_back(item);
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+      } else {
+        arr.push_back(v);
+      }
+    } else {
+      doc[field->name()] = v;
+    }
+  }
+  google::protobuf::util::JsonParseOptions options;
+  auto st = google::protobuf::util::JsonStringToMessage(doc.dump(), msg, options);
+  if (!st.ok()) return InvalidArgument("query: " + std::string(st.message()));
+  return Status::Ok();
+}
+
+void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub* hub, const Authenticator* auth,
+                     HttpApiOptions options) {
+  // Every route: who is asking first, then the query.
+  auto route = [http, auth, options](const std::string& path,
+                                     const std::function<HttpResponse(const HttpRequest&)>& answer) {
+    http->Handle("GET", path, [auth, options, answer](const HttpRequest& req) {
+      if (options.require_viewer) {
+        constexpr std::string_view kBearer = "Bearer ";
+        if (req.authorization.rfind(kBearer, 0) != 0) {
+          return Error(Unauthenticated("the API needs Authorization: Bearer <token> of a viewer"));
+        }
+        auto who = auth->AuthenticateToken(std::string_view(req.authorization).substr(kBearer.size()), "http");
+        if (!who.ok()) return Error(who.status());
+        const RoleMask readers = RoleBit(Role::kViewer) | RoleBit(Role::kOperator) | RoleBit(Role::kAdmin);
+        if ((who->roles & readers) == 0) {
+          return Error(PermissionDenied(who->name + " may not read the API: needs viewer"));
+        }
+      }
+      return answer(req);
+    });
+  };
+  // A query of one request type answered under the state's shared lock.
+  auto list = [state](auto request, auto call) {
+    return [state, request, call](const HttpRequest& req) {
+      auto r = request;
+      if (Status st = QueryToMessage(QueryOf(req.target), &r); !st.ok()) return Error(st);
+      auto resp = state->Read([&](const ClusterState& s) { return call(s, r); });
+      if (!resp.ok()) return Error(resp.status());
+      return Json(*resp);
+    };
+  };
+  route("/api/v1/summary", [state](const HttpRequest&) {
+    return Json(state->Read([](const ClusterState& s) { return s.GetSummary(); }));
+  });
+  route("/api/v1/admin", [state](const HttpRequest&) {
+    return Json(state->Read([](const ClusterState& s) { return s.admin_state(); }));
+  });
+  route("/api/v1/nodes", list(v1::ListNodesRequest(),
+                              [](const ClusterState& s, const v1::ListNodesRequest& r) { return s.ListNodes(r); }));
+  route("/api/v1/faults", list(v1::ListFaultsRequest(),
+                               [](const ClusterState& s, const v1::ListFaultsRequest& r) { return s.ListFaults(r); }));
+  route("/api/v1/jobs",
+        list(v1::ListJobsRequest(), [](const ClusterState& s, const v1::ListJobsRequest& r) { return s.ListJobs(r); }));
+  route("/api/v1/recoveries",
+        list(v1::ListRecoveriesRequest(),
+             [](const ClusterState& s, const v1::ListRecoveriesRequest& r) { return s.ListRecoveries(r); }));
+  route("/api/v1/nodes/*", [state](const HttpRequest& req) {
+    auto name = PathTail(req.target, "/api/v1/nodes/");
+    if (!name.ok()) return Error(name.status());
+    v1::GetNodeRequest r;
+    r.set_name(*name);
+    auto resp = state->Read([&](const ClusterState& s) { return s.GetNode(r); });
+    return resp.ok() ? Json(*resp) : Error(resp.status());
+  });
+  route("/api/v1/jobs/*", [state](const HttpRequest& req) {
+    auto id = PathTail(req.target, "/api/v1/jobs/");
+    if (!id.ok()) return Error(id.status());
+    auto job = state->Read([&](const ClusterState& s) { return s.GetJob(*id); });
+    return job.ok() ? Json(*job) : Error(job.status());
+  });
+  route("/api/v1/recoveries/*", [state](const HttpRequest& req) {
+    auto id = PathTail(req.target, "/api/v1/recoveries/");
+    if (!id.ok()) return Error(id.status());
+    auto r = state->Read([&](const ClusterState& s) { return s.GetRecovery(*id); });
+    return r.ok() ? Json(*r) : Error(r.status());
+  });
+  route("/api/v1/events", [state, hub, options](const HttpRequest& req) {
+    // from_revision and the Watch filters, plus limit.
+    v1::WatchRequest watch;
+    std::string query(QueryOf(req.target));
+    size_t limit = 256;
+    {
+      std::string rest;
+      size_t start = 0;
+      while (start <= query.size() && !query.empty()) {
+        auto amp = query.find('&', start);
+        std::string pair = query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+        if (pair.rfind("limit=", 0) == 0) {
+          const std::string v = pair.substr(6);
+          char* end = nullptr;
+          const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+          if (v.empty() || end != v.c_str() + v.size() || n == 0) {
+            return Error(InvalidArgument("limit: \"" + v.substr(0, 32) + "\" is not a positive number"));
+          }
+          limit = static_cast<size_t>(std::min<unsigned long long>(n, options.max_events));
+        } else if (!pair.empty()) {
+          rest += (rest.empty() ? "" : "&") + pair;
+        }
+        if (amp == std::string::npos) break;
+        start = amp + 1;
+      }
+      query = rest;
+    }
+    if (Status st = QueryToMessage(query, &watch); !st.ok()) return Error(st);
+    auto filter = WatchFilter::FromRequest(watch);
+    if (!filter.ok()) return Error(filter.status());
+    const uint64_t compacted = state->compacted_revision();
+    if (watch.from_revision() < compacted) {
+      return Error(OutOfRange("revision " + std::to_string(watch.from_revision()) +
+                              " is compacted; the oldest revision available is " + std::to_string(compacted + 1) +
+                              " (from_revision=" + std::to_string(compacted) + ")"));
+    }
+    // Filtered events are skipped, not counted: read on until `limit` match
+    // or the history ends (bounded: at most 8 reads of `limit`).
+    std::string events;
+    size_t count = 0;
+    uint64_t after = watch.from_revision();
+    bool more = false;
+    google::protobuf::util::JsonPrintOptions print;
+    for (int reads = 0; reads < 8 && count < limit; ++reads) {
+      auto batch = hub->Fetch(after, limit);
+      if (!batch.ok()) return Error(batch.status());
+      if (batch->empty()) break;
+      for (const auto& e : *batch) {
+        if (count >= limit || events.size() > kMaxAnswerBytes / 2) {
+          more = true;
+          break;
+        }
+        after = e->revision();
+        if (!filter->Matches(*e)) continue;
+        std::string one;
+        if (!google::protobuf::util::MessageToJsonString(*e, &one, print).ok()) continue;
+        events += (count ? "," : "") + one;
+        ++count;
+      }
+      if (more) break;
+    }
+    std::string body = "{\"events\":[" + events + "],\"nextFromRevision\":\"" + std::to_string(after) +
+                       "\",\"headRevision\":\"" + std::to_string(hub->head()) + "\"}\n";
+    return HttpResponse{200, "application/json", std::move(body)};
+  });
+}
+
+}  // namespace clusterd

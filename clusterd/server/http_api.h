@@ -1,0 +1,46 @@
+// The read-only JSON API on ClusterD's HTTP port (docs/operate.md#http-api):
+// the same queries as ClusterService/JobService/AdminService, as proto3 JSON,
+// with the same filters and pagination as query parameters:
+//
+//   GET /api/v1/summary                     GetSummaryResponse
+//   GET /api/v1/nodes?health=&label_selector=&page_size=&page_token=
+//   GET /api/v1/nodes/<name>                GetNodeResponse
+//   GET /api/v1/faults?node=&active_only=true&min_level=&job=&...
+//   GET /api/v1/jobs?state=&kind=&...       GET /api/v1/jobs/<id>
+//   GET /api/v1/recoveries?job=&state=&...  GET /api/v1/recoveries/<id>
+//   GET /api/v1/admin                       AdminState
+//   GET /api/v1/events?from_revision=&limit=&nodes=&types=&min_level=&jobs=
+//       the event history after from_revision (at most `limit`, 1000), the
+//       delta feed a page follows; 410 with the oldest revision when that
+//       history is compacted.
+//
+// Errors are {"code": "<gRPC code name>", "message": "..."} with the HTTP
+// status of the code (400, 401, 403, 404, 410, 503). Unless ClusterD runs
+// --insecure, every call needs "Authorization: Bearer <token>" of a
+// principal with the viewer role (the HTTP port has no client certificates).
+#pragma once
+
+#include "clusterd/cluster_state.h"
+#include "clusterd/server/auth.h"
+#include "clusterd/watch_hub.h"
+#include "common/http_server.h"
+
+namespace clusterd {
+
+struct HttpApiOptions {
+  // Bearer token of a viewer (or operator, admin) required.
+  bool require_viewer = true;
+  // Most events one /api/v1/events answer carries.
+  size_t max_events = 1000;
+};
+
+// Registers the routes on `http` (before it starts). The arguments must
+// outlive it.
+void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub* hub, const Authenticator* auth,
+                     HttpApiOptions options);
+
+// For tests: query string -> request message by field name ("a=1&b=x&b=y"
+// for a repeated b); unknown or malformed parameters are InvalidArgument.
+Status QueryToMessage(std::string_view query, google::protobuf::Message* msg);
+
+}  // namespace clusterd

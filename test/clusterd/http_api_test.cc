@@ -1,0 +1,123 @@
+// The read-only JSON API on the HTTP port (server/http_api.h) against a real
+// in-process ClusterD with an agent: every endpoint, filters, pagination,
+// the event feed, and errors as JSON with the matching HTTP status.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "agent_client.h"
+#include "clusterd/server/http_api.h"
+#include "clusterd/server/server.h"
+#include "http_get.h"
+#include "loopback_config.h"
+#include "test_util.h"
+
+namespace clusterd {
+namespace {
+
+using nlohmann::json;
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ClusterdServer>(testing::LoopbackConfig(dir_.Sub("data")));
+    ASSERT_TRUE(server_->Start().ok());
+    channel_ = testing::Dial(server_->grpc_port());
+  }
+
+  json Get(const std::string& target, int want = 200) {
+    auto r = testing::HttpGet(server_->http_port(), target);
+    EXPECT_EQ(r.status, want) << target << ": " << r.body;
+    auto doc = json::parse(r.body, nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << target << ": " << r.body;
+    return doc;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<ClusterdServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(HttpApiTest, EndpointsAnswerTheSameQueriesAsGrpc) {
+  testing::TestAgent w1(channel_, "worker01", 1, 4);
+  testing::TestAgent w2(channel_, "worker02", 1, 4);
+  ASSERT_TRUE(w1.Connect());
+  ASSERT_TRUE(w2.Connect());
+  ASSERT_TRUE(w1.Transition(1, true, 2, "80E01801"));
+
+  auto summary = Get("/api/v1/summary");
+  EXPECT_EQ(summary["nodes"]["healthy"].get<int>() + summary["nodes"].value("unhealthy", 0), 2) << summary.dump();
+  auto nodes = Get("/api/v1/nodes");
+  ASSERT_EQ(nodes["nodes"].size(), 2u);
+  auto unhealthy = Get("/api/v1/nodes?health=HEALTH_UNHEALTHY");
+  ASSERT_EQ(unhealthy["nodes"].size(), 1u) << unhealthy.dump();
+  EXPECT_EQ(unhealthy["nodes"][0]["name"], "worker01");
+  // Pagination: the token of one page gives the next.
+  auto page1 = Get("/api/v1/nodes?page_size=1");
+  ASSERT_EQ(page1["nodes"].size(), 1u);
+  ASSERT_TRUE(page1.contains("nextPageToken"));
+  auto page2 = Get("/api/v1/nodes?pageSize=1&page_token=" + page1["nextPageToken"].get<std::string>());
+  ASSERT_EQ(page2["nodes"].size(), 1u);
+  EXPECT_NE(page1["nodes"][0]["name"], page2["nodes"][0]["name"]);
+
+  auto node = Get("/api/v1/nodes/worker01");
+  ASSERT_EQ(node["activeFaults"].size(), 1u);
+  EXPECT_EQ(node["activeFaults"][0]["code"], "80E01801");
+  EXPECT_EQ(node["devices"].size(), 4u);
+  auto faults = Get("/api/v1/faults?active_only=true&node=worker01&min_level=FAULT_LEVEL_SUB_HEALTH");
+  ASSERT_EQ(faults["faults"].size(), 1u);
+  EXPECT_EQ(Get("/api/v1/faults?node=worker02")["faults"].size(), 0u);
+  EXPECT_TRUE(Get("/api/v1/jobs").is_object());
+  EXPECT_TRUE(Get("/api/v1/recoveries").is_object());
+  EXPECT_TRUE(Get("/api/v1/admin").is_object());
+
+  // The event feed: from 0, filtered, limited, and resumable.
+  auto all = Get("/api/v1/events?from_revision=0");
+  ASSERT_GE(all["events"].size(), 3u);
+  const uint64_t head = std::stoull(all["headRevision"].get<std::string>());
+  EXPECT_EQ(std::stoull(all["nextFromRevision"].get<std::string>()), head);
+  auto raised = Get("/api/v1/events?from_revision=0&types=EVENT_TYPE_FAULT_RAISED");
+  ASSERT_EQ(raised["events"].size(), 1u);
+  EXPECT_EQ(raised["events"][0]["fault"]["code"], "80E01801");
+  auto first = Get("/api/v1/events?from_revision=0&limit=1");
+  ASSERT_EQ(first["events"].size(), 1u);
+  auto next = Get("/api/v1/events?from_revision=" + first["nextFromRevision"].get<std::string>() + "&limit=1");
+  ASSERT_EQ(next["events"].size(), 1u);
+  EXPECT_GT(std::stoull(next["events"][0]["revision"].get<std::string>()),
+            std::stoull(first["events"][0]["revision"].get<std::string>()));
+  auto nodes_only = Get("/api/v1/events?from_revision=0&nodes=worker02");
+  for (const auto& e : nodes_only["events"]) EXPECT_EQ(e["node"], "worker02");
+}
+
+TEST_F(HttpApiTest, ErrorsAreJsonWithTheirStatus) {
+  auto missing = Get("/api/v1/nodes/nobody", 404);
+  EXPECT_EQ(missing["code"], "NOT_FOUND");
+  EXPECT_EQ(Get("/api/v1/faults?nope=1", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/faults?active_only=yes", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/nodes?health=GREEN", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/events?limit=0", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/jobs/%zz", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/recoveries/none", 404)["code"], "NOT_FOUND");
+  EXPECT_EQ(testing::HttpGet(server_->http_port(), "/api/v1/").status, 404);
+}
+
+TEST(HttpApiQueryTest, QueryToMessage) {
+  v1::WatchRequest w;
+  ASSERT_TRUE(QueryToMessage("from_revision=7&nodes=a&nodes=b,c&types=EVENT_TYPE_FAULT_RAISED&min_level=FAULT_LEVEL_"
+                             "SEPARATE",
+                             &w)
+                  .ok());
+  EXPECT_EQ(w.from_revision(), 7u);
+  ASSERT_EQ(w.nodes_size(), 3);
+  EXPECT_EQ(w.nodes(2), "c");
+  EXPECT_EQ(w.min_level(), v1::FAULT_LEVEL_SEPARATE);
+  v1::ListNodesRequest n;
+  ASSERT_TRUE(QueryToMessage("label_selector=rack%3Dr1%2Cpool!%3Da&pageSize=5", &n).ok());
+  EXPECT_EQ(n.label_selector(), "rack=r1,pool!=a");
+  EXPECT_EQ(n.page_size(), 5);
+  EXPECT_FALSE(QueryToMessage("page_size=many", &n).ok());
+  EXPECT_FALSE(QueryToMessage("page_size=%4", &n).ok());
+  EXPECT_FALSE(QueryToMessage("unknown=1", &n).ok());
+}
+
+}  // namespace
+}  // namespace clusterd
