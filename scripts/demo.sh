@@ -50,6 +50,7 @@ start_clusterd() {
 
 step "Starting clusterd on $ADDR (HTTP :$HTTP_PORT)"
 start_clusterd
+echo "live status page: http://127.0.0.1:$HTTP_PORT/ (open it in a browser to follow the demo)"
 
 declare -A NODED_HTTP
 for node in mgmt015 worker01 worker02; do

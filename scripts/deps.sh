@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   golang-go
   clang libclang-rt-14-dev clang-format clang-tidy
+  chromium chromium-driver python3-selenium
 )
 GRPCURL_VERSION=v1.9.4
 

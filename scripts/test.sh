@@ -23,6 +23,7 @@ bash test/k8s/kubernetes_e2e_test.sh
 bash test/k8s/security_e2e_test.sh
 bash test/e2e/api_tools_test.sh
 bash test/e2e/mindcluster_test.sh
+bash test/e2e/status_page_test.sh
 bash test/faults/run.sh
 # The instrumented builds come last: each is a build of the tree of its own
 # (ccache makes a rerun cheap). FUZZ_SECONDS=0 skips the fuzzers, SANITIZE=0

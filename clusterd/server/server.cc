@@ -33,6 +33,7 @@
 #include "clusterd/server/job_service.h"
 #include "clusterd/server/mindcluster_fault_service.h"
 #include "clusterd/server/pubfault_service.h"
+#include "clusterd/server/status_page.h"
 #include "clusterd/server/tls.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/watch_hub.h"
@@ -425,6 +426,12 @@ Status ClusterdServer::Start() {
   HttpApiOptions api;
   api.require_viewer = !cfg.insecure;
   RegisterHttpApi(s.http.get(), s.state.get(), s.hub.get(), s.authenticator.get(), api);
+  // The status page holds no data (it reads the API above), so no token.
+  for (const char* path : {"/", "/index.html"}) {
+    s.http->Handle("GET", path, [](const HttpRequest&) {
+      return HttpResponse{200, "text/html; charset=utf-8", std::string(StatusPageHtml())};
+    });
+  }
   CLUSTERD_RETURN_IF_ERROR(s.http->Start(cfg.http_listen));
   CLUSTERD_RETURN_IF_ERROR(s.StartIntegrations());
   s.serving = true;

@@ -13,6 +13,7 @@ namespace clusterd::testing {
 struct HttpResult {
   int status = 0;  // 0: no answer (refused, reset, closed without a response)
   std::string body;
+  std::string content_type;
 };
 
 // `authorization`, when not empty, is sent as the Authorization header.
@@ -34,6 +35,7 @@ inline HttpResult HttpGet(int port, const std::string& target, const std::string
     http::read(socket, buffer, res);
     out.status = res.result_int();
     out.body = res.body();
+    out.content_type = std::string(res[http::field::content_type]);
   } catch (const std::exception&) {
     out.status = 0;
   }

@@ -18,6 +18,7 @@
 #include "clusterd/server/auth.h"
 #include "clusterd/server/authz.h"
 #include "clusterd/server/server.h"
+#include "clusterd/server/status_page.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
@@ -616,6 +617,20 @@ TEST_F(SecurityTest, TheJsonApiNeedsAViewersToken) {
   EXPECT_EQ(testing::HttpGet(http, "/api/v1/events", "Bearer " + Certs::Get().Token("reporter")).status, 403);
   EXPECT_EQ(testing::HttpGet(http, "/api/v1/summary", "Bearer " + Certs::Get().Token("viewer")).status, 200);
   EXPECT_EQ(testing::HttpGet(http, "/api/v1/nodes/x", "Bearer " + Certs::Get().Token("operator")).status, 404);
+}
+
+// The status page holds no data (it reads the API with the viewer's token),
+// so it is served to anyone.
+TEST_F(SecurityTest, TheStatusPageNeedsNoToken) {
+  Start();
+  for (const char* path : {"/", "/index.html"}) {
+    auto page = testing::HttpGet(server_->http_port(), path);
+    EXPECT_EQ(page.status, 200) << path;
+    EXPECT_EQ(page.content_type, "text/html; charset=utf-8") << path;
+    EXPECT_EQ(page.body, StatusPageHtml()) << path;
+  }
+  EXPECT_EQ(StatusPageHtml().substr(0, 15), "<!DOCTYPE html>");
+  EXPECT_NE(StatusPageHtml().find("window.clusterdStatus"), std::string_view::npos);
 }
 
 // Every method of every service in proto/ (read from the source tree, so a

@@ -1,0 +1,139 @@
+"""Drives ClusterD's status page in headless Chromium (run by status_page_test.sh).
+
+Asserts through the page's test hook (window.clusterdStatus) and the DOM,
+never on pixels: 16 cells; a fault injected on a sim device turns its cell
+and shows in the faults panel and in the node's detail pane without a page
+reload; the recovery it starts reaches SUCCEEDED in the recoveries panel;
+a pause and a cordon (clusterctl) show as the banner and the cells' mark.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+
+
+def wait_for(what, cond, timeout=30.0):
+    """Polls cond() until it returns something truthy or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = cond()
+            if last:
+                return last
+        except Exception as e:  # the page may be between renders
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--inject", required=True, help="the noded's sim fault URL")
+    ap.add_argument("--node", required=True)
+    ap.add_argument("--device", type=int, required=True)
+    ap.add_argument("--code", required=True)
+    ap.add_argument("--artifacts", required=True)
+    ap.add_argument("--clusterctl", required=True)
+    ap.add_argument("--server", required=True, help="clusterd's gRPC address")
+    args = ap.parse_args()
+    os.makedirs(args.artifacts, exist_ok=True)
+
+    opts = webdriver.ChromeOptions()
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+              "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(a)
+    opts.binary_location = "/usr/bin/chromium"
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    js = driver.execute_script
+    shot = lambda name: driver.save_screenshot(os.path.join(args.artifacts, name + ".png"))
+    try:
+        driver.get(args.url)
+        wait_for("the page's first load", lambda: js("return !!(window.clusterdStatus && window.clusterdStatus.ready)"))
+        # A marker that only survives if the page is never reloaded.
+        js("window.__statusPageMarker = 'loaded-once'")
+        wait_for("16 cells", lambda: js("return window.clusterdStatus.cellCount()") == 16)
+        health0 = js("return window.clusterdStatus.cellHealth(arguments[0], arguments[1])", args.node, args.device)
+        assert health0 == "HEALTHY", f"cell {args.node}/{args.device} starts {health0}"
+        rev0 = int(js("return window.clusterdStatus.revision()"))
+        shot("1-loaded")
+        print(f"page loaded: 16 cells, revision {rev0}")
+
+        body = json.dumps({"device": args.device, "code": args.code, "state": "raise"}).encode()
+        req = urllib.request.Request(args.inject, data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200, f"inject: HTTP {r.status}"
+        print(f"injected {args.code} on {args.node}/{args.device}")
+
+        wait_for("the cell's health to change", lambda: js(
+            "return window.clusterdStatus.cellHealth(arguments[0], arguments[1])", args.node, args.device) != "HEALTHY")
+        wait_for("the fault in the faults panel", lambda: any(
+            args.code in row.text and args.node in row.text for row in driver.find_elements(By.CSS_SELECTOR, "#faults tr")))
+        assert int(js("return window.clusterdStatus.revision()")) > rev0, "revision did not move"
+        # The job's impacts (computed by ClusterD, read again after the fault event).
+        wait_for("the fault's impact on train-a in the jobs panel", lambda: f"{args.node}/{args.device}" in
+                 driver.find_element(By.CSS_SELECTOR, '#jobs tr[data-job="train-a"]').text)
+        shot("2-fault")
+
+        # Click the cell itself (coordinates from the hook), then the pane.
+        rect = js("return window.clusterdStatus.cellRect(arguments[0], arguments[1])", args.node, args.device)
+        assert rect, "no such cell"
+        canvas = driver.find_element(By.ID, "map")
+        cx = rect["x"] + rect["size"] / 2 - rect["width"] / 2
+        cy = rect["y"] + rect["size"] / 2 - rect["height"] / 2
+        ActionChains(driver).move_to_element_with_offset(canvas, int(cx), int(cy)).click().perform()
+        wait_for("the detail pane with the fault", lambda: args.code in driver.find_element(By.ID, "detailBody").text)
+        detail = driver.find_element(By.ID, "detail").text
+        assert args.node in detail, detail
+        assert "train-a" in detail, f"ranks of train-a not in the pane: {detail}"
+        shot("3-detail")
+
+        def recovery_succeeded():
+            return any("SUCCEEDED" in td.text for td in driver.find_elements(By.CSS_SELECTOR, "#recoveries td.rec-state"))
+        wait_for("the recovery SUCCEEDED in the recoveries panel", recovery_succeeded, timeout=60)
+        shot("4-recovered")
+
+        # Operator actions arrive as events too: the pause banner, the cordon mark.
+        other = "worker02" if args.node != "worker02" else "worker01"
+        assert js("return window.clusterdStatus.cellMarked(arguments[0], 0)", other) is False
+        for cmd in (["pause", "--reason", "status page test"], ["cordon", other, "--reason", "status page test"]):
+            subprocess.run([args.clusterctl, "--server", args.server] + cmd, check=True, stdout=subprocess.DEVNULL)
+        wait_for("the paused banner", lambda: "PAUSED" in driver.find_element(By.ID, "bannerPaused").text)
+        wait_for(f"{other}'s cells marked cordoned", lambda: all(
+            js("return window.clusterdStatus.cellMarked(arguments[0], arguments[1])", other, d) for d in range(8)))
+        shot("5-paused-cordoned")
+
+        # All of it without a reload: the marker, one navigation, one state load.
+        assert js("return window.__statusPageMarker") == "loaded-once", "the page was reloaded"
+        assert js("return performance.getEntriesByType('navigation').length") == 1
+        assert js("return window.clusterdStatus.loads") == 1, "the state was loaded again"
+        print("fault followed live, detail pane, recovery SUCCEEDED; no reload")
+    except Exception:
+        shot("failure")
+        with open(os.path.join(args.artifacts, "failure.html"), "w") as f:
+            f.write(driver.page_source)
+        # What the API said, next to what the page shows.
+        for name, path in (("jobs", "api/v1/jobs"), ("faults", "api/v1/faults?active_only=true"),
+                           ("recoveries", "api/v1/recoveries")):
+            try:
+                with urllib.request.urlopen(args.url + path, timeout=5) as r, \
+                        open(os.path.join(args.artifacts, f"failure-{name}.json"), "wb") as f:
+                    f.write(r.read())
+            except OSError as e:
+                print(f"cannot save {path}: {e}", file=sys.stderr)
+        raise
+    finally:
+        driver.quit()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The live status page at "/" in a real headless Chromium (Debian's chromium,
+# chromium-driver, python3-selenium; scripts/deps.sh): clusterd with the exec
+# actuator, two sim noded agents with 8 devices each, a job with its recovery
+# agent. test/e2e/status_page_test.py loads the page, injects a fault and
+# follows it, without reloading, until the recovery SUCCEEDED, then pauses
+# recovery and cordons a node with clusterctl and waits for the banner and the
+# mark. Screenshots go to ${ARTIFACT_DIR:-build/test-artifacts/status-page}/.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/test/e2e/lib.sh"
+BIN="$ROOT/build/bin"
+
+# Debian's python3-selenium lives in the system interpreter (not a pyenv one).
+PY=${STATUS_PAGE_PYTHON:-/usr/bin/python3}
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+"$PY" -c 'import selenium' 2>/dev/null || missing+=(python3-selenium)
+
+WORK=$(mktemp -d)
+GRPC_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+ADDR=127.0.0.1:$GRPC_PORT
+CLUSTERD_PID=""
+PIDS=()
+declare -A NODED_PORT NODED_PID
+cleanup() {
+  {
+    [[ -z $CLUSTERD_PID ]] || kill -9 "$CLUSTERD_PID" || true
+    for p in "${PIDS[@]}"; do kill -9 "$p" || true; done
+    wait || true  # reap quietly (no "Killed" lines)
+  } 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'echo "--- clusterd.log"; tail -30 "$WORK/clusterd.log"; tail -15 "$WORK"/agent.* 2>/dev/null; cleanup' ERR
+
+# The actuator: succeeds at everything, so that a recovery can finish.
+cat >"$WORK/actuator.sh" <<'SH'
+#!/bin/sh
+cat >/dev/null
+echo "$CLUSTERD_ACTION done"
+SH
+chmod +x "$WORK/actuator.sh"
+
+"$BIN/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
+  --actuator exec --actuator-command "$WORK/actuator.sh" --log-level info >>"$WORK/clusterd.log" 2>&1 &
+CLUSTERD_PID=$!
+wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
+
+echo "-- the page is served at / and /index.html, without a token, as text/html"
+for path in / /index.html; do
+  ctype=$(curl -sf -o "$WORK/page.html" -w '%{content_type}' "http://127.0.0.1:$HTTP_PORT$path")
+  [[ $ctype == text/html* ]] || fail "$path: content type $ctype"
+  grep -q 'window.clusterdStatus' "$WORK/page.html" || fail "$path: not the status page"
+done
+# Nothing is fetched from elsewhere: no http(s) URL in a src= or href=.
+! grep -Eq '(src|href)="(https?:)?//' "$WORK/page.html" || fail "the page loads something from another site"
+
+if ((${#missing[@]})); then
+  echo "skip: status page browser test (missing ${missing[*]}; scripts/deps.sh installs them)"
+  exit 0
+fi
+
+for n in worker01 worker02; do start_sim_noded "$n"; done
+connected() {
+  curl -sf "http://127.0.0.1:$HTTP_PORT/api/v1/summary" |
+    python3 -c 'import json,sys; sys.exit(0 if int(json.load(sys.stdin).get("connectedAgents", 0)) == 2 else 1)'
+}
+wait_until 30 connected
+echo "-- two nodes registered"
+
+"$BIN/job-agent" --server "$ADDR" --job train-a --hold-down 500ms --step-ms 50 --log "$WORK/agent.log" \
+  --placement 0=worker01:0,1=worker01:1,2=worker02:0,3=worker02:1 --spares worker02:6,worker02:7 \
+  >>"$WORK/agent.out" 2>&1 &
+PIDS+=($!)
+wait_until 30 grep -q "attached: job train-a" "$WORK/agent.log"
+echo "-- job train-a and its agent attached"
+
+ARTIFACT_DIR="${ARTIFACT_DIR:-$ROOT/build/test-artifacts/status-page}"
+mkdir -p "$ARTIFACT_DIR"
+"$PY" "$ROOT/test/e2e/status_page_test.py" --url "http://127.0.0.1:$HTTP_PORT/" \
+  --inject "http://127.0.0.1:${NODED_PORT[worker01]}/v1/sim/faults" --node worker01 --device 1 --code 80E01801 \
+  --artifacts "$ARTIFACT_DIR" --clusterctl "$BIN/clusterctl" --server "$ADDR"
+echo "PASS: status page"
