@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -692,13 +693,29 @@ TEST_F(SecurityTest, EveryMethodEnforcesItsRule) {
   for (const auto& who : principals) {
     auto ch = As(who.cert);
     grpc::GenericStub generic(ch);
+    {
+      // The TLS handshake first, so that a slow one (a sanitizer build, a
+      // loaded machine) is not taken for an open stream below.
+      auto health = grpc::health::v1::Health::NewStub(ch);
+      grpc::ClientContext warm;
+      warm.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      grpc::health::v1::HealthCheckResponse resp;
+      ASSERT_TRUE(health->Check(&warm, grpc::health::v1::HealthCheckRequest(), &resp).ok());
+    }
     for (const auto& m : methods) {
       const MethodRule* rule = FindMethodRule(m);
       ASSERT_NE(rule, nullptr);
       const bool allowed = rule->anyone || (who.roles & (rule->roles | RoleBit(Role::kAdmin))) != 0;
+      std::string full_name = m.substr(1);
+      std::replace(full_name.begin(), full_name.end(), '/', '.');
+      const auto* md = google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(full_name);
+      ASSERT_NE(md, nullptr) << m;
+      const bool stream = md->client_streaming() || md->server_streaming();
       grpc::ClientContext ctx;
-      // Streams that are allowed stay open: the deadline ends them.
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1500));
+      // Streams that are allowed stay open: the deadline ends them (a refusal
+      // comes at once). A unary call always answers.
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       (stream ? std::chrono::milliseconds(3000) : std::chrono::milliseconds(30'000)));
       grpc::ByteBuffer request, response;  // an empty message
       grpc::Slice empty("");
       request = grpc::ByteBuffer(&empty, 1);
