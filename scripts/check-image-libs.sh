@@ -18,8 +18,10 @@ cd "$(dirname "$0")/.."
 BASE_PACKAGES=(libc6 libgcc-s1 libstdc++6)
 # Packages of scripts/deps.sh that the image build does not need: compiler cache, the
 # downloader, Go (only the host-side tests and grpcurl use them), and clang with its
-# runtime, clang-format and clang-tidy (fuzzers, lint).
-HOST_ONLY_PACKAGES=(ccache curl golang-go python3-venv clang libclang-rt-14-dev clang-format clang-tidy openssl)
+# runtime, clang-format and clang-tidy (fuzzers, lint), and the status page's browser
+# test (Chromium, its driver and Selenium).
+HOST_ONLY_PACKAGES=(ccache curl golang-go python3-venv clang libclang-rt-14-dev clang-format clang-tidy openssl
+  chromium chromium-driver python3-selenium)
 
 DOCKERFILE=Dockerfile
 binaries=("$@")
