@@ -561,6 +561,9 @@ grpc::ServerUnaryReactor* MindClusterFaultService::Register(grpc::CallbackServer
     return reply(kMindClusterInvalid, "role is longer than " + std::to_string(kMaxRoleLength) + " characters");
   }
   const std::string& job = req->jobid();
+  if (job.size() > kMaxJobIdLength) {
+    return reply(kMindClusterInvalid, "jobId is longer than " + std::to_string(kMaxJobIdLength) + " characters");
+  }
   if (!job.empty()) {
     const bool known = core_->state->Read([&](const ClusterState& s) { return s.jobs().count(job) > 0; });
     if (!known) return reply(kMindClusterUnknownJob, "job " + job + " is not known");

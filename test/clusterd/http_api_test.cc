@@ -98,6 +98,9 @@ TEST_F(HttpApiTest, ErrorsAreJsonWithTheirStatus) {
   EXPECT_EQ(Get("/api/v1/jobs/%zz", 400)["code"], "INVALID_ARGUMENT");
   EXPECT_EQ(Get("/api/v1/recoveries/none", 404)["code"], "NOT_FOUND");
   EXPECT_EQ(testing::HttpGet(server_->http_port(), "/api/v1/").status, 404);
+  // Bytes that are not UTF-8 in a parameter: a clear 400, not a 500.
+  EXPECT_EQ(Get("/api/v1/faults?page_token=%00%ff", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/nodes?label_selector=%ff%fe", 400)["code"], "INVALID_ARGUMENT");
 }
 
 TEST(HttpApiQueryTest, QueryToMessage) {

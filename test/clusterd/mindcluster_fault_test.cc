@@ -180,6 +180,10 @@ TEST_F(MindClusterFaultTest, RegisterCodes) {
   r = Register("no-such-job-000", "controller");
   EXPECT_EQ(r.code(), 402);
   EXPECT_NE(r.info().find("no-such-job-000"), std::string::npos) << r.info();
+  // A huge jobId is refused as invalid, not echoed back.
+  r = Register(std::string(5000, 'j'), "controller");
+  EXPECT_EQ(r.code(), 409);
+  EXPECT_LT(r.info().size(), 200u) << r.info().size();
   r = Register("mindie-job-0001", "controller");
   EXPECT_EQ(r.code(), 0) << r.info();
   r = Register("", "platform");
