@@ -398,6 +398,19 @@ std::unique_ptr<Authenticator> MakeClaimedActorAuthenticator() {
   return MakeAuthenticator(std::move(o), nullptr);
 }
 
+Status AuthorizeHttpReader(const Authenticator& auth, std::string_view authorization, std::string_view what) {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (authorization.substr(0, kBearer.size()) != kBearer) {
+    return Unauthenticated(std::string(what) + " needs Authorization: Bearer <token> of a viewer");
+  }
+  auto who = auth.AuthenticateToken(authorization.substr(kBearer.size()), "http");
+  if (!who.ok()) return who.status();
+  const RoleMask readers = RoleBit(Role::kViewer) | RoleBit(Role::kOperator) | RoleBit(Role::kAdmin);
+  if ((who->roles & readers) == 0)
+    return PermissionDenied(who->name + " may not read " + std::string(what) + ": needs viewer");
+  return Status::Ok();
+}
+
 bool MayActForNode(const Principal& p, std::string_view node) {
   if ((p.roles & RoleBit(Role::kAdmin)) != 0) return true;
   return (p.roles & RoleBit(Role::kAgent)) != 0 && p.node == node;

@@ -70,6 +70,14 @@ std::unique_ptr<Authenticator> MakeAuthenticator(AuthOptions options, MetricsReg
 // Today's development behaviour, kept for tests: --insecure.
 std::unique_ptr<Authenticator> MakeClaimedActorAuthenticator();
 
+// The HTTP port's reads (/metrics with metrics_auth, /api/v1/): the
+// "Authorization: Bearer <token>" header value must name a principal with
+// the viewer, operator or admin role. UNAUTHENTICATED without a token or with
+// a bad one, PERMISSION_DENIED without the role, UNAVAILABLE when the token
+// could not be checked; `what` ("/metrics", "the API") names the resource in
+// the message.
+Status AuthorizeHttpReader(const Authenticator& auth, std::string_view authorization, std::string_view what);
+
 // Scope checks, true when p may act for that node / job / reporter name
 // (admins always may).
 bool MayActForNode(const Principal& p, std::string_view node);

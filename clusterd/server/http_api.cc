@@ -29,7 +29,9 @@ int HttpStatusOf(StatusCode code) {
 
 HttpResponse Error(const Status& st) {
   nlohmann::json body = {{"code", StatusCodeName(st.code())}, {"message", st.message()}};
-  return HttpResponse{HttpStatusOf(st.code()), "application/json", body.dump() + "\n"};
+  // A message may quote client bytes that are not UTF-8: replaced, not thrown.
+  return HttpResponse{HttpStatusOf(st.code()), "application/json",
+                      body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
 }
 
 HttpResponse Json(const google::protobuf::Message& msg) {
@@ -128,7 +130,11 @@ Status QueryToMessage(std::string_view query, google::protobuf::Message* msg) {
     }
   }
   google::protobuf::util::JsonParseOptions options;
-  auto st = google::protobuf::util::JsonStringToMessage(doc.dump(), msg, options);
+  // Bytes that are not UTF-8 are replaced (U+FFFD): such a value is then
+  // refused by the query itself (a page token that does not decode) instead
+  // of throwing here.
+  auto st = google::protobuf::util::JsonStringToMessage(
+      doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), msg, options);
   if (!st.ok()) return InvalidArgument("query: " + std::string(st.message()));
   return Status::Ok();
 }
@@ -140,16 +146,7 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
                                      const std::function<HttpResponse(const HttpRequest&)>& answer) {
     http->Handle("GET", path, [auth, options, answer](const HttpRequest& req) {
       if (options.require_viewer) {
-        constexpr std::string_view kBearer = "Bearer ";
-        if (req.authorization.rfind(kBearer, 0) != 0) {
-          return Error(Unauthenticated("the API needs Authorization: Bearer <token> of a viewer"));
-        }
-        auto who = auth->AuthenticateToken(std::string_view(req.authorization).substr(kBearer.size()), "http");
-        if (!who.ok()) return Error(who.status());
-        const RoleMask readers = RoleBit(Role::kViewer) | RoleBit(Role::kOperator) | RoleBit(Role::kAdmin);
-        if ((who->roles & readers) == 0) {
-          return Error(PermissionDenied(who->name + " may not read the API: needs viewer"));
-        }
+        if (Status st = AuthorizeHttpReader(*auth, req.authorization, "the API"); !st.ok()) return Error(st);
       }
       return answer(req);
     });

@@ -411,14 +411,11 @@ Status ClusterdServer::Start() {
   s.http->Handle("GET", "/metrics", [&s](const HttpRequest& req) {
     if (s.config.auth.metrics_auth) {
       // A scraper's bearer token, of a principal that may read the cluster.
-      constexpr std::string_view kBearer = "Bearer ";
-      if (req.authorization.rfind(kBearer, 0) != 0) {
-        return HttpResponse{401, "text/plain", "/metrics needs Authorization: Bearer <token> (metrics_auth)\n"};
-      }
-      auto who = s.authenticator->AuthenticateToken(std::string_view(req.authorization).substr(kBearer.size()), "http");
-      if (!who.ok()) return HttpResponse{401, "text/plain", who.status().message() + "\n"};
-      if ((who->roles & (RoleBit(Role::kViewer) | RoleBit(Role::kOperator) | RoleBit(Role::kAdmin))) == 0) {
-        return HttpResponse{403, "text/plain", who->name + " may not read /metrics: needs viewer\n"};
+      if (Status st = AuthorizeHttpReader(*s.authenticator, req.authorization, "/metrics"); !st.ok()) {
+        const int code = st.code() == StatusCode::kPermissionDenied ? 403
+                         : st.code() == StatusCode::kUnavailable    ? 503
+                                                                    : 401;
+        return HttpResponse{code, "text/plain", st.message() + "\n"};
       }
     }
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.Render()};
