@@ -246,7 +246,7 @@ TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std
   return NextWake(state);
 }
 
-TimePoint Coordinator::NextWake(const ClusterState& state) const {
+TimePoint Coordinator::NextWake(const StateView& state) const {
   TimePoint next = TimePoint::max();
   for (const auto& [job, at] : wake_) next = std::min(next, at);
   for (const auto& id : active_) {
@@ -259,7 +259,7 @@ TimePoint Coordinator::NextWake(const ClusterState& state) const {
   return next;
 }
 
-void Coordinator::CountActive(const ClusterState& state) {
+void Coordinator::CountActive(const StateView& state) {
   int running = 0, waiting = 0;
   for (const auto& id : active_) {
     const auto s = state.recoveries().at(id).state();
@@ -295,7 +295,7 @@ void Coordinator::Resume(ClusterState& state, TimePoint now, Mutation* m, std::v
 
 // ----------------------------------------------------------------- decide ---
 
-bool Coordinator::Handled(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
+bool Coordinator::Handled(const StateView& state, const std::vector<const v1::Recovery*>& job_recoveries,
                           const v1::Fault& f) const {
   for (const v1::Recovery* rp : job_recoveries) {
     const v1::Recovery& r = *rp;
@@ -587,7 +587,7 @@ void Coordinator::Escalate(ClusterState& state, v1::Recovery r, const v1::Job& j
   Replan(state, std::move(r), job, next, plan, note, now, m);
 }
 
-std::vector<rc::FaultView> Coordinator::TriggerViews(const ClusterState& state, const v1::Recovery& r) const {
+std::vector<rc::FaultView> Coordinator::TriggerViews(const StateView& state, const v1::Recovery& r) const {
   std::vector<rc::FaultView> out;
   for (const auto& fid : r.trigger_fault_ids()) {
     if (const v1::Fault* f = state.FindFault(fid)) out.push_back(rc::FromProto(*f));
@@ -766,7 +766,7 @@ void Coordinator::ApplyResult(ClusterState& state, const std::string& key, bool 
   }
 }
 
-std::vector<v1::Command> Coordinator::PendingCommands(const ClusterState& state, const std::string& job) const {
+std::vector<v1::Command> Coordinator::PendingCommands(const StateView& state, const std::string& job) const {
   CLUSTERD_DCHECK_ON_THREAD(writer_);
   std::vector<v1::Command> out;
   for (const auto& id : active_) {

@@ -64,7 +64,7 @@ class Coordinator {
 
   // Writer thread: the commands a newly attached agent of `job` must get now
   // (the RUNNING agent step of its running recovery, if any).
-  std::vector<v1::Command> PendingCommands(const ClusterState& state, const std::string& job) const;
+  std::vector<v1::Command> PendingCommands(const StateView& state, const std::string& job) const;
 
   int running() const { return running_.load(); }
   int waiting() const { return waiting_.load(); }
@@ -87,7 +87,7 @@ class Coordinator {
                 const std::vector<recovery::FaultView>& faults, recovery::ClusterView cluster, TimePoint now,
                 Mutation* m);
   // The recovery's trigger faults as the decision engine sees them.
-  std::vector<recovery::FaultView> TriggerViews(const ClusterState& state, const v1::Recovery& r) const;
+  std::vector<recovery::FaultView> TriggerViews(const StateView& state, const v1::Recovery& r) const;
   // Moves r to rung `to` with plan's isolation/reset targets, recording why:
   // the rung's steps are appended and stored, or for FAIL the recovery ends.
   void Replan(ClusterState& state, v1::Recovery r, const v1::Job& job, recovery::Strategy to,
@@ -97,12 +97,12 @@ class Coordinator {
   void Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, std::vector<Engine::Done>* after,
                 const Engine::SubmitFn& submit);
   // Whether one of the job's recoveries already answers this activation of f.
-  bool Handled(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
+  bool Handled(const StateView& state, const std::vector<const v1::Recovery*>& job_recoveries,
                const v1::Fault& f) const;
   recovery::History HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                               TimePoint now) const;
-  void CountActive(const ClusterState& state);
-  TimePoint NextWake(const ClusterState& state) const;
+  void CountActive(const StateView& state);
+  TimePoint NextWake(const StateView& state) const;
 
   JobAgentHub* agents_;
   Actuator* actuator_;

@@ -33,7 +33,7 @@ Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const 
     recoveries_pruned_ =
         &metrics->AddCounter("clusterd_recoveries_pruned_total", "Finished recovery records removed by retention.");
     metrics->AddCallbackGauge("clusterd_recoveries_stored", "Recovery records stored (any state).", [this] {
-      return static_cast<double>(state_->Read([](const ClusterState& s) { return s.recovery_count(); }));
+      return static_cast<double>(state_->Read([](const StateView& s) { return s.recovery_count(); }));
     });
     delayed_ = &metrics->AddCounter("clusterd_store_commits_delayed_total",
                                     "Group commits held back (at most --commit-delay) to gather more changes.");

@@ -17,14 +17,14 @@ class EngineCommands final : public ClusterCommands {
       : engine_(engine), state_(state), principal_(std::move(principal)) {}
 
   void ReportFault(v1::ReportRequest report, Reply<v1::ReportResponse> reply) override {
-    // Checked before it is queued, as FaultService.Report does.
-    if (Status st = ValidateReport(report); !st.ok()) {
-      reply(std::move(st));
+    // Checked before it is queued, once, as FaultService.Report does.
+    auto valid = Validate(std::move(report));
+    if (!valid.ok()) {
+      reply(valid.status());
       return;
     }
-    Write<v1::ReportResponse>(std::move(reply), [report = std::move(report)](ClusterState& state, Mutation* m) {
-      return state.ApplyReport(report, m);
-    });
+    Write<v1::ReportResponse>(
+        std::move(reply), [report = *valid](ClusterState& state, Mutation* m) { return state.ApplyReport(report, m); });
   }
 
   void CreateJob(v1::Job job, Reply<v1::Job> reply) override {
@@ -56,19 +56,19 @@ class EngineCommands final : public ClusterCommands {
   }
 
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
-    return state_->Read([&](const ClusterState& s) { return s.GetJob(id); });
+    return state_->Read([&](const StateView& s) { return s.GetJob(id); });
   }
   StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req) const override {
-    return state_->Read([&](const ClusterState& s) { return s.ListJobs(req); });
+    return state_->Read([&](const StateView& s) { return s.ListJobs(req); });
   }
   StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const override {
-    return state_->Read([&](const ClusterState& s) { return s.GetNode(req); });
+    return state_->Read([&](const StateView& s) { return s.GetNode(req); });
   }
   StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const override {
-    return state_->Read([&](const ClusterState& s) { return s.ListNodes(req); });
+    return state_->Read([&](const StateView& s) { return s.ListNodes(req); });
   }
   StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const override {
-    return state_->Read([&](const ClusterState& s) { return s.ListFaults(req); });
+    return state_->Read([&](const StateView& s) { return s.ListFaults(req); });
   }
 
  private:

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "clusterd/placement_index.h"
+#include "clusterd/state/placement_index.h"
 #include "clusterd/storage/key_codec.h"
 
 namespace clusterd::mindcluster {
@@ -61,7 +61,7 @@ class NodeFaults {
 
 // Turns the nodes' groups into the signal: nodes by nodeIP, then name, cut at
 // the byte budget.
-fault::FaultMsgSignal Finish(const ClusterState& state, const std::string& job_id,
+fault::FaultMsgSignal Finish(const StateView& state, const std::string& job_id,
                              const std::map<std::string, NodeFaults>& nodes, const SignalLimits& limits,
                              bool* truncated) {
   std::vector<fault::NodeFaultInfo> infos;
@@ -123,7 +123,7 @@ bool Listed(const v1::Fault& f) {
   return f.state() == v1::FAULT_STATE_ACTIVE && f.level() >= v1::FAULT_LEVEL_SUB_HEALTH;
 }
 
-fault::FaultMsgSignal JobSignal(const ClusterState& state, const v1::Job& job, const SignalLimits& limits,
+fault::FaultMsgSignal JobSignal(const StateView& state, const v1::Job& job, const SignalLimits& limits,
                                 bool* truncated) {
   // Indexed once: matching a node's faults costs a lookup each, not a walk
   // over the job's ranks.
@@ -143,7 +143,7 @@ fault::FaultMsgSignal JobSignal(const ClusterState& state, const v1::Job& job, c
   return Finish(state, job.id(), nodes, limits, truncated);
 }
 
-fault::FaultMsgSignal ClusterSignal(const ClusterState& state, const SignalLimits& limits, bool* truncated) {
+fault::FaultMsgSignal ClusterSignal(const StateView& state, const SignalLimits& limits, bool* truncated) {
   std::map<std::string, NodeFaults> nodes;
   for (const auto& [key, f] : state.faults()) {
     if (Listed(f)) nodes[f.node()].Add(f);

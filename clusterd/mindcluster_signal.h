@@ -24,7 +24,7 @@
 #include <string_view>
 
 #include "clusterd/cluster_state.h"
-#include "clusterd/response_limits.h"
+#include "clusterd/state/response_limits.h"
 #include "clusterd/v1/types.pb.h"
 #include "mindcluster/fault.pb.h"
 
@@ -62,12 +62,11 @@ struct SignalLimits {
 
 // The job's signal: jobId set, uuid empty, signalType "fault" when a node is
 // listed, else "normal". Called under ClusterState::Read.
-fault::FaultMsgSignal JobSignal(const ClusterState& state, const v1::Job& job, const SignalLimits& limits = {},
+fault::FaultMsgSignal JobSignal(const StateView& state, const v1::Job& job, const SignalLimits& limits = {},
                                 bool* truncated = nullptr);
 // Every listed fault of the cluster, whether or not a job uses its device
 // (jobId "").
-fault::FaultMsgSignal ClusterSignal(const ClusterState& state, const SignalLimits& limits = {},
-                                    bool* truncated = nullptr);
+fault::FaultMsgSignal ClusterSignal(const StateView& state, const SignalLimits& limits = {}, bool* truncated = nullptr);
 
 // What a signal says, for change detection: everything but the uuid.
 std::string SignalContent(const fault::FaultMsgSignal& signal);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "clusterd/state/fault_table.h"  // kPubFaultReporterPrefix
 #include "clusterd/v1/types.pb.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -23,10 +24,6 @@ namespace clusterd {
 inline constexpr int32_t kPubFaultOk = 0;
 inline constexpr int32_t kPubFaultInvalid = 409;
 inline constexpr int32_t kPubFaultRefused = 410;  // unknown resource or rate-limited
-
-// A public fault's reporter: "pubfault/<resource>" (a name FaultService.Report
-// cannot use, so no other reporter can clear these).
-inline constexpr std::string_view kPubFaultReporterPrefix = "pubfault/";
 
 // Public-fault code (9 characters) -> level. The default is MindCluster's
 // table; a JSON file {"SubHealthFault": ["010001001", ...], ...} with

@@ -9,15 +9,6 @@
 
 namespace clusterd {
 
-void ClusterState::CountPubFault(const v1::Fault& f, int delta) {
-  if (f.source() != v1::FAULT_SOURCE_EXTERNAL || f.reporter().rfind(kPubFaultReporterPrefix, 0) != 0) return;
-  if (delta > 0) {
-    ++active_pubfaults_;
-  } else if (active_pubfaults_ > 0) {
-    --active_pubfaults_;
-  }
-}
-
 StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const PubFaultPlan& plan,
                                                                        const PubFaultOptions& options, Mutation* m) {
   PubFaultResult result;
@@ -27,10 +18,7 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
   std::map<std::string, std::string> by_serial;
   for (const auto& p : plan.faults) {
     if (!p.node_sn.empty()) {
-      for (const auto& [name, n] : nodes_) {
-        auto it = n.record.node().labels().find("product-serial-number");
-        if (it != n.record.node().labels().end()) by_serial.emplace(it->second, name);
-      }
+      by_serial = nodes_.ByLabel("product-serial-number");
       break;
     }
   }
@@ -45,12 +33,13 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
       if (sn == by_serial.end()) continue;  // dropped below
       node = sn->second;
     }
-    auto it =
-        faults_.find(storage::FaultKey(node, p.device, v1::FAULT_SOURCE_EXTERNAL, plan.reporter + "/" + p.fault_id));
-    if (it == faults_.end() || it->second.state() != v1::FAULT_STATE_ACTIVE) ++new_raises;
+    if (!faults_.IsActive(
+            storage::FaultKey(node, p.device, v1::FAULT_SOURCE_EXTERNAL, plan.reporter + "/" + p.fault_id))) {
+      ++new_raises;
+    }
   }
-  if (active_pubfaults_ + new_raises > options.max_faults) {
-    return ResourceExhausted("public faults: " + std::to_string(active_pubfaults_) + " active, " +
+  if (faults_.active_public() + new_raises > options.max_faults) {
+    return ResourceExhausted("public faults: " + std::to_string(faults_.active_public()) + " active, " +
                              std::to_string(new_raises) + " more would pass max " + std::to_string(options.max_faults));
   }
   for (const auto& p : plan.faults) {
@@ -63,39 +52,25 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
       }
       node = sn->second;
     }
-    auto nit = nodes_.find(node);
-    if (nit == nodes_.end()) {
+    NodeState* n = nodes_.Find(node);
+    if (!n) {
       result.dropped.push_back("faultId " + p.fault_id + ": node " + node + " is not registered");
       continue;
     }
-    NodeState& n = nit->second;
     const std::string key =
         storage::FaultKey(node, p.device, v1::FAULT_SOURCE_EXTERNAL, plan.reporter + "/" + p.fault_id);
-    auto existing = faults_.find(key);
-    const bool active = existing != faults_.end() && existing->second.state() == v1::FAULT_STATE_ACTIVE;
-    auto set_auto_clear = [&](std::optional<TimePoint> when) {
-      v1::Fault& f = faults_.at(key);
-      if (f.has_auto_clear_time()) auto_clears_.erase({FromTimestamp(f.auto_clear_time()), key});
-      if (when) {
-        *f.mutable_auto_clear_time() = ToTimestamp(*when);
-        auto_clears_.emplace(*when, key);
-      } else if (!f.has_auto_clear_time()) {
-        return;
-      } else {
-        f.clear_auto_clear_time();
-      }
-      PutFault(key, f, m);
-    };
+    const v1::Fault* existing = faults_.Find(key);
+    const bool active = existing && existing->state() == v1::FAULT_STATE_ACTIVE;
     if (p.assertion == PlannedPubFault::Assertion::kRecover) {
       if (!active) {
         ++result.applied;  // already gone: nothing to do
         continue;
       }
-      const TimePoint visible_until = FromTimestamp(existing->second.activated_time()) + options.min_visible;
+      const TimePoint visible_until = FromTimestamp(existing->activated_time()) + options.min_visible;
       if (now >= visible_until) {
-        Clear(n, key, "recovered by " + plan.reporter, m);
+        Clear(*n, key, "recovered by " + plan.reporter, m);
       } else {
-        set_auto_clear(visible_until);
+        faults_.SetAutoClear(key, visible_until, m);
       }
       ++result.applied;
       continue;
@@ -116,16 +91,16 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
     proposed.set_message(p.message);
     proposed.set_reporter(plan.reporter);
     proposed.set_external_id(p.fault_id);
-    if (existing != faults_.end() && existing->second.code() != p.code) {
+    if (existing && existing->code() != p.code) {
       result.dropped.push_back("faultId " + p.fault_id + " on " + node + ": was reported with code " +
-                               existing->second.code());
+                               existing->code());
       continue;
     }
-    const v1::Fault& f = Raise(n, key, proposed, m);
+    const v1::Fault& f = Raise(*n, key, proposed, m);
     if (p.assertion == PlannedPubFault::Assertion::kOnce) {
-      set_auto_clear(FromTimestamp(f.activated_time()) + options.min_visible);
+      faults_.SetAutoClear(key, FromTimestamp(f.activated_time()) + options.min_visible, m);
     } else {
-      set_auto_clear(std::nullopt);  // occurring again: a pending recover no longer applies
+      faults_.SetAutoClear(key, std::nullopt, m);  // occurring again: a pending recover no longer applies
     }
     ++result.applied;
   }
@@ -133,22 +108,17 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
 }
 
 TimePoint ClusterState::ExpireAutoClears(TimePoint now, Mutation* m) {
-  while (!auto_clears_.empty() && auto_clears_.begin()->first <= now) {
-    const std::string key = auto_clears_.begin()->second;
-    auto it = faults_.find(key);
-    if (it == faults_.end() || it->second.state() != v1::FAULT_STATE_ACTIVE) {
-      auto_clears_.erase(auto_clears_.begin());
+  while (auto key = faults_.DueAutoClear(now)) {
+    const v1::Fault& f = *faults_.Find(*key);
+    NodeState* n = nodes_.Find(f.node());
+    if (!n) {
+      faults_.SetAutoClear(*key, std::nullopt, m);  // no node to clear it on (nodes are never removed)
       continue;
     }
-    auto nit = nodes_.find(it->second.node());
-    if (nit == nodes_.end()) {
-      auto_clears_.erase(auto_clears_.begin());
-      continue;
-    }
-    const std::string reason = "cleared by " + it->second.reporter() + " after its minimum visibility";
-    Clear(nit->second, key, reason, m);  // erases the entry
+    const std::string reason = "cleared by " + f.reporter() + " after its minimum visibility";
+    Clear(*n, *key, reason, m);  // ends its auto-clear
   }
-  return auto_clears_.empty() ? TimePoint::max() : auto_clears_.begin()->first;
+  return faults_.NextAutoClear();
 }
 
 }  // namespace clusterd

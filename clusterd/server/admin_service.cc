@@ -57,7 +57,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetAdminState(grpc::CallbackServerCo
                                                           const v1::GetAdminStateRequest*,
                                                           v1::GetAdminStateResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.AdminService/GetAdminState")) return refused;
-  return AnswerRead(ctx, state_, [resp](const ClusterState& state) {
+  return AnswerRead(ctx, state_, [resp](const StateView& state) {
     *resp->mutable_state() = state.admin_state();
     return Status::Ok();
   });

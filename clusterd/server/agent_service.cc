@@ -122,22 +122,23 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     auto self = shared_from_this();
     if (node_.empty()) {
       if (!req_.has_hello()) return InvalidArgument("the first message of a stream must be a hello");
-      CLUSTERD_RETURN_IF_ERROR(ValidateHello(req_.hello()));
+      // Validated here, on the stream's thread, once: the writer takes it as is.
+      auto hello = Validate(std::move(*req_.mutable_hello()));
+      if (!hello.ok()) return hello.status();
       // An agent says hello for its own node only: another node's stream
       // would be ended and its faults cleared.
-      if (!MayActForNode(principal_, req_.hello().node_name())) {
+      if (!MayActForNode(principal_, (*hello)->node_name())) {
         return service_->auth()->Deny(
             principal_, kConnectMethod,
-            "may say hello only for node \"" + principal_.node + "\", not \"" + req_.hello().node_name() + "\"");
+            "may say hello only for node \"" + principal_.node + "\", not \"" + (*hello)->node_name() + "\"");
       }
-      node_ = req_.hello().node_name();
+      node_ = (*hello)->node_name();
       hello_alarm_.Cancel();
       if (service_->messages_other) service_->messages_other->Inc();
       ++inflight_;
-      auto hello = std::make_shared<v1::Hello>(std::move(*req_.mutable_hello()));
       uint64_t session = session_;
-      return Submit([self, hello, session](ClusterState& state, Mutation* m) -> Engine::Done {
-        auto welcome = state.ApplyHello(*hello, session, m);
+      return Submit([self, hello = *hello, session](ClusterState& state, Mutation* m) -> Engine::Done {
+        auto welcome = state.ApplyHello(hello, session, m);
         return [self, welcome = std::move(welcome)] { self->OnWelcome(welcome); };
       });
     }
@@ -146,7 +147,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       case v1::ConnectRequest::kHeartbeat: {
         if (service_->messages_heartbeat) service_->messages_heartbeat->Inc();
         // Most heartbeats only refresh a time: no trip through the writer.
-        if (service_->state()->Read([this](const ClusterState& s) { return s.TryHeartbeat(node_, session_); })) {
+        if (service_->state()->Read([this](const StateView& s) { return s.TryHeartbeat(node_, session_); })) {
           return Status::Ok();
         }
         ++inflight_;
@@ -159,27 +160,27 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       }
       case v1::ConnectRequest::kMetrics: {
         if (service_->messages_other) service_->messages_other->Inc();
-        CLUSTERD_RETURN_IF_ERROR(ValidateMetrics(req_.metrics()));
+        auto snapshot = Validate(std::move(*req_.mutable_metrics()));
+        if (!snapshot.ok()) return snapshot.status();
         ++inflight_;
-        auto snapshot = std::make_shared<v1::MetricSnapshot>(std::move(*req_.mutable_metrics()));
         std::string node = node_;
         uint64_t session = session_;
         return Submit(
-            [self, node, session, snapshot](ClusterState& state, Mutation*) -> Engine::Done {
-              Status st = state.ApplyMetrics(node, session, *snapshot);
+            [self, node, session, snapshot = *snapshot](ClusterState& state, Mutation*) -> Engine::Done {
+              Status st = state.ApplyMetrics(node, session, snapshot);
               return [self, st] { self->OnApplied(st); };
             },
             /*write=*/false);
       }
       case v1::ConnectRequest::kTransition: {
         if (service_->messages_transition) service_->messages_transition->Inc();
-        CLUSTERD_RETURN_IF_ERROR(ValidateTransition(req_.transition()));
+        auto valid = Validate(std::move(*req_.mutable_transition()));
+        if (!valid.ok()) return valid.status();
         ++inflight_;
-        auto t = std::make_shared<v1::FaultTransition>(std::move(*req_.mutable_transition()));
         std::string node = node_;
         uint64_t session = session_;
-        return Submit([self, node, session, t](ClusterState& state, Mutation* m) -> Engine::Done {
-          auto result = state.ApplyTransition(node, session, *t, m);
+        return Submit([self, node, session, t = *valid](ClusterState& state, Mutation* m) -> Engine::Done {
+          auto result = state.ApplyTransition(node, session, t, m);
           Status st = result.ok() ? Status::Ok() : result.status();
           bool duplicate = result.ok() && result->duplicate;
           uint64_t revision = state.revision();

@@ -5,7 +5,7 @@
 
 #include <boost/asio/post.hpp>
 
-#include "clusterd/response_limits.h"
+#include "clusterd/state/response_limits.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/stream_writer.h"
 #include "clusterd/server/submit.h"
@@ -247,7 +247,7 @@ void ClusterServiceImpl::ReleaseWatch(const std::string& peer_key) {
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest*,
                                                          v1::GetSummaryResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetSummary")) return refused;
-  return AnswerRead(ctx, state_, [resp](const ClusterState& state) {
+  return AnswerRead(ctx, state_, [resp](const StateView& state) {
     *resp = state.GetSummary();
     return Status::Ok();
   });
@@ -256,27 +256,27 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListNodes(grpc::CallbackServerContext* ctx,
                                                         const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListNodes")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListNodes(*req); });
+  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.ListNodes(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
                                                       v1::GetNodeResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetNode")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.GetNode(*req); });
+  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.GetNode(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListFaults(grpc::CallbackServerContext* ctx,
                                                          const v1::ListFaultsRequest* req,
                                                          v1::ListFaultsResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListFaults")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListFaults(*req); });
+  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.ListFaults(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListRecoveries(grpc::CallbackServerContext* ctx,
                                                              const v1::ListRecoveriesRequest* req,
                                                              v1::ListRecoveriesResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListRecoveries")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListRecoveries(*req); });
+  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.ListRecoveries(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetRecovery(grpc::CallbackServerContext* ctx,
@@ -284,7 +284,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetRecovery(grpc::CallbackServerCo
                                                           v1::GetRecoveryResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetRecovery")) return refused;
   return AnswerQuery(ctx, state_, resp->mutable_recovery(),
-                     [req](const ClusterState& state) { return state.GetRecovery(req->id()); });
+                     [req](const StateView& state) { return state.GetRecovery(req->id()); });
 }
 
 grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,
@@ -300,19 +300,22 @@ grpc::ServerUnaryReactor* FaultServiceImpl::Report(grpc::CallbackServerContext* 
   // Who first: a caller that may not report learns nothing from validation.
   auto who = auth_->Authorize(*ctx, "/clusterd.v1.FaultService/Report");
   if (!who.ok()) return FinishUnary(ctx, who.status());
-  if (Status st = ValidateReport(*req); !st.ok()) return FinishUnary(ctx, st);
+  // Validated here, once: the writer takes it as is.
+  auto valid = Validate(*req);
+  if (!valid.ok()) return FinishUnary(ctx, valid.status());
   // A reporter reports, and clears, only under its own name.
   if (!MayReportAs(*who, req->reporter())) {
     return FinishUnary(ctx, auth_->Deny(*who, "/clusterd.v1.FaultService/Report",
                                         "may report only as reporter \"" + ReporterScope(*who) + "\", not \"" +
                                             req->reporter() + "\""));
   }
-  return SubmitWriteAs(ctx, engine_, std::move(*who), [req, resp](const Principal&, ClusterState& state, Mutation* m) {
-    auto result = state.ApplyReport(*req, m);
-    if (!result.ok()) return result.status();
-    *resp = std::move(*result);
-    return Status::Ok();
-  });
+  return SubmitWriteAs(ctx, engine_, std::move(*who),
+                       [valid = *valid, resp](const Principal&, ClusterState& state, Mutation* m) {
+                         auto result = state.ApplyReport(valid, m);
+                         if (!result.ok()) return result.status();
+                         *resp = std::move(*result);
+                         return Status::Ok();
+                       });
 }
 
 }  // namespace clusterd

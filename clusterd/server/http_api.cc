@@ -156,44 +156,42 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
     return [state, request, call](const HttpRequest& req) {
       auto r = request;
       if (Status st = QueryToMessage(QueryOf(req.target), &r); !st.ok()) return Error(st);
-      auto resp = state->Read([&](const ClusterState& s) { return call(s, r); });
+      auto resp = state->Read([&](const StateView& s) { return call(s, r); });
       if (!resp.ok()) return Error(resp.status());
       return Json(*resp);
     };
   };
-  route("/api/v1/summary", [state](const HttpRequest&) {
-    return Json(state->Read([](const ClusterState& s) { return s.GetSummary(); }));
-  });
-  route("/api/v1/admin", [state](const HttpRequest&) {
-    return Json(state->Read([](const ClusterState& s) { return s.admin_state(); }));
-  });
-  route("/api/v1/nodes", list(v1::ListNodesRequest(),
-                              [](const ClusterState& s, const v1::ListNodesRequest& r) { return s.ListNodes(r); }));
+  route("/api/v1/summary",
+        [state](const HttpRequest&) { return Json(state->Read([](const StateView& s) { return s.GetSummary(); })); });
+  route("/api/v1/admin",
+        [state](const HttpRequest&) { return Json(state->Read([](const StateView& s) { return s.admin_state(); })); });
+  route("/api/v1/nodes",
+        list(v1::ListNodesRequest(), [](const StateView& s, const v1::ListNodesRequest& r) { return s.ListNodes(r); }));
   route("/api/v1/faults", list(v1::ListFaultsRequest(),
-                               [](const ClusterState& s, const v1::ListFaultsRequest& r) { return s.ListFaults(r); }));
+                               [](const StateView& s, const v1::ListFaultsRequest& r) { return s.ListFaults(r); }));
   route("/api/v1/jobs",
-        list(v1::ListJobsRequest(), [](const ClusterState& s, const v1::ListJobsRequest& r) { return s.ListJobs(r); }));
+        list(v1::ListJobsRequest(), [](const StateView& s, const v1::ListJobsRequest& r) { return s.ListJobs(r); }));
   route("/api/v1/recoveries",
         list(v1::ListRecoveriesRequest(),
-             [](const ClusterState& s, const v1::ListRecoveriesRequest& r) { return s.ListRecoveries(r); }));
+             [](const StateView& s, const v1::ListRecoveriesRequest& r) { return s.ListRecoveries(r); }));
   route("/api/v1/nodes/*", [state](const HttpRequest& req) {
     auto name = PathTail(req.target, "/api/v1/nodes/");
     if (!name.ok()) return Error(name.status());
     v1::GetNodeRequest r;
     r.set_name(*name);
-    auto resp = state->Read([&](const ClusterState& s) { return s.GetNode(r); });
+    auto resp = state->Read([&](const StateView& s) { return s.GetNode(r); });
     return resp.ok() ? Json(*resp) : Error(resp.status());
   });
   route("/api/v1/jobs/*", [state](const HttpRequest& req) {
     auto id = PathTail(req.target, "/api/v1/jobs/");
     if (!id.ok()) return Error(id.status());
-    auto job = state->Read([&](const ClusterState& s) { return s.GetJob(*id); });
+    auto job = state->Read([&](const StateView& s) { return s.GetJob(*id); });
     return job.ok() ? Json(*job) : Error(job.status());
   });
   route("/api/v1/recoveries/*", [state](const HttpRequest& req) {
     auto id = PathTail(req.target, "/api/v1/recoveries/");
     if (!id.ok()) return Error(id.status());
-    auto r = state->Read([&](const ClusterState& s) { return s.GetRecovery(*id); });
+    auto r = state->Read([&](const StateView& s) { return s.GetRecovery(*id); });
     return r.ok() ? Json(*r) : Error(r.status());
   });
   route("/api/v1/events", [state, hub, options](const HttpRequest& req) {

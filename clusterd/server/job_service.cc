@@ -246,13 +246,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
                                                  v1::GetJobResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.JobService/GetJob")) return refused;
   return AnswerQuery(ctx, state_, resp->mutable_job(),
-                     [req](const ClusterState& state) { return state.GetJob(req->id()); });
+                     [req](const StateView& state) { return state.GetJob(req->id()); });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
                                                    v1::ListJobsResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.JobService/ListJobs")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const ClusterState& state) { return state.ListJobs(*req); });
+  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.ListJobs(*req); });
 }
 
 }  // namespace clusterd

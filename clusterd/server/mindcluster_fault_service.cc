@@ -227,7 +227,7 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
       if (out_.finishing()) return;
     }
     std::map<std::string, std::string> baseline;
-    const bool found = core_->state->Read([&](const ClusterState& state) {
+    const bool found = core_->state->Read([&](const StateView& state) {
       auto take = [&](const v1::Job& job) {
         auto signal = mindcluster::JobSignal(state, job);
         if (signal.nodefaultinfo_size() > 0) baseline[job.id()] = mindcluster::SignalContent(signal);
@@ -288,7 +288,7 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
     }
     // nullopt: the job does not exist (any more).
     std::vector<std::pair<std::string, std::optional<fault::FaultMsgSignal>>> results;
-    core_->state->Read([&](const ClusterState& state) {
+    core_->state->Read([&](const StateView& state) {
       if (all && cluster()) {
         for (const auto& [id, job] : state.jobs()) jobs.insert(id);
       }
@@ -398,7 +398,7 @@ grpc::Status MindClusterFaultService::Core::Register(const Key& key, std::shared
     }
     // At the limit: the registrations of jobs deleted since go first (read
     // without mu, see Core).
-    const std::vector<std::string> gone = state->Read([&](const ClusterState& s) {
+    const std::vector<std::string> gone = state->Read([&](const StateView& s) {
       std::vector<std::string> out;
       for (const auto& job : jobs) {
         if (!s.jobs().count(job)) out.push_back(job);
@@ -565,7 +565,7 @@ grpc::ServerUnaryReactor* MindClusterFaultService::Register(grpc::CallbackServer
     return reply(kMindClusterInvalid, "jobId is longer than " + std::to_string(kMaxJobIdLength) + " characters");
   }
   if (!job.empty()) {
-    const bool known = core_->state->Read([&](const ClusterState& s) { return s.jobs().count(job) > 0; });
+    const bool known = core_->state->Read([&](const StateView& s) { return s.jobs().count(job) > 0; });
     if (!known) return reply(kMindClusterUnknownJob, "job " + job + " is not known");
   }
   std::shared_ptr<Subscriber> replaced;
@@ -599,7 +599,7 @@ grpc::ServerUnaryReactor* MindClusterFaultService::GetFaultMsgSignal(grpc::Callb
     return FinishUnary(ctx, Status::Ok());
   }
   bool truncated = false;
-  const bool found = core_->state->Read([&](const ClusterState& s) {
+  const bool found = core_->state->Read([&](const StateView& s) {
     if (job.empty()) {
       *resp->mutable_faultsignal() = mindcluster::ClusterSignal(s, {}, &truncated);
       return true;

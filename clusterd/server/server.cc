@@ -23,7 +23,7 @@
 #include "clusterd/engine.h"
 #include "clusterd/integration.h"
 #include "clusterd/job_agent_hub.h"
-#include "clusterd/response_limits.h"
+#include "clusterd/state/response_limits.h"
 #include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"
 #include "clusterd/server/auth.h"
@@ -33,6 +33,7 @@
 #include "clusterd/server/job_service.h"
 #include "clusterd/server/mindcluster_fault_service.h"
 #include "clusterd/server/pubfault_service.h"
+#include "clusterd/server/self_check.h"
 #include "clusterd/server/status_page.h"
 #include "clusterd/server/tls.h"
 #include "clusterd/storage/rocksdb_store.h"
@@ -51,27 +52,41 @@ struct ClusterdServer::Impl {
   const Clock* clock;
   MetricsRegistry metrics;
   Catalog catalog;
+  // The state, its store and its one writer (OpenState, StartWriter).
   std::unique_ptr<DiskMonitor> disk_monitor;
   std::unique_ptr<storage::Store> store;
   std::unique_ptr<ClusterState> state;
   std::unique_ptr<WatchHub> hub;
   std::unique_ptr<Engine> engine;
+  // Recovery: how actions reach the cluster, and who decides them.
   std::unique_ptr<Actuator> actuator;
   JobAgentHub job_agents;
   std::unique_ptr<Coordinator> coordinator;
-  std::unique_ptr<boost::asio::thread_pool> watch_pool;
-  // Who made each write (server/auth.h); before the services that use it.
+  // The gRPC edge (MakeServices, StartGrpc): who made each write
+  // (server/auth.h), before the services that use it.
   std::unique_ptr<TokenReviewer> token_reviewer;
   std::unique_ptr<Authenticator> authenticator;
-  std::unique_ptr<AgentService> agent_service;
-  std::unique_ptr<ClusterServiceImpl> cluster_service;
-  std::unique_ptr<FaultServiceImpl> fault_service;
-  std::unique_ptr<HealthServiceImpl> health_service;
-  std::unique_ptr<JobServiceImpl> job_service;
-  std::unique_ptr<AdminServiceImpl> admin_service;
-  std::unique_ptr<MindClusterFaultService> mindcluster_fault_service;
-  std::unique_ptr<PubFaultServiceImpl> pubfault_service;
+  std::unique_ptr<boost::asio::thread_pool> watch_pool;
+  struct Services {
+    std::unique_ptr<AgentService> agent;
+    std::unique_ptr<ClusterServiceImpl> cluster;
+    std::unique_ptr<FaultServiceImpl> fault;
+    std::unique_ptr<HealthServiceImpl> health;
+    std::unique_ptr<JobServiceImpl> job;
+    std::unique_ptr<AdminServiceImpl> admin;
+    std::unique_ptr<MindClusterFaultService> mindcluster_fault;
+    std::unique_ptr<PubFaultServiceImpl> pubfault;
+    void RegisterWith(grpc::ServerBuilder& builder) const {
+      for (grpc::Service* service :
+           std::initializer_list<grpc::Service*>{agent.get(), cluster.get(), fault.get(), health.get(), job.get(),
+                                                 admin.get(), mindcluster_fault.get(), pubfault.get()}) {
+        builder.RegisterService(service);
+      }
+    }
+  } services;
   std::unique_ptr<grpc::Server> grpc_server;
+  int grpc_port = 0;
+  std::unique_ptr<GrpcSelfCheck> self_check;  // behind /readyz and /healthz
   std::unique_ptr<HttpServer> http;
   // Integrations (integration.h), each with its own facade and env; the
   // vector is filled once, before any starts (the env's address is theirs).
@@ -82,43 +97,30 @@ struct ClusterdServer::Impl {
   };
   std::vector<std::unique_ptr<Integration>> added_integrations;  // AddIntegration, until Start
   std::vector<RunningIntegration> integrations;
-  int grpc_port = 0;
   std::atomic<bool> serving{false};
   bool shut_down = false;
 
-  // The gRPC self-check behind /readyz (see RunSelfCheck). grpc_ok and
-  // grpc_problem are written by the check thread and read by HTTP handlers.
-  std::thread self_check_thread;
-  std::mutex self_check_mu;
-  std::condition_variable self_check_cv;
-  bool self_check_stop = false;  // guarded by self_check_mu
-  std::atomic<bool> grpc_ok{true};
-  // When the self-check started failing without a break (steady clock, ns;
-  // 0 while it passes): /healthz fails after grpc_unhealthy_after.
-  std::atomic<int64_t> grpc_failing_since{0};
-  std::mutex problem_mu;
-  std::string grpc_problem;  // guarded by problem_mu; why the last check failed
-  uint64_t self_checks = 0;  // check thread only
-  std::shared_ptr<grpc::ChannelCredentials> self_check_credentials;
-  Counter* self_check_failures = nullptr;
-
-  // gRPC 1.51's listener stops accepting for good the first time accept()
-  // fails with anything but EAGAIN/EINTR (EMFILE included: on_read in
-  // tcp_server_posix.cc goes to its error path and never re-arms), and
-  // nothing in the API reports it. So /readyz cannot trust a flag: it asks
-  // whether a new connection to the port is accepted and answered, the way a
-  // client would, over a connection of its own (a fresh subchannel each time).
-  Status RunSelfCheck();
-  void SelfCheckLoop();
+  // Start's stages, in order.
+  // The catalog, the data dir, the store (read-only below the disk
+  // reserve), the state loaded from it and the watch hub.
+  Status OpenState();
+  // The actuator, the coordinator and the writer with its hooks.
+  Status StartWriter();
+  // The authenticator and every gRPC service.
+  Status MakeServices();
+  // Gauges over the state.
+  void AddStateMetrics();
+  Status StartGrpc(const std::shared_ptr<grpc::ServerCredentials>& credentials);
+  Status StartHttp();
   // Creates the configured and added integrations and starts them in order.
   Status StartIntegrations();
   std::string SelfCheckTarget() const;
 
   // The per-health and per-level gauges read the state's summary, which is
-  // cached per revision (ClusterState::GetSummary), so a scrape walks the
+  // cached per revision (StateView::GetSummary), so a scrape walks the
   // state at most once.
   v1::GetSummaryResponse ScrapeSummary() {
-    return state->Read([](const ClusterState& st) { return st.GetSummary(); });
+    return state->Read([](const StateView& st) { return st.GetSummary(); });
   }
 };
 
@@ -131,17 +133,31 @@ ClusterdServer::~ClusterdServer() { Shutdown(); }
 
 Status ClusterdServer::Start() {
   Impl& s = *impl_;
-  auto log = GetLogger("server");
-  const ClusterdConfig& cfg = s.config;
-  CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
+  CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(s.config));
   // Certificate files are checked before anything is opened.
-  auto credentials = MakeServerCredentials(cfg);
+  auto credentials = MakeServerCredentials(s.config);
   if (!credentials.ok()) return credentials.status();
+  CLUSTERD_RETURN_IF_ERROR(s.OpenState());
+  CLUSTERD_RETURN_IF_ERROR(s.StartWriter());
+  CLUSTERD_RETURN_IF_ERROR(s.MakeServices());
+  s.AddStateMetrics();
+  CLUSTERD_RETURN_IF_ERROR(s.StartGrpc(*credentials));
+  CLUSTERD_RETURN_IF_ERROR(s.StartHttp());
+  CLUSTERD_RETURN_IF_ERROR(s.StartIntegrations());
+  s.serving = true;
+  s.services.health->SetServing(true);
+  s.self_check->Start();
+  GetLogger("server")->info("serving gRPC on port {} and HTTP on port {} (revision {})", s.grpc_port, s.http->port(),
+                            s.state->revision());
+  return Status::Ok();
+}
 
-  s.catalog = Catalog::Default(cfg.default_level);
-  if (!cfg.catalog_file.empty()) CLUSTERD_RETURN_IF_ERROR(s.catalog.MergeFile(cfg.catalog_file));
-  log->info("fault catalog: {} codes, default level {}", s.catalog.size(),
-            v1::FaultLevel_Name(s.catalog.default_level()));
+Status ClusterdServer::Impl::OpenState() {
+  auto log = GetLogger("server");
+  const ClusterdConfig& cfg = config;
+  catalog = Catalog::Default(cfg.default_level);
+  if (!cfg.catalog_file.empty()) CLUSTERD_RETURN_IF_ERROR(catalog.MergeFile(cfg.catalog_file));
+  log->info("fault catalog: {} codes, default level {}", catalog.size(), v1::FaultLevel_Name(catalog.default_level()));
 
   std::error_code ec;
   std::filesystem::create_directories(cfg.data_dir, ec);
@@ -154,41 +170,47 @@ Status ClusterdServer::Start() {
   dmo.path = cfg.data_dir;
   dmo.min_free_bytes = cfg.min_free_bytes;
   dmo.min_free_inodes = cfg.min_free_inodes;
-  s.disk_monitor = std::make_unique<DiskMonitor>(MakeStatvfsSource(cfg.data_dir), dmo, &s.metrics);
+  disk_monitor = std::make_unique<DiskMonitor>(MakeStatvfsSource(cfg.data_dir), dmo, &metrics);
   storage::StoreOptions store_options;
-  if (auto low = s.disk_monitor->LowSpaceReason()) {
+  if (auto low = disk_monitor->LowSpaceReason()) {
     if (!std::filesystem::exists(std::filesystem::path(cfg.data_dir) / "CURRENT")) {
       return Unavailable("cannot create a new store: " + *low);
     }
     log->error("opening the store read-only, writes refused: {}", *low);
     store_options.read_only = true;
   }
-  auto store = storage::RocksDbStore::Open(cfg.data_dir, store_options);
-  if (!store.ok()) return store.status();
-  s.store = std::move(*store);
-  s.state = std::make_unique<ClusterState>(s.store.get(), &s.catalog, s.clock);
+  auto opened = storage::RocksDbStore::Open(cfg.data_dir, store_options);
+  if (!opened.ok()) return opened.status();
+  store = std::move(*opened);
+  state = std::make_unique<ClusterState>(store.get(), &catalog, clock);
   StateLimits limits;
   limits.max_job_ranks = cfg.max_job_ranks;
   limits.max_faults_per_node = cfg.max_faults_per_node;
   limits.max_job_impacts = cfg.max_job_impacts;
   const char* kRefusedHelp = "Fault raises refused at max_faults_per_node, by origin.";
   limits.faults_refused_agent =
-      &s.metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "agent"}});
+      &metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "agent"}});
   limits.faults_refused_external =
-      &s.metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "external"}});
-  limits.jobs_refused = &s.metrics.AddCounter("clusterd_jobs_refused_total",
-                                              "Jobs refused for size: more than max_job_ranks ranks or a record "
-                                              "over 3 MiB.");
+      &metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "external"}});
+  limits.jobs_refused = &metrics.AddCounter("clusterd_jobs_refused_total",
+                                            "Jobs refused for size: more than max_job_ranks ranks or a record "
+                                            "over 3 MiB.");
   const char* kTruncatedHelp = "Answers cut to fit a client's 4 MiB receive limit, by what was cut.";
   limits.job_impacts_truncated =
-      &s.metrics.AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "job_impacts"}});
+      &metrics.AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "job_impacts"}});
   limits.node_faults_truncated =
-      &s.metrics.AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "node_faults"}});
-  s.state->set_limits(limits);
-  CLUSTERD_RETURN_IF_ERROR(s.state->Load());
-  s.hub = std::make_unique<WatchHub>(s.store.get(), cfg.watch_cache_events);
-  s.hub->Init(s.state->revision());
+      &metrics.AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "node_faults"}});
+  state->set_limits(limits);
+  CLUSTERD_RETURN_IF_ERROR(state->Load());
+  hub = std::make_unique<WatchHub>(store.get(), cfg.watch_cache_events);
+  hub->Init(state->revision());
 
+  return Status::Ok();
+}
+
+Status ClusterdServer::Impl::StartWriter() {
+  auto log = GetLogger("server");
+  const ClusterdConfig& cfg = config;
   EngineOptions eo;
   eo.node_grace = cfg.node_grace;
   eo.retention_events = cfg.retention_events;
@@ -201,33 +223,37 @@ Status ClusterdServer::Start() {
   // back 30 minutes: retention never takes those.
   eo.recovery_retention.protect = std::max<std::chrono::nanoseconds>(cfg.recovery_budget_window, std::chrono::hours(1));
 
-  auto actuator = BuiltinActuators().Create(cfg);
-  if (!actuator.ok()) return actuator.status();
-  s.actuator = std::move(*actuator);
-  log->info("recovery actuator: {}", s.actuator->kind());
+  auto made = BuiltinActuators().Create(cfg);
+  if (!made.ok()) return made.status();
+  actuator = std::move(*made);
+  log->info("recovery actuator: {}", actuator->kind());
   CoordinatorOptions co;
   co.limits.max_concurrent_recoveries = static_cast<int>(cfg.max_concurrent_recoveries);
   co.limits.max_isolated_node_percent = static_cast<int>(cfg.max_isolated_node_percent);
   co.budget_window = cfg.recovery_budget_window;
   co.resume_grace = cfg.recovery_resume_grace;
-  s.coordinator = std::make_unique<Coordinator>(&s.job_agents, s.actuator.get(), s.clock, co, &s.metrics);
+  coordinator = std::make_unique<Coordinator>(&job_agents, actuator.get(), clock, co, &metrics);
   // The writer's hooks, fixed at construction: the coordinator runs after
   // every group and gets the Engine's Submit for its actuators' answers.
   Engine::Hooks hooks;
-  hooks.tick = [coordinator = s.coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
-                                                   std::vector<Engine::Done>* after, const Engine::SubmitFn& submit) {
+  hooks.tick = [coordinator = coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
+                                                 std::vector<Engine::Done>* after, const Engine::SubmitFn& submit) {
     // Public faults due to clear themselves (pubfault.h), then recoveries.
     const TimePoint next_clear = state.ExpireAutoClears(now, m);
     return std::min(next_clear, coordinator->Tick(state, now, m, after, submit));
   };
-  hooks.disk_monitor = s.disk_monitor.get();
-  s.engine =
-      std::make_unique<Engine>(s.state.get(), s.store.get(), s.hub.get(), s.clock, eo, &s.metrics, std::move(hooks));
-  s.metrics.AddCallbackGauge("clusterd_job_agents", "Attached job recovery agents.",
-                             [&s] { return static_cast<double>(s.job_agents.attached()); });
-  s.engine->Start();
+  hooks.disk_monitor = disk_monitor.get();
+  engine = std::make_unique<Engine>(state.get(), store.get(), hub.get(), clock, eo, &metrics, std::move(hooks));
+  metrics.AddCallbackGauge("clusterd_job_agents", "Attached job recovery agents.",
+                           [this] { return static_cast<double>(job_agents.attached()); });
+  engine->Start();
 
-  s.watch_pool = std::make_unique<boost::asio::thread_pool>(2);
+  return Status::Ok();
+}
+
+Status ClusterdServer::Impl::MakeServices() {
+  const ClusterdConfig& cfg = config;
+  watch_pool = std::make_unique<boost::asio::thread_pool>(2);
   AgentServiceOptions ao;
   ao.max_inflight_per_stream = cfg.max_inflight_per_stream;
   ao.max_streams = cfg.max_streams;
@@ -249,26 +275,25 @@ Status ClusterdServer::Start() {
   if (cfg.auth.token_review) {
     auto reviewer = MakeKubernetesTokenReviewer(cfg);
     if (!reviewer.ok()) return reviewer.status();
-    s.token_reviewer = std::move(*reviewer);
-    auth_options.reviewer = s.token_reviewer.get();
+    token_reviewer = std::move(*reviewer);
+    auth_options.reviewer = token_reviewer.get();
   }
-  s.authenticator = MakeAuthenticator(std::move(auth_options), &s.metrics);
-  s.agent_service =
-      std::make_unique<AgentService>(s.state.get(), s.engine.get(), ao, &s.metrics, s.authenticator.get());
+  authenticator = MakeAuthenticator(std::move(auth_options), &metrics);
+  services.agent = std::make_unique<AgentService>(state.get(), engine.get(), ao, &metrics, authenticator.get());
   WatchOptions wo;
   wo.max_lag_events = cfg.watch_max_lag_events;
   wo.max_streams = cfg.max_watch_streams;
   wo.max_streams_per_peer = cfg.max_watch_streams_per_peer;
-  s.cluster_service = std::make_unique<ClusterServiceImpl>(s.state.get(), s.hub.get(), s.watch_pool.get(), wo,
-                                                           &s.metrics, s.authenticator.get());
-  s.fault_service = std::make_unique<FaultServiceImpl>(s.engine.get(), s.authenticator.get());
-  s.job_service = std::make_unique<JobServiceImpl>(s.state.get(), s.engine.get(), s.coordinator.get(), &s.job_agents,
-                                                   s.authenticator.get());
-  s.admin_service = std::make_unique<AdminServiceImpl>(s.state.get(), s.engine.get(), s.authenticator.get());
+  services.cluster =
+      std::make_unique<ClusterServiceImpl>(state.get(), hub.get(), watch_pool.get(), wo, &metrics, authenticator.get());
+  services.fault = std::make_unique<FaultServiceImpl>(engine.get(), authenticator.get());
+  services.job =
+      std::make_unique<JobServiceImpl>(state.get(), engine.get(), coordinator.get(), &job_agents, authenticator.get());
+  services.admin = std::make_unique<AdminServiceImpl>(state.get(), engine.get(), authenticator.get());
   MindClusterFaultOptions mfo;
   mfo.max_subscribers = cfg.mindcluster_max_subscribers;
-  s.mindcluster_fault_service = std::make_unique<MindClusterFaultService>(
-      s.state.get(), s.hub.get(), s.watch_pool.get(), mfo, &s.metrics, s.authenticator.get());
+  services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
+                                                                         &metrics, authenticator.get());
   {
     PubFaultCodeTable table = PubFaultCodeTable::Default();
     if (!cfg.pubfault.code_table_file.empty()) CLUSTERD_RETURN_IF_ERROR(table.MergeFile(cfg.pubfault.code_table_file));
@@ -277,19 +302,23 @@ Status ClusterdServer::Start() {
     po.rate_per_second = cfg.pubfault.rate_per_second;
     po.burst = cfg.pubfault.burst;
     po.max_faults = cfg.pubfault.max_faults;
-    s.pubfault_service = std::make_unique<PubFaultServiceImpl>(s.engine.get(), s.authenticator.get(), s.clock,
-                                                               std::move(table), std::move(po), &s.metrics);
-    s.metrics.AddCallbackGauge("clusterd_pubfault_active", "MindCluster public faults active.", [&s] {
-      return static_cast<double>(s.state->Read([](const ClusterState& st) { return st.active_public_faults(); }));
+    services.pubfault = std::make_unique<PubFaultServiceImpl>(engine.get(), authenticator.get(), clock,
+                                                              std::move(table), std::move(po), &metrics);
+    metrics.AddCallbackGauge("clusterd_pubfault_active", "MindCluster public faults active.", [this] {
+      return static_cast<double>(state->Read([](const StateView& st) { return st.active_public_faults(); }));
     });
   }
 
-  s.metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
-                             [&s] { return static_cast<double>(s.state->durable_revision()); });
-  s.metrics.AddCallbackGauge("clusterd_compacted_revision", "Highest revision removed from the event log.",
-                             [&s] { return static_cast<double>(s.state->compacted_revision()); });
-  s.metrics.AddCallbackGauge("clusterd_nodes", "Registered nodes.", [&s] {
-    return static_cast<double>(s.state->Read([](const ClusterState& st) { return st.node_count(); }));
+  return Status::Ok();
+}
+
+void ClusterdServer::Impl::AddStateMetrics() {
+  metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
+                           [this] { return static_cast<double>(state->durable_revision()); });
+  metrics.AddCallbackGauge("clusterd_compacted_revision", "Highest revision removed from the event log.",
+                           [this] { return static_cast<double>(state->compacted_revision()); });
+  metrics.AddCallbackGauge("clusterd_nodes", "Registered nodes.", [this] {
+    return static_cast<double>(state->Read([](const StateView& st) { return st.node_count(); }));
   });
   // Health breakdowns for alerting (e.g. devices unhealthy, nodes unknown).
   using Pick = uint32_t (v1::HealthCounts::*)() const;
@@ -298,33 +327,36 @@ Status ClusterdServer::Start() {
                                                    {"unhealthy", &v1::HealthCounts::unhealthy},
                                                    {"unknown", &v1::HealthCounts::unknown}};
   for (const auto& [health, pick] : kHealths) {
-    s.metrics.AddCallbackGauge("clusterd_nodes_by_health", "Registered nodes per health.",
-                               [&s, pick = pick] { return static_cast<double>((s.ScrapeSummary().nodes().*pick)()); },
-                               {{"health", health}});
+    metrics.AddCallbackGauge("clusterd_nodes_by_health", "Registered nodes per health.",
+                             [this, pick = pick] { return static_cast<double>((ScrapeSummary().nodes().*pick)()); },
+                             {{"health", health}});
   }
   for (const auto& [health, pick] : kHealths) {
-    s.metrics.AddCallbackGauge("clusterd_devices_by_health", "Accelerator devices per health.",
-                               [&s, pick = pick] { return static_cast<double>((s.ScrapeSummary().devices().*pick)()); },
-                               {{"health", health}});
+    metrics.AddCallbackGauge("clusterd_devices_by_health", "Accelerator devices per health.",
+                             [this, pick = pick] { return static_cast<double>((ScrapeSummary().devices().*pick)()); },
+                             {{"health", health}});
   }
   for (int level = v1::FAULT_LEVEL_NOT_HANDLE; level <= v1::FAULT_LEVEL_SEPARATE; ++level) {
     const std::string name = v1::FaultLevel_Name(static_cast<v1::FaultLevel>(level));
-    s.metrics.AddCallbackGauge("clusterd_active_faults", "Active faults per level.",
-                               [&s, name] {
-                                 const auto summary = s.ScrapeSummary();
-                                 auto it = summary.active_faults_by_level().find(name);
-                                 return it == summary.active_faults_by_level().end() ? 0.0
-                                                                                     : static_cast<double>(it->second);
-                               },
-                               {{"level", ShortLevelName(static_cast<v1::FaultLevel>(level))}});
+    metrics.AddCallbackGauge("clusterd_active_faults", "Active faults per level.",
+                             [this, name] {
+                               const auto summary = ScrapeSummary();
+                               auto it = summary.active_faults_by_level().find(name);
+                               return it == summary.active_faults_by_level().end() ? 0.0
+                                                                                   : static_cast<double>(it->second);
+                             },
+                             {{"level", ShortLevelName(static_cast<v1::FaultLevel>(level))}});
   }
+}
 
-  s.health_service = std::make_unique<HealthServiceImpl>(
+Status ClusterdServer::Impl::StartGrpc(const std::shared_ptr<grpc::ServerCredentials>& credentials) {
+  const ClusterdConfig& cfg = config;
+  services.health = std::make_unique<HealthServiceImpl>(
       std::set<std::string>{"clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
                             "clusterd.v1.JobService", "clusterd.v1.AdminService", "fault.Fault"});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(cfg.listen, *credentials, &s.grpc_port);
+  builder.AddListeningPort(cfg.listen, credentials, &grpc_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(cfg.max_message_bytes));
   // What every client accepts by default. Answers are built to fit it
   // (response_limits.h); one that did not would fail loudly here rather than
@@ -341,44 +373,41 @@ Status ClusterdServer::Start() {
   builder.AddChannelArgument(
       GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
       static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(cfg.grpc_handshake_timeout).count()));
-  builder.RegisterService(s.agent_service.get());
-  builder.RegisterService(s.cluster_service.get());
-  builder.RegisterService(s.fault_service.get());
-  builder.RegisterService(s.health_service.get());
-  builder.RegisterService(s.job_service.get());
-  builder.RegisterService(s.admin_service.get());
-  builder.RegisterService(s.mindcluster_fault_service.get());
-  builder.RegisterService(s.pubfault_service.get());
-  s.grpc_server = builder.BuildAndStart();
-  if (!s.grpc_server || s.grpc_port == 0) {
+  services.RegisterWith(builder);
+  grpc_server = builder.BuildAndStart();
+  if (!grpc_server || grpc_port == 0) {
     return Unavailable("cannot listen for gRPC on " + cfg.listen + " (address in use or invalid?)");
   }
 
-  s.metrics.AddCallbackGauge("clusterd_open_fds", "File descriptors open in the clusterd process.", [] {
+  metrics.AddCallbackGauge("clusterd_open_fds", "File descriptors open in the clusterd process.", [] {
     auto n = CountOpenFds();
     return n ? static_cast<double>(*n) : -1.0;
   });
-  s.metrics.AddCallbackGauge("clusterd_max_fds", "Soft limit on open file descriptors (RLIMIT_NOFILE).", [] {
+  metrics.AddCallbackGauge("clusterd_max_fds", "Soft limit on open file descriptors (RLIMIT_NOFILE).", [] {
     auto n = SoftFdLimit();
     return n ? static_cast<double>(*n) : -1.0;
   });
-  s.metrics.AddCallbackGauge("clusterd_grpc_self_check_ok",
-                             "1 while a new loopback connection to the gRPC port is accepted and answered.",
-                             [&s] { return s.grpc_ok.load() ? 1.0 : 0.0; });
-  s.self_check_failures = &s.metrics.AddCounter("clusterd_grpc_self_check_failures_total",
-                                                "gRPC self-checks (new connection + Health/Check) that failed.");
+  GrpcSelfCheck::Options sco;
+  sco.target = SelfCheckTarget();
+  sco.interval = cfg.grpc_self_check_interval;
+  sco.timeout = cfg.grpc_self_check_timeout;
+  if (sco.interval.count() > 0) sco.credentials = MakeSelfCheckCredentials(cfg);
+  self_check = std::make_unique<GrpcSelfCheck>(std::move(sco), &metrics);
+  return Status::Ok();
+}
 
+Status ClusterdServer::Impl::StartHttp() {
+  const ClusterdConfig& cfg = config;
   HttpServer::Options ho;
   ho.max_connections = cfg.max_http_connections;
   ho.io_timeout = cfg.http_timeout;
-  ho.metrics = &s.metrics;
+  ho.metrics = &metrics;
   ho.metrics_prefix = "clusterd";
-  s.http = std::make_unique<HttpServer>(ho);
-  s.http->Handle("GET", "/healthz", [&s](const HttpRequest&) {
-    const int64_t since = s.grpc_failing_since.load();
-    const auto limit = s.config.grpc_unhealthy_after;
-    if (since != 0 && limit.count() > 0) {
-      const auto failing = std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(since);
+  http = std::make_unique<HttpServer>(ho);
+  http->Handle("GET", "/healthz", [this](const HttpRequest&) {
+    const auto failing = self_check->failing_for();
+    const auto limit = config.grpc_unhealthy_after;
+    if (failing.count() > 0 && limit.count() > 0) {
       if (failing >= limit) {
         return HttpResponse{503, "text/plain",
                             "gRPC port not accepting for " + FormatDuration(failing) + " (grpc_unhealthy_after " +
@@ -387,61 +416,48 @@ Status ClusterdServer::Start() {
     }
     return HttpResponse{200, "text/plain", "ok\n"};
   });
-  s.http->Handle("GET", "/readyz", [&s](const HttpRequest&) {
-    if (!s.serving.load()) return HttpResponse{503, "text/plain", "not serving\n"};
-    if (!s.grpc_ok.load()) {
-      std::lock_guard lock(s.problem_mu);
-      return HttpResponse{503, "text/plain", "gRPC port not accepting: " + s.grpc_problem + "\n"};
+  http->Handle("GET", "/readyz", [this](const HttpRequest&) {
+    if (!serving.load()) return HttpResponse{503, "text/plain", "not serving\n"};
+    if (!self_check->ok()) {
+      return HttpResponse{503, "text/plain", "gRPC port not accepting: " + self_check->problem() + "\n"};
     }
     // Writes refused (disk below its reserve) keep the pod ready: reads and
     // Watch still work, and a 503 would take the only replica out of its
     // Service. The reason is in the body, on /readyz/writes (503), on
     // clusterd_store_writable and in the ClusterdWritesRefused alert.
-    if (Status refusal = s.engine->WriteRefusal(); !refusal.ok()) {
+    if (Status refusal = engine->WriteRefusal(); !refusal.ok()) {
       return HttpResponse{200, "text/plain", "ready for reads; writes refused: " + refusal.message() + "\n"};
     }
     return HttpResponse{200, "text/plain", "ready\n"};
   });
-  s.http->Handle("GET", "/readyz/writes", [&s](const HttpRequest&) {
-    if (Status refusal = s.engine->WriteRefusal(); !refusal.ok()) {
+  http->Handle("GET", "/readyz/writes", [this](const HttpRequest&) {
+    if (Status refusal = engine->WriteRefusal(); !refusal.ok()) {
       return HttpResponse{503, "text/plain", "writes refused: " + refusal.message() + "\n"};
     }
     return HttpResponse{200, "text/plain", "writable\n"};
   });
-  s.http->Handle("GET", "/metrics", [&s](const HttpRequest& req) {
-    if (s.config.auth.metrics_auth) {
+  http->Handle("GET", "/metrics", [this](const HttpRequest& req) {
+    if (config.auth.metrics_auth) {
       // A scraper's bearer token, of a principal that may read the cluster.
-      if (Status st = AuthorizeHttpReader(*s.authenticator, req.authorization, "/metrics"); !st.ok()) {
+      if (Status st = AuthorizeHttpReader(*authenticator, req.authorization, "/metrics"); !st.ok()) {
         const int code = st.code() == StatusCode::kPermissionDenied ? 403
                          : st.code() == StatusCode::kUnavailable    ? 503
                                                                     : 401;
         return HttpResponse{code, "text/plain", st.message() + "\n"};
       }
     }
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.Render()};
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics.Render()};
   });
   HttpApiOptions api;
   api.require_viewer = !cfg.insecure;
-  RegisterHttpApi(s.http.get(), s.state.get(), s.hub.get(), s.authenticator.get(), api);
+  RegisterHttpApi(http.get(), state.get(), hub.get(), authenticator.get(), api);
   // The status page holds no data (it reads the API above), so no token.
   for (const char* path : {"/", "/index.html"}) {
-    s.http->Handle("GET", path, [](const HttpRequest&) {
+    http->Handle("GET", path, [](const HttpRequest&) {
       return HttpResponse{200, "text/html; charset=utf-8", std::string(StatusPageHtml())};
     });
   }
-  CLUSTERD_RETURN_IF_ERROR(s.http->Start(cfg.http_listen));
-  CLUSTERD_RETURN_IF_ERROR(s.StartIntegrations());
-  s.serving = true;
-  s.health_service->SetServing(true);
-  if (cfg.grpc_self_check_interval.count() > 0) {
-    s.self_check_credentials = MakeSelfCheckCredentials(cfg);
-    // The first check runs before Start returns, so /readyz is truthful from
-    // the first probe on.
-    if (Status st = s.RunSelfCheck(); !st.ok()) log->warn("gRPC self-check: {}", st.message());
-    s.self_check_thread = std::thread([&s] { s.SelfCheckLoop(); });
-  }
-  log->info("serving gRPC on port {} and HTTP on port {} (revision {})", s.grpc_port, s.http->port(),
-            s.state->revision());
+  CLUSTERD_RETURN_IF_ERROR(http->Start(cfg.http_listen));
   return Status::Ok();
 }
 
@@ -450,7 +466,7 @@ void ClusterdServer::Shutdown() {
   if (s.shut_down) return;
   s.shut_down = true;
   s.serving = false;
-  if (s.health_service) s.health_service->SetServing(false);
+  if (s.services.health) s.services.health->SetServing(false);
   auto log = GetLogger("server");
   if (s.grpc_server) {
     // Streams are cancelled after the deadline; unary calls in flight finish.
@@ -462,14 +478,7 @@ void ClusterdServer::Shutdown() {
   // committed by Stop); anything not reported is dispatched again at restart.
   if (s.actuator) s.actuator->Stop();
   if (s.engine) s.engine->Stop();
-  if (s.self_check_thread.joinable()) {
-    {
-      std::lock_guard lock(s.self_check_mu);
-      s.self_check_stop = true;
-    }
-    s.self_check_cv.notify_all();
-    s.self_check_thread.join();
-  }
+  if (s.self_check) s.self_check->Stop();
   if (s.grpc_server) s.grpc_server->Wait();
   if (s.watch_pool) s.watch_pool->join();
   if (s.http) s.http->Stop();
@@ -522,59 +531,6 @@ std::string ClusterdServer::Impl::SelfCheckTarget() const {
   if (host == "0.0.0.0" || host.empty()) target_host = "127.0.0.1";
   if (host == "[::]") target_host = "[::1]";
   return target_host + ":" + std::to_string(grpc_port);
-}
-
-Status ClusterdServer::Impl::RunSelfCheck() {
-  Status result = [&]() -> Status {
-    grpc::ChannelArguments args;
-    // A connection of its own every time: a reused one would prove nothing
-    // about accept().
-    args.SetInt("grpc.use_local_subchannel_pool", 1);
-    args.SetInt("clusterd.self_check", static_cast<int>(++self_checks % 1'000'000));
-    auto channel = grpc::CreateCustomChannel(SelfCheckTarget(), self_check_credentials, args);
-    auto stub = grpc::health::v1::Health::NewStub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + config.grpc_self_check_timeout);
-    grpc::health::v1::HealthCheckRequest req;
-    grpc::health::v1::HealthCheckResponse resp;
-    const grpc::Status st = stub->Check(&ctx, req, &resp);
-    if (!st.ok()) {
-      return Unavailable("Health/Check on a new connection to " + SelfCheckTarget() + " failed within " +
-                         FormatDuration(config.grpc_self_check_timeout) + ": " + st.error_message() + " (code " +
-                         std::to_string(st.error_code()) + ")");
-    }
-    if (resp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
-      return Unavailable("Health/Check answered " +
-                         grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()));
-    }
-    return Status::Ok();
-  }();
-  const bool was_ok = grpc_ok.load();
-  if (result.ok()) {
-    if (!was_ok) GetLogger("server")->info("gRPC self-check passes again");
-  } else {
-    if (self_check_failures) self_check_failures->Inc();
-    if (was_ok) GetLogger("server")->error("gRPC self-check failed, /readyz answers 503: {}", result.message());
-    std::lock_guard lock(problem_mu);
-    grpc_problem = result.message();
-  }
-  if (result.ok()) {
-    grpc_failing_since.store(0);
-  } else if (was_ok) {
-    grpc_failing_since.store(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-  grpc_ok.store(result.ok());
-  return result;
-}
-
-void ClusterdServer::Impl::SelfCheckLoop() {
-  std::unique_lock lock(self_check_mu);
-  for (;;) {
-    if (self_check_cv.wait_for(lock, config.grpc_self_check_interval, [this] { return self_check_stop; })) return;
-    lock.unlock();
-    (void)RunSelfCheck();  // logs and publishes its own result
-    lock.lock();
-  }
 }
 
 }  // namespace clusterd

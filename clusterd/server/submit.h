@@ -37,7 +37,7 @@ grpc::ServerUnaryReactor* AnswerRead(grpc::CallbackServerContext* ctx, const Clu
 template <typename T, typename Query>
 grpc::ServerUnaryReactor* AnswerQuery(grpc::CallbackServerContext* ctx, const ClusterState* state, T* out,
                                       Query query) {
-  return AnswerRead(ctx, state, [out, &query](const ClusterState& s) {
+  return AnswerRead(ctx, state, [out, &query](const StateView& s) {
     auto result = query(s);
     if (!result.ok()) return result.status();
     *out = std::move(*result);

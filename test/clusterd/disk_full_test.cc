@@ -145,7 +145,7 @@ class DiskFullEngineTest : public ::testing::Test {
   v1::Health NodeHealth(const std::string& node) {
     v1::GetNodeRequest req;
     req.set_name(node);
-    auto resp = state_->Read([&](const ClusterState& s) { return s.GetNode(req); });
+    auto resp = state_->Read([&](const StateView& s) { return s.GetNode(req); });
     EXPECT_TRUE(resp.ok()) << resp.status().ToString();
     return resp.ok() ? resp->node().health() : v1::HEALTH_UNSPECIFIED;
   }
@@ -195,7 +195,7 @@ TEST_F(DiskFullEngineTest, BelowTheReserveClientWritesAreRefusedAndHeldChangesCo
   EXPECT_TRUE(held.held);
   EXPECT_EQ(held.applied, 1u);
   EXPECT_EQ(held.next, clock_.Now() + kRetry);
-  EXPECT_GT(state_->Read([](const ClusterState& s) { return s.revision(); }), durable);
+  EXPECT_GT(state_->Read([](const StateView& s) { return s.revision(); }), durable);
   EXPECT_NE(Metrics().find("clusterd_store_held_changes 1\n"), std::string::npos);
   EXPECT_FALSE(internal_done.load());
   EXPECT_EQ(state_->durable_revision(), durable);

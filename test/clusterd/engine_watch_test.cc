@@ -244,7 +244,7 @@ TEST_F(EngineTest, LivenessRunsOnTheWriter) {
   options.liveness_interval = 1ms;
   Start(options);
   Register(1);
-  auto unknown = [&] { return state_->Read([](const ClusterState& s) { return s.GetSummary().nodes().unknown(); }); };
+  auto unknown = [&] { return state_->Read([](const StateView& s) { return s.GetSummary().nodes().unknown(); }); };
   // The writer asks to run again by the grace's end even with nothing submitted.
   const Engine::StepResult idle = engine_->Step();
   EXPECT_LE(idle.next, clock_.Now() + 10s);

@@ -71,10 +71,10 @@ class MindClusterSignalTest : public ::testing::Test, public testing::StateOnSto
   fault::FaultMsgSignal Job(const std::string& id, const mindcluster::SignalLimits& limits = {},
                             bool* truncated = nullptr) {
     return state_->Read(
-        [&](const ClusterState& s) { return mindcluster::JobSignal(s, s.jobs().at(id), limits, truncated); });
+        [&](const StateView& s) { return mindcluster::JobSignal(s, s.jobs().at(id), limits, truncated); });
   }
   fault::FaultMsgSignal Cluster() {
-    return state_->Read([](const ClusterState& s) { return mindcluster::ClusterSignal(s); });
+    return state_->Read([](const StateView& s) { return mindcluster::ClusterSignal(s); });
   }
 
   static std::vector<std::string> Strings(const google::protobuf::RepeatedPtrField<std::string>& r) {

@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  return fuzz::QueryState::Get().state().Read([&](const ClusterState& state) {
+  return fuzz::QueryState::Get().state().Read([&](const StateView& state) {
     v1::ListNodesRequest req;
     req.set_label_selector(std::string(fuzz::AsView(data, size)));
     auto resp = state.ListNodes(req);

@@ -21,7 +21,7 @@ namespace {
 // Follows tokens from `token` to the end; fails the run on a non-InvalidArgument
 // error, an oversized page or a loop.
 template <typename Req, typename Call, typename Count>
-void Page(const ClusterState& state, int32_t page_size, std::string token, Call call, Count count, size_t total) {
+void Page(const StateView& state, int32_t page_size, std::string token, Call call, Count count, size_t total) {
   for (size_t pages = 0;; ++pages) {
     FUZZ_CHECK(pages <= total + 1);  // every page but the last holds at least one item
     Req req;
@@ -45,7 +45,7 @@ void Page(const ClusterState& state, int32_t page_size, std::string token, Call 
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  fuzz::QueryState::Get().state().Read([&](const ClusterState& state) {
+  fuzz::QueryState::Get().state().Read([&](const StateView& state) {
     const int32_t page_size = data[1] % 8;
     std::string token(fuzz::AsView(data + 2, size - 2));
     switch (data[0] % 4) {

@@ -1,0 +1,63 @@
+// Jobs as registered (placement, policy, state; never their impacts, which
+// are computed from the faults when answered), indexed by node: the job
+// aggregate. It checks and applies job changes, writes the records and
+// their events.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "clusterd/state/journal.h"
+#include "clusterd/storage/store.h"
+#include "clusterd/v1/job.pb.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+// Ranks of the job on the fault's node and device (all of the node's ranks
+// for a node-level fault), sorted: recovery::FaultHitsRank over a placement,
+// the one fault-to-rank rule (PlacementIndex indexes the same rule).
+std::vector<uint32_t> RanksHit(const v1::Job& job, const v1::Fault& fault);
+
+class JobTable {
+ public:
+  using Map = std::map<std::string, v1::Job>;
+  // Who writes a job: the API, or an integration by its name. A job is
+  // changed or deleted only by its own source, except that the API may
+  // delete any job.
+  static constexpr const char* kApiSource = "api";
+
+  JobTable(Journal* journal, const StateLimits* limits) : journal_(journal), limits_(limits) {}
+
+  Status Load(const storage::Store& store);
+
+  const Map& all() const { return jobs_; }
+  size_t size() const { return jobs_.size(); }
+  const v1::Job* Find(const std::string& id) const;
+  // Jobs whose ranks the fault hits, sorted.
+  std::vector<std::string> HitBy(const v1::Fault& f) const;
+
+  // Each validates (ValidateJob, max_job_ranks), writes the record and a
+  // JOB_* event, and returns the job as stored.
+  StatusOr<v1::Job> Create(const v1::Job& requested, const std::string& source, Mutation* m);
+  StatusOr<v1::Job> Update(const v1::Job& requested, const std::string& source, Mutation* m);
+  // Returns the revision of the JOB_DELETED event.
+  StatusOr<uint64_t> Delete(const std::string& id, const std::string& source, Mutation* m);
+  // A job's state set by ClusterD (JOB_UPDATED with `reason`); no-op if
+  // unchanged.
+  Status SetState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m);
+
+ private:
+  void Index(const v1::Job& job, bool add);
+  Status Refused(Status st) const;
+
+  Journal* journal_;
+  const StateLimits* limits_;
+  Map jobs_;  // id -> job as stored (no impacts)
+  std::map<std::string, std::set<std::string>> by_node_;
+};
+
+}  // namespace clusterd
