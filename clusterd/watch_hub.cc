@@ -2,25 +2,9 @@
 
 #include <algorithm>
 
-#include <google/protobuf/io/coded_stream.h>
-
 #include "common/validation.h"
 
 namespace clusterd {
-
-const std::string& PublishedEvent::WatchEntry() const {
-  std::call_once(once_, [this] {
-    using google::protobuf::io::CodedOutputStream;
-    constexpr uint8_t kEventsTag = (1 << 3) | 2;  // WatchResponse.events: field 1, length-delimited
-    const size_t size = event_.ByteSizeLong();
-    entry_.resize(1 + CodedOutputStream::VarintSize64(size) + size);
-    auto* out = reinterpret_cast<uint8_t*>(entry_.data());
-    *out++ = kEventsTag;
-    out = CodedOutputStream::WriteVarint64ToArray(size, out);
-    event_.SerializeWithCachedSizesToArray(out);
-  });
-  return entry_;
-}
 
 WatchHub::WatchHub(const storage::Store* store, size_t cache_events) : store_(store), cache_events_(cache_events) {}
 
@@ -36,8 +20,8 @@ void WatchHub::Publish(std::vector<v1::Event> events) {
   {
     std::unique_lock lock(cache_mu_);
     for (auto& e : events) {
-      cache_.push_back(std::make_shared<const PublishedEvent>(std::move(e)));
-      head_ = cache_.back()->event().revision();
+      cache_.push_back(std::make_shared<const v1::Event>(std::move(e)));
+      head_ = cache_.back()->revision();
     }
     while (cache_.size() > cache_events_) cache_.pop_front();
     head = head_;
@@ -73,28 +57,18 @@ size_t WatchHub::watcher_count() const {
   return listeners_.size();
 }
 
-bool WatchHub::ReadCached(uint64_t after, size_t max, std::vector<PublishedPtr>* out) const {
+bool WatchHub::ReadCached(uint64_t after, size_t max, std::vector<EventPtr>* out) const {
   std::shared_lock lock(cache_mu_);
   if (after >= head_) return true;
   if (cache_.empty()) return false;
-  const uint64_t first = cache_.front()->event().revision();
+  const uint64_t first = cache_.front()->revision();
   if (after + 1 < first) return false;
   for (size_t i = after + 1 - first; i < cache_.size() && out->size() < max; ++i) out->push_back(cache_[i]);
   return true;
 }
 
 StatusOr<std::vector<EventPtr>> WatchHub::Fetch(uint64_t after, size_t max) const {
-  auto published = FetchPublished(after, max);
-  if (!published.ok()) return published.status();
   std::vector<EventPtr> out;
-  out.reserve(published->size());
-  // Aliasing pointers: the event inside its PublishedEvent, no copy.
-  for (auto& p : *published) out.emplace_back(p, &p->event());
-  return out;
-}
-
-StatusOr<std::vector<PublishedPtr>> WatchHub::FetchPublished(uint64_t after, size_t max) const {
-  std::vector<PublishedPtr> out;
   if (ReadCached(after, max, &out)) return out;
   auto events = store_->ReadEvents(after, max);
   if (!events.ok()) return events.status();
@@ -105,7 +79,7 @@ StatusOr<std::vector<PublishedPtr>> WatchHub::FetchPublished(uint64_t after, siz
                       std::to_string(events->front().revision()));
   }
   out.reserve(events->size());
-  for (auto& e : *events) out.push_back(std::make_shared<const PublishedEvent>(std::move(e)));
+  for (auto& e : *events) out.push_back(std::make_shared<const v1::Event>(std::move(e)));
   return out;
 }
 

@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <shared_mutex>
 #include <vector>
 
@@ -23,24 +22,6 @@
 namespace clusterd {
 
 using EventPtr = std::shared_ptr<const v1::Event>;
-
-// A published event, and its bytes as one entry of WatchResponse.events
-// (field 1, length-delimited), made once on first use: every watcher that
-// sends the event appends these bytes to its response instead of copying
-// and serializing the message once per watcher.
-class PublishedEvent {
- public:
-  explicit PublishedEvent(v1::Event event) : event_(std::move(event)) {}
-  const v1::Event& event() const { return event_; }
-  // Thread-safe; computed by the first caller.
-  const std::string& WatchEntry() const;
-
- private:
-  v1::Event event_;
-  mutable std::once_flag once_;
-  mutable std::string entry_;
-};
-using PublishedPtr = std::shared_ptr<const PublishedEvent>;
 
 class WatchHub {
  public:
@@ -65,16 +46,14 @@ class WatchHub {
   // Events with revision > after, at most max, from the cache or the store.
   // May read the disk: never call on a gRPC callback thread.
   StatusOr<std::vector<EventPtr>> Fetch(uint64_t after, size_t max) const;
-  // The same events with their shared encodings (ClusterService.Watch).
-  StatusOr<std::vector<PublishedPtr>> FetchPublished(uint64_t after, size_t max) const;
 
  private:
-  bool ReadCached(uint64_t after, size_t max, std::vector<PublishedPtr>* out) const;
+  bool ReadCached(uint64_t after, size_t max, std::vector<EventPtr>* out) const;
 
   const storage::Store* store_;
   const size_t cache_events_;
   mutable std::shared_mutex cache_mu_;
-  std::deque<PublishedPtr> cache_;
+  std::deque<EventPtr> cache_;
   uint64_t head_ = 0;
 
   mutable std::mutex listeners_mu_;

@@ -2,7 +2,6 @@
 
 #include <memory>
 #include <mutex>
-#include <string>
 
 #include <boost/asio/post.hpp>
 
@@ -15,46 +14,20 @@
 namespace clusterd {
 namespace {
 
-// A ByteBuffer that owns `bytes` (one slice, no copy).
-grpc::ByteBuffer OwnedBuffer(std::string bytes) {
-  auto* owned = new std::string(std::move(bytes));
-  grpc::Slice slice(
-      owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-// Appends WatchResponse.revision (field 2, varint).
-void AppendRevision(std::string* out, uint64_t revision) {
-  out->push_back(static_cast<char>((2 << 3) | 0));
-  do {
-    uint8_t byte = revision & 0x7f;
-    revision >>= 7;
-    if (revision) byte |= 0x80;
-    out->push_back(static_cast<char>(byte));
-  } while (revision);
-}
-
 // One Watch stream. It pulls batches from the hub on the watch pool (which may
 // read the disk), writes one batch at a time, and goes idle when caught up
 // until the hub notifies it. State is under a recursive mutex held while any
 // gRPC operation starts (see AgentReactor for why).
-class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
                            public std::enable_shared_from_this<WatchReactor> {
  public:
   WatchReactor(ClusterServiceImpl* service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {}
 
-  void Begin(std::shared_ptr<WatchReactor> self, const grpc::ByteBuffer& request) {
+  void Begin(std::shared_ptr<WatchReactor> self, const v1::WatchRequest& req) {
     self_ = std::move(self);
     std::lock_guard lock(mu_);
     if (auto who = service_->auth()->Authorize(*ctx_, "/clusterd.v1.ClusterService/Watch"); !who.ok()) {
       FinishLocked(ToGrpc(who.status()));
-      return;
-    }
-    // Parsed as every typed handler's request is (proto/wire_parse.h).
-    v1::WatchRequest req;
-    grpc::ByteBuffer bytes(request);
-    if (grpc::Status parsed = wire::LenientDeserialize(&bytes, &req); !parsed.ok()) {
-      FinishLocked(std::move(parsed));
       return;
     }
     peer_key_ = PeerLimiter::PeerKey(ctx_->peer());
@@ -160,7 +133,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
         FinishLocked(ToGrpc(range));
         return;
       }
-      auto batch = service_->hub()->FetchPublished(after, service_->options().batch_events);
+      auto batch = service_->hub()->Fetch(after, service_->options().batch_events);
       if (!batch.ok()) {
         if (batch.status().code() != StatusCode::kOutOfRange) {
           GetLogger("watch")->error("fetch after {}: {}", after, batch.status().ToString());
@@ -174,28 +147,25 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       // kWatchBatchBytes unless one event alone is larger (a job event can
       // reach kMaxJobBytes), so it always fits a client's 4 MiB. The rest of
       // the batch goes in the next response.
-      // The response is the events' shared encodings back to back, then
-      // the revision: a WatchResponse on the wire, built without a message.
-      std::string resp;
-      uint32_t events = 0;
-      for (const auto& p : *batch) {
-        const v1::Event& e = p->event();
-        if (filter_.Matches(e)) {
-          const std::string& entry = p->WatchEntry();
-          if (events > 0 && resp.size() + entry.size() > kWatchBatchBytes) break;
-          resp.append(entry);
-          ++events;
+      v1::WatchResponse resp;
+      size_t bytes = 0;
+      for (const auto& e : *batch) {
+        if (filter_.Matches(*e)) {
+          const size_t size = e->ByteSizeLong();
+          if (resp.events_size() > 0 && bytes + size > kWatchBatchBytes) break;
+          bytes += size;
+          *resp.add_events() = *e;
         }
-        after = e.revision();
+        after = e->revision();
       }
       std::lock_guard lock(mu_);
       after_ = after;
-      if (events > 0) {
+      if (resp.events_size() > 0) {
         scheduled_ = false;
         if (out_.finishing()) return;
-        AppendRevision(&resp, after);
-        if (service_->watch_events_sent) service_->watch_events_sent->Inc(events);
-        out_.Push(OwnedBuffer(std::move(resp)));
+        resp.set_revision(after);
+        if (service_->watch_events_sent) service_->watch_events_sent->Inc(resp.events_size());
+        out_.Push(std::move(resp));
         return;
       }
       if (batch->empty() || after >= service_->hub()->head()) {
@@ -225,7 +195,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   bool live_ = false;
   bool scheduled_ = false;
   // One batch in flight at a time: the queue never holds more than one.
-  StreamWriter<WatchReactor, grpc::ByteBuffer> out_{this};
+  StreamWriter<WatchReactor, v1::WatchResponse> out_{this};
 };
 
 }  // namespace
@@ -317,11 +287,11 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetRecovery(grpc::CallbackServerCo
                      [req](const StateView& state) { return state.GetRecovery(req->id()); });
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,
-                                                                      const grpc::ByteBuffer* request) {
+grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,
+                                                                       const v1::WatchRequest* req) {
   auto reactor = std::make_shared<WatchReactor>(this, ctx);
   WatchReactor* raw = reactor.get();
-  raw->Begin(std::move(reactor), *request);
+  raw->Begin(std::move(reactor), *req);
   return raw;
 }
 

@@ -29,11 +29,7 @@ struct WatchOptions {
   uint32_t max_streams_per_peer = 1'000;
 };
 
-// Watch is a raw method: its responses are built from the events' shared
-// encodings (PublishedEvent::WatchEntry) without a message per watcher; the
-// bytes on the wire are a WatchResponse as the proto declares it.
-class ClusterServiceImpl final
-    : public v1::ClusterService::WithRawCallbackMethod_Watch<v1::ClusterService::CallbackService> {
+class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
  public:
   // `auth` decides who may call what; it must outlive this.
   ClusterServiceImpl(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
@@ -51,8 +47,8 @@ class ClusterServiceImpl final
                                            v1::ListRecoveriesResponse* resp) override;
   grpc::ServerUnaryReactor* GetRecovery(grpc::CallbackServerContext* ctx, const v1::GetRecoveryRequest* req,
                                         v1::GetRecoveryResponse* resp) override;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* ctx,
-                                                    const grpc::ByteBuffer* request) override;
+  grpc::ServerWriteReactor<v1::WatchResponse>* Watch(grpc::CallbackServerContext* ctx,
+                                                     const v1::WatchRequest* req) override;
 
   const ClusterState* state() const { return state_; }
   WatchHub* hub() const { return hub_; }
