@@ -12,6 +12,13 @@ namespace clusterd::bench {
 
 // ---------------------------------------------------------------- messages
 
+namespace {
+std::atomic<int> devices_per_node{kDevices};
+}  // namespace
+
+int DevicesPerNode() { return devices_per_node.load(std::memory_order_relaxed); }
+void SetDevicesPerNode(int n) { devices_per_node = n; }
+
 v1::ConnectRequest MakeHello(const std::string& node) {
   v1::ConnectRequest req;
   auto* h = req.mutable_hello();
@@ -19,7 +26,7 @@ v1::ConnectRequest MakeHello(const std::string& node) {
   h->set_boot_id("bench-boot");
   h->set_agent_version("clusterd-bench");
   h->set_epoch(kEpoch);
-  for (int i = 0; i < kDevices; ++i) {
+  for (int i = 0; i < DevicesPerNode(); ++i) {
     auto* d = h->mutable_inventory()->add_devices();
     d->set_id(i);
     d->set_vendor("huawei");

@@ -25,9 +25,15 @@
 namespace clusterd::bench {
 
 constexpr uint64_t kEpoch = 1;
+// Devices a scenario's faults are spread over (scenarios 5 and 6 map events
+// back to transitions with it).
 constexpr int kDevices = 8;
+// Devices each simulated node announces in its Hello: kDevices unless
+// --devices says otherwise (scenarios 3, 4 and 7 at MindCluster's 16).
+int DevicesPerNode();
+void SetDevicesPerNode(int n);
 
-// Hello of node `node` with kDevices accelerators, epoch kEpoch.
+// Hello of node `node` with DevicesPerNode() accelerators, epoch kEpoch.
 v1::ConnectRequest MakeHello(const std::string& node);
 // A transition (epoch kEpoch, `seq`) timestamped now.
 void FillFault(uint64_t seq, v1::TransitionAction action, uint32_t device, const std::string& code,

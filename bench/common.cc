@@ -46,10 +46,11 @@ namespace {
       "                      [--decision-samples N] [--storm-nodes N] [--watchers N] [--fanout-rate R]\n"
       "                      [--footprint SECONDS] [--query-nodes N] [--query-duration SECONDS]\n"
       "                      [--agents N] [--agent-channels N] [--steady SECONDS] [--detect-samples N]\n"
-      "                      [--lost-samples N] [--restart-nodes N] [--restart-events N]\n"
-      "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--json PATH] [--tmpdir DIR]\n"
+      "                      [--lost-samples N] [--restart-nodes N] [--restart-events N] [--devices N]\n"
+      "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
+      "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-9)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-10)\n"
       "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
       "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
       "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -65,11 +66,18 @@ namespace {
       "  --steady            scenario 3: seconds of steady state measured (default 20)\n"
       "  --detect-samples    scenario 4: faults timed to their Watch event (default 100)\n"
       "  --lost-samples      scenario 4: agents stopped and timed to HEARTBEAT_LOST (default 20)\n"
-      "  --restart-nodes     scenario 7: nodes (x 8 devices) stored and reattaching (default 10000)\n"
+      "  --restart-nodes     scenario 7: nodes (x --devices) stored and reattaching (default 10000)\n"
+      "  --devices           scenarios 3/4/7: devices per simulated node (default 8; 16 for\n"
+      "                      MindCluster's largest documented cluster)\n"
       "  --restart-events    scenario 7: history events stored before the kill -9 (default 1000000)\n"
       "  --clusterd, --noded binaries (default: next to this binary)\n"
       "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
       "                      skipped with a note when there is none)\n"
+      "  --etcd              etcd binary for scenario 10 (default: on PATH; skipped with a note\n"
+      "                      when there is none; scripts/bench.sh passes scripts/k8s-tools.sh's)\n"
+      "  --kube-apiserver    kube-apiserver binary for scenario 10 (default: on PATH)\n"
+      "  --kube-peer         scenario 10's client-go driver (default: clusterd-kube-peer next to\n"
+      "                      this binary; scripts/kube-peer.sh builds it)\n"
       "  --json              results file (default bench-results.json)\n"
       "  --tmpdir            where data dirs and the fsync file go (default $TMPDIR or /tmp)\n");
   std::exit(code);
@@ -130,6 +138,8 @@ Options ParseArgs(int argc, char** argv) {
         o.query_s = std::stod(value());
       else if (a == "--agents")
         o.agents = std::stoi(value());
+      else if (a == "--devices")
+        o.devices = std::stoi(value());
       else if (a == "--agent-channels")
         o.agent_channels = std::stoi(value());
       else if (a == "--steady")
@@ -148,6 +158,12 @@ Options ParseArgs(int argc, char** argv) {
         o.noded = value();
       else if (a == "--ghz")
         o.ghz = value();
+      else if (a == "--etcd")
+        o.etcd = value();
+      else if (a == "--kube-apiserver")
+        o.kube_apiserver = value();
+      else if (a == "--kube-peer")
+        o.kube_peer = value();
       else if (a == "--json")
         o.json_path = value();
       else if (a == "--tmpdir")
@@ -156,7 +172,7 @@ Options ParseArgs(int argc, char** argv) {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
           const int n = std::stoi(s);
-          if (n < 1 || n > 9) Usage(2);
+          if (n < 1 || n > 10) Usage(2);
           o.only.insert(n);
         }
       } else if (a == "--help" || a == "-h")
@@ -194,7 +210,7 @@ Options ParseArgs(int argc, char** argv) {
   if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
       o.watchers <= 0 || o.fanout_rate <= 0 || o.footprint_s <= 0 || o.query_nodes <= 0 || o.query_s <= 0 ||
       o.agents <= 0 || o.agent_channels <= 0 || o.steady_s <= 0 || o.detect_samples <= 0 || o.lost_samples <= 0 ||
-      o.restart_nodes <= 0 || o.restart_events < 0) {
+      o.restart_nodes <= 0 || o.restart_events < 0 || o.devices <= 0 || o.devices > 64) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();
@@ -207,6 +223,9 @@ Options ParseArgs(int argc, char** argv) {
       o.ghz = std::string(home) + "/go/bin/ghz";
     }
   }
+  if (o.etcd.empty()) o.etcd = FindOnPath("etcd");
+  if (o.kube_apiserver.empty()) o.kube_apiserver = FindOnPath("kube-apiserver");
+  if (o.kube_peer.empty()) o.kube_peer = (self_dir / "clusterd-kube-peer").string();
   if (o.tmp_root.empty()) {
     const char* t = std::getenv("TMPDIR");
     o.tmp_root = t && *t ? t : "/tmp";

@@ -32,6 +32,9 @@ struct Options {
   std::string clusterd;  // default: next to this binary
   std::string noded;     // default: next to this binary
   std::string ghz;       // default: ghz on PATH, else $HOME/go/bin/ghz
+  // Scenario 10's peers: etcd and kube-apiserver (default: on PATH) and the
+  // client-go driver (default: clusterd-kube-peer next to this binary).
+  std::string etcd, kube_apiserver, kube_peer;
   std::string json_path = "bench-results.json";
   std::string tmp_root;
   bool short_mode = false;
@@ -49,6 +52,7 @@ struct Options {
   double query_s = 5;
   // Scenarios 3 and 4.
   int agents = 10000;
+  int devices = 8;  // per simulated node (scenarios 3, 4 and 7)
   int agent_channels = 32;
   double steady_s = 20;
   double scale_warmup_s = 5;

@@ -3,7 +3,8 @@
 // sink (no storage), RocksDB synced group commits, the single-writer
 // fdatasync rate and a raw unary call. Scenarios 1 (durable ingest) and 2
 // (ack latency at a fixed offered rate) are here; 5, 6, 8 and 9 are in
-// scenarios.cc, 3, 4 and 7 in scale.cc. Figures are printed and written as
+// scenarios.cc, 3, 4 and 7 in scale.cc, 10 (etcd and the Kubernetes API
+// server as peers) in peers.cc. Figures are printed and written as
 // JSON, never asserted.
 // See docs/performance.md.
 #include <fcntl.h>
@@ -29,6 +30,7 @@
 
 #include "agents.h"
 #include "common.h"
+#include "peers.h"
 #include "scale.h"
 #include "scenarios.h"
 #include "sink.h"
@@ -242,6 +244,9 @@ int Run(const Options& o) {
                     {"clusterd", o.clusterd},
                     {"noded", o.noded},
                     {"ghz", o.ghz},
+                    {"etcd", o.etcd},
+                    {"kube_apiserver", o.kube_apiserver},
+                    {"kube_peer", o.kube_peer},
                     {"only", only},
                     {"decision_samples", o.decision_samples},
                     {"storm_nodes", o.storm_nodes},
@@ -251,6 +256,7 @@ int Run(const Options& o) {
                     {"query_nodes", o.query_nodes},
                     {"query_s", o.query_s},
                     {"agents", o.agents},
+                    {"devices_per_node", o.devices},
                     {"agent_channels", o.agent_channels},
                     {"steady_s", o.steady_s},
                     {"detect_samples", o.detect_samples},
@@ -264,6 +270,7 @@ int Run(const Options& o) {
   if (err.empty() && (o.Runs(5) || o.Runs(6) || o.Runs(8))) err = RunRecoveryAndWatch(o, tmp, out, rows);
   if (err.empty() && o.Runs(7)) err = RunRestart(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(9)) err = RunQueries(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(10)) err = RunPeers(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";
@@ -293,6 +300,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc == 3 && std::string(argv[1]) == "--sink-server") return clusterd::bench::RunSinkServer(std::atoi(argv[2]));
   auto opts = clusterd::bench::ParseArgs(argc, argv);
+  clusterd::bench::SetDevicesPerNode(opts.devices);
   try {
     return clusterd::bench::Run(opts);
   } catch (const std::exception& e) {

@@ -155,7 +155,7 @@ class FaultDriver {
       if (stop_.load()) break;
       const bool raise = round % 2 == 0;
       pool_->Send(i, raise ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR,
-                  static_cast<uint32_t>((round / 2) % kDevices), kLoadCode, v1::FAULT_LEVEL_SUB_HEALTH);
+                  static_cast<uint32_t>((round / 2) % DevicesPerNode()), kLoadCode, v1::FAULT_LEVEL_SUB_HEALTH);
       ++sent_;
     }
   }
@@ -384,7 +384,7 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
              {"connections", channels},
              {"heartbeat_interval_s", 2},
              {"faults_per_agent_per_s", 0.1},
-             {"devices_per_agent", kDevices},
+             {"devices_per_agent", DevicesPerNode()},
              {"warmup_s", o.scale_warmup_s},
              {"clusterd", SteadyJson(cdr)},
              {"clusterd_idle_rss_mib", cd_idle_rss},
@@ -463,7 +463,7 @@ std::string RunRestart(const Options& o, const TempDir& tmp, json* out, std::vec
   std::snprintf(hb_flag, sizeof(hb_flag), "--heartbeat-interval=%dms", static_cast<int>(hb * 1000));
   const std::string data = tmp.Sub("clusterd-restart");
   ClusterdProcess cd(o.clusterd, data, {grace_flag, hb_flag});
-  std::cerr << "[bench] scenario 7: restart with " << n << " nodes x " << kDevices << " devices and "
+  std::cerr << "[bench] scenario 7: restart with " << n << " nodes x " << DevicesPerNode() << " devices and "
             << o.restart_events << " events stored (" << grace_flag << ")\n";
   if (auto e = cd.Start(); !e.empty()) return "scenario 7: " + e;
   AgentPool pool(cd.target(), Names("bench-r-", n), channels, /*reconnect=*/true);
@@ -488,7 +488,7 @@ std::string RunRestart(const Options& o, const TempDir& tmp, json* out, std::vec
       const bool raise = round % 2 == 0;
       for (int i = 0; i < n; ++i) {
         pool.Send(i, raise ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR,
-                  static_cast<uint32_t>((round / 2) % kDevices), kProbeCode, v1::FAULT_LEVEL_NOT_HANDLE);
+                  static_cast<uint32_t>((round / 2) % DevicesPerNode()), kProbeCode, v1::FAULT_LEVEL_NOT_HANDLE);
       }
       transitions += static_cast<uint64_t>(n);
     }
@@ -550,7 +550,7 @@ std::string RunRestart(const Options& o, const TempDir& tmp, json* out, std::vec
   const bool answer_met = answer_s <= 5, reattach_met = attached == static_cast<size_t>(n) && reattach_s <= 15,
              lost_met = spurious == 0;
   (*out)["scenario7_restart"] = {{"nodes", n},
-                                 {"devices", static_cast<int64_t>(n) * kDevices},
+                                 {"devices", static_cast<int64_t>(n) * DevicesPerNode()},
                                  {"connections", channels},
                                  {"node_grace_s", grace},
                                  {"heartbeat_s", hb},

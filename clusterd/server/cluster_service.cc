@@ -7,6 +7,7 @@
 
 #include "clusterd/state/response_limits.h"
 #include "clusterd/server/auth.h"
+#include "clusterd/server/shared_events_response.h"
 #include "clusterd/server/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
@@ -147,14 +148,14 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
       // kWatchBatchBytes unless one event alone is larger (a job event can
       // reach kMaxJobBytes), so it always fits a client's 4 MiB. The rest of
       // the batch goes in the next response.
-      v1::WatchResponse resp;
+      SharedEventsResponse resp;
       size_t bytes = 0;
       for (const auto& e : *batch) {
         if (filter_.Matches(*e)) {
           const size_t size = e->ByteSizeLong();
           if (resp.events_size() > 0 && bytes + size > kWatchBatchBytes) break;
           bytes += size;
-          *resp.add_events() = *e;
+          resp.Add(e);
         }
         after = e->revision();
       }
@@ -195,7 +196,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
   bool live_ = false;
   bool scheduled_ = false;
   // One batch in flight at a time: the queue never holds more than one.
-  StreamWriter<WatchReactor, v1::WatchResponse> out_{this};
+  StreamWriter<WatchReactor, SharedEventsResponse> out_{this};
 };
 
 }  // namespace

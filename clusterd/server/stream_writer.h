@@ -15,6 +15,13 @@
 
 namespace clusterd {
 
+// The message a queued response is written as: the response itself, unless
+// its type wraps one and overloads this (shared_events_response.h).
+template <typename Message>
+const Message& WireMessage(const Message& m) {
+  return m;
+}
+
 template <typename Stream, typename Response>
 class StreamWriter {
  public:
@@ -34,7 +41,7 @@ class StreamWriter {
     current_ = std::move(queue_.front());
     queue_.pop_front();
     writing_ = true;
-    stream_->StartWrite(&current_);
+    stream_->StartWrite(&WireMessage(current_));
   }
   // From OnWriteDone. Returns true if the stream finished now (a Finish was
   // waiting for this write): the reactor must not start anything else.
