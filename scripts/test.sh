@@ -12,7 +12,12 @@ bash scripts/lint.sh
 echo "== ctest"
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 echo "== benchmark, short mode (figures printed, not asserted)"
-build/bin/clusterd-bench --short --json "$(mktemp -d)/bench-short.json"
+# Scenario 10's peers: etcd and kube-apiserver (built once, cached; the
+# Kubernetes tests below use the same binaries) and the client-go driver.
+k8s_bin=$(bash scripts/k8s-tools.sh)
+kube_peer=$(bash scripts/kube-peer.sh)
+build/bin/clusterd-bench --short --json "$(mktemp -d)/bench-short.json" --etcd "$k8s_bin/etcd" \
+  --kube-apiserver "$k8s_bin/kube-apiserver" --kube-peer "$kube_peer"
 echo "== end-to-end"
 bash test/e2e/grpcurl_test.sh
 bash test/e2e/noded_test.sh
