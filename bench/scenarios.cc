@@ -321,6 +321,7 @@ struct FanoutResult {
   double sent_per_s = 0, server_cores = NAN, bench_cores = NAN;
   double drain_s = 0, duration_s = 0;
   double delivered_per_s = 0;  // event deliveries per second over sending + drain
+  uint64_t responses = 0;      // Watch responses received, all watchers (warm-up included)
   size_t event_bytes = 0;      // serialized size of one delivered raise event
 };
 
@@ -328,6 +329,7 @@ struct WatcherState {
   LatencyHist hist;                 // the watcher's callback only
   std::atomic<uint64_t> events{0};  // measured events received
   std::atomic<uint64_t> warm{0};    // warm-up events received
+  std::atomic<uint64_t> responses{0};
 };
 
 // seq of a producer's transition from its event: odd seq k raises device
@@ -371,6 +373,7 @@ FanoutResult MeasureFanout(const Options& o, const std::string& target, pid_t se
   // Producer 0's seq 1 and 2 are the warm-up.
   auto on_resp = [&](size_t w, const v1::WatchResponse& resp, int64_t now) {
     WatcherState& s = ws[w];
+    s.responses.fetch_add(1, std::memory_order_relaxed);
     for (const auto& ev : resp.events()) {
       auto it = producer_of.find(ev.node());
       if (it == producer_of.end()) continue;
@@ -471,7 +474,10 @@ FanoutResult MeasureFanout(const Options& o, const std::string& target, pid_t se
   }
   {
     uint64_t total = 0;
-    for (auto& s : ws) total += s.events.load();
+    for (auto& s : ws) {
+      total += s.events.load();
+      r.responses += s.responses.load();
+    }
     r.delivered_per_s = static_cast<double>(total) / wall;
   }
   if (auto e = prod.Close(); !e.empty()) *err = "scenario 6: " + e;
@@ -583,6 +589,9 @@ std::string RunFanout(const Options& o, const ClusterdProcess& cd, json* out, st
                   {"max", x.hist.max_ms()}}},
                 {"drain_after_last_send_s", x.drain_s},
                 {"deliveries_per_s", x.delivered_per_s},
+                {"responses", x.responses},
+                {"events_per_response",
+                 x.responses > 0 ? static_cast<double>(x.hist.count()) / static_cast<double>(x.responses) : NAN},
                 {"server_cpu_cores", x.server_cores},
                 {"bench_cpu_cores", x.bench_cores},
                 {"event_bytes", x.event_bytes}};
