@@ -173,7 +173,10 @@ std::string RunIngest(const Options& o, const TempDir& tmp, json& out, std::vect
 
   const double r_grpc = s1.acked_per_s / sink_tput.acked_per_s;
   const double r_fsync = s1.acked_per_s / fsync.ops_per_s;
-  const double p99_target = fsync.p99_ms + 2.0;
+  // Issue 17's target: p99 within 3x what the raw sink and one fdatasync
+  // take at the same rate in the same run (the old absolute "fsync p99 +
+  // 2 ms" was below the sink's own p99 on this machine).
+  const double p99_target = 3 * (sink_lat.p99_ms + fsync.p99_ms);
   out["scenario1_durable_ingest"] = s1j;
   out["scenario1_durable_ingest"]["ratio_vs_grpc_sink"] = r_grpc;
   out["scenario1_durable_ingest"]["ratio_vs_fdatasync"] = r_fsync;
@@ -206,8 +209,10 @@ std::string RunIngest(const Options& o, const TempDir& tmp, json& out, std::vect
       {"1 ingest", "transitions per group commit", Fmt(s1j["transitions_per_commit"].get<double>()), "", "", "", ""});
   rows.push_back({"2 latency", "ack p50 @" + Fmt(s2.sent_per_s, "/s") + " sent", Fmt(s2.p50_ms, " ms"), "", "",
                   "<= 1 ms", Met(s2.p50_ms <= 1.0)});
-  rows.push_back({"2 latency", "ack p99", Fmt(s2.p99_ms, " ms"), Fmt(fsync.p99_ms, " ms") + " fsync p99",
-                  Fmt(s2.p99_ms - fsync.p99_ms, " ms") + " over", "<= fsync p99 + 2 ms", Met(s2.p99_ms <= p99_target)});
+  rows.push_back({"2 latency", "ack p99", Fmt(s2.p99_ms, " ms"),
+                  Fmt(sink_lat.p99_ms, " ms") + " sink + " + Fmt(fsync.p99_ms, " ms") + " fsync",
+                  Fmt(s2.p99_ms / (sink_lat.p99_ms + fsync.p99_ms), "x"), "<= 3x (sink + fsync p99)",
+                  Met(s2.p99_ms <= p99_target)});
   rows.push_back(
       {"2 latency", "acks/s (offered " + Fmt(o.rate, "/s") + ")", Fmt(s2.acked_per_s, "/s"), "", "", "", ""});
   return "";

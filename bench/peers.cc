@@ -81,7 +81,10 @@ void EtcdRows(const json& e, const Ours& us, std::vector<Row>* rows) {
   }
   const json& f = e["fanout"];
   if (!f.is_object()) return;
-  const std::string shape = std::to_string(f.value("watchers", 0)) + " watchers @" + Fmt(At(f, {"offered_rate"}), "/s");
+  // The rate the writers got in while the watchers were served, not the offered one.
+  const std::string shape = std::to_string(f.value("watchers", 0)) + " watchers, " +
+                            Fmt(At(f, {"events"}) / At(f, {"duration_s"}), "/s") + " put (offered " +
+                            Fmt(At(f, {"offered_rate"}), "/s") + ")";
   rows->push_back(
       {"10 etcd", shape + ": missing / watches ended",
        std::to_string(f.value("missing", uint64_t{0})) + " / " + std::to_string(f.value("watches_ended", uint64_t{0})),
@@ -110,7 +113,9 @@ void KubeRows(const json& k, const Ours& us, std::vector<Row>* rows) {
                    Ratio(c99, us.detect_p99, " (p99)"), "", ""});
   const json& f = k["fanout"];
   if (!f.is_object()) return;
-  const std::string shape = std::to_string(f.value("watchers", 0)) + " watches @" + Fmt(At(f, {"rate"}), "/s");
+  const std::string shape = std::to_string(f.value("watchers", 0)) + " watches, " +
+                            Fmt(At(f, {"events"}) / At(f, {"duration_s"}), "/s") + " updated (offered " +
+                            Fmt(At(f, {"rate"}), "/s") + ")";
   rows->push_back({"10 kube", shape + ": missing / watches closed",
                    std::to_string(static_cast<int64_t>(At(f, {"missing"}))) + " / " +
                        std::to_string(static_cast<int64_t>(At(f, {"watches_closed"}))),
