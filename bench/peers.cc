@@ -60,6 +60,26 @@ struct Ours {
   }
 };
 
+// A peer's fan-out: watchers (`what`) fed by its writers (`verb`: put,
+// updated); `f` holds events, duration_s, missing, delivery_p50/p99_ms,
+// deliveries_per_s and the count named `ended`.
+void FanoutRows(const char* peer, const char* what, const char* verb, const json& f, double offered, const char* ended,
+                const Ours& us, std::vector<Row>* rows) {
+  // The rate the writers got in while the watchers were served, not the offered one.
+  const std::string shape = std::to_string(f.value("watchers", 0)) + " " + what + ", " +
+                            Fmt(At(f, {"events"}) / At(f, {"duration_s"}), "/s") + " " + verb + " (offered " +
+                            Fmt(offered, "/s") + ")";
+  rows->push_back({peer, shape + ": missing / " + what + " ended",
+                   std::to_string(static_cast<int64_t>(At(f, {"missing"}))) + " / " +
+                       std::to_string(static_cast<int64_t>(At(f, {ended}))),
+                   "", "", "", ""});
+  const double p99 = At(f, {"delivery_p99_ms"}), rate = At(f, {"deliveries_per_s"});
+  rows->push_back({peer, "watch delivery p50 / p99", Ms2(At(f, {"delivery_p50_ms"}), p99),
+                   "ClusterD " + Ms2(us.fan_p50, us.fan_p99), Ratio(p99, us.fan_p99, " (p99)"), "", ""});
+  rows->push_back({peer, "watch deliveries/s", Fmt(rate, "/s"), "ClusterD " + Fmt(us.fan_rate, "/s"),
+                   Ratio(us.fan_rate, rate), "", ""});
+}
+
 void EtcdRows(const json& e, const Ours& us, std::vector<Row>* rows) {
   const double tput = At(e, {"throughput", "acked_per_s"});
   rows->push_back({"10 etcd", "fenced txn/s, 1 per transition (" + std::to_string(e.value("writers", 0)) + " writers)",
@@ -79,21 +99,9 @@ void EtcdRows(const json& e, const Ours& us, std::vector<Row>* rows) {
     rows->push_back(
         {"10 etcd", "transactions failed (timeouts, too many requests)", std::to_string(failed), "", "", "", ""});
   }
-  const json& f = e["fanout"];
-  if (!f.is_object()) return;
-  // The rate the writers got in while the watchers were served, not the offered one.
-  const std::string shape = std::to_string(f.value("watchers", 0)) + " watchers, " +
-                            Fmt(At(f, {"events"}) / At(f, {"duration_s"}), "/s") + " put (offered " +
-                            Fmt(At(f, {"offered_rate"}), "/s") + ")";
-  rows->push_back(
-      {"10 etcd", shape + ": missing / watches ended",
-       std::to_string(f.value("missing", uint64_t{0})) + " / " + std::to_string(f.value("watches_ended", uint64_t{0})),
-       "", "", "", ""});
-  rows->push_back({"10 etcd", "watch delivery p50 / p99", Ms2(At(f, {"delivery_p50_ms"}), At(f, {"delivery_p99_ms"})),
-                   "ClusterD " + Ms2(us.fan_p50, us.fan_p99), Ratio(At(f, {"delivery_p99_ms"}), us.fan_p99, " (p99)"),
-                   "", ""});
-  rows->push_back({"10 etcd", "watch deliveries/s", Fmt(At(f, {"deliveries_per_s"}), "/s"),
-                   "ClusterD " + Fmt(us.fan_rate, "/s"), Ratio(us.fan_rate, At(f, {"deliveries_per_s"})), "", ""});
+  if (e["fanout"].is_object()) {
+    FanoutRows("10 etcd", "watchers", "put", e["fanout"], At(e, {"fanout", "offered_rate"}), "watches_ended", us, rows);
+  }
 }
 
 void KubeRows(const json& k, const Ours& us, std::vector<Row>* rows) {
@@ -111,20 +119,9 @@ void KubeRows(const json& k, const Ours& us, std::vector<Row>* rows) {
                        std::to_string(static_cast<int64_t>(At(k, {"paced", "missing"}))) + ")",
                    Ms2(c50, c99), "ClusterD " + Ms2(us.detect_p50, us.detect_p99) + " fault -> Watch",
                    Ratio(c99, us.detect_p99, " (p99)"), "", ""});
-  const json& f = k["fanout"];
-  if (!f.is_object()) return;
-  const std::string shape = std::to_string(f.value("watchers", 0)) + " watches, " +
-                            Fmt(At(f, {"events"}) / At(f, {"duration_s"}), "/s") + " updated (offered " +
-                            Fmt(At(f, {"rate"}), "/s") + ")";
-  rows->push_back({"10 kube", shape + ": missing / watches closed",
-                   std::to_string(static_cast<int64_t>(At(f, {"missing"}))) + " / " +
-                       std::to_string(static_cast<int64_t>(At(f, {"watches_closed"}))),
-                   "", "", "", ""});
-  rows->push_back({"10 kube", "watch delivery p50 / p99", Ms2(At(f, {"delivery_p50_ms"}), At(f, {"delivery_p99_ms"})),
-                   "ClusterD " + Ms2(us.fan_p50, us.fan_p99), Ratio(At(f, {"delivery_p99_ms"}), us.fan_p99, " (p99)"),
-                   "", ""});
-  rows->push_back({"10 kube", "watch deliveries/s", Fmt(At(f, {"deliveries_per_s"}), "/s"),
-                   "ClusterD " + Fmt(us.fan_rate, "/s"), Ratio(us.fan_rate, At(f, {"deliveries_per_s"})), "", ""});
+  if (k["fanout"].is_object()) {
+    FanoutRows("10 kube", "watches", "updated", k["fanout"], At(k, {"fanout", "rate"}), "watches_closed", us, rows);
+  }
 }
 
 // Runs bench/kube-peer (a Go program: client-go is the client MindCluster
