@@ -332,9 +332,8 @@ class EtcdWatcher : public grpc::ClientBidiReactor<epb::WatchRequest, epb::Watch
     }
     StartRead(&resp_);
   }
-  void OnDone(const grpc::Status& s) override {
+  void OnDone(const grpc::Status&) override {
     std::lock_guard<std::mutex> lk(mu_);
-    status_ = s;
     done_ = true;
     cv_.notify_all();
   }
@@ -359,7 +358,6 @@ class EtcdWatcher : public grpc::ClientBidiReactor<epb::WatchRequest, epb::Watch
   epb::WatchResponse resp_;
   std::mutex mu_;
   std::condition_variable cv_;
-  grpc::Status status_;
   bool done_ = false;
 };
 

@@ -16,14 +16,20 @@ namespace {
 
 bool Executable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
 
-// A number at a JSON path, NAN when any step is missing or not a number.
-double At(const json& j, std::initializer_list<const char*> path) {
+// The value at a JSON path, or nullptr when a step is missing.
+const json* Find(const json& j, std::initializer_list<const char*> path) {
   const json* p = &j;
   for (const char* k : path) {
-    if (!p->is_object() || !p->contains(k)) return NAN;
+    if (!p->is_object() || !p->contains(k)) return nullptr;
     p = &(*p)[k];
   }
-  return p->is_number() ? p->get<double>() : NAN;
+  return p;
+}
+
+// A number at a JSON path, NAN when any step is missing or not a number.
+double At(const json& j, std::initializer_list<const char*> path) {
+  const json* p = Find(j, path);
+  return p && p->is_number() ? p->get<double>() : NAN;
 }
 
 std::string Ratio(double ours, double theirs, const char* note = "") {
@@ -47,11 +53,7 @@ struct Ours {
     detect_p50 = At(out, {"scenario4_detection", "fault_to_watch", "p50_ms"});
     detect_p99 = At(out, {"scenario4_detection", "fault_to_watch", "p99_ms"});
     slow_rate = At(out, {"scenario6_fanout", "stalled_watcher", "ingest_rate"});
-    const json* without = &out;
-    for (const char* k : {"scenario6_fanout", "stalled_watcher", "ack_p99_without_ms"}) {
-      without = without->is_object() && without->contains(k) ? &(*without)[k] : nullptr;
-      if (!without) break;
-    }
+    const json* without = Find(out, {"scenario6_fanout", "stalled_watcher", "ack_p99_without_ms"});
     if (without && without->is_array() && !without->empty()) {
       double sum = 0;
       for (const auto& v : *without) sum += v.get<double>();
