@@ -334,6 +334,52 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("mindcluster_max_subscribers", v, 1, 1'000'000, &c->mindcluster_max_subscribers);
        }},
+      {"etcd_endpoints",
+       [](const std::string& v, ClusterdConfig* c) {
+         c->ha.etcd_endpoints = SplitList(v);
+         for (const std::string& e : c->ha.etcd_endpoints) {
+           if (e.rfind("https://", 0) == 0) {
+             return InvalidArgument("etcd_endpoints: \"" + e + "\": TLS to etcd is not supported yet (docs/ha.md)");
+           }
+           std::string host_port = e.rfind("http://", 0) == 0 ? e.substr(7) : e;
+           if (host_port.find(':') == std::string::npos || host_port.find('/') != std::string::npos) {
+             return InvalidArgument("etcd_endpoints: \"" + e + "\" is not http://host:port or host:port");
+           }
+         }
+         return Status::Ok();
+       }},
+      {"ha_replica_id",
+       [](const std::string& v, ClusterdConfig* c) {
+         if (v.empty() || v.size() > 128 || v.find_first_of("/ \t\n") != std::string::npos) {
+           return InvalidArgument("ha_replica_id: 1 to 128 characters, no '/' or spaces");
+         }
+         c->ha.replica_id = v;
+         return Status::Ok();
+       }},
+      {"ha_key_prefix",
+       [](const std::string& v, ClusterdConfig* c) {
+         if (v.empty() || v.back() != '/') return InvalidArgument("ha_key_prefix: must end with '/'");
+         c->ha.key_prefix = v;
+         return Status::Ok();
+       }},
+      {"ha_lease_ttl",
+       [](const std::string& v, ClusterdConfig* c) {
+         CLUSTERD_RETURN_IF_ERROR(SetDuration("ha_lease_ttl", v, std::chrono::seconds(1), &c->ha.lease_ttl));
+         if (c->ha.lease_ttl > std::chrono::minutes(1)) return InvalidArgument("ha_lease_ttl: at most 1m");
+         return Status::Ok();
+       }},
+      {"ha_request_timeout",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetDuration("ha_request_timeout", v, std::chrono::milliseconds(100), &c->ha.request_timeout);
+       }},
+      {"ha_max_entry_bytes",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU64("ha_max_entry_bytes", v, 64 << 10, 64 << 20, &c->ha.max_entry_bytes);
+       }},
+      {"ha_log_retain_entries",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU64("ha_log_retain_entries", v, 0, 100'000'000, &c->ha.log_retain_entries);
+       }},
       {"max_concurrent_recoveries",
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_concurrent_recoveries", v, 1, 100'000, &c->max_concurrent_recoveries);
@@ -500,6 +546,15 @@ Size limits:
                               a raise beyond is RESOURCE_EXHAUSTED (default 4096)
   --max-job-impacts N         impacts listed per job in an answer (default 1024)
   --log-level LEVEL           trace, debug, info, warn, error (default info)
+High availability (docs/ha.md; without --etcd-endpoints: one process, no etcd):
+  --etcd-endpoints LIST       etcd members, comma-separated http://host:port: this process
+                              becomes one replica; the leader serves, standbys follow
+  --ha-replica-id ID          unique per replica (default: the host name)
+  --ha-key-prefix P           prefix of every etcd key (default /clusterd/)
+  --ha-lease-ttl DUR          the leader's lease; failover takes about this long (default 2s)
+  --ha-request-timeout DUR    deadline of every etcd request (default 2s)
+  --ha-max-entry-bytes N      a group commit's change set stops growing past this (default 1048576)
+  --ha-log-retain-entries N   log entries kept behind the slowest replica (default 10000)
 Recovery:
   --actuator KIND             )" +
          JoinNames(BuiltinActuators().Names(), " or ") +

@@ -147,6 +147,30 @@ struct ClusterdConfig {
   // MindCluster's fault.Fault: registrations, and subscription streams, at
   // most (RESOURCE_EXHAUSTED beyond).
   uint32_t mindcluster_max_subscribers = 1000;
+  // High availability (docs/ha.md): with etcd endpoints, this process is one
+  // replica of several; etcd holds the replicated commit log and the
+  // election. Empty (the default): one process, RocksDB only, as always.
+  struct Ha {
+    // "http://host:port" or "host:port", any member of one etcd cluster.
+    std::vector<std::string> etcd_endpoints;
+    // Unique per replica (the pod name on Kubernetes); default: the host name.
+    std::string replica_id;
+    // Every key ClusterD writes in etcd starts with it, so installations can
+    // share an etcd cluster.
+    std::string key_prefix = "/clusterd/";
+    // The leader's lease: a replica that stops renewing it for this long is
+    // no longer the leader and another takes over.
+    std::chrono::nanoseconds lease_ttl = std::chrono::seconds(2);
+    // Every etcd request ends within this, so a lost etcd leader or member
+    // never hangs a write for longer.
+    std::chrono::nanoseconds request_timeout = std::chrono::seconds(2);
+    // A group commit's change set stops growing past this (one etcd
+    // transaction carries it; etcd's --max-request-bytes must be larger).
+    uint64_t max_entry_bytes = 1 << 20;
+    // Log entries kept in etcd behind the slowest live replica, so that a
+    // replica that was away briefly catches up from the log.
+    uint64_t log_retain_entries = 10'000;
+  } ha;
   // Blast radius: at most this many recoveries running at once, and at most
   // this percentage of nodes isolated.
   uint32_t max_concurrent_recoveries = 4;

@@ -311,6 +311,7 @@ Engine::StepResult Engine::Step() {
   }
 
   Group g;
+  bool split = false;  // the group filled up (max_group_bytes): the rest is due at once
   g.items = items.size();
   result.applied = items.size();
   // Refresh the free space (and leave read-only mode when there is room):
@@ -324,7 +325,19 @@ Engine::StepResult Engine::Step() {
   }
   {
     std::unique_lock lock(state_->mutex());
-    for (auto& apply : items) g.dones.push_back(apply(*state_, &g.m));
+    for (size_t i = 0; i < items.size(); ++i) {
+      g.dones.push_back(items[i](*state_, &g.m));
+      if (options_.max_group_bytes > 0 && g.m.changes.byte_size() >= options_.max_group_bytes &&
+          i + 1 < items.size()) {
+        // The group is full: the rest go first in the next one, in order.
+        std::lock_guard qlock(mu_);
+        for (size_t j = items.size(); j > i + 1; --j) queue_.push_front(std::move(items[j - 1]));
+        g.items = result.applied = i + 1;
+        result.drained = false;
+        split = true;
+        break;
+      }
+    }
     if (can_write && now >= *next_liveness_) {
       // Check again when the next node could cross the grace (a moment
       // after, so that it has), and at least every liveness interval.
@@ -346,7 +359,7 @@ Engine::StepResult Engine::Step() {
     return result;
   }
   Finish(&g, now);
-  result.next = std::min(*next_liveness_, tick_at_);
+  result.next = split ? now : std::min(*next_liveness_, tick_at_);
   return result;
 }
 

@@ -55,6 +55,10 @@ struct EngineOptions {
   // Finished recovery records, pruned on the same schedule as the event log.
   ClusterState::RecoveryRetention recovery_retention;
   size_t max_group = 4096;
+  // A group stops taking closures once its change set holds this many bytes
+  // (the rest wait for the next group); 0: no limit. High availability sets
+  // it, since one etcd transaction carries a group's change set.
+  size_t max_group_bytes = 0;
   // Group commit under a steady light load. When the writer has fewer than
   // commit_group changes and committed last less than 2 x commit_delay
   // ago, it waits up to commit_delay (or until commit_group changes are

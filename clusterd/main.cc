@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "clusterd/config.h"
+#include "clusterd/ha/replica.h"
 #include "clusterd/server/server.h"
 #include "common/fd_limit.h"
 #include "common/logging.h"
@@ -34,6 +35,9 @@ int main(int argc, char** argv) {
   }
 
   clusterd::BlockTerminationSignals();  // before any thread starts
+
+  // High availability (docs/ha.md): one replica of several, on etcd.
+  if (!config->ha.etcd_endpoints.empty()) return clusterd::ha::RunReplica(*config, argv);
 
   clusterd::ClusterdServer server(*config);
   if (clusterd::Status st = server.Start(); !st.ok()) {

@@ -26,4 +26,12 @@ int WaitForTerminationSignal() {
   return sig;
 }
 
+int WaitForTerminationSignalFor(std::chrono::milliseconds timeout) {
+  sigset_t signals = TerminationSignals();
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  timespec ts{static_cast<time_t>(secs.count()), static_cast<long>((timeout - secs).count() * 1'000'000)};
+  const int sig = sigtimedwait(&signals, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
 }  // namespace clusterd

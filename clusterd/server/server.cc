@@ -96,6 +96,8 @@ struct ClusterdServer::Impl {
     IntegrationEnv env;
   };
   std::vector<std::unique_ptr<Integration>> added_integrations;  // AddIntegration, until Start
+  ClusterdServer::StoreWrapper store_wrapper;                      // WrapStore, used by OpenState
+  std::function<std::string()> readiness;                          // SetReadinessCheck, for /readyz
   std::vector<RunningIntegration> integrations;
   std::atomic<bool> serving{false};
   bool shut_down = false;
@@ -182,6 +184,11 @@ Status ClusterdServer::Impl::OpenState() {
   auto opened = storage::RocksDbStore::Open(cfg.data_dir, store_options);
   if (!opened.ok()) return opened.status();
   store = std::move(*opened);
+  if (store_wrapper) {
+    auto wrapped = store_wrapper(std::move(store), &metrics);
+    if (!wrapped.ok()) return wrapped.status();
+    store = std::move(*wrapped);
+  }
   state = std::make_unique<ClusterState>(store.get(), &catalog, clock);
   StateLimits limits;
   limits.max_job_ranks = cfg.max_job_ranks;
@@ -217,6 +224,8 @@ Status ClusterdServer::Impl::StartWriter() {
   eo.retention_age = cfg.retention_age;
   eo.retention_interval = cfg.retention_interval;
   eo.commit_delay = cfg.commit_delay;
+  // One etcd transaction carries a group's change set (docs/ha.md).
+  if (!cfg.ha.etcd_endpoints.empty()) eo.max_group_bytes = cfg.ha.max_entry_bytes;
   eo.recovery_retention.max_count = cfg.recovery_retention_count;
   eo.recovery_retention.max_age = cfg.recovery_retention_age;
   // Budgets count recoveries within the budget window and escalation looks
@@ -418,6 +427,9 @@ Status ClusterdServer::Impl::StartHttp() {
   });
   http->Handle("GET", "/readyz", [this](const HttpRequest&) {
     if (!serving.load()) return HttpResponse{503, "text/plain", "not serving\n"};
+    if (readiness) {
+      if (auto problem = readiness(); !problem.empty()) return HttpResponse{503, "text/plain", problem + "\n"};
+    }
     if (!self_check->ok()) {
       return HttpResponse{503, "text/plain", "gRPC port not accepting: " + self_check->problem() + "\n"};
     }
@@ -486,6 +498,10 @@ void ClusterdServer::Shutdown() {
   s.store.reset();
   log->info("shut down");
 }
+
+void ClusterdServer::WrapStore(StoreWrapper wrapper) { impl_->store_wrapper = std::move(wrapper); }
+
+void ClusterdServer::SetReadinessCheck(std::function<std::string()> check) { impl_->readiness = std::move(check); }
 
 void ClusterdServer::AddIntegration(std::unique_ptr<Integration> integration) {
   impl_->added_integrations.push_back(std::move(integration));

@@ -3,11 +3,14 @@
 // clusterd binary and the process-level tests use this.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "clusterd/config.h"
 #include "clusterd/integration.h"
+#include "clusterd/storage/store.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/status.h"
 
 namespace clusterd {
@@ -22,6 +25,19 @@ class ClusterdServer {
   // facade whose writes record integration->name() as their actor; stopped
   // before the writer.
   void AddIntegration(std::unique_ptr<Integration> integration);
+
+  // Before Start: Start hands the local store it opened to `wrapper` and
+  // uses what it returns (high availability wraps it in the replicated
+  // store, clusterd/ha), before the state is loaded from it. An error ends
+  // Start with it.
+  using StoreWrapper = std::function<StatusOr<std::unique_ptr<storage::Store>>(std::unique_ptr<storage::Store>,
+                                                                               MetricsRegistry* metrics)>;
+  void WrapStore(StoreWrapper wrapper);
+  // Before Start: /readyz answers 503 with what `check` returns while it
+  // returns a non-empty string (a leader whose lease ran out is not ready,
+  // even in the moment before it steps down). Called on the HTTP thread:
+  // quick and thread-safe.
+  void SetReadinessCheck(std::function<std::string()> check);
 
   // Opens the store, loads state, starts the writer, gRPC, HTTP and the
   // integrations.

@@ -10,8 +10,9 @@ namespace clusterd::noded {
 
 using google::protobuf::util::TimeUtil;
 
-StatusOr<std::unique_ptr<StreamClient>> StreamClient::Create(StreamOptions options, const Agent* agent, Outbox* outbox,
-                                                             MetricsRegistry* metrics) {
+namespace {
+
+StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const StreamOptions& options) {
   grpc::ChannelArguments args;
   // Notice a dead ClusterD (or path) even when nothing is being sent.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
@@ -20,7 +21,14 @@ StatusOr<std::unique_ptr<StreamClient>> StreamClient::Create(StreamOptions optio
   // Our own backoff governs reconnects; keep gRPC's short.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
-  auto channel = CreateClientChannel(options.server, options.security, args);
+  return CreateClientChannel(options.server, options.security, args);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StreamClient>> StreamClient::Create(StreamOptions options, const Agent* agent, Outbox* outbox,
+                                                             MetricsRegistry* metrics) {
+  auto channel = MakeChannel(options);
   if (!channel.ok()) return channel.status();
   return std::unique_ptr<StreamClient>(
       new StreamClient(std::move(options), std::move(*channel), agent, outbox, metrics));
@@ -75,6 +83,15 @@ void StreamClient::Run() {
     const auto began = std::chrono::steady_clock::now();
     Session();
     connected_ = false;
+    // The next session starts on a new channel. With several addresses
+    // (ipv4:a,b,c: the replicas of a highly available ClusterD, docs/ha.md)
+    // gRPC 1.51's pick_first keeps an address that refused while it was a
+    // standby in its backoff even after it became the leader; a new channel
+    // tries every address afresh.
+    if (auto fresh = MakeChannel(options_); fresh.ok()) {
+      channel_ = std::move(*fresh);
+      stub_ = v1::NodeAgentService::NewStub(channel_);
+    }
     // A session that lasted reset the backoff; quick failures grow it.
     if (std::chrono::steady_clock::now() - began > options_.backoff_max) backoff = options_.backoff_min;
     std::uniform_real_distribution<double> jitter(0.5, 1.0);

@@ -173,5 +173,39 @@ TEST(Config, KubernetesSettings) {
   EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--max-concurrent-recoveries", "0"}, &help).ok());
 }
 
+TEST(Config, HighAvailability) {
+  bool help = false;
+  auto dflt = ParseClusterdConfig({"--insecure"}, &help);
+  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
+  EXPECT_TRUE(dflt->ha.etcd_endpoints.empty());  // one process, no etcd
+  EXPECT_EQ(dflt->ha.key_prefix, "/clusterd/");
+
+  auto cfg = ParseClusterdConfig({"--insecure", "--etcd-endpoints=http://127.0.0.1:2379,127.0.0.1:2380",
+                                  "--ha-replica-id", "clusterd-0", "--ha-key-prefix", "/team-a/", "--ha-lease-ttl",
+                                  "2s"},
+                                 &help);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->ha.etcd_endpoints, (std::vector<std::string>{"http://127.0.0.1:2379", "127.0.0.1:2380"}));
+  EXPECT_EQ(cfg->ha.replica_id, "clusterd-0");
+  EXPECT_EQ(cfg->ha.key_prefix, "/team-a/");
+  EXPECT_EQ(cfg->ha.lease_ttl, std::chrono::seconds(2));
+
+  auto tls = ParseClusterdConfig({"--insecure", "--etcd-endpoints", "https://127.0.0.1:2379"}, &help);
+  ASSERT_FALSE(tls.ok());
+  EXPECT_NE(tls.status().message().find("TLS"), std::string::npos) << tls.status().message();
+  auto no_port = ParseClusterdConfig({"--insecure", "--etcd-endpoints", "nohostport"}, &help);
+  ASSERT_FALSE(no_port.ok());
+  EXPECT_NE(no_port.status().message().find("etcd_endpoints"), std::string::npos) << no_port.status().message();
+  auto prefix = ParseClusterdConfig({"--insecure", "--ha-key-prefix=/x"}, &help);
+  ASSERT_FALSE(prefix.ok());
+  EXPECT_NE(prefix.status().message().find("ha_key_prefix"), std::string::npos) << prefix.status().message();
+  auto short_ttl = ParseClusterdConfig({"--insecure", "--ha-lease-ttl=500ms"}, &help);
+  ASSERT_FALSE(short_ttl.ok());
+  EXPECT_NE(short_ttl.status().message().find("ha_lease_ttl"), std::string::npos) << short_ttl.status().message();
+  auto slash = ParseClusterdConfig({"--insecure", "--ha-replica-id", "pod/0"}, &help);
+  ASSERT_FALSE(slash.ok());
+  EXPECT_NE(slash.status().message().find("ha_replica_id"), std::string::npos) << slash.status().message();
+}
+
 }  // namespace
 }  // namespace clusterd

@@ -1,0 +1,72 @@
+// A small etcd v3 client over gRPC (etcd's own API: KV, Watch, Lease; protos
+// in proto/etcd/, written from etcd's documented wire API). Synchronous
+// calls, each with a deadline (Options::timeout): a lost etcd leader or a
+// dead member never hangs a caller for longer. Several endpoints: a call
+// that fails for the transport (UNAVAILABLE, DEADLINE_EXCEEDED) moves the
+// client to the next member for the calls after it; callers retry, since
+// only they know whether a request may be repeated.
+//
+// Thread contract: every method may be called from any thread concurrently.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+#include "etcd/etcdserverpb/rpc.grpc.pb.h"
+
+namespace clusterd::ha {
+
+namespace epb = etcdserverpb;
+
+// The first key after every key that starts with `prefix` (a range end).
+std::string PrefixEnd(std::string prefix);
+
+class EtcdClient {
+ public:
+  struct Options {
+    // "http://host:port" or "host:port".
+    std::vector<std::string> endpoints;
+    std::chrono::nanoseconds timeout = std::chrono::seconds(2);
+  };
+  explicit EtcdClient(Options options);
+
+  StatusOr<epb::RangeResponse> Range(const epb::RangeRequest& request);
+  StatusOr<epb::TxnResponse> Txn(const epb::TxnRequest& request);
+  StatusOr<epb::PutResponse> Put(const epb::PutRequest& request);
+  StatusOr<epb::DeleteRangeResponse> DeleteRange(const epb::DeleteRangeRequest& request);
+  // A new lease; returns its id and the TTL etcd granted.
+  StatusOr<epb::LeaseGrantResponse> LeaseGrant(int64_t ttl_seconds);
+  Status LeaseRevoke(int64_t id);
+  // One keep-alive round trip (a stream opened for it, within the deadline).
+  // The response's TTL is 0 when the lease has expired or never existed.
+  StatusOr<epb::LeaseKeepAliveResponse> LeaseKeepAlive(int64_t id);
+
+  // The endpoint the next call goes to.
+  std::string current_endpoint() const;
+  std::chrono::nanoseconds timeout() const { return options_.timeout; }
+
+ private:
+  struct Member {
+    std::string target;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<epb::KV::Stub> kv;
+    std::unique_ptr<epb::Lease::Stub> lease;
+  };
+  Member& Pick(size_t* index);
+  // Maps a gRPC status; moves on to the next member after a transport error.
+  Status Check(const grpc::Status& st, size_t index, const char* what);
+  void SetDeadline(grpc::ClientContext* ctx) const;
+
+  Options options_;
+  std::vector<Member> members_;
+  std::atomic<size_t> current_{0};
+};
+
+}  // namespace clusterd::ha

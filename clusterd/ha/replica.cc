@@ -1,0 +1,519 @@
+#include "clusterd/ha/replica.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "clusterd/ha/etcd_client.h"
+#include "clusterd/replication/log_entry.h"
+#include "clusterd/replication/replicated_store.h"
+#include "clusterd/server/server.h"
+#include "clusterd/storage/rocksdb_store.h"
+#include "common/http_server.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/signals.h"
+
+namespace clusterd::ha {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Log entries read per request while following: an entry holds at most
+// ha_max_entry_bytes (plus one closure), so this bounds an answer to a few
+// tens of MiB.
+constexpr int64_t kFollowBatch = 16;
+constexpr auto kFollowInterval = milliseconds(50);
+constexpr auto kProgressInterval = milliseconds(1000);
+constexpr auto kTruncateInterval = milliseconds(5000);
+
+std::string LogKey(const std::string& prefix, uint64_t index) {
+  char digits[24];
+  std::snprintf(digits, sizeof digits, "%016" PRIx64, index);
+  return prefix + "log/" + digits;
+}
+
+int64_t SteadyNanos() { return SteadyClock::now().time_since_epoch().count(); }
+
+// Close-on-exec for every descriptor but stdio, then exec this binary again
+// with the same arguments: the process starts over as a standby, with no
+// listening socket, RocksDB lock or thread of the leader it was.
+[[noreturn]] void RestartAsStandby(char** argv) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    if (fd > 2) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  execv("/proc/self/exe", argv);
+  std::perror("clusterd: exec to restart as a standby");
+  _exit(3);
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "clusterd";
+  return name;
+}
+
+class Replica;
+
+// The log as the leader writes it: one fenced etcd transaction per entry.
+class EtcdLogWriter final : public replication::LogWriter {
+ public:
+  explicit EtcdLogWriter(Replica* replica) : replica_(replica) {}
+  Status Append(uint64_t index, const std::string& entry) override;
+
+ private:
+  Replica* replica_;
+};
+
+class Replica {
+ public:
+  Replica(const ClusterdConfig& config, char** argv)
+      : cfg_(config),
+        argv_(argv),
+        id_(config.ha.replica_id.empty() ? HostName() : config.ha.replica_id),
+        prefix_(config.ha.key_prefix),
+        leader_key_(prefix_ + "leader"),
+        etcd_(EtcdClient::Options{config.ha.etcd_endpoints, config.ha.request_timeout}),
+        log_(GetLogger("ha")) {
+    ttl_seconds_ = std::max<int64_t>(
+        1, std::chrono::duration_cast<std::chrono::seconds>(cfg_.ha.lease_ttl + std::chrono::milliseconds(999)).count());
+    metrics_.AddCallbackGauge("clusterd_ha_leader", "1 on the replica that leads (serves writes), 0 on a standby.",
+                              [this] { return leading_.load() ? 1.0 : 0.0; });
+    metrics_.AddCallbackGauge("clusterd_ha_log_index", "The last log entry applied to this replica's store.",
+                              [this] { return static_cast<double>(applied_.load()); });
+    metrics_.AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
+                              [this] { return LeaseValid() ? 1.0 : 0.0; });
+    campaigns_ = &metrics_.AddCounter("clusterd_ha_campaigns_total", "Attempts to become the leader.");
+    follow_errors_ = &metrics_.AddCounter("clusterd_ha_follow_errors_total",
+                                          "Failed reads or applies while following the log (retried).");
+  }
+
+  int Run();
+
+  // The leader's append (EtcdLogWriter).
+  Status Append(uint64_t index, const std::string& entry);
+
+ private:
+  bool LeaseValid() const { return SteadyNanos() < lease_valid_until_.load(); }
+  // Grants a lease; retries until it succeeds or a signal arrives (false).
+  bool GrantLease();
+  void KeepAliveLoop();
+  // One campaign: true when this replica now holds the leader key.
+  bool Campaign();
+  // Reads and applies log entries after applied_ until none is left (or an
+  // error). `linearizable`: a quorum read, so nothing committed is missed.
+  Status CatchUp(storage::Store* store, bool linearizable);
+  void PutProgress(uint64_t index);
+  void Truncate(uint64_t own_index);
+  void Resign();
+
+  // Returns the exit code, or nullopt once elected (with the store caught up
+  // and closed).
+  std::optional<int> Standby();
+  int Lead();
+
+  ClusterdConfig cfg_;
+  char** argv_;
+  const std::string id_;
+  const std::string prefix_;
+  const std::string leader_key_;
+  EtcdClient etcd_;
+  std::shared_ptr<spdlog::logger> log_;
+  MetricsRegistry metrics_;  // the standby's /metrics
+  Counter* campaigns_ = nullptr;
+  Counter* follow_errors_ = nullptr;
+  int64_t ttl_seconds_ = 2;
+
+  std::atomic<int64_t> lease_id_{0};
+  std::atomic<int64_t> lease_valid_until_{0};
+  std::atomic<bool> lease_lost_{false};
+  std::atomic<bool> stop_keepalive_{false};
+  std::thread keepalive_;
+
+  std::atomic<uint64_t> applied_{0};
+  std::atomic<bool> leading_{false};
+  std::atomic<bool> fenced_{false};
+  int64_t fence_revision_ = 0;  // the leader key's create revision while leading
+  std::mutex leader_mu_;
+  std::string leader_seen_;  // who leads, as last read (for /readyz)
+  std::string follow_error_;
+  uint64_t truncated_ = 0;
+};
+
+Status EtcdLogWriter::Append(uint64_t index, const std::string& entry) { return replica_->Append(index, entry); }
+
+bool Replica::GrantLease() {
+  for (;;) {
+    const int64_t sent = SteadyNanos();
+    auto granted = etcd_.LeaseGrant(ttl_seconds_);
+    if (granted.ok()) {
+      lease_id_ = granted->id();
+      lease_valid_until_ = sent + std::chrono::nanoseconds(std::chrono::seconds(granted->ttl())).count();
+      lease_lost_ = false;
+      log_->info("lease {:x} granted, TTL {}s", granted->id(), granted->ttl());
+      return true;
+    }
+    log_->warn("cannot get a lease: {}", granted.status().ToString());
+    if (WaitForTerminationSignalFor(milliseconds(500)) != 0) return false;
+  }
+}
+
+void Replica::KeepAliveLoop() {
+  const auto period = std::max<std::chrono::nanoseconds>(std::chrono::seconds(ttl_seconds_) / 4, milliseconds(100));
+  while (!stop_keepalive_.load()) {
+    const int64_t id = lease_id_.load();
+    const int64_t sent = SteadyNanos();
+    auto answer = etcd_.LeaseKeepAlive(id);
+    if (answer.ok() && answer->ttl() > 0) {
+      lease_valid_until_ = sent + std::chrono::nanoseconds(std::chrono::seconds(answer->ttl())).count();
+    } else if (answer.ok()) {
+      if (!lease_lost_.exchange(true)) log_->error("lease {:x} expired", id);
+    } else {
+      log_->warn("lease keep-alive: {}", answer.status().ToString());
+    }
+    if (!LeaseValid() && !lease_lost_.exchange(true)) {
+      log_->error("lease {:x}: no keep-alive answered within its TTL", id);
+    }
+    std::this_thread::sleep_for(answer.ok() ? period : milliseconds(100));
+  }
+}
+
+bool Replica::Campaign() {
+  campaigns_->Inc();
+  epb::TxnRequest txn;
+  auto* cmp = txn.add_compare();
+  cmp->set_key(leader_key_);
+  cmp->set_target(epb::Compare::CREATE);
+  cmp->set_result(epb::Compare::EQUAL);
+  cmp->set_create_revision(0);
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(leader_key_);
+  put->set_value(id_);
+  put->set_lease(lease_id_.load());
+  txn.add_failure()->mutable_request_range()->set_key(leader_key_);
+  auto answer = etcd_.Txn(txn);
+  if (!answer.ok()) {
+    log_->warn("campaign: {}", answer.status().ToString());
+    return false;
+  }
+  if (answer->succeeded()) {
+    fence_revision_ = answer->header().revision();
+    std::lock_guard lock(leader_mu_);
+    leader_seen_ = id_;
+    return true;
+  }
+  if (answer->responses_size() > 0 && answer->responses(0).response_range().kvs_size() > 0) {
+    const auto& kv = answer->responses(0).response_range().kvs(0);
+    if (kv.value() == id_ && kv.lease() != lease_id_.load()) {
+      // This replica's own key from before it restarted: that process is
+      // gone, so its lease may go at once instead of after its TTL.
+      log_->info("revoking lease {:x} of this replica's previous process", kv.lease());
+      (void)etcd_.LeaseRevoke(kv.lease());
+    }
+    std::lock_guard lock(leader_mu_);
+    leader_seen_ = kv.value();
+  }
+  return false;
+}
+
+Status Replica::CatchUp(storage::Store* store, bool linearizable) {
+  for (;;) {
+    uint64_t applied = applied_.load();
+    epb::RangeRequest range;
+    range.set_key(LogKey(prefix_, applied + 1));
+    range.set_range_end(PrefixEnd(prefix_ + "log/"));
+    range.set_limit(kFollowBatch);
+    range.set_serializable(!linearizable);
+    auto answer = etcd_.Range(range);
+    if (!answer.ok()) return answer.status();
+    for (const auto& kv : answer->kvs()) {
+      Status st = replication::ApplyLogEntry(store, kv.value(), &applied);
+      if (!st.ok()) {
+        if (st.code() == StatusCode::kFailedPrecondition) {
+          return FailedPrecondition(
+              st.message() + ": the log was trimmed past this replica (it was away, or its data dir is new); it "
+                             "needs a copy of a peer's data dir (docs/ha.md, Operations)");
+        }
+        return st;
+      }
+      applied_.store(applied);
+    }
+    if (!answer->more()) return Status::Ok();
+  }
+}
+
+void Replica::PutProgress(uint64_t index) {
+  epb::PutRequest put;
+  put.set_key(prefix_ + "progress/" + id_);
+  put.set_value(std::to_string(index));
+  put.set_lease(lease_id_.load());
+  if (auto st = etcd_.Put(put); !st.ok()) log_->warn("progress: {}", st.status().ToString());
+}
+
+void Replica::Truncate(uint64_t own_index) {
+  epb::RangeRequest range;
+  range.set_key(prefix_ + "progress/");
+  range.set_range_end(PrefixEnd(prefix_ + "progress/"));
+  auto answer = etcd_.Range(range);
+  if (!answer.ok()) return;
+  uint64_t slowest = own_index;
+  for (const auto& kv : answer->kvs()) {
+    slowest = std::min<uint64_t>(slowest, std::strtoull(kv.value().c_str(), nullptr, 10));
+  }
+  const uint64_t retain = cfg_.ha.log_retain_entries;
+  if (slowest <= retain) return;
+  const uint64_t cut = slowest - retain;  // entries <= cut go
+  if (cut <= truncated_) return;
+  epb::DeleteRangeRequest del;
+  del.set_key(prefix_ + "log/");
+  del.set_range_end(LogKey(prefix_, cut + 1));
+  if (auto st = etcd_.DeleteRange(del); st.ok()) {
+    truncated_ = cut;
+    log_->debug("log trimmed to entries after {}", cut);
+  }
+}
+
+void Replica::Resign() {
+  if (Status st = etcd_.LeaseRevoke(lease_id_.load()); !st.ok()) {
+    log_->warn("resign: {}", st.ToString());
+  } else {
+    log_->info("resigned: lease {:x} revoked", lease_id_.load());
+  }
+}
+
+Status Replica::Append(uint64_t index, const std::string& entry) {
+  if (!LeaseValid() || lease_lost_.load()) {
+    return Unavailable("the leader's etcd lease may have expired: not writing");
+  }
+  const std::string key = LogKey(prefix_, index);
+  epb::TxnRequest txn;
+  auto* fence = txn.add_compare();
+  fence->set_key(leader_key_);
+  fence->set_target(epb::Compare::CREATE);
+  fence->set_result(epb::Compare::EQUAL);
+  fence->set_create_revision(fence_revision_);
+  auto* fresh = txn.add_compare();
+  fresh->set_key(key);
+  fresh->set_target(epb::Compare::VERSION);
+  fresh->set_result(epb::Compare::EQUAL);
+  fresh->set_version(0);
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(entry);
+  txn.add_failure()->mutable_request_range()->set_key(leader_key_);
+  txn.add_failure()->mutable_request_range()->set_key(key);
+  auto answer = etcd_.Txn(txn);
+  if (!answer.ok()) return answer.status();
+  if (answer->succeeded()) return Status::Ok();
+  // Not written now: an earlier attempt wrote it, or another replica leads.
+  if (answer->responses_size() == 2) {
+    const auto& existing = answer->responses(1).response_range();
+    if (existing.kvs_size() > 0 && existing.kvs(0).value() == entry) return Status::Ok();
+    const auto& leader = answer->responses(0).response_range();
+    if (leader.kvs_size() == 0 || leader.kvs(0).create_revision() != fence_revision_) {
+      fenced_ = true;
+      return FailedPrecondition("fenced: the leader key is " +
+                                (leader.kvs_size() == 0 ? std::string("free") : "held by " + leader.kvs(0).value()));
+    }
+  }
+  fenced_ = true;
+  return FailedPrecondition("log entry " + std::to_string(index) + " already holds another leader's change set");
+}
+
+std::optional<int> Replica::Standby() {
+  std::error_code ec;
+  std::filesystem::create_directories(cfg_.data_dir, ec);
+  if (ec) {
+    log_->error("data_dir {}: {}", cfg_.data_dir, ec.message());
+    return 1;
+  }
+  auto opened = storage::RocksDbStore::Open(cfg_.data_dir);
+  if (!opened.ok()) {
+    log_->error("cannot open the store: {}", opened.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<storage::Store> store = std::move(*opened);
+  auto index = replication::ReadLogIndex(*store);
+  if (!index.ok()) {
+    log_->error("{}", index.status().ToString());
+    return 1;
+  }
+  applied_ = *index;
+  log_->info("standby {}: store at log index {}, revision {}", id_, *index, store->revision_at_open());
+
+  HttpServer::Options http_options;
+  http_options.max_connections = cfg_.max_http_connections;
+  http_options.io_timeout = cfg_.http_timeout;
+  HttpServer http(http_options);
+  http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
+  http.Handle("GET", "/readyz", [this](const HttpRequest&) {
+    std::lock_guard lock(leader_mu_);
+    std::string body = "standby " + id_ + " at log index " + std::to_string(applied_.load()) + "; leader: " +
+                       (leader_seen_.empty() ? "none" : leader_seen_) + "\n";
+    if (!follow_error_.empty()) body += "cannot follow the log: " + follow_error_ + "\n";
+    return HttpResponse{503, "text/plain", body};
+  });
+  http.Handle("GET", "/metrics",
+              [this](const HttpRequest&) { return HttpResponse{200, MetricsRegistry::kContentType, metrics_.Render()}; });
+  if (Status st = http.Start(cfg_.http_listen); !st.ok()) {
+    log_->error("HTTP on {}: {}", cfg_.http_listen, st.ToString());
+    return 1;
+  }
+
+  auto next_campaign = SteadyClock::now();
+  auto next_progress = SteadyClock::now();
+  const auto campaign_interval =
+      std::clamp<std::chrono::nanoseconds>(std::chrono::seconds(ttl_seconds_) / 10, milliseconds(100), milliseconds(500));
+  bool caught_up = false;
+  for (;;) {
+    if (int sig = WaitForTerminationSignalFor(std::chrono::duration_cast<milliseconds>(kFollowInterval)); sig != 0) {
+      log_->info("signal {}: standby stopping", sig);
+      return 0;
+    }
+    if (lease_lost_.load() && !GrantLease()) return 0;
+    Status st = CatchUp(store.get(), /*linearizable=*/false);
+    {
+      std::lock_guard lock(leader_mu_);
+      follow_error_ = st.ok() ? "" : st.message();
+    }
+    if (!st.ok()) {
+      follow_errors_->Inc();
+      log_->warn("following the log: {}", st.ToString());
+    }
+    caught_up = st.ok();
+    const auto now = SteadyClock::now();
+    if (now >= next_progress) {
+      PutProgress(applied_.load());
+      next_progress = now + kProgressInterval;
+    }
+    // Only a replica that could follow the log may lead: it must be able to
+    // read everything the last leader committed.
+    if (caught_up && now >= next_campaign && LeaseValid()) {
+      next_campaign = now + campaign_interval;
+      if (Campaign()) break;
+    }
+  }
+  const auto elected = SteadyClock::now();
+  // Everything the previous leader committed: a quorum read until the end.
+  // Nobody else can append now (the fence moved to this replica's key).
+  for (;;) {
+    Status st = CatchUp(store.get(), /*linearizable=*/true);
+    if (st.ok()) break;
+    log_->warn("elected, reading the rest of the log: {}", st.ToString());
+    if (!LeaseValid() || st.code() == StatusCode::kFailedPrecondition) {
+      log_->error("elected but cannot read the log; stepping down");
+      Resign();
+      RestartAsStandby(argv_);
+    }
+    if (WaitForTerminationSignalFor(milliseconds(100)) != 0) {
+      Resign();
+      return 0;
+    }
+  }
+  log_->info("elected (fence revision {}) at log index {}; caught up in {} ms", fence_revision_, applied_.load(),
+             std::chrono::duration_cast<milliseconds>(SteadyClock::now() - elected).count());
+  http.Stop();
+  store.reset();
+  return std::nullopt;
+}
+
+int Replica::Lead() {
+  const auto start = SteadyClock::now();
+  EtcdLogWriter writer(this);
+  ClusterdServer server(cfg_);
+  replication::ReplicatedStore* replicated = nullptr;
+  server.WrapStore([&](std::unique_ptr<storage::Store> inner,
+                       MetricsRegistry* metrics) -> StatusOr<std::unique_ptr<storage::Store>> {
+    auto index = replication::ReadLogIndex(*inner);
+    if (!index.ok()) return index.status();
+    if (*index != applied_.load()) {
+      return Internal("the store is at log index " + std::to_string(*index) + ", expected " +
+                      std::to_string(applied_.load()));
+    }
+    metrics->AddCallbackGauge("clusterd_ha_leader", "1 on the replica that leads (serves writes), 0 on a standby.",
+                              [] { return 1.0; });
+    metrics->AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
+                              [this] { return LeaseValid() ? 1.0 : 0.0; });
+    auto store = std::make_unique<replication::ReplicatedStore>(std::move(inner), &writer, *index, id_, metrics,
+                                                                [this](const Status&) { fenced_ = true; });
+    replicated = store.get();
+    return std::unique_ptr<storage::Store>(std::move(store));
+  });
+  server.SetReadinessCheck([this]() -> std::string {
+    if (fenced_.load()) return "fenced: another replica leads";
+    if (lease_lost_.load() || !LeaseValid()) return "the leader's lease ran out: stepping down";
+    return "";
+  });
+  if (Status st = server.Start(); !st.ok()) {
+    log_->error("cannot start as the leader: {}", st.ToString());
+    Resign();
+    return 1;
+  }
+  leading_ = true;
+  log_->info("leading as {}: serving in {} ms", id_,
+             std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count());
+  auto next_progress = SteadyClock::now();
+  auto next_truncate = SteadyClock::now() + kTruncateInterval;
+  for (;;) {
+    if (int sig = WaitForTerminationSignalFor(milliseconds(50)); sig != 0) {
+      log_->info("signal {}: draining, then resigning", sig);
+      server.Shutdown();
+      Resign();
+      return 0;
+    }
+    if (fenced_.load() || lease_lost_.load() || !LeaseValid()) {
+      log_->critical("{}: this replica no longer leads; restarting as a standby",
+                     fenced_.load() ? "fenced by another leader" : "lease lost");
+      RestartAsStandby(argv_);
+    }
+    const auto now = SteadyClock::now();
+    if (now >= next_progress) {
+      PutProgress(replicated->applied_index());
+      next_progress = now + kProgressInterval;
+    }
+    if (now >= next_truncate) {
+      Truncate(replicated->applied_index());
+      next_truncate = now + kTruncateInterval;
+    }
+  }
+}
+
+int Replica::Run() {
+  log_->info("replica {}: etcd {}, key prefix {}, lease TTL {}s", id_, etcd_.current_endpoint(), prefix_,
+             ttl_seconds_);
+  if (!GrantLease()) return 0;
+  keepalive_ = std::thread([this] { KeepAliveLoop(); });
+  auto stop_keepalive = [this] {
+    stop_keepalive_ = true;
+    if (keepalive_.joinable()) keepalive_.join();
+  };
+  std::optional<int> rc = Standby();
+  if (rc) {
+    stop_keepalive();
+    Resign();
+    return *rc;
+  }
+  const int code = Lead();
+  stop_keepalive();
+  return code;
+}
+
+}  // namespace
+
+int RunReplica(const ClusterdConfig& config, char** argv) {
+  Replica replica(config, argv);
+  return replica.Run();
+}
+
+}  // namespace clusterd::ha

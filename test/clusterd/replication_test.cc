@@ -1,0 +1,491 @@
+// The replicated commit log's entries and the leader's ReplicatedStore
+// (clusterd/replication), on MemoryStores and a fake log.
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "clusterd/replication/log_entry.h"
+#include "clusterd/replication/replicated_store.h"
+#include "clusterd/storage/key_codec.h"
+#include "clusterd/storage/memory_store.h"
+#include "clusterd/storage/schema.h"
+#include "clusterd/storage/v1/storage.pb.h"
+#include "common/metrics.h"
+
+namespace clusterd::replication {
+namespace {
+
+using storage::Cf;
+using storage::ChangeSet;
+using storage::MemoryStore;
+
+using Table = std::map<std::string, std::string>;
+
+Table Dump(const storage::Store& store, Cf cf) {
+  Table out;
+  Status st = store.ForEach(cf, [&out](std::string_view k, std::string_view v) { out.emplace(k, v); });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+std::vector<Table> DumpAll(const storage::Store& store) {
+  std::vector<Table> out;
+  for (size_t i = 0; i < storage::kCfCount; ++i) out.push_back(Dump(store, static_cast<Cf>(i)));
+  return out;
+}
+
+bool Has(const storage::Store& store, Cf cf, const std::string& key) { return Dump(store, cf).count(key) > 0; }
+
+uint64_t LogIndexOf(const storage::Store& store) {
+  auto index = ReadLogIndex(store);
+  EXPECT_TRUE(index.ok()) << index.status().ToString();
+  return index.ok() ? *index : ~uint64_t{0};
+}
+
+std::unique_ptr<MemoryStore> NewMemoryStore() {
+  auto store = MemoryStore::Open();
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return std::move(*store);
+}
+
+// A change set over several tables with every kind of operation.
+ChangeSet MixedChanges(const std::string& tag) {
+  ChangeSet c;
+  c.Put(Cf::kNodes, "node-" + tag, "record-" + tag);
+  c.Put(Cf::kFaults, "fault-" + tag + "-a", "fa");
+  c.Put(Cf::kFaults, "fault-" + tag + "-b", "fb");
+  c.Put(Cf::kJobs, "job-" + tag, "j");
+  c.Delete(Cf::kFaults, "fault-" + tag + "-b");
+  c.DeleteRange(Cf::kDevices, "a", "m");
+  c.Put(Cf::kDevices, "z-" + tag, "dev");
+  c.Put(Cf::kRecoveries, "rec-" + tag, std::string("\0bin\xff", 5));
+  return c;
+}
+
+// ---- EncodeEntry / DecodeEntry -------------------------------------------
+
+TEST(LogEntry, RoundTripAddsTheIndexPut) {
+  ChangeSet changes = MixedChanges("1");
+  changes.Delete(Cf::kMeta, "gone");
+  const std::string bytes = EncodeEntry(42, changes, "replica-a");
+  auto entry = DecodeEntry(bytes);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  EXPECT_EQ(entry->index, 42u);
+  EXPECT_EQ(entry->leader, "replica-a");
+  ChangeSet want = changes;
+  PutLogIndex(&want, 42);
+  EXPECT_EQ(entry->changes.changes(), want.changes());
+  // The last change is the index put (u64 big-endian under meta "log_index").
+  const storage::Change& last = entry->changes.changes().back();
+  EXPECT_EQ(last.table, Cf::kMeta);
+  EXPECT_EQ(last.key, kMetaLogIndex);
+  EXPECT_EQ(storage::DecodeU64(last.value), std::optional<uint64_t>(42));
+}
+
+TEST(LogEntry, EmptyChangeSetCarriesOnlyTheIndex) {
+  auto entry = DecodeEntry(EncodeEntry(1, ChangeSet{}, ""));
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  EXPECT_EQ(entry->index, 1u);
+  ASSERT_EQ(entry->changes.size(), 1u);
+  EXPECT_EQ(entry->changes.changes().front().key, kMetaLogIndex);
+}
+
+storage::v1::LogEntry GoodProto() {
+  storage::v1::LogEntry e;
+  e.set_index(7);
+  e.set_leader("x");
+  auto* op = e.add_ops();
+  op->set_op(0);
+  op->set_table(static_cast<uint32_t>(Cf::kNodes));
+  op->set_key("k");
+  op->set_value("v");
+  return e;
+}
+
+void ExpectInvalid(const std::string& bytes, const std::string& mentions) {
+  auto entry = DecodeEntry(bytes);
+  ASSERT_FALSE(entry.ok());
+  EXPECT_EQ(entry.status().code(), StatusCode::kInvalidArgument) << entry.status().ToString();
+  EXPECT_NE(entry.status().message().find(mentions), std::string::npos) << entry.status().message();
+}
+
+TEST(LogEntry, DecodeRejectsWhatIsNotAnEntry) {
+  ASSERT_TRUE(DecodeEntry(GoodProto().SerializeAsString()).ok());
+  ExpectInvalid(std::string("\xff\xff\xff\xff\x0f garbage", 10), "not a LogEntry");
+  ExpectInvalid("", "no index");  // an empty message has index 0
+
+  storage::v1::LogEntry no_index = GoodProto();
+  no_index.set_index(0);
+  ExpectInvalid(no_index.SerializeAsString(), "no index");
+
+  storage::v1::LogEntry bad_table = GoodProto();
+  bad_table.mutable_ops(0)->set_table(storage::kCfCount);
+  ExpectInvalid(bad_table.SerializeAsString(), "unknown table");
+  bad_table.mutable_ops(0)->set_table(0);  // kDefault is never written
+  ExpectInvalid(bad_table.SerializeAsString(), "unknown table");
+
+  storage::v1::LogEntry bad_op = GoodProto();
+  bad_op.mutable_ops(0)->set_op(3);
+  ExpectInvalid(bad_op.SerializeAsString(), "unknown operation");
+}
+
+TEST(LogEntry, ReadLogIndex) {
+  auto store = NewMemoryStore();
+  EXPECT_EQ(LogIndexOf(*store), 0u);  // a new store
+  ChangeSet c;
+  PutLogIndex(&c, 9);
+  ASSERT_TRUE(store->Write(c).ok());
+  EXPECT_EQ(LogIndexOf(*store), 9u);
+  ChangeSet bad;
+  bad.Put(Cf::kMeta, std::string(kMetaLogIndex), "short");
+  ASSERT_TRUE(store->Write(bad).ok());
+  auto index = ReadLogIndex(*store);
+  ASSERT_FALSE(index.ok());
+  EXPECT_EQ(index.status().code(), StatusCode::kDataLoss);
+}
+
+// ---- Fakes ----------------------------------------------------------------
+
+// The replicated log: records every Append; can fail the next ones.
+class FakeLog final : public LogWriter {
+ public:
+  enum class Mode { kOk, kFail, kCommitLoseAnswer };
+
+  Status Append(uint64_t index, const std::string& entry) override {
+    calls.push_back({index, entry});
+    if (on_append) on_append(index, entry);
+    switch (mode) {
+      case Mode::kFail: return error;
+      case Mode::kOk:
+      case Mode::kCommitLoseAnswer: break;
+    }
+    auto it = committed.find(index);
+    if (it != committed.end()) {
+      if (it->second != entry) return FailedPrecondition("entry " + std::to_string(index) + " holds other bytes");
+    } else {
+      if (index != committed.size() + 1) return FailedPrecondition("gap");
+      committed.emplace(index, entry);
+    }
+    if (mode == Mode::kCommitLoseAnswer) return Unavailable("deadline exceeded (committed)");
+    return Status::Ok();
+  }
+
+  void Fail(Status st) {
+    mode = Mode::kFail;
+    error = std::move(st);
+  }
+
+  Mode mode = Mode::kOk;
+  Status error;
+  std::vector<std::pair<uint64_t, std::string>> calls;
+  std::map<uint64_t, std::string> committed;
+  std::function<void(uint64_t, const std::string&)> on_append;
+};
+
+// A local store that can fail its next Write, and counts Reopens.
+class FlakyStore final : public storage::Store {
+ public:
+  explicit FlakyStore(std::unique_ptr<storage::Store> inner) : inner_(std::move(inner)) {}
+
+  uint64_t revision_at_open() const override { return inner_->revision_at_open(); }
+  uint64_t compacted_at_open() const override { return inner_->compacted_at_open(); }
+  Status Write(const ChangeSet& changes) override {
+    ++writes;
+    if (!fail_next_write.ok()) return std::exchange(fail_next_write, Status::Ok());
+    return inner_->Write(changes);
+  }
+  Status Reopen(bool read_only) override {
+    ++reopens;
+    return inner_->Reopen(read_only);
+  }
+  bool read_only() const override { return inner_->read_only(); }
+  Status ForEach(Cf table, const std::function<void(std::string_view, std::string_view)>& fn) const override {
+    return inner_->ForEach(table, fn);
+  }
+  StatusOr<std::vector<::clusterd::v1::Event>> ReadEvents(uint64_t after, size_t max_count) const override {
+    return inner_->ReadEvents(after, max_count);
+  }
+  StatusOr<uint64_t> LastRevisionBefore(uint64_t after, int64_t cutoff, size_t max_scan) const override {
+    return inner_->LastRevisionBefore(after, cutoff, max_scan);
+  }
+  const std::string& path() const override { return inner_->path(); }
+
+  Status fail_next_write;
+  int writes = 0;
+  int reopens = 0;
+
+ private:
+  std::unique_ptr<storage::Store> inner_;
+};
+
+class ReplicatedStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto flaky = std::make_unique<FlakyStore>(NewMemoryStore());
+    local_ = flaky.get();
+    store_ = std::make_unique<ReplicatedStore>(std::move(flaky), &log_, 0, "leader-1", &metrics_,
+                                               [this](const Status& st) {
+                                                 ++fenced_calls_;
+                                                 fenced_status_ = st;
+                                               });
+  }
+
+  MetricsRegistry metrics_;
+  FakeLog log_;
+  FlakyStore* local_ = nullptr;  // owned by store_
+  int fenced_calls_ = 0;
+  Status fenced_status_;
+  std::unique_ptr<ReplicatedStore> store_;
+};
+
+TEST_F(ReplicatedStoreTest, AppendsBeforeTheLocalWrite) {
+  ChangeSet changes = MixedChanges("a");
+  bool local_had_it = true;
+  log_.on_append = [&](uint64_t, const std::string&) {
+    local_had_it = Has(*local_, Cf::kNodes, "node-a") || LogIndexOf(*local_) != 0;
+  };
+  ASSERT_TRUE(store_->Write(changes).ok());
+  EXPECT_FALSE(local_had_it);
+  ASSERT_EQ(log_.calls.size(), 1u);
+  EXPECT_EQ(log_.calls[0].first, 1u);
+  auto entry = DecodeEntry(log_.calls[0].second);
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->index, 1u);
+  EXPECT_EQ(entry->leader, "leader-1");
+  ChangeSet want = changes;
+  PutLogIndex(&want, 1);
+  EXPECT_EQ(entry->changes.changes(), want.changes());
+  // The local store holds the changes and the index; reads go to it.
+  EXPECT_TRUE(Has(*local_, Cf::kNodes, "node-a"));
+  EXPECT_FALSE(Has(*local_, Cf::kFaults, "fault-a-b"));
+  EXPECT_EQ(Dump(*store_, Cf::kJobs), Dump(*local_, Cf::kJobs));
+  EXPECT_EQ(LogIndexOf(*local_), 1u);
+  EXPECT_EQ(store_->applied_index(), 1u);
+
+  ASSERT_TRUE(store_->Write(MixedChanges("b")).ok());
+  ASSERT_EQ(log_.calls.size(), 2u);
+  EXPECT_EQ(log_.calls[1].first, 2u);
+  EXPECT_EQ(LogIndexOf(*local_), 2u);
+  EXPECT_EQ(store_->applied_index(), 2u);
+  EXPECT_FALSE(store_->fenced());
+  EXPECT_EQ(fenced_calls_, 0);
+}
+
+TEST_F(ReplicatedStoreTest, FailedAppendWritesNothingAndIsRetried) {
+  ASSERT_TRUE(store_->Write(MixedChanges("a")).ok());
+  const auto before = DumpAll(*local_);
+  log_.Fail(Unavailable("etcd: no leader"));
+  ChangeSet changes = MixedChanges("b");
+  Status st = store_->Write(changes);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_EQ(DumpAll(*local_), before);
+  EXPECT_EQ(local_->writes, 1);
+  EXPECT_EQ(store_->applied_index(), 1u);
+  EXPECT_FALSE(store_->fenced());
+
+  log_.mode = FakeLog::Mode::kOk;
+  ASSERT_TRUE(store_->Write(changes).ok());
+  ASSERT_EQ(log_.calls.size(), 3u);
+  EXPECT_EQ(log_.calls[1].first, 2u);
+  EXPECT_EQ(log_.calls[2].first, 2u);  // the same index again
+  EXPECT_EQ(log_.calls[1].second, log_.calls[2].second);
+  EXPECT_TRUE(Has(*local_, Cf::kNodes, "node-b"));
+  EXPECT_EQ(LogIndexOf(*local_), 2u);
+  EXPECT_EQ(store_->applied_index(), 2u);
+  EXPECT_EQ(fenced_calls_, 0);
+}
+
+TEST_F(ReplicatedStoreTest, LostAnswerIsSettledByTheLog) {
+  log_.mode = FakeLog::Mode::kCommitLoseAnswer;
+  ChangeSet changes = MixedChanges("a");
+  ASSERT_FALSE(store_->Write(changes).ok());
+  EXPECT_EQ(log_.committed.size(), 1u);  // it is in the log ...
+  EXPECT_FALSE(Has(*local_, Cf::kNodes, "node-a"));  // ... not yet here
+  EXPECT_EQ(store_->applied_index(), 0u);
+
+  log_.mode = FakeLog::Mode::kOk;
+  ASSERT_TRUE(store_->Write(changes).ok());  // same bytes: the log answers OK
+  ASSERT_EQ(log_.calls.size(), 2u);
+  EXPECT_EQ(log_.calls[1].first, 1u);
+  EXPECT_EQ(log_.committed.size(), 1u);
+  EXPECT_TRUE(Has(*local_, Cf::kNodes, "node-a"));
+  EXPECT_EQ(store_->applied_index(), 1u);
+  EXPECT_FALSE(store_->fenced());
+}
+
+TEST_F(ReplicatedStoreTest, FailedLocalWriteIsRetriedWithoutAppendingAgain) {
+  local_->fail_next_write = Internal("disk on fire");
+  ChangeSet changes = MixedChanges("a");
+  Status st = store_->Write(changes);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_EQ(log_.calls.size(), 1u);
+  EXPECT_EQ(store_->applied_index(), 0u);
+  EXPECT_FALSE(Has(*local_, Cf::kNodes, "node-a"));
+
+  // The Engine reopens the store, then retries the same change set.
+  ASSERT_TRUE(store_->Reopen(false).ok());
+  EXPECT_EQ(local_->reopens, 1);
+  ASSERT_TRUE(store_->Write(changes).ok());
+  EXPECT_EQ(log_.calls.size(), 1u);  // not appended twice
+  EXPECT_TRUE(Has(*local_, Cf::kNodes, "node-a"));
+  EXPECT_EQ(LogIndexOf(*local_), 1u);
+  EXPECT_EQ(store_->applied_index(), 1u);
+
+  // The next change set is the next entry.
+  ASSERT_TRUE(store_->Write(MixedChanges("b")).ok());
+  ASSERT_EQ(log_.calls.size(), 2u);
+  EXPECT_EQ(log_.calls[1].first, 2u);
+  EXPECT_EQ(store_->applied_index(), 2u);
+  // A Reopen once the local store is fine again does nothing.
+  ASSERT_TRUE(store_->Reopen(false).ok());
+  EXPECT_EQ(local_->reopens, 1);
+}
+
+TEST_F(ReplicatedStoreTest, ReopenAfterAFailedAppendLeavesTheLocalStore) {
+  log_.Fail(Unavailable("etcd: timeout"));
+  ASSERT_FALSE(store_->Write(MixedChanges("a")).ok());
+  ASSERT_TRUE(store_->Reopen(false).ok());
+  EXPECT_EQ(local_->reopens, 0);
+  log_.mode = FakeLog::Mode::kOk;
+  ASSERT_TRUE(store_->Write(MixedChanges("a")).ok());
+  EXPECT_EQ(store_->applied_index(), 1u);
+  // Going read-only is passed on.
+  ASSERT_TRUE(store_->Reopen(true).ok());
+  EXPECT_EQ(local_->reopens, 1);
+  EXPECT_TRUE(store_->read_only());
+}
+
+TEST_F(ReplicatedStoreTest, FencedOnceForGood) {
+  ASSERT_TRUE(store_->Write(MixedChanges("a")).ok());
+  const auto before = DumpAll(*local_);
+  log_.Fail(FailedPrecondition("lease lost"));
+  EXPECT_EQ(store_->Write(MixedChanges("b")).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(store_->fenced());
+  EXPECT_EQ(fenced_calls_, 1);
+  EXPECT_EQ(fenced_status_.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(log_.calls.size(), 2u);
+
+  log_.mode = FakeLog::Mode::kOk;  // even when the log would take it
+  for (int i = 0; i < 3; ++i) {
+    Status st = store_->Write(MixedChanges("c"));
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  }
+  EXPECT_EQ(log_.calls.size(), 2u);  // no Append once fenced
+  EXPECT_EQ(fenced_calls_, 1);
+  Status reopen = store_->Reopen(false);
+  EXPECT_EQ(reopen.code(), StatusCode::kFailedPrecondition) << reopen.ToString();
+  EXPECT_EQ(local_->reopens, 0);
+  EXPECT_EQ(DumpAll(*local_), before);
+  EXPECT_EQ(store_->applied_index(), 1u);
+}
+
+TEST_F(ReplicatedStoreTest, OtherBytesAtTheIndexFence) {
+  // Another leader already wrote entry 1: the fake answers FAILED_PRECONDITION.
+  log_.committed.emplace(1, "someone else's entry");
+  ASSERT_FALSE(store_->Write(MixedChanges("a")).ok());
+  EXPECT_TRUE(store_->fenced());
+  EXPECT_EQ(fenced_calls_, 1);
+  EXPECT_EQ(LogIndexOf(*local_), 0u);
+}
+
+TEST(ReplicatedStore, StartsAfterTheGivenIndex) {
+  FakeLog log;
+  for (uint64_t i = 1; i <= 5; ++i) log.committed.emplace(i, "old");
+  auto inner = NewMemoryStore();
+  ChangeSet caught_up;
+  PutLogIndex(&caught_up, 5);
+  ASSERT_TRUE(inner->Write(caught_up).ok());
+  ReplicatedStore store(std::move(inner), &log, 5, "leader-2", nullptr, nullptr);
+  EXPECT_EQ(store.applied_index(), 5u);
+  ASSERT_TRUE(store.Write(MixedChanges("a")).ok());
+  ASSERT_EQ(log.calls.size(), 1u);
+  EXPECT_EQ(log.calls[0].first, 6u);
+  EXPECT_EQ(LogIndexOf(store), 6u);
+  // Fenced without a callback: no crash.
+  log.Fail(FailedPrecondition("lost"));
+  EXPECT_FALSE(store.Write(MixedChanges("b")).ok());
+  EXPECT_TRUE(store.fenced());
+}
+
+// ---- ApplyLogEntry (a standby) --------------------------------------------
+
+TEST_F(ReplicatedStoreTest, FollowerReplaysToTheSameContents) {
+  ASSERT_TRUE(store_->Write(MixedChanges("a")).ok());
+  ChangeSet second = MixedChanges("b");
+  second.DeleteRange(Cf::kFaults, "fault-a", "fault-a\xff");
+  second.Delete(Cf::kNodes, "node-a");
+  ASSERT_TRUE(store_->Write(second).ok());
+  ChangeSet third;
+  third.Put(Cf::kMeta, "admin_state", "paused");
+  third.Put(Cf::kEvents, std::string(8, '\0'), "event");
+  ASSERT_TRUE(store_->Write(third).ok());
+  ASSERT_EQ(log_.calls.size(), 3u);
+
+  auto follower = NewMemoryStore();
+  uint64_t applied = 0;
+  for (const auto& [index, bytes] : log_.calls) {
+    ASSERT_TRUE(ApplyLogEntry(follower.get(), bytes, &applied).ok());
+    EXPECT_EQ(applied, index);
+  }
+  for (size_t i = 0; i < storage::kCfCount; ++i) {
+    const Cf cf = static_cast<Cf>(i);
+    EXPECT_EQ(Dump(*follower, cf), Dump(*local_, cf)) << storage::kCfNames[i];
+  }
+  EXPECT_EQ(LogIndexOf(*follower), 3u);
+  EXPECT_EQ(LogIndexOf(*follower), LogIndexOf(*local_));
+  EXPECT_FALSE(Dump(*follower, Cf::kFaults).empty());
+
+  // At or below applied: skipped, nothing changes.
+  const auto before = DumpAll(*follower);
+  ChangeSet stale;
+  stale.Put(Cf::kNodes, "stale", "x");
+  EXPECT_TRUE(ApplyLogEntry(follower.get(), EncodeEntry(2, stale, "old"), &applied).ok());
+  EXPECT_TRUE(ApplyLogEntry(follower.get(), log_.calls[2].second, &applied).ok());
+  EXPECT_EQ(applied, 3u);
+  EXPECT_EQ(DumpAll(*follower), before);
+
+  // A gap: FAILED_PRECONDITION, nothing changes.
+  Status gap = ApplyLogEntry(follower.get(), EncodeEntry(5, stale, "leader-1"), &applied);
+  EXPECT_EQ(gap.code(), StatusCode::kFailedPrecondition) << gap.ToString();
+  EXPECT_EQ(applied, 3u);
+  EXPECT_EQ(DumpAll(*follower), before);
+
+  // Malformed: INVALID_ARGUMENT, nothing changes.
+  Status bad = ApplyLogEntry(follower.get(), "not an entry \xff\xff\xff\xff\xff", &applied);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad.ToString();
+  EXPECT_EQ(applied, 3u);
+  EXPECT_EQ(DumpAll(*follower), before);
+
+  // The next entry applies.
+  ASSERT_TRUE(ApplyLogEntry(follower.get(), EncodeEntry(4, stale, "leader-1"), &applied).ok());
+  EXPECT_EQ(applied, 4u);
+  EXPECT_TRUE(Has(*follower, Cf::kNodes, "stale"));
+  EXPECT_EQ(LogIndexOf(*follower), 4u);
+}
+
+TEST(ApplyLogEntry, FailedLocalWriteLeavesAppliedAndCanBeRetried) {
+  auto follower = NewMemoryStore();
+  uint64_t applied = 0;
+  ChangeSet c;
+  c.Put(Cf::kNodes, "n", "v");
+  const std::string entry = EncodeEntry(1, c, "l");
+  follower->set_write_error(Unavailable("disk full"));
+  EXPECT_EQ(ApplyLogEntry(follower.get(), entry, &applied).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(applied, 0u);
+  follower->set_write_error(Status::Ok());
+  ASSERT_TRUE(ApplyLogEntry(follower.get(), entry, &applied).ok());
+  EXPECT_EQ(applied, 1u);
+  EXPECT_EQ(LogIndexOf(*follower), 1u);
+}
+
+}  // namespace
+}  // namespace clusterd::replication

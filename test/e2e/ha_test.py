@@ -1,0 +1,496 @@
+#!/usr/bin/env python3
+"""High availability end to end (docs/ha.md), real processes on loopback.
+
+Three etcd members, three clusterd replicas (--etcd-endpoints), two NodeD
+agents (simulated devices) that reach the leader through an ipv4:a,b,c target,
+an external reporter (FaultService.Report through grpcurl, every acknowledged
+answer recorded) and a Watch client that follows whichever replica leads,
+resuming from the last revision it saw. Under that load:
+
+  1. kill -9 the leader, three times (the killed replica is restarted and
+     rejoins as a standby);
+  2. SIGSTOP the leader past its lease: another takes over; SIGCONT: the old
+     one must not write (it is fenced) and rejoins as a standby;
+  3. kill -9 an etcd follower, then the etcd leader (each restarted after);
+
+then checks: writes resumed after every failover; the watcher saw every
+revision exactly once, in order, across all failovers; every replica's store
+holds the same history (event by event) with no gap; every acknowledged
+report is in it at the revision it was acknowledged with; every agent's
+transitions were acknowledged and each replica's fault states match the
+agents' last injected ones.
+
+usage: ha_test.py --etcd PATH --bin DIR [--work DIR]
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+LOG_FAILOVER = []
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(seconds, fn, what):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %ss waiting for %s" % (seconds, what))
+        time.sleep(0.05)
+
+
+def http_get(port, path, timeout=1.0):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def metric(port, name):
+    status, body = http_get(port, "/metrics")
+    if status != 200:
+        return None
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def decode_stream(text):
+    """JSON objects printed one after another (grpcurl's output)."""
+    dec = json.JSONDecoder()
+    out, pos = [], 0
+    while True:
+        while pos < len(text) and text[pos] in " \r\n\t":
+            pos += 1
+        if pos >= len(text) or text[pos] != "{":
+            return out, pos
+        try:
+            obj, end = dec.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return out, pos
+        out.append(obj)
+        pos = end
+
+
+class Cluster:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+        self.procs = []
+        self.etcd = []
+        self.replicas = {}
+        self.agents = {}
+
+    # -- etcd
+    def start_etcd(self):
+        for i in range(3):
+            self.etcd.append({"name": "e%d" % i, "client": free_port(), "peer": free_port(), "proc": None})
+        for i in range(3):
+            self.spawn_etcd(i, "new")
+
+    def spawn_etcd(self, i, state):
+        m = self.etcd[i]
+        cluster = ",".join("%s=http://127.0.0.1:%d" % (e["name"], e["peer"]) for e in self.etcd)
+        client = "http://127.0.0.1:%d" % m["client"]
+        peer = "http://127.0.0.1:%d" % m["peer"]
+        m["proc"] = self.spawn(
+            [self.args.etcd, "--name", m["name"], "--data-dir", os.path.join(self.work, m["name"]),
+             "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+             "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, "--initial-cluster-state", state,
+             "--max-request-bytes", "8388608", "--max-txn-ops", "1024", "--heartbeat-interval", "100",
+             "--election-timeout", "1000", "--log-level", "warn"], m["name"])
+
+    def etcd_endpoints(self):
+        return ",".join("127.0.0.1:%d" % e["client"] for e in self.etcd)
+
+    def etcd_leader(self):
+        for i, e in enumerate(self.etcd):
+            if metric(e["client"], "etcd_server_is_leader") == 1:
+                return i
+        return None
+
+    # -- clusterd replicas
+    def start_replica(self, rid):
+        r = self.replicas.setdefault(rid, {"grpc": free_port(), "http": free_port(),
+                                           "dir": os.path.join(self.work, "data-" + rid)})
+        r["proc"] = self.spawn(
+            [os.path.join(self.args.bin, "clusterd"), "--insecure", "--etcd-endpoints", self.etcd_endpoints(),
+             "--ha-replica-id", rid, "--data-dir", r["dir"], "--listen", "127.0.0.1:%d" % r["grpc"],
+             "--http-listen", "127.0.0.1:%d" % r["http"], "--ha-lease-ttl", "2s", "--node-grace", "30s"],
+            "clusterd-" + rid)
+
+    def leader(self, strict=True):
+        """The one replica whose /readyz is 200 (None if none; two is a failure when strict)."""
+        ready = [rid for rid, r in self.replicas.items() if http_get(r["http"], "/readyz")[0] == 200]
+        if len(ready) > 1:
+            if strict:
+                raise AssertionError("two replicas ready (leading) at once: %s" % ready)
+            return None
+        return ready[0] if ready else None
+
+    def target(self):
+        return "ipv4:" + ",".join("127.0.0.1:%d" % r["grpc"] for r in self.replicas.values())
+
+    def log_index(self, rid):
+        return metric(self.replicas[rid]["http"], "clusterd_ha_log_index")
+
+    # -- agents
+    def start_agent(self, node):
+        a = self.agents.setdefault(node, {"http": free_port(), "last": {}})
+        a["proc"] = self.spawn(
+            [os.path.join(self.args.bin, "noded"), "--server", self.target(), "--node-name", node,
+             "--http-listen", "127.0.0.1:%d" % a["http"], "--state-dir", os.path.join(self.work, "noded-" + node),
+             "--accelerator", "sim", "--sim-devices", "8", "--kmsg-path", "", "--poll-interval", "200ms",
+             "--heartbeat-interval", "500ms", "--log-level", "info"], "noded-" + node)
+
+    def inject(self, node, device, state):
+        a = self.agents[node]
+        body = json.dumps({"device": device, "code": "80E01801", "state": state}).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/sim/faults" % a["http"], data=body, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=2) as r:
+                if r.status == 200:
+                    a["last"][device] = state
+                    return True
+        except OSError:
+            pass
+        return False
+
+    # -- processes
+    def spawn(self, argv, name):
+        log = open(os.path.join(self.work, name + ".log"), "ab")
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def stop_all(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                except OSError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def grpcurl(args, target, method, data, timeout=3):
+    cmd = [args.grpcurl, "-plaintext", "-max-time", str(timeout), "-d", json.dumps(data), target, method]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Reporter(threading.Thread):
+    """External reporter: one new fault per call; records every acknowledged (id, revision)."""
+
+    def __init__(self, cluster):
+        super().__init__(daemon=True)
+        self.c = cluster
+        self.acked = {}
+        self.ack_times = []
+        self.stop = threading.Event()
+        self.errors = 0
+
+    def run(self):
+        n = 0
+        while not self.stop.is_set():
+            started = time.monotonic()
+            leader = self.c.leader(strict=False)
+            if leader is None:
+                time.sleep(0.05)
+                continue
+            fid = "ext-%d" % n
+            rc, out, _ = grpcurl(self.c.args, "127.0.0.1:%d" % self.c.replicas[leader]["grpc"],
+                                 "clusterd.v1.FaultService/Report",
+                                 {"reporter": "hatest", "id": fid, "node": "worker01", "code": "ROCE_LINK_DOWN",
+                                  "level": "FAULT_LEVEL_SUB_HEALTH", "action": "TRANSITION_ACTION_RAISE"})
+            if rc == 0:
+                resp = json.loads(out)
+                # A resent report that an earlier, unanswered call stored: same fault, its revision.
+                self.acked[fid] = int(resp["fault"]["revision"])
+                self.ack_times.append((started, time.monotonic()))
+                n += 1
+            else:
+                self.errors += 1
+                time.sleep(0.05)
+
+    def acks_after(self, t):
+        """Reports sent after t and acknowledged."""
+        return sum(1 for start, _ in self.ack_times if start > t)
+
+    def first_ack_after(self, t):
+        return min(end for start, end in self.ack_times if start > t) - t
+
+
+class Injector(threading.Thread):
+    """Raises and clears device faults on the agents (they journal and resend until acknowledged)."""
+
+    def __init__(self, cluster):
+        super().__init__(daemon=True)
+        self.c = cluster
+        self.stop = threading.Event()
+        self.count = 0
+
+    def run(self):
+        rnd = random.Random(7)
+        while not self.stop.is_set():
+            node = rnd.choice(list(self.c.agents))
+            device = rnd.randrange(8)
+            state = "clear" if self.c.agents[node]["last"].get(device) == "raise" else "raise"
+            if self.c.inject(node, device, state):
+                self.count += 1
+            time.sleep(0.05)
+
+
+class Watcher(threading.Thread):
+    """Follows the leader with Watch, resuming from the last revision seen."""
+
+    def __init__(self, cluster):
+        super().__init__(daemon=True)
+        self.c = cluster
+        self.last = 0
+        self.events = 0
+        self.reconnects = 0
+        self.violations = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            leader = self.c.leader(strict=False)
+            if leader is None:
+                time.sleep(0.05)
+                continue
+            self.reconnects += 1
+            cmd = [self.c.args.grpcurl, "-plaintext", "-max-time", "5", "-d",
+                   json.dumps({"from_revision": self.last}),
+                   "127.0.0.1:%d" % self.c.replicas[leader]["grpc"], "clusterd.v1.ClusterService/Watch"]
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            buf = ""
+            for line in p.stdout:
+                buf += line
+                objs, used = decode_stream(buf)
+                buf = buf[used:]
+                for o in objs:
+                    for ev in o.get("events", []):
+                        rev = int(ev["revision"])
+                        if rev != self.last + 1:
+                            self.violations.append("revision %d after %d" % (rev, self.last))
+                        self.last = max(self.last, rev)
+                        self.events += 1
+            p.wait()
+
+
+def read_history(args, cluster, rid):
+    """Every event of a replica's store: opened alone (no etcd), read with Watch from 0."""
+    r = cluster.replicas[rid]
+    grpc_port, http_port = free_port(), free_port()
+    p = subprocess.Popen([os.path.join(args.bin, "clusterd"), "--insecure", "--data-dir", r["dir"],
+                          "--listen", "127.0.0.1:%d" % grpc_port, "--http-listen", "127.0.0.1:%d" % http_port,
+                          "--node-grace", "1h"],
+                         stdout=open(os.path.join(args.work, "read-%s.log" % rid), "ab"), stderr=subprocess.STDOUT)
+    try:
+        wait_until(30, lambda: http_get(http_port, "/readyz")[0] == 200, "replica %s's store opened alone" % rid)
+        _, out, _ = grpcurl(args, "127.0.0.1:%d" % grpc_port, "clusterd.v1.ClusterService/Watch",
+                            {"from_revision": 0}, timeout=4)
+        events = []
+        for o in decode_stream(out)[0]:
+            events.extend(o.get("events", []))
+        _, faults, _ = grpcurl(args, "127.0.0.1:%d" % grpc_port, "clusterd.v1.ClusterService/ListFaults",
+                               {"page_size": 1000})
+        states = {}
+        for f in json.loads(faults or "{}").get("faults", []):
+            if f.get("code") == "80E01801":
+                states[(f["node"], int(f.get("device_id", 0)))] = f["state"]
+        return events, states
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--etcd", required=True)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--grpcurl", default="grpcurl")
+    ap.add_argument("--work")
+    ap.add_argument("--kills", type=int, default=3)
+    args = ap.parse_args()
+    args.work = args.work or tempfile.mkdtemp(prefix="clusterd-ha-")
+    os.makedirs(args.work, exist_ok=True)
+    print("work dir:", args.work, flush=True)
+    c = Cluster(args)
+    try:
+        run(c, args)
+    except AssertionError as e:
+        print("FAIL:", e, file=sys.stderr)
+        print("logs in", args.work, file=sys.stderr)
+        c.stop_all()
+        sys.exit(1)
+    c.stop_all()
+    print("PASS: high availability end to end")
+
+
+def run(c, args):
+    c.start_etcd()
+    wait_until(30, lambda: c.etcd_leader() is not None, "an etcd leader")
+    for rid in ("r1", "r2", "r3"):
+        c.replicas[rid] = {"grpc": free_port(), "http": free_port(), "dir": os.path.join(args.work, "data-" + rid)}
+    for rid in ("r1", "r2", "r3"):
+        c.start_replica(rid)
+    leader = wait_until(30, c.leader, "a leader")
+    print("-- leader:", leader, flush=True)
+    for node in ("worker01", "worker02"):
+        c.start_agent(node)
+    wait_until(30, lambda: all(metric(a["http"], "noded_stream_connected") == 1 for a in c.agents.values()),
+               "agents connected")
+    reporter, injector, watcher = Reporter(c), Injector(c), Watcher(c)
+    for t in (reporter, injector, watcher):
+        t.start()
+    wait_until(30, lambda: len(reporter.acked) >= 10, "reports acknowledged")
+
+    def failover(what, action, after=None):
+        old = c.leader()
+        t0 = time.monotonic()
+        action(old)
+        new = wait_until(30, lambda: (lambda l: l if l and l != old else None)(c.leader()), "a new leader")
+        t_ready = time.monotonic() - t0
+        wait_until(30, lambda: reporter.acks_after(t0) >= 3, "writes acknowledged after " + what)
+        first_ack = reporter.first_ack_after(t0)
+        if after:
+            after(old)
+        print("-- %s: %s -> %s, new leader ready in %.2f s, first write acknowledged %.2f s after" %
+              (what, old, new, t_ready, first_ack), flush=True)
+        LOG_FAILOVER.append((what, t_ready, first_ack))
+        return old, new
+
+    for k in range(args.kills):
+        def kill(old):
+            c.replicas[old]["proc"].kill()
+        old, _ = failover("kill -9 of the leader (%d)" % (k + 1), kill)
+        c.replicas[old]["proc"].wait()
+        c.start_replica(old)  # rejoins as a standby
+        wait_until(30, lambda: http_get(c.replicas[old]["http"], "/readyz")[0] == 503, old + " back as a standby")
+
+    stopped = {}
+
+    def stop(old):
+        stopped["rid"] = old
+        stopped["pid"] = c.replicas[old]["proc"].pid
+        c.replicas[old]["proc"].send_signal(signal.SIGSTOP)
+
+    old, new = failover("SIGSTOP of the leader past its lease", stop)
+    acked_before = len(reporter.acked)
+    c.replicas[old]["proc"].send_signal(signal.SIGCONT)
+    log_path = os.path.join(args.work, "clusterd-%s.log" % old)
+    wait_until(30, lambda: "restarting as a standby" in open(log_path, errors="replace").read(),
+               old + " stepping down after SIGCONT")
+    wait_until(30, lambda: http_get(c.replicas[old]["http"], "/readyz")[0] == 503, old + " back as a standby")
+    if c.leader() != new:
+        raise AssertionError("the leader changed after the stopped one continued: %s" % c.leader())
+    wait_until(30, lambda: len(reporter.acked) >= acked_before + 3, "writes after SIGCONT")
+    print("-- %s continued: fenced, back as a standby; %s still leads" % (old, new), flush=True)
+
+    for which in ("follower", "leader"):
+        lead = c.etcd_leader()
+        victim = next(i for i in range(3) if i != lead) if which == "follower" else lead
+        t0 = time.monotonic()
+        c.etcd[victim]["proc"].kill()
+        c.etcd[victim]["proc"].wait()
+        wait_until(30, lambda: reporter.acks_after(t0) >= 5, "writes with the etcd %s down" % which)
+        print("-- etcd %s %s killed: writes went on (%d acknowledged since)" %
+              (which, c.etcd[victim]["name"], reporter.acks_after(t0)), flush=True)
+        c.spawn_etcd(victim, "existing")
+        wait_until(30, lambda: metric(c.etcd[victim]["client"], "etcd_server_has_leader") == 1,
+                   "etcd member back")
+
+    injector.stop.set()
+    injector.join()
+    reporter.stop.set()
+    reporter.join()
+    # Everything the agents raised or cleared is acknowledged.
+    wait_until(60, lambda: all(metric(a["http"], "noded_outbox_pending") == 0 for a in c.agents.values()),
+               "agents' outboxes empty")
+    leader = c.leader()
+    # Every replica applies the whole log.
+    wait_until(60, lambda: len({c.log_index(r) for r in c.replicas}) == 1, "replicas at the same log index")
+    top = c.log_index(leader)
+    wait_until(30, lambda: watcher.last > 0 and watcher.events > 0, "watcher events")
+    watcher.stop.set()
+    print("-- quiesced: log index %d on every replica; %d reports and %d agent transitions acknowledged" %
+          (top, len(reporter.acked), injector.count), flush=True)
+
+    for rid, r in c.replicas.items():
+        r["proc"].send_signal(signal.SIGTERM)
+    for rid, r in c.replicas.items():
+        r["proc"].wait(timeout=60)
+    for a in c.agents.values():
+        a["proc"].terminate()
+
+    histories = {}
+    expected_states = {}
+    for node, a in c.agents.items():
+        for dev, st in a["last"].items():
+            expected_states[(node, dev)] = "FAULT_STATE_ACTIVE" if st == "raise" else "FAULT_STATE_CLEARED"
+    for rid in c.replicas:
+        events, states = read_history(args, c, rid)
+        revs = [int(e["revision"]) for e in events]
+        if not revs:
+            raise AssertionError("replica %s has no history" % rid)
+        if revs != list(range(revs[0], revs[0] + len(revs))):
+            raise AssertionError("replica %s: history has a gap or a repeat" % rid)
+        histories[rid] = events
+        by_rev = {int(e["revision"]): e for e in events}
+        for fid, rev in reporter.acked.items():
+            e = by_rev.get(rev)
+            if not e or e.get("fault", {}).get("external_id") != fid:
+                raise AssertionError("replica %s: acknowledged report %s (revision %d) is not in its history" %
+                                     (rid, fid, rev))
+        for key, want in expected_states.items():
+            got = states.get(key)
+            if want == "FAULT_STATE_ACTIVE" and got != want:
+                raise AssertionError("replica %s: %s device %d should be active, is %s" % (rid, key[0], key[1], got))
+            if want == "FAULT_STATE_CLEARED" and got == "FAULT_STATE_ACTIVE":
+                raise AssertionError("replica %s: %s device %d should be cleared" % (rid, key[0], key[1]))
+        print("-- replica %s: %d events, revisions %d..%d contiguous, every acknowledged report present" %
+              (rid, len(events), revs[0], revs[-1]), flush=True)
+    first = next(iter(histories.values()))
+    for rid, h in histories.items():
+        if h != first:
+            raise AssertionError("replica %s's history differs from the others" % rid)
+    if watcher.violations:
+        raise AssertionError("watcher: " + "; ".join(watcher.violations[:5]))
+    if watcher.last == 0:
+        raise AssertionError("watcher saw nothing")
+    print("-- watcher followed %d leaders' streams: %d events, revisions contiguous up to %d" %
+          (watcher.reconnects, watcher.events, watcher.last), flush=True)
+    for what, ready, ack in LOG_FAILOVER:
+        print("   %-45s leader ready %.2f s, first ack %.2f s" % (what, ready, ack))
+
+
+if __name__ == "__main__":
+    main()
