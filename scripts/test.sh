@@ -29,6 +29,8 @@ bash test/k8s/security_e2e_test.sh
 bash test/e2e/api_tools_test.sh
 bash test/e2e/mindcluster_test.sh
 bash test/e2e/status_page_test.sh
+# High availability: 3 etcd members (the binary built above) and 3 replicas.
+python3 test/e2e/ha_test.py --etcd "$k8s_bin/etcd" --bin build/bin --grpcurl "$(command -v grpcurl)"
 bash test/faults/run.sh
 # The instrumented builds come last: each is a build of the tree of its own
 # (ccache makes a rerun cheap). FUZZ_SECONDS=0 skips the fuzzers, SANITIZE=0

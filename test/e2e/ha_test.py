@@ -13,6 +13,8 @@ resuming from the last revision it saw. Under that load:
      one must not write (it is fenced) and rejoins as a standby;
   3. kill -9 an etcd follower, then the etcd leader (each restarted after);
 
+  4. wipe a standby's data dir and restart it: it rebuilds from the log;
+
 then checks: writes resumed after every failover; the watcher saw every
 revision exactly once, in order, across all failovers; every replica's store
 holds the same history (event by event) with no gap; every acknowledged
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -427,6 +430,17 @@ def run(c, args):
         c.spawn_etcd(victim, "existing")
         wait_until(30, lambda: metric(c.etcd[victim]["client"], "etcd_server_has_leader") == 1,
                    "etcd member back")
+
+    # A standby whose data dir is wiped rebuilds its store from the log.
+    leader = c.leader()
+    wiped = next(r for r in c.replicas if r != leader)
+    c.replicas[wiped]["proc"].terminate()
+    c.replicas[wiped]["proc"].wait(timeout=60)
+    shutil.rmtree(c.replicas[wiped]["dir"])
+    c.start_replica(wiped)
+    wait_until(60, lambda: (c.log_index(wiped) or 0) >= (c.log_index(c.leader(strict=False) or leader) or 1),
+               wiped + " rebuilt from the log")
+    print("-- standby %s wiped and restarted: rebuilt to log index %d" % (wiped, c.log_index(wiped)), flush=True)
 
     injector.stop.set()
     injector.join()
