@@ -47,10 +47,11 @@ namespace {
       "                      [--footprint SECONDS] [--query-nodes N] [--query-duration SECONDS]\n"
       "                      [--agents N] [--agent-channels N] [--steady SECONDS] [--detect-samples N]\n"
       "                      [--lost-samples N] [--restart-nodes N] [--restart-events N] [--devices N]\n"
+      "                      [--ha-nodes N]\n"
       "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
       "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-10)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-11)\n"
       "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
       "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
       "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -70,10 +71,11 @@ namespace {
       "  --devices           scenarios 3/4/7: devices per simulated node (default 8; 16 for\n"
       "                      MindCluster's largest documented cluster)\n"
       "  --restart-events    scenario 7: history events stored before the kill -9 (default 1000000)\n"
+      "  --ha-nodes          scenario 11: agents attached when the HA leader is killed (default 10000)\n"
       "  --clusterd, --noded binaries (default: next to this binary)\n"
       "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
       "                      skipped with a note when there is none)\n"
-      "  --etcd              etcd binary for scenario 10 (default: on PATH; skipped with a note\n"
+      "  --etcd              etcd binary for scenarios 10 and 11 (default: on PATH; skipped with a note\n"
       "                      when there is none; scripts/bench.sh passes scripts/k8s-tools.sh's)\n"
       "  --kube-apiserver    kube-apiserver binary for scenario 10 (default: on PATH)\n"
       "  --kube-peer         scenario 10's client-go driver (default: clusterd-kube-peer next to\n"
@@ -150,6 +152,8 @@ Options ParseArgs(int argc, char** argv) {
         o.lost_samples = std::stoi(value());
       else if (a == "--restart-nodes")
         o.restart_nodes = std::stoi(value());
+      else if (a == "--ha-nodes")
+        o.ha_nodes = std::stoi(value());
       else if (a == "--restart-events")
         o.restart_events = std::stoll(value());
       else if (a == "--clusterd")
@@ -172,7 +176,7 @@ Options ParseArgs(int argc, char** argv) {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
           const int n = std::stoi(s);
-          if (n < 1 || n > 10) Usage(2);
+          if (n < 1 || n > 11) Usage(2);
           o.only.insert(n);
         }
       } else if (a == "--help" || a == "-h")
@@ -205,12 +209,13 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--lost-samples", &o.lost_samples, 3);
     dflt("--restart-nodes", &o.restart_nodes, 200);
     dflt("--restart-events", &o.restart_events, int64_t{20000});
+    dflt("--ha-nodes", &o.ha_nodes, 200);
     o.restart_grace_s = 1.5;
   }
   if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
       o.watchers <= 0 || o.fanout_rate <= 0 || o.footprint_s <= 0 || o.query_nodes <= 0 || o.query_s <= 0 ||
       o.agents <= 0 || o.agent_channels <= 0 || o.steady_s <= 0 || o.detect_samples <= 0 || o.lost_samples <= 0 ||
-      o.restart_nodes <= 0 || o.restart_events < 0 || o.devices <= 0 || o.devices > 64) {
+      o.restart_nodes <= 0 || o.ha_nodes <= 0 || o.restart_events < 0 || o.devices <= 0 || o.devices > 64) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();
@@ -420,10 +425,14 @@ std::string ClusterdProcess::SpawnOnPorts() {
   return proc_.Spawn(args);
 }
 
-std::string ClusterdProcess::Start() {
+std::string ClusterdProcess::Launch() {
   port_ = FreeLoopbackPort();
   http_port_ = FreeLoopbackPort();
-  if (auto err = SpawnOnPorts(); !err.empty()) return err;
+  return SpawnOnPorts();
+}
+
+std::string ClusterdProcess::Start() {
+  if (auto err = Launch(); !err.empty()) return err;
   auto channel = grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   while (Clock::now() < deadline) {

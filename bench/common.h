@@ -62,6 +62,8 @@ struct Options {
   int restart_nodes = 10000;
   int64_t restart_events = 1000000;
   double restart_grace_s = 10;
+  // Scenario 11.
+  int ha_nodes = 10000;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };
@@ -134,6 +136,9 @@ class ClusterdProcess {
       : bin_(std::move(bin)), data_dir_(std::move(data_dir)), extra_(std::move(extra_args)) {}
   // Returns an empty string on success, else why it failed.
   std::string Start();
+  // Spawns it on fresh ports and returns at once (an HA standby never
+  // accepts gRPC connections).
+  std::string Launch();
   void Stop() { proc_.Stop(); }
   // kill -9 (no shutdown at all), and a restart on the same data dir and
   // ports that returns right after the exec (started_ns: just before it).

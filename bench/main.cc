@@ -30,6 +30,7 @@
 
 #include "agents.h"
 #include "common.h"
+#include "ha.h"
 #include "peers.h"
 #include "scale.h"
 #include "scenarios.h"
@@ -267,7 +268,8 @@ int Run(const Options& o) {
                     {"detect_samples", o.detect_samples},
                     {"lost_samples", o.lost_samples},
                     {"restart_nodes", o.restart_nodes},
-                    {"restart_events", o.restart_events}};
+                    {"restart_events", o.restart_events},
+                    {"ha_nodes", o.ha_nodes}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -276,6 +278,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(7)) err = RunRestart(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(9)) err = RunQueries(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(10)) err = RunPeers(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(11)) err = RunHa(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";
