@@ -10,8 +10,10 @@
 #      the Kubernetes RBAC objects and config keys rendered with kubernetes.enabled and gone
 #      without it; TLS from each tls.source, mutual TLS by default, insecure without TLS, the
 #      generated certificates, NodeD's projected token, the TokenReview role, NetworkPolicies;
-#      MindCluster's clusterd-grpc-svc Service and pubfault_* keys), and that a plain
-#      `helm template` (no --kube-version) works;
+#      MindCluster's clusterd-grpc-svc Service and pubfault_* keys; ha.enabled: ClusterD's
+#      StatefulSet with a volume per replica, etcd deployed or given, PodDisruptionBudgets,
+#      anti-affinity, the etcd keys and --ha-replica-id), and that a plain `helm template`
+#      (no --kube-version) works;
 #   4. the rendered config.json / catalog.json files, laid out as the kubelet projects the
 #      pods' volumes, are accepted by the real clusterd and noded binaries (when built):
 #      plaintext, and with the generated certificates when the binaries know the TLS flags
@@ -137,6 +139,19 @@ def sources(kind): return next(v for v in pod(kind)["volumes"] if v["name"] == "
 def proj(kind): return [(k, s[k].get("name", s[k].get("audience")), sorted((i["key"], i["path"], i.get("mode")) for i in s[k].get("items", []))) for s in sources(kind) for k in s]
 def npol(name): return next(d for d in by["NetworkPolicy"] if d["metadata"]["name"] == name)["spec"]
 def rules_of(name): return [([p["port"] for p in r.get("ports", [])], r.get("from")) for r in npol(name).get("ingress", [])]
+def sts(component): return next(d for d in by["StatefulSet"] if d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+def spod(component): return sts(component)["spec"]["template"]["spec"]
+def other_pod(path, kind): return next(d for d in yaml.safe_load_all(open(path)) if d and d["kind"] == kind)["spec"]["template"]["spec"]
+def same(p):
+    # A pod spec less what ha.enabled changes (affinity, readiness, POD_NAME, --ha-replica-id, the data volume).
+    p = json.loads(json.dumps(p))
+    p.pop("affinity", None)
+    p["volumes"] = [v for v in p["volumes"] if v["name"] != "data"]
+    for c in p["containers"]:
+        c.pop("readinessProbe", None)
+        c.pop("env", None)
+        c["args"] = [a for a in c["args"] if a != "--ha-replica-id=$(POD_NAME)"]
+    return p
 print(eval(sys.argv[2]))
 PY
 }
@@ -325,6 +340,54 @@ if [[ $(openssl x509 -in "$gen/clusterd-noded-tls-tls.crt" -noout -pubkey | open
   ok "generated: agents' key matches its certificate"
 else
   bad "generated: agents' key does not match its certificate"
+fi
+
+# High availability (ha.enabled): ClusterD as a StatefulSet, a RocksDB volume per replica, only
+# the leader Ready; etcd deployed by the chart (values-ha) or given (values-ha-external-etcd).
+HA=$TMP/values-ha-$kv.yaml HX=$TMP/values-ha-external-etcd-$kv.yaml HA_OLD=$TMP/values-ha-${KUBE_VERSIONS[0]}.yaml
+CLUSTERD_SEL="{'matchLabels': {'app.kubernetes.io/name': 'clusterd', 'app.kubernetes.io/instance': 'clusterd', 'app.kubernetes.io/component': 'clusterd'}}"
+ETCD_SEL="{'matchLabels': {'app.kubernetes.io/name': 'clusterd', 'app.kubernetes.io/instance': 'clusterd', 'app.kubernetes.io/component': 'etcd'}}"
+expect "default: no HA keys, no StatefulSet or PodDisruptionBudget" "$D" "([k for k in cfg('clusterd') if k.startswith(('etcd_', 'ha_'))], 'StatefulSet' in by, 'PodDisruptionBudget' in by)" "([], False, False)"
+expect "ha: kinds (no Deployment, no lone PVC)" "$HA" "sorted(by)" \
+  "['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'DaemonSet', 'NetworkPolicy', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Secret', 'Service', 'ServiceAccount', 'ServiceMonitor', 'StatefulSet']"
+expect "ha: ClusterD StatefulSet: 3 replicas, Parallel, headless serviceName, a data PVC per replica" "$HA" \
+  "(lambda s: (s['metadata']['name'], s['spec']['replicas'], s['spec']['podManagementPolicy'], s['spec']['serviceName'], s['spec']['updateStrategy'], [(v['metadata']['name'], v['metadata']['labels'] == s['spec']['selector']['matchLabels'], v['spec']['accessModes'], v['spec']['resources']['requests']['storage'], v['spec'].get('storageClassName'), v['metadata'].get('annotations')) for v in s['spec']['volumeClaimTemplates']], sorted(v['name'] for v in spod('clusterd')['volumes'])))(sts('clusterd'))" \
+  "('clusterd', 3, 'Parallel', 'clusterd-headless', {'type': 'OnDelete'}, [('data', True, ['ReadWriteOnce'], '50Gi', 'local-nvme', {'backup.example.com/enabled': 'true'})], ['config', 'tmp'])"
+expect "ha: --ha-replica-id=\$(POD_NAME) from the downward API; extraEnv kept" "$HA" "(spod('clusterd')['containers'][0]['args'], spod('clusterd')['containers'][0]['env'])" \
+  "(['--config=/etc/clusterd/config.json', '--ha-replica-id=\$(POD_NAME)'], [{'name': 'POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}, {'name': 'TZ', 'value': 'UTC'}])"
+expect "ha: config.json: etcd_endpoints (the deployed members), lease TTL, key prefix" "$HA" "sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith(('etcd_', 'ha_')))" \
+  "[('etcd_endpoints', ['http://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2379', 'http://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2379', 'http://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2379']), ('ha_key_prefix', '/clusterd/'), ('ha_lease_ttl', '2s')]"
+expect "ha: tight readiness on /readyz (only the leader is Ready)" "$HA" "spod('clusterd')['containers'][0]['readinessProbe']" \
+  "{'httpGet': {'path': '/readyz', 'port': 'http'}, 'failureThreshold': 1, 'periodSeconds': 1, 'successThreshold': 1, 'timeoutSeconds': 1}"
+expect "ha: required anti-affinity over hostnames, for ClusterD and etcd" "$HA" "[spod(c)['affinity'] == {'podAntiAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': [{'labelSelector': sts(c)['spec']['selector'], 'topologyKey': 'kubernetes.io/hostname'}]}} for c in ('clusterd', 'etcd')]" "[True, True]"
+expect "ha: PodDisruptionBudgets (ClusterD: unready standbys always evictable)" "$HA" "sorted((d['metadata']['name'], d['spec']['maxUnavailable'], d['spec'].get('unhealthyPodEvictionPolicy'), d['spec']['selector']['matchLabels']['app.kubernetes.io/component']) for d in by['PodDisruptionBudget'])" \
+  "[('clusterd', 1, 'AlwaysAllow', 'clusterd'), ('clusterd-etcd', 1, None, 'etcd')]"
+expect "ha: no unhealthyPodEvictionPolicy before Kubernetes 1.27" "$HA_OLD" "[d['spec'].get('unhealthyPodEvictionPolicy') for d in by['PodDisruptionBudget']]" "[None, None]"
+expect "ha: Services: clusterd (Ready pods: the leader), headless per-replica and etcd" "$HA" "sorted((s['metadata']['name'], s['spec'].get('clusterIP'), s['spec'].get('publishNotReadyAddresses'), s['spec']['selector']['app.kubernetes.io/component'], s['metadata']['labels']['app.kubernetes.io/component']) for s in by['Service'] if not s['metadata']['name'].endswith('-metrics'))" \
+  "[('clusterd', None, None, 'clusterd', 'clusterd'), ('clusterd-etcd', 'None', True, 'etcd', 'etcd'), ('clusterd-headless', 'None', True, 'clusterd', 'clusterd-headless')]"
+expect "ha: the ClusterD ServiceMonitor selects the clusterd Service alone" "$HA" "[s['metadata']['name'] for s in by['Service'] if all(s['metadata']['labels'].get(k) == v for k, v in by['ServiceMonitor'][0]['spec']['selector']['matchLabels'].items())]" "['clusterd']"
+expect "ha: etcd StatefulSet: 3 members, image, static cluster, ClusterD's flags" "$HA" \
+  "(lambda s: (s['spec']['replicas'], s['spec']['podManagementPolicy'], s['spec']['serviceName'], spod('etcd')['containers'][0]['image'], [a for a in spod('etcd')['containers'][0]['args'] if a.startswith(('--initial-cluster=', '--max-', '--auto-', '--quota-', '--heartbeat-', '--election-', '--snapshot-'))], [(v['spec']['resources']['requests']['storage'], v['spec'].get('storageClassName')) for v in s['spec']['volumeClaimTemplates']]))(sts('etcd'))" \
+  "(3, 'Parallel', 'clusterd-etcd', 'quay.io/coreos/etcd:v3.6.16', ['--initial-cluster=clusterd-etcd-0=http://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-1=http://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-2=http://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2380', '--max-request-bytes=8388608', '--max-txn-ops=1024', '--auto-compaction-mode=revision', '--auto-compaction-retention=100000', '--quota-backend-bytes=8589934592', '--heartbeat-interval=100', '--election-timeout=1000', '--snapshot-count=20000'], [('20Gi', 'local-nvme')])"
+expect "ha: etcd on ClusterD's nodes, no API token" "$HA" "(spod('etcd')['nodeSelector'], spod('etcd')['tolerations'] == spod('clusterd')['tolerations'], spod('etcd')['automountServiceAccountToken'])" "({'masterselector': 'dls-master-node'}, True, False)"
+expect "ha: etcd NetworkPolicy: client port from ClusterD, peer port from the members, nothing else" "$HA" "(npol('clusterd-etcd')['podSelector'], npol('clusterd-etcd')['policyTypes'], rules_of('clusterd-etcd'))" \
+  "($ETCD_SEL, ['Ingress'], [(['client'], [{'podSelector': $CLUSTERD_SEL}]), (['peer'], [{'podSelector': $ETCD_SEL}])])"
+expect "ha-external-etcd: no etcd objects; one StatefulSet of 5; OnDelete" "$HX" "(sorted(d['kind'] for d in docs if d['metadata'].get('labels', {}).get('app.kubernetes.io/component') == 'etcd'), [(s['metadata']['name'], s['spec']['replicas'], s['spec']['updateStrategy']['type']) for s in by['StatefulSet']], 'Deployment' in by, 'PersistentVolumeClaim' in by)" \
+  "([], [('fault-center', 5, 'OnDelete')], False, False)"
+expect "ha-external-etcd: config.json: the given endpoints and HA keys" "$HX" "sorted((k, v) for k, v in cfg('fault-center').items() if k.startswith(('etcd_', 'ha_')))" \
+  "[('etcd_endpoints', ['http://etcd-0.etcd.infra.svc:2379', 'http://etcd-1.etcd.infra.svc:2379', 'etcd-2.etcd.infra.svc:2379']), ('ha_key_prefix', '/clusterd-prod/'), ('ha_lease_ttl', '3s'), ('ha_log_retain_entries', 50000), ('ha_max_entry_bytes', 2097152), ('ha_request_timeout', '1500ms')]"
+expect "ha-external-etcd: preferred anti-affinity merged into the given nodeAffinity" "$HX" "(sorted(spod('clusterd')['affinity']), spod('clusterd')['affinity']['podAntiAffinity'])" \
+  "(['nodeAffinity', 'podAntiAffinity'], {'preferredDuringSchedulingIgnoredDuringExecution': [{'podAffinityTerm': {'labelSelector': {'matchLabels': {'app.kubernetes.io/component': 'clusterd', 'app.kubernetes.io/instance': 'clusterd', 'app.kubernetes.io/name': 'clusterd'}}, 'topologyKey': 'kubernetes.io/hostname'}, 'weight': 100}]})"
+expect "ha-external-etcd: ha.readinessProbe" "$HX" "spod('clusterd')['containers'][0]['readinessProbe']['periodSeconds']" "2"
+# Under ha the pod is the Deployment's but for what HA changes; a podAntiAffinity of the user's is kept as given.
+if render ha-default default "$kv" --set ha.enabled=true 2>"$TMP/ha-default.err" &&
+   render ha-own-affinity default "$kv" --set ha.enabled=true \
+     --set-json 'clusterd.affinity={"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"topologyKey":"topology.kubernetes.io/zone","labelSelector":{"matchLabels":{"app.kubernetes.io/component":"clusterd"}}}}]}}' 2>>"$TMP/ha-default.err"; then
+  expect "ha: the StatefulSet's pod is the Deployment's but for affinity, readiness, POD_NAME, --ha-replica-id, the data volume" "$TMP/ha-default-$kv.yaml" \
+    "[k for k in sorted(set(same(pod('StatefulSet'))) | set(same(other_pod('$D', 'Deployment')))) if same(pod('StatefulSet')).get(k) != same(other_pod('$D', 'Deployment')).get(k)]" "[]"
+  expect "ha: a podAntiAffinity in clusterd.affinity is used as given" "$TMP/ha-own-affinity-$kv.yaml" "pod('StatefulSet')['affinity']['podAntiAffinity']['preferredDuringSchedulingIgnoredDuringExecution'][0]['podAffinityTerm']['topologyKey']" "topology.kubernetes.io/zone"
+else
+  cat "$TMP/ha-default.err" >&2; bad "ha: helm template --set ha.enabled=true"
 fi
 
 # ---- 4. the binaries accept the rendered config files ----------------------------------------
@@ -524,6 +587,83 @@ if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
   else
     echo "  skip build/bin/noded has no --tls-ca-file: its TLS config is not run"
   fi
+  # ha.enabled: a real etcd runs with the flags the chart renders for its members (one member
+  # here, on local ports), and two clusterd replicas run on values-ha's config.json with the
+  # StatefulSet's --ha-replica-id: the first leads (/readyz 200), the second stands by (503)
+  # and takes over when the leader stops. The etcd binary: etcd on PATH, ETCD_BIN, or the one
+  # test/k8s/helm_rbac_test.sh builds.
+  etcd_bin=${ETCD_BIN:-$(command -v etcd || ls "$HOME"/.cache/clusterd-k8s/*/etcd 2>/dev/null | tail -1 || true)}
+  if [[ $clusterd_help != *--etcd-endpoints* ]]; then
+    echo "  skip build/bin/clusterd has no --etcd-endpoints: the HA config is not run"
+  elif [[ ! -x $etcd_bin ]]; then
+    echo "  skip no etcd binary (PATH, ETCD_BIN or ~/.cache/clusterd-k8s): the HA config is not run"
+  else
+    render values-ha-plain test/helm/values-ha.yaml "$kv" "${NOK[@]}" --set tls.enabled=false
+    d="$TMP/run-ha" && mkdir -p "$d"
+    ec=$(free_port) ep=$(free_port) em=$(free_port)
+    # The rendered etcd args, the member's name and URLs moved to local ports and directories.
+    mapfile -t etcd_args < <("$PY" - "$TMP/values-ha-plain-$kv.yaml" "$d" "$ec" "$ep" "$em" <<'PY'
+import sys, yaml
+path, d, ec, ep, em = sys.argv[1:]
+s = next(x for x in yaml.safe_load_all(open(path)) if x and x["kind"] == "StatefulSet"
+         and x["metadata"]["labels"]["app.kubernetes.io/component"] == "etcd")
+local = {"--name": "helm-etcd-0", "--data-dir": d + "/etcd",
+         "--listen-client-urls": f"http://127.0.0.1:{ec}", "--advertise-client-urls": f"http://127.0.0.1:{ec}",
+         "--listen-peer-urls": f"http://127.0.0.1:{ep}", "--initial-advertise-peer-urls": f"http://127.0.0.1:{ep}",
+         "--listen-metrics-urls": f"http://127.0.0.1:{em}", "--initial-cluster": f"helm-etcd-0=http://127.0.0.1:{ep}"}
+for a in s["spec"]["template"]["spec"]["containers"][0]["args"]:
+    k = a.split("=", 1)[0]
+    print(f"{k}={local[k]}" if k in local else a)
+PY
+    )
+    "$etcd_bin" "${etcd_args[@]}" >"$d/etcd.log" 2>&1 &
+    epid=$!; pids+=("$epid")
+    if wait_http "http://127.0.0.1:$em/readyz" 20 "$epid"; then
+      ok "etcd $("$etcd_bin" --version | sed -n 's/^etcd Version: //p') runs with the rendered member flags (readiness probe /readyz answers)"
+      extract "$TMP/values-ha-plain-$kv.yaml" clusterd config.json "$d/config.rendered.json"
+      "$PY" -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["etcd_endpoints"] = ["http://127.0.0.1:" + sys.argv[3]]
+json.dump(c, open(sys.argv[2], "w"), indent=2)' "$d/config.rendered.json" "$d/config.json" "$ec"
+      replica_arg=$("$PY" -c 'import sys, yaml
+s = next(x for x in yaml.safe_load_all(open(sys.argv[1])) if x and x["kind"] == "StatefulSet"
+         and x["metadata"]["labels"]["app.kubernetes.io/component"] == "clusterd")
+print(next(a for a in s["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("--ha-replica-id=")))' "$TMP/values-ha-plain-$kv.yaml")
+      hp=() rpids=()
+      for i in 0 1; do
+        hp+=("$(free_port)")
+        build/bin/clusterd --config "$d/config.json" "${replica_arg//\$(POD_NAME)/clusterd-$i}" --listen "127.0.0.1:$(free_port)" \
+          --http-listen "127.0.0.1:${hp[$i]}" --data-dir "$d/data-$i" "${insecure_flag[@]}" >"$d/clusterd-$i.log" 2>&1 &
+        rpids+=($!); pids+=($!)
+        # The first replica leads before the second starts.
+        if ((i == 0)) && ! wait_http "http://127.0.0.1:${hp[0]}/readyz" 20 "${rpids[0]}"; then
+          tail -5 "$d/clusterd-0.log" >&2; bad "clusterd replica clusterd-0 on the values-ha config.json did not become the Ready leader"
+          break
+        fi
+      done
+      if ((${#rpids[@]} == 2)); then
+        ok "clusterd replica clusterd-0 on the values-ha config.json leads: /readyz 200"
+        sleep 2
+        out=$(curl -s -w ' %{http_code}' "http://127.0.0.1:${hp[1]}/readyz" 2>&1) || true
+        if [[ $out == *standby*503 ]] && curl -fsS -o /dev/null "http://127.0.0.1:${hp[1]}/healthz"; then
+          ok "clusterd replica clusterd-1 stands by: /readyz 503 (not Ready, no Service traffic), /healthz 200"
+        else
+          tail -5 "$d/clusterd-1.log" >&2; bad "clusterd replica clusterd-1: /readyz '$out', want 503 standby"
+        fi
+        kill "${rpids[0]}" 2>/dev/null || true
+        wait "${rpids[0]}" 2>/dev/null || true
+        if wait_http "http://127.0.0.1:${hp[1]}/readyz" 15 "${rpids[1]}"; then
+          ok "clusterd-1 takes over once the leader stops: /readyz 200"
+        else
+          tail -5 "$d/clusterd-1.log" >&2; bad "clusterd-1 did not take over after the leader stopped"
+        fi
+      fi
+      for p in "${rpids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    else
+      tail -5 "$d/etcd.log" >&2; bad "etcd with the rendered member flags did not become ready"
+    fi
+    kill "$epid" 2>/dev/null || true
+    wait "$epid" 2>/dev/null || true
+  fi
 else
   echo "  skip binaries not built (scripts/build.sh); config files not run"
 fi
@@ -563,7 +703,8 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
    notes notes-existing --set tls.source=existingSecret --set tls.existingSecret.server=srv --set tls.existingSecret.agents=agt &&
    notes notes-mindcluster -f test/helm/values-mindcluster.yaml &&
    notes notes-mindcluster-ok --namespace mindx-dl --set mindcluster.service.enabled=true --set tls.enabled=false "${NOK[@]}" &&
-   notes notes-mindcluster-np --set mindcluster.service.enabled=true --set-json 'networkPolicy.nodeCIDRs=["10.0.0.0/24"]'; then
+   notes notes-mindcluster-np --set mindcluster.service.enabled=true --set-json 'networkPolicy.nodeCIDRs=["10.0.0.0/24"]' &&
+   notes notes-ha -f test/helm/values-ha.yaml && notes notes-ha-external -f test/helm/values-ha-external-etcd.yaml; then
   notes_has notes-tls "mutual TLS, generated CA" "port-forward svc/clusterd 8899:8899" "get secret clusterd-ca" \
     "openssl req -new" "/O=clusterd:viewer" "grpcurl -cacert ca.crt -cert client.crt -key client.key localhost:8899 clusterd.v1.ClusterService/GetSummary"
   notes_has notes-plain "tls.enabled=false" "port-forward svc/clusterd 8899:8899" "grpcurl -plaintext localhost:8899 clusterd.v1.ClusterService/GetSummary" "unauthenticated"
@@ -575,6 +716,11 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
   notes_lacks notes-mindcluster-ok "MindCluster Service, plaintext, mindx-dl" "WARNING: this release is in namespace" "WARNING: tls.enabled=true"
   notes_has notes-mindcluster-np "MindCluster Service behind a closed NetworkPolicy" "add MindCluster's client pods"
   notes_lacks notes-tls "default: no MindCluster Service" "clusterd-grpc-svc"
+  notes_lacks notes-tls "default: no HA" "High availability" "get pods -l app.kubernetes.io/instance=clusterd,app.kubernetes.io/component=clusterd"
+  notes_has notes-ha "ha, deployed etcd" "High availability: 3 ClusterD replicas (StatefulSet clusterd)" "StatefulSet clusterd-etcd, 3 members" \
+    "kubectl -n fault-mgmt get pods -l app.kubernetes.io/instance=clusterd,app.kubernetes.io/component=clusterd" "READY column" "PVC data-<pod>"
+  notes_lacks notes-ha "ha: no Deployment" "rollout status deployment/"
+  notes_has notes-ha-external "ha, external etcd" "High availability: 5 ClusterD replicas (StatefulSet fault-center)" "http://etcd-0.etcd.infra.svc:2379, http://etcd-1.etcd.infra.svc:2379"
 else
   cat "$TMP"/notes-*.err >&2; bad "NOTES.txt does not render"
 fi

@@ -12,8 +12,11 @@ ServiceAccount and only the rules in ALLOWED_RULES (no wildcards, nothing else);
 service-account API token mounted only into the ClusterD pod and only when it has a role
 (kubernetes.enabled or auth.tokenReview), never into NodeD, whose projected token must carry
 an audience of its own (one the API server does not accept); TLS keys and tokens mounted
-read-only; one ClusterD replica with the Recreate strategy; and that every JSON payload
-(config.json, catalog.json, rules.json, the Grafana dashboard) parses.
+read-only; one ClusterD replica with the Recreate strategy, or (ha.enabled) a StatefulSet of
+at least 2 with Parallel pod management, and never both; every StatefulSet governed by a
+rendered headless Service that publishes not-ready pods, covered by a PodDisruptionBudget and
+with stable (selector-only) labels on its immutable volumeClaimTemplates; and that every JSON
+payload (config.json, catalog.json, rules.json, the Grafana dashboard) parses.
 Exits non-zero after printing every problem found.
 """
 import json
@@ -142,9 +145,58 @@ def check_role(obj):
                     problem(obj, f"rules[{i}]: verbs {sorted(verbs - allowed)} on {group}/{res} are not allowed")
 
 
+def component(obj):
+    return ((obj.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component")
+
+
+def is_clusterd(obj):
+    """ClusterD's workload: the Deployment, or the StatefulSet of ha.enabled."""
+    return obj.get("kind") == "Deployment" or (obj.get("kind") == "StatefulSet" and component(obj) == "clusterd")
+
+
+def check_statefulsets(docs):
+    """ha.enabled: ClusterD's StatefulSet and the deployed etcd's."""
+    sets = [d for d in docs if d.get("kind") == "StatefulSet"]
+    clusterd = [d for d in docs if is_clusterd(d)]
+    if len(clusterd) > 1:
+        for d in clusterd:
+            problem(d, "ClusterD runs as a Deployment or (ha.enabled) a StatefulSet, exactly one of them")
+    for s in sets:
+        spec = s["spec"]
+        pod_labels = spec["template"]["metadata"].get("labels") or {}
+        svc = [d for d in docs if d.get("kind") == "Service" and d["metadata"]["name"] == spec.get("serviceName")]
+        if not svc:
+            problem(s, f"serviceName {spec.get('serviceName')!r} is not a rendered Service")
+        elif svc[0]["spec"].get("clusterIP") != "None" or svc[0]["spec"].get("publishNotReadyAddresses") is not True:
+            problem(s, "its governing Service must be headless and publish not-ready addresses")
+        elif any(pod_labels.get(k) != v for k, v in (svc[0]["spec"].get("selector") or {}).items()):
+            problem(s, "its governing Service does not select its pods")
+        if spec.get("podManagementPolicy") != "Parallel":
+            problem(s, "podManagementPolicy must be Parallel (standbys and bootstrapping members are not Ready)")
+        if not any(d.get("kind") == "PodDisruptionBudget"
+                   and (d["spec"].get("selector") or {}).get("matchLabels") == spec["selector"]["matchLabels"]
+                   for d in docs):
+            problem(s, "no PodDisruptionBudget selects its pods")
+        for vct in spec.get("volumeClaimTemplates") or []:
+            labels = (vct.get("metadata") or {}).get("labels") or {}
+            if labels != spec["selector"]["matchLabels"]:
+                problem(s, f"volumeClaimTemplate {vct['metadata'].get('name')}: labels must be the selector labels "
+                           "(the templates are immutable; version labels would break upgrades)")
+        if component(s) == "clusterd":
+            if (spec.get("replicas") or 0) < 2:
+                problem(s, "a highly available ClusterD needs at least 2 replicas")
+            vols = {v["name"] for v in spec["template"]["spec"].get("volumes") or []}
+            vcts = {v["metadata"]["name"] for v in spec.get("volumeClaimTemplates") or []}
+            if "data" not in vols | vcts or ("data" in vols and "data" in vcts):
+                problem(s, "the data volume must come from a volumeClaimTemplate (or an emptyDir), once")
+        elif component(s) == "etcd":
+            if (spec.get("replicas") or 0) % 2 != 1:
+                problem(s, "etcd needs an odd number of members")
+
+
 def check_rbac(docs):
     """Bindings grant only ClusterD's own ServiceAccount its own roles; tokens only follow roles."""
-    deployments = [d for d in docs if d.get("kind") == "Deployment"]
+    deployments = [d for d in docs if is_clusterd(d)]
     if not deployments:
         return
     dep = deployments[0]
@@ -179,8 +231,8 @@ def check_rbac(docs):
 
 def check_pod(obj, pod):
     spec = pod.get("spec") or {}
-    # ClusterD's token follows its roles (check_rbac); NodeD never gets one.
-    if obj.get("kind") != "Deployment" and spec.get("automountServiceAccountToken") is not False:
+    # ClusterD's token follows its roles (check_rbac); NodeD and etcd never get one.
+    if not is_clusterd(obj) and spec.get("automountServiceAccountToken") is not False:
         problem(obj, "pod must set automountServiceAccountToken: false")
     psc = spec.get("securityContext") or {}
     if (psc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
@@ -286,11 +338,12 @@ def main():
                 spec = obj["spec"]
                 if spec.get("replicas") != 1 or (spec.get("strategy") or {}).get("type") != "Recreate":
                     problem(obj, "ClusterD must run 1 replica with strategy Recreate")
-            if kind in ("Deployment", "DaemonSet"):
+            if kind in ("Deployment", "DaemonSet", "StatefulSet"):
                 check_pod(obj, obj["spec"]["template"])
             if kind == "ConfigMap":
                 check_json_payloads(obj)
         check_rbac(docs)
+        check_statefulsets(docs)
     for p in problems:
         print(f"  FAIL {p}")
     summary = ", ".join(f"{k} x{kinds.count(k)}" for k in sorted(set(kinds), key=str))

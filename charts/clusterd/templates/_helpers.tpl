@@ -157,6 +157,16 @@ a fractional rate goes in as text ("0.5"), which the binary parses as a number. 
 {{- $_ = set $c "pubfault_code_table" "/etc/clusterd/pubfault-codes.json" }}
 {{- end }}
 {{- $_ = set $c "mindcluster_max_subscribers" .Values.mindcluster.maxSubscribers }}
+{{- $ha := .Values.ha }}
+{{- if $ha.enabled }}
+{{- /* High availability: etcd and the election; ha_replica_id is per pod (--ha-replica-id). */}}
+{{- $_ = set $c "etcd_endpoints" (include "clusterd.ha.etcdEndpoints" . | fromJsonArray) }}
+{{- $_ = set $c "ha_lease_ttl" $ha.leaseTtl }}
+{{- $_ = set $c "ha_key_prefix" $ha.keyPrefix }}
+{{- $_ = set $c "ha_request_timeout" $ha.requestTimeout }}
+{{- $_ = set $c "ha_max_entry_bytes" $ha.maxEntryBytes }}
+{{- $_ = set $c "ha_log_retain_entries" $ha.logRetainEntries }}
+{{- end }}
 {{- if .Values.tls.enabled }}
 {{- $dir := include "clusterd.tls.dir" . }}
 {{- $_ = set $c "tls_cert_file" (printf "%s/tls.crt" $dir) }}
@@ -422,4 +432,107 @@ Included by the ConfigMap (always rendered).
 {{- if and .Values.metrics.auth .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.bearerTokenSecret.name) (not .Values.metrics.bearerTokenFile) }}
 {{- fail "metrics.auth with monitoring.serviceMonitor.enabled needs metrics.bearerTokenSecret.name or metrics.bearerTokenFile (the token Prometheus sends)" }}
 {{- end }}
+{{- $ha := .Values.ha }}
+{{- if $ha.enabled }}
+{{- $e := $ha.etcd }}
+{{- if and (not $e.endpoints) (eq (toString $e.deploy) "false") }}
+{{- fail "ha.enabled needs etcd: set ha.etcd.endpoints (the members of an existing etcd cluster) or ha.etcd.deploy=true (the chart deploys one)" }}
+{{- end }}
+{{- if and $e.endpoints (eq (toString $e.deploy) "true") }}
+{{- fail "ha.etcd.endpoints and ha.etcd.deploy=true exclude each other: give the endpoints of an existing etcd cluster, or let the chart deploy one (no endpoints)" }}
+{{- end }}
+{{- range $e.endpoints }}
+{{- if hasPrefix "https://" . }}
+{{- fail (printf "ha.etcd.endpoints: %s: TLS to etcd is not supported in this version; give http:// endpoints and keep etcd's traffic isolated (NetworkPolicy)" .) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.clusterd.persistence.enabled .Values.clusterd.persistence.existingClaim }}
+{{- fail "ha.enabled: clusterd.persistence.existingClaim cannot be shared by the replicas (each gets a volume of its own from the StatefulSet's volumeClaimTemplates); leave it empty" }}
+{{- end }}
+{{- if and (include "clusterd.ha.etcdDeploy" .) (ge (int64 (default 1048576 $ha.maxEntryBytes)) (int64 $e.maxRequestBytes)) }}
+{{- fail "ha.maxEntryBytes (default 1048576) must stay below ha.etcd.maxRequestBytes: one group commit is one etcd request" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+---- High availability (ha.enabled) ----
+The headless Service of ClusterD's StatefulSet (its serviceName; every replica, Ready or not).
+*/}}
+{{- define "clusterd.ha.headlessName" -}}
+{{- printf "%s-headless" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
+
+{{/*
+The deployed etcd: StatefulSet and headless Service name.
+*/}}
+{{- define "clusterd.etcd.fullname" -}}
+{{- printf "%s-etcd" (include "clusterd.fullname" .) }}
+{{- end }}
+
+{{/*
+"true" when the chart deploys etcd: ha.enabled, and ha.etcd.deploy (null: no endpoints given).
+*/}}
+{{- define "clusterd.ha.etcdDeploy" -}}
+{{- $e := .Values.ha.etcd }}
+{{- if .Values.ha.enabled }}
+{{- if kindIs "bool" $e.deploy }}
+{{- if $e.deploy }}true{{ end }}
+{{- else if not $e.endpoints }}true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The etcd member's DNS name (<pod>.<headless service>.<namespace>.svc) for ordinal .i.
+Call with (dict "ctx" $ "i" N).
+*/}}
+{{- define "clusterd.etcd.memberHost" -}}
+{{- $name := include "clusterd.etcd.fullname" .ctx }}
+{{- printf "%s-%d.%s.%s.svc" $name (int .i) $name .ctx.Release.Namespace }}
+{{- end }}
+
+{{/*
+etcd_endpoints as JSON (a list): ha.etcd.endpoints, or every member of the deployed etcd.
+*/}}
+{{- define "clusterd.ha.etcdEndpoints" -}}
+{{- $e := .Values.ha.etcd }}
+{{- if include "clusterd.ha.etcdDeploy" . }}
+{{- $out := list }}
+{{- range $i := until (int $e.replicas) }}
+{{- $out = append $out (printf "http://%s:2379" (include "clusterd.etcd.memberHost" (dict "ctx" $ "i" $i))) }}
+{{- end }}
+{{- toJson $out }}
+{{- else }}
+{{- toJson (default list $e.endpoints) }}
+{{- end }}
+{{- end }}
+
+{{/*
+A pod's affinity under ha: the user's affinity, plus a podAntiAffinity over
+kubernetes.io/hostname against the pods of the same component (mode required or preferred)
+unless the user's affinity has a podAntiAffinity of its own. Empty when there is none.
+Call with (dict "ctx" $ "component" "clusterd" "affinity" ... "mode" ...).
+*/}}
+{{- define "clusterd.ha.affinity" -}}
+{{- $a := deepCopy (default dict .affinity) }}
+{{- if and (not (hasKey $a "podAntiAffinity")) (ne .mode "none") }}
+{{- $term := dict "labelSelector" (dict "matchLabels" (include "clusterd.selectorLabels" (dict "ctx" .ctx "component" .component) | fromYaml)) "topologyKey" "kubernetes.io/hostname" }}
+{{- if eq .mode "required" }}
+{{- $_ := set $a "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) }}
+{{- else }}
+{{- $_ := set $a "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- end }}
+{{- end }}
+{{- if $a }}
+{{- toYaml $a }}
+{{- end }}
+{{- end }}
+
+{{/*
+An etcd flag's number: YAML numbers arrive as float64 (8589934592 would print as
+8.589934592e+09); strings (a periodic retention such as 1h) as they are.
+*/}}
+{{- define "clusterd.etcd.num" -}}
+{{- if kindIs "string" . }}{{ . }}{{ else }}{{ int64 . }}{{ end }}
 {{- end }}
