@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -149,6 +150,8 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   AgentPool pool(all, NodeNames("bench-ha-", n), std::max(1, std::min(o.agent_channels, 32)), /*reconnect=*/true);
   if (auto err = pool.Connect(120); !err.empty()) return "scenario 11: agents: " + err;
   const int64_t kill = NowNs();
+  const double kill_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   replicas[lead]->Kill9();
   const int old = lead;
   int64_t first_write = 0;
@@ -160,6 +163,8 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
     }
   }
   lead = leader();
+  const double elected_s = lead >= 0 ? replicas[lead]->Metric("clusterd_ha_elected_time_seconds") - kill_unix : NAN;
+  const double serving_s = lead >= 0 ? replicas[lead]->Metric("clusterd_ha_serving_time_seconds") - kill_unix : NAN;
   const size_t attached = pool.WaitAttached(static_cast<size_t>(n), kill + static_cast<int64_t>(60e9));
   const int64_t all_attached = NowNs();
   const double write_s = first_write ? static_cast<double>(first_write - kill) / 1e9 : NAN;
@@ -177,6 +182,8 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
          {"ha_log_appends", appends},
          {"ratio_ingest_vs_single", ratio},
          {"takeover_nodes", n},
+         {"kill_to_elected_s", elected_s},
+         {"kill_to_serving_s", serving_s},
          {"kill_to_first_acked_write_s", write_s},
          {"kill_to_all_reattached_s", reattach_s},
          {"reattached", attached},
@@ -193,6 +200,8 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   rows->push_back({sc, "ack p50 / p99 at " + Fmt(o.rate, "/s"),
                    Fmt(ha_lat.p50_ms, " ms") + " / " + Fmt(ha_lat.p99_ms, " ms"),
                    Fmt(single_lat.p50_ms, " ms") + " / " + Fmt(single_lat.p99_ms, " ms") + " single", "", "", ""});
+  rows->push_back({sc, "kill -9 of the leader -> elected / serving", Fmt(elected_s, " s") + " / " + Fmt(serving_s, " s"),
+                   "", "", "", ""});
   rows->push_back({sc, "kill -9 of the leader -> first acknowledged write", Fmt(write_s, " s"), "", "", "<= 5 s",
                    Met(write_s <= 5)});
   rows->push_back({sc, "kill -9 -> all " + std::to_string(n) + " agents reattached", Fmt(reattach_s, " s"), "", "",

@@ -44,6 +44,10 @@ std::string LogKey(const std::string& prefix, uint64_t index) {
 
 int64_t SteadyNanos() { return SteadyClock::now().time_since_epoch().count(); }
 
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // Close-on-exec for every descriptor but stdio, then exec this binary again
 // with the same arguments: the process starts over as a standby, with no
 // listening socket, RocksDB lock or thread of the leader it was.
@@ -149,6 +153,8 @@ class Replica {
   std::string leader_seen_;  // who leads, as last read (for /readyz)
   std::string follow_error_;
   uint64_t truncated_ = 0;
+  double elected_unix_ = 0;  // when this replica won the election (unix seconds)
+  std::atomic<double> serving_unix_{0};
 };
 
 Status EtcdLogWriter::Append(uint64_t index, const std::string& entry) { return replica_->Append(index, entry); }
@@ -405,6 +411,7 @@ std::optional<int> Replica::Standby() {
     }
   }
   const auto elected = SteadyClock::now();
+  elected_unix_ = UnixSeconds();
   // Everything the previous leader committed: a quorum read until the end.
   // Nobody else can append now (the fence moved to this replica's key).
   for (;;) {
@@ -445,6 +452,13 @@ int Replica::Lead() {
                               [] { return 1.0; });
     metrics->AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
                               [this] { return LeaseValid() ? 1.0 : 0.0; });
+    metrics->AddCallbackGauge("clusterd_ha_elected_time_seconds",
+                              "When this replica won the election (unix time): a takeover's start.",
+                              [this] { return elected_unix_; });
+    metrics->AddCallbackGauge("clusterd_ha_serving_time_seconds",
+                              "When this replica began to serve as the leader (unix time): elected, the log read, "
+                              "the store opened, the state loaded, gRPC listening.",
+                              [this] { return serving_unix_.load(); });
     auto store = std::make_unique<replication::ReplicatedStore>(std::move(inner), &writer, *index, id_, metrics,
                                                                 [this](const Status&) { fenced_ = true; });
     replicated = store.get();
@@ -461,6 +475,7 @@ int Replica::Lead() {
     return 1;
   }
   leading_ = true;
+  serving_unix_ = UnixSeconds();
   log_->info("leading as {}: serving in {} ms", id_,
              std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count());
   auto next_progress = SteadyClock::now();
