@@ -13,7 +13,10 @@ resuming from the last revision it saw. Under that load:
      one must not write (it is fenced) and rejoins as a standby;
   3. kill -9 an etcd follower, then the etcd leader (each restarted after);
 
-  4. wipe a standby's data dir and restart it: it rebuilds from the log;
+  4. kill -9 the leader while a recovery waits for the job's RESUME (the job
+     agent killed too, then restarted): the new leader resumes it, and the exec
+     actuator ran each action exactly once;
+  5. wipe a standby's data dir and restart it: it rebuilds from the log;
 
 then checks: writes resumed after every failover; the watcher saw every
 revision exactly once, in order, across all failovers; every replica's store
@@ -104,6 +107,12 @@ class Cluster:
         self.etcd = []
         self.replicas = {}
         self.agents = {}
+        # The exec actuator: logs every invocation; performs each idempotency key once.
+        self.actuator = os.path.join(self.work, "actuator.sh")
+        with open(self.actuator, "w") as f:
+            f.write("#!/bin/sh\njson=$(cat)\necho \"$json\" >>%s/invocations.log\necho \"$CLUSTERD_ACTION done\"\n"
+                    % self.work)
+        os.chmod(self.actuator, 0o755)
 
     # -- etcd
     def start_etcd(self):
@@ -140,7 +149,8 @@ class Cluster:
         r["proc"] = self.spawn(
             [os.path.join(self.args.bin, "clusterd"), "--insecure", "--etcd-endpoints", self.etcd_endpoints(),
              "--ha-replica-id", rid, "--data-dir", r["dir"], "--listen", "127.0.0.1:%d" % r["grpc"],
-             "--http-listen", "127.0.0.1:%d" % r["http"], "--ha-lease-ttl", "2s", "--node-grace", "30s"],
+             "--http-listen", "127.0.0.1:%d" % r["http"], "--ha-lease-ttl", "2s", "--node-grace", "30s",
+             "--actuator", "exec", "--actuator-command", self.actuator, "--recovery-resume-grace", "5s"],
             "clusterd-" + rid)
 
     def leader(self, strict=True):
@@ -167,14 +177,16 @@ class Cluster:
              "--accelerator", "sim", "--sim-devices", "8", "--kmsg-path", "", "--poll-interval", "200ms",
              "--heartbeat-interval", "500ms", "--log-level", "info"], "noded-" + node)
 
-    def inject(self, node, device, state):
+    def inject(self, node, device, state, code="80E01801"):
+        """Through the agent's sim API; a["last"] keeps the last state of each device's 80E01801."""
         a = self.agents[node]
-        body = json.dumps({"device": device, "code": "80E01801", "state": state}).encode()
+        body = json.dumps({"device": device, "code": code, "state": state}).encode()
         req = urllib.request.Request("http://127.0.0.1:%d/v1/sim/faults" % a["http"], data=body, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=2) as r:
                 if r.status == 200:
-                    a["last"][device] = state
+                    if code == "80E01801":
+                        a["last"][device] = state
                     return True
         except OSError:
             pass
@@ -230,7 +242,7 @@ class Reporter(threading.Thread):
             fid = "ext-%d" % n
             rc, out, _ = grpcurl(self.c.args, "127.0.0.1:%d" % self.c.replicas[leader]["grpc"],
                                  "clusterd.v1.FaultService/Report",
-                                 {"reporter": "hatest", "id": fid, "node": "worker01", "code": "ROCE_LINK_DOWN",
+                                 {"reporter": "hatest", "id": fid, "node": "worker02", "code": "ROCE_LINK_DOWN",
                                   "level": "FAULT_LEVEL_SUB_HEALTH", "action": "TRANSITION_ACTION_RAISE"})
             if rc == 0:
                 resp = json.loads(out)
@@ -262,7 +274,7 @@ class Injector(threading.Thread):
     def run(self):
         rnd = random.Random(7)
         while not self.stop.is_set():
-            node = rnd.choice(list(self.c.agents))
+            node = "worker02"  # worker01 carries the job of the recovery phase
             device = rnd.randrange(8)
             state = "clear" if self.c.agents[node]["last"].get(device) == "raise" else "raise"
             if self.c.inject(node, device, state):
@@ -417,6 +429,52 @@ def run(c, args):
         raise AssertionError("the leader changed after the stopped one continued: %s" % c.leader())
     wait_until(30, lambda: len(reporter.acked) >= acked_before + 3, "writes after SIGCONT")
     print("-- %s continued: fenced, back as a standby; %s still leads" % (old, new), flush=True)
+
+    # A recovery in flight at failover resumes on the new leader without
+    # repeating a side effect: the device isolation and the reschedule ran on
+    # the old leader; RESUME is outstanding (the job agent ignores it).
+    def start_job_agent(*extra):
+        return c.spawn([os.path.join(args.bin, "job-agent"), "--server", c.target(), "--job", "train-d",
+                        "--hold-down", "500ms", "--step-ms", "50", "--log", os.path.join(args.work, "agent-train-d.log")]
+                       + list(extra), "job-agent")
+    agent_log = os.path.join(args.work, "agent-train-d.log")
+    job_agent = start_job_agent("--placement", "0=worker01:4,1=worker01:5", "--spares", "worker01:6",
+                                "--ignore", "RESUME")
+    wait_until(30, lambda: os.path.exists(agent_log) and "attached: job train-d" in open(agent_log).read(),
+               "the job agent attached")
+
+    def recovery_steps():
+        l = c.leader(strict=False)
+        if l is None:
+            return None
+        rc, out, _ = grpcurl(args, "127.0.0.1:%d" % c.replicas[l]["grpc"], "clusterd.v1.ClusterService/GetRecovery",
+                             {"id": "train-d.1"})
+        if rc != 0:
+            return None
+        r = json.loads(out)["recovery"]
+        return r["state"], [st["state"] for st in r.get("steps", [])]
+
+    if not c.inject("worker01", 4, "raise", code="4C4BA00C"):
+        raise AssertionError("inject 4C4BA00C on worker01")
+    wait_until(30, lambda: (recovery_steps() or ("", []))[1] ==
+               ["STEP_STATE_SUCCEEDED", "STEP_STATE_SUCCEEDED", "STEP_STATE_SUCCEEDED", "STEP_STATE_RUNNING"],
+               "the recovery waiting for RESUME")
+    old = c.leader()
+    c.replicas[old]["proc"].kill()
+    job_agent.kill()
+    job_agent.wait()
+    new = wait_until(30, lambda: (lambda l: l if l and l != old else None)(c.leader()), "a new leader")
+    c.replicas[old]["proc"].wait()
+    c.start_replica(old)
+    start_job_agent("--no-register", "--spares", "worker01:6")
+    wait_until(60, lambda: (recovery_steps() or ("",))[0] == "RECOVERY_STATE_SUCCEEDED",
+               "the recovery resumed on the new leader")
+    keys = [json.loads(l)["idempotency_key"] for l in open(os.path.join(args.work, "invocations.log"))]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated or "train-d.1/1" not in keys or "train-d.1/2" not in keys:
+        raise AssertionError("actuator invocations %s (repeated: %s)" % (keys, repeated))
+    print("-- kill -9 of the leader mid-recovery (%s -> %s): resumed, each action ran once: %s" %
+          (old, new, ", ".join(sorted(set(keys)))), flush=True)
 
     for which in ("follower", "leader"):
         lead = c.etcd_leader()
