@@ -79,11 +79,29 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   for (auto& m : etcd) {
     const std::string client = "http://127.0.0.1:" + std::to_string(m->client);
     const std::string peer = "http://127.0.0.1:" + std::to_string(m->peer);
-    if (auto err = m->proc.Spawn({o.etcd, "--name", m->name, "--data-dir", tmp.Sub("ha-" + m->name),
-                                  "--listen-client-urls", client, "--advertise-client-urls", client,
-                                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                  "--initial-cluster", cluster, "--max-request-bytes", "8388608", "--max-txn-ops",
-                                  "1024", "--quota-backend-bytes", std::to_string(8LL << 30), "--log-level", "warn"},
+    if (auto err = m->proc.Spawn({o.etcd,
+                                  "--name",
+                                  m->name,
+                                  "--data-dir",
+                                  tmp.Sub("ha-" + m->name),
+                                  "--listen-client-urls",
+                                  client,
+                                  "--advertise-client-urls",
+                                  client,
+                                  "--listen-peer-urls",
+                                  peer,
+                                  "--initial-advertise-peer-urls",
+                                  peer,
+                                  "--initial-cluster",
+                                  cluster,
+                                  "--max-request-bytes",
+                                  "8388608",
+                                  "--max-txn-ops",
+                                  "1024",
+                                  "--quota-backend-bytes",
+                                  std::to_string(8LL << 30),
+                                  "--log-level",
+                                  "warn"},
                                  tmp.Sub("ha-" + m->name + ".log"));
         !err.empty()) {
       return "scenario 11: etcd: " + err;
@@ -138,8 +156,7 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   auto ha_lat = DriveAgents(replicas[lead]->target(), "ha-lat", o.streams, o.duration_s, o.rate);
   const double appends = replicas[lead]->Metric("clusterd_ha_log_appends_total");
   if (!ha_tput.ok || !ha_lat.ok || !single_tput.ok || !single_lat.ok) {
-    return "scenario 11: an ingest run failed: " + ha_tput.error + ha_lat.error + single_tput.error +
-           single_lat.error;
+    return "scenario 11: an ingest run failed: " + ha_tput.error + ha_lat.error + single_tput.error + single_lat.error;
   }
 
   // Takeover with n agents attached through every replica's address.
@@ -150,8 +167,7 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   AgentPool pool(all, NodeNames("bench-ha-", n), std::max(1, std::min(o.agent_channels, 32)), /*reconnect=*/true);
   if (auto err = pool.Connect(120); !err.empty()) return "scenario 11: agents: " + err;
   const int64_t kill = NowNs();
-  const double kill_unix =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double kill_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   replicas[lead]->Kill9();
   const int old = lead;
   int64_t first_write = 0;
@@ -168,8 +184,7 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   const size_t attached = pool.WaitAttached(static_cast<size_t>(n), kill + static_cast<int64_t>(60e9));
   const int64_t all_attached = NowNs();
   const double write_s = first_write ? static_cast<double>(first_write - kill) / 1e9 : NAN;
-  const double reattach_s =
-      attached == static_cast<size_t>(n) ? static_cast<double>(all_attached - kill) / 1e9 : NAN;
+  const double reattach_s = attached == static_cast<size_t>(n) ? static_cast<double>(all_attached - kill) / 1e9 : NAN;
   pool.Close(10);
   for (auto& r : replicas) r->Stop();
   for (auto& m : etcd) m->proc.Stop();
@@ -200,8 +215,8 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   rows->push_back({sc, "ack p50 / p99 at " + Fmt(o.rate, "/s"),
                    Fmt(ha_lat.p50_ms, " ms") + " / " + Fmt(ha_lat.p99_ms, " ms"),
                    Fmt(single_lat.p50_ms, " ms") + " / " + Fmt(single_lat.p99_ms, " ms") + " single", "", "", ""});
-  rows->push_back({sc, "kill -9 of the leader -> elected / serving", Fmt(elected_s, " s") + " / " + Fmt(serving_s, " s"),
-                   "", "", "", ""});
+  rows->push_back({sc, "kill -9 of the leader -> elected / serving",
+                   Fmt(elected_s, " s") + " / " + Fmt(serving_s, " s"), "", "", "", ""});
   rows->push_back({sc, "kill -9 of the leader -> first acknowledged write", Fmt(write_s, " s"), "", "", "<= 5 s",
                    Met(write_s <= 5)});
   rows->push_back({sc, "kill -9 -> all " + std::to_string(n) + " agents reattached", Fmt(reattach_s, " s"), "", "",

@@ -327,8 +327,7 @@ Engine::StepResult Engine::Step() {
     std::unique_lock lock(state_->mutex());
     for (size_t i = 0; i < items.size(); ++i) {
       g.dones.push_back(items[i](*state_, &g.m));
-      if (options_.max_group_bytes > 0 && g.m.changes.byte_size() >= options_.max_group_bytes &&
-          i + 1 < items.size()) {
+      if (options_.max_group_bytes > 0 && g.m.changes.byte_size() >= options_.max_group_bytes && i + 1 < items.size()) {
         // The group is full: the rest go first in the next one, in order.
         std::lock_guard qlock(mu_);
         for (size_t j = items.size(); j > i + 1; --j) queue_.push_front(std::move(items[j - 1]));

@@ -51,8 +51,7 @@ void EtcdClient::SetDeadline(grpc::ClientContext* ctx) const {
 
 Status EtcdClient::Check(const grpc::Status& st, size_t index, const char* what) {
   if (st.ok()) return Status::Ok();
-  const std::string msg =
-      std::string("etcd ") + what + " at " + members_[index].target + ": " + st.error_message();
+  const std::string msg = std::string("etcd ") + what + " at " + members_[index].target + ": " + st.error_message();
   switch (st.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
@@ -62,18 +61,12 @@ Status EtcdClient::Check(const grpc::Status& st, size_t index, const char* what)
       current_.compare_exchange_strong(expected, (index + 1) % members_.size());
       return Unavailable(msg);
     }
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return InvalidArgument(msg);
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return FailedPrecondition(msg);
-    case grpc::StatusCode::NOT_FOUND:
-      return NotFound(msg);
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return OutOfRange(msg);
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return ResourceExhausted(msg);
-    default:
-      return Unavailable(msg);
+    case grpc::StatusCode::INVALID_ARGUMENT: return InvalidArgument(msg);
+    case grpc::StatusCode::FAILED_PRECONDITION: return FailedPrecondition(msg);
+    case grpc::StatusCode::NOT_FOUND: return NotFound(msg);
+    case grpc::StatusCode::OUT_OF_RANGE: return OutOfRange(msg);
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return ResourceExhausted(msg);
+    default: return Unavailable(msg);
   }
 }
 

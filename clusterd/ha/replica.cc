@@ -91,7 +91,8 @@ class Replica {
         etcd_(EtcdClient::Options{config.ha.etcd_endpoints, config.ha.request_timeout}),
         log_(GetLogger("ha")) {
     ttl_seconds_ = std::max<int64_t>(
-        1, std::chrono::duration_cast<std::chrono::seconds>(cfg_.ha.lease_ttl + std::chrono::milliseconds(999)).count());
+        1,
+        std::chrono::duration_cast<std::chrono::seconds>(cfg_.ha.lease_ttl + std::chrono::milliseconds(999)).count());
     metrics_.AddCallbackGauge("clusterd_ha_leader", "1 on the replica that leads (serves writes), 0 on a standby.",
                               [this] { return leading_.load() ? 1.0 : 0.0; });
     metrics_.AddCallbackGauge("clusterd_ha_log_index", "The last log entry applied to this replica's store.",
@@ -247,9 +248,9 @@ Status Replica::CatchUp(storage::Store* store, bool linearizable) {
       Status st = replication::ApplyLogEntry(store, kv.value(), &applied);
       if (!st.ok()) {
         if (st.code() == StatusCode::kFailedPrecondition) {
-          return FailedPrecondition(
-              st.message() + ": the log was trimmed past this replica (it was away, or its data dir is new); it "
-                             "needs a copy of a peer's data dir (docs/ha.md, Operations)");
+          return FailedPrecondition(st.message() +
+                                    ": the log was trimmed past this replica (it was away, or its data dir is new); it "
+                                    "needs a copy of a peer's data dir (docs/ha.md, Operations)");
         }
         return st;
       }
@@ -365,13 +366,14 @@ std::optional<int> Replica::Standby() {
   http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
   http.Handle("GET", "/readyz", [this](const HttpRequest&) {
     std::lock_guard lock(leader_mu_);
-    std::string body = "standby " + id_ + " at log index " + std::to_string(applied_.load()) + "; leader: " +
-                       (leader_seen_.empty() ? "none" : leader_seen_) + "\n";
+    std::string body = "standby " + id_ + " at log index " + std::to_string(applied_.load()) +
+                       "; leader: " + (leader_seen_.empty() ? "none" : leader_seen_) + "\n";
     if (!follow_error_.empty()) body += "cannot follow the log: " + follow_error_ + "\n";
     return HttpResponse{503, "text/plain", body};
   });
-  http.Handle("GET", "/metrics",
-              [this](const HttpRequest&) { return HttpResponse{200, MetricsRegistry::kContentType, metrics_.Render()}; });
+  http.Handle("GET", "/metrics", [this](const HttpRequest&) {
+    return HttpResponse{200, MetricsRegistry::kContentType, metrics_.Render()};
+  });
   if (Status st = http.Start(cfg_.http_listen); !st.ok()) {
     log_->error("HTTP on {}: {}", cfg_.http_listen, st.ToString());
     return 1;
@@ -379,8 +381,8 @@ std::optional<int> Replica::Standby() {
 
   auto next_campaign = SteadyClock::now();
   auto next_progress = SteadyClock::now();
-  const auto campaign_interval =
-      std::clamp<std::chrono::nanoseconds>(std::chrono::seconds(ttl_seconds_) / 10, milliseconds(100), milliseconds(500));
+  const auto campaign_interval = std::clamp<std::chrono::nanoseconds>(std::chrono::seconds(ttl_seconds_) / 10,
+                                                                      milliseconds(100), milliseconds(500));
   bool caught_up = false;
   for (;;) {
     if (int sig = WaitForTerminationSignalFor(std::chrono::duration_cast<milliseconds>(kFollowInterval)); sig != 0) {
@@ -505,8 +507,7 @@ int Replica::Lead() {
 }
 
 int Replica::Run() {
-  log_->info("replica {}: etcd {}, key prefix {}, lease TTL {}s", id_, etcd_.current_endpoint(), prefix_,
-             ttl_seconds_);
+  log_->info("replica {}: etcd {}, key prefix {}, lease TTL {}s", id_, etcd_.current_endpoint(), prefix_, ttl_seconds_);
   if (!GrantLease()) return 0;
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
   auto stop_keepalive = [this] {

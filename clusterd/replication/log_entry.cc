@@ -42,16 +42,15 @@ StatusOr<Entry> DecodeEntry(std::string_view bytes) {
   out.leader = entry.leader();
   for (auto& op : *entry.mutable_ops()) {
     if (op.table() == 0 || op.table() >= storage::kCfCount) {
-      return InvalidArgument("log entry " + std::to_string(out.index) + ": unknown table " + std::to_string(op.table()));
+      return InvalidArgument("log entry " + std::to_string(out.index) + ": unknown table " +
+                             std::to_string(op.table()));
     }
     const auto table = static_cast<storage::Cf>(op.table());
     switch (static_cast<storage::Change::Op>(op.op())) {
       case storage::Change::Op::kPut:
         out.changes.Put(table, std::move(*op.mutable_key()), std::move(*op.mutable_value()));
         break;
-      case storage::Change::Op::kDelete:
-        out.changes.Delete(table, std::move(*op.mutable_key()));
-        break;
+      case storage::Change::Op::kDelete: out.changes.Delete(table, std::move(*op.mutable_key())); break;
       case storage::Change::Op::kDeleteRange:
         out.changes.DeleteRange(table, std::move(*op.mutable_key()), std::move(*op.mutable_end()));
         break;

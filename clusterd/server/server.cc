@@ -96,8 +96,8 @@ struct ClusterdServer::Impl {
     IntegrationEnv env;
   };
   std::vector<std::unique_ptr<Integration>> added_integrations;  // AddIntegration, until Start
-  ClusterdServer::StoreWrapper store_wrapper;                      // WrapStore, used by OpenState
-  std::function<std::string()> readiness;                          // SetReadinessCheck, for /readyz
+  ClusterdServer::StoreWrapper store_wrapper;                    // WrapStore, used by OpenState
+  std::function<std::string()> readiness;                        // SetReadinessCheck, for /readyz
   std::vector<RunningIntegration> integrations;
   std::atomic<bool> serving{false};
   bool shut_down = false;

@@ -180,10 +180,10 @@ TEST(Config, HighAvailability) {
   EXPECT_TRUE(dflt->ha.etcd_endpoints.empty());  // one process, no etcd
   EXPECT_EQ(dflt->ha.key_prefix, "/clusterd/");
 
-  auto cfg = ParseClusterdConfig({"--insecure", "--etcd-endpoints=http://127.0.0.1:2379,127.0.0.1:2380",
-                                  "--ha-replica-id", "clusterd-0", "--ha-key-prefix", "/team-a/", "--ha-lease-ttl",
-                                  "2s"},
-                                 &help);
+  auto cfg =
+      ParseClusterdConfig({"--insecure", "--etcd-endpoints=http://127.0.0.1:2379,127.0.0.1:2380", "--ha-replica-id",
+                           "clusterd-0", "--ha-key-prefix", "/team-a/", "--ha-lease-ttl", "2s"},
+                          &help);
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   EXPECT_EQ(cfg->ha.etcd_endpoints, (std::vector<std::string>{"http://127.0.0.1:2379", "127.0.0.1:2380"}));
   EXPECT_EQ(cfg->ha.replica_id, "clusterd-0");

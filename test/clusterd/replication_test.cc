@@ -229,11 +229,11 @@ class ReplicatedStoreTest : public ::testing::Test {
   void SetUp() override {
     auto flaky = std::make_unique<FlakyStore>(NewMemoryStore());
     local_ = flaky.get();
-    store_ = std::make_unique<ReplicatedStore>(std::move(flaky), &log_, 0, "leader-1", &metrics_,
-                                               [this](const Status& st) {
-                                                 ++fenced_calls_;
-                                                 fenced_status_ = st;
-                                               });
+    store_ =
+        std::make_unique<ReplicatedStore>(std::move(flaky), &log_, 0, "leader-1", &metrics_, [this](const Status& st) {
+          ++fenced_calls_;
+          fenced_status_ = st;
+        });
   }
 
   MetricsRegistry metrics_;
@@ -306,7 +306,7 @@ TEST_F(ReplicatedStoreTest, LostAnswerIsSettledByTheLog) {
   log_.mode = FakeLog::Mode::kCommitLoseAnswer;
   ChangeSet changes = MixedChanges("a");
   ASSERT_FALSE(store_->Write(changes).ok());
-  EXPECT_EQ(log_.committed.size(), 1u);  // it is in the log ...
+  EXPECT_EQ(log_.committed.size(), 1u);              // it is in the log ...
   EXPECT_FALSE(Has(*local_, Cf::kNodes, "node-a"));  // ... not yet here
   EXPECT_EQ(store_->applied_index(), 0u);
 
