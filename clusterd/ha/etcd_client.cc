@@ -70,68 +70,62 @@ Status EtcdClient::Check(const grpc::Status& st, size_t index, const char* what)
   }
 }
 
-StatusOr<epb::RangeResponse> EtcdClient::Range(const epb::RangeRequest& request) {
+template <typename Response, typename Call>
+StatusOr<Response> EtcdClient::Unary(const char* what, Call call) {
   size_t i;
   Member& m = Pick(&i);
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
-  epb::RangeResponse response;
-  CLUSTERD_RETURN_IF_ERROR(Check(m.kv->Range(&ctx, request, &response), i, "range"));
+  Response response;
+  CLUSTERD_RETURN_IF_ERROR(Check(call(m, &ctx, &response), i, what));
   return response;
+}
+
+StatusOr<epb::RangeResponse> EtcdClient::Range(const epb::RangeRequest& request) {
+  return Unary<epb::RangeResponse>(
+      "range", [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.kv->Range(ctx, request, out); });
 }
 
 StatusOr<epb::TxnResponse> EtcdClient::Txn(const epb::TxnRequest& request) {
-  size_t i;
-  Member& m = Pick(&i);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  epb::TxnResponse response;
-  CLUSTERD_RETURN_IF_ERROR(Check(m.kv->Txn(&ctx, request, &response), i, "txn"));
-  return response;
+  return Unary<epb::TxnResponse>(
+      "txn", [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.kv->Txn(ctx, request, out); });
 }
 
 StatusOr<epb::PutResponse> EtcdClient::Put(const epb::PutRequest& request) {
-  size_t i;
-  Member& m = Pick(&i);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  epb::PutResponse response;
-  CLUSTERD_RETURN_IF_ERROR(Check(m.kv->Put(&ctx, request, &response), i, "put"));
-  return response;
+  return Unary<epb::PutResponse>(
+      "put", [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.kv->Put(ctx, request, out); });
 }
 
 StatusOr<epb::DeleteRangeResponse> EtcdClient::DeleteRange(const epb::DeleteRangeRequest& request) {
-  size_t i;
-  Member& m = Pick(&i);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  epb::DeleteRangeResponse response;
-  CLUSTERD_RETURN_IF_ERROR(Check(m.kv->DeleteRange(&ctx, request, &response), i, "delete"));
-  return response;
+  return Unary<epb::DeleteRangeResponse>(
+      "delete", [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.kv->DeleteRange(ctx, request, out); });
+}
+
+Status EtcdClient::Compact(int64_t revision) {
+  epb::CompactionRequest request;
+  request.set_revision(revision);
+  return Unary<epb::CompactionResponse>("compact", [&](Member& m, grpc::ClientContext* ctx,
+                                                       auto* out) { return m.kv->Compact(ctx, request, out); })
+      .status();
 }
 
 StatusOr<epb::LeaseGrantResponse> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
-  size_t i;
-  Member& m = Pick(&i);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   epb::LeaseGrantRequest request;
   request.set_ttl(ttl_seconds);
-  epb::LeaseGrantResponse response;
-  CLUSTERD_RETURN_IF_ERROR(Check(m.lease->LeaseGrant(&ctx, request, &response), i, "lease grant"));
-  if (!response.error().empty()) return Unavailable("etcd lease grant: " + response.error());
+  auto response = Unary<epb::LeaseGrantResponse>("lease grant", [&](Member& m, grpc::ClientContext* ctx, auto* out) {
+    return m.lease->LeaseGrant(ctx, request, out);
+  });
+  if (response.ok() && !response->error().empty()) return Unavailable("etcd lease grant: " + response->error());
   return response;
 }
 
 Status EtcdClient::LeaseRevoke(int64_t id) {
-  size_t i;
-  Member& m = Pick(&i);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   epb::LeaseRevokeRequest request;
   request.set_id(id);
-  epb::LeaseRevokeResponse response;
-  return Check(m.lease->LeaseRevoke(&ctx, request, &response), i, "lease revoke");
+  return Unary<epb::LeaseRevokeResponse>(
+             "lease revoke",
+             [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.lease->LeaseRevoke(ctx, request, out); })
+      .status();
 }
 
 StatusOr<epb::LeaseKeepAliveResponse> EtcdClient::LeaseKeepAlive(int64_t id) {

@@ -41,6 +41,9 @@ class EtcdClient {
   StatusOr<epb::TxnResponse> Txn(const epb::TxnRequest& request);
   StatusOr<epb::PutResponse> Put(const epb::PutRequest& request);
   StatusOr<epb::DeleteRangeResponse> DeleteRange(const epb::DeleteRangeRequest& request);
+  // Discards etcd's history before `revision` (keys and their newest values
+  // stay): what lets etcd reuse the space of deleted log entries.
+  Status Compact(int64_t revision);
   // A new lease; returns its id and the TTL etcd granted.
   StatusOr<epb::LeaseGrantResponse> LeaseGrant(int64_t ttl_seconds);
   Status LeaseRevoke(int64_t id);
@@ -63,6 +66,9 @@ class EtcdClient {
   // Maps a gRPC status; moves on to the next member after a transport error.
   Status Check(const grpc::Status& st, size_t index, const char* what);
   void SetDeadline(grpc::ClientContext* ctx) const;
+  // One unary call to the current member, within the deadline.
+  template <typename Response, typename Call>
+  StatusOr<Response> Unary(const char* what, Call call);
 
   Options options_;
   std::vector<Member> members_;

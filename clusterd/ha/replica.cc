@@ -120,6 +120,9 @@ class Replica {
   // error). `linearizable`: a quorum read, so nothing committed is missed.
   Status CatchUp(storage::Store* store, bool linearizable);
   void PutProgress(uint64_t index);
+  // Who holds the leader key now, for /readyz (a standby that cannot
+  // campaign still says who leads).
+  void ReadLeader();
   void Truncate(uint64_t own_index);
   void Resign();
 
@@ -268,6 +271,16 @@ void Replica::PutProgress(uint64_t index) {
   if (auto st = etcd_.Put(put); !st.ok()) log_->warn("progress: {}", st.status().ToString());
 }
 
+void Replica::ReadLeader() {
+  epb::RangeRequest range;
+  range.set_key(leader_key_);
+  range.set_serializable(true);
+  auto answer = etcd_.Range(range);
+  if (!answer.ok()) return;
+  std::lock_guard lock(leader_mu_);
+  leader_seen_ = answer->kvs_size() > 0 ? answer->kvs(0).value() : "";
+}
+
 void Replica::Truncate(uint64_t own_index) {
   epb::RangeRequest range;
   range.set_key(prefix_ + "progress/");
@@ -285,10 +298,17 @@ void Replica::Truncate(uint64_t own_index) {
   epb::DeleteRangeRequest del;
   del.set_key(prefix_ + "log/");
   del.set_range_end(LogKey(prefix_, cut + 1));
-  if (auto st = etcd_.DeleteRange(del); st.ok()) {
-    truncated_ = cut;
-    log_->debug("log trimmed to entries after {}", cut);
+  auto deleted = etcd_.DeleteRange(del);
+  if (!deleted.ok()) return;
+  truncated_ = cut;
+  // etcd keeps every revision of the deleted entries until its history is
+  // compacted; compacting up to the delete lets it reuse their space (an
+  // etcd that compacts itself as well does no harm: ClusterD never reads an
+  // old revision).
+  if (Status st = etcd_.Compact(deleted->header().revision()); !st.ok()) {
+    log_->debug("compaction of etcd's history: {}", st.ToString());
   }
+  log_->debug("log trimmed to entries after {}", cut);
 }
 
 void Replica::Resign() {
@@ -403,6 +423,7 @@ std::optional<int> Replica::Standby() {
     const auto now = SteadyClock::now();
     if (now >= next_progress) {
       PutProgress(applied_.load());
+      ReadLeader();
       next_progress = now + kProgressInterval;
     }
     // Only a replica that could follow the log may lead: it must be able to

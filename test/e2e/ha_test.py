@@ -511,7 +511,10 @@ def run(c, args):
     # Every replica applies the whole log.
     wait_until(60, lambda: len({c.log_index(r) for r in c.replicas}) == 1, "replicas at the same log index")
     top = c.log_index(leader)
-    wait_until(30, lambda: watcher.last > 0 and watcher.events > 0, "watcher events")
+    _, summary, _ = grpcurl(args, "127.0.0.1:%d" % c.replicas[leader]["grpc"],
+                            "clusterd.v1.ClusterService/GetSummary", {})
+    head = int(json.loads(summary)["revision"])
+    wait_until(60, lambda: watcher.last >= head, "the watcher at revision %d" % head)
     watcher.stop.set()
     print("-- quiesced: log index %d on every replica; %d reports and %d agent transitions acknowledged" %
           (top, len(reporter.acked), injector.count), flush=True)
