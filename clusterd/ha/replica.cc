@@ -150,6 +150,7 @@ class Replica {
   std::thread keepalive_;
 
   std::atomic<uint64_t> applied_{0};
+  uint64_t revision_ = 0;  // the standby store's revision counter (CatchUp's thread)
   std::atomic<bool> leading_{false};
   std::atomic<bool> fenced_{false};
   int64_t fence_revision_ = 0;  // the leader key's create revision while leading
@@ -248,15 +249,16 @@ Status Replica::CatchUp(storage::Store* store, bool linearizable) {
     auto answer = etcd_.Range(range);
     if (!answer.ok()) return answer.status();
     for (const auto& kv : answer->kvs()) {
-      Status st = replication::ApplyLogEntry(store, kv.value(), &applied);
-      if (!st.ok()) {
-        if (st.code() == StatusCode::kFailedPrecondition) {
-          return FailedPrecondition(st.message() +
-                                    ": the log was trimmed past this replica (it was away, or its data dir is new); it "
-                                    "needs a copy of a peer's data dir (docs/ha.md, Operations)");
-        }
-        return st;
+      Status st = replication::ApplyLogEntry(store, kv.value(), &applied, &revision_);
+      if (st.code() == StatusCode::kOutOfRange) {
+        return FailedPrecondition(st.message() +
+                                  ": the log was trimmed past this replica (it was away, or its data dir is new); it "
+                                  "needs a copy of a peer's data dir (docs/ha.md, Operations)");
       }
+      if (st.code() == StatusCode::kFailedPrecondition) {
+        return FailedPrecondition(st.message() + "; it needs a copy of the leader's data dir (docs/ha.md, Operations)");
+      }
+      if (!st.ok()) return st;
       applied_.store(applied);
     }
     if (!answer->more()) return Status::Ok();
@@ -377,6 +379,7 @@ std::optional<int> Replica::Standby() {
     return 1;
   }
   applied_ = *index;
+  revision_ = store->revision_at_open();
   log_->info("standby {}: store at log index {}, revision {}", id_, *index, store->revision_at_open());
 
   HttpServer::Options http_options;

@@ -11,10 +11,12 @@ void PutLogIndex(storage::ChangeSet* changes, uint64_t index) {
   changes->Put(storage::Cf::kMeta, std::string(kMetaLogIndex), std::move(value));
 }
 
-std::string EncodeEntry(uint64_t index, const storage::ChangeSet& changes, std::string_view leader) {
+std::string EncodeEntry(uint64_t index, const storage::ChangeSet& changes, std::string_view leader,
+                        std::optional<uint64_t> prev_revision) {
   storage::v1::LogEntry entry;
   entry.set_index(index);
   entry.set_leader(std::string(leader));
+  if (prev_revision) entry.set_prev_revision(*prev_revision);
   entry.mutable_ops()->Reserve(static_cast<int>(changes.size() + 1));
   auto add = [&entry](const storage::Change& c) {
     auto* op = entry.add_ops();
@@ -40,6 +42,7 @@ StatusOr<Entry> DecodeEntry(std::string_view bytes) {
   Entry out;
   out.index = entry.index();
   out.leader = entry.leader();
+  if (entry.has_prev_revision()) out.prev_revision = entry.prev_revision();
   for (auto& op : *entry.mutable_ops()) {
     if (op.table() == 0 || op.table() >= storage::kCfCount) {
       return InvalidArgument("log entry " + std::to_string(out.index) + ": unknown table " +
@@ -60,6 +63,16 @@ StatusOr<Entry> DecodeEntry(std::string_view bytes) {
     }
   }
   return out;
+}
+
+std::optional<uint64_t> RevisionPut(const storage::ChangeSet& changes) {
+  std::optional<uint64_t> revision;
+  for (const storage::Change& c : changes) {
+    if (c.op == storage::Change::Op::kPut && c.table == storage::Cf::kMeta && c.key == storage::kMetaRevision) {
+      if (auto v = storage::DecodeU64(c.value)) revision = *v;
+    }
+  }
+  return revision;
 }
 
 StatusOr<uint64_t> ReadLogIndex(const storage::Store& store) {

@@ -13,6 +13,7 @@ ReplicatedStore::ReplicatedStore(std::unique_ptr<storage::Store> inner, LogWrite
     : inner_(std::move(inner)),
       log_(log),
       applied_(index),
+      revision_(inner_->revision_at_open()),
       leader_id_(std::move(leader_id)),
       on_fenced_(std::move(on_fenced)) {
   if (metrics) {
@@ -33,7 +34,7 @@ Status ReplicatedStore::Write(const storage::ChangeSet& changes) {
   if (fenced()) return FailedPrecondition("this replica no longer leads: writes go to the new leader");
   const uint64_t index = applied_.load(std::memory_order_relaxed) + 1;
   if (appended_ != index) {
-    const std::string entry = EncodeEntry(index, changes, leader_id_);
+    const std::string entry = EncodeEntry(index, changes, leader_id_, revision_);
     if (entry_bytes_) entry_bytes_->Observe(static_cast<double>(entry.size()));
     const auto start = std::chrono::steady_clock::now();
     Status st = log_->Append(index, entry);
@@ -61,6 +62,7 @@ Status ReplicatedStore::Write(const storage::ChangeSet& changes) {
     return st;
   }
   appended_ = 0;
+  if (auto r = RevisionPut(changes)) revision_ = *r;
   applied_.store(index, std::memory_order_release);
   return Status::Ok();
 }
@@ -73,16 +75,25 @@ Status ReplicatedStore::Reopen(bool read_only) {
   return st;
 }
 
-Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* applied) {
+Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* applied, uint64_t* revision) {
   auto entry = DecodeEntry(bytes);
   if (!entry.ok()) return entry.status();
   if (entry->index <= *applied) return Status::Ok();
   if (entry->index != *applied + 1) {
-    return FailedPrecondition("log entry " + std::to_string(entry->index) + " follows " + std::to_string(*applied) +
-                              ": entries in between are missing");
+    return OutOfRange("log entry " + std::to_string(entry->index) + " follows " + std::to_string(*applied) +
+                      ": entries in between are missing");
+  }
+  if (revision && entry->prev_revision && *entry->prev_revision != *revision) {
+    return FailedPrecondition("log entry " + std::to_string(entry->index) + " was written over revision " +
+                              std::to_string(*entry->prev_revision) + ", this store is at revision " +
+                              std::to_string(*revision) +
+                              ": it does not hold what the leader held (was it not empty when the log began?)");
   }
   CLUSTERD_RETURN_IF_ERROR(store->Write(entry->changes));
   *applied = entry->index;
+  if (revision) {
+    if (auto r = RevisionPut(entry->changes)) *revision = *r;
+  }
   return Status::Ok();
 }
 

@@ -79,6 +79,9 @@ class ReplicatedStore final : public storage::Store {
   std::unique_ptr<storage::Store> inner_;
   LogWriter* log_;
   std::atomic<uint64_t> applied_;
+  // Writer only: the local store's revision counter (what each entry says
+  // it was written over).
+  uint64_t revision_ = 0;
   // Writer only: the entry appended to the log but not yet written locally
   // (its local write failed); 0: none.
   uint64_t appended_ = 0;
@@ -94,7 +97,10 @@ class ReplicatedStore final : public storage::Store {
 
 // A standby's step: applies one log entry to the local store, which must
 // hold exactly the entries before it (`*applied` is updated). An entry at or
-// below *applied is skipped (OK); a gap is FAILED_PRECONDITION.
-Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* applied);
+// below *applied is skipped (OK); a gap is OUT_OF_RANGE (the log was trimmed
+// past this store). With `revision` (the store's revision counter, kept
+// current here): an entry written over another revision is
+// FAILED_PRECONDITION (the stores diverged) and changes nothing.
+Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* applied, uint64_t* revision = nullptr);
 
 }  // namespace clusterd::replication

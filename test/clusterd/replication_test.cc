@@ -453,9 +453,9 @@ TEST_F(ReplicatedStoreTest, FollowerReplaysToTheSameContents) {
   EXPECT_EQ(applied, 3u);
   EXPECT_EQ(DumpAll(*follower), before);
 
-  // A gap: FAILED_PRECONDITION, nothing changes.
+  // A gap: OUT_OF_RANGE, nothing changes.
   Status gap = ApplyLogEntry(follower.get(), EncodeEntry(5, stale, "leader-1"), &applied);
-  EXPECT_EQ(gap.code(), StatusCode::kFailedPrecondition) << gap.ToString();
+  EXPECT_EQ(gap.code(), StatusCode::kOutOfRange) << gap.ToString();
   EXPECT_EQ(applied, 3u);
   EXPECT_EQ(DumpAll(*follower), before);
 
@@ -470,6 +470,46 @@ TEST_F(ReplicatedStoreTest, FollowerReplaysToTheSameContents) {
   EXPECT_EQ(applied, 4u);
   EXPECT_TRUE(Has(*follower, Cf::kNodes, "stale"));
   EXPECT_EQ(LogIndexOf(*follower), 4u);
+}
+
+// Each entry names the revision it was written over: a follower whose store
+// does not hold what the leader's held (one with data from before the log
+// began) is refused instead of diverging, and one that does follows.
+TEST_F(ReplicatedStoreTest, EntriesCarryThePreviousRevision) {
+  ChangeSet first = MixedChanges("a");
+  storage::PutRevision(&first, 7);
+  ASSERT_TRUE(store_->Write(first).ok());
+  ChangeSet second = MixedChanges("b");
+  storage::PutRevision(&second, 9);
+  ASSERT_TRUE(store_->Write(second).ok());
+  ASSERT_EQ(log_.calls.size(), 2u);
+  auto e1 = DecodeEntry(log_.calls[0].second);
+  auto e2 = DecodeEntry(log_.calls[1].second);
+  ASSERT_TRUE(e1.ok() && e2.ok());
+  EXPECT_EQ(e1->prev_revision, std::optional<uint64_t>(0));
+  EXPECT_EQ(e2->prev_revision, std::optional<uint64_t>(7));
+
+  // A follower with history of its own (revision 3): refused, unchanged.
+  auto diverged = NewMemoryStore();
+  ChangeSet own;
+  storage::PutRevision(&own, 3);
+  ASSERT_TRUE(diverged->Write(own).ok());
+  const auto before = DumpAll(*diverged);
+  uint64_t applied = 0, revision = 3;
+  Status st = ApplyLogEntry(diverged.get(), log_.calls[0].second, &applied, &revision);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_EQ(applied, 0u);
+  EXPECT_EQ(DumpAll(*diverged), before);
+
+  // An empty follower applies both and tracks the revision.
+  auto follower = NewMemoryStore();
+  applied = 0;
+  revision = 0;
+  ASSERT_TRUE(ApplyLogEntry(follower.get(), log_.calls[0].second, &applied, &revision).ok());
+  EXPECT_EQ(revision, 7u);
+  ASSERT_TRUE(ApplyLogEntry(follower.get(), log_.calls[1].second, &applied, &revision).ok());
+  EXPECT_EQ(revision, 9u);
+  EXPECT_EQ(applied, 2u);
 }
 
 TEST(ApplyLogEntry, FailedLocalWriteLeavesAppliedAndCanBeRetried) {

@@ -358,8 +358,9 @@ for k, f in (("ca.crt", "ca.crt"), ("tls.key", "ca.key")): open(os.path.join(sys
   elif [[ -n $tls ]]; then
     echo "  skip NodeD not run ($NODED without --tls-ca-file, or no grpcurl)"
   fi
-  if grep -qiE 'forbidden|\b403\b' "$d/clusterd.log"; then
-    { grep -iE 'forbidden|\b403\b' "$d/clusterd.log" | head -5 >&2; } || true # head ends grep early (SIGPIPE)
+  # A refusal reads "403 Forbidden"; a log line's timestamp may end in ".403" too.
+  if grep -qiE 'forbidden|[^.0-9]403\b' "$d/clusterd.log"; then
+    { grep -iE 'forbidden|[^.0-9]403\b' "$d/clusterd.log" | head -5 >&2; } || true # head ends grep early (SIGPIPE)
     bad "clusterd's log shows a refused API call"
   else
     ok "no refused (403) API call in clusterd's log"
