@@ -65,6 +65,12 @@ size_t RecordSize() {
   return req.transition().ByteSizeLong();
 }
 
+std::vector<std::string> NodeNames(const std::string& prefix, int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
+  return out;
+}
+
 std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels) {
   std::vector<std::shared_ptr<grpc::Channel>> out;
   for (int i = 0; i < channels; ++i) {

@@ -43,6 +43,9 @@ void FillFault(uint64_t seq, v1::TransitionAction action, uint32_t device, const
 void FillTransition(uint64_t seq, v1::ConnectRequest* req);
 size_t RecordSize();
 
+// prefix0, prefix1, ... prefix(n-1): the node names of n simulated agents.
+std::vector<std::string> NodeNames(const std::string& prefix, int n);
+
 // `channels` channels to target, each its own HTTP/2 connection.
 std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels);
 

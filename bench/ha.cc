@@ -26,12 +26,6 @@
 namespace clusterd::bench {
 namespace {
 
-std::vector<std::string> NodeNames(const std::string& prefix, int n) {
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
-  return out;
-}
-
 struct EtcdMember {
   std::string name;
   int client = 0, peer = 0;

@@ -33,12 +33,6 @@ constexpr const char* kLostCode = "HEARTBEAT_LOST";
 
 std::string StatusText(const grpc::Status& st) { return std::to_string(st.error_code()) + " " + st.error_message(); }
 
-std::vector<std::string> Names(const std::string& prefix, int n) {
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
-  return out;
-}
-
 bool HasPrefix(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
 // GetSummary with a deadline; false and *err on failure.
@@ -238,7 +232,7 @@ std::string MeasureLost(const Options& o, const std::string& target, const std::
   std::string err;
   if (!Summary(cluster.get(), 10, &sum, &err)) return err;
   FaultWatch watch(target, sum.revision());
-  AgentPool pool(target, Names(prefix, n), 2);
+  AgentPool pool(target, NodeNames(prefix, n), 2);
   if (auto e = pool.Connect(60); !e.empty()) return e;
   pool.StartHeartbeats(hb_s);
   std::this_thread::sleep_for(std::chrono::duration<double>(std::min(hb_s, 1.0)));
@@ -285,7 +279,7 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
     if (auto e = StartSinkProcess(&proc, &port); !e.empty()) return "scenario 3: " + e;
     const std::string target = "127.0.0.1:" + std::to_string(port);
     const double idle_rss = ProcessRssKiB(proc.pid()) / 1024;
-    AgentPool pool(target, Names("bench-s3-", n), channels);
+    AgentPool pool(target, NodeNames("bench-s3-", n), channels);
     std::unique_ptr<FaultDriver> driver;
     if (auto e = SteadyLoad(o, target, proc.pid(), &pool, &driver, &sink); !e.empty()) return "scenario 3 (sink): " + e;
     driver->Stop();
@@ -305,7 +299,7 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
   if (!Summary(cluster.get(), 10, &sum0, &err)) return "scenario 3: " + err;
   FaultWatch watch(cd.target(), sum0.revision());
   SteadyResult cdr;
-  AgentPool pool(cd.target(), Names("bench-s3-", n), channels);
+  AgentPool pool(cd.target(), NodeNames("bench-s3-", n), channels);
   std::unique_ptr<FaultDriver> driver;
   if (auto e = SteadyLoad(o, cd.target(), cd.pid(), &pool, &driver, &cdr); !e.empty()) return "scenario 3: " + e;
 
@@ -338,7 +332,7 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
     }
     // (a) a NOT_HANDLE fault raised on a probe agent -> FAULT_RAISED seen.
     {
-      AgentPool probes(cd.target(), Names("bench-probe-", 4), 1);
+      AgentPool probes(cd.target(), NodeNames("bench-probe-", 4), 1);
       if (auto e = probes.Connect(60); !e.empty()) return "scenario 4: " + e;
       probes.StartHeartbeats(2.0);
       for (int k = 0; k <= o.detect_samples; ++k) {
@@ -466,7 +460,7 @@ std::string RunRestart(const Options& o, const TempDir& tmp, json* out, std::vec
   std::cerr << "[bench] scenario 7: restart with " << n << " nodes x " << DevicesPerNode() << " devices and "
             << o.restart_events << " events stored (" << grace_flag << ")\n";
   if (auto e = cd.Start(); !e.empty()) return "scenario 7: " + e;
-  AgentPool pool(cd.target(), Names("bench-r-", n), channels, /*reconnect=*/true);
+  AgentPool pool(cd.target(), NodeNames("bench-r-", n), channels, /*reconnect=*/true);
   const int64_t c0 = NowNs();
   if (auto e = pool.Connect(300); !e.empty()) return "scenario 7: " + e;
   const double connect_s = static_cast<double>(NowNs() - c0) / 1e9;

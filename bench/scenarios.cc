@@ -80,12 +80,6 @@ std::string DeleteJob(v1::JobService::Stub* jobs, const std::string& id) {
   return st.ok() ? "" : "DeleteJob " + id + ": " + StatusText(st);
 }
 
-std::vector<std::string> Names(const std::string& prefix, int n) {
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
-  return out;
-}
-
 double SelfCpuSeconds() { return ProcessCpuSeconds(getpid()); }
 
 // Recovery starts seen on a Watch stream, by job id (the first one per job).
@@ -162,7 +156,7 @@ std::string RunDecisions(const Options& o, const ClusterdProcess& cd, json* out,
   std::vector<int64_t> by_code[2];
   int missed = 0;
   {
-    AgentPool pool(cd.target(), Names("bench-dec-", samples + 1), 2);
+    AgentPool pool(cd.target(), NodeNames("bench-dec-", samples + 1), 2);
     if (auto e = pool.Connect(); !e.empty()) return "scenario 5: " + e;
     for (int i = 0; i <= samples; ++i) {
       if (auto e = CreateJob(jobs.get(), "bench-dec-job-" + std::to_string(i), {pool.name(i)}); !e.empty()) return e;
@@ -200,14 +194,14 @@ std::string RunDecisions(const Options& o, const ClusterdProcess& cd, json* out,
   const int64_t faults = static_cast<int64_t>(nodes) * kDevices;
   std::cerr << "[bench] scenario 5: storm, " << nodes << " nodes x " << kDevices << " devices within 1 s, " << njobs
             << " jobs\n";
-  std::vector<std::string> job_ids = Names("bench-storm-job-", njobs);
+  std::vector<std::string> job_ids = NodeNames("bench-storm-job-", njobs);
   std::vector<int64_t> job_first(njobs, 0), storm_lat;
   int64_t storm_start = 0, storm_sent_end = 0, last_seen = 0;
   size_t decided = 0;
   std::vector<int64_t> storm_acks;
   double cd_cpu = NAN;
   {
-    AgentPool pool(cd.target(), Names("bench-storm-", nodes), 4);
+    AgentPool pool(cd.target(), NodeNames("bench-storm-", nodes), 4);
     if (auto e = pool.Connect(120); !e.empty()) return "scenario 5 storm: " + e;
     for (int k = 0; k < njobs; ++k) {
       std::vector<std::string> members;
@@ -350,7 +344,7 @@ FanoutResult MeasureFanout(const Options& o, const std::string& target, pid_t se
   r.duration_s = o.short_mode ? std::min(o.duration_s, 1.5) : o.duration_s;
   const int producers = std::min(o.streams, 16);
   const double duration = r.duration_s;
-  AgentPool prod(target, Names("bench-fan-", producers), 2);
+  AgentPool prod(target, NodeNames("bench-fan-", producers), 2);
   if (auto e = prod.Connect(); !e.empty()) {
     *err = "scenario 6: " + e;
     return r;
