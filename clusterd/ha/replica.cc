@@ -414,13 +414,18 @@ std::optional<int> Replica::Standby() {
     }
     if (lease_lost_.load() && !GrantLease()) return 0;
     Status st = CatchUp(store.get(), /*linearizable=*/false);
+    bool changed;
     {
       std::lock_guard lock(leader_mu_);
+      changed = follow_error_ != (st.ok() ? "" : st.message());
       follow_error_ = st.ok() ? "" : st.message();
     }
     if (!st.ok()) {
       follow_errors_->Inc();
-      log_->warn("following the log: {}", st.ToString());
+      // Retried every 50 ms: logged when it changes, counted every time.
+      if (changed) log_->warn("following the log: {}", st.ToString());
+    } else if (changed) {
+      log_->info("following the log again at index {}", applied_.load());
     }
     caught_up = st.ok();
     const auto now = SteadyClock::now();
