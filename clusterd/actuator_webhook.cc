@@ -9,20 +9,15 @@
 #include <cstdint>
 #include <utility>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
+#include <boost/asio/ip/address_v6.hpp>
 
 #include "common/duration.h"
+#include "common/http_client.h"
 
 namespace clusterd {
 namespace {
 
 namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
 using actuator_internal::OneLine;
 using std::chrono::system_clock;
 
@@ -103,79 +98,31 @@ StatusOr<Url> ParseUrl(const std::string& text) {
 ActionResult Post(const Url& url, const ActionRequest& req) {
   const auto start = system_clock::now();
   if (start >= req.deadline) return {false, "timed out: the deadline passed before the request was sent"};
-  // The deadline is wall-clock; the timers count on the steady clock.
+  // The deadline is wall-clock; the call counts on the steady clock.
   const auto expiry = std::chrono::steady_clock::now() + (req.deadline - start);
 
-  http::request<http::string_body> request{http::verb::post, url.target, 11};
-  request.set(http::field::host, url.host_header);
-  request.set(http::field::user_agent, "clusterd");
-  request.set(http::field::content_type, "application/json");
-  request.set("Idempotency-Key", req.idempotency_key);
-  request.keep_alive(false);
-  request.body() = ActionJson(req);
-  request.prepare_payload();
-
-  asio::io_context ioc;
-  tcp::resolver resolver(ioc);
-  asio::steady_timer resolve_timer(ioc);
-  beast::tcp_stream stream(ioc);
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kMaxBodyBytes);
-
-  // Filled in by the last handler that runs.
-  beast::error_code error;
-  const char* failed_at = "";
-  bool resolve_timed_out = false;
-  const auto fail = [&](const char* stage, beast::error_code ec) {
-    failed_at = stage;
-    error = ec;
-  };
-
-  // The resolver has no timeout of its own; the stream's covers the rest.
-  resolve_timer.expires_at(expiry);
-  resolve_timer.async_wait([&](beast::error_code ec) {
-    if (ec) return;  // cancelled: resolved in time
-    resolve_timed_out = true;
-    resolver.cancel();
-  });
-  resolver.async_resolve(url.host, url.port, [&](beast::error_code ec, const tcp::resolver::results_type& results) {
-    resolve_timer.cancel();
-    if (ec) return fail("resolving the host", resolve_timed_out ? beast::error::timeout : ec);
-    stream.expires_at(expiry);
-    stream.async_connect(results, [&](beast::error_code ec, const tcp::endpoint&) {
-      if (ec) return fail("connecting", ec);
-      http::async_write(stream, request, [&](beast::error_code ec, std::size_t) {
-        if (ec) return fail("sending the request", ec);
-        http::async_read(stream, buffer, parser, [&](beast::error_code ec, std::size_t) {
-          if (ec) fail("waiting for the answer", ec);
-        });
-      });
-    });
-  });
-  ioc.run();
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-
-  // An answer too long to keep is still an answer: report its start.
-  const bool answered = !error || (error == http::error::body_limit && parser.is_header_done());
-  if (!answered) {
+  HttpClientRequest request;
+  request.method = "POST";
+  request.host = url.host;
+  request.port = url.port;
+  request.host_header = url.host_header;
+  request.target = url.target;
+  request.headers = {{"Content-Type", "application/json"}, {"Idempotency-Key", req.idempotency_key}};
+  request.body = ActionJson(req);
+  const HttpClientAnswer answer = HttpCall(request, expiry, kMaxBodyBytes);
+  if (!answer.answered) {
     const std::string why =
-        error == beast::error::timeout
+        answer.timed_out
             ? "timed out after " + FormatDuration(std::chrono::round<std::chrono::milliseconds>(req.deadline - start)) +
-                  " " + failed_at
-            : failed_at + (": " + error.message());
+                  " " + answer.failed_at
+            : answer.failed_at + (": " + answer.error);
     return {false, OneLine("POST " + url.text + ": " + why, 2 * kMaxMessageBytes)};
   }
-  const auto& response = parser.get();
-  const std::string_view body(response.body().data(), std::min(response.body().size(), 4 * kMaxMessageBytes));
-  const unsigned code = response.result_int();
-  if (code >= 200 && code < 300) {
+  const std::string_view body(answer.body.data(), std::min(answer.body.size(), 4 * kMaxMessageBytes));
+  if (answer.status >= 200 && answer.status < 300) {
     return {true, OneLine(body.substr(0, body.find('\n')), kMaxMessageBytes)};
   }
-  std::string reason(response.reason());
-  if (reason.empty()) reason = std::string(http::obsolete_reason(response.result()));
-  std::string message = "HTTP " + std::to_string(code) + " " + reason;
+  std::string message = "HTTP " + std::to_string(answer.status) + " " + answer.reason;
   if (const std::string start_of_body = OneLine(body, kMaxMessageBytes); !start_of_body.empty()) {
     message += ": " + start_of_body;
   }

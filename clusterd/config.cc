@@ -380,6 +380,17 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetU64("ha_log_retain_entries", v, 0, 100'000'000, &c->ha.log_retain_entries);
        }},
+      {"ha_advertise_address",
+       [](const std::string& v, ClusterdConfig* c) {
+         const size_t colon = v.rfind(':');
+         if (colon == std::string::npos || colon == 0 || colon + 1 == v.size() ||
+             v.find_first_of("/ \t\n") != std::string::npos ||
+             v.substr(colon + 1).find_first_not_of("0123456789") != std::string::npos) {
+           return InvalidArgument("ha_advertise_address: \"" + v + "\" is not host:port");
+         }
+         c->ha.advertise_address = v;
+         return Status::Ok();
+       }},
       {"max_concurrent_recoveries",
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_concurrent_recoveries", v, 1, 100'000, &c->max_concurrent_recoveries);
@@ -555,6 +566,8 @@ High availability (docs/ha.md; without --etcd-endpoints: one process, no etcd):
   --ha-request-timeout DUR    deadline of every etcd request (default 2s)
   --ha-max-entry-bytes N      a group commit's change set stops growing past this (default 1048576)
   --ha-log-retain-entries N   log entries kept behind the slowest replica (default 10000)
+  --ha-advertise-address A    host:port where peers fetch checkpoints from this replica's
+                              HTTP port (default: http_listen's host, or the host name)
 Recovery:
   --actuator KIND             )" +
          JoinNames(BuiltinActuators().Names(), " or ") +

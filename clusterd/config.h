@@ -170,6 +170,11 @@ struct ClusterdConfig {
     // Log entries kept in etcd behind the slowest live replica, so that a
     // replica that was away briefly catches up from the log.
     uint64_t log_retain_entries = 10'000;
+    // "host:port" where peers reach this replica's HTTP port for a checkpoint
+    // of its store (a replica that rebuilds fetches one). Empty: the
+    // http_listen address when it names one host, else the host name and the
+    // HTTP port.
+    std::string advertise_address;
   } ha;
   // Blast radius: at most this many recoveries running at once, and at most
   // this percentage of nodes isolated.

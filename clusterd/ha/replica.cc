@@ -10,13 +10,16 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "clusterd/ha/etcd_client.h"
+#include "clusterd/replication/checkpoint.h"
 #include "clusterd/replication/log_entry.h"
 #include "clusterd/replication/replicated_store.h"
 #include "clusterd/server/server.h"
 #include "clusterd/storage/rocksdb_store.h"
+#include "clusterd/storage/v1/replica.pb.h"
 #include "common/http_server.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -35,6 +38,8 @@ constexpr int64_t kFollowBatch = 16;
 constexpr auto kFollowInterval = milliseconds(50);
 constexpr auto kProgressInterval = milliseconds(1000);
 constexpr auto kTruncateInterval = milliseconds(5000);
+// A replica the log no longer reaches tries a checkpoint this often.
+constexpr auto kRebuildInterval = milliseconds(2000);
 
 std::string LogKey(const std::string& prefix, uint64_t index) {
   char digits[24];
@@ -68,6 +73,39 @@ std::string HostName() {
   return name;
 }
 
+// 256 random bits, hex: the bearer token of this process's checkpoint endpoint.
+std::string NewToken() {
+  std::random_device random;
+  std::string out;
+  for (int i = 0; i < 8; ++i) {
+    char word[9];
+    std::snprintf(word, sizeof word, "%08x", static_cast<unsigned>(random()));
+    out += word;
+  }
+  return out;
+}
+
+// Where peers reach this replica's HTTP port.
+std::string AdvertiseAddress(const ClusterdConfig& cfg, int http_port) {
+  if (!cfg.ha.advertise_address.empty()) return cfg.ha.advertise_address;
+  std::string host = cfg.http_listen.substr(0, cfg.http_listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "0.0.0.0" || host == "::") host = HostName();
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return host + ":" + std::to_string(http_port);
+}
+
+// A progress key's value: the proto, or the bare index an older version wrote.
+storage::v1::ReplicaProgress ParseProgress(const std::string& value) {
+  storage::v1::ReplicaProgress p;
+  if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
+    p.set_log_index(std::strtoull(value.c_str(), nullptr, 10));
+  } else if (!p.ParseFromString(value)) {
+    p.Clear();
+  }
+  return p;
+}
+
 class Replica;
 
 // The log as the leader writes it: one fenced etcd transaction per entry.
@@ -89,7 +127,8 @@ class Replica {
         prefix_(config.ha.key_prefix),
         leader_key_(prefix_ + "leader"),
         etcd_(EtcdClient::Options{config.ha.etcd_endpoints, config.ha.request_timeout}),
-        log_(GetLogger("ha")) {
+        log_(GetLogger("ha")),
+        token_(NewToken()) {
     ttl_seconds_ = std::max<int64_t>(
         1,
         std::chrono::duration_cast<std::chrono::seconds>(cfg_.ha.lease_ttl + std::chrono::milliseconds(999)).count());
@@ -102,6 +141,10 @@ class Replica {
     campaigns_ = &metrics_.AddCounter("clusterd_ha_campaigns_total", "Attempts to become the leader.");
     follow_errors_ = &metrics_.AddCounter("clusterd_ha_follow_errors_total",
                                           "Failed reads or applies while following the log (retried).");
+    restores_ = &metrics_.AddCounter("clusterd_ha_checkpoint_restores_total",
+                                     "Times this replica replaced its store by a peer's checkpoint.");
+    restore_failures_ = &metrics_.AddCounter("clusterd_ha_checkpoint_restore_failures_total",
+                                             "Attempts to fetch a peer's checkpoint that failed (retried).");
   }
 
   int Run();
@@ -119,7 +162,14 @@ class Replica {
   // Reads and applies log entries after applied_ until none is left (or an
   // error). `linearizable`: a quorum read, so nothing committed is missed.
   Status CatchUp(storage::Store* store, bool linearizable);
-  void PutProgress(uint64_t index);
+  // Publishes how far this replica got, where it serves checkpoints, and
+  // whether the log still reaches it.
+  void PutProgress(uint64_t index, bool behind_log = false);
+  // The log no longer reaches this replica's store: fetch a live peer's
+  // checkpoint and put it in place of the store (reopened in *store). OK
+  // once replaced; the store stays as it was otherwise.
+  Status Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep_old,
+                 replication::CheckpointServer* checkpoints);
   // Who holds the leader key now, for /readyz (a standby that cannot
   // campaign still says who leads).
   void ReadLeader();
@@ -141,7 +191,11 @@ class Replica {
   MetricsRegistry metrics_;  // the standby's /metrics
   Counter* campaigns_ = nullptr;
   Counter* follow_errors_ = nullptr;
+  Counter* restores_ = nullptr;
+  Counter* restore_failures_ = nullptr;
   int64_t ttl_seconds_ = 2;
+  const std::string token_;  // for peers fetching a checkpoint of this store
+  std::string advertise_;    // where they fetch it
 
   std::atomic<int64_t> lease_id_{0};
   std::atomic<int64_t> lease_valid_until_{0};
@@ -153,12 +207,14 @@ class Replica {
   uint64_t revision_ = 0;  // the standby store's revision counter (CatchUp's thread)
   std::atomic<bool> leading_{false};
   std::atomic<bool> fenced_{false};
-  int64_t fence_revision_ = 0;  // the leader key's create revision while leading
+  std::atomic<bool> stopping_{false};  // a signal arrived while fetching a checkpoint
+  int64_t fence_revision_ = 0;         // the leader key's create revision while leading
   std::mutex leader_mu_;
   std::string leader_seen_;  // who leads, as last read (for /readyz)
   std::string follow_error_;
   uint64_t truncated_ = 0;
-  double elected_unix_ = 0;  // when this replica won the election (unix seconds)
+  std::atomic<uint64_t> truncated_index_{0};  // for the leader's gauge
+  double elected_unix_ = 0;                   // when this replica won the election (unix seconds)
   std::atomic<double> serving_unix_{0};
 };
 
@@ -250,13 +306,14 @@ Status Replica::CatchUp(storage::Store* store, bool linearizable) {
     if (!answer.ok()) return answer.status();
     for (const auto& kv : answer->kvs()) {
       Status st = replication::ApplyLogEntry(store, kv.value(), &applied, &revision_);
+      // Both need a peer's checkpoint (Rebuild); the codes stay apart.
       if (st.code() == StatusCode::kOutOfRange) {
-        return FailedPrecondition(st.message() +
-                                  ": the log was trimmed past this replica (it was away, or its data dir is new); it "
-                                  "needs a copy of a peer's data dir (docs/ha.md, Operations)");
+        return OutOfRange(st.message() +
+                          ": the log was trimmed past this replica (it was away, or its data dir is new); it needs a "
+                          "checkpoint of a peer's store");
       }
       if (st.code() == StatusCode::kFailedPrecondition) {
-        return FailedPrecondition(st.message() + "; it needs a copy of the leader's data dir (docs/ha.md, Operations)");
+        return FailedPrecondition(st.message() + "; it needs a checkpoint of a peer's store");
       }
       if (!st.ok()) return st;
       applied_.store(applied);
@@ -265,10 +322,15 @@ Status Replica::CatchUp(storage::Store* store, bool linearizable) {
   }
 }
 
-void Replica::PutProgress(uint64_t index) {
+void Replica::PutProgress(uint64_t index, bool behind_log) {
+  storage::v1::ReplicaProgress progress;
+  progress.set_log_index(index);
+  progress.set_checkpoint_address(advertise_);
+  progress.set_checkpoint_token(token_);
+  progress.set_behind_log(behind_log);
   epb::PutRequest put;
   put.set_key(prefix_ + "progress/" + id_);
-  put.set_value(std::to_string(index));
+  put.set_value(progress.SerializeAsString());
   put.set_lease(lease_id_.load());
   if (auto st = etcd_.Put(put); !st.ok()) log_->warn("progress: {}", st.status().ToString());
 }
@@ -291,7 +353,10 @@ void Replica::Truncate(uint64_t own_index) {
   if (!answer.ok()) return;
   uint64_t slowest = own_index;
   for (const auto& kv : answer->kvs()) {
-    slowest = std::min<uint64_t>(slowest, std::strtoull(kv.value().c_str(), nullptr, 10));
+    // A replica the log no longer reaches waits for a checkpoint: keeping
+    // the log for it would only let etcd fill up.
+    const auto progress = ParseProgress(kv.value());
+    if (!progress.behind_log()) slowest = std::min<uint64_t>(slowest, progress.log_index());
   }
   const uint64_t retain = cfg_.ha.log_retain_entries;
   if (slowest <= retain) return;
@@ -303,6 +368,7 @@ void Replica::Truncate(uint64_t own_index) {
   auto deleted = etcd_.DeleteRange(del);
   if (!deleted.ok()) return;
   truncated_ = cut;
+  truncated_index_ = cut;
   // etcd keeps every revision of the deleted entries until its history is
   // compacted; compacting up to the delete lets it reuse their space (an
   // etcd that compacts itself as well does no harm: ClusterD never reads an
@@ -360,6 +426,70 @@ Status Replica::Append(uint64_t index, const std::string& entry) {
   return FailedPrecondition("log entry " + std::to_string(index) + " already holds another leader's change set");
 }
 
+Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep_old,
+                        replication::CheckpointServer* checkpoints) {
+  // The live peers the log still reaches, furthest first.
+  epb::RangeRequest range;
+  range.set_key(prefix_ + "progress/");
+  range.set_range_end(PrefixEnd(prefix_ + "progress/"));
+  auto answer = etcd_.Range(range);
+  if (!answer.ok()) return answer.status();
+  std::vector<std::pair<std::string, storage::v1::ReplicaProgress>> peers;
+  for (const auto& kv : answer->kvs()) {
+    auto progress = ParseProgress(kv.value());
+    if (kv.key() == prefix_ + "progress/" + id_ || progress.behind_log() || progress.checkpoint_address().empty()) {
+      continue;
+    }
+    peers.emplace_back(kv.key().substr(prefix_.size() + 9), std::move(progress));
+  }
+  if (peers.empty()) return Unavailable("no live peer serves a checkpoint");
+  std::sort(peers.begin(), peers.end(),
+            [](const auto& a, const auto& b) { return a.second.log_index() > b.second.log_index(); });
+  Status last;
+  for (const auto& [peer, progress] : peers) {
+    replication::FetchOptions options;
+    options.address = progress.checkpoint_address();
+    options.token = progress.checkpoint_token();
+    options.request_timeout = std::max<std::chrono::nanoseconds>(cfg_.ha.request_timeout, std::chrono::seconds(10));
+    options.cancelled = [this] {
+      if (WaitForTerminationSignalFor(milliseconds(0)) != 0) stopping_ = true;
+      return stopping_.load();
+    };
+    // Keep the log from the checkpoint on while its files come.
+    options.on_manifest = [this](const replication::CheckpointManifest& m) {
+      log_->info("fetching checkpoint {} (log index {}, {} files)", m.id, m.log_index, m.files.size());
+      PutProgress(m.log_index);
+    };
+    const auto start = SteadyClock::now();
+    log_->info("rebuilding from a checkpoint of {} ({}) at log index {}", peer, options.address, progress.log_index());
+    auto fetched = replication::FetchCheckpoint(options, replication::BootstrapDir(cfg_.data_dir));
+    if (!fetched.ok()) {
+      last = Unavailable("checkpoint from " + peer + ": " + fetched.status().message());
+      log_->warn("{}", last.message());
+      continue;
+    }
+    // Swap it in: the checkpoint endpoint stops using the old store first.
+    checkpoints->SetSource(nullptr);
+    store->reset();
+    Status installed = replication::InstallCheckpoint(cfg_.data_dir, keep_old);
+    auto reopened = storage::RocksDbStore::Open(cfg_.data_dir);
+    if (!reopened.ok()) return reopened.status();  // Standby ends: the process restarts
+    *store = std::move(*reopened);
+    storage::RocksDbStore* raw = store->get();
+    checkpoints->SetSource([raw](const std::string& dir) { return raw->CreateCheckpoint(dir); });
+    if (!installed.ok()) return installed;
+    auto index = replication::ReadLogIndex(**store);
+    if (!index.ok()) return index.status();
+    applied_ = *index;
+    revision_ = (*store)->revision_at_open();
+    restores_->Inc();
+    log_->info("rebuilt from {}'s checkpoint {} in {} ms: log index {}, revision {}", peer, fetched->id,
+               std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count(), *index, revision_);
+    return Status::Ok();
+  }
+  return last;
+}
+
 std::optional<int> Replica::Standby() {
   std::error_code ec;
   std::filesystem::create_directories(cfg_.data_dir, ec);
@@ -367,12 +497,17 @@ std::optional<int> Replica::Standby() {
     log_->error("data_dir {}: {}", cfg_.data_dir, ec.message());
     return 1;
   }
+  // A checkpoint swap a crash interrupted is finished (or dropped) first.
+  if (Status st = replication::FinishInterruptedInstall(cfg_.data_dir); !st.ok()) {
+    log_->error("{}", st.ToString());
+    return 1;
+  }
   auto opened = storage::RocksDbStore::Open(cfg_.data_dir);
   if (!opened.ok()) {
     log_->error("cannot open the store: {}", opened.status().ToString());
     return 1;
   }
-  std::unique_ptr<storage::Store> store = std::move(*opened);
+  std::unique_ptr<storage::RocksDbStore> store = std::move(*opened);
   auto index = replication::ReadLogIndex(*store);
   if (!index.ok()) {
     log_->error("{}", index.status().ToString());
@@ -385,7 +520,17 @@ std::optional<int> Replica::Standby() {
   HttpServer::Options http_options;
   http_options.max_connections = cfg_.max_http_connections;
   http_options.io_timeout = cfg_.http_timeout;
+  // Declared first: the HTTP server, whose handlers use it, stops before it goes.
+  replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_});
   HttpServer http(http_options);
+  checkpoints.RegisterMetrics(&metrics_);
+  {
+    storage::RocksDbStore* raw = store.get();
+    checkpoints.SetSource([raw](const std::string& dir) { return raw->CreateCheckpoint(dir); });
+  }
+  checkpoints.Install([&http](std::string method, std::string path, HttpServer::Handler handler) {
+    http.Handle(std::move(method), std::move(path), std::move(handler));
+  });
   http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
   http.Handle("GET", "/readyz", [this](const HttpRequest&) {
     std::lock_guard lock(leader_mu_);
@@ -401,9 +546,11 @@ std::optional<int> Replica::Standby() {
     log_->error("HTTP on {}: {}", cfg_.http_listen, st.ToString());
     return 1;
   }
+  advertise_ = AdvertiseAddress(cfg_, http.port());
 
   auto next_campaign = SteadyClock::now();
   auto next_progress = SteadyClock::now();
+  auto next_rebuild = SteadyClock::now();
   const auto campaign_interval = std::clamp<std::chrono::nanoseconds>(std::chrono::seconds(ttl_seconds_) / 10,
                                                                       milliseconds(100), milliseconds(500));
   bool caught_up = false;
@@ -414,6 +561,28 @@ std::optional<int> Replica::Standby() {
     }
     if (lease_lost_.load() && !GrantLease()) return 0;
     Status st = CatchUp(store.get(), /*linearizable=*/false);
+    // Trimmed past this store, or it holds other history: only a peer's
+    // checkpoint helps. The leader stops keeping the log for it meanwhile.
+    const bool behind = st.code() == StatusCode::kOutOfRange || st.code() == StatusCode::kFailedPrecondition;
+    if (behind && SteadyClock::now() >= next_rebuild) {
+      PutProgress(applied_.load(), /*behind_log=*/true);
+      Status rebuilt = Rebuild(&store, /*keep_old=*/st.code() == StatusCode::kFailedPrecondition, &checkpoints);
+      next_rebuild = SteadyClock::now() + kRebuildInterval;
+      if (stopping_.load()) {
+        log_->info("signal: standby stopping");
+        return 0;
+      }
+      if (rebuilt.ok()) {
+        st = CatchUp(store.get(), /*linearizable=*/false);
+      } else {
+        restore_failures_->Inc();
+        if (!store) {
+          log_->error("after a checkpoint install: {}", rebuilt.ToString());
+          return 1;
+        }
+        st = Status(st.code(), st.message() + "; rebuilding: " + rebuilt.message());
+      }
+    }
     bool changed;
     {
       std::lock_guard lock(leader_mu_);
@@ -430,8 +599,9 @@ std::optional<int> Replica::Standby() {
     caught_up = st.ok();
     const auto now = SteadyClock::now();
     if (now >= next_progress) {
-      PutProgress(applied_.load());
+      PutProgress(applied_.load(), /*behind_log=*/behind && !caught_up);
       ReadLeader();
+      checkpoints.Tick();
       next_progress = now + kProgressInterval;
     }
     // Only a replica that could follow the log may lead: it must be able to
@@ -449,7 +619,7 @@ std::optional<int> Replica::Standby() {
     Status st = CatchUp(store.get(), /*linearizable=*/true);
     if (st.ok()) break;
     log_->warn("elected, reading the rest of the log: {}", st.ToString());
-    if (!LeaseValid() || st.code() == StatusCode::kFailedPrecondition) {
+    if (!LeaseValid() || st.code() == StatusCode::kFailedPrecondition || st.code() == StatusCode::kOutOfRange) {
       log_->error("elected but cannot read the log; stepping down");
       Resign();
       RestartAsStandby(argv_);
@@ -462,6 +632,7 @@ std::optional<int> Replica::Standby() {
   log_->info("elected (fence revision {}) at log index {}; caught up in {} ms", fence_revision_, applied_.load(),
              std::chrono::duration_cast<milliseconds>(SteadyClock::now() - elected).count());
   http.Stop();
+  checkpoints.SetSource(nullptr);
   store.reset();
   return std::nullopt;
 }
@@ -469,7 +640,12 @@ std::optional<int> Replica::Standby() {
 int Replica::Lead() {
   const auto start = SteadyClock::now();
   EtcdLogWriter writer(this);
+  // Declared first: the server's HTTP handlers use it.
+  replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_});
   ClusterdServer server(cfg_);
+  checkpoints.Install([&server](std::string method, std::string path, HttpServer::Handler handler) {
+    server.AddHttpHandler(std::move(method), std::move(path), std::move(handler));
+  });
   replication::ReplicatedStore* replicated = nullptr;
   server.WrapStore([&](std::unique_ptr<storage::Store> inner,
                        MetricsRegistry* metrics) -> StatusOr<std::unique_ptr<storage::Store>> {
@@ -481,6 +657,13 @@ int Replica::Lead() {
     }
     metrics->AddCallbackGauge("clusterd_ha_leader", "1 on the replica that leads (serves writes), 0 on a standby.",
                               [] { return 1.0; });
+    metrics->AddCallbackGauge("clusterd_ha_log_truncated_index",
+                              "The log is trimmed from etcd up to this entry (kept behind the slowest live replica).",
+                              [this] { return static_cast<double>(truncated_index_.load()); });
+    checkpoints.RegisterMetrics(metrics);
+    if (auto* rocks = dynamic_cast<storage::RocksDbStore*>(inner.get())) {
+      checkpoints.SetSource([rocks](const std::string& dir) { return rocks->CreateCheckpoint(dir); });
+    }
     metrics->AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
                               [this] { return LeaseValid() ? 1.0 : 0.0; });
     metrics->AddCallbackGauge("clusterd_ha_elected_time_seconds",
@@ -502,11 +685,13 @@ int Replica::Lead() {
   });
   if (Status st = server.Start(); !st.ok()) {
     log_->error("cannot start as the leader: {}", st.ToString());
+    checkpoints.SetSource(nullptr);
     Resign();
     return 1;
   }
   leading_ = true;
   serving_unix_ = UnixSeconds();
+  advertise_ = AdvertiseAddress(cfg_, server.http_port());
   log_->info("leading as {}: serving in {} ms", id_,
              std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count());
   auto next_progress = SteadyClock::now();
@@ -514,6 +699,7 @@ int Replica::Lead() {
   for (;;) {
     if (int sig = WaitForTerminationSignalFor(milliseconds(50)); sig != 0) {
       log_->info("signal {}: draining, then resigning", sig);
+      checkpoints.SetSource(nullptr);
       server.Shutdown();
       Resign();
       return 0;
@@ -526,6 +712,7 @@ int Replica::Lead() {
     const auto now = SteadyClock::now();
     if (now >= next_progress) {
       PutProgress(replicated->applied_index());
+      checkpoints.Tick();
       next_progress = now + kProgressInterval;
     }
     if (now >= next_truncate) {

@@ -70,6 +70,8 @@ class ReplicatedStore final : public storage::Store {
     return inner_->LastRevisionBefore(after, cutoff_unix_seconds, max_scan);
   }
   const std::string& path() const override { return inner_->path(); }
+  // The local store it wraps (a checkpoint is made of it).
+  storage::Store* inner() const { return inner_.get(); }
 
   // The last entry durable in the log and in the local store. Any thread.
   uint64_t applied_index() const { return applied_.load(std::memory_order_acquire); }

@@ -98,6 +98,11 @@ struct ClusterdServer::Impl {
   std::vector<std::unique_ptr<Integration>> added_integrations;  // AddIntegration, until Start
   ClusterdServer::StoreWrapper store_wrapper;                    // WrapStore, used by OpenState
   std::function<std::string()> readiness;                        // SetReadinessCheck, for /readyz
+  struct ExtraRoute {
+    std::string method, path;
+    HttpServer::Handler handler;
+  };
+  std::vector<ExtraRoute> extra_routes;  // AddHttpHandler
   std::vector<RunningIntegration> integrations;
   std::atomic<bool> serving{false};
   bool shut_down = false;
@@ -469,6 +474,7 @@ Status ClusterdServer::Impl::StartHttp() {
       return HttpResponse{200, "text/html; charset=utf-8", std::string(StatusPageHtml())};
     });
   }
+  for (auto& route : extra_routes) http->Handle(route.method, route.path, std::move(route.handler));
   CLUSTERD_RETURN_IF_ERROR(http->Start(cfg.http_listen));
   return Status::Ok();
 }
@@ -500,6 +506,10 @@ void ClusterdServer::Shutdown() {
 }
 
 void ClusterdServer::WrapStore(StoreWrapper wrapper) { impl_->store_wrapper = std::move(wrapper); }
+
+void ClusterdServer::AddHttpHandler(std::string method, std::string path, HttpServer::Handler handler) {
+  impl_->extra_routes.push_back({std::move(method), std::move(path), std::move(handler)});
+}
 
 void ClusterdServer::SetReadinessCheck(std::function<std::string()> check) { impl_->readiness = std::move(check); }
 

@@ -10,6 +10,7 @@
 #include "clusterd/integration.h"
 #include "clusterd/storage/store.h"
 #include "common/clock.h"
+#include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -38,6 +39,9 @@ class ClusterdServer {
   // even in the moment before it steps down). Called on the HTTP thread:
   // quick and thread-safe.
   void SetReadinessCheck(std::function<std::string()> check);
+  // Before Start: one more route on the HTTP port (HttpServer::Handle), which
+  // does its own authorization (high availability's checkpoint transfer).
+  void AddHttpHandler(std::string method, std::string path, HttpServer::Handler handler);
 
   // Opens the store, loads state, starts the writer, gRPC, HTTP and the
   // integrations.

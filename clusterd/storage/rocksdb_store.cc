@@ -4,6 +4,7 @@
 #include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 
 #include "clusterd/storage/key_codec.h"
@@ -156,6 +157,17 @@ Status RocksDbStore::Reopen(bool read_only) {
     if (!ro.ok()) GetLogger("store")->error("cannot reopen store read-only either: {}", ro.ToString());
   }
   return st;
+}
+
+Status RocksDbStore::CreateCheckpoint(const std::string& dir) const {
+  std::shared_lock lock(db_mu_);
+  if (!db_) return Unavailable("store at " + path_ + " is closed (a reopen failed)");
+  rocksdb::Checkpoint* raw = nullptr;
+  if (auto s = rocksdb::Checkpoint::Create(db_.get(), &raw); !s.ok()) return FromRocks(s, "checkpoint");
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  // log_size_for_flush 0: the memtables are flushed first, so the copy is
+  // table files (hard links) and a short WAL.
+  return FromRocks(checkpoint->CreateCheckpoint(dir, 0), "checkpoint to " + dir);
 }
 
 Status RocksDbStore::Write(const ChangeSet& changes) {

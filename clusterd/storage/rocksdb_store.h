@@ -54,6 +54,12 @@ class RocksDbStore final : public Store {
   StatusOr<uint64_t> LastRevisionBefore(uint64_t after, int64_t cutoff_unix_seconds, size_t max_scan) const override;
   const std::string& path() const override { return path_; }
 
+  // A consistent copy of the database as of now in directory `dir` (which
+  // must not exist; same filesystem: table files are hard links), openable
+  // like any data dir. High availability hands it to a replica that
+  // rebuilds (docs/ha.md). Safe while the writer writes.
+  Status CreateCheckpoint(const std::string& dir) const;
+
  private:
   RocksDbStore() = default;
   rocksdb::ColumnFamilyHandle* Handle(Cf cf) const { return handles_[static_cast<size_t>(cf)]; }

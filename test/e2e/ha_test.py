@@ -16,7 +16,10 @@ resuming from the last revision it saw. Under that load:
   4. kill -9 the leader while a recovery waits for the job's RESUME (the job
      agent killed too, then restarted): the new leader resumes it, and the exec
      actuator ran each action exactly once;
-  5. wipe a standby's data dir and restart it: it rebuilds from the log;
+  5. wipe a standby's data dir once the log is trimmed past its start, and
+     restart it: it rebuilds from a peer's checkpoint, then follows the log
+     (the replicas keep only 20 entries behind the slowest, so a replica
+     restarted in steps 1-4 may rebuild from a checkpoint as well);
 
 then checks: writes resumed after every failover; the watcher saw every
 revision exactly once, in order, across all failovers; every replica's store
@@ -150,6 +153,7 @@ class Cluster:
             [os.path.join(self.args.bin, "clusterd"), "--insecure", "--etcd-endpoints", self.etcd_endpoints(),
              "--ha-replica-id", rid, "--data-dir", r["dir"], "--listen", "127.0.0.1:%d" % r["grpc"],
              "--http-listen", "127.0.0.1:%d" % r["http"], "--ha-lease-ttl", "2s", "--node-grace", "30s",
+             "--ha-log-retain-entries", "20",
              "--actuator", "exec", "--actuator-command", self.actuator, "--recovery-resume-grace", "5s"],
             "clusterd-" + rid)
 
@@ -489,16 +493,27 @@ def run(c, args):
         wait_until(30, lambda: metric(c.etcd[victim]["client"], "etcd_server_has_leader") == 1,
                    "etcd member back")
 
-    # A standby whose data dir is wiped rebuilds its store from the log.
+    # A standby whose data dir is wiped once the log no longer reaches back to
+    # its start rebuilds its store from a peer's checkpoint.
     leader = c.leader()
+    wait_until(60, lambda: (metric(c.replicas[leader]["http"], "clusterd_ha_log_truncated_index") or 0) > 0,
+               "the log trimmed past its first entry")
     wiped = next(r for r in c.replicas if r != leader)
     c.replicas[wiped]["proc"].terminate()
     c.replicas[wiped]["proc"].wait(timeout=60)
     shutil.rmtree(c.replicas[wiped]["dir"])
     c.start_replica(wiped)
     wait_until(60, lambda: (c.log_index(wiped) or 0) >= (c.log_index(c.leader(strict=False) or leader) or 1),
-               wiped + " rebuilt from the log")
-    print("-- standby %s wiped and restarted: rebuilt to log index %d" % (wiped, c.log_index(wiped)), flush=True)
+               wiped + " rebuilt from a checkpoint")
+    restores = metric(c.replicas[wiped]["http"], "clusterd_ha_checkpoint_restores_total") or 0
+    if restores < 1:
+        raise AssertionError("%s caught up without a checkpoint, but the log was trimmed past its start" % wiped)
+    # The checkpoint endpoint wants the peer's token.
+    code, _ = http_get(c.replicas[leader]["http"], "/ha/v1/checkpoint")
+    if code != 401:
+        raise AssertionError("GET /ha/v1/checkpoint without the token answered %d, not 401" % code)
+    print("-- standby %s wiped and restarted: rebuilt from a checkpoint, followed the log to index %d" %
+          (wiped, c.log_index(wiped)), flush=True)
 
     injector.stop.set()
     injector.join()

@@ -1,0 +1,48 @@
+// A small synchronous HTTP/1.1 client (Boost.Beast): one request on a
+// connection of its own, everything (resolve, connect, send, answer) within
+// one deadline, the answer's body capped. For the webhook actuator and the
+// replicas' checkpoint transfer (docs/ha.md); not a general client: no TLS,
+// no redirects, no keep-alive.
+//
+// Thread contract: none (each call has its own io_context).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clusterd {
+
+struct HttpClientRequest {
+  std::string method = "GET";
+  std::string host;  // a name or an address, without brackets
+  std::string port;  // "80", "8080"
+  // The Host header; host:port when empty.
+  std::string host_header;
+  std::string target = "/";  // path and query
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+struct HttpClientAnswer {
+  // false: no answer (failed_at and error say why); the fields below are unset.
+  bool answered = false;
+  bool timed_out = false;
+  const char* failed_at = "";  // "resolving the host", "connecting", ...
+  std::string error;
+  int status = 0;
+  std::string reason;      // as sent, or the standard phrase
+  std::string body;        // at most max_body bytes
+  bool truncated = false;  // the body was longer than max_body
+};
+
+HttpClientAnswer HttpCall(const HttpClientRequest& request, std::chrono::steady_clock::time_point deadline,
+                          std::size_t max_body);
+
+// Splits "host:port" or "[v6]:port" (the port is required); false when it
+// is not one.
+bool SplitHostPort(const std::string& address, std::string* host, std::string* port);
+
+}  // namespace clusterd
