@@ -391,6 +391,20 @@ const std::map<std::string, Setter>& Setters() {
          c->ha.advertise_address = v;
          return Status::Ok();
        }},
+      {"ha_pod",
+       [](const std::string& v, ClusterdConfig* c) {
+         const size_t slash = v.find('/');
+         const auto dns_label = [](const std::string& s) {
+           return !s.empty() && s.size() <= 253 && s.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") ==
+                                                        std::string::npos;
+         };
+         if (slash == std::string::npos || !dns_label(v.substr(0, slash)) || !dns_label(v.substr(slash + 1))) {
+           return InvalidArgument("ha_pod: \"" + v + "\" is not namespace/name");
+         }
+         c->ha.pod_namespace = v.substr(0, slash);
+         c->ha.pod_name = v.substr(slash + 1);
+         return Status::Ok();
+       }},
       {"max_concurrent_recoveries",
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_concurrent_recoveries", v, 1, 100'000, &c->max_concurrent_recoveries);
@@ -568,6 +582,9 @@ High availability (docs/ha.md; without --etcd-endpoints: one process, no etcd):
   --ha-log-retain-entries N   log entries kept behind the slowest replica (default 10000)
   --ha-advertise-address A    host:port where peers fetch checkpoints from this replica's
                               HTTP port (default: http_listen's host, or the host name)
+  --ha-pod NS/NAME            this replica's pod: labelled clusterd.io/ha-role=leader or
+                              standby through the Kubernetes API (k8s_kubeconfig, or the
+                              service account), for a Service that selects the leader
 Recovery:
   --actuator KIND             )" +
          JoinNames(BuiltinActuators().Names(), " or ") +

@@ -175,6 +175,13 @@ struct ClusterdConfig {
     // http_listen address when it names one host, else the host name and the
     // HTTP port.
     std::string advertise_address;
+    // "namespace/name" of this replica's pod. Set: the replica labels it
+    // clusterd.io/ha-role=leader or standby through the Kubernetes API (the
+    // k8s_kubeconfig, or the pod's service account), so a Service selecting
+    // the label follows the leader while every healthy replica is Ready
+    // (/readyz/replica). Replica ids must then be pod names.
+    std::string pod_namespace;
+    std::string pod_name;
   } ha;
   // Blast radius: at most this many recoveries running at once, and at most
   // this percentage of nodes isolated.

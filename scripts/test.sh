@@ -31,6 +31,8 @@ bash test/e2e/mindcluster_test.sh
 bash test/e2e/status_page_test.sh
 # High availability: 3 etcd members (the binary built above) and 3 replicas.
 python3 test/e2e/ha_test.py --etcd "$k8s_bin/etcd" --bin build/bin --grpcurl "$(command -v grpcurl)"
+# ... and on Kubernetes: the replicas label their pods for the Service (real API server).
+bash test/k8s/ha_label_test.sh
 bash test/faults/run.sh
 # The instrumented builds come last: each is a build of the tree of its own
 # (ccache makes a rerun cheap). FUZZ_SECONDS=0 skips the fuzzers, SANITIZE=0

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "clusterd/ha/etcd_client.h"
+#include "clusterd/ha/pod_label.h"
 #include "clusterd/replication/checkpoint.h"
 #include "clusterd/replication/log_entry.h"
 #include "clusterd/replication/replicated_store.h"
@@ -210,7 +211,9 @@ class Replica {
   std::atomic<bool> stopping_{false};  // a signal arrived while fetching a checkpoint
   int64_t fence_revision_ = 0;         // the leader key's create revision while leading
   std::mutex leader_mu_;
-  std::string leader_seen_;  // who leads, as last read (for /readyz)
+  std::string leader_seen_;              // who leads, as last read (for /readyz)
+  std::string replaced_;                 // the leader this replica replaced (its pod is marked a standby)
+  std::unique_ptr<PodLabeler> labeler_;  // with config ha_pod: this replica's role on its pod
   std::string follow_error_;
   uint64_t truncated_ = 0;
   std::atomic<uint64_t> truncated_index_{0};  // for the leader's gauge
@@ -277,6 +280,7 @@ bool Replica::Campaign() {
   if (answer->succeeded()) {
     fence_revision_ = answer->header().revision();
     std::lock_guard lock(leader_mu_);
+    replaced_ = leader_seen_;
     leader_seen_ = id_;
     return true;
   }
@@ -542,6 +546,20 @@ std::optional<int> Replica::Standby() {
   http.Handle("GET", "/metrics", [this](const HttpRequest&) {
     return HttpResponse{200, MetricsRegistry::kContentType, metrics_.Render()};
   });
+  // Ready as a replica: following the log, lease alive, pod labelled. What a
+  // Service that selects the leader by label probes (docs/ha.md).
+  http.Handle("GET", "/readyz/replica", [this](const HttpRequest&) {
+    std::lock_guard lock(leader_mu_);
+    const std::string where = "standby " + id_ + " at log index " + std::to_string(applied_.load()) +
+                              "; leader: " + (leader_seen_.empty() ? "none" : leader_seen_);
+    if (!follow_error_.empty())
+      return HttpResponse{503, "text/plain", where + "; cannot follow the log: " + follow_error_ + "\n"};
+    if (!LeaseValid()) return HttpResponse{503, "text/plain", where + "; no etcd lease\n"};
+    if (labeler_ && !labeler_->Settled())
+      return HttpResponse{503, "text/plain", where + "; " + labeler_->Problem() + "\n"};
+    return HttpResponse{200, "text/plain", where + "\n"};
+  });
+  if (labeler_) labeler_->Want("standby");
   if (Status st = http.Start(cfg_.http_listen); !st.ok()) {
     log_->error("HTTP on {}: {}", cfg_.http_listen, st.ToString());
     return 1;
@@ -678,6 +696,12 @@ int Replica::Lead() {
     replicated = store.get();
     return std::unique_ptr<storage::Store>(std::move(store));
   });
+  server.AddHttpHandler("GET", "/readyz/replica", [this](const HttpRequest&) {
+    if (fenced_.load()) return HttpResponse{503, "text/plain", "fenced: another replica leads\n"};
+    if (lease_lost_.load() || !LeaseValid()) return HttpResponse{503, "text/plain", "the leader's lease ran out\n"};
+    if (labeler_ && !labeler_->Settled()) return HttpResponse{503, "text/plain", labeler_->Problem() + "\n"};
+    return HttpResponse{200, "text/plain", "leader " + id_ + "\n"};
+  });
   server.SetReadinessCheck([this]() -> std::string {
     if (fenced_.load()) return "fenced: another replica leads";
     if (lease_lost_.load() || !LeaseValid()) return "the leader's lease ran out: stepping down";
@@ -692,6 +716,11 @@ int Replica::Lead() {
   leading_ = true;
   serving_unix_ = UnixSeconds();
   advertise_ = AdvertiseAddress(cfg_, server.http_port());
+  if (labeler_) {
+    labeler_->Want("leader");
+    std::lock_guard lock(leader_mu_);
+    labeler_->MarkStandby(replaced_);
+  }
   log_->info("leading as {}: serving in {} ms", id_,
              std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count());
   auto next_progress = SteadyClock::now();
@@ -724,6 +753,12 @@ int Replica::Lead() {
 
 int Replica::Run() {
   log_->info("replica {}: etcd {}, key prefix {}, lease TTL {}s", id_, etcd_.current_endpoint(), prefix_, ttl_seconds_);
+  auto labeler = MakePodLabeler(cfg_);
+  if (!labeler.ok()) {
+    log_->error("ha_pod: {}", labeler.status().ToString());
+    return 1;
+  }
+  labeler_ = std::move(*labeler);
   if (!GrantLease()) return 0;
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
   auto stop_keepalive = [this] {
