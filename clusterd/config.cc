@@ -337,17 +337,23 @@ const std::map<std::string, Setter>& Setters() {
       {"etcd_endpoints",
        [](const std::string& v, ClusterdConfig* c) {
          c->ha.etcd_endpoints = SplitList(v);
+         size_t tls = 0;
          for (const std::string& e : c->ha.etcd_endpoints) {
-           if (e.rfind("https://", 0) == 0) {
-             return InvalidArgument("etcd_endpoints: \"" + e + "\": TLS to etcd is not supported yet (docs/ha.md)");
-           }
-           std::string host_port = e.rfind("http://", 0) == 0 ? e.substr(7) : e;
+           const bool https = e.rfind("https://", 0) == 0;
+           tls += https ? 1 : 0;
+           std::string host_port = https ? e.substr(8) : e.rfind("http://", 0) == 0 ? e.substr(7) : e;
            if (host_port.find(':') == std::string::npos || host_port.find('/') != std::string::npos) {
-             return InvalidArgument("etcd_endpoints: \"" + e + "\" is not http://host:port or host:port");
+             return InvalidArgument("etcd_endpoints: \"" + e + "\" is not http://host:port, https://host:port or host:port");
            }
+         }
+         if (tls != 0 && tls != c->ha.etcd_endpoints.size()) {
+           return InvalidArgument("etcd_endpoints: either every endpoint is https:// or none");
          }
          return Status::Ok();
        }},
+      {"etcd_ca_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->ha.etcd_ca_file); }},
+      {"etcd_cert_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->ha.etcd_cert_file); }},
+      {"etcd_key_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->ha.etcd_key_file); }},
       {"ha_replica_id",
        [](const std::string& v, ClusterdConfig* c) {
          if (v.empty() || v.size() > 128 || v.find_first_of("/ \t\n") != std::string::npos) {
@@ -446,6 +452,20 @@ Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view orig
   return Status::Ok();
 }
 
+// TLS to etcd: files only with https endpoints, a certificate with its key.
+static Status ValidateEtcdTls(const ClusterdConfig& c) {
+  const auto& ha = c.ha;
+  const bool https = !ha.etcd_endpoints.empty() && ha.etcd_endpoints.front().rfind("https://", 0) == 0;
+  if (!https && (!ha.etcd_ca_file.empty() || !ha.etcd_cert_file.empty() || !ha.etcd_key_file.empty())) {
+    return InvalidArgument("etcd_ca_file, etcd_cert_file and etcd_key_file need https:// etcd_endpoints");
+  }
+  if (ha.etcd_cert_file.empty() != ha.etcd_key_file.empty()) {
+    return InvalidArgument(ha.etcd_cert_file.empty() ? "etcd_key_file: needs etcd_cert_file"
+                                                     : "etcd_cert_file: needs etcd_key_file");
+  }
+  return Status::Ok();
+}
+
 Status ValidateSecurity(const ClusterdConfig& c) {
   const bool cert = !c.tls.cert_file.empty(), key = !c.tls.key_file.empty();
   const bool authn = !c.auth.token_file.empty() || c.auth.token_review || !c.tls.client_ca_file.empty();
@@ -455,7 +475,7 @@ Status ValidateSecurity(const ClusterdConfig& c) {
           "insecure: plaintext without authentication cannot be combined with tls_* or auth_* "
           "settings (drop --insecure to serve TLS)");
     }
-    return Status::Ok();
+    return ValidateEtcdTls(c);
   }
   if (!cert && !key) {
     return InvalidArgument(
@@ -479,7 +499,7 @@ Status ValidateSecurity(const ClusterdConfig& c) {
   if (!c.auth.agent_service_accounts.empty() && !c.auth.token_review) {
     return InvalidArgument("auth_agent_service_accounts: needs auth_token_review");
   }
-  return Status::Ok();
+  return ValidateEtcdTls(c);
 }
 
 StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, bool* help) {
@@ -574,6 +594,9 @@ Size limits:
 High availability (docs/ha.md; without --etcd-endpoints: one process, no etcd):
   --etcd-endpoints LIST       etcd members, comma-separated http://host:port: this process
                               becomes one replica; the leader serves, standbys follow
+  --etcd-ca-file F            TLS to etcd (https:// endpoints): CA bundle of the members
+                              (default: the system's roots)
+  --etcd-cert-file F, --etcd-key-file F   client certificate and key for etcd
   --ha-replica-id ID          unique per replica (default: the host name)
   --ha-key-prefix P           prefix of every etcd key (default /clusterd/)
   --ha-lease-ttl DUR          the leader's lease; failover takes about this long (default 2s)

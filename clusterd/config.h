@@ -151,8 +151,15 @@ struct ClusterdConfig {
   // replica of several; etcd holds the replicated commit log and the
   // election. Empty (the default): one process, RocksDB only, as always.
   struct Ha {
-    // "http://host:port" or "host:port", any member of one etcd cluster.
+    // "http://host:port" or "host:port", any member of one etcd cluster; or
+    // "https://host:port" (TLS) for every member.
     std::vector<std::string> etcd_endpoints;
+    // TLS to etcd (https endpoints): the CA bundle the members' certificates
+    // chain to (empty: the system's roots), and a client certificate and key
+    // for an etcd with --client-cert-auth (both or neither). Read at start.
+    std::string etcd_ca_file;
+    std::string etcd_cert_file;
+    std::string etcd_key_file;
     // Unique per replica (the pod name on Kubernetes); default: the host name.
     std::string replica_id;
     // Every key ClusterD writes in etcd starts with it, so installations can

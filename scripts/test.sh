@@ -31,6 +31,8 @@ bash test/e2e/mindcluster_test.sh
 bash test/e2e/status_page_test.sh
 # High availability: 3 etcd members (the binary built above) and 3 replicas.
 python3 test/e2e/ha_test.py --etcd "$k8s_bin/etcd" --bin build/bin --grpcurl "$(command -v grpcurl)"
+# ... with TLS to etcd (client certificates both ways).
+ETCD="$k8s_bin/etcd" bash test/e2e/ha_tls_test.sh
 # ... and on Kubernetes: the replicas label their pods for the Service (real API server).
 bash test/k8s/ha_label_test.sh
 bash test/faults/run.sh

@@ -19,7 +19,8 @@ std::string PrefixEnd(std::string prefix) {
 EtcdClient::EtcdClient(Options options) : options_(std::move(options)) {
   for (const std::string& e : options_.endpoints) {
     Member m;
-    m.target = e.rfind("http://", 0) == 0 ? e.substr(7) : e;
+    const bool tls = e.rfind("https://", 0) == 0;
+    m.target = tls ? e.substr(8) : e.rfind("http://", 0) == 0 ? e.substr(7) : e;
     grpc::ChannelArguments args;
     // A dead member is noticed within seconds, not at the TCP timeout.
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
@@ -28,7 +29,15 @@ EtcdClient::EtcdClient(Options options) : options_(std::move(options)) {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
-    m.channel = grpc::CreateCustomChannel(m.target, grpc::InsecureChannelCredentials(), args);
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+    if (tls) {
+      grpc::SslCredentialsOptions ssl;
+      ssl.pem_root_certs = options_.ca_pem;
+      ssl.pem_cert_chain = options_.cert_pem;
+      ssl.pem_private_key = options_.key_pem;
+      credentials = grpc::SslCredentials(ssl);
+    }
+    m.channel = grpc::CreateCustomChannel(m.target, credentials, args);
     m.kv = epb::KV::NewStub(m.channel);
     m.lease = epb::Lease::NewStub(m.channel);
     members_.push_back(std::move(m));

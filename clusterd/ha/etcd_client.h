@@ -31,9 +31,16 @@ std::string PrefixEnd(std::string prefix);
 class EtcdClient {
  public:
   struct Options {
-    // "http://host:port" or "host:port".
+    // "http://host:port" or "host:port" (plaintext), or "https://host:port"
+    // (TLS; every endpoint then).
     std::vector<std::string> endpoints;
     std::chrono::nanoseconds timeout = std::chrono::seconds(2);
+    // TLS (https endpoints): the CA the members' certificates chain to (PEM;
+    // empty: the system's roots) and this client's certificate and key (PEM;
+    // empty: none, for an etcd without --client-cert-auth).
+    std::string ca_pem;
+    std::string cert_pem;
+    std::string key_pem;
   };
   explicit EtcdClient(Options options);
 

@@ -21,6 +21,7 @@
 #include "clusterd/server/server.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/storage/v1/replica.pb.h"
+#include "common/config_util.h"
 #include "common/http_server.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -121,13 +122,13 @@ class EtcdLogWriter final : public replication::LogWriter {
 
 class Replica {
  public:
-  Replica(const ClusterdConfig& config, char** argv)
+  Replica(const ClusterdConfig& config, char** argv, EtcdClient::Options etcd)
       : cfg_(config),
         argv_(argv),
         id_(config.ha.replica_id.empty() ? HostName() : config.ha.replica_id),
         prefix_(config.ha.key_prefix),
         leader_key_(prefix_ + "leader"),
-        etcd_(EtcdClient::Options{config.ha.etcd_endpoints, config.ha.request_timeout}),
+        etcd_(std::move(etcd)),
         log_(GetLogger("ha")),
         token_(NewToken()) {
     ttl_seconds_ = std::max<int64_t>(
@@ -779,7 +780,22 @@ int Replica::Run() {
 }  // namespace
 
 int RunReplica(const ClusterdConfig& config, char** argv) {
-  Replica replica(config, argv);
+  EtcdClient::Options etcd;
+  etcd.endpoints = config.ha.etcd_endpoints;
+  etcd.timeout = config.ha.request_timeout;
+  // TLS material is read once, here: a file that cannot be read ends the start.
+  for (auto [file, pem] :
+       {std::pair{&config.ha.etcd_ca_file, &etcd.ca_pem}, std::pair{&config.ha.etcd_cert_file, &etcd.cert_pem},
+        std::pair{&config.ha.etcd_key_file, &etcd.key_pem}}) {
+    if (file->empty()) continue;
+    auto text = ReadFileToString(*file);
+    if (!text.ok()) {
+      GetLogger("ha")->error("TLS to etcd: {}", text.status().ToString());
+      return 1;
+    }
+    *pem = std::move(*text);
+  }
+  Replica replica(config, argv, std::move(etcd));
   return replica.Run();
 }
 

@@ -190,9 +190,38 @@ TEST(Config, HighAvailability) {
   EXPECT_EQ(cfg->ha.key_prefix, "/team-a/");
   EXPECT_EQ(cfg->ha.lease_ttl, std::chrono::seconds(2));
 
-  auto tls = ParseClusterdConfig({"--insecure", "--etcd-endpoints", "https://127.0.0.1:2379"}, &help);
-  ASSERT_FALSE(tls.ok());
-  EXPECT_NE(tls.status().message().find("TLS"), std::string::npos) << tls.status().message();
+  auto tls = ParseClusterdConfig({"--insecure", "--etcd-endpoints", "https://a:2379,https://b:2379", "--etcd-ca-file",
+                                  "/ca.pem", "--etcd-cert-file", "/c.pem", "--etcd-key-file", "/k.pem"},
+                                 &help);
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
+  EXPECT_EQ(tls->ha.etcd_ca_file, "/ca.pem");
+  EXPECT_EQ(tls->ha.etcd_cert_file, "/c.pem");
+  EXPECT_EQ(tls->ha.etcd_key_file, "/k.pem");
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--insecure", "--etcd-endpoints", "https://a:2379,http://b:2379"},
+        std::vector<std::string>{"--insecure", "--etcd-endpoints", "http://a:2379", "--etcd-ca-file", "/ca.pem"},
+        std::vector<std::string>{"--insecure", "--etcd-endpoints", "https://a:2379", "--etcd-cert-file", "/c.pem"},
+        std::vector<std::string>{"--insecure", "--etcd-endpoints", "https://a:2379", "--etcd-key-file", "/k.pem"}}) {
+    auto r = ParseClusterdConfig(bad, &help);
+    ASSERT_FALSE(r.ok()) << bad[2];
+    EXPECT_NE(r.status().message().find("etcd_"), std::string::npos) << r.status().message();
+  }
+  auto pod = ParseClusterdConfig(
+      {"--insecure", "--ha-pod", "fault-mgmt/clusterd-1", "--ha-advertise-address", "10.0.0.5:11253"}, &help);
+  ASSERT_TRUE(pod.ok()) << pod.status().ToString();
+  EXPECT_EQ(pod->ha.pod_namespace, "fault-mgmt");
+  EXPECT_EQ(pod->ha.pod_name, "clusterd-1");
+  EXPECT_EQ(pod->ha.advertise_address, "10.0.0.5:11253");
+  for (const char* bad_pod : {"clusterd-1", "/x", "ns/", "NS/x", "ns/a b"}) {
+    auto r = ParseClusterdConfig({"--insecure", "--ha-pod", bad_pod}, &help);
+    ASSERT_FALSE(r.ok()) << bad_pod;
+    EXPECT_NE(r.status().message().find("ha_pod"), std::string::npos) << r.status().message();
+  }
+  for (const char* bad_addr : {"10.0.0.5", ":80", "host:", "host:http", "a/b:80"}) {
+    auto r = ParseClusterdConfig({"--insecure", "--ha-advertise-address", bad_addr}, &help);
+    ASSERT_FALSE(r.ok()) << bad_addr;
+    EXPECT_NE(r.status().message().find("ha_advertise_address"), std::string::npos) << r.status().message();
+  }
   auto no_port = ParseClusterdConfig({"--insecure", "--etcd-endpoints", "nohostport"}, &help);
   ASSERT_FALSE(no_port.ok());
   EXPECT_NE(no_port.status().message().find("etcd_endpoints"), std::string::npos) << no_port.status().message();

@@ -12,8 +12,10 @@
 #      generated certificates, NodeD's projected token, the TokenReview role, NetworkPolicies;
 #      MindCluster's clusterd-grpc-svc Service and pubfault_* keys; ha.enabled: ClusterD's
 #      StatefulSet with a volume per replica, etcd deployed or given, PodDisruptionBudgets,
-#      anti-affinity, the etcd keys and --ha-replica-id), and that a plain `helm template`
-#      (no --kube-version) works;
+#      anti-affinity, the etcd keys, --ha-replica-id and --ha-advertise-address, and with
+#      ha.leaderLabel the pod label (--ha-pod, its Role, the Services selecting the leader,
+#      /readyz/replica, RollingUpdate) or without it the leader-only readiness), and that a
+#      plain `helm template` (no --kube-version) works;
 #   4. the rendered config.json / catalog.json files, laid out as the kubelet projects the
 #      pods' volumes, are accepted by the real clusterd and noded binaries (when built):
 #      plaintext, and with the generated certificates when the binaries know the TLS flags
@@ -143,14 +145,14 @@ def sts(component): return next(d for d in by["StatefulSet"] if d["metadata"]["l
 def spod(component): return sts(component)["spec"]["template"]["spec"]
 def other_pod(path, kind): return next(d for d in yaml.safe_load_all(open(path)) if d and d["kind"] == kind)["spec"]["template"]["spec"]
 def same(p):
-    # A pod spec less what ha.enabled changes (affinity, readiness, POD_NAME, --ha-replica-id, the data volume).
+    # A pod spec less what ha.enabled changes (affinity, readiness, the downward-API env, the --ha-* flags, the data volume).
     p = json.loads(json.dumps(p))
     p.pop("affinity", None)
     p["volumes"] = [v for v in p["volumes"] if v["name"] != "data"]
     for c in p["containers"]:
         c.pop("readinessProbe", None)
         c.pop("env", None)
-        c["args"] = [a for a in c["args"] if a != "--ha-replica-id=$(POD_NAME)"]
+        c["args"] = [a for a in c["args"] if not a.startswith("--ha-")]
     return p
 print(eval(sys.argv[2]))
 PY
@@ -342,52 +344,99 @@ else
   bad "generated: agents' key does not match its certificate"
 fi
 
-# High availability (ha.enabled): ClusterD as a StatefulSet, a RocksDB volume per replica, only
-# the leader Ready; etcd deployed by the chart (values-ha) or given (values-ha-external-etcd).
+# High availability (ha.enabled): ClusterD as a StatefulSet, a RocksDB volume per replica;
+# etcd deployed by the chart (values-ha) or given (values-ha-external-etcd). With ha.leaderLabel
+# (the default) every healthy replica is Ready (/readyz/replica) and the Services select the pod
+# label the leader writes (--ha-pod, a Role for pods); with ha.leaderLabel=false only the
+# leader is Ready and the Services select Ready pods.
 HA=$TMP/values-ha-$kv.yaml HX=$TMP/values-ha-external-etcd-$kv.yaml HA_OLD=$TMP/values-ha-${KUBE_VERSIONS[0]}.yaml
 CLUSTERD_SEL="{'matchLabels': {'app.kubernetes.io/name': 'clusterd', 'app.kubernetes.io/instance': 'clusterd', 'app.kubernetes.io/component': 'clusterd'}}"
 ETCD_SEL="{'matchLabels': {'app.kubernetes.io/name': 'clusterd', 'app.kubernetes.io/instance': 'clusterd', 'app.kubernetes.io/component': 'etcd'}}"
+HA_ENV="{'name': 'POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}, {'name': 'POD_NAMESPACE', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.namespace'}}}, {'name': 'POD_IP', 'valueFrom': {'fieldRef': {'fieldPath': 'status.podIP'}}}"
+HA_ENV_NOLABEL="{'name': 'POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}, {'name': 'POD_IP', 'valueFrom': {'fieldRef': {'fieldPath': 'status.podIP'}}}"
+# The Services and what their selectors say about the leader label: (name, clusterIP, publishNotReadyAddresses, component, own component, ha-role).
+HA_SVCS="sorted((s['metadata']['name'], s['spec'].get('clusterIP'), s['spec'].get('publishNotReadyAddresses'), s['spec']['selector']['app.kubernetes.io/component'], s['metadata']['labels']['app.kubernetes.io/component'], s['spec']['selector'].get('clusterd.io/ha-role')) for s in by['Service'] if not s['metadata']['name'].endswith('-metrics'))"
+# The Role(s) granting pods, with their namespaces, rules and bound subjects.
+HA_PODS_ROLE="[(r['metadata']['name'], r['metadata']['namespace'], r['rules'], [(b['metadata']['namespace'], b['roleRef'], b['subjects']) for b in by.get('RoleBinding', []) if b['roleRef']['name'] == r['metadata']['name']]) for r in by.get('Role', []) if any('pods' in x['resources'] for x in r['rules'])]"
+# Which Services the ClusterD ServiceMonitor selects, and the job its relabelings set.
+HA_SM="([s['metadata']['name'] for s in by['Service'] if all(s['metadata']['labels'].get(k) == v for k, v in by['ServiceMonitor'][0]['spec']['selector']['matchLabels'].items())], [(r.get('targetLabel'), r.get('replacement')) for e in by['ServiceMonitor'][0]['spec']['endpoints'] for r in e.get('relabelings', [])])"
 expect "default: no HA keys, no StatefulSet or PodDisruptionBudget" "$D" "([k for k in cfg('clusterd') if k.startswith(('etcd_', 'ha_'))], 'StatefulSet' in by, 'PodDisruptionBudget' in by)" "([], False, False)"
+expect "default: no leader label, no --ha-* flag, no pods Role" "$D" "([a for a in pod('Deployment')['containers'][0]['args'] if a.startswith('--ha-')], [s['spec']['selector'].get('clusterd.io/ha-role') for s in by['Service']], $HA_PODS_ROLE, pod('Deployment')['containers'][0]['readinessProbe']['httpGet']['path'])" "([], [None], [], '/readyz')"
 expect "ha: kinds (no Deployment, no lone PVC)" "$HA" "sorted(by)" \
   "['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'DaemonSet', 'NetworkPolicy', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Secret', 'Service', 'ServiceAccount', 'ServiceMonitor', 'StatefulSet']"
-expect "ha: ClusterD StatefulSet: 3 replicas, Parallel, headless serviceName, a data PVC per replica" "$HA" \
+expect "ha: ClusterD StatefulSet: 3 replicas, Parallel, headless serviceName, RollingUpdate (leaderLabel), a data PVC per replica" "$HA" \
   "(lambda s: (s['metadata']['name'], s['spec']['replicas'], s['spec']['podManagementPolicy'], s['spec']['serviceName'], s['spec']['updateStrategy'], [(v['metadata']['name'], v['metadata']['labels'] == s['spec']['selector']['matchLabels'], v['spec']['accessModes'], v['spec']['resources']['requests']['storage'], v['spec'].get('storageClassName'), v['metadata'].get('annotations')) for v in s['spec']['volumeClaimTemplates']], sorted(v['name'] for v in spod('clusterd')['volumes'])))(sts('clusterd'))" \
-  "('clusterd', 3, 'Parallel', 'clusterd-headless', {'type': 'OnDelete'}, [('data', True, ['ReadWriteOnce'], '50Gi', 'local-nvme', {'backup.example.com/enabled': 'true'})], ['config', 'tmp'])"
-expect "ha: --ha-replica-id=\$(POD_NAME) from the downward API; extraEnv kept" "$HA" "(spod('clusterd')['containers'][0]['args'], spod('clusterd')['containers'][0]['env'])" \
-  "(['--config=/etc/clusterd/config.json', '--ha-replica-id=\$(POD_NAME)'], [{'name': 'POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}, {'name': 'TZ', 'value': 'UTC'}])"
+  "('clusterd', 3, 'Parallel', 'clusterd-headless', {'type': 'RollingUpdate'}, [('data', True, ['ReadWriteOnce'], '50Gi', 'local-nvme', {'backup.example.com/enabled': 'true'})], ['config', 'tmp'])"
+expect "ha: --ha-replica-id=\$(POD_NAME), --ha-advertise-address=\$(POD_IP):11253, --ha-pod=\$(POD_NAMESPACE)/\$(POD_NAME) from the downward API; extraEnv kept" "$HA" "(spod('clusterd')['containers'][0]['args'], spod('clusterd')['containers'][0]['env'])" \
+  "(['--config=/etc/clusterd/config.json', '--ha-replica-id=\$(POD_NAME)', '--ha-advertise-address=\$(POD_IP):11253', '--ha-pod=\$(POD_NAMESPACE)/\$(POD_NAME)'], [$HA_ENV, {'name': 'TZ', 'value': 'UTC'}])"
 expect "ha: config.json: etcd_endpoints (the deployed members), lease TTL, key prefix" "$HA" "sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith(('etcd_', 'ha_')))" \
   "[('etcd_endpoints', ['http://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2379', 'http://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2379', 'http://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2379']), ('ha_key_prefix', '/clusterd/'), ('ha_lease_ttl', '2s')]"
-expect "ha: tight readiness on /readyz (only the leader is Ready)" "$HA" "spod('clusterd')['containers'][0]['readinessProbe']" \
-  "{'httpGet': {'path': '/readyz', 'port': 'http'}, 'failureThreshold': 1, 'periodSeconds': 1, 'successThreshold': 1, 'timeoutSeconds': 1}"
+expect "ha: tight readiness on /readyz/replica (every healthy replica is Ready)" "$HA" "spod('clusterd')['containers'][0]['readinessProbe']" \
+  "{'httpGet': {'path': '/readyz/replica', 'port': 'http'}, 'failureThreshold': 1, 'periodSeconds': 1, 'successThreshold': 1, 'timeoutSeconds': 1}"
+expect "ha: the advertised port is ClusterD's HTTP container port" "$HA" "[p['containerPort'] for p in spod('clusterd')['containers'][0]['ports'] if p['name'] == 'http']" "[11253]"
 expect "ha: required anti-affinity over hostnames, for ClusterD and etcd" "$HA" "[spod(c)['affinity'] == {'podAntiAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': [{'labelSelector': sts(c)['spec']['selector'], 'topologyKey': 'kubernetes.io/hostname'}]}} for c in ('clusterd', 'etcd')]" "[True, True]"
-expect "ha: PodDisruptionBudgets (ClusterD: unready standbys always evictable)" "$HA" "sorted((d['metadata']['name'], d['spec']['maxUnavailable'], d['spec'].get('unhealthyPodEvictionPolicy'), d['spec']['selector']['matchLabels']['app.kubernetes.io/component']) for d in by['PodDisruptionBudget'])" \
+expect "ha: PodDisruptionBudgets (ClusterD: maxUnavailable 1, unready replicas always evictable)" "$HA" "sorted((d['metadata']['name'], d['spec']['maxUnavailable'], d['spec'].get('unhealthyPodEvictionPolicy'), d['spec']['selector']['matchLabels']['app.kubernetes.io/component']) for d in by['PodDisruptionBudget'])" \
   "[('clusterd', 1, 'AlwaysAllow', 'clusterd'), ('clusterd-etcd', 1, None, 'etcd')]"
 expect "ha: no unhealthyPodEvictionPolicy before Kubernetes 1.27" "$HA_OLD" "[d['spec'].get('unhealthyPodEvictionPolicy') for d in by['PodDisruptionBudget']]" "[None, None]"
-expect "ha: Services: clusterd (Ready pods: the leader), headless per-replica and etcd" "$HA" "sorted((s['metadata']['name'], s['spec'].get('clusterIP'), s['spec'].get('publishNotReadyAddresses'), s['spec']['selector']['app.kubernetes.io/component'], s['metadata']['labels']['app.kubernetes.io/component']) for s in by['Service'] if not s['metadata']['name'].endswith('-metrics'))" \
-  "[('clusterd', None, None, 'clusterd', 'clusterd'), ('clusterd-etcd', 'None', True, 'etcd', 'etcd'), ('clusterd-headless', 'None', True, 'clusterd', 'clusterd-headless')]"
-expect "ha: the ClusterD ServiceMonitor selects the clusterd Service alone" "$HA" "[s['metadata']['name'] for s in by['Service'] if all(s['metadata']['labels'].get(k) == v for k, v in by['ServiceMonitor'][0]['spec']['selector']['matchLabels'].items())]" "['clusterd']"
+expect "ha: Services: clusterd selects clusterd.io/ha-role=leader, the headless per-replica one and etcd's do not" "$HA" "$HA_SVCS" \
+  "[('clusterd', None, None, 'clusterd', 'clusterd', 'leader'), ('clusterd-etcd', 'None', True, 'etcd', 'etcd', None), ('clusterd-headless', 'None', True, 'clusterd', 'clusterd-headless', None)]"
+expect "ha: the ClusterD ServiceMonitor selects the headless Service alone (every replica), the job named after the clusterd Service" "$HA" "$HA_SM" "(['clusterd-headless'], [('job', 'clusterd')])"
+expect "ha: a Role with exactly get and patch on pods in the release namespace, bound to ClusterD's ServiceAccount" "$HA" "$HA_PODS_ROLE" \
+  "[('clusterd-ha', 'fault-mgmt', [{'apiGroups': [''], 'resources': ['pods'], 'verbs': ['get', 'patch']}], [('fault-mgmt', {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'Role', 'name': 'clusterd-ha'}, [{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}])])]"
+expect "ha: the integration's RBAC unchanged beside it (ClusterRole pods rules, leases Role)" "$HA" "($(rules ClusterRole), $(rules Role clusterd))" \
+  "([('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')], [('coordination.k8s.io', 'leases', 'get create update')])"
+expect "ha: ClusterD NetworkPolicy: HTTP from the other replicas (checkpoints) beside Prometheus" "$HA" "rules_of('clusterd')[1:]" \
+  "[(['http'], $PROM), (['http'], [{'podSelector': $CLUSTERD_SEL}])]"
 expect "ha: etcd StatefulSet: 3 members, image, static cluster, ClusterD's flags" "$HA" \
   "(lambda s: (s['spec']['replicas'], s['spec']['podManagementPolicy'], s['spec']['serviceName'], spod('etcd')['containers'][0]['image'], [a for a in spod('etcd')['containers'][0]['args'] if a.startswith(('--initial-cluster=', '--max-', '--auto-', '--quota-', '--heartbeat-', '--election-', '--snapshot-'))], [(v['spec']['resources']['requests']['storage'], v['spec'].get('storageClassName')) for v in s['spec']['volumeClaimTemplates']]))(sts('etcd'))" \
   "(3, 'Parallel', 'clusterd-etcd', 'quay.io/coreos/etcd:v3.6.16', ['--initial-cluster=clusterd-etcd-0=http://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-1=http://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-2=http://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2380', '--max-request-bytes=8388608', '--max-txn-ops=1024', '--auto-compaction-mode=revision', '--auto-compaction-retention=100000', '--quota-backend-bytes=8589934592', '--heartbeat-interval=100', '--election-timeout=1000', '--snapshot-count=20000'], [('20Gi', 'local-nvme')])"
 expect "ha: etcd on ClusterD's nodes, no API token" "$HA" "(spod('etcd')['nodeSelector'], spod('etcd')['tolerations'] == spod('clusterd')['tolerations'], spod('etcd')['automountServiceAccountToken'])" "({'masterselector': 'dls-master-node'}, True, False)"
 expect "ha: etcd NetworkPolicy: client port from ClusterD, peer port from the members, nothing else" "$HA" "(npol('clusterd-etcd')['podSelector'], npol('clusterd-etcd')['policyTypes'], rules_of('clusterd-etcd'))" \
   "($ETCD_SEL, ['Ingress'], [(['client'], [{'podSelector': $CLUSTERD_SEL}]), (['peer'], [{'podSelector': $ETCD_SEL}])])"
-expect "ha-external-etcd: no etcd objects; one StatefulSet of 5; OnDelete" "$HX" "(sorted(d['kind'] for d in docs if d['metadata'].get('labels', {}).get('app.kubernetes.io/component') == 'etcd'), [(s['metadata']['name'], s['spec']['replicas'], s['spec']['updateStrategy']['type']) for s in by['StatefulSet']], 'Deployment' in by, 'PersistentVolumeClaim' in by)" \
+expect "ha-external-etcd: no etcd objects; one StatefulSet of 5; the given OnDelete wins over the leaderLabel default" "$HX" "(sorted(d['kind'] for d in docs if d['metadata'].get('labels', {}).get('app.kubernetes.io/component') == 'etcd'), [(s['metadata']['name'], s['spec']['replicas'], s['spec']['updateStrategy']['type']) for s in by['StatefulSet']], 'Deployment' in by, 'PersistentVolumeClaim' in by)" \
   "([], [('fault-center', 5, 'OnDelete')], False, False)"
 expect "ha-external-etcd: config.json: the given endpoints and HA keys" "$HX" "sorted((k, v) for k, v in cfg('fault-center').items() if k.startswith(('etcd_', 'ha_')))" \
   "[('etcd_endpoints', ['http://etcd-0.etcd.infra.svc:2379', 'http://etcd-1.etcd.infra.svc:2379', 'etcd-2.etcd.infra.svc:2379']), ('ha_key_prefix', '/clusterd-prod/'), ('ha_lease_ttl', '3s'), ('ha_log_retain_entries', 50000), ('ha_max_entry_bytes', 2097152), ('ha_request_timeout', '1500ms')]"
 expect "ha-external-etcd: preferred anti-affinity merged into the given nodeAffinity" "$HX" "(sorted(spod('clusterd')['affinity']), spod('clusterd')['affinity']['podAntiAffinity'])" \
   "(['nodeAffinity', 'podAntiAffinity'], {'preferredDuringSchedulingIgnoredDuringExecution': [{'podAffinityTerm': {'labelSelector': {'matchLabels': {'app.kubernetes.io/component': 'clusterd', 'app.kubernetes.io/instance': 'clusterd', 'app.kubernetes.io/name': 'clusterd'}}, 'topologyKey': 'kubernetes.io/hostname'}, 'weight': 100}]})"
-expect "ha-external-etcd: ha.readinessProbe" "$HX" "spod('clusterd')['containers'][0]['readinessProbe']['periodSeconds']" "2"
+expect "ha-external-etcd: ha.readinessProbe on /readyz/replica" "$HX" "(spod('clusterd')['containers'][0]['readinessProbe']['periodSeconds'], spod('clusterd')['containers'][0]['readinessProbe']['httpGet']['path'])" "(2, '/readyz/replica')"
+expect "ha-external-etcd: the pods Role in the release namespace, for fault-center's ServiceAccount" "$HX" "[(n, ns, [(b_ns, s) for b_ns, _, s in b]) for n, ns, _, b in $HA_PODS_ROLE]" \
+  "[('fault-center-ha', 'fault-mgmt', [('fault-mgmt', [{'kind': 'ServiceAccount', 'name': 'fault-center', 'namespace': 'fault-mgmt'}])])]"
 # Under ha the pod is the Deployment's but for what HA changes; a podAntiAffinity of the user's is kept as given.
 if render ha-default default "$kv" --set ha.enabled=true 2>"$TMP/ha-default.err" &&
    render ha-own-affinity default "$kv" --set ha.enabled=true \
      --set-json 'clusterd.affinity={"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"topologyKey":"topology.kubernetes.io/zone","labelSelector":{"matchLabels":{"app.kubernetes.io/component":"clusterd"}}}}]}}' 2>>"$TMP/ha-default.err"; then
-  expect "ha: the StatefulSet's pod is the Deployment's but for affinity, readiness, POD_NAME, --ha-replica-id, the data volume" "$TMP/ha-default-$kv.yaml" \
+  expect "ha: the StatefulSet's pod is the Deployment's but for affinity, readiness, the downward-API env, the --ha-* flags, the data volume" "$TMP/ha-default-$kv.yaml" \
     "[k for k in sorted(set(same(pod('StatefulSet'))) | set(same(other_pod('$D', 'Deployment')))) if same(pod('StatefulSet')).get(k) != same(other_pod('$D', 'Deployment')).get(k)]" "[]"
   expect "ha: a podAntiAffinity in clusterd.affinity is used as given" "$TMP/ha-own-affinity-$kv.yaml" "pod('StatefulSet')['affinity']['podAntiAffinity']['preferredDuringSchedulingIgnoredDuringExecution'][0]['podAffinityTerm']['topologyKey']" "topology.kubernetes.io/zone"
 else
   cat "$TMP/ha-default.err" >&2; bad "ha: helm template --set ha.enabled=true"
+fi
+# ha.leaderLabel=false: the leader alone is Ready, as before the label (plus the advertised
+# address); ha.leaderLabel with kubernetes.enabled=false: the pods Role alone, and the token
+# mounted for it. These renders are validated like the value sets.
+HA_NOLABEL=$TMP/ha-nolabel-$kv.yaml HA_NOK=$TMP/ha-nok-$kv.yaml HA_NOK_NOLABEL=$TMP/ha-nok-nolabel-$kv.yaml HA_MC=$TMP/ha-mindcluster-$kv.yaml
+if render ha-nolabel test/helm/values-ha.yaml "$kv" --set ha.leaderLabel=false 2>"$TMP/ha-variants.err" &&
+   render ha-nok default "$kv" --set ha.enabled=true --set kubernetes.enabled=false --set auth.tokenReview=false 2>>"$TMP/ha-variants.err" &&
+   render ha-nok-nolabel default "$kv" --set ha.enabled=true --set ha.leaderLabel=false --set kubernetes.enabled=false --set auth.tokenReview=false 2>>"$TMP/ha-variants.err" &&
+   render ha-mindcluster default "$kv" --set ha.enabled=true --set mindcluster.service.enabled=true 2>>"$TMP/ha-variants.err"; then
+  for f in "$HA_NOLABEL" "$HA_NOK" "$HA_NOK_NOLABEL" "$HA_MC"; do
+    if "$PY" test/helm/validate.py "$kv" "$f"; then ok "rendered objects valid ($(basename "$f" .yaml))"; else bad "rendered objects invalid ($(basename "$f" .yaml))"; fi
+  done
+  expect "ha, leaderLabel=false: no --ha-pod nor POD_NAMESPACE; --ha-advertise-address kept" "$HA_NOLABEL" "(spod('clusterd')['containers'][0]['args'], spod('clusterd')['containers'][0]['env'])" \
+    "(['--config=/etc/clusterd/config.json', '--ha-replica-id=\$(POD_NAME)', '--ha-advertise-address=\$(POD_IP):11253'], [$HA_ENV_NOLABEL, {'name': 'TZ', 'value': 'UTC'}])"
+  expect "ha, leaderLabel=false: readiness on /readyz (only the leader is Ready), OnDelete" "$HA_NOLABEL" "(spod('clusterd')['containers'][0]['readinessProbe']['httpGet']['path'], sts('clusterd')['spec']['updateStrategy'])" "('/readyz', {'type': 'OnDelete'})"
+  expect "ha, leaderLabel=false: no leader label in any Service selector (clusterd selects Ready pods)" "$HA_NOLABEL" "$HA_SVCS" \
+    "[('clusterd', None, None, 'clusterd', 'clusterd', None), ('clusterd-etcd', 'None', True, 'etcd', 'etcd', None), ('clusterd-headless', 'None', True, 'clusterd', 'clusterd-headless', None)]"
+  expect "ha, leaderLabel=false: no Role for pods (the leases Role alone)" "$HA_NOLABEL" "($HA_PODS_ROLE, sorted(r['metadata']['name'] for r in by['Role']))" "([], ['clusterd'])"
+  expect "ha, leaderLabel=false: the ServiceMonitor selects the clusterd Service alone, no relabeling" "$HA_NOLABEL" "$HA_SM" "(['clusterd'], [])"
+  expect "ha, leaderLabel=false: HTTP from the other replicas still open (checkpoints)" "$HA_NOLABEL" "rules_of('clusterd')[-1]" "(['http'], [{'podSelector': $CLUSTERD_SEL}])"
+  expect "ha, kubernetes.enabled=false: the pods Role and its binding alone, the token mounted for it" "$HA_NOK" "(sorted((d['kind'], d['metadata']['name']) for k in ('Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding') for d in by.get(k, [])), spod('clusterd')['automountServiceAccountToken'], [a for a in spod('clusterd')['containers'][0]['args'] if a.startswith('--ha-pod')])" \
+    "([('Role', 'clusterd-ha'), ('RoleBinding', 'clusterd-ha')], True, ['--ha-pod=\$(POD_NAMESPACE)/\$(POD_NAME)'])"
+  expect "ha, kubernetes.enabled=false, leaderLabel=false: no RBAC, no token" "$HA_NOK_NOLABEL" "(sorted(k for k in by if 'Role' in k), spod('clusterd')['automountServiceAccountToken'])" "([], False)"
+  expect "ha: MindCluster's clusterd-grpc-svc selects the leader too" "$HA_MC" "[s['spec']['selector'].get('clusterd.io/ha-role') for s in by['Service'] if s['metadata']['name'] in ('clusterd', 'clusterd-grpc-svc')]" "['leader', 'leader']"
+else
+  cat "$TMP/ha-variants.err" >&2; bad "ha: helm template with ha.leaderLabel=false / kubernetes.enabled=false / mindcluster"
 fi
 
 # ---- 4. the binaries accept the rendered config files ----------------------------------------
@@ -589,20 +638,28 @@ if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
   fi
   # ha.enabled: a real etcd runs with the flags the chart renders for its members (one member
   # here, on local ports), and two clusterd replicas run on values-ha's config.json with the
-  # StatefulSet's --ha-replica-id: the first leads (/readyz 200), the second stands by (503)
-  # and takes over when the leader stops. The etcd binary: etcd on PATH, ETCD_BIN, or the one
-  # test/k8s/helm_rbac_test.sh builds.
+  # StatefulSet's --ha-* flags (--ha-replica-id and --ha-advertise-address with the pod's name
+  # and IP as the downward API would give them, the IP 127.0.0.1 and the advertised port the
+  # local HTTP port; not --ha-pod, which needs the Kubernetes API: test/k8s/ha_label_test.sh):
+  # the first leads (/readyz 200), the second stands by (/readyz 503, the readiness path
+  # /readyz/replica 200 on both) and takes over when the leader stops. ha.logRetainEntries=0
+  # makes the new leader trim its log at once, so the first replica, restarted on a new
+  # volume, must rebuild from a checkpoint it fetches at the other's advertised address. The
+  # etcd binary: etcd on PATH, ETCD_BIN, or the one test/k8s/helm_rbac_test.sh builds.
   etcd_bin=${ETCD_BIN:-$(command -v etcd || ls "$HOME"/.cache/clusterd-k8s/*/etcd 2>/dev/null | tail -1 || true)}
   if [[ $clusterd_help != *--etcd-endpoints* ]]; then
     echo "  skip build/bin/clusterd has no --etcd-endpoints: the HA config is not run"
+  elif [[ $clusterd_help != *--ha-advertise-address* ]]; then
+    echo "  skip build/bin/clusterd has no --ha-advertise-address: the HA config is not run"
   elif [[ ! -x $etcd_bin ]]; then
     echo "  skip no etcd binary (PATH, ETCD_BIN or ~/.cache/clusterd-k8s): the HA config is not run"
   else
-    render values-ha-plain test/helm/values-ha.yaml "$kv" "${NOK[@]}" --set tls.enabled=false
+    render values-ha-plain test/helm/values-ha.yaml "$kv" "${NOK[@]}" --set tls.enabled=false --set ha.logRetainEntries=0
+    HP=$TMP/values-ha-plain-$kv.yaml
     d="$TMP/run-ha" && mkdir -p "$d"
     ec=$(free_port) ep=$(free_port) em=$(free_port)
     # The rendered etcd args, the member's name and URLs moved to local ports and directories.
-    mapfile -t etcd_args < <("$PY" - "$TMP/values-ha-plain-$kv.yaml" "$d" "$ec" "$ep" "$em" <<'PY'
+    mapfile -t etcd_args < <("$PY" - "$HP" "$d" "$ec" "$ep" "$em" <<'PY'
 import sys, yaml
 path, d, ec, ep, em = sys.argv[1:]
 s = next(x for x in yaml.safe_load_all(open(path)) if x and x["kind"] == "StatefulSet"
@@ -620,20 +677,38 @@ PY
     epid=$!; pids+=("$epid")
     if wait_http "http://127.0.0.1:$em/readyz" 20 "$epid"; then
       ok "etcd $("$etcd_bin" --version | sed -n 's/^etcd Version: //p') runs with the rendered member flags (readiness probe /readyz answers)"
-      extract "$TMP/values-ha-plain-$kv.yaml" clusterd config.json "$d/config.rendered.json"
+      extract "$HP" clusterd config.json "$d/config.rendered.json"
       "$PY" -c 'import json, sys
 c = json.load(open(sys.argv[1])); c["etcd_endpoints"] = ["http://127.0.0.1:" + sys.argv[3]]
 json.dump(c, open(sys.argv[2], "w"), indent=2)' "$d/config.rendered.json" "$d/config.json" "$ec"
-      replica_arg=$("$PY" -c 'import sys, yaml
-s = next(x for x in yaml.safe_load_all(open(sys.argv[1])) if x and x["kind"] == "StatefulSet"
-         and x["metadata"]["labels"]["app.kubernetes.io/component"] == "clusterd")
-print(next(a for a in s["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("--ha-replica-id=")))' "$TMP/values-ha-plain-$kv.yaml")
-      hp=() rpids=()
-      for i in 0 1; do
-        hp+=("$(free_port)")
-        build/bin/clusterd --config "$d/config.json" "${replica_arg//\$(POD_NAME)/clusterd-$i}" --listen "127.0.0.1:$(free_port)" \
-          --http-listen "127.0.0.1:${hp[$i]}" --data-dir "$d/data-$i" "${insecure_flag[@]}" >"$d/clusterd-$i.log" 2>&1 &
+      # The StatefulSet's --ha-* flags but --ha-pod, its readiness path and HTTP container port.
+      mapfile -t ha_flags < <(q "$HP" "'\n'.join(a for a in spod('clusterd')['containers'][0]['args'] if a.startswith('--ha-') and not a.startswith('--ha-pod='))")
+      probe=$(q "$HP" "spod('clusterd')['containers'][0]['readinessProbe']['httpGet']['path']")
+      http_port=$(q "$HP" "[p['containerPort'] for p in spod('clusterd')['containers'][0]['ports'] if p['name'] == 'http'][0]")
+      hp=() gp=() rpids=()
+      for i in 0 1; do hp+=("$(free_port)"); gp+=("$(free_port)"); done
+      replica_flags() { # replica_flags I: the rendered --ha-* flags as pod clusterd-I would expand them, on local ports
+        local a
+        for a in "${ha_flags[@]}"; do
+          a=${a//\$(POD_NAME)/clusterd-$1}
+          printf '%s\n' "${a//\$(POD_IP):$http_port/127.0.0.1:${hp[$1]}}"
+        done
+      }
+      start_replica() { # start_replica I DATA_DIR
+        local flags
+        mapfile -t flags < <(replica_flags "$1")
+        build/bin/clusterd --config "$d/config.json" "${flags[@]}" --listen "127.0.0.1:${gp[$1]}" \
+          --http-listen "127.0.0.1:${hp[$1]}" --data-dir "$2" "${insecure_flag[@]}" >>"$d/clusterd-$1.log" 2>&1 &
         rpids+=($!); pids+=($!)
+      }
+      flags0=$(replica_flags 0 | tr '\n' ' ')
+      if [[ $flags0 == "--ha-replica-id=clusterd-0 --ha-advertise-address=127.0.0.1:${hp[0]} " && $probe == /readyz/replica ]]; then
+        ok "the StatefulSet's flags as replica clusterd-0 runs them: $flags0(--ha-pod left out), readiness $probe"
+      else
+        bad "rendered --ha-* flags '$flags0' (from ${ha_flags[*]}), readiness '$probe'"
+      fi
+      for i in 0 1; do
+        start_replica "$i" "$d/data-$i"
         # The first replica leads before the second starts.
         if ((i == 0)) && ! wait_http "http://127.0.0.1:${hp[0]}/readyz" 20 "${rpids[0]}"; then
           tail -5 "$d/clusterd-0.log" >&2; bad "clusterd replica clusterd-0 on the values-ha config.json did not become the Ready leader"
@@ -645,14 +720,44 @@ print(next(a for a in s["spec"]["template"]["spec"]["containers"][0]["args"] if 
         sleep 2
         out=$(curl -s -w ' %{http_code}' "http://127.0.0.1:${hp[1]}/readyz" 2>&1) || true
         if [[ $out == *standby*503 ]] && curl -fsS -o /dev/null "http://127.0.0.1:${hp[1]}/healthz"; then
-          ok "clusterd replica clusterd-1 stands by: /readyz 503 (not Ready, no Service traffic), /healthz 200"
+          ok "clusterd replica clusterd-1 stands by: /readyz 503 (no Service traffic), /healthz 200"
         else
           tail -5 "$d/clusterd-1.log" >&2; bad "clusterd replica clusterd-1: /readyz '$out', want 503 standby"
+        fi
+        out=$(for i in 0 1; do curl -s -o /dev/null -w '%{http_code} ' "http://127.0.0.1:${hp[$i]}$probe" 2>&1 || true; done)
+        if [[ $out == "200 200 " ]]; then
+          ok "both replicas are Ready on the rendered readiness path $probe (leader and standby)"
+        else
+          bad "readiness $probe of clusterd-0 and clusterd-1: '$out', want '200 200 '"
         fi
         kill "${rpids[0]}" 2>/dev/null || true
         wait "${rpids[0]}" 2>/dev/null || true
         if wait_http "http://127.0.0.1:${hp[1]}/readyz" 15 "${rpids[1]}"; then
           ok "clusterd-1 takes over once the leader stops: /readyz 200"
+          if [[ -x build/bin/clusterctl ]]; then
+            ctl() { build/bin/clusterctl --server "127.0.0.1:${gp[1]}" "$@" >>"$d/clusterctl.log" 2>&1; }
+            trimmed() { curl -fsS "http://127.0.0.1:${hp[1]}/metrics" 2>/dev/null | awk '$1 == "clusterd_ha_log_truncated_index" { print $2 }'; }
+            # Two log entries, trimmed by the leader (every 5 s, ha.logRetainEntries=0).
+            ctl pause --reason helm-test && ctl resume --reason helm-test || bad "clusterctl pause/resume against clusterd-1"
+            for _ in $(seq 1 40); do t=$(trimmed) || t=0; ((${t:-0} >= 2)) && break; sleep 0.5; done
+            start_replica 0 "$d/data-0-new"
+            if wait_http "http://127.0.0.1:${hp[0]}$probe" 20 "${rpids[-1]}"; then
+              # The next entry shows clusterd-0 the log no longer reaches back to its empty store.
+              ctl pause --reason helm-test || bad "clusterctl pause against clusterd-1"
+              for _ in $(seq 1 40); do grep -q "rebuilt from clusterd-1's checkpoint" "$d/clusterd-0.log" && break; sleep 0.5; done
+              if grep -qF "rebuilding from a checkpoint of clusterd-1 (127.0.0.1:${hp[1]})" "$d/clusterd-0.log" &&
+                 grep -q "rebuilt from clusterd-1's checkpoint" "$d/clusterd-0.log" &&
+                 curl -fsS -o /dev/null "http://127.0.0.1:${hp[0]}$probe"; then
+                ok "clusterd-0 on a new volume, past the trimmed log (trimmed to $(trimmed)), rebuilds from clusterd-1's checkpoint at its --ha-advertise-address and is Ready"
+              else
+                grep -v ' D \[' "$d/clusterd-0.log" | tail -8 >&2; bad "clusterd-0 on a new volume did not rebuild from clusterd-1's advertised checkpoint"
+              fi
+            else
+              tail -5 "$d/clusterd-0.log" >&2; bad "clusterd-0 on a new volume did not become Ready ($probe)"
+            fi
+          else
+            echo "  skip build/bin/clusterctl missing: the checkpoint transfer is not run"
+          fi
         else
           tail -5 "$d/clusterd-1.log" >&2; bad "clusterd-1 did not take over after the leader stopped"
         fi
@@ -704,7 +809,8 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
    notes notes-mindcluster -f test/helm/values-mindcluster.yaml &&
    notes notes-mindcluster-ok --namespace mindx-dl --set mindcluster.service.enabled=true --set tls.enabled=false "${NOK[@]}" &&
    notes notes-mindcluster-np --set mindcluster.service.enabled=true --set-json 'networkPolicy.nodeCIDRs=["10.0.0.0/24"]' &&
-   notes notes-ha -f test/helm/values-ha.yaml && notes notes-ha-external -f test/helm/values-ha-external-etcd.yaml; then
+   notes notes-ha -f test/helm/values-ha.yaml && notes notes-ha-external -f test/helm/values-ha-external-etcd.yaml &&
+   notes notes-ha-nolabel -f test/helm/values-ha.yaml --set ha.leaderLabel=false && notes notes-ha-nok --set ha.enabled=true "${NOK[@]}"; then
   notes_has notes-tls "mutual TLS, generated CA" "port-forward svc/clusterd 8899:8899" "get secret clusterd-ca" \
     "openssl req -new" "/O=clusterd:viewer" "grpcurl -cacert ca.crt -cert client.crt -key client.key localhost:8899 clusterd.v1.ClusterService/GetSummary"
   notes_has notes-plain "tls.enabled=false" "port-forward svc/clusterd 8899:8899" "grpcurl -plaintext localhost:8899 clusterd.v1.ClusterService/GetSummary" "unauthenticated"
@@ -717,10 +823,16 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
   notes_has notes-mindcluster-np "MindCluster Service behind a closed NetworkPolicy" "add MindCluster's client pods"
   notes_lacks notes-tls "default: no MindCluster Service" "clusterd-grpc-svc"
   notes_lacks notes-tls "default: no HA" "High availability" "get pods -l app.kubernetes.io/instance=clusterd,app.kubernetes.io/component=clusterd"
-  notes_has notes-ha "ha, deployed etcd" "High availability: 3 ClusterD replicas (StatefulSet clusterd)" "StatefulSet clusterd-etcd, 3 members" \
-    "kubectl -n fault-mgmt get pods -l app.kubernetes.io/instance=clusterd,app.kubernetes.io/component=clusterd" "READY column" "PVC data-<pod>"
-  notes_lacks notes-ha "ha: no Deployment" "rollout status deployment/"
-  notes_has notes-ha-external "ha, external etcd" "High availability: 5 ClusterD replicas (StatefulSet fault-center)" "http://etcd-0.etcd.infra.svc:2379, http://etcd-1.etcd.infra.svc:2379"
+  notes_has notes-ha "ha, deployed etcd, leader label" "High availability: 3 ClusterD replicas (StatefulSet clusterd)" "StatefulSet clusterd-etcd, 3 members" \
+    "kubectl -n fault-mgmt get pods -l app.kubernetes.io/instance=clusterd,app.kubernetes.io/component=clusterd -L clusterd.io/ha-role" \
+    "labels its pod clusterd.io/ha-role=leader" "Every healthy replica is Ready (/readyz/replica)" "rollout status statefulset/clusterd" \
+    "the RollingUpdate of new versions work" "PodDisruptionBudget maxUnavailable 1" "resigns on SIGTERM" "PVC data-<pod>"
+  notes_lacks notes-ha "ha: no Deployment, not leader-only" "rollout status deployment/" "READY column" "Only the leader is Ready"
+  notes_has notes-ha-external "ha, external etcd" "High availability: 5 ClusterD replicas (StatefulSet fault-center)" "http://etcd-0.etcd.infra.svc:2379, http://etcd-1.etcd.infra.svc:2379" \
+    "a RollingUpdate (updateStrategy is OnDelete here)"
+  notes_has notes-ha-nolabel "ha, leaderLabel=false" "Only the leader is Ready" "READY column" "never see every replica Ready"
+  notes_lacks notes-ha-nolabel "ha, leaderLabel=false" "clusterd.io/ha-role" "/readyz/replica"
+  notes_has notes-ha-nok "ha, kubernetes.enabled=false" "only Kubernetes access is get and patch on pods" "in fault-mgmt, for the leader label (Role clusterd-ha)"
 else
   cat "$TMP"/notes-*.err >&2; bad "NOTES.txt does not render"
 fi
@@ -797,7 +909,17 @@ for f in test/helm/bad/*.yaml; do
     echo "$out" >&2; bad "$(basename "$f"): failed without naming '$want'"
   fi
 done
-for set in clusterd.ports.grpc=-1 clusterd.ports.http=70000 noded.accelerator=cuda clusterd.config.retention_age=1w; do
+# ha.leaderLabel is a boolean (a string "true" would be truthy in the templates, "false" too).
+for set in ha.leaderLabel=yes ha.leaderLabel=false; do
+  if out=$("$HELM" template clusterd "$CHART" --kube-version "$kv" --set ha.enabled=true --set-string "$set" 2>&1 >/dev/null); then
+    bad "--set-string $set accepted"
+  elif grep -qF -- "/ha/leaderLabel" <<<"$out"; then
+    ok "--set-string $set rejected: $(grep -m1 -E "^- at|execution error" <<<"$out" | cut -c1-110)"
+  else
+    echo "$out" >&2; bad "--set-string $set: failed without naming /ha/leaderLabel"
+  fi
+done
+for set in clusterd.ports.grpc=-1 clusterd.ports.http=70000 noded.accelerator=cuda clusterd.config.retention_age=1w ha.updateStrategy.type=Recreate; do
   if "$HELM" template clusterd "$CHART" --kube-version "$kv" --set "$set" >/dev/null 2>&1; then
     bad "--set $set accepted"
   else

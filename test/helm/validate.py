@@ -8,9 +8,10 @@ the OpenAPI schemas that the kubernetes-validate package bundles, offline. The P
 Operator kinds (ServiceMonitor, PrometheusRule) and cert-manager's Certificate are CRDs the
 package has no schema for: they are checked structurally here instead. On top of the schemas,
 the chart's own promises are checked: the security contexts; RBAC only for ClusterD's
-ServiceAccount and only the rules in ALLOWED_RULES (no wildcards, nothing else); a
+ServiceAccount and only the rules in ALLOWED_RULES (no wildcards, nothing else; get and patch
+on pods only in a Role of ha.leaderLabel); a
 service-account API token mounted only into the ClusterD pod and only when it has a role
-(kubernetes.enabled or auth.tokenReview), never into NodeD, whose projected token must carry
+(kubernetes.enabled, auth.tokenReview or ha.leaderLabel), never into NodeD, whose projected token must carry
 an audience of its own (one the API server does not accept); TLS keys and tokens mounted
 read-only; one ClusterD replica with the Recreate strategy, or (ha.enabled) a StatefulSet of
 at least 2 with Parallel pod management, and never both; every StatefulSet governed by a
@@ -39,11 +40,16 @@ ALLOWED_RULES = {
     ("ClusterRole", "", "events"): {"create", "patch", "get"},
     ("ClusterRole", "events.k8s.io", "events"): {"create", "patch", "get"},
     ("Role", "coordination.k8s.io", "leases"): {"get", "create", "update"},
+    # ha.leaderLabel: each replica labels its own pod, and a new leader its predecessor's
+    # (a Role of its own, in the release namespace).
+    ("Role", "", "pods"): {"get", "patch"},
     # auth.tokenReview: who sent a bearer token (its own ClusterRole).
     ("ClusterRole", "authentication.k8s.io", "tokenreviews"): {"create"},
 }
 # The ClusterRole rules that belong to the Kubernetes integration (all or nothing with its Role).
 TOKEN_REVIEW = ("authentication.k8s.io", "tokenreviews")
+# The Role of ha.leaderLabel (pods in the release namespace), apart from the integration's too.
+LEADER_LABEL = ("", "pods")
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 problems = []
@@ -214,17 +220,27 @@ def check_rbac(docs):
         if b["kind"] == "RoleBinding" and ref.get("kind") != "Role":
             problem(b, "a RoleBinding must reference the chart's Role")
         bound = True
-    # The integration's RBAC is all or nothing; the TokenReview ClusterRole stands alone.
-    def token_review_only(role):
-        return all((g, r) == TOKEN_REVIEW for rule in role.get("rules") or []
+    # The integration's RBAC is all or nothing; the TokenReview ClusterRole and the leader-label
+    # Role (ha.leaderLabel, with ClusterD's StatefulSet only) stand alone.
+    def only(role, pair):
+        return all((g, r) == pair for rule in role.get("rules") or []
                    for g in rule.get("apiGroups") or [] for r in rule.get("resources") or [])
-    integration = [d for d in docs if d.get("kind") == "Role"
-                   or (d.get("kind") == "ClusterRole" and not token_review_only(d))]
+    leader_label = [d for d in docs if d.get("kind") == "Role" and only(d, LEADER_LABEL)]
+    integration = [d for d in docs if (d.get("kind") == "Role" and d not in leader_label)
+                   or (d.get("kind") == "ClusterRole" and not only(d, TOKEN_REVIEW))]
     if integration and not ({"ClusterRole", "Role"} <= {d["kind"] for d in integration}
                             and sum(d.get("kind") == "ClusterRoleBinding" for d in docs)
                             >= sum(d.get("kind") == "ClusterRole" for d in docs)
-                            and any(d.get("kind") == "RoleBinding" for d in docs)):
+                            and sum(d.get("kind") == "RoleBinding" for d in docs) > len(leader_label)):
         problem(dep, "RBAC is all or nothing: ClusterRole, Role and both bindings")
+    if leader_label and dep.get("kind") != "StatefulSet":
+        problem(leader_label[0], "the pods Role belongs to ha.leaderLabel (ClusterD's StatefulSet) only")
+    for r in leader_label:
+        if r["metadata"].get("namespace") != sa[1]:
+            problem(r, f"the pods Role must be in ClusterD's namespace {sa[1]!r}")
+        if not any(b.get("kind") == "RoleBinding" and (b.get("roleRef") or {}).get("name") == r["metadata"]["name"]
+                   for b in docs):
+            problem(r, "no RoleBinding grants the pods Role")
     if pod.get("automountServiceAccountToken") is not bound:
         problem(dep, f"automountServiceAccountToken must be {bound} (roles bound: {bound})")
 

@@ -10,7 +10,12 @@
 # TLS, TokenReview through the API server with its own token) and a NodeD with the installed
 # client certificate and a pod-bound token connects as its node. `helm upgrade --set
 # kubernetes.enabled=false` removes the integration's access, `--set auth.tokenReview=false` the
-# rest. Prints every check; exits 0 only if all passed.
+# rest. Then `helm upgrade --set ha.enabled=true` (integration and TokenReview still off): the
+# leader label's Role lets ClusterD's token get and patch pods in the release namespace and
+# nothing else (no other namespace, no list, delete or status), the StatefulSet mounts the
+# token for it, and the real clusterd with the StatefulSet's flags labels its (stand-in) pod
+# leader; `--set ha.leaderLabel=false` takes the Role and the token away again. Prints every
+# check; exits 0 only if all passed.
 #
 # Needs: helm (test/e2e/helm_test.sh installs it), Go for scripts/k8s-tools.sh (the first run
 # builds etcd and kube-apiserver: minutes; later runs start them in seconds).
@@ -231,14 +236,14 @@ NODED=${NODED:-build/bin/noded}
 help=$("$CLUSTERD" --help 2>&1 || true)
 noded_help=$("$NODED" --help 2>&1 || true)
 # installed KIND NAME ROOT [DROP_KEY...]: lays out the pod's "config" volume of the installed
-# Deployment/DaemonSet NAME under ROOT as the kubelet projects it (ConfigMap and Secret items
+# Deployment/StatefulSet/DaemonSet NAME under ROOT as the kubelet projects it (ConfigMap and Secret items
 # as installed; $PROJECTED_TOKEN for a serviceAccountToken source) and prints the path of its
 # config.json with the paths into the volume moved under ROOT (DROP_KEYs left out).
 installed() {
   local kind=$1 name=$2 root=$3 res
   shift 3
   mkdir -p "$root"
-  res=$([[ $kind == Deployment ]] && echo deployments || echo daemonsets)
+  res=$(case $kind in Deployment) echo deployments ;; StatefulSet) echo statefulsets ;; *) echo daemonsets ;; esac)
   k8s_api GET "/apis/apps/v1/namespaces/$NS/$res/$name" >"$root/workload.json" &&
     k8s_api GET "/api/v1/namespaces/$NS/configmaps" >"$root/configmaps.json" &&
     k8s_api GET "/api/v1/namespaces/$NS/secrets" >"$root/secrets.json" || return 1
@@ -405,6 +410,123 @@ if [[ $mount == False ]]; then ok "disabled: no token mounted into ClusterD"; el
 projected=$(k8s_api GET "/apis/apps/v1/namespaces/$NS/daemonsets/clusterd-noded" |
   python3 -c 'import json,sys; print([k for v in json.load(sys.stdin)["spec"]["template"]["spec"]["volumes"] for s in v.get("projected", {}).get("sources", []) for k in s])')
 if [[ $projected == "['configMap', 'secret']" ]]; then ok "disabled: NodeD has no projected token"; else bad "disabled: NodeD's projected sources are $projected"; fi
+echo "== helm upgrade --set ha.enabled=true: the leader label's Role alone, pods in $NS only (${SECONDS}s)"
+# ha.enabled (ha.leaderLabel by default) with the integration and TokenReview still off: the
+# replicas label their own pods (get and patch on pods in the release namespace, a Role of its
+# own), so ClusterD's token is mounted again, for that alone. A stand-in for a replica's pod
+# (no kubelet: it stays Pending) to act on.
+HA_SET=(--set kubernetes.enabled=false --set auth.tokenReview=false --set ha.enabled=true)
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" "${HA_SET[@]}" 2>&1); then
+  ok "helm upgrade --set ha.enabled=true (kubernetes.enabled=false, auth.tokenReview=false)"
+else
+  echo "$out" >&2
+  bad "helm upgrade --set ha.enabled=true"
+fi
+HA_ROLE=/apis/rbac.authorization.k8s.io/v1/namespaces/$NS/roles/clusterd-ha
+for obj in "$HA_ROLE" "/apis/rbac.authorization.k8s.io/v1/namespaces/$NS/rolebindings/clusterd-ha" \
+  "/apis/apps/v1/namespaces/$NS/statefulsets/clusterd" "/apis/apps/v1/namespaces/$NS/statefulsets/clusterd-etcd"; do
+  if k8s_api GET "$obj" | name_of >/dev/null 2>&1; then ok "installed: $obj"; else bad "not installed: $obj"; fi
+done
+got=$(k8s_api GET "$HA_ROLE" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rules"])' 2>&1) || true
+want="[{'verbs': ['get', 'patch'], 'apiGroups': [''], 'resources': ['pods']}]"
+if [[ $got == "$want" ]]; then ok "Role clusterd-ha: get and patch on pods, nothing else"; else bad "Role clusterd-ha rules: '$got', want '$want'"; fi
+for obj in "/apis/rbac.authorization.k8s.io/v1/clusterroles/$CLUSTER_ROLE" "/apis/rbac.authorization.k8s.io/v1/namespaces/$NS/roles/clusterd" \
+  "/apis/apps/v1/namespaces/$NS/deployments/clusterd"; do
+  gone=$(k8s_code GET "$obj")
+  if [[ $gone == 404 ]]; then ok "ha: $obj not installed"; else bad "ha: $obj: GET -> $gone, want 404"; fi
+done
+sts_spec() {
+  k8s_api GET "/apis/apps/v1/namespaces/$NS/statefulsets/clusterd" |
+    python3 -c 'import json,sys; s=json.load(sys.stdin)["spec"]; p=s["template"]["spec"]; c=p["containers"][0]; print(p.get("automountServiceAccountToken"), s["updateStrategy"]["type"], c["readinessProbe"]["httpGet"]["path"], [a for a in c["args"] if a.startswith("--ha-pod")])'
+}
+got=$(sts_spec 2>&1) || true
+want="True RollingUpdate /readyz/replica ['--ha-pod=\$(POD_NAMESPACE)/\$(POD_NAME)']"
+if [[ $got == "$want" ]]; then ok "ha: the StatefulSet mounts the token (leader label alone), RollingUpdate, /readyz/replica, --ha-pod"; else bad "ha: StatefulSet '$got', want '$want'"; fi
+admin POST "/api/v1/namespaces/$NS/pods" \
+  '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"clusterd-0","labels":{"app.kubernetes.io/component":"clusterd"}},"spec":{"serviceAccountName":"clusterd","containers":[{"name":"clusterd","image":"clusterd"}]}}'
+PODS=/api/v1/namespaces/$NS/pods
+check 200 "ha: get a replica's pod in $NS" GET "$PODS/clusterd-0"
+check 200 "ha: label a replica's pod leader (merge patch, as ClusterD)" PATCH "$PODS/clusterd-0" '{"metadata":{"labels":{"clusterd.io/ha-role":"leader"}}}'
+role_label() { k8s_api GET "$PODS/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"].get("labels", {}).get("clusterd.io/ha-role"))'; }
+got=$(role_label clusterd-0 2>&1) || true
+if [[ $got == leader ]]; then ok "ha: the pod carries clusterd.io/ha-role=leader"; else bad "ha: clusterd.io/ha-role is '$got', want leader"; fi
+check 200 "ha: relabel the replaced leader's pod standby" PATCH "$PODS/clusterd-0" '{"metadata":{"labels":{"clusterd.io/ha-role":"standby"}}}'
+check 403 "ha: patch a pod in another namespace" PATCH "/api/v1/namespaces/$WORK/pods/rank-0" '{"metadata":{"labels":{"clusterd.io/ha-role":"leader"}}}'
+check 403 "ha: get a pod in another namespace" GET "/api/v1/namespaces/$WORK/pods/rank-0"
+check 403 "ha: list pods in $NS" GET "$PODS"
+check 403 "ha: watch pods in $NS" GET "$PODS?watch=1&timeoutSeconds=1"
+check 403 "ha: create a pod in $NS" POST "$PODS" "$(pod_json rogue)"
+check 403 "ha: delete a replica's pod" DELETE "$PODS/clusterd-0"
+check 403 "ha: update a replica's pod (PUT)" PUT "$PODS/clusterd-0" '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"clusterd-0"}}'
+check 403 "ha: patch pods/status" PATCH "$PODS/clusterd-0/status" '{"status":{"phase":"Failed"}}'
+check 403 "ha: exec into a replica's pod" POST "$PODS/clusterd-0/exec?command=sh&stdout=true"
+check 403 "ha: list pods, all namespaces" GET /api/v1/pods
+check 403 "ha: get secrets in $NS" GET "/api/v1/namespaces/$NS/secrets"
+check 403 "ha: get the Lease" GET "$LEASES/clusterd"
+# The real clusterd as the StatefulSet runs it: the installed config.json (etcd: the API
+# server's, under the chart's key prefix) and the pod's args as the kubelet expands them
+# for pod clusterd-0 (POD_IP 127.0.0.1, ports moved to local ones), ClusterD's token in a
+# kubeconfig: it labels its pod leader, and /readyz/replica is 200 only then.
+if [[ -x $CLUSTERD && $help == *--ha-pod* && $help == *--kubeconfig* ]]; then
+  d=$TMP/clusterd-ha
+  if [[ $help == *--tls-cert-file* ]]; then
+    conf=$(installed StatefulSet clusterd "$d") || die "reading the installed StatefulSet"
+  else
+    conf=$(installed StatefulSet clusterd "$d" tls_ auth_ metrics_auth insecure) || die "reading the installed StatefulSet"
+  fi
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["etcd_endpoints"]=[sys.argv[2]]; json.dump(c, open(sys.argv[1], "w"), indent=2)' "$conf" "$K8S_ETCD"
+  k8s_write_kubeconfig "$d/kubeconfig" "$SA_TOKEN" "system:serviceaccount:$NS:clusterd" "$NS"
+  http=$(k8s_free_port) grpc=$(k8s_free_port)
+  mapfile -t ha_args < <(python3 - "$d/workload.json" "$NS" "$http" <<'PY'
+import json, sys
+spec, ns, http = json.load(open(sys.argv[1]))["spec"]["template"]["spec"], sys.argv[2], sys.argv[3]
+c = spec["containers"][0]
+port = next(p["containerPort"] for p in c["ports"] if p["name"] == "http")
+env = {"POD_NAME": "clusterd-0", "POD_NAMESPACE": ns, "POD_IP": "127.0.0.1"}
+for a in c["args"]:
+    if a.startswith("--ha-"):
+        a = a.replace(f"$(POD_IP):{port}", f"$(POD_IP):{http}")
+        for k, v in env.items():
+            a = a.replace(f"$({k})", v)
+        print(a)
+PY
+  )
+  "$CLUSTERD" --config "$conf" --kubeconfig "$d/kubeconfig" "${ha_args[@]}" --listen "127.0.0.1:$grpc" \
+    --http-listen "127.0.0.1:$http" --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
+  CLUSTERD_PID=$!
+  if k8s_wait 30 "clusterd /readyz/replica" curl -fsS "http://127.0.0.1:$http/readyz/replica" &&
+     [[ $(role_label clusterd-0 2>&1) == leader ]]; then
+    ok "clusterd with the StatefulSet's flags (${ha_args[*]}) leads and labels its pod leader with only the Role's rights"
+  else
+    tail -20 "$d/clusterd.log" >&2
+    bad "clusterd with the StatefulSet's flags did not label its pod leader (/readyz/replica)"
+  fi
+  if grep -qiE 'forbidden|[^.0-9]403\b' "$d/clusterd.log"; then
+    { grep -iE 'forbidden|[^.0-9]403\b' "$d/clusterd.log" | head -5 >&2; } || true # head ends grep early (SIGPIPE)
+    bad "ha: clusterd's log shows a refused API call"
+  else
+    ok "ha: no refused (403) API call in clusterd's log"
+  fi
+  k8s_kill_wait "$CLUSTERD_PID"
+  CLUSTERD_PID=
+else
+  echo "  skip $CLUSTERD missing or without --ha-pod/--kubeconfig"
+fi
+
+echo "== helm upgrade --set ha.leaderLabel=false takes the pods Role away (${SECONDS}s)"
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" "${HA_SET[@]}" --set ha.leaderLabel=false 2>&1); then
+  ok "helm upgrade --set ha.leaderLabel=false"
+else
+  echo "$out" >&2
+  bad "helm upgrade --set ha.leaderLabel=false"
+fi
+gone=$(k8s_code GET "$HA_ROLE")
+if [[ $gone == 404 ]]; then ok "Role clusterd-ha removed"; else bad "Role clusterd-ha: GET -> $gone, want 404"; fi
+check 403 "leaderLabel=false: patch a replica's pod" PATCH "$PODS/clusterd-0" '{"metadata":{"labels":{"clusterd.io/ha-role":"leader"}}}'
+check 403 "leaderLabel=false: get a replica's pod" GET "$PODS/clusterd-0"
+got=$(sts_spec 2>&1) || true
+want="False OnDelete /readyz []"
+if [[ $got == "$want" ]]; then ok "leaderLabel=false: no token mounted, OnDelete, /readyz, no --ha-pod"; else bad "leaderLabel=false: StatefulSet '$got', want '$want'"; fi
 if out=$(helm_k uninstall "$RELEASE" -n "$NS" 2>&1); then ok "helm uninstall"; else echo "$out" >&2; bad "helm uninstall"; fi
 
 echo "helm_rbac_test: $passed passed, $failed failed (${SECONDS}s)"

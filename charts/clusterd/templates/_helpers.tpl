@@ -394,11 +394,11 @@ localhost (port-forward, the /readyz self-check) and tls.extraDnsNames. As JSON 
 {{- end }}
 
 {{/*
-"true" when ClusterD's pod needs its ServiceAccount token: the Kubernetes integration or
-TokenReview.
+"true" when ClusterD's pod needs its ServiceAccount token: the Kubernetes integration,
+TokenReview, or the leader label of ha (ha.leaderLabel).
 */}}
 {{- define "clusterd.clusterd.apiAccess" -}}
-{{- if or .Values.kubernetes.enabled (include "clusterd.auth.tokenReview" .) }}true{{ end }}
+{{- if or .Values.kubernetes.enabled (include "clusterd.auth.tokenReview" .) (include "clusterd.ha.leaderLabel" .) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -461,6 +461,33 @@ The headless Service of ClusterD's StatefulSet (its serviceName; every replica, 
 */}}
 {{- define "clusterd.ha.headlessName" -}}
 {{- printf "%s-headless" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
+
+{{/*
+"true" when the replicas label their pods clusterd.io/ha-role=leader or standby (--ha-pod):
+ha.enabled and ha.leaderLabel. Then every healthy replica is Ready (/readyz/replica) and the
+clusterd Service selects the label instead of readiness.
+*/}}
+{{- define "clusterd.ha.leaderLabel" -}}
+{{- if and .Values.ha.enabled .Values.ha.leaderLabel }}true{{ end }}
+{{- end }}
+
+{{/*
+The pod label the leader carries, and the clusterd Service selects, with ha.leaderLabel.
+*/}}
+{{- define "clusterd.ha.roleLabel" -}}clusterd.io/ha-role{{- end }}
+
+{{/*
+The StatefulSet's updateStrategy (YAML): ha.updateStrategy when set, else RollingUpdate with
+ha.leaderLabel (every healthy replica is Ready) and OnDelete without it (only the leader is
+Ready: a RollingUpdate would stop at the first standby).
+*/}}
+{{- define "clusterd.ha.updateStrategy" -}}
+{{- $u := .Values.ha.updateStrategy }}
+{{- if kindIs "invalid" $u }}
+{{- $u = dict "type" (ternary "RollingUpdate" "OnDelete" (eq (include "clusterd.ha.leaderLabel" .) "true")) }}
+{{- end }}
+{{- toYaml $u }}
 {{- end }}
 
 {{/*
