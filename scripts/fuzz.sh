@@ -19,7 +19,7 @@ shift || true
 JOBS="${JOBS:-2}"
 FUZZ_JOBS="${FUZZ_JOBS:-1}"
 BUILD_DIR="${FUZZ_BUILD_DIR:-build-fuzz}"
-ALL_TARGETS=(npu_smi sim_http rules_config noded_config clusterd_config catalog label_selector page_token key_codec outbox pubfault)
+ALL_TARGETS=(npu_smi sim_http rules_config noded_config clusterd_config catalog label_selector page_token key_codec outbox pubfault checkpoint_manifest)
 JSON_TARGETS=" sim_http rules_config noded_config clusterd_config catalog "
 targets=("$@")
 ((${#targets[@]})) || targets=("${ALL_TARGETS[@]}")

@@ -56,7 +56,7 @@ std::map<std::string, std::string> Query(const std::string& target) {
   return out;
 }
 
-HttpResponse Text(int status, std::string body) {
+HttpResponse Text(int status, const std::string& body) {
   return HttpResponse{status, "text/plain; charset=utf-8", body + "\n"};
 }
 
@@ -218,7 +218,7 @@ HttpResponse CheckpointServer::Start(const HttpRequest& req) {
   return Text(202, "making a checkpoint");
 }
 
-void CheckpointServer::Make(Source source, std::string id) {
+void CheckpointServer::Make(const Source& source, std::string id) {
   const std::string dir = options_.root + "/" + id;
   std::error_code ec;
   fs::create_directories(options_.root, ec);

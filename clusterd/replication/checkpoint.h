@@ -94,7 +94,7 @@ class CheckpointServer {
   HttpResponse File(const HttpRequest& req);
   // 401 unless the request carries the token; empty optional otherwise.
   bool Authorized(const HttpRequest& req);
-  void Make(Source source, std::string id);  // the maker thread
+  void Make(const Source& source, std::string id);  // the maker thread
   void Join();
 
   const Options options_;
