@@ -433,7 +433,7 @@ Status Replica::Append(uint64_t index, const std::string& entry) {
 
 Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep_old,
                         replication::CheckpointServer* checkpoints) {
-  // The live peers the log still reaches, furthest first.
+  // The live peers the log still reaches.
   epb::RangeRequest range;
   range.set_key(prefix_ + "progress/");
   range.set_range_end(PrefixEnd(prefix_ + "progress/"));
@@ -448,8 +448,18 @@ Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep
     peers.emplace_back(kv.key().substr(prefix_.size() + 9), std::move(progress));
   }
   if (peers.empty()) return Unavailable("no live peer serves a checkpoint");
-  std::sort(peers.begin(), peers.end(),
-            [](const auto& a, const auto& b) { return a.second.log_index() > b.second.log_index(); });
+  // Standbys first (a checkpoint flushes the store: spare the leader), the
+  // furthest ahead first among them.
+  std::string leader;
+  {
+    std::lock_guard lock(leader_mu_);
+    leader = leader_seen_;
+  }
+  std::sort(peers.begin(), peers.end(), [&](const auto& a, const auto& b) {
+    const bool a_leads = a.first == leader, b_leads = b.first == leader;
+    if (a_leads != b_leads) return b_leads;
+    return a.second.log_index() > b.second.log_index();
+  });
   Status last;
   for (const auto& [peer, progress] : peers) {
     replication::FetchOptions options;
