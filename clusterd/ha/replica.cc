@@ -451,6 +451,7 @@ Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep
   // Standbys first (a checkpoint flushes the store: spare the leader), the
   // furthest ahead first among them.
   std::string leader;
+  ReadLeader();
   {
     std::lock_guard lock(leader_mu_);
     leader = leader_seen_;
