@@ -14,14 +14,19 @@
 #      StatefulSet with a volume per replica, etcd deployed or given, PodDisruptionBudgets,
 #      anti-affinity, the etcd keys, --ha-replica-id and --ha-advertise-address, and with
 #      ha.leaderLabel the pod label (--ha-pod, its Role, the Services selecting the leader,
-#      /readyz/replica, RollingUpdate) or without it the leader-only readiness), and that a
-#      plain `helm template` (no --kube-version) works;
+#      /readyz/replica, RollingUpdate) or without it the leader-only readiness; TLS to etcd:
+#      the deployed etcd's TLS flags, generated Secrets (SANs of every member, one etcd CA)
+#      and mounts, https endpoints and etcd_* files in config.json, an existing etcd's
+#      existingSecret, and the plaintext etcd of before with ha.etcd.tls.enabled=false), and
+#      that a plain `helm template` (no --kube-version) works;
 #   4. the rendered config.json / catalog.json files, laid out as the kubelet projects the
 #      pods' volumes, are accepted by the real clusterd and noded binaries (when built):
 #      plaintext, and with the generated certificates when the binaries know the TLS flags
 #      (mutual TLS checked with grpcurl); ClusterD's config without the Kubernetes keys and
 #      TokenReview here, as those need an API server (test/k8s/helm_rbac_test.sh installs the
-#      chart into one); values-mindcluster's public-fault settings and code table are in force
+#      chart into one); values-ha's etcd members (TLS, client certificates required) and two
+#      ClusterD replicas with the generated certificates, leading, standing by, failing over;
+#      values-mindcluster's public-fault settings and code table are in force
 #      (public faults sent with grpcurl); NOTES.txt's openssl and grpcurl commands against a
 #      live clusterd;
 #   5. values.schema.json rejects bad values: every test/helm/bad/*.yaml must make
@@ -143,12 +148,21 @@ def npol(name): return next(d for d in by["NetworkPolicy"] if d["metadata"]["nam
 def rules_of(name): return [([p["port"] for p in r.get("ports", [])], r.get("from")) for r in npol(name).get("ingress", [])]
 def sts(component): return next(d for d in by["StatefulSet"] if d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
 def spod(component): return sts(component)["spec"]["template"]["spec"]
+def ssources(component): return next(v for v in spod(component)["volumes"] if v["name"] == "config")["projected"]["sources"]
+def sproj(component): return [(k, s[k].get("name", s[k].get("audience")), sorted((i["key"], i["path"], i.get("mode")) for i in s[k].get("items", []))) for s in ssources(component) for k in s]
+def secrets(): return sorted((d["metadata"]["name"], d["metadata"]["labels"]["app.kubernetes.io/component"], d["type"], sorted(d["data"])) for d in by.get("Secret", []))
+def etcd_args(): return spod("etcd")["containers"][0]["args"]
 def other_pod(path, kind): return next(d for d in yaml.safe_load_all(open(path)) if d and d["kind"] == kind)["spec"]["template"]["spec"]
 def same(p):
-    # A pod spec less what ha.enabled changes (affinity, readiness, the downward-API env, the --ha-* flags, the data volume).
+    # A pod spec less what ha.enabled changes (affinity, readiness, the downward-API env, the --ha-* flags, the data volume,
+    # the etcd TLS files in the config volume).
     p = json.loads(json.dumps(p))
     p.pop("affinity", None)
     p["volumes"] = [v for v in p["volumes"] if v["name"] != "data"]
+    for v in p["volumes"]:
+        if "projected" in v:
+            v["projected"]["sources"] = [s for s in v["projected"]["sources"]
+                                         if not any(i["path"].startswith("etcd-tls/") for i in s.get("secret", {}).get("items", []))]
     for c in p["containers"]:
         c.pop("readinessProbe", None)
         c.pop("env", None)
@@ -369,8 +383,8 @@ expect "ha: ClusterD StatefulSet: 3 replicas, Parallel, headless serviceName, Ro
   "('clusterd', 3, 'Parallel', 'clusterd-headless', {'type': 'RollingUpdate'}, [('data', True, ['ReadWriteOnce'], '50Gi', 'local-nvme', {'backup.example.com/enabled': 'true'})], ['config', 'tmp'])"
 expect "ha: --ha-replica-id=\$(POD_NAME), --ha-advertise-address=\$(POD_IP):11253, --ha-pod=\$(POD_NAMESPACE)/\$(POD_NAME) from the downward API; extraEnv kept" "$HA" "(spod('clusterd')['containers'][0]['args'], spod('clusterd')['containers'][0]['env'])" \
   "(['--config=/etc/clusterd/config.json', '--ha-replica-id=\$(POD_NAME)', '--ha-advertise-address=\$(POD_IP):11253', '--ha-pod=\$(POD_NAMESPACE)/\$(POD_NAME)'], [$HA_ENV, {'name': 'TZ', 'value': 'UTC'}])"
-expect "ha: config.json: etcd_endpoints (the deployed members), lease TTL, key prefix" "$HA" "sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith(('etcd_', 'ha_')))" \
-  "[('etcd_endpoints', ['http://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2379', 'http://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2379', 'http://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2379']), ('ha_key_prefix', '/clusterd/'), ('ha_lease_ttl', '2s')]"
+expect "ha: config.json: https etcd_endpoints (the deployed members), the etcd TLS files, lease TTL, key prefix" "$HA" "sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith(('etcd_', 'ha_')))" \
+  "[('etcd_ca_file', '/etc/clusterd/etcd-tls/ca.crt'), ('etcd_cert_file', '/etc/clusterd/etcd-tls/tls.crt'), ('etcd_endpoints', ['https://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2379', 'https://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2379', 'https://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2379']), ('etcd_key_file', '/etc/clusterd/etcd-tls/tls.key'), ('ha_key_prefix', '/clusterd/'), ('ha_lease_ttl', '2s')]"
 expect "ha: tight readiness on /readyz/replica (every healthy replica is Ready)" "$HA" "spod('clusterd')['containers'][0]['readinessProbe']" \
   "{'httpGet': {'path': '/readyz/replica', 'port': 'http'}, 'failureThreshold': 1, 'periodSeconds': 1, 'successThreshold': 1, 'timeoutSeconds': 1}"
 expect "ha: the advertised port is ClusterD's HTTP container port" "$HA" "[p['containerPort'] for p in spod('clusterd')['containers'][0]['ports'] if p['name'] == 'http']" "[11253]"
@@ -389,10 +403,28 @@ expect "ha: ClusterD NetworkPolicy: HTTP from the other replicas (checkpoints) b
   "[(['http'], $PROM), (['http'], [{'podSelector': $CLUSTERD_SEL}])]"
 expect "ha: etcd StatefulSet: 3 members, image, static cluster, ClusterD's flags" "$HA" \
   "(lambda s: (s['spec']['replicas'], s['spec']['podManagementPolicy'], s['spec']['serviceName'], spod('etcd')['containers'][0]['image'], [a for a in spod('etcd')['containers'][0]['args'] if a.startswith(('--initial-cluster=', '--max-', '--auto-', '--quota-', '--heartbeat-', '--election-', '--snapshot-'))], [(v['spec']['resources']['requests']['storage'], v['spec'].get('storageClassName')) for v in s['spec']['volumeClaimTemplates']]))(sts('etcd'))" \
-  "(3, 'Parallel', 'clusterd-etcd', 'quay.io/coreos/etcd:v3.6.16', ['--initial-cluster=clusterd-etcd-0=http://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-1=http://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-2=http://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2380', '--max-request-bytes=8388608', '--max-txn-ops=1024', '--auto-compaction-mode=revision', '--auto-compaction-retention=100000', '--quota-backend-bytes=8589934592', '--heartbeat-interval=100', '--election-timeout=1000', '--snapshot-count=20000'], [('20Gi', 'local-nvme')])"
+  "(3, 'Parallel', 'clusterd-etcd', 'quay.io/coreos/etcd:v3.6.16', ['--initial-cluster=clusterd-etcd-0=https://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-1=https://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-2=https://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2380', '--max-request-bytes=8388608', '--max-txn-ops=1024', '--auto-compaction-mode=revision', '--auto-compaction-retention=100000', '--quota-backend-bytes=8589934592', '--heartbeat-interval=100', '--election-timeout=1000', '--snapshot-count=20000'], [('20Gi', 'local-nvme')])"
 expect "ha: etcd on ClusterD's nodes, no API token" "$HA" "(spod('etcd')['nodeSelector'], spod('etcd')['tolerations'] == spod('clusterd')['tolerations'], spod('etcd')['automountServiceAccountToken'])" "({'masterselector': 'dls-master-node'}, True, False)"
 expect "ha: etcd NetworkPolicy: client port from ClusterD, peer port from the members, nothing else" "$HA" "(npol('clusterd-etcd')['podSelector'], npol('clusterd-etcd')['policyTypes'], rules_of('clusterd-etcd'))" \
   "($ETCD_SEL, ['Ingress'], [(['client'], [{'podSelector': $CLUSTERD_SEL}]), (['peer'], [{'podSelector': $ETCD_SEL}])])"
+# TLS to the deployed etcd (ha.etcd.tls.enabled, the default): https client and peer URLs, client
+# certificates required, the members' certificate for peers too (only its CN admitted), the
+# probes on the plaintext metrics port; the generated Secrets and their mounts.
+expect "ha: etcd TLS flags: https client and peer URLs, client-cert-auth, peer TLS with the members' CN; metrics port plaintext" "$HA" \
+  "[a for a in etcd_args() if a.startswith(('--listen-', '--advertise-', '--initial-advertise-', '--cert-', '--key-', '--trusted-', '--client-cert', '--peer-'))]" \
+  "['--listen-client-urls=https://0.0.0.0:2379', '--advertise-client-urls=https://\$(POD_NAME).clusterd-etcd.fault-mgmt.svc:2379', '--listen-peer-urls=https://0.0.0.0:2380', '--initial-advertise-peer-urls=https://\$(POD_NAME).clusterd-etcd.fault-mgmt.svc:2380', '--listen-metrics-urls=http://0.0.0.0:2381', '--cert-file=/etc/etcd/tls/tls.crt', '--key-file=/etc/etcd/tls/tls.key', '--trusted-ca-file=/etc/etcd/tls/ca.crt', '--client-cert-auth', '--peer-cert-file=/etc/etcd/tls/tls.crt', '--peer-key-file=/etc/etcd/tls/tls.key', '--peer-trusted-ca-file=/etc/etcd/tls/ca.crt', '--peer-client-cert-auth', '--peer-cert-allowed-cn=clusterd-etcd']"
+expect "ha: etcd probes stay on the plaintext metrics port (2381)" "$HA" \
+  "[(p, c[p]['httpGet']['path'], c[p]['httpGet']['port'], c[p]['httpGet'].get('scheme')) for c in [spod('etcd')['containers'][0]] for p in ('startupProbe', 'livenessProbe', 'readinessProbe')] + [(p['name'], p['containerPort']) for p in spod('etcd')['containers'][0]['ports'] if p['name'] == 'metrics']" \
+  "[('startupProbe', '/livez', 'metrics', None), ('livenessProbe', '/livez', 'metrics', None), ('readinessProbe', '/readyz', 'metrics', None), ('metrics', 2381)]"
+expect "ha: etcd mounts the members' certificate Secret read-only, the key group-readable only" "$HA" \
+  "(spod('etcd')['volumes'], [(m['name'], m['mountPath'], m.get('readOnly')) for m in spod('etcd')['containers'][0]['volumeMounts']])" \
+  "([{'name': 'tls', 'secret': {'secretName': 'clusterd-etcd-tls', 'items': [{'key': 'tls.crt', 'path': 'tls.crt'}, {'key': 'tls.key', 'path': 'tls.key', 'mode': 288}, {'key': 'ca.crt', 'path': 'ca.crt'}]}}], [('data', '/var/lib/etcd', None), ('tls', '/etc/etcd/tls', True)])"
+TLS_KEYS="'kubernetes.io/tls', ['ca.crt', 'tls.crt', 'tls.key']"
+expect "ha: generated Secrets: ClusterD's (CA, server, agents) and etcd's (CA, members, ClusterD's client certificate)" "$HA" "secrets()" \
+  "[('clusterd-ca', 'clusterd', $TLS_KEYS), ('clusterd-etcd-ca', 'etcd', $TLS_KEYS), ('clusterd-etcd-client-tls', 'clusterd', $TLS_KEYS), ('clusterd-etcd-tls', 'etcd', $TLS_KEYS), ('clusterd-noded-tls', 'noded', $TLS_KEYS), ('clusterd-tls', 'clusterd', $TLS_KEYS)]"
+expect "ha: ClusterD's read-only config volume has the etcd CA and its client certificate at etcd-tls/ (key group-readable only), where config.json points" "$HA" \
+  "([x for x in sproj('clusterd') if x[1] == 'clusterd-etcd-client-tls'], [m['mountPath'] + '/etcd-tls/' + f for m in spod('clusterd')['containers'][0]['volumeMounts'] if m['name'] == 'config' and m['readOnly'] for f in ('ca.crt', 'tls.crt', 'tls.key')] == [cfg('clusterd')[k] for k in ('etcd_ca_file', 'etcd_cert_file', 'etcd_key_file')])" \
+  "([('secret', 'clusterd-etcd-client-tls', [('ca.crt', 'etcd-tls/ca.crt', None), ('tls.crt', 'etcd-tls/tls.crt', None), ('tls.key', 'etcd-tls/tls.key', 288)])], True)"
 expect "ha-external-etcd: no etcd objects; one StatefulSet of 5; the given OnDelete wins over the leaderLabel default" "$HX" "(sorted(d['kind'] for d in docs if d['metadata'].get('labels', {}).get('app.kubernetes.io/component') == 'etcd'), [(s['metadata']['name'], s['spec']['replicas'], s['spec']['updateStrategy']['type']) for s in by['StatefulSet']], 'Deployment' in by, 'PersistentVolumeClaim' in by)" \
   "([], [('fault-center', 5, 'OnDelete')], False, False)"
 expect "ha-external-etcd: config.json: the given endpoints and HA keys" "$HX" "sorted((k, v) for k, v in cfg('fault-center').items() if k.startswith(('etcd_', 'ha_')))" \
@@ -406,7 +438,7 @@ expect "ha-external-etcd: the pods Role in the release namespace, for fault-cent
 if render ha-default default "$kv" --set ha.enabled=true 2>"$TMP/ha-default.err" &&
    render ha-own-affinity default "$kv" --set ha.enabled=true \
      --set-json 'clusterd.affinity={"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"topologyKey":"topology.kubernetes.io/zone","labelSelector":{"matchLabels":{"app.kubernetes.io/component":"clusterd"}}}}]}}' 2>>"$TMP/ha-default.err"; then
-  expect "ha: the StatefulSet's pod is the Deployment's but for affinity, readiness, the downward-API env, the --ha-* flags, the data volume" "$TMP/ha-default-$kv.yaml" \
+  expect "ha: the StatefulSet's pod is the Deployment's but for affinity, readiness, the downward-API env, the --ha-* flags, the data volume, the etcd TLS files" "$TMP/ha-default-$kv.yaml" \
     "[k for k in sorted(set(same(pod('StatefulSet'))) | set(same(other_pod('$D', 'Deployment')))) if same(pod('StatefulSet')).get(k) != same(other_pod('$D', 'Deployment')).get(k)]" "[]"
   expect "ha: a podAntiAffinity in clusterd.affinity is used as given" "$TMP/ha-own-affinity-$kv.yaml" "pod('StatefulSet')['affinity']['podAntiAffinity']['preferredDuringSchedulingIgnoredDuringExecution'][0]['podAffinityTerm']['topologyKey']" "topology.kubernetes.io/zone"
 else
@@ -438,6 +470,88 @@ if render ha-nolabel test/helm/values-ha.yaml "$kv" --set ha.leaderLabel=false 2
 else
   cat "$TMP/ha-variants.err" >&2; bad "ha: helm template with ha.leaderLabel=false / kubernetes.enabled=false / mindcluster"
 fi
+# ha.etcd.tls: with ha.etcd.tls.enabled=false the deployed etcd is the plaintext one of before
+# (its exact flags, no Secrets or volume, http endpoints); an existing etcd over https with
+# ha.etcd.tls.existingSecret (values-ha-external-etcd-tls), with a CA alone
+# (clientCertificate=false), or with no Secret (the system's roots).
+HXT=$TMP/values-ha-external-etcd-tls-$kv.yaml HA_PLAIN_ETCD=$TMP/ha-etcd-plain-$kv.yaml HXT_CA=$TMP/ha-etcd-ca-only-$kv.yaml HXT_ROOTS=$TMP/ha-etcd-roots-$kv.yaml
+if render ha-etcd-plain test/helm/values-ha.yaml "$kv" --set ha.etcd.tls.enabled=false 2>"$TMP/ha-etcd.err" &&
+   render ha-etcd-ca-only test/helm/values-ha-external-etcd-tls.yaml "$kv" --set ha.etcd.tls.clientCertificate=false 2>>"$TMP/ha-etcd.err" &&
+   render ha-etcd-roots test/helm/values-ha-external-etcd-tls.yaml "$kv" --set ha.etcd.tls.existingSecret= 2>>"$TMP/ha-etcd.err"; then
+  for f in "$HA_PLAIN_ETCD" "$HXT_CA" "$HXT_ROOTS"; do
+    if "$PY" test/helm/validate.py "$kv" "$f"; then ok "rendered objects valid ($(basename "$f" .yaml))"; else bad "rendered objects invalid ($(basename "$f" .yaml))"; fi
+  done
+  expect "ha, etcd.tls.enabled=false: the plaintext etcd flags of before, no volume but data" "$HA_PLAIN_ETCD" "(etcd_args(), spod('etcd').get('volumes'), [m['name'] for m in spod('etcd')['containers'][0]['volumeMounts']])" \
+    "(['--name=\$(POD_NAME)', '--data-dir=/var/lib/etcd/data', '--listen-client-urls=http://0.0.0.0:2379', '--advertise-client-urls=http://\$(POD_NAME).clusterd-etcd.fault-mgmt.svc:2379', '--listen-peer-urls=http://0.0.0.0:2380', '--initial-advertise-peer-urls=http://\$(POD_NAME).clusterd-etcd.fault-mgmt.svc:2380', '--listen-metrics-urls=http://0.0.0.0:2381', '--initial-cluster=clusterd-etcd-0=http://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-1=http://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-2=http://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2380', '--initial-cluster-state=new', '--initial-cluster-token=fault-mgmt-clusterd-etcd', '--max-request-bytes=8388608', '--max-txn-ops=1024', '--auto-compaction-mode=revision', '--auto-compaction-retention=100000', '--quota-backend-bytes=8589934592', '--heartbeat-interval=100', '--election-timeout=1000', '--snapshot-count=20000'], None, ['data'])"
+  expect "ha, etcd.tls.enabled=false: http endpoints, no etcd TLS keys, Secrets or mount; the same NetworkPolicy" "$HA_PLAIN_ETCD" \
+    "(sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith('etcd_')), [n for n, *_ in secrets() if 'etcd' in n], [x[1] for x in sproj('clusterd')], rules_of('clusterd-etcd'))" \
+    "([('etcd_endpoints', ['http://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2379', 'http://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2379', 'http://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2379'])], [], ['clusterd', 'clusterd-tls'], [(['client'], [{'podSelector': $CLUSTERD_SEL}]), (['peer'], [{'podSelector': $ETCD_SEL}])])"
+  expect "ha-external-etcd-tls: https endpoints and the existingSecret's files in config.json" "$HXT" "sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith('etcd_'))" \
+    "[('etcd_ca_file', '/etc/clusterd/etcd-tls/ca.crt'), ('etcd_cert_file', '/etc/clusterd/etcd-tls/tls.crt'), ('etcd_endpoints', ['https://etcd-0.etcd.infra.svc:2379', 'https://etcd-1.etcd.infra.svc:2379', 'https://etcd-2.etcd.infra.svc:2379']), ('etcd_key_file', '/etc/clusterd/etcd-tls/tls.key')]"
+  expect "ha-external-etcd-tls: the existingSecret mounted at etcd-tls/; no etcd objects, no etcd certificates generated" "$HXT" \
+    "([x for x in sproj('clusterd') if x[1] == 'clusterd-etcd-client'], [d['kind'] for d in docs if d['metadata'].get('labels', {}).get('app.kubernetes.io/component') == 'etcd'], [n for n, *_ in secrets()])" \
+    "([('secret', 'clusterd-etcd-client', [('ca.crt', 'etcd-tls/ca.crt', None), ('tls.crt', 'etcd-tls/tls.crt', None), ('tls.key', 'etcd-tls/tls.key', 288)])], [], ['clusterd-ca', 'clusterd-noded-tls', 'clusterd-tls'])"
+  expect "ha-external-etcd-tls, clientCertificate=false: ca.crt alone, etcd_ca_file alone" "$HXT_CA" \
+    "([x for x in sproj('clusterd') if x[1] == 'clusterd-etcd-client'], sorted(k for k in cfg('clusterd') if k.startswith('etcd_')))" \
+    "([('secret', 'clusterd-etcd-client', [('ca.crt', 'etcd-tls/ca.crt', None)])], ['etcd_ca_file', 'etcd_endpoints'])"
+  expect "ha-external-etcd-tls, no existingSecret: https endpoints, the system's roots (no files, no mount)" "$HXT_ROOTS" \
+    "(sorted(k for k in cfg('clusterd') if k.startswith('etcd_')), cfg('clusterd')['etcd_endpoints'][0], [x[1] for x in sproj('clusterd')])" \
+    "(['etcd_endpoints'], 'https://etcd-0.etcd.infra.svc:2379', ['clusterd', 'clusterd-tls'])"
+else
+  cat "$TMP/ha-etcd.err" >&2; bad "ha: helm template with ha.etcd.tls.enabled=false / clientCertificate=false / no existingSecret"
+fi
+# `helm upgrade --reuse-values` from a chart without ha.etcd.tls keeps the old chart's values:
+# a copy of the chart without the value renders the plaintext etcd it installed.
+cp -r "$CHART" "$TMP/chart-no-etcd-tls"
+"$PY" -c 'import sys, yaml
+v = yaml.safe_load(open(sys.argv[1])); del v["ha"]["etcd"]["tls"]
+yaml.safe_dump(v, open(sys.argv[1], "w"))' "$TMP/chart-no-etcd-tls/values.yaml"
+if "$HELM" template clusterd "$TMP/chart-no-etcd-tls" --namespace fault-mgmt --kube-version "$kv" --set ha.enabled=true >"$TMP/ha-no-etcd-tls.yaml" 2>"$TMP/ha-no-etcd-tls.err"; then
+  expect "ha, values without ha.etcd.tls (--reuse-values from an older chart): the plaintext etcd" "$TMP/ha-no-etcd-tls.yaml" \
+    "([a for a in etcd_args() if a.startswith('--listen-client-urls')], [n for n, *_ in secrets() if 'etcd' in n], sorted(k for k in cfg('clusterd') if k.startswith('etcd_')))" \
+    "(['--listen-client-urls=http://0.0.0.0:2379'], [], ['etcd_endpoints'])"
+else
+  cat "$TMP/ha-no-etcd-tls.err" >&2; bad "ha: helm template of the chart without ha.etcd.tls"
+fi
+# The generated etcd certificates: one etcd CA (not ClusterD's) signs the members' certificate,
+# which names every member, the headless Service, localhost and 127.0.0.1 and is good for
+# server and client (peer) use, and ClusterD's client certificate.
+for sk in clusterd-ca:ca.crt clusterd-etcd-ca:ca.crt clusterd-etcd-tls:ca.crt clusterd-etcd-tls:tls.crt clusterd-etcd-client-tls:ca.crt clusterd-etcd-client-tls:tls.crt clusterd-etcd-client-tls:tls.key; do
+  secret_data "$HA" "${sk%%:*}" "${sk#*:}" "$gen/ha-${sk%%:*}-${sk#*:}"
+done
+if openssl verify -CAfile "$gen/ha-clusterd-etcd-ca-ca.crt" "$gen/ha-clusterd-etcd-tls-tls.crt" "$gen/ha-clusterd-etcd-client-tls-tls.crt" >/dev/null 2>&1 &&
+   cmp -s "$gen/ha-clusterd-etcd-ca-ca.crt" "$gen/ha-clusterd-etcd-tls-ca.crt" && cmp -s "$gen/ha-clusterd-etcd-ca-ca.crt" "$gen/ha-clusterd-etcd-client-tls-ca.crt" &&
+   ! cmp -s "$gen/ha-clusterd-etcd-ca-ca.crt" "$gen/ha-clusterd-ca-ca.crt" &&
+   ! openssl verify -CAfile "$gen/ha-clusterd-ca-ca.crt" "$gen/ha-clusterd-etcd-client-tls-tls.crt" >/dev/null 2>&1; then
+  ok "generated etcd: the etcd CA (not ClusterD's) signs the members' and ClusterD's client certificate and is each Secret's ca.crt"
+else
+  bad "generated etcd: the certificates do not chain to the CA in clusterd-etcd-ca (or it is ClusterD's CA)"
+fi
+sans=$(openssl x509 -in "$gen/ha-clusterd-etcd-tls-tls.crt" -noout -ext subjectAltName 2>/dev/null | tail -1 | tr -d ' ')
+want_sans=""
+for i in 0 1 2; do want_sans+="DNS:clusterd-etcd-$i.clusterd-etcd.fault-mgmt.svc,DNS:clusterd-etcd-$i.clusterd-etcd.fault-mgmt.svc.cluster.local,"; done
+want_sans+="DNS:clusterd-etcd,DNS:clusterd-etcd.fault-mgmt,DNS:clusterd-etcd.fault-mgmt.svc,DNS:clusterd-etcd.fault-mgmt.svc.cluster.local,DNS:localhost,IPAddress:127.0.0.1"
+if [[ $sans == "$want_sans" ]]; then ok "generated etcd: the members' certificate names every member ($sans)"; else bad "generated etcd: members' SANs '$sans', want '$want_sans'"; fi
+# Every endpoint ClusterD is given is a name of the certificate.
+hosts=$(q "$HA" "','.join(sorted(e.split('//')[1].rsplit(':', 1)[0] for e in cfg('clusterd')['etcd_endpoints']))")
+missing=""
+for h in ${hosts//,/ }; do [[ ,$sans, == *",DNS:$h,"* ]] || missing+=" $h"; done
+if [[ -n $hosts && -z $missing ]]; then ok "generated etcd: every endpoint in config.json is covered ($hosts)"; else bad "generated etcd: endpoints not covered:$missing"; fi
+subj=$(openssl x509 -in "$gen/ha-clusterd-etcd-tls-tls.crt" -noout -subject -nameopt RFC2253 2>/dev/null)
+eku=$(openssl x509 -in "$gen/ha-clusterd-etcd-tls-tls.crt" -noout -ext extendedKeyUsage 2>/dev/null | tail -1 | sed 's/^ *//')
+if [[ $subj == "subject=CN=clusterd-etcd" && $eku == "TLS Web Server Authentication, TLS Web Client Authentication" ]]; then
+  ok "generated etcd: the members' certificate is CN=clusterd-etcd (--peer-cert-allowed-cn), for server and client (peer) use"
+else
+  bad "generated etcd: the members' certificate is '$subj', '$eku'"
+fi
+subj=$(openssl x509 -in "$gen/ha-clusterd-etcd-client-tls-tls.crt" -noout -subject -nameopt RFC2253 2>/dev/null)
+if [[ $subj == "subject=CN=clusterd" &&
+      $(openssl x509 -in "$gen/ha-clusterd-etcd-client-tls-tls.crt" -noout -pubkey | openssl sha256) == \
+      $(openssl pkey -in "$gen/ha-clusterd-etcd-client-tls-tls.key" -pubout | openssl sha256) ]]; then
+  ok "generated etcd: ClusterD's client certificate CN=clusterd (not the members' CN), its key matches"
+else
+  bad "generated etcd: ClusterD's client certificate '$subj' or its key"
+fi
 
 # ---- 4. the binaries accept the rendered config files ----------------------------------------
 echo "== rendered config files against the real binaries (${SECONDS}s)"
@@ -461,7 +575,8 @@ materialize() { # materialize RENDERED KIND ROOT [DROP_KEY...]: prints the path 
 import base64, json, os, sys, yaml
 rendered, kind, root, drop = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
-spec = next(d for d in docs if d["kind"] == kind)["spec"]["template"]["spec"]
+# ClusterD's or NodeD's workload of that kind (not the etcd StatefulSet).
+spec = next(d for d in docs if d["kind"] == kind and d["metadata"]["labels"]["app.kubernetes.io/component"] != "etcd")["spec"]["template"]["spec"]
 vol = next(v for v in spec["volumes"] if v["name"] == "config")
 mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "config")["mountPath"]
 base = root + mount
@@ -636,10 +751,14 @@ if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
   else
     echo "  skip build/bin/noded has no --tls-ca-file: its TLS config is not run"
   fi
-  # ha.enabled: a real etcd runs with the flags the chart renders for its members (one member
-  # here, on local ports), and two clusterd replicas run on values-ha's config.json with the
-  # StatefulSet's --ha-* flags (--ha-replica-id and --ha-advertise-address with the pod's name
-  # and IP as the downward API would give them, the IP 127.0.0.1 and the advertised port the
+  # ha.enabled: a real etcd runs with the flags the chart renders for its members (the three
+  # members on local ports, each under its own name, with TLS (ha.etcd.tls, the default): the
+  # generated members' certificate from the rendered Secret as the pods mount it, https client
+  # and peer URLs on 127.0.0.1, which the certificate names, client and peer certificates
+  # required), and two clusterd replicas run on values-ha's config.json, its etcd TLS files laid
+  # out as the replicas' config volume projects them (the generated client certificate), with
+  # the StatefulSet's --ha-* flags (--ha-replica-id and --ha-advertise-address with the pod's
+  # name and IP as the downward API would give them, the IP 127.0.0.1 and the advertised port the
   # local HTTP port; not --ha-pod, which needs the Kubernetes API: test/k8s/ha_label_test.sh):
   # the first leads (/readyz 200), the second stands by (/readyz 503, the readiness path
   # /readyz/replica 200 on both) and takes over when the leader stops. ha.logRetainEntries=0
@@ -654,33 +773,92 @@ if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
   elif [[ ! -x $etcd_bin ]]; then
     echo "  skip no etcd binary (PATH, ETCD_BIN or ~/.cache/clusterd-k8s): the HA config is not run"
   else
-    render values-ha-plain test/helm/values-ha.yaml "$kv" "${NOK[@]}" --set tls.enabled=false --set ha.logRetainEntries=0
-    HP=$TMP/values-ha-plain-$kv.yaml
+    etcd_plain=()
+    if [[ $clusterd_help != *--etcd-ca-file* ]]; then
+      echo "  note build/bin/clusterd has no --etcd-ca-file: the HA config runs with ha.etcd.tls.enabled=false"
+      etcd_plain=(--set ha.etcd.tls.enabled=false)
+    fi
+    render values-ha-run test/helm/values-ha.yaml "$kv" "${NOK[@]}" --set tls.enabled=false --set ha.logRetainEntries=0 "${etcd_plain[@]}"
+    HP=$TMP/values-ha-run-$kv.yaml
     d="$TMP/run-ha" && mkdir -p "$d"
-    ec=$(free_port) ep=$(free_port) em=$(free_port)
-    # The rendered etcd args, the member's name and URLs moved to local ports and directories.
-    mapfile -t etcd_args < <("$PY" - "$HP" "$d" "$ec" "$ep" "$em" <<'PY'
-import sys, yaml
-path, d, ec, ep, em = sys.argv[1:]
-s = next(x for x in yaml.safe_load_all(open(path)) if x and x["kind"] == "StatefulSet"
-         and x["metadata"]["labels"]["app.kubernetes.io/component"] == "etcd")
-local = {"--name": "helm-etcd-0", "--data-dir": d + "/etcd",
-         "--listen-client-urls": f"http://127.0.0.1:{ec}", "--advertise-client-urls": f"http://127.0.0.1:{ec}",
-         "--listen-peer-urls": f"http://127.0.0.1:{ep}", "--initial-advertise-peer-urls": f"http://127.0.0.1:{ep}",
-         "--listen-metrics-urls": f"http://127.0.0.1:{em}", "--initial-cluster": f"helm-etcd-0=http://127.0.0.1:{ep}"}
-for a in s["spec"]["template"]["spec"]["containers"][0]["args"]:
-    k = a.split("=", 1)[0]
-    print(f"{k}={local[k]}" if k in local else a)
+    members=$(q "$HP" "sts('etcd')['spec']['replicas']")
+    ec=() ep=() em=() epids=()
+    for ((i = 0; i < members; i++)); do ec+=("$(free_port)"); ep+=("$(free_port)"); em+=("$(free_port)"); done
+    etcd_member_args() { # etcd_member_args I: member I's rendered args, its name, URLs (scheme kept) and files moved to local ones
+      "$PY" - "$HP" "$d" "$1" "${ec[*]}" "${ep[*]}" "${em[*]}" <<'PY'
+import base64, os, sys, yaml
+path, d, i, ec, ep, em = sys.argv[1:]
+i, ec, ep, em = int(i), ec.split(), ep.split(), em.split()
+docs = [x for x in yaml.safe_load_all(open(path)) if x]
+s = next(x for x in docs if x["kind"] == "StatefulSet" and x["metadata"]["labels"]["app.kubernetes.io/component"] == "etcd")
+pod, name = s["spec"]["template"]["spec"], s["metadata"]["name"]
+c = pod["containers"][0]
+# The Secret volumes as the kubelet mounts them, under d/etcd-files.
+files, secret_mounts = d + "/etcd-files", []
+for v in pod.get("volumes") or []:
+    if "secret" in v:
+        mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == v["name"])
+        secret_mounts.append(mount + "/")
+        sec = next(x for x in docs if x["kind"] == "Secret" and x["metadata"]["name"] == v["secret"]["secretName"])
+        for it in v["secret"]["items"]:
+            p = files + mount + "/" + it["path"]
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(base64.b64decode(sec["data"][it["key"]]))
+            os.chmod(p, it.get("mode", 0o644))
+urls = {"--listen-client-urls": ec[i], "--advertise-client-urls": ec[i], "--listen-peer-urls": ep[i],
+        "--initial-advertise-peer-urls": ep[i], "--listen-metrics-urls": em[i]}
+for a in c["args"]:
+    k, _, v = a.partition("=")
+    if k == "--name":
+        a = f"{k}={name}-{i}"
+    elif k == "--data-dir":
+        a = f"{k}={d}/etcd-{i}"
+    elif k in urls:
+        a = f"{k}={v.split('://')[0]}://127.0.0.1:{urls[k]}"
+    elif k == "--initial-cluster":
+        a = k + "=" + ",".join(f"{n}={u.split('://')[0]}://127.0.0.1:{ep[int(n.rsplit('-', 1)[1])]}"
+                               for n, u in (m.split("=", 1) for m in v.split(",")))
+    elif any(v.startswith(m) for m in secret_mounts):
+        a = f"{k}={files}{v}"
+    print(a)
 PY
-    )
-    "$etcd_bin" "${etcd_args[@]}" >"$d/etcd.log" 2>&1 &
-    epid=$!; pids+=("$epid")
-    if wait_http "http://127.0.0.1:$em/readyz" 20 "$epid"; then
-      ok "etcd $("$etcd_bin" --version | sed -n 's/^etcd Version: //p') runs with the rendered member flags (readiness probe /readyz answers)"
-      extract "$HP" clusterd config.json "$d/config.rendered.json"
+    }
+    for ((i = 0; i < members; i++)); do
+      mapfile -t etcd_args < <(etcd_member_args "$i")
+      "$etcd_bin" "${etcd_args[@]}" >"$d/etcd-$i.log" 2>&1 &
+      epids+=($!); pids+=($!)
+    done
+    etcd_ready=1
+    for ((i = 0; i < members; i++)); do wait_http "http://127.0.0.1:${em[$i]}/readyz" 30 "${epids[$i]}" || etcd_ready=; done
+    if [[ -n $etcd_ready ]]; then
+      scheme=$(q "$HP" "cfg('clusterd')['etcd_endpoints'][0].split('://')[0]")
+      ok "etcd $("$etcd_bin" --version | sed -n 's/^etcd Version: //p'): $members members run with the rendered member flags ($scheme; readiness probe /readyz answers on the metrics port)"
+      # ClusterD's config volume as the replicas get it (the etcd TLS files at etcd-tls/), the
+      # endpoints moved to the local members (same scheme: 127.0.0.1 is a name of the certificate).
+      conf=$(materialize "$HP" StatefulSet "$d/clusterd")
       "$PY" -c 'import json, sys
-c = json.load(open(sys.argv[1])); c["etcd_endpoints"] = ["http://127.0.0.1:" + sys.argv[3]]
-json.dump(c, open(sys.argv[2], "w"), indent=2)' "$d/config.rendered.json" "$d/config.json" "$ec"
+c = json.load(open(sys.argv[1])); s = c["etcd_endpoints"][0].split("://")[0]
+c["etcd_endpoints"] = [s + "://127.0.0.1:" + p for p in sys.argv[2:]]
+json.dump(c, open(sys.argv[1], "w"), indent=2)' "$conf" "${ec[@]}"
+      if [[ $scheme == https ]]; then
+        et="$d/clusterd/etc/clusterd/etcd-tls"
+        out=$(curl -sS --max-time 5 --cacert "$et/ca.crt" --cert "$et/tls.crt" --key "$et/tls.key" "https://127.0.0.1:${ec[0]}/health" 2>&1) || true
+        if [[ $out == *'"health":"true"'* ]]; then
+          ok "etcd TLS: ClusterD's mounted client certificate and CA reach the client port (https://127.0.0.1, a name of the members' certificate)"
+        else
+          bad "etcd TLS: /health with ClusterD's mounted files: '$out'"
+        fi
+        nocert=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --cacert "$et/ca.crt" "https://127.0.0.1:${ec[0]}/health" 2>/dev/null || true)
+        plain=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:${ec[0]}/health" 2>/dev/null || true)
+        if [[ $nocert != 200 && $plain != 200 ]]; then
+          ok "etcd TLS: a client without a certificate ($nocert) and a plaintext one ($plain) are refused (--client-cert-auth)"
+        else
+          bad "etcd TLS: without a certificate: $nocert, plaintext: $plain (want refused)"
+        fi
+        api=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X POST -d '{"key":"Zg=="}' "http://127.0.0.1:${em[0]}/v3/kv/range" 2>/dev/null || true)
+        if [[ $api == 404 ]]; then ok "etcd TLS: the plaintext metrics port (probes) does not serve etcd's API (/v3/kv/range: 404)"; else bad "etcd TLS: /v3/kv/range on the metrics port: $api, want 404"; fi
+      fi
       # The StatefulSet's --ha-* flags but --ha-pod, its readiness path and HTTP container port.
       mapfile -t ha_flags < <(q "$HP" "'\n'.join(a for a in spod('clusterd')['containers'][0]['args'] if a.startswith('--ha-') and not a.startswith('--ha-pod='))")
       probe=$(q "$HP" "spod('clusterd')['containers'][0]['readinessProbe']['httpGet']['path']")
@@ -697,7 +875,7 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)' "$d/config.rendered.json" "$d/co
       start_replica() { # start_replica I DATA_DIR
         local flags
         mapfile -t flags < <(replica_flags "$1")
-        build/bin/clusterd --config "$d/config.json" "${flags[@]}" --listen "127.0.0.1:${gp[$1]}" \
+        build/bin/clusterd --config "$conf" "${flags[@]}" --listen "127.0.0.1:${gp[$1]}" \
           --http-listen "127.0.0.1:${hp[$1]}" --data-dir "$2" "${insecure_flag[@]}" >>"$d/clusterd-$1.log" 2>&1 &
         rpids+=($!); pids+=($!)
       }
@@ -716,7 +894,7 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)' "$d/config.rendered.json" "$d/co
         fi
       done
       if ((${#rpids[@]} == 2)); then
-        ok "clusterd replica clusterd-0 on the values-ha config.json leads: /readyz 200"
+        ok "clusterd replica clusterd-0 on the values-ha config.json leads ($scheme to etcd, with its mounted files): /readyz 200"
         sleep 2
         out=$(curl -s -w ' %{http_code}' "http://127.0.0.1:${hp[1]}/readyz" 2>&1) || true
         if [[ $out == *standby*503 ]] && curl -fsS -o /dev/null "http://127.0.0.1:${hp[1]}/healthz"; then
@@ -764,10 +942,9 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)' "$d/config.rendered.json" "$d/co
       fi
       for p in "${rpids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
     else
-      tail -5 "$d/etcd.log" >&2; bad "etcd with the rendered member flags did not become ready"
+      tail -5 "$d"/etcd-*.log >&2; bad "etcd with the rendered member flags did not become ready"
     fi
-    kill "$epid" 2>/dev/null || true
-    wait "$epid" 2>/dev/null || true
+    for p in "${epids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   fi
 else
   echo "  skip binaries not built (scripts/build.sh); config files not run"
@@ -810,6 +987,7 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
    notes notes-mindcluster-ok --namespace mindx-dl --set mindcluster.service.enabled=true --set tls.enabled=false "${NOK[@]}" &&
    notes notes-mindcluster-np --set mindcluster.service.enabled=true --set-json 'networkPolicy.nodeCIDRs=["10.0.0.0/24"]' &&
    notes notes-ha -f test/helm/values-ha.yaml && notes notes-ha-external -f test/helm/values-ha-external-etcd.yaml &&
+   notes notes-ha-external-tls -f test/helm/values-ha-external-etcd-tls.yaml && notes notes-ha-plain-etcd -f test/helm/values-ha.yaml --set ha.etcd.tls.enabled=false &&
    notes notes-ha-nolabel -f test/helm/values-ha.yaml --set ha.leaderLabel=false && notes notes-ha-nok --set ha.enabled=true "${NOK[@]}"; then
   notes_has notes-tls "mutual TLS, generated CA" "port-forward svc/clusterd 8899:8899" "get secret clusterd-ca" \
     "openssl req -new" "/O=clusterd:viewer" "grpcurl -cacert ca.crt -cert client.crt -key client.key localhost:8899 clusterd.v1.ClusterService/GetSummary"
@@ -824,12 +1002,17 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
   notes_lacks notes-tls "default: no MindCluster Service" "clusterd-grpc-svc"
   notes_lacks notes-tls "default: no HA" "High availability" "get pods -l app.kubernetes.io/instance=clusterd,app.kubernetes.io/component=clusterd"
   notes_has notes-ha "ha, deployed etcd, leader label" "High availability: 3 ClusterD replicas (StatefulSet clusterd)" "StatefulSet clusterd-etcd, 3 members" \
+    "TLS: client and peer certificates of the etcd CA, Secrets clusterd-etcd-ca, clusterd-etcd-tls, clusterd-etcd-client-tls" \
     "kubectl -n fault-mgmt get pods -l app.kubernetes.io/instance=clusterd,app.kubernetes.io/component=clusterd -L clusterd.io/ha-role" \
     "labels its pod clusterd.io/ha-role=leader" "Every healthy replica is Ready (/readyz/replica)" "rollout status statefulset/clusterd" \
     "the RollingUpdate of new versions work" "PodDisruptionBudget maxUnavailable 1" "resigns on SIGTERM" "PVC data-<pod>"
   notes_lacks notes-ha "ha: no Deployment, not leader-only" "rollout status deployment/" "READY column" "Only the leader is Ready"
   notes_has notes-ha-external "ha, external etcd" "High availability: 5 ClusterD replicas (StatefulSet fault-center)" "http://etcd-0.etcd.infra.svc:2379, http://etcd-1.etcd.infra.svc:2379" \
     "a RollingUpdate (updateStrategy is OnDelete here)"
+  notes_lacks notes-ha "ha, deployed etcd with TLS" "plaintext"
+  notes_has notes-ha-external "ha, external etcd over http" "etcd-2.etcd.infra.svc:2379; plaintext)."
+  notes_has notes-ha-external-tls "ha, external etcd over https" "https://etcd-0.etcd.infra.svc:2379" "TLS: CA and client certificate from Secret clusterd-etcd-client)."
+  notes_has notes-ha-plain-etcd "ha, deployed etcd, ha.etcd.tls.enabled=false" "StatefulSet clusterd-etcd, 3 members, deployed with the release; plaintext)."
   notes_has notes-ha-nolabel "ha, leaderLabel=false" "Only the leader is Ready" "READY column" "never see every replica Ready"
   notes_lacks notes-ha-nolabel "ha, leaderLabel=false" "clusterd.io/ha-role" "/readyz/replica"
   notes_has notes-ha-nok "ha, kubernetes.enabled=false" "only Kubernetes access is get and patch on pods" "in fault-mgmt, for the leader label (Role clusterd-ha)"

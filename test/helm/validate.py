@@ -16,8 +16,12 @@ an audience of its own (one the API server does not accept); TLS keys and tokens
 read-only; one ClusterD replica with the Recreate strategy, or (ha.enabled) a StatefulSet of
 at least 2 with Parallel pod management, and never both; every StatefulSet governed by a
 rendered headless Service that publishes not-ready pods, covered by a PodDisruptionBudget and
-with stable (selector-only) labels on its immutable volumeClaimTemplates; and that every JSON
-payload (config.json, catalog.json, rules.json, the Grafana dashboard) parses.
+with stable (selector-only) labels on its immutable volumeClaimTemplates; private keys from
+Secrets never world-readable; TLS to etcd all or nothing (ClusterD's etcd endpoints all https
+or none, its etcd_* files only with https and all in its read-only config volume; a deployed
+etcd serving https requires client and peer certificates, its certificate files in a read-only
+Secret volume, its probes on the metrics port, which no NetworkPolicy opens); and that every
+JSON payload (config.json, catalog.json, rules.json, the Grafana dashboard) parses.
 Exits non-zero after printing every problem found.
 """
 import json
@@ -291,6 +295,11 @@ def check_pod(obj, pod):
                 aud = sat.get("audience") or ""
                 if not aud or aud in ("api", "https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local"):
                     problem(obj, f"volume {v['name']}: a projected token needs an audience of its own, not {aud!r}")
+        # Private keys (tls.key and the like) are readable by the owner and group (fsGroup) only.
+        for items in [(src.get("secret") or {}).get("items") or [] for src in sources] + [(v.get("secret") or {}).get("items") or []]:
+            for it in items:
+                if it.get("key", "").endswith(".key") and (it.get("mode") is None or it["mode"] & 0o007):
+                    problem(obj, f"volume {v['name']}: {it['key']} must not be world-readable (mode {it.get('mode')})")
         if sources or "secret" in v:
             for c in spec.get("containers") or []:
                 for m in c.get("volumeMounts") or []:
@@ -302,6 +311,85 @@ def check_pod(obj, pod):
             writable = [m for m in mounts if not m.get("readOnly")]
             if writable and v["name"] != "state":
                 problem(obj, f"hostPath volume {v['name']} must be mounted read-only")
+
+
+ETCD_FILE_KEYS = ("etcd_ca_file", "etcd_cert_file", "etcd_key_file")
+
+
+def check_etcd_tls(docs):
+    """TLS to etcd is all or nothing, on ClusterD's side and on the deployed etcd's."""
+    for wl in (d for d in docs if is_clusterd(d)):
+        spec = wl["spec"]["template"]["spec"]
+        vol = next((v for v in spec.get("volumes") or [] if v["name"] == "config"), None)
+        mount = next((m for c in spec.get("containers") or [] for m in c.get("volumeMounts") or []
+                      if m.get("name") == "config"), None)
+        cms = [d for d in docs if d.get("kind") == "ConfigMap" and "config.json" in (d.get("data") or {})
+               and any((s.get("configMap") or {}).get("name") == d["metadata"]["name"]
+                       for s in ((vol or {}).get("projected") or {}).get("sources") or [])]
+        for cm in cms:
+            try:
+                cfg = json.loads(cm["data"]["config.json"])
+            except json.JSONDecodeError:
+                continue  # check_json_payloads says so
+            eps = cfg.get("etcd_endpoints") or []
+            https = [e.startswith("https://") for e in eps]
+            if any(https) and not all(https):
+                problem(cm, f"etcd_endpoints mix https:// and plaintext: {eps}")
+            files = {k: cfg[k] for k in ETCD_FILE_KEYS if k in cfg}
+            if files and not (https and all(https)):
+                problem(cm, f"{sorted(files)} need https:// etcd_endpoints")
+            if ("etcd_cert_file" in cfg) != ("etcd_key_file" in cfg):
+                problem(cm, "etcd_cert_file and etcd_key_file go together")
+            projected = {mount["mountPath"] + "/" + it["path"]
+                         for s in ((vol or {}).get("projected") or {}).get("sources") or []
+                         for it in (s.get("secret") or {}).get("items") or []} if mount else set()
+            for k, path in files.items():
+                if path not in projected or not mount.get("readOnly"):
+                    problem(wl, f"config.json {k} {path!r} is not a Secret item of the read-only config volume")
+    for s in (d for d in docs if d.get("kind") == "StatefulSet" and component(d) == "etcd"):
+        pod = s["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        args = {}
+        for a in c.get("args") or []:
+            k, _, v = a.partition("=")
+            args[k] = v if _ else "true"
+        client = [args.get(k, "") for k in ("--listen-client-urls", "--advertise-client-urls")]
+        peer = [args.get(k, "") for k in ("--listen-peer-urls", "--initial-advertise-peer-urls")] + \
+            [m.split("=", 1)[1] for m in args.get("--initial-cluster", "").split(",") if "=" in m]
+        for what, urls, need in (
+                ("client", client, ("--cert-file", "--key-file", "--trusted-ca-file", "--client-cert-auth")),
+                ("peer", peer, ("--peer-cert-file", "--peer-key-file", "--peer-trusted-ca-file",
+                                "--peer-client-cert-auth"))):
+            tls = [u.startswith("https://") for u in urls]
+            if any(tls) and not all(tls):
+                problem(s, f"etcd's {what} URLs mix https and http: {urls}")
+            if any(tls):
+                missing = [k for k in need if not args.get(k) or args.get(k) == "false"]
+                if missing:
+                    problem(s, f"etcd serves {what} TLS without {missing}")
+        # The certificate files come from a read-only Secret volume.
+        mounts = {m["name"]: m for m in c.get("volumeMounts") or []}
+        secret_dirs = [mounts[v["name"]]["mountPath"] + "/" for v in pod.get("volumes") or []
+                       if "secret" in v and v["name"] in mounts and mounts[v["name"]].get("readOnly")]
+        for k, v in args.items():
+            if k.endswith("-file") and not any(v.startswith(d) for d in secret_dirs):
+                problem(s, f"etcd {k}={v} is not in a read-only Secret volume")
+        # The probes use the plaintext metrics port, apart from the client port (etcd's API).
+        metrics = args.get("--listen-metrics-urls", "")
+        if not metrics.startswith("http://") or metrics.rsplit(":", 1)[-1] == args.get("--listen-client-urls", "").rsplit(":", 1)[-1]:
+            problem(s, f"--listen-metrics-urls {metrics!r} must be a plaintext port of its own (the probes)")
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            port = ((c.get(probe) or {}).get("httpGet") or {}).get("port")
+            if port is not None and port != "metrics":
+                problem(s, f"{probe} must use the metrics port, not {port!r}")
+        labels = s["spec"]["selector"]["matchLabels"]
+        for np in (d for d in docs if d.get("kind") == "NetworkPolicy"):
+            sel = ((np.get("spec") or {}).get("podSelector") or {}).get("matchLabels") or {}
+            if sel and all(labels.get(k) == v for k, v in sel.items()):
+                for rule in np["spec"].get("ingress") or []:
+                    ports = [p.get("port") for p in rule.get("ports") or []]
+                    if not ports or "metrics" in ports or 2381 in ports:
+                        problem(np, f"an ingress rule opens etcd's metrics port (or every port): {ports}")
 
 
 def check_json_payloads(obj):
@@ -360,6 +448,7 @@ def main():
                 check_json_payloads(obj)
         check_rbac(docs)
         check_statefulsets(docs)
+        check_etcd_tls(docs)
     for p in problems:
         print(f"  FAIL {p}")
     summary = ", ".join(f"{k} x{kinds.count(k)}" for k in sorted(set(kinds), key=str))

@@ -14,8 +14,11 @@
 # leader label's Role lets ClusterD's token get and patch pods in the release namespace and
 # nothing else (no other namespace, no list, delete or status), the StatefulSet mounts the
 # token for it, and the real clusterd with the StatefulSet's flags labels its (stand-in) pod
-# leader; `--set ha.leaderLabel=false` takes the Role and the token away again. Prints every
-# check; exits 0 only if all passed.
+# leader; the deployed etcd's generated TLS Secrets (ha.etcd.tls) are installed, kept by the
+# next upgrade, and an upgrade that would switch the installed etcd to plaintext is refused;
+# `--set ha.leaderLabel=false` takes the Role and the token away again. Last, a release
+# installed with a plaintext etcd cannot be upgraded to TLS. Prints every check; exits 0 only
+# if all passed.
 #
 # Needs: helm (test/e2e/helm_test.sh installs it), Go for scripts/k8s-tools.sh (the first run
 # builds etcd and kube-apiserver: minutes; later runs start them in seconds).
@@ -36,6 +39,16 @@ CHART=${CHART:-charts/clusterd} # another copy of the chart can be checked (e.g.
 
 passed=0
 failed=0
+# expect_no_refusal LOG PREFIX: no API call in LOG was refused. A refusal reads "403
+# Forbidden"; a log line's timestamp may end in ".403" too.
+expect_no_refusal() {
+  if grep -qiE 'forbidden|[^.0-9]403\b' "$1"; then
+    { grep -iE 'forbidden|[^.0-9]403\b' "$1" | head -5 >&2; } || true # head ends grep early (SIGPIPE)
+    bad "${2}clusterd's log shows a refused API call"
+  else
+    ok "${2}no refused (403) API call in clusterd's log"
+  fi
+}
 ok() { passed=$((passed + 1)); echo "  ok   $*"; }
 bad() { failed=$((failed + 1)); echo "  FAIL $*" >&2; }
 die() {
@@ -363,13 +376,7 @@ for k, f in (("ca.crt", "ca.crt"), ("tls.key", "ca.key")): open(os.path.join(sys
   elif [[ -n $tls ]]; then
     echo "  skip NodeD not run ($NODED without --tls-ca-file, or no grpcurl)"
   fi
-  # A refusal reads "403 Forbidden"; a log line's timestamp may end in ".403" too.
-  if grep -qiE 'forbidden|[^.0-9]403\b' "$d/clusterd.log"; then
-    { grep -iE 'forbidden|[^.0-9]403\b' "$d/clusterd.log" | head -5 >&2; } || true # head ends grep early (SIGPIPE)
-    bad "clusterd's log shows a refused API call"
-  else
-    ok "no refused (403) API call in clusterd's log"
-  fi
+  expect_no_refusal "$d/clusterd.log" ""
   k8s_kill_wait "$CLUSTERD_PID"
   CLUSTERD_PID=
 else
@@ -463,10 +470,14 @@ check 403 "ha: exec into a replica's pod" POST "$PODS/clusterd-0/exec?command=sh
 check 403 "ha: list pods, all namespaces" GET /api/v1/pods
 check 403 "ha: get secrets in $NS" GET "/api/v1/namespaces/$NS/secrets"
 check 403 "ha: get the Lease" GET "$LEASES/clusterd"
+# ha.etcd.tls (the default): the deployed etcd's CA, members' and ClusterD's client certificate.
+ETCD_SECRETS=(clusterd-etcd-ca clusterd-etcd-tls clusterd-etcd-client-tls)
+etcd_before=$(for s in "${ETCD_SECRETS[@]}"; do secret_json "$s"; done 2>/dev/null) || true
+if [[ $(grep -c 'tls.key' <<<"$etcd_before") == 3 ]]; then ok "ha: the etcd TLS Secrets installed (${ETCD_SECRETS[*]})"; else bad "ha: etcd TLS Secrets missing: '$etcd_before'"; fi
 # The real clusterd as the StatefulSet runs it: the installed config.json (etcd: the API
 # server's, under the chart's key prefix) and the pod's args as the kubelet expands them
 # for pod clusterd-0 (POD_IP 127.0.0.1, ports moved to local ones), ClusterD's token in a
-# kubeconfig: it labels its pod leader, and /readyz/replica is 200 only then.
+# kubeconfig: it labels its pod leader and is Ready (/readyz/replica).
 if [[ -x $CLUSTERD && $help == *--ha-pod* && $help == *--kubeconfig* ]]; then
   d=$TMP/clusterd-ha
   if [[ $help == *--tls-cert-file* ]]; then
@@ -474,7 +485,11 @@ if [[ -x $CLUSTERD && $help == *--ha-pod* && $help == *--kubeconfig* ]]; then
   else
     conf=$(installed StatefulSet clusterd "$d" tls_ auth_ metrics_auth insecure) || die "reading the installed StatefulSet"
   fi
-  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["etcd_endpoints"]=[sys.argv[2]]; json.dump(c, open(sys.argv[1], "w"), indent=2)' "$conf" "$K8S_ETCD"
+  # The API server's etcd instead of the deployed one (pods stay Pending): plaintext, so the
+  # installed etcd TLS files (etcd_ca_file, etcd_cert_file, etcd_key_file) are left out.
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["etcd_endpoints"]=[sys.argv[2]]
+for k in ("etcd_ca_file", "etcd_cert_file", "etcd_key_file"): c.pop(k, None)
+json.dump(c, open(sys.argv[1], "w"), indent=2)' "$conf" "$K8S_ETCD"
   k8s_write_kubeconfig "$d/kubeconfig" "$SA_TOKEN" "system:serviceaccount:$NS:clusterd" "$NS"
   http=$(k8s_free_port) grpc=$(k8s_free_port)
   mapfile -t ha_args < <(python3 - "$d/workload.json" "$NS" "$http" <<'PY'
@@ -494,24 +509,35 @@ PY
   "$CLUSTERD" --config "$conf" --kubeconfig "$d/kubeconfig" "${ha_args[@]}" --listen "127.0.0.1:$grpc" \
     --http-listen "127.0.0.1:$http" --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
-  if k8s_wait 30 "clusterd /readyz/replica" curl -fsS "http://127.0.0.1:$http/readyz/replica" &&
-     [[ $(role_label clusterd-0 2>&1) == leader ]]; then
+  # /readyz/replica is 200 on a healthy standby too: a lone replica first labels its pod
+  # standby and is Ready, then wins the election and relabels it; wait for both.
+  leads() { curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz/replica" && [[ $(role_label clusterd-0 2>&1) == leader ]]; }
+  if k8s_wait 30 "clusterd /readyz/replica and its pod labelled leader" leads; then
     ok "clusterd with the StatefulSet's flags (${ha_args[*]}) leads and labels its pod leader with only the Role's rights"
   else
     tail -20 "$d/clusterd.log" >&2
     bad "clusterd with the StatefulSet's flags did not label its pod leader (/readyz/replica)"
   fi
-  if grep -qiE 'forbidden|[^.0-9]403\b' "$d/clusterd.log"; then
-    { grep -iE 'forbidden|[^.0-9]403\b' "$d/clusterd.log" | head -5 >&2; } || true # head ends grep early (SIGPIPE)
-    bad "ha: clusterd's log shows a refused API call"
-  else
-    ok "ha: no refused (403) API call in clusterd's log"
-  fi
+  expect_no_refusal "$d/clusterd.log" "ha: "
   k8s_kill_wait "$CLUSTERD_PID"
   CLUSTERD_PID=
 else
   echo "  skip $CLUSTERD missing or without --ha-pod/--kubeconfig"
 fi
+
+echo "== the installed etcd keeps TLS (${SECONDS}s)"
+# Its members keep their peer URLs: an upgrade must not switch it to plaintext (lookup of the
+# installed StatefulSet), and nothing is changed by the refused upgrade.
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" "${HA_SET[@]}" --set ha.etcd.tls.enabled=false 2>&1); then
+  bad "helm upgrade --set ha.etcd.tls.enabled=false switched the installed etcd to plaintext"
+elif grep -qF "the deployed etcd (StatefulSet clusterd-etcd) runs with TLS" <<<"$out"; then
+  ok "helm upgrade --set ha.etcd.tls.enabled=false refused: $(grep -o 'runs with TLS.*cannot switch it' <<<"$out")"
+else
+  echo "$out" >&2; bad "helm upgrade --set ha.etcd.tls.enabled=false failed without naming the installed etcd's TLS"
+fi
+got=$(k8s_api GET "/apis/apps/v1/namespaces/$NS/statefulsets/clusterd-etcd" |
+  python3 -c 'import json,sys; print([a for a in json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith(("--listen-client-urls", "--client-cert-auth"))])' 2>&1) || true
+if [[ $got == "['--listen-client-urls=https://0.0.0.0:2379', '--client-cert-auth']" ]]; then ok "the installed etcd still serves TLS: $got"; else bad "the installed etcd's args: $got"; fi
 
 echo "== helm upgrade --set ha.leaderLabel=false takes the pods Role away (${SECONDS}s)"
 if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" "${HA_SET[@]}" --set ha.leaderLabel=false 2>&1); then
@@ -527,6 +553,27 @@ check 403 "leaderLabel=false: get a replica's pod" GET "$PODS/clusterd-0"
 got=$(sts_spec 2>&1) || true
 want="False OnDelete /readyz []"
 if [[ $got == "$want" ]]; then ok "leaderLabel=false: no token mounted, OnDelete, /readyz, no --ha-pod"; else bad "leaderLabel=false: StatefulSet '$got', want '$want'"; fi
+etcd_after=$(for s in "${ETCD_SECRETS[@]}"; do secret_json "$s"; done 2>/dev/null) || true
+if [[ -n $etcd_before && $etcd_after == "$etcd_before" ]]; then ok "helm upgrade keeps the generated etcd CA and certificates"; else bad "helm upgrade changed the generated etcd certificates"; fi
+if out=$(helm_k uninstall "$RELEASE" -n "$NS" 2>&1); then ok "helm uninstall"; else echo "$out" >&2; bad "helm uninstall"; fi
+
+echo "== an installed plaintext etcd stays plaintext (${SECONDS}s)"
+# A release whose etcd was installed without TLS (ha.etcd.tls.enabled=false, or a chart before
+# it): an upgrade to the default (TLS) is refused, naming the value to keep.
+if out=$(helm_k install "$RELEASE" "$CHART" -n "$NS" "${HA_SET[@]}" --set ha.etcd.tls.enabled=false 2>&1); then
+  ok "helm install --set ha.enabled=true --set ha.etcd.tls.enabled=false"
+else
+  echo "$out" >&2; bad "helm install with a plaintext etcd"
+fi
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" "${HA_SET[@]}" 2>&1); then
+  bad "helm upgrade switched the installed plaintext etcd to TLS"
+elif grep -qF "the deployed etcd (StatefulSet clusterd-etcd) runs plaintext" <<<"$out" && grep -qF "Set ha.etcd.tls.enabled=false" <<<"$out"; then
+  ok "helm upgrade to ha.etcd.tls.enabled=true refused: $(grep -o 'runs plaintext.*enabled=false' <<<"$out")"
+else
+  echo "$out" >&2; bad "helm upgrade of a plaintext etcd to TLS failed without naming it"
+fi
+gone=$(k8s_code GET "/api/v1/namespaces/$NS/secrets/clusterd-etcd-ca")
+if [[ $gone == 404 ]]; then ok "no etcd certificates generated by the refused upgrade"; else bad "clusterd-etcd-ca: GET -> $gone, want 404"; fi
 if out=$(helm_k uninstall "$RELEASE" -n "$NS" 2>&1); then ok "helm uninstall"; else echo "$out" >&2; bad "helm uninstall"; fi
 
 echo "helm_rbac_test: $passed passed, $failed failed (${SECONDS}s)"

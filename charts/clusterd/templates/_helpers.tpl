@@ -161,6 +161,14 @@ a fractional rate goes in as text ("0.5"), which the binary parses as a number. 
 {{- if $ha.enabled }}
 {{- /* High availability: etcd and the election; ha_replica_id is per pod (--ha-replica-id). */}}
 {{- $_ = set $c "etcd_endpoints" (include "clusterd.ha.etcdEndpoints" . | fromJsonArray) }}
+{{- if include "clusterd.ha.etcdSecret" . }}
+{{- $dir := include "clusterd.ha.etcdTlsDir" . }}
+{{- $_ = set $c "etcd_ca_file" (printf "%s/ca.crt" $dir) }}
+{{- if include "clusterd.ha.etcdClientCert" . }}
+{{- $_ = set $c "etcd_cert_file" (printf "%s/tls.crt" $dir) }}
+{{- $_ = set $c "etcd_key_file" (printf "%s/tls.key" $dir) }}
+{{- end }}
+{{- end }}
 {{- $_ = set $c "ha_lease_ttl" $ha.leaseTtl }}
 {{- $_ = set $c "ha_key_prefix" $ha.keyPrefix }}
 {{- $_ = set $c "ha_request_timeout" $ha.requestTimeout }}
@@ -441,10 +449,17 @@ Included by the ConfigMap (always rendered).
 {{- if and $e.endpoints (eq (toString $e.deploy) "true") }}
 {{- fail "ha.etcd.endpoints and ha.etcd.deploy=true exclude each other: give the endpoints of an existing etcd cluster, or let the chart deploy one (no endpoints)" }}
 {{- end }}
-{{- range $e.endpoints }}
-{{- if hasPrefix "https://" . }}
-{{- fail (printf "ha.etcd.endpoints: %s: TLS to etcd is not supported in this version; give http:// endpoints and keep etcd's traffic isolated (NetworkPolicy)" .) }}
+{{- $https := 0 }}
+{{- range $e.endpoints }}{{ if hasPrefix "https://" . }}{{ $https = add1 $https }}{{ end }}{{ end }}
+{{- if and (gt $https 0) (lt $https (len $e.endpoints)) }}
+{{- fail (printf "ha.etcd.endpoints: either every endpoint is https:// or none (host:port without a scheme is plaintext): %s" (join ", " $e.endpoints)) }}
 {{- end }}
+{{- $existing := dig "tls" "existingSecret" "" $e }}
+{{- if and $existing (include "clusterd.ha.etcdDeploy" .) }}
+{{- fail "ha.etcd.tls.existingSecret is for an existing etcd (https:// ha.etcd.endpoints); the chart generates the certificates of the etcd it deploys (ha.etcd.tls.enabled)" }}
+{{- end }}
+{{- if and $existing $e.endpoints (eq $https 0) }}
+{{- fail "ha.etcd.tls.existingSecret needs https:// ha.etcd.endpoints (plaintext endpoints use no certificates)" }}
 {{- end }}
 {{- if and .Values.clusterd.persistence.enabled .Values.clusterd.persistence.existingClaim }}
 {{- fail "ha.enabled: clusterd.persistence.existingClaim cannot be shared by the replicas (each gets a volume of its own from the StatefulSet's volumeClaimTemplates); leave it empty" }}
@@ -527,12 +542,88 @@ etcd_endpoints as JSON (a list): ha.etcd.endpoints, or every member of the deplo
 {{- if include "clusterd.ha.etcdDeploy" . }}
 {{- $out := list }}
 {{- range $i := until (int $e.replicas) }}
-{{- $out = append $out (printf "http://%s:2379" (include "clusterd.etcd.memberHost" (dict "ctx" $ "i" $i))) }}
+{{- $out = append $out (printf "%s://%s:2379" (include "clusterd.etcd.scheme" $) (include "clusterd.etcd.memberHost" (dict "ctx" $ "i" $i))) }}
 {{- end }}
 {{- toJson $out }}
 {{- else }}
 {{- toJson (default list $e.endpoints) }}
 {{- end }}
+{{- end }}
+
+{{/*
+---- TLS to etcd (ha.etcd.tls) ----
+"true" when the deployed etcd serves TLS (ha.etcd.tls.enabled; a release upgraded with
+--reuse-values from a chart without the value keeps its plaintext etcd).
+*/}}
+{{- define "clusterd.etcd.tls" -}}
+{{- if and (include "clusterd.ha.etcdDeploy" .) (dig "tls" "enabled" false .Values.ha.etcd) }}true{{ end }}
+{{- end }}
+
+{{/*
+The deployed etcd's URL scheme (client and peer ports).
+*/}}
+{{- define "clusterd.etcd.scheme" -}}
+{{- ternary "https" "http" (eq (include "clusterd.etcd.tls" .) "true") }}
+{{- end }}
+
+{{/*
+Where the deployed etcd finds its certificate (Secret <etcd>-tls: tls.crt, tls.key, ca.crt).
+*/}}
+{{- define "clusterd.etcd.tlsDir" -}}/etc/etcd/tls{{- end }}
+
+{{- define "clusterd.etcd.caSecret" -}}
+{{- printf "%s-ca" (include "clusterd.etcd.fullname" .) }}
+{{- end }}
+
+{{- define "clusterd.etcd.serverSecret" -}}
+{{- printf "%s-tls" (include "clusterd.etcd.fullname" .) }}
+{{- end }}
+
+{{/*
+The Secret with ClusterD's etcd TLS files (ca.crt; tls.crt and tls.key when
+clusterd.ha.etcdClientCert), mounted under clusterd.ha.etcdTlsDir: the generated client
+certificate of the deployed etcd, or ha.etcd.tls.existingSecret. Empty: none (plaintext, or
+https:// endpoints trusted through the system's roots).
+*/}}
+{{- define "clusterd.ha.etcdSecret" -}}
+{{- if include "clusterd.etcd.tls" . }}
+{{- printf "%s-client-tls" (include "clusterd.etcd.fullname" .) }}
+{{- else if and .Values.ha.enabled (not (include "clusterd.ha.etcdDeploy" .)) }}
+{{- dig "tls" "existingSecret" "" .Values.ha.etcd }}
+{{- end }}
+{{- end }}
+
+{{- define "clusterd.ha.etcdClientCert" -}}
+{{- if include "clusterd.etcd.tls" . }}true
+{{- else if and (include "clusterd.ha.etcdSecret" .) (dig "tls" "clientCertificate" true .Values.ha.etcd) }}true
+{{- end }}
+{{- end }}
+
+{{- define "clusterd.ha.etcdTlsDir" -}}/etc/clusterd/etcd-tls{{- end }}
+
+{{/*
+"true" when ClusterD reaches etcd over TLS (https:// endpoints).
+*/}}
+{{- define "clusterd.ha.etcdHttps" -}}
+{{- $eps := include "clusterd.ha.etcdEndpoints" . | fromJsonArray }}
+{{- if and $eps (hasPrefix "https://" (first $eps)) }}true{{ end }}
+{{- end }}
+
+{{/*
+DNS names of the deployed etcd's certificate (every member as
+<pod>.<headless>.<ns>.svc[.cluster.local], the headless Service, localhost), as JSON.
+*/}}
+{{- define "clusterd.etcd.dnsNames" -}}
+{{- $name := include "clusterd.etcd.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $names := list }}
+{{- range $i := until (int .Values.ha.etcd.replicas) }}
+{{- $host := include "clusterd.etcd.memberHost" (dict "ctx" $ "i" $i) }}
+{{- $names = append $names $host }}
+{{- $names = append $names (printf "%s.cluster.local" $host) }}
+{{- end }}
+{{- $names = concat $names (list $name (printf "%s.%s" $name $ns) (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.cluster.local" $name $ns) "localhost") }}
+{{- toJson $names }}
 {{- end }}
 
 {{/*
