@@ -178,9 +178,15 @@ void CheckpointServer::Join() {
 }
 
 void CheckpointServer::SetSource(Source source) {
-  Join();
-  std::lock_guard lock(mu_);
-  source_ = std::move(source);
+  // The new source first, under the lock: a request from now on cannot start
+  // a checkpoint of the old store; one already running is waited for.
+  std::thread maker;
+  {
+    std::lock_guard lock(mu_);
+    source_ = std::move(source);
+    maker = std::move(maker_);
+  }
+  if (maker.joinable()) maker.join();
 }
 
 void CheckpointServer::Install(
