@@ -8,6 +8,8 @@
 #include <random>
 #include <thread>
 
+#include "common/grpc/credentials.h"
+
 namespace clusterd::bench {
 
 // ---------------------------------------------------------------- messages
@@ -80,6 +82,9 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& targ
     // As NodeD: its own backoff governs reconnects, gRPC's is kept short.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
+    // Every replica's address: standbys refuse agents, so a reconnect goes
+    // to the next one.
+    SpreadCallsOverAddresses(target, &args);
     out.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
   }
   return out;

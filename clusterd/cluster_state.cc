@@ -39,8 +39,15 @@ ClusterState::ClusterState(storage::Store* store, const Catalog* catalog, const 
     : StateView(clock), store_(store), catalog_(catalog) {}
 
 Status ClusterState::Load() {
+  CLUSTERD_RETURN_IF_ERROR(Load(store_->revision_at_open(), store_->compacted_at_open()));
+  GetLogger("state")->info("loaded {} nodes, {} fault records at revision {}", nodes_.size(), faults_.size(),
+                           journal_.revision());
+  return Status::Ok();
+}
+
+Status ClusterState::Load(uint64_t revision, uint64_t compacted) {
   std::unique_lock lock(mu_);
-  journal_.Load(store_->revision_at_open(), store_->compacted_at_open());
+  journal_.Load(revision, compacted);
   CLUSTERD_RETURN_IF_ERROR(nodes_.Load(*store_, clock_->Now()));
   CLUSTERD_RETURN_IF_ERROR(faults_.Load(*store_));
   for (const auto& [key, f] : faults_.all()) {
@@ -56,10 +63,7 @@ Status ClusterState::Load() {
       parse_error = DataLoss("admin state record " + storage::HexEncode(key) + " does not parse");
     }
   }));
-  CLUSTERD_RETURN_IF_ERROR(parse_error);
-  GetLogger("state")->info("loaded {} nodes, {} fault records at revision {}", nodes_.size(), faults_.size(),
-                           journal_.revision());
-  return Status::Ok();
+  return parse_error;
 }
 
 // ----------------------------------------------------- faults and health ---

@@ -59,6 +59,10 @@ class ClusterState : public StateView {
   // Reads every record. Nodes start disconnected with their grace period
   // counted from now.
   Status Load();
+  // The same, with the revision and compaction floor given: a store that a
+  // standby has written since it opened (standby_server.h). Quiet: a standby
+  // loads often.
+  Status Load(uint64_t revision, uint64_t compacted);
 
   // The one way to read from any thread: fn(const StateView&) runs under the
   // shared lock (many readers at once, never while the writer applies) and

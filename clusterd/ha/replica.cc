@@ -19,6 +19,7 @@
 #include "clusterd/replication/log_entry.h"
 #include "clusterd/replication/replicated_store.h"
 #include "clusterd/server/server.h"
+#include "clusterd/server/standby_server.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/storage/v1/replica.pb.h"
 #include "common/config_util.h"
@@ -177,6 +178,8 @@ class Replica {
   void ReadLeader();
   void Truncate(uint64_t own_index);
   void Resign();
+  // Starts (store) or stops (null) the standby's read-only server.
+  Status ServeReads(storage::Store* store);
 
   // Returns the exit code, or nullopt once elected (with the store caught up
   // and closed).
@@ -206,7 +209,8 @@ class Replica {
   std::thread keepalive_;
 
   std::atomic<uint64_t> applied_{0};
-  uint64_t revision_ = 0;  // the standby store's revision counter (CatchUp's thread)
+  uint64_t revision_ = 0;       // the standby store's revision counter (CatchUp's thread)
+  storage::ChangeSet written_;  // the entry CatchUp applied last
   std::atomic<bool> leading_{false};
   std::atomic<bool> fenced_{false};
   std::atomic<bool> stopping_{false};  // a signal arrived while fetching a checkpoint
@@ -216,6 +220,11 @@ class Replica {
   std::string replaced_;                 // the leader this replica replaced (its pod is marked a standby)
   std::unique_ptr<PodLabeler> labeler_;  // with config ha_pod: this replica's role on its pod
   std::string follow_error_;
+  // The standby's read-only gRPC server (queries and Watch); replaced while
+  // a checkpoint replaces the store, gone once elected. The follower thread
+  // changes it; reads_mu_ guards it for /metrics.
+  std::mutex reads_mu_;
+  std::unique_ptr<StandbyServer> reads_;
   uint64_t truncated_ = 0;
   std::atomic<uint64_t> truncated_index_{0};  // for the leader's gauge
   double elected_unix_ = 0;                   // when this replica won the election (unix seconds)
@@ -310,7 +319,7 @@ Status Replica::CatchUp(storage::Store* store, bool linearizable) {
     auto answer = etcd_.Range(range);
     if (!answer.ok()) return answer.status();
     for (const auto& kv : answer->kvs()) {
-      Status st = replication::ApplyLogEntry(store, kv.value(), &applied, &revision_);
+      Status st = replication::ApplyLogEntry(store, kv.value(), &applied, &revision_, &written_);
       // Both need a peer's checkpoint (Rebuild); the codes stay apart.
       if (st.code() == StatusCode::kOutOfRange) {
         return OutOfRange(st.message() +
@@ -322,6 +331,7 @@ Status Replica::CatchUp(storage::Store* store, bool linearizable) {
       }
       if (!st.ok()) return st;
       applied_.store(applied);
+      if (reads_) reads_->Applied(written_);
     }
     if (!answer->more()) return Status::Ok();
   }
@@ -431,6 +441,28 @@ Status Replica::Append(uint64_t index, const std::string& entry) {
   return FailedPrecondition("log entry " + std::to_string(index) + " already holds another leader's change set");
 }
 
+Status Replica::ServeReads(storage::Store* store) {
+  std::unique_ptr<StandbyServer> old;
+  {
+    std::lock_guard lock(reads_mu_);
+    old = std::move(reads_);
+  }
+  if (old) old->Shutdown();
+  old.reset();
+  if (!store) return Status::Ok();
+  StandbyServer::Options options;
+  options.replica_id = id_;
+  options.leader = [this] {
+    std::lock_guard lock(leader_mu_);
+    return leader_seen_;
+  };
+  auto reads = std::make_unique<StandbyServer>(cfg_, store, std::move(options));
+  CLUSTERD_RETURN_IF_ERROR(reads->Start());
+  std::lock_guard lock(reads_mu_);
+  reads_ = std::move(reads);
+  return Status::Ok();
+}
+
 Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep_old,
                         replication::CheckpointServer* checkpoints) {
   // The live peers the log still reaches.
@@ -484,8 +516,10 @@ Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep
       log_->warn("{}", last.message());
       continue;
     }
-    // Swap it in: the checkpoint endpoint stops using the old store first.
+    // Swap it in: the checkpoint endpoint and the read-only server stop
+    // using the old store first.
     checkpoints->SetSource(nullptr);
+    (void)ServeReads(nullptr);
     store->reset();
     Status installed = replication::InstallCheckpoint(cfg_.data_dir, keep_old);
     auto reopened = storage::RocksDbStore::Open(cfg_.data_dir);
@@ -524,6 +558,11 @@ std::optional<int> Replica::Standby() {
     return 1;
   }
   std::unique_ptr<storage::RocksDbStore> store = std::move(*opened);
+  // The read-only server stops before the store closes, however this ends.
+  struct StopReads {
+    Replica* replica;
+    ~StopReads() { (void)replica->ServeReads(nullptr); }
+  } stop_reads{this};
   auto index = replication::ReadLogIndex(*store);
   if (!index.ok()) {
     log_->error("{}", index.status().ToString());
@@ -556,7 +595,10 @@ std::optional<int> Replica::Standby() {
     return HttpResponse{503, "text/plain", body};
   });
   http.Handle("GET", "/metrics", [this](const HttpRequest&) {
-    return HttpResponse{200, MetricsRegistry::kContentType, metrics_.Render()};
+    std::string text = metrics_.Render();
+    std::lock_guard lock(reads_mu_);
+    if (reads_) text += reads_->RenderMetrics();
+    return HttpResponse{200, MetricsRegistry::kContentType, std::move(text)};
   });
   // Ready as a replica: following the log, lease alive, pod labelled. What a
   // Service that selects the leader by label probes (docs/ha.md).
@@ -577,6 +619,10 @@ std::optional<int> Replica::Standby() {
     return 1;
   }
   advertise_ = AdvertiseAddress(cfg_, http.port());
+  if (Status st = ServeReads(store.get()); !st.ok()) {
+    log_->error("standby gRPC on {}: {}", cfg_.listen, st.ToString());
+    return 1;
+  }
 
   auto next_campaign = SteadyClock::now();
   auto next_progress = SteadyClock::now();
@@ -612,7 +658,14 @@ std::optional<int> Replica::Standby() {
         }
         st = Status(st.code(), st.message() + "; rebuilding: " + rebuilt.message());
       }
+      if (!reads_) {
+        if (Status served = ServeReads(store.get()); !served.ok()) {
+          log_->error("standby gRPC on {} after a rebuild: {}", cfg_.listen, served.ToString());
+          return 1;
+        }
+      }
     }
+    if (reads_) reads_->Refresh();
     bool changed;
     {
       std::lock_guard lock(leader_mu_);
@@ -661,6 +714,8 @@ std::optional<int> Replica::Standby() {
   }
   log_->info("elected (fence revision {}) at log index {}; caught up in {} ms", fence_revision_, applied_.load(),
              std::chrono::duration_cast<milliseconds>(SteadyClock::now() - elected).count());
+  // Watchers of this standby resume on the leader it now is.
+  (void)ServeReads(nullptr);
   http.Stop();
   checkpoints.SetSource(nullptr);
   store.reset();

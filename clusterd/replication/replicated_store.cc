@@ -75,7 +75,9 @@ Status ReplicatedStore::Reopen(bool read_only) {
   return st;
 }
 
-Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* applied, uint64_t* revision) {
+Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* applied, uint64_t* revision,
+                     storage::ChangeSet* written) {
+  if (written) written->Clear();
   auto entry = DecodeEntry(bytes);
   if (!entry.ok()) return entry.status();
   if (entry->index <= *applied) return Status::Ok();
@@ -94,6 +96,7 @@ Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* ap
   if (revision) {
     if (auto r = RevisionPut(entry->changes)) *revision = *r;
   }
+  if (written) *written = std::move(entry->changes);
   return Status::Ok();
 }
 

@@ -102,7 +102,9 @@ class ReplicatedStore final : public storage::Store {
 // below *applied is skipped (OK); a gap is OUT_OF_RANGE (the log was trimmed
 // past this store). With `revision` (the store's revision counter, kept
 // current here): an entry written over another revision is
-// FAILED_PRECONDITION (the stores diverged) and changes nothing.
-Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* applied, uint64_t* revision = nullptr);
+// FAILED_PRECONDITION (the stores diverged) and changes nothing. With
+// `written`: the change set written (left empty for a skipped entry).
+Status ApplyLogEntry(storage::Store* store, std::string_view bytes, uint64_t* applied, uint64_t* revision = nullptr,
+                     storage::ChangeSet* written = nullptr);
 
 }  // namespace clusterd::replication

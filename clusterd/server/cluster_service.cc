@@ -203,7 +203,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
 
 ClusterServiceImpl::ClusterServiceImpl(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
                                        WatchOptions options, MetricsRegistry* metrics, const Authenticator* auth)
-    : state_(state),
+    // Not owned: an aliasing pointer with no owner counts nothing.
+    : ClusterServiceImpl([state] { return std::shared_ptr<const ClusterState>(std::shared_ptr<void>(), state); }, hub,
+                         watch_pool, options, metrics, auth) {}
+
+ClusterServiceImpl::ClusterServiceImpl(StateFn state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
+                                       WatchOptions options, MetricsRegistry* metrics, const Authenticator* auth)
+    : state_(std::move(state)),
       hub_(hub),
       pool_(watch_pool),
       options_(options),
@@ -248,7 +254,7 @@ void ClusterServiceImpl::ReleaseWatch(const std::string& peer_key) {
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest*,
                                                          v1::GetSummaryResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetSummary")) return refused;
-  return AnswerRead(ctx, state_, [resp](const StateView& state) {
+  return AnswerRead(ctx, state_().get(), [resp](const StateView& state) {
     *resp = state.GetSummary();
     return Status::Ok();
   });
@@ -257,34 +263,34 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListNodes(grpc::CallbackServerContext* ctx,
                                                         const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListNodes")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.ListNodes(*req); });
+  return AnswerQuery(ctx, state_().get(), resp, [req](const StateView& state) { return state.ListNodes(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
                                                       v1::GetNodeResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetNode")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.GetNode(*req); });
+  return AnswerQuery(ctx, state_().get(), resp, [req](const StateView& state) { return state.GetNode(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListFaults(grpc::CallbackServerContext* ctx,
                                                          const v1::ListFaultsRequest* req,
                                                          v1::ListFaultsResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListFaults")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.ListFaults(*req); });
+  return AnswerQuery(ctx, state_().get(), resp, [req](const StateView& state) { return state.ListFaults(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListRecoveries(grpc::CallbackServerContext* ctx,
                                                              const v1::ListRecoveriesRequest* req,
                                                              v1::ListRecoveriesResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListRecoveries")) return refused;
-  return AnswerQuery(ctx, state_, resp, [req](const StateView& state) { return state.ListRecoveries(*req); });
+  return AnswerQuery(ctx, state_().get(), resp, [req](const StateView& state) { return state.ListRecoveries(*req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetRecovery(grpc::CallbackServerContext* ctx,
                                                           const v1::GetRecoveryRequest* req,
                                                           v1::GetRecoveryResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetRecovery")) return refused;
-  return AnswerQuery(ctx, state_, resp->mutable_recovery(),
+  return AnswerQuery(ctx, state_().get(), resp->mutable_recovery(),
                      [req](const StateView& state) { return state.GetRecovery(req->id()); });
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <boost/asio/thread_pool.hpp>
@@ -31,9 +33,16 @@ struct WatchOptions {
 
 class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
  public:
+  // Where queries read: the leader's one state, or the state a standby last
+  // loaded from the store it follows the log into (standby_server.h), which
+  // it replaces as it goes. Called once per query, on any thread.
+  using StateFn = std::function<std::shared_ptr<const ClusterState>()>;
+
   // `auth` decides who may call what; it must outlive this.
   ClusterServiceImpl(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
                      WatchOptions options, MetricsRegistry* metrics, const Authenticator* auth);
+  ClusterServiceImpl(StateFn state, WatchHub* hub, boost::asio::thread_pool* watch_pool, WatchOptions options,
+                     MetricsRegistry* metrics, const Authenticator* auth);
 
   grpc::ServerUnaryReactor* GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest* req,
                                        v1::GetSummaryResponse* resp) override;
@@ -50,7 +59,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   grpc::ServerWriteReactor<v1::WatchResponse>* Watch(grpc::CallbackServerContext* ctx,
                                                      const v1::WatchRequest* req) override;
 
-  const ClusterState* state() const { return state_; }
+  std::shared_ptr<const ClusterState> state() const { return state_(); }
   WatchHub* hub() const { return hub_; }
   boost::asio::thread_pool* pool() const { return pool_; }
   const Authenticator* auth() const { return auth_; }
@@ -68,7 +77,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   int64_t open_watch_streams() const { return open_watches_.load(); }
 
  private:
-  const ClusterState* state_;
+  StateFn state_;
   WatchHub* hub_;
   boost::asio::thread_pool* pool_;
   WatchOptions options_;

@@ -6,6 +6,7 @@ using grpc::health::v1::HealthCheckResponse;
 
 HealthCheckResponse::ServingStatus HealthServiceImpl::StatusOf(const std::string& service) const {
   if (!service.empty() && !services_.count(service)) return HealthCheckResponse::SERVICE_UNKNOWN;
+  if (!serving_only_.empty() && !serving_only_.count(service)) return HealthCheckResponse::NOT_SERVING;
   return serving_.load() ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
 }
 

@@ -1,6 +1,7 @@
 // grpc.health.v1.Health for ClusterD: SERVING while the server accepts work,
 // NOT_SERVING while it drains. Knows the overall server ("") and each
-// clusterd.v1 service by name.
+// clusterd.v1 service by name. A standby (standby_server.h) serves only some:
+// the others answer NOT_SERVING.
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,10 @@ namespace clusterd {
 class HealthServiceImpl final : public grpc::health::v1::Health::CallbackService {
  public:
   explicit HealthServiceImpl(std::set<std::string> services) : services_(std::move(services)) {}
+  // `serving_only`: while serving, these say SERVING and every other name
+  // (the overall server "" included) NOT_SERVING.
+  HealthServiceImpl(std::set<std::string> services, std::set<std::string> serving_only)
+      : services_(std::move(services)), serving_only_(std::move(serving_only)) {}
 
   void SetServing(bool serving) { serving_.store(serving); }
 
@@ -29,6 +34,7 @@ class HealthServiceImpl final : public grpc::health::v1::Health::CallbackService
   grpc::health::v1::HealthCheckResponse::ServingStatus StatusOf(const std::string& service) const;
 
   const std::set<std::string> services_;
+  const std::set<std::string> serving_only_;  // empty: all of them
   std::atomic<bool> serving_{false};
 };
 

@@ -34,6 +34,7 @@
 #include "clusterd/server/mindcluster_fault_service.h"
 #include "clusterd/server/pubfault_service.h"
 #include "clusterd/server/self_check.h"
+#include "clusterd/server/server_parts.h"
 #include "clusterd/server/status_page.h"
 #include "clusterd/server/tls.h"
 #include "clusterd/storage/rocksdb_store.h"
@@ -195,24 +196,7 @@ Status ClusterdServer::Impl::OpenState() {
     store = std::move(*wrapped);
   }
   state = std::make_unique<ClusterState>(store.get(), &catalog, clock);
-  StateLimits limits;
-  limits.max_job_ranks = cfg.max_job_ranks;
-  limits.max_faults_per_node = cfg.max_faults_per_node;
-  limits.max_job_impacts = cfg.max_job_impacts;
-  const char* kRefusedHelp = "Fault raises refused at max_faults_per_node, by origin.";
-  limits.faults_refused_agent =
-      &metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "agent"}});
-  limits.faults_refused_external =
-      &metrics.AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "external"}});
-  limits.jobs_refused = &metrics.AddCounter("clusterd_jobs_refused_total",
-                                            "Jobs refused for size: more than max_job_ranks ranks or a record "
-                                            "over 3 MiB.");
-  const char* kTruncatedHelp = "Answers cut to fit a client's 4 MiB receive limit, by what was cut.";
-  limits.job_impacts_truncated =
-      &metrics.AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "job_impacts"}});
-  limits.node_faults_truncated =
-      &metrics.AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "node_faults"}});
-  state->set_limits(limits);
+  state->set_limits(MakeStateLimits(cfg, &metrics));
   CLUSTERD_RETURN_IF_ERROR(state->Load());
   hub = std::make_unique<WatchHub>(store.get(), cfg.watch_cache_events);
   hub->Init(state->revision());
@@ -276,30 +260,12 @@ Status ClusterdServer::Impl::MakeServices() {
   ao.hello_timeout = cfg.hello_timeout;
   ao.max_streams_per_peer = cfg.max_streams_per_peer;
   // Who may call what (server/auth.h), before the services that ask it.
-  AuthOptions auth_options;
-  auth_options.insecure = cfg.insecure;
-  auth_options.token_file = cfg.auth.token_file;
-  auth_options.agent_service_accounts = cfg.auth.agent_service_accounts;
-  auth_options.review_cache_ttl = cfg.auth.token_cache_ttl;
-  for (const auto& b : cfg.auth.bindings) {
-    auto binding = ParseRoleBinding(b);
-    if (!binding.ok()) return InvalidArgument("auth_bindings: " + binding.status().message());
-    auth_options.bindings.push_back(std::move(*binding));
-  }
-  if (cfg.auth.token_review) {
-    auto reviewer = MakeKubernetesTokenReviewer(cfg);
-    if (!reviewer.ok()) return reviewer.status();
-    token_reviewer = std::move(*reviewer);
-    auth_options.reviewer = token_reviewer.get();
-  }
-  authenticator = MakeAuthenticator(std::move(auth_options), &metrics);
+  auto made_auth = MakeConfiguredAuthenticator(cfg, &metrics, &token_reviewer);
+  if (!made_auth.ok()) return made_auth.status();
+  authenticator = std::move(*made_auth);
   services.agent = std::make_unique<AgentService>(state.get(), engine.get(), ao, &metrics, authenticator.get());
-  WatchOptions wo;
-  wo.max_lag_events = cfg.watch_max_lag_events;
-  wo.max_streams = cfg.max_watch_streams;
-  wo.max_streams_per_peer = cfg.max_watch_streams_per_peer;
-  services.cluster =
-      std::make_unique<ClusterServiceImpl>(state.get(), hub.get(), watch_pool.get(), wo, &metrics, authenticator.get());
+  services.cluster = std::make_unique<ClusterServiceImpl>(state.get(), hub.get(), watch_pool.get(),
+                                                          MakeWatchOptions(cfg), &metrics, authenticator.get());
   services.fault = std::make_unique<FaultServiceImpl>(engine.get(), authenticator.get());
   services.job =
       std::make_unique<JobServiceImpl>(state.get(), engine.get(), coordinator.get(), &job_agents, authenticator.get());
@@ -371,22 +337,7 @@ Status ClusterdServer::Impl::StartGrpc(const std::shared_ptr<grpc::ServerCredent
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(cfg.listen, credentials, &grpc_port);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(cfg.max_message_bytes));
-  // What every client accepts by default. Answers are built to fit it
-  // (response_limits.h); one that did not would fail loudly here rather than
-  // only for clients with default limits.
-  builder.SetMaxSendMessageSize(static_cast<int>(kMaxSendBytes));
-  // Detect dead agents' connections even when they send nothing.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
-  // A connection that never completes the HTTP/2 handshake (a raw TCP
-  // connect that sends nothing) holds a descriptor until this passes; gRPC's
-  // own default is 120s.
-  builder.AddChannelArgument(
-      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(cfg.grpc_handshake_timeout).count()));
+  ConfigureGrpcServer(cfg, &builder);
   services.RegisterWith(builder);
   grpc_server = builder.BuildAndStart();
   if (!grpc_server || grpc_port == 0) {
@@ -557,6 +508,76 @@ std::string ClusterdServer::Impl::SelfCheckTarget() const {
   if (host == "0.0.0.0" || host.empty()) target_host = "127.0.0.1";
   if (host == "[::]") target_host = "[::1]";
   return target_host + ":" + std::to_string(grpc_port);
+}
+
+StateLimits MakeStateLimits(const ClusterdConfig& cfg, MetricsRegistry* metrics) {
+  StateLimits limits;
+  limits.max_job_ranks = cfg.max_job_ranks;
+  limits.max_faults_per_node = cfg.max_faults_per_node;
+  limits.max_job_impacts = cfg.max_job_impacts;
+  const char* kRefusedHelp = "Fault raises refused at max_faults_per_node, by origin.";
+  limits.faults_refused_agent =
+      &metrics->AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "agent"}});
+  limits.faults_refused_external =
+      &metrics->AddCounter("clusterd_faults_refused_total", kRefusedHelp, {{"origin", "external"}});
+  limits.jobs_refused = &metrics->AddCounter("clusterd_jobs_refused_total",
+                                             "Jobs refused for size: more than max_job_ranks ranks or a record "
+                                             "over 3 MiB.");
+  const char* kTruncatedHelp = "Answers cut to fit a client's 4 MiB receive limit, by what was cut.";
+  limits.job_impacts_truncated =
+      &metrics->AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "job_impacts"}});
+  limits.node_faults_truncated =
+      &metrics->AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "node_faults"}});
+  return limits;
+}
+
+StatusOr<std::unique_ptr<Authenticator>> MakeConfiguredAuthenticator(const ClusterdConfig& cfg,
+                                                                     MetricsRegistry* metrics,
+                                                                     std::unique_ptr<TokenReviewer>* reviewer_out) {
+  AuthOptions auth_options;
+  auth_options.insecure = cfg.insecure;
+  auth_options.token_file = cfg.auth.token_file;
+  auth_options.agent_service_accounts = cfg.auth.agent_service_accounts;
+  auth_options.review_cache_ttl = cfg.auth.token_cache_ttl;
+  for (const auto& b : cfg.auth.bindings) {
+    auto binding = ParseRoleBinding(b);
+    if (!binding.ok()) return InvalidArgument("auth_bindings: " + binding.status().message());
+    auth_options.bindings.push_back(std::move(*binding));
+  }
+  if (cfg.auth.token_review) {
+    auto reviewer = MakeKubernetesTokenReviewer(cfg);
+    if (!reviewer.ok()) return reviewer.status();
+    *reviewer_out = std::move(*reviewer);
+    auth_options.reviewer = reviewer_out->get();
+  }
+  return MakeAuthenticator(std::move(auth_options), metrics);
+}
+
+WatchOptions MakeWatchOptions(const ClusterdConfig& cfg) {
+  WatchOptions wo;
+  wo.max_lag_events = cfg.watch_max_lag_events;
+  wo.max_streams = cfg.max_watch_streams;
+  wo.max_streams_per_peer = cfg.max_watch_streams_per_peer;
+  return wo;
+}
+
+void ConfigureGrpcServer(const ClusterdConfig& cfg, grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(static_cast<int>(cfg.max_message_bytes));
+  // What every client accepts by default. Answers are built to fit it
+  // (response_limits.h); one that did not would fail loudly here rather than
+  // only for clients with default limits.
+  builder->SetMaxSendMessageSize(static_cast<int>(kMaxSendBytes));
+  // Detect dead agents' connections even when they send nothing.
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
+  // A connection that never completes the HTTP/2 handshake (a raw TCP
+  // connect that sends nothing) holds a descriptor until this passes; gRPC's
+  // own default is 120s.
+  builder->AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(cfg.grpc_handshake_timeout).count()));
 }
 
 }  // namespace clusterd

@@ -3,9 +3,12 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
@@ -157,6 +160,48 @@ StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(const std::string& 
   if (!creds.ok()) return creds.status();
   if (!s.server_name.empty()) args.SetSslTargetNameOverride(s.server_name);
   return grpc::CreateCustomChannel(target, *creds, args);
+}
+
+namespace {
+
+// The scheme ("ipv4:") and the addresses of a list target; none otherwise.
+std::pair<std::string, std::vector<std::string>> SplitAddresses(const std::string& target) {
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (target.rfind(scheme, 0) != 0) continue;
+    std::vector<std::string> out;
+    size_t begin = std::strlen(scheme);
+    for (;;) {
+      const size_t comma = target.find(',', begin);
+      out.push_back(target.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+      if (comma == std::string::npos) break;
+      begin = comma + 1;
+    }
+    return {scheme, out};
+  }
+  return {};
+}
+
+}  // namespace
+
+size_t AddressCount(const std::string& target) {
+  const auto split = SplitAddresses(target);
+  return split.first.empty() ? 1 : split.second.size();
+}
+
+std::string RotateAddresses(const std::string& target, size_t k) {
+  auto [scheme, addresses] = SplitAddresses(target);
+  if (addresses.size() < 2) return target;
+  std::string out = scheme;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (i > 0) out += ',';
+    out += addresses[(i + k) % addresses.size()];
+  }
+  return out;
+}
+
+void SpreadCallsOverAddresses(const std::string& target, grpc::ChannelArguments* args) {
+  if (AddressCount(target) < 2) return;
+  args->SetServiceConfigJSON(R"({"loadBalancingConfig":[{"round_robin":{}}]})");
 }
 
 }  // namespace clusterd

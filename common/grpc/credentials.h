@@ -69,4 +69,17 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const
 StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(const std::string& target, const ClientSecurity& security,
                                                              grpc::ChannelArguments args = {});
 
+// A target that lists more than one address ("ipv4:a,b,c", "ipv6:..."):
+// every replica of a highly available ClusterD, of which only the leader
+// takes writes and the standbys refuse them with UNAVAILABLE (docs/ha.md).
+size_t AddressCount(const std::string& target);
+// The list starting at its k-th address (mod their number): a client that
+// opens a new channel after a refusal tries the next replica first. Any
+// other target is returned as it is.
+std::string RotateAddresses(const std::string& target, size_t k);
+// For a list: each call goes to the next connected address (round_robin),
+// so a call that a standby refused is retried on another replica; nothing
+// for any other target.
+void SpreadCallsOverAddresses(const std::string& target, grpc::ChannelArguments* args);
+
 }  // namespace clusterd

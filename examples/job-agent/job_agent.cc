@@ -419,7 +419,11 @@ int main(int argc, char** argv) {
   }
   if (o.job.empty() || (o.register_job && o.placement.empty())) return Usage();
   clusterd::ApplyClientSecurityEnv(&o.security);  // CLUSTERD_CA ... for what the flags left unset
-  auto channel = clusterd::CreateClientChannel(o.server, o.security);
+  // Given every replica of a highly available ClusterD, each attempt goes
+  // to the next one: standbys refuse, the leader answers.
+  grpc::ChannelArguments args;
+  clusterd::SpreadCallsOverAddresses(o.server, &args);
+  auto channel = clusterd::CreateClientChannel(o.server, o.security, args);
   if (!channel.ok()) {
     std::cerr << "job-agent: " << channel.status().message() << "\n";
     return 2;

@@ -12,7 +12,7 @@ using google::protobuf::util::TimeUtil;
 
 namespace {
 
-StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const StreamOptions& options) {
+StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const StreamOptions& options, size_t rotation = 0) {
   grpc::ChannelArguments args;
   // Notice a dead ClusterD (or path) even when nothing is being sent.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
@@ -21,7 +21,7 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const StreamOptions& option
   // Our own backoff governs reconnects; keep gRPC's short.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
-  return CreateClientChannel(options.server, options.security, args);
+  return CreateClientChannel(RotateAddresses(options.server, rotation), options.security, args);
 }
 
 }  // namespace
@@ -75,25 +75,32 @@ void StreamClient::Notify() {
 void StreamClient::Run() {
   auto log = GetLogger("stream");
   auto backoff = options_.backoff_min;
+  const size_t addresses = AddressCount(options_.server);
+  size_t refusals = 0;  // by standbys in a row
   for (;;) {
     {
       std::lock_guard lock(mu_);
       if (stop_) return;
     }
     const auto began = std::chrono::steady_clock::now();
-    Session();
+    const bool refused = Session();
     connected_ = false;
     // The next session starts on a new channel. With several addresses
     // (ipv4:a,b,c: the replicas of a highly available ClusterD, docs/ha.md)
-    // gRPC 1.51's pick_first keeps an address that refused while it was a
-    // standby in its backoff even after it became the leader; a new channel
-    // tries every address afresh.
-    if (auto fresh = MakeChannel(options_); fresh.ok()) {
+    // it tries the next address first: pick_first would otherwise connect to
+    // the same standby again (standbys listen, for queries and Watch, and
+    // refuse agents). A new channel also tries an address afresh that gRPC
+    // 1.51's pick_first would keep in its backoff.
+    if (addresses > 1) ++rotation_;
+    if (auto fresh = MakeChannel(options_, rotation_); fresh.ok()) {
       channel_ = std::move(*fresh);
       stub_ = v1::NodeAgentService::NewStub(channel_);
     }
-    // A session that lasted reset the backoff; quick failures grow it.
+    refusals = refused ? refusals + 1 : 0;
+    // A session that lasted reset the backoff; quick failures grow it. A
+    // standby's refusal does not, until every address has refused.
     if (std::chrono::steady_clock::now() - began > options_.backoff_max) backoff = options_.backoff_min;
+    if (refused && refusals < addresses) backoff = options_.backoff_min;
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(backoff * jitter(rng_));
     log->info("reconnecting to {} in {} ms", options_.server,
@@ -105,12 +112,12 @@ void StreamClient::Run() {
   }
 }
 
-void StreamClient::Session() {
+bool StreamClient::Session() {
   auto log = GetLogger("stream");
   grpc::ClientContext ctx;
   {
     std::lock_guard lock(mu_);
-    if (stop_) return;
+    if (stop_) return false;
     current_ = &ctx;
   }
   struct Clear {
@@ -133,7 +140,7 @@ void StreamClient::Session() {
   if (!stream->Write(hello) || !stream->Read(&resp) || !resp.has_welcome()) {
     grpc::Status st = stream->Finish();
     log->warn("connect to {} failed: {} {}", options_.server, static_cast<int>(st.error_code()), st.error_message());
-    return;
+    return st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message().rfind("standby ", 0) == 0;
   }
   if (reconnects_) reconnects_->Inc();
   const uint64_t epoch = outbox_->epoch();
@@ -212,6 +219,7 @@ void StreamClient::Session() {
   if (!stopping) {
     log->warn("stream to {} ended: {} {}", options_.server, static_cast<int>(st.error_code()), st.error_message());
   }
+  return false;
 }
 
 }  // namespace clusterd::noded

@@ -54,8 +54,9 @@ class StreamClient {
                MetricsRegistry* metrics);
 
   void Run();
-  // One connection's life; returns when it broke or Stop was called.
-  void Session();
+  // One connection's life; returns when it broke or Stop was called. True
+  // when a standby replica refused it (it is not the leader).
+  bool Session();
 
   StreamOptions options_;
   const Agent* agent_;
@@ -71,6 +72,7 @@ class StreamClient {
   std::atomic<bool> connected_{false};
   std::thread thread_;
   std::mt19937_64 rng_{std::random_device{}()};
+  size_t rotation_ = 0;  // with several addresses: which one the next channel tries first
 
   Counter* reconnects_ = nullptr;
   Counter* sent_transitions_ = nullptr;

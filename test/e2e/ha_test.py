@@ -287,11 +287,12 @@ class Injector(threading.Thread):
 
 
 class Watcher(threading.Thread):
-    """Follows the leader with Watch, resuming from the last revision seen."""
+    """Watches the replica pick() names (by default whichever leads), resuming from the last revision seen."""
 
-    def __init__(self, cluster):
+    def __init__(self, cluster, pick=None):
         super().__init__(daemon=True)
         self.c = cluster
+        self.pick = pick or (lambda: cluster.leader(strict=False))
         self.last = 0
         self.events = 0
         self.reconnects = 0
@@ -300,14 +301,14 @@ class Watcher(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            leader = self.c.leader(strict=False)
-            if leader is None:
+            rid = self.pick()
+            if rid is None:
                 time.sleep(0.05)
                 continue
             self.reconnects += 1
             cmd = [self.c.args.grpcurl, "-plaintext", "-max-time", "5", "-d",
                    json.dumps({"from_revision": self.last}),
-                   "127.0.0.1:%d" % self.c.replicas[leader]["grpc"], "clusterd.v1.ClusterService/Watch"]
+                   "127.0.0.1:%d" % self.c.replicas[rid]["grpc"], "clusterd.v1.ClusterService/Watch"]
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             buf = ""
             for line in p.stdout:
@@ -321,7 +322,18 @@ class Watcher(threading.Thread):
                             self.violations.append("revision %d after %d" % (rev, self.last))
                         self.last = max(self.last, rev)
                         self.events += 1
-            p.wait()
+            if p.wait() != 0:
+                time.sleep(0.1)  # the replica is down, or between roles
+
+
+def standby_faults(args, cluster, rid):
+    """The external faults a replica's ListFaults answers (the first 1000): {external id: revision}, or None."""
+    rc, out, _ = grpcurl(args, "127.0.0.1:%d" % cluster.replicas[rid]["grpc"], "clusterd.v1.ClusterService/ListFaults",
+                         {"page_size": 1000, "node": "worker02"})
+    if rc != 0:
+        return None
+    return {f["external_id"]: int(f["revision"]) for f in json.loads(out or "{}").get("faults", [])
+            if f.get("source") == "FAULT_SOURCE_EXTERNAL"}
 
 
 def read_history(args, cluster, rid):
@@ -387,10 +399,24 @@ def run(c, args):
         c.start_agent(node)
     wait_until(30, lambda: all(metric(a["http"], "noded_stream_connected") == 1 for a in c.agents.values()),
                "agents connected")
+    # One watcher follows the leader; another stays on one replica, a standby
+    # now, whatever becomes of it (led, killed, restarted, wiped).
+    watched = next(r for r in ("r1", "r2", "r3") if r != leader)
     reporter, injector, watcher = Reporter(c), Injector(c), Watcher(c)
-    for t in (reporter, injector, watcher):
+    standby_watcher = Watcher(c, pick=lambda: watched)
+    for t in (reporter, injector, watcher, standby_watcher):
         t.start()
     wait_until(30, lambda: len(reporter.acked) >= 10, "reports acknowledged")
+    # A standby answers queries and refuses writes, naming the leader.
+    rc, _, err = grpcurl(args, "127.0.0.1:%d" % c.replicas[watched]["grpc"], "clusterd.v1.FaultService/Report",
+                         {"reporter": "hatest", "id": "to-a-standby", "node": "worker02", "code": "ROCE_LINK_DOWN",
+                          "level": "FAULT_LEVEL_SUB_HEALTH", "action": "TRANSITION_ACTION_RAISE"})
+    if rc == 0 or "Unavailable" not in err or "standby " + watched not in err or leader not in err:
+        raise AssertionError("a write to standby %s: rc %d, %s" % (watched, rc, err.strip()))
+    acked = dict(reporter.acked)
+    wait_until(30, lambda: (lambda got: got is not None and all(got.get(f) == r for f, r in acked.items()))(
+        standby_faults(args, c, watched)), "standby %s listing the %d faults acknowledged" % (watched, len(acked)))
+    print("-- standby %s: a write refused, naming the leader; queries answer as the leader's" % watched, flush=True)
 
     def failover(what, action, after=None):
         old = c.leader()
@@ -530,7 +556,14 @@ def run(c, args):
                             "clusterd.v1.ClusterService/GetSummary", {})
     head = int(json.loads(summary)["revision"])
     wait_until(60, lambda: watcher.last >= head, "the watcher at revision %d" % head)
+    wait_until(60, lambda: standby_watcher.last >= head, "the watcher of %s at revision %d" % (watched, head))
     watcher.stop.set()
+    standby_watcher.stop.set()
+    # Every standby's queries catch up with the leader's answers.
+    for rid in c.replicas:
+        if rid != leader:
+            wait_until(30, lambda: standby_faults(args, c, rid) == standby_faults(args, c, leader),
+                       "standby %s's ListFaults as the leader's" % rid)
     print("-- quiesced: log index %d on every replica; %d reports and %d agent transitions acknowledged" %
           (top, len(reporter.acked), injector.count), flush=True)
 
@@ -578,6 +611,11 @@ def run(c, args):
         raise AssertionError("watcher saw nothing")
     print("-- watcher followed %d leaders' streams: %d events, revisions contiguous up to %d" %
           (watcher.reconnects, watcher.events, watcher.last), flush=True)
+    if standby_watcher.violations:
+        raise AssertionError("watcher of %s: %s" % (watched, "; ".join(standby_watcher.violations[:5])))
+    print("-- watcher of %s (standby, leader, killed, restarted, wiped) over %d streams: %d events, revisions "
+          "contiguous up to %d" % (watched, standby_watcher.reconnects, standby_watcher.events, standby_watcher.last),
+          flush=True)
     for what, ready, ack in LOG_FAILOVER:
         print("   %-45s leader ready %.2f s, first ack %.2f s" % (what, ready, ack))
 
