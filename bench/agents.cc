@@ -82,9 +82,6 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& targ
     // As NodeD: its own backoff governs reconnects, gRPC's is kept short.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2'000);
-    // Every replica's address: standbys refuse agents, so a reconnect goes
-    // to the next one.
-    SpreadCallsOverAddresses(target, &args);
     out.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
   }
   return out;
@@ -320,8 +317,7 @@ class AgentPool::Call final : public grpc::ClientBidiReactor<v1::ConnectRequest,
 // finds it consistent.
 class AgentPool::Stream {
  public:
-  Stream(AgentPool* pool, v1::NodeAgentService::Stub* stub, std::string name)
-      : pool_(pool), stub_(stub), name_(std::move(name)) {}
+  Stream(AgentPool* pool, size_t slot, std::string name) : pool_(pool), slot_(slot), name_(std::move(name)) {}
 
   const std::string& name() const { return name_; }
 
@@ -335,7 +331,7 @@ class AgentPool::Stream {
     auto* c = new Call(this);
     call_ = c;
     ++pool_->live_calls_;
-    stub_->async()->Connect(&c->ctx, c);
+    pool_->Stub(slot_, rotation_)->async()->Connect(&c->ctx, c);
     c->StartRead(&c->in);
     v1::ConnectRequest hello = MakeHello(name_);
     for (const auto& [key, report] : active_) *hello.mutable_hello()->add_active_faults() = report;
@@ -500,10 +496,19 @@ class AgentPool::Stream {
         final_done = !final_done_;
         final_done_ = true;
       } else {
-        // Like NodeD: exponential backoff with jitter, reset by a session
-        // that lasted longer than the longest backoff.
+        // Like NodeD: the next call starts at the next replica's address;
+        // exponential backoff with jitter, reset by a session that lasted
+        // longer than the longest backoff and not grown by a standby's
+        // refusal until every replica has refused.
         const int64_t now = NowNs();
-        if (now - call_start_ns_ > pool_->backoff_max_ns_) backoff_ns_ = pool_->backoff_min_ns_;
+        const size_t replicas = pool_->rotations_;
+        rotation_ = (rotation_ + 1) % replicas;
+        const bool refused =
+            s.error_code() == grpc::StatusCode::UNAVAILABLE && s.error_message().rfind("standby ", 0) == 0;
+        refusals_ = refused ? refusals_ + 1 : 0;
+        if (now - call_start_ns_ > pool_->backoff_max_ns_ || (refused && refusals_ < replicas)) {
+          backoff_ns_ = pool_->backoff_min_ns_;
+        }
         std::uniform_real_distribution<double> jitter(0.5, 1.0);
         const int64_t wait = static_cast<int64_t>(static_cast<double>(backoff_ns_) * jitter(rng_));
         backoff_ns_ = std::min(backoff_ns_ * 2, pool_->backoff_max_ns_);
@@ -550,7 +555,9 @@ class AgentPool::Stream {
   }
 
   AgentPool* pool_;
-  v1::NodeAgentService::Stub* stub_;
+  const size_t slot_;    // which of the pool's channels
+  size_t rotation_ = 0;  // with several replicas: which one the next call tries first
+  size_t refusals_ = 0;  // by standbys, in a row
   const std::string name_;
   std::recursive_mutex mu_;
   Call* call_ = nullptr;
@@ -570,11 +577,17 @@ void AgentPool::Call::OnReadDone(bool ok) { stream->OnReadDone(this, ok); }
 void AgentPool::Call::OnDone(const grpc::Status& st) { stream->OnDone(this, st); }
 
 AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, int channels, bool reconnect)
-    : channels_(MakeChannels(target, channels)), reconnect_(reconnect) {
-  for (auto& ch : channels_) stubs_.push_back(v1::NodeAgentService::NewStub(ch));
+    : rotations_(AddressCount(target)), slots_(static_cast<size_t>(channels)), reconnect_(reconnect) {
+  // The channels once per replica's address first (ipv4:a,b,c rotated).
+  for (size_t r = 0; r < rotations_; ++r) {
+    for (auto& ch : MakeChannels(RotateAddresses(target, r), channels)) {
+      stubs_.push_back(v1::NodeAgentService::NewStub(ch));
+      channels_.push_back(std::move(ch));
+    }
+  }
   for (size_t i = 0; i < names.size(); ++i) {
     index_[names[i]] = static_cast<int>(i);
-    streams_.push_back(std::make_unique<Stream>(this, stubs_[i % stubs_.size()].get(), std::move(names[i])));
+    streams_.push_back(std::make_unique<Stream>(this, i % slots_, std::move(names[i])));
     streams_.back()->InitBackoff(backoff_min_ns_, i + 1);
   }
   if (reconnect_) timer_ = std::thread([this] { TimerLoop(); });

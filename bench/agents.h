@@ -134,6 +134,11 @@ class AgentPool {
   void Notify(std::atomic<size_t>* counter, bool call_ended = false);
   void ScheduleReconnect(Stream* s, int64_t due_ns);
   void TimerLoop();
+  v1::NodeAgentService::Stub* Stub(size_t slot, size_t rotation) const {
+    return stubs_[rotation * slots_ + slot].get();
+  }
+  // Each slot's channel, once per rotation of the target's addresses.
+  const size_t rotations_, slots_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::NodeAgentService::Stub>> stubs_;
   std::vector<std::unique_ptr<Stream>> streams_;

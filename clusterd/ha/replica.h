@@ -7,8 +7,9 @@
 //  - As a standby it follows the replicated log (etcd keys <prefix>log/<index>)
 //    into its own RocksDB, reports how far it got (<prefix>progress/<id>, on
 //    its lease), and serves /healthz, /metrics and a /readyz that says 503
-//    "standby", so a Kubernetes Service never sends it traffic. It does not
-//    listen on the gRPC port.
+//    "standby". On the gRPC port it serves ClusterService queries and Watch
+//    read-only and refuses everything else, naming the leader
+//    (server/standby_server.h).
 //  - Once elected it reads the rest of the log (a quorum read, so nothing
 //    committed is missed), then starts the whole server on its store, wrapped
 //    in a ReplicatedStore whose every group commit is a fenced etcd

@@ -7,6 +7,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/generic/async_generic_service.h>
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/server_builder.h>
 
 #include "clusterd/catalog.h"
@@ -25,6 +26,19 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// A method of the leader's services ("/clusterd.v1.FaultService/Report"):
+// one its generated code defines. Anything else is as unknown here as there.
+bool LeaderServes(const std::string& method) {
+  const size_t slash = method.rfind('/');
+  if (method.empty() || method[0] != '/' || slash == 0 || slash == std::string::npos) return false;
+  bool ours = false;
+  for (const char* service : {"/clusterd.v1.", "/fault.Fault/", "/PubFault/"}) {
+    ours = ours || method.rfind(service, 0) == 0;
+  }
+  const std::string full = method.substr(1, slash - 1) + "." + method.substr(slash + 1);
+  return ours && google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(full) != nullptr;
+}
+
 // Every method a standby does not serve: refused at once, without reading
 // the request, naming the leader.
 class RefuseService final : public grpc::CallbackGenericService {
@@ -39,12 +53,8 @@ class RefuseService final : public grpc::CallbackGenericService {
       void OnDone() override { delete this; }
     };
     const std::string& method = ctx->method();
-    // What the leader serves; anything else is unknown here as there.
-    bool leaders = false;
-    for (const char* service : {"/clusterd.v1.", "/fault.Fault/", "/PubFault/"}) {
-      leaders = leaders || method.rfind(service, 0) == 0;
-    }
-    if (!leaders) return new Reactor(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method " + method));
+    if (!LeaderServes(method))
+      return new Reactor(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method " + method));
     refused_->Inc();
     const std::string leader = leader_();
     return new Reactor(grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -104,7 +114,9 @@ struct StandbyServer::Impl {
   std::shared_ptr<const ClusterState> state;  // what queries read
   std::atomic<uint64_t> state_revision{0};
   uint64_t store_revision = 0;  // follower thread
-  SteadyClock::time_point next_load;
+  bool changed = false;         // the store changed since the last load (follower thread)
+  SteadyClock::time_point last_load;
+  SteadyClock::duration load_took{};
   std::unique_ptr<WatchHub> hub;
 
   std::unique_ptr<TokenReviewer> token_reviewer;
@@ -117,7 +129,10 @@ struct StandbyServer::Impl {
   int port = 0;
   bool shut_down = false;
 
-  std::shared_ptr<const ClusterState> CurrentState() const {
+  std::atomic<int64_t> last_query{0};  // steady clock, for the refresh interval
+
+  std::shared_ptr<const ClusterState> CurrentState() {
+    last_query = SteadyClock::now().time_since_epoch().count();
     std::lock_guard lock(state_mu);
     return state;
   }
@@ -137,10 +152,20 @@ struct StandbyServer::Impl {
     }
     state_revision = counters->revision;
     store_revision = std::max(store_revision, counters->revision);
+    changed = false;
     loads->Inc();
-    const auto took = SteadyClock::now() - start;
-    next_load = SteadyClock::now() + std::max<SteadyClock::duration>(options.min_refresh_interval, took * 9);
+    last_load = SteadyClock::now();
+    load_took = last_load - start;
     return Status::Ok();
+  }
+
+  // Whether the next load is due: sooner while clients query.
+  bool LoadDue() const {
+    const auto now = SteadyClock::now();
+    const bool queried =
+        now - SteadyClock::time_point(SteadyClock::duration(last_query.load())) < std::chrono::seconds(10);
+    const std::chrono::nanoseconds interval = queried ? options.min_refresh_interval : options.idle_refresh_interval;
+    return now >= last_load + std::max<SteadyClock::duration>(interval, load_took * 9);
   }
 };
 
@@ -207,6 +232,9 @@ Status StandbyServer::Start() {
 void StandbyServer::Applied(const storage::ChangeSet& changes) {
   Impl& s = *impl_;
   if (!s.hub) return;
+  // Compaction and recovery retention change the store without a new
+  // revision: any change makes a load due.
+  s.changed = s.changed || !changes.empty();
   std::vector<v1::Event> events;
   for (const storage::Change& c : changes) {
     if (c.op != storage::Change::Op::kPut) continue;
@@ -238,10 +266,10 @@ void StandbyServer::Applied(const storage::ChangeSet& changes) {
 
 void StandbyServer::Refresh() {
   Impl& s = *impl_;
-  if (!s.server || s.store_revision == s.state_revision.load() || SteadyClock::now() < s.next_load) return;
+  if (!s.server || !s.changed || !s.LoadDue()) return;
   if (Status st = s.Load(); !st.ok()) {
     s.load_failures->Inc();
-    s.next_load = SteadyClock::now() + std::chrono::seconds(1);
+    s.last_load = SteadyClock::now();
     s.log->warn("loading the query state: {}", st.ToString());
   }
 }

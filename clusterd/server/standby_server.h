@@ -3,8 +3,9 @@
 // The standby writes every log entry into its own store (clusterd/ha); this
 // serves that store on the gRPC port a leader would use:
 // - ClusterService's queries, from a ClusterState loaded from the store and
-//   loaded again as the store moves on (Refresh): every answer carries the
-//   revision it was read at, at most a refresh behind the store;
+//   loaded again as the store moves on (Refresh, more often while clients
+//   query): every answer carries the revision it was read at, at most a
+//   refresh behind the store;
 // - ClusterService.Watch, live: each log entry's events are published to a
 //   WatchHub as the entry is applied (Applied), with the same revisions as on
 //   the leader, so a watcher resumes on any replica from the revision it saw;
@@ -40,9 +41,12 @@ class StandbyServer {
     // "" when nobody does).
     std::string replica_id;
     std::function<std::string()> leader;
-    // The query state is loaded again at most this often, and never more
-    // than a tenth of the time (a load at 10,000 nodes takes a while).
+    // The query state is loaded again at most this often while clients
+    // query it (within the last 10 s), at most every idle_refresh_interval
+    // otherwise, and never for more than a tenth of the time (a load at
+    // 10,000 nodes takes a while).
     std::chrono::nanoseconds min_refresh_interval = std::chrono::milliseconds(100);
+    std::chrono::nanoseconds idle_refresh_interval = std::chrono::seconds(2);
   };
 
   // `store` is the standby's store at its current revision; it must outlive

@@ -126,9 +126,11 @@ class Agent {
     while (!g_stop) {
       const bool attached = AttachOnce();
       if (g_stop) break;
-      if (attached) backoff_ms = 200;
+      // A standby's refusal: the next attempt goes to the next replica
+      // (round robin), at once.
+      if (attached || refused_by_standby_) backoff_ms = 200;
       std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-      backoff_ms = std::min(backoff_ms * 2, 5000);
+      if (!refused_by_standby_) backoff_ms = std::min(backoff_ms * 2, 5000);
     }
     trainer.join();
     return 0;
@@ -224,6 +226,8 @@ class Agent {
     stream->WritesDone();
     grpc::Status st = stream->Finish();
     if (!g_stop) Log("attach stream ended: " + (st.ok() ? std::string("OK") : st.error_message()));
+    refused_by_standby_ =
+        st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message().rfind("standby ", 0) == 0;
     return attached;
   }
 
@@ -348,6 +352,7 @@ class Agent {
 
   Options options_;
   std::shared_ptr<grpc::Channel> channel_;
+  bool refused_by_standby_ = false;  // the last attach
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::ofstream log_;
   std::mutex mu_;

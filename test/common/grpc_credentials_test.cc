@@ -379,5 +379,55 @@ TEST(ClientTlsPlaintextServerTest, TlsClientCannotTalkToAPlaintextServer) {
   EXPECT_TRUE(server.service().calls().empty());
 }
 
+// ------------------------------------------------ replica address lists ---
+
+TEST(AddressListTest, AddressCount) {
+  EXPECT_EQ(AddressCount("ipv4:10.0.0.1:50051,10.0.0.2:50051,10.0.0.3:50051"), 3u);
+  EXPECT_EQ(AddressCount("ipv6:[::1]:50051,[::2]:50051"), 2u);
+  EXPECT_EQ(AddressCount("ipv4:10.0.0.1:50051"), 1u);
+  // Anything but a list is one target, however many hosts it resolves to.
+  EXPECT_EQ(AddressCount("dns:///clusterd.example:50051"), 1u);
+  EXPECT_EQ(AddressCount("clusterd.example:50051"), 1u);
+  EXPECT_EQ(AddressCount("127.0.0.1:50051"), 1u);
+}
+
+TEST(AddressListTest, RotateStartsAtTheKthAddress) {
+  const std::string list = "ipv4:a:1,b:2,c:3";
+  EXPECT_EQ(RotateAddresses(list, 0), list);
+  EXPECT_EQ(RotateAddresses(list, 1), "ipv4:b:2,c:3,a:1");
+  EXPECT_EQ(RotateAddresses(list, 2), "ipv4:c:3,a:1,b:2");
+  EXPECT_EQ(RotateAddresses(list, 3), list);
+  EXPECT_EQ(RotateAddresses(list, 4), "ipv4:b:2,c:3,a:1");
+  EXPECT_EQ(RotateAddresses("ipv6:[::1]:1,[::2]:2", 1), "ipv6:[::2]:2,[::1]:1");
+  EXPECT_EQ(RotateAddresses("ipv6:[::1]:1,[::2]:2,[::3]:3", 2), "ipv6:[::3]:3,[::1]:1,[::2]:2");
+}
+
+TEST(AddressListTest, RotateLeavesOtherTargetsAsTheyAre) {
+  EXPECT_EQ(RotateAddresses("ipv4:a:1", 1), "ipv4:a:1");
+  EXPECT_EQ(RotateAddresses("ipv6:[::1]:1", 5), "ipv6:[::1]:1");
+  EXPECT_EQ(RotateAddresses("dns:///clusterd.example:50051", 1), "dns:///clusterd.example:50051");
+  EXPECT_EQ(RotateAddresses("127.0.0.1:50051", 2), "127.0.0.1:50051");
+}
+
+// The channel's service config, if the arguments set one.
+std::string ServiceConfigOf(const grpc::ChannelArguments& args) {
+  const grpc_channel_args c = args.c_channel_args();
+  for (size_t i = 0; i < c.num_args; ++i) {
+    if (std::string(c.args[i].key) == GRPC_ARG_SERVICE_CONFIG) return c.args[i].value.string;
+  }
+  return "";
+}
+
+TEST(AddressListTest, SpreadCallsOnlyOverLists) {
+  grpc::ChannelArguments list;
+  SpreadCallsOverAddresses("ipv4:a:1,b:2", &list);
+  EXPECT_TRUE(Contains(ServiceConfigOf(list), "round_robin")) << ServiceConfigOf(list);
+  for (const char* target : {"ipv4:a:1", "dns:///clusterd.example:50051", "127.0.0.1:50051"}) {
+    grpc::ChannelArguments args;
+    SpreadCallsOverAddresses(target, &args);
+    EXPECT_EQ(ServiceConfigOf(args), "") << target;
+  }
+}
+
 }  // namespace
 }  // namespace clusterd
