@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -15,6 +16,16 @@ namespace clusterd::testing {
 
 inline std::shared_ptr<grpc::Channel> Dial(int port) {
   return grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+}
+
+// Reads a Watch stream's events until `want` arrived or the stream ends.
+inline std::vector<v1::Event> ReadEvents(grpc::ClientReader<v1::WatchResponse>* reader, size_t want) {
+  std::vector<v1::Event> out;
+  v1::WatchResponse resp;
+  while (out.size() < want && reader->Read(&resp)) {
+    for (const auto& e : resp.events()) out.push_back(e);
+  }
+  return out;
 }
 
 class TestAgent {

@@ -15,6 +15,7 @@
 namespace clusterd {
 namespace {
 
+using testing::ReadEvents;
 using testing::TestAgent;
 using testing::WaitFor;
 
@@ -180,16 +181,6 @@ TEST_F(GrpcTest, FaultServiceReportIsIdempotentAndValidated) {
   bad = req;
   bad.set_node("ghost");
   EXPECT_EQ(stub->Report(&ctx2, bad, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
-}
-
-// Reads events until `want` arrived or the stream ends.
-std::vector<v1::Event> ReadEvents(grpc::ClientReader<v1::WatchResponse>* reader, size_t want) {
-  std::vector<v1::Event> out;
-  v1::WatchResponse resp;
-  while (out.size() < want && reader->Read(&resp)) {
-    for (const auto& e : resp.events()) out.push_back(e);
-  }
-  return out;
 }
 
 TEST_F(GrpcTest, WatchReplaysHistoryThenFollowsLive) {

@@ -30,6 +30,7 @@ namespace clusterd {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
+using testing::ReadEvents;
 using testing::WaitFor;
 
 constexpr char kLeader[] = "replica-a";
@@ -95,16 +96,6 @@ v1::ListFaultsResponse ListFaults(const std::shared_ptr<grpc::Channel>& channel)
   grpc::Status st = v1::ClusterService::NewStub(channel)->ListFaults(&ctx, v1::ListFaultsRequest(), &resp);
   EXPECT_TRUE(st.ok()) << st.error_message();
   return resp;
-}
-
-// Reads events until `want` arrived or the stream ends.
-std::vector<v1::Event> ReadEvents(grpc::ClientReader<v1::WatchResponse>* reader, size_t want) {
-  std::vector<v1::Event> out;
-  v1::WatchResponse resp;
-  while (out.size() < want && reader->Read(&resp)) {
-    for (const auto& e : resp.events()) out.push_back(e);
-  }
-  return out;
 }
 
 // A Watch of every event from the beginning of history.
