@@ -80,7 +80,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
 
  private:
   Status CheckRangeLocked() {
-    const uint64_t compacted = service_->state()->compacted_revision();
+    const uint64_t compacted = service_->compacted_revision();
     if (after_ < compacted) {
       return OutOfRange("revision " + std::to_string(after_) + " is compacted; the oldest revision available is " +
                         std::to_string(compacted + 1) + " (watch from_revision=" + std::to_string(compacted) + ")");
@@ -208,8 +208,10 @@ ClusterServiceImpl::ClusterServiceImpl(const ClusterState* state, WatchHub* hub,
                          watch_pool, options, metrics, auth) {}
 
 ClusterServiceImpl::ClusterServiceImpl(StateFn state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
-                                       WatchOptions options, MetricsRegistry* metrics, const Authenticator* auth)
+                                       WatchOptions options, MetricsRegistry* metrics, const Authenticator* auth,
+                                       std::function<uint64_t()> compacted)
     : state_(std::move(state)),
+      compacted_(std::move(compacted)),
       hub_(hub),
       pool_(watch_pool),
       options_(options),

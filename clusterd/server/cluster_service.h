@@ -41,8 +41,11 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   // `auth` decides who may call what; it must outlive this.
   ClusterServiceImpl(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* watch_pool,
                      WatchOptions options, MetricsRegistry* metrics, const Authenticator* auth);
+  // `compacted`: the history's floor for Watch, when it is read elsewhere
+  // than from the state queries read (null: from there).
   ClusterServiceImpl(StateFn state, WatchHub* hub, boost::asio::thread_pool* watch_pool, WatchOptions options,
-                     MetricsRegistry* metrics, const Authenticator* auth);
+                     MetricsRegistry* metrics, const Authenticator* auth,
+                     std::function<uint64_t()> compacted = nullptr);
 
   grpc::ServerUnaryReactor* GetSummary(grpc::CallbackServerContext* ctx, const v1::GetSummaryRequest* req,
                                        v1::GetSummaryResponse* resp) override;
@@ -59,7 +62,8 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   grpc::ServerWriteReactor<v1::WatchResponse>* Watch(grpc::CallbackServerContext* ctx,
                                                      const v1::WatchRequest* req) override;
 
-  std::shared_ptr<const ClusterState> state() const { return state_(); }
+  // Events at or below it are no longer in the history.
+  uint64_t compacted_revision() const { return compacted_ ? compacted_() : state_()->compacted_revision(); }
   WatchHub* hub() const { return hub_; }
   boost::asio::thread_pool* pool() const { return pool_; }
   const Authenticator* auth() const { return auth_; }
@@ -78,6 +82,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
 
  private:
   StateFn state_;
+  std::function<uint64_t()> compacted_;
   WatchHub* hub_;
   boost::asio::thread_pool* pool_;
   WatchOptions options_;

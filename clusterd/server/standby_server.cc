@@ -131,8 +131,12 @@ struct StandbyServer::Impl {
 
   std::atomic<int64_t> last_query{0};  // steady clock, for the refresh interval
 
-  std::shared_ptr<const ClusterState> CurrentState() {
+  // For a query: it also makes loads more frequent for a while.
+  std::shared_ptr<const ClusterState> QueryState() {
     last_query = SteadyClock::now().time_since_epoch().count();
+    return CurrentState();
+  }
+  std::shared_ptr<const ClusterState> CurrentState() const {
     std::lock_guard lock(state_mu);
     return state;
   }
@@ -205,8 +209,10 @@ Status StandbyServer::Start() {
   if (!auth.ok()) return auth.status();
   s.authenticator = std::move(*auth);
   s.watch_pool = std::make_unique<boost::asio::thread_pool>(2);
-  s.cluster = std::make_unique<ClusterServiceImpl>([&s] { return s.CurrentState(); }, s.hub.get(), s.watch_pool.get(),
-                                                   MakeWatchOptions(cfg), &s.metrics, s.authenticator.get());
+  // Watch streams read the compaction floor only: they are not queries.
+  s.cluster = std::make_unique<ClusterServiceImpl>([&s] { return s.QueryState(); }, s.hub.get(), s.watch_pool.get(),
+                                                   MakeWatchOptions(cfg), &s.metrics, s.authenticator.get(),
+                                                   [&s] { return s.CurrentState()->compacted_revision(); });
   s.health = std::make_unique<HealthServiceImpl>(
       std::set<std::string>{"clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
                             "clusterd.v1.JobService", "clusterd.v1.AdminService", "fault.Fault"},

@@ -151,8 +151,10 @@ class StandbyServerTest : public ::testing::Test {
     ASSERT_TRUE(agent_->Connect());
   }
 
-  // The leader's config, for a fixture that needs more of it.
+  // The leader's config and the standby's options, for a fixture that
+  // needs more of them.
   virtual void Tune(ClusterdConfig*) {}
+  virtual void TuneStandby(StandbyServer::Options*) {}
 
   std::unique_ptr<StandbyServer> StartStandby(storage::Store* store, std::string leader) {
     StandbyServer::Options options;
@@ -160,6 +162,7 @@ class StandbyServerTest : public ::testing::Test {
     options.leader = [leader = std::move(leader)] { return leader; };
     options.min_refresh_interval = std::chrono::nanoseconds(0);
     options.idle_refresh_interval = std::chrono::nanoseconds(0);
+    TuneStandby(&options);
     auto standby =
         std::make_unique<StandbyServer>(testing::LoopbackConfig(dir_.Sub("standby")), store, std::move(options));
     Status st = standby->Start();
@@ -402,6 +405,31 @@ TEST_F(StandbyServerCompactionTest, CompactionReachesQueriesAndWatch) {
     EXPECT_TRUE(Contains(st.error_message(), "oldest revision available is " + std::to_string(compacted + 1)))
         << st.error_message();
   }
+}
+
+// A standby nobody queries loads its state only every idle interval (here
+// never): Watch streams, which read the log's events, do not count.
+class StandbyServerIdleTest : public StandbyServerTest {
+ protected:
+  void TuneStandby(StandbyServer::Options* options) override { options->idle_refresh_interval = std::chrono::hours(1); }
+};
+
+TEST_F(StandbyServerIdleTest, OnlyQueriesMakeLoadsFrequent) {
+  WatchStream watch(standby_channel_);
+  ASSERT_TRUE(Report(leader_channel_, "roce-1").ok());
+  ASSERT_TRUE(Follow());
+  const uint64_t head = Summary(leader_channel_).revision();
+  ASSERT_EQ(ReadEvents(watch.reader.get(), head).size(), head);
+  standby_->Refresh();
+  EXPECT_EQ(standby_->state_revision(), 0u);
+
+  // A query: the state is loaded at the next refresh (the query itself was
+  // answered at the revision loaded before).
+  EXPECT_EQ(Summary(standby_channel_).revision(), 0u);
+  ASSERT_TRUE(RefreshTo(head));
+  EXPECT_EQ(Summary(standby_channel_).revision(), head);
+  watch.ctx.TryCancel();
+  watch.reader->Finish();
 }
 
 }  // namespace
