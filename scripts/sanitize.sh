@@ -28,7 +28,8 @@ SANITIZE_EXCLUDE=""
 # report instead of a core dump.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=0:detect_leaks=1:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1:print_summary=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:print_summary=1}"
-export LSAN_OPTIONS="${LSAN_OPTIONS:-print_suppressions=0}"
+# Leaks that are not ours, each with its reason: test/lsan.supp.
+export LSAN_OPTIONS="${LSAN_OPTIONS:-print_suppressions=0:suppressions=$PWD/test/lsan.supp}"
 
 # ccache hits across checkouts in other folders (CI builds a fresh clone):
 # paths under the tree are hashed relative to it.
