@@ -113,8 +113,7 @@ struct StandbyServer::Impl {
   mutable std::mutex state_mu;
   std::shared_ptr<const ClusterState> state;  // what queries read
   std::atomic<uint64_t> state_revision{0};
-  uint64_t store_revision = 0;  // follower thread
-  bool changed = false;         // the store changed since the last load (follower thread)
+  bool changed = false;  // the store changed since the last load (follower thread)
   SteadyClock::time_point last_load;
   SteadyClock::duration load_took{};
   std::unique_ptr<WatchHub> hub;
@@ -155,7 +154,6 @@ struct StandbyServer::Impl {
       state = std::move(fresh);
     }
     state_revision = counters->revision;
-    store_revision = std::max(store_revision, counters->revision);
     changed = false;
     loads->Inc();
     last_load = SteadyClock::now();
@@ -203,7 +201,7 @@ Status StandbyServer::Start() {
                              [&s] { return static_cast<double>(s.state_revision.load()); });
   CLUSTERD_RETURN_IF_ERROR(s.Load());
   s.hub = std::make_unique<WatchHub>(s.store, cfg.watch_cache_events);
-  s.hub->Init(s.store_revision);
+  s.hub->Init(s.state_revision);
 
   auto auth = MakeConfiguredAuthenticator(cfg, &s.metrics, &s.token_reviewer);
   if (!auth.ok()) return auth.status();
@@ -231,7 +229,7 @@ Status StandbyServer::Start() {
   if (!s.server || s.port == 0) {
     return Unavailable("cannot listen for gRPC on " + cfg.listen + " (address in use or invalid?)");
   }
-  s.log->info("standby serving queries and Watch on gRPC port {} at revision {}", s.port, s.store_revision);
+  s.log->info("standby serving queries and Watch on gRPC port {} at revision {}", s.port, s.state_revision.load());
   return Status::Ok();
 }
 
@@ -243,22 +241,17 @@ void StandbyServer::Applied(const storage::ChangeSet& changes) {
   s.changed = s.changed || !changes.empty();
   std::vector<v1::Event> events;
   for (const storage::Change& c : changes) {
-    if (c.op != storage::Change::Op::kPut) continue;
-    if (c.table == storage::Cf::kEvents) {
-      v1::Event e;
-      if (e.ParseFromString(c.value)) {
-        events.push_back(std::move(e));
-      } else {
-        s.log->error("an event record in the log does not parse (key {})", storage::HexEncode(c.key));
-      }
-    } else if (c.table == storage::Cf::kMeta && c.key == storage::kMetaRevision) {
-      if (auto v = storage::DecodeU64(c.value)) s.store_revision = std::max(s.store_revision, *v);
+    if (c.op != storage::Change::Op::kPut || c.table != storage::Cf::kEvents) continue;
+    v1::Event e;
+    if (e.ParseFromString(c.value)) {
+      events.push_back(std::move(e));
+    } else {
+      s.log->error("an event record in the log does not parse (key {})", storage::HexEncode(c.key));
     }
   }
   if (events.empty()) return;
   std::sort(events.begin(), events.end(),
             [](const v1::Event& a, const v1::Event& b) { return a.revision() < b.revision(); });
-  s.store_revision = std::max(s.store_revision, events.back().revision());
   if (events.front().revision() != s.hub->head() + 1) {
     // Never expected (the log carries every revision in order); the cache
     // starts over and watchers read the store, which never skips silently.
