@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (test/fuzz, clang, ASan+UBSan) in build-fuzz/
-# and runs each for a bounded time, starting from its seed corpus in
+# Builds the libFuzzer targets (test/fuzz, clang, ASan+UBSan) in build-asan/
+# (the instrumented build scripts/sanitize.sh runs the ctest suite in) and runs each for a bounded time, starting from its seed corpus in
 # test/fuzz/corpus/<target>. Fails on the first crash, sanitizer report, leak,
 # timeout or failed property check, and says where the input that did it is.
 #
-#   scripts/fuzz.sh                  # every target, 20 s each (what CI runs)
+#   scripts/fuzz.sh                  # every target, 20 s each
+#   scripts/fuzz.sh 10               # every target, 10 s each (what scripts/test.sh --all runs)
 #   scripts/fuzz.sh 600              # every target, 10 minutes each
 #   scripts/fuzz.sh 3600 outbox      # one target (or several), an hour
 #   FUZZ_JOBS=2 scripts/fuzz.sh 600  # parallel fuzzing processes per target
 #
 # Inputs a run finds that add coverage are kept in build-fuzz/corpus/<target>
-# (not in the tree); crashing inputs in build-fuzz/artifacts/<target>/.
+# (not in the tree); crashing inputs in build-fuzz/artifacts/<target>/. The
+# corpora stay in build-fuzz/ (FUZZ_WORK_DIR) whichever build the binaries come from.
 # docs/testing.md says how to add a target and how to keep a new seed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,8 @@ SECONDS_PER_TARGET="${1:-${FUZZ_SECONDS:-20}}"
 shift || true
 JOBS="${JOBS:-2}"
 FUZZ_JOBS="${FUZZ_JOBS:-1}"
-BUILD_DIR="${FUZZ_BUILD_DIR:-build-fuzz}"
+BUILD_DIR="${FUZZ_BUILD_DIR:-build-asan}"
+WORK_DIR="${FUZZ_WORK_DIR:-build-fuzz}"
 ALL_TARGETS=(npu_smi sim_http rules_config noded_config clusterd_config catalog label_selector page_token key_codec outbox pubfault checkpoint_manifest)
 JSON_TARGETS=" sim_http rules_config noded_config clusterd_config catalog "
 targets=("$@")
@@ -28,12 +31,10 @@ targets=("$@")
 # paths under the tree are hashed relative to it.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 start=$(date +%s)
+# One instrumented build for the sanitizer ctest run and the fuzzers: the same
+# configuration as scripts/sanitize.sh (clang, CLUSTERD_FUZZ, -O1, assertions on).
 if [[ ! -f $BUILD_DIR/build.ninja ]]; then
-  # Debug keeps assertions on; -O1 keeps the instrumented code fast enough.
-  # CLUSTERD_FUZZ adds -fsanitize=fuzzer-no-link,address,undefined everywhere.
-  cmake -S . -B "$BUILD_DIR" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DCMAKE_C_FLAGS_DEBUG="-O1 -g" \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCLUSTERD_FUZZ=ON
+  SANITIZE_BUILD_DIR="$BUILD_DIR" bash scripts/sanitize.sh --configure-only
 fi
 cmake --build "$BUILD_DIR" -j"$JOBS" --target fuzzers
 echo "== fuzz: built in $(($(date +%s) - start)) s; ${SECONDS_PER_TARGET} s per target"
@@ -45,9 +46,9 @@ for t in "${targets[@]}"; do
   bin="$BUILD_DIR/fuzz-bin/fuzz_$t"
   seeds="test/fuzz/corpus/$t"
   [[ -x $bin ]] || { echo "fuzz: no target $t ($bin)"; exit 2; }
-  work="$BUILD_DIR/corpus/$t"
-  artifacts="$BUILD_DIR/artifacts/$t"
-  log="$BUILD_DIR/logs/$t.log"
+  work="$WORK_DIR/corpus/$t"
+  artifacts="$WORK_DIR/artifacts/$t"
+  log="$WORK_DIR/logs/$t.log"
   mkdir -p "$work" "$artifacts" "$(dirname "$log")"
   args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2560 -max_len=8192
         -print_final_stats=1 -artifact_prefix="$artifacts/")

@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# ASan + UBSan build of the whole tree in build-asan/ (g++, Ninja, ccache) and
+# ASan + UBSan build of the whole tree in build-asan/ (clang, Ninja, ccache) and
 # the ctest suite run in it. Any sanitizer report fails the test that hit it:
 # ASan and LSan stop the process, UBSan is built without recovery.
+#
+# The one instrumented build of the tree: it is configured with CLUSTERD_FUZZ,
+# so every library also carries libFuzzer's coverage instrumentation
+# (-fsanitize=fuzzer-no-link) and the same build links the libFuzzer targets
+# that scripts/fuzz.sh runs (its default build dir is this one). The ctest
+# suite, the process tests' clusterd and noded included, runs on that code.
+# SANITIZE_COMPILER=gcc builds with g++ instead (no fuzz targets then; its own
+# default dir build-asan-gcc).
 #
 #   scripts/sanitize.sh                 # configure if needed, build, run every test
 #   scripts/sanitize.sh -R Outbox       # extra arguments go to ctest
 #   JOBS=4 scripts/sanitize.sh          # build parallelism (default 2)
+#   scripts/sanitize.sh --configure-only  # configure build-asan/ and stop (scripts/fuzz.sh uses it)
 #
 # jemalloc is off here (CLUSTERD_USE_JEMALLOC=OFF): ASan must own malloc.
 # Tests excluded, each with its reason, are listed in SANITIZE_EXCLUDE below and
@@ -13,8 +22,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${JOBS:-2}"
-BUILD_DIR="${SANITIZE_BUILD_DIR:-build-asan}"
-SAN_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+COMPILER="${SANITIZE_COMPILER:-clang}"
+if [[ $COMPILER == gcc ]]; then
+  BUILD_DIR="${SANITIZE_BUILD_DIR:-build-asan-gcc}"
+  SAN_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+  DEBUG_INFO="-g"
+  config=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_C_COMPILER=gcc
+          -DCMAKE_CXX_FLAGS="$SAN_FLAGS" -DCMAKE_C_FLAGS="$SAN_FLAGS")
+else
+  BUILD_DIR="${SANITIZE_BUILD_DIR:-build-asan}"
+  # CLUSTERD_FUZZ adds -fsanitize=fuzzer-no-link,address,undefined
+  # -fno-sanitize-recover=undefined -fno-omit-frame-pointer everywhere.
+  # Line tables are all a sanitizer report's stack trace needs, at a fraction
+  # of full debug info's compile time (use -g by hand for gdb).
+  DEBUG_INFO="${SANITIZE_DEBUG_INFO:--gline-tables-only}"
+  config=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCLUSTERD_FUZZ=ON)
+fi
 
 # Tests that cannot run under the sanitizers, as a ctest -E regex. Empty: every
 # test runs. Add one only with the reason next to it.
@@ -38,11 +61,10 @@ start=$(date +%s)
 if [[ ! -f $BUILD_DIR/build.ninja ]]; then
   # Debug keeps assertions on; -O1 keeps the instrumented tests fast enough.
   cmake -S . -B "$BUILD_DIR" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DCMAKE_C_FLAGS_DEBUG="-O1 -g" \
-    -DCMAKE_CXX_COMPILER=g++ -DCMAKE_C_COMPILER=gcc \
-    -DCMAKE_CXX_FLAGS="$SAN_FLAGS" -DCMAKE_C_FLAGS="$SAN_FLAGS" \
-    -DCLUSTERD_USE_JEMALLOC=OFF
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 $DEBUG_INFO" -DCMAKE_C_FLAGS_DEBUG="-O1 $DEBUG_INFO" \
+    "${config[@]}" -DCLUSTERD_USE_JEMALLOC=OFF
 fi
+[[ ${1:-} == --configure-only ]] && exit 0
 # The build runs the test binaries too (gtest_discover_tests lists their
 # cases), so the sanitizer options above are already in force here.
 cmake --build "$BUILD_DIR" -j"$JOBS"

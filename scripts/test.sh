@@ -1,50 +1,117 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing, builds, runs the unit, gRPC and
-# process tests through ctest, then the end-to-end checks against a real
-# clusterd with grpcurl.
+# The project's tests, in two tiers (docs/testing.md says what each costs):
+#
+#   bash scripts/test.sh          # after a change: build, lint, the whole ctest suite, and the
+#                                 # end-to-end checks that need no Go-built server (grpcurl,
+#                                 # noded, recovery, helm render, status page)
+#   bash scripts/test.sh --all    # everything (what .ci/run runs): the above, then the short
+#                                 # benchmark, the Kubernetes, HA, MindCluster, API-tool and
+#                                 # fault suites, the ASan+UBSan ctest run and the fuzzers
+#
+# Both install what is missing first (scripts/deps.sh). Every run ends with a table of its
+# stages and their seconds, and says which caches were cold at the start.
+# FUZZ_SECONDS (default 10 per target; 0 skips) and SANITIZE=0 shorten an --all run by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
-export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
-bash scripts/build.sh
-echo "== lint: clang-format on the tree, clang-tidy on what the last commit changed (docs/testing.md)"
-bash scripts/lint.sh
-echo "== ctest"
-(cd build && ctest --output-on-failure -j2 --timeout 300)
-echo "== benchmark, short mode (figures printed, not asserted)"
-# Scenario 10's peers: etcd and kube-apiserver (built once, cached; the
-# Kubernetes tests below use the same binaries) and the client-go driver.
-k8s_bin=$(bash scripts/k8s-tools.sh)
-kube_peer=$(bash scripts/kube-peer.sh)
-build/bin/clusterd-bench --short --json "$(mktemp -d)/bench-short.json" --etcd "$k8s_bin/etcd" \
-  --kube-apiserver "$k8s_bin/kube-apiserver" --kube-peer "$kube_peer"
-echo "== end-to-end"
-bash test/e2e/grpcurl_test.sh
-bash test/e2e/noded_test.sh
-bash test/e2e/recovery_test.sh
-bash test/e2e/helm_test.sh
-bash test/k8s/helm_rbac_test.sh
-bash test/k8s/kubernetes_e2e_test.sh
-bash test/k8s/security_e2e_test.sh
-bash test/e2e/api_tools_test.sh
-bash test/e2e/mindcluster_test.sh
-bash test/e2e/status_page_test.sh
-# High availability: 3 etcd members (the binary built above) and 3 replicas.
-python3 test/e2e/ha_test.py --etcd "$k8s_bin/etcd" --bin build/bin --grpcurl "$(command -v grpcurl)"
-# ... with TLS to etcd (client certificates both ways).
-ETCD="$k8s_bin/etcd" bash test/e2e/ha_tls_test.sh
-# ... and on Kubernetes: the replicas label their pods for the Service (real API server).
-bash test/k8s/ha_label_test.sh
-bash test/faults/run.sh
-# The instrumented builds come last: each is a build of the tree of its own
-# (ccache makes a rerun cheap). FUZZ_SECONDS=0 skips the fuzzers, SANITIZE=0
-# the ASan+UBSan build and its ctest run (a quicker local run; CI runs both).
-if [[ ${FUZZ_SECONDS:-20} != 0 ]]; then
-  echo "== fuzzers: each libFuzzer target for a bounded time (docs/testing.md)"
-  bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+
+ALL=0
+for arg in "$@"; do
+  case $arg in
+    --all) ALL=1 ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+export GOPATH="${GOPATH:-$HOME/go}"
+export PATH="$GOPATH/bin:$PATH"
+
+# What was cached when the run began: a cold cache is what makes a run slow.
+caches() {
+  local files=0 k8s=cold go_tools=cold
+  if command -v ccache >/dev/null 2>&1; then
+    files=$(ccache --print-stats 2>/dev/null | awk '$1 == "files_in_cache" {print $2}')
+  fi
+  compgen -G "${CLUSTERD_K8S_CACHE:-$HOME/.cache/clusterd-k8s}/k8s-*/kube-apiserver" >/dev/null && k8s=warm
+  [[ -x $GOPATH/bin/grpcurl && -x $GOPATH/bin/helm ]] && go_tools=warm
+  echo "ccache: $([[ ${files:-0} -gt 0 ]] && echo "warm (${files} files)" || echo cold);" \
+    "build/: $([[ -f build/build.ninja ]] && echo present || echo absent);" \
+    "build-asan/: $([[ -f build-asan/build.ninja ]] && echo present || echo absent);" \
+    "Go tools (grpcurl, helm): $go_tools; etcd + kube-apiserver: $k8s"
+}
+CACHES=$(caches)
+
+STAGES=()
+RUN_START=$(date +%s)
+CURRENT=""
+table() {
+  local rc=$?
+  echo
+  echo "== stages ($([[ $ALL == 1 ]] && echo "scripts/test.sh --all" || echo "scripts/test.sh"))"
+  printf '%-34s %8s\n' stage seconds
+  local s
+  for s in "${STAGES[@]}"; do printf '%-34s %8s\n' "${s%%=*}" "${s#*=}"; done
+  [[ -n $CURRENT ]] && printf '%-34s %8s\n' "$CURRENT (FAILED)" "$(($(date +%s) - STAGE_START))"
+  printf '%-34s %8s\n' total "$(($(date +%s) - RUN_START))"
+  echo "caches at the start: $CACHES"
+  return $rc
+}
+trap table EXIT
+
+# stage NAME COMMAND...: runs the command as one timed stage of the table.
+stage() {
+  local name=$1
+  shift
+  echo "== $name"
+  CURRENT=$name
+  STAGE_START=$(date +%s)
+  "$@"
+  STAGES+=("$name=$(($(date +%s) - STAGE_START))")
+  CURRENT=""
+}
+
+ctest_main() { (cd build && ctest --output-on-failure -j2 --timeout 300); }
+
+stage deps bash scripts/deps.sh
+stage build bash scripts/build.sh
+# clang-format on the tree, clang-tidy on what the last commit changed (docs/testing.md).
+stage lint bash scripts/lint.sh
+stage ctest ctest_main
+stage e2e/grpcurl bash test/e2e/grpcurl_test.sh
+stage e2e/noded bash test/e2e/noded_test.sh
+stage e2e/recovery bash test/e2e/recovery_test.sh
+stage e2e/helm bash test/e2e/helm_test.sh
+stage e2e/status_page bash test/e2e/status_page_test.sh
+
+if [[ $ALL == 1 ]]; then
+  # etcd and kube-apiserver (built once from Go modules, cached under ~/.cache) for the
+  # benchmark's scenario 10 and the Kubernetes and HA suites; the client-go driver.
+  stage go/k8s-tools bash scripts/k8s-tools.sh
+  stage go/kube-peer bash scripts/kube-peer.sh
+  k8s_bin=$(bash scripts/k8s-tools.sh 2>/dev/null)
+  kube_peer=$(bash scripts/kube-peer.sh 2>/dev/null)
+  # Figures printed, not asserted: it proves every scenario still runs.
+  stage bench/short build/bin/clusterd-bench --short --json "$(mktemp -d)/bench-short.json" \
+    --etcd "$k8s_bin/etcd" --kube-apiserver "$k8s_bin/kube-apiserver" --kube-peer "$kube_peer"
+  stage k8s/helm_rbac bash test/k8s/helm_rbac_test.sh
+  stage k8s/kubernetes_e2e bash test/k8s/kubernetes_e2e_test.sh
+  stage k8s/security_e2e bash test/k8s/security_e2e_test.sh
+  stage e2e/api_tools bash test/e2e/api_tools_test.sh
+  stage e2e/mindcluster bash test/e2e/mindcluster_test.sh
+  # High availability: 3 etcd members (the binary built above) and 3 replicas; then with TLS
+  # to etcd; then on Kubernetes (the replicas label their pods for the Service).
+  stage ha/ha_test python3 test/e2e/ha_test.py --etcd "$k8s_bin/etcd" --bin build/bin \
+    --grpcurl "$(command -v grpcurl)"
+  stage ha/tls env ETCD="$k8s_bin/etcd" bash test/e2e/ha_tls_test.sh
+  stage ha/k8s_label bash test/k8s/ha_label_test.sh
+  stage faults bash test/faults/run.sh
+  # One instrumented build (clang, ASan+UBSan, libFuzzer coverage) in build-asan/: the ctest
+  # suite runs there, and the fuzz targets link from the same objects.
+  if [[ ${SANITIZE:-1} != 0 ]]; then
+    stage sanitize/build+ctest bash scripts/sanitize.sh
+  fi
+  if [[ ${FUZZ_SECONDS:-10} != 0 ]]; then
+    stage fuzz bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+  fi
 fi
-if [[ ${SANITIZE:-1} != 0 ]]; then
-  echo "== sanitizers: ASan+UBSan build in build-asan, ctest there (docs/testing.md)"
-  bash scripts/sanitize.sh
-fi
-echo "== all tests passed"
+echo "== all tests passed$([[ $ALL == 1 ]] || echo " (the quick tier; scripts/test.sh --all runs every suite)")"
