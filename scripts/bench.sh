@@ -9,7 +9,7 @@
 # See docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh
+scripts/build.sh all clusterd-bench
 export GOPATH="${GOPATH:-$HOME/go}"
 export PATH="$GOPATH/bin:$PATH"
 if ! command -v ghz >/dev/null 2>&1; then

@@ -62,7 +62,7 @@ if [[ ! -f $BUILD_DIR/build.ninja ]]; then
   # Debug keeps assertions on; -O1 keeps the instrumented tests fast enough.
   cmake -S . -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 $DEBUG_INFO" -DCMAKE_C_FLAGS_DEBUG="-O1 $DEBUG_INFO" \
-    "${config[@]}" -DCLUSTERD_USE_JEMALLOC=OFF
+    "${config[@]}" -DCLUSTERD_USE_JEMALLOC=OFF -DCLUSTERD_BUILD_BENCH=OFF
 fi
 [[ ${1:-} == --configure-only ]] && exit 0
 # The build runs the test binaries too (gtest_discover_tests lists their

@@ -86,6 +86,7 @@ stage e2e/status_page bash test/e2e/status_page_test.sh
 if [[ $ALL == 1 ]]; then
   # etcd and kube-apiserver (built once from Go modules, cached under ~/.cache) for the
   # benchmark's scenario 10 and the Kubernetes and HA suites; the client-go driver.
+  stage build/bench bash scripts/build.sh clusterd-bench
   stage go/k8s-tools bash scripts/k8s-tools.sh
   stage go/kube-peer bash scripts/kube-peer.sh
   k8s_bin=$(bash scripts/k8s-tools.sh 2>/dev/null)
