@@ -17,31 +17,41 @@ std::string PrefixEnd(std::string prefix) {
 }
 
 EtcdClient::EtcdClient(Options options) : options_(std::move(options)) {
+  const bool tls = !options_.endpoints.empty() && options_.endpoints.front().rfind("https://", 0) == 0;
+  credentials_ = grpc::InsecureChannelCredentials();
+  if (tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options_.ca_pem;
+    ssl.pem_cert_chain = options_.cert_pem;
+    ssl.pem_private_key = options_.key_pem;
+    credentials_ = grpc::SslCredentials(ssl);
+  }
   for (const std::string& e : options_.endpoints) {
     Member m;
-    const bool tls = e.rfind("https://", 0) == 0;
-    m.target = tls ? e.substr(8) : e.rfind("http://", 0) == 0 ? e.substr(7) : e;
-    grpc::ChannelArguments args;
-    // A dead member is noticed within seconds, not at the TCP timeout.
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
-    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-    if (tls) {
-      grpc::SslCredentialsOptions ssl;
-      ssl.pem_root_certs = options_.ca_pem;
-      ssl.pem_cert_chain = options_.cert_pem;
-      ssl.pem_private_key = options_.key_pem;
-      credentials = grpc::SslCredentials(ssl);
-    }
-    m.channel = grpc::CreateCustomChannel(m.target, credentials, args);
-    m.kv = epb::KV::NewStub(m.channel);
-    m.lease = epb::Lease::NewStub(m.channel);
+    m.target = e.rfind("https://", 0) == 0 ? e.substr(8) : e.rfind("http://", 0) == 0 ? e.substr(7) : e;
+    m.connection = Connect(m.target);
+    m.replaced = std::chrono::steady_clock::now();
     members_.push_back(std::move(m));
   }
+}
+
+std::shared_ptr<const EtcdClient::Connection> EtcdClient::Connect(const std::string& target) const {
+  grpc::ChannelArguments args;
+  // A dead member is noticed within seconds, not at the TCP timeout.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+  // Its own subchannels: a replacement must not share the old channel's
+  // connection through gRPC's global subchannel pool.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto c = std::make_shared<Connection>();
+  c->channel = grpc::CreateCustomChannel(target, credentials_, args);
+  c->kv = epb::KV::NewStub(c->channel);
+  c->lease = epb::Lease::NewStub(c->channel);
+  return c;
 }
 
 std::string EtcdClient::current_endpoint() const {
@@ -49,22 +59,44 @@ std::string EtcdClient::current_endpoint() const {
   return members_[current_.load(std::memory_order_relaxed) % members_.size()].target;
 }
 
-EtcdClient::Member& EtcdClient::Pick(size_t* index) {
+std::shared_ptr<const EtcdClient::Connection> EtcdClient::Pick(size_t* index) {
   *index = current_.load(std::memory_order_relaxed) % members_.size();
-  return members_[*index];
+  std::lock_guard lock(mu_);
+  return members_[*index].connection;
 }
 
 void EtcdClient::SetDeadline(grpc::ClientContext* ctx) const {
   ctx->set_deadline(std::chrono::system_clock::now() + options_.timeout);
 }
 
-Status EtcdClient::Check(const grpc::Status& st, size_t index, const char* what) {
+Status EtcdClient::Check(const grpc::Status& st, size_t index, const Connection* used, const char* what) {
+  Member& m = members_[index];
+  if (st.ok() || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+      st.error_code() == grpc::StatusCode::FAILED_PRECONDITION || st.error_code() == grpc::StatusCode::NOT_FOUND ||
+      st.error_code() == grpc::StatusCode::OUT_OF_RANGE) {
+    // The member answered.
+    std::lock_guard lock(mu_);
+    if (m.connection.get() == used) m.failures = 0;
+  }
   if (st.ok()) return Status::Ok();
-  const std::string msg = std::string("etcd ") + what + " at " + members_[index].target + ": " + st.error_message();
+  const std::string msg = std::string("etcd ") + what + " at " + m.target + ": " + st.error_message();
   switch (st.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
     case grpc::StatusCode::CANCELLED: {
+      {
+        std::lock_guard lock(mu_);
+        const auto now = std::chrono::steady_clock::now();
+        if (m.connection.get() == used && ++m.failures >= options_.reconnect_after_failures &&
+            now - m.replaced >= options_.reconnect_interval) {
+          m.connection = Connect(m.target);
+          m.failures = 0;
+          m.replaced = now;
+          reconnects_.fetch_add(1, std::memory_order_relaxed);
+          GetLogger("ha")->warn("etcd {}: {} calls failed in a row ({}); reconnecting on a new channel", m.target,
+                                options_.reconnect_after_failures, st.error_message());
+        }
+      }
       // Next call: the next member (unless another call moved on already).
       size_t expected = index;
       current_.compare_exchange_strong(expected, (index + 1) % members_.size());
@@ -82,38 +114,40 @@ Status EtcdClient::Check(const grpc::Status& st, size_t index, const char* what)
 template <typename Response, typename Call>
 StatusOr<Response> EtcdClient::Unary(const char* what, Call call) {
   size_t i;
-  Member& m = Pick(&i);
+  std::shared_ptr<const Connection> c = Pick(&i);
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   Response response;
-  CLUSTERD_RETURN_IF_ERROR(Check(call(m, &ctx, &response), i, what));
+  CLUSTERD_RETURN_IF_ERROR(Check(call(*c, &ctx, &response), i, c.get(), what));
   return response;
 }
 
 StatusOr<epb::RangeResponse> EtcdClient::Range(const epb::RangeRequest& request) {
-  return Unary<epb::RangeResponse>(
-      "range", [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.kv->Range(ctx, request, out); });
+  return Unary<epb::RangeResponse>("range", [&](const Connection& m, grpc::ClientContext* ctx, auto* out) {
+    return m.kv->Range(ctx, request, out);
+  });
 }
 
 StatusOr<epb::TxnResponse> EtcdClient::Txn(const epb::TxnRequest& request) {
   return Unary<epb::TxnResponse>(
-      "txn", [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.kv->Txn(ctx, request, out); });
+      "txn", [&](const Connection& m, grpc::ClientContext* ctx, auto* out) { return m.kv->Txn(ctx, request, out); });
 }
 
 StatusOr<epb::PutResponse> EtcdClient::Put(const epb::PutRequest& request) {
   return Unary<epb::PutResponse>(
-      "put", [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.kv->Put(ctx, request, out); });
+      "put", [&](const Connection& m, grpc::ClientContext* ctx, auto* out) { return m.kv->Put(ctx, request, out); });
 }
 
 StatusOr<epb::DeleteRangeResponse> EtcdClient::DeleteRange(const epb::DeleteRangeRequest& request) {
-  return Unary<epb::DeleteRangeResponse>(
-      "delete", [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.kv->DeleteRange(ctx, request, out); });
+  return Unary<epb::DeleteRangeResponse>("delete", [&](const Connection& m, grpc::ClientContext* ctx, auto* out) {
+    return m.kv->DeleteRange(ctx, request, out);
+  });
 }
 
 Status EtcdClient::Compact(int64_t revision) {
   epb::CompactionRequest request;
   request.set_revision(revision);
-  return Unary<epb::CompactionResponse>("compact", [&](Member& m, grpc::ClientContext* ctx,
+  return Unary<epb::CompactionResponse>("compact", [&](const Connection& m, grpc::ClientContext* ctx,
                                                        auto* out) { return m.kv->Compact(ctx, request, out); })
       .status();
 }
@@ -121,9 +155,9 @@ Status EtcdClient::Compact(int64_t revision) {
 StatusOr<epb::LeaseGrantResponse> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
   epb::LeaseGrantRequest request;
   request.set_ttl(ttl_seconds);
-  auto response = Unary<epb::LeaseGrantResponse>("lease grant", [&](Member& m, grpc::ClientContext* ctx, auto* out) {
-    return m.lease->LeaseGrant(ctx, request, out);
-  });
+  auto response = Unary<epb::LeaseGrantResponse>(
+      "lease grant",
+      [&](const Connection& m, grpc::ClientContext* ctx, auto* out) { return m.lease->LeaseGrant(ctx, request, out); });
   if (response.ok() && !response->error().empty()) return Unavailable("etcd lease grant: " + response->error());
   return response;
 }
@@ -131,18 +165,19 @@ StatusOr<epb::LeaseGrantResponse> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
 Status EtcdClient::LeaseRevoke(int64_t id) {
   epb::LeaseRevokeRequest request;
   request.set_id(id);
-  return Unary<epb::LeaseRevokeResponse>(
-             "lease revoke",
-             [&](Member& m, grpc::ClientContext* ctx, auto* out) { return m.lease->LeaseRevoke(ctx, request, out); })
+  return Unary<epb::LeaseRevokeResponse>("lease revoke",
+                                         [&](const Connection& m, grpc::ClientContext* ctx, auto* out) {
+                                           return m.lease->LeaseRevoke(ctx, request, out);
+                                         })
       .status();
 }
 
 StatusOr<epb::LeaseKeepAliveResponse> EtcdClient::LeaseKeepAlive(int64_t id) {
   size_t i;
-  Member& m = Pick(&i);
+  std::shared_ptr<const Connection> c = Pick(&i);
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
-  auto stream = m.lease->LeaseKeepAlive(&ctx);
+  auto stream = c->lease->LeaseKeepAlive(&ctx);
   epb::LeaseKeepAliveRequest request;
   request.set_id(id);
   epb::LeaseKeepAliveResponse response;
@@ -151,10 +186,11 @@ StatusOr<epb::LeaseKeepAliveResponse> EtcdClient::LeaseKeepAlive(int64_t id) {
   if (got) {
     ctx.TryCancel();  // the answer is in; do not wait for the server to close
     stream->Finish();
+    (void)Check(grpc::Status::OK, i, c.get(), "lease keep-alive");
     return response;
   }
-  CLUSTERD_RETURN_IF_ERROR(Check(stream->Finish(), i, "lease keep-alive"));
-  return Unavailable("etcd lease keep-alive at " + m.target + ": the stream ended without an answer");
+  CLUSTERD_RETURN_IF_ERROR(Check(stream->Finish(), i, c.get(), "lease keep-alive"));
+  return Unavailable("etcd lease keep-alive at " + members_[i].target + ": the stream ended without an answer");
 }
 
 }  // namespace clusterd::ha

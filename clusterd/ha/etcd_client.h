@@ -6,6 +6,12 @@
 // client to the next member for the calls after it; callers retry, since
 // only they know whether a request may be repeated.
 //
+// A member whose calls keep failing for the transport gets a new channel
+// (at most once per timeout): gRPC 1.51 can keep a channel to a member that
+// was stopped (SIGSTOP, a frozen VM) failing for good after the member is
+// back, each new connection's handshake waiting out its keepalive watchdog
+// (docs/ha.md, "An etcd stall").
+//
 // Thread contract: every method may be called from any thread concurrently.
 #pragma once
 
@@ -13,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,6 +42,10 @@ class EtcdClient {
     // (TLS; every endpoint then).
     std::vector<std::string> endpoints;
     std::chrono::nanoseconds timeout = std::chrono::seconds(2);
+    // A member's channel is replaced after this many transport failures in a
+    // row, at most once per reconnect_interval.
+    int reconnect_after_failures = 3;
+    std::chrono::nanoseconds reconnect_interval = std::chrono::seconds(2);
     // TLS (https endpoints): the CA the members' certificates chain to (PEM;
     // empty: the system's roots) and this client's certificate and key (PEM;
     // empty: none, for an etcd without --client-cert-auth).
@@ -60,26 +71,40 @@ class EtcdClient {
 
   // The endpoint the next call goes to.
   std::string current_endpoint() const;
+  // Channels replaced after failing calls (clusterd_ha_etcd_reconnects_total).
+  uint64_t reconnects() const { return reconnects_.load(std::memory_order_relaxed); }
   std::chrono::nanoseconds timeout() const { return options_.timeout; }
 
  private:
-  struct Member {
-    std::string target;
+  // One channel to a member and its stubs; a call holds the one it started on.
+  struct Connection {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<epb::KV::Stub> kv;
     std::unique_ptr<epb::Lease::Stub> lease;
   };
-  Member& Pick(size_t* index);
-  // Maps a gRPC status; moves on to the next member after a transport error.
-  Status Check(const grpc::Status& st, size_t index, const char* what);
+  struct Member {
+    std::string target;
+    std::shared_ptr<const Connection> connection;    // mu_
+    int failures = 0;                                // transport failures in a row (mu_)
+    std::chrono::steady_clock::time_point replaced;  // when connection was made (mu_)
+  };
+  std::shared_ptr<const Connection> Connect(const std::string& target) const;
+  // The member the next call goes to, and its connection.
+  std::shared_ptr<const Connection> Pick(size_t* index);
+  // Maps a gRPC status; after a transport error moves on to the next member,
+  // and replaces a member's channel that keeps failing.
+  Status Check(const grpc::Status& st, size_t index, const Connection* used, const char* what);
   void SetDeadline(grpc::ClientContext* ctx) const;
   // One unary call to the current member, within the deadline.
   template <typename Response, typename Call>
   StatusOr<Response> Unary(const char* what, Call call);
 
   Options options_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  std::mutex mu_;
   std::vector<Member> members_;
   std::atomic<size_t> current_{0};
+  std::atomic<uint64_t> reconnects_{0};
 };
 
 }  // namespace clusterd::ha

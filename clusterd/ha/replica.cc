@@ -43,6 +43,9 @@ constexpr auto kProgressInterval = milliseconds(1000);
 constexpr auto kTruncateInterval = milliseconds(5000);
 // A replica the log no longer reaches tries a checkpoint this often.
 constexpr auto kRebuildInterval = milliseconds(2000);
+constexpr const char* kReconnectsHelp =
+    "Channels to etcd members this process replaced after calls kept failing (a count since it started; "
+    "a stopped member can leave a gRPC channel failing for good).";
 
 std::string LogKey(const std::string& prefix, uint64_t index) {
   char digits[24];
@@ -141,6 +144,8 @@ class Replica {
                               [this] { return static_cast<double>(applied_.load()); });
     metrics_.AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
                               [this] { return LeaseValid() ? 1.0 : 0.0; });
+    metrics_.AddCallbackGauge("clusterd_ha_etcd_reconnects", kReconnectsHelp,
+                              [this] { return static_cast<double>(etcd_.reconnects()); });
     campaigns_ = &metrics_.AddCounter("clusterd_ha_campaigns_total", "Attempts to become the leader.");
     follow_errors_ = &metrics_.AddCounter("clusterd_ha_follow_errors_total",
                                           "Failed reads or applies while following the log (retried).");
@@ -751,6 +756,8 @@ int Replica::Lead() {
     }
     metrics->AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
                               [this] { return LeaseValid() ? 1.0 : 0.0; });
+    metrics->AddCallbackGauge("clusterd_ha_etcd_reconnects", kReconnectsHelp,
+                              [this] { return static_cast<double>(etcd_.reconnects()); });
     metrics->AddCallbackGauge("clusterd_ha_elected_time_seconds",
                               "When this replica won the election (unix time): a takeover's start.",
                               [this] { return elected_unix_; });
@@ -849,6 +856,7 @@ int RunReplica(const ClusterdConfig& config, char** argv) {
   EtcdClient::Options etcd;
   etcd.endpoints = config.ha.etcd_endpoints;
   etcd.timeout = config.ha.request_timeout;
+  etcd.reconnect_interval = config.ha.request_timeout;
   // TLS material is read once, here: a file that cannot be read ends the start.
   for (auto [file, pem] :
        {std::pair{&config.ha.etcd_ca_file, &etcd.ca_pem}, std::pair{&config.ha.etcd_cert_file, &etcd.cert_pem},

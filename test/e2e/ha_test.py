@@ -12,6 +12,8 @@ resuming from the last revision it saw. Under that load:
   2. SIGSTOP the leader past its lease: another takes over; SIGCONT: the old
      one must not write (it is fenced) and rejoins as a standby;
   3. kill -9 an etcd follower, then the etcd leader (each restarted after);
+     then SIGSTOP every etcd member past the lease, and the etcd leader alone
+     (each continued after): every replica is back, leader or standby;
 
   4. kill -9 the leader while a recovery waits for the job's RESUME (the job
      agent killed too, then restarted): the new leader resumes it, and the exec
@@ -46,6 +48,8 @@ import urllib.error
 import urllib.request
 
 LOG_FAILOVER = []
+# How long every etcd member stays stopped in the etcd-stall step.
+ETCD_STALL_SECONDS = 20.0
 
 
 def free_port():
@@ -518,6 +522,51 @@ def run(c, args):
         c.spawn_etcd(victim, "existing")
         wait_until(30, lambda: metric(c.etcd[victim]["client"], "etcd_server_has_leader") == 1,
                    "etcd member back")
+
+    # An etcd stall (SIGSTOP past the lease, then SIGCONT): of every member, then
+    # of the etcd leader alone. While the whole of etcd is stopped nothing is
+    # acknowledged; once it answers again one replica leads and every other one
+    # is back as a standby (a deposed leader whose gRPC channel to etcd broke
+    # while etcd was stopped used to stay out for good: issue 36).
+    for what, members in (("every etcd member", list(range(3))), ("the etcd leader", [c.etcd_leader()])):
+        old = c.leader()
+        t_stop = time.monotonic()
+        for i in members:
+            c.etcd[i]["proc"].send_signal(signal.SIGSTOP)
+        if len(members) == 3:
+            # Past the lease: the leader steps down, restarts as a standby and
+            # fails to get a lease from the stopped etcd, three times.
+            log_path = os.path.join(args.work, "clusterd-%s.log" % old)
+            seen = os.path.getsize(log_path)
+
+            def lease_refused():
+                with open(log_path, errors="replace") as f:
+                    f.seek(seen)
+                    text = f.read()
+                return "restarting as a standby" in text and text.count("cannot get a lease") >= 3
+
+            wait_until(30, lease_refused, "%s stepping down and asking the stopped etcd for a lease" % old)
+            if c.leader(strict=False) is not None:
+                raise AssertionError("a replica is ready (leading) while every etcd member is stopped")
+            # The fault's length, not a wait for anything: a stall of 10-20 s is
+            # what left the deposed leader's channels broken (5 s did not).
+            time.sleep(max(0.0, ETCD_STALL_SECONDS - (time.monotonic() - t_stop)))
+            t_cont = time.monotonic()
+            during = [s for s, e in reporter.ack_times if s > t_stop and e < t_cont]
+            if during:
+                raise AssertionError("%d writes acknowledged while every etcd member was stopped" % len(during))
+        else:
+            wait_until(30, lambda: reporter.acks_after(t_stop) >= 5, "writes with the etcd leader stopped")
+            t_cont = time.monotonic()
+        for i in members:
+            c.etcd[i]["proc"].send_signal(signal.SIGCONT)
+        new = wait_until(30, lambda: c.leader(strict=False), "a leader after etcd continued")
+        wait_until(30, lambda: reporter.acks_after(t_cont) >= 3, "writes after etcd continued")
+        # Every replica back: the leader, and each other one a standby (503).
+        wait_until(30, lambda: all(http_get(r["http"], "/readyz")[0] == (200 if rid == new else 503)
+                                   for rid, r in c.replicas.items()), "every replica back after the etcd stall")
+        print("-- SIGSTOP of %s for %.1f s (leader %s -> %s): every replica back %.1f s after SIGCONT" %
+              (what, t_cont - t_stop, old, new, time.monotonic() - t_cont), flush=True)
 
     # A standby whose data dir is wiped once the log no longer reaches back to
     # its start rebuilds its store from a peer's checkpoint.
