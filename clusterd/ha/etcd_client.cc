@@ -71,12 +71,24 @@ void EtcdClient::SetDeadline(grpc::ClientContext* ctx) const {
 
 Status EtcdClient::Check(const grpc::Status& st, size_t index, const Connection* used, const char* what) {
   Member& m = members_[index];
-  if (st.ok() || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-      st.error_code() == grpc::StatusCode::FAILED_PRECONDITION || st.error_code() == grpc::StatusCode::NOT_FOUND ||
-      st.error_code() == grpc::StatusCode::OUT_OF_RANGE) {
-    // The member answered.
+  const bool transport_failure = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                 st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                                 st.error_code() == grpc::StatusCode::CANCELLED;
+  {
     std::lock_guard lock(mu_);
-    if (m.connection.get() == used) m.failures = 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (m.connection.get() != used) {
+      // Replaced since this call started: its outcome says nothing of the new channel.
+    } else if (!transport_failure) {
+      m.failures = 0;  // the member answered (a refusal too)
+    } else if (++m.failures >= options_.reconnect_after_failures && now - m.replaced >= options_.reconnect_interval) {
+      m.connection = Connect(m.target);
+      m.failures = 0;
+      m.replaced = now;
+      reconnects_.fetch_add(1, std::memory_order_relaxed);
+      GetLogger("ha")->warn("etcd {}: {} calls failed in a row ({}); reconnecting on a new channel", m.target,
+                            options_.reconnect_after_failures, st.error_message());
+    }
   }
   if (st.ok()) return Status::Ok();
   const std::string msg = std::string("etcd ") + what + " at " + m.target + ": " + st.error_message();
@@ -84,19 +96,6 @@ Status EtcdClient::Check(const grpc::Status& st, size_t index, const Connection*
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
     case grpc::StatusCode::CANCELLED: {
-      {
-        std::lock_guard lock(mu_);
-        const auto now = std::chrono::steady_clock::now();
-        if (m.connection.get() == used && ++m.failures >= options_.reconnect_after_failures &&
-            now - m.replaced >= options_.reconnect_interval) {
-          m.connection = Connect(m.target);
-          m.failures = 0;
-          m.replaced = now;
-          reconnects_.fetch_add(1, std::memory_order_relaxed);
-          GetLogger("ha")->warn("etcd {}: {} calls failed in a row ({}); reconnecting on a new channel", m.target,
-                                options_.reconnect_after_failures, st.error_message());
-        }
-      }
       // Next call: the next member (unless another call moved on already).
       size_t expected = index;
       current_.compare_exchange_strong(expected, (index + 1) % members_.size());
