@@ -81,18 +81,8 @@ echo "check-image-libs: runtime stage installs: ${runtime_pkgs[*]}"
 
 in_list() { local x=$1; shift; local y; for y in "$@"; do [[ $x == "$y" ]] && return 0; done; return 1; }
 
-# The package owning a file, trying the paths merged-/usr Debian may have recorded.
-owner_of() {
-  local p=$1 real cand out
-  real=$(readlink -f "$p")
-  for cand in "$p" "$real" "${p#/usr}" "/usr$p" "${real#/usr}" "/usr$real"; do
-    out=$(dpkg -S "$cand" 2>/dev/null | head -1) || continue
-    [[ -n $out ]] && { echo "${out%%:*}"; return 0; }
-  done
-  return 1
-}
-
-declare -A needed=()   # package -> a library that needs it
+# Every library of every binary, as ldd resolves it on this machine: "binary lib path" lines.
+libs=()
 for b in "${binaries[@]}"; do
   ldd_out=$(ldd "$b") || { err "ldd $b failed"; continue; }
   while read -r line; do
@@ -103,13 +93,42 @@ for b in "${binaries[@]}"; do
       continue
     fi
     if [[ $line == *"=>"* ]]; then path=$(awk '{print $3}' <<<"$line"); else path=$lib; fi
-    if ! pkg=$(owner_of "$path"); then
-      err "$b: $lib ($path) belongs to no Debian package: the image cannot install it"
-      continue
-    fi
-    pkg=${pkg%%:*}
-    [[ -n ${needed[$pkg]:-} ]] || needed[$pkg]="$lib (${b##*/})"
+    libs+=("$b $lib $path")
   done <<<"$ldd_out"
+done
+
+# The paths merged-/usr Debian may have recorded for a file, most likely first.
+candidates() {
+  local p=$1 real
+  real=$(readlink -f "$p")
+  printf '%s\n' "$p" "$real" "${p#/usr}" "/usr$p" "${real#/usr}" "/usr$real"
+}
+# One dpkg -S for every candidate path of every library (one call per path took about a
+# minute for the two binaries): owner[path] is the first package that owns it.
+declare -A owner=()
+mapfile -t all_paths < <(for l in "${libs[@]}"; do candidates "${l##* }"; done | sort -u)
+if ((${#all_paths[@]})); then
+  while IFS= read -r line; do
+    [[ $line == diversion* || $line != *": /"* ]] && continue
+    pkg=${line%%: /*}
+    pkg=${pkg%%,*}
+    pkg=${pkg%%:*}
+    owner[${line#*: }]=$pkg
+  done < <(dpkg -S "${all_paths[@]}" 2>/dev/null || true)
+fi
+
+declare -A needed=()   # package -> a library that needs it
+for l in "${libs[@]}"; do
+  read -r b lib path <<<"$l"
+  pkg=""
+  while read -r cand; do
+    [[ -n ${owner[$cand]:-} ]] && { pkg=${owner[$cand]}; break; }
+  done < <(candidates "$path")
+  if [[ -z $pkg ]]; then
+    err "$b: $lib ($path) belongs to no Debian package: the image cannot install it"
+    continue
+  fi
+  [[ -n ${needed[$pkg]:-} ]] || needed[$pkg]="$lib (${b##*/})"
 done
 
 for pkg in $(printf '%s\n' "${!needed[@]}" | sort); do
@@ -127,8 +146,13 @@ done
 
 # Every listed package must exist in Debian 12 (catches typos), when apt lists are present.
 if compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null; then
+  # One apt-cache call for every package: "pkg candidate" for each one apt knows.
+  declare -A candidate=()
+  while read -r pkg cand; do candidate[$pkg]=$cand; done < <(
+    apt-cache policy "${runtime_pkgs[@]}" "${build_pkgs[@]}" 2>/dev/null |
+      awk '/^[^ ].*:$/ {p = substr($0, 1, length($0) - 1); sub(/:amd64$/, "", p)} /^  Candidate:/ {print p, $2}')
   for pkg in "${runtime_pkgs[@]}" "${build_pkgs[@]}"; do
-    cand=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}')
+    cand=${candidate[$pkg]:-}
     [[ -n $cand && $cand != "(none)" ]] || err "package $pkg in $DOCKERFILE is unknown to apt"
   done
 else
