@@ -20,7 +20,7 @@ BASE_PACKAGES=(libc6 libgcc-s1 libstdc++6)
 # downloader, Go (only the host-side tests and grpcurl use them), and clang with its
 # runtime, clang-format and clang-tidy (fuzzers, lint), and the status page's browser
 # test (Chromium, its driver and Selenium).
-HOST_ONLY_PACKAGES=(ccache curl golang-go python3-venv clang libclang-rt-14-dev clang-format clang-tidy openssl
+HOST_ONLY_PACKAGES=(ccache mold curl golang-go python3-venv clang libclang-rt-14-dev clang-format clang-tidy openssl
   chromium chromium-driver python3-selenium)
 
 DOCKERFILE=Dockerfile
