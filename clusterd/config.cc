@@ -334,6 +334,13 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("mindcluster_max_subscribers", v, 1, 1'000'000, &c->mindcluster_max_subscribers);
        }},
+      {"mindcluster_registration_ttl_seconds",
+       [](const std::string& v, ClusterdConfig* c) {
+         uint32_t s = 0;
+         if (Status st = SetU32("mindcluster_registration_ttl_seconds", v, 1, 604'800, &s); !st.ok()) return st;
+         c->mindcluster_registration_ttl = std::chrono::seconds(s);
+         return Status::Ok();
+       }},
       {"etcd_endpoints",
        [](const std::string& v, ClusterdConfig* c) {
          c->ha.etcd_endpoints = SplitList(v);
@@ -632,6 +639,9 @@ MindCluster compatibility (docs/mindcluster.md):
   --pubfault-burst N          requests per resource in a burst (default 100)
   --pubfault-max-faults N     public faults active at once (default 50000)
   --mindcluster-max-subscribers N  fault.Fault registrations and subscription streams (default 1000)
+  --mindcluster-registration-ttl-seconds N
+                                  a fault.Fault registration without a stream expires after N s
+                                  (default 300)
 Kubernetes (docs/kubernetes.md):
   --integrations LIST         integrations to run, comma-separated: )" +
          JoinNames(BuiltinIntegrations().Names(), " or ") +

@@ -147,6 +147,8 @@ struct ClusterdConfig {
   // MindCluster's fault.Fault: registrations, and subscription streams, at
   // most (RESOURCE_EXHAUSTED beyond).
   uint32_t mindcluster_max_subscribers = 1000;
+  // A fault.Fault registration with no stream open for this long expires.
+  std::chrono::seconds mindcluster_registration_ttl{300};
   // High availability (docs/ha.md): with etcd endpoints, this process is one
   // replica of several; etcd holds the replicated commit log and the
   // election. Empty (the default): one process, RocksDB only, as always.

@@ -399,8 +399,9 @@ std::unique_ptr<Authenticator> MakeClaimedActorAuthenticator() {
 }
 
 Status AuthorizeHttpReader(const Authenticator& auth, std::string_view authorization, std::string_view what) {
+  // The scheme is case-insensitive (RFC 7235 section 2.1), as on gRPC.
   constexpr std::string_view kBearer = "Bearer ";
-  if (authorization.substr(0, kBearer.size()) != kBearer) {
+  if (authorization.size() < kBearer.size() || !IEquals(authorization.substr(0, kBearer.size()), kBearer)) {
     return Unauthenticated(std::string(what) + " needs Authorization: Bearer <token> of a viewer");
   }
   auto who = auth.AuthenticateToken(authorization.substr(kBearer.size()), "http");

@@ -126,6 +126,11 @@ Status QueryToMessage(std::string_view query, google::protobuf::Message* msg) {
         arr.push_back(v);
       }
     } else {
+      // One value per field: "a=1&a=2" (or a=1&A=2 by its camelCase name) is
+      // refused rather than silently taking the last.
+      if (doc.contains(field->name())) {
+        return InvalidArgument("query parameter \"" + key->substr(0, 64) + "\" is given more than once");
+      }
       doc[field->name()] = v;
     }
   }
@@ -199,6 +204,7 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
     v1::WatchRequest watch;
     std::string query(QueryOf(req.target));
     size_t limit = 256;
+    bool limit_seen = false;
     {
       std::string rest;
       size_t start = 0;
@@ -207,11 +213,15 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
         std::string pair = query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
         if (pair.rfind("limit=", 0) == 0) {
           const std::string v = pair.substr(6);
-          char* end = nullptr;
-          const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-          if (v.empty() || end != v.c_str() + v.size() || n == 0) {
+          if (limit_seen) return Error(InvalidArgument("query parameter \"limit\" is given more than once"));
+          limit_seen = true;
+          // Digits only: strtoull alone would take "-1" (or " 5", "+5") as a number.
+          const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+          const unsigned long long n = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
+          if (n == 0) {
             return Error(InvalidArgument("limit: \"" + v.substr(0, 32) + "\" is not a positive number"));
           }
+          // Beyond the range of the type (ERANGE gives the maximum) it is the maximum, as any large value.
           limit = static_cast<size_t>(std::min<unsigned long long>(n, options.max_events));
         } else if (!pair.empty()) {
           rest += (rest.empty() ? "" : "&") + pair;
@@ -229,6 +239,18 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
       return Error(OutOfRange("revision " + std::to_string(watch.from_revision()) +
                               " is compacted; the oldest revision available is " + std::to_string(compacted + 1) +
                               " (from_revision=" + std::to_string(compacted) + ")"));
+    }
+    // A revision this server has not reached: the history the client resumes
+    // from is not this server's (a restore from an older backup, another
+    // cluster). Refused, so the client sees it instead of empty pages that
+    // echo its revision back.
+    // The state's revision too: an answer (the summary's revision) may name
+    // one the feed publishes a moment later.
+    const uint64_t head = std::max(hub->head(), state->Read([](const StateView& s) { return s.revision(); }));
+    if (watch.from_revision() > head) {
+      return Error(OutOfRange(
+          "revision " + std::to_string(watch.from_revision()) + " is beyond the head revision " + std::to_string(head) +
+          ": this server's history ends there (from_revision=" + std::to_string(head) + " reads from its end)"));
     }
     // Filtered events are skipped, not counted: read on until `limit` match
     // or the history ends (bounded: at most 8 reads of `limit`).

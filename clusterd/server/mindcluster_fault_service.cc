@@ -67,9 +67,17 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   const Authenticator* const auth;
   Gauge* subscribers_gauge = nullptr;
   Counter* messages = nullptr;
+  Gauge* registrations_gauge = nullptr;
+  Counter* expired = nullptr;
+
+  // A registration: since when it has had no stream (while one is open, the
+  // time it was registered or its last stream ended; ignored).
+  struct Registration {
+    std::chrono::steady_clock::time_point idle_since;
+  };
 
   mutable std::mutex mu;
-  std::set<Key> registrations;                             // guarded by mu
+  std::map<Key, Registration> registrations;               // guarded by mu
   std::map<Key, std::shared_ptr<Subscriber>> subscribers;  // guarded by mu
   bool hub_subscribed = false;                             // guarded by mu
   uint64_t hub_subscription = 0;                           // guarded by mu
@@ -97,9 +105,34 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
 
  private:
   void EraseJobLocked(const std::string& job) {
-    for (auto it = registrations.lower_bound({job, ""}); it != registrations.end() && it->first == job;) {
+    for (auto it = registrations.lower_bound({job, ""}); it != registrations.end() && it->first.first == job;) {
       it = registrations.erase(it);
     }
+    RegistrationsChangedLocked();
+  }
+  void RegistrationsChangedLocked() {
+    if (registrations_gauge) registrations_gauge->Set(static_cast<double>(registrations.size()));
+  }
+  // Whether a registration has been without a stream for the TTL.
+  bool ExpiredLocked(const Key& key, const Registration& r, std::chrono::steady_clock::time_point now) const {
+    return !subscribers.count(key) && now - r.idle_since >= options.registration_ttl;
+  }
+  // Drops every expired registration; how many went.
+  size_t ExpireLocked(std::chrono::steady_clock::time_point now) {
+    size_t n = 0;
+    for (auto it = registrations.begin(); it != registrations.end();) {
+      if (ExpiredLocked(it->first, it->second, now)) {
+        it = registrations.erase(it);
+        ++n;
+      } else {
+        ++it;
+      }
+    }
+    if (n) {
+      if (expired) expired->Inc(static_cast<double>(n));
+      RegistrationsChangedLocked();
+    }
+    return n;
   }
   void SubscribedChangedLocked() {
     // The hub subscription is held only while a stream is open: without one
@@ -381,8 +414,12 @@ grpc::Status MindClusterFaultService::Core::Register(const Key& key, std::shared
     std::vector<std::string> jobs;
     {
       std::lock_guard lock(mu);
+      const auto now = std::chrono::steady_clock::now();
+      // At the limit, registrations without a stream for the TTL go first.
+      if (!registrations.count(key) && registrations.size() >= options.max_subscribers) ExpireLocked(now);
       if (registrations.count(key) || registrations.size() < options.max_subscribers) {
-        registrations.insert(key);
+        registrations[key].idle_since = now;
+        RegistrationsChangedLocked();
         auto it = subscribers.find(key);
         if (it != subscribers.end()) {
           *replaced = std::move(it->second);
@@ -392,7 +429,8 @@ grpc::Status MindClusterFaultService::Core::Register(const Key& key, std::shared
         return grpc::Status::OK;
       }
       if (attempt > 0) break;
-      for (const auto& [job, role] : registrations) {
+      for (const auto& [key, registration] : registrations) {
+        const std::string& job = key.first;
         if (!job.empty() && (jobs.empty() || jobs.back() != job)) jobs.push_back(job);
       }
     }
@@ -408,16 +446,27 @@ grpc::Status MindClusterFaultService::Core::Register(const Key& key, std::shared
     std::lock_guard lock(mu);
     for (const auto& job : gone) EraseJobLocked(job);
   }
-  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      "too many fault.Fault registrations (mindcluster_max_subscribers=" +
-                          std::to_string(options.max_subscribers) + ")");
+  return grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      "too many fault.Fault registrations (mindcluster_max_subscribers=" + std::to_string(options.max_subscribers) +
+          "; one without a stream expires after " + std::to_string(options.registration_ttl.count()) + " s)");
 }
 
 grpc::Status MindClusterFaultService::Core::Attach(const std::shared_ptr<Subscriber>& sub,
                                                    std::shared_ptr<Subscriber>* replaced) {
   std::lock_guard lock(mu);
   const Key& key = sub->key();
-  if (!registrations.count(key)) {
+  auto reg = registrations.find(key);
+  if (reg != registrations.end() && ExpiredLocked(key, reg->second, std::chrono::steady_clock::now())) {
+    registrations.erase(reg);
+    if (expired) expired->Inc();
+    RegistrationsChangedLocked();
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        Describe(key) + " is not registered: its registration expired after " +
+                            std::to_string(options.registration_ttl.count()) +
+                            " s without a stream (mindcluster_registration_ttl_seconds); call Register again");
+  }
+  if (reg == registrations.end()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         Describe(key) + " is not registered: call Register first");
   }
@@ -452,6 +501,11 @@ void MindClusterFaultService::Core::Detach(const Key& key, const Subscriber* sub
   auto it = subscribers.find(key);
   if (it == subscribers.end() || it->second.get() != sub) return;  // replaced already
   subscribers.erase(it);
+  // From now on the registration is idle: it expires after the TTL unless a
+  // stream subscribes again.
+  if (auto reg = registrations.find(key); reg != registrations.end()) {
+    reg->second.idle_since = std::chrono::steady_clock::now();
+  }
   SubscribedChangedLocked();
 }
 
@@ -527,6 +581,12 @@ MindClusterFaultService::MindClusterFaultService(const ClusterState* state, Watc
                                                   "Open fault.Fault SubscribeFaultMsgSignal streams (MindCluster).");
     core_->messages = &metrics->AddCounter("clusterd_mindcluster_fault_messages_total",
                                            "FaultMsgSignal messages written to fault.Fault subscribers.");
+    core_->registrations_gauge =
+        &metrics->AddGauge("clusterd_mindcluster_fault_registrations",
+                           "fault.Fault registrations held (mindcluster_max_subscribers at most).");
+    core_->expired = &metrics->AddCounter(
+        "clusterd_mindcluster_fault_registrations_expired_total",
+        "fault.Fault registrations dropped after mindcluster_registration_ttl_seconds without a stream.");
   }
 }
 

@@ -37,6 +37,11 @@ struct MindClusterFaultOptions {
   // Registrations, and subscription streams, at most; more are refused with
   // RESOURCE_EXHAUSTED.
   uint32_t max_subscribers = 1000;
+  // A registration with no subscription stream open for this long expires (a
+  // client that registered and went away holds no slot for good); one with a
+  // stream open never does. Checked when a slot is needed and when a stream
+  // subscribes.
+  std::chrono::seconds registration_ttl{300};
   // A subscriber recomputes (and sends) at most once per this interval; the
   // first change after a quiet spell goes out at once.
   std::chrono::milliseconds min_send_interval{1000};
@@ -48,7 +53,8 @@ class MindClusterFaultService final : public fault::Fault::CallbackService {
   // Metrics (registered in `metrics`, which may be nullptr):
   // clusterd_mindcluster_fault_subscribers, the streams that took their
   // baseline (from then on every change is told), and
-  // clusterd_mindcluster_fault_messages_total.
+  // clusterd_mindcluster_fault_messages_total; clusterd_mindcluster_fault_registrations
+  // and clusterd_mindcluster_fault_registrations_expired_total.
   MindClusterFaultService(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* pool,
                           MindClusterFaultOptions options, MetricsRegistry* metrics, const Authenticator* auth);
   ~MindClusterFaultService() override;

@@ -272,6 +272,7 @@ Status ClusterdServer::Impl::MakeServices() {
   services.admin = std::make_unique<AdminServiceImpl>(state.get(), engine.get(), authenticator.get());
   MindClusterFaultOptions mfo;
   mfo.max_subscribers = cfg.mindcluster_max_subscribers;
+  mfo.registration_ttl = cfg.mindcluster_registration_ttl;
   services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
                                                                          &metrics, authenticator.get());
   {

@@ -95,6 +95,26 @@ TEST_F(HttpApiTest, ErrorsAreJsonWithTheirStatus) {
   EXPECT_EQ(Get("/api/v1/faults?active_only=yes", 400)["code"], "INVALID_ARGUMENT");
   EXPECT_EQ(Get("/api/v1/nodes?health=GREEN", 400)["code"], "INVALID_ARGUMENT");
   EXPECT_EQ(Get("/api/v1/events?limit=0", 400)["code"], "INVALID_ARGUMENT");
+  // Digits only: strtoull would wrap "-1" to the largest number.
+  EXPECT_EQ(Get("/api/v1/events?limit=-1", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/events?limit=+5", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/events?limit=%205", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/events?limit=99999999999999999999999")["events"].size(),
+            Get("/api/v1/events")["events"].size());
+  // A parameter given twice is refused, not silently the last.
+  EXPECT_EQ(Get("/api/v1/events?limit=1&limit=2", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/events?from_revision=0&from_revision=1", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/events?from_revision=0&fromRevision=1", 400)["code"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Get("/api/v1/nodes?page_size=1&page_size=2", 400)["code"], "INVALID_ARGUMENT");
+  // A revision beyond the head: this server's history is not the one the
+  // client follows (410, as for a compacted one: read the state again).
+  const uint64_t head = std::stoull(Get("/api/v1/events")["headRevision"].get<std::string>());
+  EXPECT_EQ(Get("/api/v1/events?from_revision=" + std::to_string(head))["events"].size(), 0u);
+  auto future = Get("/api/v1/events?from_revision=" + std::to_string(head + 1000), 410);
+  EXPECT_EQ(future["code"], "OUT_OF_RANGE");
+  EXPECT_NE(future["message"].get<std::string>().find("beyond the head revision " + std::to_string(head)),
+            std::string::npos)
+      << future.dump();
   EXPECT_EQ(Get("/api/v1/jobs/%zz", 400)["code"], "INVALID_ARGUMENT");
   EXPECT_EQ(Get("/api/v1/recoveries/none", 404)["code"], "NOT_FOUND");
   EXPECT_EQ(testing::HttpGet(server_->http_port(), "/api/v1/").status, 404);

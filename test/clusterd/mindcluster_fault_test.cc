@@ -401,5 +401,45 @@ TEST_F(MindClusterFaultTest, SubscriberLimit) {
   EXPECT_TRUE(WaitLive(1));
 }
 
+// A client that registers and goes away holds no slot for good: a
+// registration without a stream expires after the TTL, one with a stream open
+// never does.
+TEST_F(MindClusterFaultTest, RegistrationsWithoutAStreamExpire) {
+  StartServer([](ClusterdConfig& c) {
+    c.mindcluster_max_subscribers = 2;
+    c.mindcluster_registration_ttl = std::chrono::seconds(1);
+  });
+  ASSERT_EQ(Register("", "controller").code(), 0);
+  auto streaming = std::make_unique<Subscription>(fault_.get(), "", "controller");
+  ASSERT_TRUE(WaitLive(1));
+  ASSERT_EQ(Register("", "gone").code(), 0);
+  EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations"), 2);
+  // Full: a third registration gets a slot once "gone" has been without a
+  // stream for the TTL (refused until then, saying so).
+  grpc::Status st;
+  Register("", "third", &st);
+  if (!st.ok()) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(st.error_message().find("expires after 1 s"), std::string::npos) << st.error_message();
+  }
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        Register("", "third", &st);
+        return st.ok();
+      },
+      kDeadline))
+      << st.error_message();
+  EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations"), 2);
+  EXPECT_GE(Metric("clusterd_mindcluster_fault_registrations_expired_total"), 1);
+  // "gone" is no longer registered: its stream is refused.
+  Subscription late(fault_.get(), "", "gone");
+  EXPECT_EQ(late.WaitEnd().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  // "controller" is older than the TTL too, but its stream kept it: a new
+  // stream of it replaces the open one.
+  Subscription again(fault_.get(), "", "controller");
+  EXPECT_EQ(streaming->WaitEnd().error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_TRUE(WaitLive(1));
+}
+
 }  // namespace
 }  // namespace clusterd

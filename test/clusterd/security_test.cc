@@ -490,6 +490,11 @@ TEST_F(SecurityTest, MetricsNeedAViewersTokenWhenAsked) {
   auto ok = testing::HttpGet(http, "/metrics", "Bearer " + Certs::Get().Token("viewer"));
   EXPECT_EQ(ok.status, 200);
   EXPECT_NE(ok.body.find("clusterd_auth_requests_total"), std::string::npos);
+  // The scheme is case-insensitive (RFC 7235), as on the gRPC port; another scheme is refused.
+  EXPECT_EQ(testing::HttpGet(http, "/metrics", "bearer " + Certs::Get().Token("viewer")).status, 200);
+  EXPECT_EQ(testing::HttpGet(http, "/metrics", "BEARER " + Certs::Get().Token("viewer")).status, 200);
+  EXPECT_EQ(testing::HttpGet(http, "/metrics", "Basic " + Certs::Get().Token("viewer")).status, 401);
+  EXPECT_EQ(testing::HttpGet(http, "/metrics", "Bearer").status, 401);
   // Probes stay open.
   EXPECT_EQ(testing::HttpGet(http, "/healthz").status, 200);
   EXPECT_EQ(testing::HttpGet(http, "/readyz").status, 200);
