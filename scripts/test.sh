@@ -56,7 +56,7 @@ table() {
   printf '%-34s %8s\n' total "$(($(date +%s) - RUN_START))"
   if [[ -n $SAN_PID ]]; then
     if kill -0 "$SAN_PID" 2>/dev/null; then
-      kill -- -"$SAN_PID" 2>/dev/null || true
+      kill -- -"$SAN_PID" 2>/dev/null || kill "$SAN_PID" 2>/dev/null || true
       echo "the background instrumented build was stopped unfinished (log: $SAN_LOG)"
     elif [[ -n $SAN_SECONDS ]]; then
       echo "the instrumented build ran in the background, niced, for $SAN_SECONDS s from the end of" \
@@ -92,7 +92,7 @@ stage build bash scripts/build.sh
 if [[ $ALL == 1 && ${SANITIZE:-1} != 0 ]]; then
   SAN_LOG=$(mktemp -t sanitize-build.XXXXXX.log)
   SAN_START=$(date +%s)
-  setsid nice -n 19 bash scripts/sanitize.sh --build-only >"$SAN_LOG" 2>&1 &
+  setsid -w nice -n 19 bash scripts/sanitize.sh --build-only >"$SAN_LOG" 2>&1 &
   SAN_PID=$!
   echo "== sanitize/build started in the background (log: $SAN_LOG)"
 fi
