@@ -8,6 +8,26 @@
 #include "common/time_proto.h"
 
 namespace clusterd {
+namespace {
+
+// What a node's inventory holds, for a refusal: "its devices are 0-7".
+std::string DevicesOf(const NodeState& n) {
+  if (n.devices.empty()) return "it lists no device";
+  const uint32_t first = n.devices.begin()->first;
+  const uint32_t last = n.devices.rbegin()->first;
+  if (last - first + 1 == n.devices.size()) {
+    return "its devices are " + std::to_string(first) + (first == last ? "" : "-" + std::to_string(last));
+  }
+  std::string out = "its devices are";
+  size_t listed = 0;
+  for (const auto& [id, d] : n.devices) {
+    if (++listed > 16) return out + ", ...";
+    out += (listed == 1 ? " " : ", ") + std::to_string(id);
+  }
+  return out;
+}
+
+}  // namespace
 
 StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const PubFaultPlan& plan,
                                                                        const PubFaultOptions& options, Mutation* m) {
@@ -33,6 +53,8 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
       if (sn == by_serial.end()) continue;  // dropped below
       node = sn->second;
     }
+    const NodeState* n = nodes_.Find(node);
+    if (!n || !n->devices.count(p.device)) continue;  // dropped below
     if (!faults_.IsActive(
             storage::FaultKey(node, p.device, v1::FAULT_SOURCE_EXTERNAL, plan.reporter + "/" + p.fault_id))) {
       ++new_raises;
@@ -55,6 +77,14 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
     NodeState* n = nodes_.Find(node);
     if (!n) {
       result.dropped.push_back("faultId " + p.fault_id + ": node " + node + " is not registered");
+      continue;
+    }
+    // A public fault names a device of the node's inventory: one it does not
+    // have would appear as a device of its own and turn the node unhealthy.
+    // (A recover may still clear one raised before this was checked.)
+    if (p.assertion != PlannedPubFault::Assertion::kRecover && !n->devices.count(p.device)) {
+      result.dropped.push_back("faultId " + p.fault_id + ": node " + node + " has no device " +
+                               std::to_string(p.device) + " (" + DevicesOf(*n) + ")");
       continue;
     }
     const std::string key =

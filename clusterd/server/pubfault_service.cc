@@ -1,5 +1,8 @@
 #include "clusterd/server/pubfault_service.h"
 
+#include <set>
+#include <string_view>
+
 #include "common/logging.h"
 
 namespace clusterd {
@@ -7,9 +10,13 @@ namespace {
 
 constexpr std::string_view kMethod = "/PubFault/SendPublicFault";
 
+// The reasons, each once ("node X is not registered" comes once per device
+// of a fault), cut at max_bytes.
 std::string Join(const std::vector<std::string>& parts, size_t max_bytes) {
   std::string out;
+  std::set<std::string_view> said;
   for (const auto& p : parts) {
+    if (!said.insert(p).second) continue;
     if (!out.empty()) out += "; ";
     out += p;
     if (out.size() > max_bytes) {

@@ -574,5 +574,41 @@ TEST_F(GrpcTest, PubFaultSendPublicFaultDrivesFaults) {
   EXPECT_TRUE(testing::WaitFor([&] { return active_once() == 0; }, std::chrono::seconds(30)));
 }
 
+// A public fault on a device the node does not have is dropped, naming the
+// node's devices (it would otherwise appear as a ninth device and turn the
+// node unhealthy); the reply names each reason once, not once per device.
+TEST_F(GrpcTest, PubFaultRefusesDevicesOutsideTheInventoryAndSaysEachReasonOnce) {
+  StartServer();
+  TestAgent agent(channel_, "worker01", 1, 8);
+  ASSERT_TRUE(agent.Connect());
+  auto r = PublicFault("pingmesh", "link-00001", "occur");
+  r.mutable_faults(0)->mutable_influence(0)->set_deviceids(0, 20);
+  auto* unknown = r.mutable_faults(0)->add_influence();
+  unknown->set_nodename("worker99");
+  for (int d = 0; d < 8; ++d) unknown->add_deviceids(d);
+  auto refused = SendPublic(channel_, r);
+  EXPECT_EQ(refused.code(), 409) << refused.info();
+  EXPECT_NE(refused.info().find("node worker01 has no device 20 (its devices are 0-7)"), std::string::npos)
+      << refused.info();
+  const std::string unregistered = "node worker99 is not registered";
+  const size_t first = refused.info().find(unregistered);
+  ASSERT_NE(first, std::string::npos) << refused.info();
+  EXPECT_EQ(refused.info().find(unregistered, first + 1), std::string::npos) << refused.info();
+  auto node = GetNode("worker01");
+  EXPECT_EQ(node.devices_size(), 8);
+  EXPECT_EQ(node.node().health(), v1::HEALTH_HEALTHY);
+  EXPECT_EQ(node.active_faults_size(), 0);
+
+  // With a device it has as well, that one is applied and the reply says what was dropped.
+  r.mutable_faults(0)->mutable_influence(0)->add_deviceids(3);
+  auto accepted = SendPublic(channel_, r);
+  EXPECT_EQ(accepted.code(), 0) << accepted.info();
+  EXPECT_NE(accepted.info().find("accepted; dropped: "), std::string::npos) << accepted.info();
+  node = GetNode("worker01");
+  EXPECT_EQ(node.devices_size(), 8);
+  ASSERT_EQ(node.active_faults_size(), 1);
+  EXPECT_EQ(node.active_faults(0).device_id(), 3u);
+}
+
 }  // namespace
 }  // namespace clusterd
