@@ -1,6 +1,7 @@
 #include "clusterd/server/mindcluster_fault_service.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -117,22 +118,18 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   bool ExpiredLocked(const Key& key, const Registration& r, std::chrono::steady_clock::time_point now) const {
     return !subscribers.count(key) && now - r.idle_since >= options.registration_ttl;
   }
-  // Drops every expired registration; how many went.
-  size_t ExpireLocked(std::chrono::steady_clock::time_point now) {
-    size_t n = 0;
+  // Drops one expired registration, counted; the next one.
+  std::map<Key, Registration>::iterator DropExpiredLocked(std::map<Key, Registration>::iterator it) {
+    if (expired) expired->Inc();
+    it = registrations.erase(it);
+    RegistrationsChangedLocked();
+    return it;
+  }
+  // Drops every expired registration.
+  void ExpireLocked(std::chrono::steady_clock::time_point now) {
     for (auto it = registrations.begin(); it != registrations.end();) {
-      if (ExpiredLocked(it->first, it->second, now)) {
-        it = registrations.erase(it);
-        ++n;
-      } else {
-        ++it;
-      }
+      it = ExpiredLocked(it->first, it->second, now) ? DropExpiredLocked(it) : std::next(it);
     }
-    if (n) {
-      if (expired) expired->Inc(static_cast<double>(n));
-      RegistrationsChangedLocked();
-    }
-    return n;
   }
   void SubscribedChangedLocked() {
     // The hub subscription is held only while a stream is open: without one
@@ -458,9 +455,7 @@ grpc::Status MindClusterFaultService::Core::Attach(const std::shared_ptr<Subscri
   const Key& key = sub->key();
   auto reg = registrations.find(key);
   if (reg != registrations.end() && ExpiredLocked(key, reg->second, std::chrono::steady_clock::now())) {
-    registrations.erase(reg);
-    if (expired) expired->Inc();
-    RegistrationsChangedLocked();
+    DropExpiredLocked(reg);
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         Describe(key) + " is not registered: its registration expired after " +
                             std::to_string(options.registration_ttl.count()) +
