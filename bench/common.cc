@@ -51,7 +51,7 @@ namespace {
       "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
       "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-11)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-12)\n"
       "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
       "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
       "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -72,6 +72,7 @@ namespace {
       "                      MindCluster's largest documented cluster)\n"
       "  --restart-events    scenario 7: history events stored before the kill -9 (default 1000000)\n"
       "  --ha-nodes          scenario 11: agents attached when the HA leader is killed (default 10000)\n"
+      "  --job-reports       scenario 12: node-level Reports timed per node (default 2048)\n"
       "  --clusterd, --noded binaries (default: next to this binary)\n"
       "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
       "                      skipped with a note when there is none)\n"
@@ -124,6 +125,8 @@ Options ParseArgs(int argc, char** argv) {
         o.streams = std::stoi(value());
       else if (a == "--rate")
         o.rate = std::stod(value());
+      else if (a == "--job-reports")
+        o.job_reports = std::stoi(value());
       else if (a == "--decision-samples")
         o.decision_samples = std::stoi(value());
       else if (a == "--storm-nodes")
@@ -176,7 +179,7 @@ Options ParseArgs(int argc, char** argv) {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
           const int n = std::stoi(s);
-          if (n < 1 || n > 11) Usage(2);
+          if (n < 1 || n > 12) Usage(2);
           o.only.insert(n);
         }
       } else if (a == "--help" || a == "-h")
@@ -210,12 +213,14 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--restart-nodes", &o.restart_nodes, 200);
     dflt("--restart-events", &o.restart_events, int64_t{20000});
     dflt("--ha-nodes", &o.ha_nodes, 200);
+    dflt("--job-reports", &o.job_reports, 200);
     o.restart_grace_s = 1.5;
   }
   if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
       o.watchers <= 0 || o.fanout_rate <= 0 || o.footprint_s <= 0 || o.query_nodes <= 0 || o.query_s <= 0 ||
       o.agents <= 0 || o.agent_channels <= 0 || o.steady_s <= 0 || o.detect_samples <= 0 || o.lost_samples <= 0 ||
-      o.restart_nodes <= 0 || o.ha_nodes <= 0 || o.restart_events < 0 || o.devices <= 0 || o.devices > 64) {
+      o.restart_nodes <= 0 || o.ha_nodes <= 0 || o.job_reports <= 0 || o.job_reports > 4000 || o.restart_events < 0 ||
+      o.devices <= 0 || o.devices > 64) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();

@@ -64,6 +64,8 @@ struct Options {
   double restart_grace_s = 10;
   // Scenario 11.
   int ha_nodes = 10000;
+  // Scenario 12.
+  int job_reports = 2048;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };

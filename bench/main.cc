@@ -2,7 +2,7 @@
 // noded) processes, next to baselines measured in the same run: a raw gRPC
 // sink (no storage), RocksDB synced group commits, the single-writer
 // fdatasync rate and a raw unary call. Scenarios 1 (durable ingest) and 2
-// (ack latency at a fixed offered rate) are here; 5, 6, 8 and 9 are in
+// (ack latency at a fixed offered rate) are here; 5, 6, 8, 9 and 12 are in
 // scenarios.cc, 3, 4 and 7 in scale.cc, 10 (etcd and the Kubernetes API
 // server as peers) in peers.cc. Figures are printed and written as
 // JSON, never asserted.
@@ -269,7 +269,8 @@ int Run(const Options& o) {
                     {"lost_samples", o.lost_samples},
                     {"restart_nodes", o.restart_nodes},
                     {"restart_events", o.restart_events},
-                    {"ha_nodes", o.ha_nodes}};
+                    {"ha_nodes", o.ha_nodes},
+                    {"job_reports", o.job_reports}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -279,6 +280,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(9)) err = RunQueries(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(10)) err = RunPeers(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(11)) err = RunHa(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(12)) err = RunLargestJobs(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";

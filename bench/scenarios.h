@@ -1,5 +1,5 @@
-// Scenarios 5 (decisions), 6 (watch fan-out), 8 (NodeD footprint) and
-// 9 (query load) of the benchmark issue. Each adds its figures to the JSON
+// Scenarios 5 (decisions), 6 (watch fan-out), 8 (NodeD footprint), 9
+// (query load) and 12 (the largest jobs) of the benchmark. Each adds its figures to the JSON
 // object and its rows to the table, and returns "" or a real error (clusterd
 // or a client failed); a missed target is a figure, never an error.
 #pragma once
@@ -31,5 +31,11 @@ std::string RunNodedFootprint(const Options& o, const TempDir& tmp, const Cluste
 // clusterd), next to a raw gRPC unary call, all measured with ghz. Skipped
 // with a note when there is no ghz.
 std::string RunQueries(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows);
+
+// Scenario 12: node-level Reports on a node that holds 1,024 ranks of each of
+// two jobs of the largest allowed size, against the same Reports on a node
+// without jobs (its own clusterd): what a fault costs the writer must not
+// grow with the ranks it hits times the faults already there.
+std::string RunLargestJobs(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows);
 
 }  // namespace clusterd::bench

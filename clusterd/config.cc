@@ -593,7 +593,7 @@ Connection limits:
                                   without a break: a restart is what brings gRPC's listener
                                   back (default 60s, 0s: never)
 Size limits:
-  --max-job-ranks N           ranks per job; more is INVALID_ARGUMENT (default 262144)
+  --max-job-ranks N           ranks per job; more is INVALID_ARGUMENT (default 131072)
   --max-faults-per-node N     active faults per node, agent and external counted apart;
                               a raise beyond is RESOURCE_EXHAUSTED (default 4096)
   --max-job-impacts N         impacts listed per job in an answer (default 1024)

@@ -70,7 +70,7 @@ struct ClusterdConfig {
   // job (16,000 nodes x 16 devices = 256,000 ranks fit), active faults per
   // node (counted apart for the agent and for external reporters) and
   // impacts listed per job in an answer.
-  uint32_t max_job_ranks = 262'144;
+  uint32_t max_job_ranks = 131'072;
   uint32_t max_faults_per_node = 4096;
   uint32_t max_job_impacts = 1024;
   std::string log_level = "info";

@@ -242,6 +242,9 @@ TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std
     if (!ended) break;
     all = true;
   }
+  if (views_.size() > state.jobs().size()) {
+    std::erase_if(views_, [&state](const auto& entry) { return !state.jobs().contains(entry.first); });
+  }
   CountActive(state);
   return NextWake(state);
 }
@@ -336,6 +339,16 @@ rc::History Coordinator::HistoryOf(const std::vector<const v1::Recovery*>& job_r
   return h;
 }
 
+const rc::Job& Coordinator::ViewOf(const v1::Job& job) {
+  CachedView& cached = views_[job.id()];
+  if (cached.revision != job.revision() || cached.view.id != job.id()) {
+    cached.view = rc::FromProto(job);
+    cached.view.status = rc::JobStatus::kRunning;
+    cached.revision = job.revision();
+  }
+  return cached.view;
+}
+
 void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, TimePoint now, Mutation* m) {
   // The job's recovery in progress, if any.
   const v1::Recovery* current = nullptr;
@@ -359,12 +372,11 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     return;
   }
 
-  rc::Job view = rc::FromProto(job);
-  view.status = rc::JobStatus::kRunning;
+  const rc::Job& view = ViewOf(job);
   std::vector<rc::FaultView> faults;
   const TimePoint job_created = FromTimestamp(job.create_time());
   const std::vector<const v1::Recovery*> job_recoveries = state.RecoveriesOfJob(job_id);
-  for (const v1::Fault* f : state.FaultsOnJobNodes(job)) {
+  for (const v1::Fault* f : state.FaultsOnNodes(view.by_node)) {
     if (f->state() == v1::FAULT_STATE_ACTIVE) {
       if (Handled(state, job_recoveries, *f)) continue;
     } else {
@@ -547,7 +559,7 @@ void Coordinator::Escalate(ClusterState& state, v1::Recovery r, const v1::Job& j
       s.set_message("skipped: " + why);
     }
   }
-  const rc::Job view = rc::FromProto(job);
+  const rc::Job& view = ViewOf(job);
   const rc::Strategy from = rc::FromProto(r.strategy());
   const std::vector<rc::FaultView> triggers = TriggerViews(state, r);
   rc::Strategy next = rc::Escalate(from, view.policy, view.kind);

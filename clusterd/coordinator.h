@@ -101,6 +101,10 @@ class Coordinator {
                const v1::Fault& f) const;
   recovery::History HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                               TimePoint now) const;
+  // The decision engine's view of a job (status RUNNING), converted once per
+  // revision of the job: the conversion walks every rank, a decision only
+  // the ranks its faults hit. Views of deleted jobs are dropped by Tick.
+  const recovery::Job& ViewOf(const v1::Job& job);
   void CountActive(const StateView& state);
   TimePoint NextWake(const StateView& state) const;
 
@@ -115,6 +119,11 @@ class Coordinator {
   std::set<std::string> active_;           // RUNNING and WAITING recovery ids
   std::map<std::string, TimePoint> wake_;  // job -> decide again at (hold-down)
   bool all_dirty_ = true;
+  struct CachedView {
+    uint64_t revision = 0;
+    recovery::Job view;
+  };
+  std::map<std::string, CachedView> views_;  // job id -> ViewOf
 
   std::atomic<int> running_{0};
   std::atomic<int> waiting_{0};

@@ -624,6 +624,8 @@ std::vector<DiscoveredJob> BuildJobs(const std::vector<PodInfo>& pods, const Pod
     // Placement.
     std::map<uint32_t, std::pair<const PodInfo*, std::optional<uint32_t>>> ranks;  // rank -> pod, device
     std::map<std::pair<std::string, uint32_t>, uint32_t> device_owner;             // (node, device) -> rank
+    uint32_t most_per_device = 1;                                                  // ranks claiming one (node, device)
+    std::map<std::pair<std::string, uint32_t>, uint32_t> claims;
     for (const PodInfo* p : members) {
       if (p->ns != first.ns) {
         warn.Add("pod " + p->ns + "/" + p->name + ": in another namespace than " + first.ns + "; ignored");
@@ -646,6 +648,7 @@ std::vector<DiscoveredJob> BuildJobs(const std::vector<PodInfo>& pods, const Pod
           continue;
         }
         if (dev) {
+          most_per_device = std::max(most_per_device, ++claims[{p->node, *dev}]);
           auto [dit, fresh] = device_owner.emplace(std::make_pair(p->node, *dev), pr[i]);
           if (!fresh) {
             warn.Add("device " + std::to_string(*dev) + " on node " + p->node + " is claimed by rank " +
@@ -658,6 +661,9 @@ std::vector<DiscoveredJob> BuildJobs(const std::vector<PodInfo>& pods, const Pod
                  " already held by pod " + winner->name + "; ignored");
       }
     }
+    // Ranks that share a chip are kept (a fault on it hits them all): the job
+    // says so, or ClusterD would refuse it.
+    if (most_per_device > 1) job.set_ranks_per_device(most_per_device);
     for (const auto& [rank, where] : ranks) {
       auto* rp = job.add_placement();
       rp->set_rank(rank);

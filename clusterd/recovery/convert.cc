@@ -80,8 +80,10 @@ Job FromProto(const v1::Job& job) {
     out.placement[static_cast<int>(p.rank())] = std::move(placement);
   }
   out.ranks_per_replica = job.policy().ranks_per_replica() > 0 ? static_cast<int>(job.policy().ranks_per_replica()) : 1;
+  out.ranks_per_device = job.ranks_per_device() > 0 ? static_cast<int>(job.ranks_per_device()) : 1;
   out.policy = FromProto(job.policy());
   out.status = FromProto(job.state());
+  out.Index();
   return out;
 }
 

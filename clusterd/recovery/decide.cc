@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <optional>
+#include <span>
 #include <sstream>
 
 #include "common/levels.h"
@@ -60,8 +62,17 @@ bool MovesRanks(Strategy s) { return s == Strategy::kPodReschedule || s == Strat
 
 struct Candidate {
   const FaultView* fault;
-  std::vector<int> ranks;
+  std::span<const int> ranks;  // into the job's index
 };
+
+// The job, indexed: itself when it is (FromProto's jobs are), else an
+// indexed copy in *scratch (a job built by hand).
+const Job& Indexed(const Job& job, std::optional<Job>* scratch) {
+  if (job.indexed()) return job;
+  scratch->emplace(job);
+  (*scratch)->Index();
+  return **scratch;
+}
 
 // Isolation and chip resets implied by the triggers of a decision.
 void ComputeActions(const std::vector<Candidate>& triggers, Strategy strategy, bool isolate_nodes, Decision* d) {
@@ -116,20 +127,19 @@ void Wait(Decision* d, Gate gate, std::string reason, std::optional<TimePoint> u
 }  // namespace
 
 std::vector<int> RanksHit(const Job& job, const FaultView& fault) {
-  std::vector<int> ranks;
-  for (const auto& [rank, where] : job.placement) {
-    if (where.node != fault.node) continue;
-    if (FaultHitsRank(fault.device, where.device)) ranks.push_back(rank);
-  }
-  return ranks;  // std::map iteration: already sorted
+  std::optional<Job> scratch;
+  const std::span<const int> ranks = Indexed(job, &scratch).Hits(fault.node, fault.device);
+  return {ranks.begin(), ranks.end()};
 }
 
 std::vector<FaultImpact> MapImpact(const Job& job, const std::vector<FaultView>& faults) {
+  std::optional<Job> scratch;
+  const Job& indexed = Indexed(job, &scratch);
   std::vector<FaultImpact> out;
   for (const FaultView& f : faults) {
     if (!f.active) continue;
-    std::vector<int> ranks = RanksHit(job, f);
-    if (!ranks.empty()) out.push_back(FaultImpact{f.id, std::move(ranks)});
+    const std::span<const int> ranks = indexed.Hits(f.node, f.device);
+    if (!ranks.empty()) out.push_back(FaultImpact{f.id, {ranks.begin(), ranks.end()}});
   }
   return out;
 }
@@ -169,10 +179,12 @@ Strategy Escalate(Strategy current, const JobPolicy& policy, JobKind kind) {
 }
 
 void ActionsFor(const Job& job, const std::vector<FaultView>& triggers, Strategy strategy, Decision* d) {
+  std::optional<Job> scratch;
+  const Job& indexed = Indexed(job, &scratch);
   std::vector<Candidate> candidates;
   for (const FaultView& f : triggers) {
-    std::vector<int> ranks = RanksHit(job, f);
-    if (!ranks.empty()) candidates.push_back(Candidate{&f, std::move(ranks)});
+    const std::span<const int> ranks = indexed.Hits(f.node, f.device);
+    if (!ranks.empty()) candidates.push_back(Candidate{&f, ranks});
   }
   ComputeActions(candidates, strategy, /*isolate_nodes=*/strategy != Strategy::kScaleIn, d);
 }
@@ -193,8 +205,11 @@ Decision Decide(const Job& job, const std::vector<FaultView>& faults, const Clus
   // 1. Which faults hit the job, and which of those may act.
   std::vector<Candidate> actionable, deferred;
   bool any_hit = false;
+  // Candidates point into the index, so `scratch` lives as long as they do.
+  std::optional<Job> scratch;
+  const Job& indexed = Indexed(job, &scratch);
   for (const FaultView& f : faults) {
-    std::vector<int> ranks = RanksHit(job, f);
+    const std::span<const int> ranks = indexed.Hits(f.node, f.device);
     if (ranks.empty()) continue;
     if (!f.active) {
       if (f.cleared_at && *f.cleared_at - f.first_seen < policy.hold_down) {
@@ -218,14 +233,14 @@ Decision Decide(const Job& job, const std::vector<FaultView>& faults, const Clus
       reason("fault " + f.id + " (PRE_SEPARATE) recorded: " +
              (start ? std::string("the policy does not allow a proactive POD_RESCHEDULE; ") : std::string()) +
              "its ranks are drained at the job's next reschedule");
-      deferred.push_back(Candidate{&f, std::move(ranks)});
+      deferred.push_back(Candidate{&f, ranks});
       continue;
     }
     if (!start) {
       reason("fault " + f.id + " (" + Lvl(f.level) + ") recorded only: this level starts no recovery");
       continue;
     }
-    actionable.push_back(Candidate{&f, std::move(ranks)});
+    actionable.push_back(Candidate{&f, ranks});
   }
   if (!any_hit) reason("no active fault hits the job");
   if (actionable.empty()) return d;

@@ -119,6 +119,24 @@ int Job::ReplicaCount() const {
   return static_cast<int>(replicas.size());
 }
 
+void Job::Index() {
+  by_node.clear();
+  for (const auto& [rank, where] : placement) {  // rank order: each list comes out sorted
+    NodeRanks& n = by_node[where.node];
+    n.all.push_back(rank);
+    if (where.device) n.by_device[*where.device].push_back(rank);
+  }
+  indexed_ranks = placement.size();
+}
+
+std::span<const int> Job::Hits(const std::string& node, std::optional<uint32_t> device) const {
+  auto n = by_node.find(node);
+  if (n == by_node.end()) return {};
+  if (!device) return n->second.all;
+  auto d = n->second.by_device.find(*device);
+  return d == n->second.by_device.end() ? std::span<const int>() : std::span<const int>(d->second);
+}
+
 Status ValidatePolicy(const JobPolicy& policy) {
   for (const auto& [strategy, timeout] : policy.step_timeouts) {
     if (strategy == Strategy::kFail) return InvalidArgument("step_timeouts: FAIL has no timeout");
@@ -149,14 +167,16 @@ Status ValidateJob(const Job& job) {
   if (Status st = ValidateToken("id", job.id); !st.ok()) return st;
   if (job.placement.empty()) return InvalidArgument("placement: at least one rank");
   if (job.ranks_per_replica < 1) return InvalidArgument("ranks_per_replica: must be >= 1");
-  std::set<DeviceRef> used;
+  if (job.ranks_per_device < 1) return InvalidArgument("ranks_per_device: must be >= 1");
+  std::map<DeviceRef, int> used;
   for (const auto& [rank, where] : job.placement) {
     const std::string field = "placement[" + std::to_string(rank) + "]";
     if (rank < 0) return InvalidArgument(field + ": rank must be >= 0");
     if (Status st = ValidateNodeName(field + ".node", where.node); !st.ok()) return st;
-    if (where.device && !used.insert(DeviceRef{where.node, *where.device}).second) {
-      return InvalidArgument(field + ": device " + std::to_string(*where.device) + " on " + where.node +
-                             " is already used by another rank");
+    if (where.device && ++used[DeviceRef{where.node, *where.device}] > job.ranks_per_device) {
+      return InvalidArgument(
+          field + ": device " + std::to_string(*where.device) + " on " + where.node + " is already used by " +
+          (job.ranks_per_device == 1 ? std::string("another rank") : std::to_string(job.ranks_per_device) + " ranks"));
     }
   }
   if (Status st = ValidatePolicy(job.policy); !st.ok()) return InvalidArgument("policy." + st.message());

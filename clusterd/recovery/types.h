@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,8 +114,28 @@ struct Job {
   JobPolicy policy;
   JobStatus status = JobStatus::kRunning;
 
+  // How many ranks may share one device of a node (Job.ranks_per_device; 1:
+  // each device runs one rank).
+  int ranks_per_device = 1;
+
   int ReplicaOf(int rank) const { return rank / ranks_per_replica; }
   int ReplicaCount() const;
+
+  // The placement by node, for RanksHit: what a fault hits is a lookup, not a
+  // walk over every rank of the job. Built by Index() (FromProto calls it);
+  // a job whose index does not cover its placement (built by hand) is
+  // indexed again, as a copy, by each call that needs it.
+  struct NodeRanks {
+    std::vector<int> all;                            // sorted
+    std::map<uint32_t, std::vector<int>> by_device;  // each sorted
+  };
+  std::map<std::string, NodeRanks> by_node;
+  size_t indexed_ranks = 0;
+  void Index();
+  bool indexed() const { return indexed_ranks == placement.size(); }
+  // The ranks a fault on `node` (`device`; none: the whole node) hits,
+  // sorted, from the index: FaultHitsRank without a walk. Requires indexed().
+  std::span<const int> Hits(const std::string& node, std::optional<uint32_t> device) const;
 };
 
 // What a decision needs to know about one fault (a projection of v1::Fault).

@@ -20,7 +20,8 @@ Status FaultTable::Load(const storage::Store& store) {
       CountPublic(f, +1);
       if (f.has_auto_clear_time()) auto_clears_.emplace(FromTimestamp(f.auto_clear_time()), std::string(key));
     }
-    faults_.emplace(std::string(key), std::move(f));
+    auto [it, inserted] = faults_.emplace(std::string(key), std::move(f));
+    if (inserted) ++nodes_[it->second.node()];
   }));
   return parse_error;
 }
@@ -69,6 +70,7 @@ FaultTable::Raised FaultTable::Raise(const std::string& key, const v1::Fault& pr
   const auto now = ToTimestamp(journal_->Now());
   auto [it, inserted] = faults_.try_emplace(key, proposed);
   v1::Fault& f = it->second;
+  if (inserted) ++nodes_[f.node()];
   Raised out{&f, true, !inserted && f.state() == v1::FAULT_STATE_ACTIVE};
   if (out.was_active) {
     *f.mutable_last_seen() = now;

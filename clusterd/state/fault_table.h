@@ -58,6 +58,10 @@ class FaultTable {
   bool IsActive(const std::string& key) const;
   // The fault with this id (Fault.id), or null.
   const v1::Fault* FindById(const std::string& fault_id) const;
+  // The nodes that have fault records, and how many each (records are
+  // never removed, so neither are nodes): what a walk over the nodes a job
+  // uses can be narrowed to.
+  const std::map<std::string, uint32_t>& nodes() const { return nodes_; }
   Range OfNode(const std::string& node) const {
     return {faults_.lower_bound(storage::NodePrefix(node)), faults_.lower_bound(storage::NodePrefixEnd(node))};
   }
@@ -90,6 +94,7 @@ class FaultTable {
 
   Journal* journal_;
   Map faults_;
+  std::map<std::string, uint32_t> nodes_;  // node -> records in faults_
   // Active faults with an auto_clear_time, by that time.
   std::set<std::pair<TimePoint, std::string>> auto_clears_;
   uint32_t active_public_ = 0;

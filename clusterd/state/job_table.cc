@@ -60,7 +60,8 @@ const v1::Job* JobTable::Find(const std::string& id) const {
 void JobTable::Index(const v1::Job& job, bool add) {
   for (const auto& p : job.placement()) {
     if (add) {
-      by_node_[p.node()].insert(job.id());
+      std::set<uint32_t>& devices = by_node_[p.node()][job.id()];
+      if (p.has_device_id()) devices.insert(p.device_id());
     } else if (auto it = by_node_.find(p.node()); it != by_node_.end()) {
       it->second.erase(job.id());
       if (it->second.empty()) by_node_.erase(it);
@@ -69,11 +70,13 @@ void JobTable::Index(const v1::Job& job, bool add) {
 }
 
 std::vector<std::string> JobTable::HitBy(const v1::Fault& f) const {
+  // RanksHit's rule, indexed: a node-level fault hits every job with a rank
+  // on the node, a device fault those with a rank on the device.
   std::vector<std::string> out;
   auto it = by_node_.find(f.node());
   if (it == by_node_.end()) return out;
-  for (const auto& id : it->second) {
-    if (!RanksHit(jobs_.at(id), f).empty()) out.push_back(id);
+  for (const auto& [id, devices] : it->second) {
+    if (!f.has_device_id() || devices.contains(f.device_id())) out.push_back(id);
   }
   return out;
 }

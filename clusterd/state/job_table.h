@@ -57,7 +57,8 @@ class JobTable {
   Journal* journal_;
   const StateLimits* limits_;
   Map jobs_;  // id -> job as stored (no impacts)
-  std::map<std::string, std::set<std::string>> by_node_;
+  // node -> job id -> the devices the job's ranks use there (HitBy).
+  std::map<std::string, std::map<std::string, std::set<uint32_t>>> by_node_;
 };
 
 }  // namespace clusterd

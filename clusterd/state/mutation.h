@@ -27,7 +27,7 @@ class Counter;
 // is hit.
 struct StateLimits {
   // Ranks per job: CreateJob/UpdateJob beyond it are INVALID_ARGUMENT.
-  uint32_t max_job_ranks = 262'144;
+  uint32_t max_job_ranks = 131'072;
   // Active faults per node, counted apart for the node's agent and for
   // external reporters (so external reports can never crowd out the agent's
   // own faults): a raise of a new fault beyond it is RESOURCE_EXHAUSTED.

@@ -207,14 +207,8 @@ StatusOr<v1::ListJobsResponse> StateView::ListJobs(const v1::ListJobsRequest& re
   return out;
 }
 
-std::vector<const v1::Fault*> StateView::FaultsOnJobNodes(const v1::Job& job) const {
-  std::set<std::string> nodes;
-  for (const auto& p : job.placement()) nodes.insert(p.node());
-  std::vector<const v1::Fault*> out;
-  for (const auto& node : nodes) {
-    for (const auto& [key, f] : faults_.OfNode(node)) out.push_back(&f);
-  }
-  return out;
+void StateView::AppendFaultsOnNode(const std::string& node, std::vector<const v1::Fault*>* out) const {
+  for (const auto& [key, f] : faults_.OfNode(node)) out->push_back(&f);
 }
 
 }  // namespace clusterd

@@ -67,8 +67,27 @@ class StateView {
     const NodeState* n = nodes_.Find(name);
     return n ? &n->record.node() : nullptr;
   }
-  // Every fault record (active or cleared) on the nodes the job uses.
-  std::vector<const v1::Fault*> FaultsOnJobNodes(const v1::Job& job) const;
+  // Every fault record (active or cleared) on the nodes keyed in `nodes` (a
+  // map keyed by node name, such as a job's nodes by name), in key order.
+  // Walks whichever is smaller, those nodes or the nodes with faults: a job
+  // on thousands of nodes costs what its faults cost, not its size.
+  template <typename NodeMap>
+  std::vector<const v1::Fault*> FaultsOnNodes(const NodeMap& nodes) const {
+    std::vector<const v1::Fault*> out;
+    const auto& faulty = faults_.nodes();
+    if (faulty.size() < nodes.size()) {
+      for (const auto& [node, records] : faulty) {
+        if (nodes.contains(node)) AppendFaultsOnNode(node, &out);
+      }
+    } else {
+      for (const auto& [node, value] : nodes) {
+        if (faulty.contains(node)) AppendFaultsOnNode(node, &out);
+      }
+    }
+    return out;
+  }
+  // Appends every fault record (active or cleared) on the node to *out.
+  void AppendFaultsOnNode(const std::string& node, std::vector<const v1::Fault*>* out) const;
   // The fault with this id (Fault.id), or null.
   const v1::Fault* FindFault(const std::string& fault_id) const { return faults_.FindById(fault_id); }
   std::set<std::string> CordonedNodes() const { return nodes_.Cordoned(); }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+#include <string_view>
+#include <utility>
 
 #include "clusterd/state/response_limits.h"
 #include "clusterd/storage/key_codec.h"
@@ -157,12 +160,32 @@ Status ValidateJob(const v1::Job& job, size_t max_ranks) {
     return InvalidArgument("job.placement: " + std::to_string(job.placement_size()) + " ranks, more than the " +
                            std::to_string(max_ranks) + " a job may have (max_job_ranks)");
   }
+  if (job.ranks_per_device() > kMaxRanksPerDevice) {
+    return InvalidArgument("job.ranks_per_device: " + std::to_string(job.ranks_per_device()) + ", more than " +
+                           std::to_string(kMaxRanksPerDevice));
+  }
+  const uint32_t per_device = std::max<uint32_t>(job.ranks_per_device(), 1);
   std::set<uint32_t> ranks;
+  // Ranks per node, and per (node, device): a fault on a node or a device
+  // hits at most these, whatever the job's size.
+  std::map<std::string_view, uint32_t> on_node;
+  std::map<std::pair<std::string_view, uint32_t>, uint32_t> on_device;
   for (const auto& p : job.placement()) {
     const std::string at = "job.placement[rank " + std::to_string(p.rank()) + "]";
     if (!ranks.insert(p.rank()).second) return InvalidArgument(at + ": duplicate rank");
     CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(at + ".node", p.node()));
     if (p.has_device_id() && p.device_id() > kMaxDeviceId) return InvalidArgument(at + ".device_id: above 65535");
+    if (++on_node[p.node()] > kMaxJobRanksPerNode) {
+      return InvalidArgument(at + ": more than " + std::to_string(kMaxJobRanksPerNode) + " ranks of the job on node " +
+                             p.node());
+    }
+    if (p.has_device_id() && ++on_device[{p.node(), p.device_id()}] > per_device) {
+      return InvalidArgument(at + ": device " + std::to_string(p.device_id()) + " of node " + p.node() +
+                             (per_device == 1 ? std::string(" already runs another rank")
+                                              : " already runs " + std::to_string(per_device) + " ranks") +
+                             " (job.ranks_per_device " + std::to_string(job.ranks_per_device()) + " allows " +
+                             std::to_string(per_device) + ")");
+    }
   }
   if (job.labels_size() > static_cast<int>(kMaxLabels)) return InvalidArgument("job.labels: more than 64 labels");
   for (const auto& [k, v] : job.labels()) {

@@ -24,6 +24,12 @@
 namespace clusterd {
 
 inline constexpr uint32_t kMaxDeviceId = 65535;
+// A job's ranks on one node, and on one device of a node (Job.ranks_per_device
+// may raise the latter from 1 up to this): what one node-level or device fault
+// can hit of a job, so that mapping a fault to ranks stays cheap however large
+// the job.
+inline constexpr uint32_t kMaxJobRanksPerNode = 1024;
+inline constexpr uint32_t kMaxRanksPerDevice = 64;
 
 Status ValidateHello(const v1::Hello& hello);
 Status ValidateTransition(const v1::FaultTransition& t);

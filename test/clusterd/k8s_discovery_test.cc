@@ -10,6 +10,8 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include "clusterd/state/validation.h"
+
 namespace clusterd::k8s {
 namespace {
 
@@ -512,7 +514,9 @@ TEST(K8sDiscovery, DuplicateRanksKeepTheLowestNamedPod) {
   EXPECT_EQ(Placement(overlap[0].job), ExpectedRanks(0, "ascend-node-01", 0, 16));
   EXPECT_TRUE(AnyContains(overlap[0].warnings, "device ranks 8..15 (8) already held by pod llama-pretrain-worker-0"));
 
-  // Two ranks on one (node, device): reported, both kept.
+  // Two ranks on one (node, device): reported, both kept, and the job says
+  // its ranks share a device (ClusterD refuses the job otherwise).
+  EXPECT_EQ(overlap[0].job.ranks_per_device(), 0u);
   json same_chip = list["items"][1];
   same_chip["spec"]["nodeName"] = "ascend-node-01";
   same_chip["metadata"]["annotations"]["huawei.com/AscendReal"] =
@@ -521,6 +525,8 @@ TEST(K8sDiscovery, DuplicateRanksKeepTheLowestNamedPod) {
   const auto shared = BuildJobs({MustParse(list["items"][0]), MustParse(same_chip)}, kNoPodGroups, kAscend);
   EXPECT_EQ(shared[0].job.placement_size(), 16);
   EXPECT_TRUE(AnyContains(shared[0].warnings, "device 7 on node ascend-node-01 is claimed by rank 7 and rank 8"));
+  EXPECT_EQ(shared[0].job.ranks_per_device(), 2u);
+  EXPECT_TRUE(ValidateJob(shared[0].job).ok()) << ValidateJob(shared[0].job).ToString();
 }
 
 TEST(K8sDiscovery, WarningsAreBounded) {

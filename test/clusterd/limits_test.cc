@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/server/server.h"
+#include "clusterd/state/validation.h"
 #include "clusterd/v1/fault.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
 #include "agent_client.h"
@@ -203,17 +205,18 @@ TEST_F(LimitsTest, GetNodeWithManyLargeFaultsFitsADefaultClient) {
   EXPECT_EQ(MetricValue(Scrape(server_->http_port()), "clusterd_answers_truncated_total{what=\"node_faults\"}"), 1);
 }
 
-// The crash, scaled down: a job whose 5000 ranks all sit on a node
-// with 4096 active faults. Before: 4096 impacts x 5000 ranks in CreateJob's
-// answer (and in every GetJob/ListJobs after it). Now the impacts are cut and
-// counted; ListFaults(job=) lists every fault that hits the job.
+// The crash, scaled down: a job with the most ranks one node may
+// hold (1,024) on a node with 4096 active faults. Before: 4096 impacts x
+// every rank in CreateJob's answer (and in every GetJob/ListJobs after it).
+// Now the impacts are cut and counted; ListFaults(job=) lists every fault
+// that hits the job.
 TEST_F(LimitsTest, JobImpactsAreBoundedAndFitADefaultClient) {
   StartServer();
   NodeWithFaults("big", 4096, 16);
   v1::Job job;
   job.set_id("train");
   job.set_kind(v1::JOB_KIND_TRAINING);
-  for (uint32_t r = 0; r < 5000; ++r) {
+  for (uint32_t r = 0; r < kMaxJobRanksPerNode; ++r) {
     auto* p = job.add_placement();
     p->set_rank(r);
     p->set_node("big");
@@ -222,16 +225,16 @@ TEST_F(LimitsTest, JobImpactsAreBoundedAndFitADefaultClient) {
   grpc::Status st = CreateJob(job, &created);
   ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
   auto check = [](const v1::Job& j) {
-    EXPECT_EQ(j.placement_size(), 5000);
+    EXPECT_EQ(j.placement_size(), static_cast<int>(kMaxJobRanksPerNode));
     EXPECT_TRUE(j.impacts_truncated());
     EXPECT_EQ(j.total_impacts(), 4096u);
     EXPECT_GT(j.impacts_size(), 0);
     EXPECT_LE(j.impacts_size(), 1024);
     for (const auto& i : j.impacts()) {
-      EXPECT_EQ(i.total_ranks(), 5000u);
-      ASSERT_EQ(i.ranks_size(), 4096);  // the lowest ranks, in order
+      EXPECT_EQ(i.total_ranks(), kMaxJobRanksPerNode);
+      ASSERT_EQ(i.ranks_size(), static_cast<int>(kMaxJobRanksPerNode));  // every rank, in order
       EXPECT_EQ(i.ranks(0), 0u);
-      EXPECT_EQ(i.ranks(4095), 4095u);
+      EXPECT_EQ(i.ranks(1023), 1023u);
     }
     EXPECT_LE(j.ByteSizeLong(), kDefaultReceive);
   };
@@ -273,6 +276,39 @@ TEST_F(LimitsTest, MaxJobImpactsCapsTheList) {
   EXPECT_EQ(created.impacts_size(), 10);
   EXPECT_TRUE(created.impacts_truncated());
   EXPECT_EQ(created.total_impacts(), 50u);
+}
+
+// The default max_job_ranks is a job that can be sent, stored and answered:
+// 131,072 ranks (8,192 nodes x 16 devices) with 14-character node names fit
+// the 3 MiB record and a default client's 4 MiB (docs/operate.md).
+TEST_F(LimitsTest, TheLargestDefaultJobFitsADefaultClient) {
+  StartServer();
+  const uint32_t ranks = ClusterdConfig().max_job_ranks;
+  ASSERT_EQ(ranks, 131'072u);
+  v1::Job job;
+  job.set_id("largest");
+  job.set_kind(v1::JOB_KIND_TRAINING);
+  for (uint32_t r = 0; r < ranks; ++r) {
+    auto* p = job.add_placement();
+    p->set_rank(r);
+    char node[16];
+    std::snprintf(node, sizeof node, "worker-%07u", r / 16);  // 14 characters
+    p->set_node(node);
+    p->set_device_id(r % 16);
+  }
+  v1::Job created;
+  grpc::Status st = CreateJob(job, &created);
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
+  EXPECT_EQ(created.placement_size(), static_cast<int>(ranks));
+  EXPECT_LE(created.ByteSizeLong(), 3u << 20);
+  // One rank more is refused by count, before anything else is looked at.
+  job.set_id("larger");
+  auto* p = job.add_placement();
+  p->set_rank(ranks);
+  p->set_node("worker-9999999");
+  st = CreateJob(job);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("max_job_ranks"), std::string::npos) << st.error_message();
 }
 
 TEST_F(LimitsTest, OversizedJobsAreRefusedAndNothingIsStored) {

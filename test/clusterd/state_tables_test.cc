@@ -116,6 +116,29 @@ TEST_F(StateTablesTest, FaultTableRaisesRefreshesUpdatesAndClears) {
   EXPECT_EQ(faults.FindById(cleared->id()), cleared);
 }
 
+// The nodes with fault records (what a walk over a job's nodes narrows to)
+// count each record once, cleared ones too, and survive a reload.
+TEST_F(StateTablesTest, FaultTableKnowsTheNodesWithFaults) {
+  auto store = storage::MemoryStore::Open();
+  ASSERT_TRUE(store.ok());
+  FaultTable faults(&journal_);
+  Mutation m;
+  for (const v1::Fault& f :
+       {AgentFault("n1", 1, v1::FAULT_LEVEL_SEPARATE), AgentFault("n1", 2, v1::FAULT_LEVEL_SEPARATE),
+        AgentFault("n3", std::nullopt, v1::FAULT_LEVEL_SEPARATE)}) {
+    faults.Raise(KeyOf(f), f, &m);
+  }
+  const v1::Fault again = AgentFault("n1", 1, v1::FAULT_LEVEL_SEPARATE);
+  faults.Clear(KeyOf(again), "gone", &m);
+  faults.Raise(KeyOf(again), again, &m);  // the same record, raised again
+  const std::map<std::string, uint32_t> want = {{"n1", 2}, {"n3", 1}};
+  EXPECT_EQ(faults.nodes(), want);
+  ASSERT_TRUE((*store)->Write(m.changes).ok());
+  FaultTable loaded(&journal_);
+  ASSERT_TRUE(loaded.Load(**store).ok());
+  EXPECT_EQ(loaded.nodes(), want);
+}
+
 TEST_F(StateTablesTest, FaultTableAutoClearsComeDueInOrderAndEndWithTheFault) {
   FaultTable faults(&journal_);
   v1::Fault a = AgentFault("n1", 1, v1::FAULT_LEVEL_SEPARATE);
@@ -194,6 +217,58 @@ TEST_F(StateTablesTest, JobTableCountsRefusedJobs) {
   EXPECT_EQ(jobs.Create(job, JobTable::kApiSource, &m).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(m.changes.empty());
   EXPECT_EQ(limits_.jobs_refused->Value(), 1u);
+}
+
+// What one fault can hit of a job is bounded: one rank per (node, device)
+// unless the job says its ranks share devices (at most 64), and at most 1,024
+// ranks of a job on one node. Refused whole, naming the rank and the node.
+TEST_F(StateTablesTest, JobPlacementIsBoundedPerDeviceAndPerNode) {
+  JobTable jobs(&journal_, &limits_);
+  auto add = [](v1::Job* job, uint32_t rank, const std::string& node, std::optional<uint32_t> device) {
+    auto* p = job->add_placement();
+    p->set_rank(rank);
+    p->set_node(node);
+    if (device) p->set_device_id(*device);
+  };
+  v1::Job shared;
+  shared.set_id("shared");
+  shared.set_kind(v1::JOB_KIND_INFERENCE);
+  add(&shared, 0, "n1", 0);
+  add(&shared, 1, "n1", 0);
+  Mutation m;
+  auto refused = jobs.Create(shared, JobTable::kApiSource, &m);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("job.placement[rank 1]: device 0 of node n1 already runs another rank"),
+            std::string::npos)
+      << refused.status().ToString();
+  EXPECT_TRUE(m.changes.empty());
+
+  shared.set_ranks_per_device(2);
+  ASSERT_TRUE(jobs.Create(shared, JobTable::kApiSource, &m).ok());
+  add(&shared, 2, "n1", 0);
+  refused = jobs.Update(shared, JobTable::kApiSource, &m);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("already runs 2 ranks"), std::string::npos) << refused.status().ToString();
+  EXPECT_EQ(jobs.Find("shared")->placement_size(), 2);  // unchanged
+
+  shared.set_ranks_per_device(65);
+  EXPECT_NE(jobs.Update(shared, JobTable::kApiSource, &m).status().message().find("job.ranks_per_device: 65"),
+            std::string::npos);
+
+  // 1,024 ranks without a device on one node fit; one more does not.
+  v1::Job wide;
+  wide.set_id("wide");
+  wide.set_kind(v1::JOB_KIND_TRAINING);
+  for (uint32_t r = 0; r < kMaxJobRanksPerNode; ++r) add(&wide, r, "n2", std::nullopt);
+  add(&wide, kMaxJobRanksPerNode, "n3", std::nullopt);
+  ASSERT_TRUE(jobs.Create(wide, JobTable::kApiSource, &m).ok());
+  wide.set_id("wider");
+  add(&wide, kMaxJobRanksPerNode + 1, "n2", 5);
+  refused = jobs.Create(wide, JobTable::kApiSource, &m);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("more than 1024 ranks of the job on node n2"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_EQ(jobs.Find("wider"), nullptr);
 }
 
 TEST_F(StateTablesTest, NodeTableWritesEachChangedRecordOncePerFlush) {

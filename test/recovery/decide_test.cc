@@ -67,6 +67,43 @@ TEST(MapImpact, RankWithoutDeviceIsHitOnlyByNodeFaults) {
   EXPECT_EQ(MapImpact(job, {NodeFault("worker01", SEPARATE)}).size(), 1u);
 }
 
+// The index (Job::Index, what FromProto builds) answers as FaultHitsRank over
+// every rank: devices shared by ranks, ranks without a device, other nodes.
+TEST(RanksHit, IndexedAnswersAsTheWalk) {
+  Job walked;
+  walked.id = "shared";
+  walked.ranks_per_device = 2;
+  walked.placement[0] = RankPlacement{"worker01", 0u};
+  walked.placement[1] = RankPlacement{"worker01", 0u};
+  walked.placement[2] = RankPlacement{"worker01", 1u};
+  walked.placement[3] = RankPlacement{"worker01", std::nullopt};
+  walked.placement[4] = RankPlacement{"worker02", 0u};
+  walked.placement[7] = RankPlacement{"worker01", 3u};
+  Job indexed = walked;
+  indexed.Index();
+  ASSERT_EQ(indexed.indexed_ranks, indexed.placement.size());
+  const std::vector<FaultView> faults = {NodeFault("worker01", SEPARATE),      DeviceFault("worker01", 0, SEPARATE),
+                                         DeviceFault("worker01", 1, SEPARATE), DeviceFault("worker01", 2, SEPARATE),
+                                         DeviceFault("worker01", 3, SEPARATE), NodeFault("worker02", SEPARATE),
+                                         DeviceFault("worker02", 1, SEPARATE), NodeFault("worker03", SEPARATE)};
+  for (const FaultView& f : faults) {
+    std::vector<int> walk;  // FaultHitsRank over every rank
+    for (const auto& [rank, where] : walked.placement) {
+      if (where.node == f.node && FaultHitsRank(f.device, where.device)) walk.push_back(rank);
+    }
+    EXPECT_EQ(RanksHit(indexed, f), walk) << f.id;
+    EXPECT_EQ(RanksHit(walked, f), walk) << f.id;
+    const std::span<const int> hits = indexed.Hits(f.node, f.device);
+    EXPECT_EQ(std::vector<int>(hits.begin(), hits.end()), walk) << f.id;
+  }
+  EXPECT_EQ(RanksHit(indexed, NodeFault("worker01", SEPARATE)), (std::vector<int>{0, 1, 2, 3, 7}));
+  EXPECT_EQ(RanksHit(indexed, DeviceFault("worker01", 0, SEPARATE)), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(RanksHit(indexed, DeviceFault("worker01", 2, SEPARATE)).empty());
+  // A rank added after Index() is not lost: the job is indexed again.
+  indexed.placement[9] = RankPlacement{"worker02", 1u};
+  EXPECT_EQ(RanksHit(indexed, DeviceFault("worker02", 1, SEPARATE)), (std::vector<int>{9}));
+}
+
 TEST(Decide, NoFaultsMeansNothingToDo) {
   const Decision d = DecideFor(MakeJob(), {});
   EXPECT_EQ(d.action, Action::kNone);

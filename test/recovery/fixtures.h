@@ -28,6 +28,7 @@ inline Job MakeJob(JobKind kind = JobKind::kTraining, int nodes = 2, int devices
       job.placement[(n - 1) * devices + d] = RankPlacement{NodeName(n), static_cast<uint32_t>(d)};
     }
   }
+  job.Index();
   return job;
 }
 

@@ -64,6 +64,13 @@ TEST(Validate, AcceptsDefaultsAndNamesTheBadField) {
   job = MakeJob();
   job.placement[99] = RankPlacement{"worker01", 0u};  // device 0 already used by rank 0
   EXPECT_NE(message(job).find("already used"), std::string::npos);
+  job.ranks_per_device = 2;  // two ranks may share it now, three may not
+  EXPECT_TRUE(ValidateJob(job).ok()) << message(job);
+  job.placement[100] = RankPlacement{"worker01", 0u};
+  EXPECT_NE(message(job).find("already used by 2 ranks"), std::string::npos) << message(job);
+  job = MakeJob();
+  job.ranks_per_device = 0;
+  EXPECT_NE(message(job).find("ranks_per_device"), std::string::npos);
   job = MakeJob();
   job.placement[3].node = "bad node!";
   EXPECT_NE(message(job).find("placement[3].node"), std::string::npos);
