@@ -172,20 +172,44 @@ std::optional<v1::FaultLevel> PubFaultCodeTable::Find(std::string_view code) con
   return it->second;
 }
 
-PubFaultVerdict PlanPublicFaults(const ::PublicFaultRequest& req, const PubFaultCodeTable& table,
-                                 const PubFaultOptions& options, PubFaultPlan* plan) {
-  plan->faults.clear();
-  plan->dropped.clear();
+PubFaultVerdict CheckPubFaultResource(const ::PublicFaultRequest& req, const PubFaultOptions& options) {
   if (std::find(options.resources.begin(), options.resources.end(), req.resource()) == options.resources.end()) {
     return {kPubFaultRefused, "resource \"" + req.resource().substr(0, 64) + "\" is not allowed"};
   }
-  plan->reporter = std::string(kPubFaultReporterPrefix) + req.resource();
+  return {kPubFaultOk, ""};
+}
+
+PubFaultVerdict CheckPubFaultRequest(const ::PublicFaultRequest& req, const PubFaultOptions& options) {
   if (req.version() != "1.0") return {kPubFaultInvalid, "version must be \"1.0\""};
   if (!ValidId(req.id())) return {kPubFaultInvalid, "id must match ^[a-zA-Z0-9-_.]{8,128}$"};
   if (req.timestamp() < 1'000'000'000'000 || req.timestamp() > 9'999'999'999'999) {
     return {kPubFaultInvalid, "timestamp must be milliseconds since the epoch (13 digits)"};
   }
-  if (req.faults_size() < 1 || req.faults_size() > 100) return {kPubFaultInvalid, "faults must hold 1 to 100 faults"};
+  if (req.faults_size() < 1 || req.faults_size() > 100) {
+    return {kPubFaultInvalid, "faults must hold 1 to 100 faults, not " + std::to_string(req.faults_size())};
+  }
+  // Sizes only: an entry's validity is PlanPublicFaults' business, so this
+  // costs one step per influence entry however many devices each lists.
+  uint64_t entries = 0;
+  for (const auto& f : req.faults()) {
+    for (const auto& in : f.influence()) entries += static_cast<uint64_t>(in.deviceids_size());
+  }
+  if (entries > options.max_faults) {
+    return {kPubFaultInvalid, "the request names " + std::to_string(entries) +
+                                  " (fault, node, device) entries, more than the " +
+                                  std::to_string(options.max_faults) +
+                                  " public faults ClusterD keeps (pubfault_max_faults); send fewer per request"};
+  }
+  return {kPubFaultOk, ""};
+}
+
+PubFaultVerdict PlanPublicFaults(const ::PublicFaultRequest& req, const PubFaultCodeTable& table,
+                                 const PubFaultOptions& options, PubFaultPlan* plan) {
+  plan->faults.clear();
+  plan->dropped.clear();
+  if (auto v = CheckPubFaultResource(req, options); v.code != kPubFaultOk) return v;
+  plan->reporter = std::string(kPubFaultReporterPrefix) + req.resource();
+  if (auto v = CheckPubFaultRequest(req, options); v.code != kPubFaultOk) return v;
   for (const auto& f : req.faults()) {
     std::string why = CheckFault(f, table, &plan->faults);
     if (!why.empty()) plan->dropped.push_back("faultId " + f.faultid().substr(0, 128) + ": " + why);
@@ -194,18 +218,24 @@ PubFaultVerdict PlanPublicFaults(const ::PublicFaultRequest& req, const PubFault
   return {kPubFaultOk, ""};
 }
 
-bool PubFaultRateLimiter::Allow(const std::string& resource) {
+PubFaultRateLimiter::PubFaultRateLimiter(const Clock* clock, double rate_per_second, uint32_t burst,
+                                         const std::vector<std::string>& resources)
+    : clock_(clock), rate_(rate_per_second), burst_(burst) {
+  const TimePoint now = clock_->Now();
+  for (const auto& r : resources) buckets_[r] = Bucket{static_cast<double>(burst_), now};
+}
+
+bool PubFaultRateLimiter::Allow(std::string_view resource) {
+  auto it = buckets_.find(resource);  // the keys never change
+  if (it == buckets_.end()) return false;
   const TimePoint now = clock_->Now();
   std::lock_guard lock(mu_);
-  auto [it, created] = buckets_.try_emplace(resource);
   Bucket& b = it->second;
-  if (created) {
-    b.tokens = burst_;
-  } else {
-    const double elapsed = std::chrono::duration<double>(now - b.refilled).count();
-    if (elapsed > 0) b.tokens = std::min<double>(burst_, b.tokens + elapsed * rate_);
+  const double elapsed = std::chrono::duration<double>(now - b.refilled).count();
+  if (elapsed > 0) {
+    b.tokens = std::min<double>(burst_, b.tokens + elapsed * rate_);
+    b.refilled = now;
   }
-  b.refilled = now;
   if (b.tokens < 1.0) return false;
   b.tokens -= 1.0;
   return true;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "clusterd/state/fault_table.h"  // kPubFaultReporterPrefix
@@ -51,7 +52,8 @@ struct PubFaultOptions {
   // A recovered fault stays visible at least this long after it occurred; a
   // "once" fault is cleared this long after it occurred.
   std::chrono::nanoseconds min_visible = std::chrono::seconds(5);
-  // Public faults active at once, in all.
+  // Public faults active at once, in all; also the most (fault, node,
+  // device) entries one request may name (CheckPubFaultRequest).
   uint32_t max_faults = 50'000;
 };
 
@@ -74,23 +76,43 @@ struct PubFaultPlan {
   std::vector<std::string> dropped;
 };
 
-// Validates a request the way the reference server does. A request-level
-// problem is {409, why} (or {410, why} for an unknown resource); an invalid
-// fault is dropped (listed in plan->dropped) and the request fails with 409
-// only when none is left.
+// A verdict: kPubFaultOk, or a refusal and why.
 struct PubFaultVerdict {
   int32_t code = kPubFaultOk;
   std::string info;
 };
+
+// The checks, cheapest first, so that what a request costs before it is
+// refused is bounded by its size, never by what it expands to:
+//
+// 1. CheckPubFaultResource: the resource is allowed ({410, why} otherwise).
+//    O(allowed resources).
+PubFaultVerdict CheckPubFaultResource(const ::PublicFaultRequest& req, const PubFaultOptions& options);
+// 2. CheckPubFaultRequest: the request-level rules (version, id, timestamp,
+//    1 to 100 faults) and its size: the (fault, node, device) entries it
+//    names, counted from the sizes of its repeated fields without looking
+//    inside any element, at most options.max_faults (more could never be
+//    applied). {409, why naming the limit and the count} otherwise.
+//    O(faults + influence entries).
+PubFaultVerdict CheckPubFaultRequest(const ::PublicFaultRequest& req, const PubFaultOptions& options);
+// 3. PlanPublicFaults: 1 and 2, then every fault, the way the reference
+//    server does. An invalid fault is dropped (listed in plan->dropped) and
+//    the request fails with 409 only when none is left. O(entries), at most
+//    max_faults once 2 passed.
 PubFaultVerdict PlanPublicFaults(const ::PublicFaultRequest& req, const PubFaultCodeTable& table,
                                  const PubFaultOptions& options, PubFaultPlan* plan);
 
-// Token buckets per resource. Thread-safe.
+// Token buckets, one per allowed resource, made at construction: a name
+// outside `resources` is refused and adds nothing, so the map stays the
+// configured size whatever clients send. Thread-safe.
 class PubFaultRateLimiter {
  public:
-  PubFaultRateLimiter(const Clock* clock, double rate_per_second, uint32_t burst)
-      : clock_(clock), rate_(rate_per_second), burst_(burst) {}
-  bool Allow(const std::string& resource);
+  PubFaultRateLimiter(const Clock* clock, double rate_per_second, uint32_t burst,
+                      const std::vector<std::string>& resources);
+  // Takes a token of `resource`'s bucket; false when it has none or the
+  // resource is not one of those allowed.
+  bool Allow(std::string_view resource);
+  size_t buckets() const { return buckets_.size(); }
 
  private:
   struct Bucket {
@@ -101,7 +123,8 @@ class PubFaultRateLimiter {
   const double rate_;
   const uint32_t burst_;
   std::mutex mu_;
-  std::map<std::string, Bucket> buckets_;  // guarded by mu_; one per allowed resource
+  // Keys fixed at construction; the buckets' contents guarded by mu_.
+  std::map<std::string, Bucket, std::less<>> buckets_;
 };
 
 }  // namespace clusterd

@@ -36,7 +36,7 @@ PubFaultServiceImpl::PubFaultServiceImpl(Engine* engine, const Authenticator* au
       auth_(auth),
       table_(std::move(table)),
       options_(std::move(options)),
-      limiter_(clock, options_.rate_per_second, options_.burst) {
+      limiter_(clock, options_.rate_per_second, options_.burst, options_.resources) {
   if (metrics != nullptr) {
     const char* help = "MindCluster PubFault.SendPublicFault replies, by RespStatus code.";
     for (int32_t code : {kPubFaultOk, kPubFaultInvalid, kPubFaultRefused, int32_t{500}}) {

@@ -71,7 +71,73 @@ TEST(PubFaultPlanTest, RequestLevelRules) {
       [](auto& r) {
         for (int i = 0; i < 100; ++i) *r.add_faults() = r.faults(0);
       },
-      kPubFaultInvalid, "1 to 100");
+      kPubFaultInvalid, "1 to 100 faults, not 101");
+}
+
+// A request that names more (fault, node, device) entries than public faults
+// may be active could never be applied: refused from the sizes of its
+// repeated fields, before any element is looked at (so an invalid element
+// in it does not change the answer), naming the limit and the count.
+TEST(PubFaultPlanTest, ARequestOverTheSizeLimitIsRefusedBeforeAnyFaultIsChecked) {
+  PubFaultOptions options;
+  options.max_faults = 10;
+  auto r = Valid();  // 1 fault x 1 node x 2 devices
+  auto* in = r.mutable_faults(0)->add_influence();
+  in->set_nodename("Not_A_DNS_Name");                 // an invalid element...
+  for (int d = 0; d < 9; ++d) in->add_deviceids(99);  // ...with devices out of range, counted all the same
+  r.mutable_faults(0)->set_faulttype("Disk");
+  PubFaultPlan plan;
+  const PubFaultVerdict v = PlanPublicFaults(r, PubFaultCodeTable::Default(), options, &plan);
+  EXPECT_EQ(v.code, kPubFaultInvalid);
+  EXPECT_NE(v.info.find("names 11 (fault, node, device) entries, more than the 10 public faults"), std::string::npos)
+      << v.info;
+  EXPECT_NE(v.info.find("pubfault_max_faults"), std::string::npos) << v.info;
+  EXPECT_TRUE(plan.faults.empty());
+  EXPECT_TRUE(plan.dropped.empty());  // no fault was checked
+  EXPECT_EQ(CheckPubFaultRequest(r, options).info, v.info);
+  // At the limit it is planned, and the invalid fault dropped for its first problem.
+  options.max_faults = 11;
+  EXPECT_EQ(PlanPublicFaults(r, PubFaultCodeTable::Default(), options, &plan).code, kPubFaultInvalid);
+  ASSERT_EQ(plan.dropped.size(), 1u);
+  EXPECT_NE(plan.dropped[0].find("faultType"), std::string::npos) << plan.dropped[0];
+
+  // The request at the default limit: 100 faults x 1,000 nodes x 32
+  // devices, every node name invalid; one influence entry is counted, not
+  // looked at.
+  ::PublicFaultRequest huge = Valid();
+  ::Fault fault = huge.faults(0);
+  fault.clear_influence();
+  for (int n = 0; n < 1000; ++n) {
+    auto* node = fault.add_influence();
+    node->set_nodename("Bad_Node_" + std::to_string(n));
+    for (int d = 0; d < 32; ++d) node->add_deviceids(d);
+  }
+  huge.clear_faults();
+  for (int i = 0; i < 100; ++i) *huge.add_faults() = fault;
+  const PubFaultVerdict refused = Plan(huge, &plan);
+  EXPECT_EQ(refused.code, kPubFaultInvalid);
+  EXPECT_NE(refused.info.find("names 3200000 (fault, node, device) entries, more than the 50000"), std::string::npos)
+      << refused.info;
+  EXPECT_TRUE(plan.dropped.empty());
+}
+
+// The order of the cheap checks: an unknown resource is refused (410) before
+// the request-level rules (409), and those before any fault.
+TEST(PubFaultPlanTest, CheapChecksComeInOrder) {
+  PubFaultOptions options;
+  auto r = Valid();
+  r.set_resource("nobody");
+  r.set_version("2.0");
+  EXPECT_EQ(CheckPubFaultResource(r, options).code, kPubFaultRefused);
+  EXPECT_EQ(CheckPubFaultRequest(r, options).code, kPubFaultInvalid);
+  PubFaultPlan plan;
+  EXPECT_EQ(Plan(r, &plan).code, kPubFaultRefused);
+  r.set_resource("pingmesh");
+  EXPECT_EQ(CheckPubFaultResource(r, options).code, kPubFaultOk);
+  r.mutable_faults(0)->set_faulttype("Disk");
+  const auto v = Plan(r, &plan);
+  EXPECT_EQ(v.code, kPubFaultInvalid);
+  EXPECT_NE(v.info.find("version"), std::string::npos) << v.info;
 }
 
 TEST(PubFaultPlanTest, AnInvalidFaultIsDroppedAndTheRequestFailsOnlyWhenNoneIsLeft) {
@@ -141,7 +207,7 @@ TEST(PubFaultCodeTableTest, DefaultTableAndOverride) {
 
 TEST(PubFaultRateLimiterTest, BurstThenSustainedRatePerResource) {
   FakeClock clock;
-  PubFaultRateLimiter limiter(&clock, 1.0, 3);
+  PubFaultRateLimiter limiter(&clock, 1.0, 3, {"pingmesh", "CCAE"});
   EXPECT_TRUE(limiter.Allow("pingmesh"));
   EXPECT_TRUE(limiter.Allow("pingmesh"));
   EXPECT_TRUE(limiter.Allow("pingmesh"));
@@ -149,6 +215,15 @@ TEST(PubFaultRateLimiterTest, BurstThenSustainedRatePerResource) {
   EXPECT_TRUE(limiter.Allow("CCAE"));  // its own bucket
   clock.Advance(std::chrono::seconds(1));
   EXPECT_TRUE(limiter.Allow("pingmesh"));
+  EXPECT_FALSE(limiter.Allow("pingmesh"));
+  // A bucket per allowed resource, made up front: other names are refused
+  // and add none, whatever a client invents.
+  EXPECT_EQ(limiter.buckets(), 2u);
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(limiter.Allow("invented-" + std::to_string(i)));
+  EXPECT_EQ(limiter.buckets(), 2u);
+  // A full bucket again after a long quiet spell, never more than the burst.
+  clock.Advance(std::chrono::hours(1));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter.Allow("pingmesh"));
   EXPECT_FALSE(limiter.Allow("pingmesh"));
 }
 

@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(!plan.faults.empty());
   FUZZ_CHECK(plan.reporter == "pubfault/" + req.resource());
-  FUZZ_CHECK(plan.faults.size() <= 100u * 1000u * 32u);
+  FUZZ_CHECK(plan.faults.size() <= PubFaultOptions().max_faults);  // the size is checked first
   for (const auto& p : plan.faults) {
     FUZZ_CHECK(p.device <= 31);
     FUZZ_CHECK(p.fault_id.size() >= 8 && p.fault_id.size() <= 128);
