@@ -55,6 +55,9 @@ struct PubFaultOptions {
   // Public faults active at once, in all; also the most (fault, node,
   // device) entries one request may name (CheckPubFaultRequest).
   uint32_t max_faults = 50'000;
+  // Requests accepted by the cheap checks and waiting for the planning
+  // worker (server/pubfault_service.h), at most; beyond, 410 "busy".
+  uint32_t max_queued = 16;
 };
 
 // One external fault to raise or clear.

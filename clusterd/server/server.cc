@@ -439,7 +439,9 @@ void ClusterdServer::Shutdown() {
   if (s.services.health) s.services.health->SetServing(false);
   auto log = GetLogger("server");
   if (s.grpc_server) {
-    // Streams are cancelled after the deadline; unary calls in flight finish.
+    // Streams are cancelled after the deadline; unary calls in flight finish
+    // (PubFault's planning worker answers its queued calls meanwhile: the
+    // writer still runs, and the worker ends with its service).
     s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
   // Integrations stop while the writer still answers their writes.

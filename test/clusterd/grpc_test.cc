@@ -534,7 +534,10 @@ namespace {
 // MindCluster's PubFault on the same port: accepted faults are ClusterD
 // faults (durable before the reply), refusals are RespStatus codes.
 TEST_F(GrpcTest, PubFaultSendPublicFaultDrivesFaults) {
-  StartServer([](ClusterdConfig& cfg) { cfg.pubfault.burst = 3; });
+  StartServer([](ClusterdConfig& cfg) {
+    cfg.pubfault.burst = 4;
+    cfg.pubfault.rate_per_second = 1e-6;  // no token comes back during the test
+  });
   TestAgent agent(channel_, "worker01", 1);
   ASSERT_TRUE(agent.Connect());
   auto ok = SendPublic(channel_, PublicFault("pingmesh", "link-00001", "occur"));
@@ -555,7 +558,8 @@ TEST_F(GrpcTest, PubFaultSendPublicFaultDrivesFaults) {
   bad.set_version("0.9");
   EXPECT_EQ(SendPublic(channel_, bad).code(), 409);
   EXPECT_EQ(SendPublic(channel_, PublicFault("somebody", "link-00003", "occur")).code(), 410);
-  // Burst of 3: the 4th request of the resource in a row is over the limit.
+  // Burst of 4: the invalid request took a token too (the unknown resource
+  // has no bucket), so the 5th request of pingmesh is over the limit.
   EXPECT_EQ(SendPublic(channel_, PublicFault("pingmesh", "link-00004", "once", "010001001")).code(), 0);
   EXPECT_EQ(SendPublic(channel_, PublicFault("pingmesh", "link-00005", "once", "010001001")).code(), 0);
   auto limited = SendPublic(channel_, PublicFault("pingmesh", "link-00006", "occur"));
@@ -572,6 +576,58 @@ TEST_F(GrpcTest, PubFaultSendPublicFaultDrivesFaults) {
     return n;
   };
   EXPECT_TRUE(testing::WaitFor([&] { return active_once() == 0; }, std::chrono::seconds(30)));
+}
+
+// Every request of an allowed resource is charged to its rate limit before
+// it is validated: requests refused as invalid take their tokens too.
+TEST_F(GrpcTest, PubFaultInvalidRequestsTakeRateLimitTokens) {
+  StartServer([](ClusterdConfig& cfg) {
+    cfg.pubfault.burst = 3;
+    cfg.pubfault.rate_per_second = 1e-6;  // no token comes back during the test
+    cfg.pubfault.max_faults = 4;
+  });
+  auto bad = PublicFault("pingmesh", "link-00001", "occur");
+  bad.set_version("0.9");
+  EXPECT_EQ(SendPublic(channel_, bad).code(), 409);
+  EXPECT_EQ(SendPublic(channel_, bad).code(), 409);
+  auto too_big = PublicFault("pingmesh", "link-00001", "occur");
+  for (int d : {0, 1, 3, 4}) too_big.mutable_faults(0)->mutable_influence(0)->add_deviceids(d);
+  EXPECT_EQ(SendPublic(channel_, too_big).code(), 409);
+  auto limited = SendPublic(channel_, PublicFault("pingmesh", "link-00002", "occur"));
+  EXPECT_EQ(limited.code(), 410);
+  EXPECT_NE(limited.info().find("resource pingmesh is over its rate limit"), std::string::npos) << limited.info();
+  // Another resource has its own bucket: planned, and refused only because
+  // no node is registered.
+  auto other = SendPublic(channel_, PublicFault("CCAE", "link-00003", "occur"));
+  EXPECT_EQ(other.code(), 409);
+  EXPECT_NE(other.info().find("node worker01 is not registered"), std::string::npos) << other.info();
+}
+
+// A request naming more (fault, node, device) entries than public faults may
+// be active is refused from its sizes alone, before any element is checked:
+// its invalid fault type does not change the answer, and nothing is stored.
+TEST_F(GrpcTest, PubFaultOverTheSizeLimitIsRefusedNamingItAndChangesNothing) {
+  StartServer([](ClusterdConfig& cfg) { cfg.pubfault.max_faults = 4; });
+  TestAgent agent(channel_, "worker01", 1, 8);
+  ASSERT_TRUE(agent.Connect());
+  const uint64_t before = Summary().revision();
+  auto r = PublicFault("pingmesh", "link-00001", "occur");
+  for (int d : {0, 1, 3, 4}) r.mutable_faults(0)->mutable_influence(0)->add_deviceids(d);
+  r.mutable_faults(0)->set_faulttype("Disk");
+  auto refused = SendPublic(channel_, r);
+  EXPECT_EQ(refused.code(), 409);
+  EXPECT_NE(refused.info().find("the request names 5 (fault, node, device) entries, more than the 4 public faults"),
+            std::string::npos)
+      << refused.info();
+  EXPECT_EQ(refused.info().find("faultType"), std::string::npos) << refused.info();
+  EXPECT_EQ(Summary().revision(), before);
+  EXPECT_EQ(GetNode("worker01").active_faults_size(), 0);
+  // Within the limit (and valid), the same faults are applied.
+  r.mutable_faults(0)->set_faulttype("Network");
+  r.mutable_faults(0)->mutable_influence(0)->mutable_deviceids()->RemoveLast();
+  auto ok = SendPublic(channel_, r);
+  EXPECT_EQ(ok.code(), 0) << ok.info();
+  EXPECT_EQ(GetNode("worker01").active_faults_size(), 4);
 }
 
 // A public fault on a device the node does not have is dropped, naming the
