@@ -1,5 +1,6 @@
 #include "common/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
@@ -63,19 +64,70 @@ Status ParseListenAddress(const std::string& text, tcp::endpoint* out) {
   return Status::Ok();
 }
 
+// The peer a connection counts against: an IPv4 client of a dual-stack
+// listener ("::ffff:10.0.0.1") is the same peer as 10.0.0.1.
+asio::ip::address PeerOf(const asio::ip::address& address) {
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  return address;
+}
+
+// Refuses a connection without reading from it: a best-effort 503 (one
+// non-blocking write that may fail), then close, which frees the descriptor
+// at once.
+void RefuseConnection(tcp::socket& socket, const std::string& body) {
+  const std::string response =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+      "Connection: close\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  beast::error_code ignored;
+  socket.non_blocking(true, ignored);
+  socket.write_some(asio::buffer(response), ignored);
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
+  socket.close(ignored);
+}
+
+// Log lines about refusals that do not flood: the first and every 1000th.
+bool WorthLogging(uint64_t count) { return count == 1 || count % 1000 == 0; }
+
 }  // namespace
 
 struct HttpServer::Impl {
   class Session;
 
-  explicit Impl(Options o) : options(std::move(o)) {}
+  explicit Impl(Options o) : options(std::move(o)) {
+    if (options.max_connections > 0 && !options.reserved_paths.empty()) {
+      reserved_share = std::min(options.reserved_connections, options.max_connections - 1);
+    }
+    for (const std::string& p : options.reserved_paths) {
+      reserved_paths_text += (reserved_paths_text.empty() ? "" : ", ") + p;
+    }
+    reserved_refusal = "HTTP connections are all in use; only " + reserved_paths_text + " answer now\n";
+    reserved_io_timeout = std::min(options.io_timeout, options.reserved_io_timeout);
+  }
 
   // Runs on the server thread. Closes the listener and every connection so
   // that io_context::run() runs out of work and returns.
   void CloseAll();
   void DoAccept();
+  // Server thread: admits or refuses a freshly accepted connection.
+  void Admit(tcp::socket socket);
+  bool IsReservedPath(const std::string& path) const {
+    for (const std::string& p : options.reserved_paths) {
+      if (p == path) return true;
+    }
+    return false;
+  }
 
   const Options options;
+  // Slots kept for reserved_paths (0: none), the paths as "/a, /b", the body
+  // of the 503 for another path over one, and the io timeout of a reserved
+  // connection.
+  std::size_t reserved_share = 0;
+  std::string reserved_paths_text;
+  std::string reserved_refusal;
+  std::chrono::nanoseconds reserved_io_timeout;
   // path -> method -> handler. Written only before Start(), then read-only
   // on the server thread.
   std::map<std::string, std::map<std::string, Handler>> routes;
@@ -90,6 +142,15 @@ struct HttpServer::Impl {
   // io_context so that they outlive it: sessions still owned by queued
   // handlers are destroyed by the io_context destructor.
   std::unordered_set<Session*> sessions;
+  // Connections per remote address, and how many of them are reserved; an
+  // entry goes when its last connection does, so there are never more
+  // entries than connections. Server thread only.
+  struct PeerSlots {
+    std::size_t open = 0;
+    std::size_t reserved = 0;
+  };
+  std::map<asio::ip::address, PeerSlots> peers;
+  std::size_t reserved_open = 0;  // reserved connections among sessions
   bool closing = false;
   // Accept failures in a row, for a log line that does not flood; server
   // thread only.
@@ -99,8 +160,12 @@ struct HttpServer::Impl {
   // Shared with the metrics gauge, which may be rendered after the server is gone.
   std::shared_ptr<std::atomic<std::size_t>> open_connections = std::make_shared<std::atomic<std::size_t>>(0);
   std::atomic<uint64_t> rejected{0};
+  std::atomic<uint64_t> peer_rejected{0};
+  std::atomic<uint64_t> reserved_refused{0};
   std::atomic<uint64_t> accept_errors{0};
   Counter* rejected_metric = nullptr;
+  Counter* peer_rejected_metric = nullptr;
+  Counter* reserved_refused_metric = nullptr;
   Counter* accept_errors_metric = nullptr;
 
   asio::io_context ioc{1};
@@ -112,12 +177,32 @@ struct HttpServer::Impl {
 // Owned by the shared_ptrs captured in its pending completion handlers.
 class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Impl* server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {
+  // `reserved`: the connection holds one of the slots kept for
+  // reserved_paths (Options).
+  Session(Impl* server, tcp::socket socket, asio::ip::address peer, bool reserved)
+      : server_(server),
+        stream_(std::move(socket)),
+        peer_(std::move(peer)),
+        reserved_(reserved),
+        io_timeout_(reserved ? server->reserved_io_timeout : server->options.io_timeout) {
     server_->sessions.insert(this);
+    Impl::PeerSlots& slots = server_->peers[peer_];
+    ++slots.open;
+    if (reserved_) {
+      ++slots.reserved;
+      ++server_->reserved_open;
+    }
     server_->open_connections->store(server_->sessions.size());
   }
   ~Session() {
     server_->sessions.erase(this);
+    const auto it = server_->peers.find(peer_);
+    if (it != server_->peers.end()) {
+      --it->second.open;
+      if (reserved_) --it->second.reserved;
+      if (it->second.open == 0) server_->peers.erase(it);
+    }
+    if (reserved_) --server_->reserved_open;
     server_->open_connections->store(server_->sessions.size());
   }
 
@@ -135,7 +220,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   void DoRead() {
     parser_.emplace();
     parser_->body_limit(server_->options.max_body_bytes);
-    stream_.expires_after(server_->options.io_timeout);
+    stream_.expires_after(io_timeout_);
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
   }
@@ -161,6 +246,21 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     if (ec) return;  // timeout, reset, operation_aborted: just drop it
 
     auto& req = parser_->get();
+    if (reserved_) {
+      // A slot kept for probes: anything else waits for a free API slot.
+      const std::string target(req.target());
+      const std::string path = target.substr(0, target.find('?'));
+      if (!server_->IsReservedPath(path)) {
+        const uint64_t n = server_->reserved_refused.fetch_add(1) + 1;
+        if (server_->reserved_refused_metric) server_->reserved_refused_metric->Inc();
+        if (WorthLogging(n)) {
+          Log()->warn("HTTP connections all in use: refused {} requests for other paths than {} so far", n,
+                      server_->reserved_paths_text);
+        }
+        Reply(Plain(http::status::service_unavailable, server_->reserved_refusal), /*close=*/true);
+        return;
+      }
+    }
     Reply(Dispatch(req), /*close=*/!req.keep_alive());
   }
 
@@ -229,7 +329,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     res.keep_alive(!close);
     res.prepare_payload();
     res_ = std::move(res);
-    stream_.expires_after(server_->options.io_timeout);
+    stream_.expires_after(io_timeout_);
     http::async_write(stream_, res_, [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
       self->OnWrite(ec, close);
     });
@@ -242,7 +342,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
       stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
       // The request may not have been read completely (413, 400): drain.
       drained_ = 0;
-      stream_.expires_after(kDrainTimeout);
+      stream_.expires_after(reserved_ ? std::min<std::chrono::nanoseconds>(kDrainTimeout, io_timeout_) : kDrainTimeout);
       DoDrain();
       return;
     }
@@ -259,6 +359,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
 
   Impl* const server_;
   beast::tcp_stream stream_;
+  const asio::ip::address peer_;
+  const bool reserved_;
+  const std::chrono::nanoseconds io_timeout_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;  // must outlive async_write
@@ -291,29 +394,50 @@ void HttpServer::Impl::DoAccept() {
       Log()->info("accepting again after {} failed accepts", accept_failures_in_row);
       accept_failures_in_row = 0;
     }
-    if (options.max_connections > 0 && sessions.size() >= options.max_connections) {
-      // Refuse without reading: a best-effort 503 (one non-blocking write
-      // that may fail), then close, which frees the descriptor at once.
-      rejected.fetch_add(1);
-      if (rejected_metric) rejected_metric->Inc();
-      if (rejected.load() == 1 || rejected.load() % 1000 == 0) {
-        Log()->warn("HTTP connection limit {} reached: refused {} connections so far", options.max_connections,
-                    rejected.load());
-      }
-      static constexpr char kBusy[] =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-          "Connection: close\r\nContent-Length: 38\r\n\r\ntoo many HTTP connections; try later\r\n";
-      beast::error_code ignored;
-      socket.non_blocking(true, ignored);
-      socket.write_some(asio::buffer(kBusy, sizeof(kBusy) - 1), ignored);
-      socket.shutdown(tcp::socket::shutdown_both, ignored);
-      socket.close(ignored);
-      DoAccept();
-      return;
-    }
-    std::make_shared<Session>(this, std::move(socket))->Start();
+    Admit(std::move(socket));
     DoAccept();
   });
+}
+
+void HttpServer::Impl::Admit(tcp::socket socket) {
+  beast::error_code ec;
+  const tcp::endpoint remote = socket.remote_endpoint(ec);
+  if (ec) {
+    // Reset before we looked (ENOTCONN): nobody to answer.
+    socket.close(ec);
+    return;
+  }
+  if (options.max_connections > 0 && sessions.size() >= options.max_connections) {
+    const uint64_t n = rejected.fetch_add(1) + 1;
+    if (rejected_metric) rejected_metric->Inc();
+    if (WorthLogging(n)) {
+      Log()->warn("HTTP connection limit {} reached: refused {} connections so far", options.max_connections, n);
+    }
+    RefuseConnection(socket, "too many HTTP connections; try later\r\n");
+    return;
+  }
+  asio::ip::address peer = PeerOf(remote.address());
+  // Beyond the API's share, a connection takes a reserved slot.
+  const bool reserved =
+      reserved_share > 0 && sessions.size() - reserved_open >= options.max_connections - reserved_share;
+  const auto slots = peers.find(peer);
+  const std::size_t peer_open = slots == peers.end() ? 0 : slots->second.open;
+  const std::size_t peer_reserved = slots == peers.end() ? 0 : slots->second.reserved;
+  const bool over_peer = options.max_connections_per_peer > 0 && peer_open >= options.max_connections_per_peer;
+  const bool over_reserved_peer =
+      reserved && options.reserved_connections_per_peer > 0 && peer_reserved >= options.reserved_connections_per_peer;
+  if (over_peer || over_reserved_peer) {
+    const uint64_t n = peer_rejected.fetch_add(1) + 1;
+    if (peer_rejected_metric) peer_rejected_metric->Inc();
+    const std::string who = peer.to_string();
+    if (WorthLogging(n)) {
+      Log()->warn("HTTP connections from {}: {} open ({} reserved) reached a per-peer limit; refused {} so far", who,
+                  peer_open, peer_reserved, n);
+    }
+    RefuseConnection(socket, "too many HTTP connections from " + who + "; close some and try later\r\n");
+    return;
+  }
+  std::make_shared<Session>(this, std::move(socket), std::move(peer), reserved)->Start();
 }
 
 void HttpServer::Impl::CloseAll() {
@@ -335,6 +459,13 @@ HttpServer::HttpServer(const Options& options) : impl_(std::make_unique<Impl>(op
                         [open = impl->open_connections] { return static_cast<double>(open->load()); });
     impl->rejected_metric =
         &m->AddCounter(p + "_http_connections_rejected_total", "HTTP connections refused at the connection limit.");
+    impl->peer_rejected_metric =
+        &m->AddCounter(p + "_http_peer_connections_rejected_total",
+                       "HTTP connections refused at a per-peer limit (one IP address holding too many).");
+    impl->reserved_refused_metric =
+        &m->AddCounter(p + "_http_reserved_requests_refused_total",
+                       "HTTP requests refused because they came over a slot kept for probes and asked for "
+                       "another path (every other slot in use).");
     impl->accept_errors_metric = &m->AddCounter(
         p + "_http_accept_errors_total", "Failed accepts on the HTTP port (e.g. out of file descriptors); retried.");
   }
@@ -407,6 +538,8 @@ Status HttpServer::Start(const std::string& listen_address) {
 int HttpServer::port() const { return impl_->bound_port.load(); }
 std::size_t HttpServer::open_connections() const { return impl_->open_connections->load(); }
 uint64_t HttpServer::rejected_connections() const { return impl_->rejected.load(); }
+uint64_t HttpServer::peer_rejected_connections() const { return impl_->peer_rejected.load(); }
+uint64_t HttpServer::reserved_refused_requests() const { return impl_->reserved_refused.load(); }
 uint64_t HttpServer::accept_errors() const { return impl_->accept_errors.load(); }
 
 void HttpServer::Stop() {

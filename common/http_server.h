@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/metrics.h"
 #include "common/status.h"
@@ -55,8 +56,31 @@ class HttpServer {
     // connection beyond the limit is answered 503 and closed at once (no
     // request is read). 0 means no limit.
     std::size_t max_connections = 256;
+    // Most connections open at once from one remote IP address (an
+    // IPv4-mapped IPv6 address counts as its IPv4 one), reserved ones
+    // included, so that one client cannot take every slot. A connection
+    // beyond it is answered 503 and closed at once, like one beyond
+    // max_connections. 0 means no per-peer limit.
+    std::size_t max_connections_per_peer = 0;
+    // A share of max_connections kept for probes and scrapes. Once
+    // max_connections - reserved_connections connections are open, a new one
+    // is still accepted (up to max_connections) but "reserved": it may ask
+    // only for one of reserved_paths (exact paths, without query); any other
+    // path is answered 503 and the connection closed. Its wait for a request
+    // is min(io_timeout, reserved_io_timeout), and one remote address may
+    // hold at most reserved_connections_per_peer of them (0: only
+    // max_connections_per_peer applies), so that neither a slow client nor a
+    // single one can sit on the share. No reserved share without
+    // reserved_paths or max_connections; at most max_connections - 1 slots
+    // are reserved.
+    std::vector<std::string> reserved_paths;
+    std::size_t reserved_connections = 16;
+    std::size_t reserved_connections_per_peer = 4;
+    std::chrono::nanoseconds reserved_io_timeout = std::chrono::seconds(5);
     // When set, the server registers <metrics_prefix>_http_connections (gauge),
-    // <metrics_prefix>_http_connections_rejected_total and
+    // <metrics_prefix>_http_connections_rejected_total,
+    // <metrics_prefix>_http_peer_connections_rejected_total,
+    // <metrics_prefix>_http_reserved_requests_refused_total and
     // <metrics_prefix>_http_accept_errors_total (counters) here. The registry
     // must outlive the server.
     MetricsRegistry* metrics = nullptr;
@@ -88,10 +112,15 @@ class HttpServer {
   // The bound port after a successful Start(); 0 before.
   int port() const;
 
-  // Connections open now; connections refused at max_connections and
-  // accept() failures (EMFILE, ENFILE, ...) so far. Any thread.
+  // Connections open now; connections refused at max_connections, at a
+  // per-peer limit (max_connections_per_peer, reserved_connections_per_peer);
+  // requests refused because they came over a reserved connection for
+  // another path; and accept() failures (EMFILE, ENFILE, ...) so far. Any
+  // thread.
   std::size_t open_connections() const;
   uint64_t rejected_connections() const;
+  uint64_t peer_rejected_connections() const;
+  uint64_t reserved_refused_requests() const;
   uint64_t accept_errors() const;
 
   // Stops accepting, closes every connection, joins the server thread.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -39,6 +40,13 @@ class Client {
   explicit Client(int port, const asio::ip::address& host = asio::ip::address_v4::loopback()) : socket_(ioc_) {
     socket_.connect(tcp::endpoint(host, static_cast<unsigned short>(port)));
   }
+  // From the given local address (another peer to the server): on Linux all
+  // of 127.0.0.0/8 is loopback, so 127.0.0.2 reaches a server on 127.0.0.1.
+  Client(int port, const asio::ip::address& host, const asio::ip::address& source) : socket_(ioc_) {
+    socket_.open(host.is_v4() ? tcp::v4() : tcp::v6());
+    socket_.bind(tcp::endpoint(source, 0));
+    socket_.connect(tcp::endpoint(host, static_cast<unsigned short>(port)));
+  }
 
   Response Send(http::verb method, const std::string& target, const std::string& body = "", bool keep_alive = true) {
     http::request<http::string_body> req{method, target, 11};
@@ -63,6 +71,23 @@ class Client {
     Response res;
     http::read(socket_, buffer_, res);
     return res;
+  }
+
+  // True when the server closes the connection (after sending nothing more)
+  // within `bound`, a failure bound for a test that expects it to close on
+  // its own: false when it is still open then.
+  bool ServerClosedWithin(std::chrono::milliseconds bound) {
+    pollfd pfd{socket_.native_handle(), POLLIN, 0};
+    return poll(&pfd, 1, static_cast<int>(bound.count())) == 1 && ServerClosed();
+  }
+
+  // True when the server sends something (or closes) within `bound`: a
+  // failure bound before a blocking Read() where the server's own timeout
+  // is long.
+  bool SentWithin(std::chrono::milliseconds bound) {
+    if (buffer_.size() > 0) return true;
+    pollfd pfd{socket_.native_handle(), POLLIN, 0};
+    return poll(&pfd, 1, static_cast<int>(bound.count())) == 1;
   }
 
   // True once the server has closed the connection (EOF or reset).
@@ -101,6 +126,7 @@ class HttpServerTest : public ::testing::Test {
       return Text(req.method + ":" + req.body);
     });
     server_->Handle("GET", "/throws", [](const HttpRequest&) -> HttpResponse { throw std::runtime_error("boom"); });
+    server_->Handle("GET", "/healthz", [](const HttpRequest&) { return Text("ok"); });
     server_->Handle("GET", "/teapot", [](const HttpRequest&) {
       HttpResponse r;
       r.status = 418;
@@ -356,6 +382,173 @@ TEST_F(HttpServerTest, ConnectionsBeyondTheLimitAreRefusedAtOnce) {
   ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 2; }));
   Client next(server_->port());
   EXPECT_EQ(next.Send(http::verb::get, "/hello").result_int(), 200);
+}
+
+asio::ip::address Loopback(const char* text) { return asio::ip::make_address(text); }
+
+// One client cannot take every slot: beyond max_connections_per_peer its
+// connections are refused at once, while another address is still served,
+// and a closed connection gives the peer its place back.
+TEST_F(HttpServerTest, ConnectionsBeyondThePerPeerLimitAreRefusedAtOnce) {
+  MetricsRegistry metrics;
+  HttpServer::Options options;
+  options.max_connections = 10;
+  options.max_connections_per_peer = 2;
+  options.metrics = &metrics;
+  options.metrics_prefix = "test";
+  StartServer(options);
+  const auto host = asio::ip::address_v4::loopback();
+  std::vector<std::unique_ptr<Client>> held;
+  for (int i = 0; i < 2; ++i) held.push_back(std::make_unique<Client>(server_->port(), host, Loopback("127.0.0.1")));
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 2; }));
+
+  Client over(server_->port(), host, Loopback("127.0.0.1"));
+  Response refused = over.Read();
+  EXPECT_EQ(refused.result_int(), 503);
+  EXPECT_EQ(refused.body(), "too many HTTP connections from 127.0.0.1; close some and try later\r\n");
+  EXPECT_TRUE(over.ServerClosed());
+  EXPECT_EQ(server_->peer_rejected_connections(), 1u);
+  EXPECT_EQ(server_->rejected_connections(), 0u);
+
+  // Another address has places of its own.
+  Client other(server_->port(), host, Loopback("127.0.0.2"));
+  EXPECT_EQ(other.Send(http::verb::get, "/hello").result_int(), 200);
+  Client other2(server_->port(), host, Loopback("127.0.0.2"));
+  EXPECT_EQ(other2.Send(http::verb::get, "/hello").result_int(), 200);
+  Client other3(server_->port(), host, Loopback("127.0.0.2"));
+  EXPECT_EQ(other3.Read().result_int(), 503);
+  EXPECT_EQ(server_->peer_rejected_connections(), 2u);
+  // The held connections still work.
+  EXPECT_EQ(held[0]->Send(http::verb::get, "/hello").result_int(), 200);
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("test_http_peer_connections_rejected_total 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("test_http_connections_rejected_total 0\n"), std::string::npos) << text;
+
+  // Once its connections close, the peer is served again, to its limit.
+  held.clear();
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 2; }));  // other, other2
+  Client again(server_->port(), host, Loopback("127.0.0.1"));
+  EXPECT_EQ(again.Send(http::verb::get, "/hello").result_int(), 200);
+  Client again2(server_->port(), host, Loopback("127.0.0.1"));
+  EXPECT_EQ(again2.Send(http::verb::get, "/hello").result_int(), 200);
+  EXPECT_EQ(server_->peer_rejected_connections(), 2u);
+}
+
+// With every slot of the API's share held, the probe paths still answer
+// over the reserved slots, other paths are refused over them, and beyond
+// max_connections the usual refusal stays.
+TEST_F(HttpServerTest, ProbePathsKeepAReservedShare) {
+  MetricsRegistry metrics;
+  HttpServer::Options options;
+  options.max_connections = 4;
+  options.reserved_paths = {"/healthz", "/readyz"};
+  options.reserved_connections = 2;
+  // Long timeouts: no connection goes by itself while the test looks.
+  options.io_timeout = std::chrono::hours(1);
+  options.reserved_io_timeout = std::chrono::hours(1);
+  options.metrics = &metrics;
+  options.metrics_prefix = "test";
+  StartServer(options);
+  std::vector<std::unique_ptr<Client>> api;
+  for (int i = 0; i < 2; ++i) {
+    api.push_back(std::make_unique<Client>(server_->port()));
+    EXPECT_EQ(api.back()->Send(http::verb::get, "/hello").result_int(), 200);
+  }
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 2; }));
+
+  {
+    Client late_api(server_->port());
+    Response refused = late_api.Send(http::verb::get, "/hello");
+    EXPECT_EQ(refused.result_int(), 503);
+    EXPECT_EQ(refused.body(), "HTTP connections are all in use; only /healthz, /readyz answer now\n");
+    EXPECT_TRUE(late_api.ServerClosedWithin(std::chrono::seconds(20)));
+  }
+  EXPECT_EQ(server_->reserved_refused_requests(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 2; }));
+
+  auto probe = std::make_unique<Client>(server_->port());
+  EXPECT_EQ(probe->Send(http::verb::get, "/healthz").result_int(), 200);
+  EXPECT_EQ(probe->Send(http::verb::get, "/healthz?verbose=1").result_int(), 200);  // keep-alive
+  auto probe2 = std::make_unique<Client>(server_->port());
+  EXPECT_EQ(probe2->Send(http::verb::get, "/healthz").result_int(), 200);
+  // Every slot taken now: the plain refusal.
+  Client over(server_->port());
+  ASSERT_TRUE(over.SentWithin(std::chrono::seconds(20)));
+  Response full = over.Read();
+  EXPECT_EQ(full.result_int(), 503);
+  EXPECT_EQ(full.body(), "too many HTTP connections; try later\r\n");
+  EXPECT_EQ(server_->rejected_connections(), 1u);
+  // A reserved connection that asks for another path is refused and closed.
+  EXPECT_EQ(probe2->Send(http::verb::get, "/hello").result_int(), 503);
+  EXPECT_TRUE(probe2->ServerClosedWithin(std::chrono::seconds(20)));
+  EXPECT_EQ(server_->reserved_refused_requests(), 2u);
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("test_http_reserved_requests_refused_total 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("test_http_connections_rejected_total 1\n"), std::string::npos) << text;
+
+  // An API slot freed is an API slot again.
+  probe.reset();
+  probe2.reset();
+  api.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 1; }));
+  Client next(server_->port());
+  EXPECT_EQ(next.Send(http::verb::get, "/hello").result_int(), 200);
+  EXPECT_EQ(server_->reserved_refused_requests(), 2u);
+}
+
+// Slow loris on the reserved share: one address may hold only
+// reserved_connections_per_peer of its slots.
+TEST_F(HttpServerTest, OnePeerCannotHoldTheReservedShare) {
+  MetricsRegistry metrics;
+  HttpServer::Options options;
+  options.max_connections = 6;
+  options.reserved_paths = {"/healthz"};
+  options.reserved_connections = 3;
+  options.reserved_connections_per_peer = 1;
+  options.io_timeout = std::chrono::hours(1);
+  options.reserved_io_timeout = std::chrono::hours(1);
+  options.metrics = &metrics;
+  options.metrics_prefix = "test";
+  StartServer(options);
+  const auto host = asio::ip::address_v4::loopback();
+  std::vector<std::unique_ptr<Client>> api;
+  for (int i = 0; i < 3; ++i) api.push_back(std::make_unique<Client>(server_->port(), host, Loopback("127.0.0.2")));
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 3; }));
+
+  Client slow(server_->port(), host, Loopback("127.0.0.1"));
+  slow.WriteRaw("GET /healthz HTTP/1.1\r\nHost: x\r\n");  // never finished
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 4; }));
+  Client slow2(server_->port(), host, Loopback("127.0.0.1"));
+  ASSERT_TRUE(slow2.SentWithin(std::chrono::seconds(20)));
+  Response refused = slow2.Read();
+  EXPECT_EQ(refused.result_int(), 503);
+  EXPECT_EQ(refused.body(), "too many HTTP connections from 127.0.0.1; close some and try later\r\n");
+  EXPECT_EQ(server_->peer_rejected_connections(), 1u);
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("test_http_peer_connections_rejected_total 1\n"), std::string::npos) << text;
+
+  // Another address still gets its probe answered.
+  Client probe(server_->port(), host, Loopback("127.0.0.3"));
+  EXPECT_EQ(probe.Send(http::verb::get, "/healthz").result_int(), 200);
+}
+
+// A reserved connection waits for a request only reserved_io_timeout: a slow
+// client is cut off long before io_timeout (an hour here), which the API
+// connections keep.
+TEST_F(HttpServerTest, ReservedConnectionHasAShortTimeout) {
+  HttpServer::Options options;
+  options.max_connections = 2;
+  options.reserved_paths = {"/healthz"};
+  options.reserved_connections = 1;
+  options.io_timeout = std::chrono::hours(1);
+  options.reserved_io_timeout = std::chrono::milliseconds(50);
+  StartServer(options);
+  Client api(server_->port());
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 1; }));
+  Client slow(server_->port());
+  slow.WriteRaw("GET /healthz HTTP/1.1\r\nHost: x\r\n");  // never finished
+  EXPECT_TRUE(slow.ServerClosedWithin(std::chrono::seconds(20)));
+  EXPECT_EQ(api.Send(http::verb::get, "/hello").result_int(), 200);
 }
 
 // A slow-loris client that never finishes its request is cut off at the
