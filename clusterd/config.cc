@@ -137,6 +137,10 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("max_http_connections", v, 1, 1'000'000, &c->max_http_connections);
        }},
+      {"max_http_connections_per_peer",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("max_http_connections_per_peer", v, 0, 1'000'000, &c->max_http_connections_per_peer);
+       }},
       {"http_timeout",
        [](const std::string& v, ClusterdConfig* c) {
          return SetDuration("http_timeout", v, std::chrono::milliseconds(10), &c->http_timeout);
@@ -473,6 +477,17 @@ static Status ValidateEtcdTls(const ClusterdConfig& c) {
   return Status::Ok();
 }
 
+// Limits that depend on each other, checked once every key is in.
+static Status ValidateLimits(const ClusterdConfig& c) {
+  if (c.max_http_connections_per_peer != 0 && c.max_http_connections_per_peer >= c.max_http_connections) {
+    return InvalidArgument("max_http_connections_per_peer (" + std::to_string(c.max_http_connections_per_peer) +
+                           ") must be below max_http_connections (" + std::to_string(c.max_http_connections) +
+                           "), or one client could hold every HTTP connection; lower it, or set it to 0 for "
+                           "no per-peer limit");
+  }
+  return Status::Ok();
+}
+
 Status ValidateSecurity(const ClusterdConfig& c) {
   const bool cert = !c.tls.cert_file.empty(), key = !c.tls.key_file.empty();
   const bool authn = !c.auth.token_file.empty() || c.auth.token_review || !c.tls.client_ca_file.empty();
@@ -535,6 +550,7 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
     }
   }
   CLUSTERD_RETURN_IF_ERROR(check());
+  CLUSTERD_RETURN_IF_ERROR(ValidateLimits(cfg));
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
   return cfg;
 }
@@ -583,7 +599,10 @@ Connection limits:
   --max-streams-per-peer N    agent streams from one IP address (default 1000)
   --max-watch-streams N       concurrent Watch streams (default 10000)
   --max-watch-streams-per-peer N  Watch streams from one IP address (default 1000)
-  --max-http-connections N    open connections on the HTTP port (default 256)
+  --max-http-connections N    open connections on the HTTP port (default 256); a quarter of
+                              them, at most 16, is kept for /healthz, /readyz(/replica), /metrics
+  --max-http-connections-per-peer N  HTTP connections from one IP address, below
+                              --max-http-connections (default 64, 0: no per-peer limit)
   --http-timeout DUR          longest wait for a whole HTTP request or keep-alive idle (default 30s)
   --grpc-handshake-timeout DUR  a gRPC connection must finish its handshake by then (default 10s)
   --grpc-self-check-interval DUR  how often /readyz checks that a new gRPC connection is

@@ -51,9 +51,13 @@ struct ClusterdConfig {
   uint32_t max_streams_per_peer = 1'000;
   uint32_t max_watch_streams = 10'000;
   uint32_t max_watch_streams_per_peer = 1'000;
-  // HTTP port: most connections open at once, and the longest wait for a
-  // whole request (also the keep-alive idle time).
+  // HTTP port: most connections open at once, most of them from one IP
+  // address (0: no per-peer limit; else below max_http_connections), and the
+  // longest wait for a whole request (also the keep-alive idle time). A
+  // share of the connections is kept for the probe paths (server_parts.h:
+  // MakeHttpServerOptions).
   uint32_t max_http_connections = 256;
+  uint32_t max_http_connections_per_peer = 64;
   std::chrono::nanoseconds http_timeout = std::chrono::seconds(30);
   // gRPC port: a connection that has not finished the HTTP/2 handshake
   // within this is closed; and how often /readyz's self-check opens a new

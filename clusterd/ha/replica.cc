@@ -19,6 +19,7 @@
 #include "clusterd/replication/log_entry.h"
 #include "clusterd/replication/replicated_store.h"
 #include "clusterd/server/server.h"
+#include "clusterd/server/server_parts.h"
 #include "clusterd/server/standby_server.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/storage/v1/replica.pb.h"
@@ -577,9 +578,7 @@ std::optional<int> Replica::Standby() {
   revision_ = store->revision_at_open();
   log_->info("standby {}: store at log index {}, revision {}", id_, *index, store->revision_at_open());
 
-  HttpServer::Options http_options;
-  http_options.max_connections = cfg_.max_http_connections;
-  http_options.io_timeout = cfg_.http_timeout;
+  const HttpServer::Options http_options = MakeHttpServerOptions(cfg_);
   // Declared first: the HTTP server, whose handlers use it, stops before it goes.
   replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_});
   HttpServer http(http_options);

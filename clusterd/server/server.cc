@@ -1,5 +1,6 @@
 #include "clusterd/server/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
@@ -364,9 +365,7 @@ Status ClusterdServer::Impl::StartGrpc(const std::shared_ptr<grpc::ServerCredent
 
 Status ClusterdServer::Impl::StartHttp() {
   const ClusterdConfig& cfg = config;
-  HttpServer::Options ho;
-  ho.max_connections = cfg.max_http_connections;
-  ho.io_timeout = cfg.http_timeout;
+  HttpServer::Options ho = MakeHttpServerOptions(cfg);
   ho.metrics = &metrics;
   ho.metrics_prefix = "clusterd";
   http = std::make_unique<HttpServer>(ho);
@@ -562,6 +561,16 @@ WatchOptions MakeWatchOptions(const ClusterdConfig& cfg) {
   wo.max_streams = cfg.max_watch_streams;
   wo.max_streams_per_peer = cfg.max_watch_streams_per_peer;
   return wo;
+}
+
+HttpServer::Options MakeHttpServerOptions(const ClusterdConfig& cfg) {
+  HttpServer::Options ho;
+  ho.max_connections = cfg.max_http_connections;
+  ho.max_connections_per_peer = cfg.max_http_connections_per_peer;
+  ho.reserved_paths = {"/healthz", "/readyz", "/readyz/replica", "/metrics"};
+  ho.reserved_connections = std::min<std::size_t>(16, cfg.max_http_connections / 4);
+  ho.io_timeout = cfg.http_timeout;
+  return ho;
 }
 
 void ConfigureGrpcServer(const ClusterdConfig& cfg, grpc::ServerBuilder* builder) {

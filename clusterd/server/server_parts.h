@@ -11,6 +11,7 @@
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/state/mutation.h"
 #include "clusterd/token_review.h"
+#include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -30,5 +31,12 @@ WatchOptions MakeWatchOptions(const ClusterdConfig& cfg);
 
 // Message sizes, keepalive and handshake limits of the gRPC port.
 void ConfigureGrpcServer(const ClusterdConfig& cfg, grpc::ServerBuilder* builder);
+
+// The HTTP port's limits: max_http_connections, of which a quarter (at most
+// 16) is kept for the probe and scrape paths (/healthz, /readyz,
+// /readyz/replica, /metrics) so that API clients cannot starve the kubelet's
+// probes; max_http_connections_per_peer; http_timeout. Metrics are the
+// caller's to add.
+HttpServer::Options MakeHttpServerOptions(const ClusterdConfig& cfg);
 
 }  // namespace clusterd

@@ -1,4 +1,6 @@
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -109,6 +111,54 @@ TEST(Config, CommitDelay) {
   EXPECT_NE(too_long.status().message().find("commit_delay"), std::string::npos) << too_long.status().message();
   ClusterdConfig cfg;
   EXPECT_TRUE(ApplyClusterdConfigJson(R"({"commit_delay": "250us"})", "file.json", &cfg).ok());
+}
+
+// One client may hold only part of the HTTP port (issue 36): the per-peer
+// limit is a key and a flag, 0 turns it off, and one that is not below the
+// total is refused, whichever way it was set.
+TEST(Config, HttpConnectionsPerPeer) {
+  bool help = false;
+  auto dflt = ParseClusterdConfig({"--insecure"}, &help);
+  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
+  EXPECT_EQ(dflt->max_http_connections_per_peer, 64u);
+  EXPECT_LT(dflt->max_http_connections_per_peer, dflt->max_http_connections);
+
+  auto flag = ParseClusterdConfig({"--insecure", "--max-http-connections-per-peer", "10"}, &help);
+  ASSERT_TRUE(flag.ok()) << flag.status().ToString();
+  EXPECT_EQ(flag->max_http_connections_per_peer, 10u);
+  auto off = ParseClusterdConfig({"--insecure", "--max-http-connections-per-peer=0"}, &help);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->max_http_connections_per_peer, 0u);
+
+  testing::TempDir dir;
+  std::ofstream(dir.Sub("c.json")) << R"({"max_http_connections": 1000, "max_http_connections_per_peer": 500})";
+  auto file = ParseClusterdConfig({"--insecure", "--config", dir.Sub("c.json")}, &help);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->max_http_connections_per_peer, 500u);
+
+  const auto refused = [&](std::vector<std::string> args) {
+    auto r = ParseClusterdConfig(args, &help);
+    if (r.ok()) return std::string("accepted");
+    return r.status().message();
+  };
+  const std::string equal = refused({"--insecure", "--max-http-connections-per-peer", "256"});
+  EXPECT_NE(equal.find("max_http_connections_per_peer (256) must be below max_http_connections (256)"),
+            std::string::npos)
+      << equal;
+  // The default per-peer limit counts too: a total at or below it needs a lower one.
+  const std::string small_total = refused({"--insecure", "--max-http-connections", "64"});
+  EXPECT_NE(small_total.find("max_http_connections_per_peer (64) must be below max_http_connections (64)"),
+            std::string::npos)
+      << small_total;
+  EXPECT_TRUE(
+      ParseClusterdConfig({"--insecure", "--max-http-connections", "64", "--max-http-connections-per-peer", "8"}, &help)
+          .ok());
+  std::ofstream(dir.Sub("big.json")) << R"({"max_http_connections": 100, "max_http_connections_per_peer": 100})";
+  const std::string from_file = refused({"--insecure", "--config", dir.Sub("big.json")});
+  EXPECT_NE(from_file.find("must be below max_http_connections"), std::string::npos) << from_file;
+  const std::string negative = refused({"--insecure", "--max-http-connections-per-peer", "-1"});
+  EXPECT_NE(negative.find("--max-http-connections-per-peer"), std::string::npos) << negative;
+  EXPECT_NE(ClusterdUsage().find("--max-http-connections-per-peer N"), std::string::npos);
 }
 
 TEST(Config, RecoverySettings) {

@@ -57,11 +57,19 @@ rlim_t RaiseOwnLimit() {
   return lim.rlim_cur;
 }
 
-// A TCP connection to 127.0.0.1:port (blocking connect, then non-blocking);
-// -1 on failure.
-int ConnectLoopback(int port) {
+// A TCP connection to 127.0.0.1:port (blocking connect, then non-blocking)
+// from `source` (host order; another address of 127.0.0.0/8 is another peer
+// to the server); -1 on failure.
+int ConnectLoopback(int port, uint32_t source = INADDR_LOOPBACK) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(source);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+    close(fd);
+    return -1;
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -91,10 +99,11 @@ bool GrpcHealthy(int port, grpc::Status* status) {
 }
 
 // The real clusterd binary, started by /bin/sh so that `ulimit_args` (as for
-// the shell's ulimit builtin) apply to it.
+// the shell's ulimit builtin) apply to it; `flags` are added to its own.
 class LimitedClusterd {
  public:
-  LimitedClusterd(const std::string& data_dir, const std::string& ulimit_args) {
+  LimitedClusterd(const std::string& data_dir, const std::string& ulimit_args,
+                  const std::vector<std::string>& flags = {}) {
     grpc_port_ = FreeLoopbackPort();
     http_port_ = FreeLoopbackPort();
     const char* bin_dir = std::getenv("CLUSTERD_BIN_DIR");
@@ -109,6 +118,7 @@ class LimitedClusterd {
                                      "--http-listen=127.0.0.1:" + std::to_string(http_port_),
                                      "--data-dir=" + data_dir,
                                      "--log-level=warn"};
+    args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -156,53 +166,71 @@ TEST(FdExhaustionTest, ClusterdRaisesItsSoftLimitToTheHardOne) {
   EXPECT_NE(soft, "512");
 }
 
+// Reads what the server sent on each of `fds` that has something (a 503, or
+// EOF), closes those, and keeps the rest in `fds`; returns how many it
+// closed. The first answer read lands in *first.
+int CloseAnswered(std::vector<int>* fds, std::string* first) {
+  std::vector<pollfd> polled;
+  for (int fd : *fds) polled.push_back({fd, POLLIN, 0});
+  poll(polled.data(), polled.size(), 0);
+  std::vector<int> still;
+  int closed = 0;
+  for (const auto& p : polled) {
+    if (p.revents == 0) {
+      still.push_back(p.fd);
+      continue;
+    }
+    char buf[512];
+    const ssize_t n = read(p.fd, buf, sizeof(buf));
+    if (n > 0 && first->empty()) first->assign(buf, static_cast<size_t>(n));
+    close(p.fd);
+    ++closed;
+  }
+  *fds = std::move(still);
+  return closed;
+}
+
 // (a) the HTTP server keeps answering once the slow connections are gone,
 // (b) gRPC keeps accepting new connections throughout: the HTTP port holds at
-// most max_http_connections descriptors (default 256) and refuses the rest.
-TEST(FdExhaustionTest, SlowHttpConnectionsCannotStarveGrpc) {
+// most max_http_connections descriptors (default 256) and refuses the rest,
+// (c) the probes keep their reserved share meanwhile (issue 36): slow clients
+// from many addresses, none above the per-peer limit, hold every API slot,
+// and /healthz and /readyz still answer while the API answers 503.
+TEST(FdExhaustionTest, SlowHttpConnectionsCannotStarveGrpcOrTheProbes) {
   constexpr int kLimit = 1024;  // the issue's `ulimit -n 1024`
   constexpr int kSlow = 1100;
-  constexpr int kMaxHttp = 256;  // the default of --max-http-connections
+  constexpr int kPeers = 20;           // 55 connections each, below the default 64 per peer
+  constexpr int kMaxHttp = 256;        // the default of --max-http-connections
+  constexpr int kApiShare = 256 - 16;  // less the share kept for the probes
   if (RaiseOwnLimit() < kSlow + 200) GTEST_SKIP() << "this test process cannot open " << kSlow << " sockets";
   testing::TempDir dir;
-  LimitedClusterd server(dir.Sub("data"), "-n " + std::to_string(kLimit));
+  // A long timeout: the slow API connections stay for the whole test.
+  LimitedClusterd server(dir.Sub("data"), "-n " + std::to_string(kLimit), {"--http-timeout=1h"});
   ASSERT_TRUE(server.ok());
   grpc::Status st;
   ASSERT_TRUE(GrpcHealthy(server.grpc_port(), &st)) << st.error_message();
 
-  // Slow clients: connect, send half a request line, never finish it.
+  // Slow clients from 127.0.0.10 .. 127.0.0.29: connect, send half a request
+  // line, never finish it.
   std::vector<int> slow;
   for (int i = 0; i < kSlow; ++i) {
-    int fd = ConnectLoopback(server.http_port());
+    int fd = ConnectLoopback(server.http_port(), INADDR_LOOPBACK + 9 + static_cast<uint32_t>(i % kPeers));
     ASSERT_GE(fd, 0) << "connect " << i << ": " << std::strerror(errno);
-    (void)!write(fd, "GET /healthz HT", 15);
+    (void)!write(fd, "GET /api/v1/summary HT", 22);
     slow.push_back(fd);
   }
   // The server answers every connection beyond the limit with 503 and closes
-  // it; the first kMaxHttp stay open, waiting for the rest of their request.
+  // it; the API's share stays open, waiting for the rest of its requests (the
+  // few in reserved slots are cut off after a few seconds).
   int refused = 0;
   std::string refusal;
-  auto collect_refused = [&] {
-    std::vector<pollfd> fds;
-    for (int fd : slow) fds.push_back({fd, POLLIN, 0});
-    poll(fds.data(), fds.size(), 0);
-    std::vector<int> still;
-    for (const auto& p : fds) {
-      if (p.revents == 0) {
-        still.push_back(p.fd);
-        continue;
-      }
-      char buf[512];
-      const ssize_t n = read(p.fd, buf, sizeof(buf));
-      if (n > 0 && refusal.empty()) refusal.assign(buf, static_cast<size_t>(n));
-      close(p.fd);
-      ++refused;
-    }
-    slow = std::move(still);
+  ASSERT_TRUE(WaitFor([&] {
+    refused += CloseAnswered(&slow, &refusal);
     return refused >= kSlow - kMaxHttp;
-  };
-  ASSERT_TRUE(WaitFor(collect_refused)) << refused << " refused; " << slow.size() << " still open";
-  EXPECT_EQ(static_cast<int>(slow.size()), kMaxHttp);
+  })) << refused
+      << " refused; " << slow.size() << " still open";
+  EXPECT_LE(static_cast<int>(slow.size()), kMaxHttp);
+  EXPECT_GE(static_cast<int>(slow.size()), kApiShare);
   EXPECT_NE(refusal.find("503"), std::string::npos) << refusal;
 
   // (b) gRPC accepts new connections while the HTTP port is full.
@@ -210,15 +238,71 @@ TEST(FdExhaustionTest, SlowHttpConnectionsCannotStarveGrpc) {
   testing::TestAgent agent(testing::Dial(server.grpc_port()), "worker01", 1);
   EXPECT_TRUE(agent.Connect()) << agent.status().error_message();
 
-  // (a) The slow clients go away: /healthz and /readyz answer again.
-  for (int fd : slow) close(fd);
-  slow.clear();
+  // (c) The probes answer from 127.0.0.1 (once the slow clients' reserved
+  // slots, if any, are cut off); the API does not.
   EXPECT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/healthz").status == 200; }));
   EXPECT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/readyz").status == 200; }));
+  testing::HttpResult api;
+  EXPECT_TRUE(WaitFor([&] {
+    api = HttpGet(server.http_port(), "/api/v1/summary");
+    return api.status == 503 && api.body.find("HTTP connections are all in use") != std::string::npos;
+  })) << api.status
+      << " " << api.body;
+  refused += CloseAnswered(&slow, &refusal);
+  EXPECT_GE(static_cast<int>(slow.size()), kApiShare);  // the API's share still held
+
+  // (a) The slow clients go away: the API answers again.
+  for (int fd : slow) close(fd);
+  slow.clear();
+  EXPECT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/api/v1/summary").status == 200; }));
+  EXPECT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/readyz").status == 200; }));
   const std::string metrics = HttpGet(server.http_port(), "/metrics").body;
-  EXPECT_GE(MetricValue(metrics, "clusterd_http_connections_rejected_total"), kSlow - kMaxHttp) << metrics;
+  EXPECT_GE(MetricValue(metrics, "clusterd_http_connections_rejected_total") +
+                MetricValue(metrics, "clusterd_http_peer_connections_rejected_total"),
+            kSlow - kMaxHttp)
+      << metrics;
+  EXPECT_GE(MetricValue(metrics, "clusterd_http_reserved_requests_refused_total"), 1) << metrics;
   EXPECT_EQ(MetricValue(metrics, "clusterd_grpc_self_check_ok"), 1);
   EXPECT_TRUE(GrpcHealthy(server.grpc_port(), &st)) << st.error_message();
+}
+
+// Issue 36: one client holding slow connections (reopened as they close)
+// took every HTTP slot, and the kubelet's probes got 503. Now it holds at
+// most max_http_connections_per_peer (default 64) and everyone else is
+// served, the API included.
+TEST(FdExhaustionTest, OneSlowPeerGetsItsShareOnly) {
+  constexpr int kSlow = 300;
+  constexpr int kPerPeer = 64;  // the default of --max-http-connections-per-peer
+  testing::TempDir dir;
+  LimitedClusterd server(dir.Sub("data"), "-n 1024", {"--http-timeout=1h"});
+  ASSERT_TRUE(server.ok());
+  constexpr uint32_t kAttacker = INADDR_LOOPBACK + 9;  // 127.0.0.10
+  std::vector<int> slow;
+  for (int i = 0; i < kSlow; ++i) {
+    int fd = ConnectLoopback(server.http_port(), kAttacker);
+    ASSERT_GE(fd, 0) << "connect " << i << ": " << std::strerror(errno);
+    (void)!write(fd, "GET /healthz HT", 15);
+    slow.push_back(fd);
+  }
+  int refused = 0;
+  std::string refusal;
+  ASSERT_TRUE(WaitFor([&] {
+    refused += CloseAnswered(&slow, &refusal);
+    return refused >= kSlow - kPerPeer;
+  })) << refused
+      << " refused; " << slow.size() << " still open";
+  EXPECT_EQ(static_cast<int>(slow.size()), kPerPeer);
+  EXPECT_NE(refusal.find("503 Service Unavailable"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("too many HTTP connections from 127.0.0.10"), std::string::npos) << refusal;
+
+  // Everyone else: no waiting, the API included.
+  EXPECT_EQ(HttpGet(server.http_port(), "/healthz").status, 200);
+  EXPECT_EQ(HttpGet(server.http_port(), "/readyz").status, 200);
+  EXPECT_EQ(HttpGet(server.http_port(), "/api/v1/summary").status, 200);
+  const std::string metrics = HttpGet(server.http_port(), "/metrics").body;
+  EXPECT_EQ(MetricValue(metrics, "clusterd_http_peer_connections_rejected_total"), kSlow - kPerPeer) << metrics;
+  EXPECT_EQ(MetricValue(metrics, "clusterd_http_connections_rejected_total"), 0) << metrics;
+  for (int fd : slow) close(fd);
 }
 
 // gRPC's own log, captured to learn when its listener has met EMFILE.
