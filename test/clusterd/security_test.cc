@@ -29,6 +29,7 @@
 #include "mindcluster/pubfault.grpc.pb.h"
 #include "http_get.h"
 #include "loopback_config.h"
+#include "test_certs.h"
 #include "test_util.h"
 
 namespace clusterd {
@@ -38,26 +39,7 @@ using testing::TempDir;
 using testing::WaitFor;
 
 // The test CA, made once for the whole suite.
-class Certs {
- public:
-  static const Certs& Get() {
-    static Certs* certs = new Certs();
-    return *certs;
-  }
-  std::string Path(const std::string& name) const { return dir_.Sub(name); }
-  std::string Token(const std::string& who) const {
-    std::ifstream in(Path("token-" + who));
-    std::string t;
-    std::getline(in, t);
-    return t;
-  }
-  bool ok() const { return ok_; }
-
- private:
-  Certs() { ok_ = std::system(("bash '" CLUSTERD_MAKE_CERTS "' '" + dir_.path() + "'").c_str()) == 0; }
-  TempDir dir_;
-  bool ok_ = false;
-};
+using Certs = testing::TestCerts;
 
 // A client with the named certificate (or none), optionally a bearer token.
 std::shared_ptr<grpc::Channel> Client(int port, const std::string& cert, const std::string& token = "",
