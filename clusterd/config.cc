@@ -477,17 +477,6 @@ static Status ValidateEtcdTls(const ClusterdConfig& c) {
   return Status::Ok();
 }
 
-// Limits that depend on each other, checked once every key is in.
-static Status ValidateLimits(const ClusterdConfig& c) {
-  if (c.max_http_connections_per_peer != 0 && c.max_http_connections_per_peer >= c.max_http_connections) {
-    return InvalidArgument("max_http_connections_per_peer (" + std::to_string(c.max_http_connections_per_peer) +
-                           ") must be below max_http_connections (" + std::to_string(c.max_http_connections) +
-                           "), or one client could hold every HTTP connection; lower it, or set it to 0 for "
-                           "no per-peer limit");
-  }
-  return Status::Ok();
-}
-
 Status ValidateSecurity(const ClusterdConfig& c) {
   const bool cert = !c.tls.cert_file.empty(), key = !c.tls.key_file.empty();
   const bool authn = !c.auth.token_file.empty() || c.auth.token_review || !c.tls.client_ca_file.empty();
@@ -550,7 +539,6 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
     }
   }
   CLUSTERD_RETURN_IF_ERROR(check());
-  CLUSTERD_RETURN_IF_ERROR(ValidateLimits(cfg));
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
   return cfg;
 }
@@ -601,8 +589,8 @@ Connection limits:
   --max-watch-streams-per-peer N  Watch streams from one IP address (default 1000)
   --max-http-connections N    open connections on the HTTP port (default 256); a quarter of
                               them, at most 16, is kept for /healthz, /readyz(/replica), /metrics
-  --max-http-connections-per-peer N  HTTP connections from one IP address, below
-                              --max-http-connections (default 64, 0: no per-peer limit)
+  --max-http-connections-per-peer N  HTTP connections from one IP address (default 64, 0: no
+                              per-peer limit); at most half of --max-http-connections applies
   --http-timeout DUR          longest wait for a whole HTTP request or keep-alive idle (default 30s)
   --grpc-handshake-timeout DUR  a gRPC connection must finish its handshake by then (default 10s)
   --grpc-self-check-interval DUR  how often /readyz checks that a new gRPC connection is

@@ -566,7 +566,12 @@ WatchOptions MakeWatchOptions(const ClusterdConfig& cfg) {
 HttpServer::Options MakeHttpServerOptions(const ClusterdConfig& cfg) {
   HttpServer::Options ho;
   ho.max_connections = cfg.max_http_connections;
-  ho.max_connections_per_peer = cfg.max_http_connections_per_peer;
+  // One client never holds more than half of the port, whatever the two
+  // settings say (a total at or below the per-peer default stays valid).
+  ho.max_connections_per_peer =
+      cfg.max_http_connections_per_peer == 0
+          ? 0
+          : std::min<std::size_t>(cfg.max_http_connections_per_peer, std::max(1u, cfg.max_http_connections / 2));
   ho.reserved_paths = {"/healthz", "/readyz", "/readyz/replica", "/metrics"};
   ho.reserved_connections = std::min<std::size_t>(16, cfg.max_http_connections / 4);
   ho.io_timeout = cfg.http_timeout;

@@ -35,8 +35,8 @@ void ConfigureGrpcServer(const ClusterdConfig& cfg, grpc::ServerBuilder* builder
 // The HTTP port's limits: max_http_connections, of which a quarter (at most
 // 16) is kept for the probe and scrape paths (/healthz, /readyz,
 // /readyz/replica, /metrics) so that API clients cannot starve the kubelet's
-// probes; max_http_connections_per_peer; http_timeout. Metrics are the
-// caller's to add.
+// probes; max_http_connections_per_peer, at most half of the total;
+// http_timeout. Metrics are the caller's to add.
 HttpServer::Options MakeHttpServerOptions(const ClusterdConfig& cfg);
 
 }  // namespace clusterd
