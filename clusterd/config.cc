@@ -338,6 +338,11 @@ const std::map<std::string, Setter>& Setters() {
        [](const std::string& v, ClusterdConfig* c) {
          return SetU32("mindcluster_max_subscribers", v, 1, 1'000'000, &c->mindcluster_max_subscribers);
        }},
+      {"mindcluster_max_registrations_per_principal",
+       [](const std::string& v, ClusterdConfig* c) {
+         return SetU32("mindcluster_max_registrations_per_principal", v, 1, 1'000'000,
+                       &c->mindcluster_max_registrations_per_principal);
+       }},
       {"mindcluster_registration_ttl_seconds",
        [](const std::string& v, ClusterdConfig* c) {
          uint32_t s = 0;
@@ -513,6 +518,16 @@ Status ValidateSecurity(const ClusterdConfig& c) {
   return ValidateEtcdTls(c);
 }
 
+Status ValidateLimits(const ClusterdConfig& c) {
+  if (c.mindcluster_max_registrations_per_principal > c.mindcluster_max_subscribers) {
+    return InvalidArgument("mindcluster_max_registrations_per_principal: " +
+                           std::to_string(c.mindcluster_max_registrations_per_principal) +
+                           " is more than mindcluster_max_subscribers (" +
+                           std::to_string(c.mindcluster_max_subscribers) + "): lower it, or raise that");
+  }
+  return Status::Ok();
+}
+
 StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, bool* help) {
   auto split = SplitFlags(
       args, [](const std::string& key) { return key == "catalog" || KnownKey(key); },
@@ -540,6 +555,7 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
   }
   CLUSTERD_RETURN_IF_ERROR(check());
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLimits(cfg));
   return cfg;
 }
 
@@ -646,6 +662,10 @@ MindCluster compatibility (docs/mindcluster.md):
   --pubfault-burst N          requests per resource in a burst (default 100)
   --pubfault-max-faults N     public faults active at once (default 50000)
   --mindcluster-max-subscribers N  fault.Fault registrations and subscription streams (default 1000)
+  --mindcluster-max-registrations-per-principal N
+                                  fault.Fault registrations one client holds: its authenticated
+                                  principal, or its IP address with --insecure (default 100; at
+                                  most --mindcluster-max-subscribers)
   --mindcluster-registration-ttl-seconds N
                                   a fault.Fault registration without a stream expires after N s
                                   (default 300)

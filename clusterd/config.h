@@ -151,6 +151,10 @@ struct ClusterdConfig {
   // MindCluster's fault.Fault: registrations, and subscription streams, at
   // most (RESOURCE_EXHAUSTED beyond).
   uint32_t mindcluster_max_subscribers = 1000;
+  // fault.Fault registrations one client (authenticated principal, or IP
+  // address without authentication) holds at most; no more than
+  // mindcluster_max_subscribers.
+  uint32_t mindcluster_max_registrations_per_principal = 100;
   // A fault.Fault registration with no stream open for this long expires.
   std::chrono::seconds mindcluster_registration_ttl{300};
   // High availability (docs/ha.md): with etcd endpoints, this process is one
@@ -223,6 +227,10 @@ Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view orig
 // `insecure` (never both), a client CA when client certificates are asked
 // for, a token source for metrics_auth. Also checked by ClusterdServer::Start.
 Status ValidateSecurity(const ClusterdConfig& cfg);
+
+// Limits that bound one another: mindcluster_max_registrations_per_principal
+// is at most mindcluster_max_subscribers. Also checked by ClusterdServer::Start.
+Status ValidateLimits(const ClusterdConfig& cfg);
 
 std::string ClusterdUsage();
 

@@ -17,6 +17,7 @@
 #include <boost/uuid/uuid_io.hpp>
 
 #include "clusterd/mindcluster_signal.h"
+#include "clusterd/server/peer_limiter.h"
 #include "clusterd/server/stream_writer.h"
 #include "common/logging.h"
 
@@ -38,6 +39,15 @@ constexpr size_t kPumpBatch = 1024;
 using Key = std::pair<std::string, std::string>;
 
 std::string Describe(const Key& key) { return "(jobId \"" + key.first + "\", role \"" + key.second + "\")"; }
+
+// Whom a registration counts against, as messages name them: an
+// authenticated principal by its name; without authentication (--insecure,
+// where every caller is anonymous) the client's IP address, as the per-peer
+// stream limits count.
+std::string OwnerOf(const Principal& p) {
+  if (p.kind == Principal::Kind::kAuthenticated) return "principal \"" + p.name + "\"";
+  return "client " + PeerLimiter::PeerKey(p.peer);
+}
 
 std::string NewUuid() {
   // One generator per thread: it is not thread-safe, and seeding is costly.
@@ -70,15 +80,22 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   Counter* messages = nullptr;
   Gauge* registrations_gauge = nullptr;
   Counter* expired = nullptr;
+  Counter* refused_total = nullptr;          // at max_subscribers
+  Counter* refused_per_principal = nullptr;  // at max_registrations_per_principal
 
   // A registration: since when it has had no stream (while one is open, the
-  // time it was registered or its last stream ended; ignored).
+  // time it was registered or its last stream ended; ignored), and whom it
+  // counts against (OwnerOf the last Register of its key).
   struct Registration {
     std::chrono::steady_clock::time_point idle_since;
+    std::string owner;
   };
 
   mutable std::mutex mu;
-  std::map<Key, Registration> registrations;               // guarded by mu
+  std::map<Key, Registration> registrations;  // guarded by mu
+  // Registrations per owner; an owner holding none has no entry, so the map
+  // holds at most max_subscribers entries. Guarded by mu.
+  std::map<std::string, uint32_t> owned;
   std::map<Key, std::shared_ptr<Subscriber>> subscribers;  // guarded by mu
   bool hub_subscribed = false;                             // guarded by mu
   uint64_t hub_subscription = 0;                           // guarded by mu
@@ -87,10 +104,12 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   // Streams that took their baseline: from then on every change is told.
   size_t live = 0;  // guarded by mu
 
-  // Registers key. *replaced: the stream of an earlier registration of the
-  // same key, for the caller to end (outside mu). RESOURCE_EXHAUSTED at the
-  // limit, after dropping the registrations of jobs deleted since.
-  grpc::Status Register(const Key& key, std::shared_ptr<Subscriber>* replaced);
+  // Registers key for `owner` (OwnerOf the caller), who owns it from now on.
+  // *replaced: the stream of an earlier registration of the same key, for
+  // the caller to end (outside mu). RESOURCE_EXHAUSTED at max_subscribers,
+  // or when the owner holds max_registrations_per_principal others, after
+  // dropping the expired registrations and those of jobs deleted since.
+  grpc::Status Register(const Key& key, const std::string& owner, std::shared_ptr<Subscriber>* replaced);
   // Adds a stream for its registered key. *replaced: the older stream of the
   // same key, for the caller to end.
   grpc::Status Attach(const std::shared_ptr<Subscriber>& sub, std::shared_ptr<Subscriber>* replaced);
@@ -105,11 +124,33 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   void Pump();
 
  private:
+  // Why a Register of key by owner would be refused now.
+  enum class Refusal { kNone, kTotal, kPerPrincipal };
+  Refusal RefusalLocked(const Key& key, const std::string& owner) const {
+    auto it = registrations.find(key);
+    if (it != registrations.end() && it->second.owner == owner) return Refusal::kNone;  // holds it already
+    // A new pair needs a slot of the cluster's; any pair not the owner's, one
+    // of the owner's.
+    if (it == registrations.end() && registrations.size() >= options.max_subscribers) return Refusal::kTotal;
+    auto n = owned.find(owner);
+    if (n != owned.end() && n->second >= options.max_registrations_per_principal) return Refusal::kPerPrincipal;
+    return Refusal::kNone;
+  }
+  void DisownLocked(const std::string& owner) {
+    auto it = owned.find(owner);
+    if (it != owned.end() && --it->second == 0) owned.erase(it);
+  }
+  // Every registration goes through here: its owner's count goes down.
+  std::map<Key, Registration>::iterator EraseLocked(std::map<Key, Registration>::iterator it) {
+    DisownLocked(it->second.owner);
+    it = registrations.erase(it);
+    RegistrationsChangedLocked();
+    return it;
+  }
   void EraseJobLocked(const std::string& job) {
     for (auto it = registrations.lower_bound({job, ""}); it != registrations.end() && it->first.first == job;) {
-      it = registrations.erase(it);
+      it = EraseLocked(it);
     }
-    RegistrationsChangedLocked();
   }
   void RegistrationsChangedLocked() {
     if (registrations_gauge) registrations_gauge->Set(static_cast<double>(registrations.size()));
@@ -121,9 +162,7 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   // Drops one expired registration, counted; the next one.
   std::map<Key, Registration>::iterator DropExpiredLocked(std::map<Key, Registration>::iterator it) {
     if (expired) expired->Inc();
-    it = registrations.erase(it);
-    RegistrationsChangedLocked();
-    return it;
+    return EraseLocked(it);
   }
   // Drops every expired registration.
   void ExpireLocked(std::chrono::steady_clock::time_point now) {
@@ -406,16 +445,29 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
 
 }  // namespace
 
-grpc::Status MindClusterFaultService::Core::Register(const Key& key, std::shared_ptr<Subscriber>* replaced) {
+grpc::Status MindClusterFaultService::Core::Register(const Key& key, const std::string& owner,
+                                                     std::shared_ptr<Subscriber>* replaced) {
+  Refusal refusal = Refusal::kNone;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::vector<std::string> jobs;
     {
       std::lock_guard lock(mu);
       const auto now = std::chrono::steady_clock::now();
-      // At the limit, registrations without a stream for the TTL go first.
-      if (!registrations.count(key) && registrations.size() >= options.max_subscribers) ExpireLocked(now);
-      if (registrations.count(key) || registrations.size() < options.max_subscribers) {
-        registrations[key].idle_since = now;
+      refusal = RefusalLocked(key, owner);
+      // At a limit, registrations without a stream for the TTL go first.
+      if (refusal != Refusal::kNone) {
+        ExpireLocked(now);
+        refusal = RefusalLocked(key, owner);
+      }
+      if (refusal == Refusal::kNone) {
+        auto [reg, added] = registrations.try_emplace(key);
+        if (added || reg->second.owner != owner) {
+          // Registered again by another client: it is that client's now.
+          if (!added) DisownLocked(reg->second.owner);
+          reg->second.owner = owner;
+          ++owned[owner];
+        }
+        reg->second.idle_since = now;
         RegistrationsChangedLocked();
         auto it = subscribers.find(key);
         if (it != subscribers.end()) {
@@ -426,8 +478,10 @@ grpc::Status MindClusterFaultService::Core::Register(const Key& key, std::shared
         return grpc::Status::OK;
       }
       if (attempt > 0) break;
-      for (const auto& [key, registration] : registrations) {
-        const std::string& job = key.first;
+      for (const auto& [held, registration] : registrations) {
+        // At the owner's limit, only its own registrations can make room.
+        if (refusal == Refusal::kPerPrincipal && registration.owner != owner) continue;
+        const std::string& job = held.first;
         if (!job.empty() && (jobs.empty() || jobs.back() != job)) jobs.push_back(job);
       }
     }
@@ -443,10 +497,19 @@ grpc::Status MindClusterFaultService::Core::Register(const Key& key, std::shared
     std::lock_guard lock(mu);
     for (const auto& job : gone) EraseJobLocked(job);
   }
-  return grpc::Status(
-      grpc::StatusCode::RESOURCE_EXHAUSTED,
-      "too many fault.Fault registrations (mindcluster_max_subscribers=" + std::to_string(options.max_subscribers) +
-          "; one without a stream expires after " + std::to_string(options.registration_ttl.count()) + " s)");
+  const std::string expiry =
+      "; one without a stream expires after " + std::to_string(options.registration_ttl.count()) + " s)";
+  if (refusal == Refusal::kPerPrincipal) {
+    if (refused_per_principal) refused_per_principal->Inc();
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "too many fault.Fault registrations held by " + owner +
+                            " (mindcluster_max_registrations_per_principal=" +
+                            std::to_string(options.max_registrations_per_principal) + expiry);
+  }
+  if (refused_total) refused_total->Inc();
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      "too many fault.Fault registrations (mindcluster_max_subscribers=" +
+                          std::to_string(options.max_subscribers) + expiry);
 }
 
 grpc::Status MindClusterFaultService::Core::Attach(const std::shared_ptr<Subscriber>& sub,
@@ -582,6 +645,14 @@ MindClusterFaultService::MindClusterFaultService(const ClusterState* state, Watc
     core_->expired = &metrics->AddCounter(
         "clusterd_mindcluster_fault_registrations_expired_total",
         "fault.Fault registrations dropped after mindcluster_registration_ttl_seconds without a stream.");
+    const std::string refused_help =
+        "fault.Fault Register calls refused with RESOURCE_EXHAUSTED: at "
+        "mindcluster_max_subscribers (total) or at the caller's "
+        "mindcluster_max_registrations_per_principal (per_principal).";
+    core_->refused_total = &metrics->AddCounter("clusterd_mindcluster_fault_registrations_refused_total", refused_help,
+                                                {{"reason", "total"}});
+    core_->refused_per_principal = &metrics->AddCounter("clusterd_mindcluster_fault_registrations_refused_total",
+                                                        refused_help, {{"reason", "per_principal"}});
   }
 }
 
@@ -605,7 +676,8 @@ size_t MindClusterFaultService::registration_count() const {
 
 grpc::ServerUnaryReactor* MindClusterFaultService::Register(grpc::CallbackServerContext* ctx,
                                                             const fault::ClientInfo* req, fault::Status* resp) {
-  if (auto* refused = RefuseUnary(ctx, *core_->auth, kRegisterMethod)) return refused;
+  auto who = core_->auth->Authorize(*ctx, kRegisterMethod);
+  if (!who.ok()) return FinishUnary(ctx, who.status());
   auto reply = [&](int32_t code, std::string info) {
     resp->set_code(code);
     resp->set_info(std::move(info));
@@ -625,7 +697,7 @@ grpc::ServerUnaryReactor* MindClusterFaultService::Register(grpc::CallbackServer
   }
   std::shared_ptr<Subscriber> replaced;
   const Key key{job, req->role()};
-  if (grpc::Status st = core_->Register(key, &replaced); !st.ok()) {
+  if (grpc::Status st = core_->Register(key, OwnerOf(*who), &replaced); !st.ok()) {
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(st);
     return reactor;

@@ -37,6 +37,12 @@ struct MindClusterFaultOptions {
   // Registrations, and subscription streams, at most; more are refused with
   // RESOURCE_EXHAUSTED.
   uint32_t max_subscribers = 1000;
+  // Registrations one client holds at most (RESOURCE_EXHAUSTED beyond), so
+  // that no client takes every slot of max_subscribers. A client is the
+  // authenticated principal (its name); without authentication (--insecure,
+  // where every caller is anonymous) its IP address. A registration belongs
+  // to whoever registered its (jobId, role) last.
+  uint32_t max_registrations_per_principal = 100;
   // A registration with no subscription stream open for this long expires (a
   // client that registered and went away holds no slot for good); one with a
   // stream open never does. Checked when a slot is needed and when a stream
@@ -53,8 +59,9 @@ class MindClusterFaultService final : public fault::Fault::CallbackService {
   // Metrics (registered in `metrics`, which may be nullptr):
   // clusterd_mindcluster_fault_subscribers, the streams that took their
   // baseline (from then on every change is told), and
-  // clusterd_mindcluster_fault_messages_total; clusterd_mindcluster_fault_registrations
-  // and clusterd_mindcluster_fault_registrations_expired_total.
+  // clusterd_mindcluster_fault_messages_total; clusterd_mindcluster_fault_registrations,
+  // clusterd_mindcluster_fault_registrations_expired_total and
+  // clusterd_mindcluster_fault_registrations_refused_total{reason="total"|"per_principal"}.
   MindClusterFaultService(const ClusterState* state, WatchHub* hub, boost::asio::thread_pool* pool,
                           MindClusterFaultOptions options, MetricsRegistry* metrics, const Authenticator* auth);
   ~MindClusterFaultService() override;

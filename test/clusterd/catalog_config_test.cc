@@ -273,5 +273,43 @@ TEST(Config, HighAvailability) {
   EXPECT_NE(slash.status().message().find("ha_replica_id"), std::string::npos) << slash.status().message();
 }
 
+// fault.Fault's registration limits: one client's share is a key and a flag,
+// and may not be more than the cluster's total.
+TEST(Config, MindClusterRegistrationLimits) {
+  bool help = false;
+  auto dflt = ParseClusterdConfig({"--insecure"}, &help);
+  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
+  EXPECT_EQ(dflt->mindcluster_max_subscribers, 1000u);
+  EXPECT_EQ(dflt->mindcluster_max_registrations_per_principal, 100u);
+  auto flag = ParseClusterdConfig({"--insecure", "--mindcluster-max-registrations-per-principal", "7"}, &help);
+  ASSERT_TRUE(flag.ok()) << flag.status().ToString();
+  EXPECT_EQ(flag->mindcluster_max_registrations_per_principal, 7u);
+  testing::TempDir dir;
+  std::ofstream(dir.Sub("c.json"))
+      << R"({"mindcluster_max_subscribers": 50, "mindcluster_max_registrations_per_principal": 50})";
+  auto file = ParseClusterdConfig({"--insecure", "--config", dir.Sub("c.json")}, &help);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->mindcluster_max_subscribers, 50u);
+  EXPECT_EQ(file->mindcluster_max_registrations_per_principal, 50u);
+  EXPECT_EQ(ValidateLimits(*file).code(), StatusCode::kOk);
+
+  // A lower total alone leaves the default share (100) above it: refused,
+  // naming both keys.
+  auto over = ParseClusterdConfig({"--insecure", "--mindcluster-max-subscribers", "50"}, &help);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("mindcluster_max_registrations_per_principal: 100 is more than "
+                                         "mindcluster_max_subscribers (50)"),
+            std::string::npos)
+      << over.status().message();
+  ClusterdConfig cfg;
+  cfg.mindcluster_max_registrations_per_principal = 1001;
+  EXPECT_EQ(ValidateLimits(cfg).code(), StatusCode::kInvalidArgument);
+  auto zero = ParseClusterdConfig({"--insecure", "--mindcluster-max-registrations-per-principal", "0"}, &help);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("--mindcluster-max-registrations-per-principal"), std::string::npos)
+      << zero.status().message();
+  EXPECT_NE(ClusterdUsage().find("--mindcluster-max-registrations-per-principal N"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace clusterd

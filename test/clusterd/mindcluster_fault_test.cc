@@ -1,7 +1,8 @@
 // MindCluster's fault.Fault on an in-process ClusterD (port 0), through real
 // gRPC stubs: Register's codes, SubscribeFaultMsgSignal driven by an agent's
 // device faults, re-registration, cluster-wide subscribers, job deletion,
-// GetFaultMsgSignal and the subscriber limit.
+// GetFaultMsgSignal, the subscriber limit and the per-client (principal)
+// limit on registrations.
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -11,10 +12,12 @@
 
 #include "clusterd/server/server.h"
 #include "clusterd/v1/job.grpc.pb.h"
+#include "common/grpc/credentials.h"
 #include "mindcluster/fault.grpc.pb.h"
 #include "agent_client.h"
 #include "http_get.h"
 #include "loopback_config.h"
+#include "test_certs.h"
 #include "test_util.h"
 
 namespace clusterd {
@@ -24,6 +27,9 @@ using testing::TestAgent;
 using testing::WaitFor;
 
 constexpr auto kDeadline = std::chrono::seconds(30);
+constexpr char kRefusedPerPrincipal[] =
+    "clusterd_mindcluster_fault_registrations_refused_total{reason=\"per_principal\"}";
+constexpr char kRefusedTotal[] = "clusterd_mindcluster_fault_registrations_refused_total{reason=\"total\"}";
 
 fault::ClientInfo Client(const std::string& job, const std::string& role) {
   fault::ClientInfo c;
@@ -103,6 +109,32 @@ class MindClusterFaultTest : public ::testing::Test {
     jobs_ = v1::JobService::NewStub(channel_);
   }
 
+  // A TLS server that knows the test CA's tokens (test_certs.h): each token
+  // is a principal of its own.
+  void StartTlsServer(std::function<void(ClusterdConfig&)> tweak) {
+    const auto& certs = testing::TestCerts::Get();
+    ASSERT_TRUE(certs.ok()) << "test/security/make_certs.sh failed";
+    StartServer([&](ClusterdConfig& c) {
+      c.insecure = false;
+      c.tls.cert_file = certs.Path("server.crt");
+      c.tls.key_file = certs.Path("server.key");
+      c.auth.token_file = certs.Path("tokens.csv");
+      tweak(c);
+    });
+  }
+
+  // A fault.Fault client of that server presenting make_certs.sh's token
+  // `who` ("viewer" is alice, "operator" bob).
+  std::unique_ptr<fault::Fault::Stub> FaultAs(const std::string& who) {
+    const auto& certs = testing::TestCerts::Get();
+    ClientSecurity security;
+    security.ca_file = certs.Path("ca.crt");
+    security.token = certs.Token(who);
+    auto channel = CreateClientChannel("127.0.0.1:" + std::to_string(server_->grpc_port()), security);
+    EXPECT_TRUE(channel.ok()) << channel.status().ToString();
+    return channel.ok() ? fault::Fault::NewStub(*channel) : nullptr;
+  }
+
   // A job with one rank per device of `node`.
   void CreateJob(const std::string& id, const std::string& node, std::vector<uint32_t> devices) {
     v1::CreateJobRequest req;
@@ -131,9 +163,13 @@ class MindClusterFaultTest : public ::testing::Test {
   }
 
   fault::Status Register(const std::string& job, const std::string& role, grpc::Status* status = nullptr) {
+    return RegisterWith(fault_.get(), job, role, status);
+  }
+  fault::Status RegisterWith(fault::Fault::Stub* stub, const std::string& job, const std::string& role,
+                             grpc::Status* status = nullptr) {
     grpc::ClientContext ctx;
     fault::Status resp;
-    grpc::Status st = fault_->Register(&ctx, Client(job, role), &resp);
+    grpc::Status st = stub->Register(&ctx, Client(job, role), &resp);
     if (status) {
       *status = st;
     } else {
@@ -386,7 +422,10 @@ TEST_F(MindClusterFaultTest, GetFaultMsgSignalCodes) {
 }
 
 TEST_F(MindClusterFaultTest, SubscriberLimit) {
-  StartServer([](ClusterdConfig& c) { c.mindcluster_max_subscribers = 1; });
+  StartServer([](ClusterdConfig& c) {
+    c.mindcluster_max_subscribers = 1;
+    c.mindcluster_max_registrations_per_principal = 1;
+  });
   TestAgent agent(channel_, "worker01", 1);
   ASSERT_TRUE(agent.Connect());
   CreateJob("mindie-job-0001", "worker01", {0});
@@ -395,6 +434,8 @@ TEST_F(MindClusterFaultTest, SubscriberLimit) {
   Register("mindie-job-0001", "second", &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(st.error_message().find("mindcluster_max_subscribers=1"), std::string::npos) << st.error_message();
+  EXPECT_EQ(Metric(kRefusedTotal), 1);
+  EXPECT_EQ(Metric(kRefusedPerPrincipal), 0);
   // The one registered may register again and subscribe.
   EXPECT_EQ(Register("mindie-job-0001", "controller").code(), 0);
   Subscription sub(fault_.get(), "mindie-job-0001", "controller");
@@ -407,6 +448,7 @@ TEST_F(MindClusterFaultTest, SubscriberLimit) {
 TEST_F(MindClusterFaultTest, RegistrationsWithoutAStreamExpire) {
   StartServer([](ClusterdConfig& c) {
     c.mindcluster_max_subscribers = 2;
+    c.mindcluster_max_registrations_per_principal = 2;
     c.mindcluster_registration_ttl = std::chrono::seconds(1);
   });
   ASSERT_EQ(Register("", "controller").code(), 0);
@@ -439,6 +481,101 @@ TEST_F(MindClusterFaultTest, RegistrationsWithoutAStreamExpire) {
   Subscription again(fault_.get(), "", "controller");
   EXPECT_EQ(streaming->WaitEnd().error_code(), grpc::StatusCode::ABORTED);
   EXPECT_TRUE(WaitLive(1));
+}
+
+// One principal cannot take every registration slot: beyond
+// mindcluster_max_registrations_per_principal its Register is refused,
+// naming the limit and the principal, while another principal still
+// registers. A registration belongs to whoever registered its pair last.
+TEST_F(MindClusterFaultTest, PerPrincipalLimitLeavesOtherPrincipalsTheirSlots) {
+  StartTlsServer([](ClusterdConfig& c) { c.mindcluster_max_registrations_per_principal = 2; });
+  auto alice = FaultAs("viewer");
+  auto bob = FaultAs("operator");
+  ASSERT_TRUE(alice && bob);
+  ASSERT_EQ(RegisterWith(alice.get(), "", "a1").code(), 0);
+  ASSERT_EQ(RegisterWith(alice.get(), "", "a2").code(), 0);
+  grpc::Status st;
+  RegisterWith(alice.get(), "", "a3", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("too many fault.Fault registrations held by principal \"alice\" "
+                                    "(mindcluster_max_registrations_per_principal=2;"),
+            std::string::npos)
+      << st.error_message();
+  // Registering a pair she holds again takes no second slot.
+  EXPECT_EQ(RegisterWith(alice.get(), "", "a1").code(), 0);
+  RegisterWith(alice.get(), "", "a3", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // Another principal has slots of its own.
+  EXPECT_EQ(RegisterWith(bob.get(), "", "b1").code(), 0);
+  // Bob registers alice's pair: it is his now, and her slot is free.
+  EXPECT_EQ(RegisterWith(bob.get(), "", "a1").code(), 0);
+  EXPECT_EQ(RegisterWith(alice.get(), "", "a3").code(), 0);
+  RegisterWith(bob.get(), "", "b2", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("held by principal \"bob\""), std::string::npos) << st.error_message();
+  // Taking a pair over needs a free slot too.
+  RegisterWith(alice.get(), "", "a1", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations"), 4);  // a1 (bob's), a2, a3, b1
+  EXPECT_EQ(Metric(kRefusedPerPrincipal), 4);
+  EXPECT_EQ(Metric(kRefusedTotal), 0);
+}
+
+// Without authentication every caller is anonymous: a client is its IP
+// address. The registrations of a deleted job give their owner its slots
+// back.
+TEST_F(MindClusterFaultTest, WithoutAuthenticationTheLimitIsPerClientAddress) {
+  StartServer([](ClusterdConfig& c) { c.mindcluster_max_registrations_per_principal = 2; });
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob("mindie-job-0001", "worker01", {0});
+  ASSERT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  ASSERT_EQ(Register("mindie-job-0001", "second").code(), 0);
+  EXPECT_EQ(Register("mindie-job-0001", "controller").code(), 0);
+  grpc::Status st;
+  Register("", "platform", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find(
+                "held by client 127.0.0.1 (mindcluster_max_registrations_per_principal=2; one without a stream "
+                "expires after 300 s)"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(Metric(kRefusedPerPrincipal), 1);
+
+  DeleteJob("mindie-job-0001");
+  EXPECT_EQ(Register("", "platform").code(), 0);
+  EXPECT_EQ(Register("", "other").code(), 0);
+  Register("", "third", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations"), 2);
+  EXPECT_EQ(Metric(kRefusedPerPrincipal), 2);
+}
+
+// A registration that expired gives its owner its slot back.
+TEST_F(MindClusterFaultTest, AnExpiredRegistrationFreesItsOwnersSlot) {
+  StartServer([](ClusterdConfig& c) {
+    c.mindcluster_max_registrations_per_principal = 1;
+    c.mindcluster_registration_ttl = std::chrono::seconds(1);
+  });
+  ASSERT_EQ(Register("", "first").code(), 0);
+  // Refused until "first" has been without a stream for the TTL.
+  grpc::Status st;
+  Register("", "second", &st);
+  if (!st.ok()) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(st.error_message().find("held by client 127.0.0.1"), std::string::npos) << st.error_message();
+  }
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        Register("", "second", &st);
+        return st.ok();
+      },
+      kDeadline))
+      << st.error_message();
+  EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations"), 1);
+  EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations_expired_total"), 1);
 }
 
 }  // namespace
