@@ -250,13 +250,13 @@ MC=$TMP/values-mindcluster-$kv.yaml
 mc_keys="sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith(('pubfault_', 'mindcluster_')))"
 mc_svc="[s for s in by['Service'] if s['metadata']['name'] == 'clusterd-grpc-svc']"
 expect "default: MindCluster keys at the binary's defaults, no code table, no clusterd-grpc-svc" "$D" "($mc_keys, [s['metadata']['name'] for s in by['Service']])" \
-  "([('mindcluster_max_subscribers', 1000), ('pubfault_burst', 100), ('pubfault_max_faults', 50000), ('pubfault_rate', 1), ('pubfault_resources', ['CCAE', 'fd-online', 'pingmesh', 'Netmind', 'dpcStorage', 'dtfsStorage'])], ['clusterd'])"
+  "([('mindcluster_max_registrations_per_principal', 100), ('mindcluster_max_subscribers', 1000), ('pubfault_burst', 100), ('pubfault_max_faults', 50000), ('pubfault_rate', 1), ('pubfault_resources', ['CCAE', 'fd-online', 'pingmesh', 'Netmind', 'dpcStorage', 'dtfsStorage'])], ['clusterd'])"
 expect "mindcluster: Service clusterd-grpc-svc, ClusterIP, one port 8899 -> grpc" "$MC" "[(s['metadata']['namespace'], s['spec']['type'], [(p['name'], p['port'], p['targetPort'], p['protocol'], p['appProtocol']) for p in s['spec']['ports']]) for s in $mc_svc]" \
   "[('fault-mgmt', 'ClusterIP', [('grpc', 8899, 'grpc', 'TCP', 'grpc')])]"
 expect "mindcluster: clusterd-grpc-svc selects the ClusterD pods, and no ServiceMonitor selects it" "$MC" "[(s['spec']['selector'] == by['Deployment'][0]['spec']['selector']['matchLabels'], s['metadata']['labels']['app.kubernetes.io/component']) for s in $mc_svc]" \
   "[(True, 'mindcluster')]"
 expect "mindcluster: config.json keys" "$MC" "$mc_keys" \
-  "[('mindcluster_max_subscribers', 64), ('pubfault_burst', 3), ('pubfault_code_table', '/etc/clusterd/pubfault-codes.json'), ('pubfault_max_faults', 1000), ('pubfault_rate', '0.001'), ('pubfault_resources', ['CCAE', 'helm-test-probe'])]"
+  "[('mindcluster_max_registrations_per_principal', 16), ('mindcluster_max_subscribers', 64), ('pubfault_burst', 3), ('pubfault_code_table', '/etc/clusterd/pubfault-codes.json'), ('pubfault_max_faults', 1000), ('pubfault_rate', '0.001'), ('pubfault_resources', ['CCAE', 'helm-test-probe'])]"
 expect "mindcluster: the code table in the ConfigMap" "$MC" "(sorted(cm('clusterd')), json.loads(cm('clusterd')['pubfault-codes.json']))" \
   "(['config.json', 'pubfault-codes.json'], {'SeparateNPU': ['A00000001', '220001099'], 'SubHealthFault': ['010001099']})"
 expect "mindcluster: pubfault_code_table is the file's path in ClusterD's config volume" "$MC" "(next(m['mountPath'] for m in pod('Deployment')['containers'][0]['volumeMounts'] if m['name'] == 'config') + '/pubfault-codes.json' == cfg('clusterd')['pubfault_code_table'], proj('Deployment')[0])" \

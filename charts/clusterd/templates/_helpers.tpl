@@ -157,6 +157,7 @@ a fractional rate goes in as text ("0.5"), which the binary parses as a number. 
 {{- $_ = set $c "pubfault_code_table" "/etc/clusterd/pubfault-codes.json" }}
 {{- end }}
 {{- $_ = set $c "mindcluster_max_subscribers" .Values.mindcluster.maxSubscribers }}
+{{- $_ = set $c "mindcluster_max_registrations_per_principal" .Values.mindcluster.maxRegistrationsPerPrincipal }}
 {{- $ha := .Values.ha }}
 {{- if $ha.enabled }}
 {{- /* High availability: etcd and the election; ha_replica_id is per pod (--ha-replica-id). */}}
@@ -433,6 +434,9 @@ Included by the ConfigMap (always rendered).
 {{- end }}
 {{- if and .Values.mindcluster.service.enabled (eq (include "clusterd.clusterd.fullname" .) (include "clusterd.mindcluster.serviceName" .)) }}
 {{- fail "mindcluster.service.enabled: the release's own Service is already named clusterd-grpc-svc; choose another release name or fullnameOverride" }}
+{{- end }}
+{{- if gt (int64 .Values.mindcluster.maxRegistrationsPerPrincipal) (int64 .Values.mindcluster.maxSubscribers) }}
+{{- fail (printf "mindcluster.maxRegistrationsPerPrincipal (%d) must not be more than mindcluster.maxSubscribers (%d): ClusterD refuses to start otherwise" (int64 .Values.mindcluster.maxRegistrationsPerPrincipal) (int64 .Values.mindcluster.maxSubscribers)) }}
 {{- end }}
 {{- if and .Values.metrics.auth (not .Values.auth.tokenFile.existingSecret) (not (include "clusterd.auth.tokenReview" .)) }}
 {{- fail "metrics.auth needs a token source: auth.tokenFile.existingSecret or auth.tokenReview" }}
