@@ -518,16 +518,6 @@ Status ValidateSecurity(const ClusterdConfig& c) {
   return ValidateEtcdTls(c);
 }
 
-Status ValidateLimits(const ClusterdConfig& c) {
-  if (c.mindcluster_max_registrations_per_principal > c.mindcluster_max_subscribers) {
-    return InvalidArgument("mindcluster_max_registrations_per_principal: " +
-                           std::to_string(c.mindcluster_max_registrations_per_principal) +
-                           " is more than mindcluster_max_subscribers (" +
-                           std::to_string(c.mindcluster_max_subscribers) + "): lower it, or raise that");
-  }
-  return Status::Ok();
-}
-
 StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, bool* help) {
   auto split = SplitFlags(
       args, [](const std::string& key) { return key == "catalog" || KnownKey(key); },
@@ -555,7 +545,6 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
   }
   CLUSTERD_RETURN_IF_ERROR(check());
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
-  CLUSTERD_RETURN_IF_ERROR(ValidateLimits(cfg));
   return cfg;
 }
 
@@ -664,8 +653,8 @@ MindCluster compatibility (docs/mindcluster.md):
   --mindcluster-max-subscribers N  fault.Fault registrations and subscription streams (default 1000)
   --mindcluster-max-registrations-per-principal N
                                   fault.Fault registrations one client holds: its authenticated
-                                  principal, or its IP address with --insecure (default 100; at
-                                  most --mindcluster-max-subscribers)
+                                  principal, or its IP address with --insecure (default 100; the
+                                  smaller of it and --mindcluster-max-subscribers applies)
   --mindcluster-registration-ttl-seconds N
                                   a fault.Fault registration without a stream expires after N s
                                   (default 300)

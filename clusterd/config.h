@@ -228,10 +228,6 @@ Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view orig
 // for, a token source for metrics_auth. Also checked by ClusterdServer::Start.
 Status ValidateSecurity(const ClusterdConfig& cfg);
 
-// Limits that bound one another: mindcluster_max_registrations_per_principal
-// is at most mindcluster_max_subscribers. Also checked by ClusterdServer::Start.
-Status ValidateLimits(const ClusterdConfig& cfg);
-
 std::string ClusterdUsage();
 
 }  // namespace clusterd

@@ -143,7 +143,6 @@ ClusterdServer::~ClusterdServer() { Shutdown(); }
 Status ClusterdServer::Start() {
   Impl& s = *impl_;
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(s.config));
-  CLUSTERD_RETURN_IF_ERROR(ValidateLimits(s.config));
   // Certificate files are checked before anything is opened.
   auto credentials = MakeServerCredentials(s.config);
   if (!credentials.ok()) return credentials.status();
@@ -274,7 +273,10 @@ Status ClusterdServer::Impl::MakeServices() {
   services.admin = std::make_unique<AdminServiceImpl>(state.get(), engine.get(), authenticator.get());
   MindClusterFaultOptions mfo;
   mfo.max_subscribers = cfg.mindcluster_max_subscribers;
-  mfo.max_registrations_per_principal = cfg.mindcluster_max_registrations_per_principal;
+  // One client's share is never more than all of them (a lowered total with
+  // the default share stays a valid config).
+  mfo.max_registrations_per_principal =
+      std::min(cfg.mindcluster_max_registrations_per_principal, cfg.mindcluster_max_subscribers);
   mfo.registration_ttl = cfg.mindcluster_registration_ttl;
   services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
                                                                          &metrics, authenticator.get());

@@ -435,9 +435,6 @@ Included by the ConfigMap (always rendered).
 {{- if and .Values.mindcluster.service.enabled (eq (include "clusterd.clusterd.fullname" .) (include "clusterd.mindcluster.serviceName" .)) }}
 {{- fail "mindcluster.service.enabled: the release's own Service is already named clusterd-grpc-svc; choose another release name or fullnameOverride" }}
 {{- end }}
-{{- if gt (int64 .Values.mindcluster.maxRegistrationsPerPrincipal) (int64 .Values.mindcluster.maxSubscribers) }}
-{{- fail (printf "mindcluster.maxRegistrationsPerPrincipal (%d) must not be more than mindcluster.maxSubscribers (%d): ClusterD refuses to start otherwise" (int64 .Values.mindcluster.maxRegistrationsPerPrincipal) (int64 .Values.mindcluster.maxSubscribers)) }}
-{{- end }}
 {{- if and .Values.metrics.auth (not .Values.auth.tokenFile.existingSecret) (not (include "clusterd.auth.tokenReview" .)) }}
 {{- fail "metrics.auth needs a token source: auth.tokenFile.existingSecret or auth.tokenReview" }}
 {{- end }}
