@@ -356,9 +356,9 @@ Decision Decide(const Job& job, const std::vector<FaultView>& faults, const Clus
   //    job uses are drained: they join the group.
   std::vector<Candidate> triggers = actionable;
   if (MovesRanks(strategy) && !deferred.empty()) {
-    for (Candidate& c : deferred) {
+    for (const Candidate& c : deferred) {
       reason("fault " + c.fault->id + " (PRE_SEPARATE) joins the " + Name(strategy) + ": its ranks move now");
-      triggers.push_back(std::move(c));
+      triggers.push_back(c);
     }
     fill_group(triggers);
   }
