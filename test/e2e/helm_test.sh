@@ -679,10 +679,13 @@ if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
       reply_is helm-test-probe A00000001 "code from codeTable (SeparateNPU) known" "node helm-node is not registered"
       reply_is helm-test-probe 010001099 "code from codeTable (SubHealthFault) known" "node helm-node is not registered"
       reply_is helm-test-probe 220001001 "built-in code still known (merged, not replaced)" "node helm-node is not registered"
-      reply_is helm-test-probe Z99999999 "a code in neither table refused" "is not in the public-fault code table"
+      reply_is CCAE Z99999999 "a code in neither table refused" "is not in the public-fault code table"
       reply_is pingmesh 220001001 "a default resource left out of resources refused" 'pingmesh\" is not allowed' # JSON-escaped
       reply_is helm-test-probe A00000001 "burst 3 used up: the fourth valid request is rate-limited" "over its rate limit"
       reply_is CCAE A00000001 "another listed resource has a burst of its own" "node helm-node is not registered"
+      # Every request of a listed resource takes a token, a refused one too: CCAE's third.
+      reply_is CCAE Z99999999 "an invalid request is refused" "is not in the public-fault code table"
+      reply_is CCAE A00000001 "burst 3 used up by two invalid requests and a valid one" "over its rate limit"
     else
       tail -5 "$d/clusterd.log" >&2; bad "clusterd on the values-mindcluster config.json did not start"
     fi
