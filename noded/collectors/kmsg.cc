@@ -51,6 +51,37 @@ std::vector<KernelPattern> DefaultKernelPatterns() {
   };
 }
 
+namespace {
+
+// std::regex (libstdc++ 12) reads the number of a back-reference (\N) and of a
+// repeat count ({n,m}) into an int with no overflow check: a 20-digit one is
+// undefined behaviour (found by the rules_config fuzzer). Such numbers are
+// refused before the pattern is compiled; six digits is far beyond any real
+// pattern's.
+Status CheckRegexNumbers(const std::string& re) {
+  constexpr size_t kMaxDigits = 6;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  for (size_t i = 0; i < re.size(); ++i) {
+    const bool escape = re[i] == '\\';
+    if (escape && (i + 1 >= re.size() || !digit(re[i + 1]))) {
+      ++i;  // an escaped character, '{' included: a literal
+      continue;
+    }
+    if (!escape && re[i] != '{') continue;
+    size_t run = 0;
+    for (size_t j = i + 1; j < re.size() && (digit(re[j]) || (!escape && re[j] == ',')); ++j) {
+      run = digit(re[j]) ? run + 1 : 0;
+      if (run > kMaxDigits) {
+        return InvalidArgument(std::string(escape ? "a back-reference" : "a repeat count") + " at offset " +
+                               std::to_string(i) + " has more than " + std::to_string(kMaxDigits) + " digits");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<KmsgMatcher> KmsgMatcher::Create(std::vector<KernelPattern> patterns) {
   KmsgMatcher m;
   for (size_t i = 0; i < patterns.size(); ++i) {
@@ -58,6 +89,9 @@ StatusOr<KmsgMatcher> KmsgMatcher::Create(std::vector<KernelPattern> patterns) {
     const std::string what = "kernel pattern " + std::to_string(i) + " (code '" + p.code + "')";
     if (p.code.empty()) return InvalidArgument(what + ": field 'code' is empty");
     if (p.regex.empty()) return InvalidArgument(what + ": field 'regex' is empty");
+    if (Status st = CheckRegexNumbers(p.regex); !st.ok()) {
+      return InvalidArgument(what + ": field 'regex': " + st.message());
+    }
     auto flags = std::regex::ECMAScript | std::regex::optimize;
     if (p.ignore_case) flags |= std::regex::icase;
     try {

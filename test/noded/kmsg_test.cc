@@ -63,6 +63,24 @@ TEST(KmsgMatcherTest, BadPatternNamesItself) {
   EXPECT_FALSE(KmsgMatcher::Create({{"", "x", false}}).ok());
 }
 
+// std::regex reads back-reference and repeat-count numbers without an
+// overflow check (undefined behaviour, found by the rules_config fuzzer):
+// longer than six digits they are refused, naming the pattern; escaped
+// braces and long literal numbers are not numbers it reads.
+TEST(KmsgMatcherTest, HugeBackReferencesAndRepeatCountsAreRefused) {
+  for (const char* re :
+       {R"(Xid \18446744073709551616)", "a{18446744073709551616}", "a{2,99999999999999999999}", R"(\1234567)"}) {
+    auto bad = KmsgMatcher::Create({{"KERNEL_X", re, false}});
+    ASSERT_FALSE(bad.ok()) << re;
+    EXPECT_NE(bad.status().message().find("kernel pattern 0 (code 'KERNEL_X'): field 'regex'"), std::string::npos)
+        << bad.status().message();
+    EXPECT_NE(bad.status().message().find("more than 6 digits"), std::string::npos) << bad.status().message();
+  }
+  for (const char* re : {R"(Xid 18446744073709551616)", R"(\{18446744073709551616\})", R"((a)\1 b{2,100})"}) {
+    EXPECT_TRUE(KmsgMatcher::Create({{"KERNEL_X", re, false}}).ok()) << re;
+  }
+}
+
 TEST(KmsgReaderTest, FollowsAFileAcrossPolls) {
   TempDir dir;
   const std::string path = dir.path() + "/kmsg";
