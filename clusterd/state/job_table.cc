@@ -1,8 +1,5 @@
 #include "clusterd/state/job_table.h"
 
-#include <algorithm>
-
-#include "clusterd/recovery/types.h"
 #include "clusterd/state/validation.h"
 #include "clusterd/storage/key_codec.h"
 #include "common/metrics.h"
@@ -24,19 +21,6 @@ Status CheckSource(const v1::Job& stored, const std::string& source, const char*
 }
 
 }  // namespace
-
-std::vector<uint32_t> RanksHit(const v1::Job& job, const v1::Fault& fault) {
-  std::vector<uint32_t> out;
-  for (const auto& p : job.placement()) {
-    if (p.node() != fault.node()) continue;
-    if (recovery::FaultHitsRank(fault.has_device_id() ? std::optional<uint32_t>(fault.device_id()) : std::nullopt,
-                                p.has_device_id() ? std::optional<uint32_t>(p.device_id()) : std::nullopt)) {
-      out.push_back(p.rank());
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 Status JobTable::Load(const storage::Store& store) {
   Status parse_error;

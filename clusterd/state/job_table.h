@@ -17,11 +17,6 @@
 
 namespace clusterd {
 
-// Ranks of the job on the fault's node and device (all of the node's ranks
-// for a node-level fault), sorted: recovery::FaultHitsRank over a placement,
-// the one fault-to-rank rule (PlacementIndex indexes the same rule).
-std::vector<uint32_t> RanksHit(const v1::Job& job, const v1::Fault& fault);
-
 class JobTable {
  public:
   using Map = std::map<std::string, v1::Job>;

@@ -8,6 +8,7 @@
 #include "clusterd/state/job_table.h"
 #include "clusterd/state/journal.h"
 #include "clusterd/state/node_table.h"
+#include "clusterd/state/placement_index.h"
 #include "clusterd/state/validation.h"
 #include "clusterd/storage/key_codec.h"
 #include "clusterd/storage/memory_store.h"
@@ -191,8 +192,10 @@ TEST_F(StateTablesTest, JobTableKeepsSourcesApartAndFindsTheJobsAFaultHits) {
   EXPECT_EQ(jobs.HitBy(AgentFault("n1", 1, v1::FAULT_LEVEL_SEPARATE)), std::vector<std::string>{"train-1"});
   EXPECT_TRUE(jobs.HitBy(AgentFault("n1", 7, v1::FAULT_LEVEL_SEPARATE)).empty());  // no rank on device 7
   EXPECT_TRUE(jobs.HitBy(AgentFault("n3", std::nullopt, v1::FAULT_LEVEL_SEPARATE)).empty());
-  EXPECT_EQ(RanksHit(job, AgentFault("n2", std::nullopt, v1::FAULT_LEVEL_SEPARATE)), (std::vector<uint32_t>{2, 3}));
-  EXPECT_EQ(RanksHit(job, AgentFault("n2", 1, v1::FAULT_LEVEL_SEPARATE)), (std::vector<uint32_t>{3}));
+  const PlacementIndex placement(job);
+  EXPECT_EQ(*placement.RanksHit(AgentFault("n2", std::nullopt, v1::FAULT_LEVEL_SEPARATE)),
+            (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(*placement.RanksHit(AgentFault("n2", 1, v1::FAULT_LEVEL_SEPARATE)), (std::vector<uint32_t>{3}));
 
   // The API may delete a discovered job; another integration may not.
   EXPECT_EQ(jobs.Delete("train-1", "other", &m).status().code(), StatusCode::kFailedPrecondition);
