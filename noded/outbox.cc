@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "common/durable_file.h"
 #include "common/logging.h"
 #include "common/validation.h"
 
@@ -73,8 +74,15 @@ uint64_t GetU64(const char* p) {
 
 std::string JoinPath(const std::string& dir, const char* name) { return dir + "/" + name; }
 
-Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
-  return Internal("outbox: " + what + " " + path + ": " + std::strerror(err));
+// `what` is a literal so that building the arguments cannot clobber errno.
+Status ErrnoStatus(const char* what, const std::string& path, int err) {
+  return Internal(std::string("outbox: ") + what + " " + path + ": " + std::strerror(err));
+}
+
+// An error of common/durable_file.h, prefixed as the outbox's own are.
+Status Outboxed(Status s) {
+  if (s.ok()) return s;
+  return {s.code(), "outbox: " + s.message()};
 }
 
 // Appends the encoded record (header + payload) to *out.
@@ -90,56 +98,13 @@ void EncodeRecord(uint8_t type, const std::string& payload, std::string* out) {
   out->append(payload);
 }
 
-Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("write", path, errno);
-    }
-    if (w == 0) return Internal("outbox: write " + path + ": wrote nothing");
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
+Status SyncFd(int fd, const std::string& path) { return Outboxed(SyncFile(fd, path, SyncKind::kData)); }
 
-Status SyncFd(int fd, const std::string& path) {
-  while (::fdatasync(fd) != 0) {
-    if (errno == EINTR) continue;
-    return ErrnoStatus("fdatasync", path, errno);
-  }
-  return Status::Ok();
-}
+Status SyncDir(const std::string& dir) { return Outboxed(SyncDirectory(dir)); }
 
-Status SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open directory", dir, errno);
-  Status s = Status::Ok();
-  while (::fsync(fd) != 0) {
-    if (errno == EINTR) continue;
-    s = ErrnoStatus("fsync directory", dir, errno);
-    break;
-  }
-  ::close(fd);
-  return s;
-}
-
-// Replaces dir/name with content: temp file, fdatasync, rename, fsync of dir.
-Status WriteFileAtomic(const std::string& dir, const char* name, const std::string& content) {
-  const std::string path = JoinPath(dir, name);
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("create", tmp, errno);
-  Status s = WriteAll(fd, content.data(), content.size(), tmp);
-  if (s.ok()) s = SyncFd(fd, tmp);
-  ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoStatus("rename", tmp, errno);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return SyncDir(dir);
+// Replaces dir/name with content durably (common/durable_file.h).
+Status ReplaceFile(const std::string& dir, const char* name, std::string_view content) {
+  return Outboxed(WriteFileDurably(JoinPath(dir, name), content));
 }
 
 // Reads a small file whole (at most max bytes are looked at); nullopt when it
@@ -337,10 +302,14 @@ StatusOr<std::unique_ptr<Outbox>> Outbox::Open(const std::string& state_dir, Opt
     if (errno == EWOULDBLOCK) return FailedPrecondition("outbox: " + state_dir + " is in use by another agent");
     return ErrnoStatus("lock", lock_path, errno);
   }
-  // Leftovers of an interrupted atomic replace; the real files are intact.
-  ::unlink((JoinPath(state_dir, kEpochName) + std::string(".tmp")).c_str());
-  ::unlink((JoinPath(state_dir, kLogName) + std::string(".tmp")).c_str());
-  ::unlink((JoinPath(state_dir, kInstanceName) + std::string(".tmp")).c_str());
+  // Leftovers of an interrupted replace or compaction; the real files are
+  // intact. Safe under the lock: no other agent writes here. Only disk space
+  // is at stake, so a failure is a warning.
+  for (const char* name : {kEpochName, kLogName, kInstanceName}) {
+    const std::string path = JoinPath(state_dir, name);
+    if (Status s = RemoveStaleTempFiles(path); !s.ok()) log->warn("outbox: {}", s.message());
+    ::unlink((path + ".tmp").c_str());  // the one temp name of agents before durable_file.h
+  }
 
   // Persisted epoch.
   uint64_t file_epoch = 0;
@@ -380,7 +349,7 @@ StatusOr<std::unique_ptr<Outbox>> Outbox::Open(const std::string& state_dir, Opt
     } else {
       auto made = NewInstanceId();
       if (!made.ok()) return made.status();
-      CLUSTERD_RETURN_IF_ERROR(WriteFileAtomic(state_dir, kInstanceName, *made + "\n"));
+      CLUSTERD_RETURN_IF_ERROR(ReplaceFile(state_dir, kInstanceName, *made + "\n"));
       box->instance_ = *made;
       log->info("outbox: new agent instance {} in {}", box->instance_, state_dir);
     }
@@ -396,7 +365,7 @@ StatusOr<std::unique_ptr<Outbox>> Outbox::Open(const std::string& state_dir, Opt
   if (base == UINT64_MAX) return DataLoss("outbox: epoch space exhausted in " + state_dir);
   box->epoch_ = base + 1;
   box->next_seq_ = 1;
-  CLUSTERD_RETURN_IF_ERROR(WriteFileAtomic(state_dir, kEpochName, std::to_string(box->epoch_) + "\n"));
+  CLUSTERD_RETURN_IF_ERROR(ReplaceFile(state_dir, kEpochName, std::to_string(box->epoch_) + "\n"));
   log->info("outbox: opened {} at epoch {}: {} pending transition(s), {} active fault(s), {} log record(s)", state_dir,
             box->epoch_, box->pending_.size(), box->active_.size(), box->log_records_);
   if (box->pending_.size() > options.max_pending) {
@@ -414,7 +383,7 @@ Status Outbox::Replay(uint64_t* max_epoch_seen) {
 
   int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) {
-    CLUSTERD_RETURN_IF_ERROR(WriteFileAtomic(dir_, kLogName, std::string(kMagic, kMagicLen)));
+    CLUSTERD_RETURN_IF_ERROR(ReplaceFile(dir_, kLogName, std::string_view(kMagic, kMagicLen)));
     fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
   }
   if (fd < 0) return ErrnoStatus("open", path, errno);
@@ -436,7 +405,7 @@ Status Outbox::Replay(uint64_t* max_epoch_seen) {
     if (head != std::string(kMagic, head.size())) return DataLoss("outbox: " + path + " is not an outbox log");
     log->warn("outbox: {} is truncated to {} bytes; reinitialising it", path, head.size());
     if (::ftruncate(fd, 0) != 0) return ErrnoStatus("truncate", path, errno);
-    CLUSTERD_RETURN_IF_ERROR(WriteAll(fd, kMagic, kMagicLen, path));
+    CLUSTERD_RETURN_IF_ERROR(Outboxed(WriteAll(fd, std::string_view(kMagic, kMagicLen), path)));
     CLUSTERD_RETURN_IF_ERROR(SyncFd(fd, path));
     log_size_ = kMagicLen;
     log_records_ = 0;
@@ -651,11 +620,12 @@ Status Outbox::AppendLocked(uint8_t type, const std::string& payload) {
   std::string rec;
   rec.reserve(kHeaderLen + payload.size());
   EncodeRecord(type, payload, &rec);
-  Status w = WriteAll(log_fd_, rec.data(), rec.size(), path);
+  Status w = Outboxed(WriteAll(log_fd_, rec, path));
   if (!w.ok()) {
     // Roll back a partial append so that later records never follow garbage.
     if (::ftruncate(log_fd_, static_cast<off_t>(log_size_)) != 0) {
-      broken_ = ErrnoStatus("roll back a failed append to", path, errno);
+      const int err = errno;
+      broken_ = ErrnoStatus("roll back a failed append to", path, err);
       GetLogger("outbox")->error("{} (after: {}); refusing further writes", broken_.message(), w.message());
     }
     return w;
@@ -687,11 +657,15 @@ Status Outbox::Compact() {
 
 Status Outbox::CompactLocked() {
   const std::string path = log_path();
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("create", tmp, errno);
+  // A fresh name each time: a crash leaves it for RemoveStaleTempFiles at Open.
+  const std::string tmp = TempPathFor(path);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    return ErrnoStatus("create", tmp, err);
+  }
   auto fail = [&](Status s) {
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
     return s;
   };
@@ -700,7 +674,7 @@ Status Outbox::CompactLocked() {
   uint64_t size = 0;
   size_t records = 0;
   auto flush = [&]() -> Status {
-    Status s = WriteAll(fd, buf.data(), buf.size(), tmp);
+    Status s = Outboxed(WriteAll(fd, buf, tmp));
     size += buf.size();
     buf.clear();
     return s;
@@ -721,24 +695,28 @@ Status Outbox::CompactLocked() {
   Status s = flush();
   if (s.ok()) s = SyncFd(fd, tmp);
   if (!s.ok()) return fail(s);
-  ::close(fd);
+  // Checked: a file system that reports write-back errors only at close would
+  // otherwise have us replace a good log with a bad one.
+  Status closed = Outboxed(CloseFile(fd, tmp));
+  fd = -1;
+  if (!closed.ok()) return fail(closed);
 
   // Open the new log for appending before it replaces the old one, so that no
   // failure can leave us without a usable descriptor after the rename.
   int new_fd = ::open(tmp.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
   if (new_fd < 0) {
-    Status e = ErrnoStatus("open", tmp, errno);
-    ::unlink(tmp.c_str());
-    return e;
+    const int err = errno;
+    return fail(ErrnoStatus("open", tmp, err));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status e = ErrnoStatus("rename", tmp, errno);
+    const int err = errno;
     ::close(new_fd);
-    ::unlink(tmp.c_str());
-    return e;
+    return fail(ErrnoStatus("rename", tmp, err));
   }
   const uint64_t old_size = log_size_;
-  ::close(log_fd_);
+  // Every append to the old log was fdatasync'ed, so its close loses nothing;
+  // a failure is only worth a line in the log.
+  if (Status c = CloseFile(log_fd_, path); !c.ok()) GetLogger("outbox")->warn("outbox: old log: {}", c.message());
   log_fd_ = new_fd;
   log_size_ = size;
   log_records_ = records;

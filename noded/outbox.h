@@ -9,11 +9,13 @@
 //   LOCK         Empty file held with flock(LOCK_EX) while an Outbox is open, so
 //                two agents can never share (and corrupt) one state dir.
 //   epoch        The epoch of the latest start, as decimal ASCII plus "\n".
-//                Replaced atomically: written to epoch.tmp, fdatasync, rename,
-//                fsync of the directory. Open() reads it, adds one and persists
-//                the result before accepting any Record(). For safety the new
-//                epoch is also above every epoch found in outbox.log, so a lost
-//                epoch file can never make ids repeat.
+//                Replaced atomically (common/durable_file.h: a temp file
+//                epoch.tmp.<pid>.<n>, fsync, rename, fsync of the directory;
+//                Open() removes temp files a crash left). Open() reads it,
+//                adds one and persists the result before accepting any
+//                Record(). For safety the new epoch is also above every epoch
+//                found in outbox.log, so a lost epoch file can never make ids
+//                repeat.
 //   instance     The agent incarnation of this state dir: 32 lowercase hex
 //                digits (128 random bits) plus "\n", written atomically the
 //                first time the dir is opened and never changed. Sent in
@@ -54,9 +56,9 @@
 //   Compaction: when the log holds more than compact_after_records records and
 //   at least half of them are dead (live = pending transitions + 1 snapshot), it
 //   is rewritten as: magic, the pending transitions in resend order, one
-//   SNAPSHOT of the active set -- into outbox.log.tmp, fdatasync, rename over
-//   outbox.log, fsync of the directory. A failed compaction is logged and
-//   leaves the old (still valid) log in place.
+//   SNAPSHOT of the active set -- into outbox.log.tmp.<pid>.<n>, fdatasync,
+//   close (checked), rename over outbox.log, fsync of the directory. A failed
+//   compaction is logged and leaves the old (still valid) log in place.
 //
 // Memory: the active set plus the pending transitions (at most max_pending,
 // except that entries replayed from disk are never dropped even if the limit

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "clusterctl/resources/resources.h"
+#include "common/durable_file.h"
 
 namespace clusterctl {
 namespace {
@@ -108,23 +109,13 @@ std::optional<uint64_t> ReadCursor(const std::string& path, std::string* error) 
   return v;
 }
 
-// Writes the revision to a temporary file and renames it over the cursor, so
-// a crash leaves either the old or the new cursor, never a torn one.
+// Replaces the cursor durably (temp file, fsync, rename, fsync of the
+// directory), so a crash or a power loss leaves either the old or the new
+// cursor, never a torn or an empty one.
 bool WriteCursor(const std::string& path, uint64_t revision, std::string* error) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << revision << "\n";
-    out.flush();
-    if (!out) {
-      *error = "cannot write cursor file " + tmp;
-      return false;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    *error = "cannot replace cursor file " + path + ": " + ec.message();
+  const clusterd::Status st = clusterd::WriteFileDurably(path, std::to_string(revision) + "\n");
+  if (!st.ok()) {
+    *error = "cannot write cursor file " + path + ": " + st.message();
     return false;
   }
   return true;
@@ -158,6 +149,10 @@ int Watch(Context& c) {
   const std::string cursor_file = c.args.Get("cursor-file");
   std::optional<uint64_t> from;
   if (!cursor_file.empty()) {
+    // Temp files of a watch that was killed while writing the cursor.
+    if (auto st = clusterd::RemoveStaleTempFiles(cursor_file); !st.ok()) {
+      c.err << "clusterctl: warning: " << st.message() << "\n";
+    }
     std::string error;
     from = ReadCursor(cursor_file, &error);
     if (!error.empty()) {

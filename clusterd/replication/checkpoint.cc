@@ -12,6 +12,7 @@
 
 #include "clusterd/replication/log_entry.h"
 #include "clusterd/storage/rocksdb_store.h"
+#include "common/durable_file.h"
 #include "common/http_client.h"
 #include "common/logging.h"
 
@@ -58,21 +59,6 @@ std::map<std::string, std::string> Query(const std::string& target) {
 
 HttpResponse Text(int status, const std::string& body) {
   return HttpResponse{status, "text/plain; charset=utf-8", body + "\n"};
-}
-
-Status SyncPath(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return Internal("open " + path + ": " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Internal("fsync " + path + ": " + std::strerror(err));
-  return Status::Ok();
-}
-
-std::string Parent(const std::string& path) {
-  const fs::path parent = fs::path(path).parent_path();
-  return parent.empty() ? "." : parent.string();
 }
 
 // Opens the store in `dir` to read where it stands.
@@ -380,7 +366,10 @@ StatusOr<CheckpointManifest> FetchCheckpoint(const FetchOptions& options, const 
   for (const auto& [name, size] : manifest->files) {
     const std::string path = dir + "/" + name;
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return Internal("create " + path + ": " + std::strerror(errno));
+    if (fd < 0) {
+      const int err = errno;
+      return Internal("create " + path + ": " + std::strerror(err));
+    }
     Status st;
     uint64_t offset = 0;
     while (st.ok() && offset < size) {
@@ -400,23 +389,16 @@ StatusOr<CheckpointManifest> FetchCheckpoint(const FetchOptions& options, const 
         st = Unavailable("checkpoint file " + name + ": a chunk of " + std::to_string(chunk->body.size()) +
                          " bytes at offset " + std::to_string(offset) + " of " + std::to_string(size));
       } else {
-        size_t written = 0;
-        while (written < chunk->body.size()) {
-          const ssize_t n = ::write(fd, chunk->body.data() + written, chunk->body.size() - written);
-          if (n <= 0) {
-            st = Internal("write " + path + ": " + std::strerror(errno));
-            break;
-          }
-          written += static_cast<size_t>(n);
-        }
+        st = WriteAll(fd, chunk->body, path);
         offset += chunk->body.size();
       }
     }
-    if (st.ok() && ::fsync(fd) != 0) st = Internal("fsync " + path + ": " + std::strerror(errno));
-    ::close(fd);
+    if (st.ok()) st = SyncFile(fd, path, SyncKind::kAll);
+    Status closed = CloseFile(fd, path);
+    if (st.ok()) st = std::move(closed);
     if (!st.ok()) return st;
   }
-  CLUSTERD_RETURN_IF_ERROR(SyncPath(dir, true));
+  CLUSTERD_RETURN_IF_ERROR(SyncDirectory(dir));
 
   // 3. It must open where the manifest says.
   auto where = IndexAndRevision(dir, /*read_only=*/false);
@@ -433,21 +415,15 @@ std::string BootstrapDir(const std::string& data_dir) { return data_dir + ".boot
 
 Status InstallCheckpoint(const std::string& data_dir, bool keep_old) {
   const std::string fetched = BootstrapDir(data_dir);
-  const std::string marker = fetched + "/" + kCompleteMarker;
-  {
-    const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return Internal("create " + marker + ": " + std::strerror(errno));
-    const int rc = ::fsync(fd);
-    ::close(fd);
-    if (rc != 0) return Internal("fsync " + marker + ": " + std::strerror(errno));
-  }
-  CLUSTERD_RETURN_IF_ERROR(SyncPath(fetched, true));
+  // The fetched files and their directory entries are durable already
+  // (FetchCheckpoint); the marker, written and renamed into place with a
+  // sync of `fetched`, is what makes the checkpoint count as complete.
+  CLUSTERD_RETURN_IF_ERROR(WriteFileDurably(fetched + "/" + kCompleteMarker, ""));
   std::error_code ec;
   if (keep_old && fs::exists(data_dir, ec)) {
     const std::string aside = data_dir + ".diverged";
     fs::remove_all(aside, ec);
-    fs::rename(data_dir, aside, ec);
-    if (ec) return Internal("move " + data_dir + " to " + aside + ": " + ec.message());
+    CLUSTERD_RETURN_IF_ERROR(RenameDurably(data_dir, aside));
     GetLogger("ha")->warn("the store that held other history is kept in {}", aside);
   }
   return FinishInterruptedInstall(data_dir);
@@ -466,9 +442,7 @@ Status FinishInterruptedInstall(const std::string& data_dir) {
   }
   fs::remove_all(data_dir, ec);
   if (ec) return Internal("remove " + data_dir + ": " + ec.message());
-  fs::rename(fetched, data_dir, ec);
-  if (ec) return Internal("move " + fetched + " to " + data_dir + ": " + ec.message());
-  CLUSTERD_RETURN_IF_ERROR(SyncPath(Parent(data_dir), true));
+  CLUSTERD_RETURN_IF_ERROR(RenameDurably(fetched, data_dir));
   fs::remove(data_dir + "/" + kCompleteMarker, ec);
   return Status::Ok();
 }

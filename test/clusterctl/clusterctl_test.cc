@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -378,9 +379,16 @@ TEST_F(ClusterctlTest, WatchCursorFileResumesWithoutDuplicates) {
   ASSERT_EQ(
       Run({"report-fault", "--reporter", "probe", "--id", "p2", "--node", "worker02", "--code", "NODE_DISK_FULL"}).code,
       0);
+  // A temp file left by a watch killed while writing the cursor is removed
+  // at the next start; a run leaves none of its own.
+  const std::string stale = cursor + ".tmp.999999.7";
+  std::ofstream(stale) << "12\n";
   Result c = Run({"watch", "--cursor-file", cursor, "--max-events", "1", "-o", "json"});
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_EQ(Revisions(c.out), (std::vector<uint64_t>{head + 1}));
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(cursor).parent_path())) {
+    EXPECT_EQ(entry.path().filename().string().find("cursor.tmp"), std::string::npos) << entry.path();
+  }
 
   // A cursor file that holds garbage is an error, not a silent restart.
   {

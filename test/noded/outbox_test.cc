@@ -515,6 +515,26 @@ TEST(OutboxTest, CorruptInstanceFileIsAnError) {
   EXPECT_NE(r.status().message().find("instance"), std::string::npos);
 }
 
+TEST(OutboxTest, StaleTempFilesAreRemovedAtOpen) {
+  TempDir dir;
+  {
+    auto box = MustOpen(dir.state());
+    MustRecord(*box, Raise(1, "A"));
+  }
+  // What a kill -9 in the middle of a replace or a compaction leaves, and the
+  // fixed temp names of agents before durable_file.h; other files stay.
+  const std::vector<std::string> stale = {"epoch.tmp.4242.0", "instance.tmp.4242.1", "outbox.log.tmp.77.3", "epoch.tmp",
+                                          "outbox.log.tmp"};
+  const std::vector<std::string> kept = {"notes.tmp.1.2", "epoch.tmp.keep"};
+  for (const auto& name : stale) std::ofstream(dir.state() + "/" + name) << "garbage";
+  for (const auto& name : kept) std::ofstream(dir.state() + "/" + name) << "mine";
+  auto box = MustOpen(dir.state());
+  EXPECT_EQ(box->epoch(), 2u);
+  EXPECT_EQ(PendingIds(*box), (Ids{{1, 1}}));
+  for (const auto& name : stale) EXPECT_FALSE(fs::exists(dir.state() + "/" + name)) << name;
+  for (const auto& name : kept) EXPECT_TRUE(fs::exists(dir.state() + "/" + name)) << name;
+}
+
 TEST(OutboxTest, SecondOpenOfTheSameDirIsRefused) {
   TempDir dir;
   auto box = MustOpen(dir.state());
@@ -561,7 +581,9 @@ TEST(OutboxTest, CompactionKeepsActiveAndPendingAndShrinksTheLog) {
     // An explicit compaction leaves exactly pending + one snapshot.
     ASSERT_TRUE(box->Compact().ok());
     EXPECT_EQ(box->log_records(), 3u);
-    EXPECT_FALSE(fs::exists(dir.log() + ".tmp"));
+    for (const auto& entry : fs::directory_iterator(dir.state())) {
+      EXPECT_EQ(entry.path().filename().string().find("outbox.log.tmp"), std::string::npos) << entry.path();
+    }
   }
   auto box = MustOpen(dir.state(), small);
   EXPECT_EQ(box->epoch(), 2u);
