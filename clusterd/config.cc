@@ -8,7 +8,7 @@
 
 #include "clusterd/actuator_registry.h"
 #include "clusterd/integration.h"
-#include "clusterd/roles.h"
+#include "clusterd/auth/roles.h"
 #include "common/config_util.h"
 #include "common/duration.h"
 #include "common/levels.h"

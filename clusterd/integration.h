@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "clusterd/config.h"
-#include "clusterd/principal.h"
+#include "clusterd/auth/principal.h"
 #include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/fault.pb.h"
 #include "clusterd/v1/job.pb.h"

@@ -12,7 +12,7 @@
 
 #include "clusterd/actuator_internal.h"
 #include "clusterd/k8s/kubeconfig.h"
-#include "clusterd/token_review.h"
+#include "clusterd/auth/token_review.h"
 #include "common/levels.h"
 #include "common/logging.h"
 

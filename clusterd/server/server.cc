@@ -24,6 +24,7 @@
 #include "clusterd/engine.h"
 #include "clusterd/integration.h"
 #include "clusterd/job_agent_hub.h"
+#include "clusterd/kubernetes.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "clusterd/principal.h"
+#include "clusterd/auth/principal.h"
 #include "common/status.h"
 
 namespace clusterd {

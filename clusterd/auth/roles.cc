@@ -1,4 +1,4 @@
-#include "clusterd/roles.h"
+#include "clusterd/auth/roles.h"
 
 namespace clusterd {
 
