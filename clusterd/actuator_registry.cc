@@ -81,13 +81,4 @@ const ActuatorRegistry& BuiltinActuators() {
   return registry;
 }
 
-std::string JoinNames(const std::vector<std::string>& names, std::string_view last) {
-  std::string out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) out += (i + 1 == names.size()) ? std::string(last) : std::string(", ");
-    out += names[i];
-  }
-  return out;
-}
-
 }  // namespace clusterd

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "clusterd/actuator.h"
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
+#include "common/config_util.h"  // JoinNames
 #include "common/status.h"
 
 namespace clusterd {
@@ -52,8 +53,5 @@ class ActuatorRegistry {
 // The shipped kinds, in this order: "none", "exec", "webhook". Built on
 // first use, never changed afterwards; safe to read from any thread.
 const ActuatorRegistry& BuiltinActuators();
-
-// "a, b, c" with `last` before the final name ("a, b or c" with last = " or ").
-std::string JoinNames(const std::vector<std::string>& names, std::string_view last = ", ");
 
 }  // namespace clusterd

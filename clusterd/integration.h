@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "clusterd/auth/principal.h"
 #include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/fault.pb.h"

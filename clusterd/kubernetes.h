@@ -18,7 +18,7 @@
 
 #include "clusterd/actuator.h"
 #include "clusterd/auth/token_review.h"
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "clusterd/integration.h"
 #include "clusterd/k8s/client.h"
 #include "clusterd/k8s/discovery.h"

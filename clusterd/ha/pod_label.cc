@@ -1,6 +1,6 @@
 #include "clusterd/ha/pod_label.h"
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "clusterd/k8s/kubeconfig.h"
 #include "common/logging.h"
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "clusterd/k8s/client.h"
 #include "common/status.h"
 

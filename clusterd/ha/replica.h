@@ -21,7 +21,7 @@
 //    lease), so a standby takes over without waiting for the TTL.
 #pragma once
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 
 namespace clusterd::ha {
 

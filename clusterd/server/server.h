@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "clusterd/integration.h"
 #include "clusterd/storage/store.h"
 #include "common/clock.h"

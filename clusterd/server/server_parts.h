@@ -6,7 +6,7 @@
 
 #include <grpcpp/server_builder.h>
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/state/mutation.h"

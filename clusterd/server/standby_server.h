@@ -25,7 +25,7 @@
 #include <memory>
 #include <string>
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "clusterd/storage/change_set.h"
 #include "clusterd/storage/store.h"
 #include "common/clock.h"

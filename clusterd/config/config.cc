@@ -1,4 +1,4 @@
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 
 #include <charconv>
 #include <fstream>
@@ -6,8 +6,6 @@
 #include <map>
 #include <sstream>
 
-#include "clusterd/actuator_registry.h"
-#include "clusterd/integration.h"
 #include "clusterd/auth/roles.h"
 #include "common/config_util.h"
 #include "common/duration.h"
@@ -174,11 +172,8 @@ const std::map<std::string, Setter>& Setters() {
       {"log_level", [](const std::string& v, ClusterdConfig* c) { return SetLogLevel("log_level", v, &c->log_level); }},
       {"actuator",
        [](const std::string& v, ClusterdConfig* c) {
-         const ActuatorRegistry& actuators = BuiltinActuators();
-         if (!actuators.Has(v)) {
-           return InvalidArgument("actuator: \"" + v + "\" is not one of " + JoinNames(actuators.Names()));
-         }
-         c->actuator = v;
+         // A name; ParseClusterdConfig checks it against ConfigChecks::actuators.
+         CLUSTERD_RETURN_IF_ERROR(SetText(v, &c->actuator));
          return Status::Ok();
        }},
       {"actuator_command",
@@ -199,10 +194,8 @@ const std::map<std::string, Setter>& Setters() {
            size_t comma = v.find(',', start);
            std::string name = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
            if (!name.empty()) {
-             if (!BuiltinIntegrations().Has(name)) {
-               return InvalidArgument("integrations: \"" + name + "\" is not one of " +
-                                      JoinNames(BuiltinIntegrations().Names()));
-             }
+             // Names; ParseClusterdConfig checks them against ConfigChecks::integrations.
+             CLUSTERD_RETURN_IF_ERROR(SetText(name, &name));
              if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
            }
            if (comma == std::string::npos) break;
@@ -518,7 +511,8 @@ Status ValidateSecurity(const ClusterdConfig& c) {
   return ValidateEtcdTls(c);
 }
 
-StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, bool* help) {
+StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, const ConfigChecks& checks,
+                                             bool* help) {
   auto split = SplitFlags(
       args, [](const std::string& key) { return key == "catalog" || KnownKey(key); },
       [](const std::string& key) { return key == "insecure" || key == "auth_token_review" || key == "metrics_auth"; });
@@ -531,9 +525,6 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
     if (!text.ok()) return InvalidArgument("--config: " + text.status().message());
     CLUSTERD_RETURN_IF_ERROR(ApplyClusterdConfigJson(*text, "config file " + split->config_path, &cfg));
   }
-  // What each actuator kind needs (e.g. exec: --actuator-command) is its own
-  // registration's check.
-  auto check = [&cfg]() -> Status { return BuiltinActuators().Validate(cfg); };
   for (auto [key, value] : split->flags) {
     if (key == "catalog") key = "catalog_file";
     Status st = Setters().at(key)(value, &cfg);
@@ -543,12 +534,30 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
       return InvalidArgument("--" + flag + ": " + st.message());
     }
   }
-  CLUSTERD_RETURN_IF_ERROR(check());
+  CLUSTERD_RETURN_IF_ERROR(CheckNames(cfg, checks));
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
   return cfg;
 }
 
-std::string ClusterdUsage() {
+Status CheckNames(const ClusterdConfig& cfg, const ConfigChecks& checks) {
+  auto known = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  if (!known(checks.actuators, cfg.actuator)) {
+    return InvalidArgument("--actuator: \"" + cfg.actuator + "\" is not one of " + JoinNames(checks.actuators));
+  }
+  for (const std::string& name : cfg.integrations) {
+    if (!known(checks.integrations, name)) {
+      return InvalidArgument("--integrations: \"" + name + "\" is not one of " + JoinNames(checks.integrations));
+    }
+  }
+  // What each actuator kind needs (e.g. exec: --actuator-command) is its own
+  // registration's check.
+  if (checks.validate_actuator) return checks.validate_actuator(cfg);
+  return Status::Ok();
+}
+
+std::string ClusterdUsage(const ConfigChecks& checks) {
   return R"(usage: clusterd [--config FILE] [--flag value ...]
 
 Flags (the JSON config file takes the same keys with '_'):
@@ -629,7 +638,7 @@ High availability (docs/ha.md; without --etcd-endpoints: one process, no etcd):
                               service account), for a Service that selects the leader
 Recovery:
   --actuator KIND             )" +
-         JoinNames(BuiltinActuators().Names(), " or ") +
+         JoinNames(checks.actuators, " or ") +
          R"(: how cluster actions run (default none:
                               every cluster action fails and the recovery escalates)
   --actuator-command CMD      exec: run with /bin/sh -c, the action as JSON on stdin
@@ -660,7 +669,7 @@ MindCluster compatibility (docs/mindcluster.md):
                                   (default 300)
 Kubernetes (docs/kubernetes.md):
   --integrations LIST         integrations to run, comma-separated: )" +
-         JoinNames(BuiltinIntegrations().Names(), " or ") +
+         JoinNames(checks.integrations, " or ") +
          R"( (default none)
   --kubeconfig FILE           kubeconfig of the API server (default: the pod's service account)
   --kube-context NAME         context of the kubeconfig (default: its current-context)

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -215,10 +216,27 @@ struct ClusterdConfig {
   std::chrono::nanoseconds recovery_retention_age = std::chrono::hours(24 * 30);
 };
 
+// What the configuration cannot know by itself: the names --actuator and
+// --integrations may take, and what each actuator kind needs of the rest of
+// the configuration. The registries' owner gives them (the composition root,
+// server/registries.h: BuiltinConfigChecks), so that the config knows no
+// registry and sits below everything that reads it.
+struct ConfigChecks {
+  std::vector<std::string> actuators;
+  std::vector<std::string> integrations;
+  // E.g. exec needs --actuator-command; empty: nothing more to check.
+  std::function<Status(const ClusterdConfig&)> validate_actuator;
+};
+
 // Parses flags (argv[1..]) and the --config file they name, if any. Returns
-// InvalidArgument naming the flag or key on any bad value. `help` is set when
-// --help was given.
-StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, bool* help);
+// InvalidArgument naming the flag or key on any bad value, or a name outside
+// `checks` (CheckNames). `help` is set when --help was given.
+StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, const ConfigChecks& checks,
+                                             bool* help);
+
+// cfg's actuator and integrations are among `checks`' names, and the
+// actuator's own check passes.
+Status CheckNames(const ClusterdConfig& cfg, const ConfigChecks& checks);
 
 // Applies a JSON object over cfg. `origin` prefixes error messages.
 Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view origin, ClusterdConfig* cfg);
@@ -228,6 +246,7 @@ Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view orig
 // for, a token source for metrics_auth. Also checked by ClusterdServer::Start.
 Status ValidateSecurity(const ClusterdConfig& cfg);
 
-std::string ClusterdUsage();
+// --help, with the names `checks` allows.
+std::string ClusterdUsage(const ConfigChecks& checks);
 
 }  // namespace clusterd

@@ -1,0 +1,26 @@
+// The composition root's registries: the actuator kinds and integrations
+// this binary is built with, and what the configuration may name from them.
+// The rooms below know only the registry classes
+// (actuator_registry.h, integration.h); which entries exist is decided here,
+// where every room is linked, so that no lower room links a higher one to
+// register it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "clusterd/config/config.h"
+
+namespace clusterd {
+
+// --actuator and --integrations take these names; the actuator's own check
+// (e.g. exec needs --actuator-command) comes from its registration.
+const ConfigChecks& BuiltinConfigChecks();
+
+// ParseClusterdConfig with BuiltinConfigChecks: what clusterd's main runs.
+StatusOr<ClusterdConfig> ParseClusterdFlags(const std::vector<std::string>& args, bool* help);
+
+// --help, naming the built-in actuators and integrations.
+std::string ClusterdHelp();
+
+}  // namespace clusterd
