@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "clusterd/actuator.h"
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/engine.h"
 #include "clusterd/job_agent_hub.h"
 #include "clusterd/recovery/types.h"

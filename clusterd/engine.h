@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/store.h"
 #include "clusterd/watch_hub.h"
 #include "common/clock.h"

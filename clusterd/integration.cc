@@ -4,7 +4,7 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/engine.h"
 #include "clusterd/kubernetes.h"
 

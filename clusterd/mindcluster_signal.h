@@ -23,7 +23,7 @@
 #include <string>
 #include <string_view>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/v1/types.pb.h"
 #include "mindcluster/fault.pb.h"

@@ -1,7 +1,8 @@
 // MindCluster public faults (PubFault.SendPublicFault; docs/mindcluster.md):
 // the code table, the reference server's validation, and the plan of
-// external faults a request becomes. Pure: no gRPC, no state; the writer
-// applies the plan (ClusterState::ApplyPublicFaults) and the adapter
+// external faults a request becomes (state/public_faults.h). Pure: no gRPC,
+// no state; the writer applies the plan (ClusterState::ApplyPublicFaults)
+// and the adapter
 // (server/pubfault_service.h) answers with a RespStatus.
 #pragma once
 
@@ -13,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "clusterd/state/fault_table.h"  // kPubFaultReporterPrefix
+#include "clusterd/state/public_faults.h"
 #include "clusterd/v1/types.pb.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -43,41 +44,6 @@ class PubFaultCodeTable {
 
 // MindCluster's level names ("SubHealthFault", "SeparateNPU", ...).
 std::optional<v1::FaultLevel> ParseMindClusterLevel(std::string_view name);
-
-struct PubFaultOptions {
-  std::vector<std::string> resources = {"CCAE", "fd-online", "pingmesh", "Netmind", "dpcStorage", "dtfsStorage"};
-  // Per resource: sustained requests per second and burst.
-  double rate_per_second = 1.0;
-  uint32_t burst = 100;
-  // A recovered fault stays visible at least this long after it occurred; a
-  // "once" fault is cleared this long after it occurred.
-  std::chrono::nanoseconds min_visible = std::chrono::seconds(5);
-  // Public faults active at once, in all; also the most (fault, node,
-  // device) entries one request may name (CheckPubFaultRequest).
-  uint32_t max_faults = 50'000;
-  // Requests accepted by the cheap checks and waiting for the planning
-  // worker (server/pubfault_service.h), at most; beyond, 410 "busy".
-  uint32_t max_queued = 16;
-};
-
-// One external fault to raise or clear.
-struct PlannedPubFault {
-  std::string node;     // "" with node_sn set: resolved by the writer
-  std::string node_sn;  // the node's "product-serial-number" label
-  uint32_t device = 0;
-  std::string fault_id;
-  std::string code;
-  v1::FaultLevel level = v1::FAULT_LEVEL_UNSPECIFIED;
-  enum class Assertion { kOccur, kRecover, kOnce } assertion = Assertion::kOccur;
-  std::string message;
-};
-
-struct PubFaultPlan {
-  std::string reporter;  // "pubfault/<resource>"
-  std::vector<PlannedPubFault> faults;
-  // Why each dropped fault was dropped ("faultId x: ..."), for the reply.
-  std::vector<std::string> dropped;
-};
 
 // A verdict: kPubFaultOk, or a refusal and why.
 struct PubFaultVerdict {

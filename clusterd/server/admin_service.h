@@ -2,7 +2,7 @@
 // own event (actor and reason recorded).
 #pragma once
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/engine.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/v1/admin.grpc.pb.h"

@@ -10,7 +10,7 @@
 
 #include <boost/asio/thread_pool.hpp>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/engine.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/peer_limiter.h"

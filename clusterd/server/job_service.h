@@ -4,7 +4,7 @@
 
 #include <atomic>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/coordinator.h"
 #include "clusterd/engine.h"
 #include "clusterd/job_agent_hub.h"

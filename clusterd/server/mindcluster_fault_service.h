@@ -19,7 +19,7 @@
 
 #include <boost/asio/thread_pool.hpp>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/watch_hub.h"
 #include "common/metrics.h"

@@ -17,8 +17,8 @@
 
 #include "clusterd/actuator.h"
 #include "clusterd/actuator_registry.h"
-#include "clusterd/catalog.h"
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/catalog.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/coordinator.h"
 #include "clusterd/disk_monitor.h"
 #include "clusterd/engine.h"

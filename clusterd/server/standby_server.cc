@@ -10,8 +10,8 @@
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/server_builder.h>
 
-#include "clusterd/catalog.h"
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/catalog.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/catalog.h"
+#include "clusterd/state/catalog.h"
 #include "clusterd/config/config.h"
 #include "clusterd/server/registries.h"
 #include "common/duration.h"

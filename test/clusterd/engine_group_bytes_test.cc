@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/catalog.h"
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/catalog.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/engine.h"
 #include "clusterd/storage/memory_store.h"
 #include "clusterd/watch_hub.h"

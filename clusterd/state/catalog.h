@@ -1,5 +1,5 @@
 // Fault code -> level. The default catalog is compiled in from the public
-// Ascend mapping (clusterd/catalog/ascend-fault-codes.json); an override file
+// Ascend mapping (clusterd/state/catalog/ascend-fault-codes.json); an override file
 // in the same format replaces or adds entries. Immutable after construction,
 // so safe to read from any thread.
 #pragma once

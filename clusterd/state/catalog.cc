@@ -1,4 +1,4 @@
-#include "clusterd/catalog.h"
+#include "clusterd/state/catalog.h"
 
 #include <algorithm>
 #include <fstream>

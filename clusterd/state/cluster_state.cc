@@ -1,4 +1,4 @@
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 
 #include <algorithm>
 #include <map>

@@ -1,10 +1,10 @@
-// ClusterState: MindCluster public faults (pubfault.h). A public fault is an
-// external fault per influenced node and device, under reporter
+// ClusterState: public faults (public_faults.h), planned from MindCluster's
+// PubFault. A public fault is an external fault per influenced node and device, under reporter
 // "pubfault/<resource>" and the sender's faultId, with the level of the
 // public-fault code table. "recover" keeps an occurrence visible for at
 // least min_visible; "once" clears itself after it. Those delayed clears are
 // stored on the fault (auto_clear_time), so a restart does not lose them.
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "common/time_proto.h"
 
 namespace clusterd {

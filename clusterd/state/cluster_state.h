@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "clusterd/catalog.h"
-#include "clusterd/pubfault.h"
+#include "clusterd/state/catalog.h"
 #include "clusterd/state/mutation.h"
+#include "clusterd/state/public_faults.h"
 #include "clusterd/state/state_view.h"
 #include "clusterd/state/validation.h"
 #include "clusterd/storage/store.h"
@@ -90,7 +90,7 @@ class ClusterState : public StateView {
   void ApplyDisconnect(const std::string& node, uint64_t session);
   StatusOr<v1::ReportResponse> ApplyReport(const Validated<v1::ReportRequest>& req, Mutation* m);
   StatusOr<v1::ReportResponse> ApplyReport(const v1::ReportRequest& req, Mutation* m);
-  // MindCluster public faults (pubfault.h, pubfaults.cc): raises or clears
+  // Public faults (state/public_faults.h; MindCluster's PubFault plans them): raises or clears
   // each planned fault under plan.reporter. A fault on a node that is not
   // registered (or a serial no node carries) is dropped and named in
   // `dropped`; RESOURCE_EXHAUSTED when options.max_faults would be passed.
