@@ -1,8 +1,9 @@
 // Which actuators ClusterD can run, by the name --actuator takes. The config
-// parser validates names and settings through the registry, --help lists its
-// names, and the server creates the configured one from it; so a new actuator
-// (the coming "kubernetes") is one Register call in BuiltinActuators(), with
-// no switch to extend elsewhere.
+// parser validates names and settings through the registry (given to it as
+// ConfigChecks), --help lists its names, and the server creates the
+// configured one from it; so a new actuator is one Register call in
+// BuiltinActuators() (server/registries.cc, the composition root), with no
+// switch to extend elsewhere.
 #pragma once
 
 #include <functional>
@@ -50,8 +51,5 @@ class ActuatorRegistry {
   std::vector<Entry> entries_;  // parallel to names_
 };
 
-// The shipped kinds, in this order: "none", "exec", "webhook". Built on
-// first use, never changed afterwards; safe to read from any thread.
-const ActuatorRegistry& BuiltinActuators();
 
 }  // namespace clusterd

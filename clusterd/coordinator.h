@@ -20,7 +20,7 @@
 
 #include "clusterd/actuator.h"
 #include "clusterd/state/cluster_state.h"
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
 #include "clusterd/job_agent_hub.h"
 #include "clusterd/recovery/types.h"
 #include "common/clock.h"

@@ -19,7 +19,7 @@
 #include "clusterd/actuator.h"
 #include "clusterd/auth/token_review.h"
 #include "clusterd/config/config.h"
-#include "clusterd/integration.h"
+#include "clusterd/engine/integration.h"
 #include "clusterd/k8s/client.h"
 #include "clusterd/k8s/discovery.h"
 #include "clusterd/k8s/informer.h"

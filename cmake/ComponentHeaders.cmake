@@ -1,7 +1,7 @@
 # Layering: each component library exposes only its own headers.
 #
 # Code includes headers by their path from the source root ("common/status.h",
-# "clusterd/engine.h"), but the source root itself is never an include
+# "clusterd/engine/engine.h"), but the source root itself is never an include
 # directory: that would let any target include any component's headers without
 # linking it. Instead each component library gets its own include root in the
 # build tree, holding one symlink per header it owns:

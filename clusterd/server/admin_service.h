@@ -3,7 +3,7 @@
 #pragma once
 
 #include "clusterd/state/cluster_state.h"
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 

@@ -20,7 +20,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
 #include "clusterd/auth/principal.h"
 #include "clusterd/auth/roles.h"
 #include "clusterd/auth/token_review.h"

@@ -21,7 +21,7 @@
 
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/server/auth.h"
-#include "clusterd/watch_hub.h"
+#include "clusterd/engine/watch_hub.h"
 #include "common/metrics.h"
 #include "mindcluster/fault.grpc.pb.h"
 

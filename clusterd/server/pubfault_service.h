@@ -23,7 +23,7 @@
 #include <string>
 #include <thread>
 
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
 #include "clusterd/pubfault.h"
 #include "clusterd/server/auth.h"
 #include "common/metrics.h"

@@ -13,6 +13,18 @@
 
 namespace clusterd {
 
+class ActuatorRegistry;
+class IntegrationRegistry;
+
+// The shipped actuator kinds, in this order: "none", "exec", "webhook",
+// "kubernetes". Built on first use, never changed afterwards; safe to read
+// from any thread.
+const ActuatorRegistry& BuiltinActuators();
+
+// The shipped integrations: "kubernetes". Built on first use, never changed
+// afterwards; safe to read from any thread.
+const IntegrationRegistry& BuiltinIntegrations();
+
 // --actuator and --integrations take these names; the actuator's own check
 // (e.g. exec needs --actuator-command) comes from its registration.
 const ConfigChecks& BuiltinConfigChecks();

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "clusterd/config/config.h"
-#include "clusterd/integration.h"
+#include "clusterd/engine/integration.h"
 #include "clusterd/storage/store.h"
 #include "common/clock.h"
 #include "common/http_server.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "clusterd/v1/cluster.pb.h"
-#include "clusterd/watch_hub.h"
+#include "clusterd/engine/watch_hub.h"
 
 namespace clusterd {
 

@@ -18,7 +18,7 @@
 #include "clusterd/server/server_parts.h"
 #include "clusterd/server/tls.h"
 #include "clusterd/storage/key_codec.h"
-#include "clusterd/watch_hub.h"
+#include "clusterd/engine/watch_hub.h"
 #include "common/logging.h"
 
 namespace clusterd {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "clusterd/actuator_registry.h"
+#include "clusterd/server/registries.h"
 
 namespace clusterd {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "clusterd/server/pubfault_service.h"
 #include "clusterd/storage/memory_store.h"
-#include "clusterd/watch_hub.h"
+#include "clusterd/engine/watch_hub.h"
 #include "test_util.h"
 
 namespace clusterd {

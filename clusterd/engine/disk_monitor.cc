@@ -1,4 +1,4 @@
-#include "clusterd/disk_monitor.h"
+#include "clusterd/engine/disk_monitor.h"
 
 #include <sys/statvfs.h>
 

@@ -1,10 +1,10 @@
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
 
 #include <cstdlib>
 #include <optional>
 #include <shared_mutex>
 
-#include "clusterd/disk_monitor.h"
+#include "clusterd/engine/disk_monitor.h"
 #include "common/logging.h"
 
 namespace clusterd {

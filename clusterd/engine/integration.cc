@@ -1,12 +1,11 @@
-#include "clusterd/integration.h"
+#include "clusterd/engine/integration.h"
 
 #include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 
 #include "clusterd/state/cluster_state.h"
-#include "clusterd/engine.h"
-#include "clusterd/kubernetes.h"
+#include "clusterd/engine/engine.h"
 
 namespace clusterd {
 namespace {
@@ -116,18 +115,6 @@ StatusOr<std::unique_ptr<Integration>> IntegrationRegistry::Create(std::string_v
                            (known.empty() ? "none yet" : known) + ")");
   }
   return factories_[static_cast<size_t>(it - names_.begin())](config);
-}
-
-const IntegrationRegistry& BuiltinIntegrations() {
-  static const IntegrationRegistry registry = [] {
-    IntegrationRegistry r;
-    // Jobs from pods and PodGroups, Node readiness, Node conditions
-    // (clusterd/kubernetes.h). The MindCluster adapter registers here too.
-    Status st = r.Register("kubernetes", [](const ClusterdConfig& c) { return MakeKubernetesIntegration(c); });
-    if (!st.ok()) std::abort();
-    return r;
-  }();
-  return registry;
 }
 
 std::unique_ptr<ClusterCommands> MakeEngineCommands(Engine* engine, const ClusterState* state, Principal principal) {

@@ -1,4 +1,4 @@
-#include "clusterd/watch_hub.h"
+#include "clusterd/engine/watch_hub.h"
 
 #include <algorithm>
 

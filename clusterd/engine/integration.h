@@ -1,12 +1,11 @@
 // Integrations: components that run alongside ClusterD and feed it or act on
-// what it decides (the coming Kubernetes job discovery, the MindCluster
-// adapter). An integration never touches ClusterState, the Engine or gRPC: it
+// what it decides (Kubernetes job discovery; the MindCluster adapter). An integration never touches ClusterState, the Engine or gRPC: it
 // gets a ClusterCommands facade with the few writes and reads it may make,
 // each going through the same submission path as the matching gRPC call
 // (validated, applied on the writer thread, answered once durable).
 //
 // The server creates the integrations its config lists (by name, from
-// BuiltinIntegrations()) plus any added with ClusterdServer::AddIntegration,
+// BuiltinIntegrations(), server/registries.h) plus any added with ClusterdServer::AddIntegration,
 // starts them after the Engine, and stops them before it. Each gets its own
 // facade, whose writes record the integration's name as their actor.
 //
@@ -125,9 +124,6 @@ class IntegrationRegistry {
   std::vector<Factory> factories_;  // parallel to names_
 };
 
-// The shipped integrations: none yet. Built on first use, never changed
-// afterwards; safe to read from any thread.
-const IntegrationRegistry& BuiltinIntegrations();
 
 class Engine;
 class ClusterState;
