@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "clusterd/actuator.h"
+#include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/engine/engine.h"
 #include "clusterd/job_agent_hub.h"

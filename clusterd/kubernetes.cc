@@ -10,7 +10,7 @@
 #include <set>
 #include <thread>
 
-#include "clusterd/actuator_internal.h"
+#include "clusterd/recovery/actuators/pooled.h"
 #include "clusterd/k8s/kubeconfig.h"
 #include "clusterd/auth/token_review.h"
 #include "common/levels.h"

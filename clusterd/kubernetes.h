@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "clusterd/actuator.h"
+#include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/auth/token_review.h"
 #include "clusterd/config/config.h"
 #include "clusterd/engine/integration.h"

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "clusterd/actuator_registry.h"
+#include "clusterd/recovery/actuators/registry.h"
 #include "clusterd/engine/integration.h"
 #include "clusterd/kubernetes.h"
 

@@ -1,7 +1,7 @@
 // The composition root's registries: the actuator kinds and integrations
 // this binary is built with, and what the configuration may name from them.
 // The rooms below know only the registry classes
-// (actuator_registry.h, integration.h); which entries exist is decided here,
+// (recovery/actuators/registry.h, engine/integration.h); which entries exist is decided here,
 // where every room is linked, so that no lower room links a higher one to
 // register it.
 #pragma once

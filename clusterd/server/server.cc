@@ -15,8 +15,8 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/server_builder.h>
 
-#include "clusterd/actuator.h"
-#include "clusterd/actuator_registry.h"
+#include "clusterd/recovery/actuators/actuator.h"
+#include "clusterd/recovery/actuators/registry.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/coordinator.h"

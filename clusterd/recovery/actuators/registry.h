@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "clusterd/actuator.h"
+#include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/config/config.h"
 #include "common/config_util.h"  // JoinNames
 #include "common/status.h"

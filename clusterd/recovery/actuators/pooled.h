@@ -1,5 +1,6 @@
-// Building blocks shared by the shipped actuators (actuator*.cc) and their
-// tests; not for other callers (use actuator.h).
+// Building blocks for actuators: the shipped ones here (actuator.cc, exec.cc,
+// webhook.cc), the Kubernetes room's (k8s) and their tests. Not for callers
+// of an actuator (use actuator.h).
 #pragma once
 
 #include <functional>
@@ -7,12 +8,10 @@
 #include <string>
 #include <string_view>
 
-#include "clusterd/actuator.h"
+#include "clusterd/recovery/actuators/actuator.h"
 
 namespace clusterd {
 
-// Building blocks shared by the shipped actuators (actuator.cc); not for
-// callers.
 namespace actuator_internal {
 
 // Runs one action to the end on a worker thread and says how it went.

@@ -1,7 +1,7 @@
 // Action names and JSON, the "none" actuator, and the worker pool that the
 // exec and webhook actuators run their actions on.
-#include "clusterd/actuator.h"
-#include "clusterd/actuator_internal.h"
+#include "clusterd/recovery/actuators/actuator.h"
+#include "clusterd/recovery/actuators/pooled.h"
 
 #include <algorithm>
 #include <condition_variable>

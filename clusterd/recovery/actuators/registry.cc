@@ -1,4 +1,4 @@
-#include "clusterd/actuator_registry.h"
+#include "clusterd/recovery/actuators/registry.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // The webhook actuator: each action is one HTTP/1.1 POST of its JSON, on a
 // connection of its own, that must be answered before the action's deadline.
-#include "clusterd/actuator.h"
-#include "clusterd/actuator_internal.h"
+#include "clusterd/recovery/actuators/actuator.h"
+#include "clusterd/recovery/actuators/pooled.h"
 
 #include <algorithm>
 #include <cctype>

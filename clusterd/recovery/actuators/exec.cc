@@ -1,8 +1,8 @@
 // The exec actuator: each action runs `/bin/sh -c command` in a process
 // group of its own, with the action's JSON on stdin, until it exits or the
 // action's deadline passes.
-#include "clusterd/actuator.h"
-#include "clusterd/actuator_internal.h"
+#include "clusterd/recovery/actuators/actuator.h"
+#include "clusterd/recovery/actuators/pooled.h"
 
 #include <fcntl.h>
 #include <poll.h>
