@@ -1,4 +1,4 @@
-#include "clusterd/job_agent_hub.h"
+#include "clusterd/recovery/coordinator/job_agent_hub.h"
 
 namespace clusterd {
 

@@ -1,4 +1,4 @@
-#include "clusterd/coordinator.h"
+#include "clusterd/recovery/coordinator/coordinator.h"
 
 #include <algorithm>
 

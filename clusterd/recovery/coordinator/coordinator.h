@@ -21,7 +21,7 @@
 #include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/engine/engine.h"
-#include "clusterd/job_agent_hub.h"
+#include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/recovery/types.h"
 #include "common/clock.h"
 #include "common/metrics.h"
