@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "clusterd/config/config.h"
-#include "clusterd/k8s/client.h"
+#include "clusterd/k8s/api/client.h"
 #include "common/status.h"
 
 namespace clusterd::ha {

@@ -4,7 +4,7 @@
 
 #include "clusterd/recovery/actuators/registry.h"
 #include "clusterd/engine/integration.h"
-#include "clusterd/kubernetes.h"
+#include "clusterd/k8s/kubernetes.h"
 
 namespace clusterd {
 
@@ -56,7 +56,7 @@ const IntegrationRegistry& BuiltinIntegrations() {
   static const IntegrationRegistry registry = [] {
     IntegrationRegistry r;
     // Jobs from pods and PodGroups, Node readiness, Node conditions
-    // (clusterd/kubernetes.h). Another integration registers here too.
+    // (clusterd/k8s/kubernetes.h). Another integration registers here too.
     Status st = r.Register("kubernetes", [](const ClusterdConfig& c) { return MakeKubernetesIntegration(c); });
     if (!st.ok()) std::abort();
     return r;

@@ -24,7 +24,7 @@
 #include "clusterd/engine/engine.h"
 #include "clusterd/engine/integration.h"
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
-#include "clusterd/kubernetes.h"
+#include "clusterd/k8s/token_reviewer.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"

@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "agent_client.h"
-#include "clusterd/kubernetes.h"
+#include "clusterd/k8s/token_reviewer.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/authz.h"
 #include "clusterd/server/registries.h"

@@ -1,4 +1,4 @@
-#include "clusterd/k8s/kubeconfig.h"
+#include "clusterd/k8s/api/kubeconfig.h"
 
 #include <yaml-cpp/yaml.h>
 

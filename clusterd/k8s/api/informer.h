@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "clusterd/k8s/client.h"
+#include "clusterd/k8s/api/client.h"
 #include "common/metrics.h"
 #include "common/status.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "clusterd/k8s/client.h"
+#include "clusterd/k8s/api/client.h"
 #include "common/status.h"
 
 namespace clusterd::k8s {

@@ -1,4 +1,4 @@
-#include "clusterd/k8s/informer.h"
+#include "clusterd/k8s/api/informer.h"
 
 #include <random>
 

@@ -1,4 +1,4 @@
-#include "clusterd/k8s/client.h"
+#include "clusterd/k8s/api/client.h"
 
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>

@@ -17,12 +17,11 @@
 #include <vector>
 
 #include "clusterd/recovery/actuators/actuator.h"
-#include "clusterd/auth/token_review.h"
 #include "clusterd/config/config.h"
 #include "clusterd/engine/integration.h"
-#include "clusterd/k8s/client.h"
+#include "clusterd/k8s/api/client.h"
 #include "clusterd/k8s/discovery.h"
-#include "clusterd/k8s/informer.h"
+#include "clusterd/k8s/api/informer.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -89,16 +88,5 @@ k8s::DiscoveryOptions DiscoveryOptionsFrom(const ClusterdConfig::Kubernetes& k8s
 
 StatusOr<std::unique_ptr<Integration>> MakeKubernetesIntegration(const ClusterdConfig& config);
 StatusOr<std::unique_ptr<Actuator>> MakeKubernetesActuator(const ClusterdConfig& config);
-
-// TokenReview (authentication.k8s.io/v1) as the gRPC edge's TokenReviewer.
-// Reviews against the API server of cfg's kubeconfig (or the pod's service
-// account), for the audience cfg.auth.token_audience, with `timeout` per call.
-StatusOr<std::unique_ptr<TokenReviewer>> MakeKubernetesTokenReviewer(
-    const ClusterdConfig& cfg, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
-
-// The TokenReview request body and the reading of its answer (pure; tested
-// on their own).
-std::string TokenReviewRequestBody(const std::string& token, const std::string& audience);
-StatusOr<TokenReviewResult> ParseTokenReview(const std::string& body);
 
 }  // namespace clusterd
