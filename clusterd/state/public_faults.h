@@ -27,7 +27,7 @@ struct PubFaultOptions {
   // device) entries one request may name (CheckPubFaultRequest).
   uint32_t max_faults = 50'000;
   // Requests accepted by the cheap checks and waiting for the planning
-  // worker (server/pubfault_service.h), at most; beyond, 410 "busy".
+  // worker (mindcluster/grpc/pubfault_service.h), at most; beyond, 410 "busy".
   uint32_t max_queued = 16;
 };
 

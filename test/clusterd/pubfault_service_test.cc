@@ -8,7 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "clusterd/server/pubfault_service.h"
+#include "clusterd/mindcluster/grpc/pubfault_service.h"
 #include "clusterd/storage/memory_store.h"
 #include "clusterd/engine/watch_hub.h"
 #include "test_util.h"

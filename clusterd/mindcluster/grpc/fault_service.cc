@@ -1,4 +1,4 @@
-#include "clusterd/server/mindcluster_fault_service.h"
+#include "clusterd/mindcluster/grpc/fault_service.h"
 
 #include <algorithm>
 #include <iterator>
@@ -16,7 +16,7 @@
 #include <boost/uuid/random_generator.hpp>
 #include <boost/uuid/uuid_io.hpp>
 
-#include "clusterd/mindcluster_signal.h"
+#include "clusterd/mindcluster/signal.h"
 #include "clusterd/server/peer_limiter.h"
 #include "clusterd/server/stream_writer.h"
 #include "common/logging.h"

@@ -1,4 +1,4 @@
-#include "clusterd/pubfault.h"
+#include "clusterd/mindcluster/pubfault.h"
 
 #include <algorithm>
 #include <set>

@@ -1,7 +1,7 @@
 // MindCluster's job-fault signal (fault.Fault, docs/mindcluster.md): what a
 // FaultMsgSignal says about a job, or about the whole cluster, built from
 // ClusterState the way MindCluster's ClusterD shapes it. Pure domain: no gRPC;
-// the adapter (server/mindcluster_fault_service.h) decides when to send.
+// the adapter (mindcluster/grpc/fault_service.h) decides when to send.
 //
 // Rules:
 //  - A job's signal lists the active faults that hit it: faults on the

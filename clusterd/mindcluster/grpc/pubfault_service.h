@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "clusterd/engine/engine.h"
-#include "clusterd/pubfault.h"
+#include "clusterd/mindcluster/pubfault.h"
 #include "clusterd/server/auth.h"
 #include "common/metrics.h"
 #include "mindcluster/pubfault.grpc.pb.h"

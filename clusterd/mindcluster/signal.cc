@@ -1,4 +1,4 @@
-#include "clusterd/mindcluster_signal.h"
+#include "clusterd/mindcluster/signal.h"
 
 #include <algorithm>
 #include <map>

@@ -3,7 +3,7 @@
 // external faults a request becomes (state/public_faults.h). Pure: no gRPC,
 // no state; the writer applies the plan (ClusterState::ApplyPublicFaults)
 // and the adapter
-// (server/pubfault_service.h) answers with a RespStatus.
+// (mindcluster/grpc/pubfault_service.h) answers with a RespStatus.
 #pragma once
 
 #include <chrono>

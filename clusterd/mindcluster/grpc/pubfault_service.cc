@@ -1,4 +1,4 @@
-#include "clusterd/server/pubfault_service.h"
+#include "clusterd/mindcluster/grpc/pubfault_service.h"
 
 #include <set>
 #include <string_view>

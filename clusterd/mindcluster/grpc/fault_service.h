@@ -1,7 +1,7 @@
 // MindCluster's fault.Fault service (docs/mindcluster.md): MindIE's
 // controller and other platforms register for a job's faults (or the whole
 // cluster's), subscribe to a stream of FaultMsgSignal and query the faults
-// now. The signal's content is the domain's (mindcluster_signal.h); this
+// now. The signal's content is the domain's (mindcluster/signal.h); this
 // adapter decides when to send it.
 //
 // Change detection follows ClusterD's event stream, not a poll of the state:
