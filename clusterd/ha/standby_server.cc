@@ -1,4 +1,4 @@
-#include "clusterd/server/standby_server.h"
+#include "clusterd/ha/standby_server.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,8 +1,8 @@
-#include "clusterd/replication/replicated_store.h"
+#include "clusterd/ha/replication/replicated_store.h"
 
 #include <chrono>
 
-#include "clusterd/replication/log_entry.h"
+#include "clusterd/ha/replication/log_entry.h"
 #include "common/logging.h"
 
 namespace clusterd::replication {

@@ -1,4 +1,4 @@
-#include "clusterd/replication/log_entry.h"
+#include "clusterd/ha/replication/log_entry.h"
 
 #include "clusterd/storage/key_codec.h"
 #include "clusterd/storage/v1/storage.pb.h"

@@ -1,4 +1,4 @@
-#include "clusterd/replication/checkpoint.h"
+#include "clusterd/ha/replication/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <map>
 
-#include "clusterd/replication/log_entry.h"
+#include "clusterd/ha/replication/log_entry.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/http_client.h"
 #include "common/logging.h"
