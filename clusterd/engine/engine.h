@@ -36,9 +36,9 @@
 #include <thread>
 #include <vector>
 
+#include "clusterd/engine/watch_hub.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/store.h"
-#include "clusterd/engine/watch_hub.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/thread_checker.h"

@@ -4,8 +4,8 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include "clusterd/state/cluster_state.h"
 #include "clusterd/engine/engine.h"
+#include "clusterd/state/cluster_state.h"
 
 namespace clusterd {
 namespace {

@@ -1,8 +1,7 @@
 // Integrations: components that run alongside ClusterD and feed it or act on
-// what it decides (Kubernetes job discovery; the MindCluster adapter). An integration never touches ClusterState, the Engine or gRPC: it
-// gets a ClusterCommands facade with the few writes and reads it may make,
-// each going through the same submission path as the matching gRPC call
-// (validated, applied on the writer thread, answered once durable).
+// what it decides (Kubernetes job discovery; the MindCluster adapter). An integration never touches ClusterState, the
+// Engine or gRPC: it gets a ClusterCommands facade with the few writes and reads it may make, each going through the
+// same submission path as the matching gRPC call (validated, applied on the writer thread, answered once durable).
 //
 // The server creates the integrations its config lists (by name, from
 // BuiltinIntegrations(), server/registries.h) plus any added with ClusterdServer::AddIntegration,
@@ -24,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "clusterd/config/config.h"
 #include "clusterd/auth/principal.h"
+#include "clusterd/config/config.h"
 #include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/fault.pb.h"
 #include "clusterd/v1/job.pb.h"
@@ -123,7 +122,6 @@ class IntegrationRegistry {
   std::vector<std::string> names_;
   std::vector<Factory> factories_;  // parallel to names_
 };
-
 
 class Engine;
 class ClusterState;

@@ -10,15 +10,15 @@
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/server_builder.h>
 
-#include "clusterd/state/catalog.h"
-#include "clusterd/state/cluster_state.h"
+#include "clusterd/engine/watch_hub.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
 #include "clusterd/server/server_parts.h"
 #include "clusterd/server/tls.h"
+#include "clusterd/state/catalog.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/key_codec.h"
-#include "clusterd/engine/watch_hub.h"
 #include "common/logging.h"
 
 namespace clusterd {

@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "clusterd/recovery/actuators/pooled.h"
 #include "clusterd/k8s/api/kubeconfig.h"
+#include "clusterd/recovery/actuators/pooled.h"
 #include "common/levels.h"
 #include "common/logging.h"
 

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/config/config.h"
 #include "clusterd/engine/integration.h"
 #include "clusterd/k8s/api/client.h"
-#include "clusterd/k8s/discovery.h"
 #include "clusterd/k8s/api/informer.h"
+#include "clusterd/k8s/discovery.h"
+#include "clusterd/recovery/actuators/actuator.h"
 #include "common/metrics.h"
 #include "common/status.h"
 

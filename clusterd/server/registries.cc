@@ -2,9 +2,9 @@
 
 #include <cstdlib>
 
-#include "clusterd/recovery/actuators/registry.h"
 #include "clusterd/engine/integration.h"
 #include "clusterd/k8s/kubernetes.h"
+#include "clusterd/recovery/actuators/registry.h"
 
 namespace clusterd {
 
@@ -63,7 +63,6 @@ const IntegrationRegistry& BuiltinIntegrations() {
   }();
   return registry;
 }
-
 
 const ConfigChecks& BuiltinConfigChecks() {
   static const ConfigChecks checks{

@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/state/catalog.h"
 #include "clusterd/config/config.h"
 #include "clusterd/server/registries.h"
+#include "clusterd/state/catalog.h"
 #include "common/duration.h"
 #include "test_util.h"
 
@@ -220,8 +220,8 @@ TEST(Config, HighAvailability) {
 
   auto cfg =
       ParseClusterdFlags({"--insecure", "--etcd-endpoints=http://127.0.0.1:2379,127.0.0.1:2380", "--ha-replica-id",
-                           "clusterd-0", "--ha-key-prefix", "/team-a/", "--ha-lease-ttl", "2s"},
-                          &help);
+                          "clusterd-0", "--ha-key-prefix", "/team-a/", "--ha-lease-ttl", "2s"},
+                         &help);
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   EXPECT_EQ(cfg->ha.etcd_endpoints, (std::vector<std::string>{"http://127.0.0.1:2379", "127.0.0.1:2380"}));
   EXPECT_EQ(cfg->ha.replica_id, "clusterd-0");
@@ -229,8 +229,8 @@ TEST(Config, HighAvailability) {
   EXPECT_EQ(cfg->ha.lease_ttl, std::chrono::seconds(2));
 
   auto tls = ParseClusterdFlags({"--insecure", "--etcd-endpoints", "https://a:2379,https://b:2379", "--etcd-ca-file",
-                                  "/ca.pem", "--etcd-cert-file", "/c.pem", "--etcd-key-file", "/k.pem"},
-                                 &help);
+                                 "/ca.pem", "--etcd-cert-file", "/c.pem", "--etcd-key-file", "/k.pem"},
+                                &help);
   ASSERT_TRUE(tls.ok()) << tls.status().ToString();
   EXPECT_EQ(tls->ha.etcd_ca_file, "/ca.pem");
   EXPECT_EQ(tls->ha.etcd_cert_file, "/c.pem");

@@ -10,8 +10,8 @@
 
 #include "clusterd/engine/disk_monitor.h"
 #include "clusterd/engine/engine.h"
-#include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/engine/watch_hub.h"
+#include "clusterd/storage/rocksdb_store.h"
 #include "test_util.h"
 
 namespace clusterd {

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/engine/engine.h"
-#include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/engine/watch_hub.h"
+#include "clusterd/storage/rocksdb_store.h"
 #include "test_util.h"
 
 namespace clusterd {

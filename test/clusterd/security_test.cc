@@ -15,7 +15,6 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "agent_client.h"
 #include "clusterd/k8s/token_reviewer.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/authz.h"
@@ -29,6 +28,7 @@
 #include "common/grpc/credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mindcluster/pubfault.grpc.pb.h"
+#include "agent_client.h"
 #include "http_get.h"
 #include "loopback_config.h"
 #include "test_certs.h"
@@ -130,8 +130,8 @@ TEST(SecurityConfigTest, PlaintextOnlyWhenAskedFor) {
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_TRUE(parsed->insecure);
   parsed = ParseClusterdFlags({"--auth-bindings", "viewer=group:system:authenticated,operator=user:bob", "--insecure",
-                                "false", "--tls-cert-file", "a", "--tls-key-file", "b", "--auth-token-file", "t"},
-                               &help);
+                               "false", "--tls-cert-file", "a", "--tls-key-file", "b", "--auth-token-file", "t"},
+                              &help);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->auth.bindings.size(), 2u);
   parsed = ParseClusterdFlags({"--insecure", "--auth-bindings", "agent=user:x"}, &help);

@@ -19,9 +19,9 @@
 
 #include <boost/asio/thread_pool.hpp>
 
-#include "clusterd/state/cluster_state.h"
-#include "clusterd/server/auth.h"
 #include "clusterd/engine/watch_hub.h"
+#include "clusterd/server/auth.h"
+#include "clusterd/state/cluster_state.h"
 #include "common/metrics.h"
 #include "mindcluster/fault.grpc.pb.h"
 

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <utility>
 
-
 namespace clusterd {
 
 Status ActuatorRegistry::Register(std::string name, Factory factory, Validator validate) {

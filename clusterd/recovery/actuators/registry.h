@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/config/config.h"
+#include "clusterd/recovery/actuators/actuator.h"
 #include "common/config_util.h"  // JoinNames
 #include "common/status.h"
 
@@ -50,6 +50,5 @@ class ActuatorRegistry {
   std::vector<std::string> names_;
   std::vector<Entry> entries_;  // parallel to names_
 };
-
 
 }  // namespace clusterd

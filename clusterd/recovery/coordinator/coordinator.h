@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "clusterd/recovery/actuators/actuator.h"
-#include "clusterd/state/cluster_state.h"
 #include "clusterd/engine/engine.h"
+#include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/recovery/types.h"
+#include "clusterd/state/cluster_state.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/thread_checker.h"
