@@ -3,8 +3,9 @@
 #include <string>
 #include <vector>
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "clusterd/ha/replica.h"
+#include "clusterd/server/registries.h"
 #include "clusterd/server/server.h"
 #include "common/fd_limit.h"
 #include "common/logging.h"
@@ -13,9 +14,9 @@
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool help = false;
-  auto config = clusterd::ParseClusterdConfig(args, &help);
+  auto config = clusterd::ParseClusterdFlags(args, &help);
   if (help) {
-    std::cout << clusterd::ClusterdUsage();
+    std::cout << clusterd::ClusterdHelp();
     return 0;
   }
   if (!config.ok()) {

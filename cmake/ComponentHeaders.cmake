@@ -1,19 +1,20 @@
 # Layering: each component library exposes only its own headers.
 #
 # Code includes headers by their path from the source root ("common/status.h",
-# "clusterd/engine.h"), but the source root itself is never an include
+# "clusterd/engine/engine.h"), but the source root itself is never an include
 # directory: that would let any target include any component's headers without
 # linking it. Instead each component library gets its own include root in the
 # build tree, holding one symlink per header it owns:
 #
 #   <build>/include/clusterd_common/common/status.h -> <src>/common/status.h
-#   <build>/include/clusterd_core/clusterd/engine.h -> <src>/clusterd/engine.h
+#   <build>/include/clusterd_engine/clusterd/engine/engine.h -> <src>/clusterd/engine/engine.h
 #
 # That root is a PUBLIC include directory of the library, so a target sees a
 # component's headers exactly when it links the component (directly or through
 # a PUBLIC dependency). Links are per file, not per directory, because
-# components nest: clusterd_core owns clusterd/*.h but not clusterd/server/*.h
-# (the gRPC edge, clusterd_server), so the domain cannot include the edge.
+# components nest: clusterd_recovery owns clusterd/recovery/*.h but not
+# clusterd/recovery/coordinator/*.h (clusterd_coordinator, above the engine),
+# so the pure decision engine cannot include what drives it.
 # test/layering checks that a header reached without linking its library does
 # not compile.
 #

@@ -63,6 +63,15 @@ Status SetLogLevel(const std::string& key, const std::string& value, std::string
   return InvalidArgument(key + ": \"" + value + "\" is not one of trace, debug, info, warn, error, critical, off");
 }
 
+std::string JoinNames(const std::vector<std::string>& names, std::string_view last) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += (i + 1 == names.size()) ? std::string(last) : std::string(", ");
+    out += names[i];
+  }
+  return out;
+}
+
 StatusOr<std::string> ReadFileToString(const std::string& path) {
   std::ifstream in(path);
   if (!in) return InvalidArgument("cannot read " + path);

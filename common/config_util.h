@@ -1,6 +1,6 @@
 // Building blocks shared by the daemons' config parsers: value setters whose
 // errors name the key, and the split of argv into --config and --key value
-// pairs. Each daemon keeps its own table of keys (clusterd/config.cc,
+// pairs. Each daemon keeps its own table of keys (clusterd/config/config.cc,
 // noded/server/config.cc).
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,9 @@ Status SetAddress(const std::string& key, const std::string& value, std::string*
 Status SetBool(const std::string& key, const std::string& value, bool* out);
 Status SetLogLevel(const std::string& key, const std::string& value, std::string* out);
 StatusOr<std::string> ReadFileToString(const std::string& path);
+// "a, b, c", the last separator `last` ("a, b or c"): for messages that list
+// the allowed names.
+std::string JoinNames(const std::vector<std::string>& names, std::string_view last = ", ");
 
 // A table of keys: JSON uses the key, flags use --key with '_' written '-'.
 template <typename Config>

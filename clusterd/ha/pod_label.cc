@@ -1,7 +1,7 @@
 #include "clusterd/ha/pod_label.h"
 
-#include "clusterd/config.h"
-#include "clusterd/k8s/kubeconfig.h"
+#include "clusterd/config/config.h"
+#include "clusterd/k8s/api/kubeconfig.h"
 #include "common/logging.h"
 
 namespace clusterd::ha {

@@ -20,8 +20,8 @@
 #include <string>
 #include <thread>
 
-#include "clusterd/config.h"
-#include "clusterd/k8s/client.h"
+#include "clusterd/config/config.h"
+#include "clusterd/k8s/api/client.h"
 #include "common/status.h"
 
 namespace clusterd::ha {

@@ -9,7 +9,7 @@
 //    its lease), and serves /healthz, /metrics and a /readyz that says 503
 //    "standby". On the gRPC port it serves ClusterService queries and Watch
 //    read-only and refuses everything else, naming the leader
-//    (server/standby_server.h).
+//    (ha/standby_server.h).
 //  - Once elected it reads the rest of the log (a quorum read, so nothing
 //    committed is missed), then starts the whole server on its store, wrapped
 //    in a ReplicatedStore whose every group commit is a fenced etcd
@@ -21,7 +21,7 @@
 //    lease), so a standby takes over without waiting for the TTL.
 #pragma once
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 
 namespace clusterd::ha {
 

@@ -2,9 +2,9 @@
 // own event (actor and reason recorded).
 #pragma once
 
-#include "clusterd/cluster_state.h"
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
 #include "clusterd/server/auth.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 
 namespace clusterd {

@@ -10,7 +10,7 @@
 
 #include <atomic>
 
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/peer_limiter.h"
 #include "clusterd/v1/agent.grpc.pb.h"

@@ -20,10 +20,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "clusterd/engine.h"
-#include "clusterd/principal.h"
-#include "clusterd/roles.h"
-#include "clusterd/token_review.h"
+#include "clusterd/auth/principal.h"
+#include "clusterd/auth/roles.h"
+#include "clusterd/auth/token_review.h"
+#include "clusterd/engine/engine.h"
 #include "clusterd/server/grpc_status.h"
 #include "common/metrics.h"
 #include "common/status.h"

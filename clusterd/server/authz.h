@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "clusterd/roles.h"
+#include "clusterd/auth/roles.h"
 
 namespace clusterd {
 

@@ -10,13 +10,13 @@
 
 #include <boost/asio/thread_pool.hpp>
 
-#include "clusterd/cluster_state.h"
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
+#include "clusterd/engine/watch_hub.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/peer_limiter.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
-#include "clusterd/watch_hub.h"
 #include "common/metrics.h"
 
 namespace clusterd {

@@ -20,9 +20,9 @@
 // principal with the viewer role (the HTTP port has no client certificates).
 #pragma once
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/engine/watch_hub.h"
 #include "clusterd/server/auth.h"
-#include "clusterd/watch_hub.h"
+#include "clusterd/state/cluster_state.h"
 #include "common/http_server.h"
 
 namespace clusterd {

@@ -4,11 +4,11 @@
 
 #include <atomic>
 
-#include "clusterd/cluster_state.h"
-#include "clusterd/coordinator.h"
-#include "clusterd/engine.h"
-#include "clusterd/job_agent_hub.h"
+#include "clusterd/engine/engine.h"
+#include "clusterd/recovery/coordinator/coordinator.h"
+#include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/server/auth.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/v1/job.grpc.pb.h"
 
 namespace clusterd {

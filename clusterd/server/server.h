@@ -6,8 +6,8 @@
 #include <functional>
 #include <memory>
 
-#include "clusterd/config.h"
-#include "clusterd/integration.h"
+#include "clusterd/config/config.h"
+#include "clusterd/engine/integration.h"
 #include "clusterd/storage/store.h"
 #include "common/clock.h"
 #include "common/http_server.h"

@@ -6,11 +6,11 @@
 
 #include <grpcpp/server_builder.h>
 
-#include "clusterd/config.h"
+#include "clusterd/auth/token_review.h"
+#include "clusterd/config/config.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/state/mutation.h"
-#include "clusterd/token_review.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/status.h"

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "clusterd/engine/watch_hub.h"
 #include "clusterd/v1/cluster.pb.h"
-#include "clusterd/watch_hub.h"
 
 namespace clusterd {
 

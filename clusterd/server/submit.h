@@ -4,7 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
 #include "clusterd/server/grpc_status.h"
 
 namespace clusterd {

@@ -8,7 +8,7 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "common/status.h"
 
 namespace clusterd {

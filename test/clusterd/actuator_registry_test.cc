@@ -4,7 +4,8 @@
 
 #include <cstdlib>
 
-#include "clusterd/actuator_registry.h"
+#include "clusterd/recovery/actuators/registry.h"
+#include "clusterd/server/registries.h"
 
 namespace clusterd {
 namespace {

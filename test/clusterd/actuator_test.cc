@@ -1,5 +1,5 @@
-#include "clusterd/actuator.h"
-#include "clusterd/actuator_internal.h"
+#include "clusterd/recovery/actuators/actuator.h"
+#include "clusterd/recovery/actuators/pooled.h"
 
 #include <condition_variable>
 #include <fstream>

@@ -4,8 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/catalog.h"
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
+#include "clusterd/server/registries.h"
+#include "clusterd/state/catalog.h"
 #include "common/duration.h"
 #include "test_util.h"
 
@@ -66,7 +67,7 @@ TEST(Config, DefaultsFlagsAndFile) {
   testing::TempDir dir;
   std::ofstream(dir.Sub("c.json")) << R"({"node_grace": "30s", "listen": "127.0.0.1:9000", "retention_events": 5000})";
   bool help = false;
-  auto cfg = ParseClusterdConfig(
+  auto cfg = ParseClusterdFlags(
       {"--insecure", "--config", dir.Sub("c.json"), "--node-grace=3s", "--data-dir", "/tmp/x"}, &help);
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   EXPECT_EQ(cfg->node_grace, std::chrono::seconds(3));  // the flag wins over the file
@@ -78,10 +79,10 @@ TEST(Config, DefaultsFlagsAndFile) {
 
 TEST(Config, ErrorsNameTheKey) {
   bool help = false;
-  auto bad_flag = ParseClusterdConfig({"--insecure", "--node-grace", "ten"}, &help);
+  auto bad_flag = ParseClusterdFlags({"--insecure", "--node-grace", "ten"}, &help);
   ASSERT_FALSE(bad_flag.ok());
   EXPECT_NE(bad_flag.status().message().find("--node-grace"), std::string::npos) << bad_flag.status().message();
-  auto unknown = ParseClusterdConfig({"--insecure", "--bogus", "1"}, &help);
+  auto unknown = ParseClusterdFlags({"--insecure", "--bogus", "1"}, &help);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("--bogus"), std::string::npos);
   ClusterdConfig cfg;
@@ -94,19 +95,19 @@ TEST(Config, ErrorsNameTheKey) {
   st = ApplyClusterdConfigJson(R"({"max_streams": -1})", "file.json", &cfg);
   EXPECT_NE(st.message().find("max_streams"), std::string::npos);
   EXPECT_EQ(cfg.listen, "0.0.0.0:8899");  // nothing applied on error
-  ASSERT_TRUE(ParseClusterdConfig({"--insecure", "--help"}, &help).ok());
+  ASSERT_TRUE(ParseClusterdFlags({"--insecure", "--help"}, &help).ok());
   EXPECT_TRUE(help);
 }
 
 TEST(Config, CommitDelay) {
   bool help = false;
-  auto dflt = ParseClusterdConfig({"--insecure"}, &help);
+  auto dflt = ParseClusterdFlags({"--insecure"}, &help);
   ASSERT_TRUE(dflt.ok());
   EXPECT_EQ(dflt->commit_delay, std::chrono::milliseconds(2));
-  auto off = ParseClusterdConfig({"--insecure", "--commit-delay", "0s"}, &help);
+  auto off = ParseClusterdFlags({"--insecure", "--commit-delay", "0s"}, &help);
   ASSERT_TRUE(off.ok()) << off.status().ToString();
   EXPECT_EQ(off->commit_delay, std::chrono::nanoseconds(0));
-  auto too_long = ParseClusterdConfig({"--insecure", "--commit-delay", "1s"}, &help);
+  auto too_long = ParseClusterdFlags({"--insecure", "--commit-delay", "1s"}, &help);
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("commit_delay"), std::string::npos) << too_long.status().message();
   ClusterdConfig cfg;
@@ -118,39 +119,39 @@ TEST(Config, CommitDelay) {
 // total is refused, whichever way it was set.
 TEST(Config, HttpConnectionsPerPeer) {
   bool help = false;
-  auto dflt = ParseClusterdConfig({"--insecure"}, &help);
+  auto dflt = ParseClusterdFlags({"--insecure"}, &help);
   ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
   EXPECT_EQ(dflt->max_http_connections_per_peer, 64u);
 
-  auto flag = ParseClusterdConfig({"--insecure", "--max-http-connections-per-peer", "10"}, &help);
+  auto flag = ParseClusterdFlags({"--insecure", "--max-http-connections-per-peer", "10"}, &help);
   ASSERT_TRUE(flag.ok()) << flag.status().ToString();
   EXPECT_EQ(flag->max_http_connections_per_peer, 10u);
-  auto off = ParseClusterdConfig({"--insecure", "--max-http-connections-per-peer=0"}, &help);
+  auto off = ParseClusterdFlags({"--insecure", "--max-http-connections-per-peer=0"}, &help);
   ASSERT_TRUE(off.ok()) << off.status().ToString();
   EXPECT_EQ(off->max_http_connections_per_peer, 0u);
 
   testing::TempDir dir;
   std::ofstream(dir.Sub("c.json")) << R"({"max_http_connections": 1000, "max_http_connections_per_peer": 500})";
-  auto file = ParseClusterdConfig({"--insecure", "--config", dir.Sub("c.json")}, &help);
+  auto file = ParseClusterdFlags({"--insecure", "--config", dir.Sub("c.json")}, &help);
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ(file->max_http_connections_per_peer, 500u);
 
   const auto refused = [&](std::vector<std::string> args) {
-    auto r = ParseClusterdConfig(args, &help);
+    auto r = ParseClusterdFlags(args, &help);
     if (r.ok()) return std::string("accepted");
     return r.status().message();
   };
   // A total at or below the per-peer setting is not refused (the server
   // applies at most half of the total per peer: MakeHttpServerOptions).
-  EXPECT_TRUE(ParseClusterdConfig({"--insecure", "--max-http-connections", "64"}, &help).ok());
+  EXPECT_TRUE(ParseClusterdFlags({"--insecure", "--max-http-connections", "64"}, &help).ok());
   const std::string negative = refused({"--insecure", "--max-http-connections-per-peer", "-1"});
   EXPECT_NE(negative.find("--max-http-connections-per-peer"), std::string::npos) << negative;
-  EXPECT_NE(ClusterdUsage().find("--max-http-connections-per-peer N"), std::string::npos);
+  EXPECT_NE(ClusterdHelp().find("--max-http-connections-per-peer N"), std::string::npos);
 }
 
 TEST(Config, RecoverySettings) {
   bool help = false;
-  auto cfg = ParseClusterdConfig(
+  auto cfg = ParseClusterdFlags(
       {"--insecure", "--actuator", "exec", "--actuator-command", "/bin/true", "--max-concurrent-recoveries", "8",
        "--max-isolated-node-percent", "0", "--recovery-budget-window", "1h"},
       &help);
@@ -159,20 +160,20 @@ TEST(Config, RecoverySettings) {
   EXPECT_EQ(cfg->max_concurrent_recoveries, 8u);
   EXPECT_EQ(cfg->max_isolated_node_percent, 0u);
   EXPECT_EQ(cfg->recovery_budget_window, std::chrono::hours(1));
-  auto no_command = ParseClusterdConfig({"--insecure", "--actuator", "exec"}, &help);
+  auto no_command = ParseClusterdFlags({"--insecure", "--actuator", "exec"}, &help);
   ASSERT_FALSE(no_command.ok());
   EXPECT_NE(no_command.status().message().find("--actuator-command"), std::string::npos);
-  auto no_url = ParseClusterdConfig({"--insecure", "--actuator", "webhook"}, &help);
+  auto no_url = ParseClusterdFlags({"--insecure", "--actuator", "webhook"}, &help);
   ASSERT_FALSE(no_url.ok());
   EXPECT_NE(no_url.status().message().find("--actuator-url"), std::string::npos);
-  auto kind = ParseClusterdConfig({"--insecure", "--actuator", "ssh"}, &help);
+  auto kind = ParseClusterdFlags({"--insecure", "--actuator", "ssh"}, &help);
   ASSERT_FALSE(kind.ok());
   EXPECT_NE(kind.status().message().find("none, exec, webhook, kubernetes"), std::string::npos);
 }
 
 TEST(Config, KubernetesSettings) {
   bool help = false;
-  auto cfg = ParseClusterdConfig(
+  auto cfg = ParseClusterdFlags(
       {"--insecure", "--integrations", "kubernetes", "--actuator", "kubernetes", "--kubeconfig", "/k",
        "--k8s-namespace", "train", "--k8s-taint-effect", "NoExecute", "--k8s-node-not-ready-level", "SEPARATE",
        "--k8s-delete-fallback", "true", "--k8s-eviction-timeout", "90s"},
@@ -197,39 +198,39 @@ TEST(Config, KubernetesSettings) {
   EXPECT_EQ(file.integrations, std::vector<std::string>{"kubernetes"});
   EXPECT_FALSE(file.k8s.delete_fallback);
 
-  auto bad_name = ParseClusterdConfig({"--insecure", "--integrations", "kubernetes,mindcluster"}, &help);
+  auto bad_name = ParseClusterdFlags({"--insecure", "--integrations", "kubernetes,mindcluster"}, &help);
   ASSERT_FALSE(bad_name.ok());
   EXPECT_NE(bad_name.status().message().find("\"mindcluster\" is not one of kubernetes"), std::string::npos)
       << bad_name.status().message();
-  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--k8s-taint-effect", "PreferNoSchedule"}, &help).ok());
-  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--k8s-node-not-ready-level", "BAD"}, &help).ok());
-  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--k8s-delete-fallback", "maybe"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdFlags({"--insecure", "--k8s-taint-effect", "PreferNoSchedule"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdFlags({"--insecure", "--k8s-node-not-ready-level", "BAD"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdFlags({"--insecure", "--k8s-delete-fallback", "maybe"}, &help).ok());
   EXPECT_FALSE(ApplyClusterdConfigJson(R"({"integrations": ["a,b"]})", "test", &file).ok());
   EXPECT_FALSE(ApplyClusterdConfigJson(R"({"integrations": [1]})", "test", &file).ok());
-  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--max-isolated-node-percent", "101"}, &help).ok());
-  EXPECT_FALSE(ParseClusterdConfig({"--insecure", "--max-concurrent-recoveries", "0"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdFlags({"--insecure", "--max-isolated-node-percent", "101"}, &help).ok());
+  EXPECT_FALSE(ParseClusterdFlags({"--insecure", "--max-concurrent-recoveries", "0"}, &help).ok());
 }
 
 TEST(Config, HighAvailability) {
   bool help = false;
-  auto dflt = ParseClusterdConfig({"--insecure"}, &help);
+  auto dflt = ParseClusterdFlags({"--insecure"}, &help);
   ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
   EXPECT_TRUE(dflt->ha.etcd_endpoints.empty());  // one process, no etcd
   EXPECT_EQ(dflt->ha.key_prefix, "/clusterd/");
 
   auto cfg =
-      ParseClusterdConfig({"--insecure", "--etcd-endpoints=http://127.0.0.1:2379,127.0.0.1:2380", "--ha-replica-id",
-                           "clusterd-0", "--ha-key-prefix", "/team-a/", "--ha-lease-ttl", "2s"},
-                          &help);
+      ParseClusterdFlags({"--insecure", "--etcd-endpoints=http://127.0.0.1:2379,127.0.0.1:2380", "--ha-replica-id",
+                          "clusterd-0", "--ha-key-prefix", "/team-a/", "--ha-lease-ttl", "2s"},
+                         &help);
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   EXPECT_EQ(cfg->ha.etcd_endpoints, (std::vector<std::string>{"http://127.0.0.1:2379", "127.0.0.1:2380"}));
   EXPECT_EQ(cfg->ha.replica_id, "clusterd-0");
   EXPECT_EQ(cfg->ha.key_prefix, "/team-a/");
   EXPECT_EQ(cfg->ha.lease_ttl, std::chrono::seconds(2));
 
-  auto tls = ParseClusterdConfig({"--insecure", "--etcd-endpoints", "https://a:2379,https://b:2379", "--etcd-ca-file",
-                                  "/ca.pem", "--etcd-cert-file", "/c.pem", "--etcd-key-file", "/k.pem"},
-                                 &help);
+  auto tls = ParseClusterdFlags({"--insecure", "--etcd-endpoints", "https://a:2379,https://b:2379", "--etcd-ca-file",
+                                 "/ca.pem", "--etcd-cert-file", "/c.pem", "--etcd-key-file", "/k.pem"},
+                                &help);
   ASSERT_TRUE(tls.ok()) << tls.status().ToString();
   EXPECT_EQ(tls->ha.etcd_ca_file, "/ca.pem");
   EXPECT_EQ(tls->ha.etcd_cert_file, "/c.pem");
@@ -239,36 +240,36 @@ TEST(Config, HighAvailability) {
         std::vector<std::string>{"--insecure", "--etcd-endpoints", "http://a:2379", "--etcd-ca-file", "/ca.pem"},
         std::vector<std::string>{"--insecure", "--etcd-endpoints", "https://a:2379", "--etcd-cert-file", "/c.pem"},
         std::vector<std::string>{"--insecure", "--etcd-endpoints", "https://a:2379", "--etcd-key-file", "/k.pem"}}) {
-    auto r = ParseClusterdConfig(bad, &help);
+    auto r = ParseClusterdFlags(bad, &help);
     ASSERT_FALSE(r.ok()) << bad[2];
     EXPECT_NE(r.status().message().find("etcd_"), std::string::npos) << r.status().message();
   }
-  auto pod = ParseClusterdConfig(
+  auto pod = ParseClusterdFlags(
       {"--insecure", "--ha-pod", "fault-mgmt/clusterd-1", "--ha-advertise-address", "10.0.0.5:11253"}, &help);
   ASSERT_TRUE(pod.ok()) << pod.status().ToString();
   EXPECT_EQ(pod->ha.pod_namespace, "fault-mgmt");
   EXPECT_EQ(pod->ha.pod_name, "clusterd-1");
   EXPECT_EQ(pod->ha.advertise_address, "10.0.0.5:11253");
   for (const char* bad_pod : {"clusterd-1", "/x", "ns/", "NS/x", "ns/a b"}) {
-    auto r = ParseClusterdConfig({"--insecure", "--ha-pod", bad_pod}, &help);
+    auto r = ParseClusterdFlags({"--insecure", "--ha-pod", bad_pod}, &help);
     ASSERT_FALSE(r.ok()) << bad_pod;
     EXPECT_NE(r.status().message().find("ha_pod"), std::string::npos) << r.status().message();
   }
   for (const char* bad_addr : {"10.0.0.5", ":80", "host:", "host:http", "a/b:80"}) {
-    auto r = ParseClusterdConfig({"--insecure", "--ha-advertise-address", bad_addr}, &help);
+    auto r = ParseClusterdFlags({"--insecure", "--ha-advertise-address", bad_addr}, &help);
     ASSERT_FALSE(r.ok()) << bad_addr;
     EXPECT_NE(r.status().message().find("ha_advertise_address"), std::string::npos) << r.status().message();
   }
-  auto no_port = ParseClusterdConfig({"--insecure", "--etcd-endpoints", "nohostport"}, &help);
+  auto no_port = ParseClusterdFlags({"--insecure", "--etcd-endpoints", "nohostport"}, &help);
   ASSERT_FALSE(no_port.ok());
   EXPECT_NE(no_port.status().message().find("etcd_endpoints"), std::string::npos) << no_port.status().message();
-  auto prefix = ParseClusterdConfig({"--insecure", "--ha-key-prefix=/x"}, &help);
+  auto prefix = ParseClusterdFlags({"--insecure", "--ha-key-prefix=/x"}, &help);
   ASSERT_FALSE(prefix.ok());
   EXPECT_NE(prefix.status().message().find("ha_key_prefix"), std::string::npos) << prefix.status().message();
-  auto short_ttl = ParseClusterdConfig({"--insecure", "--ha-lease-ttl=500ms"}, &help);
+  auto short_ttl = ParseClusterdFlags({"--insecure", "--ha-lease-ttl=500ms"}, &help);
   ASSERT_FALSE(short_ttl.ok());
   EXPECT_NE(short_ttl.status().message().find("ha_lease_ttl"), std::string::npos) << short_ttl.status().message();
-  auto slash = ParseClusterdConfig({"--insecure", "--ha-replica-id", "pod/0"}, &help);
+  auto slash = ParseClusterdFlags({"--insecure", "--ha-replica-id", "pod/0"}, &help);
   ASSERT_FALSE(slash.ok());
   EXPECT_NE(slash.status().message().find("ha_replica_id"), std::string::npos) << slash.status().message();
 }
@@ -276,29 +277,29 @@ TEST(Config, HighAvailability) {
 // fault.Fault's registration limits: one client's share is a key and a flag.
 TEST(Config, MindClusterRegistrationLimits) {
   bool help = false;
-  auto dflt = ParseClusterdConfig({"--insecure"}, &help);
+  auto dflt = ParseClusterdFlags({"--insecure"}, &help);
   ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
   EXPECT_EQ(dflt->mindcluster_max_subscribers, 1000u);
   EXPECT_EQ(dflt->mindcluster_max_registrations_per_principal, 100u);
-  auto flag = ParseClusterdConfig({"--insecure", "--mindcluster-max-registrations-per-principal", "7"}, &help);
+  auto flag = ParseClusterdFlags({"--insecure", "--mindcluster-max-registrations-per-principal", "7"}, &help);
   ASSERT_TRUE(flag.ok()) << flag.status().ToString();
   EXPECT_EQ(flag->mindcluster_max_registrations_per_principal, 7u);
   testing::TempDir dir;
   std::ofstream(dir.Sub("c.json"))
       << R"({"mindcluster_max_subscribers": 50, "mindcluster_max_registrations_per_principal": 50})";
-  auto file = ParseClusterdConfig({"--insecure", "--config", dir.Sub("c.json")}, &help);
+  auto file = ParseClusterdFlags({"--insecure", "--config", dir.Sub("c.json")}, &help);
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ(file->mindcluster_max_subscribers, 50u);
   EXPECT_EQ(file->mindcluster_max_registrations_per_principal, 50u);
   // A lower total alone, with the default share above it, is a valid config
   // (the server applies the smaller of the two).
-  auto over = ParseClusterdConfig({"--insecure", "--mindcluster-max-subscribers", "50"}, &help);
+  auto over = ParseClusterdFlags({"--insecure", "--mindcluster-max-subscribers", "50"}, &help);
   ASSERT_TRUE(over.ok()) << over.status().ToString();
-  auto zero = ParseClusterdConfig({"--insecure", "--mindcluster-max-registrations-per-principal", "0"}, &help);
+  auto zero = ParseClusterdFlags({"--insecure", "--mindcluster-max-registrations-per-principal", "0"}, &help);
   ASSERT_FALSE(zero.ok());
   EXPECT_NE(zero.status().message().find("--mindcluster-max-registrations-per-principal"), std::string::npos)
       << zero.status().message();
-  EXPECT_NE(ClusterdUsage().find("--mindcluster-max-registrations-per-principal N"), std::string::npos);
+  EXPECT_NE(ClusterdHelp().find("--mindcluster-max-registrations-per-principal N"), std::string::npos);
 }
 
 }  // namespace

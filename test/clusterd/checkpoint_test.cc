@@ -1,6 +1,6 @@
-// Checkpoints (clusterd/replication/checkpoint.h): a real RocksDB store
+// Checkpoints (clusterd/ha/replication/checkpoint.h): a real RocksDB store
 // served over a real HTTP port on loopback, fetched, checked and swapped in.
-#include "clusterd/replication/checkpoint.h"
+#include "clusterd/ha/replication/checkpoint.h"
 
 #include <filesystem>
 #include <fstream>
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/replication/log_entry.h"
+#include "clusterd/ha/replication/log_entry.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/http_client.h"
 #include "common/http_server.h"

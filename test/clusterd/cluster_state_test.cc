@@ -1,5 +1,5 @@
-#include "clusterd/cluster_state.h"
-#include "clusterd/watch_hub.h"
+#include "clusterd/engine/watch_hub.h"
+#include "clusterd/state/cluster_state.h"
 
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // The recovery coordinator against a real store and ClusterState, with a fake
 // clock, a fake actuator and a fake agent sink: what is decided, stored and
 // dispatched, escalation, safety gates, and resuming after a restart.
-#include "clusterd/coordinator.h"
+#include "clusterd/recovery/coordinator/coordinator.h"
 
 #include <gtest/gtest.h>
 

@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/disk_monitor.h"
-#include "clusterd/engine.h"
+#include "clusterd/engine/disk_monitor.h"
+#include "clusterd/engine/engine.h"
+#include "clusterd/engine/watch_hub.h"
 #include "clusterd/storage/rocksdb_store.h"
-#include "clusterd/watch_hub.h"
 #include "test_util.h"
 
 namespace clusterd {

@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/catalog.h"
-#include "clusterd/cluster_state.h"
-#include "clusterd/engine.h"
+#include "clusterd/engine/engine.h"
+#include "clusterd/engine/watch_hub.h"
+#include "clusterd/state/catalog.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/memory_store.h"
-#include "clusterd/watch_hub.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "clusterd/integration.h"
+#include "clusterd/engine/integration.h"
 
 namespace clusterd::testing {
 

@@ -7,8 +7,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "clusterd/integration.h"
+#include "clusterd/engine/integration.h"
 #include "clusterd/server/auth.h"
+#include "clusterd/server/registries.h"
 #include "clusterd/server/server.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"

@@ -40,9 +40,9 @@
 #include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 
-#include "clusterd/k8s/client.h"
-#include "clusterd/k8s/informer.h"
-#include "clusterd/k8s/kubeconfig.h"
+#include "clusterd/k8s/api/client.h"
+#include "clusterd/k8s/api/informer.h"
+#include "clusterd/k8s/api/kubeconfig.h"
 
 namespace clusterd::k8s {
 namespace {

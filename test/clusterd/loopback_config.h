@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 
 namespace clusterd::testing {
 

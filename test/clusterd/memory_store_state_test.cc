@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "state_fixtures.h"
 #include "state_on_store.h"
 #include "store_backends.h"

@@ -1,6 +1,6 @@
-// MindCluster's FaultMsgSignal built from ClusterState (mindcluster_signal.h):
+// MindCluster's FaultMsgSignal built from ClusterState (mindcluster/signal.h):
 // every shaping rule on a small cluster held in a MemoryStore.
-#include "clusterd/mindcluster_signal.h"
+#include "clusterd/mindcluster/signal.h"
 
 #include <optional>
 #include <string>

@@ -8,9 +8,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "clusterd/server/pubfault_service.h"
+#include "clusterd/engine/watch_hub.h"
+#include "clusterd/mindcluster/grpc/pubfault_service.h"
 #include "clusterd/storage/memory_store.h"
-#include "clusterd/watch_hub.h"
 #include "test_util.h"
 
 namespace clusterd {

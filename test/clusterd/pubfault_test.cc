@@ -3,7 +3,7 @@
 // with minimum visibility / once, kept across a restart) — docs/mindcluster.md.
 #include <gtest/gtest.h>
 
-#include "clusterd/pubfault.h"
+#include "clusterd/mindcluster/pubfault.h"
 #include "state_fixtures.h"
 #include "state_on_store.h"
 

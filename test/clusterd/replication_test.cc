@@ -1,5 +1,5 @@
 // The replicated commit log's entries and the leader's ReplicatedStore
-// (clusterd/replication), on MemoryStores and a fake log.
+// (clusterd/ha/replication), on MemoryStores and a fake log.
 #include <functional>
 #include <map>
 #include <memory>
@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/replication/log_entry.h"
-#include "clusterd/replication/replicated_store.h"
+#include "clusterd/ha/replication/log_entry.h"
+#include "clusterd/ha/replication/replicated_store.h"
 #include "clusterd/storage/key_codec.h"
 #include "clusterd/storage/memory_store.h"
 #include "clusterd/storage/schema.h"

@@ -15,9 +15,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "agent_client.h"
+#include "clusterd/k8s/token_reviewer.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/authz.h"
+#include "clusterd/server/registries.h"
 #include "clusterd/server/server.h"
 #include "clusterd/server/status_page.h"
 #include "clusterd/v1/admin.grpc.pb.h"
@@ -27,6 +28,7 @@
 #include "common/grpc/credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mindcluster/pubfault.grpc.pb.h"
+#include "agent_client.h"
 #include "http_get.h"
 #include "loopback_config.h"
 #include "test_certs.h"
@@ -118,21 +120,21 @@ TEST(SecurityConfigTest, PlaintextOnlyWhenAskedFor) {
   EXPECT_NE(st.message().find("--insecure"), std::string::npos) << st.message();
 
   bool help = false;
-  auto parsed = ParseClusterdConfig({"--insecure", "--tls-cert-file", "x.crt"}, &help);
+  auto parsed = ParseClusterdFlags({"--insecure", "--tls-cert-file", "x.crt"}, &help);
   ASSERT_FALSE(parsed.ok());
   EXPECT_NE(parsed.status().message().find("insecure"), std::string::npos) << parsed.status().message();
-  parsed = ParseClusterdConfig({"--tls-cert-file", "x.crt", "--tls-key-file", "x.key"}, &help);
+  parsed = ParseClusterdFlags({"--tls-cert-file", "x.crt", "--tls-key-file", "x.key"}, &help);
   ASSERT_FALSE(parsed.ok());  // TLS with no way to authenticate anyone
   EXPECT_NE(parsed.status().message().find("authenticate"), std::string::npos) << parsed.status().message();
-  parsed = ParseClusterdConfig({"--insecure"}, &help);
+  parsed = ParseClusterdFlags({"--insecure"}, &help);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_TRUE(parsed->insecure);
-  parsed = ParseClusterdConfig({"--auth-bindings", "viewer=group:system:authenticated,operator=user:bob", "--insecure",
-                                "false", "--tls-cert-file", "a", "--tls-key-file", "b", "--auth-token-file", "t"},
-                               &help);
+  parsed = ParseClusterdFlags({"--auth-bindings", "viewer=group:system:authenticated,operator=user:bob", "--insecure",
+                               "false", "--tls-cert-file", "a", "--tls-key-file", "b", "--auth-token-file", "t"},
+                              &help);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->auth.bindings.size(), 2u);
-  parsed = ParseClusterdConfig({"--insecure", "--auth-bindings", "agent=user:x"}, &help);
+  parsed = ParseClusterdFlags({"--insecure", "--auth-bindings", "agent=user:x"}, &help);
   EXPECT_FALSE(parsed.ok());  // agents come from their node-scoped names only
 }
 

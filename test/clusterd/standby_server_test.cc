@@ -1,9 +1,9 @@
-// A standby's read-only gRPC server (clusterd/server/standby_server.h) over
+// A standby's read-only gRPC server (clusterd/ha/standby_server.h) over
 // real gRPC on loopback. A leader ClusterdServer runs in-process with its
 // store wrapped in the replicated store over a log that records each entry;
 // the test plays the follower: it applies those entries to the standby's own
 // store, then tells the standby (Applied, Refresh).
-#include "clusterd/server/standby_server.h"
+#include "clusterd/ha/standby_server.h"
 
 #include <future>
 #include <limits>
@@ -18,8 +18,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "clusterd/replication/log_entry.h"
-#include "clusterd/replication/replicated_store.h"
+#include "clusterd/ha/replication/log_entry.h"
+#include "clusterd/ha/replication/replicated_store.h"
 #include "clusterd/server/server.h"
 #include "clusterd/storage/memory_store.h"
 #include "grpc/health/v1/health.grpc.pb.h"

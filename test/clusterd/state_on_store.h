@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "store_backends.h"
 
 namespace clusterd::testing {

@@ -1,7 +1,7 @@
-// The fault catalog override file (clusterd/catalog.h Catalog::MergeJson),
+// The fault catalog override file (clusterd/state/catalog.h Catalog::MergeJson),
 // merged over the built-in catalog as clusterd does at start. Anything must
 // merge completely or give an InvalidArgument and change nothing.
-#include "clusterd/catalog.h"
+#include "clusterd/state/catalog.h"
 #include "fuzz_util.h"
 
 using namespace clusterd;

@@ -1,4 +1,4 @@
-// Checkpoint manifests (clusterd/replication/checkpoint.h): a replica that
+// Checkpoint manifests (clusterd/ha/replication/checkpoint.h): a replica that
 // rebuilds reads one from a peer's HTTP answer and creates the files it
 // names, so any bytes must give a manifest or an InvalidArgument, and an
 // accepted manifest names only plain file names (nothing that could leave the
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "clusterd/replication/checkpoint.h"
+#include "clusterd/ha/replication/checkpoint.h"
 #include "fuzz_util.h"
 
 using namespace clusterd;

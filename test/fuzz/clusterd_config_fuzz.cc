@@ -1,7 +1,7 @@
-// ClusterD's JSON config file (clusterd/config.h ApplyClusterdConfigJson): the
+// ClusterD's JSON config file (clusterd/config/config.h ApplyClusterdConfigJson): the
 // --config file an operator (or a Helm values file) provides. Anything must
 // apply completely or give an InvalidArgument and change nothing.
-#include "clusterd/config.h"
+#include "clusterd/config/config.h"
 #include "fuzz_util.h"
 
 using namespace clusterd;

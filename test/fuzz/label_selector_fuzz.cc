@@ -1,4 +1,4 @@
-// ListNodes' label_selector (clusterd/cluster_state.cc), a string any client
+// ListNodes' label_selector (clusterd/state/cluster_state.cc), a string any client
 // sends. Anything must give a page of nodes or an InvalidArgument, never a
 // crash; the empty selector matches every node; a selector can only narrow.
 #include "fuzz_util.h"

@@ -3,7 +3,7 @@
 // sees. Planning must answer one of the reference codes, never crash, and
 // every fault it plans must be within the rules (a valid id and code, a
 // DNS-1123 node or a serial, a device in 0..31), and a refusal plans none.
-#include "clusterd/pubfault.h"
+#include "clusterd/mindcluster/pubfault.h"
 #include "fuzz_util.h"
 
 using namespace clusterd;

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "clusterd/cluster_state.h"
+#include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "fuzz_util.h"
 

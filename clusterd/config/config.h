@@ -1,0 +1,252 @@
+// ClusterD configuration: defaults, a JSON file (--config) and flags, parsed
+// in one place. A flag overrides the file; every error names the key.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "clusterd/v1/types.pb.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+struct ClusterdConfig {
+  std::string listen = "0.0.0.0:8899";
+  std::string http_listen = "0.0.0.0:11253";
+  std::string data_dir = "./clusterd-data";
+  // Free-space reserve of the data dir's filesystem: below it (bytes or
+  // inodes) client writes are refused with UNAVAILABLE and the store is
+  // opened read-only at start, so that RocksDB never meets ENOSPC (its WAL
+  // asserts on one); writes resume by themselves when space returns. It also
+  // covers RocksDB's own memtable flushes and compactions.
+  uint64_t min_free_bytes = 256ull << 20;
+  uint64_t min_free_inodes = 1024;
+  std::chrono::nanoseconds node_grace = std::chrono::seconds(10);
+  // Advertised to agents in the Welcome.
+  std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
+  std::string catalog_file;  // optional override, merged over the built-in catalog
+  v1::FaultLevel default_level = v1::FAULT_LEVEL_SUB_HEALTH;
+  // Event-log retention: keep at most this many events, none older than this.
+  uint64_t retention_events = 1'000'000;
+  std::chrono::nanoseconds retention_age = std::chrono::hours(24 * 7);
+  std::chrono::nanoseconds retention_interval = std::chrono::seconds(60);
+  // Under a steady light load a group commit may wait this long for more
+  // changes (EngineOptions::commit_delay); 0 never waits.
+  std::chrono::nanoseconds commit_delay = std::chrono::milliseconds(2);
+  // Watchers: recent events kept in memory, and how far a live watcher may
+  // fall behind before it is ended with RESOURCE_EXHAUSTED.
+  uint32_t watch_cache_events = 65'536;
+  uint32_t watch_max_lag_events = 10'000;
+  uint32_t max_message_bytes = 4 << 20;
+  uint32_t max_streams = 20'000;
+  // Messages of one agent stream accepted but not yet durable before reading pauses.
+  uint32_t max_inflight_per_stream = 256;
+  // Connection admission (fds and slots a client may hold): an agent stream
+  // that sends no valid Hello within hello_timeout is ended; one peer address
+  // may hold at most max_streams_per_peer agent streams and
+  // max_watch_streams_per_peer Watch streams; max_watch_streams in all.
+  std::chrono::nanoseconds hello_timeout = std::chrono::seconds(10);
+  uint32_t max_streams_per_peer = 1'000;
+  uint32_t max_watch_streams = 10'000;
+  uint32_t max_watch_streams_per_peer = 1'000;
+  // HTTP port: most connections open at once, most of them from one IP
+  // address (0: no per-peer limit; else below max_http_connections), and the
+  // longest wait for a whole request (also the keep-alive idle time). A
+  // share of the connections is kept for the probe paths (server_parts.h:
+  // MakeHttpServerOptions).
+  uint32_t max_http_connections = 256;
+  uint32_t max_http_connections_per_peer = 64;
+  std::chrono::nanoseconds http_timeout = std::chrono::seconds(30);
+  // gRPC port: a connection that has not finished the HTTP/2 handshake
+  // within this is closed; and how often /readyz's self-check opens a new
+  // loopback connection and calls Health/Check, with what deadline
+  // (interval 0 turns the check off).
+  std::chrono::nanoseconds grpc_handshake_timeout = std::chrono::seconds(10);
+  std::chrono::nanoseconds grpc_self_check_interval = std::chrono::seconds(5);
+  std::chrono::nanoseconds grpc_self_check_timeout = std::chrono::seconds(2);
+  // /healthz fails (so a liveness probe restarts the process) once the
+  // self-check has failed without a break for this long: gRPC 1.51 never
+  // brings a listener back after accept() failed. 0: never.
+  std::chrono::nanoseconds grpc_unhealthy_after = std::chrono::seconds(60);
+  // Size limits that keep every computation and answer bounded: ranks per
+  // job (16,000 nodes x 16 devices = 256,000 ranks fit), active faults per
+  // node (counted apart for the agent and for external reporters) and
+  // impacts listed per job in an answer.
+  uint32_t max_job_ranks = 131'072;
+  uint32_t max_faults_per_node = 4096;
+  uint32_t max_job_impacts = 1024;
+  std::string log_level = "info";
+  // Recovery: how cluster actions are carried out ("none", "exec", "webhook").
+  std::string actuator = "none";
+  std::string actuator_command;  // exec: run with /bin/sh -c, the action as JSON on stdin
+  std::string actuator_url;      // webhook: http://host:port/path
+  // Integrations to run alongside ClusterD, by registered name
+  // (integration.h: BuiltinIntegrations): "kubernetes" discovers jobs from
+  // pods and PodGroups, follows Node readiness and keeps a Node condition.
+  std::vector<std::string> integrations;
+  // The Kubernetes API (integration and actuator "kubernetes";
+  // docs/kubernetes.md). Empty kubeconfig: the pod's service account.
+  struct Kubernetes {
+    std::string kubeconfig;
+    std::string kube_context;
+    std::string namespace_;  // "" = every namespace
+    std::string rank_annotation = "hccl/rankIndex";
+    std::string rank_env;  // e.g. "RANK" (PyTorchJob) when the annotation is absent
+    std::string devices_annotation = "huawei.com/AscendReal";
+    std::string job_kind_label = "clusterd.io/job-kind";
+    bool podgroups = true;  // follow Volcano PodGroups
+    std::string taint_key = "clusterd.io/fault";
+    std::string taint_effect = "NoSchedule";
+    std::string node_condition = "AcceleratorHealthy";
+    v1::FaultLevel node_not_ready_level = v1::FAULT_LEVEL_PRE_SEPARATE;
+    std::chrono::nanoseconds eviction_timeout = std::chrono::seconds(60);
+    bool delete_fallback = false;
+    // How often the Node conditions are compared with ClusterD's health.
+    std::chrono::nanoseconds condition_interval = std::chrono::seconds(5);
+  } k8s;
+  // Transport security and authentication (docs/security.md). Without a
+  // server certificate ClusterD starts only when `insecure` says so: then
+  // the gRPC port is plaintext and every caller may do everything, recorded
+  // under the actor it claims (local development, the demo).
+  bool insecure = false;
+  struct Tls {
+    std::string cert_file;
+    std::string key_file;
+    // CA bundle that signs client certificates; client_auth says whether a
+    // client must present one ("require": mutual TLS, the default with a CA),
+    // may ("request") or is not asked ("none", the default without one).
+    std::string client_ca_file;
+    std::string client_auth;
+    // How often the certificate, key and CA files are re-read (rotation).
+    std::chrono::nanoseconds reload_interval = std::chrono::seconds(10);
+  } tls;
+  struct Auth {
+    // Bearer tokens in kube-apiserver --token-auth-file form.
+    std::string token_file;
+    // Tokens not in the file are checked with the Kubernetes TokenReview API
+    // (kubeconfig above, or the pod's service account) for this audience.
+    bool token_review = false;
+    std::string token_audience = "clusterd";
+    std::chrono::nanoseconds token_cache_ttl = std::chrono::seconds(60);
+    // "namespace/name" of service accounts whose pod-bound tokens are NodeD
+    // agents (the node is the token's node-name).
+    std::vector<std::string> agent_service_accounts;
+    // "ROLE=user:NAME" or "ROLE=group:NAME".
+    std::vector<std::string> bindings;
+    // /metrics needs a viewer's bearer token.
+    bool metrics_auth = false;
+  } auth;
+  // MindCluster's PubFault.SendPublicFault (docs/mindcluster.md): a code
+  // table merged over the built-in one, the resources allowed, their rate
+  // limit and the most public faults active at once.
+  struct PubFault {
+    std::string code_table_file;
+    std::vector<std::string> resources = {"CCAE", "fd-online", "pingmesh", "Netmind", "dpcStorage", "dtfsStorage"};
+    double rate_per_second = 1.0;
+    uint32_t burst = 100;
+    uint32_t max_faults = 50'000;
+  } pubfault;
+  // MindCluster's fault.Fault: registrations, and subscription streams, at
+  // most (RESOURCE_EXHAUSTED beyond).
+  uint32_t mindcluster_max_subscribers = 1000;
+  // fault.Fault registrations one client (authenticated principal, or IP
+  // address without authentication) holds at most; no more than
+  // mindcluster_max_subscribers.
+  uint32_t mindcluster_max_registrations_per_principal = 100;
+  // A fault.Fault registration with no stream open for this long expires.
+  std::chrono::seconds mindcluster_registration_ttl{300};
+  // High availability (docs/ha.md): with etcd endpoints, this process is one
+  // replica of several; etcd holds the replicated commit log and the
+  // election. Empty (the default): one process, RocksDB only, as always.
+  struct Ha {
+    // "http://host:port" or "host:port", any member of one etcd cluster; or
+    // "https://host:port" (TLS) for every member.
+    std::vector<std::string> etcd_endpoints;
+    // TLS to etcd (https endpoints): the CA bundle the members' certificates
+    // chain to (empty: the system's roots), and a client certificate and key
+    // for an etcd with --client-cert-auth (both or neither). Read at start.
+    std::string etcd_ca_file;
+    std::string etcd_cert_file;
+    std::string etcd_key_file;
+    // Unique per replica (the pod name on Kubernetes); default: the host name.
+    std::string replica_id;
+    // Every key ClusterD writes in etcd starts with it, so installations can
+    // share an etcd cluster.
+    std::string key_prefix = "/clusterd/";
+    // The leader's lease: a replica that stops renewing it for this long is
+    // no longer the leader and another takes over.
+    std::chrono::nanoseconds lease_ttl = std::chrono::seconds(2);
+    // Every etcd request ends within this, so a lost etcd leader or member
+    // never hangs a write for longer.
+    std::chrono::nanoseconds request_timeout = std::chrono::seconds(2);
+    // A group commit's change set stops growing past this (one etcd
+    // transaction carries it; etcd's --max-request-bytes must be larger).
+    uint64_t max_entry_bytes = 1 << 20;
+    // Log entries kept in etcd behind the slowest live replica, so that a
+    // replica that was away briefly catches up from the log.
+    uint64_t log_retain_entries = 10'000;
+    // "host:port" where peers reach this replica's HTTP port for a checkpoint
+    // of its store (a replica that rebuilds fetches one). Empty: the
+    // http_listen address when it names one host, else the host name and the
+    // HTTP port.
+    std::string advertise_address;
+    // "namespace/name" of this replica's pod. Set: the replica labels it
+    // clusterd.io/ha-role=leader or standby through the Kubernetes API (the
+    // k8s_kubeconfig, or the pod's service account), so a Service selecting
+    // the label follows the leader while every healthy replica is Ready
+    // (/readyz/replica). Replica ids must then be pod names.
+    std::string pod_namespace;
+    std::string pod_name;
+  } ha;
+  // Blast radius: at most this many recoveries running at once, and at most
+  // this percentage of nodes isolated.
+  uint32_t max_concurrent_recoveries = 4;
+  uint32_t max_isolated_node_percent = 10;
+  // Retry budgets count recoveries started within this window.
+  std::chrono::nanoseconds recovery_budget_window = std::chrono::hours(24);
+  // After a restart, steps in flight get at least this long to be answered.
+  std::chrono::nanoseconds recovery_resume_grace = std::chrono::seconds(30);
+  // Finished recovery records kept: at most this many in all, none that ended
+  // longer ago than this (never a running one, a job's newest, or one within
+  // the budget window).
+  uint32_t recovery_retention_count = 10'000;
+  std::chrono::nanoseconds recovery_retention_age = std::chrono::hours(24 * 30);
+};
+
+// What the configuration cannot know by itself: the names --actuator and
+// --integrations may take, and what each actuator kind needs of the rest of
+// the configuration. The registries' owner gives them (the composition root,
+// server/registries.h: BuiltinConfigChecks), so that the config knows no
+// registry and sits below everything that reads it.
+struct ConfigChecks {
+  std::vector<std::string> actuators;
+  std::vector<std::string> integrations;
+  // E.g. exec needs --actuator-command; empty: nothing more to check.
+  std::function<Status(const ClusterdConfig&)> validate_actuator;
+};
+
+// Parses flags (argv[1..]) and the --config file they name, if any. Returns
+// InvalidArgument naming the flag or key on any bad value, or a name outside
+// `checks` (CheckNames). `help` is set when --help was given.
+StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, const ConfigChecks& checks,
+                                             bool* help);
+
+// cfg's actuator and integrations are among `checks`' names, and the
+// actuator's own check passes.
+Status CheckNames(const ClusterdConfig& cfg, const ConfigChecks& checks);
+
+// Applies a JSON object over cfg. `origin` prefixes error messages.
+Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view origin, ClusterdConfig* cfg);
+
+// The transport-security settings fit together: a server certificate or
+// `insecure` (never both), a client CA when client certificates are asked
+// for, a token source for metrics_auth. Also checked by ClusterdServer::Start.
+Status ValidateSecurity(const ClusterdConfig& cfg);
+
+// --help, with the names `checks` allows.
+std::string ClusterdUsage(const ConfigChecks& checks);
+
+}  // namespace clusterd

@@ -1,0 +1,124 @@
+#include "clusterd/engine/integration.h"
+
+#include <algorithm>
+#include <mutex>
+#include <shared_mutex>
+
+#include "clusterd/engine/engine.h"
+#include "clusterd/state/cluster_state.h"
+
+namespace clusterd {
+namespace {
+
+class EngineCommands final : public ClusterCommands {
+ public:
+  EngineCommands(Engine* engine, const ClusterState* state, Principal principal)
+      : engine_(engine), state_(state), principal_(std::move(principal)) {}
+
+  void ReportFault(v1::ReportRequest report, Reply<v1::ReportResponse> reply) override {
+    // Checked before it is queued, once, as FaultService.Report does.
+    auto valid = Validate(std::move(report));
+    if (!valid.ok()) {
+      reply(valid.status());
+      return;
+    }
+    Write<v1::ReportResponse>(
+        std::move(reply), [report = *valid](ClusterState& state, Mutation* m) { return state.ApplyReport(report, m); });
+  }
+
+  void CreateJob(v1::Job job, Reply<v1::Job> reply) override {
+    Write<v1::Job>(std::move(reply),
+                   [job = std::move(job), source = principal_.actor()](ClusterState& state, Mutation* m) {
+                     return state.ApplyCreateJob(job, m, source);
+                   });
+  }
+
+  void UpdateJob(v1::Job job, Reply<v1::Job> reply) override {
+    Write<v1::Job>(std::move(reply),
+                   [job = std::move(job), source = principal_.actor()](ClusterState& state, Mutation* m) {
+                     return state.ApplyUpdateJob(job, m, source);
+                   });
+  }
+
+  void DeleteJob(std::string id, Reply<uint64_t> reply) override {
+    Write<uint64_t>(std::move(reply),
+                    [id = std::move(id), source = principal_.actor()](ClusterState& state, Mutation* m) {
+                      return state.ApplyDeleteJob(id, m, source);
+                    });
+  }
+
+  void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) override {
+    Write<v1::Node>(std::move(reply), [node = std::move(node), cordon, reason = std::move(reason),
+                                       actor = principal_.actor()](ClusterState& state, Mutation* m) {
+      return state.ApplyCordon(node, cordon, actor, reason, m);
+    });
+  }
+
+  StatusOr<v1::Job> GetJob(const std::string& id) const override {
+    return state_->Read([&](const StateView& s) { return s.GetJob(id); });
+  }
+  StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req) const override {
+    return state_->Read([&](const StateView& s) { return s.ListJobs(req); });
+  }
+  StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const override {
+    return state_->Read([&](const StateView& s) { return s.GetNode(req); });
+  }
+  StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const override {
+    return state_->Read([&](const StateView& s) { return s.ListNodes(req); });
+  }
+  StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const override {
+    return state_->Read([&](const StateView& s) { return s.ListFaults(req); });
+  }
+
+ private:
+  // Submits `apply` (StatusOr<T>(ClusterState&, Mutation*), on the writer
+  // thread) as a client's write and replies once its change is durable, or
+  // at once when the write is refused.
+  template <typename T, typename Apply>
+  void Write(Reply<T> reply, Apply apply) {
+    auto shared_reply = std::make_shared<Reply<T>>(std::move(reply));
+    Status submitted = engine_->SubmitWrite(
+        [shared_reply, apply = std::move(apply)](ClusterState& state, Mutation* m) -> Engine::Done {
+          auto result = std::make_shared<StatusOr<T>>(apply(state, m));
+          return [shared_reply, result] { (*shared_reply)(std::move(*result)); };
+        });
+    if (!submitted.ok()) (*shared_reply)(std::move(submitted));
+  }
+
+  Engine* const engine_;
+  const ClusterState* const state_;
+  const Principal principal_;
+};
+
+}  // namespace
+
+Status IntegrationRegistry::Register(std::string name, Factory factory) {
+  if (name.empty()) return InvalidArgument("integration registry: empty name");
+  if (!factory) return InvalidArgument("integration registry: " + name + " has no factory");
+  if (Has(name)) return InvalidArgument("integration registry: " + name + " is already registered");
+  names_.push_back(std::move(name));
+  factories_.push_back(std::move(factory));
+  return Status::Ok();
+}
+
+bool IntegrationRegistry::Has(std::string_view name) const {
+  return std::find(names_.begin(), names_.end(), name) != names_.end();
+}
+
+StatusOr<std::unique_ptr<Integration>> IntegrationRegistry::Create(std::string_view name,
+                                                                   const ClusterdConfig& config) const {
+  auto it = std::find(names_.begin(), names_.end(), name);
+  if (it == names_.end()) {
+    std::string known;
+    for (const auto& n : names_) known += (known.empty() ? "" : ", ") + n;
+    return InvalidArgument("integrations: \"" + std::string(name) + "\" is not one of the known integrations (" +
+                           (known.empty() ? "none yet" : known) + ")");
+  }
+  return factories_[static_cast<size_t>(it - names_.begin())](config);
+}
+
+std::unique_ptr<ClusterCommands> MakeEngineCommands(Engine* engine, const ClusterState* state, Principal principal) {
+  return std::make_unique<EngineCommands>(engine, state, std::move(principal));
+}
+
+}  // namespace clusterd

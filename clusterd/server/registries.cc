@@ -1,0 +1,82 @@
+#include "clusterd/server/registries.h"
+
+#include <cstdlib>
+
+#include "clusterd/engine/integration.h"
+#include "clusterd/k8s/kubernetes.h"
+#include "clusterd/recovery/actuators/registry.h"
+
+namespace clusterd {
+
+const ActuatorRegistry& BuiltinActuators() {
+  static const ActuatorRegistry registry = [] {
+    ActuatorRegistry r;
+    // Registering cannot fail here (fixed, distinct names); a failure would
+    // be a programming error caught by the registry test.
+    Status st = r.Register(
+        "none", [](const ClusterdConfig&) -> StatusOr<std::unique_ptr<Actuator>> { return MakeNoneActuator(); });
+    if (st.ok()) {
+      st = r.Register(
+          "exec",
+          [](const ClusterdConfig& c) {
+            ExecActuatorOptions o;
+            o.command = c.actuator_command;
+            return MakeExecActuator(std::move(o));
+          },
+          [](const ClusterdConfig& c) {
+            if (c.actuator_command.empty()) return InvalidArgument("--actuator-command: required with --actuator exec");
+            return Status::Ok();
+          });
+    }
+    if (st.ok()) {
+      st = r.Register(
+          "webhook",
+          [](const ClusterdConfig& c) {
+            WebhookActuatorOptions o;
+            o.url = c.actuator_url;
+            return MakeWebhookActuator(o);
+          },
+          [](const ClusterdConfig& c) {
+            if (c.actuator_url.empty()) return InvalidArgument("--actuator-url: required with --actuator webhook");
+            return Status::Ok();
+          });
+    }
+    if (st.ok()) {
+      // The API server from --kubeconfig or the pod's service account
+      // (docs/kubernetes.md); reached at start, so a bad kubeconfig fails it.
+      st = r.Register("kubernetes", [](const ClusterdConfig& c) { return MakeKubernetesActuator(c); });
+    }
+    if (!st.ok()) std::abort();
+    return r;
+  }();
+  return registry;
+}
+
+const IntegrationRegistry& BuiltinIntegrations() {
+  static const IntegrationRegistry registry = [] {
+    IntegrationRegistry r;
+    // Jobs from pods and PodGroups, Node readiness, Node conditions
+    // (clusterd/k8s/kubernetes.h). Another integration registers here too.
+    Status st = r.Register("kubernetes", [](const ClusterdConfig& c) { return MakeKubernetesIntegration(c); });
+    if (!st.ok()) std::abort();
+    return r;
+  }();
+  return registry;
+}
+
+const ConfigChecks& BuiltinConfigChecks() {
+  static const ConfigChecks checks{
+      .actuators = BuiltinActuators().Names(),
+      .integrations = BuiltinIntegrations().Names(),
+      .validate_actuator = [](const ClusterdConfig& cfg) { return BuiltinActuators().Validate(cfg); },
+  };
+  return checks;
+}
+
+StatusOr<ClusterdConfig> ParseClusterdFlags(const std::vector<std::string>& args, bool* help) {
+  return ParseClusterdConfig(args, BuiltinConfigChecks(), help);
+}
+
+std::string ClusterdHelp() { return ClusterdUsage(BuiltinConfigChecks()); }
+
+}  // namespace clusterd

@@ -1,0 +1,41 @@
+// Fault code -> level. The default catalog is compiled in from the public
+// Ascend mapping (clusterd/state/catalog/ascend-fault-codes.json); an override file
+// in the same format replaces or adds entries. Immutable after construction,
+// so safe to read from any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "clusterd/v1/types.pb.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+class Catalog {
+ public:
+  // The built-in catalog plus the product's own named codes (HEARTBEAT_LOST).
+  static Catalog Default(v1::FaultLevel default_level = v1::FAULT_LEVEL_SUB_HEALTH);
+
+  // Merges a catalog JSON document ({"codes": [{"code", "level"}],
+  // optional "default_level"}) over this one. On error nothing changes and the
+  // Status names the offending entry.
+  Status MergeJson(std::string_view json_text, std::string_view origin);
+  Status MergeFile(const std::string& path);
+
+  // Catalog level if the code is known; else the reported level if the
+  // reporter gave one; else the default level. Codes compare case-insensitively.
+  v1::FaultLevel Resolve(std::string_view code, v1::FaultLevel reported) const;
+  bool Contains(std::string_view code) const;
+
+  v1::FaultLevel default_level() const { return default_level_; }
+  void set_default_level(v1::FaultLevel level) { default_level_ = level; }
+  size_t size() const { return levels_.size(); }
+
+ private:
+  std::unordered_map<std::string, v1::FaultLevel> levels_;
+  v1::FaultLevel default_level_ = v1::FAULT_LEVEL_SUB_HEALTH;
+};
+
+}  // namespace clusterd

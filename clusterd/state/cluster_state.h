@@ -1,0 +1,185 @@
+// The writer's side of the state: every rule that changes it, over the
+// aggregates (state/: nodes, faults, jobs, recoveries, admin) that own the
+// records. Each Apply* call is one logical change: it changes nothing on
+// error; on success the aggregates change in memory and append their
+// records, the revision bump and the events to the caller's Mutation, which
+// the Engine commits as one synced Store write. The rules that span
+// aggregates live here: a fault's event names the jobs it hits, a fault
+// change recomputes its node's and device's health, a hello reconciles the
+// agent's faults, a lost heartbeat raises one.
+//
+// Thread contract: Apply*, CheckLiveness and Load are called only by the
+// Engine's writer thread holding the state's lock exclusively (the Engine is
+// the one writer); readers on any thread go through Read, which holds the
+// lock shared and hands them the read view (StateView) only. Nothing here
+// touches the disk except Load.
+//
+// Validation: a message that arrives as Validated<T> (state/validation.h)
+// was checked at the edge and is not checked again; a plain one is checked
+// here, once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "clusterd/state/catalog.h"
+#include "clusterd/state/mutation.h"
+#include "clusterd/state/public_faults.h"
+#include "clusterd/state/state_view.h"
+#include "clusterd/state/validation.h"
+#include "clusterd/storage/store.h"
+#include "clusterd/v1/admin.pb.h"
+#include "clusterd/v1/agent.pb.h"
+#include "clusterd/v1/cluster.pb.h"
+#include "clusterd/v1/job.pb.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+struct TransitionResult {
+  bool duplicate = false;  // id already stored: acknowledged again, changed nothing
+};
+
+class Engine;
+
+class ClusterState : public StateView {
+ public:
+  // How many agent epochs per node keep their applied sequence.
+  static constexpr size_t kEpochsKept = NodeTable::kEpochsKept;
+  static constexpr const char* kApiSource = JobTable::kApiSource;
+  using RecoveryRetention = RecoveryTable::Retention;
+
+  ClusterState(storage::Store* store, const Catalog* catalog, const Clock* clock);
+
+  // Reads every record. Nodes start disconnected with their grace period
+  // counted from now.
+  Status Load();
+  // The same, with the revision and compaction floor given: a store that a
+  // standby has written since it opened (standby_server.h). Quiet: a standby
+  // loads often.
+  Status Load(uint64_t revision, uint64_t compacted);
+
+  // The one way to read from any thread: fn(const StateView&) runs under the
+  // shared lock (many readers at once, never while the writer applies) and
+  // its result is returned by value, so nothing it points into escapes the
+  // lock.
+  template <typename Fn>
+  auto Read(Fn&& fn) const {
+    std::shared_lock lock(mu_);
+    return std::forward<Fn>(fn)(static_cast<const StateView&>(*this));
+  }
+
+  // Before Load; the defaults otherwise.
+  void set_limits(const StateLimits& limits) { limits_ = limits; }
+
+  // ---- writer thread, mutex held exclusively ----
+  StatusOr<v1::Welcome> ApplyHello(const Validated<v1::Hello>& hello, uint64_t session, Mutation* m);
+  StatusOr<v1::Welcome> ApplyHello(const v1::Hello& hello, uint64_t session, Mutation* m);
+  Status ApplyHeartbeat(const std::string& node, uint64_t session, Mutation* m);
+  Status ApplyMetrics(const std::string& node, uint64_t session, const Validated<v1::MetricSnapshot>& snapshot);
+  Status ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot);
+  StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session,
+                                             const Validated<v1::FaultTransition>& t, Mutation* m);
+  StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session, const v1::FaultTransition& t,
+                                             Mutation* m);
+  void ApplyDisconnect(const std::string& node, uint64_t session);
+  StatusOr<v1::ReportResponse> ApplyReport(const Validated<v1::ReportRequest>& req, Mutation* m);
+  StatusOr<v1::ReportResponse> ApplyReport(const v1::ReportRequest& req, Mutation* m);
+  // Public faults (state/public_faults.h; MindCluster's PubFault plans them): raises or clears
+  // each planned fault under plan.reporter. A fault on a node that is not
+  // registered (or a serial no node carries) is dropped and named in
+  // `dropped`; RESOURCE_EXHAUSTED when options.max_faults would be passed.
+  struct PubFaultResult {
+    uint32_t applied = 0;
+    std::vector<std::string> dropped;
+  };
+  StatusOr<PubFaultResult> ApplyPublicFaults(const PubFaultPlan& plan, const PubFaultOptions& options, Mutation* m);
+  // Clears the faults whose auto_clear_time has come; returns when the next
+  // one is due (TimePoint::max() when none). Called by the writer's tick.
+  TimePoint ExpireAutoClears(TimePoint now, Mutation* m);
+  // AdminService. Each validates, is idempotent, and records actor and reason
+  // in its event.
+  StatusOr<v1::Node> ApplyCordon(const std::string& node, bool cordon, const std::string& actor,
+                                 const std::string& reason, Mutation* m);
+  StatusOr<v1::Fault> ApplyClearFault(const std::string& fault_id, const std::string& actor, const std::string& reason,
+                                      Mutation* m);
+  StatusOr<v1::AdminState> ApplySetRecoveryMode(const v1::SetRecoveryModeRequest& req, Mutation* m);
+
+  // `source` is who writes: "api" (JobService) or an integration's name. It
+  // is stored on the job; a job is changed or deleted only by its own source,
+  // except that the API may delete any job (FailedPrecondition otherwise).
+  // The job is answered with its impacts.
+  StatusOr<v1::Job> ApplyCreateJob(const v1::Job& job, Mutation* m, const std::string& source = kApiSource);
+  StatusOr<v1::Job> ApplyUpdateJob(const v1::Job& job, Mutation* m, const std::string& source = kApiSource);
+  StatusOr<uint64_t> ApplyDeleteJob(const std::string& id, Mutation* m, const std::string& source = kApiSource);
+
+  // ---- recoveries: called by the Coordinator on the writer thread ----
+  // Stores `r` with a new revision (and update_time) and emits one event of
+  // `type` carrying it and its job id. Returns the stored record.
+  const v1::Recovery& PutRecovery(v1::Recovery r, v1::EventType type, Mutation* m) {
+    return recoveries_.Put(std::move(r), type, m);
+  }
+  // The next recovery id for a job: "<job>.<n>".
+  std::string NextRecoveryId(const std::string& job_id) { return recoveries_.NextId(job_id); }
+  // Sets a job's state (JOB_UPDATED event with `reason`); no-op if unchanged.
+  Status SetJobState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m) {
+    return jobs_.SetState(id, state, reason, m);
+  }
+  // Marks a node (device absent) or a device isolated; NODE_UPDATED event.
+  // Idempotent. UncordonNode clears both.
+  Status SetIsolated(const std::string& node, std::optional<uint32_t> device, const std::string& reason, Mutation* m) {
+    return nodes_.SetIsolated(node, device, reason, m);
+  }
+
+  // Raises HEARTBEAT_LOST on every node silent for longer than grace.
+  // Returns when the next node would be silent for longer than grace if it
+  // stays silent (TimePoint::max() if none can be).
+  TimePoint CheckLiveness(std::chrono::nanoseconds grace, Mutation* m);
+  // Adds deletion of events (compacted, to] to m and records the new floor.
+  void ApplyCompaction(uint64_t to, Mutation* m) { journal_.Compact(to, m); }
+  // Finished recovery records kept (RecoveryTable::Retention).
+  size_t ApplyRecoveryRetention(const RecoveryRetention& retention, TimePoint now, Mutation* m);
+
+  // Writes what changed since the last flush and is written once per commit
+  // however often it changed (the revision counter, node and device records)
+  // into m. The Engine calls it once per group, before the commit; anything
+  // that commits a Mutation must.
+  void FlushDirty(Mutation* m) {
+    journal_.Flush(m);
+    nodes_.Flush(m);
+  }
+  // Set by the Engine once a commit is durable.
+  void set_durable_revision(uint64_t r) { journal_.set_durable(r); }
+
+ private:
+  friend class Engine;  // the writer takes the lock exclusively
+  // The lock itself: only the Engine (the writer) takes it, exclusively;
+  // readers go through Read.
+  std::shared_mutex& mutex() const { return mu_; }
+
+  // OK when raising the fault stored under `key` on `node` stays within
+  // max_faults_per_node (a raise of a fault already active always does);
+  // RESOURCE_EXHAUSTED, counted, otherwise. `external`: the raise comes from
+  // FaultService, else from the node's agent.
+  Status CheckFaultRoom(const std::string& node, const std::string& key, bool external) const;
+  // Raise or refresh, with its event and the health it implies; returns the
+  // stored record.
+  const v1::Fault& Raise(NodeState& n, const std::string& key, const v1::Fault& proposed, Mutation* m);
+  bool Clear(NodeState& n, const std::string& key, const std::string& reason, Mutation* m,
+             const std::string& actor = "");
+  // The FAULT_* event of a changed record, naming the jobs it hits.
+  void EmitFault(const v1::Fault& f, v1::EventType type, const std::string& actor, Mutation* m);
+  void RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m);
+  v1::Fault FaultFromReport(const std::string& node, const v1::FaultReport& r) const;
+
+  storage::Store* store_;
+  const Catalog* catalog_;
+  mutable std::shared_mutex mu_;
+};
+
+}  // namespace clusterd
