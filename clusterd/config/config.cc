@@ -1,10 +1,14 @@
 #include "clusterd/config/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include "clusterd/auth/roles.h"
 #include "common/config_util.h"
@@ -35,428 +39,592 @@ std::vector<std::string> SplitList(const std::string& v) {
   return out;
 }
 
-using Setter = std::function<Status(const std::string& value, ClusterdConfig* cfg)>;
+// ------------------------------------------------------------ the table ---
+//
+// Every key is one row: its name (the JSON key; the flag is --name with '_'
+// written '-'), its type and bounds (the maker: U32, Dur, ...), the section
+// and text of --help, and the Helm value that sets it. The parser, --help,
+// the checks and the reference table of docs/configuration.md all come from
+// these rows; the defaults come from ClusterdConfig's initialisers (shown
+// through each row's `show`), so each is written once.
 
-// One table of keys: the JSON file uses the key, flags use --key with '_' -> '-'.
-const std::map<std::string, Setter>& Setters() {
-  static const std::map<std::string, Setter> table = {
-      {"listen", [](const std::string& v, ClusterdConfig* c) { return SetAddress("listen", v, &c->listen); }},
-      {"http_listen",
-       [](const std::string& v, ClusterdConfig* c) { return SetAddress("http_listen", v, &c->http_listen); }},
-      {"min_free_bytes",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU64("min_free_bytes", v, 16ull << 20, 1ull << 40, &c->min_free_bytes);
-       }},
-      {"min_free_inodes",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU64("min_free_inodes", v, 16, 1'000'000'000, &c->min_free_inodes);
-       }},
-      {"data_dir",
-       [](const std::string& v, ClusterdConfig* c) {
-         if (v.empty()) return InvalidArgument("data_dir: must not be empty");
-         c->data_dir = v;
-         return Status::Ok();
-       }},
-      {"node_grace",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("node_grace", v, std::chrono::milliseconds(100), &c->node_grace);
-       }},
-      {"heartbeat_interval",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("heartbeat_interval", v, std::chrono::milliseconds(10), &c->heartbeat_interval);
-       }},
-      {"catalog_file",
-       [](const std::string& v, ClusterdConfig* c) {
-         c->catalog_file = v;
-         return Status::Ok();
-       }},
-      {"default_level",
-       [](const std::string& v, ClusterdConfig* c) {
-         auto level = ParseFaultLevel(v);
-         if (!level) return InvalidArgument("default_level: \"" + v + "\" is not a fault level name");
-         c->default_level = *level;
-         return Status::Ok();
-       }},
-      {"retention_events",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU64("retention_events", v, 1000, UINT64_MAX, &c->retention_events);
-       }},
-      {"retention_age",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("retention_age", v, std::chrono::minutes(1), &c->retention_age);
-       }},
-      {"retention_interval",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("retention_interval", v, std::chrono::milliseconds(100), &c->retention_interval);
-       }},
-      {"commit_delay",
-       [](const std::string& v, ClusterdConfig* c) {
-         CLUSTERD_RETURN_IF_ERROR(SetDuration("commit_delay", v, std::chrono::nanoseconds(0), &c->commit_delay));
-         if (c->commit_delay > std::chrono::milliseconds(100)) {
-           return InvalidArgument("commit_delay: " + v + " is longer than the maximum 100ms");
-         }
-         return Status::Ok();
-       }},
-      {"watch_cache_events",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("watch_cache_events", v, 16, 16'000'000, &c->watch_cache_events);
-       }},
-      {"watch_max_lag_events",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("watch_max_lag_events", v, 16, 16'000'000, &c->watch_max_lag_events);
-       }},
-      {"max_message_bytes",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_message_bytes", v, 4096, 64u << 20, &c->max_message_bytes);
-       }},
-      {"max_streams",
-       [](const std::string& v, ClusterdConfig* c) { return SetU32("max_streams", v, 1, 1'000'000, &c->max_streams); }},
-      {"max_inflight_per_stream",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_inflight_per_stream", v, 1, 65'536, &c->max_inflight_per_stream);
-       }},
-      {"hello_timeout",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("hello_timeout", v, std::chrono::milliseconds(10), &c->hello_timeout);
-       }},
-      {"max_streams_per_peer",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_streams_per_peer", v, 1, 1'000'000, &c->max_streams_per_peer);
-       }},
-      {"max_watch_streams",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_watch_streams", v, 1, 1'000'000, &c->max_watch_streams);
-       }},
-      {"max_watch_streams_per_peer",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_watch_streams_per_peer", v, 1, 1'000'000, &c->max_watch_streams_per_peer);
-       }},
-      {"max_http_connections",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_http_connections", v, 1, 1'000'000, &c->max_http_connections);
-       }},
-      {"max_http_connections_per_peer",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_http_connections_per_peer", v, 0, 1'000'000, &c->max_http_connections_per_peer);
-       }},
-      {"http_timeout",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("http_timeout", v, std::chrono::milliseconds(10), &c->http_timeout);
-       }},
-      {"grpc_handshake_timeout",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("grpc_handshake_timeout", v, std::chrono::milliseconds(100), &c->grpc_handshake_timeout);
-       }},
-      {"grpc_self_check_interval",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("grpc_self_check_interval", v, std::chrono::nanoseconds(0), &c->grpc_self_check_interval);
-       }},
-      {"grpc_unhealthy_after",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("grpc_unhealthy_after", v, std::chrono::nanoseconds(0), &c->grpc_unhealthy_after);
-       }},
-      {"grpc_self_check_timeout",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("grpc_self_check_timeout", v, std::chrono::milliseconds(10), &c->grpc_self_check_timeout);
-       }},
-      {"max_job_ranks", [](const std::string& v,
-                           ClusterdConfig* c) { return SetU32("max_job_ranks", v, 1, 16'777'216, &c->max_job_ranks); }},
-      {"max_faults_per_node",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_faults_per_node", v, 16, 1'000'000, &c->max_faults_per_node);
-       }},
-      {"max_job_impacts",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_job_impacts", v, 1, 100'000, &c->max_job_impacts);
-       }},
-      {"log_level", [](const std::string& v, ClusterdConfig* c) { return SetLogLevel("log_level", v, &c->log_level); }},
-      {"actuator",
-       [](const std::string& v, ClusterdConfig* c) {
-         // A name; ParseClusterdConfig checks it against ConfigChecks::actuators.
-         CLUSTERD_RETURN_IF_ERROR(SetText(v, &c->actuator));
-         return Status::Ok();
-       }},
-      {"actuator_command",
-       [](const std::string& v, ClusterdConfig* c) {
-         c->actuator_command = v;
-         return Status::Ok();
-       }},
-      {"actuator_url",
-       [](const std::string& v, ClusterdConfig* c) {
-         c->actuator_url = v;
-         return Status::Ok();
-       }},
-      {"integrations",
-       [](const std::string& v, ClusterdConfig* c) {
-         std::vector<std::string> names;
-         size_t start = 0;
-         while (start <= v.size() && !v.empty()) {
-           size_t comma = v.find(',', start);
-           std::string name = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-           if (!name.empty()) {
-             // Names; ParseClusterdConfig checks them against ConfigChecks::integrations.
-             CLUSTERD_RETURN_IF_ERROR(SetText(name, &name));
-             if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-           }
-           if (comma == std::string::npos) break;
-           start = comma + 1;
-         }
-         c->integrations = std::move(names);
-         return Status::Ok();
-       }},
-      {"kubeconfig", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.kubeconfig); }},
-      {"kube_context", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.kube_context); }},
-      {"k8s_namespace", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.namespace_); }},
-      {"k8s_rank_annotation",
-       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.rank_annotation); }},
-      {"k8s_rank_env", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.rank_env); }},
-      {"k8s_devices_annotation",
-       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.devices_annotation); }},
-      {"k8s_job_kind_label",
-       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.job_kind_label); }},
-      {"k8s_podgroups",
-       [](const std::string& v, ClusterdConfig* c) { return SetBool("k8s_podgroups", v, &c->k8s.podgroups); }},
-      {"k8s_taint_key", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.taint_key); }},
-      {"k8s_taint_effect",
-       [](const std::string& v, ClusterdConfig* c) {
-         if (v != "NoSchedule" && v != "NoExecute") {
-           return InvalidArgument("k8s_taint_effect: \"" + v + "\" is not NoSchedule or NoExecute");
-         }
-         c->k8s.taint_effect = v;
-         return Status::Ok();
-       }},
-      {"k8s_node_condition",
-       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->k8s.node_condition); }},
-      {"k8s_node_not_ready_level",
-       [](const std::string& v, ClusterdConfig* c) {
-         auto level = ParseFaultLevel(v);
-         if (!level) return InvalidArgument("k8s_node_not_ready_level: \"" + v + "\" is not a fault level name");
-         c->k8s.node_not_ready_level = *level;
-         return Status::Ok();
-       }},
-      {"k8s_eviction_timeout",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("k8s_eviction_timeout", v, std::chrono::seconds(1), &c->k8s.eviction_timeout);
-       }},
-      {"k8s_delete_fallback",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetBool("k8s_delete_fallback", v, &c->k8s.delete_fallback);
-       }},
-      {"k8s_condition_interval",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("k8s_condition_interval", v, std::chrono::milliseconds(100),
-                            &c->k8s.condition_interval);
-       }},
-      {"insecure", [](const std::string& v, ClusterdConfig* c) { return SetBool("insecure", v, &c->insecure); }},
-      {"tls_cert_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->tls.cert_file); }},
-      {"tls_key_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->tls.key_file); }},
-      {"tls_client_ca_file",
-       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->tls.client_ca_file); }},
-      {"tls_client_auth",
-       [](const std::string& v, ClusterdConfig* c) {
-         if (v != "require" && v != "request" && v != "none") {
-           return InvalidArgument("tls_client_auth: \"" + v + "\" is not require, request or none");
-         }
-         c->tls.client_auth = v;
-         return Status::Ok();
-       }},
-      {"tls_reload_interval",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("tls_reload_interval", v, std::chrono::seconds(1), &c->tls.reload_interval);
-       }},
-      {"auth_token_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->auth.token_file); }},
-      {"auth_token_review",
-       [](const std::string& v, ClusterdConfig* c) { return SetBool("auth_token_review", v, &c->auth.token_review); }},
-      {"auth_token_audience",
-       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->auth.token_audience); }},
-      {"auth_token_cache_ttl",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("auth_token_cache_ttl", v, std::chrono::seconds(1), &c->auth.token_cache_ttl);
-       }},
-      {"auth_agent_service_accounts",
-       [](const std::string& v, ClusterdConfig* c) {
-         c->auth.agent_service_accounts.clear();
-         for (auto& sa : SplitList(v)) {
-           auto slash = sa.find('/');
-           if (slash == 0 || slash == std::string::npos || slash + 1 == sa.size() ||
-               sa.find('/', slash + 1) != std::string::npos) {
-             return InvalidArgument("auth_agent_service_accounts: \"" + sa + "\" is not namespace/name");
-           }
-           c->auth.agent_service_accounts.push_back(std::move(sa));
-         }
-         return Status::Ok();
-       }},
-      {"auth_bindings",
-       [](const std::string& v, ClusterdConfig* c) {
-         c->auth.bindings.clear();
-         for (auto& b : SplitList(v)) {
-           Status st = CheckRoleBinding(b);
-           if (!st.ok()) return InvalidArgument("auth_bindings: " + st.message());
-           c->auth.bindings.push_back(std::move(b));
-         }
-         return Status::Ok();
-       }},
-      {"metrics_auth",
-       [](const std::string& v, ClusterdConfig* c) { return SetBool("metrics_auth", v, &c->auth.metrics_auth); }},
-      {"pubfault_code_table",
-       [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->pubfault.code_table_file); }},
-      {"pubfault_resources",
-       [](const std::string& v, ClusterdConfig* c) {
-         auto names = SplitList(v);
-         for (const auto& n : names) {
-           if (n.size() > 64) return InvalidArgument("pubfault_resources: \"" + n.substr(0, 64) + "...\" is too long");
-         }
-         c->pubfault.resources = std::move(names);
-         return Status::Ok();
-       }},
-      {"pubfault_rate",
-       [](const std::string& v, ClusterdConfig* c) {
-         char* end = nullptr;
-         const double rate = std::strtod(v.c_str(), &end);
-         if (v.empty() || end != v.c_str() + v.size() || !(rate > 0) || rate > 1e6) {
-           return InvalidArgument("pubfault_rate: \"" + v + "\" is not a number of requests per second above 0");
-         }
-         c->pubfault.rate_per_second = rate;
-         return Status::Ok();
-       }},
-      {"pubfault_burst",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("pubfault_burst", v, 1, 1'000'000, &c->pubfault.burst);
-       }},
-      {"pubfault_max_faults",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("pubfault_max_faults", v, 1, 10'000'000, &c->pubfault.max_faults);
-       }},
-      {"mindcluster_max_subscribers",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("mindcluster_max_subscribers", v, 1, 1'000'000, &c->mindcluster_max_subscribers);
-       }},
-      {"mindcluster_max_registrations_per_principal",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("mindcluster_max_registrations_per_principal", v, 1, 1'000'000,
-                       &c->mindcluster_max_registrations_per_principal);
-       }},
-      {"mindcluster_registration_ttl_seconds",
-       [](const std::string& v, ClusterdConfig* c) {
-         uint32_t s = 0;
-         if (Status st = SetU32("mindcluster_registration_ttl_seconds", v, 1, 604'800, &s); !st.ok()) return st;
-         c->mindcluster_registration_ttl = std::chrono::seconds(s);
-         return Status::Ok();
-       }},
-      {"etcd_endpoints",
-       [](const std::string& v, ClusterdConfig* c) {
-         c->ha.etcd_endpoints = SplitList(v);
-         size_t tls = 0;
-         for (const std::string& e : c->ha.etcd_endpoints) {
-           const bool https = e.rfind("https://", 0) == 0;
-           tls += https ? 1 : 0;
-           std::string host_port = https ? e.substr(8) : e.rfind("http://", 0) == 0 ? e.substr(7) : e;
-           if (host_port.find(':') == std::string::npos || host_port.find('/') != std::string::npos) {
-             return InvalidArgument("etcd_endpoints: \"" + e + "\" is not http://host:port, https://host:port or host:port");
-           }
-         }
-         if (tls != 0 && tls != c->ha.etcd_endpoints.size()) {
-           return InvalidArgument("etcd_endpoints: either every endpoint is https:// or none");
-         }
-         return Status::Ok();
-       }},
-      {"etcd_ca_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->ha.etcd_ca_file); }},
-      {"etcd_cert_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->ha.etcd_cert_file); }},
-      {"etcd_key_file", [](const std::string& v, ClusterdConfig* c) { return SetText(v, &c->ha.etcd_key_file); }},
-      {"ha_replica_id",
-       [](const std::string& v, ClusterdConfig* c) {
-         if (v.empty() || v.size() > 128 || v.find_first_of("/ \t\n") != std::string::npos) {
-           return InvalidArgument("ha_replica_id: 1 to 128 characters, no '/' or spaces");
-         }
-         c->ha.replica_id = v;
-         return Status::Ok();
-       }},
-      {"ha_key_prefix",
-       [](const std::string& v, ClusterdConfig* c) {
-         if (v.empty() || v.back() != '/') return InvalidArgument("ha_key_prefix: must end with '/'");
-         c->ha.key_prefix = v;
-         return Status::Ok();
-       }},
-      {"ha_lease_ttl",
-       [](const std::string& v, ClusterdConfig* c) {
-         CLUSTERD_RETURN_IF_ERROR(SetDuration("ha_lease_ttl", v, std::chrono::seconds(1), &c->ha.lease_ttl));
-         if (c->ha.lease_ttl > std::chrono::minutes(1)) return InvalidArgument("ha_lease_ttl: at most 1m");
-         return Status::Ok();
-       }},
-      {"ha_request_timeout",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("ha_request_timeout", v, std::chrono::milliseconds(100), &c->ha.request_timeout);
-       }},
-      {"ha_max_entry_bytes",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU64("ha_max_entry_bytes", v, 64 << 10, 64 << 20, &c->ha.max_entry_bytes);
-       }},
-      {"ha_log_retain_entries",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU64("ha_log_retain_entries", v, 0, 100'000'000, &c->ha.log_retain_entries);
-       }},
-      {"ha_advertise_address",
-       [](const std::string& v, ClusterdConfig* c) {
-         const size_t colon = v.rfind(':');
-         if (colon == std::string::npos || colon == 0 || colon + 1 == v.size() ||
-             v.find_first_of("/ \t\n") != std::string::npos ||
-             v.substr(colon + 1).find_first_not_of("0123456789") != std::string::npos) {
-           return InvalidArgument("ha_advertise_address: \"" + v + "\" is not host:port");
-         }
-         c->ha.advertise_address = v;
-         return Status::Ok();
-       }},
-      {"ha_pod",
-       [](const std::string& v, ClusterdConfig* c) {
-         const size_t slash = v.find('/');
-         const auto dns_label = [](const std::string& s) {
-           return !s.empty() && s.size() <= 253 && s.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") ==
-                                                        std::string::npos;
-         };
-         if (slash == std::string::npos || !dns_label(v.substr(0, slash)) || !dns_label(v.substr(slash + 1))) {
-           return InvalidArgument("ha_pod: \"" + v + "\" is not namespace/name");
-         }
-         c->ha.pod_namespace = v.substr(0, slash);
-         c->ha.pod_name = v.substr(slash + 1);
-         return Status::Ok();
-       }},
-      {"max_concurrent_recoveries",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_concurrent_recoveries", v, 1, 100'000, &c->max_concurrent_recoveries);
-       }},
-      {"max_isolated_node_percent",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("max_isolated_node_percent", v, 0, 100, &c->max_isolated_node_percent);
-       }},
-      {"recovery_budget_window",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("recovery_budget_window", v, std::chrono::minutes(1), &c->recovery_budget_window);
-       }},
-      {"recovery_retention_count",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetU32("recovery_retention_count", v, 10, 10'000'000, &c->recovery_retention_count);
-       }},
-      {"recovery_retention_age",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("recovery_retention_age", v, std::chrono::hours(1), &c->recovery_retention_age);
-       }},
-      {"recovery_resume_grace",
-       [](const std::string& v, ClusterdConfig* c) {
-         return SetDuration("recovery_resume_grace", v, std::chrono::seconds(1), &c->recovery_resume_grace);
-       }},
-  };
-  return table;
+// Reads and writes a field of a (const or not) ClusterdConfig. (`member` is a
+// member path, not an expression: it cannot be parenthesised.)
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define CLUSTERD_FIELD(member) \
+  [](auto& c) -> auto& { return c.member; }
+// NOLINTEND(bugprone-macro-parentheses)
+
+std::string ShowDuration(std::chrono::nanoseconds d) { return d.count() == 0 ? std::string("0s") : FormatDuration(d); }
+
+std::string JoinList(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
 }
 
-bool KnownKey(const std::string& key) { return Setters().count(key) > 0; }
+// A row of any type: its own parse and display. The makers below are the
+// common types.
+ConfigKey Custom(std::string name, std::string value_name, std::string accepted,
+                 std::function<Status(const std::string&, ClusterdConfig*)> set,
+                 std::function<std::string(const ClusterdConfig&)> show) {
+  ConfigKey k;
+  k.name = std::move(name);
+  k.value_name = std::move(value_name);
+  k.accepted = std::move(accepted);
+  k.set = std::move(set);
+  k.show = std::move(show);
+  return k;
+}
+
+// Shows a text field as it is.
+template <typename Get>
+std::function<std::string(const ClusterdConfig&)> AsText(Get get) {
+  return [get](const ClusterdConfig& c) { return std::string(get(c)); };
+}
+
+// One printable line.
+template <typename Get>
+ConfigKey Text(const std::string& name, Get get, std::string value_name) {
+  return Custom(
+      name, std::move(value_name), "one line of text",
+      [get](const std::string& v, ClusterdConfig* c) { return SetText(v, &get(*c)); }, AsText(get));
+}
+
+// Any text, taken as it is (a path, a shell command, a URL).
+template <typename Get>
+ConfigKey Raw(const std::string& name, Get get, std::string value_name, std::string accepted) {
+  return Custom(
+      name, std::move(value_name), std::move(accepted),
+      [get](const std::string& v, ClusterdConfig* c) {
+        get(*c) = v;
+        return Status::Ok();
+      },
+      AsText(get));
+}
+
+template <typename Get>
+ConfigKey Address(const std::string& name, Get get) {
+  return Custom(
+      name, "ADDR", "host:port",
+      [name, get](const std::string& v, ClusterdConfig* c) { return SetAddress(name, v, &get(*c)); }, AsText(get));
+}
+
+// A count from `min` to `max` (uint32_t or uint64_t, as the field is).
+template <typename T, typename Get>
+ConfigKey Count(const std::string& name, Get get, T min, T max) {
+  static_assert(std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>);
+  std::string accepted = max == std::numeric_limits<T>::max() ? "at least " + std::to_string(min)
+                                                              : std::to_string(min) + " to " + std::to_string(max);
+  return Custom(
+      name, "N", std::move(accepted),
+      [name, get, min, max](const std::string& v, ClusterdConfig* c) {
+        if constexpr (std::is_same_v<T, uint32_t>) {
+          return SetU32(name, v, min, max, &get(*c));
+        } else {
+          return SetU64(name, v, min, max, &get(*c));
+        }
+      },
+      [get](const ClusterdConfig& c) { return std::to_string(get(c)); });
+}
+template <typename Get>
+ConfigKey U32(const std::string& name, Get get, uint32_t min, uint32_t max) {
+  return Count<uint32_t>(name, get, min, max);
+}
+template <typename Get>
+ConfigKey U64(const std::string& name, Get get, uint64_t min, uint64_t max) {
+  return Count<uint64_t>(name, get, min, max);
+}
+
+// A duration of at least `min` and, when `max` is not zero, at most `max`.
+template <typename Get>
+ConfigKey Dur(const std::string& name, Get get, std::chrono::nanoseconds min,
+              std::chrono::nanoseconds max = std::chrono::nanoseconds(0)) {
+  return Custom(
+      name, "DUR", max.count() ? ShowDuration(min) + " to " + ShowDuration(max) : "at least " + ShowDuration(min),
+      [name, get, min, max](const std::string& v, ClusterdConfig* c) {
+        std::chrono::nanoseconds d{};
+        CLUSTERD_RETURN_IF_ERROR(SetDuration(name, v, min, &d));
+        if (max.count() && d > max) {
+          return InvalidArgument(name + ": " + v + " is longer than the maximum " + ShowDuration(max));
+        }
+        get(*c) = d;
+        return Status::Ok();
+      },
+      [get](const ClusterdConfig& c) { return ShowDuration(get(c)); });
+}
+
+// true or false; `value_name` "" for a switch that may be given alone as a
+// flag (IsSwitch).
+template <typename Get>
+ConfigKey Bool(const std::string& name, Get get, std::string value_name = "BOOL",
+               std::string accepted = "true or false") {
+  return Custom(
+      name, std::move(value_name), std::move(accepted),
+      [name, get](const std::string& v, ClusterdConfig* c) { return SetBool(name, v, &get(*c)); },
+      [get](const ClusterdConfig& c) { return std::string(get(c) ? "true" : "false"); });
+}
+
+template <typename Get>
+ConfigKey Level(const std::string& name, Get get) {
+  return Custom(
+      name, "LEVEL", "a fault level name (SUB_HEALTH, RESTART_BUSINESS, SEPARATE, ...), any case",
+      [name, get](const std::string& v, ClusterdConfig* c) {
+        auto level = ParseFaultLevel(v);
+        if (!level) return InvalidArgument(name + ": \"" + v + "\" is not a fault level name");
+        get(*c) = *level;
+        return Status::Ok();
+      },
+      [get](const ClusterdConfig& c) { return ShortLevelName(get(c)); });
+}
+
+// A comma-separated list (a JSON list in the file), each item checked by
+// `check` (an error without the key: the row adds it).
+template <typename Get>
+ConfigKey List(const std::string& name, Get get, std::string accepted,
+               const std::function<Status(const std::string& item)>& check) {
+  return Custom(
+      name, "LIST", std::move(accepted),
+      [name, get, check](const std::string& v, ClusterdConfig* c) {
+        std::vector<std::string> items = SplitList(v);
+        for (const std::string& item : items) {
+          if (Status st = check(item); !st.ok()) return InvalidArgument(name + ": " + st.message());
+        }
+        get(*c) = std::move(items);
+        return Status::Ok();
+      },
+      [get](const ClusterdConfig& c) { return JoinList(get(c)); });
+}
+
+// One of a fixed set of words.
+template <typename Get>
+ConfigKey OneOf(const std::string& name, Get get, const std::vector<std::string>& choices, std::string value_name) {
+  return Custom(
+      name, std::move(value_name), JoinNames(choices, " or "),
+      [name, get, choices](const std::string& v, ClusterdConfig* c) {
+        if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
+          return InvalidArgument(name + ": \"" + v + "\" is not " + JoinNames(choices, " or "));
+        }
+        get(*c) = v;
+        return Status::Ok();
+      },
+      AsText(get));
+}
+
+// Builds the table in order: Section() starts a --help section, Add() a row
+// with its help text and the Helm value that sets it ("" where the chart
+// sets it from elsewhere: say so in `chart`; nullptr: clusterd.config.<key>).
+class TableBuilder {
+ public:
+  void Section(std::string title) { section_ = std::move(title); }
+  void Add(ConfigKey key, std::string help, const char* chart = nullptr) {
+    key.section = section_;
+    key.help = std::move(help);
+    key.chart_value = chart ? chart : "clusterd.config." + key.name;
+    keys_.push_back(std::move(key));
+  }
+  std::vector<ConfigKey> Take() { return std::move(keys_); }
+
+ private:
+  std::string section_;
+  std::vector<ConfigKey> keys_;
+};
+
+std::vector<ConfigKey> MakeTable() {
+  TableBuilder t;
+  t.Section("Server");
+  t.Add(Address("listen", CLUSTERD_FIELD(listen)), "gRPC address", "clusterd.ports.grpc (on 0.0.0.0)");
+  t.Add(Address("http_listen", CLUSTERD_FIELD(http_listen)), "HTTP address: /healthz, /readyz, /metrics, the API",
+        "clusterd.ports.http (on 0.0.0.0)");
+  t.Add(Custom(
+            "data_dir", "DIR", "a non-empty path",
+            [](const std::string& v, ClusterdConfig* c) {
+              if (v.empty()) return InvalidArgument("data_dir: must not be empty");
+              c->data_dir = v;
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return c.data_dir; }),
+        "RocksDB directory (created if missing)", "the data volume (clusterd.persistence)");
+  t.Add(U64("min_free_bytes", CLUSTERD_FIELD(min_free_bytes), 16ull << 20, 1ull << 40),
+        "free-space reserve of the data dir, in bytes: below it writes are refused (UNAVAILABLE) and a start "
+        "opens the store read-only; writes resume by themselves when space returns");
+  t.Add(U64("min_free_inodes", CLUSTERD_FIELD(min_free_inodes), 16, 1'000'000'000), "the same for free inodes");
+  t.Add(Dur("node_grace", CLUSTERD_FIELD(node_grace), std::chrono::milliseconds(100)),
+        "heartbeat silence before a node is lost (also sent to agents in Welcome)");
+  t.Add(Dur("heartbeat_interval", CLUSTERD_FIELD(heartbeat_interval), std::chrono::milliseconds(10)),
+        "heartbeat interval advertised to agents");
+  t.Add(Raw("catalog_file", CLUSTERD_FIELD(catalog_file), "FILE", "a readable JSON file"),
+        "fault-code catalog merged over the built-in one (the flag is also --catalog)", "clusterd.catalog");
+  t.Add(Level("default_level", CLUSTERD_FIELD(default_level)),
+        "level of codes no catalog knows when the reporter gives none (a catalog file's default_level wins)");
+  t.Add(U64("retention_events", CLUSTERD_FIELD(retention_events), 1000, UINT64_MAX),
+        "keep at most this many events in the history");
+  t.Add(Dur("retention_age", CLUSTERD_FIELD(retention_age), std::chrono::minutes(1)), "keep no event older than this");
+  t.Add(Dur("retention_interval", CLUSTERD_FIELD(retention_interval), std::chrono::milliseconds(100)),
+        "how often retention runs");
+  t.Add(Dur("commit_delay", CLUSTERD_FIELD(commit_delay), std::chrono::nanoseconds(0), std::chrono::milliseconds(100)),
+        "under a steady light load, hold a group commit this long for more changes: one fdatasync for several "
+        "(0s: never)");
+  t.Add(U32("watch_cache_events", CLUSTERD_FIELD(watch_cache_events), 16, 16'000'000),
+        "recent events kept in memory for watchers");
+  t.Add(U32("watch_max_lag_events", CLUSTERD_FIELD(watch_max_lag_events), 16, 16'000'000),
+        "a live watcher further behind the head than this is ended");
+  t.Add(U32("max_message_bytes", CLUSTERD_FIELD(max_message_bytes), 4096, 64u << 20),
+        "largest accepted gRPC request message, in bytes");
+  t.Add(U32("max_streams", CLUSTERD_FIELD(max_streams), 1, 1'000'000), "most concurrent agent streams");
+  t.Add(U32("max_inflight_per_stream", CLUSTERD_FIELD(max_inflight_per_stream), 1, 65'536),
+        "agent messages accepted but not yet durable before reading the stream pauses");
+  t.Add(Custom(
+            "log_level", "LEVEL", "trace, debug, info, warn, error, critical or off",
+            [](const std::string& v, ClusterdConfig* c) { return SetLogLevel("log_level", v, &c->log_level); },
+            [](const ClusterdConfig& c) { return c.log_level; }),
+        "level of every logger");
+
+  t.Section("Security (docs/security.md)");
+  t.Add(Bool("insecure", CLUSTERD_FIELD(insecure), "", "true or false; alone as a flag: true"),
+        "plaintext gRPC without authentication: every caller may do everything (local development only; "
+        "required when no certificate is given)",
+        "tls.enabled: false");
+  t.Add(Text("tls_cert_file", CLUSTERD_FIELD(tls.cert_file), "FILE"),
+        "server certificate (PEM); with tls_key_file, gRPC is served over TLS", "tls.enabled");
+  t.Add(Text("tls_key_file", CLUSTERD_FIELD(tls.key_file), "FILE"), "its private key", "tls.enabled");
+  t.Add(Text("tls_client_ca_file", CLUSTERD_FIELD(tls.client_ca_file), "FILE"),
+        "CA bundle of client certificates (mutual TLS)", "tls.enabled");
+  t.Add(OneOf("tls_client_auth", CLUSTERD_FIELD(tls.client_auth), {"require", "request", "none"}, "MODE"),
+        "whether a client certificate is asked for (default: require with a client CA, else none)", "tls.mutual");
+  t.Add(Dur("tls_reload_interval", CLUSTERD_FIELD(tls.reload_interval), std::chrono::seconds(1)),
+        "how often the certificate, key and CA files are read again (rotation without a restart)");
+  t.Add(Text("auth_token_file", CLUSTERD_FIELD(auth.token_file), "FILE"),
+        "bearer tokens: token,user,uid,\"group1,group2\" (kube-apiserver's --token-auth-file form); re-read when "
+        "it changes",
+        "auth.tokenFile.existingSecret");
+  t.Add(Bool("auth_token_review", CLUSTERD_FIELD(auth.token_review), "BOOL", "true or false; alone as a flag: true"),
+        "check other bearer tokens with the Kubernetes TokenReview API", "auth.tokenReview");
+  t.Add(Text("auth_token_audience", CLUSTERD_FIELD(auth.token_audience), "AUD"), "audience those tokens must carry",
+        "auth.tokenAudience");
+  t.Add(Dur("auth_token_cache_ttl", CLUSTERD_FIELD(auth.token_cache_ttl), std::chrono::seconds(1)),
+        "how long a TokenReview answer is reused (a refusal at most 10s)");
+  t.Add(List("auth_agent_service_accounts", CLUSTERD_FIELD(auth.agent_service_accounts),
+             "namespace/name, comma-separated; needs auth_token_review",
+             [](const std::string& sa) {
+               const size_t slash = sa.find('/');
+               if (slash == 0 || slash == std::string::npos || slash + 1 == sa.size() ||
+                   sa.find('/', slash + 1) != std::string::npos) {
+                 return InvalidArgument("\"" + sa + "\" is not namespace/name");
+               }
+               return Status::Ok();
+             }),
+        "service accounts whose pod-bound tokens are the NodeD agent of the token's node",
+        "NodeD's service account, with auth.tokenReview");
+  t.Add(List("auth_bindings", CLUSTERD_FIELD(auth.bindings), "ROLE=user:NAME or ROLE=group:NAME, comma-separated",
+             CheckRoleBinding),
+        "roles (viewer, reporter, operator, admin) for existing users and groups", "auth.bindings");
+  t.Add(Bool("metrics_auth", CLUSTERD_FIELD(auth.metrics_auth), "BOOL",
+             "true or false; alone as a flag: true; needs a token source"),
+        "/metrics needs a viewer's bearer token", "metrics.auth");
+
+  t.Section("Connection limits");
+  t.Add(Dur("hello_timeout", CLUSTERD_FIELD(hello_timeout), std::chrono::milliseconds(10)),
+        "an agent stream without a valid Hello by then is ended (DEADLINE_EXCEEDED)");
+  t.Add(U32("max_streams_per_peer", CLUSTERD_FIELD(max_streams_per_peer), 1, 1'000'000),
+        "agent streams from one IP address; more are RESOURCE_EXHAUSTED");
+  t.Add(U32("max_watch_streams", CLUSTERD_FIELD(max_watch_streams), 1, 1'000'000),
+        "concurrent Watch streams; more are RESOURCE_EXHAUSTED");
+  t.Add(U32("max_watch_streams_per_peer", CLUSTERD_FIELD(max_watch_streams_per_peer), 1, 1'000'000),
+        "Watch streams from one IP address");
+  t.Add(U32("max_http_connections", CLUSTERD_FIELD(max_http_connections), 1, 1'000'000),
+        "open connections on the HTTP port; a quarter of them, at most 16, is kept for /healthz, /readyz, "
+        "/readyz/replica and /metrics");
+  t.Add(U32("max_http_connections_per_peer", CLUSTERD_FIELD(max_http_connections_per_peer), 0, 1'000'000),
+        "HTTP connections from one IP address (0: no per-peer limit); at most half of max_http_connections "
+        "applies");
+  t.Add(Dur("http_timeout", CLUSTERD_FIELD(http_timeout), std::chrono::milliseconds(10)),
+        "longest wait for a whole HTTP request, and the keep-alive idle time");
+  t.Add(Dur("grpc_handshake_timeout", CLUSTERD_FIELD(grpc_handshake_timeout), std::chrono::milliseconds(100)),
+        "a gRPC connection must finish its HTTP/2 handshake by then");
+  t.Add(Dur("grpc_self_check_interval", CLUSTERD_FIELD(grpc_self_check_interval), std::chrono::nanoseconds(0)),
+        "how often /readyz checks that a new loopback connection to the gRPC port is accepted and answered "
+        "(0s: never)");
+  t.Add(Dur("grpc_self_check_timeout", CLUSTERD_FIELD(grpc_self_check_timeout), std::chrono::milliseconds(10)),
+        "deadline of that check");
+  t.Add(Dur("grpc_unhealthy_after", CLUSTERD_FIELD(grpc_unhealthy_after), std::chrono::nanoseconds(0)),
+        "/healthz fails once the self-check has failed this long without a break: a restart is what brings "
+        "gRPC's listener back (0s: never)");
+
+  t.Section("Size limits");
+  t.Add(U32("max_job_ranks", CLUSTERD_FIELD(max_job_ranks), 1, 16'777'216), "ranks per job; more is INVALID_ARGUMENT");
+  t.Add(U32("max_faults_per_node", CLUSTERD_FIELD(max_faults_per_node), 16, 1'000'000),
+        "active faults per node, agent and external reporters counted apart; a raise beyond is "
+        "RESOURCE_EXHAUSTED");
+  t.Add(U32("max_job_impacts", CLUSTERD_FIELD(max_job_impacts), 1, 100'000),
+        "impacts listed per job in an answer (also at most 512 KiB)");
+
+  t.Section("High availability (docs/ha.md; without etcd_endpoints: one process, no etcd)");
+  t.Add(Custom(
+            "etcd_endpoints", "LIST", "http://host:port, https://host:port or host:port, comma-separated",
+            [](const std::string& v, ClusterdConfig* c) {
+              c->ha.etcd_endpoints = SplitList(v);
+              size_t tls = 0;
+              for (const std::string& e : c->ha.etcd_endpoints) {
+                const bool https = e.rfind("https://", 0) == 0;
+                tls += https ? 1 : 0;
+                std::string host_port = https ? e.substr(8) : e.rfind("http://", 0) == 0 ? e.substr(7) : e;
+                if (host_port.find(':') == std::string::npos || host_port.find('/') != std::string::npos) {
+                  return InvalidArgument("etcd_endpoints: \"" + e +
+                                         "\" is not http://host:port, https://host:port or host:port");
+                }
+              }
+              if (tls != 0 && tls != c->ha.etcd_endpoints.size()) {
+                return InvalidArgument("etcd_endpoints: either every endpoint is https:// or none");
+              }
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return JoinList(c.ha.etcd_endpoints); }),
+        "etcd members: this process becomes one replica; the leader serves, standbys follow", "ha.enabled, ha.etcd");
+  t.Add(Text("etcd_ca_file", CLUSTERD_FIELD(ha.etcd_ca_file), "FILE"),
+        "TLS to etcd (https:// endpoints): CA bundle of the members (default: the system's roots)",
+        "ha.etcd's TLS secret");
+  t.Add(Text("etcd_cert_file", CLUSTERD_FIELD(ha.etcd_cert_file), "FILE"),
+        "client certificate for etcd (with etcd_key_file)", "ha.etcd's TLS secret");
+  t.Add(Text("etcd_key_file", CLUSTERD_FIELD(ha.etcd_key_file), "FILE"), "its private key", "ha.etcd's TLS secret");
+  t.Add(Custom(
+            "ha_replica_id", "ID", "1 to 128 characters, no '/' or spaces",
+            [](const std::string& v, ClusterdConfig* c) {
+              if (v.empty() || v.size() > 128 || v.find_first_of("/ \t\n") != std::string::npos) {
+                return InvalidArgument("ha_replica_id: 1 to 128 characters, no '/' or spaces");
+              }
+              c->ha.replica_id = v;
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return c.ha.replica_id; }),
+        "unique per replica (default: the host name)", "the pod name");
+  t.Add(Custom(
+            "ha_key_prefix", "PREFIX", "ends with '/'",
+            [](const std::string& v, ClusterdConfig* c) {
+              if (v.empty() || v.back() != '/') return InvalidArgument("ha_key_prefix: must end with '/'");
+              c->ha.key_prefix = v;
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return c.ha.key_prefix; }),
+        "prefix of every etcd key ClusterD writes (installations can share an etcd)", "ha.keyPrefix");
+  t.Add(Dur("ha_lease_ttl", CLUSTERD_FIELD(ha.lease_ttl), std::chrono::seconds(1), std::chrono::minutes(1)),
+        "the leader's lease: failover takes about this long", "ha.leaseTtl");
+  t.Add(Dur("ha_request_timeout", CLUSTERD_FIELD(ha.request_timeout), std::chrono::milliseconds(100)),
+        "deadline of every etcd request", "ha.requestTimeout");
+  t.Add(U64("ha_max_entry_bytes", CLUSTERD_FIELD(ha.max_entry_bytes), 64 << 10, 64 << 20),
+        "a group commit's change set stops growing past this (etcd's --max-request-bytes must be larger)",
+        "ha.maxEntryBytes");
+  t.Add(U64("ha_log_retain_entries", CLUSTERD_FIELD(ha.log_retain_entries), 0, 100'000'000),
+        "log entries kept in etcd behind the slowest live replica", "ha.logRetainEntries");
+  t.Add(Custom(
+            "ha_advertise_address", "ADDR", "host:port",
+            [](const std::string& v, ClusterdConfig* c) {
+              const size_t colon = v.rfind(':');
+              if (colon == std::string::npos || colon == 0 || colon + 1 == v.size() ||
+                  v.find_first_of("/ \t\n") != std::string::npos ||
+                  v.substr(colon + 1).find_first_not_of("0123456789") != std::string::npos) {
+                return InvalidArgument("ha_advertise_address: \"" + v + "\" is not host:port");
+              }
+              c->ha.advertise_address = v;
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return c.ha.advertise_address; }),
+        "where peers fetch checkpoints from this replica's HTTP port (default: http_listen's host, or the host "
+        "name)",
+        "the pod IP and clusterd.ports.http");
+  t.Add(Custom(
+            "ha_pod", "NS/NAME", "namespace/name",
+            [](const std::string& v, ClusterdConfig* c) {
+              const size_t slash = v.find('/');
+              const auto dns_label = [](const std::string& s) {
+                return !s.empty() && s.size() <= 253 &&
+                       s.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") == std::string::npos;
+              };
+              if (slash == std::string::npos || !dns_label(v.substr(0, slash)) || !dns_label(v.substr(slash + 1))) {
+                return InvalidArgument("ha_pod: \"" + v + "\" is not namespace/name");
+              }
+              c->ha.pod_namespace = v.substr(0, slash);
+              c->ha.pod_name = v.substr(slash + 1);
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) {
+              return c.ha.pod_name.empty() ? std::string() : c.ha.pod_namespace + "/" + c.ha.pod_name;
+            }),
+        "this replica's pod: labelled clusterd.io/ha-role=leader or standby through the Kubernetes API, for a "
+        "Service that selects the leader",
+        "the pod");
+
+  t.Section("Recovery (docs/recovery.md)");
+  t.Add(Custom(
+            "actuator", "KIND", "a registered actuator kind",
+            [](const std::string& v, ClusterdConfig* c) {
+              // A name; ParseClusterdConfig checks it against ConfigChecks::actuators.
+              return SetText(v, &c->actuator);
+            },
+            [](const ClusterdConfig& c) { return c.actuator; }),
+        "how recoveries carry out cluster actions (none: every cluster action fails and the recovery escalates)",
+        "clusterd.config.actuator, else kubernetes.actuator");
+  t.Add(Raw("actuator_command", CLUSTERD_FIELD(actuator_command), "CMD", "any; required with exec"),
+        "exec: run with /bin/sh -c, the action as JSON on stdin");
+  t.Add(Raw("actuator_url", CLUSTERD_FIELD(actuator_url), "URL", "http://host:port/path; required with webhook"),
+        "webhook: receives each action as JSON by POST");
+  t.Add(U32("max_concurrent_recoveries", CLUSTERD_FIELD(max_concurrent_recoveries), 1, 100'000),
+        "blast radius: recoveries running at once");
+  t.Add(U32("max_isolated_node_percent", CLUSTERD_FIELD(max_isolated_node_percent), 0, 100),
+        "blast radius: nodes isolated at most, in percent");
+  t.Add(Dur("recovery_budget_window", CLUSTERD_FIELD(recovery_budget_window), std::chrono::minutes(1)),
+        "retry budgets count recoveries started within it");
+  t.Add(Dur("recovery_resume_grace", CLUSTERD_FIELD(recovery_resume_grace), std::chrono::seconds(1)),
+        "after a restart, steps in flight get at least this long to be answered");
+  t.Add(U32("recovery_retention_count", CLUSTERD_FIELD(recovery_retention_count), 10, 10'000'000),
+        "finished recovery records kept at most (oldest go first; never a running one, a job's newest, or one "
+        "within the budget window)");
+  t.Add(Dur("recovery_retention_age", CLUSTERD_FIELD(recovery_retention_age), std::chrono::hours(1)),
+        "finished recovery records that ended longer ago go (same exceptions)");
+
+  t.Section("MindCluster compatibility (docs/mindcluster.md)");
+  t.Add(Text("pubfault_code_table", CLUSTERD_FIELD(pubfault.code_table_file), "FILE"),
+        "public-fault codes {\"SubHealthFault\": [\"010001001\", ...]} merged over MindCluster's default table",
+        "mindcluster.pubfault.codeTable");
+  t.Add(
+      List("pubfault_resources", CLUSTERD_FIELD(pubfault.resources), "names of at most 64 characters, comma-separated",
+           [](const std::string& n) {
+             if (n.size() > 64) return InvalidArgument("\"" + n.substr(0, 64) + "...\" is too long");
+             return Status::Ok();
+           }),
+      "resources allowed to send public faults", "mindcluster.pubfault.resources");
+  t.Add(Custom(
+            "pubfault_rate", "N", "a number above 0, at most 1000000",
+            [](const std::string& v, ClusterdConfig* c) {
+              char* end = nullptr;
+              const double rate = std::strtod(v.c_str(), &end);
+              if (v.empty() || end != v.c_str() + v.size() || !(rate > 0) || rate > 1e6) {
+                return InvalidArgument("pubfault_rate: \"" + v + "\" is not a number of requests per second above 0");
+              }
+              c->pubfault.rate_per_second = rate;
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) {
+              std::ostringstream out;
+              out << c.pubfault.rate_per_second;
+              return out.str();
+            }),
+        "public-fault requests per second per resource, sustained", "mindcluster.pubfault.rate");
+  t.Add(U32("pubfault_burst", CLUSTERD_FIELD(pubfault.burst), 1, 1'000'000),
+        "public-fault requests per resource in a burst", "mindcluster.pubfault.burst");
+  t.Add(U32("pubfault_max_faults", CLUSTERD_FIELD(pubfault.max_faults), 1, 10'000'000), "public faults active at once",
+        "mindcluster.pubfault.maxFaults");
+  t.Add(U32("mindcluster_max_subscribers", CLUSTERD_FIELD(mindcluster_max_subscribers), 1, 1'000'000),
+        "fault.Fault registrations, and apart its subscription streams; more is RESOURCE_EXHAUSTED",
+        "mindcluster.maxSubscribers");
+  t.Add(U32("mindcluster_max_registrations_per_principal", CLUSTERD_FIELD(mindcluster_max_registrations_per_principal),
+            1, 1'000'000),
+        "fault.Fault registrations one client holds: its authenticated principal, or its IP address with "
+        "insecure (the smaller of it and mindcluster_max_subscribers applies)",
+        "mindcluster.maxRegistrationsPerPrincipal");
+  t.Add(Custom(
+            "mindcluster_registration_ttl_seconds", "N", "1 to 604800",
+            [](const std::string& v, ClusterdConfig* c) {
+              uint32_t s = 0;
+              CLUSTERD_RETURN_IF_ERROR(SetU32("mindcluster_registration_ttl_seconds", v, 1, 604'800, &s));
+              c->mindcluster_registration_ttl = std::chrono::seconds(s);
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return std::to_string(c.mindcluster_registration_ttl.count()); }),
+        "a fault.Fault registration with no stream open for this many seconds expires");
+
+  t.Section("Kubernetes (docs/kubernetes.md)");
+  t.Add(Custom(
+            "integrations", "LIST", "registered integration names, comma-separated",
+            [](const std::string& v, ClusterdConfig* c) {
+              std::vector<std::string> names;
+              for (auto& name : SplitList(v)) {
+                // Names; ParseClusterdConfig checks them against ConfigChecks::integrations.
+                CLUSTERD_RETURN_IF_ERROR(SetText(name, &name));
+                if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+              }
+              c->integrations = std::move(names);
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return JoinList(c.integrations); }),
+        "integrations to run alongside ClusterD", "kubernetes.enabled");
+  t.Add(Text("kubeconfig", CLUSTERD_FIELD(k8s.kubeconfig), "FILE"),
+        "kubeconfig of the API server (default: the pod's service account)", "in-cluster: the service account");
+  t.Add(Text("kube_context", CLUSTERD_FIELD(k8s.kube_context), "NAME"),
+        "context of the kubeconfig (default: its current-context)", "in-cluster: the service account");
+  t.Add(Text("k8s_namespace", CLUSTERD_FIELD(k8s.namespace_), "NS"),
+        "discover jobs in this namespace only (default: all)", "kubernetes.namespace");
+  t.Add(Text("k8s_rank_annotation", CLUSTERD_FIELD(k8s.rank_annotation), "KEY"), "pod annotation with the pod's rank",
+        "kubernetes.rankAnnotation");
+  t.Add(Text("k8s_rank_env", CLUSTERD_FIELD(k8s.rank_env), "NAME"),
+        "container env var with the rank when the annotation is absent (e.g. RANK)");
+  t.Add(Text("k8s_devices_annotation", CLUSTERD_FIELD(k8s.devices_annotation), "KEY"),
+        "pod annotation listing its devices", "kubernetes.devicesAnnotation");
+  t.Add(Text("k8s_job_kind_label", CLUSTERD_FIELD(k8s.job_kind_label), "KEY"),
+        "pod or PodGroup label: training or inference", "kubernetes.jobKindLabel");
+  t.Add(Bool("k8s_podgroups", CLUSTERD_FIELD(k8s.podgroups)), "follow Volcano PodGroups");
+  t.Add(Text("k8s_taint_key", CLUSTERD_FIELD(k8s.taint_key), "KEY"), "taint put on an isolated node",
+        "kubernetes.taintKey");
+  t.Add(OneOf("k8s_taint_effect", CLUSTERD_FIELD(k8s.taint_effect), {"NoSchedule", "NoExecute"}, "EFFECT"),
+        "effect of that taint (NoExecute: Kubernetes evicts every pod without a toleration)", "kubernetes.taintEffect");
+  t.Add(Text("k8s_node_condition", CLUSTERD_FIELD(k8s.node_condition), "TYPE"),
+        "Node condition kept in step with ClusterD's health", "kubernetes.nodeCondition");
+  t.Add(Level("k8s_node_not_ready_level", CLUSTERD_FIELD(k8s.node_not_ready_level)),
+        "fault level of a Node whose Ready condition is not True", "kubernetes.nodeNotReadyLevel");
+  t.Add(Dur("k8s_eviction_timeout", CLUSTERD_FIELD(k8s.eviction_timeout), std::chrono::seconds(1)),
+        "how long an eviction may be refused (PodDisruptionBudget)", "kubernetes.evictionTimeout");
+  t.Add(Bool("k8s_delete_fallback", CLUSTERD_FIELD(k8s.delete_fallback)),
+        "delete the pod when its eviction keeps being refused", "kubernetes.deleteFallback");
+  t.Add(Dur("k8s_condition_interval", CLUSTERD_FIELD(k8s.condition_interval), std::chrono::milliseconds(100)),
+        "how often Node conditions are compared with ClusterD's health and written");
+  return t.Take();
+}
+
+#undef CLUSTERD_FIELD
+
+const ConfigKey* FindKey(const std::string& name) {
+  static const std::map<std::string, const ConfigKey*> index = [] {
+    std::map<std::string, const ConfigKey*> m;
+    for (const ConfigKey& k : ClusterdConfigKeys()) m.emplace(k.name, &k);
+    return m;
+  }();
+  auto it = index.find(name);
+  return it == index.end() ? nullptr : it->second;
+}
+
+bool KnownKey(const std::string& key) { return FindKey(key) != nullptr; }
+
+// "--flag" for a key.
+std::string FlagOf(const std::string& key) {
+  std::string flag = key;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return "--" + flag;
+}
+
+// May be given alone as a flag ("--insecure"), meaning true.
+bool IsSwitch(const std::string& key) {
+  return key == "insecure" || key == "auth_token_review" || key == "metrics_auth";
+}
+
+// The names the registries give, for the two keys whose values are names.
+std::string AcceptedOf(const ConfigKey& k, const ConfigChecks& checks) {
+  if (k.name == "actuator") return JoinNames(checks.actuators, " or ");
+  if (k.name == "integrations") return JoinNames(checks.integrations, " or ") + ", comma-separated";
+  return k.accepted;
+}
 
 }  // namespace
+
+const std::vector<ConfigKey>& ClusterdConfigKeys() {
+  static const std::vector<ConfigKey> keys = MakeTable();
+  return keys;
+}
 
 Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view origin, ClusterdConfig* cfg) {
   ClusterdConfig next = *cfg;
   CLUSTERD_RETURN_IF_ERROR(ApplyJsonObject(
       json_text, origin, KnownKey,
-      [&](const std::string& key, const std::string& value) { return Setters().at(key)(value, &next); }));
+      [&](const std::string& key, const std::string& value) { return FindKey(key)->set(value, &next); }));
   *cfg = next;
   return Status::Ok();
 }
@@ -514,8 +682,7 @@ Status ValidateSecurity(const ClusterdConfig& c) {
 StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, const ConfigChecks& checks,
                                              bool* help) {
   auto split = SplitFlags(
-      args, [](const std::string& key) { return key == "catalog" || KnownKey(key); },
-      [](const std::string& key) { return key == "insecure" || key == "auth_token_review" || key == "metrics_auth"; });
+      args, [](const std::string& key) { return key == "catalog" || KnownKey(key); }, IsSwitch);
   if (!split.ok()) return split.status();
   *help = split->help;
   ClusterdConfig cfg;
@@ -527,12 +694,8 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
   }
   for (auto [key, value] : split->flags) {
     if (key == "catalog") key = "catalog_file";
-    Status st = Setters().at(key)(value, &cfg);
-    if (!st.ok()) {
-      std::string flag = key;
-      std::replace(flag.begin(), flag.end(), '_', '-');
-      return InvalidArgument("--" + flag + ": " + st.message());
-    }
+    Status st = FindKey(key)->set(value, &cfg);
+    if (!st.ok()) return InvalidArgument(FlagOf(key) + ": " + st.message());
   }
   CLUSTERD_RETURN_IF_ERROR(CheckNames(cfg, checks));
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
@@ -557,139 +720,102 @@ Status CheckNames(const ClusterdConfig& cfg, const ConfigChecks& checks) {
   return Status::Ok();
 }
 
-std::string ClusterdUsage(const ConfigChecks& checks) {
-  return R"(usage: clusterd [--config FILE] [--flag value ...]
+namespace {
 
-Flags (the JSON config file takes the same keys with '_'):
-  --listen ADDR               gRPC address (default 0.0.0.0:8899)
-  --http-listen ADDR          HTTP /healthz /readyz /metrics (default 0.0.0.0:11253)
-  --data-dir DIR              RocksDB directory (default ./clusterd-data)
-  --min-free-bytes N          free-space reserve of the data dir: below it writes are refused
-                              (UNAVAILABLE) until space returns (default 268435456, min 16777216)
-  --min-free-inodes N         the same for free inodes (default 1024)
-  --node-grace DUR            heartbeat silence before a node is lost (default 10s)
-  --heartbeat-interval DUR    heartbeat interval advertised to agents (default 2s)
-  --catalog FILE              fault-code catalog merged over the built-in one
-  --default-level LEVEL       level of codes no catalog knows (default SUB_HEALTH)
-  --retention-events N        keep at most N events in the history (default 1000000)
-  --retention-age DUR         keep no event older than this (default 7d)
-  --retention-interval DUR    how often retention runs (default 60s)
-  --commit-delay DUR          under steady light load, hold a group commit this long
-                              for more changes: one fdatasync for several (default 2ms, 0s: never)
-  --watch-cache-events N      recent events kept in memory for watchers (default 65536)
-  --watch-max-lag-events N    a live watcher further behind is ended (default 10000)
-  --max-message-bytes N       largest accepted gRPC message (default 4194304)
-  --max-streams N             most concurrent agent streams (default 20000)
-  --max-inflight-per-stream N agent messages in flight before reading pauses (default 256)
-Security (docs/security.md):
-  --tls-cert-file FILE        server certificate (PEM); with --tls-key-file, gRPC is served over TLS
-  --tls-key-file FILE         its private key
-  --tls-client-ca-file FILE   CA bundle of client certificates (mutual TLS)
-  --tls-client-auth MODE      require (default with a client CA), request or none
-  --tls-reload-interval DUR   how often the certificate files are re-read (default 10s)
-  --insecure                  plaintext gRPC, no authentication: every caller may do everything
-                              (local development only; required when no certificate is given)
-  --auth-token-file FILE      bearer tokens: token,user,uid,"group1,group2" (kube-apiserver form)
-  --auth-token-review BOOL    check other tokens with the Kubernetes TokenReview API (default false)
-  --auth-token-audience AUD   audience those tokens must carry (default clusterd)
-  --auth-token-cache-ttl DUR  how long a TokenReview answer is reused (default 60s)
-  --auth-agent-service-accounts LIST  namespace/name of NodeD's service accounts (pod-bound tokens)
-  --auth-bindings LIST        ROLE=user:NAME or ROLE=group:NAME, comma-separated
-  --metrics-auth BOOL         /metrics needs a viewer's bearer token (default false)
-Connection limits:
-  --hello-timeout DUR         an agent stream without a valid hello by then is ended (default 10s)
-  --max-streams-per-peer N    agent streams from one IP address (default 1000)
-  --max-watch-streams N       concurrent Watch streams (default 10000)
-  --max-watch-streams-per-peer N  Watch streams from one IP address (default 1000)
-  --max-http-connections N    open connections on the HTTP port (default 256); a quarter of
-                              them, at most 16, is kept for /healthz, /readyz(/replica), /metrics
-  --max-http-connections-per-peer N  HTTP connections from one IP address (default 64, 0: no
-                              per-peer limit); at most half of --max-http-connections applies
-  --http-timeout DUR          longest wait for a whole HTTP request or keep-alive idle (default 30s)
-  --grpc-handshake-timeout DUR  a gRPC connection must finish its handshake by then (default 10s)
-  --grpc-self-check-interval DUR  how often /readyz checks that a new gRPC connection is
-                              accepted and answered (default 5s, 0s: never)
-  --grpc-self-check-timeout DUR   deadline of that check (default 2s)
-  --grpc-unhealthy-after DUR      /healthz fails once the self-check has failed this long
-                                  without a break: a restart is what brings gRPC's listener
-                                  back (default 60s, 0s: never)
-Size limits:
-  --max-job-ranks N           ranks per job; more is INVALID_ARGUMENT (default 131072)
-  --max-faults-per-node N     active faults per node, agent and external counted apart;
-                              a raise beyond is RESOURCE_EXHAUSTED (default 4096)
-  --max-job-impacts N         impacts listed per job in an answer (default 1024)
-  --log-level LEVEL           trace, debug, info, warn, error (default info)
-High availability (docs/ha.md; without --etcd-endpoints: one process, no etcd):
-  --etcd-endpoints LIST       etcd members, comma-separated http://host:port: this process
-                              becomes one replica; the leader serves, standbys follow
-  --etcd-ca-file F            TLS to etcd (https:// endpoints): CA bundle of the members
-                              (default: the system's roots)
-  --etcd-cert-file F, --etcd-key-file F   client certificate and key for etcd
-  --ha-replica-id ID          unique per replica (default: the host name)
-  --ha-key-prefix P           prefix of every etcd key (default /clusterd/)
-  --ha-lease-ttl DUR          the leader's lease; failover takes about this long (default 2s)
-  --ha-request-timeout DUR    deadline of every etcd request (default 2s)
-  --ha-max-entry-bytes N      a group commit's change set stops growing past this (default 1048576)
-  --ha-log-retain-entries N   log entries kept behind the slowest replica (default 10000)
-  --ha-advertise-address A    host:port where peers fetch checkpoints from this replica's
-                              HTTP port (default: http_listen's host, or the host name)
-  --ha-pod NS/NAME            this replica's pod: labelled clusterd.io/ha-role=leader or
-                              standby through the Kubernetes API (k8s_kubeconfig, or the
-                              service account), for a Service that selects the leader
-Recovery:
-  --actuator KIND             )" +
-         JoinNames(checks.actuators, " or ") +
-         R"(: how cluster actions run (default none:
-                              every cluster action fails and the recovery escalates)
-  --actuator-command CMD      exec: run with /bin/sh -c, the action as JSON on stdin
-  --actuator-url URL          webhook: http://host:port/path receives the JSON by POST
-  --max-concurrent-recoveries N   recoveries running at once (default 4)
-  --max-isolated-node-percent N   nodes isolated at most, in percent (default 10)
-  --recovery-budget-window DUR    retry budgets count recoveries within (default 24h)
-  --recovery-resume-grace DUR     after a restart, steps in flight get this long (default 30s)
-  --recovery-retention-count N    finished recovery records kept at most (default 10000)
-  --recovery-retention-age DUR    finished recovery records older than this go (default 30d);
-                                  never a running one, a job's newest, or one within the
-                                  budget window
-MindCluster compatibility (docs/mindcluster.md):
-  --pubfault-code-table FILE  public-fault codes {"SubHealthFault": ["010001001", ...]} merged over
-                              MindCluster's default table
-  --pubfault-resources LIST   resources allowed to send public faults (default CCAE,fd-online,
-                              pingmesh,Netmind,dpcStorage,dtfsStorage)
-  --pubfault-rate N           requests per second per resource, sustained (default 1)
-  --pubfault-burst N          requests per resource in a burst (default 100)
-  --pubfault-max-faults N     public faults active at once (default 50000)
-  --mindcluster-max-subscribers N  fault.Fault registrations and subscription streams (default 1000)
-  --mindcluster-max-registrations-per-principal N
-                                  fault.Fault registrations one client holds: its authenticated
-                                  principal, or its IP address with --insecure (default 100; the
-                                  smaller of it and --mindcluster-max-subscribers applies)
-  --mindcluster-registration-ttl-seconds N
-                                  a fault.Fault registration without a stream expires after N s
-                                  (default 300)
-Kubernetes (docs/kubernetes.md):
-  --integrations LIST         integrations to run, comma-separated: )" +
-         JoinNames(checks.integrations, " or ") +
-         R"( (default none)
-  --kubeconfig FILE           kubeconfig of the API server (default: the pod's service account)
-  --kube-context NAME         context of the kubeconfig (default: its current-context)
-  --k8s-namespace NS          discover jobs in this namespace only (default: all)
-  --k8s-rank-annotation KEY   pod annotation with the pod's rank (default hccl/rankIndex)
-  --k8s-rank-env NAME         container env var with the rank when the annotation is absent
-  --k8s-devices-annotation KEY  pod annotation listing its devices (default huawei.com/AscendReal)
-  --k8s-job-kind-label KEY    pod/PodGroup label: training or inference (default clusterd.io/job-kind)
-  --k8s-podgroups BOOL        follow Volcano PodGroups (default true)
-  --k8s-taint-key KEY         taint put on an isolated node (default clusterd.io/fault)
-  --k8s-taint-effect EFFECT   NoSchedule or NoExecute (default NoSchedule)
-  --k8s-node-condition TYPE   Node condition kept in step with ClusterD's health
-                              (default AcceleratorHealthy)
-  --k8s-node-not-ready-level LEVEL  fault level of a Node whose Ready condition is not True
-                              (default PRE_SEPARATE)
-  --k8s-eviction-timeout DUR  how long an eviction may be refused (PodDisruptionBudget) (default 60s)
-  --k8s-delete-fallback BOOL  delete the pod when eviction keeps being refused (default false)
-  --k8s-condition-interval DUR  how often Node conditions are compared and written (default 5s)
-Durations take a unit: 500ms, 10s, 2m, 1h, 7d.
-)";
+// `text` wrapped to lines of at most `width` characters, every line after the
+// first indented by `indent` spaces.
+std::string Wrap(const std::string& text, size_t first_column, size_t indent, size_t width) {
+  std::string out;
+  size_t column = first_column;
+  std::istringstream words(text);
+  std::string word;
+  bool first = true;
+  while (words >> word) {
+    if (!first && column + 1 + word.size() > width) {
+      out += "\n" + std::string(indent, ' ');
+      column = indent;
+    } else if (!first) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    first = false;
+  }
+  return out;
+}
+
+std::string Default(const ConfigKey& k) { return k.show(ClusterdConfig{}); }
+
+// A markdown table cell: no line breaks, '|' escaped.
+std::string Cell(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch == '|')
+      out += "\\|";
+    else if (ch == '\n')
+      out += ' ';
+    else
+      out += ch;
+  }
+  return out;
+}
+
+// "text." with a capital first letter, for a table of sentences.
+std::string Sentence(std::string text) {
+  if (!text.empty() && text[0] >= 'a' && text[0] <= 'z') text[0] = static_cast<char>(text[0] - 'a' + 'A');
+  return text + ".";
+}
+
+}  // namespace
+
+std::string ClusterdUsage(const ConfigChecks& checks) {
+  constexpr size_t kHelpColumn = 30, kWidth = 100;
+  std::string out =
+      "usage: clusterd [--config FILE] [--flag value ...]\n\n"
+      "Flags (the JSON config file takes the same keys with '_'; a flag overrides the file):\n";
+  std::string section;
+  for (const ConfigKey& k : ClusterdConfigKeys()) {
+    if (k.section != section) {
+      section = k.section;
+      out += section + ":\n";
+    }
+    std::string line = "  " + FlagOf(k.name) + (k.value_name.empty() ? "" : " " + k.value_name);
+    std::string help = k.help;
+    const std::string dflt = Default(k);
+    std::string notes;
+    if (!dflt.empty()) notes = "default " + dflt;
+    if (k.value_name == "N" || k.value_name == "DUR" || k.name == "actuator" || k.name == "integrations") {
+      notes += (notes.empty() ? "" : "; ") + AcceptedOf(k, checks);
+    }
+    if (!notes.empty()) help += " (" + notes + ")";
+    if (line.size() + 1 > kHelpColumn) {
+      out += line + "\n" + std::string(kHelpColumn, ' ');
+    } else {
+      out += line + std::string(kHelpColumn - line.size(), ' ');
+    }
+    out += Wrap(help, kHelpColumn, kHelpColumn, kWidth) + "\n";
+  }
+  out += "Durations take a unit: 500ms, 10s, 2m, 1h, 7d. Every key: docs/configuration.md.\n";
+  return out;
+}
+
+std::string ClusterdConfigReference(const ConfigChecks& checks) {
+  std::string out;
+  std::string section;
+  for (const ConfigKey& k : ClusterdConfigKeys()) {
+    if (k.section != section) {
+      section = k.section;
+      out += (out.empty() ? "" : "\n") + std::string("### ") + section + "\n\n";
+      out += "| Key (flag) | Default | Accepted | Helm value | Meaning |\n|---|---|---|---|---|\n";
+    }
+    const std::string dflt = Default(k);
+    const std::string chart =
+        k.chart_value.find(' ') == std::string::npos ? "`" + k.chart_value + "`" : Cell(k.chart_value);
+    out += "| `" + k.name + "` (`" + FlagOf(k.name) + "`) | " + (dflt.empty() ? "—" : "`" + Cell(dflt) + "`") + " | " +
+           Cell(AcceptedOf(k, checks)) + " | " + chart + " | " + Cell(Sentence(k.help)) + " |\n";
+  }
+  return out;
 }
 
 }  // namespace clusterd

@@ -216,6 +216,27 @@ struct ClusterdConfig {
   std::chrono::nanoseconds recovery_retention_age = std::chrono::hours(24 * 30);
 };
 
+// One row of the table of keys (config.cc): everything about a setting is
+// said once there, and the parser, --help, the checks and the reference
+// table of docs/configuration.md come from it. The default is what `show`
+// prints for a default-constructed ClusterdConfig.
+struct ConfigKey {
+  std::string name;         // the JSON key; the flag is --name with '_' written '-'
+  std::string section;      // --help's and the reference's section
+  std::string value_name;   // --help's placeholder: N, DUR, FILE, LIST, ... ("" for --insecure)
+  std::string help;         // what it does, in a phrase or two
+  std::string accepted;     // the values it takes, bounds included
+  std::string chart_value;  // the Helm chart's value that sets it
+  // Parses one value (a flag's text, or a JSON value as text) into cfg;
+  // InvalidArgument naming the key otherwise, cfg then unchanged for it.
+  std::function<Status(const std::string& value, ClusterdConfig* cfg)> set;
+  // The value as a flag would spell it ("" when unset).
+  std::function<std::string(const ClusterdConfig& cfg)> show;
+};
+
+// The table, in --help's order.
+const std::vector<ConfigKey>& ClusterdConfigKeys();
+
 // What the configuration cannot know by itself: the names --actuator and
 // --integrations may take, and what each actuator kind needs of the rest of
 // the configuration. The registries' owner gives them (the composition root,
@@ -246,7 +267,11 @@ Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view orig
 // for, a token source for metrics_auth. Also checked by ClusterdServer::Start.
 Status ValidateSecurity(const ClusterdConfig& cfg);
 
-// --help, with the names `checks` allows.
+// --help, from the table, with the names `checks` allows.
 std::string ClusterdUsage(const ConfigChecks& checks);
+
+// The reference tables of docs/configuration.md (markdown, one table per
+// section), from the table; a test keeps the document in step.
+std::string ClusterdConfigReference(const ConfigChecks& checks);
 
 }  // namespace clusterd

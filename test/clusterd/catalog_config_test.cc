@@ -1,4 +1,8 @@
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -300,6 +304,80 @@ TEST(Config, MindClusterRegistrationLimits) {
   EXPECT_NE(zero.status().message().find("--mindcluster-max-registrations-per-principal"), std::string::npos)
       << zero.status().message();
   EXPECT_NE(ClusterdHelp().find("--mindcluster-max-registrations-per-principal N"), std::string::npos);
+}
+
+// Every row of the table of keys is complete, and the default it documents
+// is a value its own parser takes back unchanged.
+TEST(ConfigTable, EveryKeyIsDescribedAndItsDefaultParses) {
+  std::set<std::string> names;
+  for (const ConfigKey& k : ClusterdConfigKeys()) {
+    SCOPED_TRACE(k.name);
+    EXPECT_TRUE(names.insert(k.name).second) << "listed twice";
+    EXPECT_FALSE(k.section.empty());
+    EXPECT_FALSE(k.help.empty());
+    EXPECT_FALSE(k.accepted.empty());
+    EXPECT_FALSE(k.chart_value.empty());
+    ASSERT_TRUE(k.set && k.show);
+    const std::string dflt = k.show(ClusterdConfig{});
+    if (dflt.empty()) continue;  // unset by default (a path, a list, an id)
+    ClusterdConfig c;
+    ASSERT_TRUE(k.set(dflt, &c).ok()) << dflt;
+    EXPECT_EQ(k.show(c), dflt);
+  }
+  // Each key parses as a flag and as a JSON key, and a bad value is refused
+  // naming it (the same setter serves both).
+  bool help = false;
+  auto parsed = ParseClusterdFlags({"--insecure", "--max-streams", "7", "--k8s-taint-effect", "NoExecute"}, &help);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->max_streams, 7u);
+  ClusterdConfig file;
+  EXPECT_TRUE(ApplyClusterdConfigJson(R"({"max_streams": 7, "ha_lease_ttl": "5s"})", "f", &file).ok());
+  EXPECT_EQ(file.ha.lease_ttl, std::chrono::seconds(5));
+  Status too_long = ApplyClusterdConfigJson(R"({"ha_lease_ttl": "2m"})", "f", &file);
+  EXPECT_NE(too_long.message().find("ha_lease_ttl: 2m is longer than the maximum 1m"), std::string::npos)
+      << too_long.message();
+}
+
+// --help lists every key with its default, from the same table.
+TEST(ConfigTable, HelpListsEveryKeyWithItsDefault) {
+  const std::string help = ClusterdHelp();
+  for (const ConfigKey& k : ClusterdConfigKeys()) {
+    std::string flag = k.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    EXPECT_NE(help.find("--" + flag + (k.value_name.empty() ? "" : " " + k.value_name)), std::string::npos) << k.name;
+  }
+  EXPECT_NE(help.find("--node-grace DUR"), std::string::npos);
+  EXPECT_NE(help.find("(default 10s; at least 100ms)"), std::string::npos);
+  // The actuator kinds are the registry's (the help wraps lines: compare the words).
+  std::string words;
+  std::istringstream all(help);
+  for (std::string w; all >> w;) words += (words.empty() ? "" : " ") + w;
+  EXPECT_NE(words.find("(default none; none, exec, webhook or kubernetes)"), std::string::npos);
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
+}
+
+// docs/configuration.md's reference tables are the table's, to the byte.
+// CLUSTERD_UPDATE_DOCS=1 writes them into the document instead.
+TEST(ConfigTable, ReferenceInDocsIsCurrent) {
+  const std::string path = std::string(CLUSTERD_DOCS_DIR) + "/configuration.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string doc = buf.str();
+  const std::string begin = "<!-- BEGIN GENERATED: the table of keys (clusterd/config/config.cc) -->\n";
+  const std::string end = "<!-- END GENERATED -->";
+  const size_t b = doc.find(begin), e = doc.find(end);
+  ASSERT_NE(b, std::string::npos) << path << " lacks " << begin;
+  ASSERT_NE(e, std::string::npos) << path << " lacks " << end;
+  const std::string want = ClusterdConfigReference(BuiltinConfigChecks());
+  const std::string have = doc.substr(b + begin.size(), e - b - begin.size());
+  if (have != want && std::getenv("CLUSTERD_UPDATE_DOCS")) {
+    std::ofstream(path) << doc.substr(0, b + begin.size()) << want << doc.substr(e);
+    GTEST_SKIP() << "rewrote " << path;
+  }
+  EXPECT_EQ(have, want) << path << " is out of step with the table of keys: run this test with CLUSTERD_UPDATE_DOCS=1";
 }
 
 }  // namespace
