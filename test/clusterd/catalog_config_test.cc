@@ -357,6 +357,40 @@ TEST(ConfigTable, HelpListsEveryKeyWithItsDefault) {
   for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
 }
 
+// The chart's clusterd.config map (charts/clusterd/values.yaml) repeats the
+// binary's defaults for the operator to see and change: each value it sets
+// must be the same setting as the default (parsed by the key's own row, so
+// "60s" and "1m" agree), and each key it names must exist.
+TEST(ConfigTable, ChartValuesAreTheDefaults) {
+  const std::string path = std::string(CLUSTERD_CHART_DIR) + "/values.yaml";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  bool in_clusterd = false, in_config = false;
+  int checked = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("clusterd:", 0) == 0) in_clusterd = true;
+    if (in_clusterd && line == "  config:") {
+      in_config = true;
+      continue;
+    }
+    if (!in_config) continue;
+    if (!line.empty() && line.rfind("    ", 0) != 0) break;  // the map ended
+    const size_t colon = line.find(':');
+    if (line.rfind("    #", 0) == 0 || colon == std::string::npos) continue;
+    const std::string key = line.substr(4, colon - 4), value = line.substr(colon + 2);
+    SCOPED_TRACE(key + ": " + value);
+    const auto& keys = ClusterdConfigKeys();
+    auto row = std::find_if(keys.begin(), keys.end(), [&](const ConfigKey& k) { return k.name == key; });
+    ASSERT_NE(row, keys.end()) << "not a key of the table";
+    if (value == "null") continue;  // left out: the binary's default applies
+    ClusterdConfig c;
+    ASSERT_TRUE(row->set(value, &c).ok());
+    EXPECT_EQ(row->show(c), row->show(ClusterdConfig{}));
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+}
+
 // docs/configuration.md's reference tables are the table's, to the byte.
 // CLUSTERD_UPDATE_DOCS=1 writes them into the document instead.
 TEST(ConfigTable, ReferenceInDocsIsCurrent) {
