@@ -1,0 +1,318 @@
+#include "clusterd/mindcluster/cluster_info.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "clusterd/mindcluster/go_json.h"
+#include "clusterd/mindcluster/signal.h"  // LevelName
+
+namespace clusterd::mindcluster {
+namespace {
+
+using json = nlohmann::json;
+
+std::set<uint32_t> Ids(const std::string& type, const std::vector<std::string>& names) {
+  std::set<uint32_t> out;
+  for (const auto& n : names) {
+    if (auto id = ChipId(type, n)) out.insert(*id);
+  }
+  return out;
+}
+
+std::vector<std::string> Names(const std::string& type, const std::set<uint32_t>& ids) {
+  std::vector<std::string> out;
+  out.reserve(ids.size());
+  for (uint32_t id : ids) out.push_back(ChipName(type, id));
+  return out;
+}
+
+std::vector<std::string> SplitCodes(const std::string& codes) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= codes.size()) {
+    const size_t comma = std::min(codes.find(',', start), codes.size());
+    if (comma > start) out.push_back(codes.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Adds `add` into `into` (same chip and kind): codes united, the more
+// serious level kept.
+void MergeFault(DeviceFault* into, const DeviceFault& add) {
+  std::vector<std::string> codes = SplitCodes(into->fault_code);
+  for (const auto& c : SplitCodes(add.fault_code)) {
+    if (std::find(codes.begin(), codes.end(), c) == codes.end()) codes.push_back(c);
+  }
+  std::sort(codes.begin(), codes.end());
+  into->fault_code.clear();
+  for (const auto& c : codes) into->fault_code += (into->fault_code.empty() ? "" : ",") + c;
+  if (LevelRank(add.fault_level) > LevelRank(into->fault_level)) {
+    into->fault_level = add.fault_level;
+    into->fault_handling = add.fault_handling;
+    into->large_model_fault_level = add.large_model_fault_level;
+  }
+  for (const auto& [code, tl] : add.fault_time_and_level) into->fault_time_and_level.emplace(code, tl);
+}
+
+constexpr std::string_view kDeviceInfoCmPrefix = "mindx-dl-deviceinfo-";
+
+}  // namespace
+
+NodeDeviceInfo MergeForVolcano(const NodeDeviceInfo* plugin, const NodeState& ours) {
+  NodeDeviceInfo out;
+  if (plugin) {
+    out = *plugin;
+  } else {
+    out.device_type = ours.device_type.empty() ? "Ascend910" : ours.device_type;
+    for (uint32_t chip : ours.chips) out.available.push_back(ChipName(out.device_type, chip));
+  }
+  const std::string& type = out.device_type;
+  std::set<uint32_t> available = Ids(type, out.available), unhealthy = Ids(type, out.unhealthy);
+  std::set<uint32_t> all = available;
+  for (const auto* list : {&out.unhealthy, &out.network_unhealthy, &out.recovering}) {
+    for (uint32_t id : Ids(type, *list)) all.insert(id);
+  }
+  for (uint32_t chip : ours.chips) all.insert(chip);
+  for (const auto& [chip, state] : ours.chip_state) all.insert(chip);
+
+  // One entry per (chip, kind), the plugin's first.
+  std::map<std::pair<uint32_t, std::string>, DeviceFault> faults;
+  for (const DeviceFault& f : out.faults) {
+    auto id = ChipId(type, f.npu_name);
+    if (!id) continue;
+    auto [it, fresh] = faults.try_emplace({*id, f.fault_type}, f);
+    if (!fresh) MergeFault(&it->second, f);
+  }
+  static const ChipState kNone;
+  for (uint32_t chip : all) {
+    auto found = ours.chip_state.find(chip);
+    const ChipState& cs = found == ours.chip_state.end() ? kNone : found->second;
+    const bool isolated = ours.isolated || cs.isolated;
+    const bool removes = isolated || cs.level >= v1::FAULT_LEVEL_RESTART_REQUEST;
+    const bool pre_separate = !removes && cs.level == v1::FAULT_LEVEL_PRE_SEPARATE;
+    if (!removes && !pre_separate) continue;
+    available.erase(chip);
+    if (removes || !cs.in_use) unhealthy.insert(chip);
+    DeviceFault f;
+    f.fault_type = cs.public_fault ? "PublicFault" : "CardUnhealthy";
+    f.npu_name = ChipName(type, chip);
+    const v1::FaultLevel level = isolated && cs.level < v1::FAULT_LEVEL_SEPARATE ? v1::FAULT_LEVEL_SEPARATE : cs.level;
+    f.fault_level = f.fault_handling = f.large_model_fault_level = std::string(LevelName(level));
+    std::vector<std::string> codes = cs.codes;
+    std::sort(codes.begin(), codes.end());
+    codes.erase(std::unique(codes.begin(), codes.end()), codes.end());
+    for (const auto& c : codes) f.fault_code += (f.fault_code.empty() ? "" : ",") + c;
+    auto [it, fresh] = faults.try_emplace({chip, f.fault_type}, f);
+    if (!fresh) MergeFault(&it->second, f);
+  }
+  out.available = Names(type, available);
+  out.unhealthy = Names(type, unhealthy);
+  out.network_unhealthy = Names(type, Ids(type, out.network_unhealthy));
+  out.recovering = Names(type, Ids(type, out.recovering));
+  out.faults.clear();
+  for (auto& [key, f] : faults) out.faults.push_back(std::move(f));
+  return out;
+}
+
+std::string ClusterInfoEntryJson(const std::string& node, const NodeDeviceInfo& entry) {
+  return "{\"DeviceList\":" + GoJsonStringMap(DeviceListOf(entry)) +
+         ",\"UpdateTime\":" + std::to_string(entry.update_time) +
+         ",\"CmName\":" + GoJsonString(std::string(kDeviceInfoCmPrefix) + node) +
+         ",\"SuperPodID\":" + std::to_string(entry.super_pod_id) +
+         ",\"RackID\":" + std::to_string(entry.rack_id.value_or(0)) +
+         ",\"ServerIndex\":" + std::to_string(entry.server_index) + "}";
+}
+
+ClusterInfoPublisher::ClusterInfoPublisher(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+std::string ClusterInfoPublisher::NameOf(size_t index) {
+  return std::string(kClusterInfoDevicePrefix) + std::to_string(index);
+}
+
+size_t ClusterInfoPublisher::EntryBytes(const std::string& node, const std::string& entry_json) {
+  // "key":value plus the comma that separates it from its neighbour.
+  return GoJsonString(std::string(kDeviceInfoCmPrefix) + node).size() + 1 + entry_json.size() + 1;
+}
+
+size_t ClusterInfoPublisher::Place(const std::string& node, size_t bytes, std::optional<size_t> prefer) {
+  auto fits = [&](const Chunk& c) { return c.bytes + bytes <= max_bytes_; };
+  std::optional<size_t> chosen;
+  if (prefer) {
+    auto it = chunks_.find(*prefer);
+    if (it == chunks_.end() || fits(it->second)) chosen = *prefer;
+  }
+  for (auto it = chunks_.begin(); !chosen && it != chunks_.end(); ++it) {
+    if (fits(it->second)) chosen = it->first;
+  }
+  if (!chosen) {
+    size_t index = 0;
+    while (chunks_.count(index)) ++index;
+    chosen = index;
+  }
+  emptied_.erase(*chosen);
+  Chunk& c = chunks_[*chosen];
+  c.nodes.insert(node);
+  c.bytes += bytes;
+  c.dirty = true;
+  if (prefer != chosen) c.gained = true;
+  return *chosen;
+}
+
+void ClusterInfoPublisher::Leave(const std::string& node, const Node& n) {
+  auto it = chunks_.find(n.chunk);
+  if (it == chunks_.end()) return;
+  Chunk& c = it->second;
+  c.nodes.erase(node);
+  c.bytes -= EntryBytes(node, n.json);
+  c.dirty = true;
+  if (c.nodes.empty()) {
+    chunks_.erase(it);
+    emptied_.insert(n.chunk);
+  }
+}
+
+Status ClusterInfoPublisher::Set(const std::string& node, NodeDeviceInfo entry, int64_t now_s) {
+  auto it = nodes_.find(node);
+  int64_t update_time = std::max(entry.update_time, now_s);
+  if (it != nodes_.end()) {
+    NodeDeviceInfo same = entry;
+    same.update_time = it->second.entry.update_time;
+    if (same == it->second.entry) return Status::Ok();  // nothing Volcano reads changed
+    update_time = std::max(update_time, it->second.entry.update_time + 1);
+  }
+  entry.update_time = update_time;
+  std::string entry_json = ClusterInfoEntryJson(node, entry);
+  const size_t bytes = EntryBytes(node, entry_json);
+  if (bytes + 2 > max_bytes_) {
+    return InvalidArgument("cluster-info entry of node " + node + " is " + std::to_string(bytes) +
+                           " bytes, more than a ConfigMap holds (" + std::to_string(max_bytes_) + ")");
+  }
+  std::optional<size_t> prefer;
+  if (it != nodes_.end()) {
+    prefer = it->second.chunk;
+    Leave(node, it->second);
+  }
+  const size_t chunk = Place(node, bytes, prefer);
+  nodes_[node] = Node{std::move(entry), std::move(entry_json), chunk};
+  return Status::Ok();
+}
+
+void ClusterInfoPublisher::Remove(const std::string& node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  Leave(node, it->second);
+  nodes_.erase(it);
+}
+
+std::string ClusterInfoPublisher::ValueOf(const Chunk& c) const {
+  // A Go map: keys in byte order, which is the set's (the prefix is common).
+  std::string out = "{";
+  for (const std::string& node : c.nodes) {
+    if (out.size() > 1) out.push_back(',');
+    out += GoJsonString(std::string(kDeviceInfoCmPrefix) + node) + ":" + nodes_.at(node).json;
+  }
+  return out + "}";
+}
+
+ClusterInfoPublisher::Plan ClusterInfoPublisher::Pending(bool all) const {
+  Plan plan;
+  for (bool gained : {true, false}) {
+    for (const auto& [index, c] : chunks_) {
+      if (c.gained != gained || !(all || c.dirty)) continue;
+      plan.writes.push_back(Write{NameOf(index), ValueOf(c)});
+    }
+  }
+  for (size_t index : emptied_) plan.deletes.push_back(NameOf(index));
+  return plan;
+}
+
+void ClusterInfoPublisher::Written(const Plan& plan) {
+  for (const Write& w : plan.writes) {
+    const size_t index = std::stoul(w.name.substr(kClusterInfoDevicePrefix.size()));
+    if (auto it = chunks_.find(index); it != chunks_.end()) it->second.dirty = it->second.gained = false;
+  }
+  for (const std::string& name : plan.deletes) {
+    const size_t index = std::stoul(name.substr(kClusterInfoDevicePrefix.size()));
+    if (!chunks_.count(index)) emptied_.erase(index);
+  }
+}
+
+Status ClusterInfoPublisher::Adopt(const std::string& name, std::string_view value) {
+  if (name.rfind(kClusterInfoDevicePrefix, 0) != 0) return InvalidArgument(name + " is not a cluster-info-device name");
+  const std::string digits = name.substr(kClusterInfoDevicePrefix.size());
+  if (digits.empty() || digits.size() > 6 ||
+      !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    return InvalidArgument(name + " is not a cluster-info-device name");
+  }
+  const size_t index = std::stoul(digits);
+  if (chunks_.count(index)) return InvalidArgument(name + " was adopted already");
+  if (value.empty()) {  // the reference's surplus ConfigMap: ours to delete
+    emptied_.insert(index);
+    return Status::Ok();
+  }
+  json doc = json::parse(value, nullptr, false);
+  if (!doc.is_object()) return InvalidArgument(name + ": the value is not a JSON object");
+  std::vector<std::pair<std::string, NodeDeviceInfo>> adopted;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it.key().rfind(kDeviceInfoCmPrefix, 0) != 0 || !it->is_object()) {
+      return InvalidArgument(name + ": \"" + it.key().substr(0, 64) + "\" is not a node's entry");
+    }
+    const json& e = *it;
+    auto list = e.find("DeviceList");
+    auto ut = e.find("UpdateTime");
+    if (list == e.end() || !list->is_object() || ut == e.end() || !ut->is_number_integer()) {
+      return InvalidArgument(name + ": " + it.key() + " has no DeviceList or UpdateTime");
+    }
+    std::map<std::string, std::string> raw;
+    for (auto k = list->begin(); k != list->end(); ++k) {
+      if (!k->is_string())
+        return InvalidArgument(name + ": " + it.key() + ".DeviceList." + k.key() + " is not a string");
+      raw.emplace(k.key(), k->get<std::string>());
+    }
+    auto entry = ParseDeviceList(raw);
+    if (!entry.ok()) return InvalidArgument(name + ": " + it.key() + ": " + entry.status().message());
+    entry->update_time = ut->get<int64_t>();
+    auto int_of = [&](const char* key, int32_t dflt) {
+      auto f = e.find(key);
+      return f != e.end() && f->is_number_integer() ? static_cast<int32_t>(f->get<int64_t>()) : dflt;
+    };
+    entry->super_pod_id = int_of("SuperPodID", -1);
+    entry->server_index = int_of("ServerIndex", -1);
+    if (int32_t rack = int_of("RackID", 0); rack != 0) entry->rack_id = rack;
+    adopted.emplace_back(it.key().substr(kDeviceInfoCmPrefix.size()), std::move(*entry));
+  }
+  emptied_.erase(index);
+  Chunk& c = chunks_[index];
+  for (auto& [node, entry] : adopted) {
+    if (nodes_.count(node)) {  // in two ConfigMaps: kept in the first, this one rewritten
+      c.dirty = true;
+      continue;
+    }
+    std::string entry_json = ClusterInfoEntryJson(node, entry);
+    c.bytes += EntryBytes(node, entry_json);
+    c.nodes.insert(node);
+    nodes_[node] = Node{std::move(entry), std::move(entry_json), index};
+  }
+  if (c.nodes.empty()) {
+    chunks_.erase(index);
+    emptied_.insert(index);
+  }
+  return Status::Ok();
+}
+
+std::optional<size_t> ClusterInfoPublisher::ChunkOf(const std::string& node) const {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return std::nullopt;
+  return it->second.chunk;
+}
+
+std::optional<int64_t> ClusterInfoPublisher::UpdateTimeOf(const std::string& node) const {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return std::nullopt;
+  return it->second.entry.update_time;
+}
+
+}  // namespace clusterd::mindcluster

@@ -1,0 +1,138 @@
+// What Volcano's Ascend plugin reads from ClusterD: the ConfigMaps
+// mindx-dl/cluster-info-device-<i> (label mx-consumer-volcano=true, one data
+// key equal to the ConfigMap's name), whose value maps
+// "mindx-dl-deviceinfo-<node>" to the node's chip lists (docs/mindcluster.md,
+// "What Volcano reads"). Pure: the entries (the device plugin's view with
+// ClusterD's own knowledge merged in) and the ConfigMaps they are cut into;
+// the Kubernetes room writes what the publisher plans.
+//
+// Where it does better than the reference ClusterD: an entry's UpdateTime
+// grows whenever its lists change, for every cause (Volcano ignores an
+// update whose UpdateTime did not grow); a node keeps its ConfigMap unless
+// that one would pass the size limit; a ConfigMap that gains a node is
+// written before the one that loses it, so Volcano never misses the node;
+// ConfigMaps no longer needed are deleted, not left with stale content.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "clusterd/mindcluster/device_info.h"
+#include "clusterd/v1/types.pb.h"
+#include "common/status.h"
+
+namespace clusterd::mindcluster {
+
+inline constexpr std::string_view kClusterInfoNamespace = "mindx-dl";
+inline constexpr std::string_view kClusterInfoDevicePrefix = "cluster-info-device-";
+inline constexpr std::string_view kVolcanoLabel = "mx-consumer-volcano";
+// The reference's limit on one ConfigMap's value (the API's is 1 MiB).
+inline constexpr size_t kMaxClusterInfoBytes = 800 * 1024;
+
+// ClusterD's own knowledge of one chip, from its other sources (NodeD,
+// external reporters, public faults) and from recovery.
+struct ChipState {
+  v1::FaultLevel level = v1::FAULT_LEVEL_UNSPECIFIED;  // worst active fault
+  std::vector<std::string> codes;                      // their codes
+  bool public_fault = false;                           // one of them is a public fault
+  bool isolated = false;                               // a recovery isolated the chip
+  bool in_use = false;                                 // a pod holds it (the pre-separate rule)
+};
+
+// ClusterD's own knowledge of one node.
+struct NodeState {
+  // Without a device-plugin view: the type and chips from NodeD's inventory.
+  std::string device_type;
+  std::vector<uint32_t> chips;
+  std::map<uint32_t, ChipState> chip_state;
+  bool isolated = false;  // a recovery isolated the node, or an operator cordoned it
+};
+
+// The entry Volcano reads for a node: the plugin's view (nullptr: none, the
+// node is built from `ours`) with ClusterD's knowledge merged in:
+//  - a chip at RESTART_REQUEST or above, or isolated, or on an isolated
+//    node, leaves the available list and is listed -Unhealthy;
+//  - a PRE_SEPARATE chip leaves the available list and is listed -Unhealthy
+//    only while no pod uses it (MindCluster's pre-separate rule);
+//  - each such chip gets a -Fault entry (fault_type PublicFault or
+//    CardUnhealthy, its codes, its level's MindCluster name; SeparateNPU for
+//    an isolated chip), merged with the plugin's entry of the same kind;
+//  - NOT_HANDLE and SUB_HEALTH chips stay available.
+// Lists are sorted by chip number, -Fault entries by chip and kind.
+// UpdateTime is the plugin's (the publisher makes it grow).
+NodeDeviceInfo MergeForVolcano(const NodeDeviceInfo* plugin, const NodeState& ours);
+
+// The entry's Go-JSON in a cluster-info-device value, without the key:
+// {"DeviceList":{...},"UpdateTime":N,"CmName":"mindx-dl-deviceinfo-<node>",
+//  "SuperPodID":N,"RackID":N,"ServerIndex":N}.
+std::string ClusterInfoEntryJson(const std::string& node, const NodeDeviceInfo& entry);
+
+// Keeps the cluster-info-device ConfigMaps: which node is in which, each
+// entry's last content and UpdateTime, and what must be written.
+class ClusterInfoPublisher {
+ public:
+  explicit ClusterInfoPublisher(size_t max_bytes = kMaxClusterInfoBytes);
+
+  // Takes over a ConfigMap found at start (its name and its value), so that
+  // nodes keep their ConfigMap and UpdateTimes keep growing after a restart.
+  // InvalidArgument for a name or value that is not one of ours; nothing is
+  // taken then.
+  Status Adopt(const std::string& name, std::string_view value);
+
+  // The node's entry; its UpdateTime becomes the largest of the entry's, the
+  // last one written plus one when the lists changed (else the last one), and
+  // now_s. An entry larger than the limit on its own is refused.
+  Status Set(const std::string& node, NodeDeviceInfo entry, int64_t now_s);
+  // The node has no NPU any more (never for a fault: Volcano keeps a missing
+  // node's last lists).
+  void Remove(const std::string& node);
+
+  struct Write {
+    std::string name;   // cluster-info-device-<i>
+    std::string value;  // the value of its one data key (= name)
+  };
+  struct Plan {
+    std::vector<Write> writes;         // in this order: gaining ConfigMaps first
+    std::vector<std::string> deletes;  // after the writes
+    bool empty() const { return writes.empty() && deletes.empty(); }
+  };
+  // What changed since the last Written(); every ConfigMap with `all`.
+  Plan Pending(bool all = false) const;
+  // The plan's writes and deletes are done.
+  void Written(const Plan& plan);
+
+  // Inspection (tests, metrics).
+  std::optional<size_t> ChunkOf(const std::string& node) const;
+  std::optional<int64_t> UpdateTimeOf(const std::string& node) const;
+  size_t chunks() const { return chunks_.size(); }
+
+ private:
+  struct Node {
+    NodeDeviceInfo entry;
+    std::string json;  // ClusterInfoEntryJson
+    size_t chunk = 0;
+  };
+  struct Chunk {
+    std::set<std::string> nodes;
+    size_t bytes = 2;  // "{}"
+    bool dirty = false;
+    bool gained = false;  // a node moved in since the last write
+  };
+  static size_t EntryBytes(const std::string& node, const std::string& json);
+  size_t Place(const std::string& node, size_t bytes, std::optional<size_t> prefer);
+  void Leave(const std::string& node, const Node& n);
+  std::string ValueOf(const Chunk& c) const;
+  static std::string NameOf(size_t index);
+
+  const size_t max_bytes_;
+  std::map<std::string, Node> nodes_;
+  std::map<size_t, Chunk> chunks_;
+  std::set<size_t> emptied_;  // chunks to delete
+};
+
+}  // namespace clusterd::mindcluster

@@ -1,0 +1,344 @@
+// MindCluster's ConfigMap contracts, pure: the device plugin's DeviceInfoCfg
+// (parsing, CheckCode, the faults it reports) and the cluster-info-device
+// ConfigMaps Volcano reads (the merge with ClusterD's state, chunks,
+// UpdateTime). Fixtures in testdata/mindcluster were written by Go.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "clusterd/mindcluster/cluster_info.h"
+#include "clusterd/mindcluster/device_info.h"
+#include "clusterd/mindcluster/go_json.h"
+
+namespace clusterd::mindcluster {
+namespace {
+
+using nlohmann::json;
+
+std::string Fixture(const std::string& name) {
+  std::ifstream in(std::string(MINDCLUSTER_TESTDATA_DIR) + "/" + name);
+  EXPECT_TRUE(in) << name;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+NodeDeviceInfo Parsed(const std::string& fixture) {
+  auto info = ParseDeviceInfoCfg(Fixture(fixture));
+  EXPECT_TRUE(info.ok()) << fixture << ": " << info.status().message();
+  return info.ok() ? *info : NodeDeviceInfo{};
+}
+
+TEST(GoJson, WritesWhatGoWrites) {
+  // Go escapes <, > and &, U+2028/2029 and control bytes, and replaces a
+  // byte that is not UTF-8; 0x7f and non-ASCII letters stay as they are.
+  EXPECT_EQ(GoJsonStringMap({{"a<b>&c", "x\u2028y\u2029z\x01\x7f\xff\"\\\n\t \u00e9"}}), Fixture("go-escapes.json"));
+  EXPECT_EQ(GoJsonString(""), "\"\"");
+  EXPECT_EQ(GoJsonString("\xe0\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\"");  // overlong: three bad bytes
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(DeviceInfo, ParsesThePluginsConfigMaps) {
+  NodeDeviceInfo faulty = Parsed("deviceinfo-910-faulty.json");
+  EXPECT_EQ(faulty.device_type, "Ascend910");
+  EXPECT_EQ(faulty.available.size(), 6u);
+  EXPECT_EQ(faulty.unhealthy, std::vector<std::string>{"Ascend910-3"});
+  EXPECT_EQ(faulty.network_unhealthy, std::vector<std::string>{"Ascend910-7"});
+  EXPECT_TRUE(faulty.recovering.empty());
+  ASSERT_EQ(faulty.faults.size(), 2u);
+  EXPECT_EQ(faulty.faults[0].fault_code, "80E01801,80C98009");
+  EXPECT_EQ(faulty.faults[0].fault_time_and_level.at("80C98009").fault_level, "RestartBusiness");
+  EXPECT_EQ(faulty.update_time, 1764806401);
+  EXPECT_EQ(faulty.super_pod_id, -1);
+  EXPECT_EQ(faulty.server_index, 0);
+
+  EXPECT_EQ(Parsed("deviceinfo-910-healthy.json").available.size(), 8u);
+  NodeDeviceInfo p310 = Parsed("deviceinfo-310p.json");  // no -NetworkUnhealthy or -Recovering key
+  EXPECT_EQ(p310.device_type, "Ascend310P");
+  EXPECT_EQ(p310.unhealthy, std::vector<std::string>{"Ascend310P-2"});
+  NodeDeviceInfo npu = Parsed("deviceinfo-npu.json");
+  EXPECT_EQ(npu.device_type, "npu");
+  EXPECT_EQ(npu.recovering, std::vector<std::string>{"npu-1"});
+}
+
+TEST(DeviceInfo, OurBytesAreGosBytes) {
+  // Written back, the parsed ConfigMap is the plugin's to the byte (its
+  // CheckCode included): the hash covers exactly what Go marshals.
+  EXPECT_EQ(DeviceInfoCfgJson(Parsed("deviceinfo-910-faulty.json")), Fixture("deviceinfo-910-faulty.json"));
+}
+
+TEST(DeviceInfo, ABadCheckCodeOrShapeIsRefused) {
+  const std::string good = Fixture("deviceinfo-910-healthy.json");
+  std::string tampered = good;
+  tampered.replace(tampered.find("Ascend910-7"), 11, "Ascend910-9");
+  EXPECT_EQ(ParseDeviceInfoCfg(tampered).status().code(), StatusCode::kFailedPrecondition);
+  json no_code = json::parse(good);
+  no_code.erase("CheckCode");
+  EXPECT_EQ(ParseDeviceInfoCfg(no_code.dump()).status().code(), StatusCode::kFailedPrecondition);
+  no_code["CheckCode"] = "";
+  EXPECT_EQ(ParseDeviceInfoCfg(no_code.dump()).status().code(), StatusCode::kFailedPrecondition);
+
+  EXPECT_EQ(ParseDeviceInfoCfg("not json").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDeviceInfoCfg("[]").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDeviceInfoCfg(R"({"DeviceInfo":{"DeviceList":{},"UpdateTime":"x"}})").status().code(),
+            StatusCode::kInvalidArgument);
+
+  // Well hashed but not the plugin's shape: refused all the same.
+  NodeDeviceInfo info = Parsed("deviceinfo-910-healthy.json");
+  NodeDeviceInfo bad_chip = info;
+  bad_chip.available.push_back("Ascend910-x");
+  EXPECT_EQ(ParseDeviceInfoCfg(DeviceInfoCfgJson(bad_chip)).status().code(), StatusCode::kInvalidArgument);
+  NodeDeviceInfo other_type = info;
+  other_type.unhealthy.push_back("Ascend310P-1");
+  EXPECT_EQ(ParseDeviceInfoCfg(DeviceInfoCfgJson(other_type)).status().code(), StatusCode::kInvalidArgument);
+  NodeDeviceInfo huge = info;
+  for (uint32_t i = 0; i <= kMaxChipsPerList; ++i) huge.available.push_back(ChipName("Ascend910", i));
+  auto refused = ParseDeviceInfoCfg(DeviceInfoCfgJson(huge));
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("more than 1024 chips"), std::string::npos);
+  NodeDeviceInfo bad_fault = info;
+  DeviceFault other_chip;
+  other_chip.fault_type = "CardUnhealthy";
+  other_chip.npu_name = "Ascend310-1";
+  bad_fault.faults.push_back(other_chip);
+  EXPECT_EQ(ParseDeviceInfoCfg(DeviceInfoCfgJson(bad_fault)).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceInfo, ChipNames) {
+  EXPECT_EQ(ChipId("Ascend910", "Ascend910-3"), 3u);
+  EXPECT_EQ(ChipId("Ascend910", "Ascend910-15"), 15u);
+  EXPECT_EQ(ChipId("npu", "npu-2"), 2u);
+  EXPECT_EQ(ChipId("npu", "Ascend950-2"), 2u);  // newer cards name chips after the model
+  EXPECT_EQ(ChipId("Ascend310", "Ascend310P-1"), std::nullopt);
+  EXPECT_EQ(ChipId("Ascend910", "Ascend910-"), std::nullopt);
+  EXPECT_EQ(ChipId("Ascend910", "Ascend910-03"), std::nullopt);
+  EXPECT_EQ(ChipId("Ascend910", "Ascend910-65536"), std::nullopt);
+  EXPECT_EQ(ChipId("Ascend910", "-3"), std::nullopt);
+}
+
+TEST(DeviceInfo, FaultsPerChipAndCode) {
+  // Each code at its own level (the time-and-level map), the list's entry
+  // level otherwise.
+  EXPECT_EQ(
+      FaultsOf(Parsed("deviceinfo-910-faulty.json")),
+      (std::vector<ChipFault>{
+          {3, "80C98009", v1::FAULT_LEVEL_RESTART_BUSINESS, "device plugin: CardUnhealthy (SeparateNPU)"},
+          {3, "80E01801", v1::FAULT_LEVEL_SEPARATE, "device plugin: CardUnhealthy (SeparateNPU)"},
+          {7, "81078603", v1::FAULT_LEVEL_RESTART_BUSINESS, "device plugin: CardNetworkUnhealthy (RestartBusiness)"}}));
+  // A chip in a list without an entry of that kind is a fault named after it.
+  EXPECT_EQ(
+      FaultsOf(Parsed("deviceinfo-npu.json")),
+      (std::vector<ChipFault>{{1, "Recovering", v1::FAULT_LEVEL_RESTART_NPU, "device plugin: listed Recovering"}}));
+  EXPECT_EQ(FaultsOf(Parsed("deviceinfo-310p.json")),
+            (std::vector<ChipFault>{
+                {2, "8C084E00", v1::FAULT_LEVEL_RESTART_NPU, "device plugin: CardUnhealthy (RestartNPU)"}}));
+  EXPECT_TRUE(FaultsOf(Parsed("deviceinfo-910-healthy.json")).empty());
+}
+
+TEST(DeviceInfo, DiffRaisesChangedAndClearsGone) {
+  const std::vector<ChipFault> before = {{1, "A", v1::FAULT_LEVEL_SEPARATE, ""},
+                                         {2, "B", v1::FAULT_LEVEL_RESTART_NPU, ""}};
+  const std::vector<ChipFault> after = {{2, "B", v1::FAULT_LEVEL_SEPARATE, ""},
+                                        {3, "C", v1::FAULT_LEVEL_SUB_HEALTH, ""}};
+  FaultDiff d = DiffFaults(before, after);
+  EXPECT_EQ(d.raise, after);  // B at another level, C new
+  EXPECT_EQ(d.clear, (std::vector<ChipFault>{before[0]}));
+  EXPECT_TRUE(DiffFaults(after, after).raise.empty());
+  EXPECT_TRUE(DiffFaults(after, after).clear.empty());
+}
+
+ChipState Faulty(v1::FaultLevel level, std::vector<std::string> codes = {}) {
+  ChipState s;
+  s.level = level;
+  s.codes = std::move(codes);
+  return s;
+}
+
+TEST(ClusterInfo, ClusterdsFaultsAndIsolationLeaveTheAvailableList) {
+  const NodeDeviceInfo plugin = Parsed("deviceinfo-910-healthy.json");
+  NodeState ours;
+  ours.chip_state[2] = Faulty(v1::FAULT_LEVEL_SEPARATE, {"80E01801"});
+  ours.chip_state[4] = Faulty(v1::FAULT_LEVEL_PRE_SEPARATE);
+  ours.chip_state[4].in_use = true;
+  ours.chip_state[5] = Faulty(v1::FAULT_LEVEL_PRE_SEPARATE);
+  ours.chip_state[6] = Faulty(v1::FAULT_LEVEL_SUB_HEALTH, {"X"});
+  ours.chip_state[1].isolated = true;
+  ours.chip_state[0] = Faulty(v1::FAULT_LEVEL_RESTART_BUSINESS, {"010001002"});
+  ours.chip_state[0].public_fault = true;
+  NodeDeviceInfo e = MergeForVolcano(&plugin, ours);
+  EXPECT_EQ(e.available, (std::vector<std::string>{"Ascend910-3", "Ascend910-6", "Ascend910-7"}));
+  // Chip 4 is pre-separated and used: out of the available list, not unhealthy.
+  EXPECT_EQ(e.unhealthy, (std::vector<std::string>{"Ascend910-0", "Ascend910-1", "Ascend910-2", "Ascend910-5"}));
+  ASSERT_EQ(e.faults.size(), 5u);
+  EXPECT_EQ(e.faults[0].fault_type, "PublicFault");
+  EXPECT_EQ(e.faults[0].fault_level, "RestartBusiness");
+  EXPECT_EQ(e.faults[1].npu_name, "Ascend910-1");
+  EXPECT_EQ(e.faults[1].fault_level, "SeparateNPU");  // isolated by a recovery
+  EXPECT_EQ(e.faults[1].fault_code, "");
+  EXPECT_EQ(e.faults[2].fault_code, "80E01801");
+  EXPECT_EQ(e.faults[3].npu_name, "Ascend910-4");
+  EXPECT_EQ(e.faults[3].fault_level, "PreSeparateNPU");
+  EXPECT_EQ(e.update_time, plugin.update_time);
+
+  // An isolated node: every chip out.
+  NodeState node_out;
+  node_out.isolated = true;
+  NodeDeviceInfo all_out = MergeForVolcano(&plugin, node_out);
+  EXPECT_TRUE(all_out.available.empty());
+  EXPECT_EQ(all_out.unhealthy.size(), 8u);
+
+  // Nothing of ClusterD's: the plugin's view as it is.
+  EXPECT_EQ(MergeForVolcano(&plugin, NodeState{}), plugin);
+}
+
+TEST(ClusterInfo, OneEntryPerChipAndKind) {
+  const NodeDeviceInfo plugin = Parsed("deviceinfo-910-faulty.json");
+  NodeState ours;
+  ours.chip_state[3] = Faulty(v1::FAULT_LEVEL_RESTART_NPU, {"8C1F860B", "80E01801"});
+  NodeDeviceInfo e = MergeForVolcano(&plugin, ours);
+  ASSERT_EQ(e.faults.size(), 2u);
+  EXPECT_EQ(e.faults[0].npu_name, "Ascend910-3");
+  EXPECT_EQ(e.faults[0].fault_code, "80C98009,80E01801,8C1F860B");
+  EXPECT_EQ(e.faults[0].fault_level, "SeparateNPU");  // the plugin's, more serious
+  EXPECT_EQ(e.faults[1].fault_type, "CardNetworkUnhealthy");
+}
+
+TEST(ClusterInfo, NodeWithoutPluginIsBuiltFromTheInventory) {
+  NodeState ours;
+  ours.device_type = "Ascend910";
+  ours.chips = {0, 1, 2, 3};
+  ours.chip_state[3] = Faulty(v1::FAULT_LEVEL_SEPARATE, {"80E01801"});
+  NodeDeviceInfo e = MergeForVolcano(nullptr, ours);
+  EXPECT_EQ(e.available, (std::vector<std::string>{"Ascend910-0", "Ascend910-1", "Ascend910-2"}));
+  EXPECT_EQ(e.unhealthy, std::vector<std::string>{"Ascend910-3"});
+  // All five keys, as Volcano needs them.
+  json entry = json::parse(ClusterInfoEntryJson("worker01", e));
+  EXPECT_EQ(entry["DeviceList"].size(), 5u);
+  for (const char* key :
+       {"huawei.com/Ascend910", "huawei.com/Ascend910-Unhealthy", "huawei.com/Ascend910-NetworkUnhealthy",
+        "huawei.com/Ascend910-Recovering", "huawei.com/Ascend910-Fault"}) {
+    EXPECT_TRUE(entry["DeviceList"].contains(key)) << key;
+  }
+  EXPECT_EQ(entry["CmName"], "mindx-dl-deviceinfo-worker01");
+}
+
+NodeDeviceInfo Entry(uint32_t chips, int64_t update_time) {
+  NodeDeviceInfo e;
+  e.device_type = "Ascend910";
+  for (uint32_t i = 0; i < chips; ++i) e.available.push_back(ChipName("Ascend910", i));
+  e.update_time = update_time;
+  return e;
+}
+
+TEST(ClusterInfo, UpdateTimeGrowsWheneverTheListsChange) {
+  ClusterInfoPublisher pub;
+  ASSERT_TRUE(pub.Set("n1", Entry(8, 100), 50).ok());
+  EXPECT_EQ(pub.UpdateTimeOf("n1"), 100);
+  pub.Written(pub.Pending());
+  // The same lists: nothing to write, the time stays.
+  ASSERT_TRUE(pub.Set("n1", Entry(8, 100), 60).ok());
+  EXPECT_TRUE(pub.Pending().empty());
+  EXPECT_EQ(pub.UpdateTimeOf("n1"), 100);
+  // A change ClusterD made (the plugin's time did not move, the clock is
+  // behind): still later than what Volcano saw.
+  NodeDeviceInfo changed = Entry(8, 100);
+  changed.available.pop_back();
+  changed.unhealthy = {"Ascend910-7"};
+  ASSERT_TRUE(pub.Set("n1", changed, 60).ok());
+  EXPECT_EQ(pub.UpdateTimeOf("n1"), 101);
+  ASSERT_TRUE(pub.Set("n1", Entry(8, 100), 200).ok());  // back, with the clock ahead
+  EXPECT_EQ(pub.UpdateTimeOf("n1"), 200);
+  auto plan = pub.Pending();
+  ASSERT_EQ(plan.writes.size(), 1u);
+  EXPECT_EQ(plan.writes[0].name, "cluster-info-device-0");
+  EXPECT_EQ(json::parse(plan.writes[0].value)["mindx-dl-deviceinfo-n1"]["UpdateTime"], 200);
+}
+
+TEST(ClusterInfo, ChunksStayUnderTheLimitAndNodesStayPut) {
+  const size_t limit = 4000;
+  ClusterInfoPublisher pub(limit);
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(pub.Set("node" + std::to_string(100 + i), Entry(8, 1), 1).ok());
+  auto plan = pub.Pending();
+  ASSERT_GT(plan.writes.size(), 3u);
+  size_t listed = 0;
+  for (const auto& w : plan.writes) {
+    EXPECT_LE(w.value.size(), limit) << w.name;
+    json value = json::parse(w.value);
+    listed += value.size();
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      EXPECT_EQ(pub.ChunkOf(it.key().substr(std::string("mindx-dl-deviceinfo-").size())),
+                std::stoul(w.name.substr(std::string("cluster-info-device-").size())));
+    }
+  }
+  EXPECT_EQ(listed, 30u);
+  pub.Written(plan);
+
+  // One node changes a little: it keeps its ConfigMap, the only one written.
+  const size_t home = *pub.ChunkOf("node105");
+  NodeDeviceInfo one_down = Entry(8, 1);
+  one_down.available.pop_back();
+  one_down.unhealthy = {"Ascend910-7"};
+  ASSERT_TRUE(pub.Set("node105", one_down, 2).ok());
+  EXPECT_EQ(pub.ChunkOf("node105"), home);
+  plan = pub.Pending();
+  ASSERT_EQ(plan.writes.size(), 1u);
+  EXPECT_EQ(plan.writes[0].name, "cluster-info-device-" + std::to_string(home));
+  pub.Written(plan);
+
+  // One grows past its ConfigMap's room: it moves, and the ConfigMap that
+  // gains it is written before the one that loses it.
+  NodeDeviceInfo big = Entry(64, 3);
+  ASSERT_TRUE(pub.Set("node105", big, 3).ok());
+  const size_t moved_to = *pub.ChunkOf("node105");
+  EXPECT_NE(moved_to, home);
+  plan = pub.Pending();
+  ASSERT_EQ(plan.writes.size(), 2u);
+  EXPECT_EQ(plan.writes[0].name, "cluster-info-device-" + std::to_string(moved_to));
+  EXPECT_EQ(plan.writes[1].name, "cluster-info-device-" + std::to_string(home));
+  pub.Written(plan);
+
+  // A ConfigMap whose nodes are all gone is deleted, after the writes.
+  for (int i = 0; i < 30; ++i) {
+    const std::string n = "node" + std::to_string(100 + i);
+    if (pub.ChunkOf(n) == moved_to) pub.Remove(n);
+  }
+  plan = pub.Pending();
+  EXPECT_EQ(plan.deletes, std::vector<std::string>{"cluster-info-device-" + std::to_string(moved_to)});
+  pub.Written(plan);
+  EXPECT_TRUE(pub.Pending().empty());
+
+  // An entry no ConfigMap can hold is refused.
+  ClusterInfoPublisher tiny(300);
+  EXPECT_EQ(tiny.Set("n", Entry(64, 1), 1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ClusterInfo, RestartAdoptsWhatItWrote) {
+  ClusterInfoPublisher first(4000);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(first.Set("node" + std::to_string(i), Entry(8, 7), 7).ok());
+  auto all = first.Pending(true);
+
+  ClusterInfoPublisher second(4000);
+  for (const auto& w : all.writes) ASSERT_TRUE(second.Adopt(w.name, w.value).ok()) << w.name;
+  ASSERT_TRUE(second.Adopt("cluster-info-device-9", "").ok());  // the reference's leftover
+  for (int i = 0; i < 20; ++i) {
+    const std::string n = "node" + std::to_string(i);
+    EXPECT_EQ(second.ChunkOf(n), first.ChunkOf(n));
+    EXPECT_EQ(second.UpdateTimeOf(n), 7);
+    ASSERT_TRUE(second.Set(n, Entry(8, 7), 8).ok());  // unchanged: nothing to write
+  }
+  auto plan = second.Pending();
+  EXPECT_TRUE(plan.writes.empty());
+  EXPECT_EQ(plan.deletes, std::vector<std::string>{"cluster-info-device-9"});
+
+  EXPECT_EQ(second.Adopt("cluster-info-device-0", "{}").code(), StatusCode::kInvalidArgument);  // taken
+  EXPECT_EQ(second.Adopt("other", "{}").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(second.Adopt("cluster-info-device-5", R"({"x":1})").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(second.Adopt("cluster-info-device-5", "[").code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(second.ChunkOf("x").has_value());
+}
+
+}  // namespace
+}  // namespace clusterd::mindcluster
