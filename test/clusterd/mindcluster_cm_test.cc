@@ -12,6 +12,7 @@
 #include "clusterd/mindcluster/cluster_info.h"
 #include "clusterd/mindcluster/device_info.h"
 #include "clusterd/mindcluster/go_json.h"
+#include "clusterd/mindcluster/node_info.h"
 
 namespace clusterd::mindcluster {
 namespace {
@@ -338,6 +339,54 @@ TEST(ClusterInfo, RestartAdoptsWhatItWrote) {
   EXPECT_EQ(second.Adopt("cluster-info-device-5", R"({"x":1})").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(second.Adopt("cluster-info-device-5", "[").code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(second.ChunkOf("x").has_value());
+}
+
+TEST(NodeInfo, ParsesMindClusterNodeDsConfigMap) {
+  auto faulty = ParseNodeInfoCm(Fixture("nodeinfo-faulty.json"));
+  ASSERT_TRUE(faulty.ok()) << faulty.status().message();
+  EXPECT_EQ(faulty->node_status, "UnHealthy");
+  ASSERT_EQ(faulty->faults.size(), 2u);
+  EXPECT_EQ(faulty->faults[0].fault_codes, (std::vector<std::string>{"00000011", "0000000D"}));
+  EXPECT_EQ(faulty->faults[1].device_id, -1);
+  // Written back: Go's bytes, CheckCode included.
+  EXPECT_EQ(NodeInfoCmJson(*faulty), Fixture("nodeinfo-faulty.json"));
+  auto healthy = ParseNodeInfoCm(Fixture("nodeinfo-healthy.json"));
+  ASSERT_TRUE(healthy.ok()) << healthy.status().message();
+  EXPECT_TRUE(healthy->faults.empty());
+  EXPECT_EQ(NodeInfoCmJson(*healthy), Fixture("nodeinfo-healthy.json"));
+
+  std::string tampered = Fixture("nodeinfo-faulty.json");
+  tampered.replace(tampered.find("\"UnHealthy\""), 11, "\"Healthy\"");  // the status, not the code
+  EXPECT_EQ(ParseNodeInfoCm(tampered).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ParseNodeInfoCm(R"({"NodeInfo":{"FaultDevList":{}}})").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseNodeInfoCm("null").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(NodeInfo, ClusterdsNodeFaultsDecideTheStatusVolcanoReads) {
+  NodeInfo info = NodeInfoFromFaults({{"Memory", -1, "00000100", v1::FAULT_LEVEL_SUB_HEALTH},
+                                      {"CPU", 0, "0000000D", v1::FAULT_LEVEL_SEPARATE},
+                                      {"CPU", 0, "00000011", v1::FAULT_LEVEL_RESTART_BUSINESS},
+                                      {"Disk", 1, "X", v1::FAULT_LEVEL_NOT_HANDLE}});
+  EXPECT_EQ(info.node_status, "UnHealthy");
+  ASSERT_EQ(info.faults.size(), 2u);  // NOT_HANDLE left out
+  EXPECT_EQ(info.faults[0].device_type, "CPU");
+  EXPECT_EQ(info.faults[0].fault_codes, (std::vector<std::string>{"0000000D", "00000011"}));
+  EXPECT_EQ(info.faults[0].fault_level, "SeparateNPU");
+  EXPECT_EQ(NodeInfoFromFaults({{"Memory", -1, "1", v1::FAULT_LEVEL_PRE_SEPARATE}}).node_status, "PreSeparate");
+  EXPECT_EQ(NodeInfoFromFaults({{"Memory", -1, "1", v1::FAULT_LEVEL_SUB_HEALTH}}).node_status, "SubHealthy");
+  EXPECT_EQ(NodeInfoFromFaults({}).node_status, "Healthy");
+
+  auto none = ClusterInfoNodeValue({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, "");
+  auto value = ClusterInfoNodeValue({{"worker01", {info, 1764806400123}}, {"worker02", {NodeInfoFromFaults({}), 5}}});
+  ASSERT_TRUE(value.ok());
+  json v = json::parse(*value);
+  EXPECT_EQ(v["mindx-dl-nodeinfo-worker01"]["NodeStatus"], "UnHealthy");
+  EXPECT_EQ(v["mindx-dl-nodeinfo-worker01"]["CmName"], "mindx-dl-nodeinfo-worker01");
+  EXPECT_EQ(v["mindx-dl-nodeinfo-worker01"]["UpdateTime"], 1764806400123);
+  EXPECT_TRUE(v["mindx-dl-nodeinfo-worker02"]["FaultDevList"].is_null());
+  EXPECT_EQ(ClusterInfoNodeValue({{"w", {info, 1}}}, 50).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // MindCluster's ConfigMaps, as anyone allowed to write a ConfigMap may write
-// them: the device plugin's DeviceInfoCfg (kube-system/mindx-dl-deviceinfo-*)
-// and a cluster-info-device value found at start. Nothing may crash; what is
+// them: the device plugin's DeviceInfoCfg (kube-system/mindx-dl-deviceinfo-*),
+// MindCluster NodeD's NodeInfo (mindx-dl/mindx-dl-nodeinfo-*) and a
+// cluster-info-device value found at start. Nothing may crash; what is
 // accepted stays within the bounds, and writing it back and reading it again
 // gives the same view (so the CheckCode ClusterD computes is the plugin's).
 #include <nlohmann/json.hpp>
 
 #include "clusterd/mindcluster/cluster_info.h"
 #include "clusterd/mindcluster/device_info.h"
+#include "clusterd/mindcluster/node_info.h"
 #include "fuzz_util.h"
 
 using namespace clusterd;
@@ -58,6 +60,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (it->is_string()) list.emplace(it.key(), it->get<std::string>());
     }
     if (auto lists = ParseDeviceList(list); lists.ok()) CheckView(*lists);
+  }
+  // As MindCluster NodeD's NodeInfo: what is accepted reads back the same.
+  if (auto node = ParseNodeInfoCm(text); node.ok()) {
+    FUZZ_CHECK(node->faults.size() <= kMaxNodeFaultDevices);
+    auto again = ParseNodeInfoCm(NodeInfoCmJson(*node));
+    FUZZ_CHECK(again.ok());
+    FUZZ_CHECK(*again == *node);
   }
   // And as a cluster-info-device value found at start.
   ClusterInfoPublisher pub;
