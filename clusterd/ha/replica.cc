@@ -20,6 +20,7 @@
 #include "clusterd/ha/replication/log_entry.h"
 #include "clusterd/ha/replication/replicated_store.h"
 #include "clusterd/ha/standby_server.h"
+#include "clusterd/server/probe_routes.h"
 #include "clusterd/server/server.h"
 #include "clusterd/server/server_parts.h"
 #include "clusterd/storage/rocksdb_store.h"
@@ -168,8 +169,8 @@ class Replica final : private LogFollower::Restorer {
   // "standby <id> at log index N; leader: L": what its probes say first.
   std::string StandbyWhere() const;
   // /readyz/replica: ready as a replica (docs/ha.md).
-  HttpResponse StandbyReplicaReady() const;
-  HttpResponse LeaderReplicaReady() const;
+  Probe StandbyReplicaReady() const;
+  Probe LeaderReplicaReady() const;
   // Not ready: the reason, or "" (the leader's /readyz).
   std::string LeaderProblem(const char* lease_lost) const;
 
@@ -346,14 +347,13 @@ std::string Replica::StandbyWhere() const {
          "; leader: " + (leader.empty() ? "none" : leader);
 }
 
-HttpResponse Replica::StandbyReplicaReady() const {
+Probe Replica::StandbyReplicaReady() const {
   const std::string where = StandbyWhere();
   if (std::string error = follower_.error(); !error.empty())
-    return HttpResponse{503, "text/plain", where + "; cannot follow the log: " + error + "\n"};
-  if (!election_.LeaseValid()) return HttpResponse{503, "text/plain", where + "; no etcd lease\n"};
-  if (labeler_ && !labeler_->Settled())
-    return HttpResponse{503, "text/plain", where + "; " + labeler_->Problem() + "\n"};
-  return HttpResponse{200, "text/plain", where + "\n"};
+    return {false, where + "; cannot follow the log: " + error};
+  if (!election_.LeaseValid()) return {false, where + "; no etcd lease"};
+  if (labeler_ && !labeler_->Settled()) return {false, where + "; " + labeler_->Problem()};
+  return {true, where};
 }
 
 std::string Replica::LeaderProblem(const char* lease_lost) const {
@@ -362,11 +362,10 @@ std::string Replica::LeaderProblem(const char* lease_lost) const {
   return "";
 }
 
-HttpResponse Replica::LeaderReplicaReady() const {
-  if (std::string problem = LeaderProblem("the leader's lease ran out"); !problem.empty())
-    return HttpResponse{503, "text/plain", problem + "\n"};
-  if (labeler_ && !labeler_->Settled()) return HttpResponse{503, "text/plain", labeler_->Problem() + "\n"};
-  return HttpResponse{200, "text/plain", "leader " + id_ + "\n"};
+Probe Replica::LeaderReplicaReady() const {
+  if (std::string problem = LeaderProblem("the leader's lease ran out"); !problem.empty()) return {false, problem};
+  if (labeler_ && !labeler_->Settled()) return {false, labeler_->Problem()};
+  return {true, "leader " + id_};
 }
 
 std::optional<int> Replica::Standby() {
@@ -412,21 +411,22 @@ std::optional<int> Replica::Standby() {
   checkpoints.Install([&http](std::string method, std::string path, HttpServer::Handler handler) {
     http.Handle(std::move(method), std::move(path), std::move(handler));
   });
-  http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
-  http.Handle("GET", "/readyz", [this](const HttpRequest&) {
-    std::string body = StandbyWhere() + "\n";
-    if (std::string error = follower_.error(); !error.empty()) body += "cannot follow the log: " + error + "\n";
-    return HttpResponse{503, "text/plain", body};
-  });
-  http.Handle("GET", "/metrics", [this](const HttpRequest&) {
+  ProbeRoutes probes;
+  probes.ready = [this]() -> Probe {
+    std::string text = StandbyWhere();
+    if (std::string error = follower_.error(); !error.empty()) text += "\ncannot follow the log: " + error;
+    return {false, text};
+  };
+  probes.metrics = [this] {
     std::string text = metrics_.Render();
     std::lock_guard lock(reads_mu_);
     if (reads_) text += reads_->RenderMetrics();
-    return HttpResponse{200, MetricsRegistry::kContentType, std::move(text)};
-  });
+    return text;
+  };
+  RegisterProbeRoutes(&http, std::move(probes));
   // Ready as a replica: following the log, lease alive, pod labelled. What a
   // Service that selects the leader by label probes (docs/ha.md).
-  http.Handle("GET", "/readyz/replica", [this](const HttpRequest&) { return StandbyReplicaReady(); });
+  http.Handle("GET", "/readyz/replica", ProbeHandler([this] { return StandbyReplicaReady(); }));
   if (labeler_) labeler_->Want("standby");
   if (Status st = http.Start(cfg_.http_listen); !st.ok()) {
     log_->error("HTTP on {}: {}", cfg_.http_listen, st.ToString());
@@ -547,7 +547,7 @@ int Replica::Lead() {
     replicated = store.get();
     return std::unique_ptr<storage::Store>(std::move(store));
   });
-  server.AddHttpHandler("GET", "/readyz/replica", [this](const HttpRequest&) { return LeaderReplicaReady(); });
+  server.AddHttpHandler("GET", "/readyz/replica", ProbeHandler([this] { return LeaderReplicaReady(); }));
   server.SetReadinessCheck([this] { return LeaderProblem("the leader's lease ran out: stepping down"); });
   if (Status st = server.Start(); !st.ok()) {
     log_->error("cannot start as the leader: {}", st.ToString());
