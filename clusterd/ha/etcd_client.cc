@@ -16,6 +16,14 @@ std::string PrefixEnd(std::string prefix) {
   return std::string(1, '\0');  // every key
 }
 
+void CompareCreateRevision(epb::TxnRequest* txn, const std::string& key, int64_t revision) {
+  auto* cmp = txn->add_compare();
+  cmp->set_key(key);
+  cmp->set_target(epb::Compare::CREATE);
+  cmp->set_result(epb::Compare::EQUAL);
+  cmp->set_create_revision(revision);
+}
+
 EtcdClient::EtcdClient(Options options) : options_(std::move(options)) {
   const bool tls = !options_.endpoints.empty() && options_.endpoints.front().rfind("https://", 0) == 0;
   credentials_ = grpc::InsecureChannelCredentials();
@@ -151,14 +159,15 @@ Status EtcdClient::Compact(int64_t revision) {
       .status();
 }
 
-StatusOr<epb::LeaseGrantResponse> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
+StatusOr<LeaseKv::Lease> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
   epb::LeaseGrantRequest request;
   request.set_ttl(ttl_seconds);
   auto response = Unary<epb::LeaseGrantResponse>(
       "lease grant",
       [&](const Connection& m, grpc::ClientContext* ctx, auto* out) { return m.lease->LeaseGrant(ctx, request, out); });
-  if (response.ok() && !response->error().empty()) return Unavailable("etcd lease grant: " + response->error());
-  return response;
+  if (!response.ok()) return response.status();
+  if (!response->error().empty()) return Unavailable("etcd lease grant: " + response->error());
+  return Lease{response->id(), response->ttl()};
 }
 
 Status EtcdClient::LeaseRevoke(int64_t id) {
@@ -171,7 +180,7 @@ Status EtcdClient::LeaseRevoke(int64_t id) {
       .status();
 }
 
-StatusOr<epb::LeaseKeepAliveResponse> EtcdClient::LeaseKeepAlive(int64_t id) {
+StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t id) {
   size_t i;
   std::shared_ptr<const Connection> c = Pick(&i);
   grpc::ClientContext ctx;
@@ -186,10 +195,47 @@ StatusOr<epb::LeaseKeepAliveResponse> EtcdClient::LeaseKeepAlive(int64_t id) {
     ctx.TryCancel();  // the answer is in; do not wait for the server to close
     stream->Finish();
     (void)Check(grpc::Status::OK, i, c.get(), "lease keep-alive");
-    return response;
+    return response.ttl();
   }
   CLUSTERD_RETURN_IF_ERROR(Check(stream->Finish(), i, c.get(), "lease keep-alive"));
   return Unavailable("etcd lease keep-alive at " + members_[i].target + ": the stream ended without an answer");
+}
+
+namespace {
+
+LeaseKv::KeyValue FromEtcd(const mvccpb::KeyValue& kv) { return {kv.value(), kv.lease(), kv.create_revision()}; }
+
+}  // namespace
+
+StatusOr<LeaseKv::Claim> EtcdClient::CreateIfAbsent(const std::string& key, const std::string& value, int64_t lease) {
+  epb::TxnRequest txn;
+  CompareCreateRevision(&txn, key, 0);
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  put->set_lease(lease);
+  txn.add_failure()->mutable_request_range()->set_key(key);
+  auto answer = Txn(txn);
+  if (!answer.ok()) return answer.status();
+  Claim claim;
+  if (answer->succeeded()) {
+    // The transaction's revision is the one the put created the key at.
+    claim.won = true;
+    claim.holder = KeyValue{value, lease, answer->header().revision()};
+  } else if (answer->responses_size() > 0 && answer->responses(0).response_range().kvs_size() > 0) {
+    claim.holder = FromEtcd(answer->responses(0).response_range().kvs(0));
+  }
+  return claim;
+}
+
+StatusOr<std::optional<LeaseKv::KeyValue>> EtcdClient::Get(const std::string& key) {
+  epb::RangeRequest range;
+  range.set_key(key);
+  range.set_serializable(true);
+  auto answer = Range(range);
+  if (!answer.ok()) return answer.status();
+  if (answer->kvs_size() == 0) return std::optional<KeyValue>();
+  return std::optional<KeyValue>(FromEtcd(answer->kvs(0)));
 }
 
 }  // namespace clusterd::ha

@@ -12,6 +12,9 @@
 // back, each new connection's handshake waiting out its keepalive watchdog
 // (docs/ha.md, "An etcd stall").
 //
+// It is the election's LeaseKv (lease_kv.h): leases, and the leader key
+// created only while free.
+//
 // Thread contract: every method may be called from any thread concurrently.
 #pragma once
 
@@ -25,6 +28,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "clusterd/ha/lease_kv.h"
 #include "common/status.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
@@ -35,7 +39,12 @@ namespace epb = etcdserverpb;
 // The first key after every key that starts with `prefix` (a range end).
 std::string PrefixEnd(std::string prefix);
 
-class EtcdClient {
+// Adds to `txn` the comparison: `key` was created at `revision` (0: the key
+// does not exist). The leader key's create revision is a leader's fencing
+// token (docs/ha.md).
+void CompareCreateRevision(epb::TxnRequest* txn, const std::string& key, int64_t revision);
+
+class EtcdClient final : public LeaseKv {
  public:
   struct Options {
     // "http://host:port" or "host:port" (plaintext), or "https://host:port"
@@ -62,12 +71,16 @@ class EtcdClient {
   // Discards etcd's history before `revision` (keys and their newest values
   // stay): what lets etcd reuse the space of deleted log entries.
   Status Compact(int64_t revision);
-  // A new lease; returns its id and the TTL etcd granted.
-  StatusOr<epb::LeaseGrantResponse> LeaseGrant(int64_t ttl_seconds);
-  Status LeaseRevoke(int64_t id);
-  // One keep-alive round trip (a stream opened for it, within the deadline).
-  // The response's TTL is 0 when the lease has expired or never existed.
-  StatusOr<epb::LeaseKeepAliveResponse> LeaseKeepAlive(int64_t id);
+
+  // LeaseKv. LeaseKeepAlive is one round trip on a stream opened for it,
+  // within the deadline. CreateIfAbsent is a transaction: create revision 0
+  // compared, the put on success, a read of the key otherwise.
+  StatusOr<Lease> LeaseGrant(int64_t ttl_seconds) override;
+  StatusOr<int64_t> LeaseKeepAlive(int64_t id) override;
+  Status LeaseRevoke(int64_t id) override;
+  StatusOr<Claim> CreateIfAbsent(const std::string& key, const std::string& value, int64_t lease) override;
+  // A serializable range read of the key.
+  StatusOr<std::optional<KeyValue>> Get(const std::string& key) override;
 
   // The endpoint the next call goes to.
   std::string current_endpoint() const;

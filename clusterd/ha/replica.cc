@@ -3,22 +3,24 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
-#include <thread>
 
+#include "clusterd/ha/election.h"
 #include "clusterd/ha/etcd_client.h"
+#include "clusterd/ha/etcd_log.h"
+#include "clusterd/ha/log_follower.h"
 #include "clusterd/ha/pod_label.h"
 #include "clusterd/ha/replication/checkpoint.h"
 #include "clusterd/ha/replication/log_entry.h"
 #include "clusterd/ha/replication/replicated_store.h"
 #include "clusterd/ha/standby_server.h"
+#include "clusterd/server/probe_routes.h"
 #include "clusterd/server/server.h"
 #include "clusterd/server/server_parts.h"
 #include "clusterd/storage/rocksdb_store.h"
@@ -27,6 +29,7 @@
 #include "common/http_server.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/monotonic_clock.h"
 #include "common/signals.h"
 
 namespace clusterd::ha {
@@ -35,10 +38,6 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Log entries read per request while following: an entry holds at most
-// ha_max_entry_bytes (plus one closure), so this bounds an answer to a few
-// tens of MiB.
-constexpr int64_t kFollowBatch = 16;
 constexpr auto kFollowInterval = milliseconds(50);
 constexpr auto kProgressInterval = milliseconds(1000);
 constexpr auto kTruncateInterval = milliseconds(5000);
@@ -47,14 +46,6 @@ constexpr auto kRebuildInterval = milliseconds(2000);
 constexpr const char* kReconnectsHelp =
     "Channels to etcd members this process replaced after calls kept failing (a count since it started; "
     "a stopped member can leave a gRPC channel failing for good).";
-
-std::string LogKey(const std::string& prefix, uint64_t index) {
-  char digits[24];
-  std::snprintf(digits, sizeof digits, "%016" PRIx64, index);
-  return prefix + "log/" + digits;
-}
-
-int64_t SteadyNanos() { return SteadyClock::now().time_since_epoch().count(); }
 
 double UnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -113,79 +104,75 @@ storage::v1::ReplicaProgress ParseProgress(const std::string& value) {
   return p;
 }
 
-class Replica;
-
-// The log as the leader writes it: one fenced etcd transaction per entry.
-class EtcdLogWriter final : public replication::LogWriter {
- public:
-  explicit EtcdLogWriter(Replica* replica) : replica_(replica) {}
-  Status Append(uint64_t index, const std::string& entry) override;
-
- private:
-  Replica* replica_;
-};
-
-class Replica {
+// One replica: an Election (the lease and the leader key), a LogFollower
+// (the standby's store following the log), and leading (the server on a
+// replicated store). It also publishes its progress, serves checkpoints of
+// its store, and rebuilds its store from a peer's checkpoint for the
+// follower (LogFollower::Restorer).
+class Replica final : private LogFollower::Restorer {
  public:
   Replica(const ClusterdConfig& config, char** argv, EtcdClient::Options etcd)
       : cfg_(config),
         argv_(argv),
         id_(config.ha.replica_id.empty() ? HostName() : config.ha.replica_id),
         prefix_(config.ha.key_prefix),
-        leader_key_(prefix_ + "leader"),
         etcd_(std::move(etcd)),
         log_(GetLogger("ha")),
-        token_(NewToken()) {
-    ttl_seconds_ = std::max<int64_t>(
-        1,
-        std::chrono::duration_cast<std::chrono::seconds>(cfg_.ha.lease_ttl + std::chrono::milliseconds(999)).count());
+        token_(NewToken()),
+        election_(&etcd_, ElectionOptions()),
+        etcd_log_(&etcd_, prefix_, &election_),
+        follower_(&etcd_log_, this, &metrics_, &MonotonicClock::Instance(), FollowerOptions()) {
     metrics_.AddCallbackGauge("clusterd_ha_leader", "1 on the replica that leads (serves writes), 0 on a standby.",
                               [this] { return leading_.load() ? 1.0 : 0.0; });
-    metrics_.AddCallbackGauge("clusterd_ha_log_index", "The last log entry applied to this replica's store.",
-                              [this] { return static_cast<double>(applied_.load()); });
-    metrics_.AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
-                              [this] { return LeaseValid() ? 1.0 : 0.0; });
-    metrics_.AddCallbackGauge("clusterd_ha_etcd_reconnects", kReconnectsHelp,
-                              [this] { return static_cast<double>(etcd_.reconnects()); });
-    campaigns_ = &metrics_.AddCounter("clusterd_ha_campaigns_total", "Attempts to become the leader.");
-    follow_errors_ = &metrics_.AddCounter("clusterd_ha_follow_errors_total",
-                                          "Failed reads or applies while following the log (retried).");
-    restores_ = &metrics_.AddCounter("clusterd_ha_checkpoint_restores_total",
-                                     "Times this replica replaced its store by a peer's checkpoint.");
-    restore_failures_ = &metrics_.AddCounter("clusterd_ha_checkpoint_restore_failures_total",
-                                             "Attempts to fetch a peer's checkpoint that failed (retried).");
+    AddLeaseGauges(&metrics_);
+    follower_.set_on_applied([this](const storage::ChangeSet& written) {
+      if (reads_) reads_->Applied(written);
+    });
   }
 
   int Run();
 
-  // The leader's append (EtcdLogWriter).
-  Status Append(uint64_t index, const std::string& entry);
-
  private:
-  bool LeaseValid() const { return SteadyNanos() < lease_valid_until_.load(); }
+  Election::Options ElectionOptions() {
+    Election::Options options;
+    options.key = prefix_ + "leader";
+    options.candidate = id_;
+    options.ttl = cfg_.ha.lease_ttl;
+    options.campaigns = &metrics_.AddCounter("clusterd_ha_campaigns_total", "Attempts to become the leader.");
+    return options;
+  }
+  static LogFollower::Options FollowerOptions() {
+    LogFollower::Options options;
+    options.restore_interval = kRebuildInterval;
+    return options;
+  }
+  // On the standby's registry and on the leader's.
+  void AddLeaseGauges(MetricsRegistry* metrics) {
+    metrics->AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
+                              [this] { return election_.LeaseValid() ? 1.0 : 0.0; });
+    metrics->AddCallbackGauge("clusterd_ha_etcd_reconnects", kReconnectsHelp,
+                              [this] { return static_cast<double>(etcd_.reconnects()); });
+  }
+
   // Grants a lease; retries until it succeeds or a signal arrives (false).
   bool GrantLease();
-  void KeepAliveLoop();
-  // One campaign: true when this replica now holds the leader key.
-  bool Campaign();
-  // Reads and applies log entries after applied_ until none is left (or an
-  // error). `linearizable`: a quorum read, so nothing committed is missed.
-  Status CatchUp(storage::Store* store, bool linearizable);
   // Publishes how far this replica got, where it serves checkpoints, and
   // whether the log still reaches it.
   void PutProgress(uint64_t index, bool behind_log = false);
-  // The log no longer reaches this replica's store: fetch a live peer's
-  // checkpoint and put it in place of the store (reopened in *store). OK
-  // once replaced; the store stays as it was otherwise.
-  Status Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep_old,
-                 replication::CheckpointServer* checkpoints);
-  // Who holds the leader key now, for /readyz (a standby that cannot
-  // campaign still says who leads).
-  void ReadLeader();
+  // LogFollower::Restorer: the log no longer reaches this replica's store:
+  // fetch a live peer's checkpoint and put it in place of the store.
+  Status Restore(std::unique_ptr<storage::Store>* store, bool keep_old,
+                 const std::function<bool()>& cancelled) override;
   void Truncate(uint64_t own_index);
-  void Resign();
   // Starts (store) or stops (null) the standby's read-only server.
   Status ServeReads(storage::Store* store);
+  // "standby <id> at log index N; leader: L": what its probes say first.
+  std::string StandbyWhere() const;
+  // /readyz/replica: ready as a replica (docs/ha.md).
+  Probe StandbyReplicaReady() const;
+  Probe LeaderReplicaReady() const;
+  // Not ready: the reason, or "" (the leader's /readyz).
+  std::string LeaderProblem(const char* lease_lost) const;
 
   // Returns the exit code, or nullopt once elected (with the store caught up
   // and closed).
@@ -196,36 +183,19 @@ class Replica {
   char** argv_;
   const std::string id_;
   const std::string prefix_;
-  const std::string leader_key_;
   EtcdClient etcd_;
   std::shared_ptr<spdlog::logger> log_;
   MetricsRegistry metrics_;  // the standby's /metrics
-  Counter* campaigns_ = nullptr;
-  Counter* follow_errors_ = nullptr;
-  Counter* restores_ = nullptr;
-  Counter* restore_failures_ = nullptr;
-  int64_t ttl_seconds_ = 2;
   const std::string token_;  // for peers fetching a checkpoint of this store
   std::string advertise_;    // where they fetch it
+  Election election_;
+  EtcdLog etcd_log_;
+  LogFollower follower_;
 
-  std::atomic<int64_t> lease_id_{0};
-  std::atomic<int64_t> lease_valid_until_{0};
-  std::atomic<bool> lease_lost_{false};
-  std::atomic<bool> stop_keepalive_{false};
-  std::thread keepalive_;
-
-  std::atomic<uint64_t> applied_{0};
-  uint64_t revision_ = 0;       // the standby store's revision counter (CatchUp's thread)
-  storage::ChangeSet written_;  // the entry CatchUp applied last
   std::atomic<bool> leading_{false};
-  std::atomic<bool> fenced_{false};
-  std::atomic<bool> stopping_{false};  // a signal arrived while fetching a checkpoint
-  int64_t fence_revision_ = 0;         // the leader key's create revision while leading
-  std::mutex leader_mu_;
-  std::string leader_seen_;              // who leads, as last read (for /readyz)
-  std::string replaced_;                 // the leader this replica replaced (its pod is marked a standby)
   std::unique_ptr<PodLabeler> labeler_;  // with config ha_pod: this replica's role on its pod
-  std::string follow_error_;
+  // The standby's checkpoint endpoint while it runs (Restore swaps its source).
+  replication::CheckpointServer* checkpoints_ = nullptr;
   // The standby's read-only gRPC server (queries and Watch); replaced while
   // a checkpoint replaces the store, gone once elected. The follower thread
   // changes it; reads_mu_ guards it for /metrics.
@@ -237,109 +207,12 @@ class Replica {
   std::atomic<double> serving_unix_{0};
 };
 
-Status EtcdLogWriter::Append(uint64_t index, const std::string& entry) { return replica_->Append(index, entry); }
-
 bool Replica::GrantLease() {
   for (;;) {
-    const int64_t sent = SteadyNanos();
-    auto granted = etcd_.LeaseGrant(ttl_seconds_);
-    if (granted.ok()) {
-      lease_id_ = granted->id();
-      lease_valid_until_ = sent + std::chrono::nanoseconds(std::chrono::seconds(granted->ttl())).count();
-      lease_lost_ = false;
-      log_->info("lease {:x} granted, TTL {}s", granted->id(), granted->ttl());
-      return true;
-    }
-    log_->warn("cannot get a lease: {}", granted.status().ToString());
+    Status st = election_.GrantLease();
+    if (st.ok()) return true;
+    log_->warn("cannot get a lease: {}", st.ToString());
     if (WaitForTerminationSignalFor(milliseconds(500)) != 0) return false;
-  }
-}
-
-void Replica::KeepAliveLoop() {
-  const auto period = std::max<std::chrono::nanoseconds>(std::chrono::seconds(ttl_seconds_) / 4, milliseconds(100));
-  while (!stop_keepalive_.load()) {
-    const int64_t id = lease_id_.load();
-    const int64_t sent = SteadyNanos();
-    auto answer = etcd_.LeaseKeepAlive(id);
-    if (answer.ok() && answer->ttl() > 0) {
-      lease_valid_until_ = sent + std::chrono::nanoseconds(std::chrono::seconds(answer->ttl())).count();
-    } else if (answer.ok()) {
-      if (!lease_lost_.exchange(true)) log_->error("lease {:x} expired", id);
-    } else {
-      log_->warn("lease keep-alive: {}", answer.status().ToString());
-    }
-    if (!LeaseValid() && !lease_lost_.exchange(true)) {
-      log_->error("lease {:x}: no keep-alive answered within its TTL", id);
-    }
-    std::this_thread::sleep_for(answer.ok() ? period : milliseconds(100));
-  }
-}
-
-bool Replica::Campaign() {
-  campaigns_->Inc();
-  epb::TxnRequest txn;
-  auto* cmp = txn.add_compare();
-  cmp->set_key(leader_key_);
-  cmp->set_target(epb::Compare::CREATE);
-  cmp->set_result(epb::Compare::EQUAL);
-  cmp->set_create_revision(0);
-  auto* put = txn.add_success()->mutable_request_put();
-  put->set_key(leader_key_);
-  put->set_value(id_);
-  put->set_lease(lease_id_.load());
-  txn.add_failure()->mutable_request_range()->set_key(leader_key_);
-  auto answer = etcd_.Txn(txn);
-  if (!answer.ok()) {
-    log_->warn("campaign: {}", answer.status().ToString());
-    return false;
-  }
-  if (answer->succeeded()) {
-    fence_revision_ = answer->header().revision();
-    std::lock_guard lock(leader_mu_);
-    replaced_ = leader_seen_;
-    leader_seen_ = id_;
-    return true;
-  }
-  if (answer->responses_size() > 0 && answer->responses(0).response_range().kvs_size() > 0) {
-    const auto& kv = answer->responses(0).response_range().kvs(0);
-    if (kv.value() == id_ && kv.lease() != lease_id_.load()) {
-      // This replica's own key from before it restarted: that process is
-      // gone, so its lease may go at once instead of after its TTL.
-      log_->info("revoking lease {:x} of this replica's previous process", kv.lease());
-      (void)etcd_.LeaseRevoke(kv.lease());
-    }
-    std::lock_guard lock(leader_mu_);
-    leader_seen_ = kv.value();
-  }
-  return false;
-}
-
-Status Replica::CatchUp(storage::Store* store, bool linearizable) {
-  for (;;) {
-    uint64_t applied = applied_.load();
-    epb::RangeRequest range;
-    range.set_key(LogKey(prefix_, applied + 1));
-    range.set_range_end(PrefixEnd(prefix_ + "log/"));
-    range.set_limit(kFollowBatch);
-    range.set_serializable(!linearizable);
-    auto answer = etcd_.Range(range);
-    if (!answer.ok()) return answer.status();
-    for (const auto& kv : answer->kvs()) {
-      Status st = replication::ApplyLogEntry(store, kv.value(), &applied, &revision_, &written_);
-      // Both need a peer's checkpoint (Rebuild); the codes stay apart.
-      if (st.code() == StatusCode::kOutOfRange) {
-        return OutOfRange(st.message() +
-                          ": the log was trimmed past this replica (it was away, or its data dir is new); it needs a "
-                          "checkpoint of a peer's store");
-      }
-      if (st.code() == StatusCode::kFailedPrecondition) {
-        return FailedPrecondition(st.message() + "; it needs a checkpoint of a peer's store");
-      }
-      if (!st.ok()) return st;
-      applied_.store(applied);
-      if (reads_) reads_->Applied(written_);
-    }
-    if (!answer->more()) return Status::Ok();
   }
 }
 
@@ -352,18 +225,8 @@ void Replica::PutProgress(uint64_t index, bool behind_log) {
   epb::PutRequest put;
   put.set_key(prefix_ + "progress/" + id_);
   put.set_value(progress.SerializeAsString());
-  put.set_lease(lease_id_.load());
+  put.set_lease(election_.lease_id());
   if (auto st = etcd_.Put(put); !st.ok()) log_->warn("progress: {}", st.status().ToString());
-}
-
-void Replica::ReadLeader() {
-  epb::RangeRequest range;
-  range.set_key(leader_key_);
-  range.set_serializable(true);
-  auto answer = etcd_.Range(range);
-  if (!answer.ok()) return;
-  std::lock_guard lock(leader_mu_);
-  leader_seen_ = answer->kvs_size() > 0 ? answer->kvs(0).value() : "";
 }
 
 void Replica::Truncate(uint64_t own_index) {
@@ -383,68 +246,10 @@ void Replica::Truncate(uint64_t own_index) {
   if (slowest <= retain) return;
   const uint64_t cut = slowest - retain;  // entries <= cut go
   if (cut <= truncated_) return;
-  epb::DeleteRangeRequest del;
-  del.set_key(prefix_ + "log/");
-  del.set_range_end(LogKey(prefix_, cut + 1));
-  auto deleted = etcd_.DeleteRange(del);
-  if (!deleted.ok()) return;
+  if (!etcd_log_.Trim(cut).ok()) return;
   truncated_ = cut;
   truncated_index_ = cut;
-  // etcd keeps every revision of the deleted entries until its history is
-  // compacted; compacting up to the delete lets it reuse their space (an
-  // etcd that compacts itself as well does no harm: ClusterD never reads an
-  // old revision).
-  if (Status st = etcd_.Compact(deleted->header().revision()); !st.ok()) {
-    log_->debug("compaction of etcd's history: {}", st.ToString());
-  }
   log_->debug("log trimmed to entries after {}", cut);
-}
-
-void Replica::Resign() {
-  if (Status st = etcd_.LeaseRevoke(lease_id_.load()); !st.ok()) {
-    log_->warn("resign: {}", st.ToString());
-  } else {
-    log_->info("resigned: lease {:x} revoked", lease_id_.load());
-  }
-}
-
-Status Replica::Append(uint64_t index, const std::string& entry) {
-  if (!LeaseValid() || lease_lost_.load()) {
-    return Unavailable("the leader's etcd lease may have expired: not writing");
-  }
-  const std::string key = LogKey(prefix_, index);
-  epb::TxnRequest txn;
-  auto* fence = txn.add_compare();
-  fence->set_key(leader_key_);
-  fence->set_target(epb::Compare::CREATE);
-  fence->set_result(epb::Compare::EQUAL);
-  fence->set_create_revision(fence_revision_);
-  auto* fresh = txn.add_compare();
-  fresh->set_key(key);
-  fresh->set_target(epb::Compare::VERSION);
-  fresh->set_result(epb::Compare::EQUAL);
-  fresh->set_version(0);
-  auto* put = txn.add_success()->mutable_request_put();
-  put->set_key(key);
-  put->set_value(entry);
-  txn.add_failure()->mutable_request_range()->set_key(leader_key_);
-  txn.add_failure()->mutable_request_range()->set_key(key);
-  auto answer = etcd_.Txn(txn);
-  if (!answer.ok()) return answer.status();
-  if (answer->succeeded()) return Status::Ok();
-  // Not written now: an earlier attempt wrote it, or another replica leads.
-  if (answer->responses_size() == 2) {
-    const auto& existing = answer->responses(1).response_range();
-    if (existing.kvs_size() > 0 && existing.kvs(0).value() == entry) return Status::Ok();
-    const auto& leader = answer->responses(0).response_range();
-    if (leader.kvs_size() == 0 || leader.kvs(0).create_revision() != fence_revision_) {
-      fenced_ = true;
-      return FailedPrecondition("fenced: the leader key is " +
-                                (leader.kvs_size() == 0 ? std::string("free") : "held by " + leader.kvs(0).value()));
-    }
-  }
-  fenced_ = true;
-  return FailedPrecondition("log entry " + std::to_string(index) + " already holds another leader's change set");
 }
 
 Status Replica::ServeReads(storage::Store* store) {
@@ -458,10 +263,7 @@ Status Replica::ServeReads(storage::Store* store) {
   if (!store) return Status::Ok();
   StandbyServer::Options options;
   options.replica_id = id_;
-  options.leader = [this] {
-    std::lock_guard lock(leader_mu_);
-    return leader_seen_;
-  };
+  options.leader = [this] { return election_.leader(); };
   auto reads = std::make_unique<StandbyServer>(cfg_, store, std::move(options));
   CLUSTERD_RETURN_IF_ERROR(reads->Start());
   std::lock_guard lock(reads_mu_);
@@ -469,8 +271,9 @@ Status Replica::ServeReads(storage::Store* store) {
   return Status::Ok();
 }
 
-Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep_old,
-                        replication::CheckpointServer* checkpoints) {
+Status Replica::Restore(std::unique_ptr<storage::Store>* store, bool keep_old, const std::function<bool()>& cancelled) {
+  // The leader stops keeping the log for this replica meanwhile.
+  PutProgress(follower_.applied(), /*behind_log=*/true);
   // The live peers the log still reaches.
   epb::RangeRequest range;
   range.set_key(prefix_ + "progress/");
@@ -488,12 +291,8 @@ Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep
   if (peers.empty()) return Unavailable("no live peer serves a checkpoint");
   // Standbys first (a checkpoint flushes the store: spare the leader), the
   // furthest ahead first among them.
-  std::string leader;
-  ReadLeader();
-  {
-    std::lock_guard lock(leader_mu_);
-    leader = leader_seen_;
-  }
+  election_.ReadLeader();
+  const std::string leader = election_.leader();
   std::sort(peers.begin(), peers.end(), [&](const auto& a, const auto& b) {
     const bool a_leads = a.first == leader, b_leads = b.first == leader;
     if (a_leads != b_leads) return b_leads;
@@ -505,9 +304,9 @@ Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep
     options.address = progress.checkpoint_address();
     options.token = progress.checkpoint_token();
     options.request_timeout = std::max<std::chrono::nanoseconds>(cfg_.ha.request_timeout, std::chrono::seconds(10));
-    options.cancelled = [this] {
-      if (WaitForTerminationSignalFor(milliseconds(0)) != 0) stopping_ = true;
-      return stopping_.load();
+    options.cancelled = [this, &cancelled] {
+      if (WaitForTerminationSignalFor(milliseconds(0)) != 0) follower_.Stop();
+      return cancelled();
     };
     // Keep the log from the checkpoint on while its files come.
     options.on_manifest = [this](const replication::CheckpointManifest& m) {
@@ -524,26 +323,49 @@ Status Replica::Rebuild(std::unique_ptr<storage::RocksDbStore>* store, bool keep
     }
     // Swap it in: the checkpoint endpoint and the read-only server stop
     // using the old store first.
-    checkpoints->SetSource(nullptr);
+    checkpoints_->SetSource(nullptr);
     (void)ServeReads(nullptr);
     store->reset();
     Status installed = replication::InstallCheckpoint(cfg_.data_dir, keep_old);
     auto reopened = storage::RocksDbStore::Open(cfg_.data_dir);
     if (!reopened.ok()) return reopened.status();  // Standby ends: the process restarts
+    storage::RocksDbStore* raw = reopened->get();
     *store = std::move(*reopened);
-    storage::RocksDbStore* raw = store->get();
-    checkpoints->SetSource([raw](const std::string& dir) { return raw->CreateCheckpoint(dir); });
+    checkpoints_->SetSource([raw](const std::string& dir) { return raw->CreateCheckpoint(dir); });
     if (!installed.ok()) return installed;
-    auto index = replication::ReadLogIndex(**store);
-    if (!index.ok()) return index.status();
-    applied_ = *index;
-    revision_ = (*store)->revision_at_open();
-    restores_->Inc();
     log_->info("rebuilt from {}'s checkpoint {} in {} ms: log index {}, revision {}", peer, fetched->id,
-               std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count(), *index, revision_);
+               std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count(), fetched->log_index,
+               (*store)->revision_at_open());
     return Status::Ok();
   }
   return last;
+}
+
+std::string Replica::StandbyWhere() const {
+  const std::string leader = election_.leader();
+  return "standby " + id_ + " at log index " + std::to_string(follower_.applied()) +
+         "; leader: " + (leader.empty() ? "none" : leader);
+}
+
+Probe Replica::StandbyReplicaReady() const {
+  const std::string where = StandbyWhere();
+  if (std::string error = follower_.error(); !error.empty())
+    return {false, where + "; cannot follow the log: " + error};
+  if (!election_.LeaseValid()) return {false, where + "; no etcd lease"};
+  if (labeler_ && !labeler_->Settled()) return {false, where + "; " + labeler_->Problem()};
+  return {true, where};
+}
+
+std::string Replica::LeaderProblem(const char* lease_lost) const {
+  if (etcd_log_.fenced()) return "fenced: another replica leads";
+  if (!election_.LeaseHeld()) return lease_lost;
+  return "";
+}
+
+Probe Replica::LeaderReplicaReady() const {
+  if (std::string problem = LeaderProblem("the leader's lease ran out"); !problem.empty()) return {false, problem};
+  if (labeler_ && !labeler_->Settled()) return {false, labeler_->Problem()};
+  return {true, "leader " + id_};
 }
 
 std::optional<int> Replica::Standby() {
@@ -563,139 +385,98 @@ std::optional<int> Replica::Standby() {
     log_->error("cannot open the store: {}", opened.status().ToString());
     return 1;
   }
-  std::unique_ptr<storage::RocksDbStore> store = std::move(*opened);
+  storage::RocksDbStore* raw = opened->get();
   // The read-only server stops before the store closes, however this ends.
   struct StopReads {
     Replica* replica;
-    ~StopReads() { (void)replica->ServeReads(nullptr); }
+    ~StopReads() {
+      (void)replica->ServeReads(nullptr);
+      replica->checkpoints_ = nullptr;
+      replica->follower_.Close();
+    }
   } stop_reads{this};
-  auto index = replication::ReadLogIndex(*store);
-  if (!index.ok()) {
-    log_->error("{}", index.status().ToString());
+  if (Status st = follower_.Start(std::move(*opened)); !st.ok()) {
+    log_->error("{}", st.ToString());
     return 1;
   }
-  applied_ = *index;
-  revision_ = store->revision_at_open();
-  log_->info("standby {}: store at log index {}, revision {}", id_, *index, store->revision_at_open());
+  log_->info("standby {}: store at log index {}, revision {}", id_, follower_.applied(), raw->revision_at_open());
 
   const HttpServer::Options http_options = MakeHttpServerOptions(cfg_);
   // Declared first: the HTTP server, whose handlers use it, stops before it goes.
   replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_});
   HttpServer http(http_options);
   checkpoints.RegisterMetrics(&metrics_);
-  {
-    storage::RocksDbStore* raw = store.get();
-    checkpoints.SetSource([raw](const std::string& dir) { return raw->CreateCheckpoint(dir); });
-  }
+  checkpoints.SetSource([raw](const std::string& dir) { return raw->CreateCheckpoint(dir); });
+  checkpoints_ = &checkpoints;
   checkpoints.Install([&http](std::string method, std::string path, HttpServer::Handler handler) {
     http.Handle(std::move(method), std::move(path), std::move(handler));
   });
-  http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
-  http.Handle("GET", "/readyz", [this](const HttpRequest&) {
-    std::lock_guard lock(leader_mu_);
-    std::string body = "standby " + id_ + " at log index " + std::to_string(applied_.load()) +
-                       "; leader: " + (leader_seen_.empty() ? "none" : leader_seen_) + "\n";
-    if (!follow_error_.empty()) body += "cannot follow the log: " + follow_error_ + "\n";
-    return HttpResponse{503, "text/plain", body};
-  });
-  http.Handle("GET", "/metrics", [this](const HttpRequest&) {
+  ProbeRoutes probes;
+  probes.ready = [this]() -> Probe {
+    std::string text = StandbyWhere();
+    if (std::string error = follower_.error(); !error.empty()) text += "\ncannot follow the log: " + error;
+    return {false, text};
+  };
+  probes.metrics = [this] {
     std::string text = metrics_.Render();
     std::lock_guard lock(reads_mu_);
     if (reads_) text += reads_->RenderMetrics();
-    return HttpResponse{200, MetricsRegistry::kContentType, std::move(text)};
-  });
+    return text;
+  };
+  RegisterProbeRoutes(&http, std::move(probes));
   // Ready as a replica: following the log, lease alive, pod labelled. What a
   // Service that selects the leader by label probes (docs/ha.md).
-  http.Handle("GET", "/readyz/replica", [this](const HttpRequest&) {
-    std::lock_guard lock(leader_mu_);
-    const std::string where = "standby " + id_ + " at log index " + std::to_string(applied_.load()) +
-                              "; leader: " + (leader_seen_.empty() ? "none" : leader_seen_);
-    if (!follow_error_.empty())
-      return HttpResponse{503, "text/plain", where + "; cannot follow the log: " + follow_error_ + "\n"};
-    if (!LeaseValid()) return HttpResponse{503, "text/plain", where + "; no etcd lease\n"};
-    if (labeler_ && !labeler_->Settled())
-      return HttpResponse{503, "text/plain", where + "; " + labeler_->Problem() + "\n"};
-    return HttpResponse{200, "text/plain", where + "\n"};
-  });
+  http.Handle("GET", "/readyz/replica", ProbeHandler([this] { return StandbyReplicaReady(); }));
   if (labeler_) labeler_->Want("standby");
   if (Status st = http.Start(cfg_.http_listen); !st.ok()) {
     log_->error("HTTP on {}: {}", cfg_.http_listen, st.ToString());
     return 1;
   }
   advertise_ = AdvertiseAddress(cfg_, http.port());
-  if (Status st = ServeReads(store.get()); !st.ok()) {
+  if (Status st = ServeReads(follower_.store()); !st.ok()) {
     log_->error("standby gRPC on {}: {}", cfg_.listen, st.ToString());
     return 1;
   }
 
   auto next_campaign = SteadyClock::now();
   auto next_progress = SteadyClock::now();
-  auto next_rebuild = SteadyClock::now();
-  const auto campaign_interval = std::clamp<std::chrono::nanoseconds>(std::chrono::seconds(ttl_seconds_) / 10,
-                                                                      milliseconds(100), milliseconds(500));
-  bool caught_up = false;
+  const auto campaign_interval = std::clamp<std::chrono::nanoseconds>(
+      std::chrono::seconds(election_.ttl_seconds()) / 10, milliseconds(100), milliseconds(500));
   for (;;) {
     if (int sig = WaitForTerminationSignalFor(std::chrono::duration_cast<milliseconds>(kFollowInterval)); sig != 0) {
       log_->info("signal {}: standby stopping", sig);
       return 0;
     }
-    if (lease_lost_.load() && !GrantLease()) return 0;
-    Status st = CatchUp(store.get(), /*linearizable=*/false);
-    // Trimmed past this store, or it holds other history: only a peer's
-    // checkpoint helps. The leader stops keeping the log for it meanwhile.
-    const bool behind = st.code() == StatusCode::kOutOfRange || st.code() == StatusCode::kFailedPrecondition;
-    if (behind && SteadyClock::now() >= next_rebuild) {
-      PutProgress(applied_.load(), /*behind_log=*/true);
-      Status rebuilt = Rebuild(&store, /*keep_old=*/st.code() == StatusCode::kFailedPrecondition, &checkpoints);
-      next_rebuild = SteadyClock::now() + kRebuildInterval;
-      if (stopping_.load()) {
-        log_->info("signal: standby stopping");
-        return 0;
-      }
-      if (rebuilt.ok()) {
-        st = CatchUp(store.get(), /*linearizable=*/false);
-      } else {
-        restore_failures_->Inc();
-        if (!store) {
-          log_->error("after a checkpoint install: {}", rebuilt.ToString());
-          return 1;
-        }
-        st = Status(st.code(), st.message() + "; rebuilding: " + rebuilt.message());
-      }
-      if (!reads_) {
-        if (Status served = ServeReads(store.get()); !served.ok()) {
-          log_->error("standby gRPC on {} after a rebuild: {}", cfg_.listen, served.ToString());
-          return 1;
-        }
+    if (election_.LeaseLost() && !GrantLease()) return 0;
+    Status st = follower_.Follow();
+    if (follower_.stopped()) {
+      log_->info("signal: standby stopping");
+      return 0;
+    }
+    if (!follower_.store()) {
+      log_->error("after a checkpoint install: {}", st.ToString());
+      return 1;
+    }
+    // A checkpoint swapped in: serve the new store.
+    if (!reads_) {
+      if (Status served = ServeReads(follower_.store()); !served.ok()) {
+        log_->error("standby gRPC on {} after a rebuild: {}", cfg_.listen, served.ToString());
+        return 1;
       }
     }
     if (reads_) reads_->Refresh();
-    bool changed;
-    {
-      std::lock_guard lock(leader_mu_);
-      changed = follow_error_ != (st.ok() ? "" : st.message());
-      follow_error_ = st.ok() ? "" : st.message();
-    }
-    if (!st.ok()) {
-      follow_errors_->Inc();
-      // Retried every 50 ms: logged when it changes, counted every time.
-      if (changed) log_->warn("following the log: {}", st.ToString());
-    } else if (changed) {
-      log_->info("following the log again at index {}", applied_.load());
-    }
-    caught_up = st.ok();
     const auto now = SteadyClock::now();
     if (now >= next_progress) {
-      PutProgress(applied_.load(), /*behind_log=*/behind && !caught_up);
-      ReadLeader();
+      PutProgress(follower_.applied(), follower_.behind_log());
+      election_.ReadLeader();
       checkpoints.Tick();
       next_progress = now + kProgressInterval;
     }
     // Only a replica that could follow the log may lead: it must be able to
     // read everything the last leader committed.
-    if (caught_up && now >= next_campaign && LeaseValid()) {
+    if (st.ok() && now >= next_campaign && election_.LeaseValid()) {
       next_campaign = now + campaign_interval;
-      if (Campaign()) break;
+      if (election_.Campaign()) break;
     }
   }
   const auto elected = SteadyClock::now();
@@ -703,32 +484,31 @@ std::optional<int> Replica::Standby() {
   // Everything the previous leader committed: a quorum read until the end.
   // Nobody else can append now (the fence moved to this replica's key).
   for (;;) {
-    Status st = CatchUp(store.get(), /*linearizable=*/true);
+    Status st = follower_.CatchUp(/*linearizable=*/true);
     if (st.ok()) break;
     log_->warn("elected, reading the rest of the log: {}", st.ToString());
-    if (!LeaseValid() || st.code() == StatusCode::kFailedPrecondition || st.code() == StatusCode::kOutOfRange) {
+    if (!election_.LeaseValid() || LogFollower::NeedsCheckpoint(st)) {
       log_->error("elected but cannot read the log; stepping down");
-      Resign();
+      election_.Resign();
       RestartAsStandby(argv_);
     }
     if (WaitForTerminationSignalFor(milliseconds(100)) != 0) {
-      Resign();
+      election_.Resign();
       return 0;
     }
   }
-  log_->info("elected (fence revision {}) at log index {}; caught up in {} ms", fence_revision_, applied_.load(),
-             std::chrono::duration_cast<milliseconds>(SteadyClock::now() - elected).count());
+  log_->info("elected (fence revision {}) at log index {}; caught up in {} ms", election_.fence_revision(),
+             follower_.applied(), std::chrono::duration_cast<milliseconds>(SteadyClock::now() - elected).count());
   // Watchers of this standby resume on the leader it now is.
   (void)ServeReads(nullptr);
   http.Stop();
   checkpoints.SetSource(nullptr);
-  store.reset();
+  follower_.Close();
   return std::nullopt;
 }
 
 int Replica::Lead() {
   const auto start = SteadyClock::now();
-  EtcdLogWriter writer(this);
   // Declared first: the server's HTTP handlers use it.
   replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_});
   ClusterdServer server(cfg_);
@@ -740,9 +520,9 @@ int Replica::Lead() {
                        MetricsRegistry* metrics) -> StatusOr<std::unique_ptr<storage::Store>> {
     auto index = replication::ReadLogIndex(*inner);
     if (!index.ok()) return index.status();
-    if (*index != applied_.load()) {
+    if (*index != follower_.applied()) {
       return Internal("the store is at log index " + std::to_string(*index) + ", expected " +
-                      std::to_string(applied_.load()));
+                      std::to_string(follower_.applied()));
     }
     metrics->AddCallbackGauge("clusterd_ha_leader", "1 on the replica that leads (serves writes), 0 on a standby.",
                               [] { return 1.0; });
@@ -753,10 +533,7 @@ int Replica::Lead() {
     if (auto* rocks = dynamic_cast<storage::RocksDbStore*>(inner.get())) {
       checkpoints.SetSource([rocks](const std::string& dir) { return rocks->CreateCheckpoint(dir); });
     }
-    metrics->AddCallbackGauge("clusterd_ha_lease_valid", "1 while this replica's etcd lease is known to be alive.",
-                              [this] { return LeaseValid() ? 1.0 : 0.0; });
-    metrics->AddCallbackGauge("clusterd_ha_etcd_reconnects", kReconnectsHelp,
-                              [this] { return static_cast<double>(etcd_.reconnects()); });
+    AddLeaseGauges(metrics);
     metrics->AddCallbackGauge("clusterd_ha_elected_time_seconds",
                               "When this replica won the election (unix time): a takeover's start.",
                               [this] { return elected_unix_; });
@@ -764,26 +541,18 @@ int Replica::Lead() {
                               "When this replica began to serve as the leader (unix time): elected, the log read, "
                               "the store opened, the state loaded, gRPC listening.",
                               [this] { return serving_unix_.load(); });
-    auto store = std::make_unique<replication::ReplicatedStore>(std::move(inner), &writer, *index, id_, metrics,
-                                                                [this](const Status&) { fenced_ = true; });
+    // Fenced appends are known to etcd_log_ (LeaderProblem).
+    auto store =
+        std::make_unique<replication::ReplicatedStore>(std::move(inner), &etcd_log_, *index, id_, metrics, nullptr);
     replicated = store.get();
     return std::unique_ptr<storage::Store>(std::move(store));
   });
-  server.AddHttpHandler("GET", "/readyz/replica", [this](const HttpRequest&) {
-    if (fenced_.load()) return HttpResponse{503, "text/plain", "fenced: another replica leads\n"};
-    if (lease_lost_.load() || !LeaseValid()) return HttpResponse{503, "text/plain", "the leader's lease ran out\n"};
-    if (labeler_ && !labeler_->Settled()) return HttpResponse{503, "text/plain", labeler_->Problem() + "\n"};
-    return HttpResponse{200, "text/plain", "leader " + id_ + "\n"};
-  });
-  server.SetReadinessCheck([this]() -> std::string {
-    if (fenced_.load()) return "fenced: another replica leads";
-    if (lease_lost_.load() || !LeaseValid()) return "the leader's lease ran out: stepping down";
-    return "";
-  });
+  server.AddHttpHandler("GET", "/readyz/replica", ProbeHandler([this] { return LeaderReplicaReady(); }));
+  server.SetReadinessCheck([this] { return LeaderProblem("the leader's lease ran out: stepping down"); });
   if (Status st = server.Start(); !st.ok()) {
     log_->error("cannot start as the leader: {}", st.ToString());
     checkpoints.SetSource(nullptr);
-    Resign();
+    election_.Resign();
     return 1;
   }
   leading_ = true;
@@ -791,8 +560,7 @@ int Replica::Lead() {
   advertise_ = AdvertiseAddress(cfg_, server.http_port());
   if (labeler_) {
     labeler_->Want("leader");
-    std::lock_guard lock(leader_mu_);
-    labeler_->MarkStandby(replaced_);
+    labeler_->MarkStandby(election_.replaced());
   }
   log_->info("leading as {}: serving in {} ms", id_,
              std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start).count());
@@ -803,12 +571,12 @@ int Replica::Lead() {
       log_->info("signal {}: draining, then resigning", sig);
       checkpoints.SetSource(nullptr);
       server.Shutdown();
-      Resign();
+      election_.Resign();
       return 0;
     }
-    if (fenced_.load() || lease_lost_.load() || !LeaseValid()) {
+    if (etcd_log_.fenced() || !election_.LeaseHeld()) {
       log_->critical("{}: this replica no longer leads; restarting as a standby",
-                     fenced_.load() ? "fenced by another leader" : "lease lost");
+                     etcd_log_.fenced() ? "fenced by another leader" : "lease lost");
       RestartAsStandby(argv_);
     }
     const auto now = SteadyClock::now();
@@ -825,7 +593,8 @@ int Replica::Lead() {
 }
 
 int Replica::Run() {
-  log_->info("replica {}: etcd {}, key prefix {}, lease TTL {}s", id_, etcd_.current_endpoint(), prefix_, ttl_seconds_);
+  log_->info("replica {}: etcd {}, key prefix {}, lease TTL {}s", id_, etcd_.current_endpoint(), prefix_,
+             election_.ttl_seconds());
   auto labeler = MakePodLabeler(cfg_);
   if (!labeler.ok()) {
     log_->error("ha_pod: {}", labeler.status().ToString());
@@ -833,19 +602,15 @@ int Replica::Run() {
   }
   labeler_ = std::move(*labeler);
   if (!GrantLease()) return 0;
-  keepalive_ = std::thread([this] { KeepAliveLoop(); });
-  auto stop_keepalive = [this] {
-    stop_keepalive_ = true;
-    if (keepalive_.joinable()) keepalive_.join();
-  };
+  election_.StartKeepAlive();
   std::optional<int> rc = Standby();
   if (rc) {
-    stop_keepalive();
-    Resign();
+    election_.StopKeepAlive();
+    election_.Resign();
     return *rc;
   }
   const int code = Lead();
-  stop_keepalive();
+  election_.StopKeepAlive();
   return code;
 }
 

@@ -33,6 +33,7 @@
 #include "clusterd/server/health_service.h"
 #include "clusterd/server/http_api.h"
 #include "clusterd/server/job_service.h"
+#include "clusterd/server/probe_routes.h"
 #include "clusterd/server/registries.h"
 #include "clusterd/server/self_check.h"
 #include "clusterd/server/server_parts.h"
@@ -375,53 +376,41 @@ Status ClusterdServer::Impl::StartHttp() {
   ho.metrics = &metrics;
   ho.metrics_prefix = "clusterd";
   http = std::make_unique<HttpServer>(ho);
-  http->Handle("GET", "/healthz", [this](const HttpRequest&) {
+  ProbeRoutes probes;
+  probes.unhealthy = [this]() -> std::string {
     const auto failing = self_check->failing_for();
     const auto limit = config.grpc_unhealthy_after;
-    if (failing.count() > 0 && limit.count() > 0) {
-      if (failing >= limit) {
-        return HttpResponse{503, "text/plain",
-                            "gRPC port not accepting for " + FormatDuration(failing) + " (grpc_unhealthy_after " +
-                                FormatDuration(limit) + "): only a restart brings the listener back\n"};
-      }
+    if (failing.count() > 0 && limit.count() > 0 && failing >= limit) {
+      return "gRPC port not accepting for " + FormatDuration(failing) + " (grpc_unhealthy_after " +
+             FormatDuration(limit) + "): only a restart brings the listener back";
     }
-    return HttpResponse{200, "text/plain", "ok\n"};
-  });
-  http->Handle("GET", "/readyz", [this](const HttpRequest&) {
-    if (!serving.load()) return HttpResponse{503, "text/plain", "not serving\n"};
+    return "";
+  };
+  probes.ready = [this]() -> Probe {
+    if (!serving.load()) return {false, "not serving"};
     if (readiness) {
-      if (auto problem = readiness(); !problem.empty()) return HttpResponse{503, "text/plain", problem + "\n"};
+      if (auto problem = readiness(); !problem.empty()) return {false, problem};
     }
-    if (!self_check->ok()) {
-      return HttpResponse{503, "text/plain", "gRPC port not accepting: " + self_check->problem() + "\n"};
-    }
+    if (!self_check->ok()) return {false, "gRPC port not accepting: " + self_check->problem()};
     // Writes refused (disk below its reserve) keep the pod ready: reads and
     // Watch still work, and a 503 would take the only replica out of its
     // Service. The reason is in the body, on /readyz/writes (503), on
     // clusterd_store_writable and in the ClusterdWritesRefused alert.
     if (Status refusal = engine->WriteRefusal(); !refusal.ok()) {
-      return HttpResponse{200, "text/plain", "ready for reads; writes refused: " + refusal.message() + "\n"};
+      return {true, "ready for reads; writes refused: " + refusal.message()};
     }
-    return HttpResponse{200, "text/plain", "ready\n"};
-  });
-  http->Handle("GET", "/readyz/writes", [this](const HttpRequest&) {
-    if (Status refusal = engine->WriteRefusal(); !refusal.ok()) {
-      return HttpResponse{503, "text/plain", "writes refused: " + refusal.message() + "\n"};
-    }
-    return HttpResponse{200, "text/plain", "writable\n"};
-  });
-  http->Handle("GET", "/metrics", [this](const HttpRequest& req) {
-    if (config.auth.metrics_auth) {
-      // A scraper's bearer token, of a principal that may read the cluster.
-      if (Status st = AuthorizeHttpReader(*authenticator, req.authorization, "/metrics"); !st.ok()) {
-        const int code = st.code() == StatusCode::kPermissionDenied ? 403
-                         : st.code() == StatusCode::kUnavailable    ? 503
-                                                                    : 401;
-        return HttpResponse{code, "text/plain", st.message() + "\n"};
-      }
-    }
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics.Render()};
-  });
+    return {true, "ready"};
+  };
+  probes.metrics = [this] { return metrics.Render(); };
+  // A scraper's bearer token, of a principal that may read the cluster.
+  if (cfg.auth.metrics_auth) probes.metrics_auth = authenticator.get();
+  RegisterProbeRoutes(http.get(), std::move(probes));
+  http->Handle("GET", "/readyz/writes", ProbeHandler([this]() -> Probe {
+                 if (Status refusal = engine->WriteRefusal(); !refusal.ok()) {
+                   return {false, "writes refused: " + refusal.message()};
+                 }
+                 return {true, "writable"};
+               }));
   HttpApiOptions api;
   api.require_viewer = !cfg.insecure;
   RegisterHttpApi(http.get(), state.get(), hub.get(), authenticator.get(), api);

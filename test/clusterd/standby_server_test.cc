@@ -1,13 +1,12 @@
 // A standby's read-only gRPC server (clusterd/ha/standby_server.h) over
 // real gRPC on loopback. A leader ClusterdServer runs in-process with its
-// store wrapped in the replicated store over a log that records each entry;
+// store wrapped in the replicated store over a log in memory (fake_log.h);
 // the test plays the follower: it applies those entries to the standby's own
 // store, then tells the standby (Applied, Refresh).
 #include "clusterd/ha/standby_server.h"
 
 #include <future>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "clusterd/storage/memory_store.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "agent_client.h"
+#include "fake_log.h"
 #include "http_get.h"
 #include "loopback_config.h"
 #include "test_util.h"
@@ -37,30 +37,6 @@ using testing::WaitFor;
 
 constexpr char kLeader[] = "replica-a";
 constexpr char kStandby[] = "replica-b";
-
-// The replicated log: keeps every entry the leader appends. Append runs on
-// the leader's writer thread, the reads on the test's.
-class RecordingLog final : public replication::LogWriter {
- public:
-  Status Append(uint64_t index, const std::string& entry) override {
-    std::lock_guard lock(mu_);
-    entries_.emplace_back(index, entry);
-    return Status::Ok();
-  }
-
-  std::vector<std::string> EntriesAfter(uint64_t index) const {
-    std::lock_guard lock(mu_);
-    std::vector<std::string> out;
-    for (const auto& [i, bytes] : entries_) {
-      if (i > index) out.push_back(bytes);
-    }
-    return out;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::pair<uint64_t, std::string>> entries_;
-};
 
 // A deadline for every call, so that a call the server never answers fails
 // the test instead of hanging it.
@@ -226,7 +202,7 @@ class StandbyServerTest : public ::testing::Test {
   // Declared in the order they must outlive each other: the leader's store
   // appends to log_, the standby reads store_.
   testing::TempDir dir_;
-  RecordingLog log_;
+  testing::FakeLog log_;
   std::unique_ptr<ClusterdServer> leader_;
   std::shared_ptr<grpc::Channel> leader_channel_;
   std::unique_ptr<testing::TestAgent> agent_;

@@ -24,24 +24,12 @@
 #include <memory>
 #include <string>
 
+#include "clusterd/ha/replication/log.h"
 #include "clusterd/storage/store.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
 namespace clusterd::replication {
-
-// The replicated log as its leader writes it (implemented over etcd in
-// clusterd/ha; a fake in tests).
-class LogWriter {
- public:
-  virtual ~LogWriter() = default;
-  // Makes `entry` the log's entry number `index`, only while this replica
-  // leads. OK: committed (also when an earlier attempt whose answer was lost
-  // committed exactly these bytes). FAILED_PRECONDITION: fenced (another
-  // replica leads, or entry `index` holds other bytes). Any other error: the
-  // outcome is unknown; call again with the same arguments.
-  virtual Status Append(uint64_t index, const std::string& entry) = 0;
-};
 
 class ReplicatedStore final : public storage::Store {
  public:

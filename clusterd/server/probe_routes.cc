@@ -1,0 +1,35 @@
+#include "clusterd/server/probe_routes.h"
+
+#include "common/metrics.h"
+
+namespace clusterd {
+
+HttpResponse ProbeResponse(const Probe& probe) {
+  return HttpResponse{probe.ok ? 200 : 503, "text/plain", probe.text + "\n"};
+}
+
+HttpServer::Handler ProbeHandler(std::function<Probe()> probe) {
+  return [probe = std::move(probe)](const HttpRequest&) { return ProbeResponse(probe()); };
+}
+
+void RegisterProbeRoutes(HttpServer* http, ProbeRoutes routes) {
+  http->Handle("GET", "/healthz", [unhealthy = std::move(routes.unhealthy)](const HttpRequest&) {
+    const std::string problem = unhealthy ? unhealthy() : "";
+    return ProbeResponse({problem.empty(), problem.empty() ? "ok" : problem});
+  });
+  http->Handle("GET", "/readyz", ProbeHandler(std::move(routes.ready)));
+  http->Handle("GET", "/metrics",
+               [metrics = std::move(routes.metrics), auth = routes.metrics_auth](const HttpRequest& req) {
+                 if (auth) {
+                   if (Status st = AuthorizeHttpReader(*auth, req.authorization, "/metrics"); !st.ok()) {
+                     const int code = st.code() == StatusCode::kPermissionDenied ? 403
+                                      : st.code() == StatusCode::kUnavailable    ? 503
+                                                                                 : 401;
+                     return HttpResponse{code, "text/plain", st.message() + "\n"};
+                   }
+                 }
+                 return HttpResponse{200, MetricsRegistry::kContentType, metrics()};
+               });
+}
+
+}  // namespace clusterd
