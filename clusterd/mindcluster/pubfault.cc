@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
 
 #include "common/config_util.h"
@@ -201,6 +202,20 @@ PubFaultVerdict CheckPubFaultRequest(const ::PublicFaultRequest& req, const PubF
                                   " public faults ClusterD keeps (pubfault_max_faults); send fewer per request"};
   }
   return {kPubFaultOk, ""};
+}
+
+StatusOr<::PublicFaultRequest> ParsePublicFaultCm(std::string_view json, size_t max_bytes) {
+  if (json.size() > max_bytes) {
+    return InvalidArgument("PublicFault is " + std::to_string(json.size()) + " bytes, more than " +
+                           std::to_string(max_bytes));
+  }
+  ::PublicFaultRequest req;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto st = google::protobuf::util::JsonStringToMessage(google::protobuf::StringPiece(json.data(), json.size()),
+                                                              &req, options);
+  if (!st.ok()) return InvalidArgument("PublicFault is not a public-fault request: " + st.ToString().substr(0, 256));
+  return req;
 }
 
 PubFaultVerdict PlanPublicFaults(const ::PublicFaultRequest& req, const PubFaultCodeTable& table,

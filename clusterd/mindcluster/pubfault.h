@@ -71,6 +71,16 @@ PubFaultVerdict CheckPubFaultRequest(const ::PublicFaultRequest& req, const PubF
 PubFaultVerdict PlanPublicFaults(const ::PublicFaultRequest& req, const PubFaultCodeTable& table,
                                  const PubFaultOptions& options, PubFaultPlan* plan);
 
+// Public faults from a ConfigMap (any namespace, label
+// mc-consumer-publicfault=true, key PublicFault: the JSON of the same
+// request SendPublicFault takes; docs/mindcluster.md). The request for
+// CheckPubFaultResource, CheckPubFaultRequest and PlanPublicFaults, as a gRPC
+// one; fields it does not know are ignored (as Go's encoding/json does).
+// InvalidArgument for anything that is not that JSON, or past max_bytes.
+inline constexpr std::string_view kPubFaultCmLabel = "mc-consumer-publicfault";
+inline constexpr std::string_view kPubFaultCmKey = "PublicFault";
+StatusOr<::PublicFaultRequest> ParsePublicFaultCm(std::string_view json, size_t max_bytes = 1 << 20);
+
 // Token buckets, one per allowed resource, made at construction: a name
 // outside `resources` is refused and adds nothing, so the map stays the
 // configured size whatever clients send. Thread-safe.

@@ -51,6 +51,26 @@ TEST(PubFaultPlanTest, AValidRequestBecomesOneFaultPerNodeAndDevice) {
   EXPECT_EQ(plan.faults[0].fault_id, "fault-0001");
 }
 
+// A public-fault ConfigMap carries the same request as JSON: it plans the
+// same faults; what is not that JSON is refused; unknown fields are ignored.
+TEST(PubFaultPlanTest, AConfigMapsJsonIsTheSameRequest) {
+  auto req = ParsePublicFaultCm(R"({"id":"req-00000001","timestamp":1700000000000,"version":"1.0",
+      "resource":"pingmesh","extra":true,"faults":[{"faultId":"fault-0001","faultType":"Network",
+      "faultCode":"010001001","faultTime":1700000000000,"assertion":"occur","faultLocation":{"port":"eth0"},
+      "influence":[{"nodeName":"worker01","deviceIds":[0,3]}],"description":"link down"}]})");
+  ASSERT_TRUE(req.ok()) << req.status().message();
+  EXPECT_EQ(req->SerializeAsString(), Valid().SerializeAsString());
+  PubFaultPlan from_cm, from_grpc;
+  EXPECT_EQ(Plan(*req, &from_cm).code, kPubFaultOk);
+  EXPECT_EQ(Plan(Valid(), &from_grpc).code, kPubFaultOk);
+  EXPECT_EQ(from_cm.faults.size(), from_grpc.faults.size());
+
+  EXPECT_EQ(ParsePublicFaultCm("not json").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParsePublicFaultCm(R"({"faults":"x"})").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParsePublicFaultCm(R"({"timestamp":"soon"})").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParsePublicFaultCm(std::string(2000, ' '), 1000).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(PubFaultPlanTest, RequestLevelRules) {
   PubFaultPlan plan;
   auto check = [&](const std::function<void(::PublicFaultRequest&)>& mutate, int32_t code, const std::string& says) {

@@ -1,7 +1,7 @@
 // MindCluster's ConfigMaps, as anyone allowed to write a ConfigMap may write
 // them: the device plugin's DeviceInfoCfg (kube-system/mindx-dl-deviceinfo-*),
-// MindCluster NodeD's NodeInfo (mindx-dl/mindx-dl-nodeinfo-*) and a
-// cluster-info-device value found at start. Nothing may crash; what is
+// MindCluster NodeD's NodeInfo (mindx-dl/mindx-dl-nodeinfo-*), a public-fault
+// ConfigMap's PublicFault, and a cluster-info-device value found at start. Nothing may crash; what is
 // accepted stays within the bounds, and writing it back and reading it again
 // gives the same view (so the CheckCode ClusterD computes is the plugin's).
 #include <nlohmann/json.hpp>
@@ -9,6 +9,7 @@
 #include "clusterd/mindcluster/cluster_info.h"
 #include "clusterd/mindcluster/device_info.h"
 #include "clusterd/mindcluster/node_info.h"
+#include "clusterd/mindcluster/pubfault.h"
 #include "fuzz_util.h"
 
 using namespace clusterd;
@@ -67,6 +68,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = ParseNodeInfoCm(NodeInfoCmJson(*node));
     FUZZ_CHECK(again.ok());
     FUZZ_CHECK(*again == *node);
+  }
+  // As a public-fault ConfigMap: planned like a gRPC request, one of its codes.
+  if (auto req = ParsePublicFaultCm(text); req.ok()) {
+    static const PubFaultCodeTable table = PubFaultCodeTable::Default();
+    PubFaultPlan plan;
+    const PubFaultVerdict v = PlanPublicFaults(*req, table, PubFaultOptions(), &plan);
+    FUZZ_CHECK(v.code == kPubFaultOk || v.code == kPubFaultInvalid || v.code == kPubFaultRefused);
   }
   // And as a cluster-info-device value found at start.
   ClusterInfoPublisher pub;
