@@ -1,0 +1,98 @@
+// Separating a chip that fails again and again (MindCluster's "manual
+// separation" policy, docs/recovery.md): a chip whose counted faults reach a
+// threshold within a window is separated, so no scheduler places work on it,
+// until it has been fault-free for a set time or an operator releases it.
+// Pure: the caller tells it what happened and when; it says what to separate
+// and release. Any accelerator, not only Ascend.
+//
+// What counts: each new occurrence of a fault above SUB_HEALTH on a chip,
+// once per code, after a settle time. When one code appears on several chips
+// of one job within the settle time, it is the job's (software) fault, not
+// the chips': none of those occurrences is counted.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace clusterd::recovery {
+
+struct SeparationPolicy {
+  bool enabled = true;
+  // Counted faults within `window` that separate a chip (MindCluster: 1 to
+  // 50, default 3; 1 to 720 h, default 24 h).
+  uint32_t threshold = 3;
+  std::chrono::hours window{24};
+  // Fault-free time after which a separated chip is released; nullopt:
+  // never by itself (MindCluster: 1 to 240 h or -1, default 48 h).
+  std::optional<std::chrono::hours> release_after = std::chrono::hours(48);
+  // An occurrence is counted after this long, unless the same code hit
+  // another chip of the same job meanwhile (MindCluster: 30 s).
+  std::chrono::seconds settle{30};
+};
+
+// Bounds of a policy read from configuration; InvalidArgument naming the
+// field otherwise.
+Status ValidateSeparationPolicy(const SeparationPolicy& p);
+
+struct ChipRef {
+  std::string node;
+  uint32_t device = 0;
+  auto operator<=>(const ChipRef&) const = default;
+};
+
+class SeparationTracker {
+ public:
+  explicit SeparationTracker(SeparationPolicy policy);
+
+  // A fault occurred on `chip` with `code` at `at`; `job` is the job whose
+  // rank holds the chip ("" for none). Only occurrences the policy counts
+  // should be given (level above SUB_HEALTH, a new occurrence).
+  void Observe(const ChipRef& chip, const std::string& code, const std::string& job, TimePoint at);
+  // The chip has an active fault at `now` (it is not fault-free yet).
+  void StillFaulty(const ChipRef& chip, TimePoint now);
+
+  struct Change {
+    ChipRef chip;
+    bool separated = false;  // false: released
+    std::string reason;
+  };
+  // Settles what waited long enough, separates chips at the threshold and
+  // releases those fault-free for release_after. Time only moves forward.
+  std::vector<Change> Advance(TimePoint now);
+
+  bool Separated(const ChipRef& chip) const { return separated_.count(chip) > 0; }
+  // An operator's release: the chip's count starts again from zero.
+  // NotFound when it is not separated.
+  Status Release(const ChipRef& chip);
+  // Counted occurrences of the chip within the window, as of the last Advance.
+  size_t Count(const ChipRef& chip) const;
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    ChipRef chip;
+    std::string code;
+    std::string job;
+    TimePoint at;
+  };
+  struct Separation {
+    TimePoint since;
+    TimePoint last_fault;
+  };
+  const SeparationPolicy policy_;
+  std::vector<Pending> pending_;                       // waiting for their settle time, in the order observed
+  std::vector<Pending> recent_;                        // observed within two settle times: the software-fault check
+  std::map<ChipRef, std::vector<TimePoint>> counted_;  // within the window
+  std::map<ChipRef, Separation> separated_;
+};
+
+}  // namespace clusterd::recovery
