@@ -60,6 +60,14 @@ std::string Fingerprint(const v1::Job& job) {
   return out;
 }
 
+// A write that may go through if tried again as it is (ClusterD refuses
+// writes while its disk is full, or is shutting down); a job it refused for
+// what it is (invalid, another source's) waits for its pods to change.
+bool Transient(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kResourceExhausted ||
+         s.code() == StatusCode::kAborted || s.code() == StatusCode::kDeadlineExceeded;
+}
+
 std::string LabelOr(const v1::Job& job, std::string_view key) {
   auto it = job.labels().find(std::string(key));
   return it == job.labels().end() ? std::string() : it->second;
@@ -136,6 +144,12 @@ KubernetesIntegration::StepResult KubernetesIntegration::Step() {
   // Due at the first turn, then an interval after the last pass; at once when
   // the clock went back by more than an interval.
   if (!nodes_passed_ || now >= next_nodes_ || next_nodes_ - now > interval) {
+    // Job writes that failed for a passing reason (writes refused while
+    // ClusterD's disk is full) are tried again without waiting for a change.
+    if (jobs_failed_ && !result.jobs && ctx_->JobsSynced()) {
+      SyncJobs();
+      result.jobs = true;
+    }
     if (ctx_->NodesSynced()) {
       // Also retries readiness reports refused before the node's agent
       // registered (only nodes whose state was not yet reported are sent).
@@ -201,6 +215,7 @@ void KubernetesIntegration::SyncJobs() {
     if (!LoadWrittenJobs()) return;
     jobs_initialized_ = true;
   }
+  jobs_failed_ = false;
   JobView view = ParseJobView(*ctx_);
   if (pods_refused_ != nullptr) pods_refused_->Set(view.refused);
   auto discovered = k8s::BuildJobs(view.pods, view.podgroups, ctx_->discovery());
@@ -232,6 +247,7 @@ void KubernetesIntegration::SyncJobs() {
                              LabelOr(dj.job, k8s::kLabelName), dj.job.placement_size(), dj.pods_placed);
     } else {
       if (jobs_refused_ != nullptr) jobs_refused_->Inc();
+      jobs_failed_ = jobs_failed_ || Transient(s);
       Warn("job/" + id, "kubernetes: job " + id + ": " + s.message());
     }
   }
@@ -248,6 +264,7 @@ void KubernetesIntegration::SyncJobs() {
       if (jobs_written_ != nullptr) jobs_written_->Inc();
       it = written_.erase(it);
     } else {
+      jobs_failed_ = jobs_failed_ || Transient(r.status());
       Warn("job/" + id, "kubernetes: deleting job " + id + ": " + r.status().message());
       ++it;
     }
@@ -336,7 +353,7 @@ void KubernetesIntegration::SyncNodes(TimePoint now) {
   }
 }
 
-void KubernetesIntegration::SyncNode(const v1::Node& node, const json& obj, TimePoint now, int64_t grace_s) {
+void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint now, int64_t grace_s) {
   const auto& s = ctx_->settings();
   const auto& marks = ctx_->marks();
   const std::string& name = node.name();
@@ -369,6 +386,9 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, const json& obj, Time
       if (r.ok()) {
         pending_.erase(name);
         if (conditions_written_ != nullptr) conditions_written_->Inc();
+        // The Node as written: what follows is guarded by its new
+        // resourceVersion, not the cached one the write just made stale.
+        if (r->is_object()) obj = std::move(*r);
       } else {
         ApiError("condition/" + name, "kubernetes: node " + name + " condition: " + r.status().message());
       }

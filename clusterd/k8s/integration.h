@@ -50,8 +50,9 @@ class KubernetesIntegration final : public Integration {
   };
   // One turn of the loop at the Clock's now, without waiting: jobs and Node
   // readiness when the watched objects changed since the last turn (or
-  // ClusterD's jobs are not loaded yet); the node pass when due. After
-  // Start; on the driver thread, or with kManual on one caller's thread.
+  // ClusterD's jobs are not loaded yet); the node pass when due, with the
+  // job writes that failed for a passing reason before. After Start; on the
+  // driver thread, or with kManual on one caller's thread.
   StepResult Step();
 
  private:
@@ -63,7 +64,7 @@ class KubernetesIntegration final : public Integration {
   Status WriteJob(const v1::Job& job, bool known);
   void SyncReadiness();
   void SyncNodes(TimePoint now);
-  void SyncNode(const v1::Node& node, const nlohmann::json& obj, TimePoint now, int64_t grace_s);
+  void SyncNode(const v1::Node& node, nlohmann::json obj, TimePoint now, int64_t grace_s);
   void Unisolate(const std::string& name, const nlohmann::json& obj);
 
   const std::shared_ptr<KubernetesContext> ctx_;
@@ -76,6 +77,7 @@ class KubernetesIntegration final : public Integration {
   std::thread thread_;
   // Owned by the stepping thread:
   bool jobs_initialized_ = false;
+  bool jobs_failed_ = false;   // a write of the last SyncJobs failed for a passing reason (Transient)
   bool nodes_passed_ = false;  // a node pass ran; next_nodes_ is set
   TimePoint next_nodes_;
   std::map<std::string, std::string> written_;  // job id -> Fingerprint of what ClusterD holds

@@ -144,6 +144,29 @@ TEST_F(K8sIntegrationTest, StartsFromWhatClusterdHoldsAndRewritesNothingAfterARe
   EXPECT_EQ(commands_.jobs.at(kJobUid).revision(), revision);
 }
 
+TEST_F(K8sIntegrationTest, AJobWriteRefusedIsTriedAgainAtTheNextPass) {
+  StartIntegration();
+  commands_.refusal = Status(StatusCode::kUnavailable, "writes are refused: the disk is full");
+  Step();
+  EXPECT_TRUE(commands_.jobs.empty());
+  commands_.refusal = Status::Ok();
+  // No pod changes again: the next pass writes the job all the same.
+  Pass();
+  ASSERT_EQ(commands_.jobs.count(kJobUid), 1u);
+  EXPECT_EQ(commands_.jobs.at(kJobUid).placement_size(), 4);
+
+  // A job refused for what it is waits for its pods to change.
+  world_.api->Set(PodPathOf("llm-worker-2"), PodObject("llm-worker-2", "pod-uid-2", "worker03", 2));
+  commands_.refusal = Status(StatusCode::kFailedPrecondition, "job is not discovery's");
+  Step();
+  commands_.refusal = Status::Ok();
+  Pass();
+  EXPECT_EQ(commands_.jobs.at(kJobUid).placement_size(), 4);
+  world_.api->Set(PodPathOf("llm-worker-2"), PodObject("llm-worker-2", "pod-uid-2", "worker04", 2));
+  Step();
+  EXPECT_EQ(commands_.jobs.at(kJobUid).placement_size(), 6);
+}
+
 TEST_F(K8sIntegrationTest, NodeReadinessRaisesAndClearsAFault) {
   StartIntegration();
   Step();
@@ -262,6 +285,45 @@ json IsolatedNode(const std::string& at, bool cordoned_by_us) {
   node["metadata"]["annotations"] = {{"clusterd.io/isolated-at", at}};
   if (cordoned_by_us) node["metadata"]["annotations"]["clusterd.io/cordoned"] = "true";
   return node;
+}
+
+TEST_F(K8sIntegrationTest, ANodeReturnedToServiceIsUntaintedAfterTheGrace) {
+  world_.api->Set(NodePathOf("worker01"), IsolatedNode(k8s::Rfc3339(world_.clock.Now(), false), true));
+  v1::Node n;
+  n.set_name("worker01");
+  n.set_health(v1::HEALTH_HEALTHY);
+  commands_.nodes["worker01"] = n;  // not isolated in ClusterD (uncordoned, or the result not stored yet)
+  StartIntegration();
+  Step();
+  // Within the grace (3 passes): the result of isolate_node may not be stored yet.
+  EXPECT_TRUE(world_.api->CallsTo("PATCH", "/api/v1/nodes/worker01").empty());
+  world_.clock.Advance(3 * world_.settings.condition_interval);
+  Step();
+  json node = *world_.api->Object(NodePathOf("worker01"));
+  EXPECT_FALSE(k8s::HasTaint(node, "clusterd.io/fault"));
+  EXPECT_TRUE(k8s::HasTaint(node, "other"));
+  EXPECT_FALSE(k8s::Unschedulable(node));
+  EXPECT_EQ(k8s::Annotation(node, "clusterd.io/isolated-at"), "");
+  EXPECT_EQ(k8s::Annotation(node, "clusterd.io/cordoned"), "");
+}
+
+TEST_F(K8sIntegrationTest, AnIsolatedNodeKeepsItsTaintAndAnAdministratorsCordonStays) {
+  world_.api->Set(NodePathOf("worker01"), IsolatedNode("2020-01-01T00:00:00Z", false));
+  world_.api->Set(NodePathOf("worker02"), IsolatedNode("2020-01-01T00:00:00Z", true));
+  v1::Node n1;
+  n1.set_name("worker01");
+  commands_.nodes["worker01"] = n1;
+  v1::Node n2;
+  n2.set_name("worker02");
+  n2.set_isolated(true);  // still isolated in ClusterD
+  commands_.nodes["worker02"] = n2;
+  StartIntegration();
+  Step();
+  json w1 = *world_.api->Object(NodePathOf("worker01"));
+  EXPECT_FALSE(k8s::HasTaint(w1, "clusterd.io/fault"));
+  EXPECT_TRUE(k8s::Unschedulable(w1));  // an administrator cordoned it, not ClusterD
+  EXPECT_TRUE(k8s::HasTaint(*world_.api->Object(NodePathOf("worker02")), "clusterd.io/fault"));
+  EXPECT_TRUE(world_.api->CallsTo("PATCH", "/api/v1/nodes/worker02").empty());
 }
 
 TEST_F(K8sIntegrationTest, AnUnisolationThatConflictsIsRetriedAtTheNextPass) {
