@@ -3,7 +3,8 @@
 #include <cstdlib>
 
 #include "clusterd/engine/integration.h"
-#include "clusterd/k8s/kubernetes.h"
+#include "clusterd/k8s/actuator.h"
+#include "clusterd/k8s/integration.h"
 #include "clusterd/recovery/actuators/registry.h"
 
 namespace clusterd {
@@ -56,7 +57,7 @@ const IntegrationRegistry& BuiltinIntegrations() {
   static const IntegrationRegistry registry = [] {
     IntegrationRegistry r;
     // Jobs from pods and PodGroups, Node readiness, Node conditions
-    // (clusterd/k8s/kubernetes.h). Another integration registers here too.
+    // (clusterd/k8s/integration.h). Another integration registers here too.
     Status st = r.Register("kubernetes", [](const ClusterdConfig& c) { return MakeKubernetesIntegration(c); });
     if (!st.ok()) std::abort();
     return r;

@@ -29,6 +29,9 @@ class FakeClusterCommands final : public ClusterCommands {
   std::map<std::string, v1::Job> jobs;
   std::map<std::string, Cordon> cordons;  // node -> last SetCordon
   std::map<std::string, v1::Node> nodes;  // for GetNode/ListNodes; filled by the test
+  // GetNode's detail of a node (devices, active faults); filled by the test.
+  std::map<std::string, std::vector<v1::Device>> devices;
+  std::map<std::string, std::vector<v1::Fault>> node_faults;
   uint64_t revision = 0;
   Status refusal;  // non-OK: every write is refused with it
 
@@ -94,6 +97,12 @@ class FakeClusterCommands final : public ClusterCommands {
     if (it == nodes.end()) return NotFound("node " + req.name() + " is not registered");
     v1::GetNodeResponse resp;
     *resp.mutable_node() = it->second;
+    if (auto d = devices.find(req.name()); d != devices.end()) {
+      for (const auto& device : d->second) *resp.add_devices() = device;
+    }
+    if (auto f = node_faults.find(req.name()); f != node_faults.end()) {
+      for (const auto& fault : f->second) *resp.add_active_faults() = fault;
+    }
     return resp;
   }
   StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest&) const override {

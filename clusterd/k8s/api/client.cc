@@ -324,31 +324,30 @@ StatusOr<nlohmann::json> JsonAnswer(StatusOr<Response> r) {
 
 }  // namespace
 
-StatusOr<nlohmann::json> Client::Get(std::string_view target) const { return JsonAnswer(Do("GET", target)); }
+StatusOr<nlohmann::json> ApiClient::Get(std::string_view target) const { return JsonAnswer(Do("GET", target, {}, {})); }
 
-StatusOr<nlohmann::json> Client::Post(std::string_view target, const nlohmann::json& body) const {
-  return JsonAnswer(Do("POST", target, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+StatusOr<nlohmann::json> ApiClient::Post(std::string_view target, const nlohmann::json& body) const {
+  return JsonAnswer(Do("POST", target, JsonText(body), {}));
 }
 
-StatusOr<nlohmann::json> Client::Put(std::string_view target, const nlohmann::json& body) const {
-  return JsonAnswer(Do("PUT", target, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+StatusOr<nlohmann::json> ApiClient::Put(std::string_view target, const nlohmann::json& body) const {
+  return JsonAnswer(Do("PUT", target, JsonText(body), {}));
 }
 
-StatusOr<nlohmann::json> Client::Patch(std::string_view target, const nlohmann::json& body, PatchType type) const {
+StatusOr<nlohmann::json> ApiClient::Patch(std::string_view target, const nlohmann::json& body, PatchType type) const {
   std::string_view content_type = type == PatchType::kMerge            ? "application/merge-patch+json"
                                   : type == PatchType::kStrategicMerge ? "application/strategic-merge-patch+json"
                                                                        : "application/json-patch+json";
-  return JsonAnswer(
-      Do("PATCH", target, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), content_type));
+  return JsonAnswer(Do("PATCH", target, JsonText(body), content_type));
 }
 
-StatusOr<nlohmann::json> Client::Delete(std::string_view target, const nlohmann::json& body) const {
-  std::string text = body.is_null() ? "" : body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+StatusOr<nlohmann::json> ApiClient::Delete(std::string_view target, const nlohmann::json& body) const {
+  std::string text = body.is_null() ? "" : JsonText(body);
   return JsonAnswer(Do("DELETE", target, text, text.empty() ? "" : "application/json"));
 }
 
-Status Client::Stream(std::string_view target, std::chrono::milliseconds idle_timeout,
-                      const std::function<bool(std::string_view line)>& on_line, StreamCancel* cancel) const {
+Status Client::Stream(std::string_view target, std::chrono::milliseconds idle_timeout, const LineSink& on_line,
+                      StreamCancel* cancel) const {
   Exchange ex(config_, tls_->ctx);
   if (Status s = ex.Prepare(); !s.ok()) return s;
   auto req = MakeRequest(config_, Token(), "GET", target, {}, {});
@@ -473,6 +472,23 @@ std::string UrlEncode(std::string_view s) {
     }
   }
   return out;
+}
+
+std::string JsonText(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view header) {
+  while (!header.empty() && header.front() == ' ') header.remove_prefix(1);
+  while (!header.empty() && header.back() == ' ') header.remove_suffix(1);
+  if (header.empty() || header.size() > 5) return std::nullopt;
+  int64_t seconds = 0;
+  for (char c : header) {
+    if (c < '0' || c > '9') return std::nullopt;
+    seconds = seconds * 10 + (c - '0');
+  }
+  if (seconds > 86'400) return std::nullopt;
+  return std::chrono::seconds(seconds);
 }
 
 }  // namespace clusterd::k8s

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -81,27 +82,43 @@ class StreamCancel {
   bool cancelled() const { return cancelled_.load(); }
   void Reset() { cancelled_ = false; }
 
- private:
-  friend class Client;
+  // For implementations of ApiClient::Stream: how to end the stream in
+  // progress (run by Cancel, under this object's lock, so it must not call
+  // back into it); Detach before Stream returns.
   void Attach(std::function<void()> cancel);
   void Detach();
 
+ private:
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::function<void()> cancel_;
 };
 
-class Client {
+using LineSink = std::function<bool(std::string_view line)>;
+
+// What ClusterD uses of an API server: one request (Do) and one streaming GET
+// (Stream). The JSON verbs are built here on Do, once, so every
+// implementation answers them alike (ApiStatus for a non-2xx answer). Client
+// is the real one (HTTPS); tests use an in-memory API server
+// (test/clusterd/fake_k8s_client.h). Implementations are thread-safe.
+class ApiClient {
  public:
-  // InvalidArgument when the TLS material does not load.
-  static StatusOr<std::unique_ptr<Client>> Create(ClientConfig config);
-  ~Client();
+  virtual ~ApiClient() = default;
 
   // One request; the answer whatever its HTTP status. Unavailable when the
   // server cannot be reached or the connection breaks, DeadlineExceeded at
-  // request_timeout, ResourceExhausted for an answer over the size limit.
-  StatusOr<Response> Do(std::string_view method, std::string_view target, std::string_view body = {},
-                        std::string_view content_type = {}) const;
+  // the request's deadline, ResourceExhausted for an answer over the size
+  // limit. An empty content_type with a body means application/json.
+  virtual StatusOr<Response> Do(std::string_view method, std::string_view target, std::string_view body = {},
+                                std::string_view content_type = {}) const = 0;
+
+  // A streaming GET (a watch): calls on_line with each newline-terminated
+  // line of the answer, in order, on this thread. Returns OK when the server
+  // ends the answer or on_line returns false; Cancelled after cancel->Cancel();
+  // DeadlineExceeded when nothing arrives for idle_timeout; ApiStatus of a
+  // non-200 answer; Unavailable when the connection breaks.
+  virtual Status Stream(std::string_view target, std::chrono::milliseconds idle_timeout, const LineSink& on_line,
+                        StreamCancel* cancel = nullptr) const = 0;
 
   // JSON verbs: the parsed answer of a 2xx, ApiStatus otherwise.
   StatusOr<nlohmann::json> Get(std::string_view target) const;
@@ -109,14 +126,21 @@ class Client {
   StatusOr<nlohmann::json> Put(std::string_view target, const nlohmann::json& body) const;
   StatusOr<nlohmann::json> Patch(std::string_view target, const nlohmann::json& body, PatchType type) const;
   StatusOr<nlohmann::json> Delete(std::string_view target, const nlohmann::json& body = nullptr) const;
+};
 
-  // A streaming GET (a watch): calls on_line with each newline-terminated
-  // line of the answer, in order, on this thread. Returns OK when the server
-  // ends the answer or on_line returns false; Cancelled after cancel->Cancel();
-  // DeadlineExceeded when nothing arrives for idle_timeout; ApiStatus of a
-  // non-200 answer; Unavailable when the connection breaks.
-  Status Stream(std::string_view target, std::chrono::milliseconds idle_timeout,
-                const std::function<bool(std::string_view line)>& on_line, StreamCancel* cancel = nullptr) const;
+// The API server over HTTPS.
+class Client final : public ApiClient {
+ public:
+  // InvalidArgument when the TLS material does not load.
+  static StatusOr<std::unique_ptr<Client>> Create(ClientConfig config);
+  ~Client() override;
+
+  // The deadline is request_timeout; the size limit max_response_bytes
+  // (max_line_bytes for one line of a Stream). The defaults are ApiClient's.
+  StatusOr<Response> Do(std::string_view method, std::string_view target, std::string_view body = {},
+                        std::string_view content_type = {}) const override;
+  Status Stream(std::string_view target, std::chrono::milliseconds idle_timeout, const LineSink& on_line,
+                StreamCancel* cancel = nullptr) const override;
 
   const ClientConfig& config() const { return config_; }
 
@@ -135,5 +159,12 @@ class Client {
 
 // "a/b c" -> "a%2Fb%20c": for names and selectors placed in a URL.
 std::string UrlEncode(std::string_view s);
+
+// A request body: compact JSON, invalid UTF-8 in strings replaced (never throws).
+std::string JsonText(const nlohmann::json& value);
+
+// A Retry-After header in delta-seconds ("3"); nullopt when absent or not a
+// number of seconds (an HTTP date, garbage, more than a day).
+std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view header);
 
 }  // namespace clusterd::k8s

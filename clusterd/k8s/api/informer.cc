@@ -5,27 +5,6 @@
 #include "common/logging.h"
 
 namespace clusterd::k8s {
-namespace {
-
-std::string StringAt(const nlohmann::json& obj, const char* a, const char* b) {
-  if (!obj.is_object()) return {};
-  auto it = obj.find(a);
-  if (it == obj.end() || !it->is_object()) return {};
-  auto jt = it->find(b);
-  if (jt == it->end() || !jt->is_string()) return {};
-  return jt->get<std::string>();
-}
-
-}  // namespace
-
-std::string ObjectKey(const nlohmann::json& object) {
-  std::string name = StringAt(object, "metadata", "name");
-  if (name.empty()) return {};
-  std::string ns = StringAt(object, "metadata", "namespace");
-  return ns.empty() ? name : ns + "/" + name;
-}
-
-std::string ResourceVersionOf(const nlohmann::json& object) { return StringAt(object, "metadata", "resourceVersion"); }
 
 StatusOr<WatchEvent> ParseWatchEvent(std::string_view line) {
   auto parsed = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
@@ -111,7 +90,7 @@ std::vector<nlohmann::json> ObjectCache::List() const {
   return out;
 }
 
-Informer::Informer(const Client* client, InformerOptions options, Handlers handlers, MetricsRegistry* metrics)
+Informer::Informer(const ApiClient* client, InformerOptions options, Handlers handlers, MetricsRegistry* metrics)
     : client_(client), options_(std::move(options)), handlers_(std::move(handlers)) {
   if (metrics != nullptr) {
     MetricLabels l = {{"resource", options_.name}};

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clusterd/k8s/api/client.h"
+#include "clusterd/k8s/api/object.h"  // ObjectKey, ResourceVersionOf
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -41,11 +42,6 @@ struct WatchEvent {
 };
 // InvalidArgument for a line that is not a watch event.
 StatusOr<WatchEvent> ParseWatchEvent(std::string_view line);
-
-// "namespace/name", or "name" for cluster-scoped objects; empty when the
-// object has no name.
-std::string ObjectKey(const nlohmann::json& object);
-std::string ResourceVersionOf(const nlohmann::json& object);
 
 // The cache and its difference rules, apart from the network so that tests
 // can drive it with recorded events.
@@ -94,7 +90,7 @@ class Informer {
   };
 
   // `client` and `metrics` (may be null) must outlive the informer.
-  Informer(const Client* client, InformerOptions options, Handlers handlers, MetricsRegistry* metrics);
+  Informer(const ApiClient* client, InformerOptions options, Handlers handlers, MetricsRegistry* metrics);
   ~Informer();
 
   void Start();
@@ -116,7 +112,7 @@ class Informer {
   void Backoff(std::chrono::milliseconds* delay);
   std::string Url(std::string_view extra) const;
 
-  const Client* client_;
+  const ApiClient* client_;
   const InformerOptions options_;
   const Handlers handlers_;
 

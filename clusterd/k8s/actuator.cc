@@ -1,0 +1,262 @@
+#include "clusterd/k8s/actuator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "clusterd/k8s/api/object.h"
+#include "clusterd/k8s/discovery.h"
+#include "clusterd/k8s/requests.h"
+#include "clusterd/recovery/actuators/pooled.h"
+#include "common/config_util.h"  // JoinNames
+#include "common/levels.h"
+#include "common/logging.h"
+
+namespace clusterd {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string Hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "clusterd";
+  return buf;
+}
+
+KubernetesActionsEnv WithDefaults(KubernetesActionsEnv env) {
+  if (env.clock == nullptr) env.clock = &SystemClock::Instance();
+  if (!env.sleep) env.sleep = [](Duration d) { std::this_thread::sleep_for(d); };
+  if (env.host.empty()) env.host = Hostname();
+  return env;
+}
+
+// A conflict: the Node changed since it was read (409, or 422 from the
+// resourceVersion test of a JSON patch); read it again and retry.
+bool Conflict(const Status& s) { return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kAborted; }
+
+}  // namespace
+
+KubernetesActions::KubernetesActions(std::shared_ptr<KubernetesContext> ctx, KubernetesActionsEnv env)
+    : ctx_(std::move(ctx)), env_(WithDefaults(std::move(env))) {}
+
+ActionResult KubernetesActions::Run(const ActionRequest& req) {
+  switch (req.action) {
+    case v1::CLUSTER_ACTION_ISOLATE_NODE: return IsolateNode(req);
+    case v1::CLUSTER_ACTION_ISOLATE_DEVICE: return IsolateDevice(req);
+    case v1::CLUSTER_ACTION_RESCHEDULE_PODS: return RemovePods(req, /*evict=*/true);
+    case v1::CLUSTER_ACTION_RESTART_JOB: return RemovePods(req, /*evict=*/false);
+    case v1::CLUSTER_ACTION_RESET_DEVICE:
+      return {false, "reset_device: Kubernetes cannot reset a chip; the recovery escalates"};
+    default: return {false, "unknown action"};
+  }
+}
+
+void KubernetesActions::Sleep(Duration d) const { env_.sleep(d); }
+
+// Cordon + taint, in one JSON patch guarded by the Node's resourceVersion;
+// retried on a conflict. Already tainted and cordoned: done.
+ActionResult KubernetesActions::IsolateNode(const ActionRequest& req) {
+  const auto& marks = ctx_->marks();
+  const std::string& effect = ctx_->settings().taint_effect;
+  const std::string level =
+      ShortLevelName(req.level == v1::FAULT_LEVEL_UNSPECIFIED ? v1::FAULT_LEVEL_SEPARATE : req.level);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto node = api().Get(k8s::NodePath(req.node));
+    if (!node.ok()) return {false, "get node " + req.node + ": " + node.status().message()};
+    const std::string uid = k8s::StringAt(*node, {"metadata", "uid"});
+    auto patch = k8s::IsolateNodePatch(*node, marks, level, effect, k8s::Rfc3339(env_.clock->Now(), false));
+    if (!patch) {
+      PostEvent(Event(req, "Node", req.node, "", uid, "Isolate",
+                      "node " + req.node + " isolated (cordoned, taint " + marks.taint_key + ")"));
+      return {true, "node " + req.node + " already cordoned and tainted"};
+    }
+    auto r = api().Patch(k8s::NodePath(req.node), *patch, k8s::PatchType::kJson);
+    const std::string taint = marks.taint_key + "=" + level + ":" + effect;
+    if (r.ok()) {
+      PostEvent(Event(req, "Node", req.node, "", uid, "Isolate",
+                      "recovery " + req.recovery_id + ": cordoned node " + req.node + ", taint " + taint));
+      return {true, "cordoned and tainted " + taint};
+    }
+    if (!Conflict(r.status())) return {false, "patch node " + req.node + ": " + r.status().message()};
+  }
+  return {false, "patch node " + req.node + ": kept conflicting"};
+}
+
+ActionResult KubernetesActions::IsolateDevice(const ActionRequest& req) {
+  if (!req.device) return {false, "isolate_device without a device"};
+  const auto& marks = ctx_->marks();
+  const std::string device = std::to_string(*req.device);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto node = api().Get(k8s::NodePath(req.node));
+    if (!node.ok()) return {false, "get node " + req.node + ": " + node.status().message()};
+    auto patch = k8s::IsolateDevicePatch(*node, marks, *req.device);
+    if (!patch) return {true, "device already marked isolated on node " + req.node};
+    auto r = api().Patch(k8s::NodePath(req.node), *patch, k8s::PatchType::kJson);
+    if (r.ok()) {
+      PostEvent(Event(req, "Node", req.node, "", k8s::StringAt(*node, {"metadata", "uid"}), "IsolateDevice",
+                      "recovery " + req.recovery_id + ": device " + device + " of node " + req.node + " isolated (" +
+                          marks.devices_annotation + ")"));
+      return {true, "device " + device + " marked isolated in " + marks.devices_annotation};
+    }
+    if (!Conflict(r.status())) return {false, "patch node " + req.node + ": " + r.status().message()};
+  }
+  return {false, "patch node " + req.node + ": kept conflicting"};
+}
+
+// The job's pods that hold any of `ranks` (all of its pods for a job
+// restart), from the shared pod cache.
+std::vector<KubernetesActions::Target> KubernetesActions::FindPods(const ActionRequest& req, bool whole_job,
+                                                                   size_t* job_pods) const {
+  std::set<uint32_t> ranks(req.ranks.begin(), req.ranks.end());
+  k8s::PodGroupMap podgroups;
+  for (const auto& obj : ctx_->PodGroups()) {
+    auto pg = k8s::ParsePodGroup(obj, ctx_->discovery());
+    if (pg.ok()) podgroups[k8s::PodGroupMapKey(pg->ns, pg->name)] = std::move(*pg);
+  }
+  std::vector<Target> out;
+  for (const auto& obj : ctx_->Pods()) {
+    auto pod = k8s::ParsePod(obj, ctx_->discovery());
+    if (!pod.ok() || pod->terminating) continue;
+    if (k8s::JobKeyOf(*pod, podgroups) != req.job_id) continue;
+    ++*job_pods;
+    bool hit = whole_job;
+    if (!hit) {
+      for (uint32_t r : k8s::PodDeviceRanks(*pod)) hit = hit || ranks.count(r) > 0;
+      // A pod on the named node with no rank information left.
+      if (!hit && ranks.empty() && !req.node.empty()) hit = pod->node == req.node;
+    }
+    if (hit) out.push_back({pod->ns, pod->name, pod->uid});
+  }
+  std::sort(out.begin(), out.end(), [](const Target& a, const Target& b) { return a.uid < b.uid; });
+  return out;
+}
+
+// Evicts (or deletes) the pods once: the chosen pods are recorded first in
+// an Event named after the idempotency key, so that a repeat of the step
+// after a restart acts on the same pods, never on their replacements.
+ActionResult KubernetesActions::RemovePods(const ActionRequest& req, bool evict) {
+  // The watches normally run already (the integration started them);
+  // without the integration the first action starts them.
+  ctx_->StartWatches(nullptr);
+  const TimePoint sync_by = std::min(env_.clock->Now() + 30s, req.deadline);
+  while (!ctx_->JobsSynced() && env_.clock->Now() < sync_by) Sleep(100ms);
+  if (!ctx_->JobsSynced()) return {false, "the pod cache is not synced yet"};
+  size_t job_pods = 0;
+  auto targets = FindPods(req, !evict, &job_pods);
+  if (job_pods == 0) {
+    // Not a job discovered from pods (registered through the API), or all
+    // of its pods are gone: nothing here can move its ranks, and saying
+    // "done" would mark a recovery succeeded that moved nothing.
+    return {false, "no pod of job " + req.job_id +
+                       " in the Kubernetes pod cache: the kubernetes actuator moves only jobs discovered from pods"};
+  }
+  const std::string verb = evict ? "Evict" : "Delete";
+  if (!targets.empty()) {
+    // The record: created once; a repeat reads the pods chosen then.
+    const std::string ns = targets.front().ns;
+    std::vector<std::string> uids, names;
+    uids.reserve(targets.size());
+    names.reserve(targets.size());
+    for (const auto& t : targets) {
+      uids.push_back(t.uid);
+      names.push_back(t.name);
+    }
+    const k8s::EventSpec spec =
+        Event(req, "Pod", targets.front().name, ns, targets.front().uid, verb,
+              "recovery " + req.recovery_id + ": " + (evict ? "evicting" : "deleting") + " pods " + JoinNames(names));
+    auto made = api().Post(k8s::EventsPath(ns), k8s::RemovalRecordBody(spec, req.idempotency_key, uids));
+    if (!made.ok() && made.status().code() == StatusCode::kAlreadyExists) {
+      auto prior = api().Get(k8s::EventsPath(ns) + "/" + k8s::RecordName(req.idempotency_key));
+      if (prior.ok()) {
+        const std::set<std::string> recorded = k8s::RecordedPodUids(*prior);
+        std::erase_if(targets, [&](const Target& t) { return !recorded.count(t.uid); });
+      }
+    }
+  }
+  if (targets.empty()) return {true, "no pod of job " + req.job_id + " left to " + (evict ? "evict" : "delete")};
+  std::vector<std::string> done;
+  for (const auto& t : targets) {
+    Status s = evict ? Evict(t, req) : DeletePod(t);
+    if (!s.ok()) return {false, (evict ? "evict " : "delete ") + t.ns + "/" + t.name + ": " + s.message()};
+    done.push_back(t.name);
+  }
+  return {true, std::string(evict ? "evicted " : "deleted ") + JoinNames(done)};
+}
+
+Status KubernetesActions::DeletePod(const Target& t) {
+  auto r = api().Delete(k8s::PodPath(t.ns, t.name), k8s::DeleteOptionsBody(t.uid));
+  // Gone, or a different pod of that name by now: nothing to do.
+  if (r.ok() || r.status().code() == StatusCode::kNotFound || r.status().code() == StatusCode::kAborted) {
+    return Status::Ok();
+  }
+  return r.status();
+}
+
+// The Eviction API honours PodDisruptionBudgets: a refusal (429, or 5xx /
+// unreachable) is retried until k8s_eviction_timeout (or the step's
+// deadline), then the pod is deleted when k8s_delete_fallback is on.
+Status KubernetesActions::Evict(const Target& t, const ActionRequest& req) {
+  const auto& s = ctx_->settings();
+  const std::string body = k8s::JsonText(k8s::EvictionBody(t.ns, t.name, t.uid));
+  const std::string path = k8s::PodPath(t.ns, t.name) + "/eviction";
+  const TimePoint give_up = std::min(env_.clock->Now() + s.eviction_timeout, req.deadline);
+  for (;;) {
+    auto r = api().Do("POST", path, body, "application/json");
+    Status st = r.ok() ? k8s::ApiStatus(*r) : r.status();
+    // Gone, or its uid changed (the pod was replaced): nothing to evict.
+    if (st.ok() || st.code() == StatusCode::kNotFound || st.code() == StatusCode::kAborted) return Status::Ok();
+    if (st.code() != StatusCode::kResourceExhausted && st.code() != StatusCode::kUnavailable) return st;
+    const TimePoint now = env_.clock->Now();
+    if (now >= give_up) {
+      if (s.delete_fallback) return DeletePod(t);
+      return {StatusCode::kDeadlineExceeded, "eviction refused until the deadline: " + st.message()};
+    }
+    // The server's Retry-After when it sends one, else 2 s; the last try is
+    // made at the give-up time, not after it.
+    Duration wait = 2s;
+    if (auto hint = r.ok() ? k8s::ParseRetryAfter(r->retry_after) : std::nullopt; hint && *hint > 0s) wait = *hint;
+    Sleep(std::min<Duration>(wait, give_up - now));
+  }
+}
+
+k8s::EventSpec KubernetesActions::Event(const ActionRequest& req, const std::string& kind, const std::string& name,
+                                        const std::string& ns, const std::string& uid, const std::string& action,
+                                        const std::string& note) const {
+  k8s::EventSpec e;
+  e.name = k8s::RecordName(req.idempotency_key + "/" + action);
+  e.regarding_kind = kind;
+  e.regarding_name = name;
+  e.regarding_namespace = ns;
+  e.regarding_uid = uid;
+  e.action = action;
+  e.note = note;
+  e.reporting_instance = env_.host;
+  e.event_time = k8s::Rfc3339(env_.clock->Now(), true);
+  return e;
+}
+
+void KubernetesActions::PostEvent(const k8s::EventSpec& spec) {
+  auto r = api().Post(k8s::EventsPath(k8s::EventNamespace(spec)), k8s::EventBody(spec));
+  if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
+    GetLogger("k8s")->warn("event for {} {}: {}", spec.regarding_kind, spec.regarding_name, r.status().message());
+  }
+}
+
+std::unique_ptr<Actuator> MakeKubernetesActuator(std::shared_ptr<KubernetesContext> ctx, KubernetesActionsEnv env) {
+  auto actions = std::make_shared<KubernetesActions>(std::move(ctx), std::move(env));
+  return actuator_internal::MakePooledActuator("kubernetes", 4,
+                                               [actions](const ActionRequest& req) { return actions->Run(req); });
+}
+
+StatusOr<std::unique_ptr<Actuator>> MakeKubernetesActuator(const ClusterdConfig& config) {
+  auto ctx = KubernetesContext::For(config);
+  if (!ctx.ok()) return ctx.status();
+  return MakeKubernetesActuator(std::move(*ctx), KubernetesActionsEnv{});
+}
+
+}  // namespace clusterd

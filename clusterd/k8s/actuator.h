@@ -1,0 +1,76 @@
+// The "kubernetes" actuator (docs/kubernetes.md): a recovery's cluster
+// actions carried out through the API server. isolate_node cordons and
+// taints the Node, isolate_device marks the device on it, reschedule_pods
+// evicts the pods that hold the step's ranks (deleting them after the
+// eviction timeout when allowed), restart_job deletes all of the job's pods,
+// and each step that changes something posts an Event. Every action is safe
+// to repeat with the same idempotency key (after a restart of ClusterD): Node
+// patches check their effect first, and pod removals record the pods they
+// chose before removing any.
+#pragma once
+
+#include <functional>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "clusterd/config/config.h"
+#include "clusterd/k8s/context.h"
+#include "clusterd/recovery/actuators/actuator.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+struct KubernetesActionsEnv {
+  // The time of the patches and Events, and of the eviction and sync
+  // deadlines. Not owned; outlives the actions.
+  const Clock* clock = &SystemClock::Instance();
+  // Waits between two tries (an eviction refused, the pod cache not listed
+  // yet); called from several workers at once. Empty: the calling thread
+  // sleeps. Tests advance a FakeClock instead.
+  std::function<void(Duration)> sleep;
+  // The Events' reportingInstance. Empty: the host name (the pod's name
+  // in a cluster).
+  std::string host;
+};
+
+// The actions themselves, one call each on the calling thread. Thread-safe:
+// the actuator runs them on several workers.
+class KubernetesActions {
+ public:
+  KubernetesActions(std::shared_ptr<KubernetesContext> ctx, KubernetesActionsEnv env);
+
+  ActionResult Run(const ActionRequest& req);
+
+ private:
+  struct Target {
+    std::string ns, name, uid;
+  };
+
+  const k8s::ApiClient& api() const { return ctx_->client(); }
+  void Sleep(Duration d) const;
+  ActionResult IsolateNode(const ActionRequest& req);
+  ActionResult IsolateDevice(const ActionRequest& req);
+  std::vector<Target> FindPods(const ActionRequest& req, bool whole_job, size_t* job_pods) const;
+  ActionResult RemovePods(const ActionRequest& req, bool evict);
+  Status DeletePod(const Target& t);
+  Status Evict(const Target& t, const ActionRequest& req);
+  // Best effort: an Event that cannot be posted fails no action.
+  void PostEvent(const k8s::EventSpec& spec);
+  k8s::EventSpec Event(const ActionRequest& req, const std::string& kind, const std::string& name,
+                       const std::string& ns, const std::string& uid, const std::string& action,
+                       const std::string& note) const;
+
+  const std::shared_ptr<KubernetesContext> ctx_;
+  const KubernetesActionsEnv env_;
+};
+
+// The actions over KubernetesContext::For(config) on the system clock, run
+// on 4 worker threads.
+StatusOr<std::unique_ptr<Actuator>> MakeKubernetesActuator(const ClusterdConfig& config);
+// The same over a context and an environment of the caller's (tests).
+std::unique_ptr<Actuator> MakeKubernetesActuator(std::shared_ptr<KubernetesContext> ctx, KubernetesActionsEnv env);
+
+}  // namespace clusterd

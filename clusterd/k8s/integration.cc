@@ -1,0 +1,437 @@
+#include "clusterd/k8s/integration.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <vector>
+
+#include "clusterd/k8s/api/object.h"
+#include "clusterd/k8s/discovery.h"
+#include "clusterd/k8s/requests.h"
+#include "common/logging.h"
+
+namespace clusterd {
+namespace {
+
+using nlohmann::json;
+
+// Pods and PodGroups of the cache, parsed.
+struct JobView {
+  std::vector<k8s::PodInfo> pods;
+  k8s::PodGroupMap podgroups;
+  uint32_t refused = 0;  // pods that look like job pods but are malformed
+};
+
+JobView ParseJobView(const KubernetesContext& ctx) {
+  JobView v;
+  for (const auto& obj : ctx.PodGroups()) {
+    auto pg = k8s::ParsePodGroup(obj, ctx.discovery());
+    if (pg.ok()) v.podgroups[k8s::PodGroupMapKey(pg->ns, pg->name)] = std::move(*pg);
+  }
+  for (const auto& obj : ctx.Pods()) {
+    auto pod = k8s::ParsePod(obj, ctx.discovery());
+    if (pod.ok()) {
+      v.pods.push_back(std::move(*pod));
+    } else if (pod.status().code() == StatusCode::kInvalidArgument) {
+      ++v.refused;
+    }
+  }
+  return v;
+}
+
+// What discovery owns of a job: compared with what was written last, so an
+// unchanged job is never written again.
+std::string Fingerprint(const v1::Job& job) {
+  v1::Job f;
+  f.set_id(job.id());
+  f.set_kind(job.kind());
+  *f.mutable_placement() = job.placement();
+  *f.mutable_policy() = job.policy();
+  *f.mutable_labels() = job.labels();
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  f.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return out;
+}
+
+// A write that may go through if tried again as it is (ClusterD refuses
+// writes while its disk is full, or is shutting down); a job it refused for
+// what it is (invalid, another source's) waits for its pods to change.
+bool Transient(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kResourceExhausted ||
+         s.code() == StatusCode::kAborted || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+std::string LabelOr(const v1::Job& job, std::string_view key) {
+  auto it = job.labels().find(std::string(key));
+  return it == job.labels().end() ? std::string() : it->second;
+}
+
+}  // namespace
+
+KubernetesIntegration::KubernetesIntegration(std::shared_ptr<KubernetesContext> ctx, Driver driver)
+    : ctx_(std::move(ctx)), driver_(driver) {}
+
+KubernetesIntegration::~KubernetesIntegration() { Stop(); }
+
+std::string_view KubernetesIntegration::name() const { return k8s::kSource; }
+
+Status KubernetesIntegration::Start(const IntegrationEnv& env) {
+  env_ = env;
+  if (env.metrics != nullptr) {
+    auto& m = *env.metrics;
+    jobs_written_ =
+        &m.AddCounter("clusterd_k8s_jobs_written_total", "Discovered jobs created, updated or deleted in ClusterD.");
+    jobs_refused_ = &m.AddCounter("clusterd_k8s_job_writes_failed_total",
+                                  "Writes of discovered jobs that ClusterD refused or that failed.");
+    discovery_warnings_ =
+        &m.AddGauge("clusterd_k8s_discovery_warnings",
+                    "Warnings of the last job discovery pass (duplicate ranks, invalid policy annotations, ...).");
+    pods_refused_ = &m.AddGauge("clusterd_k8s_pods_malformed",
+                                "Pods that look like job pods but carry malformed rank or device data.");
+    conditions_written_ =
+        &m.AddCounter("clusterd_k8s_node_condition_writes_total", "Node condition patches sent to the API server.");
+    unisolations_ = &m.AddCounter("clusterd_k8s_node_unisolations_total",
+                                  "Nodes whose clusterd taint (and cordon) was removed after un-isolation.");
+    k8s_errors_ = &m.AddCounter("clusterd_k8s_api_errors_total",
+                                "Failed API calls of the integration (retried on the next pass).");
+  }
+  ctx_->SetListener([this] {
+    {
+      std::lock_guard lock(mu_);
+      dirty_ = true;
+    }
+    cv_.notify_all();
+  });
+  ctx_->StartWatches(env.metrics);
+  if (driver_ == Driver::kThread) thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void KubernetesIntegration::Stop() {
+  ctx_->SetListener(nullptr);
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+KubernetesIntegration::StepResult KubernetesIntegration::Step() {
+  const TimePoint now = env_.clock->Now();
+  const auto interval = std::chrono::duration_cast<TimePoint::duration>(ctx_->settings().condition_interval);
+  bool dirty = false;
+  {
+    std::lock_guard lock(mu_);
+    dirty = dirty_;
+    dirty_ = false;
+  }
+  StepResult result;
+  if (dirty || !jobs_initialized_) {
+    if (ctx_->JobsSynced()) {
+      SyncJobs();
+      result.jobs = true;
+    }
+    if (ctx_->NodesSynced()) SyncReadiness();
+  }
+  // Due at the first turn, then an interval after the last pass; at once when
+  // the clock went back by more than an interval.
+  if (!nodes_passed_ || now >= next_nodes_ || next_nodes_ - now > interval) {
+    // Job writes that failed for a passing reason (writes refused while
+    // ClusterD's disk is full) are tried again without waiting for a change.
+    if (jobs_failed_ && !result.jobs && ctx_->JobsSynced()) {
+      SyncJobs();
+      result.jobs = true;
+    }
+    if (ctx_->NodesSynced()) {
+      // Also retries readiness reports refused before the node's agent
+      // registered (only nodes whose state was not yet reported are sent).
+      SyncReadiness();
+      SyncNodes(now);
+      result.nodes = true;
+    }
+    nodes_passed_ = true;
+    next_nodes_ = env_.clock->Now() + interval;
+  }
+  result.next = next_nodes_;
+  return result;
+}
+
+void KubernetesIntegration::Loop() {
+  for (;;) {
+    const StepResult r = Step();
+    // Wakes for a change or the next node pass, and at least every 200 ms:
+    // until ClusterD's jobs could be listed once, every turn tries again.
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(r.next - env_.clock->Now());
+    wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(200));
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, wait, [this] { return stopping_ || dirty_; });
+    if (stopping_) return;
+  }
+}
+
+void KubernetesIntegration::Warn(const std::string& key, const std::string& message) {
+  // Once per distinct message and subject, so that a stuck write does not
+  // flood the log at every pass.
+  auto& last = warned_[key];
+  if (last == message) return;
+  last = message;
+  GetLogger("k8s")->warn("{}", message);
+}
+
+void KubernetesIntegration::ApiError(const std::string& key, const std::string& message) {
+  if (k8s_errors_ != nullptr) k8s_errors_->Inc();
+  Warn(key, message);
+}
+
+// ---- jobs ----
+
+bool KubernetesIntegration::LoadWrittenJobs() {
+  v1::ListJobsRequest req;
+  req.set_page_size(500);
+  for (;;) {
+    auto page = env_.commands->ListJobs(req);
+    if (!page.ok()) {
+      Warn("list-jobs", "kubernetes: cannot list ClusterD's jobs: " + page.status().message());
+      return false;
+    }
+    for (const auto& job : page->jobs()) {
+      if (job.source() == k8s::kSource) written_[job.id()] = Fingerprint(job);
+    }
+    if (page->next_page_token().empty()) return true;
+    req.set_page_token(page->next_page_token());
+  }
+}
+
+void KubernetesIntegration::SyncJobs() {
+  if (!jobs_initialized_) {
+    if (!LoadWrittenJobs()) return;
+    jobs_initialized_ = true;
+  }
+  jobs_failed_ = false;
+  JobView view = ParseJobView(*ctx_);
+  if (pods_refused_ != nullptr) pods_refused_->Set(view.refused);
+  auto discovered = k8s::BuildJobs(view.pods, view.podgroups, ctx_->discovery());
+  std::set<std::string> seen;
+  size_t warnings = 0;
+  for (auto& dj : discovered) {
+    const std::string id = dj.job.id();
+    seen.insert(id);
+    // Each distinct warning is logged once (Warn remembers the last one
+    // per job), and counted in a gauge.
+    warnings += dj.warnings.size();
+    if (!dj.warnings.empty()) {
+      std::string all;
+      for (const auto& w : dj.warnings) all += (all.empty() ? "" : "; ") + w;
+      Warn("discovery/" + id, "kubernetes: job " + id + ": " + all.substr(0, 2048));
+    }
+    // A job whose pods are all pending or terminating (a whole-job
+    // reschedule) keeps its last placement until pods are placed again.
+    if (dj.job.placement_size() == 0) continue;
+    const std::string fp = Fingerprint(dj.job);
+    auto it = written_.find(id);
+    if (it != written_.end() && it->second == fp) continue;
+    Status s = WriteJob(dj.job, it != written_.end());
+    if (s.ok()) {
+      written_[id] = fp;
+      warned_.erase("job/" + id);
+      if (jobs_written_ != nullptr) jobs_written_->Inc();
+      GetLogger("k8s")->info("job {} ({}/{}): {} ranks from {} pods", id, LabelOr(dj.job, k8s::kLabelNamespace),
+                             LabelOr(dj.job, k8s::kLabelName), dj.job.placement_size(), dj.pods_placed);
+    } else {
+      if (jobs_refused_ != nullptr) jobs_refused_->Inc();
+      jobs_failed_ = jobs_failed_ || Transient(s);
+      Warn("job/" + id, "kubernetes: job " + id + ": " + s.message());
+    }
+  }
+  if (discovery_warnings_ != nullptr) discovery_warnings_->Set(static_cast<double>(warnings));
+  for (auto it = written_.begin(); it != written_.end();) {
+    if (seen.count(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::string id = it->first;
+    auto r = AwaitReply<uint64_t>([&](auto reply) { env_.commands->DeleteJob(id, reply); });
+    if (r.ok() || r.status().code() == StatusCode::kNotFound) {
+      GetLogger("k8s")->info("job {}: its pods are gone, deleted", id);
+      if (jobs_written_ != nullptr) jobs_written_->Inc();
+      it = written_.erase(it);
+    } else {
+      jobs_failed_ = jobs_failed_ || Transient(r.status());
+      Warn("job/" + id, "kubernetes: deleting job " + id + ": " + r.status().message());
+      ++it;
+    }
+  }
+}
+
+Status KubernetesIntegration::WriteJob(const v1::Job& job, bool known) {
+  auto* cmds = env_.commands;
+  if (known) {
+    auto r = AwaitReply<v1::Job>([&](auto reply) { cmds->UpdateJob(job, reply); });
+    if (r.ok()) return Status::Ok();
+    if (r.status().code() == StatusCode::kInvalidArgument && r.status().message().find("kind") != std::string::npos) {
+      // The kind cannot change in place: the job is made again.
+      auto d = AwaitReply<uint64_t>([&](auto reply) { cmds->DeleteJob(job.id(), reply); });
+      if (!d.ok() && d.status().code() != StatusCode::kNotFound) return d.status();
+    } else if (r.status().code() != StatusCode::kNotFound) {
+      return r.status();
+    }
+  }
+  auto c = AwaitReply<v1::Job>([&](auto reply) { cmds->CreateJob(job, reply); });
+  if (c.ok()) return Status::Ok();
+  if (c.status().code() == StatusCode::kAlreadyExists) {
+    auto u = AwaitReply<v1::Job>([&](auto reply) { cmds->UpdateJob(job, reply); });
+    return u.ok() ? Status::Ok() : u.status();
+  }
+  return c.status();
+}
+
+// ---- node readiness as a fault source ----
+
+void KubernetesIntegration::SyncReadiness() {
+  const auto& s = ctx_->settings();
+  for (const auto& obj : ctx_->Nodes()) {
+    auto r = k8s::ParseNodeReadiness(obj);
+    if (!r.ok()) continue;
+    const bool faulty = r->state != k8s::NodeReadiness::State::kReady;
+    // Reported once per change. A Ready node not seen before is cleared too:
+    // a fault raised before a restart goes away (clearing an absent fault
+    // changes nothing).
+    auto it = not_ready_.find(r->name);
+    if (it != not_ready_.end() && it->second == faulty) continue;
+    v1::ReportRequest report;
+    report.set_reporter(std::string(k8s::kSource));
+    report.set_id("node-ready." + r->name);
+    report.set_node(r->name);
+    report.set_code("NODE_NOT_READY");
+    report.set_level(s.node_not_ready_level);
+    report.set_action(faulty ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR);
+    std::string msg = "Kubernetes Node Ready=" + std::string(k8s::ReadinessName(r->state));
+    if (!r->reason.empty()) msg += " (" + r->reason + ")";
+    if (!r->message.empty()) msg += ": " + r->message;
+    report.set_message(msg.substr(0, 512));
+    auto res = AwaitReply<v1::ReportResponse>([&](auto reply) { env_.commands->ReportFault(report, reply); });
+    if (res.ok() || (!faulty && res.status().code() == StatusCode::kNotFound)) {
+      not_ready_[r->name] = faulty;
+      warned_.erase("ready/" + r->name);
+    } else {
+      // Most often: the node has no NodeD (ClusterD does not know it yet).
+      // Tried again at the next change or pass.
+      Warn("ready/" + r->name, "kubernetes: node " + r->name + " " + std::string(k8s::ReadinessName(r->state)) + ": " +
+                                   res.status().message());
+    }
+  }
+}
+
+// ---- Node condition, un-isolation, device marks ----
+
+void KubernetesIntegration::SyncNodes(TimePoint now) {
+  // Seconds after isolate_node during which a node ClusterD does not (yet)
+  // show as isolated keeps its taint: the step's result is stored within
+  // milliseconds of the patch, well inside three passes.
+  const int64_t grace = std::max<int64_t>(
+      3, 3 * std::chrono::duration_cast<std::chrono::seconds>(ctx_->settings().condition_interval).count());
+  v1::ListNodesRequest req;
+  req.set_page_size(500);
+  for (;;) {
+    auto page = env_.commands->ListNodes(req);
+    if (!page.ok()) return;
+    for (const auto& node : page->nodes()) {
+      auto obj = ctx_->Node(node.name());
+      if (!obj) continue;
+      SyncNode(node, *obj, now, grace);
+    }
+    if (page->next_page_token().empty()) break;
+    req.set_page_token(page->next_page_token());
+  }
+}
+
+void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint now, int64_t grace_s) {
+  const auto& s = ctx_->settings();
+  const auto& marks = ctx_->marks();
+  const std::string& name = node.name();
+  const std::string path = k8s::NodePath(name);
+  std::vector<v1::Fault> faults;
+  std::vector<uint32_t> isolated_devices;
+  const bool has_device_mark = !k8s::Annotation(obj, marks.devices_annotation).empty();
+  if (node.active_faults() > 0 || has_device_mark || node.isolated()) {
+    v1::GetNodeRequest greq;
+    greq.set_name(name);
+    auto detail = env_.commands->GetNode(greq);
+    if (detail.ok()) {
+      faults.assign(detail->active_faults().begin(), detail->active_faults().end());
+      for (const auto& d : detail->devices()) {
+        if (d.isolated()) isolated_devices.push_back(d.id());
+      }
+    }
+  }
+  // 1. The condition: written when it differs; a better picture must hold
+  //    for two passes first, so that a flapping fault does not flap the Node.
+  json cond = k8s::NodeCondition(node, s.node_condition, faults, isolated_devices);
+  if (k8s::ConditionMatches(obj, cond)) {
+    pending_.erase(name);
+  } else {
+    const std::string want = cond.dump();
+    const bool worse = cond.value("status", std::string()) != "True";
+    if (worse || pending_[name] == want) {
+      auto r = ctx_->client().Patch(path + "/status", k8s::ConditionPatch(obj, cond, k8s::Rfc3339(now, false)),
+                                    k8s::PatchType::kStrategicMerge);
+      if (r.ok()) {
+        pending_.erase(name);
+        if (conditions_written_ != nullptr) conditions_written_->Inc();
+        // The Node as written: what follows is guarded by its new
+        // resourceVersion, not the cached one the write just made stale.
+        if (r->is_object()) obj = std::move(*r);
+      } else {
+        ApiError("condition/" + name, "kubernetes: node " + name + " condition: " + r.status().message());
+      }
+    } else {
+      pending_[name] = want;
+    }
+  }
+  // 2. Un-isolation: ClusterD returned the node to service (UncordonNode),
+  //    so what isolate_node did is undone; never a taint or cordon we did not
+  //    put there, and never within the grace after isolating (the step's
+  //    result may not be stored yet).
+  if (!node.isolated() && k8s::HasTaint(obj, marks.taint_key)) {
+    const int64_t at = k8s::ParseRfc3339(k8s::Annotation(obj, marks.isolated_annotation));
+    const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+    if (at < 0 || now_s - at >= grace_s) Unisolate(name, obj);
+  }
+  // 3. Isolated devices, as an annotation a device plugin or scheduler
+  //    extender can read.
+  const std::string want_devices = k8s::DeviceList(isolated_devices);
+  if (want_devices != k8s::Annotation(obj, marks.devices_annotation)) {
+    auto r = ctx_->client().Patch(path, k8s::DevicesAnnotationPatch(marks, want_devices), k8s::PatchType::kMerge);
+    if (!r.ok()) ApiError("devices/" + name, "kubernetes: node " + name + " devices: " + r.status().message());
+  }
+}
+
+void KubernetesIntegration::Unisolate(const std::string& name, const json& obj) {
+  const auto& marks = ctx_->marks();
+  auto r = ctx_->client().Patch(k8s::NodePath(name), k8s::UnisolatePatch(obj, marks), k8s::PatchType::kJson);
+  if (r.ok()) {
+    if (unisolations_ != nullptr) unisolations_->Inc();
+    GetLogger("k8s")->info("node {}: returned to service: taint {} removed{}", name, marks.taint_key,
+                           k8s::CordonedByClusterd(obj, marks) ? ", uncordoned" : "");
+  } else {
+    // A conflict (the Node changed since it was cached) is retried at the
+    // next pass with the fresh object.
+    ApiError("unisolate/" + name, "kubernetes: node " + name + " un-isolation: " + r.status().message());
+  }
+}
+
+StatusOr<std::unique_ptr<Integration>> MakeKubernetesIntegration(const ClusterdConfig& config) {
+  auto ctx = KubernetesContext::For(config);
+  if (!ctx.ok()) return ctx.status();
+  return std::unique_ptr<Integration>(new KubernetesIntegration(std::move(*ctx)));
+}
+
+}  // namespace clusterd

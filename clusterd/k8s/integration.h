@@ -1,0 +1,99 @@
+// The "kubernetes" integration (docs/kubernetes.md): jobs discovered from
+// pods and Volcano PodGroups are written to ClusterD (created, updated,
+// deleted as the pods change); a Node whose Ready condition is not True is a
+// NODE_NOT_READY fault; and every condition interval a Node condition, the
+// isolated-devices mark and the un-isolation of nodes ClusterD returned to
+// service are kept in step with ClusterD's state.
+//
+// The loop is steppable (Step: one turn, never waits) with a thin thread
+// driver, like the Engine's writer: every decision reads the Clock of the
+// IntegrationEnv, so tests step it by hand on a FakeClock over an in-memory
+// API server.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "clusterd/config/config.h"
+#include "clusterd/engine/integration.h"
+#include "clusterd/k8s/context.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+class KubernetesIntegration final : public Integration {
+ public:
+  // kThread: Start runs the loop on a thread of its own (what ClusterD does).
+  // kManual: Start starts the watches only, and the caller Steps.
+  enum class Driver { kThread, kManual };
+
+  explicit KubernetesIntegration(std::shared_ptr<KubernetesContext> ctx, Driver driver = Driver::kThread);
+  ~KubernetesIntegration() override;
+
+  std::string_view name() const override;
+  Status Start(const IntegrationEnv& env) override;
+  void Stop() override;
+
+  struct StepResult {
+    bool jobs = false;   // jobs and readiness were compared with the caches
+    bool nodes = false;  // the node pass ran (conditions, device marks, un-isolation)
+    TimePoint next;      // when the next node pass is due (Clock time)
+  };
+  // One turn of the loop at the Clock's now, without waiting: jobs and Node
+  // readiness when the watched objects changed since the last turn (or
+  // ClusterD's jobs are not loaded yet); the node pass when due, with the
+  // job writes that failed for a passing reason before. After Start; on the
+  // driver thread, or with kManual on one caller's thread.
+  StepResult Step();
+
+ private:
+  void Loop();
+  void Warn(const std::string& key, const std::string& message);
+  void ApiError(const std::string& key, const std::string& message);
+  bool LoadWrittenJobs();
+  void SyncJobs();
+  Status WriteJob(const v1::Job& job, bool known);
+  void SyncReadiness();
+  void SyncNodes(TimePoint now);
+  void SyncNode(const v1::Node& node, nlohmann::json obj, TimePoint now, int64_t grace_s);
+  void Unisolate(const std::string& name, const nlohmann::json& obj);
+
+  const std::shared_ptr<KubernetesContext> ctx_;
+  const Driver driver_;
+  IntegrationEnv env_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool dirty_ = false;     // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;
+  // Owned by the stepping thread:
+  bool jobs_initialized_ = false;
+  bool jobs_failed_ = false;   // a write of the last SyncJobs failed for a passing reason (Transient)
+  bool nodes_passed_ = false;  // a node pass ran; next_nodes_ is set
+  TimePoint next_nodes_;
+  std::map<std::string, std::string> written_;  // job id -> Fingerprint of what ClusterD holds
+  std::map<std::string, bool> not_ready_;       // node -> NODE_NOT_READY raised
+  std::map<std::string, std::string> pending_;  // node -> condition waiting for a second pass
+  std::map<std::string, std::string> warned_;
+  Counter* jobs_written_ = nullptr;
+  Counter* jobs_refused_ = nullptr;
+  Gauge* pods_refused_ = nullptr;
+  Gauge* discovery_warnings_ = nullptr;
+  Counter* conditions_written_ = nullptr;
+  Counter* unisolations_ = nullptr;
+  Counter* k8s_errors_ = nullptr;
+};
+
+// The integration over KubernetesContext::For(config), run by a thread.
+StatusOr<std::unique_ptr<Integration>> MakeKubernetesIntegration(const ClusterdConfig& config);
+
+}  // namespace clusterd

@@ -1,0 +1,204 @@
+#include "clusterd/k8s/requests.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "clusterd/k8s/api/client.h"  // UrlEncode
+#include "clusterd/k8s/api/object.h"
+#include "clusterd/k8s/discovery.h"
+
+namespace clusterd::k8s {
+namespace {
+
+using nlohmann::json;
+
+std::string JoinComma(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += ',';
+    out += s;
+  }
+  return out;
+}
+
+// The non-empty items of "a,b,c".
+std::vector<std::string> SplitComma(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t start = 0; start <= list.size();) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    if (comma > start) items.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
+// The resourceVersion guard every Node JSON patch starts with: the patch
+// fails (422) when the Node changed since it was read.
+json TestResourceVersion(const json& node) {
+  return {{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", ResourceVersionOf(node)}};
+}
+
+}  // namespace
+
+std::string NodePath(std::string_view node) { return "/api/v1/nodes/" + UrlEncode(node); }
+
+std::string PodPath(std::string_view ns, std::string_view name) {
+  return "/api/v1/namespaces/" + UrlEncode(ns) + "/pods/" + UrlEncode(name);
+}
+
+std::string EventsPath(std::string_view ns) { return "/apis/events.k8s.io/v1/namespaces/" + UrlEncode(ns) + "/events"; }
+
+std::optional<json> IsolateNodePatch(const json& node, const KubernetesMarks& marks, std::string_view level,
+                                     std::string_view effect, std::string_view now) {
+  const bool tainted = HasTaint(node, marks.taint_key);
+  const bool cordoned = Unschedulable(node);
+  if (tainted && cordoned) return std::nullopt;
+  json taints = Taints(node);
+  if (!tainted) {
+    taints.push_back({{"key", marks.taint_key}, {"value", level}, {"effect", effect}, {"timeAdded", now}});
+  }
+  json ops = json::array();
+  ops.push_back(TestResourceVersion(node));
+  ops.push_back({{"op", "add"}, {"path", "/spec/taints"}, {"value", taints}});
+  if (!cordoned) ops.push_back({{"op", "add"}, {"path", "/spec/unschedulable"}, {"value", true}});
+  json ann = Annotations(node);
+  if (!cordoned) ann[marks.cordoned_annotation] = "true";
+  ann[marks.isolated_annotation] = now;
+  ops.push_back({{"op", "add"}, {"path", "/metadata/annotations"}, {"value", ann}});
+  return ops;
+}
+
+std::set<uint32_t> MarkedDevices(const json& node, const KubernetesMarks& marks) {
+  std::set<uint32_t> devices;
+  for (const std::string& item : SplitComma(Annotation(node, marks.devices_annotation))) {
+    if (item.size() < 6 &&
+        std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+      devices.insert(static_cast<uint32_t>(std::stoul(item)));
+    }
+  }
+  return devices;
+}
+
+std::string DeviceList(const std::vector<uint32_t>& devices) {
+  std::vector<std::string> items;
+  items.reserve(devices.size());
+  for (uint32_t d : devices) items.push_back(std::to_string(d));
+  return JoinComma(items);
+}
+
+std::optional<json> IsolateDevicePatch(const json& node, const KubernetesMarks& marks, uint32_t device) {
+  std::set<uint32_t> devices = MarkedDevices(node, marks);
+  if (!devices.insert(device).second) return std::nullopt;
+  json ann = Annotations(node);
+  ann[marks.devices_annotation] = DeviceList({devices.begin(), devices.end()});
+  json ops = json::array();
+  ops.push_back(TestResourceVersion(node));
+  ops.push_back({{"op", "add"}, {"path", "/metadata/annotations"}, {"value", ann}});
+  return ops;
+}
+
+bool CordonedByClusterd(const json& node, const KubernetesMarks& marks) {
+  return Annotation(node, marks.cordoned_annotation) == "true";
+}
+
+json UnisolatePatch(const json& node, const KubernetesMarks& marks) {
+  json taints = json::array();
+  for (const auto& t : Taints(node)) {
+    if (!(t.is_object() && StringAt(t, {"key"}) == marks.taint_key)) taints.push_back(t);
+  }
+  json ops = json::array();
+  ops.push_back(TestResourceVersion(node));
+  ops.push_back({{"op", "replace"}, {"path", "/spec/taints"}, {"value", taints}});
+  if (CordonedByClusterd(node, marks)) {
+    ops.push_back({{"op", "replace"}, {"path", "/spec/unschedulable"}, {"value", false}});
+  }
+  for (const auto& key : {marks.cordoned_annotation, marks.isolated_annotation}) {
+    if (!Annotation(node, key).empty()) {
+      ops.push_back({{"op", "remove"}, {"path", "/metadata/annotations/" + JsonPointerToken(key)}});
+    }
+  }
+  return ops;
+}
+
+json NodeCondition(const v1::Node& node, std::string_view type, std::span<const v1::Fault> active_faults,
+                   const std::vector<uint32_t>& isolated_devices) {
+  json cond = AcceleratorCondition(node, type, active_faults);
+  if (!isolated_devices.empty() && cond.is_object()) {
+    std::string msg = cond.value("message", std::string());
+    msg += (msg.empty() ? "" : "; ") + std::string("isolated devices: ") + DeviceList(isolated_devices);
+    cond["message"] = msg.substr(0, 1024);
+  }
+  return cond;
+}
+
+json ConditionPatch(const json& node, const json& condition, std::string_view now) {
+  return {{"status", {{"conditions", json::array({StampCondition(node, condition, now)})}}}};
+}
+
+json DevicesAnnotationPatch(const KubernetesMarks& marks, std::string_view devices) {
+  json value = devices.empty() ? json(nullptr) : json(devices);
+  return {{"metadata", {{"annotations", {{marks.devices_annotation, value}}}}}};
+}
+
+json EvictionBody(std::string_view ns, std::string_view name, std::string_view uid) {
+  return {{"apiVersion", "policy/v1"},
+          {"kind", "Eviction"},
+          {"metadata", {{"name", name}, {"namespace", ns}}},
+          {"deleteOptions", {{"preconditions", {{"uid", uid}}}}}};
+}
+
+json DeleteOptionsBody(std::string_view uid) {
+  return {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}, {"preconditions", {{"uid", uid}}}};
+}
+
+std::string RecordName(std::string_view key) {
+  std::string clean;
+  for (char c : key) {
+    char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    clean.push_back(std::isalnum(static_cast<unsigned char>(l)) || l == '.' ? l : '-');
+  }
+  if (clean.size() > 200) clean.resize(200);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "clusterd-" + clean + "-" + hex;
+}
+
+std::string EventNamespace(const EventSpec& spec) {
+  return spec.regarding_namespace.empty() ? "default" : spec.regarding_namespace;
+}
+
+json EventBody(const EventSpec& spec) {
+  json regarding = {{"kind", spec.regarding_kind}, {"name", spec.regarding_name}, {"apiVersion", "v1"}};
+  if (!spec.regarding_namespace.empty()) regarding["namespace"] = spec.regarding_namespace;
+  if (!spec.regarding_uid.empty()) regarding["uid"] = spec.regarding_uid;
+  return {{"apiVersion", "events.k8s.io/v1"},
+          {"kind", "Event"},
+          {"metadata", {{"name", spec.name}, {"namespace", EventNamespace(spec)}}},
+          {"eventTime", spec.event_time},
+          {"reportingController", "clusterd.io/clusterd"},
+          {"reportingInstance", spec.reporting_instance.substr(0, 128)},
+          {"action", spec.action},
+          {"reason", "ClusterdRecovery"},
+          {"type", "Warning"},
+          {"regarding", regarding},
+          {"note", spec.note.substr(0, 1000)}};
+}
+
+json RemovalRecordBody(EventSpec spec, std::string_view idempotency_key, const std::vector<std::string>& uids) {
+  spec.name = RecordName(idempotency_key);
+  json ev = EventBody(spec);
+  ev["metadata"]["annotations"] = {{std::string(kPodUidsAnnotation), JoinComma(uids)},
+                                   {std::string(kIdempotencyKeyAnnotation), idempotency_key}};
+  return ev;
+}
+
+std::set<std::string> RecordedPodUids(const json& record) {
+  std::vector<std::string> uids = SplitComma(Annotation(record, std::string(kPodUidsAnnotation)));
+  return {uids.begin(), uids.end()};
+}
+
+}  // namespace clusterd::k8s

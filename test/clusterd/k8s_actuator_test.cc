@@ -1,0 +1,356 @@
+// The kubernetes actuator (clusterd/k8s/actuator.h) on the in-memory API
+// server (fake_k8s_client.h): each action run to its end on the test's
+// thread, on a FakeClock whose waits advance it instead of sleeping; what it
+// did is read back from the API server's objects and its call log.
+#include <chrono>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "clusterd/k8s/actuator.h"
+#include "clusterd/k8s/api/object.h"
+#include "clusterd/k8s/requests.h"
+#include "k8s_objects.h"
+
+namespace clusterd {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+using testing::EventsPathOf;
+using testing::kJobUid;
+using testing::NodePathOf;
+using testing::PodObject;
+using testing::PodPathOf;
+
+class K8sActuatorTest : public ::testing::Test {
+ protected:
+  // Actions over a context of their own (a new one after a "restart").
+  std::unique_ptr<KubernetesActions> Actions() {
+    contexts_.push_back(world_.Context());
+    KubernetesActionsEnv env;
+    env.clock = &world_.clock;
+    env.sleep = [this](Duration d) {
+      sleeps_.push_back(d);
+      world_.clock.Advance(d);
+    };
+    env.host = "clusterd-0";
+    return std::make_unique<KubernetesActions>(contexts_.back(), env);
+  }
+
+  ActionRequest Request(v1::ClusterAction action, const std::string& node = "") const {
+    ActionRequest req;
+    req.idempotency_key = std::string(kJobUid) + ".1/2";
+    req.recovery_id = std::string(kJobUid) + ".1";
+    req.job_id = kJobUid;
+    req.action = action;
+    req.node = node;
+    req.level = v1::FAULT_LEVEL_SEPARATE;
+    req.deadline = world_.clock.Now() + 10min;
+    return req;
+  }
+
+  std::vector<json> Events(const std::string& ns) const { return world_.api->Objects(EventsPathOf(ns)); }
+
+  testing::K8sWorld world_;
+  std::vector<std::shared_ptr<KubernetesContext>> contexts_;
+  std::vector<Duration> sleeps_;
+};
+
+TEST_F(K8sActuatorTest, IsolateNodeTwiceCordonsAndTaintsOnce) {
+  auto actions = Actions();
+  const ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_NODE, "worker01");
+  ActionResult first = actions->Run(req);
+  ASSERT_TRUE(first.ok) << first.message;
+  EXPECT_EQ(first.message, "cordoned and tainted clusterd.io/fault=SEPARATE:NoSchedule");
+  json node = *world_.api->Object(NodePathOf("worker01"));
+  EXPECT_TRUE(k8s::Unschedulable(node));
+  ASSERT_TRUE(k8s::HasTaint(node, "clusterd.io/fault"));
+  const std::string now = k8s::Rfc3339(world_.clock.Now(), false);
+  EXPECT_EQ(node["spec"]["taints"][0]["timeAdded"], now);
+  EXPECT_EQ(k8s::Annotation(node, "clusterd.io/cordoned"), "true");
+  EXPECT_EQ(k8s::Annotation(node, "clusterd.io/isolated-at"), now);
+
+  // Repeated (the same idempotency key after a restart): a no-op, and the
+  // Event is not doubled.
+  ActionResult again = Actions()->Run(req);
+  ASSERT_TRUE(again.ok) << again.message;
+  EXPECT_EQ(again.message, "node worker01 already cordoned and tainted");
+  EXPECT_EQ(world_.api->CallsTo("PATCH", NodePathOf("worker01")).size(), 1u);
+  auto events = Events("default");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["metadata"]["name"], k8s::RecordName(req.idempotency_key + "/Isolate"));
+  EXPECT_EQ(events[0]["regarding"]["kind"], "Node");
+  EXPECT_EQ(events[0]["regarding"]["name"], "worker01");
+  EXPECT_EQ(events[0]["regarding"]["uid"], node["metadata"]["uid"]);
+  EXPECT_EQ(events[0]["action"], "Isolate");
+  EXPECT_EQ(events[0]["reportingInstance"], "clusterd-0");
+  EXPECT_EQ(events[0]["note"],
+            "recovery " + req.recovery_id + ": cordoned node worker01, taint clusterd.io/fault=SEPARATE:NoSchedule");
+}
+
+TEST_F(K8sActuatorTest, IsolateNodeRetriesAConflict) {
+  auto actions = Actions();
+  world_.api->Script("PATCH", NodePathOf("worker01"), 409, "Conflict");
+  ActionResult r = actions->Run(Request(v1::CLUSTER_ACTION_ISOLATE_NODE, "worker01"));
+  ASSERT_TRUE(r.ok) << r.message;
+  auto patches = world_.api->CallsTo("PATCH", NodePathOf("worker01"));
+  ASSERT_EQ(patches.size(), 2u);
+  EXPECT_EQ(patches[0].status, 409);
+  EXPECT_EQ(patches[1].status, 200);
+  EXPECT_EQ(world_.api->CallsTo("GET", NodePathOf("worker01")).size(), 2u);  // read again before the retry
+  EXPECT_TRUE(k8s::HasTaint(*world_.api->Object(NodePathOf("worker01")), "clusterd.io/fault"));
+}
+
+TEST_F(K8sActuatorTest, IsolateNodeNeverOverwritesAChangeMadeSinceItsRead) {
+  auto actions = Actions();
+  // Someone else labels the Node between the actuator's read and its patch.
+  world_.api->Before("PATCH", NodePathOf("worker01"), [&] {
+    json node = *world_.api->Object(NodePathOf("worker01"));
+    node["metadata"]["annotations"]["team"] = "infra";
+    world_.api->Set(NodePathOf("worker01"), node);
+  });
+  ActionResult r = actions->Run(Request(v1::CLUSTER_ACTION_ISOLATE_NODE, "worker01"));
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(world_.api->CallsTo("PATCH", NodePathOf("worker01")).at(0).status, 422);  // the resourceVersion test
+  json node = *world_.api->Object(NodePathOf("worker01"));
+  EXPECT_EQ(k8s::Annotation(node, "team"), "infra");
+  EXPECT_EQ(k8s::Annotation(node, "clusterd.io/cordoned"), "true");
+}
+
+TEST_F(K8sActuatorTest, IsolateNodeFailsWhenTheConflictsGoOnOrTheNodeIsMissing) {
+  auto actions = Actions();
+  world_.api->Script("PATCH", NodePathOf("worker01"), 409, "Conflict", "", 5);
+  ActionResult r = actions->Run(Request(v1::CLUSTER_ACTION_ISOLATE_NODE, "worker01"));
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.message, "patch node worker01: kept conflicting");
+  EXPECT_TRUE(Events("default").empty());
+
+  r = actions->Run(Request(v1::CLUSTER_ACTION_ISOLATE_NODE, "bare-metal-7"));
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.message.rfind("get node bare-metal-7: HTTP 404", 0), 0u) << r.message;
+
+  world_.api->Script("PATCH", NodePathOf("worker02"), 403, "Forbidden");
+  r = actions->Run(Request(v1::CLUSTER_ACTION_ISOLATE_NODE, "worker02"));
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(world_.api->CallsTo("PATCH", NodePathOf("worker02")).size(), 1u);  // not a conflict: no retry
+}
+
+TEST_F(K8sActuatorTest, IsolateDeviceMarksEachDeviceOnce) {
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker02");
+  req.device = 3;
+  ASSERT_TRUE(actions->Run(req).ok);
+  req.device = 0;
+  ASSERT_TRUE(actions->Run(req).ok);
+  ActionResult again = actions->Run(req);
+  ASSERT_TRUE(again.ok);
+  EXPECT_EQ(again.message, "device already marked isolated on node worker02");
+  EXPECT_EQ(k8s::Annotation(*world_.api->Object(NodePathOf("worker02")), "clusterd.io/isolated-devices"), "0,3");
+  EXPECT_EQ(world_.api->CallsTo("PATCH", NodePathOf("worker02")).size(), 2u);
+  req.device.reset();
+  EXPECT_FALSE(actions->Run(req).ok);
+}
+
+TEST_F(K8sActuatorTest, RescheduleEvictsThePodsOfTheRanksAndRecordsThem) {
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {2};  // llm-worker-1's first chip
+  ActionResult r = actions->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, "evicted llm-worker-1");
+  EXPECT_FALSE(world_.api->Object(PodPathOf("llm-worker-1")).has_value());
+  EXPECT_TRUE(world_.api->Object(PodPathOf("llm-worker-0")).has_value());
+  auto evictions = world_.api->CallsTo("POST", PodPathOf("llm-worker-1") + "/eviction");
+  ASSERT_EQ(evictions.size(), 1u);
+  EXPECT_EQ(evictions[0].body["deleteOptions"]["preconditions"]["uid"], "pod-uid-1");
+
+  // The record, before the eviction: the chosen pods' UIDs under the key.
+  auto writes = world_.api->Writes();
+  ASSERT_GE(writes.size(), 2u);
+  EXPECT_EQ(writes[0].path, EventsPathOf("train"));
+  auto events = Events("train");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["metadata"]["name"], k8s::RecordName(req.idempotency_key));
+  EXPECT_EQ(k8s::RecordedPodUids(events[0]), (std::set<std::string>{"pod-uid-1"}));
+  EXPECT_EQ(k8s::Annotation(events[0], "clusterd.io/idempotency-key"), req.idempotency_key);
+  EXPECT_EQ(events[0]["action"], "Evict");
+  EXPECT_EQ(events[0]["regarding"]["name"], "llm-worker-1");
+  EXPECT_EQ(events[0]["note"], "recovery " + req.recovery_id + ": evicting pods llm-worker-1");
+}
+
+TEST_F(K8sActuatorTest, ANodeWithoutRanksEvictsTheJobsPodsThere) {
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS, "worker01");
+  ActionResult r = actions->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, "evicted llm-worker-0");
+}
+
+TEST_F(K8sActuatorTest, ATooManyRequestsIsRetriedAfterItsRetryAfter) {
+  auto actions = Actions();
+  const std::string eviction = PodPathOf("llm-worker-1") + "/eviction";
+  world_.api->Script("POST", eviction, 429, "TooManyRequests", "7");
+  world_.api->Script("POST", eviction, 429, "TooManyRequests");  // no hint: 2 s
+  world_.api->Script("POST", eviction, 503, "ServiceUnavailable", "1");
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {3};
+  ActionResult r = actions->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(sleeps_, (std::vector<Duration>{7s, 2s, 1s}));
+  EXPECT_EQ(world_.api->CallsTo("POST", eviction).size(), 4u);
+  EXPECT_FALSE(world_.api->Object(PodPathOf("llm-worker-1")).has_value());
+}
+
+TEST_F(K8sActuatorTest, AnEvictionRefusedUntilTheTimeoutFailsOrFallsBackToADelete) {
+  world_.settings.eviction_timeout = 5s;
+  auto actions = Actions();
+  const std::string eviction = PodPathOf("llm-worker-1") + "/eviction";
+  world_.api->Script("POST", eviction, 429, "TooManyRequests", "", 1000);  // a PodDisruptionBudget
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {2};
+  ActionResult r = actions->Run(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.message.rfind("evict train/llm-worker-1: eviction refused until the deadline", 0), 0u) << r.message;
+  // 2 s, 2 s, then the last second: the last try is at the timeout.
+  EXPECT_EQ(sleeps_, (std::vector<Duration>{2s, 2s, 1s}));
+  EXPECT_TRUE(world_.api->Object(PodPathOf("llm-worker-1")).has_value());
+
+  // The step's deadline comes first.
+  sleeps_.clear();
+  req.idempotency_key += "-b";
+  req.deadline = world_.clock.Now() + 3s;
+  EXPECT_FALSE(actions->Run(req).ok);
+  EXPECT_EQ(sleeps_, (std::vector<Duration>{2s, 1s}));
+
+  world_.settings.delete_fallback = true;
+  req.idempotency_key += "-c";
+  req.deadline = world_.clock.Now() + 10min;
+  r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  auto deletes = world_.api->CallsTo("DELETE", PodPathOf("llm-worker-1"));
+  ASSERT_EQ(deletes.size(), 1u);
+  EXPECT_EQ(deletes[0].body["preconditions"]["uid"], "pod-uid-1");
+  EXPECT_FALSE(world_.api->Object(PodPathOf("llm-worker-1")).has_value());
+}
+
+TEST_F(K8sActuatorTest, AnEvictionThatFailsOtherwiseIsNotRetried) {
+  auto actions = Actions();
+  const std::string eviction = PodPathOf("llm-worker-1") + "/eviction";
+  world_.api->Script("POST", eviction, 403, "Forbidden");
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {2};
+  ActionResult r = actions->Run(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(world_.api->CallsTo("POST", eviction).size(), 1u);
+  EXPECT_TRUE(sleeps_.empty());
+}
+
+TEST_F(K8sActuatorTest, ARestartAfterTheEvictionFindsItDone) {
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {2, 3};
+  ASSERT_TRUE(Actions()->Run(req).ok);
+  // ClusterD dies before it stores the result; meanwhile the controller
+  // replaces the pod under the same name, and it is scheduled.
+  world_.api->Set(PodPathOf("llm-worker-1"), PodObject("llm-worker-1", "pod-uid-1b", "worker02", 1));
+  world_.api->ClearCalls();
+  contexts_.clear();
+
+  // The step again, same key, from a new actuator over a new cache.
+  ActionResult r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, std::string("no pod of job ") + kJobUid + " left to evict");
+  EXPECT_TRUE(world_.api->CallsTo("POST", PodPathOf("llm-worker-1") + "/eviction").empty());
+  EXPECT_EQ((*world_.api->Object(PodPathOf("llm-worker-1")))["metadata"]["uid"], "pod-uid-1b");
+  EXPECT_EQ(Events("train").size(), 1u);
+}
+
+TEST_F(K8sActuatorTest, ARestartBeforeTheEvictionEvictsThePodsChosenThen) {
+  // The record of a first try that chose llm-worker-1 and died before it
+  // evicted anything.
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  k8s::EventSpec spec;
+  spec.regarding_kind = "Pod";
+  spec.regarding_name = "llm-worker-1";
+  spec.regarding_namespace = "train";
+  world_.api->Set(EventsPathOf("train") + "/" + k8s::RecordName(req.idempotency_key),
+                  k8s::RemovalRecordBody(spec, req.idempotency_key, {"pod-uid-1"}));
+  // The repeat asks for ranks of both pods (say the placement moved): only
+  // the recorded one goes.
+  req.ranks = {0, 2};
+  ActionResult r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, "evicted llm-worker-1");
+  EXPECT_TRUE(world_.api->Object(PodPathOf("llm-worker-0")).has_value());
+  EXPECT_FALSE(world_.api->Object(PodPathOf("llm-worker-1")).has_value());
+}
+
+TEST_F(K8sActuatorTest, ADeleteOfAPodAlreadyGoneOrReplacedIsDone) {
+  auto actions = Actions();
+  // Between the cache and the delete: llm-worker-0 is gone, llm-worker-1 replaced.
+  world_.api->Before("DELETE", PodPathOf("llm-worker-0"), [&] {
+    world_.api->Remove(PodPathOf("llm-worker-0"));
+    world_.api->Set(PodPathOf("llm-worker-1"), PodObject("llm-worker-1", "pod-uid-1b", "worker02", 1));
+  });
+  ActionResult r = actions->Run(Request(v1::CLUSTER_ACTION_RESTART_JOB));
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, "deleted llm-worker-0, llm-worker-1");
+  EXPECT_EQ(world_.api->CallsTo("DELETE", PodPathOf("llm-worker-0")).at(0).status, 404);
+  EXPECT_EQ(world_.api->CallsTo("DELETE", PodPathOf("llm-worker-1")).at(0).status, 409);
+  EXPECT_EQ((*world_.api->Object(PodPathOf("llm-worker-1")))["metadata"]["uid"],
+            "pod-uid-1b");  // the replacement stays
+  auto events = Events("train");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["action"], "Delete");
+  EXPECT_EQ(k8s::RecordedPodUids(events[0]), (std::set<std::string>{"pod-uid-0", "pod-uid-1"}));
+}
+
+TEST_F(K8sActuatorTest, AJobWithoutPodsFailsAndAChipCannotBeReset) {
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESTART_JOB);
+  req.job_id = "registered-through-the-api";
+  ActionResult r = actions->Run(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("no pod of job registered-through-the-api in the Kubernetes pod cache"), std::string::npos);
+  EXPECT_TRUE(world_.api->Writes().empty());
+  r = actions->Run(Request(v1::CLUSTER_ACTION_RESET_DEVICE, "worker01"));
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.message, "reset_device: Kubernetes cannot reset a chip; the recovery escalates");
+}
+
+TEST_F(K8sActuatorTest, PodActionsWaitForThePodCacheUntilTheirDeadline) {
+  // The API server cannot be reached: the cache is never listed.
+  world_.api->Script("GET", "/api/v1/pods", 0, "", "", 1'000'000);
+  auto ctx = KubernetesContext::Create(world_.settings, world_.api);
+  KubernetesActionsEnv env;
+  env.clock = &world_.clock;
+  env.sleep = [this](Duration d) {
+    sleeps_.push_back(d);
+    world_.clock.Advance(d);
+  };
+  KubernetesActions actions(ctx, env);
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESTART_JOB);
+  req.deadline = world_.clock.Now() + 1s;
+  ActionResult r = actions.Run(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.message, "the pod cache is not synced yet");
+  EXPECT_EQ(sleeps_.size(), 10u);  // every 100 ms until the deadline
+}
+
+TEST_F(K8sActuatorTest, TheActuatorRunsActionsOnItsWorkers) {
+  auto actuator = MakeKubernetesActuator(world_.Context(), KubernetesActionsEnv{&world_.clock, nullptr, "c"});
+  EXPECT_EQ(actuator->kind(), "kubernetes");
+  std::promise<ActionResult> done;
+  actuator->Execute(Request(v1::CLUSTER_ACTION_ISOLATE_NODE, "worker02"),
+                    [&done](ActionResult r) { done.set_value(std::move(r)); });
+  auto result = done.get_future();
+  ASSERT_EQ(result.wait_for(20s), std::future_status::ready);
+  EXPECT_TRUE(result.get().ok);
+  actuator->Stop();
+  EXPECT_TRUE(k8s::Unschedulable(*world_.api->Object(NodePathOf("worker02"))));
+}
+
+}  // namespace
+}  // namespace clusterd
