@@ -39,13 +39,8 @@ std::vector<SeparationTracker::Change> SeparationTracker::Advance(TimePoint now)
   std::vector<Change> changes;
   if (!policy_.enabled) return changes;
   // Settle: an occurrence whose settle time passed is counted, unless its
-  // code hit another chip of the same job within the settle time.
-  // What happened within two settle times of now: enough to tell, for any
-  // occurrence settling now, whether its code hit another chip of its job
-  // within its settle time (before or after it).
-  recent_.erase(
-      std::remove_if(recent_.begin(), recent_.end(), [&](const Pending& o) { return now - o.at > 2 * policy_.settle; }),
-      recent_.end());
+  // code hit another chip of the same job within its settle time, before or
+  // after it (recent_ keeps what was observed for that).
   std::vector<Pending> keep;
   std::set<ChipRef> touched;
   for (const Pending& p : pending_) {
@@ -62,6 +57,13 @@ std::vector<SeparationTracker::Change> SeparationTracker::Advance(TimePoint now)
     touched.insert(p.chip);
   }
   pending_ = std::move(keep);
+  // Keep in recent_ only what a later check can still need: occurrences
+  // within a settle time of one still waiting, or of one yet to come.
+  TimePoint horizon = now - policy_.settle;
+  for (const Pending& p : pending_) horizon = std::min(horizon, p.at);
+  recent_.erase(
+      std::remove_if(recent_.begin(), recent_.end(), [&](const Pending& o) { return o.at + policy_.settle < horizon; }),
+      recent_.end());
   // Count within the window; separate at the threshold.
   for (auto it = counted_.begin(); it != counted_.end();) {
     auto& times = it->second;
