@@ -1,9 +1,5 @@
 // clusterctl's real entry point, in-process, against a real in-process
 // clusterd over real gRPC (port 0, a unique temp data dir per test).
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,11 +11,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "agent_client.h"
 #include "clusterctl/cli.h"
-#include "clusterd/server/server.h"
-#include "test_util.h"
-#include "tls_test_server.h"
+#include "common/free_port.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/grpc/tls_test_server.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/temp_dir.h"
+#include "test/support/test_certs.h"
+#include "test/support/wait.h"
 
 namespace clusterctl {
 namespace {
@@ -94,46 +93,15 @@ std::vector<uint64_t> Revisions(const std::string& out) {
   return revs;
 }
 
-// A port nobody listens on: bound and released at once.
-int UnusedPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-class ClusterctlTest : public ::testing::Test {
+class ClusterctlTest : public clusterd::testing::ClusterdServerTest {
  protected:
   void SetUp() override { StartServer(); }
-  void TearDown() override { StopServer(); }
-
-  void StopServer() {
+  void StopServer() override {
     for (auto& a : agents_) a->Close();
     agents_.clear();
-    server_.reset();
+    ClusterdServerTest::StopServer();
   }
-
-  void StartServer(std::function<void(clusterd::ClusterdConfig&)> tweak = nullptr) {
-    StopServer();
-    clusterd::ClusterdConfig cfg;
-    cfg.listen = "127.0.0.1:0";
-    cfg.http_listen = "127.0.0.1:0";
-    cfg.data_dir = dir_.Sub("data");
-    cfg.log_level = "warn";
-    cfg.insecure = true;
-    if (tweak) tweak(cfg);
-    server_ = std::make_unique<clusterd::ClusterdServer>(cfg);
-    clusterd::Status st = server_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    channel_ = clusterd::testing::Dial(server_->grpc_port());
-    Populate();
-  }
+  void OnServerStarted() override { Populate(); }
 
   // worker01: 8 devices, label pool=train, metrics, fault 80E01801 on device 3.
   // worker02: 2 devices, healthy.
@@ -181,9 +149,6 @@ class ClusterctlTest : public ::testing::Test {
     return resp;
   }
 
-  TempDir dir_;
-  std::unique_ptr<clusterd::ClusterdServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::vector<std::unique_ptr<TestAgent>> agents_;
 };
 
@@ -1262,7 +1227,7 @@ TEST(ClusterctlUnimplementedTest, AnOlderServerIsExitFive) {
 }
 
 TEST_F(ClusterctlTest, UnreachableServerNamesTheAddress) {
-  const std::string addr = "127.0.0.1:" + std::to_string(UnusedPort());
+  const std::string addr = "127.0.0.1:" + std::to_string(clusterd::FreeLoopbackPort());
   Result r = RunRaw({"--server", addr, "get", "nodes"});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("cannot reach clusterd at " + addr), std::string::npos) << r.err;
@@ -1312,7 +1277,7 @@ class ClusterctlSecurityFlagsTest : public ::testing::Test {
 
   TempDir dir_;
   const std::string ca_ = dir_.Sub("ca.crt"), cert_ = dir_.Sub("c.crt"), key_ = dir_.Sub("c.key");
-  const std::string addr_ = "127.0.0.1:" + std::to_string(UnusedPort());
+  const std::string addr_ = "127.0.0.1:" + std::to_string(clusterd::FreeLoopbackPort());
 };
 
 TEST_F(ClusterctlSecurityFlagsTest, HelpListsTheFlags) {
@@ -1388,22 +1353,14 @@ TEST_F(ClusterctlSecurityFlagsTest, AFlagWinsOverTheEnvironment) {
 // The same flags, all the way to a TLS server that records who called.
 class ClusterctlTlsTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    certs_ = new TempDir();
-    made_ = clusterd::testing::MakeTestCerts(certs_->path());
-  }
-  static void TearDownTestSuite() {
-    delete certs_;
-    certs_ = nullptr;
-  }
   void SetUp() override {
     g_env_map.clear();
-    ASSERT_TRUE(made_) << "test/security/make_certs.sh failed";
-    ASSERT_TRUE(server_.Start(certs_->path()));
+    ASSERT_TRUE(clusterd::testing::TestCerts::Get().ok()) << "test/security/make_certs.sh failed";
+    ASSERT_TRUE(server_.Start(clusterd::testing::TestCerts::Get().dir()));
   }
   void TearDown() override { g_env_map.clear(); }
 
-  static std::string Cert(const std::string& name) { return certs_->Sub(name); }
+  static std::string Cert(const std::string& name) { return clusterd::testing::TestCerts::Get().Path(name); }
 
   Result Run(std::vector<std::string> args) {
     args.insert(args.begin(), {"--server", server_.address(), "--timeout", "30s"});
@@ -1415,13 +1372,8 @@ class ClusterctlTlsTest : public ::testing::Test {
     return r;
   }
 
-  static TempDir* certs_;
-  static bool made_;
   clusterd::testing::TlsTestServer server_;
 };
-
-TempDir* ClusterctlTlsTest::certs_ = nullptr;
-bool ClusterctlTlsTest::made_ = false;
 
 TEST_F(ClusterctlTlsTest, TokenOverTls) {
   Result r = Run({"--ca", Cert("ca.crt"), "--token-file", Cert("token-viewer"), "get", "summary", "-o", "json"});

@@ -2,6 +2,7 @@
 #include "clusterd/recovery/actuators/pooled.h"
 
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -13,7 +14,7 @@
 #include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 
-#include "test_util.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd {
 namespace {

@@ -6,10 +6,10 @@
 
 #include "clusterd/server/peer_limiter.h"
 #include "clusterd/server/server.h"
-#include "agent_client.h"
-#include "http_get.h"
-#include "loopback_config.h"
-#include "test_util.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/http_get.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
@@ -19,20 +19,8 @@ using testing::MetricValue;
 using testing::TestAgent;
 using testing::WaitFor;
 
-class AdmissionTest : public ::testing::Test {
+class AdmissionTest : public testing::ClusterdServerTest {
  protected:
-  void TearDown() override { server_.reset(); }
-
-  void StartServer(const std::function<void(ClusterdConfig&)>& tweak) {
-    server_.reset();
-    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
-    tweak(cfg);
-    server_ = std::make_unique<ClusterdServer>(cfg);
-    Status st = server_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    channel_ = testing::Dial(server_->grpc_port());
-  }
-
   double Metric(const std::string& name) {
     auto res = HttpGet(server_->http_port(), "/metrics");
     EXPECT_EQ(res.status, 200);
@@ -42,10 +30,6 @@ class AdmissionTest : public ::testing::Test {
   static std::chrono::system_clock::time_point FailureBound() {
     return std::chrono::system_clock::now() + std::chrono::seconds(60);
   }
-
-  testing::TempDir dir_;
-  std::unique_ptr<ClusterdServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
 };
 
 TEST(PeerLimiterTest, KeysOnTheAddressWithoutPort) {

@@ -12,7 +12,7 @@
 #include "clusterd/server/registries.h"
 #include "clusterd/state/catalog.h"
 #include "common/duration.h"
-#include "test_util.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd {
 namespace {

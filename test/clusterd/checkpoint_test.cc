@@ -13,7 +13,7 @@
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
-#include "test_util.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd::replication {
 namespace {

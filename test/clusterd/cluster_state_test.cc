@@ -8,7 +8,7 @@
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/time_proto.h"
 #include "state_fixtures.h"
-#include "test_util.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd {
 namespace {

@@ -4,13 +4,8 @@
 // clusterd restarted on the completely full disk serves reads; writes resume
 // by themselves when space returns; every acknowledged transition is there.
 // Needs mount(2) (root); skipped where it is not permitted.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -25,16 +20,17 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "agent_client.h"
 #include "clusterd/v1/fault.grpc.pb.h"
-#include "common/free_port.h"
-#include "test_util.h"
-
-extern char** environ;
+#include "test/support/grpc/agent_client.h"
+#include "test/support/grpc/clusterd_process.h"
+#include "test/support/http_get.h"
+#include "test/support/temp_dir.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
 
+using testing::HttpGet;
 using testing::WaitFor;
 
 constexpr uint64_t kReserve = 16ull << 20;  // the smallest min_free_bytes allowed
@@ -66,31 +62,6 @@ void Fill(const std::string& file, const std::string& fs, uint64_t leave) {
   close(fd);
 }
 
-// GET path on the HTTP port: status code and body.
-std::pair<int, std::string> HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return {0, ""};
-  }
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return {0, ""};
-  }
-  std::string resp;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, static_cast<size_t>(n));
-  close(fd);
-  if (resp.size() < 12) return {0, resp};
-  const size_t body = resp.find("\r\n\r\n");
-  return {std::atoi(resp.c_str() + 9), body == std::string::npos ? "" : resp.substr(body + 4)};
-}
-
 class TmpfsMount {
  public:
   explicit TmpfsMount(std::string dir) : dir_(std::move(dir)) {
@@ -110,58 +81,12 @@ class TmpfsMount {
   std::string error_;
 };
 
-class Clusterd {
+// The real binary with the smallest reserve allowed, ready (/readyz 200)
+// when Start returns.
+class Clusterd : public testing::ClusterdProcess {
  public:
-  explicit Clusterd(std::string data_dir) : data_dir_(std::move(data_dir)) {}
-  ~Clusterd() { Kill(); }
-
-  void Start() {
-    port_ = FreeLoopbackPort();
-    http_port_ = FreeLoopbackPort();
-    const char* bin_dir = std::getenv("CLUSTERD_BIN_DIR");
-    std::string bin = std::string(bin_dir ? bin_dir : "build/bin") + "/clusterd";
-    std::vector<std::string> args = {bin,
-                                     "--listen=127.0.0.1:" + std::to_string(port_),
-                                     "--insecure",
-                                     "--http-listen=127.0.0.1:" + std::to_string(http_port_),
-                                     "--data-dir=" + data_dir_,
-                                     "--min-free-bytes=" + std::to_string(kReserve),
-                                     "--log-level=warn"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ASSERT_EQ(posix_spawn(&pid_, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0) << bin;
-    channel_ = testing::Dial(port_);
-    ASSERT_TRUE(channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30)))
-        << "clusterd did not come up on " << data_dir_;
-    ASSERT_TRUE(WaitFor([&] { return HttpGet(http_port_, "/readyz").first == 200; }));
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  int Terminate() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
-  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
-  int http_port() const { return http_port_; }
-
- private:
-  std::string data_dir_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  int http_port_ = 0;
-  std::shared_ptr<grpc::Channel> channel_;
+  explicit Clusterd(std::string data_dir)
+      : ClusterdProcess(Options{std::move(data_dir), {"--min-free-bytes=" + std::to_string(kReserve)}, "", true}) {}
 };
 
 grpc::Status Report(const std::shared_ptr<grpc::Channel>& channel, const std::string& id) {
@@ -243,7 +168,7 @@ TEST(DiskFullProcessTest, RefusesWritesBeforeFullServesReadsOnAFullDiskAndResume
 
   // Below the reserve, before the disk is full: writes are refused.
   ASSERT_NO_FATAL_FAILURE(Fill(ballast, fs, kReserve / 2));
-  ASSERT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/readyz/writes").first == 503; }));
+  ASSERT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/readyz/writes").status == 503; }));
   grpc::Status refused = Report(server.channel(), "r2");
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(refused.error_message().find("below the min_free_bytes reserve 16777216; writes resume when space "
@@ -261,9 +186,9 @@ TEST(DiskFullProcessTest, RefusesWritesBeforeFullServesReadsOnAFullDiskAndResume
   const uint64_t revision = Revision(server.channel());
   ASSERT_NO_FATAL_FAILURE(ExpectWatchUpTo(server.channel(), revision));
   auto ready = HttpGet(server.http_port(), "/readyz");
-  EXPECT_EQ(ready.first, 200);
-  EXPECT_NE(ready.second.find("writes refused"), std::string::npos) << ready.second;
-  const std::string metrics = HttpGet(server.http_port(), "/metrics").second;
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_NE(ready.body.find("writes refused"), std::string::npos) << ready.body;
+  const std::string metrics = HttpGet(server.http_port(), "/metrics").body;
   EXPECT_NE(metrics.find("clusterd_store_writable 0\n"), std::string::npos);
   EXPECT_NE(metrics.find("clusterd_writes_refused_total{reason=\"low_space\"}"), std::string::npos);
 
@@ -275,7 +200,7 @@ TEST(DiskFullProcessTest, RefusesWritesBeforeFullServesReadsOnAFullDiskAndResume
   EXPECT_EQ(FaultCodes(server.channel()), acked);
   EXPECT_EQ(Revision(server.channel()), revision);
   ASSERT_NO_FATAL_FAILURE(ExpectWatchUpTo(server.channel(), revision));
-  EXPECT_EQ(HttpGet(server.http_port(), "/readyz/writes").first, 503);
+  EXPECT_EQ(HttpGet(server.http_port(), "/readyz/writes").status, 503);
   EXPECT_EQ(Report(server.channel(), "r2").error_code(), grpc::StatusCode::UNAVAILABLE);
   testing::TestAgent again(server.channel(), "worker01", kEpoch);
   EXPECT_FALSE(again.Connect());  // the hello is a write
@@ -283,7 +208,7 @@ TEST(DiskFullProcessTest, RefusesWritesBeforeFullServesReadsOnAFullDiskAndResume
 
   // Space returns: writes resume by themselves, no restart.
   ASSERT_EQ(unlink(ballast.c_str()), 0);
-  ASSERT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/readyz/writes").first == 200; }));
+  ASSERT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/readyz/writes").status == 200; }));
   ASSERT_TRUE(again.Connect());
   EXPECT_EQ(again.welcome().applied_seq(), 20u);  // the refused 21 was never applied
   ASSERT_TRUE(again.Transition(21, true, 5, Code(21)));

@@ -12,7 +12,7 @@
 #include "clusterd/engine/engine.h"
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/storage/rocksdb_store.h"
-#include "test_util.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd {
 namespace {

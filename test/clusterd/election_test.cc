@@ -15,7 +15,7 @@
 
 #include "clusterd/ha/lease_kv.h"
 #include "common/clock.h"
-#include "test_util.h"
+#include "test/support/wait.h"
 
 namespace clusterd::ha {
 namespace {

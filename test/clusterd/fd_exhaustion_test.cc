@@ -10,11 +10,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,14 +27,13 @@
 
 #include "clusterd/server/server.h"
 #include "common/fd_limit.h"
-#include "common/free_port.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "agent_client.h"
-#include "http_get.h"
-#include "loopback_config.h"
-#include "test_util.h"
-
-extern char** environ;
+#include "test/support/grpc/agent_client.h"
+#include "test/support/grpc/clusterd_process.h"
+#include "test/support/http_get.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/temp_dir.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
@@ -98,52 +94,13 @@ bool GrpcHealthy(int port, grpc::Status* status) {
   return status->ok() && resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
-// The real clusterd binary, started by /bin/sh so that `ulimit_args` (as for
-// the shell's ulimit builtin) apply to it; `flags` are added to its own.
-class LimitedClusterd {
+// The real clusterd binary under the shell's `ulimit <ulimit_args>`; `flags`
+// are added to its own.
+class LimitedClusterd : public testing::ClusterdProcess {
  public:
   LimitedClusterd(const std::string& data_dir, const std::string& ulimit_args,
-                  const std::vector<std::string>& flags = {}) {
-    grpc_port_ = FreeLoopbackPort();
-    http_port_ = FreeLoopbackPort();
-    const char* bin_dir = std::getenv("CLUSTERD_BIN_DIR");
-    const std::string bin = std::string(bin_dir ? bin_dir : "build/bin") + "/clusterd";
-    const std::string script = "ulimit " + ulimit_args + " && exec \"$0\" \"$@\"";
-    std::vector<std::string> args = {"/bin/sh",
-                                     "-c",
-                                     script,
-                                     bin,
-                                     "--listen=127.0.0.1:" + std::to_string(grpc_port_),
-                                     "--insecure",
-                                     "--http-listen=127.0.0.1:" + std::to_string(http_port_),
-                                     "--data-dir=" + data_dir,
-                                     "--log-level=warn"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ok_ = posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, argv.data(), environ) == 0;
-    if (ok_) {
-      auto channel = testing::Dial(grpc_port_);
-      ok_ = channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    }
-  }
-  ~LimitedClusterd() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-  bool ok() const { return ok_; }
-  pid_t pid() const { return pid_; }
-  int grpc_port() const { return grpc_port_; }
-  int http_port() const { return http_port_; }
-
- private:
-  pid_t pid_ = -1;
-  int grpc_port_ = 0;
-  int http_port_ = 0;
-  bool ok_ = false;
+                  const std::vector<std::string>& flags = {})
+      : ClusterdProcess(Options{data_dir, flags, ulimit_args, false}) {}
 };
 
 TEST(FdExhaustionTest, ClusterdRaisesItsSoftLimitToTheHardOne) {
@@ -152,7 +109,7 @@ TEST(FdExhaustionTest, ClusterdRaisesItsSoftLimitToTheHardOne) {
   if (own.rlim_max != RLIM_INFINITY && own.rlim_max <= 512) GTEST_SKIP() << "hard limit too low here";
   testing::TempDir dir;
   LimitedClusterd server(dir.Sub("data"), "-S -n 512");
-  ASSERT_TRUE(server.ok());
+  ASSERT_NO_FATAL_FAILURE(server.Start());
   std::ifstream limits("/proc/" + std::to_string(server.pid()) + "/limits");
   std::string line;
   std::string soft, hard;
@@ -206,7 +163,7 @@ TEST(FdExhaustionTest, SlowHttpConnectionsCannotStarveGrpcOrTheProbes) {
   testing::TempDir dir;
   // A long timeout: the slow API connections stay for the whole test.
   LimitedClusterd server(dir.Sub("data"), "-n " + std::to_string(kLimit), {"--http-timeout=1h"});
-  ASSERT_TRUE(server.ok());
+  ASSERT_NO_FATAL_FAILURE(server.Start());
   grpc::Status st;
   ASSERT_TRUE(GrpcHealthy(server.grpc_port(), &st)) << st.error_message();
 
@@ -275,7 +232,7 @@ TEST(FdExhaustionTest, OneSlowPeerGetsItsShareOnly) {
   constexpr int kPerPeer = 64;  // the default of --max-http-connections-per-peer
   testing::TempDir dir;
   LimitedClusterd server(dir.Sub("data"), "-n 1024", {"--http-timeout=1h"});
-  ASSERT_TRUE(server.ok());
+  ASSERT_NO_FATAL_FAILURE(server.Start());
   constexpr uint32_t kAttacker = INADDR_LOOPBACK + 9;  // 127.0.0.10
   std::vector<int> slow;
   for (int i = 0; i < kSlow; ++i) {

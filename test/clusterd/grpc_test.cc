@@ -6,11 +6,11 @@
 
 #include "clusterd/server/server.h"
 #include "clusterd/v1/job.grpc.pb.h"
-#include "mindcluster/pubfault.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "agent_client.h"
-#include "loopback_config.h"
-#include "test_util.h"
+#include "mindcluster/pubfault.grpc.pb.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
@@ -19,21 +19,10 @@ using testing::ReadEvents;
 using testing::TestAgent;
 using testing::WaitFor;
 
-class GrpcTest : public ::testing::Test {
+class GrpcTest : public testing::ClusterdServerTest {
  protected:
   void SetUp() override { StartServer(); }
-  void TearDown() override { server_.reset(); }
-
-  void StartServer(std::function<void(ClusterdConfig&)> tweak = nullptr) {
-    server_.reset();
-    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
-    if (tweak) tweak(cfg);
-    server_ = std::make_unique<ClusterdServer>(cfg);
-    Status st = server_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    channel_ = testing::Dial(server_->grpc_port());
-    cluster_ = v1::ClusterService::NewStub(channel_);
-  }
+  void OnServerStarted() override { cluster_ = v1::ClusterService::NewStub(channel_); }
 
   v1::GetNodeResponse GetNode(const std::string& name, grpc::Status* status = nullptr) {
     grpc::ClientContext ctx;
@@ -52,9 +41,6 @@ class GrpcTest : public ::testing::Test {
     return resp;
   }
 
-  testing::TempDir dir_;
-  std::unique_ptr<ClusterdServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_;
 };
 

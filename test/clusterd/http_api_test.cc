@@ -4,25 +4,20 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "agent_client.h"
 #include "clusterd/server/http_api.h"
 #include "clusterd/server/server.h"
-#include "http_get.h"
-#include "loopback_config.h"
-#include "test_util.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/http_get.h"
+#include "test/support/server/server_fixture.h"
 
 namespace clusterd {
 namespace {
 
 using nlohmann::json;
 
-class HttpApiTest : public ::testing::Test {
+class HttpApiTest : public testing::ClusterdServerTest {
  protected:
-  void SetUp() override {
-    server_ = std::make_unique<ClusterdServer>(testing::LoopbackConfig(dir_.Sub("data")));
-    ASSERT_TRUE(server_->Start().ok());
-    channel_ = testing::Dial(server_->grpc_port());
-  }
+  void SetUp() override { StartServer(); }
 
   json Get(const std::string& target, int want = 200) {
     auto r = testing::HttpGet(server_->http_port(), target);
@@ -31,10 +26,6 @@ class HttpApiTest : public ::testing::Test {
     EXPECT_FALSE(doc.is_discarded()) << target << ": " << r.body;
     return doc;
   }
-
-  testing::TempDir dir_;
-  std::unique_ptr<ClusterdServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
 };
 
 TEST_F(HttpApiTest, EndpointsAnswerTheSameQueriesAsGrpc) {

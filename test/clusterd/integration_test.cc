@@ -13,10 +13,10 @@
 #include "clusterd/server/server.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
-#include "agent_client.h"
 #include "fake_cluster_commands.h"
-#include "loopback_config.h"
-#include "test_util.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd {
 namespace {

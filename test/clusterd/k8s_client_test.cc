@@ -43,6 +43,7 @@
 #include "clusterd/k8s/api/client.h"
 #include "clusterd/k8s/api/informer.h"
 #include "clusterd/k8s/api/kubeconfig.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd::k8s {
 namespace {
@@ -135,31 +136,7 @@ std::string StatusBody(int code, const std::string& reason, const std::string& m
 
 // --- Temp dirs, files, environment -----------------------------------------
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "k8s_client_test.XXXXXX").string();
-    char* made = ::mkdtemp(tmpl.data());
-    EXPECT_NE(made, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  std::string Write(const std::string& rel, const std::string& text) const {
-    fs::path p = path_ / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-    EXPECT_TRUE(out.good()) << p;
-    return p.string();
-  }
-
- private:
-  fs::path path_;
-};
+using clusterd::testing::TempDir;
 
 // Sets or unsets an environment variable for one scope, then restores it.
 class ScopedEnv {
@@ -776,7 +753,7 @@ TEST(KubeconfigTest, DnsServerWithoutPortInsecureAndTokenFile) {
   EXPECT_EQ(c->host, "api.lab.example.com");
   EXPECT_EQ(c->port, "443");
   EXPECT_TRUE(c->insecure_skip_tls_verify);
-  EXPECT_EQ(c->token_file, (dir.path() / "secrets/token").string());
+  EXPECT_EQ(c->token_file, dir.Sub("secrets/token"));
 }
 
 TEST(KubeconfigTest, JsonKubeconfig) {
@@ -816,7 +793,7 @@ TEST(KubeconfigTest, Errors) {
   const std::string good = dir.Write("config", YamlKubeconfig());
   auto code = [](const StatusOr<ClientConfig>& c) { return c.ok() ? StatusCode::kOk : c.status().code(); };
 
-  EXPECT_EQ(code(LoadKubeconfig((dir.path() / "missing").string())), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(LoadKubeconfig(dir.Sub("missing"))), StatusCode::kInvalidArgument);
   EXPECT_EQ(code(LoadKubeconfig(good, "nope")), StatusCode::kInvalidArgument);
   // The prod CA file is relative to the kubeconfig and absent here.
   EXPECT_EQ(code(LoadKubeconfig(good, "admin@prod")), StatusCode::kInvalidArgument);
@@ -878,7 +855,7 @@ users:
 
 TEST(InClusterConfigTest, ServiceAccount) {
   TempDir dir;
-  const std::string sa = (dir.path() / "serviceaccount").string();
+  const std::string sa = dir.Sub("serviceaccount");
   dir.Write("serviceaccount/token", "eyJhbGciOiJSUzI1NiJ9.sa.sig\n");
   dir.Write("serviceaccount/ca.crt", kCaPem);
   dir.Write("serviceaccount/namespace", "clusterd-system");
@@ -896,7 +873,7 @@ TEST(InClusterConfigTest, ServiceAccount) {
     EXPECT_EQ(InClusterNamespace(sa), "clusterd-system");
 
     // No CA, no token: refused.
-    EXPECT_FALSE(InClusterConfig((dir.path() / "nothing").string()).ok());
+    EXPECT_FALSE(InClusterConfig(dir.Sub("nothing")).ok());
     fs::remove(sa + "/token");
     auto no_token = InClusterConfig(sa);
     ASSERT_FALSE(no_token.ok());
@@ -920,11 +897,11 @@ TEST(InClusterConfigTest, ServiceAccount) {
 
 TEST(InClusterConfigTest, Namespace) {
   TempDir dir;
-  EXPECT_EQ(InClusterNamespace((dir.path() / "none").string()), "default");
+  EXPECT_EQ(InClusterNamespace(dir.Sub("none")), "default");
   dir.Write("sa/namespace", "team-a\n");
-  EXPECT_EQ(InClusterNamespace((dir.path() / "sa").string()), "team-a");
+  EXPECT_EQ(InClusterNamespace(dir.Sub("sa")), "team-a");
   dir.Write("sa/namespace", "\n");
-  EXPECT_EQ(InClusterNamespace((dir.path() / "sa").string()), "default");
+  EXPECT_EQ(InClusterNamespace(dir.Sub("sa")), "default");
 }
 
 // ============================================================================

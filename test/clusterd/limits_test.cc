@@ -19,9 +19,8 @@
 #include "clusterd/state/validation.h"
 #include "clusterd/v1/fault.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
-#include "agent_client.h"
-#include "loopback_config.h"
-#include "test_util.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/server/server_fixture.h"
 
 namespace clusterd {
 namespace {
@@ -73,17 +72,9 @@ std::string LongName(int i, size_t len) {
   return name;
 }
 
-class LimitsTest : public ::testing::Test {
+class LimitsTest : public testing::ClusterdServerTest {
  protected:
-  void TearDown() override { server_.reset(); }
-
-  void StartServer(std::function<void(ClusterdConfig&)> tweak = nullptr) {
-    server_.reset();
-    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
-    if (tweak) tweak(cfg);
-    server_ = std::make_unique<ClusterdServer>(cfg);
-    Status st = server_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
+  void OnServerStarted() override {
     channel_ = DefaultClient(server_->grpc_port());
     cluster_ = v1::ClusterService::NewStub(channel_);
     jobs_ = v1::JobService::NewStub(channel_);
@@ -158,9 +149,6 @@ class LimitsTest : public ::testing::Test {
     return ids;
   }
 
-  testing::TempDir dir_;
-  std::unique_ptr<ClusterdServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::FaultService::Stub> faults_;

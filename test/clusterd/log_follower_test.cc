@@ -20,7 +20,7 @@
 #include "clusterd/storage/memory_store.h"
 #include "common/clock.h"
 #include "fake_log.h"
-#include "test_util.h"
+#include "test/support/wait.h"
 
 namespace clusterd::ha {
 namespace {

@@ -14,11 +14,11 @@
 #include "clusterd/v1/job.grpc.pb.h"
 #include "common/grpc/credentials.h"
 #include "mindcluster/fault.grpc.pb.h"
-#include "agent_client.h"
-#include "http_get.h"
-#include "loopback_config.h"
-#include "test_certs.h"
-#include "test_util.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/http_get.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/test_certs.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
@@ -92,19 +92,10 @@ class Subscription {
   bool done_ = false;
 };
 
-class MindClusterFaultTest : public ::testing::Test {
+class MindClusterFaultTest : public testing::ClusterdServerTest {
  protected:
   void SetUp() override { StartServer(); }
-  void TearDown() override { server_.reset(); }
-
-  void StartServer(std::function<void(ClusterdConfig&)> tweak = nullptr) {
-    server_.reset();
-    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
-    if (tweak) tweak(cfg);
-    server_ = std::make_unique<ClusterdServer>(cfg);
-    Status st = server_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    channel_ = testing::Dial(server_->grpc_port());
+  void OnServerStarted() override {
     fault_ = fault::Fault::NewStub(channel_);
     jobs_ = v1::JobService::NewStub(channel_);
   }
@@ -195,9 +186,6 @@ class MindClusterFaultTest : public ::testing::Test {
     return WaitFor([&] { return Metric("clusterd_mindcluster_fault_subscribers") == n; }, kDeadline);
   }
 
-  testing::TempDir dir_;
-  std::unique_ptr<ClusterdServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<fault::Fault::Stub> fault_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
 };

@@ -2,13 +2,7 @@
 // restarted on the same data directory. Every acknowledged transition must be
 // stored exactly once, and a watcher resuming from its last revision must see
 // no gap and no duplicate.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -20,64 +14,18 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "agent_client.h"
-#include "common/free_port.h"
-#include "test_util.h"
-
-extern char** environ;
+#include "test/support/grpc/agent_client.h"
+#include "test/support/grpc/clusterd_process.h"
+#include "test/support/process.h"
+#include "test/support/temp_dir.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
 
 using testing::WaitFor;
 
-class Clusterd {
- public:
-  explicit Clusterd(std::string data_dir) : data_dir_(std::move(data_dir)) {}
-  ~Clusterd() { Kill(); }
-
-  void Start() {
-    port_ = FreeLoopbackPort();
-    const char* bin_dir = std::getenv("CLUSTERD_BIN_DIR");
-    std::string bin = std::string(bin_dir ? bin_dir : "build/bin") + "/clusterd";
-    std::vector<std::string> args = {bin,
-                                     "--listen=127.0.0.1:" + std::to_string(port_),
-                                     "--insecure",
-                                     "--http-listen=127.0.0.1:" + std::to_string(FreeLoopbackPort()),
-                                     "--data-dir=" + data_dir_,
-                                     "--log-level=warn"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ASSERT_EQ(posix_spawn(&pid_, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0) << bin;
-    channel_ = testing::Dial(port_);
-    ASSERT_TRUE(channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30)));
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  int Terminate() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
-  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
-
- private:
-  std::string data_dir_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::shared_ptr<grpc::Channel> channel_;
-};
+using Clusterd = testing::ClusterdProcess;
 
 // Follows Watch from a revision, recording every event's revision.
 class Watcher {
@@ -242,8 +190,7 @@ TEST(ProcessTest, RestartServesSameStateAndRevision) {
 }
 
 TEST(ProcessTest, BadFlagsExitWithAClearError) {
-  const char* bin_dir = std::getenv("CLUSTERD_BIN_DIR");
-  std::string cmd = std::string(bin_dir ? bin_dir : "build/bin") + "/clusterd --node-grace=soon 2>&1";
+  std::string cmd = testing::BinaryPath("clusterd") + " --node-grace=soon 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

@@ -11,7 +11,7 @@
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/mindcluster/grpc/pubfault_service.h"
 #include "clusterd/storage/memory_store.h"
-#include "test_util.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {

@@ -28,11 +28,12 @@
 #include "common/grpc/credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mindcluster/pubfault.grpc.pb.h"
-#include "agent_client.h"
-#include "http_get.h"
-#include "loopback_config.h"
-#include "test_certs.h"
-#include "test_util.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/http_get.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/temp_dir.h"
+#include "test/support/test_certs.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
@@ -71,7 +72,7 @@ grpc::StatusCode Summary(const std::shared_ptr<grpc::Channel>& ch) {
   return stub->GetSummary(&ctx, v1::GetSummaryRequest(), &resp).error_code();
 }
 
-class SecurityTest : public ::testing::Test {
+class SecurityTest : public testing::ClusterdServerTest {
  protected:
   void SetUp() override { ASSERT_TRUE(Certs::Get().ok()) << "test/security/make_certs.sh failed"; }
 
@@ -80,33 +81,29 @@ class SecurityTest : public ::testing::Test {
   // the generated token file.
   void Start(const std::string& client_auth = "request", std::function<void(ClusterdConfig&)> tweak = nullptr) {
     const Certs& c = Certs::Get();
-    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
-    cfg.insecure = false;
     // Copies, so that a test can rotate them.
     std::filesystem::copy_file(c.Path("server.crt"), dir_.Sub("tls.crt"),
                                std::filesystem::copy_options::overwrite_existing);
     std::filesystem::copy_file(c.Path("server.key"), dir_.Sub("tls.key"),
                                std::filesystem::copy_options::overwrite_existing);
-    cfg.tls.cert_file = dir_.Sub("tls.crt");
-    cfg.tls.key_file = dir_.Sub("tls.key");
-    cfg.tls.client_ca_file = c.Path("ca.crt");
-    cfg.tls.client_auth = client_auth;
-    cfg.tls.reload_interval = std::chrono::seconds(1);
-    cfg.auth.token_file = c.Path("tokens.csv");
-    if (tweak) tweak(cfg);
-    server_ = std::make_unique<ClusterdServer>(cfg);
-    Status st = server_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    port_ = server_->grpc_port();
+    StartServer([&](ClusterdConfig& cfg) {
+      cfg.insecure = false;
+      cfg.tls.cert_file = dir_.Sub("tls.crt");
+      cfg.tls.key_file = dir_.Sub("tls.key");
+      cfg.tls.client_ca_file = c.Path("ca.crt");
+      cfg.tls.client_auth = client_auth;
+      cfg.tls.reload_interval = std::chrono::seconds(1);
+      cfg.auth.token_file = c.Path("tokens.csv");
+      if (tweak) tweak(cfg);
+    });
   }
+  void OnServerStarted() override { port_ = server_->grpc_port(); }
 
   std::shared_ptr<grpc::Channel> As(const std::string& cert) { return Client(port_, cert); }
   std::shared_ptr<grpc::Channel> WithToken(const std::string& who) {
     return Client(port_, "", Certs::Get().Token(who));
   }
 
-  TempDir dir_;
-  std::unique_ptr<ClusterdServer> server_;
   int port_ = 0;
 };
 

@@ -22,11 +22,12 @@
 #include "clusterd/server/server.h"
 #include "clusterd/storage/memory_store.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "agent_client.h"
 #include "fake_log.h"
-#include "http_get.h"
-#include "loopback_config.h"
-#include "test_util.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/http_get.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/temp_dir.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {

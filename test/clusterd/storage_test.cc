@@ -12,7 +12,6 @@
 #include "clusterd/storage/memory_store.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "store_backends.h"
-#include "test_util.h"
 
 namespace clusterd::storage {
 namespace {

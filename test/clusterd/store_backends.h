@@ -7,7 +7,7 @@
 
 #include "clusterd/storage/memory_store.h"
 #include "clusterd/storage/rocksdb_store.h"
-#include "test_util.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd::testing {
 

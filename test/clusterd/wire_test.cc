@@ -7,10 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/server/server.h"
-#include "agent_client.h"
 #include "state_fixtures.h"
-#include "loopback_config.h"
-#include "test_util.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/server/server_fixture.h"
 
 namespace clusterd {
 namespace {
@@ -31,16 +30,10 @@ grpc::ByteBuffer ToBuffer(const std::string& bytes) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-class WireTest : public ::testing::Test {
+class WireTest : public testing::ClusterdServerTest {
  protected:
-  void SetUp() override {
-    ClusterdConfig cfg = testing::LoopbackConfig(dir_.Sub("data"));
-    server_ = std::make_unique<ClusterdServer>(cfg);
-    Status st = server_->Start();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    channel_ = testing::Dial(server_->grpc_port());
-    stub_ = std::make_unique<grpc::GenericStub>(channel_);
-  }
+  void SetUp() override { StartServer(); }
+  void OnServerStarted() override { stub_ = std::make_unique<grpc::GenericStub>(channel_); }
 
   grpc::Status Unary(const std::string& method, const std::string& bytes, grpc::ByteBuffer* reply) {
     grpc::ClientContext ctx;
@@ -69,9 +62,6 @@ class WireTest : public ::testing::Test {
     return resp.revision();
   }
 
-  testing::TempDir dir_;
-  std::unique_ptr<ClusterdServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<grpc::GenericStub> stub_;
 };
 

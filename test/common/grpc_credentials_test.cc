@@ -13,8 +13,9 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util.h"
-#include "tls_test_server.h"
+#include "test/support/grpc/tls_test_server.h"
+#include "test/support/temp_dir.h"
+#include "test/support/test_certs.h"
 
 namespace clusterd {
 namespace {
@@ -241,23 +242,15 @@ TEST_F(ValidateClientSecurityTest, ChannelCreationRefusesWhatValidationRefuses) 
 
 // ------------------------------------------------- against a TLS server ---
 
-// The PKI is made once for the suite (openssl; well under a second).
+// The PKI is made once per test binary (openssl; well under a second).
 class ClientTlsTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    certs_ = new TempDir();
-    made_ = testing::MakeTestCerts(certs_->path());
-  }
-  static void TearDownTestSuite() {
-    delete certs_;
-    certs_ = nullptr;
-  }
   void SetUp() override {
-    ASSERT_TRUE(made_) << "test/security/make_certs.sh failed";
-    ASSERT_TRUE(server_.Start(certs_->path()));
+    ASSERT_TRUE(testing::TestCerts::Get().ok()) << "test/security/make_certs.sh failed";
+    ASSERT_TRUE(server_.Start(testing::TestCerts::Get().dir()));
   }
 
-  static std::string Cert(const std::string& name) { return certs_->Sub(name); }
+  static std::string Cert(const std::string& name) { return testing::TestCerts::Get().Path(name); }
 
   // One GetSummary over a channel made from `security`.
   grpc::Status Call(const ClientSecurity& security) {
@@ -275,13 +268,8 @@ class ClientTlsTest : public ::testing::Test {
     return st;
   }
 
-  static TempDir* certs_;
-  static bool made_;
   TlsTestServer server_;
 };
-
-TempDir* ClientTlsTest::certs_ = nullptr;
-bool ClientTlsTest::made_ = false;
 
 TEST_F(ClientTlsTest, TlsWithTheCaAlone) {
   grpc::Status st = Call(Sec({{"ca", Cert("ca.crt")}}));

@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +22,7 @@
 
 #include "common/fd_limit.h"
 #include "common/metrics.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
@@ -33,6 +33,7 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 using Response = http::response<http::string_body>;
+using testing::WaitFor;
 
 // A blocking HTTP/1.1 client on one TCP connection.
 class Client {
@@ -340,16 +341,6 @@ TEST_F(HttpServerTest, StopClosesIdleKeepAliveConnections) {
   // Stop() must close it rather than wait for the timeout.
   server_->Stop();
   EXPECT_TRUE(client.ServerClosed());
-}
-
-// Polls cond until it holds or 20 s pass (a failure bound, not a timing).
-bool WaitFor(const std::function<bool()>& cond) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
 }
 
 // Every connection costs the server a descriptor, shared with everything

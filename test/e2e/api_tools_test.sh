@@ -21,23 +21,11 @@ PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
 PYYAML_VERSION=6.0.3                 # only to pull the rule groups out of the rendered chart
 
-TOOLS_BIN="$HOME/go/bin"
+TOOLS_BIN="$HOME/go/bin"  # go_tool installs there
 export PATH="$TOOLS_BIN:$PATH"
-command -v go >/dev/null || fail "go not installed (run scripts/deps.sh)"
-command -v protoc >/dev/null || fail "protoc not installed (run scripts/deps.sh)"
-command -v grpcurl >/dev/null || fail "grpcurl not installed (run scripts/deps.sh)"
-[[ -x $ROOT/build/bin/clusterd && -x $ROOT/build/bin/noded ]] || fail "build/bin/clusterd and build/bin/noded missing (build first)"
+require_cmd go protoc grpcurl
+require_built clusterd noded
 
-# go_tool NAME PACKAGE VERSION [GO-INSTALL-FLAGS...]: installs PACKAGE@VERSION
-# into $TOOLS_BIN unless the binary there was already built from that version.
-go_tool() {
-  local name=$1 pkg=$2 version=$3 have
-  shift 3
-  have=$(go version -m "$TOOLS_BIN/$name" 2>/dev/null | awk '$1 == "mod" {print $3; exit}' || true)
-  [[ $have == "$version" ]] && return 0
-  echo "-- installing $name $version into $TOOLS_BIN (first run only; can take minutes)"
-  GOBIN="$TOOLS_BIN" go install "$@" "$pkg@$version" || fail "go install $pkg@$version"
-}
 go_tool buf github.com/bufbuild/buf/cmd/buf "$BUF_VERSION"
 # remove_all_sd leaves out Prometheus' service-discovery plugins (cloud SDKs),
 # which check metrics/rules never use: half the packages to build.
@@ -59,28 +47,10 @@ if [[ ! -f $VENV/.complete ]]; then
 fi
 PY="$VENV/bin/python"
 
-WORK=$(mktemp -d)
-GRPC_PORT=$(free_port)
-HTTP_PORT=$(free_port)
+e2e_setup
+clusterd_ports
 NODED_PORT=$(free_port)
-ADDR=127.0.0.1:$GRPC_PORT
-CLUSTERD_PID=""
-NODED_PID=""
-OP_PID=""
-SMALL_PID=""
-cleanup() {
-  local p
-  for p in "$OP_PID" "$NODED_PID" "$CLUSTERD_PID" "$SMALL_PID"; do
-    [[ -n $p ]] && kill -9 "$p" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trace_on_failure() {
-  local f
-  for f in "$WORK"/*.log; do [[ -f $f ]] && { echo "--- $(basename "$f")"; tail -20 "$f"; }; done
-}
-trap 'trace_on_failure; cleanup' ERR
+on_failure() { tail_logs 20 "$WORK"/*.log; }
 
 echo "== buf"
 (cd "$ROOT/proto" && buf lint) || fail "buf lint found the problems above"
@@ -109,13 +79,7 @@ bash "$OPDIR/generate.sh" >/dev/null || fail "examples/operator-go/generate.sh"
 (cd "$OPDIR" && go vet ./... && go build -buildvcs=false -o "$WORK/operator" .) || fail "building examples/operator-go"
 
 echo "== a live clusterd"
-start_clusterd() {
-  "$ROOT/build/bin/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
-    --node-grace 1h --log-level warn >>"$WORK/clusterd.log" 2>&1 &
-  CLUSTERD_PID=$!
-  wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
-}
-start_clusterd
+start_clusterd --node-grace 1h
 
 # register ADDR NODE: an agent stream (as in the README) that registers NODE
 # and raises an accelerator fault on its device 3.
@@ -190,8 +154,9 @@ echo "-- two runs saw revisions $(echo $got): each fault event once, none missin
 # Nothing new: it waits, and SIGTERM ends it cleanly with nothing printed.
 "$WORK/operator" -server "$ADDR" -cursor-file "$CURSOR" >"$WORK/run3.out" 2>"$WORK/run3.log" &
 OP_PID=$!
+PIDS+=("$OP_PID")
 sleep 1.5
-kill -TERM "$OP_PID"; rc=0; wait "$OP_PID" || rc=$?; OP_PID=""
+rc=0; term_wait "$OP_PID" || rc=$?
 [[ $rc == 0 ]] || fail "operator exit $rc on SIGTERM: $(cat "$WORK/run3.log")"
 [[ ! -s $WORK/run3.out ]] || fail "operator repeated events: $(cat "$WORK/run3.out")"
 
@@ -199,14 +164,15 @@ echo "-- clusterd kill -9 under a running operator: it reconnects and goes on"
 "$WORK/operator" -server "$ADDR" -cursor-file "$CURSOR" -max-events 1 -max-backoff 500ms \
   >"$WORK/run4.out" 2>"$WORK/run4.log" &
 OP_PID=$!
+PIDS+=("$OP_PID")
 sleep 0.5
-kill -9 "$CLUSTERD_PID"; wait "$CLUSTERD_PID" 2>/dev/null || true
+kill_wait "$CLUSTERD_PID"
 sleep 1
-start_clusterd
+start_clusterd --node-grace 1h
 report "$ADDR" link-e RAISE
 rc=0; timeout 30 tail --pid="$OP_PID" -f /dev/null || rc=$?
 [[ $rc == 0 ]] || fail "operator did not exit after the event: $(cat "$WORK/run4.log")"
-rc=0; wait "$OP_PID" || rc=$?; OP_PID=""
+rc=0; wait "$OP_PID" || rc=$?; e2e_forget "$OP_PID"
 [[ $rc == 0 ]] || fail "operator exit $rc: $(cat "$WORK/run4.log")"
 expect_contains "$(cat "$WORK/run4.log")" "reconnecting" "operator log after the kill"
 expect_contains "$(cat "$WORK/run4.out")" "FAULT_RAISED id=worker01/-/external/netprobe/link-e" "operator after reconnect"
@@ -216,10 +182,9 @@ echo "-- compacted history: OUT_OF_RANGE names the oldest revision; -reset-on-co
 SMALL_GRPC=$(free_port)
 SMALL_HTTP=$(free_port)
 SMALL=127.0.0.1:$SMALL_GRPC
-"$ROOT/build/bin/clusterd" --listen "$SMALL" --insecure --http-listen "127.0.0.1:$SMALL_HTTP" --data-dir "$WORK/small" \
-  --node-grace 1h --retention-events 1000 --retention-interval 100ms --log-level warn >"$WORK/small.log" 2>&1 &
-SMALL_PID=$!
-wait_until 30 curl -sf "http://127.0.0.1:$SMALL_HTTP/readyz"
+start_bg SMALL_PID "$WORK/small.log" "$BIN/clusterd" --listen "$SMALL" --insecure --http-listen "127.0.0.1:$SMALL_HTTP" \
+  --data-dir "$WORK/small" --node-grace 1h --retention-events 1000 --retention-interval 100ms --log-level warn
+wait_ready "$SMALL_HTTP"
 # One agent stream that raises and clears a fault 400 times: over 1000 events,
 # so retention compacts the oldest ones.
 python3 -c '
@@ -250,7 +215,7 @@ expect_contains "$(cat "$WORK/run6.out")" "worker01/3/accelerator/80E01801" "ope
 oldest=$(sed -n 's/.*oldest available revision: \([0-9]*\).*/\1/p' "$WORK/run5.log")
 first=$(revisions_of "$WORK/run6.out")
 (( first >= oldest )) || fail "after the reset the operator printed revision $first, older than $oldest"
-kill -TERM "$SMALL_PID"; wait "$SMALL_PID" || fail "small clusterd exit $?"; SMALL_PID=""
+term_wait "$SMALL_PID" || fail "small clusterd exit $?"
 
 echo "== the Python client"
 out=$("$PY" "$ROOT/examples/python-client/client.py" --server "$ADDR" --watch 5 --timeout 20 2>&1) ||
@@ -263,11 +228,10 @@ expect_contains "$out" "revision=1 NODE_REGISTERED node=worker01" "client.py wat
 echo "-- client.py: ok"
 
 echo "== promtool check metrics on both daemons"
-"$ROOT/build/bin/noded" --server "$ADDR" --node-name worker02 --http-listen "127.0.0.1:$NODED_PORT" \
-  --state-dir "$WORK/noded" --accelerator sim --sim-devices 4 --kmsg-path "" --poll-interval 200ms \
-  --heartbeat-interval 500ms --metrics-interval 1s --log-level warn >"$WORK/noded.log" 2>&1 &
-NODED_PID=$!
-wait_until 30 curl -sf "http://127.0.0.1:$NODED_PORT/readyz"
+start_bg NODED_PID "$WORK/noded.log" "$BIN/noded" --server "$ADDR" --node-name worker02 \
+  --http-listen "127.0.0.1:$NODED_PORT" --state-dir "$WORK/noded" --accelerator sim --sim-devices 4 --kmsg-path "" \
+  --poll-interval 200ms --heartbeat-interval 500ms --metrics-interval 1s --log-level warn
+wait_ready "$NODED_PORT"
 connected() { grpcurl -plaintext -d '{"name": "worker02"}' "$ADDR" clusterd.v1.ClusterService/GetNode | grep -q '"connected": true'; }
 wait_until 30 connected
 curl -sf -o /dev/null -X POST "http://127.0.0.1:$NODED_PORT/v1/sim/faults" -d '{"device": 1, "code": "80E01801", "state": "raise"}' ||
@@ -375,6 +339,6 @@ YAML
 fi
 
 echo "-- SIGTERM stops both cleanly"
-kill -TERM "$NODED_PID"; wait "$NODED_PID" || fail "noded exit $?"; NODED_PID=""
-kill -TERM "$CLUSTERD_PID"; wait "$CLUSTERD_PID" || fail "clusterd exit $?"; CLUSTERD_PID=""
+term_wait "$NODED_PID" || fail "noded exit $?"
+term_wait "$CLUSTERD_PID" || fail "clusterd exit $?"
 echo "e2e api tools: ok"

@@ -5,19 +5,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
-export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
-command -v grpcurl >/dev/null || fail "grpcurl not installed (run scripts/deps.sh)"
+require_cmd grpcurl
 
-WORK=$(mktemp -d)
-GRPC_PORT=$(free_port)
-HTTP_PORT=$(free_port)
-ADDR=127.0.0.1:$GRPC_PORT
-"$ROOT/build/bin/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" \
-  --data-dir "$WORK/data" --log-level warn >"$WORK/clusterd.log" 2>&1 &
-PID=$!
-cleanup() { kill -9 "$PID" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
+e2e_setup
+clusterd_ports
+start_clusterd
 
 echo "-- reflection lists every service"
 services=$(grpcurl -plaintext "$ADDR" list)
@@ -127,6 +119,5 @@ expect_contains "$metrics" 'clusterd_devices_by_health{health="unhealthy"} 1' "m
 expect_contains "$metrics" 'clusterd_active_faults{level="RESTART_BUSINESS"} 1' "metrics active faults by level"
 
 echo "-- SIGTERM drains and exits 0"
-kill -TERM "$PID"
-wait "$PID" || fail "clusterd exited with $?"
+term_wait "$CLUSTERD_PID" || fail "clusterd exited with $?"
 echo "e2e grpcurl: ok"

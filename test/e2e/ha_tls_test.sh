@@ -11,38 +11,25 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
 source test/e2e/lib.sh
-export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
-BIN="$ROOT/build/bin"
 ETCD=${ETCD:-$(bash scripts/k8s-tools.sh)/etcd}
 
-WORK=$(mktemp -d)
+e2e_setup
 CERTS=$WORK/certs
 declare -A HTTP GRPC PID
-cleanup() {
-  for p in "${PID[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${PID[@]}"; do wait "$p" 2>/dev/null || true; done
-  [[ -n ${KEEP_WORK:-} ]] && echo "kept $WORK" || rm -rf "$WORK"
+on_failure() {
+  for f in "$WORK"/*.log; do
+    [[ -e $f ]] || continue
+    echo "--- $(basename "$f")"; grep -v "D \[engine\]" "$f" | tail -20
+  done
 }
-on_exit() {
-  local rc=$?
-  if ((rc != 0)); then
-    for f in "$WORK"/*.log; do
-      [[ -e $f ]] || continue
-      echo "--- $(basename "$f")"; grep -v "D \[engine\]" "$f" | tail -20
-    done
-  fi
-  cleanup
-}
-trap on_exit EXIT
 
 bash test/security/make_certs.sh "$CERTS"
 CLIENT_PORT=$(free_port) PEER_PORT=$(free_port)
-"$ETCD" --name e0 --data-dir "$WORK/etcd" \
+start_bg "PID[etcd]" "$WORK/etcd.log" "$ETCD" --name e0 --data-dir "$WORK/etcd" \
   --listen-client-urls "https://127.0.0.1:$CLIENT_PORT" --advertise-client-urls "https://127.0.0.1:$CLIENT_PORT" \
   --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
   --initial-cluster "e0=http://127.0.0.1:$PEER_PORT" --cert-file "$CERTS/server.crt" --key-file "$CERTS/server.key" \
-  --trusted-ca-file "$CERTS/ca.crt" --client-cert-auth --log-level warn >"$WORK/etcd.log" 2>&1 &
-PID[etcd]=$!
+  --trusted-ca-file "$CERTS/ca.crt" --client-cert-auth --log-level warn
 etcd_up() { curl -fsS --max-time 2 --cacert "$CERTS/ca.crt" --cert "$CERTS/admin.crt" --key "$CERTS/admin.key" "https://127.0.0.1:$CLIENT_PORT/health"; }
 wait_until 30 etcd_up || fail "etcd with TLS did not start"
 [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$CERTS/ca.crt" "https://127.0.0.1:$CLIENT_PORT/health" || true) != 200 ]] ||
@@ -52,10 +39,9 @@ echo "ok   etcd serving https with client certificate authentication"
 start_replica() {  # start_replica ID CA CERT KEY
   HTTP[$1]=$(free_port)
   GRPC[$1]=$(free_port)
-  "$BIN/clusterd" --insecure --etcd-endpoints "https://127.0.0.1:$CLIENT_PORT" --etcd-ca-file "$2" \
-    --etcd-cert-file "$3" --etcd-key-file "$4" --ha-replica-id "$1" --data-dir "$WORK/data-$1" \
-    --listen "127.0.0.1:${GRPC[$1]}" --http-listen "127.0.0.1:${HTTP[$1]}" --ha-lease-ttl 2s >>"$WORK/$1.log" 2>&1 &
-  PID[$1]=$!
+  start_bg "PID[$1]" "$WORK/$1.log" "$BIN/clusterd" --insecure --etcd-endpoints "https://127.0.0.1:$CLIENT_PORT" \
+    --etcd-ca-file "$2" --etcd-cert-file "$3" --etcd-key-file "$4" --ha-replica-id "$1" --data-dir "$WORK/data-$1" \
+    --listen "127.0.0.1:${GRPC[$1]}" --http-listen "127.0.0.1:${HTTP[$1]}" --ha-lease-ttl 2s
 }
 code_of() { curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:${HTTP[$1]}$2" || true; }
 leader() { for r in r1 r2; do [[ -n ${PID[$r]:-} && $(code_of $r /readyz) == 200 ]] && { echo $r; return 0; }; done; return 1; }
@@ -70,8 +56,7 @@ out=$(grpcurl -plaintext -d '{"recovery_paused":true,"actor":"tlstest","reason":
 rev=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["state"]["revision"])' "$out")
 echo "ok   $L leads over TLS; a write (recovery paused) acknowledged at revision $rev"
 
-kill -9 "${PID[$L]}"
-wait "${PID[$L]}" 2>/dev/null || true
+kill_wait "${PID[$L]}"
 unset "PID[$L]"
 new_leader() { [[ $(code_of "$S" /readyz) == 200 ]]; }
 wait_until 30 new_leader || fail "$S did not take over after kill -9 of $L"

@@ -37,6 +37,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
+source test/e2e/lib.sh  # free_port
 
 HELM_VERSION=v3.19.5               # served by the Go module proxy; needs Go >= 1.24
 KUBERNETES_VALIDATE_VERSION=1.37.0 # bundles schemas up to Kubernetes 1.37
@@ -562,7 +563,6 @@ echo "== rendered config files against the real binaries (${SECONDS}s)"
 # server (test/k8s/helm_rbac_test.sh runs the installed config against a real one).
 # Plaintext (tls.enabled=false: config.json says insecure) always; the TLS configs (the default:
 # mutual TLS) only with binaries that know the TLS flags.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 extract() { # extract RENDERED CONFIGMAP_SUFFIX KEY OUT
   "$PY" -c 'import sys, yaml
 for d in yaml.safe_load_all(open(sys.argv[1])):

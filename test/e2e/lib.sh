@@ -1,18 +1,29 @@
-# Helpers for the shell end-to-end tests and the demo: free ports, starting
-# and stopping daemons, waiting on conditions with a deadline.
+# The shell library of the end-to-end tests (test/e2e, test/k8s through
+# test/k8s/lib.sh, test/faults) and the demos: the preamble a test shares
+# (work directory, process list, cleanup and diagnostics at exit), free ports,
+# waiting on a condition with a deadline, starting clusterd and sim noded
+# agents. Source it from bash, then:
+#
+#   e2e_setup                       # WORK, PIDS, the EXIT trap
+#   clusterd_ports                  # GRPC_PORT, HTTP_PORT, ADDR
+#   start_clusterd --log-level info # $BIN/clusterd on them; ready on return
+#   start_sim_noded worker01        # a noded with 8 simulated devices
+#   wait_until 30 connected         # a command that succeeds once it holds
+#
+# At exit (any exit: the end, a failed command under set -e, fail) the trap
+# calls the script's on_failure function first when the status is not 0
+# (logs to show), then e2e_cleanup: every process in PIDS is killed (kill -9)
+# and reaped, the script's on_cleanup function runs (k8s_stop, ...), and WORK
+# is removed (KEEP_WORK=1 keeps it and says where).
+#
+# Variables: ROOT (the source tree, unless the script set it) and BIN (its
+# build/bin: the binaries under test); $GOPATH/bin (grpcurl, helm, ...) goes
+# first on PATH.
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-# wait_until DEADLINE_SECONDS CMD...: runs CMD until it succeeds or the deadline passes.
-wait_until() {
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    if (( $(date +%s) >= deadline )); then echo "timed out waiting for: $*" >&2; return 1; fi
-    sleep 0.1
-  done
-}
+ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+BIN=$ROOT/build/bin
+export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
+[[ -v PIDS ]] || PIDS=()
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -21,17 +32,173 @@ expect_contains() {
   grep -qF -- "$2" <<<"$1" || { echo "$1" >&2; fail "$3: expected to find '$2'"; }
 }
 
-# start_sim_noded NODE: a noded with 8 simulated devices reporting to $ADDR
-# ($BIN/noded, state and log under $WORK). The caller declares the
-# associative arrays NODED_PORT and NODED_PID and the array PIDS; this sets
-# NODED_PORT[NODE] (its HTTP port) and NODED_PID[NODE] and appends to PIDS.
+# require_cmd CMD...: fails unless each CMD is on PATH.
+require_cmd() {
+  local c
+  for c in "$@"; do command -v "$c" >/dev/null || fail "$c not installed (run scripts/deps.sh)"; done
+}
+
+# require_built NAME...: fails unless each $BIN/NAME was built.
+require_built() {
+  local b
+  for b in "$@"; do [[ -x $BIN/$b ]] || fail "$BIN/$b missing (build first: scripts/build.sh)"; done
+}
+
+# go_tool NAME PACKAGE VERSION [GO-INSTALL-FLAGS...]: installs PACKAGE@VERSION into
+# $TOOLS_BIN (default $GOPATH/bin) unless the binary there was built from that version.
+go_tool() {
+  local name=$1 pkg=$2 version=$3 dir=${TOOLS_BIN:-${GOPATH:-$HOME/go}/bin} have
+  shift 3
+  have=$(go version -m "$dir/$name" 2>/dev/null | awk '$1 == "mod" {print $3; exit}' || true)
+  [[ $have == "$version" ]] && return 0
+  echo "-- installing $name $version into $dir (first run only; can take minutes)"
+  GOBIN="$dir" go install "$@" "$pkg@$version" || fail "go install $pkg@$version"
+}
+
+# ---- ports and waits --------------------------------------------------------
+
+# free_port: a loopback TCP port that was free a moment ago.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# clusterd_ports: GRPC_PORT, HTTP_PORT and ADDR (127.0.0.1:GRPC_PORT) for a clusterd.
+clusterd_ports() {
+  GRPC_PORT=$(free_port)
+  HTTP_PORT=$(free_port)
+  ADDR=127.0.0.1:$GRPC_PORT
+}
+
+# wait_until SECONDS CMD...: runs CMD (output discarded) every 0.1 s until it
+# succeeds; returns 1, and says so, once SECONDS have passed (a failure bound).
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      echo "timed out waiting for: $*" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+# wait_ready PORT [SECONDS]: until http://127.0.0.1:PORT/readyz answers 2xx (default 30 s).
+wait_ready() { wait_until "${2:-30}" curl -sf "http://127.0.0.1:$1/readyz"; }
+
+# ---- processes --------------------------------------------------------------
+
+# start_bg VAR LOG CMD...: runs CMD in the background, its output appended to
+# LOG; sets VAR (a name: CLUSTERD_PID, NODED_PID[worker01]; - for none) to its
+# pid and adds it to PIDS.
+start_bg() {
+  local var=$1 log=$2
+  shift 2
+  "$@" >>"$log" 2>&1 &
+  PIDS+=("$!")
+  [[ $var == - ]] || printf -v "$var" '%s' "$!"
+}
+
+# e2e_forget PID: takes PID off PIDS (it has been reaped).
+e2e_forget() {
+  local p keep=()
+  for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+# kill_wait PID: kill -9, then waits for the process (reaped: no "Killed"
+# line) and takes it off PIDS.
+kill_wait() {
+  kill -9 "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  e2e_forget "$1"
+}
+
+# term_wait PID [SECONDS]: SIGTERM, then SIGKILL if it is still there after
+# SECONDS (default 20); reaps it and takes it off PIDS. Returns its exit
+# status: term_wait "$CLUSTERD_PID" || fail "clusterd exited with $?".
+term_wait() {
+  local pid=$1 deadline=$((SECONDS + ${2:-20})) rc=0
+  if kill "$pid" 2>/dev/null; then
+    while kill -0 "$pid" 2>/dev/null; do
+      if ((SECONDS >= deadline)); then kill -9 "$pid" 2>/dev/null || true; fi
+      sleep 0.05
+    done
+  fi
+  wait "$pid" 2>/dev/null || rc=$?
+  e2e_forget "$pid"
+  return "$rc"
+}
+
+# ---- the preamble -----------------------------------------------------------
+
+# e2e_setup: WORK (a fresh directory), PIDS (empty), and the EXIT trap
+# (e2e_exit) described at the top.
+e2e_setup() {
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/clusterd-e2e.XXXXXX")
+  PIDS=()
+  trap e2e_exit EXIT
+}
+
+# e2e_cleanup: kills and reaps every process in PIDS (SIGCONT first, for a
+# stopped one), runs on_cleanup when the script defines it, removes WORK
+# (KEEP_WORK=1: keeps it). Safe to call twice.
+e2e_cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do
+    kill -CONT "$p" 2>/dev/null || true
+    kill -9 "$p" 2>/dev/null || true
+  done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+  if declare -F on_cleanup >/dev/null; then on_cleanup || true; fi
+  if [[ -n ${WORK-} && -d $WORK ]]; then
+    if [[ -n ${KEEP_WORK-} ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+  fi
+}
+
+e2e_exit() {
+  local rc=$?
+  set +eu
+  if ((rc != 0)) && declare -F on_failure >/dev/null; then on_failure; fi
+  e2e_cleanup
+  exit "$rc"
+}
+
+# tail_logs N FILE...: the last N lines of each FILE that exists, under its name.
+tail_logs() {
+  local n=$1 f
+  shift
+  for f in "$@"; do [[ -f $f ]] && { echo "--- $(basename "$f")"; tail -n "$n" "$f"; }; done
+  return 0
+}
+
+# ---- clusterd and noded -----------------------------------------------------
+
+# start_clusterd [FLAG...]: $BIN/clusterd on $ADDR and $HTTP_PORT (clusterd_ports),
+# plaintext, its data in $WORK/clusterd, its log appended to $WORK/clusterd.log,
+# --log-level warn unless a FLAG sets it; FLAGs are added. Sets CLUSTERD_PID (in
+# PIDS) and returns once /readyz answers (30 s at most).
+start_clusterd() {
+  local level=(--log-level warn) f
+  for f in "$@"; do [[ $f == --log-level || $f == --log-level=* ]] && level=(); done
+  start_bg CLUSTERD_PID "$WORK/clusterd.log" "$BIN/clusterd" --listen "$ADDR" --insecure \
+    --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" "${level[@]}" "$@"
+  wait_ready "$HTTP_PORT"
+}
+
+# start_sim_noded NODE [FLAG...]: a noded with 8 simulated devices reporting to $ADDR
+# ($BIN/noded, state in $WORK/noded-NODE, log $WORK/noded-NODE.log), on a new HTTP
+# port; FLAGs are added. The caller declares the associative arrays NODED_PORT and
+# NODED_PID; this sets NODED_PORT[NODE] and NODED_PID[NODE] (in PIDS). It does not
+# wait: wait_ready "${NODED_PORT[NODE]}" does.
 start_sim_noded() {
-  NODED_PORT[$1]=$(free_port)
-  "$BIN/noded" --server "$ADDR" --node-name "$1" --http-listen "127.0.0.1:${NODED_PORT[$1]}" \
-    --state-dir "$WORK/noded-$1" --accelerator sim --sim-devices 8 --kmsg-path "" --poll-interval 200ms \
-    --heartbeat-interval 500ms --log-level warn >>"$WORK/noded-$1.log" 2>&1 &
-  NODED_PID[$1]=$!
-  PIDS+=($!)
+  local node=$1
+  shift
+  NODED_PORT[$node]=$(free_port)
+  start_bg "NODED_PID[$node]" "$WORK/noded-$node.log" "$BIN/noded" --server "$ADDR" --node-name "$node" \
+    --http-listen "127.0.0.1:${NODED_PORT[$node]}" --state-dir "$WORK/noded-$node" --accelerator sim \
+    --sim-devices 8 --kmsg-path "" --poll-interval 200ms --heartbeat-interval 500ms --log-level warn "$@"
 }
 
 # inject_sim_fault NODE DEVICE CODE [raise|clear]: through that noded's sim API.

@@ -19,50 +19,21 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
 export GOPATH="${GOPATH:-$HOME/go}"
-TOOLS_BIN="$GOPATH/bin"
-export PATH="$TOOLS_BIN:$PATH"
-BIN="$ROOT/build/bin"
 PROTOC_GEN_GO_VERSION=v1.36.12     # as test/e2e/api_tools_test.sh
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
 JOB=mc-job-0001
 
-command -v go >/dev/null || fail "go not installed (run scripts/deps.sh)"
-command -v protoc >/dev/null || fail "protoc not installed (run scripts/deps.sh)"
-command -v grpcurl >/dev/null || fail "grpcurl not installed (run scripts/deps.sh)"
-[[ -x $BIN/clusterd && -x $BIN/noded ]] || fail "build/bin/clusterd and build/bin/noded missing (build first)"
+require_cmd go protoc grpcurl
+require_built clusterd noded
 
-# go_tool NAME PACKAGE VERSION: installs PACKAGE@VERSION into $TOOLS_BIN
-# unless the binary there was built from that version.
-go_tool() {
-  local have
-  have=$(go version -m "$TOOLS_BIN/$1" 2>/dev/null | awk '$1 == "mod" {print $3; exit}' || true)
-  [[ $have == "$3" ]] && return 0
-  echo "-- installing $1 $3 into $TOOLS_BIN (first run only)"
-  GOBIN="$TOOLS_BIN" go install "$2@$3" || fail "go install $2@$3"
-}
 go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
 go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
 
-WORK=$(mktemp -d)
-GRPC_PORT=$(free_port)
-HTTP_PORT=$(free_port)
-ADDR=127.0.0.1:$GRPC_PORT
-CLUSTERD_PID=""
+e2e_setup
+clusterd_ports
 SUB_PID=""
-PIDS=()
 declare -A NODED_PORT NODED_PID
-cleanup() {
-  local p
-  for p in "$SUB_PID" "${PIDS[@]}" "$CLUSTERD_PID"; do [[ -n $p ]] && kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true  # reap quietly
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trace_on_failure() {
-  local f
-  for f in "$WORK"/*.log "$WORK"/*.out; do [[ -f $f ]] && { echo "--- $(basename "$f")"; tail -20 "$f"; }; done
-}
-trap 'trace_on_failure; cleanup' ERR
+on_failure() { tail_logs 20 "$WORK"/*.log "$WORK"/*.out; }
 
 echo "== build the Go client (stubs generated now, into $WORK)"
 SRC="$ROOT/test/e2e/mindcluster-client"
@@ -74,10 +45,7 @@ bash "$SRC/generate.sh" "$WORK/mcclient" || fail "generating the Go stubs of pro
 MC="$WORK/mcclient/mcclient"
 
 echo "== clusterd and two sim noded agents"
-"$BIN/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
-  --log-level warn >>"$WORK/clusterd.log" 2>&1 &
-CLUSTERD_PID=$!
-wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
+start_clusterd
 start_sim_noded worker01
 start_sim_noded worker02
 connected_agents() {
@@ -147,6 +115,7 @@ live_subscribers() {
 subscribe() {
   "$MC" subscribe -server "$ADDR" -job "$JOB" -role mindie -deadline 60s >"$WORK/$1.out" 2>"$WORK/$1.log" &
   SUB_PID=$!
+  PIDS+=("$SUB_PID")
   wait_until 30 live_subscribers 1 || fail "the $1 subscription never went live: $(cat "$WORK/$1.log")"
   [[ $(mc_reply register code <"$WORK/$1.out") == 0 ]] || fail "Register $JOB: $(cat "$WORK/$1.out")"
 }
@@ -155,6 +124,7 @@ subscriber_done() {
   local rc=0
   timeout 30 tail --pid="$SUB_PID" -f /dev/null || fail "$1: mcclient still running: $(cat "$WORK/$1.out")"
   wait "$SUB_PID" || rc=$?
+  e2e_forget "$SUB_PID"
   SUB_PID=""
   [[ $rc == 0 ]] || fail "$1: mcclient exit $rc: $(cat "$WORK/$1.log")"
 }
@@ -260,5 +230,5 @@ subscriber_done sub2
 ! grep -q worker02 "$WORK/sub2.out" || fail "a signal of $JOB names worker02: $(cat "$WORK/sub2.out")"
 
 echo "-- SIGTERM stops clusterd cleanly"
-kill -TERM "$CLUSTERD_PID"; wait "$CLUSTERD_PID" || fail "clusterd exit $?"; CLUSTERD_PID=""
+term_wait "$CLUSTERD_PID" || fail "clusterd exit $?"
 echo "e2e mindcluster: ok"

@@ -6,36 +6,18 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
-export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
 
-WORK=$(mktemp -d)
-GRPC_PORT=$(free_port)
-HTTP_PORT=$(free_port)
-NODED_PORT=$(free_port)
-ADDR=127.0.0.1:$GRPC_PORT
-CLUSTERD_PID=""
-NODED_PID=""
-cleanup() {
-  [[ -n $CLUSTERD_PID ]] && kill -9 "$CLUSTERD_PID" 2>/dev/null || true
-  [[ -n $NODED_PID ]] && kill -9 "$NODED_PID" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-start_clusterd() {
-  "$ROOT/build/bin/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
-    --log-level warn >>"$WORK/clusterd.log" 2>&1 &
-  CLUSTERD_PID=$!
-  wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
-}
+e2e_setup
+clusterd_ports
+declare -A NODED_PORT NODED_PID
+# Its state (the outbox) in $WORK/noded-worker01 survives a restart; its HTTP port is new.
 start_noded() {
-  "$ROOT/build/bin/noded" --server "$ADDR" --node-name worker01 --http-listen "127.0.0.1:$NODED_PORT" \
-    --state-dir "$WORK/noded" --accelerator sim --sim-devices 8 --kmsg-path "" --poll-interval 200ms \
-    --heartbeat-interval 500ms --log-level warn >>"$WORK/noded.log" 2>&1 &
-  NODED_PID=$!
-  wait_until 30 curl -sf "http://127.0.0.1:$NODED_PORT/readyz"
+  start_sim_noded worker01
+  wait_ready "${NODED_PORT[worker01]}"
 }
-inject() { curl -s -o "$WORK/inject.out" -w '%{http_code}' -X POST "http://127.0.0.1:$NODED_PORT/v1/sim/faults" -d "$1"; }
+inject() {
+  curl -s -o "$WORK/inject.out" -w '%{http_code}' -X POST "http://127.0.0.1:${NODED_PORT[worker01]}/v1/sim/faults" -d "$1"
+}
 faults() { grpcurl -plaintext -d "$1" "$ADDR" clusterd.v1.ClusterService/ListFaults; }
 connected() { grpcurl -plaintext -d '{"name": "worker01"}' "$ADDR" clusterd.v1.ClusterService/GetNode | grep -q '"connected": true'; }
 # fault_count ID: the stored raise count of one fault ("" when absent).
@@ -47,9 +29,8 @@ for f in json.load(sys.stdin).get("faults", []):
     if f["id"] == want:
         print(f.get("count", "0"), f["state"])' "$1"
 }
-pending() { curl -sf "http://127.0.0.1:$NODED_PORT/metrics" | awk '/^noded_outbox_pending /{print $2}'; }
-trace_on_failure() { echo "--- clusterd.log"; tail -20 "$WORK/clusterd.log"; echo "--- noded.log"; tail -20 "$WORK/noded.log"; }
-trap 'trace_on_failure; cleanup' ERR
+pending() { curl -sf "http://127.0.0.1:${NODED_PORT[worker01]}/metrics" | awk '/^noded_outbox_pending /{print $2}'; }
+on_failure() { tail_logs 20 "$WORK/clusterd.log" "$WORK/noded-worker01.log"; }
 
 start_clusterd
 start_noded
@@ -80,7 +61,7 @@ for body in 'not json' '{"code": "80E01801"}' '{"device": 99, "code": "80E01801"
 done
 
 echo "-- clusterd down: noded keeps its faults; clusterd up: each arrives once"
-kill -9 "$CLUSTERD_PID"; wait "$CLUSTERD_PID" 2>/dev/null || true
+kill_wait "$CLUSTERD_PID"
 [[ $(inject '{"device": 5, "code": "80E01801", "state": "raise"}') == 200 ]]
 [[ $(inject '{"code": "NODE_DISK_FULL", "state": "raise"}') == 200 ]]
 [[ $(inject '{"device": 3, "code": "80E01801", "state": "clear"}') == 200 ]]
@@ -97,11 +78,11 @@ drained() { [[ "$(pending)" == 0 ]]; }
 wait_until 30 drained
 
 echo "-- kill -9 noded right after a raise: after restart the fault arrives once"
-kill -9 "$CLUSTERD_PID"; wait "$CLUSTERD_PID" 2>/dev/null || true
+kill_wait "$CLUSTERD_PID"
 [[ $(inject '{"device": 6, "code": "80E01801", "state": "raise"}') == 200 ]]
 one_pending() { [[ "$(pending)" -ge 1 ]]; }
 wait_until 30 one_pending
-kill -9 "$NODED_PID"; wait "$NODED_PID" 2>/dev/null || true
+kill_wait "${NODED_PID[worker01]}"
 start_clusterd
 start_noded
 # The simulator's state is memory: after the restart device 6 is healthy again,
@@ -115,8 +96,6 @@ history=$(grpcurl -plaintext -max-time 3 -d '{"types": ["EVENT_TYPE_FAULT_RAISED
 [[ $(grep -c '"id": "worker01/6/accelerator/80E01801"' <<<"$history") == 1 ]] || fail "device 6 raised more than once"
 
 echo "-- SIGTERM stops both cleanly"
-kill -TERM "$NODED_PID"; wait "$NODED_PID" || fail "noded exit $?"
-NODED_PID=""
-kill -TERM "$CLUSTERD_PID"; wait "$CLUSTERD_PID" || fail "clusterd exit $?"
-CLUSTERD_PID=""
+term_wait "${NODED_PID[worker01]}" || fail "noded exit $?"
+term_wait "$CLUSTERD_PID" || fail "clusterd exit $?"
 echo "e2e noded: ok"

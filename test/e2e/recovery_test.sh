@@ -11,29 +11,15 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
-export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
-BIN="$ROOT/build/bin"
 
-WORK=$(mktemp -d)
-GRPC_PORT=$(free_port)
-HTTP_PORT=$(free_port)
-ADDR=127.0.0.1:$GRPC_PORT
-CLUSTERD_PID=""
-PIDS=()
+e2e_setup
+clusterd_ports
 declare -A NODED_PORT NODED_PID AGENT_PID
-cleanup() {
-  { [[ -n $CLUSTERD_PID ]] && kill -9 "$CLUSTERD_PID"; } 2>/dev/null || true
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true  # reap quietly (no "Killed" lines)
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trace_on_failure() {
-  echo "--- clusterd.log"; tail -30 "$WORK/clusterd.log"
-  for f in "$WORK"/agent-*.out; do echo "--- $f"; tail -15 "$f"; done
+on_failure() {
+  tail_logs 30 "$WORK/clusterd.log"
+  tail_logs 15 "$WORK"/agent-*.out
   echo "--- actuator invocations"; cat "$WORK/invocations.log" 2>/dev/null || true
 }
-trap 'trace_on_failure; cleanup' ERR
 
 # The actuator: logs every invocation, and performs (logs to actions.log) each
 # idempotency key once, as a real actuator must.
@@ -47,21 +33,13 @@ echo "\$CLUSTERD_ACTION done"
 EOF
 chmod +x "$WORK/actuator.sh"
 
-start_clusterd() {
-  "$BIN/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
-    --actuator exec --actuator-command "$WORK/actuator.sh" --recovery-resume-grace 5s \
-    --log-level info >>"$WORK/clusterd.log" 2>&1 &
-  CLUSTERD_PID=$!
-  wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
-}
+CLUSTERD_FLAGS=(--actuator exec --actuator-command "$WORK/actuator.sh" --recovery-resume-grace 5s --log-level info)
 start_noded() { start_sim_noded "$1"; }
 # start_agent JOB ARGS...: an example job agent, hold-down 500ms.
 start_agent() {
   local job=$1; shift
-  "$BIN/job-agent" --server "$ADDR" --job "$job" --hold-down 500ms --step-ms 50 --log "$WORK/agent-$job.log" "$@" \
-    >>"$WORK/agent-$job.out" 2>&1 &
-  AGENT_PID[$job]=$!
-  PIDS+=($!)
+  start_bg "AGENT_PID[$job]" "$WORK/agent-$job.out" "$BIN/job-agent" --server "$ADDR" --job "$job" --hold-down 500ms \
+    --step-ms 50 --log "$WORK/agent-$job.log" "$@"
   wait_until 30 grep -q "attached: job $job" "$WORK/agent-$job.log"
 }
 inject() { inject_sim_fault "$@"; }
@@ -76,7 +54,7 @@ connected() {
     python3 -c 'import json,sys; print(json.load(sys.stdin).get("connected_agents", 0))') == 3 ]]
 }
 
-start_clusterd
+start_clusterd "${CLUSTERD_FLAGS[@]}"
 for n in worker01 worker02 worker03; do start_noded "$n"; done
 wait_until 30 connected
 echo "-- three nodes registered"
@@ -131,11 +109,9 @@ waiting_for_resume() {
     "['STEP_STATE_SUCCEEDED', 'STEP_STATE_SUCCEEDED', 'STEP_STATE_SUCCEEDED', 'STEP_STATE_RUNNING']" ]]
 }
 wait_until 30 waiting_for_resume
-kill -9 "$CLUSTERD_PID"
-wait "$CLUSTERD_PID" 2>/dev/null || true
-kill -9 "${AGENT_PID[train-d]}"
-wait "${AGENT_PID[train-d]}" 2>/dev/null || true
-start_clusterd
+kill_wait "$CLUSTERD_PID"
+kill_wait "${AGENT_PID[train-d]}"
+start_clusterd "${CLUSTERD_FLAGS[@]}"
 echo "   clusterd restarted; the agent comes back and answers the resent RESUME"
 start_agent train-d --no-register --spares worker03:6
 wait_until 30 recovery_is train-d.1 RECOVERY_STATE_SUCCEEDED

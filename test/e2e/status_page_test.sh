@@ -9,7 +9,6 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
-BIN="$ROOT/build/bin"
 
 # Debian's python3-selenium lives in the system interpreter (not a pyenv one).
 PY=${STATUS_PAGE_PYTHON:-/usr/bin/python3}
@@ -18,23 +17,10 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 "$PY" -c 'import selenium' 2>/dev/null || missing+=(python3-selenium)
 
-WORK=$(mktemp -d)
-GRPC_PORT=$(free_port)
-HTTP_PORT=$(free_port)
-ADDR=127.0.0.1:$GRPC_PORT
-CLUSTERD_PID=""
-PIDS=()
+e2e_setup
+clusterd_ports
 declare -A NODED_PORT NODED_PID
-cleanup() {
-  {
-    [[ -z $CLUSTERD_PID ]] || kill -9 "$CLUSTERD_PID" || true
-    for p in "${PIDS[@]}"; do kill -9 "$p" || true; done
-    wait || true  # reap quietly (no "Killed" lines)
-  } 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'echo "--- clusterd.log"; tail -30 "$WORK/clusterd.log"; tail -15 "$WORK"/agent.* 2>/dev/null; cleanup' ERR
+on_failure() { tail_logs 30 "$WORK/clusterd.log"; tail_logs 15 "$WORK"/agent.*; }
 
 # The actuator: succeeds at everything, so that a recovery can finish.
 cat >"$WORK/actuator.sh" <<'SH'
@@ -44,10 +30,7 @@ echo "$CLUSTERD_ACTION done"
 SH
 chmod +x "$WORK/actuator.sh"
 
-"$BIN/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
-  --actuator exec --actuator-command "$WORK/actuator.sh" --log-level info >>"$WORK/clusterd.log" 2>&1 &
-CLUSTERD_PID=$!
-wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
+start_clusterd --actuator exec --actuator-command "$WORK/actuator.sh" --log-level info
 
 echo "-- the page is served at / and /index.html, without a token, as text/html"
 for path in / /index.html; do
@@ -71,10 +54,8 @@ connected() {
 wait_until 30 connected
 echo "-- two nodes registered"
 
-"$BIN/job-agent" --server "$ADDR" --job train-a --hold-down 500ms --step-ms 50 --log "$WORK/agent.log" \
-  --placement 0=worker01:0,1=worker01:1,2=worker02:0,3=worker02:1 --spares worker02:6,worker02:7 \
-  >>"$WORK/agent.out" 2>&1 &
-PIDS+=($!)
+start_bg - "$WORK/agent.out" "$BIN/job-agent" --server "$ADDR" --job train-a --hold-down 500ms --step-ms 50 \
+  --log "$WORK/agent.log" --placement 0=worker01:0,1=worker01:1,2=worker02:0,3=worker02:1 --spares worker02:6,worker02:7
 wait_until 30 grep -q "attached: job train-a" "$WORK/agent.log"
 echo "-- job train-a and its agent attached"
 

@@ -16,28 +16,17 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-source test/k8s/lib.sh
-source test/e2e/lib.sh
-BIN="$ROOT/build/bin"
+source test/k8s/lib.sh  # and test/e2e/lib.sh
 NS=ha
 
-WORK=$(mktemp -d)
+e2e_setup
 declare -A HTTP PID
-cleanup() {
-  for p in "${PID[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${PID[@]}"; do wait "$p" 2>/dev/null || true; done
-  k8s_stop || true
-  wait 2>/dev/null || true
-  [[ -n ${KEEP_WORK:-} ]] && echo "kept $WORK" || rm -rf "$WORK"
-}
-trap cleanup EXIT
+on_cleanup() { k8s_stop; }
 on_failure() {
   for r in r1 r2 r3; do
     [[ -f $WORK/$r.log ]] && { echo "--- $r.log"; grep -v "D \[engine\]" "$WORK/$r.log" | tail -30; }
   done
-  cleanup
 }
-trap on_failure ERR
 
 k8s_start
 k8s_create_namespace $NS
@@ -61,11 +50,9 @@ done
 
 start_replica() {  # start_replica ID KUBECONFIG
   HTTP[$1]=${HTTP[$1]:-$(free_port)}
-  "$BIN/clusterd" --insecure --etcd-endpoints "$K8S_ETCD" --ha-key-prefix /clusterd-ha-test/ \
-    --ha-replica-id "$1" --ha-pod "$NS/$1" --kubeconfig "$2" --data-dir "$WORK/data-$1" \
-    --listen "127.0.0.1:$(free_port)" --http-listen "127.0.0.1:${HTTP[$1]}" --ha-lease-ttl 2s \
-    >>"$WORK/$1.log" 2>&1 &
-  PID[$1]=$!
+  start_bg "PID[$1]" "$WORK/$1.log" "$BIN/clusterd" --insecure --etcd-endpoints "$K8S_ETCD" \
+    --ha-key-prefix /clusterd-ha-test/ --ha-replica-id "$1" --ha-pod "$NS/$1" --kubeconfig "$2" \
+    --data-dir "$WORK/data-$1" --listen "127.0.0.1:$(free_port)" --http-listen "127.0.0.1:${HTTP[$1]}" --ha-lease-ttl 2s
 }
 role_of() { k8s_api GET /api/v1/namespaces/$NS/pods/$1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"].get("labels",{}).get("clusterd.io/ha-role",""))'; }
 code_of() { curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:${HTTP[$1]}$2" || true; }
@@ -86,8 +73,7 @@ is_code "$S" /readyz 503 || fail "standby $S answers /readyz $(code_of "$S" /rea
 echo "ok   leader $L labelled leader, standby $S labelled standby; both Ready as replicas, only $L on /readyz"
 
 t0=$(date +%s.%N)
-kill -9 "${PID[$L]}"
-wait "${PID[$L]}" 2>/dev/null || true
+kill_wait "${PID[$L]}"
 wait_until 30 is_role "$S" leader || fail "after kill -9 of $L, $S's pod is not labelled leader"
 t1=$(date +%s.%N)
 wait_until 30 is_role "$L" standby || fail "the dead leader $L's pod is still labelled '$(role_of "$L")'"

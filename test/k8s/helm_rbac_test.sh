@@ -307,7 +307,7 @@ if [[ -x $CLUSTERD && $help == *--kubeconfig* ]]; then
     conf=$(installed Deployment clusterd "$d" tls_ auth_ metrics_auth insecure) || die "reading the installed Deployment"
   fi
   k8s_write_kubeconfig "$d/kubeconfig" "$SA_TOKEN" "system:serviceaccount:$NS:clusterd" "$NS"
-  http=$(k8s_free_port) grpc=$(k8s_free_port)
+  http=$(free_port) grpc=$(free_port)
   # The file as installed; flags move only the ports and the data directory off the image's
   # and give the out-of-cluster credentials (in a pod: the mounted token).
   "$CLUSTERD" --config "$conf" --kubeconfig "$d/kubeconfig" --listen "127.0.0.1:$grpc" \
@@ -325,7 +325,7 @@ if [[ -x $CLUSTERD && $help == *--kubeconfig* ]]; then
     n=$TMP/noded
     nconf=$(PROJECTED_TOKEN=$AGENT_TOKEN installed DaemonSet clusterd-noded "$n") || die "reading the installed DaemonSet"
     mkdir -p "$n/state"
-    nhttp=$(k8s_free_port)
+    nhttp=$(free_port)
     # The Service name the pods use is checked against ClusterD's certificate.
     "$NODED" --config "$nconf" --node-name worker-1 --server "127.0.0.1:$grpc" --server-name "clusterd.$NS.svc" \
       --accelerator sim --root / --kmsg-path "" --state-dir "$n/state" --http-listen "127.0.0.1:$nhttp" >"$n/noded.log" 2>&1 &
@@ -362,7 +362,7 @@ for k, f in (("ca.crt", "ca.crt"), ("tls.key", "ca.key")): open(os.path.join(sys
     # The same token and certificate saying hello for another node: the token names worker-1.
     mkdir -p "$n/state2"
     "$NODED" --config "$nconf" --node-name worker-2 --server "127.0.0.1:$grpc" --server-name "clusterd.$NS.svc" \
-      --accelerator sim --root / --kmsg-path "" --state-dir "$n/state2" --http-listen "127.0.0.1:$(k8s_free_port)" \
+      --accelerator sim --root / --kmsg-path "" --state-dir "$n/state2" --http-listen "127.0.0.1:$(free_port)" \
       >"$n/noded2.log" 2>&1 &
     NODED_PID=$!
     if k8s_wait 30 "hello for worker-2 refused" grep -q 'may say hello only for node "worker-1", not "worker-2"' "$d/clusterd.log"; then
@@ -491,7 +491,7 @@ if [[ -x $CLUSTERD && $help == *--ha-pod* && $help == *--kubeconfig* ]]; then
 for k in ("etcd_ca_file", "etcd_cert_file", "etcd_key_file"): c.pop(k, None)
 json.dump(c, open(sys.argv[1], "w"), indent=2)' "$conf" "$K8S_ETCD"
   k8s_write_kubeconfig "$d/kubeconfig" "$SA_TOKEN" "system:serviceaccount:$NS:clusterd" "$NS"
-  http=$(k8s_free_port) grpc=$(k8s_free_port)
+  http=$(free_port) grpc=$(free_port)
   mapfile -t ha_args < <(python3 - "$d/workload.json" "$NS" "$http" <<'PY'
 import json, sys
 spec, ns, http = json.load(open(sys.argv[1]))["spec"]["template"]["spec"], sys.argv[2], sys.argv[3]

@@ -15,26 +15,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-source test/k8s/lib.sh
-source test/e2e/lib.sh
-export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
-BIN="$ROOT/build/bin"
+source test/k8s/lib.sh  # and test/e2e/lib.sh
 
-WORK=$(mktemp -d)
-GRPC_PORT=$(free_port)
-HTTP_PORT=$(free_port)
-ADDR=127.0.0.1:$GRPC_PORT
-CLUSTERD_PID=""
-PIDS=()
+e2e_setup
+clusterd_ports
 declare -A NODED_PORT NODED_PID
-cleanup() {
-  { [[ -n $CLUSTERD_PID ]] && kill -9 "$CLUSTERD_PID"; } 2>/dev/null || true
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  k8s_stop || true
-  wait 2>/dev/null || true
-  [[ -n ${KEEP_WORK:-} ]] && echo "kept $WORK" || rm -rf "$WORK"
-}
-trap cleanup EXIT
+on_cleanup() { k8s_stop; }
 on_failure() {
   echo "--- clusterd.log"; grep -v "D \[engine\]" "$WORK/clusterd.log" | tail -60
   echo "--- recoveries"
@@ -44,9 +30,7 @@ on_failure() {
   for n in worker01 worker02 worker03; do
     k8s_api GET "/api/v1/nodes/$n" | python3 -c 'import json,sys; n=json.load(sys.stdin); print(n["metadata"]["name"], n["spec"], n["metadata"].get("annotations"))' || true
   done
-  cleanup
 }
-trap on_failure ERR
 
 k8s_start
 k8s_apply_podgroup_crd
@@ -89,14 +73,8 @@ pod llm-worker-0 worker01 0 Ascend910-0,Ascend910-1
 pod llm-worker-1 worker02 1 Ascend910-0,Ascend910-1
 
 # ---- clusterd with the integration and the actuator, three sim agents ----
-start_clusterd() {
-  "$BIN/clusterd" --listen "$ADDR" --insecure --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
-    --kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes --actuator kubernetes \
-    --k8s-condition-interval 1s --node-grace 3s --recovery-resume-grace 5s --log-level info \
-    >>"$WORK/clusterd.log" 2>&1 &
-  CLUSTERD_PID=$!
-  wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
-}
+CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes --actuator kubernetes
+  --k8s-condition-interval 1s --node-grace 3s --recovery-resume-grace 5s --log-level info)
 start_noded() { start_sim_noded "$1"; }
 inject() { inject_sim_fault "$@"; }
 connected() {
@@ -131,7 +109,7 @@ condition() {  # condition NODE: status/reason of the AcceleratorHealthy conditi
   node_json_field "$1" '" ".join(c["status"]+"/"+c.get("reason","") for c in n["status"].get("conditions",[]) if c["type"]=="AcceleratorHealthy")'
 }
 
-start_clusterd
+start_clusterd "${CLUSTERD_FLAGS[@]}"
 for n in worker01 worker02 worker03; do start_noded $n; done
 wait_until 30 connected 3
 echo "-- clusterd (kubeconfig, integration + actuator kubernetes) and three sim agents up"
@@ -150,9 +128,8 @@ wait_until 15 is 'condition worker01' "True/AcceleratorHealthy"
 echo "   job $VCJOB_UID: $want; Node condition AcceleratorHealthy=True"
 
 echo "-- B: SEPARATE on rank 2's device -> device isolated, pod evicted, Events, condition"
-"$BIN/job-agent" --server "$ADDR" --job "$VCJOB_UID" --no-register --hold-down 500ms --step-ms 50 \
-  --log "$WORK/agent.log" >>"$WORK/agent.out" 2>&1 &
-PIDS+=($!)
+start_bg - "$WORK/agent.out" "$BIN/job-agent" --server "$ADDR" --job "$VCJOB_UID" --no-register --hold-down 500ms \
+  --step-ms 50 --log "$WORK/agent.log"
 wait_until 30 grep -q "attached: job $VCJOB_UID" "$WORK/agent.log"
 inject worker02 0 4C4BA00C
 evicted() { k8s_api GET /api/v1/namespaces/train/pods/llm-worker-1 | grep -q deletionTimestamp; }
@@ -174,7 +151,7 @@ wait_until 30 recovery_is "$VCJOB_UID.1" RECOVERY_STATE_SUCCEEDED
 echo "   evicted llm-worker-1; ranks 2,3 now on worker03; recovery $VCJOB_UID.1 SUCCEEDED"
 
 echo "-- C: a lost node -> cordon + taint; UncordonNode in ClusterD undoes it"
-kill -9 "${NODED_PID[worker01]}"
+kill_wait "${NODED_PID[worker01]}"
 # The API server's admission adds node.kubernetes.io/not-ready itself: only ClusterD's taint counts.
 our_taints() { node_json_field "$1" '[t["key"]+"="+t.get("value","")+":"+t["effect"] for t in n["spec"].get("taints",[]) if t["key"].startswith("clusterd.io/")]'; }
 tainted() { [[ $(our_taints worker01) == "['clusterd.io/fault=SEPARATE:NoSchedule']" ]]; }
@@ -211,9 +188,8 @@ echo "   NODE_NOT_READY raised and cleared on worker03"
 
 echo "-- E: kill -9 of clusterd and an API server restart: nothing repeated, discovery goes on"
 evictions_before=$(train_events | grep -o '"action":"Evict"' | wc -l)
-kill -9 "$CLUSTERD_PID"
-wait "$CLUSTERD_PID" 2>/dev/null || true
-start_clusterd
+kill_wait "$CLUSTERD_PID"
+start_clusterd "${CLUSTERD_FLAGS[@]}"
 wait_until 30 connected 3
 k8s_restart_apiserver
 pod other-0 worker02 0 Ascend910-6 other "$VCJOB2_UID"

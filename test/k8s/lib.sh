@@ -23,6 +23,9 @@
 # k8s_restart_apiserver (or k8s_stop_apiserver + k8s_start_apiserver for an outage),
 # k8s_compact_etcd, k8s_etcd_revision, k8s_create_namespace, k8s_sa_token,
 # k8s_write_kubeconfig, k8s_apply_podgroup_crd, k8s_wait, k8s_free_port, k8s_kill_wait.
+# It sources test/e2e/lib.sh, the preamble every end-to-end test shares (e2e_setup,
+# free_port, wait_until, start_clusterd, kill_wait, term_wait, ...): k8s_free_port and
+# k8s_kill_wait are its free_port and term_wait under the names this library had.
 # `bash test/k8s/lib.sh serve ENV_FILE` runs the cluster for a driver in another language.
 #
 # What the cluster lacks: no kubelet, so pods stay Pending unless the test
@@ -37,25 +40,22 @@
 
 K8S_LIB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 K8S_START_TIMEOUT=${K8S_START_TIMEOUT:-60}
+# shellcheck source=../e2e/lib.sh
+source "$K8S_LIB_ROOT/test/e2e/lib.sh"
 
 k8s_log() { echo "k8s: $*" >&2; }
 
-k8s_free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
+k8s_free_port() { free_port; }
 
-# k8s_wait SECONDS DESCRIPTION CMD...: runs CMD (output discarded) every 0.1 s until it succeeds
-# or SECONDS pass; returns 1 on the deadline.
+# k8s_wait SECONDS DESCRIPTION CMD...: wait_until SECONDS CMD... that names DESCRIPTION
+# when it times out; returns 1 on the deadline.
 k8s_wait() {
-  local deadline=$((SECONDS + $1)) what=$2
+  local seconds=$1 what=$2
   shift 2
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= deadline)); then
-      k8s_log "timed out after $1 s waiting for: $what"
-      return 1
-    fi
-    sleep 0.1
-  done
+  wait_until "$seconds" "$@" 2>/dev/null || {
+    k8s_log "timed out after $seconds s waiting for: $what"
+    return 1
+  }
 }
 
 # k8s_api METHOD PATH [BODY [CONTENT_TYPE]]: one request to the API server. PATH includes any
@@ -154,17 +154,9 @@ k8s_restart_apiserver() {
   k8s_stop_apiserver && k8s_start_apiserver
 }
 
-# k8s_kill_wait PID: SIGTERM, then SIGKILL if it is still there after 20 s; reaps it.
-k8s_kill_wait() {
-  local pid=$1 deadline=$((SECONDS + 20))
-  if kill "$pid" 2>/dev/null; then
-    while kill -0 "$pid" 2>/dev/null; do
-      if ((SECONDS >= deadline)); then kill -9 "$pid" 2>/dev/null || true; fi
-      sleep 0.05
-    done
-  fi
-  wait "$pid" 2>/dev/null || true
-}
+# k8s_kill_wait PID: SIGTERM, then SIGKILL if it is still there after 20 s; reaps it
+# (term_wait, whatever the exit status).
+k8s_kill_wait() { term_wait "$1" || true; }
 
 # k8s_start: builds or reuses the binaries, generates certificates, starts etcd and
 # kube-apiserver on free loopback ports, waits for /readyz and exports the K8S_* variables.
@@ -184,7 +176,7 @@ k8s_start() {
   K8S_ADMIN_TOKEN=$(cat "$K8S_DIR/admin.token")
 
   local etcd_port
-  etcd_port=$(k8s_free_port)
+  etcd_port=$(free_port)
   export K8S_ETCD=http://127.0.0.1:$etcd_port
   # The peer port is never used (one member): port 0.
   "$K8S_BIN/etcd" --data-dir "$K8S_DIR/etcd" \
@@ -217,7 +209,7 @@ k8s_start() {
   done
 
   local port
-  port=$(k8s_free_port)
+  port=$(free_port)
   export K8S_API=https://127.0.0.1:$port
   # Pitfalls (docs/testing.md): --advertise-address 127.0.0.1 is fatal with the default
   # endpoint reconciler; without a controller-manager no namespace gets a default

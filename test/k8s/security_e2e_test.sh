@@ -13,53 +13,29 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-source test/k8s/lib.sh
-source test/e2e/lib.sh
-export PATH="${GOPATH:-$HOME/go}/bin:$PATH"
-BIN="$ROOT/build/bin"
+source test/k8s/lib.sh  # and test/e2e/lib.sh
 
-WORK=$(mktemp -d)
+e2e_setup
 CERTS=$WORK/certs
-PIDS=()
 declare -A NODED_PORT NODED_PID
-cleanup() {
-  # Reaped one by one: the shell then reports no "Killed" lines.
-  for p in "${PIDS[@]}"; do
-    kill -9 "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  PIDS=()
-  k8s_stop || true
-  wait 2>/dev/null || true
-  [[ -n ${KEEP_WORK:-} ]] && echo "kept $WORK" || rm -rf "$WORK"
-}
+on_cleanup() { k8s_stop; }
 # Diagnostics on any failure: a failed command under set -e and fail() alike.
-on_exit() {
-  local rc=$?
-  if ((rc != 0)); then
-    echo "--- clusterd.log"; tail -60 "$WORK/clusterd.log" 2>/dev/null || true
-    for f in "$WORK"/noded-*.log; do
-      [[ -e $f ]] || continue
-      echo "--- $(basename "$f")"; tail -20 "$f"
-    done
-    if declare -F nodes >/dev/null; then
-      echo "--- nodes (name:connected:health, as the viewer)"
-      nodes 2>&1 || true
-      echo "--- auth metrics"
-      curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep '^clusterd_auth_' || true
-    fi
+on_failure() {
+  tail_logs 60 "$WORK/clusterd.log"
+  tail_logs 20 "$WORK"/noded-*.log
+  if declare -F nodes >/dev/null; then
+    echo "--- nodes (name:connected:health, as the viewer)"
+    nodes 2>&1 || true
+    echo "--- auth metrics"
+    curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep '^clusterd_auth_' || true
   fi
-  cleanup
 }
-trap on_exit EXIT
 
 bash test/security/make_certs.sh "$CERTS"
 k8s_start
 echo "-- API server ready at $K8S_API"
 # Picked once etcd and the API server listen: free_port could hand out theirs before.
-GRPC_PORT=$(free_port)
-HTTP_PORT=$(free_port)
-ADDR=127.0.0.1:$GRPC_PORT
+clusterd_ports
 
 # ---- the cluster as the kubelet and NodeD's DaemonSet would leave it ----
 NS=clusterd-system
@@ -92,14 +68,13 @@ TOKEN_A=$WORK/token-a
 mint_token noded-a clusterd "$TOKEN_A"
 
 # ---- 1. clusterd over TLS with the token file and TokenReview ----
-"$BIN/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" --data-dir "$WORK/clusterd" \
-  --tls-cert-file "$CERTS/server.crt" --tls-key-file "$CERTS/server.key" \
+start_bg - "$WORK/clusterd.log" "$BIN/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" \
+  --data-dir "$WORK/clusterd" --tls-cert-file "$CERTS/server.crt" --tls-key-file "$CERTS/server.key" \
   --tls-client-ca-file "$CERTS/ca.crt" --tls-client-auth request \
   --auth-token-file "$CERTS/tokens.csv" --auth-token-review true \
   --auth-agent-service-accounts $NS/noded --kubeconfig "$K8S_KUBECONFIG" \
-  --node-grace 10s --log-level info >>"$WORK/clusterd.log" 2>&1 &
-PIDS+=($!)
-wait_until 30 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz"
+  --node-grace 10s --log-level info
+wait_ready "$HTTP_PORT"
 echo "-- 1: clusterd over TLS (client certs requested, token file, TokenReview) ready"
 
 # rpc CRED SERVICE/METHOD [JSON]: one call over TLS. CRED: token:FILE (a bearer token on the
@@ -129,15 +104,7 @@ worker01_ok() {
 # is 'CMD' WANT: CMD's output (evaluated at each try) equals WANT.
 is() { [[ "$(eval "$1")" == "$2" ]]; }
 # noded_as NODE TOKEN_FILE: a sim noded for NODE over TLS with that bearer token.
-noded_as() {
-  NODED_PORT[$1]=$(free_port)
-  "$BIN/noded" --server "$ADDR" --node-name "$1" --http-listen "127.0.0.1:${NODED_PORT[$1]}" \
-    --tls-ca-file "$CERTS/ca.crt" --token-file "$2" \
-    --state-dir "$WORK/noded-$1" --accelerator sim --sim-devices 8 --kmsg-path "" --poll-interval 200ms \
-    --heartbeat-interval 500ms --log-level warn >>"$WORK/noded-$1.log" 2>&1 &
-  NODED_PID[$1]=$!
-  PIDS+=($!)
-}
+noded_as() { start_sim_noded "$1" --tls-ca-file "$CERTS/ca.crt" --token-file "$2"; }
 
 echo "-- 2: NodeD with the token of pod noded-a (on worker01) is worker01's agent"
 noded_as worker01 "$TOKEN_A"

@@ -18,31 +18,18 @@
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
+#include "test/support/temp_dir.h"
 
 namespace clusterd::noded {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test (mkdtemp), removed afterwards.
-class TempDir {
+// A fresh directory per test, and the outbox's state directory and log in it.
+class TempDir : public clusterd::testing::TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/outbox-test-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string state() const { return path_ + "/state"; }
+  std::string state() const { return Sub("state"); }
   std::string log() const { return state() + "/outbox.log"; }
-
- private:
-  std::string path_;
 };
 
 v1::FaultTransition Make(v1::TransitionAction action, std::optional<uint32_t> device, const std::string& code,

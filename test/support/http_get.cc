@@ -1,7 +1,4 @@
-// A blocking HTTP GET for tests (one connection per request).
-#pragma once
-
-#include <string>
+#include "test/support/http_get.h"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,14 +7,7 @@
 
 namespace clusterd::testing {
 
-struct HttpResult {
-  int status = 0;  // 0: no answer (refused, reset, closed without a response)
-  std::string body;
-  std::string content_type;
-};
-
-// `authorization`, when not empty, is sent as the Authorization header.
-inline HttpResult HttpGet(int port, const std::string& target, const std::string& authorization = "") {
+HttpResult HttpGet(int port, const std::string& target, const std::string& authorization) {
   namespace asio = boost::asio;
   namespace http = boost::beast::http;
   HttpResult out;
@@ -42,8 +32,7 @@ inline HttpResult HttpGet(int port, const std::string& target, const std::string
   return out;
 }
 
-// The value of an unlabelled sample in Prometheus text, or -1 if absent.
-inline double MetricValue(const std::string& text, const std::string& name) {
+double MetricValue(const std::string& text, const std::string& name) {
   size_t pos = 0;
   while ((pos = text.find(name + " ", pos)) != std::string::npos) {
     if (pos == 0 || text[pos - 1] == '\n') return std::stod(text.substr(pos + name.size() + 1));

@@ -3,15 +3,10 @@
 // requested and verified when sent (token-only clients allowed), and a
 // ClusterService whose GetSummary records who called (bearer token, client
 // certificate CN). No authorization: that is ClusterD's, tested elsewhere.
-//
-// Targets using it define CLUSTERD_MAKE_CERTS (the script's path).
 #pragma once
 
-#include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,22 +14,9 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include "clusterd/v1/cluster.grpc.pb.h"
+#include "test/support/test_certs.h"
 
 namespace clusterd::testing {
-
-// Writes the PKI (ca.crt, server.crt, viewer.crt/.key, other-ca.crt,
-// token-viewer, ...) into dir. False when the script failed.
-inline bool MakeTestCerts(const std::string& dir) {
-  const std::string cmd = std::string("bash '") + CLUSTERD_MAKE_CERTS + "' '" + dir + "'";
-  return std::system(cmd.c_str()) == 0;
-}
-
-inline std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
 
 // What the server saw of one call.
 struct SeenCaller {

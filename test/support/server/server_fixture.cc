@@ -1,0 +1,30 @@
+#include "test/support/server/server_fixture.h"
+
+#include "test/support/grpc/agent_client.h"
+
+namespace clusterd::testing {
+
+ClusterdConfig LoopbackConfig(const std::string& data_dir) {
+  ClusterdConfig cfg;
+  cfg.listen = "127.0.0.1:0";
+  cfg.http_listen = "127.0.0.1:0";
+  cfg.data_dir = data_dir;
+  cfg.log_level = "warn";
+  // Plaintext: the suites that are not about security (security_test.cc
+  // starts TLS servers of its own).
+  cfg.insecure = true;
+  return cfg;
+}
+
+void ClusterdServerTest::StartServer(const std::function<void(ClusterdConfig&)>& tweak) {
+  StopServer();
+  ClusterdConfig cfg = LoopbackConfig(dir_.Sub("data"));
+  if (tweak) tweak(cfg);
+  server_ = std::make_unique<ClusterdServer>(cfg);
+  Status st = server_->Start();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  channel_ = Dial(server_->grpc_port());
+  OnServerStarted();
+}
+
+}  // namespace clusterd::testing
