@@ -22,8 +22,8 @@ JOBS="${JOBS:-2}"
 FUZZ_JOBS="${FUZZ_JOBS:-1}"
 BUILD_DIR="${FUZZ_BUILD_DIR:-build-asan}"
 WORK_DIR="${FUZZ_WORK_DIR:-build-fuzz}"
-ALL_TARGETS=(npu_smi sim_http rules_config noded_config clusterd_config catalog label_selector page_token key_codec outbox pubfault checkpoint_manifest)
-JSON_TARGETS=" sim_http rules_config noded_config clusterd_config catalog "
+ALL_TARGETS=(npu_smi sim_http rules_config noded_config clusterd_config catalog label_selector page_token key_codec outbox pubfault checkpoint_manifest device_info)
+JSON_TARGETS=" sim_http rules_config noded_config clusterd_config catalog device_info "
 targets=("$@")
 ((${#targets[@]})) || targets=("${ALL_TARGETS[@]}")
 
