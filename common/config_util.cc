@@ -72,6 +72,23 @@ std::string JoinNames(const std::vector<std::string>& names, std::string_view la
   return out;
 }
 
+std::vector<std::string> SplitCommaList(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) out.emplace_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string JoinCommaList(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
 StatusOr<std::string> ReadFileToString(const std::string& path) {
   std::ifstream in(path);
   if (!in) return InvalidArgument("cannot read " + path);

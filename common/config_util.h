@@ -30,6 +30,10 @@ StatusOr<std::string> ReadFileToString(const std::string& path);
 // "a, b, c", the last separator `last` ("a, b or c"): for messages that list
 // the allowed names.
 std::string JoinNames(const std::vector<std::string>& names, std::string_view last = ", ");
+// A comma-separated list ("a,,b" -> {"a", "b"}: empty items are dropped), and
+// back ("a,b"). List settings, and the lists of MindCluster's ConfigMaps.
+std::vector<std::string> SplitCommaList(std::string_view text);
+std::string JoinCommaList(const std::vector<std::string>& items);
 
 // A table of keys: JSON uses the key, flags use --key with '_' written '-'.
 template <typename Config>

@@ -27,18 +27,6 @@ Status SetText(const std::string& v, std::string* out) {
   return Status::Ok();
 }
 
-// A list setting: JSON lists arrive joined with ',' (ApplyJsonObject), flags
-// are written that way. Empty items are dropped.
-std::vector<std::string> SplitList(const std::string& v) {
-  std::vector<std::string> out;
-  std::string item;
-  std::istringstream in(v);
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 // ------------------------------------------------------------ the table ---
 //
 // Every key is one row: its name (the JSON key; the flag is --name with '_'
@@ -56,12 +44,6 @@ std::vector<std::string> SplitList(const std::string& v) {
 // NOLINTEND(bugprone-macro-parentheses)
 
 std::string ShowDuration(std::chrono::nanoseconds d) { return d.count() == 0 ? std::string("0s") : FormatDuration(d); }
-
-std::string JoinList(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
-  return out;
-}
 
 // A row of any type: its own parse and display. The makers below are the
 // common types.
@@ -186,14 +168,14 @@ ConfigKey List(const std::string& name, Get get, std::string accepted,
   return Custom(
       name, "LIST", std::move(accepted),
       [name, get, check](const std::string& v, ClusterdConfig* c) {
-        std::vector<std::string> items = SplitList(v);
+        std::vector<std::string> items = SplitCommaList(v);
         for (const std::string& item : items) {
           if (Status st = check(item); !st.ok()) return InvalidArgument(name + ": " + st.message());
         }
         get(*c) = std::move(items);
         return Status::Ok();
       },
-      [get](const ClusterdConfig& c) { return JoinList(get(c)); });
+      [get](const ClusterdConfig& c) { return JoinCommaList(get(c)); });
 }
 
 // One of a fixed set of words.
@@ -363,7 +345,7 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Custom(
             "etcd_endpoints", "LIST", "http://host:port, https://host:port or host:port, comma-separated",
             [](const std::string& v, ClusterdConfig* c) {
-              c->ha.etcd_endpoints = SplitList(v);
+              c->ha.etcd_endpoints = SplitCommaList(v);
               size_t tls = 0;
               for (const std::string& e : c->ha.etcd_endpoints) {
                 const bool https = e.rfind("https://", 0) == 0;
@@ -379,7 +361,7 @@ std::vector<ConfigKey> MakeTable() {
               }
               return Status::Ok();
             },
-            [](const ClusterdConfig& c) { return JoinList(c.ha.etcd_endpoints); }),
+            [](const ClusterdConfig& c) { return JoinCommaList(c.ha.etcd_endpoints); }),
         "etcd members: this process becomes one replica; the leader serves, standbys follow", "ha.enabled, ha.etcd");
   t.Add(Text("etcd_ca_file", CLUSTERD_FIELD(ha.etcd_ca_file), "FILE"),
         "TLS to etcd (https:// endpoints): CA bundle of the members (default: the system's roots)",
@@ -538,7 +520,7 @@ std::vector<ConfigKey> MakeTable() {
             "integrations", "LIST", "registered integration names, comma-separated",
             [](const std::string& v, ClusterdConfig* c) {
               std::vector<std::string> names;
-              for (auto& name : SplitList(v)) {
+              for (auto& name : SplitCommaList(v)) {
                 // Names; ParseClusterdConfig checks them against ConfigChecks::integrations.
                 CLUSTERD_RETURN_IF_ERROR(SetText(name, &name));
                 if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
@@ -546,7 +528,7 @@ std::vector<ConfigKey> MakeTable() {
               c->integrations = std::move(names);
               return Status::Ok();
             },
-            [](const ClusterdConfig& c) { return JoinList(c.integrations); }),
+            [](const ClusterdConfig& c) { return JoinCommaList(c.integrations); }),
         "integrations to run alongside ClusterD", "kubernetes.enabled");
   t.Add(Text("kubeconfig", CLUSTERD_FIELD(k8s.kubeconfig), "FILE"),
         "kubeconfig of the API server (default: the pod's service account)", "in-cluster: the service account");

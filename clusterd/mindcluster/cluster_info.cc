@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clusterd/mindcluster/go_json.h"
+#include "common/config_util.h"           // SplitCommaList, JoinCommaList
 #include "clusterd/mindcluster/signal.h"  // LevelName
 
 namespace clusterd::mindcluster {
@@ -28,27 +29,15 @@ std::vector<std::string> Names(const std::string& type, const std::set<uint32_t>
   return out;
 }
 
-std::vector<std::string> SplitCodes(const std::string& codes) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= codes.size()) {
-    const size_t comma = std::min(codes.find(',', start), codes.size());
-    if (comma > start) out.push_back(codes.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 // Adds `add` into `into` (same chip and kind): codes united, the more
 // serious level kept.
 void MergeFault(DeviceFault* into, const DeviceFault& add) {
-  std::vector<std::string> codes = SplitCodes(into->fault_code);
-  for (const auto& c : SplitCodes(add.fault_code)) {
+  std::vector<std::string> codes = SplitCommaList(into->fault_code);
+  for (const auto& c : SplitCommaList(add.fault_code)) {
     if (std::find(codes.begin(), codes.end(), c) == codes.end()) codes.push_back(c);
   }
   std::sort(codes.begin(), codes.end());
-  into->fault_code.clear();
-  for (const auto& c : codes) into->fault_code += (into->fault_code.empty() ? "" : ",") + c;
+  into->fault_code = JoinCommaList(codes);
   if (LevelRank(add.fault_level) > LevelRank(into->fault_level)) {
     into->fault_level = add.fault_level;
     into->fault_handling = add.fault_handling;
@@ -104,7 +93,7 @@ NodeDeviceInfo MergeForVolcano(const NodeDeviceInfo* plugin, const NodeState& ou
     std::vector<std::string> codes = cs.codes;
     std::sort(codes.begin(), codes.end());
     codes.erase(std::unique(codes.begin(), codes.end()), codes.end());
-    for (const auto& c : codes) f.fault_code += (f.fault_code.empty() ? "" : ",") + c;
+    f.fault_code = JoinCommaList(codes);
     auto [it, fresh] = faults.try_emplace({chip, f.fault_type}, f);
     if (!fresh) MergeFault(&it->second, f);
   }

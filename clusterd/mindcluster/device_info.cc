@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clusterd/mindcluster/go_json.h"
+#include "common/config_util.h"             // SplitCommaList, JoinCommaList
 #include "clusterd/mindcluster/pubfault.h"  // ParseMindClusterLevel
 
 namespace clusterd::mindcluster {
@@ -35,27 +36,15 @@ std::pair<std::string, std::string> SplitResource(std::string_view key) {
   return {std::string(rest), ""};
 }
 
-std::string Join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
-  return out;
-}
-
 StatusOr<std::vector<std::string>> ChipList(const std::string& type, const std::string& key, const std::string& v) {
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= v.size()) {
-    const size_t comma = std::min(v.find(',', start), v.size());
-    std::string chip = v.substr(start, comma - start);
-    if (!chip.empty()) {
-      if (!ChipId(type, chip))
-        return InvalidArgument(key + ": \"" + chip.substr(0, 64) + "\" is not a " + type + " chip");
-      if (out.size() == kMaxChipsPerList) {
-        return InvalidArgument(key + ": more than " + std::to_string(kMaxChipsPerList) + " chips");
-      }
-      out.push_back(std::move(chip));
+  for (std::string& chip : SplitCommaList(v)) {
+    if (!ChipId(type, chip))
+      return InvalidArgument(key + ": \"" + chip.substr(0, 64) + "\" is not a " + type + " chip");
+    if (out.size() == kMaxChipsPerList) {
+      return InvalidArgument(key + ": more than " + std::to_string(kMaxChipsPerList) + " chips");
     }
-    start = comma + 1;
+    out.push_back(std::move(chip));
   }
   return out;
 }
@@ -254,10 +243,10 @@ std::string FaultListJson(const std::vector<DeviceFault>& faults) {
 
 std::map<std::string, std::string> DeviceListOf(const NodeDeviceInfo& info) {
   const std::string base = std::string(kResourcePrefix) + info.device_type;
-  return {{base, Join(info.available)},
-          {base + std::string(kUnhealthy), Join(info.unhealthy)},
-          {base + std::string(kNetworkUnhealthy), Join(info.network_unhealthy)},
-          {base + std::string(kRecovering), Join(info.recovering)},
+  return {{base, JoinCommaList(info.available)},
+          {base + std::string(kUnhealthy), JoinCommaList(info.unhealthy)},
+          {base + std::string(kNetworkUnhealthy), JoinCommaList(info.network_unhealthy)},
+          {base + std::string(kRecovering), JoinCommaList(info.recovering)},
           {base + std::string(kFault), FaultListJson(info.faults)}};
 }
 
@@ -281,14 +270,8 @@ std::vector<ChipFault> FaultsOf(const NodeDeviceInfo& info) {
     const uint32_t device = *ChipId(info.device_type, f.npu_name);  // checked when parsed
     kinds.emplace(device, f.fault_type);
     const std::string message = "device plugin: " + f.fault_type + " (" + f.fault_level + ")";
-    size_t start = 0;
-    bool any = false;
-    while (start <= f.fault_code.size()) {
-      const size_t comma = std::min(f.fault_code.find(',', start), f.fault_code.size());
-      std::string code = f.fault_code.substr(start, comma - start);
-      start = comma + 1;
-      if (code.empty()) continue;
-      any = true;
+    const std::vector<std::string> codes = SplitCommaList(f.fault_code);
+    for (const std::string& code : codes) {
       auto tl = f.fault_time_and_level.find(code);
       const std::string& level = tl != f.fault_time_and_level.end() && !tl->second.fault_level.empty()
                                      ? tl->second.fault_level
@@ -296,7 +279,7 @@ std::vector<ChipFault> FaultsOf(const NodeDeviceInfo& info) {
       add(device, code, LevelOf(level), message);
     }
     // An entry without codes (a manual separation): the fault type is the code.
-    if (!any && !f.fault_type.empty()) add(device, f.fault_type, LevelOf(f.fault_level), message);
+    if (codes.empty() && !f.fault_type.empty()) add(device, f.fault_type, LevelOf(f.fault_level), message);
   }
   const std::tuple<const std::vector<std::string>*, const char*, v1::FaultLevel> lists[] = {
       {&info.unhealthy, "CardUnhealthy", v1::FAULT_LEVEL_SEPARATE},
