@@ -514,6 +514,21 @@ std::vector<ConfigKey> MakeTable() {
             },
             [](const ClusterdConfig& c) { return std::to_string(c.mindcluster_registration_ttl.count()); }),
         "a fault.Fault registration with no stream open for this many seconds expires");
+  t.Add(
+      Text("mindcluster_device_info_namespace", CLUSTERD_FIELD(mindcluster_stack.device_info_namespace), "NS"),
+      "namespace of the device plugin's mindx-dl-deviceinfo-<node> ConfigMaps (the mindcluster integration reads them)",
+      "mindcluster.volcano.deviceInfoNamespace");
+  t.Add(Text("mindcluster_cluster_info_namespace", CLUSTERD_FIELD(mindcluster_stack.cluster_info_namespace), "NS"),
+        "namespace of the cluster-info ConfigMaps Volcano reads (the mindcluster integration writes them)",
+        "mindcluster.volcano.clusterInfoNamespace");
+  t.Add(Dur("mindcluster_cluster_info_refresh", CLUSTERD_FIELD(mindcluster_stack.refresh_interval),
+            std::chrono::seconds(1), std::chrono::hours(1)),
+        "every cluster-info ConfigMap rewritten with a fresh UpdateTime this often (Volcano rebuilds its cache "
+        "when an entry has not grown for a minute)",
+        "mindcluster.volcano.refresh");
+  t.Add(U32("mindcluster_cluster_info_writes_per_second", CLUSTERD_FIELD(mindcluster_stack.writes_per_second), 1, 1000),
+        "cluster-info ConfigMap writes per second at most (creates, updates and deletes together)",
+        "mindcluster.volcano.writesPerSecond");
 
   t.Section("Kubernetes (docs/kubernetes.md)");
   t.Add(Custom(

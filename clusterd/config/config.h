@@ -158,6 +158,16 @@ struct ClusterdConfig {
   uint32_t mindcluster_max_registrations_per_principal = 100;
   // A fault.Fault registration with no stream open for this long expires.
   std::chrono::seconds mindcluster_registration_ttl{300};
+  // The "mindcluster" integration (docs/mindcluster.md, "The stack's
+  // ConfigMaps"): where the device plugin's ConfigMaps are read and
+  // Volcano's cluster-info ConfigMaps written, how often all of these are
+  // rewritten with a fresh UpdateTime, and the API writes per second at most.
+  struct MindClusterStack {
+    std::string device_info_namespace = "kube-system";
+    std::string cluster_info_namespace = "mindx-dl";
+    std::chrono::nanoseconds refresh_interval = std::chrono::seconds(45);
+    uint32_t writes_per_second = 5;
+  } mindcluster_stack;
   // High availability (docs/ha.md): with etcd endpoints, this process is one
   // replica of several; etcd holds the replicated commit log and the
   // election. Empty (the default): one process, RocksDB only, as always.

@@ -69,6 +69,29 @@ class EngineCommands final : public ClusterCommands {
   StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const override {
     return state_->Read([&](const StateView& s) { return s.ListFaults(req); });
   }
+  NodeChanges NodesChangedSince(uint64_t since) const override {
+    return state_->Read([&](const StateView& s) {
+      NodeChanges out;
+      out.revision = s.revision();
+      if (since != 0 && since >= out.revision) return out;
+      for (const std::string& name : s.NodesChangedAfter(since)) {
+        v1::GetNodeRequest req;
+        req.set_name(name);
+        auto node = s.GetNode(req);
+        if (!node.ok()) continue;
+        NodeView view;
+        view.node = std::move(*node->mutable_node());
+        view.devices.assign(node->devices().begin(), node->devices().end());
+        std::vector<const v1::Fault*> faults;
+        s.AppendFaultsOnNode(name, &faults);
+        for (const v1::Fault* f : faults) {
+          if (f->state() == v1::FAULT_STATE_ACTIVE) view.active_faults.push_back(*f);
+        }
+        out.nodes.push_back(std::move(view));
+      }
+      return out;
+    });
+  }
 
  private:
   // Submits `apply` (StatusOr<T>(ClusterState&, Mutation*), on the writer

@@ -68,6 +68,23 @@ class ClusterCommands {
   virtual StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const = 0;
   virtual StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const = 0;
   virtual StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const = 0;
+
+  // One node as an integration that follows the nodes sees it.
+  struct NodeView {
+    v1::Node node;
+    std::vector<v1::Device> devices;       // by id
+    std::vector<v1::Fault> active_faults;  // all of them, in key order
+  };
+  struct NodeChanges {
+    uint64_t revision = 0;        // the state's revision the views are as of
+    std::vector<NodeView> nodes;  // by name
+  };
+  // The nodes whose record, one of its devices or one of its faults changed
+  // after `since` (every node for 0), as they are now, taken under one read
+  // lock; ask again with the answer's revision to follow the changes (nodes
+  // are never deleted). A walk of the nodes and fault records without copies,
+  // then a copy of the changed nodes only.
+  virtual NodeChanges NodesChangedSince(uint64_t since) const = 0;
 };
 
 // Blocks until `call` (given a Reply<T>) has replied, and returns what it

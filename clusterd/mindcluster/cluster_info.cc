@@ -189,6 +189,28 @@ Status ClusterInfoPublisher::Set(const std::string& node, NodeDeviceInfo entry, 
   return Status::Ok();
 }
 
+void ClusterInfoPublisher::Refresh(int64_t now_s) {
+  std::vector<std::string> overflowing;
+  for (auto& [node, n] : nodes_) {
+    n.entry.update_time = std::max(now_s, n.entry.update_time + 1);
+    std::string json = ClusterInfoEntryJson(node, n.entry);
+    Chunk& c = chunks_.at(n.chunk);
+    c.bytes = c.bytes - EntryBytes(node, n.json) + EntryBytes(node, json);
+    n.json = std::move(json);
+    if (c.bytes > max_bytes_) overflowing.push_back(node);
+  }
+  for (auto& [index, c] : chunks_) c.dirty = true;
+  // A longer UpdateTime can take a full ConfigMap past the limit: such a
+  // chunk's nodes move, one at a time, until it fits again.
+  for (const std::string& node : overflowing) {
+    Node& n = nodes_.at(node);
+    auto it = chunks_.find(n.chunk);
+    if (it == chunks_.end() || it->second.bytes <= max_bytes_) continue;
+    Leave(node, n);
+    n.chunk = Place(node, EntryBytes(node, n.json), std::nullopt);
+  }
+}
+
 void ClusterInfoPublisher::Remove(const std::string& node) {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return;
@@ -290,6 +312,13 @@ Status ClusterInfoPublisher::Adopt(const std::string& name, std::string_view val
     emptied_.insert(index);
   }
   return Status::Ok();
+}
+
+std::vector<std::string> ClusterInfoPublisher::Nodes() const {
+  std::vector<std::string> out;
+  out.reserve(nodes_.size());
+  for (const auto& [node, n] : nodes_) out.push_back(node);
+  return out;
 }
 
 std::optional<size_t> ClusterInfoPublisher::ChunkOf(const std::string& node) const {

@@ -88,6 +88,11 @@ class ClusterInfoPublisher {
   // last one written plus one when the lists changed (else the last one), and
   // now_s. An entry larger than the limit on its own is refused.
   Status Set(const std::string& node, NodeDeviceInfo entry, int64_t now_s);
+  // Every entry's UpdateTime becomes now_s (at least one more than it was)
+  // and every ConfigMap is to be written: the periodic rewrite that keeps
+  // Volcano's cache fresh (it rebuilds its informer when an entry's
+  // UpdateTime has not grown for a minute).
+  void Refresh(int64_t now_s);
   // The node has no NPU any more (never for a fault: Volcano keeps a missing
   // node's last lists).
   void Remove(const std::string& node);
@@ -108,8 +113,10 @@ class ClusterInfoPublisher {
 
   // Inspection (tests, metrics).
   std::optional<size_t> ChunkOf(const std::string& node) const;
+  std::vector<std::string> Nodes() const;
   std::optional<int64_t> UpdateTimeOf(const std::string& node) const;
   size_t chunks() const { return chunks_.size(); }
+  size_t node_count() const { return nodes_.size(); }
 
  private:
   struct Node {

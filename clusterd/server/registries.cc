@@ -5,6 +5,7 @@
 #include "clusterd/engine/integration.h"
 #include "clusterd/k8s/actuator.h"
 #include "clusterd/k8s/integration.h"
+#include "clusterd/mindcluster/k8s/stack.h"
 #include "clusterd/recovery/actuators/registry.h"
 
 namespace clusterd {
@@ -57,8 +58,12 @@ const IntegrationRegistry& BuiltinIntegrations() {
   static const IntegrationRegistry registry = [] {
     IntegrationRegistry r;
     // Jobs from pods and PodGroups, Node readiness, Node conditions
-    // (clusterd/k8s/integration.h). Another integration registers here too.
+    // (clusterd/k8s/integration.h).
     Status st = r.Register("kubernetes", [](const ClusterdConfig& c) { return MakeKubernetesIntegration(c); });
+    if (!st.ok()) std::abort();
+    // The device plugin's ConfigMaps in, Volcano's cluster-info ConfigMaps
+    // out (clusterd/mindcluster/k8s/stack.h).
+    st = r.Register("mindcluster", [](const ClusterdConfig& c) { return MakeMindClusterStackIntegration(c); });
     if (!st.ok()) std::abort();
     return r;
   }();

@@ -207,6 +207,20 @@ StatusOr<v1::ListJobsResponse> StateView::ListJobs(const v1::ListJobsRequest& re
   return out;
 }
 
+std::set<std::string> StateView::NodesChangedAfter(uint64_t revision) const {
+  std::set<std::string> out;
+  for (const auto& [name, n] : nodes_.all()) {
+    bool changed = revision == 0 || n.record.node().revision() > revision;
+    for (auto it = n.devices.begin(); !changed && it != n.devices.end(); ++it)
+      changed = it->second.revision() > revision;
+    if (changed) out.insert(name);
+  }
+  for (const auto& [key, f] : faults_.all()) {
+    if (f.revision() > revision && nodes_.Find(f.node()) != nullptr) out.insert(f.node());
+  }
+  return out;
+}
+
 void StateView::AppendFaultsOnNode(const std::string& node, std::vector<const v1::Fault*>* out) const {
   for (const auto& [key, f] : faults_.OfNode(node)) out->push_back(&f);
 }

@@ -91,6 +91,10 @@ class StateView {
   // The fault with this id (Fault.id), or null.
   const v1::Fault* FindFault(const std::string& fault_id) const { return faults_.FindById(fault_id); }
   std::set<std::string> CordonedNodes() const { return nodes_.Cordoned(); }
+  // The nodes whose record, one of its devices or one of its faults (raised,
+  // updated or cleared) changed after `revision`: every node for 0. Walks the
+  // nodes, their devices and the fault records (no copies).
+  std::set<std::string> NodesChangedAfter(uint64_t revision) const;
   std::set<std::string> IsolatedNodes() const { return nodes_.Isolated(); }
 
   // The common heartbeat without the writer (the lock held shared): a

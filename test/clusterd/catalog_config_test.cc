@@ -202,9 +202,9 @@ TEST(Config, KubernetesSettings) {
   EXPECT_EQ(file.integrations, std::vector<std::string>{"kubernetes"});
   EXPECT_FALSE(file.k8s.delete_fallback);
 
-  auto bad_name = ParseClusterdFlags({"--insecure", "--integrations", "kubernetes,mindcluster"}, &help);
+  auto bad_name = ParseClusterdFlags({"--insecure", "--integrations", "kubernetes,volcano"}, &help);
   ASSERT_FALSE(bad_name.ok());
-  EXPECT_NE(bad_name.status().message().find("\"mindcluster\" is not one of kubernetes"), std::string::npos)
+  EXPECT_NE(bad_name.status().message().find("\"volcano\" is not one of kubernetes, mindcluster"), std::string::npos)
       << bad_name.status().message();
   EXPECT_FALSE(ParseClusterdFlags({"--insecure", "--k8s-taint-effect", "PreferNoSchedule"}, &help).ok());
   EXPECT_FALSE(ParseClusterdFlags({"--insecure", "--k8s-node-not-ready-level", "BAD"}, &help).ok());

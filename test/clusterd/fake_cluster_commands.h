@@ -124,12 +124,35 @@ class FakeClusterCommands final : public ClusterCommands {
       f.set_code(r.code());
       f.set_reporter(r.reporter());
       f.set_external_id(r.id());
+      if (r.has_device_id()) f.set_device_id(r.device_id());
+      f.set_level(r.level());
+      f.set_message(r.message());
       f.set_state(v1::FAULT_STATE_ACTIVE);
       active[key] = f;
     }
     v1::ListFaultsResponse resp;
     for (const auto& [key, f] : active) *resp.add_faults() = f;
     return resp;
+  }
+  // Every node (with its devices, node_faults and the faults the reports
+  // raised on it) while `since` is below `revision`: a test that changes
+  // `nodes`, `devices` or `node_faults` bumps `revision`.
+  NodeChanges NodesChangedSince(uint64_t since) const override {
+    NodeChanges out;
+    out.revision = revision;
+    if (since >= revision) return out;
+    auto reported = ListFaults({});
+    for (const auto& [name, node] : nodes) {
+      NodeView view;
+      view.node = node;
+      if (auto d = devices.find(name); d != devices.end()) view.devices = d->second;
+      if (auto f = node_faults.find(name); f != node_faults.end()) view.active_faults = f->second;
+      for (const auto& f : reported->faults()) {
+        if (f.node() == name) view.active_faults.push_back(f);
+      }
+      out.nodes.push_back(std::move(view));
+    }
+    return out;
   }
 
  private:

@@ -209,7 +209,7 @@ class FakeK8sClient final : public k8s::ApiClient {
         break;
       }
       const WatchEvent ev = events_[w.cursor++];
-      if (!ev.ref.InCollection(collection)) {
+      if (!ev.ref.InCollection(collection) || !LabelsMatch(ev.object, QueryValue(query, "labelSelector"))) {
         cv_.notify_all();
         continue;
       }
@@ -377,12 +377,34 @@ class FakeK8sClient final : public k8s::ApiClient {
     return true;
   }
 
-  std::vector<nlohmann::json> ListLocked(const Ref& collection) const {
+  std::vector<nlohmann::json> ListLocked(const Ref& collection, const std::string& selector = "") const {
     std::vector<nlohmann::json> items;
     for (const auto& [path, obj] : objects_) {
-      if (ParsePath(path).InCollection(collection)) items.push_back(obj);
+      if (ParsePath(path).InCollection(collection) && LabelsMatch(obj, selector)) items.push_back(obj);
     }
     return items;
+  }
+
+  // A label selector of equality terms only ("a=b,c=d"); "" matches all.
+  static bool LabelsMatch(const nlohmann::json& object, const std::string& selector) {
+    for (size_t start = 0; start < selector.size();) {
+      size_t comma = selector.find(',', start);
+      if (comma == std::string::npos) comma = selector.size();
+      const std::string term = selector.substr(start, comma - start);
+      start = comma + 1;
+      const size_t eq = term.find('=');
+      if (eq == std::string::npos) continue;
+      const nlohmann::json* labels = nullptr;
+      if (object.contains("metadata") && object["metadata"].is_object() && object["metadata"].contains("labels")) {
+        labels = &object["metadata"]["labels"];
+      }
+      const std::string key = term.substr(0, eq), want = term.substr(eq + 1);
+      if (labels == nullptr || !labels->is_object() || !labels->contains(key) || !(*labels)[key].is_string() ||
+          (*labels)[key].get<std::string>() != want) {
+        return false;
+      }
+    }
+    return true;
   }
 
   static void StrategicMerge(nlohmann::json* object, nlohmann::json patch) {
@@ -416,7 +438,7 @@ class FakeK8sClient final : public k8s::ApiClient {
         return Answer(200, {{"apiVersion", "v1"},
                             {"kind", "List"},
                             {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
-                            {"items", ListLocked(ref)}});
+                            {"items", ListLocked(ref, QueryValue(call.query, "labelSelector"))}});
       }
       return exists ? Answer(200, it->second) : Failure(404, "NotFound", path + " not found");
     }
@@ -443,7 +465,18 @@ class FakeK8sClient final : public k8s::ApiClient {
       return Answer(201, Store(made, call.body));
     }
     if (!exists) return Failure(ref.name.empty() ? 405 : 404, ref.name.empty() ? "MethodNotAllowed" : "NotFound", path);
-    if (call.method == "PUT") return Answer(200, Store(ref, call.body));
+    if (call.method == "PUT") {
+      // An update names the version it replaces: another one is a conflict.
+      const std::string want_rv =
+          call.body.is_object() && call.body.contains("metadata") && call.body["metadata"].is_object()
+              ? call.body["metadata"].value("resourceVersion", "")
+              : "";
+      if (!want_rv.empty() && want_rv != it->second["metadata"].value("resourceVersion", "")) {
+        return Failure(409, "Conflict",
+                       "the object has been modified; please apply your changes to the latest version");
+      }
+      return Answer(200, Store(ref, call.body));
+    }
     if (call.method == "DELETE") {
       const std::string uid = PreconditionUid(call.body);
       if (!uid.empty() && uid != it->second["metadata"].value("uid", "")) {

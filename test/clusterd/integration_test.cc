@@ -150,7 +150,7 @@ TEST(IntegrationTest, RegistryCreatesByNameAndRejectsUnknownNames) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("kubernetes"), std::string::npos);
   // The shipped ones.
-  EXPECT_EQ(BuiltinIntegrations().Names(), std::vector<std::string>{"kubernetes"});
+  EXPECT_EQ(BuiltinIntegrations().Names(), (std::vector<std::string>{"kubernetes", "mindcluster"}));
 }
 
 class ServerIntegrationTest : public ::testing::Test {

@@ -394,6 +394,10 @@ class LockedCommands final : public ClusterCommands {
     std::lock_guard lock(mu_);
     return inner_.ListFaults(req);
   }
+  NodeChanges NodesChangedSince(uint64_t since) const override {
+    std::lock_guard lock(mu_);
+    return inner_.NodesChangedSince(since);
+  }
 
  private:
   template <typename F>

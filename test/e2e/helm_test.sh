@@ -10,7 +10,8 @@
 #      the Kubernetes RBAC objects and config keys rendered with kubernetes.enabled and gone
 #      without it; TLS from each tls.source, mutual TLS by default, insecure without TLS, the
 #      generated certificates, NodeD's projected token, the TokenReview role, NetworkPolicies;
-#      MindCluster's clusterd-grpc-svc Service and pubfault_* keys; ha.enabled: ClusterD's
+#      MindCluster's clusterd-grpc-svc Service and pubfault_* keys; mindcluster.volcano.enabled:
+#      the two configmaps Roles, "mindcluster" in integrations and its keys; ha.enabled: ClusterD's
 #      StatefulSet with a volume per replica, etcd deployed or given, PodDisruptionBudgets,
 #      anti-affinity, the etcd keys, --ha-replica-id and --ha-advertise-address, and with
 #      ha.leaderLabel the pod label (--ha-pod, its Role, the Services selecting the leader,
@@ -280,6 +281,67 @@ elif grep -qF "already named clusterd-grpc-svc" <<<"$out"; then
   ok "mindcluster: a release whose own Service would be clusterd-grpc-svc is refused"
 else
   echo "$out" >&2; bad "mindcluster: release clusterd-grpc-svc failed without naming the clash"
+fi
+
+# The "mindcluster" integration (docs/deploy.md, "Next to MindCluster's components"): with
+# mindcluster.volcano.enabled two Roles on configmaps and their bindings (get, list and watch in
+# the device plugin's namespace; get, list, watch, create, update and delete in the cluster-info
+# namespace), nothing cluster-wide, ClusterD's token mounted for them, "mindcluster" once in
+# integrations (next to "kubernetes" or alone) and its four keys; none of it by default.
+MV=$TMP/values-mindcluster-volcano-$kv.yaml MVK=$TMP/mindcluster-volcano-k8s-$kv.yaml
+MVN=$TMP/mindcluster-volcano-mindx-dl-$kv.yaml MVH=$TMP/mindcluster-volcano-ha-$kv.yaml
+mv_roles="sorted((d['metadata']['namespace'], d['metadata']['name'], [(g, r, ' '.join(x['verbs'])) for x in d['rules'] for g in x['apiGroups'] for r in x['resources']]) for d in by.get('Role', []) if '-mindcluster-' in d['metadata']['name'])"
+mv_bindings="sorted((b['metadata']['namespace'], b['metadata']['name'], b['roleRef']['kind'], b['roleRef']['name'], str(b['subjects'])) for b in by.get('RoleBinding', []) if '-mindcluster-' in b['metadata']['name'])"
+mv_keys="sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith('mindcluster_') and not k.startswith('mindcluster_max_'))"
+MV_READ="[('', 'configmaps', 'get list watch')]" MV_WRITE="[('', 'configmaps', 'get list watch create update delete')]"
+MV_SA="\"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\""
+MV_DEFAULT_KEYS="[('mindcluster_cluster_info_namespace', 'mindx-dl'), ('mindcluster_cluster_info_refresh', '45s'), ('mindcluster_cluster_info_writes_per_second', 5), ('mindcluster_device_info_namespace', 'kube-system')]"
+expect "default: no mindcluster integration (integrations, keys, configmaps Roles)" "$D" "(cfg('clusterd')['integrations'], $mv_keys, $mv_roles, $mv_bindings, [d['metadata']['name'] for d in by['Role']])" \
+  "(['kubernetes'], [], [], [], ['clusterd'])"
+expect "no-kubernetes: no mindcluster integration either" "$NK" "('integrations' in cfg('clusterd'), $mv_keys, 'Role' in by)" "(False, [], False)"
+expect "mindcluster-volcano: kinds (two Roles and their bindings, nothing cluster-wide)" "$MV" "sorted(by)" \
+  "['ConfigMap', 'DaemonSet', 'Deployment', 'NetworkPolicy', 'PersistentVolumeClaim', 'Role', 'RoleBinding', 'Secret', 'Service', 'ServiceAccount']"
+expect "mindcluster-volcano: read Role in the plugin's namespace, write Role in mindx-dl" "$MV" "$mv_roles" \
+  "[('mindx-dl', 'clusterd-mindcluster-clusterinfo', $MV_WRITE), ('npu-plugin', 'clusterd-mindcluster-deviceinfo', $MV_READ)]"
+expect "mindcluster-volcano: each Role bound to ClusterD's ServiceAccount, in its namespace" "$MV" "$mv_bindings" \
+  "[('mindx-dl', 'clusterd-mindcluster-clusterinfo', 'Role', 'clusterd-mindcluster-clusterinfo', $MV_SA), ('npu-plugin', 'clusterd-mindcluster-deviceinfo', 'Role', 'clusterd-mindcluster-deviceinfo', $MV_SA)]"
+expect "mindcluster-volcano: integrations [mindcluster] and the tuned keys; no k8s_* keys, no actuator" "$MV" \
+  "(cfg('clusterd')['integrations'], $mv_keys, sorted(k for k in cfg('clusterd') if k.startswith(('k8s_', 'actuator', 'kubeconfig'))))" \
+  "(['mindcluster'], [('mindcluster_cluster_info_namespace', 'mindx-dl'), ('mindcluster_cluster_info_refresh', '30s'), ('mindcluster_cluster_info_writes_per_second', 20), ('mindcluster_device_info_namespace', 'npu-plugin')], [])"
+expect "mindcluster-volcano: the token mounted into ClusterD (only)" "$MV" "(pod('Deployment')['automountServiceAccountToken'], pod('DaemonSet')['automountServiceAccountToken'])" "(True, False)"
+if render mindcluster-volcano-k8s default "$kv" --set mindcluster.volcano.enabled=true 2>"$TMP/mindcluster-volcano.err" &&
+   "$HELM" template clusterd "$CHART" --namespace mindx-dl --kube-version "$kv" --set mindcluster.volcano.enabled=true >"$MVN" 2>>"$TMP/mindcluster-volcano.err" &&
+   render mindcluster-volcano-ha default "$kv" --set mindcluster.volcano.enabled=true --set ha.enabled=true --set ha.leaderLabel=false \
+     --set kubernetes.enabled=false --set auth.tokenReview=false 2>>"$TMP/mindcluster-volcano.err"; then
+  for f in "$MVK" "$MVN" "$MVH"; do
+    if "$PY" test/helm/validate.py "$kv" "$f"; then ok "rendered objects valid ($(basename "$f" .yaml))"; else bad "rendered objects invalid ($(basename "$f" .yaml))"; fi
+  done
+  expect "mindcluster.volcano.enabled: integrations kubernetes and mindcluster, each once; the default keys" "$MVK" "(cfg('clusterd')['integrations'], $mv_keys)" \
+    "(['kubernetes', 'mindcluster'], $MV_DEFAULT_KEYS)"
+  expect "mindcluster.volcano.enabled: the Roles in kube-system and mindx-dl, bound" "$MVK" "($mv_roles, [(ns, n, r) for ns, n, _, r, _ in $mv_bindings])" \
+    "([('kube-system', 'clusterd-mindcluster-deviceinfo', $MV_READ), ('mindx-dl', 'clusterd-mindcluster-clusterinfo', $MV_WRITE)], [('kube-system', 'clusterd-mindcluster-deviceinfo', 'clusterd-mindcluster-deviceinfo'), ('mindx-dl', 'clusterd-mindcluster-clusterinfo', 'clusterd-mindcluster-clusterinfo')])"
+  expect "mindcluster.volcano.enabled: the Kubernetes integration's ClusterRole unchanged (no configmaps)" "$MVK" "$(rules ClusterRole)" \
+    "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
+  expect "mindcluster.volcano.enabled, release in mindx-dl: the write Role next to the leases Role" "$MVN" \
+    "sorted((d['metadata']['namespace'], d['metadata']['name']) for d in by['Role'])" \
+    "[('kube-system', 'clusterd-mindcluster-deviceinfo'), ('mindx-dl', 'clusterd'), ('mindx-dl', 'clusterd-mindcluster-clusterinfo')]"
+  expect "mindcluster.volcano.enabled, ha, nothing else: the StatefulSet mounts the token for the two Roles alone" "$MVH" \
+    "(spod('clusterd')['automountServiceAccountToken'], sorted((d['kind'], d['metadata']['name']) for k in ('Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding') for d in by.get(k, [])), cfg('clusterd')['integrations'])" \
+    "(True, [('Role', 'clusterd-mindcluster-clusterinfo'), ('Role', 'clusterd-mindcluster-deviceinfo'), ('RoleBinding', 'clusterd-mindcluster-clusterinfo'), ('RoleBinding', 'clusterd-mindcluster-deviceinfo')], ['mindcluster'])"
+else
+  cat "$TMP/mindcluster-volcano.err" >&2; bad "mindcluster: helm template with mindcluster.volcano.enabled"
+fi
+# `helm upgrade --reuse-values` from a chart without mindcluster.volcano keeps the old chart's
+# values: a copy of the chart without it renders no mindcluster integration.
+cp -r "$CHART" "$TMP/chart-no-volcano"
+"$PY" -c 'import sys, yaml
+v = yaml.safe_load(open(sys.argv[1])); del v["mindcluster"]["volcano"]
+yaml.safe_dump(v, open(sys.argv[1], "w"))' "$TMP/chart-no-volcano/values.yaml"
+if "$HELM" template clusterd "$TMP/chart-no-volcano" --namespace fault-mgmt --kube-version "$kv" >"$TMP/no-volcano.yaml" 2>"$TMP/no-volcano.err"; then
+  expect "values without mindcluster.volcano (--reuse-values from an older chart): no mindcluster integration" "$TMP/no-volcano.yaml" \
+    "(cfg('clusterd')['integrations'], $mv_keys, $mv_roles)" "(['kubernetes'], [], [])"
+else
+  cat "$TMP/no-volcano.err" >&2; bad "mindcluster: helm template of the chart without mindcluster.volcano"
 fi
 
 # TLS, authentication and NetworkPolicies (docs/deploy.md, "TLS and authentication").
@@ -991,7 +1053,9 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
    notes notes-mindcluster-np --set mindcluster.service.enabled=true --set-json 'networkPolicy.nodeCIDRs=["10.0.0.0/24"]' &&
    notes notes-ha -f test/helm/values-ha.yaml && notes notes-ha-external -f test/helm/values-ha-external-etcd.yaml &&
    notes notes-ha-external-tls -f test/helm/values-ha-external-etcd-tls.yaml && notes notes-ha-plain-etcd -f test/helm/values-ha.yaml --set ha.etcd.tls.enabled=false &&
-   notes notes-ha-nolabel -f test/helm/values-ha.yaml --set ha.leaderLabel=false && notes notes-ha-nok --set ha.enabled=true "${NOK[@]}"; then
+   notes notes-ha-nolabel -f test/helm/values-ha.yaml --set ha.leaderLabel=false && notes notes-ha-nok --set ha.enabled=true "${NOK[@]}" &&
+   notes notes-volcano -f test/helm/values-mindcluster-volcano.yaml && notes notes-volcano-k8s --set mindcluster.volcano.enabled=true &&
+   notes notes-volcano-ha -f test/helm/values-mindcluster-volcano.yaml --set ha.enabled=true; then
   notes_has notes-tls "mutual TLS, generated CA" "port-forward svc/clusterd 8899:8899" "get secret clusterd-ca" \
     "openssl req -new" "/O=clusterd:viewer" "grpcurl -cacert ca.crt -cert client.crt -key client.key localhost:8899 clusterd.v1.ClusterService/GetSummary"
   notes_has notes-plain "tls.enabled=false" "port-forward svc/clusterd 8899:8899" "grpcurl -plaintext localhost:8899 clusterd.v1.ClusterService/GetSummary" "unauthenticated"
@@ -1019,6 +1083,16 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
   notes_has notes-ha-nolabel "ha, leaderLabel=false" "Only the leader is Ready" "READY column" "never see every replica Ready"
   notes_lacks notes-ha-nolabel "ha, leaderLabel=false" "clusterd.io/ha-role" "/readyz/replica"
   notes_has notes-ha-nok "ha, kubernetes.enabled=false" "only Kubernetes access is get and patch on pods" "in fault-mgmt, for the leader label (Role clusterd-ha)"
+  notes_has notes-volcano "mindcluster integration alone" "Kubernetes integration off (actuator: none): ClusterD's Kubernetes access is the mindcluster integration's (below)." \
+    "npu-plugin/mindx-dl-deviceinfo-<node> (Role clusterd-mindcluster-deviceinfo: get, list, watch)" \
+    "mindx-dl/cluster-info-device-<i> and cluster-info-node-cm (Role clusterd-mindcluster-clusterinfo:" \
+    "MindCluster's own ClusterD must not run next to it" "kubectl -n mindx-dl get configmaps -l mx-consumer-volcano=true"
+  notes_lacks notes-volcano "mindcluster integration alone" "holds no Kubernetes credentials" "leader label"
+  notes_has notes-volcano-k8s "mindcluster and Kubernetes integrations" "Kubernetes integration on (actuator: kubernetes)" \
+    "kube-system/mindx-dl-deviceinfo-<node> (Role clusterd-mindcluster-deviceinfo"
+  notes_has notes-volcano-ha "mindcluster integration, ha" "the mindcluster integration's (below)," \
+    "and get and patch on pods in fault-mgmt for the leader label (Role clusterd-ha)."
+  notes_lacks notes-tls "default: no mindcluster integration" "mindcluster integration on" "mx-consumer-volcano"
 else
   cat "$TMP"/notes-*.err >&2; bad "NOTES.txt does not render"
 fi

@@ -9,9 +9,11 @@ Operator kinds (ServiceMonitor, PrometheusRule) and cert-manager's Certificate a
 package has no schema for: they are checked structurally here instead. On top of the schemas,
 the chart's own promises are checked: the security contexts; RBAC only for ClusterD's
 ServiceAccount and only the rules in ALLOWED_RULES (no wildcards, nothing else; get and patch
-on pods only in a Role of ha.leaderLabel); a
+on pods only in a Role of ha.leaderLabel; configmaps only in the two Roles of the mindcluster
+integration, read-only in the device plugin's namespace, in the namespaces and with the
+integration config.json names); a
 service-account API token mounted only into the ClusterD pod and only when it has a role
-(kubernetes.enabled, auth.tokenReview or ha.leaderLabel), never into NodeD, whose projected token must carry
+(kubernetes.enabled, mindcluster.volcano.enabled, auth.tokenReview or ha.leaderLabel), never into NodeD, whose projected token must carry
 an audience of its own (one the API server does not accept); TLS keys and tokens mounted
 read-only; one ClusterD replica with the Recreate strategy, or (ha.enabled) a StatefulSet of
 at least 2 with Parallel pod management, and never both; every StatefulSet governed by a
@@ -49,11 +51,17 @@ ALLOWED_RULES = {
     ("Role", "", "pods"): {"get", "patch"},
     # auth.tokenReview: who sent a bearer token (its own ClusterRole).
     ("ClusterRole", "authentication.k8s.io", "tokenreviews"): {"create"},
+    # mindcluster.volcano.enabled: the device plugin's ConfigMaps read (get, list, watch), Volcano's
+    # cluster-info ConfigMaps written; two Roles of their own, in those two namespaces.
+    ("Role", "", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
 }
 # The ClusterRole rules that belong to the Kubernetes integration (all or nothing with its Role).
 TOKEN_REVIEW = ("authentication.k8s.io", "tokenreviews")
 # The Role of ha.leaderLabel (pods in the release namespace), apart from the integration's too.
 LEADER_LABEL = ("", "pods")
+# The Roles of the mindcluster integration (configmaps), apart from the Kubernetes integration's.
+MINDCLUSTER = ("", "configmaps")
+MINDCLUSTER_READ = {"get", "list", "watch"}
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 problems = []
@@ -230,13 +238,16 @@ def check_rbac(docs):
         return all((g, r) == pair for rule in role.get("rules") or []
                    for g in rule.get("apiGroups") or [] for r in rule.get("resources") or [])
     leader_label = [d for d in docs if d.get("kind") == "Role" and only(d, LEADER_LABEL)]
-    integration = [d for d in docs if (d.get("kind") == "Role" and d not in leader_label)
+    mindcluster = [d for d in docs if d.get("kind") == "Role" and only(d, MINDCLUSTER)]
+    integration = [d for d in docs if (d.get("kind") == "Role" and d not in leader_label and d not in mindcluster)
                    or (d.get("kind") == "ClusterRole" and not only(d, TOKEN_REVIEW))]
     if integration and not ({"ClusterRole", "Role"} <= {d["kind"] for d in integration}
                             and sum(d.get("kind") == "ClusterRoleBinding" for d in docs)
                             >= sum(d.get("kind") == "ClusterRole" for d in docs)
-                            and sum(d.get("kind") == "RoleBinding" for d in docs) > len(leader_label)):
+                            and sum(d.get("kind") == "RoleBinding" for d in docs)
+                            > len(leader_label) + len(mindcluster)):
         problem(dep, "RBAC is all or nothing: ClusterRole, Role and both bindings")
+    check_mindcluster_rbac(docs, mindcluster)
     if leader_label and dep.get("kind") != "StatefulSet":
         problem(leader_label[0], "the pods Role belongs to ha.leaderLabel (ClusterD's StatefulSet) only")
     for r in leader_label:
@@ -247,6 +258,41 @@ def check_rbac(docs):
             problem(r, "no RoleBinding grants the pods Role")
     if pod.get("automountServiceAccountToken") is not bound:
         problem(dep, f"automountServiceAccountToken must be {bound} (roles bound: {bound})")
+
+
+def check_mindcluster_rbac(docs, roles):
+    """mindcluster.volcano.enabled: exactly a read-only Role in the device plugin's namespace and a
+    read-write one in the cluster-info namespace, each bound, iff config.json runs the integration."""
+    cfg = {}
+    for d in docs:
+        if (d.get("kind") == "ConfigMap" and component(d) == "clusterd"
+                and "config.json" in (d.get("data") or {})):
+            try:
+                cfg = json.loads(d["data"]["config.json"])
+            except ValueError:
+                pass  # check_json_payloads reports it
+    on = "mindcluster" in (cfg.get("integrations") or [])
+    if not on:
+        for r in roles:
+            problem(r, "a configmaps Role without the mindcluster integration in config.json")
+        return
+    want = {"read": cfg.get("mindcluster_device_info_namespace", "kube-system"),
+            "write": cfg.get("mindcluster_cluster_info_namespace", "mindx-dl")}
+    got = {}
+    for r in roles:
+        verbs = {v for rule in r.get("rules") or [] for v in rule.get("verbs") or []}
+        got.setdefault("read" if verbs <= MINDCLUSTER_READ else "write", []).append(r)
+    for kind, ns in want.items():
+        rs = got.get(kind, [])
+        if len(rs) != 1:
+            problem(docs[0], f"mindcluster: want one {kind} configmaps Role in {ns!r}, got {len(rs)}")
+            continue
+        r = rs[0]
+        if r["metadata"].get("namespace") != ns:
+            problem(r, f"the mindcluster {kind} Role must be in {ns!r} (config.json), not {r['metadata'].get('namespace')!r}")
+        if not any(b.get("kind") == "RoleBinding" and (b.get("roleRef") or {}).get("name") == r["metadata"]["name"]
+                   and b["metadata"].get("namespace") == r["metadata"].get("namespace") for b in docs):
+            problem(r, "no RoleBinding in its namespace grants the mindcluster Role")
 
 
 def check_pod(obj, pod):

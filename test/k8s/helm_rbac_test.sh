@@ -9,8 +9,11 @@
 # With the real binaries built, ClusterD runs on the installed config.json and Secrets (mutual
 # TLS, TokenReview through the API server with its own token) and a NodeD with the installed
 # client certificate and a pod-bound token connects as its node. `helm upgrade --set
-# kubernetes.enabled=false` removes the integration's access, `--set auth.tokenReview=false` the
-# rest. Then `helm upgrade --set ha.enabled=true` (integration and TokenReview still off): the
+# mindcluster.volcano.enabled=true`: ClusterD's token reads ConfigMaps in kube-system and writes
+# them in mindx-dl (no patch, no other namespace, no secrets), and the real clusterd with the
+# mindcluster integration writes mindx-dl/cluster-info-node-cm. `helm upgrade --set
+# kubernetes.enabled=false` removes the integration's access (and, the value not set again,
+# the mindcluster Roles), `--set auth.tokenReview=false` the rest. Then `helm upgrade --set ha.enabled=true` (integration and TokenReview still off): the
 # leader label's Role lets ClusterD's token get and patch pods in the release namespace and
 # nothing else (no other namespace, no list, delete or status), the StatefulSet mounts the
 # token for it, and the real clusterd with the StatefulSet's flags labels its (stand-in) pod
@@ -296,8 +299,11 @@ json.dump(cfg, open(out, "w"), indent=2)
 print(out)
 PY
 }
-if [[ -x $CLUSTERD && $help == *--kubeconfig* ]]; then
-  d=$TMP/clusterd
+# start_installed_clusterd DIR: the built clusterd in the background on the installed config
+# (from the Deployment, written under DIR) with the ServiceAccount's token as its only
+# credentials. Sets d, tls, conf, http, grpc and CLUSTERD_PID.
+start_installed_clusterd() {
+  d=$1
   tls=
   if [[ $help == *--tls-cert-file* ]]; then
     tls=1
@@ -313,6 +319,9 @@ if [[ -x $CLUSTERD && $help == *--kubeconfig* ]]; then
   "$CLUSTERD" --config "$conf" --kubeconfig "$d/kubeconfig" --listen "127.0.0.1:$grpc" \
     --http-listen "127.0.0.1:$http" --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
+}
+if [[ -x $CLUSTERD && $help == *--kubeconfig* ]]; then
+  start_installed_clusterd "$TMP/clusterd"
   if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$http/readyz"; then
     ok "clusterd is ready with integrations [kubernetes], actuator kubernetes${tls:+, mutual TLS, TokenReview} and only its ServiceAccount's rights"
   else
@@ -383,6 +392,86 @@ else
   echo "  skip $CLUSTERD missing or without --kubeconfig"
 fi
 
+echo "== helm upgrade --set mindcluster.volcano.enabled=true: configmaps in two namespaces (${SECONDS}s)"
+# The mindcluster integration (docs/deploy.md, "Next to MindCluster's components"), next to the
+# Kubernetes integration: ClusterD reads the device plugin's ConfigMaps in kube-system (get, list,
+# watch) and writes Volcano's cluster-info ConfigMaps in mindx-dl (get, list, watch, create,
+# update, delete), through two Roles; configmaps in every other namespace, secrets there, patch
+# and the plugin's ConfigMaps' writes stay refused.
+PLUGIN_NS=kube-system MC_NS=mindx-dl
+k8s_create_namespace "$PLUGIN_NS" || die "namespace $PLUGIN_NS"
+k8s_create_namespace "$MC_NS" || die "namespace $MC_NS"
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set mindcluster.volcano.enabled=true 2>&1); then
+  ok "helm upgrade --set mindcluster.volcano.enabled=true"
+else
+  echo "$out" >&2
+  bad "helm upgrade --set mindcluster.volcano.enabled=true"
+fi
+MC_READ_ROLE=/apis/rbac.authorization.k8s.io/v1/namespaces/$PLUGIN_NS/roles/clusterd-mindcluster-deviceinfo
+MC_WRITE_ROLE=/apis/rbac.authorization.k8s.io/v1/namespaces/$MC_NS/roles/clusterd-mindcluster-clusterinfo
+for obj in "$MC_READ_ROLE" "$MC_WRITE_ROLE" \
+  "/apis/rbac.authorization.k8s.io/v1/namespaces/$PLUGIN_NS/rolebindings/clusterd-mindcluster-deviceinfo" \
+  "/apis/rbac.authorization.k8s.io/v1/namespaces/$MC_NS/rolebindings/clusterd-mindcluster-clusterinfo"; do
+  if k8s_api GET "$obj" | name_of >/dev/null 2>&1; then ok "installed: $obj"; else bad "not installed: $obj"; fi
+done
+role_rules() { k8s_api GET "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rules"])'; }
+got=$(role_rules "$MC_READ_ROLE" 2>&1) || true
+want="[{'verbs': ['get', 'list', 'watch'], 'apiGroups': [''], 'resources': ['configmaps']}]"
+if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-deviceinfo: get, list, watch on configmaps"; else bad "Role clusterd-mindcluster-deviceinfo rules: '$got', want '$want'"; fi
+got=$(role_rules "$MC_WRITE_ROLE" 2>&1) || true
+want="[{'verbs': ['get', 'list', 'watch', 'create', 'update', 'delete'], 'apiGroups': [''], 'resources': ['configmaps']}]"
+if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-clusterinfo: get, list, watch, create, update, delete on configmaps"; else bad "Role clusterd-mindcluster-clusterinfo rules: '$got', want '$want'"; fi
+got=$(k8s_api GET "/api/v1/namespaces/$NS/configmaps/clusterd" |
+  python3 -c 'import json,sys; c=json.loads(json.load(sys.stdin)["data"]["config.json"]); print(c["integrations"], c["mindcluster_device_info_namespace"], c["mindcluster_cluster_info_namespace"])' 2>&1) || true
+if [[ $got == "['kubernetes', 'mindcluster'] $PLUGIN_NS $MC_NS" ]]; then ok "installed config.json: $got"; else bad "installed config.json: '$got'"; fi
+# The device plugin's ConfigMap for worker-1, as the plugin writes it (the admin stands in for it).
+PLUGIN_CMS=/api/v1/namespaces/$PLUGIN_NS/configmaps MC_CMS=/api/v1/namespaces/$MC_NS/configmaps
+admin POST "$PLUGIN_CMS" '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"mindx-dl-deviceinfo-worker-1","labels":{"mx-consumer-cim":"true"}},"data":{"DeviceInfoCfg":"{}"}}'
+check 200 "mindcluster: list the plugin's ConfigMaps (mx-consumer-cim=true)" GET "$PLUGIN_CMS?labelSelector=mx-consumer-cim%3Dtrue"
+check 200 "mindcluster: watch them" GET "$PLUGIN_CMS?labelSelector=mx-consumer-cim%3Dtrue&watch=1&timeoutSeconds=1"
+check 200 "mindcluster: get one" GET "$PLUGIN_CMS/mindx-dl-deviceinfo-worker-1"
+check 200 "mindcluster: list the cluster-info ConfigMaps (mx-consumer-volcano=true)" GET "$MC_CMS?labelSelector=mx-consumer-volcano%3Dtrue"
+cluster_info() { # cluster_info NAME VALUE [RESOURCE_VERSION]
+  echo "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"$1\",\"namespace\":\"$MC_NS\",\"labels\":{\"mx-consumer-volcano\":\"true\"}${3:+,\"resourceVersion\":\"$3\"}},\"data\":{\"$1\":\"$2\"}}"
+}
+check 201 "mindcluster: create cluster-info-device-0 (POST to the collection)" POST "$MC_CMS" "$(cluster_info cluster-info-device-0 1)"
+check 200 "mindcluster: get it" GET "$MC_CMS/cluster-info-device-0"
+rv=$(K8S_TOKEN=$SA_TOKEN k8s_api GET "$MC_CMS/cluster-info-device-0" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])') || rv=0
+# A changed value each time: an update that changes nothing keeps the resourceVersion.
+check 200 "mindcluster: update it (PUT with resourceVersion)" PUT "$MC_CMS/cluster-info-device-0" "$(cluster_info cluster-info-device-0 2 "$rv")"
+check 409 "mindcluster: a stale update is a conflict, not a permission error" PUT "$MC_CMS/cluster-info-device-0" "$(cluster_info cluster-info-device-0 3 "$rv")"
+check 403 "mindcluster: patch a cluster-info ConfigMap" PATCH "$MC_CMS/cluster-info-device-0" '{"data":{"x":"y"}}'
+check 200 "mindcluster: delete it" DELETE "$MC_CMS/cluster-info-device-0"
+check 403 "mindcluster: delete every ConfigMap of $MC_NS (deletecollection)" DELETE "$MC_CMS"
+check 403 "mindcluster: create a ConfigMap in $PLUGIN_NS" POST "$PLUGIN_CMS" '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"rogue"}}'
+check 403 "mindcluster: update the plugin's ConfigMap" PUT "$PLUGIN_CMS/mindx-dl-deviceinfo-worker-1" \
+  '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"mindx-dl-deviceinfo-worker-1"},"data":{}}'
+check 403 "mindcluster: delete the plugin's ConfigMap" DELETE "$PLUGIN_CMS/mindx-dl-deviceinfo-worker-1"
+check 403 "mindcluster: list configmaps in $WORK" GET "/api/v1/namespaces/$WORK/configmaps"
+check 403 "mindcluster: list configmaps, all namespaces" GET /api/v1/configmaps
+check 403 "mindcluster: list secrets in $MC_NS" GET "/api/v1/namespaces/$MC_NS/secrets"
+check 403 "mindcluster: list secrets in $PLUGIN_NS" GET "/api/v1/namespaces/$PLUGIN_NS/secrets"
+TOKEN=$NODED_TOKEN check 403 "NodeD: list the cluster-info ConfigMaps" GET "$MC_CMS"
+# The real clusterd with both integrations on the installed config.json: it lists and watches the
+# plugin's ConfigMaps, takes over the cluster-info ConfigMaps and writes cluster-info-node-cm
+# (always written on its first pass) with its ServiceAccount's rights alone.
+if [[ -x $CLUSTERD && $help == *--kubeconfig* && $help == *--mindcluster-cluster-info-namespace* ]]; then
+  start_installed_clusterd "$TMP/clusterd-mindcluster"
+  node_cm() { [[ $(k8s_code GET "$MC_CMS/cluster-info-node-cm") == 200 ]]; }
+  if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$http/readyz" &&
+     k8s_wait 30 "$MC_NS/cluster-info-node-cm written" node_cm; then
+    ok "clusterd with integrations [kubernetes, mindcluster] writes $MC_NS/cluster-info-node-cm with only its ServiceAccount's rights"
+  else
+    tail -20 "$d/clusterd.log" >&2
+    bad "clusterd with the mindcluster integration did not write $MC_NS/cluster-info-node-cm"
+  fi
+  expect_no_refusal "$d/clusterd.log" "mindcluster: "
+  k8s_kill_wait "$CLUSTERD_PID"
+  CLUSTERD_PID=
+else
+  echo "  skip $CLUSTERD missing or without --kubeconfig/--mindcluster-cluster-info-namespace"
+fi
+
 echo "== helm upgrade --set kubernetes.enabled=false takes the integration's access away (${SECONDS}s)"
 if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set kubernetes.enabled=false 2>&1); then
   ok "helm upgrade --set kubernetes.enabled=false"
@@ -394,6 +483,13 @@ gone=$(k8s_code GET "/apis/rbac.authorization.k8s.io/v1/clusterroles/$CLUSTER_RO
 if [[ $gone == 404 ]]; then ok "ClusterRole $CLUSTER_ROLE removed"; else bad "ClusterRole $CLUSTER_ROLE: GET -> $gone, want 404"; fi
 check 403 "disabled: list pods" GET /api/v1/pods
 check 403 "disabled: get the Lease" GET "$LEASES/clusterd"
+# mindcluster.volcano.enabled is not set again: its Roles go with the upgrade.
+for obj in "$MC_READ_ROLE" "$MC_WRITE_ROLE"; do
+  gone=$(k8s_code GET "$obj")
+  if [[ $gone == 404 ]]; then ok "mindcluster off: $obj removed"; else bad "mindcluster off: $obj: GET -> $gone, want 404"; fi
+done
+check 403 "mindcluster off: list the plugin's ConfigMaps" GET "$PLUGIN_CMS?labelSelector=mx-consumer-cim%3Dtrue"
+check 403 "mindcluster off: list the cluster-info ConfigMaps" GET "$MC_CMS?labelSelector=mx-consumer-volcano%3Dtrue"
 check 201 "TokenReview stays (auth.tokenReview)" POST /apis/authentication.k8s.io/v1/tokenreviews "$(review "$AGENT_TOKEN")"
 automount() {
   k8s_api GET "/apis/apps/v1/namespaces/$NS/deployments/clusterd" |

@@ -124,9 +124,19 @@ ClusterD's config.json content.
 {{- $_ = set $c "catalog_file" "/etc/clusterd/catalog.json" }}
 {{- end }}
 {{- $k := .Values.kubernetes }}
+{{- /* No kubeconfig key: both integrations use the in-cluster config, the mounted ServiceAccount
+token. Each name once; with neither, the key is left out (the binary runs none). */}}
+{{- $integrations := list }}
 {{- if $k.enabled }}
-{{- /* No kubeconfig key: in-cluster config from the mounted ServiceAccount token. */}}
-{{- $_ = set $c "integrations" (list "kubernetes") }}
+{{- $integrations = append $integrations "kubernetes" }}
+{{- end }}
+{{- if include "clusterd.mindcluster.volcano" . }}
+{{- $integrations = append $integrations "mindcluster" }}
+{{- end }}
+{{- with $integrations }}
+{{- $_ = set $c "integrations" . }}
+{{- end }}
+{{- if $k.enabled }}
 {{- $_ = set $c "k8s_namespace" $k.namespace }}
 {{- $_ = set $c "k8s_rank_annotation" $k.rankAnnotation }}
 {{- $_ = set $c "k8s_devices_annotation" $k.devicesAnnotation }}
@@ -158,6 +168,15 @@ a fractional rate goes in as text ("0.5"), which the binary parses as a number. 
 {{- end }}
 {{- $_ = set $c "mindcluster_max_subscribers" .Values.mindcluster.maxSubscribers }}
 {{- $_ = set $c "mindcluster_max_registrations_per_principal" .Values.mindcluster.maxRegistrationsPerPrincipal }}
+{{- if include "clusterd.mindcluster.volcano" . }}
+{{- /* The "mindcluster" integration's keys: written only with it, so that a binary without it
+still takes the default config. */}}
+{{- $v := .Values.mindcluster.volcano }}
+{{- $_ = set $c "mindcluster_device_info_namespace" $v.deviceInfoNamespace }}
+{{- $_ = set $c "mindcluster_cluster_info_namespace" $v.clusterInfoNamespace }}
+{{- $_ = set $c "mindcluster_cluster_info_refresh" $v.refresh }}
+{{- $_ = set $c "mindcluster_cluster_info_writes_per_second" $v.writesPerSecond }}
+{{- end }}
 {{- $ha := .Values.ha }}
 {{- if $ha.enabled }}
 {{- /* High availability: etcd and the election; ha_replica_id is per pod (--ha-replica-id). */}}
@@ -257,6 +276,26 @@ The Service name MindCluster's clients have hard-coded (clusterd-grpc-svc.mindx-
 {{- define "clusterd.mindcluster.serviceName" -}}clusterd-grpc-svc{{- end }}
 {{- define "clusterd.mindcluster.namespace" -}}mindx-dl{{- end }}
 {{- define "clusterd.mindcluster.port" -}}8899{{- end }}
+
+{{/*
+"true" when the "mindcluster" integration runs (mindcluster.volcano.enabled): ClusterD reads the
+device plugin's ConfigMaps and writes Volcano's cluster-info ConfigMaps. dig: values reused from
+a chart without mindcluster.volcano (helm upgrade --reuse-values) leave it off.
+*/}}
+{{- define "clusterd.mindcluster.volcano" -}}
+{{- if dig "volcano" "enabled" false .Values.mindcluster }}true{{ end }}
+{{- end }}
+
+{{/*
+Names of the Roles (and RoleBindings) of the "mindcluster" integration: one in the device
+plugin's namespace, one in Volcano's cluster-info namespace.
+*/}}
+{{- define "clusterd.mindcluster.deviceInfoRoleName" -}}
+{{- printf "%s-mindcluster-deviceinfo" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
+{{- define "clusterd.mindcluster.clusterInfoRoleName" -}}
+{{- printf "%s-mindcluster-clusterinfo" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
 
 {{/*
 "true" when NodeD runs privileged: forced by noded.privileged, or (null) needed by the
@@ -403,11 +442,12 @@ localhost (port-forward, the /readyz self-check) and tls.extraDnsNames. As JSON 
 {{- end }}
 
 {{/*
-"true" when ClusterD's pod needs its ServiceAccount token: the Kubernetes integration,
-TokenReview, or the leader label of ha (ha.leaderLabel).
+"true" when ClusterD's pod needs its ServiceAccount token: the Kubernetes integration, the
+mindcluster integration (mindcluster.volcano.enabled), TokenReview, or the leader label of ha
+(ha.leaderLabel).
 */}}
 {{- define "clusterd.clusterd.apiAccess" -}}
-{{- if or .Values.kubernetes.enabled (include "clusterd.auth.tokenReview" .) (include "clusterd.ha.leaderLabel" .) }}true{{ end }}
+{{- if or .Values.kubernetes.enabled (include "clusterd.mindcluster.volcano" .) (include "clusterd.auth.tokenReview" .) (include "clusterd.ha.leaderLabel" .) }}true{{ end }}
 {{- end }}
 
 {{/*

@@ -1,0 +1,598 @@
+#include "clusterd/mindcluster/k8s/stack.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "clusterd/k8s/api/object.h"
+#include "clusterd/k8s/context.h"
+#include "common/logging.h"
+
+namespace clusterd {
+
+namespace {
+
+using nlohmann::json;
+namespace mc = mindcluster;
+
+constexpr auto kFollowInterval = std::chrono::milliseconds(250);
+constexpr auto kReportRetry = std::chrono::seconds(5);
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return out;
+}
+
+// A node-level fault's kind in NodeInfo's FaultDevList.
+std::string KindOf(v1::FaultSource source) {
+  switch (source) {
+    case v1::FAULT_SOURCE_CPU: return "CPU";
+    case v1::FAULT_SOURCE_MEMORY: return "Memory";
+    case v1::FAULT_SOURCE_DISK: return "Disk";
+    case v1::FAULT_SOURCE_NETWORK: return "Network";
+    case v1::FAULT_SOURCE_HEARTBEAT: return "Heartbeat";
+    default: return "Node";
+  }
+}
+
+std::string ReportId(const std::string& node, const mc::ChipFault& f) {
+  return node + "/" + std::to_string(f.device) + "/" + f.code;
+}
+
+int64_t Seconds(TimePoint t) { return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count(); }
+int64_t Millis(TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::string AscendDeviceType(std::string_view vendor, std::string_view model) {
+  const std::string v = Lower(vendor), m = Lower(model);
+  if (v != "huawei" && v != "sim") return "";
+  if (m.find("310p") != std::string::npos) return "Ascend310P";
+  if (m.find("310") != std::string::npos) return "Ascend310";
+  if (m.find("910") != std::string::npos) return "Ascend910";
+  return v == "huawei" ? "npu" : "";
+}
+
+MindClusterStack::MindClusterStack(std::shared_ptr<const k8s::ApiClient> client, MindClusterStackOptions options,
+                                   Driver driver)
+    : client_(std::move(client)),
+      options_(std::move(options)),
+      driver_(driver),
+      publisher_(options_.max_cluster_info_bytes) {}
+
+MindClusterStack::~MindClusterStack() { Stop(); }
+
+Status MindClusterStack::Start(const IntegrationEnv& env) {
+  env_ = env;
+  if (env.metrics != nullptr) {
+    auto& m = *env.metrics;
+    const std::string refused = "clusterd_mindcluster_deviceinfo_refused_total";
+    const std::string refused_help =
+        "Device-plugin ConfigMap versions refused (the node keeps its last good view), by reason.";
+    refused_malformed_ = &m.AddCounter(refused, refused_help, {{"reason", "malformed"}});
+    refused_check_code_ = &m.AddCounter(refused, refused_help, {{"reason", "check_code"}});
+    reports_ = &m.AddCounter("clusterd_mindcluster_deviceinfo_reports_total",
+                             "Device-plugin faults raised or cleared in ClusterD.");
+    report_errors_ = &m.AddCounter("clusterd_mindcluster_deviceinfo_report_errors_total",
+                                   "Device-plugin fault reports ClusterD refused (retried).");
+    writes_ = &m.AddCounter("clusterd_mindcluster_cluster_info_writes_total",
+                            "cluster-info ConfigMaps created, updated or deleted.");
+    write_errors_ = &m.AddCounter("clusterd_mindcluster_cluster_info_write_errors_total",
+                                  "Failed cluster-info ConfigMap writes (retried).");
+    nodes_ = &m.AddGauge("clusterd_mindcluster_cluster_info_nodes", "Nodes listed in cluster-info-device ConfigMaps.");
+    chunks_ = &m.AddGauge("clusterd_mindcluster_cluster_info_chunks", "cluster-info-device ConfigMaps.");
+  }
+  k8s::InformerOptions opts;
+  opts.name = "mindcluster-deviceinfo";
+  opts.path = "/api/v1/namespaces/" + k8s::UrlEncode(options_.device_info_namespace) + "/configmaps";
+  opts.label_selector = std::string(mc::kCimLabel) + "=true";
+  k8s::Informer::Handlers handlers;
+  auto changed = [this](const json&) {
+    {
+      std::lock_guard lock(mu_);
+      dirty_ = true;
+    }
+    cv_.notify_all();
+  };
+  handlers.on_upsert = changed;
+  handlers.on_delete = changed;
+  handlers.on_synced = [changed] { changed(json()); };
+  plugin_cms_ = std::make_unique<k8s::Informer>(client_.get(), opts, handlers, env.metrics);
+  plugin_cms_->Start();
+  tokens_ = options_.writes_per_second;
+  tokens_at_ = env_.clock->Now();
+  if (driver_ == Driver::kThread) thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void MindClusterStack::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (plugin_cms_) plugin_cms_->Stop();
+}
+
+void MindClusterStack::Loop() {
+  for (;;) {
+    const StepResult r = Step();
+    // ClusterD's state is followed every 250 ms; a plugin ConfigMap that
+    // changes wakes the loop at once; writes held by the rate limit go on
+    // after a fifth of a second.
+    const auto wait = r.pending ? std::chrono::milliseconds(200) : kFollowInterval;
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, wait, [this] { return stopping_ || dirty_; });
+    if (stopping_) return;
+  }
+}
+
+void MindClusterStack::Warn(const std::string& key, const std::string& message) {
+  auto& last = warned_[key];
+  if (last == message) return;
+  last = message;
+  GetLogger("mindcluster")->warn("{}", message);
+}
+
+MindClusterStack::StepResult MindClusterStack::Step() {
+  const TimePoint now = env_.clock->Now();
+  StepResult result;
+  {
+    std::lock_guard lock(mu_);
+    dirty_ = false;
+  }
+  if (!adopted_) adopted_ = Adopt();
+  result.adopted = adopted_;
+  result.synced = plugin_cms_ && plugin_cms_->synced();
+  if (!adopted_ || !result.synced) return result;
+  if (!reported_loaded_) reported_loaded_ = LoadReported();
+  if (!reported_loaded_) return result;
+
+  std::set<std::string> dirty;
+  const bool first = !followed_;
+  ReadPlugin(&dirty);
+  // The plugin's faults: those of the nodes whose view changed; all of them
+  // on the first pass (what went while ClusterD was away) and after a refusal.
+  std::set<std::string> report = dirty;
+  if (first || (retry_reports_ && now >= next_report_retry_)) {
+    for (const auto& [node, p] : plugin_) report.insert(node);
+    for (const auto& [node, faults] : reported_) report.insert(node);
+    retry_reports_ = false;
+  }
+  for (const std::string& node : report) {
+    auto it = plugin_.find(node);
+    // A ConfigMap refused since the start: what ClusterD holds stays.
+    if (it != plugin_.end() && !it->second.view) continue;
+    std::vector<mc::ChipFault> want;
+    if (it != plugin_.end()) want = mc::FaultsOf(*it->second.view);
+    result.reports += ReportFaults(node, want);
+  }
+  if (retry_reports_ && next_report_retry_ <= now) next_report_retry_ = now + kReportRetry;
+
+  FollowState(&dirty);
+  if (first) {
+    for (const std::string& node : publisher_.Nodes()) dirty.insert(node);
+    node_cm_dirty_ = true;
+    if (options_.refresh_interval.count() > 0) {
+      next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
+    }
+  }
+  Publish(dirty, Seconds(now), Millis(now));
+  if (options_.refresh_interval.count() > 0 && now >= next_refresh_) {
+    publisher_.Refresh(Seconds(now));
+    next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
+  }
+  result.writes = Write(now, &result.pending);
+  if (nodes_ != nullptr) nodes_->Set(static_cast<double>(publisher_.node_count()));
+  if (chunks_ != nullptr) chunks_->Set(static_cast<double>(publisher_.chunks()));
+  return result;
+}
+
+// ---- the ConfigMaps found at start ----
+
+bool MindClusterStack::Adopt() {
+  const std::string path = "/api/v1/namespaces/" + k8s::UrlEncode(options_.cluster_info_namespace) +
+                           "/configmaps?labelSelector=" + k8s::UrlEncode(std::string(mc::kVolcanoLabel) + "=true");
+  auto list = client_->Get(path);
+  if (!list.ok()) {
+    Warn("adopt", "mindcluster: cannot list the cluster-info ConfigMaps in " + options_.cluster_info_namespace + ": " +
+                      list.status().message() + " (retrying)");
+    return false;
+  }
+  const json items = list->value("items", json::array());
+  for (const json& cm : items.is_array() ? items : json::array()) {
+    const std::string name = k8s::StringAt(cm, {"metadata", "name"});
+    const bool device = name.rfind(mc::kClusterInfoDevicePrefix, 0) == 0;
+    if (!device && name != mc::kClusterInfoNodeName) continue;
+    versions_[name] = k8s::ResourceVersionOf(cm);
+    const std::string value = k8s::StringAt(cm, {"data", name});
+    if (!device) {
+      AdoptNodeCm(value);
+      continue;
+    }
+    if (Status st = publisher_.Adopt(name, value); !st.ok()) {
+      Warn("adopt/" + name, "mindcluster: " + options_.cluster_info_namespace + "/" + name +
+                                " is not one ClusterD can take over (" + st.message() + "); it will be rewritten");
+    }
+  }
+  return true;
+}
+
+void MindClusterStack::AdoptNodeCm(const std::string& value) {
+  // What is there is what the next write would repeat, unless it changed:
+  // its entries keep their UpdateTimes, and an unchanged value is not written.
+  node_cm_written_ = value;
+  const json doc = json::parse(value, nullptr, false);
+  if (!doc.is_object()) return;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it.key().rfind(mc::kNodeInfoPrefix, 0) != 0 || !it->is_object()) continue;
+    mc::PublishedNodeInfo p;
+    p.info.node_status = it->value("NodeStatus", "");
+    const json ut = it->value("UpdateTime", json());
+    p.update_time_ms = ut.is_number_integer() ? ut.get<int64_t>() : 0;
+    const json list = it->value("FaultDevList", json());
+    for (const json& d : list.is_array() ? list : json::array()) {
+      if (!d.is_object()) continue;
+      mc::NodeFaultDevice dev;
+      dev.device_type = d.value("DeviceType", "");
+      const json id = d.value("DeviceId", json());
+      dev.device_id = id.is_number_integer() ? id.get<int64_t>() : -1;
+      const json codes = d.value("FaultCode", json());
+      for (const json& c : codes.is_array() ? codes : json::array()) {
+        if (c.is_string()) dev.fault_codes.push_back(c.get<std::string>());
+      }
+      dev.fault_level = d.value("FaultLevel", "");
+      p.info.faults.push_back(std::move(dev));
+    }
+    node_cm_[it.key().substr(mc::kNodeInfoPrefix.size())] = std::move(p);
+  }
+}
+
+// ---- the device plugin's ConfigMaps ----
+
+void MindClusterStack::ReadPlugin(std::set<std::string>* dirty) {
+  std::set<std::string> seen;
+  for (const json& cm : plugin_cms_->List()) {
+    const std::string name = k8s::StringAt(cm, {"metadata", "name"});
+    if (name.rfind(mc::kDeviceInfoPrefix, 0) != 0 || name.size() == mc::kDeviceInfoPrefix.size()) continue;
+    const std::string node = name.substr(mc::kDeviceInfoPrefix.size());
+    seen.insert(node);
+    PluginNode& p = plugin_[node];
+    const std::string rv = k8s::ResourceVersionOf(cm);
+    if (!rv.empty() && rv == p.resource_version) continue;
+    p.resource_version = rv;
+    const std::string where = options_.device_info_namespace + "/" + name + " (resourceVersion " + rv + ")";
+    const json* data = cm.contains("data") && cm["data"].is_object() ? &cm["data"] : nullptr;
+    if (data == nullptr || !data->contains(mc::kDeviceInfoKey) ||
+        !(*data)[std::string(mc::kDeviceInfoKey)].is_string()) {
+      if (refused_malformed_ != nullptr) refused_malformed_->Inc();
+      Warn("plugin/" + node, "mindcluster: " + where + " has no " + std::string(mc::kDeviceInfoKey) +
+                                 "; keeping the node's last good view");
+      continue;
+    }
+    auto view = mc::ParseDeviceInfoCfg((*data)[std::string(mc::kDeviceInfoKey)].get<std::string>());
+    if (!view.ok()) {
+      Counter* c = view.status().code() == StatusCode::kFailedPrecondition ? refused_check_code_ : refused_malformed_;
+      if (c != nullptr) c->Inc();
+      Warn("plugin/" + node,
+           "mindcluster: " + where + " refused: " + view.status().message() + "; keeping the node's last good view");
+      continue;
+    }
+    warned_.erase("plugin/" + node);
+    if (p.view && *p.view == *view) continue;
+    p.view = std::move(*view);
+    dirty->insert(node);
+  }
+  for (auto it = plugin_.begin(); it != plugin_.end();) {
+    if (seen.count(it->first)) {
+      ++it;
+      continue;
+    }
+    dirty->insert(it->first);
+    it = plugin_.erase(it);
+  }
+}
+
+bool MindClusterStack::LoadReported() {
+  v1::ListFaultsRequest req;
+  req.set_active_only(true);
+  req.set_page_size(1000);
+  for (;;) {
+    auto page = env_.commands->ListFaults(req);
+    if (!page.ok()) {
+      Warn("list-faults", "mindcluster: cannot list ClusterD's faults: " + page.status().message());
+      return false;
+    }
+    for (const v1::Fault& f : page->faults()) {
+      if (f.reporter() != options_.reporter || !f.has_device_id()) continue;
+      mc::ChipFault c;
+      c.device = f.device_id();
+      c.code = f.code();
+      c.level = f.level();
+      c.message = f.message();
+      reported_[f.node()].push_back(std::move(c));
+    }
+    if (page->next_page_token().empty()) break;
+    req.set_page_token(page->next_page_token());
+  }
+  for (auto& [node, faults] : reported_) {
+    std::sort(faults.begin(), faults.end(), [](const mc::ChipFault& a, const mc::ChipFault& b) {
+      return std::tie(a.device, a.code) < std::tie(b.device, b.code);
+    });
+  }
+  return true;
+}
+
+size_t MindClusterStack::ReportFaults(const std::string& node, const std::vector<mc::ChipFault>& want) {
+  std::vector<mc::ChipFault>& have = reported_[node];
+  const mc::FaultDiff diff = mc::DiffFaults(have, want);
+  if (diff.raise.empty() && diff.clear.empty()) {
+    if (want.empty()) reported_.erase(node);
+    return 0;
+  }
+  std::map<std::pair<uint32_t, std::string>, mc::ChipFault> now;
+  for (const auto& f : have) now[{f.device, f.code}] = f;
+  size_t done = 0;
+  auto send = [&](const mc::ChipFault& f, bool raise) {
+    v1::ReportRequest r;
+    r.set_reporter(options_.reporter);
+    r.set_id(ReportId(node, f));
+    r.set_node(node);
+    r.set_device_id(f.device);
+    r.set_code(f.code);
+    r.set_level(f.level);
+    r.set_action(raise ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR);
+    r.set_message(f.message);
+    auto reply = AwaitReply<v1::ReportResponse>([&](auto cb) { env_.commands->ReportFault(std::move(r), cb); });
+    if (!reply.ok()) {
+      if (report_errors_ != nullptr) report_errors_->Inc();
+      retry_reports_ = true;
+      Warn("report/" + node, "mindcluster: the device plugin's fault " + f.code + " on " + node + " chip " +
+                                 std::to_string(f.device) + " was not " + (raise ? "raised" : "cleared") +
+                                 " in ClusterD: " + reply.status().message() + " (retried)");
+      return;
+    }
+    if (reports_ != nullptr) reports_->Inc();
+    ++done;
+    if (raise) {
+      now[{f.device, f.code}] = f;
+    } else {
+      now.erase({f.device, f.code});
+    }
+  };
+  for (const auto& f : diff.clear) send(f, false);
+  for (const auto& f : diff.raise) send(f, true);
+  have.clear();
+  for (auto& [key, f] : now) have.push_back(std::move(f));
+  if (have.empty()) reported_.erase(node);
+  return done;
+}
+
+// ---- ClusterD's own knowledge ----
+
+void MindClusterStack::FollowState(std::set<std::string>* dirty) {
+  const ClusterCommands::NodeChanges changes = env_.commands->NodesChangedSince(state_revision_);
+  for (const ClusterCommands::NodeView& v : changes.nodes) {
+    OurNode ours;
+    std::set<uint32_t> npus;
+    for (const v1::Device& d : v.devices) {
+      const std::string type = AscendDeviceType(d.vendor(), d.model());
+      if (type.empty()) continue;
+      if (ours.state.device_type.empty()) ours.state.device_type = type;
+      ours.state.chips.push_back(d.id());
+      npus.insert(d.id());
+      if (d.isolated()) ours.state.chip_state[d.id()].isolated = true;
+    }
+    ours.state.isolated = v.node.isolated() || v.node.cordoned();
+    std::vector<mc::NodeLevelFault> node_level;
+    for (const v1::Fault& f : v.active_faults) {
+      if (f.reporter() == options_.reporter) continue;  // the plugin's own: already in its lists
+      if (!f.has_device_id()) {
+        node_level.push_back({KindOf(f.source()), -1, f.code(), f.level()});
+        continue;
+      }
+      // A fault of a device that is not an NPU chip is not Volcano's concern;
+      // on a node whose chips ClusterD does not know, every device fault is
+      // taken as a chip's.
+      if (!npus.empty() && !npus.count(f.device_id())) continue;
+      mc::ChipState& cs = ours.state.chip_state[f.device_id()];
+      cs.level = std::max(cs.level, f.level());
+      cs.codes.push_back(f.code());
+      if (f.reporter().rfind("pubfault/", 0) == 0) cs.public_fault = true;
+    }
+    ours.node_info = mc::NodeInfoFromFaults(node_level);
+    ours_[v.node.name()] = std::move(ours);
+    dirty->insert(v.node.name());
+  }
+  state_revision_ = changes.revision;
+  followed_ = true;
+}
+
+void MindClusterStack::Publish(const std::set<std::string>& dirty, int64_t now_s, int64_t now_ms) {
+  static const OurNode kNobody;
+  for (const std::string& node : dirty) {
+    auto p = plugin_.find(node);
+    const mc::NodeDeviceInfo* view = p != plugin_.end() && p->second.view ? &*p->second.view : nullptr;
+    auto o = ours_.find(node);
+    const OurNode& ours = o == ours_.end() ? kNobody : o->second;
+    if (p != plugin_.end() && view == nullptr && publisher_.ChunkOf(node)) {
+      // The plugin's ConfigMap is there but was refused since the start:
+      // what was published before (adopted) stays until a good one comes.
+    } else if (view == nullptr && ours.state.chips.empty()) {
+      publisher_.Remove(node);
+    } else if (Status st = publisher_.Set(node, mc::MergeForVolcano(view, ours.state), now_s); !st.ok()) {
+      Warn("publish/" + node, "mindcluster: " + st.message());
+    }
+    const bool says = !ours.node_info.faults.empty() ||
+                      (!ours.node_info.node_status.empty() && ours.node_info.node_status != mc::kNodeHealthy);
+    auto cm = node_cm_.find(node);
+    if (!says) {
+      if (cm != node_cm_.end()) {
+        node_cm_.erase(cm);
+        node_cm_dirty_ = true;
+      }
+    } else if (cm == node_cm_.end() || !(cm->second.info == ours.node_info)) {
+      const int64_t before = cm == node_cm_.end() ? 0 : cm->second.update_time_ms;
+      node_cm_[node] = mc::PublishedNodeInfo{ours.node_info, std::max(now_ms, before + 1)};
+      node_cm_dirty_ = true;
+    }
+  }
+}
+
+// ---- writes ----
+
+bool MindClusterStack::TakeToken(TimePoint now) {
+  const double rate = std::max<uint32_t>(options_.writes_per_second, 1);
+  const double elapsed = std::chrono::duration<double>(now - tokens_at_).count();
+  tokens_at_ = now;
+  tokens_ = std::min(rate, tokens_ + std::max(elapsed, 0.0) * rate);
+  if (tokens_ < 1) return false;
+  tokens_ -= 1;
+  return true;
+}
+
+size_t MindClusterStack::Write(TimePoint now, bool* pending) {
+  size_t written = 0;
+  const mc::ClusterInfoPublisher::Plan plan = publisher_.Pending();
+  mc::ClusterInfoPublisher::Plan done;
+  bool stopped = false;
+  // In the plan's order (a ConfigMap that gains a node before the one that
+  // loses it), stopping at the first that cannot be written now.
+  for (const auto& w : plan.writes) {
+    if (!TakeToken(now)) {
+      stopped = *pending = true;
+      break;
+    }
+    if (Status st = PutConfigMap(w.name, w.value); !st.ok()) {
+      if (write_errors_ != nullptr) write_errors_->Inc();
+      Warn("write/" + w.name, "mindcluster: cannot write " + options_.cluster_info_namespace + "/" + w.name + ": " +
+                                  st.message() + " (retrying)");
+      stopped = *pending = true;
+      break;
+    }
+    warned_.erase("write/" + w.name);
+    done.writes.push_back(w);
+    ++written;
+  }
+  for (const auto& name : plan.deletes) {
+    if (stopped) break;
+    if (!TakeToken(now)) {
+      stopped = *pending = true;
+      break;
+    }
+    if (Status st = DeleteConfigMap(name); !st.ok()) {
+      if (write_errors_ != nullptr) write_errors_->Inc();
+      Warn("write/" + name, "mindcluster: cannot delete " + options_.cluster_info_namespace + "/" + name + ": " +
+                                st.message() + " (retrying)");
+      stopped = *pending = true;
+      break;
+    }
+    done.deletes.push_back(name);
+    ++written;
+  }
+  publisher_.Written(done);
+  if (node_cm_dirty_ && !stopped) {
+    if (!TakeToken(now)) {
+      *pending = true;
+    } else {
+      auto value = mc::ClusterInfoNodeValue(node_cm_);
+      const bool same =
+          value.ok() && *value == node_cm_written_ && versions_.count(std::string(mc::kClusterInfoNodeName));
+      Status st = same || !value.ok() ? value.status() : PutConfigMap(std::string(mc::kClusterInfoNodeName), *value);
+      if (st.ok()) {
+        node_cm_dirty_ = false;
+        node_cm_written_ = *value;
+        if (!same) ++written;
+      } else {
+        if (write_errors_ != nullptr) write_errors_->Inc();
+        Warn("write/node", "mindcluster: cannot write " + options_.cluster_info_namespace + "/" +
+                               std::string(mc::kClusterInfoNodeName) + ": " + st.message() + " (retrying)");
+        *pending = true;
+      }
+    }
+  }
+  if (writes_ != nullptr) writes_->Inc(written);
+  return written;
+}
+
+Status MindClusterStack::PutConfigMap(const std::string& name, const std::string& value) {
+  const std::string collection =
+      "/api/v1/namespaces/" + k8s::UrlEncode(options_.cluster_info_namespace) + "/configmaps";
+  json cm = {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata",
+              {{"name", name},
+               {"namespace", options_.cluster_info_namespace},
+               {"labels", {{std::string(mc::kVolcanoLabel), "true"}}}}},
+             {"data", {{name, value}}}};
+  if (auto it = versions_.find(name); it != versions_.end()) {
+    // Guarded: a ConfigMap someone else changed since we read it is read
+    // again and written on the next pass.
+    cm["metadata"]["resourceVersion"] = it->second;
+    auto put = client_->Put(collection + "/" + k8s::UrlEncode(name), cm);
+    if (put.ok()) {
+      it->second = k8s::ResourceVersionOf(*put);
+      return Status::Ok();
+    }
+    if (put.status().code() != StatusCode::kNotFound) {
+      if (put.status().code() == StatusCode::kAborted) {
+        if (auto now = client_->Get(collection + "/" + k8s::UrlEncode(name)); now.ok()) {
+          it->second = k8s::ResourceVersionOf(*now);
+        }
+      }
+      return put.status();
+    }
+    versions_.erase(it);
+    cm["metadata"].erase("resourceVersion");
+  }
+  auto created = client_->Post(collection, cm);
+  if (created.ok()) {
+    versions_[name] = k8s::ResourceVersionOf(*created);
+    return Status::Ok();
+  }
+  if (created.status().code() == StatusCode::kAlreadyExists) {
+    // Made by someone else since: take its version, write over it next pass.
+    if (auto now = client_->Get(collection + "/" + k8s::UrlEncode(name)); now.ok()) {
+      versions_[name] = k8s::ResourceVersionOf(*now);
+    }
+  }
+  return created.status();
+}
+
+Status MindClusterStack::DeleteConfigMap(const std::string& name) {
+  const std::string path =
+      "/api/v1/namespaces/" + k8s::UrlEncode(options_.cluster_info_namespace) + "/configmaps/" + k8s::UrlEncode(name);
+  json body = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
+  if (auto it = versions_.find(name); it != versions_.end() && !it->second.empty()) {
+    body["preconditions"] = {{"resourceVersion", it->second}};
+  }
+  auto gone = client_->Delete(path, body);
+  if (!gone.ok() && gone.status().code() != StatusCode::kNotFound) {
+    if (gone.status().code() == StatusCode::kAborted) {
+      if (auto now = client_->Get(path); now.ok()) versions_[name] = k8s::ResourceVersionOf(*now);
+    }
+    return gone.status();
+  }
+  versions_.erase(name);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Integration>> MakeMindClusterStackIntegration(const ClusterdConfig& config) {
+  auto ctx = KubernetesContext::For(config);
+  if (!ctx.ok()) return ctx.status();
+  MindClusterStackOptions options;
+  options.device_info_namespace = config.mindcluster_stack.device_info_namespace;
+  options.cluster_info_namespace = config.mindcluster_stack.cluster_info_namespace;
+  options.refresh_interval = config.mindcluster_stack.refresh_interval;
+  options.writes_per_second = config.mindcluster_stack.writes_per_second;
+  // The context owns the client and outlives no integration that holds it.
+  std::shared_ptr<const k8s::ApiClient> client(*ctx, &(*ctx)->client());
+  return std::unique_ptr<Integration>(std::make_unique<MindClusterStack>(std::move(client), std::move(options)));
+}
+
+}  // namespace clusterd

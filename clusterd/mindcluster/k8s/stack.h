@@ -1,0 +1,171 @@
+// The "mindcluster" integration (docs/mindcluster.md, "The stack's
+// ConfigMaps"): ClusterD in the place of MindCluster's ClusterD next to the
+// Ascend device plugin and Volcano's Ascend plugin.
+//
+// In: the device plugin's kube-system/mindx-dl-deviceinfo-<node> ConfigMaps
+// (label mx-consumer-cim=true, key DeviceInfoCfg, CheckCode verified). Each
+// chip fault the plugin lists becomes a ClusterD fault of the reporter
+// "ascend-device-plugin", raised and cleared by diffing against what that
+// reporter has active in ClusterD (so a restart or a relist raises nothing
+// twice and clears what went while ClusterD was away). A ConfigMap that does
+// not parse or whose CheckCode is wrong changes nothing: the node keeps its
+// last good view, the refusal is counted and logged once per version.
+//
+// Out: mindx-dl/cluster-info-device-<i> (what Volcano schedules on: every
+// NPU node's chips, the plugin's view merged with ClusterD's faults,
+// isolations and cordons; ClusterInfoPublisher cuts and numbers them) and
+// mindx-dl/cluster-info-node-cm (NodeStatus from ClusterD's node-level
+// faults), label mx-consumer-volcano=true, one data key equal to the name.
+// Written within a pass of the change (the loop follows ClusterD's state every
+// 250 ms and the ConfigMaps as they change), at most `writes_per_second`,
+// each resourceVersion-guarded; the ConfigMaps found at start are adopted, so
+// UpdateTimes keep growing and nothing is emptied across a restart; all are
+// rewritten with a fresh UpdateTime every `refresh_interval`. ClusterD runs
+// integrations on the leader only, so under HA one replica writes.
+//
+// Steppable like the "kubernetes" integration: every decision reads the
+// Clock of the IntegrationEnv, and tests Step it over an in-memory API server.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "clusterd/config/config.h"
+#include "clusterd/engine/integration.h"
+#include "clusterd/k8s/api/client.h"
+#include "clusterd/k8s/api/informer.h"
+#include "clusterd/mindcluster/cluster_info.h"
+#include "clusterd/mindcluster/device_info.h"
+#include "clusterd/mindcluster/node_info.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "common/status.h"
+
+namespace clusterd {
+
+struct MindClusterStackOptions {
+  std::string device_info_namespace = "kube-system";  // the device plugin's ConfigMaps
+  std::string cluster_info_namespace = "mindx-dl";    // what Volcano reads
+  // Every ConfigMap rewritten with a fresh UpdateTime this often (0: never).
+  std::chrono::nanoseconds refresh_interval = std::chrono::seconds(45);
+  // Writes (creates, updates, deletes) to the API server per second at most.
+  uint32_t writes_per_second = 5;
+  // The reporter of the plugin's faults in ClusterD.
+  std::string reporter = "ascend-device-plugin";
+  size_t max_cluster_info_bytes = mindcluster::kMaxClusterInfoBytes;
+};
+
+class MindClusterStack final : public Integration {
+ public:
+  enum class Driver { kThread, kManual };
+
+  MindClusterStack(std::shared_ptr<const k8s::ApiClient> client, MindClusterStackOptions options,
+                   Driver driver = Driver::kThread);
+  ~MindClusterStack() override;
+
+  std::string_view name() const override { return "mindcluster"; }
+  Status Start(const IntegrationEnv& env) override;
+  void Stop() override;
+
+  struct StepResult {
+    bool adopted = false;  // the ConfigMaps found at start are taken over
+    bool synced = false;   // the plugin's ConfigMaps have been listed
+    size_t reports = 0;    // faults raised or cleared in ClusterD
+    size_t writes = 0;     // ConfigMaps created, updated or deleted
+    bool pending = false;  // writes wait for the rate limit or a retry
+  };
+  // One turn at the Clock's now, never waiting for anything but the API
+  // server and ClusterD's replies. After Start; on the driver thread, or with
+  // kManual on one caller's thread.
+  StepResult Step();
+
+  // Inspection (tests).
+  const mindcluster::ClusterInfoPublisher& publisher() const { return publisher_; }
+
+ private:
+  struct PluginNode {
+    std::string resource_version;                     // of the ConfigMap last read
+    std::optional<mindcluster::NodeDeviceInfo> view;  // the last good one
+  };
+  struct OurNode {
+    mindcluster::NodeState state;
+    mindcluster::NodeInfo node_info;  // its node-level faults, as Volcano reads them
+  };
+
+  void Loop();
+  void Warn(const std::string& key, const std::string& message);
+  bool Adopt();
+  void AdoptNodeCm(const std::string& value);
+  void ReadPlugin(std::set<std::string>* dirty);
+  bool LoadReported();
+  size_t ReportFaults(const std::string& node, const std::vector<mindcluster::ChipFault>& want);
+  void FollowState(std::set<std::string>* dirty);
+  void Publish(const std::set<std::string>& dirty, int64_t now_s, int64_t now_ms);
+  bool TakeToken(TimePoint now);
+  size_t Write(TimePoint now, bool* pending);
+  Status PutConfigMap(const std::string& name, const std::string& value);
+  Status DeleteConfigMap(const std::string& name);
+
+  const std::shared_ptr<const k8s::ApiClient> client_;
+  const MindClusterStackOptions options_;
+  const Driver driver_;
+  IntegrationEnv env_;
+  std::unique_ptr<k8s::Informer> plugin_cms_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool dirty_ = false;     // guarded by mu_: a plugin ConfigMap changed
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;
+
+  // Owned by the stepping thread:
+  bool adopted_ = false;
+  bool reported_loaded_ = false;
+  bool retry_reports_ = false;
+  TimePoint next_report_retry_{};
+  bool followed_ = false;  // ClusterD's state was followed once
+  uint64_t state_revision_ = 0;
+  std::map<std::string, PluginNode> plugin_;
+  std::map<std::string, std::vector<mindcluster::ChipFault>> reported_;  // node -> active in ClusterD
+  std::map<std::string, OurNode> ours_;
+  mindcluster::ClusterInfoPublisher publisher_;
+  std::map<std::string, mindcluster::PublishedNodeInfo> node_cm_;  // nodes with something to say
+  bool node_cm_dirty_ = false;
+  std::string node_cm_written_;                  // its value as last written or found
+  std::map<std::string, std::string> versions_;  // our ConfigMaps: name -> resourceVersion
+  TimePoint next_refresh_{};
+  double tokens_ = 0;
+  TimePoint tokens_at_{};
+  std::map<std::string, std::string> warned_;
+
+  Counter* refused_malformed_ = nullptr;
+  Counter* refused_check_code_ = nullptr;
+  Counter* reports_ = nullptr;
+  Counter* report_errors_ = nullptr;
+  Counter* writes_ = nullptr;
+  Counter* write_errors_ = nullptr;
+  Gauge* nodes_ = nullptr;
+  Gauge* chunks_ = nullptr;
+};
+
+// The integration for config: the API client of config.k8s (the one the
+// "kubernetes" integration uses), the options of config.mindcluster_stack.
+StatusOr<std::unique_ptr<Integration>> MakeMindClusterStackIntegration(const ClusterdConfig& config);
+
+// The device type a NodeD device stands for in the device plugin's names
+// ("Ascend910", "Ascend310P", "Ascend310", "npu"), from its vendor and model;
+// "" for a device that is not an Ascend NPU. The simulator's chips ("sim",
+// "SIM-910B") stand for Ascend910.
+std::string AscendDeviceType(std::string_view vendor, std::string_view model);
+
+}  // namespace clusterd

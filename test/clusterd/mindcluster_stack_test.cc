@@ -1,0 +1,446 @@
+// The "mindcluster" integration (clusterd/mindcluster/k8s/stack.h) over an
+// in-memory API server (fake_k8s_client.h) and ClusterD's commands
+// (fake_cluster_commands.h), stepped by hand on a FakeClock: the device
+// plugin's ConfigMaps in (faults raised and cleared once), Volcano's
+// cluster-info ConfigMaps out (merged with ClusterD's faults and isolations,
+// UpdateTime growing, adopted across a restart, guarded, rate-limited).
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "clusterd/mindcluster/device_info.h"
+#include "clusterd/mindcluster/k8s/stack.h"
+#include "common/clock.h"
+#include "fake_cluster_commands.h"
+#include "fake_k8s_client.h"
+
+namespace clusterd {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+namespace mc = mindcluster;
+
+const std::string kPlugin = "/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-";
+const std::string kInfo = "/api/v1/namespaces/mindx-dl/configmaps/";
+
+mc::NodeDeviceInfo Healthy(int chips) {
+  mc::NodeDeviceInfo info;
+  info.device_type = "Ascend910";
+  for (int i = 0; i < chips; ++i) info.available.push_back("Ascend910-" + std::to_string(i));
+  info.update_time = 1'700'000'000;
+  return info;
+}
+
+// Chip `chip` taken out by the plugin: -Unhealthy with a -Fault entry of `code`.
+mc::NodeDeviceInfo WithFault(mc::NodeDeviceInfo info, int chip, const std::string& code) {
+  const std::string name = "Ascend910-" + std::to_string(chip);
+  std::erase(info.available, name);
+  info.unhealthy.push_back(name);
+  mc::DeviceFault f;
+  f.fault_type = "CardUnhealthy";
+  f.npu_name = name;
+  f.fault_level = f.fault_handling = f.large_model_fault_level = "SeparateNPU";
+  f.fault_code = code;
+  f.fault_time_and_level[code] = {1'700'000'000'000, "SeparateNPU"};
+  info.faults.push_back(f);
+  return info;
+}
+
+json PluginCm(const std::string& node, const std::string& value) {
+  return {{"metadata",
+           {{"name", "mindx-dl-deviceinfo-" + node},
+            {"namespace", "kube-system"},
+            {"labels", {{"mx-consumer-cim", "true"}}}}},
+          {"data", {{"DeviceInfoCfg", value}}}};
+}
+
+v1::Device Chip(const std::string& node, uint32_t id, bool isolated = false) {
+  v1::Device d;
+  d.set_node(node);
+  d.set_id(id);
+  d.set_vendor("huawei");
+  d.set_model("Ascend910B3");
+  d.set_isolated(isolated);
+  return d;
+}
+
+v1::Fault ChipFault(const std::string& node, uint32_t chip, const std::string& code, v1::FaultLevel level) {
+  v1::Fault f;
+  f.set_node(node);
+  f.set_device_id(chip);
+  f.set_code(code);
+  f.set_level(level);
+  f.set_source(v1::FAULT_SOURCE_ACCELERATOR);
+  f.set_state(v1::FAULT_STATE_ACTIVE);
+  return f;
+}
+
+class MindClusterStackTest : public ::testing::Test {
+ protected:
+  void TearDown() override { Stop(); }
+
+  void Start(MindClusterStackOptions options = {}) {
+    stack_ = std::make_unique<MindClusterStack>(api_, options, MindClusterStack::Driver::kManual);
+    env_ = IntegrationEnv{&commands_, &clock_, nullptr};
+    ASSERT_TRUE(stack_->Start(env_).ok());
+    ++watches_;
+    Settle();
+  }
+  void Stop() {
+    if (stack_) stack_->Stop();
+    stack_.reset();
+  }
+  void Settle() { ASSERT_TRUE(api_->WaitCaughtUp(watches_)); }
+  // Lets the informer see what the test changed, then steps once.
+  MindClusterStack::StepResult Step() {
+    Settle();
+    return stack_->Step();
+  }
+  void SetPlugin(const std::string& node, const mc::NodeDeviceInfo& info) {
+    api_->Set(kPlugin + node, PluginCm(node, mc::DeviceInfoCfgJson(info)));
+  }
+  // ClusterD's view of a node: its chips and active faults.
+  void SetOurs(const std::string& node, std::vector<v1::Device> devices, std::vector<v1::Fault> faults = {},
+               bool cordoned = false) {
+    v1::Node n;
+    n.set_name(node);
+    n.set_cordoned(cordoned);
+    commands_.nodes[node] = n;
+    commands_.devices[node] = std::move(devices);
+    commands_.node_faults[node] = std::move(faults);
+    ++commands_.revision;
+  }
+
+  // The entry Volcano reads for `node` from cluster-info-device-<chunk>.
+  json Entry(const std::string& node, int chunk = 0) const {
+    auto cm = api_->Object(kInfo + "cluster-info-device-" + std::to_string(chunk));
+    if (!cm) return nullptr;
+    const std::string name = "cluster-info-device-" + std::to_string(chunk);
+    json value = json::parse((*cm)["data"].value(name, std::string("{}")), nullptr, false);
+    return value.is_object() && value.contains("mindx-dl-deviceinfo-" + node) ? value["mindx-dl-deviceinfo-" + node]
+                                                                              : json(nullptr);
+  }
+  static std::string List(const json& entry, const std::string& suffix) {
+    return entry["DeviceList"].value("huawei.com/Ascend910" + suffix, std::string("<absent>"));
+  }
+
+  FakeClock clock_;
+  std::shared_ptr<testing::FakeK8sClient> api_ = std::make_shared<testing::FakeK8sClient>();
+  testing::FakeClusterCommands commands_;
+  std::unique_ptr<MindClusterStack> stack_;
+  IntegrationEnv env_;
+  size_t watches_ = 0;
+};
+
+TEST_F(MindClusterStackTest, PublishesEveryPluginNodeAndRaisesItsFaults) {
+  SetPlugin("a", Healthy(8));
+  SetPlugin("b", WithFault(Healthy(8), 3, "80E01801"));
+  Start();
+  const auto r = Step();
+  EXPECT_TRUE(r.adopted);
+  EXPECT_TRUE(r.synced);
+
+  auto cm = api_->Object(kInfo + "cluster-info-device-0");
+  ASSERT_TRUE(cm.has_value());
+  EXPECT_EQ((*cm)["metadata"]["labels"], json({{"mx-consumer-volcano", "true"}}));
+  ASSERT_EQ((*cm)["data"].size(), 1u);
+  EXPECT_TRUE((*cm)["data"].contains("cluster-info-device-0"));
+  json a = Entry("a"), b = Entry("b");
+  ASSERT_FALSE(a.is_null());
+  ASSERT_FALSE(b.is_null());
+  EXPECT_EQ(List(a, ""),
+            "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3,Ascend910-4,Ascend910-5,Ascend910-6,Ascend910-7");
+  EXPECT_EQ(List(b, "-Unhealthy"), "Ascend910-3");
+  for (const char* key : {"", "-Unhealthy", "-NetworkUnhealthy", "-Recovering", "-Fault"}) {
+    EXPECT_NE(List(a, key), "<absent>") << key;  // all five keys, always
+  }
+  EXPECT_EQ(b["CmName"], "mindx-dl-deviceinfo-b");
+  // cluster-info-node-cm is written too ("" while no node has anything to say).
+  auto node_cm = api_->Object(kInfo + "cluster-info-node-cm");
+  ASSERT_TRUE(node_cm.has_value());
+  EXPECT_EQ((*node_cm)["data"]["cluster-info-node-cm"], "");
+
+  // The plugin's fault, once, as its own reporter's, on the chip it names.
+  ASSERT_EQ(commands_.reports.size(), 1u);
+  const auto& rep = commands_.reports[0];
+  EXPECT_EQ(rep.reporter(), "ascend-device-plugin");
+  EXPECT_EQ(rep.node(), "b");
+  EXPECT_EQ(rep.device_id(), 3u);
+  EXPECT_EQ(rep.code(), "80E01801");
+  EXPECT_EQ(rep.level(), v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(rep.action(), v1::TRANSITION_ACTION_RAISE);
+
+  // Nothing changed: nothing is reported or written again.
+  api_->ClearCalls();
+  clock_.Advance(1s);
+  const auto again = Step();
+  EXPECT_EQ(again.reports, 0u);
+  EXPECT_EQ(again.writes, 0u);
+  EXPECT_TRUE(api_->Writes().empty());
+
+  // The plugin clears the chip: the fault clears, the chip is back.
+  SetPlugin("b", Healthy(8));
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 2u);
+  EXPECT_EQ(commands_.reports[1].action(), v1::TRANSITION_ACTION_CLEAR);
+  EXPECT_EQ(List(Entry("b"), "-Unhealthy"), "");
+}
+
+TEST_F(MindClusterStackTest, ClusterDsFaultTakesTheChipOutAndUpdateTimeGrows) {
+  SetPlugin("a", Healthy(8));
+  SetOurs("a", {Chip("a", 0), Chip("a", 5)});
+  Start();
+  Step();
+  const int64_t t0 = Entry("a")["UpdateTime"];
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "");
+
+  // A NodeD fault on chip 5 at RESTART_NPU: out of the available list.
+  SetOurs("a", {Chip("a", 0), Chip("a", 5)}, {ChipFault("a", 5, "80C98000", v1::FAULT_LEVEL_RESTART_NPU)});
+  Step();
+  json a = Entry("a");
+  EXPECT_EQ(List(a, "-Unhealthy"), "Ascend910-5");
+  EXPECT_EQ(List(a, "").find("Ascend910-5"), std::string::npos);
+  const int64_t t1 = a["UpdateTime"];
+  EXPECT_GT(t1, t0);  // in the same second too: Volcano ignores an update that did not grow
+
+  // Cleared: back, UpdateTime grows again.
+  SetOurs("a", {Chip("a", 0), Chip("a", 5)});
+  Step();
+  a = Entry("a");
+  EXPECT_EQ(List(a, "-Unhealthy"), "");
+  EXPECT_NE(List(a, "").find("Ascend910-5"), std::string::npos);
+  EXPECT_GT(static_cast<int64_t>(a["UpdateTime"]), t1);
+
+  // A SUB_HEALTH fault leaves the chip schedulable.
+  SetOurs("a", {Chip("a", 0), Chip("a", 5)}, {ChipFault("a", 5, "80C98001", v1::FAULT_LEVEL_SUB_HEALTH)});
+  Step();
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "");
+}
+
+TEST_F(MindClusterStackTest, IsolationsAndCordonsReachVolcano) {
+  SetPlugin("a", Healthy(4));
+  SetPlugin("b", Healthy(4));
+  SetOurs("a", {Chip("a", 0), Chip("a", 1, /*isolated=*/true), Chip("a", 2), Chip("a", 3)});
+  SetOurs("b", {Chip("b", 0), Chip("b", 1), Chip("b", 2), Chip("b", 3)}, {}, /*cordoned=*/true);
+  Start();
+  Step();
+  json a = Entry("a"), b = Entry("b");
+  EXPECT_EQ(List(a, "-Unhealthy"), "Ascend910-1");
+  EXPECT_NE(List(a, "-Fault").find("SeparateNPU"), std::string::npos);
+  EXPECT_EQ(List(b, ""), "");
+  EXPECT_EQ(List(b, "-Unhealthy"), "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3");
+}
+
+TEST_F(MindClusterStackTest, NodesWithoutThePluginComeFromNodeDsInventory) {
+  SetOurs("n", {Chip("n", 0), Chip("n", 1)});
+  v1::Device cpu;  // not an NPU: not listed
+  cpu.set_node("c");
+  cpu.set_vendor("intel");
+  cpu.set_model("Xeon");
+  SetOurs("c", {cpu});
+  Start();
+  Step();
+  EXPECT_EQ(List(Entry("n"), ""), "Ascend910-0,Ascend910-1");
+  EXPECT_TRUE(Entry("c").is_null());
+}
+
+TEST_F(MindClusterStackTest, NodeLevelFaultsGoToTheNodeConfigMap) {
+  SetPlugin("a", Healthy(2));
+  v1::Fault lost;
+  lost.set_node("a");
+  lost.set_code("HEARTBEAT_LOST");
+  lost.set_level(v1::FAULT_LEVEL_SEPARATE);
+  lost.set_source(v1::FAULT_SOURCE_HEARTBEAT);
+  lost.set_state(v1::FAULT_STATE_ACTIVE);
+  SetOurs("a", {Chip("a", 0), Chip("a", 1)}, {lost});
+  Start();
+  Step();
+  auto cm = api_->Object(kInfo + "cluster-info-node-cm");
+  ASSERT_TRUE(cm.has_value());
+  json value = json::parse((*cm)["data"]["cluster-info-node-cm"].get<std::string>());
+  ASSERT_TRUE(value.contains("mindx-dl-nodeinfo-a"));
+  EXPECT_EQ(value["mindx-dl-nodeinfo-a"]["NodeStatus"], "UnHealthy");
+  EXPECT_EQ(value["mindx-dl-nodeinfo-a"]["CmName"], "mindx-dl-nodeinfo-a");
+
+  SetOurs("a", {Chip("a", 0), Chip("a", 1)});
+  Step();
+  EXPECT_EQ(api_->Object(kInfo + "cluster-info-node-cm")->at("data")["cluster-info-node-cm"], "");
+}
+
+TEST_F(MindClusterStackTest, ABadConfigMapChangesNothing) {
+  SetPlugin("b", WithFault(Healthy(8), 3, "80E01801"));
+  Start();
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 1u);
+  const json before = Entry("b");
+
+  // A wrong CheckCode (the content changed after it was computed).
+  json cfg = json::parse(mc::DeviceInfoCfgJson(Healthy(8)));
+  cfg["CheckCode"] = std::string(64, '0');
+  api_->Set(kPlugin + "b", PluginCm("b", cfg.dump()));
+  api_->ClearCalls();
+  Step();
+  // Not JSON at all; and no DeviceInfoCfg key.
+  api_->Set(kPlugin + "b", PluginCm("b", "{not json"));
+  Step();
+  json no_key = PluginCm("b", "");
+  no_key["data"] = {{"Other", "x"}};
+  api_->Set(kPlugin + "b", no_key);
+  Step();
+  EXPECT_EQ(commands_.reports.size(), 1u);  // nothing cleared
+  EXPECT_TRUE(api_->Writes().empty());
+  EXPECT_EQ(Entry("b"), before);
+
+  // A ConfigMap with the name but without the label is not the plugin's.
+  json unlabelled = PluginCm("x", mc::DeviceInfoCfgJson(WithFault(Healthy(2), 0, "80E01801")));
+  unlabelled["metadata"].erase("labels");
+  api_->Set(kPlugin + "x", unlabelled);
+  Step();
+  EXPECT_TRUE(Entry("x").is_null());
+  EXPECT_EQ(commands_.reports.size(), 1u);
+}
+
+TEST_F(MindClusterStackTest, ARestartAdoptsWhatIsWrittenAndRepeatsNothing) {
+  SetPlugin("a", Healthy(8));
+  SetPlugin("b", WithFault(Healthy(8), 3, "80E01801"));
+  SetOurs("a", {Chip("a", 0)}, {ChipFault("a", 0, "80C98000", v1::FAULT_LEVEL_RESTART_NPU)});
+  Start();
+  Step();
+  const json a = Entry("a"), b = Entry("b");
+  ASSERT_EQ(commands_.reports.size(), 1u);
+  Stop();
+
+  // While ClusterD was away the plugin's fault on b went, one on a came.
+  SetPlugin("b", Healthy(8));
+  SetPlugin("a", WithFault(Healthy(8), 6, "80E18402"));
+  api_->ClearCalls();
+  Start();
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 3u);
+  EXPECT_EQ(commands_.reports[1].node(), "a");  // raised
+  EXPECT_EQ(commands_.reports[1].action(), v1::TRANSITION_ACTION_RAISE);
+  EXPECT_EQ(commands_.reports[2].node(), "b");  // cleared
+  EXPECT_EQ(commands_.reports[2].action(), v1::TRANSITION_ACTION_CLEAR);
+  // Same ConfigMap, updated in place (never created again, never emptied),
+  // UpdateTime still growing for the nodes that changed.
+  for (const auto& w : api_->Writes()) EXPECT_NE(w.method, "POST") << w.path;
+  EXPECT_GT(static_cast<int64_t>(Entry("a")["UpdateTime"]), static_cast<int64_t>(a["UpdateTime"]));
+  EXPECT_GT(static_cast<int64_t>(Entry("b")["UpdateTime"]), static_cast<int64_t>(b["UpdateTime"]));
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "Ascend910-0,Ascend910-6");
+
+  // A third start with nothing changed writes nothing at all.
+  Stop();
+  api_->ClearCalls();
+  const size_t reports = commands_.reports.size();
+  Start();
+  Step();
+  EXPECT_EQ(commands_.reports.size(), reports);
+  EXPECT_TRUE(api_->Writes().empty());
+}
+
+TEST_F(MindClusterStackTest, ARefusedConfigMapAtStartKeepsWhatWasPublished) {
+  SetPlugin("n", WithFault(Healthy(8), 2, "80E01801"));
+  Start();
+  Step();
+  const json before = Entry("n");
+  ASSERT_FALSE(before.is_null());
+  Stop();
+  // Broken while ClusterD was away: the restarted one has never seen a good
+  // version, and keeps the node's entry as it was (never drops a node).
+  api_->Set(kPlugin + "n", PluginCm("n", "{broken"));
+  api_->ClearCalls();
+  Start();
+  Step();
+  EXPECT_EQ(Entry("n"), before);
+  EXPECT_TRUE(api_->Writes().empty());
+  EXPECT_EQ(commands_.reports.size(), 1u);  // and its fault stays raised
+}
+
+TEST_F(MindClusterStackTest, PluginConfigMapDeletedClearsItsFaults) {
+  SetPlugin("b", WithFault(Healthy(8), 3, "80E01801"));
+  Start();
+  Step();
+  ASSERT_TRUE(api_->Remove(kPlugin + "b"));
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 2u);
+  EXPECT_EQ(commands_.reports[1].action(), v1::TRANSITION_ACTION_CLEAR);
+  // No NPU left that ClusterD knows of: the node leaves, its ConfigMap goes.
+  EXPECT_FALSE(api_->Object(kInfo + "cluster-info-device-0").has_value());
+}
+
+TEST_F(MindClusterStackTest, AConflictIsReadAgainAndWrittenNextPass) {
+  SetPlugin("a", Healthy(8));
+  SetOurs("a", {Chip("a", 0)});
+  Start();
+  Step();
+  // Someone else writes the ConfigMap: our guarded update conflicts.
+  auto theirs = *api_->Object(kInfo + "cluster-info-device-0");
+  theirs["data"]["cluster-info-device-0"] = "{}";
+  api_->Set(kInfo + "cluster-info-device-0", theirs);
+  SetOurs("a", {Chip("a", 0)}, {ChipFault("a", 0, "80C98000", v1::FAULT_LEVEL_RESTART_NPU)});
+  auto r = Step();
+  EXPECT_TRUE(r.pending);
+  EXPECT_TRUE(Entry("a").is_null());  // theirs, for now
+  clock_.Advance(1s);
+  r = Step();
+  EXPECT_FALSE(r.pending);
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "Ascend910-0");
+}
+
+TEST_F(MindClusterStackTest, WritesAreRateLimitedAndChunked) {
+  for (int i = 0; i < 6; ++i) SetPlugin("node" + std::to_string(i), Healthy(8));
+  MindClusterStackOptions options;
+  options.writes_per_second = 2;
+  options.max_cluster_info_bytes = 1500;  // about two entries per ConfigMap
+  Start(options);
+  // At most two writes a second, until everything is written.
+  size_t steps = 0, writes = 0;
+  for (bool pending = true; pending; ++steps) {
+    ASSERT_LT(steps, 10u);
+    const auto r = Step();
+    EXPECT_LE(r.writes, 2u);
+    writes += r.writes;
+    pending = r.pending;
+    clock_.Advance(1s);
+  }
+  EXPECT_GE(steps, 2u);
+  EXPECT_GE(stack_->publisher().chunks(), 2u);
+  EXPECT_EQ(writes, stack_->publisher().chunks() + 1);  // and cluster-info-node-cm
+  for (int i = 0; i < 6; ++i) {
+    const std::string node = "node" + std::to_string(i);
+    auto chunk = stack_->publisher().ChunkOf(node);
+    ASSERT_TRUE(chunk.has_value());
+    EXPECT_FALSE(Entry(node, static_cast<int>(*chunk)).is_null()) << node;
+  }
+}
+
+TEST_F(MindClusterStackTest, RefreshRewritesWithAFreshUpdateTime) {
+  SetPlugin("a", Healthy(8));
+  MindClusterStackOptions options;
+  options.refresh_interval = 45s;
+  Start(options);
+  Step();
+  const int64_t t0 = Entry("a")["UpdateTime"];
+  clock_.Advance(30s);
+  EXPECT_EQ(Step().writes, 0u);
+  clock_.Advance(16s);
+  EXPECT_GE(Step().writes, 1u);
+  EXPECT_GE(static_cast<int64_t>(Entry("a")["UpdateTime"]), t0 + 46);
+}
+
+TEST(AscendDeviceType, FromVendorAndModel) {
+  EXPECT_EQ(AscendDeviceType("huawei", "Ascend910B3"), "Ascend910");
+  EXPECT_EQ(AscendDeviceType("huawei", "Ascend310P3"), "Ascend310P");
+  EXPECT_EQ(AscendDeviceType("huawei", "Ascend310"), "Ascend310");
+  EXPECT_EQ(AscendDeviceType("huawei", "Ascend950"), "npu");
+  EXPECT_EQ(AscendDeviceType("sim", "SIM-910B"), "Ascend910");
+  EXPECT_EQ(AscendDeviceType("nvidia", "H200"), "");
+}
+
+}  // namespace
+}  // namespace clusterd

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The "mindcluster" integration end to end, against a REAL etcd + kube-apiserver
+# on loopback (test/k8s/lib.sh): ClusterD in the place of MindCluster's ClusterD,
+# between the Ascend device plugin's ConfigMaps and what Volcano reads.
+#  A. device-plugin ConfigMaps for three nodes (one chip already unhealthy; one
+#     node without NodeD) -> mindx-dl/cluster-info-device-0 lists every node,
+#     with label mx-consumer-volcano=true and one key equal to its name, and
+#     cluster-info-node-cm exists; the plugin's fault is in ListFaults and Watch;
+#  B. a NodeD (sim) fault on another chip -> that chip leaves the available list
+#     and UpdateTime grows; cleared -> back, UpdateTime grows again;
+#  C. a cordon through AdminService -> the node's chips all leave the list;
+#  D. a malformed and a wrongly check-coded plugin ConfigMap change nothing;
+#  E. kill -9 of ClusterD and a restart: the ConfigMaps are never emptied,
+#     nothing is raised twice, and a change made while it was down is applied.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+source test/k8s/lib.sh  # and test/e2e/lib.sh
+
+e2e_setup
+clusterd_ports
+declare -A NODED_PORT NODED_PID
+on_cleanup() { k8s_stop; }
+on_failure() {
+  echo "--- clusterd.log"; grep -v "D \[engine\]" "$WORK/clusterd.log" | tail -40
+  echo "--- cluster-info-device-0"
+  k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-device-0 || true
+}
+
+k8s_start
+k8s_create_namespace mindx-dl
+echo "-- API server ready at $K8S_API"
+
+# plugin_cm NODE UNHEALTHY_CHIPS [CHECKCODE]: the device plugin's ConfigMap of NODE (8 chips
+# Ascend910-0..7; the listed ones -Unhealthy with an 80E01801 -Fault entry), its CheckCode the
+# SHA-256 of the Go-JSON of {DeviceList, UpdateTime} unless CHECKCODE is given. Created or
+# replaced.
+plugin_cm() {
+  local body
+  body=$(python3 - "$1" "$2" "${3-}" <<'EOF'
+import hashlib, json, sys, time
+node, bad, check = sys.argv[1], [int(c) for c in sys.argv[2].split(",") if c], sys.argv[3]
+names = ["Ascend910-%d" % i for i in range(8)]
+faults = [
+    # DeviceFault's fields in the plugin's declaration order (Go marshals structs so).
+    '{"fault_type":"CardUnhealthy","npu_name":"Ascend910-%d","large_model_fault_level":"SeparateNPU",'
+    '"fault_level":"SeparateNPU","fault_handling":"SeparateNPU","fault_code":"80E01801",'
+    '"fault_time_and_level_map":{"80E01801":{"fault_time":1700000000000,"fault_level":"SeparateNPU"}}}' % c
+    for c in bad]
+dl = {
+    "huawei.com/Ascend910": ",".join(n for i, n in enumerate(names) if i not in bad),
+    "huawei.com/Ascend910-Unhealthy": ",".join(names[c] for c in bad),
+    "huawei.com/Ascend910-NetworkUnhealthy": "",
+    "huawei.com/Ascend910-Recovering": "",
+    "huawei.com/Ascend910-Fault": "[" + ",".join(faults) + "]" if faults else "[]",
+}
+inner = {"DeviceList": dl, "UpdateTime": int(time.time())}
+# Go-JSON of the inner object: map keys sorted, no spaces (nothing here needs Go's escapes).
+go = json.dumps(inner, sort_keys=True, separators=(",", ":"))
+cfg = {"DeviceInfo": inner, "SuperPodID": -1, "ServerIndex": -1,
+       "CheckCode": check or hashlib.sha256(go.encode()).hexdigest()}
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "mindx-dl-deviceinfo-" + node, "namespace": "kube-system",
+                               "labels": {"mx-consumer-cim": "true"}},
+                  "data": {"DeviceInfoCfg": json.dumps(cfg, separators=(",", ":")), "ManuallySeparateNPU": ""}}))
+EOF
+)
+  k8s_api PUT "/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-$1" "$body" >/dev/null 2>&1 ||
+    k8s_api POST /api/v1/namespaces/kube-system/configmaps "$body" >/dev/null
+}
+# info_field NODE PYEXPR: PYEXPR over e (NODE's entry in cluster-info-device-0) and cm.
+info_field() {
+  k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-device-0 2>/dev/null | python3 -c '
+import json, sys
+cm = json.load(sys.stdin)
+v = cm["data"]["cluster-info-device-0"]
+e = json.loads(v).get("mindx-dl-deviceinfo-" + sys.argv[1]) if v else None
+print(eval(sys.argv[2]))' "$1" "$2"
+}
+lst() { info_field "$1" "e[\"DeviceList\"][\"huawei.com/Ascend910$2\"] if e else \"<none>\""; }
+update_time() { info_field "$1" 'e["UpdateTime"] if e else 0'; }
+is() { [[ "$(eval "$1")" == "$2" ]]; }
+grows() { (($(update_time "$1") > $2)); }
+connected() {
+  [[ $(grpcurl -plaintext "$ADDR" clusterd.v1.ClusterService/GetSummary |
+    python3 -c 'import json,sys; print(json.load(sys.stdin).get("connected_agents", 0))') == "$1" ]]
+}
+# plugin_faults: "node/device/code:state" of the device plugin's faults in ClusterD.
+plugin_faults() {
+  grpcurl -plaintext -d '{"page_size": 1000}' "$ADDR" clusterd.v1.ClusterService/ListFaults |
+    python3 -c 'import json,sys; print(" ".join(sorted("%s/%s/%s:%s:%s" % (f["node"], f.get("device_id",0), f["code"], f["state"], f.get("count",1)) for f in json.load(sys.stdin).get("faults",[]) if f.get("reporter")=="ascend-device-plugin")))'
+}
+
+plugin_cm n1 3
+plugin_cm n2 ""
+plugin_cm n3 ""  # a node without our NodeD
+CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations mindcluster --log-level info)
+start_clusterd "${CLUSTERD_FLAGS[@]}"
+for n in n1 n2; do start_sim_noded $n; done
+wait_until 30 connected 2
+echo "-- clusterd (integration mindcluster) and two sim agents up"
+
+echo "-- A: every plugin node in cluster-info-device-0; the plugin's fault in ClusterD"
+wait_until 30 is 'lst n1 -Unhealthy' "Ascend910-3"
+cm=$(k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-device-0)
+python3 - "$cm" <<'EOF' || fail "A: the ConfigMap's labels and keys"
+import json, sys
+cm = json.loads(sys.argv[1])
+assert cm["metadata"]["labels"] == {"mx-consumer-volcano": "true"}, cm["metadata"]["labels"]
+assert list(cm["data"]) == ["cluster-info-device-0"], list(cm["data"])
+v = json.loads(cm["data"]["cluster-info-device-0"])
+assert sorted(v) == ["mindx-dl-deviceinfo-n1", "mindx-dl-deviceinfo-n2", "mindx-dl-deviceinfo-n3"], sorted(v)
+for e in v.values():
+    assert sorted(e["DeviceList"]) == sorted("huawei.com/Ascend910" + k for k in
+        ["", "-Unhealthy", "-NetworkUnhealthy", "-Recovering", "-Fault"]), e["DeviceList"]
+EOF
+[[ $(lst n1 "") != *Ascend910-3* ]] || fail "A: n1's chip 3 is still available"
+[[ $(lst n3 "") == Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3,Ascend910-4,Ascend910-5,Ascend910-6,Ascend910-7 ]] ||
+  fail "A: n3 (no NodeD) is not listed whole: $(lst n3 "")"
+k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-node-cm >/dev/null || fail "A: no cluster-info-node-cm"
+wait_until 15 is plugin_faults "n1/3/80E01801:FAULT_STATE_ACTIVE:1"
+watched=$(timeout 5 grpcurl -plaintext -max-time 3 -d '{"from_revision": 1, "nodes": ["n1"]}' "$ADDR" \
+  clusterd.v1.ClusterService/Watch 2>/dev/null || true)
+expect_contains "$watched" '"reporter": "ascend-device-plugin"' "A: the plugin's fault in Watch"
+echo "   n1: $(lst n1 -Unhealthy) unhealthy; fault n1/3/80E01801 from ascend-device-plugin in ListFaults and Watch"
+
+echo "-- B: a NodeD fault on n2 chip 5 takes the chip out; cleared, it comes back"
+t0=$(update_time n2)
+inject_sim_fault n2 5 80E18402  # SEPARATE in the catalog
+wait_until 15 is 'lst n2 -Unhealthy' "Ascend910-5"
+[[ $(lst n2 "") != *Ascend910-5* ]] || fail "B: chip 5 still available"
+((t1 = $(update_time n2))) && ((t1 > t0)) || fail "B: UpdateTime did not grow ($t0 -> $t1)"
+inject_sim_fault n2 5 80E18402 clear
+wait_until 15 is 'lst n2 -Unhealthy' ""
+wait_until 5 grows n2 "$t1" || fail "B: UpdateTime did not grow on the clear"
+echo "   chip 5 out and back; UpdateTime $t0 -> $t1 -> $(update_time n2)"
+
+echo "-- C: a cordon takes every chip of the node out"
+grpcurl -plaintext -d '{"node": "n2", "actor": "ops", "reason": "maintenance"}' "$ADDR" clusterd.v1.AdminService/CordonNode >/dev/null
+wait_until 15 is 'lst n2 ""' ""
+[[ $(lst n2 -Unhealthy) == Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3,Ascend910-4,Ascend910-5,Ascend910-6,Ascend910-7 ]] ||
+  fail "C: n2 cordoned but $(lst n2 -Unhealthy) unhealthy"
+grpcurl -plaintext -d '{"node": "n2", "actor": "ops"}' "$ADDR" clusterd.v1.AdminService/UncordonNode >/dev/null
+wait_until 15 is 'lst n2 -Unhealthy' ""
+echo "   n2 cordoned: 8 chips unhealthy; uncordoned: back"
+
+echo "-- D: a malformed or wrongly check-coded plugin ConfigMap changes nothing"
+before=$(info_field n1 'json.dumps(e, sort_keys=True)')
+plugin_cm n1 "" "$(printf '0%.0s' {1..64})"
+k8s_api PUT /api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-n3 \
+  '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"mindx-dl-deviceinfo-n3","namespace":"kube-system","labels":{"mx-consumer-cim":"true"}},"data":{"DeviceInfoCfg":"{not json"}}' >/dev/null
+wait_until 15 grep -q "mindx-dl-deviceinfo-n3.*refused" "$WORK/clusterd.log"
+wait_until 15 grep -q "mindx-dl-deviceinfo-n1.*refused" "$WORK/clusterd.log"
+[[ $(info_field n1 'json.dumps(e, sort_keys=True)') == "$before" ]] || fail "D: n1's entry changed"
+[[ $(plugin_faults) == "n1/3/80E01801:FAULT_STATE_ACTIVE:1" ]] || fail "D: faults changed: $(plugin_faults)"
+curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep -q 'clusterd_mindcluster_deviceinfo_refused_total{reason="check_code"} 1' ||
+  fail "D: the refusal is not counted"
+echo "   both refused, counted and logged; n1 keeps its last good view"
+
+echo "-- E: kill -9 and a restart: never emptied, nothing raised twice, changes applied"
+plugin_cm n1 3  # a good one again
+wait_until 15 is 'info_field n1 "json.dumps(e, sort_keys=True)"' "$before" || true
+kill_wait "$CLUSTERD_PID"
+rv=$(k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-device-0 |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])')
+plugin_cm n2 6  # while ClusterD is down
+start_clusterd "${CLUSTERD_FLAGS[@]}"
+# From the restart on, every version of the ConfigMap lists all three nodes.
+watch_out="$WORK/cm-watch.json"
+curl -sSN --max-time 20 --cacert "$K8S_CA" -H "Authorization: Bearer $K8S_ADMIN_TOKEN" \
+  "$K8S_API/api/v1/namespaces/mindx-dl/configmaps?watch=1&fieldSelector=metadata.name%3Dcluster-info-device-0&resourceVersion=$rv" \
+  >"$watch_out" 2>"$WORK/cm-watch.err" &
+watch_pid=$!
+wait_until 30 is 'lst n2 -Unhealthy' "Ascend910-6"
+wait_until 15 is plugin_faults "n1/3/80E01801:FAULT_STATE_ACTIVE:1 n2/6/80E01801:FAULT_STATE_ACTIVE:1"
+kill "$watch_pid" 2>/dev/null || true
+wait "$watch_pid" 2>/dev/null || true
+python3 - "$watch_out" <<'EOF' || fail "E: a version of the ConfigMap lost a node ($(head -c 600 "$watch_out") $(cat "$WORK/cm-watch.err"))"
+import json, sys
+seen = 0
+for line in open(sys.argv[1]):
+    if not line.strip():
+        continue
+    ev = json.loads(line)
+    v = ev["object"]["data"]["cluster-info-device-0"]
+    nodes = sorted(json.loads(v)) if v else []
+    assert nodes == ["mindx-dl-deviceinfo-n1", "mindx-dl-deviceinfo-n2", "mindx-dl-deviceinfo-n3"], (ev["type"], nodes)
+    seen += 1
+assert seen >= 1, "no version written after the restart"
+print("   %d version(s) after the restart, each with all three nodes" % seen)
+EOF
+echo "PASS: mindcluster stack (device plugin in, Volcano's cluster-info out)"
