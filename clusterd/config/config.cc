@@ -529,6 +529,18 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(U32("mindcluster_cluster_info_writes_per_second", CLUSTERD_FIELD(mindcluster_stack.writes_per_second), 1, 1000),
         "cluster-info ConfigMap writes per second at most (creates, updates and deletes together)",
         "mindcluster.volcano.writesPerSecond");
+  t.Add(List("mindcluster_public_fault_namespaces", CLUSTERD_FIELD(mindcluster_stack.public_fault_namespaces),
+             "namespaces, comma-separated, or *",
+             [](const std::string& n) {
+               const bool name = !n.empty() && n.size() <= 63 && std::all_of(n.begin(), n.end(), [](char c) {
+                 return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+               });
+               if (n == "*" || name) return Status::Ok();
+               return InvalidArgument("\"" + n.substr(0, 64) + "\" is not a namespace name or *");
+             }),
+        "namespaces whose public-fault ConfigMaps (label mc-consumer-publicfault=true) the mindcluster integration "
+        "applies as PubFault requests (* for all; none by default)",
+        "mindcluster.volcano.publicFaultNamespaces");
 
   t.Section("Kubernetes (docs/kubernetes.md)");
   t.Add(Custom(

@@ -167,6 +167,9 @@ struct ClusterdConfig {
     std::string cluster_info_namespace = "mindx-dl";
     std::chrono::nanoseconds refresh_interval = std::chrono::seconds(45);
     uint32_t writes_per_second = 5;
+    // Namespaces whose public-fault ConfigMaps are read ("*": all); none by
+    // default (all needs a ClusterRole that reads every ConfigMap).
+    std::vector<std::string> public_fault_namespaces;
   } mindcluster_stack;
   // High availability (docs/ha.md): with etcd endpoints, this process is one
   // replica of several; etcd holds the replicated commit log and the

@@ -47,6 +47,16 @@ class EngineCommands final : public ClusterCommands {
                     });
   }
 
+  void ApplyPublicFaults(PubFaultPlan plan, PubFaultOptions options, Reply<PublicFaultsApplied> reply) override {
+    Write<PublicFaultsApplied>(std::move(reply),
+                               [plan = std::move(plan), options = std::move(options)](
+                                   ClusterState& state, Mutation* m) -> StatusOr<PublicFaultsApplied> {
+                                 auto applied = state.ApplyPublicFaults(plan, options, m);
+                                 if (!applied.ok()) return applied.status();
+                                 return PublicFaultsApplied{applied->applied, std::move(applied->dropped)};
+                               });
+  }
+
   void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) override {
     Write<v1::Node>(std::move(reply), [node = std::move(node), cordon, reason = std::move(reason),
                                        actor = principal_.actor()](ClusterState& state, Mutation* m) {

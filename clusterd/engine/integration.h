@@ -25,6 +25,7 @@
 
 #include "clusterd/auth/principal.h"
 #include "clusterd/config/config.h"
+#include "clusterd/state/public_faults.h"
 #include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/fault.pb.h"
 #include "clusterd/v1/job.pb.h"
@@ -55,6 +56,15 @@ class ClusterCommands {
   virtual void CreateJob(v1::Job job, Reply<v1::Job> reply) = 0;
   virtual void UpdateJob(v1::Job job, Reply<v1::Job> reply) = 0;
   virtual void DeleteJob(std::string id, Reply<uint64_t> reply) = 0;
+  // PubFault.SendPublicFault's write: a plan of public faults
+  // (mindcluster/pubfault.h plans it from a request and checks it) applied
+  // as the service applies it. `dropped`: faults the state refused (unknown
+  // node, ...), besides the plan's own.
+  struct PublicFaultsApplied {
+    uint32_t applied = 0;
+    std::vector<std::string> dropped;
+  };
+  virtual void ApplyPublicFaults(PubFaultPlan plan, PubFaultOptions options, Reply<PublicFaultsApplied> reply) = 0;
   // AdminService.CordonNode (cordon) or UncordonNode, with this facade's
   // principal as the recorded actor.
   virtual void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) = 0;

@@ -71,6 +71,30 @@ class FakeClusterCommands final : public ClusterCommands {
     reply(++revision);
   }
 
+  // Public faults: each planned one becomes a report of the plan's reporter
+  // (raise, or clear for a recover), so ListFaults shows them.
+  std::vector<PubFaultPlan> public_faults;
+  void ApplyPublicFaults(PubFaultPlan plan, PubFaultOptions, Reply<PublicFaultsApplied> reply) override {
+    if (!refusal.ok()) return reply(refusal);
+    PublicFaultsApplied out;
+    for (const auto& f : plan.faults) {
+      v1::ReportRequest r;
+      r.set_reporter(plan.reporter);
+      r.set_id(f.fault_id + "/" + f.node + "/" + std::to_string(f.device));
+      r.set_node(f.node);
+      r.set_device_id(f.device);
+      r.set_code(f.code);
+      r.set_level(f.level);
+      r.set_action(f.assertion == PlannedPubFault::Assertion::kRecover ? v1::TRANSITION_ACTION_CLEAR
+                                                                       : v1::TRANSITION_ACTION_RAISE);
+      reports.push_back(std::move(r));
+      ++out.applied;
+    }
+    ++revision;
+    public_faults.push_back(std::move(plan));
+    reply(std::move(out));
+  }
+
   void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) override {
     if (!refusal.ok()) return reply(refusal);
     cordons[node] = Cordon{cordon, principal_.actor(), reason};

@@ -371,6 +371,9 @@ class LockedCommands final : public ClusterCommands {
   void DeleteJob(std::string id, Reply<uint64_t> reply) override {
     Locked([&] { inner_.DeleteJob(std::move(id), reply); });
   }
+  void ApplyPublicFaults(PubFaultPlan plan, PubFaultOptions options, Reply<PublicFaultsApplied> reply) override {
+    Locked([&] { inner_.ApplyPublicFaults(std::move(plan), std::move(options), reply); });
+  }
   void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) override {
     Locked([&] { inner_.SetCordon(std::move(node), cordon, std::move(reason), reply); });
   }

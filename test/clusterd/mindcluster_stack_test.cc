@@ -14,6 +14,7 @@
 
 #include "clusterd/mindcluster/device_info.h"
 #include "clusterd/mindcluster/k8s/stack.h"
+#include "clusterd/mindcluster/node_info.h"
 #include "common/clock.h"
 #include "fake_cluster_commands.h"
 #include "fake_k8s_client.h"
@@ -88,7 +89,8 @@ class MindClusterStackTest : public ::testing::Test {
     stack_ = std::make_unique<MindClusterStack>(api_, options, MindClusterStack::Driver::kManual);
     env_ = IntegrationEnv{&commands_, &clock_, nullptr};
     ASSERT_TRUE(stack_->Start(env_).ok());
-    ++watches_;
+    // The plugin's and MindCluster NodeD's ConfigMaps, and one per public-fault namespace.
+    watches_ += 2 + options.public_fault_namespaces.size();
     Settle();
   }
   void Stop() {
@@ -431,6 +433,79 @@ TEST_F(MindClusterStackTest, RefreshRewritesWithAFreshUpdateTime) {
   clock_.Advance(16s);
   EXPECT_GE(Step().writes, 1u);
   EXPECT_GE(static_cast<int64_t>(Entry("a")["UpdateTime"]), t0 + 46);
+}
+
+json NodeInfoCm(const std::string& node, const std::string& value) {
+  return {
+      {"metadata",
+       {{"name", "mindx-dl-nodeinfo-" + node}, {"namespace", "mindx-dl"}, {"labels", {{"mx-consumer-cim", "true"}}}}},
+      {"data", {{"NodeInfo", value}}}};
+}
+
+TEST_F(MindClusterStackTest, MindClusterNodeDsConfigMapsAreNodeFaults) {
+  const std::string path = kInfo + "mindx-dl-nodeinfo-a";
+  mc::NodeInfo info;
+  info.node_status = "UnHealthy";
+  info.faults.push_back({"CPU", 0, {"CPU01", "CPU02"}, "SeparateNPU"});
+  api_->Set(path, NodeInfoCm("a", mc::NodeInfoCmJson(info)));
+  Start();
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 2u);
+  for (const auto& r : commands_.reports) {
+    EXPECT_EQ(r.reporter(), "mindcluster-noded");
+    EXPECT_EQ(r.node(), "a");
+    EXPECT_FALSE(r.has_device_id());  // a node's fault
+    EXPECT_EQ(r.level(), v1::FAULT_LEVEL_SEPARATE);
+    EXPECT_EQ(r.action(), v1::TRANSITION_ACTION_RAISE);
+  }
+  // One code goes: cleared; a wrong CheckCode: nothing; deleted: the rest cleared.
+  info.faults[0].fault_codes = {"CPU02"};
+  api_->Set(path, NodeInfoCm("a", mc::NodeInfoCmJson(info)));
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 3u);
+  EXPECT_EQ(commands_.reports[2].action(), v1::TRANSITION_ACTION_CLEAR);
+  EXPECT_EQ(commands_.reports[2].code(), "CPU01");
+  json bad = json::parse(mc::NodeInfoCmJson(mc::NodeInfo{{}, "Healthy"}));
+  bad["CheckCode"] = "0";
+  api_->Set(path, NodeInfoCm("a", bad.dump()));
+  Step();
+  EXPECT_EQ(commands_.reports.size(), 3u);
+  ASSERT_TRUE(api_->Remove(path));
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 4u);
+  EXPECT_EQ(commands_.reports[3].action(), v1::TRANSITION_ACTION_CLEAR);
+  EXPECT_EQ(commands_.reports[3].code(), "CPU02");
+  // A restart raises nothing again.
+  Stop();
+  Start();
+  Step();
+  EXPECT_EQ(commands_.reports.size(), 4u);
+}
+
+TEST_F(MindClusterStackTest, PublicFaultConfigMapsAreAppliedAsPubFaultRequests) {
+  const std::string request = R"({"id":"req-00000001","timestamp":1700000000000,"version":"1.0",
+      "resource":"pingmesh","faults":[{"faultId":"fault-0001","faultType":"Network",
+      "faultCode":"010001001","faultTime":1700000000000,"assertion":"occur",
+      "influence":[{"nodeName":"worker01","deviceIds":[0,3]}],"description":"link down"}]})";
+  auto cm = [](const std::string& ns, const std::string& name, const std::string& value) {
+    return json{{"metadata", {{"name", name}, {"namespace", ns}, {"labels", {{"mc-consumer-publicfault", "true"}}}}},
+                {"data", {{"PublicFault", value}}}};
+  };
+  api_->Set("/api/v1/namespaces/ops/configmaps/pf", cm("ops", "pf", request));
+  api_->Set("/api/v1/namespaces/other/configmaps/pf", cm("other", "pf", request));  // not a namespace read
+  api_->Set("/api/v1/namespaces/ops/configmaps/bad", cm("ops", "bad", "{not json"));
+  MindClusterStackOptions options;
+  options.public_fault_namespaces = {"ops"};
+  Start(options);
+  Step();
+  ASSERT_EQ(commands_.public_faults.size(), 1u);
+  EXPECT_EQ(commands_.public_faults[0].reporter, "pubfault/pingmesh");
+  EXPECT_EQ(commands_.public_faults[0].faults.size(), 2u);  // two devices
+  // The same version is applied once; a deletion changes nothing.
+  Step();
+  ASSERT_TRUE(api_->Remove("/api/v1/namespaces/ops/configmaps/pf"));
+  Step();
+  EXPECT_EQ(commands_.public_faults.size(), 1u);
 }
 
 TEST(AscendDeviceType, FromVendorAndModel) {

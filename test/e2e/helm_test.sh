@@ -11,7 +11,8 @@
 #      without it; TLS from each tls.source, mutual TLS by default, insecure without TLS, the
 #      generated certificates, NodeD's projected token, the TokenReview role, NetworkPolicies;
 #      MindCluster's clusterd-grpc-svc Service and pubfault_* keys; mindcluster.volcano.enabled:
-#      the two configmaps Roles, "mindcluster" in integrations and its keys; ha.enabled: ClusterD's
+#      the two configmaps Roles, "mindcluster" in integrations and its keys, and with
+#      publicFaultNamespaces a read-only Role per namespace or (["*"]) ClusterRole; ha.enabled: ClusterD's
 #      StatefulSet with a volume per replica, etcd deployed or given, PodDisruptionBudgets,
 #      anti-affinity, the etcd keys, --ha-replica-id and --ha-advertise-address, and with
 #      ha.leaderLabel the pod label (--ha-pod, its Role, the Services selecting the leader,
@@ -342,6 +343,54 @@ if "$HELM" template clusterd "$TMP/chart-no-volcano" --namespace fault-mgmt --ku
     "(cfg('clusterd')['integrations'], $mv_keys, $mv_roles)" "(['kubernetes'], [], [])"
 else
   cat "$TMP/no-volcano.err" >&2; bad "mindcluster: helm template of the chart without mindcluster.volcano"
+fi
+# Likewise from a chart with mindcluster.volcano but without publicFaultNamespaces: none read.
+cp -r "$CHART" "$TMP/chart-no-public-faults"
+"$PY" -c 'import sys, yaml
+v = yaml.safe_load(open(sys.argv[1])); del v["mindcluster"]["volcano"]["publicFaultNamespaces"]
+yaml.safe_dump(v, open(sys.argv[1], "w"))' "$TMP/chart-no-public-faults/values.yaml"
+if "$HELM" template clusterd "$TMP/chart-no-public-faults" --namespace fault-mgmt --kube-version "$kv" \
+  --set mindcluster.volcano.enabled=true >"$TMP/no-public-faults.yaml" 2>"$TMP/no-public-faults.err"; then
+  expect "values without mindcluster.volcano.publicFaultNamespaces (--reuse-values): no key, the two Roles only" "$TMP/no-public-faults.yaml" \
+    "('mindcluster_public_fault_namespaces' in cfg('clusterd'), [n for _, n, _ in $mv_roles])" "(False, ['clusterd-mindcluster-deviceinfo', 'clusterd-mindcluster-clusterinfo'])"
+else
+  cat "$TMP/no-public-faults.err" >&2; bad "mindcluster: helm template of the chart without mindcluster.volcano.publicFaultNamespaces"
+fi
+
+# Public-fault ConfigMaps (mindcluster.volcano.publicFaultNamespaces): none by default (no key,
+# no Role); a list: a read-only <fullname>-mindcluster-publicfault Role bound in each namespace
+# and the list in config.json; ["*"]: a read-only ClusterRole (and binding) on configmaps instead,
+# and no Role; without mindcluster.volcano.enabled nothing at all.
+PF=$TMP/values-mindcluster-public-faults-$kv.yaml PFS=$TMP/mindcluster-public-faults-all-$kv.yaml
+PFO=$TMP/mindcluster-public-faults-off-$kv.yaml
+pf_roles="sorted((d['kind'], d['metadata'].get('namespace'), d['metadata']['name'], [(g, r, ' '.join(x['verbs'])) for x in d['rules'] for g in x['apiGroups'] for r in x['resources']]) for k in ('Role', 'ClusterRole') for d in by.get(k, []) if d['metadata']['name'].endswith('-mindcluster-publicfault'))"
+pf_bindings="sorted((b['kind'], b['metadata'].get('namespace'), b['metadata']['name'], b['roleRef']['kind'], b['roleRef']['name'], str(b['subjects'])) for k in ('RoleBinding', 'ClusterRoleBinding') for b in by.get(k, []) if b['metadata']['name'].endswith('-mindcluster-publicfault'))"
+pf_configmaps="sorted((d['kind'], d['metadata']['name']) for k in ('Role', 'ClusterRole') for d in by.get(k, []) for x in d['rules'] if 'configmaps' in x['resources'])"
+pf_key="cfg('clusterd').get('mindcluster_public_fault_namespaces')"
+expect "mindcluster.volcano.enabled, publicFaultNamespaces [] (default): no key, only the two configmaps Roles" "$MVK" "($pf_key, $pf_configmaps)" \
+  "(None, [('Role', 'clusterd-mindcluster-clusterinfo'), ('Role', 'clusterd-mindcluster-deviceinfo')])"
+expect "mindcluster-public-faults: a read-only Role in each listed namespace" "$PF" "$pf_roles" \
+  "[('Role', 'fd-online', 'clusterd-mindcluster-publicfault', $MV_READ), ('Role', 'kube-system', 'clusterd-mindcluster-publicfault', $MV_READ)]"
+expect "mindcluster-public-faults: each bound to ClusterD's ServiceAccount, in its namespace" "$PF" "$pf_bindings" \
+  "[('RoleBinding', 'fd-online', 'clusterd-mindcluster-publicfault', 'Role', 'clusterd-mindcluster-publicfault', $MV_SA), ('RoleBinding', 'kube-system', 'clusterd-mindcluster-publicfault', 'Role', 'clusterd-mindcluster-publicfault', $MV_SA)]"
+expect "mindcluster-public-faults: the list in config.json; no ClusterRole on configmaps; the device plugin's Role unchanged" "$PF" \
+  "($pf_key, [k for k, _ in $pf_configmaps], $mv_roles[1:2])" \
+  "(['fd-online', 'kube-system'], ['Role', 'Role', 'Role', 'Role'], [('kube-system', 'clusterd-mindcluster-deviceinfo', $MV_READ)])"
+if render mindcluster-public-faults-all default "$kv" --set mindcluster.volcano.enabled=true --set-json 'mindcluster.volcano.publicFaultNamespaces=["*"]' 2>"$TMP/public-faults.err" &&
+   render mindcluster-public-faults-off default "$kv" --set-json 'mindcluster.volcano.publicFaultNamespaces=["fd-online"]' 2>>"$TMP/public-faults.err"; then
+  for f in "$PFS" "$PFO"; do
+    if "$PY" test/helm/validate.py "$kv" "$f"; then ok "rendered objects valid ($(basename "$f" .yaml))"; else bad "rendered objects invalid ($(basename "$f" .yaml))"; fi
+  done
+  expect "publicFaultNamespaces [\"*\"]: a read-only ClusterRole on configmaps, no Role" "$PFS" "$pf_roles" \
+    "[('ClusterRole', None, 'fault-mgmt-clusterd-mindcluster-publicfault', $MV_READ)]"
+  expect "publicFaultNamespaces [\"*\"]: bound by a ClusterRoleBinding to ClusterD's ServiceAccount" "$PFS" "$pf_bindings" \
+    "[('ClusterRoleBinding', None, 'fault-mgmt-clusterd-mindcluster-publicfault', 'ClusterRole', 'fault-mgmt-clusterd-mindcluster-publicfault', $MV_SA)]"
+  expect "publicFaultNamespaces [\"*\"]: [\"*\"] in config.json, the two Roles unchanged" "$PFS" "($pf_key, [n for _, n, _ in $mv_roles])" \
+    "(['*'], ['clusterd-mindcluster-deviceinfo', 'clusterd-mindcluster-clusterinfo'])"
+  expect "publicFaultNamespaces without mindcluster.volcano.enabled: no key, no Role, no ClusterRole on configmaps" "$PFO" "($pf_key, $pf_roles, $pf_configmaps)" \
+    "(None, [], [])"
+else
+  cat "$TMP/public-faults.err" >&2; bad "mindcluster: helm template with mindcluster.volcano.publicFaultNamespaces"
 fi
 
 # TLS, authentication and NetworkPolicies (docs/deploy.md, "TLS and authentication").
@@ -1055,7 +1104,9 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
    notes notes-ha-external-tls -f test/helm/values-ha-external-etcd-tls.yaml && notes notes-ha-plain-etcd -f test/helm/values-ha.yaml --set ha.etcd.tls.enabled=false &&
    notes notes-ha-nolabel -f test/helm/values-ha.yaml --set ha.leaderLabel=false && notes notes-ha-nok --set ha.enabled=true "${NOK[@]}" &&
    notes notes-volcano -f test/helm/values-mindcluster-volcano.yaml && notes notes-volcano-k8s --set mindcluster.volcano.enabled=true &&
-   notes notes-volcano-ha -f test/helm/values-mindcluster-volcano.yaml --set ha.enabled=true; then
+   notes notes-volcano-ha -f test/helm/values-mindcluster-volcano.yaml --set ha.enabled=true &&
+   notes notes-volcano-pf -f test/helm/values-mindcluster-public-faults.yaml &&
+   notes notes-volcano-pf-all --set mindcluster.volcano.enabled=true --set-json 'mindcluster.volcano.publicFaultNamespaces=["*"]'; then
   notes_has notes-tls "mutual TLS, generated CA" "port-forward svc/clusterd 8899:8899" "get secret clusterd-ca" \
     "openssl req -new" "/O=clusterd:viewer" "grpcurl -cacert ca.crt -cert client.crt -key client.key localhost:8899 clusterd.v1.ClusterService/GetSummary"
   notes_has notes-plain "tls.enabled=false" "port-forward svc/clusterd 8899:8899" "grpcurl -plaintext localhost:8899 clusterd.v1.ClusterService/GetSummary" "unauthenticated"
@@ -1093,6 +1144,13 @@ if notes notes-tls "${NOK[@]}" && notes notes-plain --set tls.enabled=false "${N
   notes_has notes-volcano-ha "mindcluster integration, ha" "the mindcluster integration's (below)," \
     "and get and patch on pods in fault-mgmt for the leader label (Role clusterd-ha)."
   notes_lacks notes-tls "default: no mindcluster integration" "mindcluster integration on" "mx-consumer-volcano"
+  notes_lacks notes-volcano "mindcluster integration, no public faults" "mc-consumer-publicfault" "-mindcluster-publicfault"
+  notes_has notes-volcano-pf "mindcluster integration, public faults in two namespaces" \
+    "public faults of ConfigMaps labelled mc-consumer-publicfault=true in fd-online, kube-system" \
+    "(Role clusterd-mindcluster-publicfault in each: get, list, watch)" "MindCluster's own ClusterD must not run next to it"
+  notes_has notes-volcano-pf-all "mindcluster integration, public faults everywhere" \
+    "public faults of ConfigMaps labelled mc-consumer-publicfault=true in every namespace" \
+    "(ClusterRole fault-mgmt-clusterd-mindcluster-publicfault: get, list, watch on every ConfigMap of the cluster)"
 else
   cat "$TMP"/notes-*.err >&2; bad "NOTES.txt does not render"
 fi

@@ -11,7 +11,8 @@ the chart's own promises are checked: the security contexts; RBAC only for Clust
 ServiceAccount and only the rules in ALLOWED_RULES (no wildcards, nothing else; get and patch
 on pods only in a Role of ha.leaderLabel; configmaps only in the two Roles of the mindcluster
 integration, read-only in the device plugin's namespace, in the namespaces and with the
-integration config.json names); a
+integration config.json names, and read-only in one Role per namespace of its
+mindcluster_public_fault_namespaces, or a read-only ClusterRole for ["*"] alone); a
 service-account API token mounted only into the ClusterD pod and only when it has a role
 (kubernetes.enabled, mindcluster.volcano.enabled, auth.tokenReview or ha.leaderLabel), never into NodeD, whose projected token must carry
 an audience of its own (one the API server does not accept); TLS keys and tokens mounted
@@ -54,6 +55,9 @@ ALLOWED_RULES = {
     # mindcluster.volcano.enabled: the device plugin's ConfigMaps read (get, list, watch), Volcano's
     # cluster-info ConfigMaps written; two Roles of their own, in those two namespaces.
     ("Role", "", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
+    # mindcluster.volcano.publicFaultNamespaces ["*"]: public-fault ConfigMaps read in every
+    # namespace (a ClusterRole of its own).
+    ("ClusterRole", "", "configmaps"): {"get", "list", "watch"},
 }
 # The ClusterRole rules that belong to the Kubernetes integration (all or nothing with its Role).
 TOKEN_REVIEW = ("authentication.k8s.io", "tokenreviews")
@@ -62,6 +66,8 @@ LEADER_LABEL = ("", "pods")
 # The Roles of the mindcluster integration (configmaps), apart from the Kubernetes integration's.
 MINDCLUSTER = ("", "configmaps")
 MINDCLUSTER_READ = {"get", "list", "watch"}
+# The Roles (one per namespace) or ClusterRole (["*"]) on the public-fault ConfigMaps.
+PUBLIC_FAULT_SUFFIX = "-mindcluster-publicfault"
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 problems = []
@@ -238,14 +244,14 @@ def check_rbac(docs):
         return all((g, r) == pair for rule in role.get("rules") or []
                    for g in rule.get("apiGroups") or [] for r in rule.get("resources") or [])
     leader_label = [d for d in docs if d.get("kind") == "Role" and only(d, LEADER_LABEL)]
-    mindcluster = [d for d in docs if d.get("kind") == "Role" and only(d, MINDCLUSTER)]
+    mindcluster = [d for d in docs if d.get("kind") in ("Role", "ClusterRole") and only(d, MINDCLUSTER)]
     integration = [d for d in docs if (d.get("kind") == "Role" and d not in leader_label and d not in mindcluster)
-                   or (d.get("kind") == "ClusterRole" and not only(d, TOKEN_REVIEW))]
+                   or (d.get("kind") == "ClusterRole" and not only(d, TOKEN_REVIEW) and d not in mindcluster)]
     if integration and not ({"ClusterRole", "Role"} <= {d["kind"] for d in integration}
                             and sum(d.get("kind") == "ClusterRoleBinding" for d in docs)
                             >= sum(d.get("kind") == "ClusterRole" for d in docs)
                             and sum(d.get("kind") == "RoleBinding" for d in docs)
-                            > len(leader_label) + len(mindcluster)):
+                            > len(leader_label) + sum(d["kind"] == "Role" for d in mindcluster)):
         problem(dep, "RBAC is all or nothing: ClusterRole, Role and both bindings")
     check_mindcluster_rbac(docs, mindcluster)
     if leader_label and dep.get("kind") != "StatefulSet":
@@ -262,7 +268,10 @@ def check_rbac(docs):
 
 def check_mindcluster_rbac(docs, roles):
     """mindcluster.volcano.enabled: exactly a read-only Role in the device plugin's namespace and a
-    read-write one in the cluster-info namespace, each bound, iff config.json runs the integration."""
+    read-write one in the cluster-info namespace, each bound, iff config.json runs the integration;
+    and for its mindcluster_public_fault_namespaces a read-only <fullname>-mindcluster-publicfault
+    Role in each namespace listed, or a read-only ClusterRole for ["*"] alone, bound, and nothing
+    without them."""
     cfg = {}
     for d in docs:
         if (d.get("kind") == "ConfigMap" and component(d) == "clusterd"
@@ -275,7 +284,16 @@ def check_mindcluster_rbac(docs, roles):
     if not on:
         for r in roles:
             problem(r, "a configmaps Role without the mindcluster integration in config.json")
+        if "mindcluster_public_fault_namespaces" in cfg:
+            problem(docs[0], "mindcluster_public_fault_namespaces without the mindcluster integration in config.json")
         return
+    public = [r for r in roles if r["metadata"]["name"].endswith(PUBLIC_FAULT_SUFFIX)]
+    check_public_fault_rbac(docs, public, cfg.get("mindcluster_public_fault_namespaces"))
+    roles = [r for r in roles if r not in public]
+    for r in roles:
+        if r["kind"] != "Role":
+            problem(r, f"configmaps cluster-wide only for public faults (a name ending {PUBLIC_FAULT_SUFFIX})")
+    roles = [r for r in roles if r["kind"] == "Role"]
     want = {"read": cfg.get("mindcluster_device_info_namespace", "kube-system"),
             "write": cfg.get("mindcluster_cluster_info_namespace", "mindx-dl")}
     got = {}
@@ -293,6 +311,41 @@ def check_mindcluster_rbac(docs, roles):
         if not any(b.get("kind") == "RoleBinding" and (b.get("roleRef") or {}).get("name") == r["metadata"]["name"]
                    and b["metadata"].get("namespace") == r["metadata"].get("namespace") for b in docs):
             problem(r, "no RoleBinding in its namespace grants the mindcluster Role")
+
+
+def check_public_fault_rbac(docs, roles, namespaces):
+    """mindcluster_public_fault_namespaces: a list of namespace names, or ["*"]; each name gets a
+    read-only configmaps Role bound in it, ["*"] a read-only ClusterRole bound cluster-wide."""
+    if namespaces is not None and (not isinstance(namespaces, list) or not namespaces
+                                   or not all(isinstance(n, str) for n in namespaces)
+                                   or len(set(namespaces)) != len(namespaces)
+                                   or ("*" in namespaces and len(namespaces) != 1)):
+        problem(docs[0], f"mindcluster_public_fault_namespaces {namespaces!r}: a non-empty list of distinct names, or [\"*\"]")
+        return
+    namespaces = namespaces or []
+    for r in roles:
+        verbs = {v for rule in r.get("rules") or [] for v in rule.get("verbs") or []}
+        if verbs != MINDCLUSTER_READ:
+            problem(r, f"the public-fault configmaps {r['kind']} must be get, list, watch only, not {sorted(verbs)}")
+    cluster = [r for r in roles if r["kind"] == "ClusterRole"]
+    local = [r for r in roles if r["kind"] == "Role"]
+    if namespaces == ["*"]:
+        if len(cluster) != 1 or local:
+            problem(docs[0], f"public faults in every namespace: want one ClusterRole and no Role, got {len(cluster)} and {len(local)}")
+        for r in cluster:
+            if not any(b.get("kind") == "ClusterRoleBinding" and (b.get("roleRef") or {}).get("name") == r["metadata"]["name"]
+                       for b in docs):
+                problem(r, "no ClusterRoleBinding grants the public-fault ClusterRole")
+        return
+    for r in cluster:
+        problem(r, "a public-fault ClusterRole without [\"*\"] in mindcluster_public_fault_namespaces")
+    got = sorted(r["metadata"].get("namespace") for r in local)
+    if got != sorted(namespaces):
+        problem(docs[0], f"public-fault Roles in {got}, want one in each of {sorted(namespaces)} (config.json)")
+    for r in local:
+        if not any(b.get("kind") == "RoleBinding" and (b.get("roleRef") or {}).get("name") == r["metadata"]["name"]
+                   and b["metadata"].get("namespace") == r["metadata"].get("namespace") for b in docs):
+            problem(r, "no RoleBinding in its namespace grants the public-fault Role")
 
 
 def check_pod(obj, pod):

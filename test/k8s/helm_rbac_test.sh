@@ -9,9 +9,10 @@
 # With the real binaries built, ClusterD runs on the installed config.json and Secrets (mutual
 # TLS, TokenReview through the API server with its own token) and a NodeD with the installed
 # client certificate and a pod-bound token connects as its node. `helm upgrade --set
-# mindcluster.volcano.enabled=true`: ClusterD's token reads ConfigMaps in kube-system and writes
-# them in mindx-dl (no patch, no other namespace, no secrets), and the real clusterd with the
-# mindcluster integration writes mindx-dl/cluster-info-node-cm. `helm upgrade --set
+# mindcluster.volcano.enabled=true` (publicFaultNamespaces [fd-online]): ClusterD's token reads
+# ConfigMaps in kube-system and fd-online and writes them in mindx-dl (no patch, no other
+# namespace, no secrets), and the real clusterd with the mindcluster integration writes
+# mindx-dl/cluster-info-node-cm with no refused call. `helm upgrade --set
 # kubernetes.enabled=false` removes the integration's access (and, the value not set again,
 # the mindcluster Roles), `--set auth.tokenReview=false` the rest. Then `helm upgrade --set ha.enabled=true` (integration and TokenReview still off): the
 # leader label's Role lets ClusterD's token get and patch pods in the release namespace and
@@ -392,38 +393,45 @@ else
   echo "  skip $CLUSTERD missing or without --kubeconfig"
 fi
 
-echo "== helm upgrade --set mindcluster.volcano.enabled=true: configmaps in two namespaces (${SECONDS}s)"
+echo "== helm upgrade --set mindcluster.volcano.enabled=true: configmaps in three namespaces (${SECONDS}s)"
 # The mindcluster integration (docs/deploy.md, "Next to MindCluster's components"), next to the
 # Kubernetes integration: ClusterD reads the device plugin's ConfigMaps in kube-system (get, list,
 # watch) and writes Volcano's cluster-info ConfigMaps in mindx-dl (get, list, watch, create,
-# update, delete), through two Roles; configmaps in every other namespace, secrets there, patch
-# and the plugin's ConfigMaps' writes stay refused.
-PLUGIN_NS=kube-system MC_NS=mindx-dl
+# update, delete), through two Roles, and reads the public-fault ConfigMaps of fd-online
+# (publicFaultNamespaces; get, list, watch) through a third; configmaps in every other
+# namespace, secrets there, patch and the plugin's ConfigMaps' writes stay refused.
+PLUGIN_NS=kube-system MC_NS=mindx-dl PF_NS=fd-online
 k8s_create_namespace "$PLUGIN_NS" || die "namespace $PLUGIN_NS"
 k8s_create_namespace "$MC_NS" || die "namespace $MC_NS"
-if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set mindcluster.volcano.enabled=true 2>&1); then
-  ok "helm upgrade --set mindcluster.volcano.enabled=true"
+k8s_create_namespace "$PF_NS" || die "namespace $PF_NS"
+if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set mindcluster.volcano.enabled=true \
+  --set-json "mindcluster.volcano.publicFaultNamespaces=[\"$PF_NS\"]" 2>&1); then
+  ok "helm upgrade --set mindcluster.volcano.enabled=true, publicFaultNamespaces [$PF_NS]"
 else
   echo "$out" >&2
-  bad "helm upgrade --set mindcluster.volcano.enabled=true"
+  bad "helm upgrade --set mindcluster.volcano.enabled=true, publicFaultNamespaces [$PF_NS]"
 fi
 MC_READ_ROLE=/apis/rbac.authorization.k8s.io/v1/namespaces/$PLUGIN_NS/roles/clusterd-mindcluster-deviceinfo
 MC_WRITE_ROLE=/apis/rbac.authorization.k8s.io/v1/namespaces/$MC_NS/roles/clusterd-mindcluster-clusterinfo
-for obj in "$MC_READ_ROLE" "$MC_WRITE_ROLE" \
+MC_PF_ROLE=/apis/rbac.authorization.k8s.io/v1/namespaces/$PF_NS/roles/clusterd-mindcluster-publicfault
+for obj in "$MC_READ_ROLE" "$MC_WRITE_ROLE" "$MC_PF_ROLE" \
   "/apis/rbac.authorization.k8s.io/v1/namespaces/$PLUGIN_NS/rolebindings/clusterd-mindcluster-deviceinfo" \
-  "/apis/rbac.authorization.k8s.io/v1/namespaces/$MC_NS/rolebindings/clusterd-mindcluster-clusterinfo"; do
+  "/apis/rbac.authorization.k8s.io/v1/namespaces/$MC_NS/rolebindings/clusterd-mindcluster-clusterinfo" \
+  "/apis/rbac.authorization.k8s.io/v1/namespaces/$PF_NS/rolebindings/clusterd-mindcluster-publicfault"; do
   if k8s_api GET "$obj" | name_of >/dev/null 2>&1; then ok "installed: $obj"; else bad "not installed: $obj"; fi
 done
 role_rules() { k8s_api GET "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rules"])'; }
 got=$(role_rules "$MC_READ_ROLE" 2>&1) || true
 want="[{'verbs': ['get', 'list', 'watch'], 'apiGroups': [''], 'resources': ['configmaps']}]"
 if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-deviceinfo: get, list, watch on configmaps"; else bad "Role clusterd-mindcluster-deviceinfo rules: '$got', want '$want'"; fi
+got=$(role_rules "$MC_PF_ROLE" 2>&1) || true
+if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-publicfault: get, list, watch on configmaps"; else bad "Role clusterd-mindcluster-publicfault rules: '$got', want '$want'"; fi
 got=$(role_rules "$MC_WRITE_ROLE" 2>&1) || true
 want="[{'verbs': ['get', 'list', 'watch', 'create', 'update', 'delete'], 'apiGroups': [''], 'resources': ['configmaps']}]"
 if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-clusterinfo: get, list, watch, create, update, delete on configmaps"; else bad "Role clusterd-mindcluster-clusterinfo rules: '$got', want '$want'"; fi
 got=$(k8s_api GET "/api/v1/namespaces/$NS/configmaps/clusterd" |
-  python3 -c 'import json,sys; c=json.loads(json.load(sys.stdin)["data"]["config.json"]); print(c["integrations"], c["mindcluster_device_info_namespace"], c["mindcluster_cluster_info_namespace"])' 2>&1) || true
-if [[ $got == "['kubernetes', 'mindcluster'] $PLUGIN_NS $MC_NS" ]]; then ok "installed config.json: $got"; else bad "installed config.json: '$got'"; fi
+  python3 -c 'import json,sys; c=json.loads(json.load(sys.stdin)["data"]["config.json"]); print(c["integrations"], c["mindcluster_device_info_namespace"], c["mindcluster_cluster_info_namespace"], c.get("mindcluster_public_fault_namespaces"))' 2>&1) || true
+if [[ $got == "['kubernetes', 'mindcluster'] $PLUGIN_NS $MC_NS ['$PF_NS']" ]]; then ok "installed config.json: $got"; else bad "installed config.json: '$got'"; fi
 # The device plugin's ConfigMap for worker-1, as the plugin writes it (the admin stands in for it).
 PLUGIN_CMS=/api/v1/namespaces/$PLUGIN_NS/configmaps MC_CMS=/api/v1/namespaces/$MC_NS/configmaps
 admin POST "$PLUGIN_CMS" '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"mindx-dl-deviceinfo-worker-1","labels":{"mx-consumer-cim":"true"}},"data":{"DeviceInfoCfg":"{}"}}'
@@ -447,15 +455,21 @@ check 403 "mindcluster: create a ConfigMap in $PLUGIN_NS" POST "$PLUGIN_CMS" '{"
 check 403 "mindcluster: update the plugin's ConfigMap" PUT "$PLUGIN_CMS/mindx-dl-deviceinfo-worker-1" \
   '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"mindx-dl-deviceinfo-worker-1"},"data":{}}'
 check 403 "mindcluster: delete the plugin's ConfigMap" DELETE "$PLUGIN_CMS/mindx-dl-deviceinfo-worker-1"
+PF_CMS=/api/v1/namespaces/$PF_NS/configmaps
+check 200 "mindcluster: list the public-fault ConfigMaps of $PF_NS (mc-consumer-publicfault=true)" GET "$PF_CMS?labelSelector=mc-consumer-publicfault%3Dtrue"
+check 200 "mindcluster: watch them" GET "$PF_CMS?labelSelector=mc-consumer-publicfault%3Dtrue&watch=1&timeoutSeconds=1"
+check 403 "mindcluster: create a ConfigMap in $PF_NS" POST "$PF_CMS" '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"rogue"}}'
+check 403 "mindcluster: list the public-fault ConfigMaps of $WORK (not listed)" GET "/api/v1/namespaces/$WORK/configmaps?labelSelector=mc-consumer-publicfault%3Dtrue"
 check 403 "mindcluster: list configmaps in $WORK" GET "/api/v1/namespaces/$WORK/configmaps"
 check 403 "mindcluster: list configmaps, all namespaces" GET /api/v1/configmaps
 check 403 "mindcluster: list secrets in $MC_NS" GET "/api/v1/namespaces/$MC_NS/secrets"
 check 403 "mindcluster: list secrets in $PLUGIN_NS" GET "/api/v1/namespaces/$PLUGIN_NS/secrets"
 TOKEN=$NODED_TOKEN check 403 "NodeD: list the cluster-info ConfigMaps" GET "$MC_CMS"
 # The real clusterd with both integrations on the installed config.json: it lists and watches the
-# plugin's ConfigMaps, takes over the cluster-info ConfigMaps and writes cluster-info-node-cm
-# (always written on its first pass) with its ServiceAccount's rights alone.
-if [[ -x $CLUSTERD && $help == *--kubeconfig* && $help == *--mindcluster-cluster-info-namespace* ]]; then
+# plugin's ConfigMaps, MindCluster NodeD's and the public-fault ConfigMaps of fd-online, takes
+# over the cluster-info ConfigMaps and writes cluster-info-node-cm (always written on its first
+# pass) with its ServiceAccount's rights alone.
+if [[ -x $CLUSTERD && $help == *--kubeconfig* && $help == *--mindcluster-public-fault-namespaces* ]]; then
   start_installed_clusterd "$TMP/clusterd-mindcluster"
   node_cm() { [[ $(k8s_code GET "$MC_CMS/cluster-info-node-cm") == 200 ]]; }
   if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$http/readyz" &&
@@ -469,7 +483,7 @@ if [[ -x $CLUSTERD && $help == *--kubeconfig* && $help == *--mindcluster-cluster
   k8s_kill_wait "$CLUSTERD_PID"
   CLUSTERD_PID=
 else
-  echo "  skip $CLUSTERD missing or without --kubeconfig/--mindcluster-cluster-info-namespace"
+  echo "  skip $CLUSTERD missing or without --kubeconfig/--mindcluster-public-fault-namespaces"
 fi
 
 echo "== helm upgrade --set kubernetes.enabled=false takes the integration's access away (${SECONDS}s)"
@@ -484,12 +498,13 @@ if [[ $gone == 404 ]]; then ok "ClusterRole $CLUSTER_ROLE removed"; else bad "Cl
 check 403 "disabled: list pods" GET /api/v1/pods
 check 403 "disabled: get the Lease" GET "$LEASES/clusterd"
 # mindcluster.volcano.enabled is not set again: its Roles go with the upgrade.
-for obj in "$MC_READ_ROLE" "$MC_WRITE_ROLE"; do
+for obj in "$MC_READ_ROLE" "$MC_WRITE_ROLE" "$MC_PF_ROLE"; do
   gone=$(k8s_code GET "$obj")
   if [[ $gone == 404 ]]; then ok "mindcluster off: $obj removed"; else bad "mindcluster off: $obj: GET -> $gone, want 404"; fi
 done
 check 403 "mindcluster off: list the plugin's ConfigMaps" GET "$PLUGIN_CMS?labelSelector=mx-consumer-cim%3Dtrue"
 check 403 "mindcluster off: list the cluster-info ConfigMaps" GET "$MC_CMS?labelSelector=mx-consumer-volcano%3Dtrue"
+check 403 "mindcluster off: list the public-fault ConfigMaps of $PF_NS" GET "$PF_CMS?labelSelector=mc-consumer-publicfault%3Dtrue"
 check 201 "TokenReview stays (auth.tokenReview)" POST /apis/authentication.k8s.io/v1/tokenreviews "$(review "$AGENT_TOKEN")"
 automount() {
   k8s_api GET "/apis/apps/v1/namespaces/$NS/deployments/clusterd" |

@@ -10,7 +10,10 @@
 #     and UpdateTime grows; cleared -> back, UpdateTime grows again;
 #  C. a cordon through AdminService -> the node's chips all leave the list;
 #  D. a malformed and a wrongly check-coded plugin ConfigMap change nothing;
-#  E. kill -9 of ClusterD and a restart: the ConfigMaps are never emptied,
+#  E. MindCluster NodeD's mindx-dl-nodeinfo-<node> -> node faults, and the node
+#     UnHealthy in cluster-info-node-cm; a public-fault ConfigMap -> public
+#     faults on two chips, which leave the available list;
+#  F. kill -9 of ClusterD and a restart: the ConfigMaps are never emptied,
 #     nothing is raised twice, and a change made while it was down is applied.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -94,7 +97,9 @@ plugin_faults() {
 plugin_cm n1 3
 plugin_cm n2 ""
 plugin_cm n3 ""  # a node without our NodeD
-CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations mindcluster --log-level info)
+k8s_create_namespace ops
+CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations mindcluster --mindcluster-public-fault-namespaces ops
+  --log-level info)
 start_clusterd "${CLUSTERD_FLAGS[@]}"
 for n in n1 n2; do start_sim_noded $n; done
 wait_until 30 connected 2
@@ -157,7 +162,49 @@ curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep -q 'clusterd_mindcluster_de
   fail "D: the refusal is not counted"
 echo "   both refused, counted and logged; n1 keeps its last good view"
 
-echo "-- E: kill -9 and a restart: never emptied, nothing raised twice, changes applied"
+echo "-- E: MindCluster NodeD's ConfigMap and a public-fault ConfigMap"
+# nodeinfo_cm NODE: MindCluster NodeD's ConfigMap for NODE (a CPU fault, SeparateNPU), CheckCode
+# the SHA-256 of the Go-JSON of the inner NodeInfo.
+nodeinfo_cm() {
+  python3 - "$1" <<'EOF'
+import hashlib, json, sys
+inner = {"FaultDevList": [{"DeviceType": "CPU", "DeviceId": 0, "FaultCode": ["CPU0001"], "FaultLevel": "SeparateNPU"}],
+         "NodeStatus": "UnHealthy"}
+# Go-JSON of the inner NodeInfo: struct fields in declaration order (as written above), no spaces.
+go = json.dumps(inner, separators=(",", ":"))
+value = json.dumps({"NodeInfo": inner, "CheckCode": hashlib.sha256(go.encode()).hexdigest()}, separators=(",", ":"))
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "mindx-dl-nodeinfo-" + sys.argv[1], "namespace": "mindx-dl",
+                               "labels": {"mx-consumer-cim": "true"}},
+                  "data": {"NodeInfo": value}}))
+EOF
+}
+node_status() {
+  k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-node-cm | python3 -c '
+import json, sys
+v = json.load(sys.stdin)["data"]["cluster-info-node-cm"]
+print((json.loads(v) if v else {}).get("mindx-dl-nodeinfo-" + sys.argv[1], {}).get("NodeStatus", "-"))' "$1"
+}
+k8s_api POST /api/v1/namespaces/mindx-dl/configmaps "$(nodeinfo_cm n1)" >/dev/null
+k8s_api POST /api/v1/namespaces/mindx-dl/configmaps "$(nodeinfo_cm n3)" >/dev/null
+wait_until 15 is 'node_status n1' UnHealthy
+# n3 has no NodeD, so ClusterD does not know it: refused, retried.
+wait_until 15 grep -q "MindCluster NodeD's fault n3/CPU/0/CPU0001 was not raised" "$WORK/clusterd.log"
+pf='{"id":"req-00000001","timestamp":1700000000000,"version":"1.0","resource":"CCAE","faults":[{"faultId":"fault-0001","faultType":"NPU","faultCode":"220001001","faultTime":1700000000000,"assertion":"occur","influence":[{"nodeName":"n2","deviceIds":[1,2]}],"description":"storage path down"}]}'
+k8s_api POST /api/v1/namespaces/ops/configmaps "$(python3 -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"pf","namespace":"ops","labels":{"mc-consumer-publicfault":"true"}},"data":{"PublicFault":sys.argv[1]}}))' "$pf")" >/dev/null
+wait_until 15 is 'lst n2 -Unhealthy' "Ascend910-1,Ascend910-2"
+[[ $(lst n2 -Fault) == *PublicFault* ]] || fail "E: no PublicFault entry: $(lst n2 -Fault)"
+echo "   n1 UnHealthy in cluster-info-node-cm; n2 chips 1 and 2 out for public fault 220001001"
+# MindCluster's NodeD deletes its ConfigMap once the node is healthy: the faults clear.
+k8s_api DELETE /api/v1/namespaces/mindx-dl/configmaps/mindx-dl-nodeinfo-n1 >/dev/null
+k8s_api DELETE /api/v1/namespaces/mindx-dl/configmaps/mindx-dl-nodeinfo-n3 >/dev/null
+wait_until 15 is 'node_status n1' -
+# The public fault recovers through the same ConfigMap.
+k8s_api PUT /api/v1/namespaces/ops/configmaps/pf "$(python3 -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"pf","namespace":"ops","labels":{"mc-consumer-publicfault":"true"}},"data":{"PublicFault":sys.argv[1].replace("occur","recover").replace("req-00000001","req-00000002")}}))' "$pf")" >/dev/null
+wait_until 30 is 'lst n2 -Unhealthy' ""
+echo "   cleared: n1 gone from cluster-info-node-cm, n2's chips back"
+
+echo "-- F: kill -9 and a restart: never emptied, nothing raised twice, changes applied"
 plugin_cm n1 3  # a good one again
 wait_until 15 is 'info_field n1 "json.dumps(e, sort_keys=True)"' "$before" || true
 kill_wait "$CLUSTERD_PID"
@@ -175,7 +222,7 @@ wait_until 30 is 'lst n2 -Unhealthy' "Ascend910-6"
 wait_until 15 is plugin_faults "n1/3/80E01801:FAULT_STATE_ACTIVE:1 n2/6/80E01801:FAULT_STATE_ACTIVE:1"
 kill "$watch_pid" 2>/dev/null || true
 wait "$watch_pid" 2>/dev/null || true
-python3 - "$watch_out" <<'EOF' || fail "E: a version of the ConfigMap lost a node ($(head -c 600 "$watch_out") $(cat "$WORK/cm-watch.err"))"
+python3 - "$watch_out" <<'EOF' || fail "F: a version of the ConfigMap lost a node ($(head -c 600 "$watch_out") $(cat "$WORK/cm-watch.err"))"
 import json, sys
 seen = 0
 for line in open(sys.argv[1]):

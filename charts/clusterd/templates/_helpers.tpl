@@ -176,6 +176,10 @@ still takes the default config. */}}
 {{- $_ = set $c "mindcluster_cluster_info_namespace" $v.clusterInfoNamespace }}
 {{- $_ = set $c "mindcluster_cluster_info_refresh" $v.refresh }}
 {{- $_ = set $c "mindcluster_cluster_info_writes_per_second" $v.writesPerSecond }}
+{{- /* A JSON list, like pubfault_resources; left out when empty (the binary reads none). */}}
+{{- with include "clusterd.mindcluster.publicFaultNamespaces" . | fromJsonArray }}
+{{- $_ = set $c "mindcluster_public_fault_namespaces" . }}
+{{- end }}
 {{- end }}
 {{- $ha := .Values.ha }}
 {{- if $ha.enabled }}
@@ -295,6 +299,30 @@ plugin's namespace, one in Volcano's cluster-info namespace.
 {{- end }}
 {{- define "clusterd.mindcluster.clusterInfoRoleName" -}}
 {{- printf "%s-mindcluster-clusterinfo" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
+
+{{/*
+mindcluster.volcano.publicFaultNamespaces as a JSON list ([] when the integration is off or the
+value is absent: values reused from a chart without it read none). ["*"]: every namespace.
+*/}}
+{{- define "clusterd.mindcluster.publicFaultNamespaces" -}}
+{{- if include "clusterd.mindcluster.volcano" . }}
+{{- dig "volcano" "publicFaultNamespaces" (list) .Values.mindcluster | default (list) | toJson }}
+{{- else }}[]
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the Roles (and RoleBindings) on the public-fault ConfigMaps, one in each namespace of
+mindcluster.volcano.publicFaultNamespaces; with ["*"], of the ClusterRole (and
+ClusterRoleBinding): cluster-scoped, so the release namespace is part of it, as in
+clusterd.kubernetes.clusterRoleName.
+*/}}
+{{- define "clusterd.mindcluster.publicFaultRoleName" -}}
+{{- printf "%s-mindcluster-publicfault" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
+{{- define "clusterd.mindcluster.publicFaultClusterRoleName" -}}
+{{- printf "%s-%s-mindcluster-publicfault" .Release.Namespace (include "clusterd.clusterd.fullname" .) | trunc 253 | trimSuffix "-" }}
 {{- end }}
 
 {{/*

@@ -83,6 +83,9 @@ Status MindClusterStack::Start(const IntegrationEnv& env) {
                             "cluster-info ConfigMaps created, updated or deleted.");
     write_errors_ = &m.AddCounter("clusterd_mindcluster_cluster_info_write_errors_total",
                                   "Failed cluster-info ConfigMap writes (retried).");
+    public_faults_refused_ =
+        &m.AddCounter("clusterd_mindcluster_public_fault_cms_refused_total",
+                      "Public-fault ConfigMap versions refused (malformed, or refused by PubFault's checks).");
     nodes_ = &m.AddGauge("clusterd_mindcluster_cluster_info_nodes", "Nodes listed in cluster-info-device ConfigMaps.");
     chunks_ = &m.AddGauge("clusterd_mindcluster_cluster_info_chunks", "cluster-info-device ConfigMaps.");
   }
@@ -101,8 +104,40 @@ Status MindClusterStack::Start(const IntegrationEnv& env) {
   handlers.on_upsert = changed;
   handlers.on_delete = changed;
   handlers.on_synced = [changed] { changed(json()); };
-  plugin_cms_ = std::make_unique<k8s::Informer>(client_.get(), opts, handlers, env.metrics);
+  // The plugin's ConfigMaps (one per node, thousands) are handed over one by
+  // one as they change, so that a pass reads what changed, not the cache.
+  k8s::Informer::Handlers plugin_handlers;
+  auto plugin_changed = [this](const json& cm, bool deleted) {
+    {
+      std::lock_guard lock(mu_);
+      const std::string name = k8s::StringAt(cm, {"metadata", "name"});
+      if (deleted) {
+        plugin_changes_[name] = std::nullopt;
+      } else {
+        plugin_changes_[name] = cm;
+      }
+      dirty_ = true;
+    }
+    cv_.notify_all();
+  };
+  plugin_handlers.on_upsert = [plugin_changed](const json& cm) { plugin_changed(cm, false); };
+  plugin_handlers.on_delete = [plugin_changed](const json& cm) { plugin_changed(cm, true); };
+  plugin_handlers.on_synced = handlers.on_synced;
+  plugin_cms_ = std::make_unique<k8s::Informer>(client_.get(), opts, plugin_handlers, env.metrics);
   plugin_cms_->Start();
+  k8s::InformerOptions nodeinfo = opts;
+  nodeinfo.name = "mindcluster-nodeinfo";
+  nodeinfo.path = "/api/v1/namespaces/" + k8s::UrlEncode(options_.cluster_info_namespace) + "/configmaps";
+  nodeinfo_cms_ = std::make_unique<k8s::Informer>(client_.get(), nodeinfo, handlers, env.metrics);
+  nodeinfo_cms_->Start();
+  for (const std::string& ns : options_.public_fault_namespaces) {
+    k8s::InformerOptions pf;
+    pf.name = "mindcluster-publicfault";
+    pf.path = ns == "*" ? "/api/v1/configmaps" : "/api/v1/namespaces/" + k8s::UrlEncode(ns) + "/configmaps";
+    pf.label_selector = std::string(kPubFaultCmLabel) + "=true";
+    public_fault_cms_.push_back(std::make_unique<k8s::Informer>(client_.get(), pf, handlers, env.metrics));
+    public_fault_cms_.back()->Start();
+  }
   tokens_ = options_.writes_per_second;
   tokens_at_ = env_.clock->Now();
   if (driver_ == Driver::kThread) thread_ = std::thread([this] { Loop(); });
@@ -117,6 +152,8 @@ void MindClusterStack::Stop() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (plugin_cms_) plugin_cms_->Stop();
+  if (nodeinfo_cms_) nodeinfo_cms_->Stop();
+  for (auto& informer : public_fault_cms_) informer->Stop();
 }
 
 void MindClusterStack::Loop() {
@@ -142,8 +179,10 @@ void MindClusterStack::Warn(const std::string& key, const std::string& message) 
 MindClusterStack::StepResult MindClusterStack::Step() {
   const TimePoint now = env_.clock->Now();
   StepResult result;
+  bool changed = false;  // a watched ConfigMap changed since the last pass
   {
     std::lock_guard lock(mu_);
+    changed = dirty_;
     dirty_ = false;
   }
   if (!adopted_) adopted_ = Adopt();
@@ -159,10 +198,11 @@ MindClusterStack::StepResult MindClusterStack::Step() {
   // The plugin's faults: those of the nodes whose view changed; all of them
   // on the first pass (what went while ClusterD was away) and after a refusal.
   std::set<std::string> report = dirty;
-  if (first || (retry_reports_ && now >= next_report_retry_)) {
+  const bool retry = retry_reports_ && now >= next_report_retry_;
+  if (retry) retry_reports_ = false;
+  if (first || retry) {
     for (const auto& [node, p] : plugin_) report.insert(node);
     for (const auto& [node, faults] : reported_) report.insert(node);
-    retry_reports_ = false;
   }
   for (const std::string& node : report) {
     auto it = plugin_.find(node);
@@ -172,6 +212,12 @@ MindClusterStack::StepResult MindClusterStack::Step() {
     if (it != plugin_.end()) want = mc::FaultsOf(*it->second.view);
     result.reports += ReportFaults(node, want);
   }
+  // MindCluster NodeD's: likewise, all of them once listed the first time.
+  if (nodeinfo_cms_->synced() && (changed || retry || !nodeinfo_read_)) {
+    result.reports += ReadNodeInfo(!nodeinfo_read_ || retry);
+    nodeinfo_read_ = true;
+  }
+  if (changed || retry || first) result.reports += ReadPublicFaults();
   if (retry_reports_ && next_report_retry_ <= now) next_report_retry_ = now + kReportRetry;
 
   FollowState(&dirty);
@@ -256,12 +302,19 @@ void MindClusterStack::AdoptNodeCm(const std::string& value) {
 // ---- the device plugin's ConfigMaps ----
 
 void MindClusterStack::ReadPlugin(std::set<std::string>* dirty) {
-  std::set<std::string> seen;
-  for (const json& cm : plugin_cms_->List()) {
-    const std::string name = k8s::StringAt(cm, {"metadata", "name"});
+  std::map<std::string, std::optional<json>> changes;
+  {
+    std::lock_guard lock(mu_);
+    changes.swap(plugin_changes_);
+  }
+  for (auto& [name, cm_or_gone] : changes) {
     if (name.rfind(mc::kDeviceInfoPrefix, 0) != 0 || name.size() == mc::kDeviceInfoPrefix.size()) continue;
     const std::string node = name.substr(mc::kDeviceInfoPrefix.size());
-    seen.insert(node);
+    if (!cm_or_gone) {  // deleted (or gone while the watch was down: the relist says so)
+      if (plugin_.erase(node) > 0) dirty->insert(node);
+      continue;
+    }
+    const json& cm = *cm_or_gone;
     PluginNode& p = plugin_[node];
     const std::string rv = k8s::ResourceVersionOf(cm);
     if (!rv.empty() && rv == p.resource_version) continue;
@@ -288,14 +341,6 @@ void MindClusterStack::ReadPlugin(std::set<std::string>* dirty) {
     p.view = std::move(*view);
     dirty->insert(node);
   }
-  for (auto it = plugin_.begin(); it != plugin_.end();) {
-    if (seen.count(it->first)) {
-      ++it;
-      continue;
-    }
-    dirty->insert(it->first);
-    it = plugin_.erase(it);
-  }
 }
 
 bool MindClusterStack::LoadReported() {
@@ -309,6 +354,18 @@ bool MindClusterStack::LoadReported() {
       return false;
     }
     for (const v1::Fault& f : page->faults()) {
+      if (f.reporter() == options_.noded_reporter) {
+        v1::ReportRequest r;
+        r.set_reporter(f.reporter());
+        r.set_id(f.external_id());
+        r.set_node(f.node());
+        r.set_code(f.code());
+        r.set_level(f.level());
+        r.set_action(v1::TRANSITION_ACTION_RAISE);
+        r.set_message(f.message());
+        noded_reported_[f.node()][f.external_id()] = std::move(r);
+        continue;
+      }
       if (f.reporter() != options_.reporter || !f.has_device_id()) continue;
       mc::ChipFault c;
       c.device = f.device_id();
@@ -370,6 +427,155 @@ size_t MindClusterStack::ReportFaults(const std::string& node, const std::vector
   have.clear();
   for (auto& [key, f] : now) have.push_back(std::move(f));
   if (have.empty()) reported_.erase(node);
+  return done;
+}
+
+// ---- MindCluster NodeD's ConfigMaps ----
+
+size_t MindClusterStack::ReadNodeInfo(bool all) {
+  // The nodes whose ConfigMap changed (all of them on the first pass and
+  // after a refused report): what each says now, or nothing once deleted.
+  std::map<std::string, std::optional<mc::NodeInfo>> changed;
+  std::set<std::string> seen;
+  for (const json& cm : nodeinfo_cms_->List()) {
+    const std::string name = k8s::StringAt(cm, {"metadata", "name"});
+    if (name.rfind(mc::kNodeInfoPrefix, 0) != 0 || name.size() == mc::kNodeInfoPrefix.size()) continue;
+    const std::string node = name.substr(mc::kNodeInfoPrefix.size());
+    seen.insert(node);
+    const std::string rv = k8s::ResourceVersionOf(cm);
+    std::string& last = noded_versions_[node];
+    if (rv == last && !all) continue;
+    const bool fresh = rv != last;
+    last = rv;
+    auto info = mc::ParseNodeInfoCm(k8s::StringAt(cm, {"data", std::string(mc::kNodeInfoKey)}));
+    if (!info.ok()) {
+      if (fresh) {
+        Counter* c = info.status().code() == StatusCode::kFailedPrecondition ? refused_check_code_ : refused_malformed_;
+        if (c != nullptr) c->Inc();
+      }
+      Warn("nodeinfo/" + node, "mindcluster: " + options_.cluster_info_namespace + "/" + name + " (resourceVersion " +
+                                   rv + ") refused: " + info.status().message() +
+                                   "; keeping the node's last good view");
+      continue;
+    }
+    changed[node] = std::move(*info);
+  }
+  for (auto it = noded_versions_.begin(); it != noded_versions_.end();) {
+    if (seen.count(it->first)) {
+      ++it;
+      continue;
+    }
+    changed[it->first] = std::nullopt;  // deleted: MindCluster's NodeD deletes it when the node is healthy
+    it = noded_versions_.erase(it);
+  }
+  if (all) {
+    for (const auto& [node, have] : noded_reported_) {
+      if (!seen.count(node)) changed.emplace(node, std::nullopt);
+    }
+  }
+  size_t done = 0;
+  for (const auto& change : changed) {
+    const std::string& node = change.first;  // a plain name: the lambda below captures it
+    const std::optional<mc::NodeInfo>& info = change.second;
+    std::map<std::string, v1::ReportRequest> want;
+    for (const mc::NodeFaultDevice& d : info ? info->faults : std::vector<mc::NodeFaultDevice>{}) {
+      const v1::FaultLevel level = ParseMindClusterLevel(d.fault_level).value_or(v1::FAULT_LEVEL_SUB_HEALTH);
+      if (level == v1::FAULT_LEVEL_NOT_HANDLE) continue;
+      for (const std::string& code : d.fault_codes) {
+        v1::ReportRequest r;
+        r.set_reporter(options_.noded_reporter);
+        r.set_id(node + "/" + d.device_type + "/" + std::to_string(d.device_id) + "/" + code);
+        r.set_node(node);
+        r.set_code(code);
+        r.set_level(level);
+        r.set_action(v1::TRANSITION_ACTION_RAISE);
+        r.set_message("MindCluster NodeD: " + d.device_type + " " + std::to_string(d.device_id) + " " + d.fault_level);
+        want[r.id()] = std::move(r);
+      }
+    }
+    auto& have = noded_reported_[node];
+    auto send = [&](v1::ReportRequest r) {
+      const bool raise = r.action() == v1::TRANSITION_ACTION_RAISE;
+      const std::string id = r.id();
+      v1::ReportRequest kept = r;
+      auto reply = AwaitReply<v1::ReportResponse>([&](auto cb) { env_.commands->ReportFault(std::move(r), cb); });
+      if (!reply.ok()) {
+        if (report_errors_ != nullptr) report_errors_->Inc();
+        retry_reports_ = true;
+        Warn("noded/" + node, "mindcluster: MindCluster NodeD's fault " + id + " was not " +
+                                  (raise ? "raised" : "cleared") + " in ClusterD: " + reply.status().message() +
+                                  " (retried)");
+        return;
+      }
+      if (reports_ != nullptr) reports_->Inc();
+      ++done;
+      if (raise) {
+        have[id] = std::move(kept);
+      } else {
+        have.erase(id);
+      }
+    };
+    std::vector<v1::ReportRequest> clears;
+    for (const auto& [id, r] : have) {
+      if (!want.count(id)) {
+        v1::ReportRequest c = r;
+        c.set_action(v1::TRANSITION_ACTION_CLEAR);
+        clears.push_back(std::move(c));
+      }
+    }
+    for (auto& c : clears) send(std::move(c));
+    for (auto& [id, r] : want) {
+      auto h = have.find(id);
+      if (h == have.end() || h->second.level() != r.level()) send(r);
+    }
+    if (have.empty()) noded_reported_.erase(node);
+  }
+  return done;
+}
+
+// ---- public-fault ConfigMaps ----
+
+size_t MindClusterStack::ReadPublicFaults() {
+  size_t done = 0;
+  for (const auto& informer : public_fault_cms_) {
+    if (!informer->synced()) continue;
+    for (const json& cm : informer->List()) {
+      const std::string key = k8s::ObjectKey(cm);
+      const std::string rv = k8s::ResourceVersionOf(cm);
+      auto& last = public_fault_versions_[key];
+      if (rv == last) continue;  // each version once; a deleted one changes nothing (as the reference)
+      auto refuse = [&](const std::string& why) {
+        last = rv;
+        if (public_faults_refused_ != nullptr) public_faults_refused_->Inc();
+        Warn("publicfault/" + key,
+             "mindcluster: public-fault ConfigMap " + key + " (resourceVersion " + rv + ") refused: " + why);
+      };
+      auto req = ParsePublicFaultCm(k8s::StringAt(cm, {"data", std::string(kPubFaultCmKey)}));
+      if (!req.ok()) {
+        refuse(req.status().message());
+        continue;
+      }
+      PubFaultPlan plan;
+      PubFaultVerdict verdict = PlanPublicFaults(*req, options_.pubfault_table, options_.pubfault_options, &plan);
+      if (verdict.code != kPubFaultOk) {
+        refuse(std::to_string(verdict.code) + " " + verdict.info);
+        continue;
+      }
+      auto applied = AwaitReply<ClusterCommands::PublicFaultsApplied>(
+          [&](auto cb) { env_.commands->ApplyPublicFaults(std::move(plan), options_.pubfault_options, cb); });
+      if (!applied.ok()) {
+        // Refused as a whole (writes refused, or too many public faults): again on the next pass.
+        if (report_errors_ != nullptr) report_errors_->Inc();
+        retry_reports_ = true;
+        Warn("publicfault/" + key, "mindcluster: public-fault ConfigMap " + key +
+                                       " was not applied: " + applied.status().message() + " (retried)");
+        continue;
+      }
+      last = rv;
+      done += applied->applied;
+      warned_.erase("publicfault/" + key);
+    }
+  }
   return done;
 }
 
@@ -590,6 +796,12 @@ StatusOr<std::unique_ptr<Integration>> MakeMindClusterStackIntegration(const Clu
   options.cluster_info_namespace = config.mindcluster_stack.cluster_info_namespace;
   options.refresh_interval = config.mindcluster_stack.refresh_interval;
   options.writes_per_second = config.mindcluster_stack.writes_per_second;
+  options.public_fault_namespaces = config.mindcluster_stack.public_fault_namespaces;
+  if (!config.pubfault.code_table_file.empty()) {
+    CLUSTERD_RETURN_IF_ERROR(options.pubfault_table.MergeFile(config.pubfault.code_table_file));
+  }
+  options.pubfault_options.resources = config.pubfault.resources;
+  options.pubfault_options.max_faults = config.pubfault.max_faults;
   // The context owns the client and outlives no integration that holds it.
   std::shared_ptr<const k8s::ApiClient> client(*ctx, &(*ctx)->client());
   return std::unique_ptr<Integration>(std::make_unique<MindClusterStack>(std::move(client), std::move(options)));

@@ -40,6 +40,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "clusterd/config/config.h"
 #include "clusterd/engine/integration.h"
 #include "clusterd/k8s/api/client.h"
@@ -47,6 +49,7 @@
 #include "clusterd/mindcluster/cluster_info.h"
 #include "clusterd/mindcluster/device_info.h"
 #include "clusterd/mindcluster/node_info.h"
+#include "clusterd/mindcluster/pubfault.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -63,6 +66,15 @@ struct MindClusterStackOptions {
   // The reporter of the plugin's faults in ClusterD.
   std::string reporter = "ascend-device-plugin";
   size_t max_cluster_info_bytes = mindcluster::kMaxClusterInfoBytes;
+  // MindCluster NodeD's mindx-dl-nodeinfo-<node> ConfigMaps (read in
+  // cluster_info_namespace): their faults are node faults of this reporter.
+  std::string noded_reporter = "mindcluster-noded";
+  // Public-fault ConfigMaps (label mc-consumer-publicfault=true, key
+  // PublicFault) are read in these namespaces; "*": every namespace; none:
+  // not read. Checked and applied as PubFault.SendPublicFault's requests.
+  std::vector<std::string> public_fault_namespaces;
+  PubFaultCodeTable pubfault_table = PubFaultCodeTable::Default();
+  PubFaultOptions pubfault_options;
 };
 
 class MindClusterStack final : public Integration {
@@ -107,6 +119,8 @@ class MindClusterStack final : public Integration {
   bool Adopt();
   void AdoptNodeCm(const std::string& value);
   void ReadPlugin(std::set<std::string>* dirty);
+  size_t ReadNodeInfo(bool all);
+  size_t ReadPublicFaults();
   bool LoadReported();
   size_t ReportFaults(const std::string& node, const std::vector<mindcluster::ChipFault>& want);
   void FollowState(std::set<std::string>* dirty);
@@ -121,10 +135,15 @@ class MindClusterStack final : public Integration {
   const Driver driver_;
   IntegrationEnv env_;
   std::unique_ptr<k8s::Informer> plugin_cms_;
+  std::unique_ptr<k8s::Informer> nodeinfo_cms_;
+  std::vector<std::unique_ptr<k8s::Informer>> public_fault_cms_;
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool dirty_ = false;     // guarded by mu_: a plugin ConfigMap changed
+  bool dirty_ = false;  // guarded by mu_: a watched ConfigMap changed
+  // The plugin's ConfigMaps changed since the last pass, by name (nullopt:
+  // deleted). Guarded by mu_.
+  std::map<std::string, std::optional<nlohmann::json>> plugin_changes_;
   bool stopping_ = false;  // guarded by mu_
   std::thread thread_;
 
@@ -133,10 +152,16 @@ class MindClusterStack final : public Integration {
   bool reported_loaded_ = false;
   bool retry_reports_ = false;
   TimePoint next_report_retry_{};
-  bool followed_ = false;  // ClusterD's state was followed once
+  bool followed_ = false;       // ClusterD's state was followed once
+  bool nodeinfo_read_ = false;  // MindCluster NodeD's ConfigMaps were read once
   uint64_t state_revision_ = 0;
   std::map<std::string, PluginNode> plugin_;
   std::map<std::string, std::vector<mindcluster::ChipFault>> reported_;  // node -> active in ClusterD
+  // MindCluster NodeD's: node -> (report id -> the raise) active in ClusterD,
+  // and the resourceVersion of its ConfigMap last read ("" once deleted).
+  std::map<std::string, std::map<std::string, v1::ReportRequest>> noded_reported_;
+  std::map<std::string, std::string> noded_versions_;
+  std::map<std::string, std::string> public_fault_versions_;  // "ns/name" -> resourceVersion applied
   std::map<std::string, OurNode> ours_;
   mindcluster::ClusterInfoPublisher publisher_;
   std::map<std::string, mindcluster::PublishedNodeInfo> node_cm_;  // nodes with something to say
@@ -148,6 +173,7 @@ class MindClusterStack final : public Integration {
   TimePoint tokens_at_{};
   std::map<std::string, std::string> warned_;
 
+  Counter* public_faults_refused_ = nullptr;
   Counter* refused_malformed_ = nullptr;
   Counter* refused_check_code_ = nullptr;
   Counter* reports_ = nullptr;
