@@ -15,6 +15,7 @@
 #include "clusterd/mindcluster/device_info.h"
 #include "clusterd/mindcluster/k8s/stack.h"
 #include "clusterd/mindcluster/node_info.h"
+#include "clusterd/mindcluster/switch_info.h"
 #include "common/clock.h"
 #include "fake_cluster_commands.h"
 #include "fake_k8s_client.h"
@@ -506,6 +507,79 @@ TEST_F(MindClusterStackTest, PublicFaultConfigMapsAreAppliedAsPubFaultRequests) 
   ASSERT_TRUE(api_->Remove("/api/v1/namespaces/ops/configmaps/pf"));
   Step();
   EXPECT_EQ(commands_.public_faults.size(), 1u);
+}
+
+// SwitchInfoCfg as an A3 device plugin writes it: each FaultCode element is
+// itself the JSON of a switch fault.
+std::string SwitchInfoCfg(const std::vector<std::string>& codes) {
+  json list = json::array();
+  for (const auto& code : codes) {
+    list.push_back(json{{"EventType", 1},
+                        {"AssembledFaultCode", code},
+                        {"PeerPortDevice", 0},
+                        {"PeerPortId", 0},
+                        {"SwitchChipId", 1},
+                        {"SwitchPortId", 7},
+                        {"Severity", 2},
+                        {"Assertion", 1},
+                        {"AlarmRaisedTime", 1700000000000}}
+                       .dump());
+  }
+  return json{{"FaultCode", list},
+              {"FaultLevel", "RestartBusiness"},
+              {"UpdateTime", 1700000000},
+              {"NodeStatus", codes.empty() ? "Healthy" : "UnHealthy"},
+              {"FaultTimeAndLevelMap", json::object()}}
+      .dump();
+}
+
+TEST_F(MindClusterStackTest, SwitchFaultsAreTheNodesFaults) {
+  json cm = PluginCm("a", mc::DeviceInfoCfgJson(Healthy(8)));
+  cm["data"]["SwitchInfoCfg"] = SwitchInfoCfg({"[0x00f1ff09,155913,L2,na]"});
+  api_->Set(kPlugin + "a", cm);
+  Start();
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 1u);
+  const auto& r = commands_.reports[0];
+  EXPECT_EQ(r.reporter(), "ascend-device-plugin");
+  EXPECT_FALSE(r.has_device_id());
+  EXPECT_EQ(r.code(), "[0x00f1ff09,155913,L2,na]");
+  EXPECT_EQ(r.level(), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  EXPECT_EQ(r.id(), "a/switch/1/7/[0x00f1ff09,155913,L2,na]");
+
+  // A malformed one keeps the last good view; a restart raises nothing again.
+  cm["data"]["SwitchInfoCfg"] = "{\"FaultCode\": \"x\"}";
+  api_->Set(kPlugin + "a", cm);
+  Step();
+  EXPECT_EQ(commands_.reports.size(), 1u);
+  Stop();
+  Start();
+  Step();
+  EXPECT_EQ(commands_.reports.size(), 1u);
+  // The key gone: the switch is fine again.
+  cm["data"].erase("SwitchInfoCfg");
+  api_->Set(kPlugin + "a", cm);
+  Step();
+  ASSERT_EQ(commands_.reports.size(), 2u);
+  EXPECT_EQ(commands_.reports[1].action(), v1::TRANSITION_ACTION_CLEAR);
+}
+
+TEST(SwitchInfo, ParsesWhatTheA3PluginWrites) {
+  auto info = mc::ParseSwitchInfoCfg(SwitchInfoCfg({"CODE1", "CODE2", "CODE1"}));
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  ASSERT_EQ(info->faults.size(), 2u);  // one per place and code
+  EXPECT_EQ(info->faults[0].code, "CODE1");
+  EXPECT_EQ(info->faults[0].switch_chip, "1");
+  EXPECT_EQ(info->faults[0].switch_port, "7");
+  EXPECT_EQ(info->node_status, "UnHealthy");
+  json levelled = json::parse(SwitchInfoCfg({"CODE1"}));
+  levelled["FaultTimeAndLevelMap"]["CODE1"] = {{"fault_time", 1}, {"fault_level", "SeparateNPU"}};
+  EXPECT_EQ(mc::ParseSwitchInfoCfg(levelled.dump())->faults[0].level, v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_TRUE(mc::ParseSwitchInfoCfg(SwitchInfoCfg({}))->faults.empty());
+  for (const char* bad : {"[]", "{\"FaultCode\": 3}", "{\"FaultCode\": [3]}", "{\"FaultCode\": [\"{}\"]}",
+                          "{\"FaultCode\": [\"not json\"]}", "{\"NodeStatus\": 1}"}) {
+    EXPECT_EQ(mc::ParseSwitchInfoCfg(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(AscendDeviceType, FromVendorAndModel) {

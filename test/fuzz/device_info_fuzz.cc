@@ -1,15 +1,16 @@
 // MindCluster's ConfigMaps, as anyone allowed to write a ConfigMap may write
 // them: the device plugin's DeviceInfoCfg (kube-system/mindx-dl-deviceinfo-*),
 // MindCluster NodeD's NodeInfo (mindx-dl/mindx-dl-nodeinfo-*), a public-fault
-// ConfigMap's PublicFault, and a cluster-info-device value found at start. Nothing may crash; what is
-// accepted stays within the bounds, and writing it back and reading it again
-// gives the same view (so the CheckCode ClusterD computes is the plugin's).
+// ConfigMap's PublicFault, an A3 plugin's SwitchInfoCfg, and a cluster-info-device value found at start. Nothing may
+// crash; what is accepted stays within the bounds, and writing it back and reading it again gives the same view (so the
+// CheckCode ClusterD computes is the plugin's).
 #include <nlohmann/json.hpp>
 
 #include "clusterd/mindcluster/cluster_info.h"
 #include "clusterd/mindcluster/device_info.h"
 #include "clusterd/mindcluster/node_info.h"
 #include "clusterd/mindcluster/pubfault.h"
+#include "clusterd/mindcluster/switch_info.h"
 #include "fuzz_util.h"
 
 using namespace clusterd;
@@ -68,6 +69,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = ParseNodeInfoCm(NodeInfoCmJson(*node));
     FUZZ_CHECK(again.ok());
     FUZZ_CHECK(*again == *node);
+  }
+  // As an A3 plugin's SwitchInfoCfg: within its bounds, one fault per place and code.
+  if (auto sw = ParseSwitchInfoCfg(text); sw.ok()) {
+    FUZZ_CHECK(sw->faults.size() <= kMaxSwitchFaults);
+    for (const auto& f : sw->faults) FUZZ_CHECK(!f.code.empty() && f.code.size() <= 64);
   }
   // As a public-fault ConfigMap: planned like a gRPC request, one of its codes.
   if (auto req = ParsePublicFaultCm(text); req.ok()) {

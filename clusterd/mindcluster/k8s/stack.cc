@@ -212,6 +212,34 @@ MindClusterStack::StepResult MindClusterStack::Step() {
     if (it != plugin_.end()) want = mc::FaultsOf(*it->second.view);
     result.reports += ReportFaults(node, want);
   }
+  // The switch faults: node faults of the same reporter.
+  std::set<std::string> switches;
+  for (auto& [node, p] : plugin_) {
+    if (p.switches_changed || first || retry) switches.insert(node);
+    p.switches_changed = false;
+  }
+  if (first || retry) {
+    for (const auto& [node, have] : switch_reported_) switches.insert(node);
+  }
+  switches.insert(switches_gone_.begin(), switches_gone_.end());
+  switches_gone_.clear();
+  for (const std::string& node : switches) {
+    std::map<std::string, v1::ReportRequest> want;
+    auto it = plugin_.find(node);
+    if (it != plugin_.end() && !it->second.switches_known) continue;  // refused since the start: ClusterD's stays
+    for (const mc::SwitchFault& f : it != plugin_.end() ? it->second.switches.faults : std::vector<mc::SwitchFault>{}) {
+      v1::ReportRequest r;
+      r.set_reporter(options_.reporter);
+      r.set_id(node + "/switch/" + f.switch_chip + "/" + f.switch_port + "/" + f.code);
+      r.set_node(node);
+      r.set_code(f.code);
+      r.set_level(f.level);
+      r.set_action(v1::TRANSITION_ACTION_RAISE);
+      r.set_message(f.message);
+      want[r.id()] = std::move(r);
+    }
+    result.reports += SyncReports(node, want, &switch_reported_, "the device plugin's switch fault");
+  }
   // MindCluster NodeD's: likewise, all of them once listed the first time.
   if (nodeinfo_cms_->synced() && (changed || retry || !nodeinfo_read_)) {
     result.reports += ReadNodeInfo(!nodeinfo_read_ || retry);
@@ -312,6 +340,7 @@ void MindClusterStack::ReadPlugin(std::set<std::string>* dirty) {
     const std::string node = name.substr(mc::kDeviceInfoPrefix.size());
     if (!cm_or_gone) {  // deleted (or gone while the watch was down: the relist says so)
       if (plugin_.erase(node) > 0) dirty->insert(node);
+      if (switch_reported_.count(node)) switches_gone_.insert(node);
       continue;
     }
     const json& cm = *cm_or_gone;
@@ -321,6 +350,22 @@ void MindClusterStack::ReadPlugin(std::set<std::string>* dirty) {
     p.resource_version = rv;
     const std::string where = options_.device_info_namespace + "/" + name + " (resourceVersion " + rv + ")";
     const json* data = cm.contains("data") && cm["data"].is_object() ? &cm["data"] : nullptr;
+    // The switch faults (A3), apart: a bad SwitchInfoCfg keeps the last
+    // good switch view, a missing one says the switch has none.
+    if (data != nullptr && data->contains(mc::kSwitchInfoKey) && (*data)[std::string(mc::kSwitchInfoKey)].is_string()) {
+      auto sw = mc::ParseSwitchInfoCfg((*data)[std::string(mc::kSwitchInfoKey)].get<std::string>());
+      if (!sw.ok()) {
+        if (refused_malformed_ != nullptr) refused_malformed_->Inc();
+        Warn("switch/" + node, "mindcluster: " + options_.device_info_namespace + "/" + name + " (resourceVersion " +
+                                   rv + ") refused: " + sw.status().message() + "; keeping the last good switch view");
+      } else if (!p.switches_known || sw->faults != p.switches.faults) {
+        p.switches = std::move(*sw);
+        p.switches_known = p.switches_changed = true;
+      }
+    } else if (!p.switches_known || !p.switches.faults.empty()) {
+      p.switches = {};
+      p.switches_known = p.switches_changed = true;
+    }
     if (data == nullptr || !data->contains(mc::kDeviceInfoKey) ||
         !(*data)[std::string(mc::kDeviceInfoKey)].is_string()) {
       if (refused_malformed_ != nullptr) refused_malformed_->Inc();
@@ -364,6 +409,18 @@ bool MindClusterStack::LoadReported() {
         r.set_action(v1::TRANSITION_ACTION_RAISE);
         r.set_message(f.message());
         noded_reported_[f.node()][f.external_id()] = std::move(r);
+        continue;
+      }
+      if (f.reporter() == options_.reporter && !f.has_device_id()) {  // a switch fault
+        v1::ReportRequest r;
+        r.set_reporter(f.reporter());
+        r.set_id(f.external_id());
+        r.set_node(f.node());
+        r.set_code(f.code());
+        r.set_level(f.level());
+        r.set_action(v1::TRANSITION_ACTION_RAISE);
+        r.set_message(f.message());
+        switch_reported_[f.node()][f.external_id()] = std::move(r);
         continue;
       }
       if (f.reporter() != options_.reporter || !f.has_device_id()) continue;
@@ -493,43 +550,50 @@ size_t MindClusterStack::ReadNodeInfo(bool all) {
         want[r.id()] = std::move(r);
       }
     }
-    auto& have = noded_reported_[node];
-    auto send = [&](v1::ReportRequest r) {
-      const bool raise = r.action() == v1::TRANSITION_ACTION_RAISE;
-      const std::string id = r.id();
-      v1::ReportRequest kept = r;
-      auto reply = AwaitReply<v1::ReportResponse>([&](auto cb) { env_.commands->ReportFault(std::move(r), cb); });
-      if (!reply.ok()) {
-        if (report_errors_ != nullptr) report_errors_->Inc();
-        retry_reports_ = true;
-        Warn("noded/" + node, "mindcluster: MindCluster NodeD's fault " + id + " was not " +
-                                  (raise ? "raised" : "cleared") + " in ClusterD: " + reply.status().message() +
-                                  " (retried)");
-        return;
-      }
-      if (reports_ != nullptr) reports_->Inc();
-      ++done;
-      if (raise) {
-        have[id] = std::move(kept);
-      } else {
-        have.erase(id);
-      }
-    };
-    std::vector<v1::ReportRequest> clears;
-    for (const auto& [id, r] : have) {
-      if (!want.count(id)) {
-        v1::ReportRequest c = r;
-        c.set_action(v1::TRANSITION_ACTION_CLEAR);
-        clears.push_back(std::move(c));
-      }
-    }
-    for (auto& c : clears) send(std::move(c));
-    for (auto& [id, r] : want) {
-      auto h = have.find(id);
-      if (h == have.end() || h->second.level() != r.level()) send(r);
-    }
-    if (have.empty()) noded_reported_.erase(node);
+    done += SyncReports(node, want, &noded_reported_, "MindCluster NodeD's fault");
   }
+  return done;
+}
+
+size_t MindClusterStack::SyncReports(const std::string& node, const std::map<std::string, v1::ReportRequest>& want,
+                                     std::map<std::string, std::map<std::string, v1::ReportRequest>>* reported,
+                                     const std::string& what) {
+  auto& have = (*reported)[node];
+  size_t done = 0;
+  auto send = [&](v1::ReportRequest r) {
+    const bool raise = r.action() == v1::TRANSITION_ACTION_RAISE;
+    const std::string id = r.id();
+    v1::ReportRequest kept = r;
+    auto reply = AwaitReply<v1::ReportResponse>([&](auto cb) { env_.commands->ReportFault(std::move(r), cb); });
+    if (!reply.ok()) {
+      if (report_errors_ != nullptr) report_errors_->Inc();
+      retry_reports_ = true;
+      Warn("report/" + node, "mindcluster: " + what + " " + id + " was not " + (raise ? "raised" : "cleared") +
+                                 " in ClusterD: " + reply.status().message() + " (retried)");
+      return;
+    }
+    if (reports_ != nullptr) reports_->Inc();
+    ++done;
+    if (raise) {
+      have[id] = std::move(kept);
+    } else {
+      have.erase(id);
+    }
+  };
+  std::vector<v1::ReportRequest> clears;
+  for (const auto& [id, r] : have) {
+    if (!want.count(id)) {
+      v1::ReportRequest c = r;
+      c.set_action(v1::TRANSITION_ACTION_CLEAR);
+      clears.push_back(std::move(c));
+    }
+  }
+  for (auto& c : clears) send(std::move(c));
+  for (const auto& [id, r] : want) {
+    auto h = have.find(id);
+    if (h == have.end() || h->second.level() != r.level()) send(r);
+  }
+  if (have.empty()) reported->erase(node);
   return done;
 }
 

@@ -50,6 +50,7 @@
 #include "clusterd/mindcluster/device_info.h"
 #include "clusterd/mindcluster/node_info.h"
 #include "clusterd/mindcluster/pubfault.h"
+#include "clusterd/mindcluster/switch_info.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -108,6 +109,9 @@ class MindClusterStack final : public Integration {
   struct PluginNode {
     std::string resource_version;                     // of the ConfigMap last read
     std::optional<mindcluster::NodeDeviceInfo> view;  // the last good one
+    mindcluster::SwitchInfo switches;                 // SwitchInfoCfg's, the last good one
+    bool switches_known = false;                      // a good SwitchInfoCfg (or none) was read
+    bool switches_changed = false;
   };
   struct OurNode {
     mindcluster::NodeState state;
@@ -120,6 +124,12 @@ class MindClusterStack final : public Integration {
   void AdoptNodeCm(const std::string& value);
   void ReadPlugin(std::set<std::string>* dirty);
   size_t ReadNodeInfo(bool all);
+  // Raises what `want` has and (*reported)[node] does not, clears the
+  // reverse, and keeps (*reported)[node] as what ClusterD holds; a refusal
+  // is retried. `what` names the faults in the log.
+  size_t SyncReports(const std::string& node, const std::map<std::string, v1::ReportRequest>& want,
+                     std::map<std::string, std::map<std::string, v1::ReportRequest>>* reported,
+                     const std::string& what);
   size_t ReadPublicFaults();
   bool LoadReported();
   size_t ReportFaults(const std::string& node, const std::vector<mindcluster::ChipFault>& want);
@@ -161,6 +171,10 @@ class MindClusterStack final : public Integration {
   // and the resourceVersion of its ConfigMap last read ("" once deleted).
   std::map<std::string, std::map<std::string, v1::ReportRequest>> noded_reported_;
   std::map<std::string, std::string> noded_versions_;
+  // The plugin's switch faults active in ClusterD (node -> report id ->
+  // raise), and the nodes whose plugin ConfigMap went.
+  std::map<std::string, std::map<std::string, v1::ReportRequest>> switch_reported_;
+  std::set<std::string> switches_gone_;
   std::map<std::string, std::string> public_fault_versions_;  // "ns/name" -> resourceVersion applied
   std::map<std::string, OurNode> ours_;
   mindcluster::ClusterInfoPublisher publisher_;
