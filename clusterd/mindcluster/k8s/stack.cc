@@ -399,7 +399,12 @@ bool MindClusterStack::LoadReported() {
       return false;
     }
     for (const v1::Fault& f : page->faults()) {
-      if (f.reporter() == options_.noded_reporter) {
+      // Node faults (MindCluster NodeD's, the plugin's switch faults): the
+      // raise that would be sent again, keyed by report id.
+      auto* node_faults = f.reporter() == options_.noded_reporter                   ? &noded_reported_
+                          : f.reporter() == options_.reporter && !f.has_device_id() ? &switch_reported_
+                                                                                    : nullptr;
+      if (node_faults != nullptr) {
         v1::ReportRequest r;
         r.set_reporter(f.reporter());
         r.set_id(f.external_id());
@@ -408,19 +413,7 @@ bool MindClusterStack::LoadReported() {
         r.set_level(f.level());
         r.set_action(v1::TRANSITION_ACTION_RAISE);
         r.set_message(f.message());
-        noded_reported_[f.node()][f.external_id()] = std::move(r);
-        continue;
-      }
-      if (f.reporter() == options_.reporter && !f.has_device_id()) {  // a switch fault
-        v1::ReportRequest r;
-        r.set_reporter(f.reporter());
-        r.set_id(f.external_id());
-        r.set_node(f.node());
-        r.set_code(f.code());
-        r.set_level(f.level());
-        r.set_action(v1::TRANSITION_ACTION_RAISE);
-        r.set_message(f.message());
-        switch_reported_[f.node()][f.external_id()] = std::move(r);
+        (*node_faults)[f.node()][f.external_id()] = std::move(r);
         continue;
       }
       if (f.reporter() != options_.reporter || !f.has_device_id()) continue;
