@@ -212,6 +212,10 @@ class TableBuilder {
   std::vector<ConfigKey> keys_;
 };
 
+// A k8s_* key the chart's kubernetes.* values do not set: clusterd.config
+// refuses k8s_* keys (values.schema.json), so the chart cannot set it yet.
+constexpr const char* kNoChartValue = "none yet (clusterd.config refuses the Kubernetes keys)";
+
 std::vector<ConfigKey> MakeTable() {
   TableBuilder t;
   t.Section("Server");
@@ -586,6 +590,17 @@ std::vector<ConfigKey> MakeTable() {
         "delete the pod when its eviction keeps being refused", "kubernetes.deleteFallback");
   t.Add(Dur("k8s_condition_interval", CLUSTERD_FIELD(k8s.condition_interval), std::chrono::milliseconds(100)),
         "how often Node conditions are compared with ClusterD's health and written");
+  t.Add(List("k8s_dra_drivers", CLUSTERD_FIELD(k8s.dra_drivers), "DRA driver names, comma-separated",
+             [](const std::string&) { return Status::Ok(); }),
+        "DRA device taints: only these drivers' ResourceSlices name devices (default: every driver)", kNoChartValue);
+  t.Add(Text("k8s_dra_device_attribute", CLUSTERD_FIELD(k8s.dra_device_attribute), "NAME"),
+        "DRA device taints: the int device attribute that is ClusterD's device id (\"\": names only)", kNoChartValue);
+  t.Add(List("k8s_dra_device_names", CLUSTERD_FIELD(k8s.dra_device_names), "names with {id}, comma-separated",
+             [](const std::string& n) {
+               if (n.find("{id}") == std::string::npos) return InvalidArgument("\"" + n + "\" has no {id}");
+               return Status::Ok();
+             }),
+        "DRA device taints: device names of ClusterD's device {id}, for devices without that attribute", kNoChartValue);
   return t.Take();
 }
 

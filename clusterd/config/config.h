@@ -106,6 +106,12 @@ struct ClusterdConfig {
     bool delete_fallback = false;
     // How often the Node conditions are compared with ClusterD's health.
     std::chrono::nanoseconds condition_interval = std::chrono::seconds(5);
+    // DRA device taints: which ResourceSlice device is ClusterD's device id
+    // (k8s::DraMatch): the drivers counted (empty: all), an int attribute
+    // that is the id, else names with "{id}" in them.
+    std::vector<std::string> dra_drivers;
+    std::string dra_device_attribute = "index";
+    std::vector<std::string> dra_device_names = {"npu-{id}", "gpu-{id}"};
   } k8s;
   // Transport security and authentication (docs/security.md). Without a
   // server certificate ClusterD starts only when `insecure` says so: then

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "clusterd/k8s/api/kubeconfig.h"
+#include "common/logging.h"
 
 namespace clusterd {
 
@@ -25,6 +26,14 @@ k8s::DiscoveryOptions DiscoveryOptionsFrom(const ClusterdConfig::Kubernetes& k8s
   o.devices_annotation = k8s.devices_annotation;
   o.job_kind_label = k8s.job_kind_label;
   return o;
+}
+
+k8s::DraMatch DraMatchFrom(const ClusterdConfig::Kubernetes& k8s) {
+  k8s::DraMatch m;
+  m.drivers = k8s.dra_drivers;
+  m.attribute = k8s.dra_device_attribute;
+  m.names = k8s.dra_device_names;
+  return m;
 }
 
 StatusOr<std::unique_ptr<k8s::Client>> MakeKubernetesClient(const ClusterdConfig::Kubernetes& k8s) {
@@ -56,9 +65,56 @@ KubernetesContext::KubernetesContext(ClusterdConfig::Kubernetes settings, std::s
     : settings_(std::move(settings)),
       client_(std::move(client)),
       discovery_(DiscoveryOptionsFrom(settings_)),
-      marks_(MarksFor(settings_)) {}
+      marks_(MarksFor(settings_)),
+      dra_match_(DraMatchFrom(settings_)) {}
 
 KubernetesContext::~KubernetesContext() { StopWatches(); }
+
+bool KubernetesContext::DraUnavailable(const Status& s) {
+  return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kPermissionDenied;
+}
+
+StatusOr<std::string> KubernetesContext::DraVersion(const std::string& resource, TimePoint now) {
+  std::optional<DraProbe> before;
+  {
+    std::lock_guard lock(dra_mu_);
+    auto it = dra_.find(resource);
+    if (it != dra_.end()) {
+      if (now < it->second.until) {
+        if (!it->second.status.ok()) return it->second.status;
+        return it->second.version;
+      }
+      before = it->second;
+    }
+  }
+  // The first version whose collection answers; 404 is "not served here".
+  DraProbe probe{NotFound("no version of resource.k8s.io serves " + resource), "", now + std::chrono::minutes(5)};
+  for (std::string_view version : k8s::kDraVersions) {
+    auto r = client_->Get(k8s::DraPath(version, resource) + "?limit=1");
+    if (r.ok()) {
+      probe.status = Status::Ok();
+      probe.version = version;
+      break;
+    }
+    if (r.status().code() == StatusCode::kNotFound) continue;
+    if (!DraUnavailable(r.status())) return r.status();  // the probe failed: not remembered
+    probe.status = {StatusCode::kPermissionDenied,
+                    resource + " in resource.k8s.io/" + std::string(version) + ": " + r.status().message()};
+    break;
+  }
+  const bool changed = !before || before->status.code() != probe.status.code() || before->version != probe.version;
+  if (changed) {
+    if (probe.status.ok()) {
+      GetLogger("k8s")->info("kubernetes: DRA: {} served in resource.k8s.io/{}", resource, probe.version);
+    } else {
+      GetLogger("k8s")->info("kubernetes: DRA device taints off: {}", probe.status.message());
+    }
+  }
+  std::lock_guard lock(dra_mu_);
+  dra_[resource] = probe;
+  if (!probe.status.ok()) return probe.status;
+  return probe.version;
+}
 
 void KubernetesContext::SetListener(Listener listener) {
   std::lock_guard lock(mu_);

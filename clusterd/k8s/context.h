@@ -1,10 +1,12 @@
 // What the "kubernetes" integration and actuator share (docs/kubernetes.md):
 // one API client and one watch each of pods, PodGroups and Nodes per process,
-// so that turning on both costs one set of watches; and the settings both
-// read (the discovery keys, the marks ClusterD puts on Nodes).
+// so that turning on both costs one set of watches; the settings both read
+// (the discovery keys, the marks ClusterD puts on Nodes, the DRA device
+// match); and which version of resource.k8s.io serves what (DRA).
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -17,7 +19,9 @@
 #include "clusterd/k8s/api/client.h"
 #include "clusterd/k8s/api/informer.h"
 #include "clusterd/k8s/discovery.h"
+#include "clusterd/k8s/dra.h"
 #include "clusterd/k8s/requests.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -27,6 +31,7 @@ namespace clusterd {
 // ("clusterd.io/fault" -> "clusterd.io/cordoned", ...).
 KubernetesMarks MarksFor(const ClusterdConfig::Kubernetes& k8s);
 k8s::DiscoveryOptions DiscoveryOptionsFrom(const ClusterdConfig::Kubernetes& k8s);
+k8s::DraMatch DraMatchFrom(const ClusterdConfig::Kubernetes& k8s);
 // The client for config.k8s: --kubeconfig, else the pod's service account.
 StatusOr<std::unique_ptr<k8s::Client>> MakeKubernetesClient(const ClusterdConfig::Kubernetes& k8s);
 
@@ -50,6 +55,19 @@ class KubernetesContext {
   const ClusterdConfig::Kubernetes& settings() const { return settings_; }
   const k8s::DiscoveryOptions& discovery() const { return discovery_; }
   const KubernetesMarks& marks() const { return marks_; }
+  const k8s::DraMatch& dra_match() const { return dra_match_; }
+
+  // The version of resource.k8s.io (the first of k8s::kDraVersions) that
+  // serves `resource` ("resourceslices", "devicetaintrules"), probed with a
+  // GET of one item. NotFound when no version serves it, PermissionDenied
+  // when ClusterD may not list it: DRA is optional, callers then skip it.
+  // Those answers and a version are remembered for 5 minutes after `now`
+  // (a change is logged once); any other error (the API server not
+  // reachable) is not remembered. Thread-safe; the probe runs unlocked.
+  StatusOr<std::string> DraVersion(const std::string& resource, TimePoint now);
+  // Whether a DraVersion error means DRA is not there (NotFound,
+  // PermissionDenied) rather than a failed probe.
+  static bool DraUnavailable(const Status& s);
 
   // Something changed in the watched pods, PodGroups or Nodes (after the
   // caches were updated); called on an informer thread: be quick. Once
@@ -77,6 +95,15 @@ class KubernetesContext {
   const std::shared_ptr<const k8s::ApiClient> client_;
   const k8s::DiscoveryOptions discovery_;
   const KubernetesMarks marks_;
+  const k8s::DraMatch dra_match_;
+
+  struct DraProbe {
+    Status status;  // OK: `version` serves the resource
+    std::string version;
+    TimePoint until;  // probed again after this
+  };
+  std::mutex dra_mu_;
+  std::map<std::string, DraProbe> dra_;  // by resource; guarded by dra_mu_
 
   mutable std::mutex mu_;
   Listener listener_;                                        // guarded by mu_

@@ -82,6 +82,33 @@ inline nlohmann::json PodObject(const std::string& name, const std::string& pod_
           {"status", {{"phase", "Running"}}}};
 }
 
+// resource.k8s.io/v1 paths (DRA).
+inline std::string SlicePathOf(const std::string& name) { return "/apis/resource.k8s.io/v1/resourceslices/" + name; }
+inline std::string RulesPath() { return "/apis/resource.k8s.io/v1/devicetaintrules"; }
+inline std::string RulePathOf(const std::string& name) { return RulesPath() + "/" + name; }
+
+// A ResourceSlice (resource.k8s.io/v1) of `node`'s pool as a DRA driver
+// publishes it: devices <prefix>-0 .. <prefix>-<count - 1>, each with the
+// int attribute "index" when `index` is set (NVIDIA's driver) and none
+// otherwise (names only).
+inline nlohmann::json ResourceSliceObject(const std::string& node, const std::string& driver, const std::string& prefix,
+                                          int count, bool index) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (int i = 0; i < count; ++i) {
+    nlohmann::json d = {{"name", prefix + "-" + std::to_string(i)}};
+    if (index) d["attributes"] = {{"index", {{"int", i}}}, {"uuid", {{"string", "u-" + std::to_string(i)}}}};
+    devices.push_back(d);
+  }
+  return {{"apiVersion", "resource.k8s.io/v1"},
+          {"kind", "ResourceSlice"},
+          {"metadata", {{"name", node + "-" + prefix}}},
+          {"spec",
+           {{"driver", driver},
+            {"nodeName", node},
+            {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
+            {"devices", devices}}}};
+}
+
 // An active fault of a chip, as ClusterD lists it for a node.
 inline v1::Fault ChipFault(const std::string& node, const std::string& code, uint32_t device,
                            v1::FaultLevel level = v1::FAULT_LEVEL_SEPARATE) {
