@@ -10,6 +10,7 @@
 
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/discovery.h"
+#include "clusterd/k8s/dra.h"
 #include "clusterd/k8s/requests.h"
 #include "clusterd/recovery/actuators/pooled.h"
 #include "common/config_util.h"  // JoinNames
@@ -87,29 +88,124 @@ ActionResult KubernetesActions::IsolateNode(const ActionRequest& req) {
   return {false, "patch node " + req.node + ": kept conflicting"};
 }
 
+// The device in the Node's devices annotation (a JSON patch guarded by the
+// resourceVersion, retried on a conflict), then its DeviceTaintRule where a
+// DRA driver publishes it; one Event when either changed something.
 ActionResult KubernetesActions::IsolateDevice(const ActionRequest& req) {
   if (!req.device) return {false, "isolate_device without a device"};
   const auto& marks = ctx_->marks();
   const std::string device = std::to_string(*req.device);
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  std::string uid, done;
+  bool changed = false;
+  for (int attempt = 0; attempt < 5 && done.empty(); ++attempt) {
     auto node = api().Get(k8s::NodePath(req.node));
     if (!node.ok()) return {false, "get node " + req.node + ": " + node.status().message()};
+    uid = k8s::StringAt(*node, {"metadata", "uid"});
     auto patch = k8s::IsolateDevicePatch(*node, marks, *req.device);
-    if (!patch) return {true, "device already marked isolated on node " + req.node};
+    if (!patch) {
+      done = "device already marked isolated on node " + req.node;
+      break;
+    }
     auto r = api().Patch(k8s::NodePath(req.node), *patch, k8s::PatchType::kJson);
     if (r.ok()) {
-      PostEvent(Event(req, "Node", req.node, "", k8s::StringAt(*node, {"metadata", "uid"}), "IsolateDevice",
-                      "recovery " + req.recovery_id + ": device " + device + " of node " + req.node + " isolated (" +
-                          marks.devices_annotation + ")"));
-      return {true, "device " + device + " marked isolated in " + marks.devices_annotation};
+      done = "device " + device + " marked isolated in " + marks.devices_annotation;
+      changed = true;
+    } else if (!Conflict(r.status())) {
+      return {false, "patch node " + req.node + ": " + r.status().message()};
     }
-    if (!Conflict(r.status())) return {false, "patch node " + req.node + ": " + r.status().message()};
   }
-  return {false, "patch node " + req.node + ": kept conflicting"};
+  if (done.empty()) return {false, "patch node " + req.node + ": kept conflicting"};
+  bool taint_changed = false;
+  auto tainted = TaintDevice(req, &taint_changed);
+  if (!tainted.ok()) return {false, done + "; device taint: " + tainted.status().message()};
+  std::string note = "recovery " + req.recovery_id + ": device " + device + " of node " + req.node + " isolated (" +
+                     marks.devices_annotation + ")";
+  if (!tainted->empty()) {
+    done += "; " + *tainted;
+    note += "; " + *tainted;
+  }
+  changed = changed || taint_changed;
+  if (changed) PostEvent(Event(req, "Node", req.node, "", uid, "IsolateDevice", note));
+  return {true, done};
+}
+
+StatusOr<std::string> KubernetesActions::TaintDevice(const ActionRequest& req, bool* changed) {
+  const TimePoint now = env_.clock->Now();
+  auto slices_version = ctx_->DraVersion("resourceslices", now);
+  if (!slices_version.ok()) {
+    if (KubernetesContext::DraUnavailable(slices_version.status())) return std::string();
+    return slices_version.status();
+  }
+  auto slices = api().Get(k8s::NodeSlicesPath(*slices_version, req.node));
+  if (!slices.ok()) return Status(slices.status().code(), "list ResourceSlices: " + slices.status().message());
+  const json items = slices->is_object() ? slices->value("items", json::array()) : json::array();
+  const auto found = k8s::MatchDraDevices(items, req.node, *req.device, ctx_->dra_match());
+  const std::string what = "device " + std::to_string(*req.device) + " of node " + req.node;
+  if (found.size() != 1) {
+    std::vector<std::string> names;
+    names.reserve(found.size());
+    for (const auto& d : found) names.push_back(d.driver + "/" + d.pool + "/" + d.name);
+    NoteOnce("dra/" + req.node + "/" + std::to_string(*req.device),
+             "kubernetes: " + what +
+                 (found.empty() ? ": no DRA device publishes it" : " is ambiguous in DRA: " + JoinNames(names)) +
+                 ": no device taint (k8s_dra_* settings)");
+    return std::string();
+  }
+  auto rules_version = ctx_->DraVersion("devicetaintrules", now);
+  if (!rules_version.ok()) {
+    if (KubernetesContext::DraUnavailable(rules_version.status())) return std::string();
+    return rules_version.status();
+  }
+  k8s::DeviceTaintSpec spec;
+  spec.version = *rules_version;
+  spec.node = req.node;
+  spec.device = *req.device;
+  spec.target = found.front();
+  const v1::FaultLevel level = req.level == v1::FAULT_LEVEL_UNSPECIFIED ? v1::FAULT_LEVEL_SEPARATE : req.level;
+  spec.key = ctx_->marks().taint_key;
+  spec.value = ShortLevelName(level);
+  spec.effect = k8s::DeviceTaintEffect(level);
+  spec.now = k8s::Rfc3339(now, false);
+  const json want = k8s::DeviceTaintRuleBody(spec);
+  const std::string name = k8s::DeviceTaintRuleName(spec.node, spec.device);
+  const std::string taint = "DeviceTaintRule " + name + " on " + spec.target.driver + "/" + spec.target.pool + "/" +
+                            spec.target.name + " (" + spec.key + "=" + spec.value + ":" + spec.effect + ")";
+  auto made = api().Post(k8s::DraPath(spec.version, "devicetaintrules"), want);
+  if (made.ok()) {
+    *changed = true;
+    return taint;
+  }
+  if (made.status().code() != StatusCode::kAlreadyExists) {
+    return Status(made.status().code(), "create " + taint + ": " + made.status().message());
+  }
+  // There already (a repeated step, or the device was isolated before): at
+  // least as strong as this step wants.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto rule = api().Get(k8s::DraPath(spec.version, "devicetaintrules", name));
+    if (!rule.ok()) return Status(rule.status().code(), "get DeviceTaintRule " + name + ": " + rule.status().message());
+    auto patch = k8s::DeviceTaintRulePatch(*rule, want);
+    if (!patch) return "DeviceTaintRule " + name + " already there";
+    auto r = api().Patch(k8s::DraPath(spec.version, "devicetaintrules", name), *patch, k8s::PatchType::kMerge);
+    if (r.ok()) {
+      *changed = true;
+      return "updated " + taint;
+    }
+    if (!Conflict(r.status())) return Status(r.status().code(), "patch " + taint + ": " + r.status().message());
+  }
+  return Status(StatusCode::kAborted, "patch DeviceTaintRule " + name + ": kept conflicting");
+}
+
+void KubernetesActions::NoteOnce(const std::string& key, const std::string& message) {
+  {
+    std::lock_guard lock(noted_mu_);
+    if (!noted_.insert(key).second) return;
+  }
+  GetLogger("k8s")->info("{}", message);
 }
 
 // The job's pods that hold any of `ranks` (all of its pods for a job
-// restart), from the shared pod cache.
+// restart), from the shared pod cache; *job_pods counts all of the job's
+// pods, terminating ones too.
 std::vector<KubernetesActions::Target> KubernetesActions::FindPods(const ActionRequest& req, bool whole_job,
                                                                    size_t* job_pods) const {
   std::set<uint32_t> ranks(req.ranks.begin(), req.ranks.end());
@@ -121,9 +217,12 @@ std::vector<KubernetesActions::Target> KubernetesActions::FindPods(const ActionR
   std::vector<Target> out;
   for (const auto& obj : ctx_->Pods()) {
     auto pod = k8s::ParsePod(obj, ctx_->discovery());
-    if (!pod.ok() || pod->terminating) continue;
+    if (!pod.ok()) continue;
     if (k8s::JobKeyOf(*pod, podgroups) != req.job_id) continue;
     ++*job_pods;
+    // Still the job's, but on its way out already (a NoExecute device
+    // taint, an earlier try of this step): never picked.
+    if (pod->terminating) continue;
     bool hit = whole_job;
     if (!hit) {
       for (uint32_t r : k8s::PodDeviceRanks(*pod)) hit = hit || ranks.count(r) > 0;

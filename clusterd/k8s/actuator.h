@@ -1,6 +1,7 @@
 // The "kubernetes" actuator (docs/kubernetes.md): a recovery's cluster
 // actions carried out through the API server. isolate_node cordons and
-// taints the Node, isolate_device marks the device on it, reschedule_pods
+// taints the Node, isolate_device marks the device on it (and, where a DRA
+// driver publishes it, taints it with a DeviceTaintRule), reschedule_pods
 // evicts the pods that hold the step's ranks (deleting them after the
 // eviction timeout when allowed), restart_job deletes all of the job's pods,
 // and each step that changes something posts an Event. Every action is safe
@@ -12,6 +13,8 @@
 #include <functional>
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +56,12 @@ class KubernetesActions {
   void Sleep(Duration d) const;
   ActionResult IsolateNode(const ActionRequest& req);
   ActionResult IsolateDevice(const ActionRequest& req);
+  // The DeviceTaintRule of the step's device: what was done (*changed when
+  // the rule was created or strengthened), "" when DRA does not publish the
+  // device (nothing to taint); an error fails the step.
+  StatusOr<std::string> TaintDevice(const ActionRequest& req, bool* changed);
+  // Logs `message` the first time `key` is seen.
+  void NoteOnce(const std::string& key, const std::string& message);
   std::vector<Target> FindPods(const ActionRequest& req, bool whole_job, size_t* job_pods) const;
   ActionResult RemovePods(const ActionRequest& req, bool evict);
   Status DeletePod(const Target& t);
@@ -65,6 +74,8 @@ class KubernetesActions {
 
   const std::shared_ptr<KubernetesContext> ctx_;
   const KubernetesActionsEnv env_;
+  std::mutex noted_mu_;
+  std::set<std::string> noted_;  // guarded by noted_mu_
 };
 
 // The actions over KubernetesContext::For(config) on the system clock, run

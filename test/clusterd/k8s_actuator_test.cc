@@ -11,6 +11,7 @@
 
 #include "clusterd/k8s/actuator.h"
 #include "clusterd/k8s/api/object.h"
+#include "clusterd/k8s/dra.h"
 #include "clusterd/k8s/requests.h"
 #include "k8s_objects.h"
 
@@ -24,6 +25,10 @@ using testing::kJobUid;
 using testing::NodePathOf;
 using testing::PodObject;
 using testing::PodPathOf;
+using testing::ResourceSliceObject;
+using testing::RulePathOf;
+using testing::RulesPath;
+using testing::SlicePathOf;
 
 class K8sActuatorTest : public ::testing::Test {
  protected:
@@ -154,6 +159,121 @@ TEST_F(K8sActuatorTest, IsolateDeviceMarksEachDeviceOnce) {
   EXPECT_FALSE(actions->Run(req).ok);
 }
 
+// Where a DRA driver publishes the node's chips (Ascend's: npu-<id>),
+// isolate_device also taints the chip with a DeviceTaintRule, once.
+TEST_F(K8sActuatorTest, IsolateDeviceTaintsTheDraDeviceOnce) {
+  world_.api->Set(SlicePathOf("worker02-npu"), ResourceSliceObject("worker02", "npu.huawei.com", "npu", 8, false));
+  world_.api->Set(SlicePathOf("worker01-npu"), ResourceSliceObject("worker01", "npu.huawei.com", "npu", 8, false));
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker02");
+  req.device = 3;
+  ActionResult r = actions->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  const std::string name = k8s::DeviceTaintRuleName("worker02", 3);
+  const std::string taint =
+      "DeviceTaintRule " + name + " on npu.huawei.com/worker02/npu-3 (clusterd.io/fault=SEPARATE:NoExecute)";
+  EXPECT_EQ(r.message, "device 3 marked isolated in clusterd.io/isolated-devices; " + taint);
+  auto rule = world_.api->Object(RulePathOf(name));
+  ASSERT_TRUE(rule.has_value());
+  EXPECT_EQ((*rule)["spec"]["deviceSelector"],
+            json({{"driver", "npu.huawei.com"}, {"pool", "worker02"}, {"device", "npu-3"}}));
+  EXPECT_EQ((*rule)["spec"]["taint"],
+            json({{"key", "clusterd.io/fault"}, {"value", "SEPARATE"}, {"effect", "NoExecute"}}));
+  EXPECT_EQ(k8s::Annotation(*rule, "clusterd.io/node"), "worker02");
+  EXPECT_EQ(k8s::Annotation(*rule, "clusterd.io/device"), "3");
+  EXPECT_EQ(k8s::Annotation(*rule, "clusterd.io/isolated-at"), k8s::Rfc3339(world_.clock.Now(), false));
+  // Only the node's own slices were asked for.
+  auto lists = world_.api->CallsTo("GET", "/apis/resource.k8s.io/v1/resourceslices");
+  ASSERT_FALSE(lists.empty());
+  EXPECT_EQ(lists.back().query, "fieldSelector=spec.nodeName%3Dworker02");
+  auto events = Events("default");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["note"], "recovery " + req.recovery_id +
+                                   ": device 3 of node worker02 isolated (clusterd.io/isolated-devices); " + taint);
+
+  // Repeated (after a restart): nothing new, no second Event.
+  ActionResult again = Actions()->Run(req);
+  ASSERT_TRUE(again.ok) << again.message;
+  EXPECT_EQ(again.message,
+            "device already marked isolated on node worker02; DeviceTaintRule " + name + " already there");
+  EXPECT_EQ(world_.api->Objects(RulesPath()).size(), 1u);
+  EXPECT_TRUE(world_.api->CallsTo("PATCH", RulePathOf(name)).empty());
+  EXPECT_EQ(Events("default").size(), 1u);
+
+  // PRE_SEPARATE keeps new claims away only; a later SEPARATE on that chip
+  // makes the taint evict.
+  req.device = 5;
+  req.level = v1::FAULT_LEVEL_PRE_SEPARATE;
+  ASSERT_TRUE(actions->Run(req).ok);
+  const std::string five = k8s::DeviceTaintRuleName("worker02", 5);
+  EXPECT_EQ((*world_.api->Object(RulePathOf(five)))["spec"]["taint"]["effect"], "NoSchedule");
+  req.level = v1::FAULT_LEVEL_SEPARATE;
+  req.idempotency_key += "-next";
+  r = actions->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_NE(r.message.find("updated DeviceTaintRule " + five), std::string::npos) << r.message;
+  EXPECT_EQ((*world_.api->Object(RulePathOf(five)))["spec"]["taint"]["effect"], "NoExecute");
+  EXPECT_EQ((*world_.api->Object(RulePathOf(five)))["spec"]["taint"]["value"], "SEPARATE");
+  // ... and a milder one never weakens it.
+  req.level = v1::FAULT_LEVEL_PRE_SEPARATE;
+  ASSERT_TRUE(actions->Run(req).ok);
+  EXPECT_EQ((*world_.api->Object(RulePathOf(five)))["spec"]["taint"]["effect"], "NoExecute");
+}
+
+// DRA is optional: no slice for the device, resource.k8s.io not served, or
+// not permitted, and isolate_device marks the Node as before.
+TEST_F(K8sActuatorTest, IsolateDeviceWithoutDraOnlyMarksTheNode) {
+  ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker02");
+  req.device = 3;
+  // Slices, but of another node.
+  world_.api->Set(SlicePathOf("worker01-npu"), ResourceSliceObject("worker01", "npu.huawei.com", "npu", 8, false));
+  ActionResult r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, "device 3 marked isolated in clusterd.io/isolated-devices");
+  // Not served in any version (a cluster without DRA).
+  for (std::string_view v : k8s::kDraVersions) {
+    world_.api->Script("GET", k8s::DraPath(v, "resourceslices"), 404, "NotFound");
+  }
+  req.device = 4;
+  r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, "device 4 marked isolated in clusterd.io/isolated-devices");
+  // Not permitted (the role lacks the DRA rules).
+  world_.api->Set(SlicePathOf("worker02-npu"), ResourceSliceObject("worker02", "npu.huawei.com", "npu", 8, false));
+  world_.api->Script("GET", "/apis/resource.k8s.io/v1/resourceslices", 403, "Forbidden");
+  req.device = 5;
+  r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_TRUE(world_.api->Objects(RulesPath()).empty());
+  EXPECT_TRUE(world_.api->CallsTo("POST", RulesPath()).empty());
+  // Two drivers name a device 6 (a NIC by its index): ambiguous, so none.
+  world_.api->Set(SlicePathOf("worker02-nic"), ResourceSliceObject("worker02", "nic.example.com", "nic", 8, true));
+  req.device = 6;
+  r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_TRUE(world_.api->Objects(RulesPath()).empty());
+  EXPECT_EQ(k8s::Annotation(*world_.api->Object(NodePathOf("worker02")), "clusterd.io/isolated-devices"), "3,4,5,6");
+}
+
+TEST_F(K8sActuatorTest, IsolateDeviceFailsWhenTheTaintCannotBeWritten) {
+  world_.api->Set(SlicePathOf("worker02-npu"), ResourceSliceObject("worker02", "npu.huawei.com", "npu", 8, false));
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker02");
+  req.device = 3;
+  world_.api->Script("POST", RulesPath(), 500, "InternalError");
+  ActionResult r = actions->Run(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("device taint: create DeviceTaintRule"), std::string::npos) << r.message;
+  // The API server cannot be reached for the probe: a failure too, and the
+  // next try probes again.
+  auto fresh = Actions();
+  world_.api->Script("GET", "/apis/resource.k8s.io/v1/resourceslices", 0);
+  EXPECT_FALSE(fresh->Run(req).ok);
+  r = fresh->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_TRUE(world_.api->Object(RulePathOf(k8s::DeviceTaintRuleName("worker02", 3))).has_value());
+}
+
 TEST_F(K8sActuatorTest, RescheduleEvictsThePodsOfTheRanksAndRecordsThem) {
   auto actions = Actions();
   ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
@@ -265,6 +385,22 @@ TEST_F(K8sActuatorTest, ARestartAfterTheEvictionFindsItDone) {
   EXPECT_TRUE(world_.api->CallsTo("POST", PodPathOf("llm-worker-1") + "/eviction").empty());
   EXPECT_EQ((*world_.api->Object(PodPathOf("llm-worker-1")))["metadata"]["uid"], "pod-uid-1b");
   EXPECT_EQ(Events("train").size(), 1u);
+}
+
+// A NoExecute device taint makes Kubernetes evict the pod on the chip
+// itself, between isolate_device and reschedule_pods: the pod already on its
+// way out is the move under way, not a job without pods.
+TEST_F(K8sActuatorTest, APodAlreadyTerminatingIsNotEvictedAgain) {
+  json going = PodObject("llm-worker-1", "pod-uid-1", "worker02", 1);
+  going["metadata"]["deletionTimestamp"] = k8s::Rfc3339(world_.clock.Now(), false);
+  world_.api->Set(PodPathOf("llm-worker-1"), going);
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {2};
+  ActionResult r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, std::string("no pod of job ") + kJobUid + " left to evict");
+  EXPECT_TRUE(world_.api->CallsTo("POST", PodPathOf("llm-worker-1") + "/eviction").empty());
+  EXPECT_TRUE(world_.api->Object(PodPathOf("llm-worker-0")).has_value());
 }
 
 TEST_F(K8sActuatorTest, ARestartBeforeTheEvictionEvictsThePodsChosenThen) {
