@@ -99,6 +99,8 @@ Status KubernetesIntegration::Start(const IntegrationEnv& env) {
         &m.AddCounter("clusterd_k8s_node_condition_writes_total", "Node condition patches sent to the API server.");
     unisolations_ = &m.AddCounter("clusterd_k8s_node_unisolations_total",
                                   "Nodes whose clusterd taint (and cordon) was removed after un-isolation.");
+    device_untaints_ = &m.AddCounter("clusterd_k8s_device_untaints_total",
+                                     "DRA DeviceTaintRules deleted after ClusterD returned their device to service.");
     k8s_errors_ = &m.AddCounter("clusterd_k8s_api_errors_total",
                                 "Failed API calls of the integration (retried on the next pass).");
   }
@@ -330,7 +332,7 @@ void KubernetesIntegration::SyncReadiness() {
   }
 }
 
-// ---- Node condition, un-isolation, device marks ----
+// ---- Node condition, un-isolation, device marks, DRA device taints ----
 
 void KubernetesIntegration::SyncNodes(TimePoint now) {
   // Seconds after isolate_node during which a node ClusterD does not (yet)
@@ -338,6 +340,7 @@ void KubernetesIntegration::SyncNodes(TimePoint now) {
   // milliseconds of the patch, well inside three passes.
   const int64_t grace = std::max<int64_t>(
       3, 3 * std::chrono::duration_cast<std::chrono::seconds>(ctx_->settings().condition_interval).count());
+  ListDeviceTaintRules(now);
   v1::ListNodesRequest req;
   req.set_page_size(500);
   for (;;) {
@@ -361,11 +364,15 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
   std::vector<v1::Fault> faults;
   std::vector<uint32_t> isolated_devices;
   const bool has_device_mark = !k8s::Annotation(obj, marks.devices_annotation).empty();
-  if (node.active_faults() > 0 || has_device_mark || node.isolated()) {
+  auto rules = dra_rules_.find(name);
+  const bool has_rules = rules != dra_rules_.end();
+  bool detail_read = false;
+  if (node.active_faults() > 0 || has_device_mark || node.isolated() || has_rules) {
     v1::GetNodeRequest greq;
     greq.set_name(name);
     auto detail = env_.commands->GetNode(greq);
     if (detail.ok()) {
+      detail_read = true;
       faults.assign(detail->active_faults().begin(), detail->active_faults().end());
       for (const auto& d : detail->devices()) {
         if (d.isolated()) isolated_devices.push_back(d.id());
@@ -411,6 +418,53 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
   if (want_devices != k8s::Annotation(obj, marks.devices_annotation)) {
     auto r = ctx_->client().Patch(path, k8s::DevicesAnnotationPatch(marks, want_devices), k8s::PatchType::kMerge);
     if (!r.ok()) ApiError("devices/" + name, "kubernetes: node " + name + " devices: " + r.status().message());
+  }
+  // 4. DRA device taints: a device ClusterD returned to service
+  //    (UncordonNode) loses the DeviceTaintRule isolate_device wrote; as
+  //    for the node, not within the grace after it was written, and only
+  //    when ClusterD's detail of the node was read.
+  if (has_rules && detail_read) {
+    const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+    for (const auto& rule : rules->second) {
+      if (std::find(isolated_devices.begin(), isolated_devices.end(), rule.device) != isolated_devices.end()) continue;
+      if (rule.isolated_at < 0 || now_s - rule.isolated_at >= grace_s) UntaintDevice(name, rule);
+    }
+  }
+}
+
+void KubernetesIntegration::ListDeviceTaintRules(TimePoint now) {
+  dra_rules_.clear();
+  auto version = ctx_->DraVersion("devicetaintrules", now);
+  if (!version.ok()) {
+    // Not served or not permitted: DRA is optional (the context logs it).
+    if (!KubernetesContext::DraUnavailable(version.status())) {
+      ApiError("dra", "kubernetes: DRA: " + version.status().message());
+    }
+    return;
+  }
+  auto list = ctx_->client().Get(k8s::ManagedRulesPath(*version));
+  if (!list.ok()) {
+    ApiError("dra", "kubernetes: list DeviceTaintRules: " + list.status().message());
+    return;
+  }
+  dra_version_ = *version;
+  const json items = list->is_object() ? list->value("items", json::array()) : json::array();
+  if (!items.is_array()) return;
+  for (const auto& item : items) {
+    if (auto rule = k8s::ParseManagedRule(item)) dra_rules_[rule->node].push_back(std::move(*rule));
+  }
+}
+
+void KubernetesIntegration::UntaintDevice(const std::string& node, const k8s::ManagedRule& rule) {
+  auto r = ctx_->client().Delete(k8s::DraPath(dra_version_, "devicetaintrules", rule.name));
+  if (r.ok() || r.status().code() == StatusCode::kNotFound) {
+    if (device_untaints_ != nullptr) device_untaints_->Inc();
+    GetLogger("k8s")->info("node {}: device {} returned to service: DeviceTaintRule {} deleted", node, rule.device,
+                           rule.name);
+  } else {
+    ApiError("untaint/" + node + "/" + std::to_string(rule.device),
+             "kubernetes: node " + node + " device " + std::to_string(rule.device) + " DeviceTaintRule " + rule.name +
+                 ": " + r.status().message());
   }
 }
 

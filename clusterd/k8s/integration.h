@@ -2,8 +2,9 @@
 // pods and Volcano PodGroups are written to ClusterD (created, updated,
 // deleted as the pods change); a Node whose Ready condition is not True is a
 // NODE_NOT_READY fault; and every condition interval a Node condition, the
-// isolated-devices mark and the un-isolation of nodes ClusterD returned to
-// service are kept in step with ClusterD's state.
+// isolated-devices mark and the un-isolation of nodes and devices ClusterD
+// returned to service (the node's taint and cordon, a device's DRA
+// DeviceTaintRule) are kept in step with ClusterD's state.
 //
 // The loop is steppable (Step: one turn, never waits) with a thin thread
 // driver, like the Engine's writer: every decision reads the Clock of the
@@ -18,12 +19,14 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "clusterd/config/config.h"
 #include "clusterd/engine/integration.h"
 #include "clusterd/k8s/context.h"
+#include "clusterd/k8s/dra.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -66,6 +69,10 @@ class KubernetesIntegration final : public Integration {
   void SyncNodes(TimePoint now);
   void SyncNode(const v1::Node& node, nlohmann::json obj, TimePoint now, int64_t grace_s);
   void Unisolate(const std::string& name, const nlohmann::json& obj);
+  // The DeviceTaintRules isolate_device wrote, by node, into dra_rules_
+  // (none when DRA is not served or the rules cannot be listed).
+  void ListDeviceTaintRules(TimePoint now);
+  void UntaintDevice(const std::string& node, const k8s::ManagedRule& rule);
 
   const std::shared_ptr<KubernetesContext> ctx_;
   const Driver driver_;
@@ -84,12 +91,15 @@ class KubernetesIntegration final : public Integration {
   std::map<std::string, bool> not_ready_;       // node -> NODE_NOT_READY raised
   std::map<std::string, std::string> pending_;  // node -> condition waiting for a second pass
   std::map<std::string, std::string> warned_;
+  std::string dra_version_;                                         // of the rules listed by the current node pass
+  std::map<std::string, std::vector<k8s::ManagedRule>> dra_rules_;  // node -> its rules, this pass
   Counter* jobs_written_ = nullptr;
   Counter* jobs_refused_ = nullptr;
   Gauge* pods_refused_ = nullptr;
   Gauge* discovery_warnings_ = nullptr;
   Counter* conditions_written_ = nullptr;
   Counter* unisolations_ = nullptr;
+  Counter* device_untaints_ = nullptr;
   Counter* k8s_errors_ = nullptr;
 };
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/k8s/api/object.h"
+#include "clusterd/k8s/dra.h"
 #include "clusterd/k8s/integration.h"
 #include "fake_cluster_commands.h"
 #include "k8s_objects.h"
@@ -25,6 +26,8 @@ using testing::NodeObject;
 using testing::NodePathOf;
 using testing::PodObject;
 using testing::PodPathOf;
+using testing::RulePathOf;
+using testing::RulesPath;
 
 class K8sIntegrationTest : public ::testing::Test {
  protected:
@@ -348,6 +351,84 @@ TEST_F(K8sIntegrationTest, AnUnisolationThatConflictsIsRetriedAtTheNextPass) {
   json node = *world_.api->Object(NodePathOf("worker01"));
   EXPECT_FALSE(k8s::HasTaint(node, "clusterd.io/fault"));
   EXPECT_EQ(node["metadata"]["labels"]["zone"], "b");  // the other writer's change survives
+}
+
+// A DeviceTaintRule as isolate_device wrote it at `at`.
+json RuleObject(uint32_t device, const std::string& at) {
+  k8s::DeviceTaintSpec s;
+  s.version = "v1";
+  s.node = "worker01";
+  s.device = device;
+  s.target = {"npu.huawei.com", "worker01", "npu-" + std::to_string(device)};
+  s.key = "clusterd.io/fault";
+  s.value = "SEPARATE";
+  s.effect = "NoExecute";
+  s.now = at;
+  return k8s::DeviceTaintRuleBody(s);
+}
+
+// UncordonNode returns a node's devices to service: their DeviceTaintRules
+// go, after the grace that covers an isolate_device whose result is not
+// stored yet; a device still isolated and a rule not ClusterD's stay.
+TEST_F(K8sIntegrationTest, ADeviceReturnedToServiceLosesItsDeviceTaintAfterTheGrace) {
+  const std::string released = k8s::DeviceTaintRuleName("worker01", 3);
+  const std::string kept = k8s::DeviceTaintRuleName("worker01", 0);
+  world_.api->Set(RulePathOf(released), RuleObject(3, k8s::Rfc3339(world_.clock.Now(), false)));
+  world_.api->Set(RulePathOf(kept), RuleObject(0, "2020-01-01T00:00:00Z"));
+  json theirs = RuleObject(3, "2020-01-01T00:00:00Z");
+  theirs["metadata"].erase("labels");
+  world_.api->Set(RulePathOf("theirs"), theirs);
+  v1::Node n;
+  n.set_name("worker01");
+  commands_.nodes["worker01"] = n;
+  v1::Device d0;
+  d0.set_id(0);
+  d0.set_isolated(true);
+  v1::Device d3;
+  d3.set_id(3);
+  commands_.devices["worker01"] = {d0, d3};
+  StartIntegration();
+  Step();
+  EXPECT_TRUE(world_.api->Object(RulePathOf(released)).has_value());  // within the grace
+  auto lists = world_.api->CallsTo("GET", RulesPath());
+  ASSERT_FALSE(lists.empty());
+  EXPECT_EQ(lists.back().query, "labelSelector=clusterd.io%2Fmanaged%3Dtrue");
+  world_.clock.Advance(3 * world_.settings.condition_interval);
+  Step();
+  EXPECT_FALSE(world_.api->Object(RulePathOf(released)).has_value());
+  EXPECT_TRUE(world_.api->Object(RulePathOf(kept)).has_value());
+  EXPECT_TRUE(world_.api->Object(RulePathOf("theirs")).has_value());
+  // Gone already when deleted (someone was faster): done all the same.
+  world_.api->Set(RulePathOf(released), RuleObject(3, "2020-01-01T00:00:00Z"));
+  world_.api->Script("DELETE", RulePathOf(released), 404, "NotFound");
+  Pass();
+  EXPECT_EQ(world_.api->CallsTo("DELETE", RulePathOf(released)).back().status, 404);
+  // The whole node back in service: the last rule goes too.
+  commands_.devices.clear();
+  Pass();
+  EXPECT_FALSE(world_.api->Object(RulePathOf(kept)).has_value());
+}
+
+// Without resource.k8s.io the pass goes on as before, and the API server is
+// asked again only minutes later.
+TEST_F(K8sIntegrationTest, WithoutDraThePassProbesRarely) {
+  for (std::string_view v : k8s::kDraVersions) {
+    world_.api->Script("GET", k8s::DraPath(v, "devicetaintrules"), 404, "NotFound");
+  }
+  v1::Node n;
+  n.set_name("worker01");
+  commands_.nodes["worker01"] = n;
+  StartIntegration();
+  EXPECT_TRUE(Step().nodes);
+  EXPECT_TRUE(Pass().nodes);
+  size_t probes = 0;
+  for (const auto& c : world_.api->Calls()) probes += c.path.find("/devicetaintrules") != std::string::npos;
+  EXPECT_EQ(probes, k8s::kDraVersions.size());
+  for (const auto& w : world_.api->Writes()) EXPECT_EQ(w.path.find("resource.k8s.io"), std::string::npos) << w.path;
+  // Five minutes on: probed again (v1 is served now) and listed.
+  world_.clock.Advance(std::chrono::minutes(5));
+  Step();
+  EXPECT_EQ(world_.api->CallsTo("GET", RulesPath()).size(), 3u);
 }
 
 // ClusterD's commands from the loop's thread and the test's: the fake under a
