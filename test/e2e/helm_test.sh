@@ -222,7 +222,7 @@ rules() {
 }
 K=$TMP/values-kubernetes-$kv.yaml NK=$TMP/values-no-kubernetes-$kv.yaml R=$TMP/values-recovery-$kv.yaml
 expect "default: ClusterRole rules" "$D" "$(rules ClusterRole)" \
-  "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
+  "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('resource.k8s.io', 'devicetaintrules', 'get list create patch delete'), ('resource.k8s.io', 'resourceslices', 'list'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
 expect "default: Role: leases in the release namespace" "$D" "(by['Role'][0]['metadata']['namespace'], $(rules Role))" \
   "('fault-mgmt', [('coordination.k8s.io', 'leases', 'get create update')])"
 expect "default: bindings name ClusterD's ServiceAccount only" "$D" "sorted((b['kind'], b['roleRef']['name'], str(b['subjects'])) for k in ('ClusterRoleBinding', 'RoleBinding') for b in by[k])" \
@@ -237,7 +237,7 @@ expect "kubernetes: tuned keys in config.json" "$K" "(lambda c: sorted((k, v) fo
   "[('k8s_delete_fallback', True), ('k8s_devices_annotation', 'example.com/devices'), ('k8s_eviction_timeout', '2m'), ('k8s_job_kind_label', 'example.com/kind'), ('k8s_namespace', 'training'), ('k8s_node_condition', 'GPUHealthy'), ('k8s_node_not_ready_level', 'SEPARATE'), ('k8s_rank_annotation', 'example.com/rank'), ('k8s_taint_effect', 'NoExecute'), ('k8s_taint_key', 'example.com/accelerator-fault')]"
 expect "kubernetes: bindings follow the named ServiceAccount" "$K" "sorted({s['name'] for k in ('ClusterRoleBinding', 'RoleBinding') for b in by[k] for s in b['subjects']} | {pod('Deployment')['serviceAccountName']})" "['fault-sa']"
 expect "recovery: an explicit actuator wins over kubernetes" "$R" "__import__('json').loads(cm('clusterd')['config.json'])['actuator']" "webhook"
-expect "recovery: without the kubernetes actuator no eviction or pod delete" "$R" "$(rules ClusterRole)" \
+expect "recovery: without the kubernetes actuator no eviction, pod delete or DRA device taints" "$R" "$(rules ClusterRole)" \
   "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
 if out=$("$HELM" template "$CHART" 2>&1 >"$TMP/plain.yaml"); then
   ok "plain \`helm template $CHART\` (no --kube-version) renders $(grep -c '^kind:' "$TMP/plain.yaml") objects"
@@ -322,7 +322,7 @@ if render mindcluster-volcano-k8s default "$kv" --set mindcluster.volcano.enable
   expect "mindcluster.volcano.enabled: the Roles in kube-system and mindx-dl, bound" "$MVK" "($mv_roles, [(ns, n, r) for ns, n, _, r, _ in $mv_bindings])" \
     "([('kube-system', 'clusterd-mindcluster-deviceinfo', $MV_READ), ('mindx-dl', 'clusterd-mindcluster-clusterinfo', $MV_WRITE)], [('kube-system', 'clusterd-mindcluster-deviceinfo', 'clusterd-mindcluster-deviceinfo'), ('mindx-dl', 'clusterd-mindcluster-clusterinfo', 'clusterd-mindcluster-clusterinfo')])"
   expect "mindcluster.volcano.enabled: the Kubernetes integration's ClusterRole unchanged (no configmaps)" "$MVK" "$(rules ClusterRole)" \
-    "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
+    "[('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('resource.k8s.io', 'devicetaintrules', 'get list create patch delete'), ('resource.k8s.io', 'resourceslices', 'list'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')]"
   expect "mindcluster.volcano.enabled, release in mindx-dl: the write Role next to the leases Role" "$MVN" \
     "sorted((d['metadata']['namespace'], d['metadata']['name']) for d in by['Role'])" \
     "[('kube-system', 'clusterd-mindcluster-deviceinfo'), ('mindx-dl', 'clusterd'), ('mindx-dl', 'clusterd-mindcluster-clusterinfo')]"
@@ -510,7 +510,7 @@ expect "ha: the ClusterD ServiceMonitor selects the headless Service alone (ever
 expect "ha: a Role with exactly get and patch on pods in the release namespace, bound to ClusterD's ServiceAccount" "$HA" "$HA_PODS_ROLE" \
   "[('clusterd-ha', 'fault-mgmt', [{'apiGroups': [''], 'resources': ['pods'], 'verbs': ['get', 'patch']}], [('fault-mgmt', {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'Role', 'name': 'clusterd-ha'}, [{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}])])]"
 expect "ha: the integration's RBAC unchanged beside it (ClusterRole pods rules, leases Role)" "$HA" "($(rules ClusterRole), $(rules Role clusterd))" \
-  "([('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')], [('coordination.k8s.io', 'leases', 'get create update')])"
+  "([('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('resource.k8s.io', 'devicetaintrules', 'get list create patch delete'), ('resource.k8s.io', 'resourceslices', 'list'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')], [('coordination.k8s.io', 'leases', 'get create update')])"
 expect "ha: ClusterD NetworkPolicy: HTTP from the other replicas (checkpoints) beside Prometheus" "$HA" "rules_of('clusterd')[1:]" \
   "[(['http'], $PROM), (['http'], [{'podSelector': $CLUSTERD_SEL}])]"
 expect "ha: etcd StatefulSet: 3 members, image, static cluster, ClusterD's flags" "$HA" \

@@ -46,6 +46,9 @@ ALLOWED_RULES = {
     ("ClusterRole", "scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
     ("ClusterRole", "", "events"): {"create", "patch", "get"},
     ("ClusterRole", "events.k8s.io", "events"): {"create", "patch", "get"},
+    # The kubernetes actuator's DRA device taints.
+    ("ClusterRole", "resource.k8s.io", "resourceslices"): {"list"},
+    ("ClusterRole", "resource.k8s.io", "devicetaintrules"): {"get", "list", "create", "patch", "delete"},
     ("Role", "coordination.k8s.io", "leases"): {"get", "create", "update"},
     # ha.leaderLabel: each replica labels its own pod, and a new leader its predecessor's
     # (a Role of its own, in the release namespace).

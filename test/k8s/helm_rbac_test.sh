@@ -162,6 +162,16 @@ check 201 "create an events.k8s.io/v1 Event" POST "/apis/events.k8s.io/v1/namesp
   "{\"apiVersion\":\"events.k8s.io/v1\",\"kind\":\"Event\",\"metadata\":{\"name\":\"clusterd.step-2\"},\"eventTime\":\"$micro\",\"reportingController\":\"clusterd.io/clusterd\",\"reportingInstance\":\"clusterd-0\",\"action\":\"Evict\",\"reason\":\"RecoveryStep\",\"note\":\"evict rank 1\",\"type\":\"Warning\",\"regarding\":{\"kind\":\"PodGroup\",\"apiVersion\":\"scheduling.volcano.sh/v1beta1\",\"namespace\":\"$WORK\",\"name\":\"job-a\"}}"
 check 200 "patch an events.k8s.io/v1 Event (series)" PATCH "/apis/events.k8s.io/v1/namespaces/$WORK/events/clusterd.step-2" \
   "{\"series\":{\"count\":2,\"lastObservedTime\":\"$micro\"}}"
+DRA=/apis/resource.k8s.io/v1
+check 200 "list a node's ResourceSlices (DRA)" GET "$DRA/resourceslices?fieldSelector=spec.nodeName%3Dworker-1"
+check 200 "probe ResourceSlices (limit=1)" GET "$DRA/resourceslices?limit=1"
+check 201 "create a DeviceTaintRule" POST "$DRA/devicetaintrules" \
+  '{"apiVersion":"resource.k8s.io/v1","kind":"DeviceTaintRule","metadata":{"name":"clusterd-dra-worker-1-3","labels":{"clusterd.io/managed":"true"}},"spec":{"deviceSelector":{"driver":"npu.example.com","pool":"worker-1","device":"npu-3"},"taint":{"key":"clusterd.io/fault","value":"PRE_SEPARATE","effect":"NoSchedule"}}}'
+check 200 "get the DeviceTaintRule" GET "$DRA/devicetaintrules/clusterd-dra-worker-1-3"
+check 200 "list ClusterD's DeviceTaintRules" GET "$DRA/devicetaintrules?labelSelector=clusterd.io%2Fmanaged%3Dtrue"
+check 200 "strengthen the DeviceTaintRule (merge patch)" PATCH "$DRA/devicetaintrules/clusterd-dra-worker-1-3" \
+  '{"spec":{"taint":{"key":"clusterd.io/fault","value":"SEPARATE","effect":"NoExecute"}}}'
+check 200 "delete the DeviceTaintRule" DELETE "$DRA/devicetaintrules/clusterd-dra-worker-1-3"
 LEASES=/apis/coordination.k8s.io/v1/namespaces/$NS/leases
 check 201 "create a Lease in $NS" POST "$LEASES" \
   '{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"clusterd"},"spec":{"holderIdentity":"clusterd-0","leaseDurationSeconds":15}}'
@@ -192,6 +202,13 @@ check 403 "create a Lease in another namespace" POST "/apis/coordination.k8s.io/
   '{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"clusterd"},"spec":{}}'
 check 403 "get a Lease in kube-system" GET /apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager
 check 403 "list Deployments" GET /apis/apps/v1/deployments
+check 403 "create a ResourceSlice (the DRA driver's)" POST "$DRA/resourceslices" \
+  '{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"rogue"},"spec":{"driver":"npu.example.com","nodeName":"worker-1","pool":{"name":"worker-1","generation":1,"resourceSliceCount":1},"devices":[]}}'
+check 403 "watch ResourceSlices" GET "$DRA/resourceslices?watch=1&timeoutSeconds=1"
+check 403 "list ResourceClaims" GET "$DRA/resourceclaims"
+check 403 "update a DeviceTaintRule (PUT)" PUT "$DRA/devicetaintrules/clusterd-dra-worker-1-3" \
+  '{"apiVersion":"resource.k8s.io/v1","kind":"DeviceTaintRule","metadata":{"name":"clusterd-dra-worker-1-3"},"spec":{"taint":{"key":"k","effect":"None"}}}'
+check 403 "delete all DeviceTaintRules" DELETE "$DRA/devicetaintrules"
 check 403 "request another token (serviceaccounts/token)" POST "/api/v1/namespaces/$NS/serviceaccounts/clusterd/token" \
   '{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}'
 check 403 "bind itself a role (clusterrolebindings)" POST /apis/rbac.authorization.k8s.io/v1/clusterrolebindings \
