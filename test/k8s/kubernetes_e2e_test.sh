@@ -5,8 +5,11 @@
 #  A. a Volcano job's pods (hccl/rankIndex, huawei.com/AscendReal) appear in
 #     ClusterD as one job keyed by the owner's UID, with device ranks placed;
 #  B. a SEPARATE fault on a rank's device: the device is marked isolated on
-#     the Node, the pod evicted through the Eviction API, Events posted, the
-#     Node condition set; the replacement pod moves the ranks;
+#     the Node and tainted through DRA (a DeviceTaintRule on the ResourceSlice
+#     device npu-0: resource.k8s.io/v1, served by kube-apiserver 1.37 without
+#     flags), the pod evicted through the Eviction API, Events posted, the
+#     Node condition set; the replacement pod moves the ranks; once the chip
+#     is back (fault cleared, UncordonNode) the DeviceTaintRule is deleted;
 #  C. a lost node: cordon + taint through isolate_node; UncordonNode in
 #     ClusterD undoes exactly that;
 #  D. a Node whose Ready condition goes False is a fault, cleared when Ready;
@@ -71,6 +74,18 @@ pod() {
 }
 pod llm-worker-0 worker01 0 Ascend910-0,Ascend910-1
 pod llm-worker-1 worker02 1 Ascend910-0,Ascend910-1
+# A DRA driver's ResourceSlices (as Ascend's names chips: npu-<id>), and another driver's
+# devices on worker02 that are no chip: ClusterD taints only the chip.
+slice() {  # slice NODE DRIVER NAME...
+  local node=$1 driver=$2 devices="" d
+  shift 2
+  for d in "$@"; do devices+="${devices:+,}{\"name\":\"$d\"}"; done
+  k8s_api POST /apis/resource.k8s.io/v1/resourceslices "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceSlice\",
+    \"metadata\":{\"name\":\"$node-${driver%%.*}\"},\"spec\":{\"driver\":\"$driver\",\"nodeName\":\"$node\",
+    \"pool\":{\"name\":\"$node\",\"generation\":1,\"resourceSliceCount\":1},\"devices\":[$devices]}}" >/dev/null
+}
+for n in worker01 worker02 worker03; do slice $n npu.example.com npu-0 npu-1 npu-2 npu-3 npu-4 npu-5 npu-6 npu-7; done
+slice worker02 nic.example.com eth0 eth1
 
 # ---- clusterd with the integration and the actuator, three sim agents ----
 CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes --actuator kubernetes
@@ -136,6 +151,16 @@ evicted() { k8s_api GET /api/v1/namespaces/train/pods/llm-worker-1 | grep -q del
 wait_until 30 evicted
 isolated_devices() { node_json_field "$1" 'n["metadata"].get("annotations",{}).get("clusterd.io/isolated-devices","")'; }
 wait_until 15 is 'isolated_devices worker02' 0
+# The DeviceTaintRule ClusterD wrote, as "node device driver/pool/device key=value:effect".
+RULES='/apis/resource.k8s.io/v1/devicetaintrules?labelSelector=clusterd.io%2Fmanaged%3Dtrue'
+rules() {
+  k8s_api GET "$RULES" | python3 -c 'import json,sys
+for r in json.load(sys.stdin)["items"]:
+    a, s, t = r["metadata"]["annotations"], r["spec"]["deviceSelector"], r["spec"]["taint"]
+    print(a["clusterd.io/node"], a["clusterd.io/device"], s["driver"] + "/" + s["pool"] + "/" + s["device"],
+          t["key"] + "=" + t["value"] + ":" + t["effect"], "timeAdded" in t)'
+}
+wait_until 15 is 'rules' "worker02 0 npu.example.com/worker02/npu-0 clusterd.io/fault=SEPARATE:NoExecute True"
 wait_until 15 is 'condition worker02' "False/AcceleratorFaulty"
 events=$(train_events)
 expect_contains "$events" '"action":"Evict"' "B: an Event for the eviction"
@@ -148,7 +173,17 @@ wait_until 15 sh -c "! curl -sf --cacert '$K8S_CA' -H 'Authorization: Bearer $K8
 pod llm-worker-1 worker03 1 Ascend910-4,Ascend910-5
 wait_until 30 is 'placement "$VCJOB_UID"' "0:worker01:0 1:worker01:1 2:worker03:4 3:worker03:5"
 wait_until 30 recovery_is "$VCJOB_UID.1" RECOVERY_STATE_SUCCEEDED
-echo "   evicted llm-worker-1; ranks 2,3 now on worker03; recovery $VCJOB_UID.1 SUCCEEDED"
+[[ $(recovery "$VCJOB_UID.1" '[s["message"] for s in r["steps"] if s.get("action") == "CLUSTER_ACTION_ISOLATE_DEVICE"][0]') == *"DeviceTaintRule clusterd-dra-worker02-0-"* ]] ||
+  fail "B: the isolate_device step names the DeviceTaintRule"
+echo "   evicted llm-worker-1; ranks 2,3 now on worker03; recovery $VCJOB_UID.1 SUCCEEDED; npu-0 DRA-tainted NoExecute"
+# The chip is replaced: the fault clears and UncordonNode returns worker02 and its devices to
+# service; the integration deletes the DeviceTaintRule (after its grace) and the device mark.
+inject worker02 0 4C4BA00C clear
+grpcurl -plaintext -d '{"node": "worker02", "actor": "e2e", "reason": "chip replaced"}' "$ADDR" \
+  clusterd.v1.AdminService/UncordonNode >/dev/null
+wait_until 30 is 'rules' ""
+wait_until 15 is 'isolated_devices worker02' ""
+echo "   worker02 back in service: DeviceTaintRule and device mark gone"
 
 echo "-- C: a lost node -> cordon + taint; UncordonNode in ClusterD undoes it"
 kill_wait "${NODED_PID[worker01]}"
