@@ -16,10 +16,13 @@ namespace clusterd::bench {
 
 namespace {
 std::atomic<int> devices_per_node{kDevices};
+std::atomic<const char*> device_model{"910B3"};
 }  // namespace
 
 int DevicesPerNode() { return devices_per_node.load(std::memory_order_relaxed); }
 void SetDevicesPerNode(int n) { devices_per_node = n; }
+const char* DeviceModel() { return device_model.load(std::memory_order_relaxed); }
+void SetDeviceModel(const char* model) { device_model = model; }
 
 v1::ConnectRequest MakeHello(const std::string& node) {
   v1::ConnectRequest req;
@@ -32,7 +35,7 @@ v1::ConnectRequest MakeHello(const std::string& node) {
     auto* d = h->mutable_inventory()->add_devices();
     d->set_id(i);
     d->set_vendor("huawei");
-    d->set_model("910B3");
+    d->set_model(DeviceModel());
   }
   return req;
 }

@@ -32,8 +32,14 @@ constexpr int kDevices = 8;
 // --devices says otherwise (scenarios 3, 4 and 7 at MindCluster's 16).
 int DevicesPerNode();
 void SetDevicesPerNode(int n);
+// The model those devices announce (vendor "huawei"): "910B3" unless a
+// scenario sets another (scenario 13: "Ascend910B3"). Set it only while no
+// AgentPool or DriveAgents runs; `model` must outlive its use (a literal).
+const char* DeviceModel();
+void SetDeviceModel(const char* model);
 
-// Hello of node `node` with DevicesPerNode() accelerators, epoch kEpoch.
+// Hello of node `node` with DevicesPerNode() accelerators of DeviceModel(),
+// epoch kEpoch.
 v1::ConnectRequest MakeHello(const std::string& node);
 // A transition (epoch kEpoch, `seq`) timestamped now.
 void FillFault(uint64_t seq, v1::TransitionAction action, uint32_t device, const std::string& code,

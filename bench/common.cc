@@ -47,11 +47,12 @@ namespace {
       "                      [--footprint SECONDS] [--query-nodes N] [--query-duration SECONDS]\n"
       "                      [--agents N] [--agent-channels N] [--steady SECONDS] [--detect-samples N]\n"
       "                      [--lost-samples N] [--restart-nodes N] [--restart-events N] [--devices N]\n"
-      "                      [--ha-nodes N]\n"
+      "                      [--ha-nodes N] [--job-reports N] [--stack-nodes N] [--stack-samples N]\n"
+      "                      [--stack-churn-nodes N] [--stack-churn SECONDS]\n"
       "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
       "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-12)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-13)\n"
       "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
       "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
       "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -73,12 +74,16 @@ namespace {
       "  --restart-events    scenario 7: history events stored before the kill -9 (default 1000000)\n"
       "  --ha-nodes          scenario 11: agents attached when the HA leader is killed (default 10000)\n"
       "  --job-reports       scenario 12: node-level Reports timed per node (default 2048)\n"
+      "  --stack-nodes       scenario 13: nodes x 16 Ascend910B3 chips known to clusterd (default 16000)\n"
+      "  --stack-samples     scenario 13: chip faults timed to Volcano's ConfigMaps, per path (default 50)\n"
+      "  --stack-churn-nodes scenario 13: device-plugin ConfigMaps rewritten once a second (default 1000)\n"
+      "  --stack-churn       scenario 13: seconds of that churn measured (default 30)\n"
       "  --clusterd, --noded binaries (default: next to this binary)\n"
       "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
       "                      skipped with a note when there is none)\n"
-      "  --etcd              etcd binary for scenarios 10 and 11 (default: on PATH; skipped with a note\n"
-      "                      when there is none; scripts/bench.sh passes scripts/k8s-tools.sh's)\n"
-      "  --kube-apiserver    kube-apiserver binary for scenario 10 (default: on PATH)\n"
+      "  --etcd              etcd binary for scenarios 10, 11 and 13 (default: on PATH; skipped with a\n"
+      "                      note when there is none; scripts/bench.sh passes scripts/k8s-tools.sh's)\n"
+      "  --kube-apiserver    kube-apiserver binary for scenarios 10 and 13 (default: on PATH)\n"
       "  --kube-peer         scenario 10's client-go driver (default: clusterd-kube-peer next to\n"
       "                      this binary; scripts/kube-peer.sh builds it)\n"
       "  --json              results file (default bench-results.json)\n"
@@ -157,6 +162,14 @@ Options ParseArgs(int argc, char** argv) {
         o.restart_nodes = std::stoi(value());
       else if (a == "--ha-nodes")
         o.ha_nodes = std::stoi(value());
+      else if (a == "--stack-nodes")
+        o.stack_nodes = std::stoi(value());
+      else if (a == "--stack-samples")
+        o.stack_samples = std::stoi(value());
+      else if (a == "--stack-churn-nodes")
+        o.stack_churn_nodes = std::stoi(value());
+      else if (a == "--stack-churn")
+        o.stack_churn_s = std::stod(value());
       else if (a == "--restart-events")
         o.restart_events = std::stoll(value());
       else if (a == "--clusterd")
@@ -179,7 +192,7 @@ Options ParseArgs(int argc, char** argv) {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
           const int n = std::stoi(s);
-          if (n < 1 || n > 12) Usage(2);
+          if (n < 1 || n > 13) Usage(2);
           o.only.insert(n);
         }
       } else if (a == "--help" || a == "-h")
@@ -214,13 +227,18 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--restart-events", &o.restart_events, int64_t{20000});
     dflt("--ha-nodes", &o.ha_nodes, 200);
     dflt("--job-reports", &o.job_reports, 200);
+    dflt("--stack-nodes", &o.stack_nodes, 2000);
+    dflt("--stack-samples", &o.stack_samples, 10);
+    dflt("--stack-churn-nodes", &o.stack_churn_nodes, 200);
+    dflt("--stack-churn", &o.stack_churn_s, 5.0);
     o.restart_grace_s = 1.5;
   }
   if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
       o.watchers <= 0 || o.fanout_rate <= 0 || o.footprint_s <= 0 || o.query_nodes <= 0 || o.query_s <= 0 ||
       o.agents <= 0 || o.agent_channels <= 0 || o.steady_s <= 0 || o.detect_samples <= 0 || o.lost_samples <= 0 ||
       o.restart_nodes <= 0 || o.ha_nodes <= 0 || o.job_reports <= 0 || o.job_reports > 4000 || o.restart_events < 0 ||
-      o.devices <= 0 || o.devices > 64) {
+      o.devices <= 0 || o.devices > 64 || o.stack_nodes <= 0 || o.stack_samples <= 0 || o.stack_churn_nodes <= 0 ||
+      o.stack_churn_s <= 0) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();

@@ -32,8 +32,9 @@ struct Options {
   std::string clusterd;  // default: next to this binary
   std::string noded;     // default: next to this binary
   std::string ghz;       // default: ghz on PATH, else $HOME/go/bin/ghz
-  // Scenario 10's peers: etcd and kube-apiserver (default: on PATH) and the
-  // client-go driver (default: clusterd-kube-peer next to this binary).
+  // Scenario 10's peers: etcd and kube-apiserver (default: on PATH; also
+  // scenario 13's API server, etcd scenario 11's) and the client-go driver
+  // (default: clusterd-kube-peer next to this binary).
   std::string etcd, kube_apiserver, kube_peer;
   std::string json_path = "bench-results.json";
   std::string tmp_root;
@@ -66,6 +67,11 @@ struct Options {
   int ha_nodes = 10000;
   // Scenario 12.
   int job_reports = 2048;
+  // Scenario 13.
+  int stack_nodes = 16000;
+  int stack_samples = 50;
+  int stack_churn_nodes = 1000;
+  double stack_churn_s = 30;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };

@@ -4,7 +4,8 @@
 // fdatasync rate and a raw unary call. Scenarios 1 (durable ingest) and 2
 // (ack latency at a fixed offered rate) are here; 5, 6, 8, 9 and 12 are in
 // scenarios.cc, 3, 4 and 7 in scale.cc, 10 (etcd and the Kubernetes API
-// server as peers) in peers.cc. Figures are printed and written as
+// server as peers) in peers.cc, 11 in ha.cc, 13 (the MindCluster stack's
+// ConfigMaps) in stack.cc. Figures are printed and written as
 // JSON, never asserted.
 // See docs/performance.md.
 #include <fcntl.h>
@@ -35,6 +36,7 @@
 #include "scale.h"
 #include "scenarios.h"
 #include "sink.h"
+#include "stack.h"
 
 namespace clusterd::bench {
 namespace {
@@ -270,7 +272,11 @@ int Run(const Options& o) {
                     {"restart_nodes", o.restart_nodes},
                     {"restart_events", o.restart_events},
                     {"ha_nodes", o.ha_nodes},
-                    {"job_reports", o.job_reports}};
+                    {"job_reports", o.job_reports},
+                    {"stack_nodes", o.stack_nodes},
+                    {"stack_samples", o.stack_samples},
+                    {"stack_churn_nodes", o.stack_churn_nodes},
+                    {"stack_churn_s", o.stack_churn_s}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -281,6 +287,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(10)) err = RunPeers(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(11)) err = RunHa(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(12)) err = RunLargestJobs(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(13)) err = RunStack(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";
