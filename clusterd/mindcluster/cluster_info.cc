@@ -1,6 +1,7 @@
 #include "clusterd/mindcluster/cluster_info.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -145,9 +146,15 @@ size_t ClusterInfoPublisher::Place(const std::string& node, size_t bytes, std::o
   Chunk& c = chunks_[*chosen];
   c.nodes.insert(node);
   c.bytes += bytes;
-  c.dirty = true;
+  Touch(c);
   if (prefer != chosen) c.gained = true;
   return *chosen;
+}
+
+void ClusterInfoPublisher::Touch(Chunk& c) {
+  if (!c.dirty || c.refresh_only) c.dirty_seq = ++dirty_seq_;
+  c.dirty = true;
+  c.refresh_only = false;
 }
 
 void ClusterInfoPublisher::Leave(const std::string& node, const Node& n) {
@@ -156,7 +163,7 @@ void ClusterInfoPublisher::Leave(const std::string& node, const Node& n) {
   Chunk& c = it->second;
   c.nodes.erase(node);
   c.bytes -= EntryBytes(node, n.json);
-  c.dirty = true;
+  Touch(c);
   if (c.nodes.empty()) {
     chunks_.erase(it);
     emptied_.insert(n.chunk);
@@ -179,12 +186,21 @@ Status ClusterInfoPublisher::Set(const std::string& node, NodeDeviceInfo entry, 
     return InvalidArgument("cluster-info entry of node " + node + " is " + std::to_string(bytes) +
                            " bytes, more than a ConfigMap holds (" + std::to_string(max_bytes_) + ")");
   }
+  // A chip that leaves the available list is what Volcano must see first.
+  bool urgent = false;
+  if (it != nodes_.end()) {
+    const auto& before = it->second.entry.available;
+    for (const auto& chip : before) {
+      if (std::find(entry.available.begin(), entry.available.end(), chip) == entry.available.end()) urgent = true;
+    }
+  }
   std::optional<size_t> prefer;
   if (it != nodes_.end()) {
     prefer = it->second.chunk;
     Leave(node, it->second);
   }
   const size_t chunk = Place(node, bytes, prefer);
+  if (urgent) chunks_.at(chunk).urgent = true;
   nodes_[node] = Node{std::move(entry), std::move(entry_json), chunk};
   return Status::Ok();
 }
@@ -199,7 +215,14 @@ void ClusterInfoPublisher::Refresh(int64_t now_s) {
     n.json = std::move(json);
     if (c.bytes > max_bytes_) overflowing.push_back(node);
   }
-  for (auto& [index, c] : chunks_) c.dirty = true;
+  // Written after every ConfigMap whose content changed for a cause (Pending),
+  // so a refresh never holds a fault back behind the write budget.
+  for (auto& [index, c] : chunks_) {
+    if (!c.dirty) {
+      c.dirty = c.refresh_only = true;
+      c.dirty_seq = ++dirty_seq_;
+    }
+  }
   // A longer UpdateTime can take a full ConfigMap past the limit: such a
   // chunk's nodes move, one at a time, until it fits again.
   for (const std::string& node : overflowing) {
@@ -230,12 +253,17 @@ std::string ClusterInfoPublisher::ValueOf(const Chunk& c) const {
 
 ClusterInfoPublisher::Plan ClusterInfoPublisher::Pending(bool all) const {
   Plan plan;
-  for (bool gained : {true, false}) {
-    for (const auto& [index, c] : chunks_) {
-      if (c.gained != gained || !(all || c.dirty)) continue;
-      plan.writes.push_back(Write{NameOf(index), ValueOf(c)});
-    }
+  // Gaining a node first (so Volcano never misses it), then changed for a
+  // cause, then rewritten only for a refresh.
+  // A chip taken out before other changes; within each, the ConfigMap
+  // waiting longest first, so that under a write budget none starves.
+  auto rank = [](const Chunk& c) { return c.gained ? 0 : c.urgent ? 1 : c.refresh_only ? 3 : 2; };
+  std::vector<std::tuple<int, uint64_t, size_t>> order;
+  for (const auto& [index, c] : chunks_) {
+    if (all || c.dirty) order.emplace_back(rank(c), c.dirty ? c.dirty_seq : 0, index);
   }
+  std::sort(order.begin(), order.end());
+  for (const auto& [r, seq, index] : order) plan.writes.push_back(Write{NameOf(index), ValueOf(chunks_.at(index))});
   for (size_t index : emptied_) plan.deletes.push_back(NameOf(index));
   return plan;
 }
@@ -243,7 +271,9 @@ ClusterInfoPublisher::Plan ClusterInfoPublisher::Pending(bool all) const {
 void ClusterInfoPublisher::Written(const Plan& plan) {
   for (const Write& w : plan.writes) {
     const size_t index = std::stoul(w.name.substr(kClusterInfoDevicePrefix.size()));
-    if (auto it = chunks_.find(index); it != chunks_.end()) it->second.dirty = it->second.gained = false;
+    if (auto it = chunks_.find(index); it != chunks_.end()) {
+      it->second.dirty = it->second.gained = it->second.refresh_only = it->second.urgent = false;
+    }
   }
   for (const std::string& name : plan.deletes) {
     const size_t index = std::stoul(name.substr(kClusterInfoDevicePrefix.size()));
@@ -299,7 +329,7 @@ Status ClusterInfoPublisher::Adopt(const std::string& name, std::string_view val
   Chunk& c = chunks_[index];
   for (auto& [node, entry] : adopted) {
     if (nodes_.count(node)) {  // in two ConfigMaps: kept in the first, this one rewritten
-      c.dirty = true;
+      Touch(c);
       continue;
     }
     std::string entry_json = ClusterInfoEntryJson(node, entry);

@@ -102,7 +102,7 @@ class ClusterInfoPublisher {
     std::string value;  // the value of its one data key (= name)
   };
   struct Plan {
-    std::vector<Write> writes;         // in this order: gaining ConfigMaps first
+    std::vector<Write> writes;         // in this order: gaining ConfigMaps, changed ones, refreshed ones
     std::vector<std::string> deletes;  // after the writes
     bool empty() const { return writes.empty() && deletes.empty(); }
   };
@@ -128,11 +128,15 @@ class ClusterInfoPublisher {
     std::set<std::string> nodes;
     size_t bytes = 2;  // "{}"
     bool dirty = false;
-    bool gained = false;  // a node moved in since the last write
+    bool gained = false;        // a node moved in since the last write
+    bool refresh_only = false;  // dirty only for a refresh: written last
+    bool urgent = false;        // a chip left the available list: written before other changes
+    uint64_t dirty_seq = 0;     // when it became dirty: the longest waiting first
   };
   static size_t EntryBytes(const std::string& node, const std::string& json);
   size_t Place(const std::string& node, size_t bytes, std::optional<size_t> prefer);
   void Leave(const std::string& node, const Node& n);
+  void Touch(Chunk& c);
   std::string ValueOf(const Chunk& c) const;
   static std::string NameOf(size_t index);
 
@@ -140,6 +144,7 @@ class ClusterInfoPublisher {
   std::map<std::string, Node> nodes_;
   std::map<size_t, Chunk> chunks_;
   std::set<size_t> emptied_;  // chunks to delete
+  uint64_t dirty_seq_ = 0;
 };
 
 }  // namespace clusterd::mindcluster

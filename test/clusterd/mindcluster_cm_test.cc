@@ -258,6 +258,29 @@ TEST(ClusterInfo, UpdateTimeGrowsWheneverTheListsChange) {
   EXPECT_EQ(json::parse(plan.writes[0].value)["mindx-dl-deviceinfo-n1"]["UpdateTime"], 200);
 }
 
+TEST(ClusterInfo, RefreshGrowsEveryUpdateTimeAndYieldsToChanges) {
+  ClusterInfoPublisher pub(1000);  // two or three entries per ConfigMap
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(pub.Set("n" + std::to_string(i), Entry(8, 100), 100).ok());
+  ASSERT_GE(pub.chunks(), 3u);
+  pub.Written(pub.Pending());
+  pub.Refresh(150);
+  EXPECT_EQ(pub.UpdateTimeOf("n0"), 150);
+  EXPECT_EQ(pub.Pending().writes.size(), pub.chunks());
+  // A fault on a node of the last ConfigMap: that one is written first.
+  NodeDeviceInfo faulty = Entry(8, 100);
+  faulty.available.pop_back();
+  faulty.unhealthy = {"Ascend910-7"};
+  ASSERT_TRUE(pub.Set("n5", faulty, 150).ok());
+  EXPECT_EQ(pub.UpdateTimeOf("n5"), 151);
+  auto plan = pub.Pending();
+  ASSERT_EQ(plan.writes.size(), pub.chunks());
+  EXPECT_EQ(plan.writes[0].name, "cluster-info-device-" + std::to_string(*pub.ChunkOf("n5")));
+  pub.Written(plan);
+  EXPECT_TRUE(pub.Pending().empty());
+  pub.Refresh(150);  // a second refresh in the same second still grows
+  EXPECT_EQ(pub.UpdateTimeOf("n0"), 151);
+}
+
 TEST(ClusterInfo, ChunksStayUnderTheLimitAndNodesStayPut) {
   const size_t limit = 4000;
   ClusterInfoPublisher pub(limit);

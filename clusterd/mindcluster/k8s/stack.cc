@@ -195,6 +195,23 @@ MindClusterStack::StepResult MindClusterStack::Step() {
   std::set<std::string> dirty;
   const bool first = !followed_;
   ReadPlugin(&dirty);
+  // What Volcano reads first: the plugin's view is published as it is, so a
+  // change reaches Volcano without waiting for its faults' reports below.
+  FollowState(&dirty);
+  if (first) {
+    for (const std::string& node : publisher_.Nodes()) dirty.insert(node);
+    node_cm_dirty_ = true;
+    if (options_.refresh_interval.count() > 0) {
+      next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
+    }
+  }
+  Publish(dirty, Seconds(now), Millis(now));
+  if (options_.refresh_interval.count() > 0 && now >= next_refresh_) {
+    publisher_.Refresh(Seconds(now));
+    next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
+  }
+  result.writes = Write(now, &result.pending);
+
   // The plugin's faults: those of the nodes whose view changed; all of them
   // on the first pass (what went while ClusterD was away) and after a refusal.
   std::set<std::string> report = dirty;
@@ -210,7 +227,7 @@ MindClusterStack::StepResult MindClusterStack::Step() {
     if (it != plugin_.end() && !it->second.view) continue;
     std::vector<mc::ChipFault> want;
     if (it != plugin_.end()) want = mc::FaultsOf(*it->second.view);
-    result.reports += ReportFaults(node, want);
+    ReportFaults(node, want);
   }
   // The switch faults: node faults of the same reporter.
   std::set<std::string> switches;
@@ -238,30 +255,17 @@ MindClusterStack::StepResult MindClusterStack::Step() {
       r.set_message(f.message);
       want[r.id()] = std::move(r);
     }
-    result.reports += SyncReports(node, want, &switch_reported_, "the device plugin's switch fault");
+    SyncReports(node, want, &switch_reported_, "the device plugin's switch fault");
   }
   // MindCluster NodeD's: likewise, all of them once listed the first time.
   if (nodeinfo_cms_->synced() && (changed || retry || !nodeinfo_read_)) {
-    result.reports += ReadNodeInfo(!nodeinfo_read_ || retry);
+    ReadNodeInfo(!nodeinfo_read_ || retry);
     nodeinfo_read_ = true;
   }
+  result.reports += Flush();
   if (changed || retry || first) result.reports += ReadPublicFaults();
   if (retry_reports_ && next_report_retry_ <= now) next_report_retry_ = now + kReportRetry;
 
-  FollowState(&dirty);
-  if (first) {
-    for (const std::string& node : publisher_.Nodes()) dirty.insert(node);
-    node_cm_dirty_ = true;
-    if (options_.refresh_interval.count() > 0) {
-      next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
-    }
-  }
-  Publish(dirty, Seconds(now), Millis(now));
-  if (options_.refresh_interval.count() > 0 && now >= next_refresh_) {
-    publisher_.Refresh(Seconds(now));
-    next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
-  }
-  result.writes = Write(now, &result.pending);
   if (nodes_ != nullptr) nodes_->Set(static_cast<double>(publisher_.node_count()));
   if (chunks_ != nullptr) chunks_->Set(static_cast<double>(publisher_.chunks()));
   return result;
@@ -422,30 +426,21 @@ bool MindClusterStack::LoadReported() {
       c.code = f.code();
       c.level = f.level();
       c.message = f.message();
-      reported_[f.node()].push_back(std::move(c));
+      reported_[f.node()][{c.device, c.code}] = std::move(c);
     }
     if (page->next_page_token().empty()) break;
     req.set_page_token(page->next_page_token());
   }
-  for (auto& [node, faults] : reported_) {
-    std::sort(faults.begin(), faults.end(), [](const mc::ChipFault& a, const mc::ChipFault& b) {
-      return std::tie(a.device, a.code) < std::tie(b.device, b.code);
-    });
-  }
   return true;
 }
 
-size_t MindClusterStack::ReportFaults(const std::string& node, const std::vector<mc::ChipFault>& want) {
-  std::vector<mc::ChipFault>& have = reported_[node];
-  const mc::FaultDiff diff = mc::DiffFaults(have, want);
-  if (diff.raise.empty() && diff.clear.empty()) {
-    if (want.empty()) reported_.erase(node);
-    return 0;
+void MindClusterStack::ReportFaults(const std::string& node, const std::vector<mc::ChipFault>& want) {
+  std::vector<mc::ChipFault> have;
+  if (auto it = reported_.find(node); it != reported_.end()) {
+    for (const auto& [key, f] : it->second) have.push_back(f);  // in (device, code) order, as DiffFaults wants
   }
-  std::map<std::pair<uint32_t, std::string>, mc::ChipFault> now;
-  for (const auto& f : have) now[{f.device, f.code}] = f;
-  size_t done = 0;
-  auto send = [&](const mc::ChipFault& f, bool raise) {
+  const mc::FaultDiff diff = mc::DiffFaults(have, want);
+  auto queue = [&](const mc::ChipFault& f, bool raise) {
     v1::ReportRequest r;
     r.set_reporter(options_.reporter);
     r.set_id(ReportId(node, f));
@@ -455,34 +450,74 @@ size_t MindClusterStack::ReportFaults(const std::string& node, const std::vector
     r.set_level(f.level);
     r.set_action(raise ? v1::TRANSITION_ACTION_RAISE : v1::TRANSITION_ACTION_CLEAR);
     r.set_message(f.message);
-    auto reply = AwaitReply<v1::ReportResponse>([&](auto cb) { env_.commands->ReportFault(std::move(r), cb); });
-    if (!reply.ok()) {
+    const std::string what =
+        "the device plugin's fault " + f.code + " on " + node + " chip " + std::to_string(f.device);
+    Queue(std::move(r), what, [this, node, f, raise] {
+      auto& mine = reported_[node];
+      if (raise) {
+        mine[{f.device, f.code}] = f;
+      } else {
+        mine.erase({f.device, f.code});
+      }
+      if (mine.empty()) reported_.erase(node);
+    });
+  };
+  for (const auto& f : diff.clear) queue(f, false);
+  for (const auto& f : diff.raise) queue(f, true);
+}
+
+void MindClusterStack::Queue(v1::ReportRequest report, std::string what, std::function<void()> on_done) {
+  batch_.push_back({std::move(report), std::move(what), std::move(on_done)});
+  if (batch_.size() >= kMaxBatch) Flush();
+}
+
+size_t MindClusterStack::Flush() {
+  if (batch_.empty()) return 0;
+  // Every report of the pass at once, then one wait: they share group
+  // commits instead of waiting for one each.
+  std::vector<Queued> batch;
+  batch.swap(batch_);
+  struct Replies {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Status> status;
+    size_t left = 0;
+  };
+  auto replies = std::make_shared<Replies>();
+  replies->status.resize(batch.size());
+  replies->left = batch.size();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    env_.commands->ReportFault(batch[i].report, [replies, i](const StatusOr<v1::ReportResponse>& r) {
+      std::lock_guard lock(replies->mu);
+      replies->status[i] = r.ok() ? Status::Ok() : r.status();
+      if (--replies->left == 0) replies->cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(replies->mu);
+    replies->cv.wait(lock, [&] { return replies->left == 0; });
+  }
+  size_t done = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Queued& q = batch[i];
+    const bool raise = q.report.action() == v1::TRANSITION_ACTION_RAISE;
+    if (!replies->status[i].ok()) {
       if (report_errors_ != nullptr) report_errors_->Inc();
       retry_reports_ = true;
-      Warn("report/" + node, "mindcluster: the device plugin's fault " + f.code + " on " + node + " chip " +
-                                 std::to_string(f.device) + " was not " + (raise ? "raised" : "cleared") +
-                                 " in ClusterD: " + reply.status().message() + " (retried)");
-      return;
+      Warn("report/" + q.report.node(), "mindcluster: " + q.what + " was not " + (raise ? "raised" : "cleared") +
+                                            " in ClusterD: " + replies->status[i].message() + " (retried)");
+      continue;
     }
     if (reports_ != nullptr) reports_->Inc();
     ++done;
-    if (raise) {
-      now[{f.device, f.code}] = f;
-    } else {
-      now.erase({f.device, f.code});
-    }
-  };
-  for (const auto& f : diff.clear) send(f, false);
-  for (const auto& f : diff.raise) send(f, true);
-  have.clear();
-  for (auto& [key, f] : now) have.push_back(std::move(f));
-  if (have.empty()) reported_.erase(node);
+    q.on_done();
+  }
   return done;
 }
 
 // ---- MindCluster NodeD's ConfigMaps ----
 
-size_t MindClusterStack::ReadNodeInfo(bool all) {
+void MindClusterStack::ReadNodeInfo(bool all) {
   // The nodes whose ConfigMap changed (all of them on the first pass and
   // after a refused report): what each says now, or nothing once deleted.
   std::map<std::string, std::optional<mc::NodeInfo>> changed;
@@ -523,7 +558,6 @@ size_t MindClusterStack::ReadNodeInfo(bool all) {
       if (!seen.count(node)) changed.emplace(node, std::nullopt);
     }
   }
-  size_t done = 0;
   for (const auto& change : changed) {
     const std::string& node = change.first;  // a plain name: the lambda below captures it
     const std::optional<mc::NodeInfo>& info = change.second;
@@ -543,35 +577,29 @@ size_t MindClusterStack::ReadNodeInfo(bool all) {
         want[r.id()] = std::move(r);
       }
     }
-    done += SyncReports(node, want, &noded_reported_, "MindCluster NodeD's fault");
+    SyncReports(node, want, &noded_reported_, "MindCluster NodeD's fault");
   }
-  return done;
 }
 
-size_t MindClusterStack::SyncReports(const std::string& node, const std::map<std::string, v1::ReportRequest>& want,
-                                     std::map<std::string, std::map<std::string, v1::ReportRequest>>* reported,
-                                     const std::string& what) {
-  auto& have = (*reported)[node];
-  size_t done = 0;
-  auto send = [&](v1::ReportRequest r) {
+void MindClusterStack::SyncReports(const std::string& node, const std::map<std::string, v1::ReportRequest>& want,
+                                   std::map<std::string, std::map<std::string, v1::ReportRequest>>* reported,
+                                   const std::string& what) {
+  const auto found = reported->find(node);
+  static const std::map<std::string, v1::ReportRequest> kNone;
+  const auto& have = found == reported->end() ? kNone : found->second;
+  auto queue = [&](v1::ReportRequest r) {
     const bool raise = r.action() == v1::TRANSITION_ACTION_RAISE;
-    const std::string id = r.id();
     v1::ReportRequest kept = r;
-    auto reply = AwaitReply<v1::ReportResponse>([&](auto cb) { env_.commands->ReportFault(std::move(r), cb); });
-    if (!reply.ok()) {
-      if (report_errors_ != nullptr) report_errors_->Inc();
-      retry_reports_ = true;
-      Warn("report/" + node, "mindcluster: " + what + " " + id + " was not " + (raise ? "raised" : "cleared") +
-                                 " in ClusterD: " + reply.status().message() + " (retried)");
-      return;
-    }
-    if (reports_ != nullptr) reports_->Inc();
-    ++done;
-    if (raise) {
-      have[id] = std::move(kept);
-    } else {
-      have.erase(id);
-    }
+    const std::string id = r.id();
+    Queue(std::move(r), what + " " + id, [reported, node, id, raise, kept = std::move(kept)] {
+      auto& mine = (*reported)[node];
+      if (raise) {
+        mine[id] = kept;
+      } else {
+        mine.erase(id);
+      }
+      if (mine.empty()) reported->erase(node);
+    });
   };
   std::vector<v1::ReportRequest> clears;
   for (const auto& [id, r] : have) {
@@ -581,13 +609,11 @@ size_t MindClusterStack::SyncReports(const std::string& node, const std::map<std
       clears.push_back(std::move(c));
     }
   }
-  for (auto& c : clears) send(std::move(c));
+  for (auto& c : clears) queue(std::move(c));
   for (const auto& [id, r] : want) {
     auto h = have.find(id);
-    if (h == have.end() || h->second.level() != r.level()) send(r);
+    if (h == have.end() || h->second.level() != r.level()) queue(r);
   }
-  if (have.empty()) reported->erase(node);
-  return done;
 }
 
 // ---- public-fault ConfigMaps ----

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -123,16 +124,26 @@ class MindClusterStack final : public Integration {
   bool Adopt();
   void AdoptNodeCm(const std::string& value);
   void ReadPlugin(std::set<std::string>* dirty);
-  size_t ReadNodeInfo(bool all);
+  void ReadNodeInfo(bool all);
   // Raises what `want` has and (*reported)[node] does not, clears the
   // reverse, and keeps (*reported)[node] as what ClusterD holds; a refusal
   // is retried. `what` names the faults in the log.
-  size_t SyncReports(const std::string& node, const std::map<std::string, v1::ReportRequest>& want,
-                     std::map<std::string, std::map<std::string, v1::ReportRequest>>* reported,
-                     const std::string& what);
+  void SyncReports(const std::string& node, const std::map<std::string, v1::ReportRequest>& want,
+                   std::map<std::string, std::map<std::string, v1::ReportRequest>>* reported, const std::string& what);
   size_t ReadPublicFaults();
   bool LoadReported();
-  size_t ReportFaults(const std::string& node, const std::vector<mindcluster::ChipFault>& want);
+  void ReportFaults(const std::string& node, const std::vector<mindcluster::ChipFault>& want);
+  // Reports are queued and sent together by Flush (one wait for them all,
+  // so they share group commits); on_done runs on this thread for each that
+  // ClusterD took; a refused one is logged and retried.
+  struct Queued {
+    v1::ReportRequest report;
+    std::string what;
+    std::function<void()> on_done;
+  };
+  static constexpr size_t kMaxBatch = 4096;
+  void Queue(v1::ReportRequest report, std::string what, std::function<void()> on_done);
+  size_t Flush();
   void FollowState(std::set<std::string>* dirty);
   void Publish(const std::set<std::string>& dirty, int64_t now_s, int64_t now_ms);
   bool TakeToken(TimePoint now);
@@ -166,7 +177,9 @@ class MindClusterStack final : public Integration {
   bool nodeinfo_read_ = false;  // MindCluster NodeD's ConfigMaps were read once
   uint64_t state_revision_ = 0;
   std::map<std::string, PluginNode> plugin_;
-  std::map<std::string, std::vector<mindcluster::ChipFault>> reported_;  // node -> active in ClusterD
+  // The plugin's chip faults active in ClusterD: node -> (chip, code) -> fault.
+  std::map<std::string, std::map<std::pair<uint32_t, std::string>, mindcluster::ChipFault>> reported_;
+  std::vector<Queued> batch_;
   // MindCluster NodeD's: node -> (report id -> the raise) active in ClusterD,
   // and the resourceVersion of its ConfigMap last read ("" once deleted).
   std::map<std::string, std::map<std::string, v1::ReportRequest>> noded_reported_;
