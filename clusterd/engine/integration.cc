@@ -97,6 +97,8 @@ class EngineCommands final : public ClusterCommands {
         for (const v1::Fault* f : faults) {
           if (f->state() == v1::FAULT_STATE_ACTIVE) view.active_faults.push_back(*f);
         }
+        const std::set<uint32_t> in_use = s.DevicesInUse(name);
+        view.devices_in_use.assign(in_use.begin(), in_use.end());
         out.nodes.push_back(std::move(view));
       }
       return out;

@@ -84,13 +84,14 @@ class ClusterCommands {
     v1::Node node;
     std::vector<v1::Device> devices;       // by id
     std::vector<v1::Fault> active_faults;  // all of them, in key order
+    std::vector<uint32_t> devices_in_use;  // devices the jobs' ranks use there
   };
   struct NodeChanges {
     uint64_t revision = 0;        // the state's revision the views are as of
     std::vector<NodeView> nodes;  // by name
   };
-  // The nodes whose record, one of its devices or one of its faults changed
-  // after `since` (every node for 0), as they are now, taken under one read
+  // The nodes whose record, one of its devices, one of its faults or the jobs'
+  // ranks on it changed after `since` (every node for 0), as they are now, taken under one read
   // lock; ask again with the answer's revision to follow the changes (nodes
   // are never deleted). A walk of the nodes and fault records without copies,
   // then a copy of the changed nodes only.

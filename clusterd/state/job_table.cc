@@ -1,5 +1,7 @@
 #include "clusterd/state/job_table.h"
 
+#include <algorithm>
+
 #include "clusterd/state/validation.h"
 #include "clusterd/storage/key_codec.h"
 #include "common/metrics.h"
@@ -30,7 +32,7 @@ Status JobTable::Load(const storage::Store& store) {
       if (parse_error.ok()) parse_error = DataLoss("job record " + storage::HexEncode(key) + " does not parse");
       return;
     }
-    Index(job, true);
+    Index(job, true, job.revision());
     jobs_.emplace(std::string(key), std::move(job));
   }));
   return parse_error;
@@ -41,8 +43,10 @@ const v1::Job* JobTable::Find(const std::string& id) const {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-void JobTable::Index(const v1::Job& job, bool add) {
+void JobTable::Index(const v1::Job& job, bool add, uint64_t revision) {
   for (const auto& p : job.placement()) {
+    uint64_t& changed = placement_changed_[p.node()];
+    changed = std::max(changed, revision);
     if (add) {
       std::set<uint32_t>& devices = by_node_[p.node()][job.id()];
       if (p.has_device_id()) devices.insert(p.device_id());
@@ -51,6 +55,14 @@ void JobTable::Index(const v1::Job& job, bool add) {
       if (it->second.empty()) by_node_.erase(it);
     }
   }
+}
+
+std::set<uint32_t> JobTable::DevicesInUse(const std::string& node) const {
+  std::set<uint32_t> out;
+  if (auto it = by_node_.find(node); it != by_node_.end()) {
+    for (const auto& [id, devices] : it->second) out.insert(devices.begin(), devices.end());
+  }
+  return out;
 }
 
 std::vector<std::string> JobTable::HitBy(const v1::Fault& f) const {
@@ -89,7 +101,7 @@ StatusOr<v1::Job> JobTable::Create(const v1::Job& requested, const std::string& 
   m->changes.Put(Cf::kJobs, storage::JobKey(job.id()), job);
   journal_->Emit(m, std::move(ev));
   jobs_[job.id()] = job;
-  Index(job, true);
+  Index(job, true, job.revision());
   return job;
 }
 
@@ -117,9 +129,9 @@ StatusOr<v1::Job> JobTable::Update(const v1::Job& requested, const std::string& 
   *ev.mutable_job() = job;
   m->changes.Put(Cf::kJobs, storage::JobKey(job.id()), job);
   journal_->Emit(m, std::move(ev));
-  Index(it->second, false);
+  Index(it->second, false, job.revision());
   it->second = job;
-  Index(job, true);
+  Index(job, true, job.revision());
   return job;
 }
 
@@ -138,7 +150,7 @@ StatusOr<uint64_t> JobTable::Delete(const std::string& id, const std::string& so
   m->changes.Delete(Cf::kJobs, storage::JobKey(id));
   const uint64_t rev = ev.revision();
   journal_->Emit(m, std::move(ev));
-  Index(it->second, false);
+  Index(it->second, false, rev);
   jobs_.erase(it);
   return rev;
 }

@@ -34,6 +34,11 @@ class JobTable {
   const v1::Job* Find(const std::string& id) const;
   // Jobs whose ranks the fault hits, sorted.
   std::vector<std::string> HitBy(const v1::Fault& f) const;
+  // The devices the jobs' ranks use on `node`.
+  std::set<uint32_t> DevicesInUse(const std::string& node) const;
+  // node -> the revision of the last change to the ranks placed there (a
+  // job created, moved or deleted), for readers that follow nodes.
+  const std::map<std::string, uint64_t>& placement_changed() const { return placement_changed_; }
 
   // Each validates (ValidateJob, max_job_ranks), writes the record and a
   // JOB_* event, and returns the job as stored.
@@ -46,7 +51,7 @@ class JobTable {
   Status SetState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m);
 
  private:
-  void Index(const v1::Job& job, bool add);
+  void Index(const v1::Job& job, bool add, uint64_t revision);
   Status Refused(Status st) const;
 
   Journal* journal_;
@@ -54,6 +59,7 @@ class JobTable {
   Map jobs_;  // id -> job as stored (no impacts)
   // node -> job id -> the devices the job's ranks use there (HitBy).
   std::map<std::string, std::map<std::string, std::set<uint32_t>>> by_node_;
+  std::map<std::string, uint64_t> placement_changed_;
 };
 
 }  // namespace clusterd

@@ -218,6 +218,9 @@ std::set<std::string> StateView::NodesChangedAfter(uint64_t revision) const {
   for (const auto& [key, f] : faults_.all()) {
     if (f.revision() > revision && nodes_.Find(f.node()) != nullptr) out.insert(f.node());
   }
+  for (const auto& [node, changed] : jobs_.placement_changed()) {
+    if (changed > revision && nodes_.Find(node) != nullptr) out.insert(node);
+  }
   return out;
 }
 

@@ -91,10 +91,13 @@ class StateView {
   // The fault with this id (Fault.id), or null.
   const v1::Fault* FindFault(const std::string& fault_id) const { return faults_.FindById(fault_id); }
   std::set<std::string> CordonedNodes() const { return nodes_.Cordoned(); }
-  // The nodes whose record, one of its devices or one of its faults (raised,
-  // updated or cleared) changed after `revision`: every node for 0. Walks the
-  // nodes, their devices and the fault records (no copies).
+  // The nodes whose record, one of its devices, one of its faults (raised,
+  // updated or cleared) or the jobs' ranks placed there changed after
+  // `revision`: every node for 0. Walks the nodes, their devices, the fault
+  // records and the placement index (no copies).
   std::set<std::string> NodesChangedAfter(uint64_t revision) const;
+  // The devices the jobs' ranks use on the node.
+  std::set<uint32_t> DevicesInUse(const std::string& node) const { return jobs_.DevicesInUse(node); }
   std::set<std::string> IsolatedNodes() const { return nodes_.Isolated(); }
 
   // The common heartbeat without the writer (the lock held shared): a

@@ -269,6 +269,48 @@ TEST_F(ServerIntegrationTest, WritesThroughTheFacadeAreDurable) {
   EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
 }
 
+// NodesChangedSince on a real server: every node at first, then only those
+// whose record, faults or jobs' ranks changed, with what a follower needs.
+TEST_F(ServerIntegrationTest, NodesChangedSinceFollowsRecordsFaultsAndJobs) {
+  auto owned = std::make_unique<ToyIntegration>("worker01");
+  ToyIntegration* toy = owned.get();
+  ClusterdServer server(Config());
+  server.AddIntegration(std::move(owned));
+  ASSERT_TRUE(server.Start().ok());
+  auto channel = testing::Dial(server.grpc_port());
+  testing::TestAgent w1(channel, "worker01", 1, 2), w2(channel, "worker02", 1, 2);
+  ASSERT_TRUE(w1.Connect());
+  ASSERT_TRUE(w2.Connect());
+  ClusterCommands* commands = toy->commands();
+
+  auto all = commands->NodesChangedSince(0);
+  ASSERT_EQ(all.nodes.size(), 2u);
+  EXPECT_EQ(all.nodes[0].node.name(), "worker01");
+  EXPECT_EQ(all.nodes[0].devices.size(), 2u);
+  EXPECT_TRUE(all.nodes[0].devices_in_use.empty());
+  EXPECT_TRUE(commands->NodesChangedSince(all.revision).nodes.empty());
+
+  // A job on worker01 (devices 0 and 1), a fault there, a cordon: worker01 only.
+  ASSERT_TRUE(toy->Work().ok());
+  auto changed = commands->NodesChangedSince(all.revision);
+  ASSERT_EQ(changed.nodes.size(), 1u);
+  const auto& v = changed.nodes[0];
+  EXPECT_EQ(v.node.name(), "worker01");
+  EXPECT_TRUE(v.node.cordoned());
+  ASSERT_EQ(v.active_faults.size(), 1u);
+  EXPECT_EQ(v.active_faults[0].reporter(), "toy");
+  EXPECT_EQ(v.devices_in_use, (std::vector<uint32_t>{0, 1}));
+
+  // The job deleted: worker01 again, its devices free.
+  auto deleted = AwaitReply<uint64_t>([&](auto reply) { commands->DeleteJob("toy-job", reply); });
+  ASSERT_TRUE(deleted.ok());
+  auto after = commands->NodesChangedSince(changed.revision);
+  ASSERT_EQ(after.nodes.size(), 1u);
+  EXPECT_EQ(after.nodes[0].node.name(), "worker01");
+  EXPECT_TRUE(after.nodes[0].devices_in_use.empty());
+  server.Shutdown();
+}
+
 TEST_F(ServerIntegrationTest, AFailingStartFailsTheServerAndStillStops) {
   class Failing final : public Integration {
    public:

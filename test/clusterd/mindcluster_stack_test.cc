@@ -239,6 +239,26 @@ TEST_F(MindClusterStackTest, IsolationsAndCordonsReachVolcano) {
   EXPECT_EQ(List(b, "-Unhealthy"), "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3");
 }
 
+// MindCluster's pre-separate rule: a PreSeparate chip leaves the available
+// list, and is listed unhealthy only while no pod holds it.
+TEST_F(MindClusterStackTest, APreSeparateChipInUseIsNotListedUnhealthy) {
+  SetPlugin("a", Healthy(4));
+  commands_.in_use["a"] = {1};
+  SetOurs("a", {Chip("a", 0), Chip("a", 1), Chip("a", 2), Chip("a", 3)},
+          {ChipFault("a", 1, "80C98002", v1::FAULT_LEVEL_PRE_SEPARATE),
+           ChipFault("a", 2, "80C98002", v1::FAULT_LEVEL_PRE_SEPARATE)});
+  Start();
+  Step();
+  json a = Entry("a");
+  EXPECT_EQ(List(a, ""), "Ascend910-0,Ascend910-3");
+  EXPECT_EQ(List(a, "-Unhealthy"), "Ascend910-2");  // chip 1 is held by a pod
+  // The job goes: chip 1 is listed unhealthy too.
+  commands_.in_use.erase("a");
+  ++commands_.revision;
+  Step();
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "Ascend910-1,Ascend910-2");
+}
+
 TEST_F(MindClusterStackTest, NodesWithoutThePluginComeFromNodeDsInventory) {
   SetOurs("n", {Chip("n", 0), Chip("n", 1)});
   v1::Device cpu;  // not an NPU: not listed

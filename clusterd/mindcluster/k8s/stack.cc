@@ -678,6 +678,10 @@ void MindClusterStack::FollowState(std::set<std::string>* dirty) {
       if (d.isolated()) ours.state.chip_state[d.id()].isolated = true;
     }
     ours.state.isolated = v.node.isolated() || v.node.cordoned();
+    // The pre-separate rule: a chip a pod holds stays out of -Unhealthy.
+    for (uint32_t id : v.devices_in_use) {
+      if (npus.empty() || npus.count(id)) ours.state.chip_state[id].in_use = true;
+    }
     std::vector<mc::NodeLevelFault> node_level;
     for (const v1::Fault& f : v.active_faults) {
       if (f.reporter() == options_.reporter) continue;  // the plugin's own: already in its lists
