@@ -227,10 +227,10 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--restart-events", &o.restart_events, int64_t{20000});
     dflt("--ha-nodes", &o.ha_nodes, 200);
     dflt("--job-reports", &o.job_reports, 200);
-    dflt("--stack-nodes", &o.stack_nodes, 2000);
-    dflt("--stack-samples", &o.stack_samples, 10);
-    dflt("--stack-churn-nodes", &o.stack_churn_nodes, 200);
-    dflt("--stack-churn", &o.stack_churn_s, 5.0);
+    dflt("--stack-nodes", &o.stack_nodes, 1000);
+    dflt("--stack-samples", &o.stack_samples, 5);
+    dflt("--stack-churn-nodes", &o.stack_churn_nodes, 100);
+    dflt("--stack-churn", &o.stack_churn_s, 3.0);
     o.restart_grace_s = 1.5;
   }
   if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
