@@ -517,7 +517,8 @@ std::vector<ConfigKey> MakeTable() {
               return Status::Ok();
             },
             [](const ClusterdConfig& c) { return std::to_string(c.mindcluster_registration_ttl.count()); }),
-        "a fault.Fault registration with no stream open for this many seconds expires");
+        "a fault.Fault registration with no stream open for this many seconds expires",
+        "none yet (clusterd.config refuses the mindcluster_* keys)");
   t.Add(
       Text("mindcluster_device_info_namespace", CLUSTERD_FIELD(mindcluster_stack.device_info_namespace), "NS"),
       "namespace of the device plugin's mindx-dl-deviceinfo-<node> ConfigMaps (the mindcluster integration reads them)",
@@ -570,12 +571,12 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Text("k8s_rank_annotation", CLUSTERD_FIELD(k8s.rank_annotation), "KEY"), "pod annotation with the pod's rank",
         "kubernetes.rankAnnotation");
   t.Add(Text("k8s_rank_env", CLUSTERD_FIELD(k8s.rank_env), "NAME"),
-        "container env var with the rank when the annotation is absent (e.g. RANK)");
+        "container env var with the rank when the annotation is absent (e.g. RANK)", kNoChartValue);
   t.Add(Text("k8s_devices_annotation", CLUSTERD_FIELD(k8s.devices_annotation), "KEY"),
         "pod annotation listing its devices", "kubernetes.devicesAnnotation");
   t.Add(Text("k8s_job_kind_label", CLUSTERD_FIELD(k8s.job_kind_label), "KEY"),
         "pod or PodGroup label: training or inference", "kubernetes.jobKindLabel");
-  t.Add(Bool("k8s_podgroups", CLUSTERD_FIELD(k8s.podgroups)), "follow Volcano PodGroups");
+  t.Add(Bool("k8s_podgroups", CLUSTERD_FIELD(k8s.podgroups)), "follow Volcano PodGroups", kNoChartValue);
   t.Add(Text("k8s_taint_key", CLUSTERD_FIELD(k8s.taint_key), "KEY"), "taint put on an isolated node",
         "kubernetes.taintKey");
   t.Add(OneOf("k8s_taint_effect", CLUSTERD_FIELD(k8s.taint_effect), {"NoSchedule", "NoExecute"}, "EFFECT"),
@@ -589,7 +590,7 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Bool("k8s_delete_fallback", CLUSTERD_FIELD(k8s.delete_fallback)),
         "delete the pod when its eviction keeps being refused", "kubernetes.deleteFallback");
   t.Add(Dur("k8s_condition_interval", CLUSTERD_FIELD(k8s.condition_interval), std::chrono::milliseconds(100)),
-        "how often Node conditions are compared with ClusterD's health and written");
+        "how often Node conditions are compared with ClusterD's health and written", kNoChartValue);
   t.Add(List("k8s_dra_drivers", CLUSTERD_FIELD(k8s.dra_drivers), "DRA driver names, comma-separated",
              [](const std::string&) { return Status::Ok(); }),
         "DRA device taints: only these drivers' ResourceSlices name devices (default: every driver)", kNoChartValue);
