@@ -34,7 +34,9 @@ fi
 echo "lint: clang-tidy on ${#tidy[@]} files ($mode)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-run-clang-tidy -quiet -p build -j "${JOBS:-2}" "${tidy[@]}" >"$log" 2>&1 || true
+# One compile command per file, also for the unity build's batches (scripts/compile-db.py).
+python3 scripts/compile-db.py build build/lint
+run-clang-tidy -quiet -p build/lint -j "${JOBS:-2}" "${tidy[@]}" >"$log" 2>&1 || true
 # Only findings in the tree's own files count (generated protos are not ours).
 findings=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E "^$PWD/[^ ]+:[0-9]+:[0-9]+: (error|warning):" |
   grep -v "^$PWD/build" | sort -u || true)

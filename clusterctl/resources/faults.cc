@@ -36,7 +36,7 @@ Columns<v1::Fault> AllFaultColumns() {
   };
 }
 
-std::optional<int> ReadFilters(Context& c, v1::ListFaultsRequest* req) {
+std::optional<int> ReadFaultFilters(Context& c, v1::ListFaultsRequest* req) {
   req->set_node(c.args.Get("node"));
   std::optional<uint64_t> device, since;
   if (auto e = U64Flag(c, "device", &device, UINT32_MAX)) return *e;
@@ -182,7 +182,7 @@ std::vector<Command> FaultCommands() {
       .list = &ClusterClient::ListAllFaults,
       .items = [](const v1::ListFaultsResponse& r) -> const auto& { return r.faults();
 }
-, .filters = {}, .read_filters = ReadFilters,
+, .filters = {}, .read_filters = ReadFaultFilters,
 }  // namespace clusterctl
 );
 const FlagSpec node{"node", 0, true, false}, device{"device", 0, true, false}, code{"code", 0, true, false};

@@ -48,7 +48,7 @@ Columns<v1::Job> JobColumns() {
   };
 }
 
-std::optional<int> ReadFilters(Context& c, v1::ListJobsRequest* req) {
+std::optional<int> ReadJobFilters(Context& c, v1::ListJobsRequest* req) {
   if (c.args.Has("state")) {
     auto s = ParseJobState(c.args.Get("state"));
     if (!s) {
@@ -248,7 +248,7 @@ std::vector<Command> JobCommands() {
       .list = &ClusterClient::ListAllJobs,
       .items = [](const v1::ListJobsResponse& r) -> const auto& { return r.jobs();
 }
-, .filters = {"state", "kind"}, .read_filters = ReadFilters, .get_rpc = "GetJob", .get = &ClusterClient::GetJob,
+, .filters = {"state", "kind"}, .read_filters = ReadJobFilters, .get_rpc = "GetJob", .get = &ClusterClient::GetJob,
   .item = [](const v1::GetJobResponse& r) -> const auto& {
   return r.job();
 }

@@ -32,7 +32,7 @@ Columns<v1::Node> NodeColumns() {
   };
 }
 
-std::optional<int> ReadFilters(Context& c, v1::ListNodesRequest* req) {
+std::optional<int> ReadNodeFilters(Context& c, v1::ListNodesRequest* req) {
   if (c.args.Has("health")) {
     auto h = ParseHealth(c.args.Get("health"));
     if (!h) {
@@ -129,8 +129,8 @@ std::vector<Command> NodeCommands() {
       .list = &ClusterClient::ListAllNodes,
       .items = [](const v1::ListNodesResponse& r) -> const auto& { return r.nodes();
 }
-, .filters = {"health", "selector"}, .read_filters = ReadFilters, .get_rpc = "GetNode", .get = &ClusterClient::GetNode,
-  .item = [](const v1::GetNodeResponse& r) -> const auto& {
+, .filters = {"health", "selector"}, .read_filters = ReadNodeFilters, .get_rpc = "GetNode",
+  .get = &ClusterClient::GetNode, .item = [](const v1::GetNodeResponse& r) -> const auto& {
   return r.node();
 }
 , .describe = DescribeNode,

@@ -87,7 +87,7 @@ std::string RecoveryStateNames() {
   return out;
 }
 
-std::optional<int> ReadFilters(Context& c, v1::ListRecoveriesRequest* req) {
+std::optional<int> ReadRecoveryFilters(Context& c, v1::ListRecoveriesRequest* req) {
   req->set_job(c.args.Get("job"));
   if (c.args.Has("state")) {
     auto s = ParseRecoveryState(c.args.Get("state"));
@@ -156,7 +156,7 @@ std::vector<Command> RecoveryCommands() {
       .list = &ClusterClient::ListAllRecoveries,
       .items = [](const v1::ListRecoveriesResponse& r) -> const auto& { return r.recoveries();
 }
-, .filters = {"job", "state"}, .read_filters = ReadFilters, .get_rpc = "GetRecovery",
+, .filters = {"job", "state"}, .read_filters = ReadRecoveryFilters, .get_rpc = "GetRecovery",
   .get = &ClusterClient::GetRecovery, .item = [](const v1::GetRecoveryResponse& r) -> const auto& {
   return r.recovery();
 }

@@ -21,7 +21,7 @@ extern char** environ;
 namespace clusterd::noded {
 namespace {
 
-std::string_view Trim(std::string_view s) {
+std::string_view TrimLine(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
   return s;
@@ -42,14 +42,14 @@ std::vector<std::string_view> Tokens(std::string_view s) {
 
 // "| a | b |" -> {"a", "b"}; cells are trimmed.
 std::vector<std::string_view> Cells(std::string_view line) {
-  line = Trim(line);
+  line = TrimLine(line);
   if (!line.empty() && line.front() == '|') line.remove_prefix(1);
   if (!line.empty() && line.back() == '|') line.remove_suffix(1);
   std::vector<std::string_view> out;
   size_t start = 0;
   while (true) {
     size_t bar = line.find('|', start);
-    out.push_back(Trim(line.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start)));
+    out.push_back(TrimLine(line.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start)));
     if (bar == std::string_view::npos) break;
     start = bar + 1;
   }
@@ -112,7 +112,7 @@ StatusOr<std::vector<NpuSmiChip>> ParseNpuSmiInfo(std::string_view text) {
   // Header: "| NPU  Name | Health | ..." followed by "| Chip [Device|Phy-ID] | Bus-Id | ...".
   size_t i = 0;
   for (; i < lines.size(); ++i) {
-    std::string_view l = Trim(lines[i]);
+    std::string_view l = TrimLine(lines[i]);
     if (l.empty() || l.front() != '|') continue;
     auto cells = Cells(l);
     auto first = Tokens(cells[0]);
@@ -140,7 +140,7 @@ StatusOr<std::vector<NpuSmiChip>> ParseNpuSmiInfo(std::string_view text) {
   std::optional<NpuSmiChip> pending;  // first row read, second row expected
   for (; i < lines.size(); ++i) {
     const size_t line_no = i + 1;
-    std::string_view l = Trim(lines[i]);
+    std::string_view l = TrimLine(lines[i]);
     if (!l.empty() && l.front() == '+') continue;                            // separator
     if (l.empty() || l.front() != '|' || IContains(l, "Process id")) break;  // end of the device table
     auto cells = Cells(l);

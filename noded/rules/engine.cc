@@ -11,7 +11,7 @@
 namespace clusterd::noded {
 namespace {
 
-std::string Num(double v) {
+std::string ShortNum(double v) {
   std::ostringstream os;
   os.precision(4);
   os << v;
@@ -89,9 +89,9 @@ std::vector<Transition> RuleEngine::Evaluate(const Snapshot& snapshot) {
         const double v = Judge(ri, st, now, s->value);
         const bool over = r.op == Op::kAbove ? v > r.raise : v < r.raise;
         const bool back = r.op == Op::kAbove ? v <= r.clear : v >= r.clear;
-        const std::string what = ri.kind == MetricKind::kCounter ? Describe(r, s->subject) + " grew by " + Num(v) +
+        const std::string what = ri.kind == MetricKind::kCounter ? Describe(r, s->subject) + " grew by " + ShortNum(v) +
                                                                        " in " + FormatDuration(r.window)
-                                                                 : Describe(r, s->subject) + " = " + Num(v);
+                                                                 : Describe(r, s->subject) + " = " + ShortNum(v);
         const std::string detail = s->detail.empty() ? "" : "; " + s->detail;
         if (!st.active) {
           if (!over) {
@@ -104,7 +104,7 @@ std::vector<Transition> RuleEngine::Evaluate(const Snapshot& snapshot) {
           st.since = now;
           st.raise_since.reset();
           st.clear_since.reset();
-          std::string msg = what + ", " + OpName(r.op) + " " + Num(r.raise);
+          std::string msg = what + ", " + OpName(r.op) + " " + ShortNum(r.raise);
           if (r.for_duration.count() > 0) msg += " for " + FormatDuration(r.for_duration);
           out.push_back(Make(ri, Transition::Action::kRaise, s->subject, v, msg + detail, now));
         } else {
@@ -116,7 +116,7 @@ std::vector<Transition> RuleEngine::Evaluate(const Snapshot& snapshot) {
           if (now - *st.clear_since < r.clear_for) continue;
           st.active = false;
           st.clear_since.reset();
-          std::string msg = what + ", back to " + Num(r.clear);
+          std::string msg = what + ", back to " + ShortNum(r.clear);
           out.push_back(Make(ri, Transition::Action::kClear, s->subject, v, msg + detail, now));
         }
       }

@@ -33,7 +33,7 @@ namespace {
 using testing::HttpGet;
 using testing::WaitFor;
 
-constexpr uint64_t kReserve = 16ull << 20;  // the smallest min_free_bytes allowed
+constexpr uint64_t kSmallestReserve = 16ull << 20;  // the smallest min_free_bytes allowed
 
 uint64_t FreeBytes(const std::string& path) {
   struct statvfs st {};
@@ -86,7 +86,8 @@ class TmpfsMount {
 class Clusterd : public testing::ClusterdProcess {
  public:
   explicit Clusterd(std::string data_dir)
-      : ClusterdProcess(Options{std::move(data_dir), {"--min-free-bytes=" + std::to_string(kReserve)}, "", true}) {}
+      : ClusterdProcess(
+            Options{std::move(data_dir), {"--min-free-bytes=" + std::to_string(kSmallestReserve)}, "", true}) {}
 };
 
 grpc::Status Report(const std::shared_ptr<grpc::Channel>& channel, const std::string& id) {
@@ -167,7 +168,7 @@ TEST(DiskFullProcessTest, RefusesWritesBeforeFullServesReadsOnAFullDiskAndResume
   acked.insert("NODE_NETWORK_DOWN");
 
   // Below the reserve, before the disk is full: writes are refused.
-  ASSERT_NO_FATAL_FAILURE(Fill(ballast, fs, kReserve / 2));
+  ASSERT_NO_FATAL_FAILURE(Fill(ballast, fs, kSmallestReserve / 2));
   ASSERT_TRUE(WaitFor([&] { return HttpGet(server.http_port(), "/readyz/writes").status == 503; }));
   grpc::Status refused = Report(server.channel(), "r2");
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);

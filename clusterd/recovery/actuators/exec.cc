@@ -25,10 +25,10 @@ extern char** environ;
 namespace clusterd {
 namespace {
 
+using actuator_internal::kMaxMessageBytes;
 using actuator_internal::OneLine;
 using std::chrono::system_clock;
 
-constexpr size_t kMaxMessageBytes = 512;
 // Raw bytes kept of the output line being read (before OneLine trims it).
 constexpr size_t kMaxRawLineBytes = 4 * kMaxMessageBytes;
 // Output read in one go, so that a chatty command cannot keep us from

@@ -29,6 +29,10 @@ std::unique_ptr<Actuator> MakePooledActuator(std::string kind, int workers, RunA
 // surrounding whitespace is trimmed.
 std::string OneLine(std::string_view text, size_t max_bytes);
 
+// The longest message an actuator reports for one action (its output's last
+// line, an answer's start).
+inline constexpr size_t kMaxMessageBytes = 512;
+
 }  // namespace actuator_internal
 
 }  // namespace clusterd

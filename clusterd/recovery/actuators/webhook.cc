@@ -18,10 +18,10 @@ namespace clusterd {
 namespace {
 
 namespace asio = boost::asio;
+using actuator_internal::kMaxMessageBytes;
 using actuator_internal::OneLine;
 using std::chrono::system_clock;
 
-constexpr size_t kMaxMessageBytes = 512;
 // Larger answers are cut off here; only their start is reported.
 constexpr std::uint64_t kMaxBodyBytes = 64 << 10;
 
