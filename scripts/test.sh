@@ -129,6 +129,7 @@ if [[ $ALL == 1 ]]; then
     --etcd "$k8s_bin/etcd" --kube-apiserver "$k8s_bin/kube-apiserver" --kube-peer "$kube_peer"
   stage k8s/helm_rbac bash test/k8s/helm_rbac_test.sh
   stage k8s/kubernetes_e2e bash test/k8s/kubernetes_e2e_test.sh
+  stage k8s/no_volcano bash test/k8s/no_volcano_test.sh
   stage k8s/security_e2e bash test/k8s/security_e2e_test.sh
   stage e2e/api_tools bash test/e2e/api_tools_test.sh
   stage e2e/mindcluster bash test/e2e/mindcluster_test.sh

@@ -462,6 +462,10 @@ std::vector<ConfigKey> MakeTable() {
         "retry budgets count recoveries started within it");
   t.Add(Dur("recovery_resume_grace", CLUSTERD_FIELD(recovery_resume_grace), std::chrono::seconds(1)),
         "after a restart, steps in flight get at least this long to be answered");
+  t.Add(Dur("recovery_agent_attach_grace", CLUSTERD_FIELD(recovery_agent_attach_grace), std::chrono::seconds(0),
+            std::chrono::hours(1)),
+        "a job with no agent attached (none since the start) gets this long from a recovery's start to attach "
+        "one; then its agent commands are skipped and the cluster actions run (policy require_agent: wait)");
   t.Add(U32("recovery_retention_count", CLUSTERD_FIELD(recovery_retention_count), 10, 10'000'000),
         "finished recovery records kept at most (oldest go first; never a running one, a job's newest, or one "
         "within the budget window)");
@@ -577,6 +581,9 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Text("k8s_job_kind_label", CLUSTERD_FIELD(k8s.job_kind_label), "KEY"),
         "pod or PodGroup label: training or inference", "kubernetes.jobKindLabel");
   t.Add(Bool("k8s_podgroups", CLUSTERD_FIELD(k8s.podgroups)), "follow Volcano PodGroups", kNoChartValue);
+  t.Add(Dur("k8s_crd_recheck", CLUSTERD_FIELD(k8s.crd_recheck), std::chrono::seconds(1)),
+        "how often a resource the API server does not serve (PodGroups without Volcano) is looked for again",
+        kNoChartValue);
   t.Add(Text("k8s_taint_key", CLUSTERD_FIELD(k8s.taint_key), "KEY"), "taint put on an isolated node",
         "kubernetes.taintKey");
   t.Add(OneOf("k8s_taint_effect", CLUSTERD_FIELD(k8s.taint_effect), {"NoSchedule", "NoExecute"}, "EFFECT"),

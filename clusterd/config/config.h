@@ -98,6 +98,9 @@ struct ClusterdConfig {
     std::string devices_annotation = "huawei.com/AscendReal";
     std::string job_kind_label = "clusterd.io/job-kind";
     bool podgroups = true;  // follow Volcano PodGroups
+    // How often a resource that is not served (PodGroups without Volcano's
+    // CRD) is looked for again.
+    std::chrono::nanoseconds crd_recheck = std::chrono::seconds(30);
     std::string taint_key = "clusterd.io/fault";
     std::string taint_effect = "NoSchedule";
     std::string node_condition = "AcceleratorHealthy";
@@ -228,6 +231,10 @@ struct ClusterdConfig {
   std::chrono::nanoseconds recovery_budget_window = std::chrono::hours(24);
   // After a restart, steps in flight get at least this long to be answered.
   std::chrono::nanoseconds recovery_resume_grace = std::chrono::seconds(30);
+  // A job with no agent attached (and none since the start) gets this long
+  // from a recovery's start to attach one; then its agent commands are
+  // skipped (RecoveryPolicy.require_agent: wait for it instead).
+  std::chrono::nanoseconds recovery_agent_attach_grace = std::chrono::seconds(30);
   // Finished recovery records kept: at most this many in all, none that ended
   // longer ago than this (never a running one, a job's newest, or one within
   // the budget window).

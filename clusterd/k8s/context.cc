@@ -147,6 +147,9 @@ void KubernetesContext::StartWatches(MetricsRegistry* metrics) {
     k8s::InformerOptions pg;
     pg.name = "podgroups";
     pg.path = scoped("/apis/scheduling.volcano.sh/v1beta1", "podgroups");
+    // Volcano is optional: without its CRD, pods are jobs by their owners.
+    pg.may_be_absent = true;
+    pg.absent_recheck = std::chrono::duration_cast<std::chrono::milliseconds>(settings_.crd_recheck);
     podgroups_ = std::make_unique<k8s::Informer>(client_.get(), pg, h, metrics);
   }
   k8s::InformerOptions nodes;

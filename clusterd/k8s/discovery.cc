@@ -491,10 +491,16 @@ StatusOr<v1::RecoveryPolicy> ParsePolicyAnnotations(const std::map<std::string, 
       } else {
         policy.set_max_retries_per_node(v);
       }
-    } else if (name == "hold-down" || name == "escalation-window") {
+    } else if (name == "hold-down" || name == "escalation-window" || name == "agent-attach-grace") {
       auto d = ParseProtoDuration(key, value, /*positive=*/false);
       if (!d.ok()) return d.status();
-      *(name == "hold-down" ? policy.mutable_hold_down() : policy.mutable_escalation_window()) = *d;
+      *(name == "hold-down"           ? policy.mutable_hold_down()
+        : name == "escalation-window" ? policy.mutable_escalation_window()
+                                      : policy.mutable_agent_attach_grace()) = *d;
+    } else if (name == "require-agent") {
+      const std::string_view v = Trim(value);
+      if (v != "true" && v != "false") return InvalidArgument(key + ": " + Quoted(value) + " is not true or false");
+      policy.set_require_agent(v == "true");
     } else if (name == "min-replicas" || name == "ranks-per-replica") {
       uint32_t v = 0;
       CLUSTERD_RETURN_IF_ERROR(SetCount(key, value, kMaxReplicaCount, &v));

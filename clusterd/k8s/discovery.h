@@ -83,6 +83,7 @@ struct DiscoveryOptions {
   //   <prefix>min-replicas         "2"        <prefix>ranks-per-replica    "8"
   //   <prefix>silences             "80E01801,8C1F*"  (codes; '*' = prefix)
   //   <prefix>step-timeout.<strategy>  "60s"  (e.g. step-timeout.pod_reschedule)
+  //   <prefix>require-agent        "true"     <prefix>agent-attach-grace   "2m"
   // Any invalid value voids the whole annotation policy (the job gets the
   // empty policy, i.e. ClusterD's defaults) with a warning: never half-applied.
   // Other keys under the prefix are ignored with a warning.

@@ -234,6 +234,7 @@ Status ClusterdServer::Impl::StartWriter() {
   co.limits.max_isolated_node_percent = static_cast<int>(cfg.max_isolated_node_percent);
   co.budget_window = cfg.recovery_budget_window;
   co.resume_grace = cfg.recovery_resume_grace;
+  co.agent_attach_grace = cfg.recovery_agent_attach_grace;
   coordinator = std::make_unique<Coordinator>(&job_agents, actuator.get(), clock, co, &metrics);
   // The writer's hooks, fixed at construction: the coordinator runs after
   // every group and gets the Engine's Submit for its actuators' answers.

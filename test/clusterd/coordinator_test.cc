@@ -482,5 +482,132 @@ TEST_F(CoordinatorTest, RestartResumesTheStepInFlightAndNeverRepeatsADoneOne) {
   EXPECT_EQ(state_->NextRecoveryId("train"), "train.2");
 }
 
+// ---- jobs without an agent (most discovered jobs: Volcano, Kubeflow, StatefulSets) ----
+
+double MetricOf(const MetricsRegistry& metrics, const std::string& name) {
+  const std::string text = metrics.Render();
+  const auto at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST_F(CoordinatorTest, AJobWithoutAnAgentSkipsItsCommandsAfterTheAttachGrace) {
+  Register("w1", 1);
+  Register("w2", 2);
+  CreateJob(MakeJob("train", {"w1", "w2"}));  // no agent ever attaches
+  Raise("w2", 2, 1, 0, kSeparate);
+  clock_.Advance(2s);
+  Tick();
+  const TimePoint started = clock_.Now();
+  {
+    const v1::Recovery& r = Rec("train.1");
+    ASSERT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+    ASSERT_EQ(r.steps(0).command(), v1::JOB_COMMAND_PAUSE);
+    EXPECT_EQ(r.steps(0).state(), v1::STEP_STATE_RUNNING);
+    // It waits the attach grace, not the rung's timeout.
+    EXPECT_EQ(FromTimestamp(r.steps(0).deadline()), started + options_.agent_attach_grace);
+    EXPECT_NE(r.steps(0).message().find("for the job's agent to attach"), std::string::npos) << r.steps(0).message();
+    EXPECT_TRUE(actuator_.requests.empty());
+  }
+  clock_.Advance(options_.agent_attach_grace);
+  Tick();
+  {
+    const v1::Recovery& r = Rec("train.1");
+    EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE) << "skipping is not escalating";
+    EXPECT_EQ(r.steps(0).state(), v1::STEP_STATE_SKIPPED);
+    EXPECT_NE(r.steps(0).message().find("has no agent attached"), std::string::npos) << r.steps(0).message();
+    EXPECT_EQ(r.steps(1).state(), v1::STEP_STATE_RUNNING);
+  }
+  ASSERT_EQ(actuator_.requests.size(), 1u);
+  EXPECT_EQ(actuator_.requests[0].action, v1::CLUSTER_ACTION_ISOLATE_DEVICE);
+  Answer("train.1/1", true);
+  ASSERT_EQ(actuator_.requests.size(), 2u);
+  EXPECT_EQ(actuator_.requests[1].action, v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  Answer("train.1/2", true);
+  // RESUME: the grace is long over, skipped at once; the recovery is done.
+  const v1::Recovery& r = Rec("train.1");
+  EXPECT_EQ(r.steps(3).state(), v1::STEP_STATE_SKIPPED);
+  EXPECT_EQ(r.state(), v1::RECOVERY_STATE_SUCCEEDED);
+  EXPECT_EQ(MetricOf(*metrics_, "clusterd_recovery_agent_steps_skipped_total"), 2);
+  EXPECT_EQ(MetricOf(*metrics_, "clusterd_recovery_escalations_total"), 0);
+}
+
+TEST_F(CoordinatorTest, AnAgentThatAttachesWithinTheGraceGetsTheWholeTimeout) {
+  Register("w1", 1);
+  Register("w2", 2);
+  CreateJob(MakeJob("train", {"w1", "w2"}));
+  Raise("w2", 2, 1, 0, kSeparate);
+  clock_.Advance(2s);
+  Tick();
+  const TimePoint started = clock_.Now();
+  ASSERT_EQ(Rec("train.1").steps(0).state(), v1::STEP_STATE_RUNNING);
+  clock_.Advance(10s);
+  Attach("train");  // the job service hands it PendingCommands
+  clock_.Advance(options_.agent_attach_grace);
+  Tick();
+  const v1::Recovery& r = Rec("train.1");
+  EXPECT_EQ(r.steps(0).state(), v1::STEP_STATE_RUNNING);
+  EXPECT_GT(FromTimestamp(r.steps(0).deadline()), started + options_.agent_attach_grace);
+  EXPECT_TRUE(actuator_.requests.empty());
+  Answer("train.1/0", true);
+  ASSERT_EQ(actuator_.requests.size(), 1u);
+  EXPECT_EQ(MetricOf(*metrics_, "clusterd_recovery_agent_steps_skipped_total"), 0);
+}
+
+TEST_F(CoordinatorTest, ARungThatIsTheAgentsOwnWorkEscalatesWithoutOne) {
+  Register("w1", 1);
+  Register("w2", 2);
+  CreateJob(MakeJob("train", {"w1", "w2"}));
+  Raise("w1", 1, 1, 1, kRestartBusiness);
+  clock_.Advance(2s);
+  Tick();
+  ASSERT_EQ(Rec("train.1").strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+  clock_.Advance(options_.agent_attach_grace);
+  Tick();
+  // PROCESS_RESTART cannot be done without an agent: the next rung, whose
+  // PAUSE is skipped at once (the grace is spent), moves the pod.
+  const v1::Recovery& r = Rec("train.1");
+  EXPECT_EQ(r.initial_strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+  EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+  EXPECT_EQ(r.steps(0).state(), v1::STEP_STATE_SKIPPED);
+  EXPECT_NE(r.steps(0).message().find("PROCESS_RESTART needs one"), std::string::npos) << r.steps(0).message();
+  ASSERT_GT(r.steps_size(), 2);
+  EXPECT_EQ(r.steps(1).command(), v1::JOB_COMMAND_PAUSE);
+  EXPECT_EQ(r.steps(1).state(), v1::STEP_STATE_SKIPPED);
+  ASSERT_FALSE(actuator_.requests.empty());
+  EXPECT_EQ(MetricOf(*metrics_, "clusterd_recovery_escalations_total"), 1);
+}
+
+TEST_F(CoordinatorTest, APolicyThatRequiresAnAgentWaitsForIt) {
+  Register("w1", 1);
+  Register("w2", 2);
+  v1::Job job = MakeJob("train", {"w1", "w2"});
+  job.mutable_policy()->set_require_agent(true);
+  CreateJob(job);
+  Raise("w2", 2, 1, 0, kSeparate);
+  clock_.Advance(2s);
+  Tick();
+  const TimePoint started = clock_.Now();
+  EXPECT_GT(FromTimestamp(Rec("train.1").steps(0).deadline()), started + options_.agent_attach_grace);
+  clock_.Advance(options_.agent_attach_grace + 1s);
+  Tick();
+  EXPECT_EQ(Rec("train.1").steps(0).state(), v1::STEP_STATE_RUNNING);
+  EXPECT_TRUE(actuator_.requests.empty()) << "no pod moves before the agent paused the job";
+}
+
+TEST_F(CoordinatorTest, TheJobsOwnAttachGraceWins) {
+  Register("w1", 1);
+  Register("w2", 2);
+  v1::Job job = MakeJob("train", {"w1", "w2"});
+  job.mutable_policy()->mutable_agent_attach_grace()->set_seconds(5);
+  CreateJob(job);
+  Raise("w2", 2, 1, 0, kSeparate);
+  clock_.Advance(2s);
+  Tick();
+  clock_.Advance(5s);
+  Tick();
+  EXPECT_EQ(Rec("train.1").steps(0).state(), v1::STEP_STATE_SKIPPED);
+  ASSERT_EQ(actuator_.requests.size(), 1u);
+}
+
 }  // namespace
 }  // namespace clusterd

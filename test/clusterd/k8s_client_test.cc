@@ -44,6 +44,7 @@
 #include "clusterd/k8s/api/informer.h"
 #include "clusterd/k8s/api/kubeconfig.h"
 #include "test/support/temp_dir.h"
+#include "test/support/wait.h"
 
 namespace clusterd::k8s {
 namespace {
@@ -1568,6 +1569,88 @@ TEST(InformerTest, RetriesAfterErrorsWithBackoffAndStopsPromptly) {
   EXPECT_NE(text.find("clusterd_k8s_lists_total{resource=\"nodes\"} 1"), std::string::npos) << text;
   auto reqs = server.requests();
   EXPECT_NE(reqs.back().target.find("resourceVersion=300"), std::string::npos) << reqs.back().target;
+}
+
+TEST(InformerTest, AResourceNotServedIsAbsentUntilItsCrdAppears) {
+  // Volcano's PodGroups on a cluster without Volcano: the list answers 404
+  // until the CRD is installed.
+  std::atomic<bool> served{false};
+  FakeApiServer server([&](const Request& r, Conn& c) {
+    if (!served) {
+      c.Reply(404, StatusBody(404, "NotFound", "the server could not find the requested resource"));
+      return;
+    }
+    if (r.target.find("watch=1") != std::string::npos) {
+      c.StartChunked();
+      c.HoldUntilStopped();
+      return;
+    }
+    c.Reply(200, PodList("300", "", {json::parse(kNodeJson)}).dump());
+  });
+  auto client = MustCreate(ConfigFor(server));
+  ASSERT_NE(client, nullptr);
+  Recorder rec;
+  InformerOptions opts;
+  opts.name = "podgroups";
+  opts.path = "/apis/scheduling.volcano.sh/v1beta1/podgroups";
+  opts.may_be_absent = true;
+  opts.absent_recheck = 5ms;
+  MetricsRegistry metrics;
+  Informer informer(client.get(), opts, rec.Handlers(), &metrics);
+  informer.Start();
+  // Not served counts as synced with nothing, so that discovery goes on
+  // without it; it is not an error, and it is looked for again.
+  ASSERT_TRUE(informer.WaitSynced(kWait));
+  EXPECT_FALSE(informer.served());
+  EXPECT_TRUE(informer.List().empty());
+  ASSERT_TRUE(server.WaitRequests(3));
+  std::string text = metrics.Render();
+  EXPECT_NE(text.find("clusterd_k8s_resource_served{resource=\"podgroups\"} 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("clusterd_k8s_informer_errors_total{resource=\"podgroups\"} 0"), std::string::npos) << text;
+  // The CRD is installed: the next look lists it and watches.
+  served = true;
+  ASSERT_TRUE(testing::WaitFor([&] { return informer.served() && informer.List().size() == 1; }));
+  informer.Stop();
+  const auto calls = rec.Get();
+  ASSERT_GE(calls.size(), 3u);
+  EXPECT_EQ(calls.front(), "synced");
+  EXPECT_EQ(calls[calls.size() - 2], "upsert node-a17@51007");
+  EXPECT_EQ(calls.back(), "synced");
+  text = metrics.Render();
+  EXPECT_NE(text.find("clusterd_k8s_resource_served{resource=\"podgroups\"} 1"), std::string::npos) << text;
+}
+
+TEST(InformerTest, A404IsAnErrorForAResourceThatMustBeServed) {
+  std::atomic<int> calls{0};
+  FakeApiServer server([&](const Request& r, Conn& c) {
+    if (r.target.find("watch=1") != std::string::npos) {
+      c.StartChunked();
+      c.HoldUntilStopped();
+      return;
+    }
+    if (++calls <= 1) {
+      c.Reply(404, StatusBody(404, "NotFound", "the server could not find the requested resource"));
+    } else {
+      c.Reply(200, PodList("300", "", {json::parse(kNodeJson)}).dump());
+    }
+  });
+  auto client = MustCreate(ConfigFor(server));
+  ASSERT_NE(client, nullptr);
+  Recorder rec;
+  InformerOptions opts;
+  opts.name = "nodes";
+  opts.path = "/api/v1/nodes";
+  opts.backoff_initial = 5ms;
+  MetricsRegistry metrics;
+  Informer informer(client.get(), opts, rec.Handlers(), &metrics);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitSynced(kWait));
+  informer.Stop();
+  // Synced only by the list that answered: the 404 was retried, not taken as "none".
+  EXPECT_EQ(rec.Get(), (std::vector<std::string>{"upsert node-a17@51007", "synced"}));
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("clusterd_k8s_informer_errors_total{resource=\"nodes\"} 1"), std::string::npos) << text;
+  EXPECT_EQ(text.find("clusterd_k8s_resource_served"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -101,6 +101,12 @@ Informer::Informer(const ApiClient* client, InformerOptions options, Handlers ha
                                          "Relists because the watched resourceVersion was compacted (410 Gone).", l);
     errors_ = &metrics->AddCounter("clusterd_k8s_informer_errors_total",
                                    "List or watch attempts that failed and were retried after a backoff.", l);
+    if (options_.may_be_absent) {
+      metrics->AddCallbackGauge(
+          "clusterd_k8s_resource_served",
+          "1 while the API server serves a resource that may be absent (a CRD's), 0 while it answers 404.",
+          [this] { return served_.load() ? 1.0 : 0.0; }, l);
+    }
   }
 }
 
@@ -156,7 +162,14 @@ Status Informer::ListAll(std::string* resource_version) {
     std::string q = "limit=" + std::to_string(options_.page_size);
     if (!cont.empty()) q += "&continue=" + UrlEncode(cont);
     auto page = client_->Get(Url(q));
-    if (!page.ok()) return page.status();
+    if (!page.ok()) {
+      if (options_.may_be_absent && cont.empty() && page.status().code() == StatusCode::kNotFound) {
+        ApplyAbsent();
+        resource_version->clear();
+        return Status::Ok();
+      }
+      return page.status();
+    }
     auto& list = *page;
     if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
       return Unavailable("kubernetes: list of " + options_.name + " is not a list");
@@ -178,12 +191,34 @@ Status Informer::ListAll(std::string* resource_version) {
   for (const auto& obj : upserted) {
     if (handlers_.on_upsert) handlers_.on_upsert(obj);
   }
+  served_ = true;
   synced_ = true;
   cv_.notify_all();
   if (handlers_.on_synced) handlers_.on_synced();
   if (lists_ != nullptr) lists_->Inc();
   *resource_version = rv;
   return Status::Ok();
+}
+
+void Informer::ApplyAbsent() {
+  std::vector<nlohmann::json> upserted, deleted;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    cache_.Replace({}, &upserted, &deleted);
+  }
+  for (const auto& obj : deleted) {
+    if (handlers_.on_delete) handlers_.on_delete(obj);
+  }
+  served_ = false;
+  synced_ = true;
+  cv_.notify_all();
+  if (handlers_.on_synced) handlers_.on_synced();
+}
+
+bool Informer::Pause(std::chrono::milliseconds delay) {
+  std::unique_lock lock(mu_);
+  return !cv_.wait_for(lock, delay, [this] { return stopping_; });
 }
 
 Status Informer::Watch(std::string* resource_version) {
@@ -243,8 +278,7 @@ void Informer::Backoff(std::chrono::milliseconds* delay) {
   static thread_local std::mt19937 rng(std::random_device{}());
   auto jittered = std::chrono::milliseconds(
       std::uniform_int_distribution<int64_t>(delay->count() / 2, std::max<int64_t>(1, delay->count()))(rng));
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, jittered, [this] { return stopping_; });
+  Pause(jittered);
   *delay = std::min(options_.backoff_max, *delay * 2);
 }
 
@@ -261,9 +295,25 @@ void Informer::Run() {
     }
     Status s = Status::Ok();
     if (need_list) {
+      const bool was_served = served_.load();
       s = ListAll(&rv);
+      if (s.ok() && !served_.load()) {
+        // Not served (a CRD that is not installed): nothing to watch; look
+        // again later. Said once per change, not per look.
+        if (was_served || !last_error.ok()) {
+          log->warn(
+              "{}: not served by the API server (404 for {}: is its CRD installed?); none of it is known "
+              "until it is, checked every {} s",
+              options_.name, options_.path, options_.absent_recheck.count() / 1000);
+        }
+        last_error = Status::Ok();
+        delay = options_.backoff_initial;
+        if (!Pause(options_.absent_recheck)) return;
+        continue;
+      }
       if (s.ok()) {
         need_list = false;
+        if (!was_served) log->info("{}: served now, listed", options_.name);
         if (!last_error.ok()) log->info("{}: listed again after: {}", options_.name, last_error.message());
         last_error = Status::Ok();
       }
@@ -273,6 +323,10 @@ void Informer::Run() {
         // The server ended the watch at timeoutSeconds (or it went silent):
         // watch again from the last version seen.
         delay = options_.backoff_initial;
+        continue;
+      }
+      if (s.code() == StatusCode::kNotFound && options_.may_be_absent) {
+        need_list = true;  // the CRD went away: the list says so
         continue;
       }
       if (s.code() == StatusCode::kOutOfRange) {

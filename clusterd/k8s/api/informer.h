@@ -77,6 +77,14 @@ struct InformerOptions {
   std::chrono::seconds watch_timeout{300};
   std::chrono::milliseconds backoff_initial{500};
   std::chrono::milliseconds backoff_max{30'000};
+  // A resource that a CRD provides (Volcano's PodGroups) may not be served
+  // at all. With this set, a list answered 404 means "not served": the
+  // informer counts as synced with no objects (those it held are reported
+  // deleted), says so once in the log and in clusterd_k8s_resource_served,
+  // and lists again every absent_recheck, so that the resource is picked up
+  // when its CRD is installed. Without it a 404 is an error like any other.
+  bool may_be_absent = false;
+  std::chrono::milliseconds absent_recheck{30'000};
 };
 
 class Informer {
@@ -97,8 +105,11 @@ class Informer {
   // Ends the watch and joins the thread; no handler runs after it returns.
   void Stop();
 
-  // True once the first list has been applied.
+  // True once the first list has been applied (or, for a resource that may
+  // be absent, once the server said it does not serve it).
   bool synced() const { return synced_.load(); }
+  // False while a resource that may be absent is not served (404).
+  bool served() const { return served_.load(); }
   // Waits (real time) until synced or `timeout` passed.
   bool WaitSynced(std::chrono::milliseconds timeout) const;
   std::optional<nlohmann::json> Get(const std::string& key) const;
@@ -107,6 +118,11 @@ class Informer {
  private:
   void Run();
   Status ListAll(std::string* resource_version);
+  // The list answered 404 for a resource that may be absent: the cache
+  // empties (deletions reported) and the informer counts as synced.
+  void ApplyAbsent();
+  // Waits `delay` or until stopped; false when stopped.
+  bool Pause(std::chrono::milliseconds delay);
   // Watches from rv; returns why the watch ended (OutOfRange: relist).
   Status Watch(std::string* resource_version);
   void Backoff(std::chrono::milliseconds* delay);
@@ -121,6 +137,7 @@ class Informer {
   ObjectCache cache_;      // guarded by mu_
   bool stopping_ = false;  // guarded by mu_
   std::atomic<bool> synced_{false};
+  std::atomic<bool> served_{true};
   StreamCancel cancel_;
   std::thread thread_;
 

@@ -180,6 +180,9 @@ Coordinator::Coordinator(JobAgentHub* agents, Actuator* actuator, const Clock* c
                                             "Recovery rungs that failed or timed out and escalated.");
   steps_failed_total_ =
       &metrics->AddCounter("clusterd_recovery_steps_failed_total", "Recovery steps that failed or timed out.");
+  agent_steps_skipped_total_ = &metrics->AddCounter(
+      "clusterd_recovery_agent_steps_skipped_total",
+      "Agent commands of recoveries skipped because the job had no agent attached after the attach grace.");
   decision_seconds_ = &metrics->AddHistogram(
       "clusterd_recovery_decision_seconds",
       "From the moment a recovery could be decided (fault active and hold-down over) to the stored decision.",
@@ -207,8 +210,11 @@ TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std
       case v1::EVENT_TYPE_FAULT_RAISED:
       case v1::EVENT_TYPE_FAULT_UPDATED:
       case v1::EVENT_TYPE_FAULT_CLEARED:
-      case v1::EVENT_TYPE_JOB_CREATED:
-      case v1::EVENT_TYPE_JOB_DELETED: dirty.insert(ev.job_ids().begin(), ev.job_ids().end()); break;
+      case v1::EVENT_TYPE_JOB_CREATED: dirty.insert(ev.job_ids().begin(), ev.job_ids().end()); break;
+      case v1::EVENT_TYPE_JOB_DELETED:
+        dirty.insert(ev.job_ids().begin(), ev.job_ids().end());
+        for (const auto& job : ev.job_ids()) agents_->Forget(job);
+        break;
       case v1::EVENT_TYPE_JOB_UPDATED:
         if (ev.actor() != "clusterd") dirty.insert(ev.job_ids().begin(), ev.job_ids().end());
         break;
@@ -522,9 +528,26 @@ bool Coordinator::Advance(ClusterState& state, const std::string& id, TimePoint 
     Finish(state, r, v1::RECOVERY_STATE_CANCELLED, "the job was set to " + v1::JobState_Name(job.state()), now, m);
     return true;
   }
+  const bool without_agent = WithoutAgent(job);
   for (auto& step : *r.mutable_steps()) {
+    const bool agent_step = step.command() != v1::JOB_COMMAND_UNSPECIFIED;
     if (step.state() == v1::STEP_STATE_RUNNING) {
-      if (FromTimestamp(step.deadline()) > now) return false;  // still waiting for its answer
+      const TimePoint deadline = FromTimestamp(step.deadline());
+      if (deadline > now) return false;  // still waiting for its answer
+      if (agent_step && without_agent) {
+        // The attach grace is over and no agent came.
+        SkipAgentStep(state, std::move(r), job, step.index(), now, m);
+        return Advance(state, id, now, m, after, submit);
+      }
+      const TimePoint full = FromTimestamp(step.start_time()) + StepTimeout(job, step);
+      if (agent_step && deadline < full) {
+        // The step started with only the attach grace and an agent has
+        // attached since: it gets the whole timeout.
+        *step.mutable_deadline() = ToTimestamp(full);
+        step.clear_message();
+        state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
+        return false;
+      }
       step.set_state(v1::STEP_STATE_TIMED_OUT);
       *step.mutable_end_time() = ToTimestamp(now);
       step.set_message("no answer before the deadline");
@@ -535,10 +558,19 @@ bool Coordinator::Advance(ClusterState& state, const std::string& id, TimePoint 
     }
     if (step.state() != v1::STEP_STATE_PENDING) continue;
     if (state.admin_state().recovery_paused()) return false;  // no new step while paused
+    const TimePoint attach_by = agent_step && without_agent ? AttachDeadline(r, job, now) : TimePoint::max();
+    if (attach_by <= now) {
+      SkipAgentStep(state, std::move(r), job, step.index(), now, m);
+      return Advance(state, id, now, m, after, submit);
+    }
     step.set_state(v1::STEP_STATE_RUNNING);
     *step.mutable_start_time() = ToTimestamp(now);
-    const Duration timeout = rc::FromProto(job.policy()).TimeoutFor(rc::FromProto(step.strategy()));
-    *step.mutable_deadline() = ToTimestamp(now + timeout);
+    *step.mutable_deadline() = ToTimestamp(std::min(now + StepTimeout(job, step), attach_by));
+    if (attach_by != TimePoint::max()) {
+      step.set_message("waiting up to " +
+                       std::to_string(std::chrono::ceil<std::chrono::seconds>(attach_by - now).count()) +
+                       " s for the job's agent to attach (none attached)");
+    }
     const uint32_t index = step.index();
     const v1::Recovery& stored = state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
     Dispatch(stored, stored.steps(static_cast<int>(index)), after, submit);
@@ -547,6 +579,59 @@ bool Coordinator::Advance(ClusterState& state, const std::string& id, TimePoint 
   // Every step succeeded.
   Finish(state, r, v1::RECOVERY_STATE_SUCCEEDED, StrategyText(r.strategy()) + " completed", now, m);
   return true;
+}
+
+bool Coordinator::WithoutAgent(const v1::Job& job) const {
+  return !job.policy().require_agent() && !agents_->IsAttached(job.id()) && !agents_->Seen(job.id());
+}
+
+Duration Coordinator::StepTimeout(const v1::Job& job, const v1::RecoveryStep& step) const {
+  return rc::FromProto(job.policy()).TimeoutFor(rc::FromProto(step.strategy()));
+}
+
+Duration Coordinator::AttachGrace(const v1::Job& job) const {
+  const Duration own = std::chrono::duration_cast<Duration>(std::chrono::nanoseconds(
+      google::protobuf::util::TimeUtil::DurationToNanoseconds(job.policy().agent_attach_grace())));
+  return own > Duration::zero() ? own : options_.agent_attach_grace;
+}
+
+TimePoint Coordinator::AttachDeadline(const v1::Recovery& r, const v1::Job& job, TimePoint now) const {
+  // From the first step the recovery started: that is when it first needed
+  // an agent, whichever rung it is on now.
+  TimePoint since = now;
+  for (const auto& s : r.steps()) {
+    if (s.has_start_time()) since = std::min(since, FromTimestamp(s.start_time()));
+  }
+  return since + AttachGrace(job);
+}
+
+bool Coordinator::SkipAgentStep(ClusterState& state, v1::Recovery r, const v1::Job& job, uint32_t index, TimePoint now,
+                                Mutation* m) {
+  v1::RecoveryStep& step = *r.mutable_steps(static_cast<int>(index));
+  const rc::Strategy rung = rc::FromProto(step.strategy());
+  // Retrying a step, restarting processes and scaling in are the agent's
+  // work: without one the rung cannot be carried out. Pause, checkpoint,
+  // stop and resume only accompany the cluster actions of the others.
+  const bool needs_agent =
+      rung == rc::Strategy::kStepRetry || rung == rc::Strategy::kProcessRestart || rung == rc::Strategy::kScaleIn;
+  const std::string why = "job " + job.id() + " has no agent attached (none since ClusterD started, attach grace " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(AttachGrace(job)).count()) +
+                          " s)";
+  if (!step.has_start_time()) *step.mutable_start_time() = ToTimestamp(now);
+  step.set_state(v1::STEP_STATE_SKIPPED);
+  *step.mutable_end_time() = ToTimestamp(now);
+  if (agent_steps_skipped_total_) agent_steps_skipped_total_->Inc();
+  if (needs_agent) {
+    step.set_message("skipped: " + why + ": " + std::string(rc::StrategyName(rung)) + " needs one");
+    Escalate(state, std::move(r), job, "step " + std::to_string(index) + " (" + StepText(step) + ") skipped: " + why,
+             now, m);
+    return true;
+  }
+  step.set_message("skipped: " + why + "; the cluster actions go on");
+  GetLogger("recovery")
+      ->info("recovery {} of job {}: step {} ({}) skipped: {}", r.id(), r.job_id(), index, StepText(step), why);
+  state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
+  return false;
 }
 
 void Coordinator::Escalate(ClusterState& state, v1::Recovery r, const v1::Job& job, const std::string& why,

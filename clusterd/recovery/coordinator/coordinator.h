@@ -36,6 +36,11 @@ struct CoordinatorOptions {
   // After a restart, a step that was RUNNING gets at least this long (the
   // agent has to reattach) before it times out.
   Duration resume_grace = std::chrono::seconds(30);
+  // A job with no agent attached, and none since the start, gets this long
+  // from a recovery's start to attach one before its agent commands are
+  // skipped (unless its policy says require_agent; the policy's own
+  // agent_attach_grace wins).
+  Duration agent_attach_grace = std::chrono::seconds(30);
 };
 
 class Coordinator {
@@ -79,6 +84,18 @@ class Coordinator {
                const Engine::SubmitFn& submit);
   // The step failed or timed out: skip the rest of its rung and go down the
   // ladder (recording why), possibly to FAIL.
+  // True when the job's agent commands cannot be carried out: no agent is
+  // attached, none was since the start, and the policy does not require one.
+  bool WithoutAgent(const v1::Job& job) const;
+  Duration StepTimeout(const v1::Job& job, const v1::RecoveryStep& step) const;
+  Duration AttachGrace(const v1::Job& job) const;
+  // Until when recovery r waits for the job's agent to attach.
+  TimePoint AttachDeadline(const v1::Recovery& r, const v1::Job& job, TimePoint now) const;
+  // Marks step `index` of r SKIPPED for want of an agent and stores r; a
+  // rung that is the agent's own work (STEP_RETRY, PROCESS_RESTART,
+  // SCALE_IN) escalates instead, and true is returned.
+  bool SkipAgentStep(ClusterState& state, v1::Recovery r, const v1::Job& job, uint32_t index, TimePoint now,
+                     Mutation* m);
   void Escalate(ClusterState& state, v1::Recovery r, const v1::Job& job, const std::string& why, TimePoint now,
                 Mutation* m);
   // A worse fault hit the job while its recovery runs: the running plan is
@@ -133,6 +150,7 @@ class Coordinator {
   Counter* cancelled_total_ = nullptr;
   Counter* escalations_total_ = nullptr;
   Counter* steps_failed_total_ = nullptr;
+  Counter* agent_steps_skipped_total_ = nullptr;
   Histogram* decision_seconds_ = nullptr;
 };
 

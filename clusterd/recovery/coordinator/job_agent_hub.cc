@@ -7,6 +7,7 @@ uint64_t JobAgentHub::Attach(const std::string& job, std::shared_ptr<Sink> sink)
   uint64_t session;
   {
     std::lock_guard lock(mu_);
+    seen_.insert(job);
     Entry& e = agents_[job];
     old = std::move(e.sink);
     e.sink = std::move(sink);
@@ -39,6 +40,16 @@ bool JobAgentHub::Send(const std::string& job, const v1::Command& command) {
 bool JobAgentHub::IsAttached(const std::string& job) const {
   std::lock_guard lock(mu_);
   return agents_.contains(job);
+}
+
+bool JobAgentHub::Seen(const std::string& job) const {
+  std::lock_guard lock(mu_);
+  return seen_.contains(job);
+}
+
+void JobAgentHub::Forget(const std::string& job) {
+  std::lock_guard lock(mu_);
+  seen_.erase(job);
 }
 
 size_t JobAgentHub::attached() const {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "clusterd/v1/job.pb.h"
@@ -33,6 +34,11 @@ class JobAgentHub {
   // False when no agent is attached for the job.
   bool Send(const std::string& job, const v1::Command& command);
   bool IsAttached(const std::string& job) const;
+  // True when an agent attached for the job at any time since the hub was
+  // made (it may be reconnecting now).
+  bool Seen(const std::string& job) const;
+  // The job is gone: Seen() forgets it.
+  void Forget(const std::string& job);
   size_t attached() const;
 
  private:
@@ -42,6 +48,7 @@ class JobAgentHub {
   };
   mutable std::mutex mu_;
   std::map<std::string, Entry> agents_;
+  std::set<std::string> seen_;
   uint64_t next_session_ = 0;
 };
 
