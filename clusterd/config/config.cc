@@ -574,8 +574,16 @@ std::vector<ConfigKey> MakeTable() {
         "discover jobs in this namespace only (default: all)", "kubernetes.namespace");
   t.Add(Text("k8s_rank_annotation", CLUSTERD_FIELD(k8s.rank_annotation), "KEY"), "pod annotation with the pod's rank",
         "kubernetes.rankAnnotation");
+  t.Add(List("k8s_rank_index_keys", CLUSTERD_FIELD(k8s.rank_index_keys), "label or annotation keys, comma-separated",
+             [](const std::string& key) {
+               return key.empty() || key.size() > 253 ? InvalidArgument("'" + key + "' is not a label key")
+                                                      : Status::Ok();
+             }),
+        "without the rank annotation: the first of these pod labels (else annotations) gives the rank (Indexed Jobs, "
+        "StatefulSets; \"\": none)",
+        kNoChartValue);
   t.Add(Text("k8s_rank_env", CLUSTERD_FIELD(k8s.rank_env), "NAME"),
-        "container env var with the rank when the annotation is absent (e.g. RANK)", kNoChartValue);
+        "container env var with the rank when neither the annotation nor an index is there (e.g. RANK)", kNoChartValue);
   t.Add(Text("k8s_devices_annotation", CLUSTERD_FIELD(k8s.devices_annotation), "KEY"),
         "pod annotation listing its devices", "kubernetes.devicesAnnotation");
   t.Add(Text("k8s_job_kind_label", CLUSTERD_FIELD(k8s.job_kind_label), "KEY"),

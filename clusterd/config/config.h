@@ -94,7 +94,11 @@ struct ClusterdConfig {
     std::string kube_context;
     std::string namespace_;  // "" = every namespace
     std::string rank_annotation = "hccl/rankIndex";
-    std::string rank_env;  // e.g. "RANK" (PyTorchJob) when the annotation is absent
+    // Without the annotation: the first of these present as a pod label or
+    // annotation (Indexed Jobs, StatefulSets).
+    std::vector<std::string> rank_index_keys = {"batch.kubernetes.io/job-completion-index",
+                                                "apps.kubernetes.io/pod-index"};
+    std::string rank_env;  // e.g. "RANK" (PyTorchJob) when neither is there
     std::string devices_annotation = "huawei.com/AscendReal";
     std::string job_kind_label = "clusterd.io/job-kind";
     bool podgroups = true;  // follow Volcano PodGroups

@@ -22,6 +22,7 @@ KubernetesMarks MarksFor(const ClusterdConfig::Kubernetes& k8s) {
 k8s::DiscoveryOptions DiscoveryOptionsFrom(const ClusterdConfig::Kubernetes& k8s) {
   k8s::DiscoveryOptions o;
   o.rank_annotation = k8s.rank_annotation;
+  o.rank_index_keys = k8s.rank_index_keys;
   o.rank_env = k8s.rank_env;
   o.devices_annotation = k8s.devices_annotation;
   o.job_kind_label = k8s.job_kind_label;

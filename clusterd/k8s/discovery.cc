@@ -317,7 +317,8 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
     if (spec_ptr && !spec_ptr->is_object()) return InvalidArgument(where + ": spec is not an object");
     const json& spec = spec_ptr ? *spec_ptr : kEmptySpec;
 
-    // Rank: the annotation, else the env var.
+    // Rank: the annotation, else a Kubernetes index (label, then annotation),
+    // else the env var.
     const json* rank_ann = opts.rank_annotation.empty() ? nullptr : Member(ann, opts.rank_annotation);
     std::optional<std::string> rank_text;
     std::string rank_from;
@@ -326,7 +327,18 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
         return InvalidArgument(where + ": annotation " + opts.rank_annotation + " is not a string");
       rank_text = rank_ann->get<std::string>();
       rank_from = "annotation " + opts.rank_annotation;
-    } else if (!opts.rank_env.empty()) {
+    }
+    for (size_t i = 0; !rank_text && i < opts.rank_index_keys.size(); ++i) {
+      const std::string& key = opts.rank_index_keys[i];
+      if (const std::string* v = StringMember(lab, key)) {
+        rank_text = *v;
+        rank_from = "label " + key;
+      } else if (const std::string* a = StringMember(ann, key)) {
+        rank_text = *a;
+        rank_from = "annotation " + key;
+      }
+    }
+    if (!rank_text && !opts.rank_env.empty()) {
       rank_text = EnvValue(spec, opts.rank_env);
       rank_from = "env " + opts.rank_env;
     }

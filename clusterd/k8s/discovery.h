@@ -53,8 +53,13 @@ inline constexpr std::string_view kLabelPodGroup = "k8s.podgroup";     // absent
 struct DiscoveryOptions {
   // Pod rank: this annotation ("0", "1", ...).
   std::string rank_annotation = "hccl/rankIndex";
-  // When set (e.g. "RANK", PyTorchJob style) and the rank annotation is
-  // absent: the first container env var of this name with a literal `value`
+  // Without it: the first of these present as a label, else as an
+  // annotation: the indexes Kubernetes gives the pods of an Indexed Job and
+  // of a StatefulSet (a pod template cannot give each pod its own rank).
+  std::vector<std::string> rank_index_keys = {"batch.kubernetes.io/job-completion-index",
+                                              "apps.kubernetes.io/pod-index"};
+  // When set (e.g. "RANK", PyTorchJob style) and neither the rank annotation
+  // nor an index is there: the first container env var of this name with a literal `value`
   // gives the pod rank (valueFrom is not resolved).
   std::string rank_env;
   // Devices the pod really holds: "Ascend910-0,Ascend910-1" -> {0, 1} (the

@@ -219,6 +219,50 @@ TEST(K8sDiscovery, RescheduleMovesTheRanksKeepsTheJob) {
   EXPECT_FALSE(MessageDifferencer::Equals(after[0].job, before[0].job));
 }
 
+// ---- Kubernetes' own indexes: Indexed Jobs and StatefulSets ----
+
+// A pod of a workload whose template cannot give each pod a rank annotation.
+json IndexedPod(const std::string& name, const json& labels, const json& annotations) {
+  json pod = json::parse(R"({"apiVersion": "v1", "kind": "Pod",
+    "metadata": {"namespace": "train",
+      "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "llm", "uid": "job-uid", "controller": true}]},
+    "spec": {"nodeName": "node-1", "containers": [{"name": "main", "env": [{"name": "RANK", "value": "7"}],
+      "resources": {"limits": {"huawei.com/Ascend910": "8"}}}]}})");
+  pod["metadata"]["name"] = name;
+  pod["metadata"]["uid"] = name + "-uid";
+  pod["metadata"]["labels"] = labels;
+  pod["metadata"]["annotations"] = annotations;
+  return pod;
+}
+
+TEST(K8sDiscovery, RankFromTheIndexOfAnIndexedJobOrAStatefulSet) {
+  DiscoveryOptions opts;
+  opts.rank_env = "RANK";
+  // Indexed Job: the annotation always, the label since Kubernetes 1.28.
+  EXPECT_EQ(MustParse(IndexedPod("a", json::object(), {{"batch.kubernetes.io/job-completion-index", "3"}}), opts).rank,
+            3u);
+  EXPECT_EQ(MustParse(IndexedPod("b", {{"batch.kubernetes.io/job-completion-index", "4"}},
+                                 {{"batch.kubernetes.io/job-completion-index", "4"}}),
+                      opts)
+                .rank,
+            4u);
+  // StatefulSet: the pod-index label.
+  EXPECT_EQ(MustParse(IndexedPod("c", {{"apps.kubernetes.io/pod-index", "5"}}, json::object()), opts).rank, 5u);
+  // The rank annotation comes first, the env var last.
+  EXPECT_EQ(MustParse(IndexedPod("d", {{"apps.kubernetes.io/pod-index", "5"}}, {{"hccl/rankIndex", "1"}}), opts).rank,
+            1u);
+  EXPECT_EQ(MustParse(IndexedPod("e", json::object(), json::object()), opts).rank, 7u);
+  // The order is the option's: without index keys the env var decides.
+  DiscoveryOptions no_index = opts;
+  no_index.rank_index_keys.clear();
+  EXPECT_EQ(MustParse(IndexedPod("f", {{"apps.kubernetes.io/pod-index", "5"}}, json::object()), no_index).rank, 7u);
+  // A bad index is refused, naming where it came from.
+  auto bad = ParsePod(IndexedPod("g", {{"apps.kubernetes.io/pod-index", "x5"}}, json::object()), opts);
+  ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("label apps.kubernetes.io/pod-index"), std::string::npos)
+      << bad.status().message();
+}
+
 // ---- PyTorchJob, other conventions ----
 
 TEST(K8sDiscovery, PyTorchJobByRankEnvWithoutDeviceIds) {

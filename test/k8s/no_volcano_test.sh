@@ -39,11 +39,12 @@ for n in worker01 worker02 worker03; do
     application/strategic-merge-patch+json >/dev/null
 done
 STS_UID=$(python3 -c 'import uuid; print(uuid.uuid4())')
-# pod NAME NODE RANK DEVICES: a running pod of StatefulSet "llm" (no PodGroup, no agent).
+# pod NAME NODE INDEX DEVICES: a running pod of StatefulSet "llm" (no PodGroup, no agent, the rank from
+# the pod-index label Kubernetes gives it).
 pod() {
   k8s_api POST /api/v1/namespaces/serve/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\",
     \"labels\":{\"apps.kubernetes.io/pod-index\":\"$3\"},
-    \"annotations\":{\"hccl/rankIndex\":\"$3\",\"huawei.com/AscendReal\":\"$4\"},
+    \"annotations\":{\"huawei.com/AscendReal\":\"$4\"},
     \"ownerReferences\":[{\"apiVersion\":\"apps/v1\",\"kind\":\"StatefulSet\",\"name\":\"llm\",\"uid\":\"$STS_UID\",\"controller\":true}]},
     \"spec\":{\"nodeName\":\"$2\",\"containers\":[{\"name\":\"main\",\"image\":\"train:1\",
       \"resources\":{\"limits\":{\"huawei.com/Ascend910\":\"2\"}}}]}}" >/dev/null
