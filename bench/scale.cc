@@ -31,7 +31,7 @@ constexpr const char* kLoadCode = "020000002";   // SUB_HEALTH: raises/clears ch
 constexpr const char* kProbeCode = "200001002";  // NOT_HANDLE: one transition, one event
 constexpr const char* kLostCode = "HEARTBEAT_LOST";
 
-std::string StatusText(const grpc::Status& st) { return std::to_string(st.error_code()) + " " + st.error_message(); }
+std::string GrpcError(const grpc::Status& st) { return std::to_string(st.error_code()) + " " + st.error_message(); }
 
 bool HasPrefix(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
@@ -42,7 +42,7 @@ bool Summary(v1::ClusterService::Stub* cluster, double deadline_s, v1::GetSummar
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1e3)));
   auto st = cluster->GetSummary(&ctx, v1::GetSummaryRequest(), resp);
-  if (!st.ok() && err) *err = "GetSummary: " + StatusText(st);
+  if (!st.ok() && err) *err = "GetSummary: " + GrpcError(st);
   return st.ok();
 }
 

@@ -85,13 +85,8 @@ class EngineCommands final : public ClusterCommands {
       out.revision = s.revision();
       if (since != 0 && since >= out.revision) return out;
       for (const std::string& name : s.NodesChangedAfter(since)) {
-        v1::GetNodeRequest req;
-        req.set_name(name);
-        auto node = s.GetNode(req);
-        if (!node.ok()) continue;
         NodeView view;
-        view.node = std::move(*node->mutable_node());
-        view.devices.assign(node->devices().begin(), node->devices().end());
+        if (!s.DescribeNode(name, &view.node, &view.devices)) continue;
         std::vector<const v1::Fault*> faults;
         s.AppendFaultsOnNode(name, &faults);
         for (const v1::Fault* f : faults) {

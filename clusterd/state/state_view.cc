@@ -87,6 +87,16 @@ StatusOr<v1::GetNodeResponse> StateView::GetNode(const v1::GetNodeRequest& req) 
   return out;
 }
 
+bool StateView::DescribeNode(const std::string& name, v1::Node* node, std::vector<v1::Device>* devices) const {
+  const NodeState* n = nodes_.Find(name);
+  if (!n) return false;
+  *node = n->Describe();
+  devices->clear();
+  devices->reserve(n->devices.size());
+  for (const auto& [id, d] : n->devices) devices->push_back(d);
+  return true;
+}
+
 StatusOr<v1::ListFaultsResponse> StateView::ListFaults(const v1::ListFaultsRequest& req) const {
   auto page = ParsePage(req.page_size(), req.page_token());
   if (!page.ok()) return page.status();

@@ -33,6 +33,10 @@ class StateView {
   v1::GetSummaryResponse GetSummary() const;
   StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const { return nodes_.List(req); }
   StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const;
+  // The node as GetNode describes it and its devices by id, without the
+  // metrics and faults GetNode copies too (integrations mirroring nodes);
+  // false when the node is not registered.
+  bool DescribeNode(const std::string& name, v1::Node* node, std::vector<v1::Device>* devices) const;
   StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const;
   StatusOr<v1::Job> GetJob(const std::string& id) const;
   StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req) const;

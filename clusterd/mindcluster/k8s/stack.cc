@@ -790,17 +790,20 @@ size_t MindClusterStack::Write(TimePoint now, bool* pending) {
   }
   publisher_.Written(done);
   if (node_cm_dirty_ && !stopped) {
-    if (!TakeToken(now)) {
+    // What is already there costs no write and no token.
+    auto value = mc::ClusterInfoNodeValue(node_cm_);
+    const bool same =
+        value.ok() && *value == node_cm_written_ && versions_.count(std::string(mc::kClusterInfoNodeName));
+    if (same) {
+      node_cm_dirty_ = false;
+    } else if (value.ok() && !TakeToken(now)) {
       *pending = true;
     } else {
-      auto value = mc::ClusterInfoNodeValue(node_cm_);
-      const bool same =
-          value.ok() && *value == node_cm_written_ && versions_.count(std::string(mc::kClusterInfoNodeName));
-      Status st = same || !value.ok() ? value.status() : PutConfigMap(std::string(mc::kClusterInfoNodeName), *value);
+      Status st = value.ok() ? PutConfigMap(std::string(mc::kClusterInfoNodeName), *value) : value.status();
       if (st.ok()) {
         node_cm_dirty_ = false;
         node_cm_written_ = *value;
-        if (!same) ++written;
+        ++written;
       } else {
         if (write_errors_ != nullptr) write_errors_->Inc();
         Warn("write/node", "mindcluster: cannot write " + options_.cluster_info_namespace + "/" +
