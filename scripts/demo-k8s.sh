@@ -43,14 +43,17 @@ for n in npu-node-1 npu-node-2; do
     application/strategic-merge-patch+json >/dev/null
 done
 JOB_UID=$(python3 -c 'import uuid; print(uuid.uuid4())')
-for i in 0 1; do
-  k8s_api POST /api/v1/namespaces/train/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"llama-worker-$i\",
+# pod INDEX NODE DEVICES: worker INDEX of the Volcano job, Running on NODE with DEVICES.
+pod() {
+  k8s_api POST /api/v1/namespaces/train/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"llama-worker-$1\",
     \"labels\":{\"volcano.sh/job-name\":\"llama\"},
-    \"annotations\":{\"hccl/rankIndex\":\"$i\",\"huawei.com/AscendReal\":\"Ascend910-0,Ascend910-1\"},
+    \"annotations\":{\"hccl/rankIndex\":\"$1\",\"huawei.com/AscendReal\":\"$3\"},
     \"ownerReferences\":[{\"apiVersion\":\"batch.volcano.sh/v1alpha1\",\"kind\":\"Job\",\"name\":\"llama\",\"uid\":\"$JOB_UID\",\"controller\":true}]},
-    \"spec\":{\"nodeName\":\"npu-node-$((i + 1))\",\"containers\":[{\"name\":\"main\",\"image\":\"llama:1\"}]}}" >/dev/null
-  k8s_api PATCH "/api/v1/namespaces/train/pods/llama-worker-$i/status" '{"status":{"phase":"Running"}}' >/dev/null
-done
+    \"spec\":{\"nodeName\":\"$2\",\"containers\":[{\"name\":\"main\",\"image\":\"llama:1\"}]}}" >/dev/null
+  k8s_api PATCH "/api/v1/namespaces/train/pods/llama-worker-$1/status" '{"status":{"phase":"Running"}}' >/dev/null
+}
+pod 0 npu-node-1 Ascend910-0,Ascend910-1
+pod 1 npu-node-2 Ascend910-0,Ascend910-1
 echo "Nodes npu-node-1, npu-node-2; Volcano job train/llama (uid $JOB_UID): 2 pods x 2 NPUs"
 
 step "clusterd --kubeconfig ... --integrations kubernetes --actuator kubernetes, two noded agents"
@@ -80,6 +83,13 @@ wait_until 30 grep -q attached "$WORK/agent.log"
 curl -sf -X POST "http://127.0.0.1:$NODED_2/v1/sim/faults" -d '{"device": 0, "code": "4C4BA00C", "state": "raise"}' >/dev/null
 evicted() { k8s_api GET /api/v1/namespaces/train/pods/llama-worker-1 | grep -q deletionTimestamp; }
 wait_until 30 evicted
+# Volcano's controller recreates the evicted pod and the scheduler places it on the healthy node;
+# this demo has neither and plays both (test/k8s/control_loop_test.sh runs the real ones). The
+# recovery succeeds once the replacement runs.
+k8s_api DELETE "/api/v1/namespaces/train/pods/llama-worker-1?gracePeriodSeconds=0" >/dev/null
+gone() { ! k8s_api GET /api/v1/namespaces/train/pods/llama-worker-1 >/dev/null; }
+wait_until 15 gone
+pod 1 npu-node-1 Ascend910-2,Ascend910-3
 recovered() { "${CTL[@]}" get recoveries | grep -q SUCCEEDED; }
 wait_until 30 recovered
 "${CTL[@]}" get recoveries
@@ -102,6 +112,11 @@ k8s_api GET /apis/events.k8s.io/v1/namespaces/train/events | python3 -c '
 import json, sys
 for e in json.load(sys.stdin)["items"]:
     print("event:", e["reason"], e["action"], e["regarding"]["kind"] + "/" + e["regarding"]["name"], "-", e["note"])'
-echo "pod train/llama-worker-1: evicted (Terminating; its controller would place a replacement)"
+k8s_api GET /api/v1/namespaces/train/pods | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    print("pod:", p["metadata"]["namespace"] + "/" + p["metadata"]["name"], p["spec"].get("nodeName", ""),
+          p["status"].get("phase", ""), p["metadata"]["annotations"].get("huawei.com/AscendReal", ""))'
+echo "(llama-worker-1 was evicted from npu-node-2; its replacement runs on npu-node-1 on healthy chips)"
 echo
 echo "Kubernetes demo done (docs/kubernetes.md)."

@@ -5,8 +5,9 @@
 #                                 # end-to-end checks that need no Go-built server (grpcurl,
 #                                 # noded, recovery, helm render, status page)
 #   bash scripts/test.sh --all    # everything (what .ci/run runs): the above, then the short
-#                                 # benchmark, the Kubernetes, HA, MindCluster, API-tool and
-#                                 # fault suites, the ASan+UBSan ctest run and the fuzzers
+#                                 # benchmark, the Kubernetes (on a real control loop too), HA,
+#                                 # MindCluster, API-tool and fault suites, the ASan+UBSan
+#                                 # ctest run and the fuzzers
 #
 # Both install what is missing first (scripts/deps.sh). Every run ends with a table of its
 # stages and their seconds, and says which caches were cold at the start.
@@ -18,7 +19,7 @@ ALL=0
 for arg in "$@"; do
   case $arg in
     --all) ALL=1 ;;
-    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -122,6 +123,7 @@ if [[ $ALL == 1 ]]; then
   stage build/bench bash scripts/build.sh clusterd-bench
   stage go/k8s-tools bash scripts/k8s-tools.sh
   stage go/kube-peer bash scripts/kube-peer.sh
+  stage go/control-loop bash scripts/k8s-tools.sh --control-loop
   k8s_bin=$(bash scripts/k8s-tools.sh 2>/dev/null)
   kube_peer=$(bash scripts/kube-peer.sh 2>/dev/null)
   # Figures printed, not asserted: it proves every scenario still runs.
@@ -130,6 +132,7 @@ if [[ $ALL == 1 ]]; then
   stage k8s/helm_rbac bash test/k8s/helm_rbac_test.sh
   stage k8s/kubernetes_e2e bash test/k8s/kubernetes_e2e_test.sh
   stage k8s/no_volcano bash test/k8s/no_volcano_test.sh
+  stage k8s/control_loop bash test/k8s/control_loop_test.sh
   stage k8s/security_e2e bash test/k8s/security_e2e_test.sh
   stage e2e/api_tools bash test/e2e/api_tools_test.sh
   stage e2e/mindcluster bash test/e2e/mindcluster_test.sh

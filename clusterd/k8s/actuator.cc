@@ -14,6 +14,7 @@
 #include "clusterd/k8s/requests.h"
 #include "clusterd/recovery/actuators/pooled.h"
 #include "common/config_util.h"  // JoinNames
+#include "common/duration.h"
 #include "common/levels.h"
 #include "common/logging.h"
 
@@ -206,19 +207,26 @@ void KubernetesActions::NoteOnce(const std::string& key, const std::string& mess
 // The job's pods that hold any of `ranks` (all of its pods for a job
 // restart), from the shared pod cache; *job_pods counts all of the job's
 // pods, terminating ones too.
-std::vector<KubernetesActions::Target> KubernetesActions::FindPods(const ActionRequest& req, bool whole_job,
-                                                                   size_t* job_pods) const {
-  std::set<uint32_t> ranks(req.ranks.begin(), req.ranks.end());
+std::vector<k8s::PodInfo> KubernetesActions::PodsOfJob(const std::string& job_id) const {
   k8s::PodGroupMap podgroups;
   for (const auto& obj : ctx_->PodGroups()) {
     auto pg = k8s::ParsePodGroup(obj, ctx_->discovery());
     if (pg.ok()) podgroups[k8s::PodGroupMapKey(pg->ns, pg->name)] = std::move(*pg);
   }
-  std::vector<Target> out;
+  std::vector<k8s::PodInfo> out;
   for (const auto& obj : ctx_->Pods()) {
     auto pod = k8s::ParsePod(obj, ctx_->discovery());
-    if (!pod.ok()) continue;
-    if (k8s::JobKeyOf(*pod, podgroups) != req.job_id) continue;
+    if (pod.ok() && k8s::JobKeyOf(*pod, podgroups) == job_id) out.push_back(std::move(*pod));
+  }
+  return out;
+}
+
+std::vector<KubernetesActions::Target> KubernetesActions::FindPods(const ActionRequest& req, bool whole_job,
+                                                                   size_t* job_pods) const {
+  std::set<uint32_t> ranks(req.ranks.begin(), req.ranks.end());
+  std::vector<Target> out;
+  for (const auto& p : PodsOfJob(req.job_id)) {
+    const k8s::PodInfo* pod = &p;
     ++*job_pods;
     // Still the job's, but on its way out already (a NoExecute device
     // taint, an earlier try of this step): never picked.
@@ -241,12 +249,14 @@ std::vector<KubernetesActions::Target> KubernetesActions::FindPods(const ActionR
 ActionResult KubernetesActions::RemovePods(const ActionRequest& req, bool evict) {
   // The watches normally run already (the integration started them);
   // without the integration the first action starts them.
-  ctx_->StartWatches(nullptr);
+  if (env_.start_watches) ctx_->StartWatches(nullptr);
   const TimePoint sync_by = std::min(env_.clock->Now() + 30s, req.deadline);
   while (!ctx_->JobsSynced() && env_.clock->Now() < sync_by) Sleep(100ms);
   if (!ctx_->JobsSynced()) return {false, "the pod cache is not synced yet"};
   size_t job_pods = 0;
   auto targets = FindPods(req, !evict, &job_pods);
+  // Every pod this step removes or removed before a restart (its record).
+  std::set<std::string> removed;
   if (job_pods == 0) {
     // Not a job discovered from pods (registered through the API), or all
     // of its pods are gone: nothing here can move its ranks, and saying
@@ -274,17 +284,80 @@ ActionResult KubernetesActions::RemovePods(const ActionRequest& req, bool evict)
       if (prior.ok()) {
         const std::set<std::string> recorded = k8s::RecordedPodUids(*prior);
         std::erase_if(targets, [&](const Target& t) { return !recorded.count(t.uid); });
+        removed.insert(recorded.begin(), recorded.end());
       }
     }
   }
-  if (targets.empty()) return {true, "no pod of job " + req.job_id + " left to " + (evict ? "evict" : "delete")};
-  std::vector<std::string> done;
+  // The ranks the removed pods hold, which their replacements must hold
+  // again (with the step's own).
+  std::set<uint32_t> ranks(req.ranks.begin(), req.ranks.end());
+  const auto job = PodsOfJob(req.job_id);
   for (const auto& t : targets) {
-    Status s = evict ? Evict(t, req) : DeletePod(t);
-    if (!s.ok()) return {false, (evict ? "evict " : "delete ") + t.ns + "/" + t.name + ": " + s.message()};
-    done.push_back(t.name);
+    removed.insert(t.uid);
+    for (const auto& p : job) {
+      if (p.uid != t.uid) continue;
+      for (uint32_t r : k8s::PodDeviceRanks(p)) ranks.insert(r);
+    }
   }
-  return {true, std::string(evict ? "evicted " : "deleted ") + JoinNames(done)};
+  std::set<std::string> before;
+  for (const auto& p : job) before.insert(p.uid);
+  if (targets.empty()) {
+    return WaitForReplacements(req, ranks, removed, before,
+                               "no pod of job " + req.job_id + " left to " + (evict ? "evict" : "delete"));
+  }
+  std::vector<std::string> done, fallen_back;
+  std::string why;
+  for (const auto& t : targets) {
+    bool fell_back = false;
+    Status s = evict ? Evict(t, req, &fell_back, &why) : DeletePod(t);
+    if (!s.ok()) return {false, (evict ? "evict " : "delete ") + t.ns + "/" + t.name + ": " + s.message()};
+    (fell_back ? fallen_back : done).push_back(t.name);
+  }
+  std::string message;
+  if (!done.empty()) message = std::string(evict ? "evicted " : "deleted ") + JoinNames(done);
+  if (!fallen_back.empty()) {
+    // An operator must see that a budget was overridden: the step says so.
+    message += (message.empty() ? "" : "; ") + std::string("deleted ") + JoinNames(fallen_back) +
+               " after its eviction was refused for " + FormatDuration(ctx_->settings().eviction_timeout) +
+               " (k8s_delete_fallback): " + why;
+    GetLogger("k8s")->warn("recovery {}: {}", req.recovery_id, message);
+  }
+  return WaitForReplacements(req, ranks, removed, before, message);
+}
+
+ActionResult KubernetesActions::WaitForReplacements(const ActionRequest& req, const std::set<uint32_t>& ranks,
+                                                    const std::set<std::string>& removed,
+                                                    const std::set<std::string>& before, const std::string& done) {
+  for (;;) {
+    std::set<uint32_t> missing = ranks;
+    std::set<std::string> running;  // the new pods that hold them: "name on node"
+    for (const auto& pod : PodsOfJob(req.job_id)) {
+      if (removed.count(pod.uid) || pod.phase != "Running") continue;
+      bool holds = false;
+      for (uint32_t r : k8s::PodDeviceRanks(pod)) holds = missing.erase(r) > 0 || holds;
+      if (holds && !before.count(pod.uid)) running.insert(pod.name + " on " + pod.node);
+    }
+    if (missing.empty()) {
+      if (running.empty()) return {true, done};
+      return {true,
+              done + "; replaced: " + JoinNames(std::vector<std::string>(running.begin(), running.end())) + " Running"};
+    }
+    const TimePoint now = env_.clock->Now();
+    if (now >= req.deadline) {
+      std::vector<std::string> names;
+      for (uint32_t r : missing) {
+        if (names.size() == 8) {
+          names.push_back("...");
+          break;
+        }
+        names.push_back(std::to_string(r));
+      }
+      return {false, done + "; no replacement runs the ranks [" + JoinNames(names) +
+                         "] by the step's deadline (the workload's controller, the scheduler or the kubelet did "
+                         "not bring them back)"};
+    }
+    Sleep(std::min<Duration>(500ms, req.deadline - now));
+  }
 }
 
 Status KubernetesActions::DeletePod(const Target& t) {
@@ -299,7 +372,7 @@ Status KubernetesActions::DeletePod(const Target& t) {
 // The Eviction API honours PodDisruptionBudgets: a refusal (429, or 5xx /
 // unreachable) is retried until k8s_eviction_timeout (or the step's
 // deadline), then the pod is deleted when k8s_delete_fallback is on.
-Status KubernetesActions::Evict(const Target& t, const ActionRequest& req) {
+Status KubernetesActions::Evict(const Target& t, const ActionRequest& req, bool* fell_back, std::string* why) {
   const auto& s = ctx_->settings();
   const std::string body = k8s::JsonText(k8s::EvictionBody(t.ns, t.name, t.uid));
   const std::string path = k8s::PodPath(t.ns, t.name) + "/eviction";
@@ -312,7 +385,11 @@ Status KubernetesActions::Evict(const Target& t, const ActionRequest& req) {
     if (st.code() != StatusCode::kResourceExhausted && st.code() != StatusCode::kUnavailable) return st;
     const TimePoint now = env_.clock->Now();
     if (now >= give_up) {
-      if (s.delete_fallback) return DeletePod(t);
+      if (s.delete_fallback) {
+        *fell_back = true;
+        *why = st.message();
+        return DeletePod(t);
+      }
       return {StatusCode::kDeadlineExceeded, "eviction refused until the deadline: " + st.message()};
     }
     // The server's Retry-After when it sends one, else 2 s; the last try is
@@ -355,7 +432,10 @@ std::unique_ptr<Actuator> MakeKubernetesActuator(std::shared_ptr<KubernetesConte
 StatusOr<std::unique_ptr<Actuator>> MakeKubernetesActuator(const ClusterdConfig& config) {
   auto ctx = KubernetesContext::For(config);
   if (!ctx.ok()) return ctx.status();
-  return MakeKubernetesActuator(std::move(*ctx), KubernetesActionsEnv{});
+  KubernetesActionsEnv env;
+  env.start_watches =
+      std::find(config.integrations.begin(), config.integrations.end(), "kubernetes") == config.integrations.end();
+  return MakeKubernetesActuator(std::move(*ctx), std::move(env));
 }
 
 }  // namespace clusterd

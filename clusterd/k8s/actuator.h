@@ -37,6 +37,11 @@ struct KubernetesActionsEnv {
   // The Events' reportingInstance. Empty: the host name (the pod's name
   // in a cluster).
   std::string host;
+  // Whether an action starts the shared watches when they are not running.
+  // False when the kubernetes integration runs too: it starts them with its
+  // metrics (an action resumed after a restart comes first, and watches it
+  // started would export none), and an action waits for their first list.
+  bool start_watches = true;
 };
 
 // The actions themselves, one call each on the calling thread. Thread-safe:
@@ -62,10 +67,23 @@ class KubernetesActions {
   StatusOr<std::string> TaintDevice(const ActionRequest& req, bool* changed);
   // Logs `message` the first time `key` is seen.
   void NoteOnce(const std::string& key, const std::string& message);
+  // The job's pods in the cache (terminating ones too).
+  std::vector<k8s::PodInfo> PodsOfJob(const std::string& job_id) const;
   std::vector<Target> FindPods(const ActionRequest& req, bool whole_job, size_t* job_pods) const;
   ActionResult RemovePods(const ActionRequest& req, bool evict);
+  // Once pods are removed: waits until `ranks` are held again by pods of the
+  // job that run (phase Running) and are none of `removed` (uids), until the
+  // step's deadline. The recovery ends (and the agent is told to resume) only
+  // when the job is whole again; a replacement that never runs fails the step
+  // and the ladder escalates. `done` says what was removed; the message names
+  // the new pods (not in `before`) that hold the ranks.
+  ActionResult WaitForReplacements(const ActionRequest& req, const std::set<uint32_t>& ranks,
+                                   const std::set<std::string>& removed, const std::set<std::string>& before,
+                                   const std::string& done);
   Status DeletePod(const Target& t);
-  Status Evict(const Target& t, const ActionRequest& req);
+  // *fell_back: the eviction was refused until the timeout and the pod was
+  // deleted instead (k8s_delete_fallback); *why: the last refusal.
+  Status Evict(const Target& t, const ActionRequest& req, bool* fell_back, std::string* why);
   // Best effort: an Event that cannot be posted fails no action.
   void PostEvent(const k8s::EventSpec& spec);
   k8s::EventSpec Event(const ActionRequest& req, const std::string& kind, const std::string& name,

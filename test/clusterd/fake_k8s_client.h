@@ -14,7 +14,8 @@
 // MODIFIED and DELETED events from the resourceVersion asked for. A test
 // scripts answers per call (409, 429 with Retry-After, 404, 500, an
 // unreachable server), runs a hook before a call (to change an object
-// between a read and a write), and reads the call log.
+// between a read and a write), plays a workload controller that replaces
+// removed pods, and reads the call log.
 //
 // Thread-safe: informer threads stream while the test and the actuator call.
 // Every stream must have ended (its informer stopped) before the fake is
@@ -94,6 +95,14 @@ class FakeK8sClient final : public k8s::ApiClient {
     hooks_.push_back({std::move(method), std::move(path), std::move(hook)});
   }
 
+  // Plays the workload's controller: `controller` runs (without the fake's
+  // lock: it may Set objects) after each pod removed by an eviction or a
+  // DELETE, with the pod as it was. Empty: nothing replaces removed pods.
+  void SetPodController(std::function<void(const nlohmann::json& removed)> controller) {
+    std::lock_guard lock(mu_);
+    pod_controller_ = std::move(controller);
+  }
+
   std::vector<Call> Calls() const {
     std::lock_guard lock(mu_);
     return calls_;
@@ -171,9 +180,23 @@ class FakeK8sClient final : public k8s::ApiClient {
       r.retry_after = s.retry_after;
       return r;
     }
+    // A pod about to be removed, for the controller.
+    std::optional<nlohmann::json> pod;
+    if (const Ref ref = ParsePath(call.path);
+        ref.resource == "pods" && !ref.name.empty() &&
+        ((call.method == "POST" && ref.sub == "eviction") || (call.method == "DELETE" && ref.sub.empty()))) {
+      Ref object = ref;
+      object.sub.clear();
+      if (auto it = objects_.find(object.ObjectPath()); it != objects_.end()) pod = it->second;
+    }
     k8s::Response r = Handle(call);
     call.status = r.status;
     calls_.push_back(std::move(call));
+    if (pod && r.status / 100 == 2 && pod_controller_) {
+      auto controller = pod_controller_;
+      lock.unlock();
+      controller(*pod);
+    }
     return r;
   }
 
@@ -528,6 +551,7 @@ class FakeK8sClient final : public k8s::ApiClient {
   mutable size_t watches_started_ = 0;
   mutable std::vector<Scripted> scripts_;
   mutable std::vector<Hook> hooks_;
+  std::function<void(const nlohmann::json&)> pod_controller_;
   mutable std::vector<Call> calls_;
 };
 

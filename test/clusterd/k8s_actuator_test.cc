@@ -2,7 +2,9 @@
 // server (fake_k8s_client.h): each action run to its end on the test's
 // thread, on a FakeClock whose waits advance it instead of sleeping; what it
 // did is read back from the API server's objects and its call log.
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <vector>
@@ -39,6 +41,7 @@ class K8sActuatorTest : public ::testing::Test {
     env.clock = &world_.clock;
     env.sleep = [this](Duration d) {
       sleeps_.push_back(d);
+      if (on_sleep_) on_sleep_();
       world_.clock.Advance(d);
     };
     env.host = "clusterd-0";
@@ -62,6 +65,7 @@ class K8sActuatorTest : public ::testing::Test {
   testing::K8sWorld world_;
   std::vector<std::shared_ptr<KubernetesContext>> contexts_;
   std::vector<Duration> sleeps_;
+  std::function<void()> on_sleep_;  // what happens in the cluster while an action waits
 };
 
 TEST_F(K8sActuatorTest, IsolateNodeTwiceCordonsAndTaintsOnce) {
@@ -280,7 +284,8 @@ TEST_F(K8sActuatorTest, RescheduleEvictsThePodsOfTheRanksAndRecordsThem) {
   req.ranks = {2};  // llm-worker-1's first chip
   ActionResult r = actions->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
-  EXPECT_EQ(r.message, "evicted llm-worker-1");
+  // Done once the controller's replacement runs the ranks again.
+  EXPECT_EQ(r.message, "evicted llm-worker-1; replaced: llm-worker-1-r on worker03 Running");
   EXPECT_FALSE(world_.api->Object(PodPathOf("llm-worker-1")).has_value());
   EXPECT_TRUE(world_.api->Object(PodPathOf("llm-worker-0")).has_value());
   auto evictions = world_.api->CallsTo("POST", PodPathOf("llm-worker-1") + "/eviction");
@@ -306,7 +311,21 @@ TEST_F(K8sActuatorTest, ANodeWithoutRanksEvictsTheJobsPodsThere) {
   ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS, "worker01");
   ActionResult r = actions->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
-  EXPECT_EQ(r.message, "evicted llm-worker-0");
+  EXPECT_EQ(r.message, "evicted llm-worker-0; replaced: llm-worker-0-r on worker03 Running");
+}
+
+TEST_F(K8sActuatorTest, AReplacementThatNeverRunsFailsTheStepAtItsDeadline) {
+  world_.replace_pods = false;  // the controller does nothing (or the scheduler finds no node)
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {2};
+  req.deadline = world_.clock.Now() + 2s;
+  ActionResult r = actions->Run(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.message,
+            "evicted llm-worker-1; no replacement runs the ranks [2, 3] by the step's deadline (the workload's "
+            "controller, the scheduler or the kubelet did not bring them back)");
+  EXPECT_EQ(sleeps_, (std::vector<Duration>{500ms, 500ms, 500ms, 500ms}));  // looked at every 500 ms
 }
 
 TEST_F(K8sActuatorTest, ATooManyRequestsIsRetriedAfterItsRetryAfter) {
@@ -350,6 +369,10 @@ TEST_F(K8sActuatorTest, AnEvictionRefusedUntilTheTimeoutFailsOrFallsBackToADelet
   req.deadline = world_.clock.Now() + 10min;
   r = Actions()->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
+  // The override of the budget is said, with the refusal.
+  EXPECT_EQ(r.message.rfind("deleted llm-worker-1 after its eviction was refused for 5s (k8s_delete_fallback): ", 0),
+            0u)
+      << r.message;
   auto deletes = world_.api->CallsTo("DELETE", PodPathOf("llm-worker-1"));
   ASSERT_EQ(deletes.size(), 1u);
   EXPECT_EQ(deletes[0].body["preconditions"]["uid"], "pod-uid-1");
@@ -396,9 +419,16 @@ TEST_F(K8sActuatorTest, APodAlreadyTerminatingIsNotEvictedAgain) {
   world_.api->Set(PodPathOf("llm-worker-1"), going);
   ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
   req.ranks = {2};
+  // While the step waits, the controller's replacement comes up.
+  on_sleep_ = [this] {
+    world_.api->Set(PodPathOf("llm-worker-1b"), PodObject("llm-worker-1b", "pod-uid-1b", "worker03", 1));
+    world_.Settle();
+  };
   ActionResult r = Actions()->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
-  EXPECT_EQ(r.message, std::string("no pod of job ") + kJobUid + " left to evict");
+  EXPECT_EQ(r.message,
+            std::string("no pod of job ") + kJobUid + " left to evict; replaced: llm-worker-1b on worker03 Running");
+  EXPECT_EQ(sleeps_.size(), 1u);
   EXPECT_TRUE(world_.api->CallsTo("POST", PodPathOf("llm-worker-1") + "/eviction").empty());
   EXPECT_TRUE(world_.api->Object(PodPathOf("llm-worker-0")).has_value());
 }
@@ -418,7 +448,7 @@ TEST_F(K8sActuatorTest, ARestartBeforeTheEvictionEvictsThePodsChosenThen) {
   req.ranks = {0, 2};
   ActionResult r = Actions()->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
-  EXPECT_EQ(r.message, "evicted llm-worker-1");
+  EXPECT_EQ(r.message, "evicted llm-worker-1; replaced: llm-worker-1-r on worker03 Running");
   EXPECT_TRUE(world_.api->Object(PodPathOf("llm-worker-0")).has_value());
   EXPECT_FALSE(world_.api->Object(PodPathOf("llm-worker-1")).has_value());
 }
@@ -428,11 +458,15 @@ TEST_F(K8sActuatorTest, ADeleteOfAPodAlreadyGoneOrReplacedIsDone) {
   // Between the cache and the delete: llm-worker-0 is gone, llm-worker-1 replaced.
   world_.api->Before("DELETE", PodPathOf("llm-worker-0"), [&] {
     world_.api->Remove(PodPathOf("llm-worker-0"));
+    world_.api->Set(PodPathOf("llm-worker-0b"), PodObject("llm-worker-0b", "pod-uid-0b", "worker03", 0));
     world_.api->Set(PodPathOf("llm-worker-1"), PodObject("llm-worker-1", "pod-uid-1b", "worker02", 1));
+    world_.Settle();
   });
   ActionResult r = actions->Run(Request(v1::CLUSTER_ACTION_RESTART_JOB));
   ASSERT_TRUE(r.ok) << r.message;
-  EXPECT_EQ(r.message, "deleted llm-worker-0, llm-worker-1");
+  EXPECT_EQ(
+      r.message,
+      "deleted llm-worker-0, llm-worker-1; replaced: llm-worker-0b on worker03, llm-worker-1 on worker02 Running");
   EXPECT_EQ(world_.api->CallsTo("DELETE", PodPathOf("llm-worker-0")).at(0).status, 404);
   EXPECT_EQ(world_.api->CallsTo("DELETE", PodPathOf("llm-worker-1")).at(0).status, 409);
   EXPECT_EQ((*world_.api->Object(PodPathOf("llm-worker-1")))["metadata"]["uid"],
@@ -473,6 +507,35 @@ TEST_F(K8sActuatorTest, PodActionsWaitForThePodCacheUntilTheirDeadline) {
   EXPECT_FALSE(r.ok);
   EXPECT_EQ(r.message, "the pod cache is not synced yet");
   EXPECT_EQ(sleeps_.size(), 10u);  // every 100 ms until the deadline
+}
+
+TEST_F(K8sActuatorTest, WithTheIntegrationAnActionLeavesTheWatchesToIt) {
+  // A step resumed after a restart runs before the integration starts: it
+  // must not start the shared watches itself, or they would export no
+  // metrics. It waits for the integration's instead.
+  MetricsRegistry metrics;  // outlives the context's informers, which count into it
+  auto ctx = KubernetesContext::Create(world_.settings, world_.api);
+  KubernetesActionsEnv env;
+  env.clock = &world_.clock;
+  env.start_watches = false;
+  std::atomic<int> waits{0};
+  env.sleep = [&](Duration d) {
+    // The integration starts, with its metrics, while the action waits.
+    if (++waits == 3) {
+      ctx->StartWatches(&metrics);
+      world_.Watching();
+    }
+    world_.clock.Advance(d);
+  };
+  KubernetesActions actions(ctx, env);
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {2};
+  ActionResult r = actions.Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message, "evicted llm-worker-1; replaced: llm-worker-1-r on worker03 Running");
+  EXPECT_GE(waits.load(), 3);
+  EXPECT_NE(metrics.Render().find("clusterd_k8s_lists_total{resource=\"pods\"} 1"), std::string::npos)
+      << metrics.Render();
 }
 
 TEST_F(K8sActuatorTest, TheActuatorRunsActionsOnItsWorkers) {

@@ -130,6 +130,22 @@ struct K8sWorld {
   ClusterdConfig::Kubernetes settings;
 
   K8sWorld() {
+    // The workload's controller: a removed pod comes back as "<name>-r" (a
+    // new uid) holding the same ranks on worker03, Running, as the actuator
+    // waits for (replace_pods = false: nothing comes back).
+    api->SetPodController([this](const nlohmann::json& removed) {
+      if (!replace_pods) return;
+      nlohmann::json pod = removed;
+      auto& meta = pod["metadata"];
+      meta["name"] = meta.value("name", "") + "-r";
+      meta["uid"] = meta.value("uid", "") + "-r";
+      meta.erase("resourceVersion");
+      meta.erase("deletionTimestamp");
+      pod["spec"]["nodeName"] = "worker03";
+      pod["status"] = {{"phase", "Running"}};
+      api->Set("/api/v1/namespaces/" + meta.value("namespace", "") + "/pods/" + meta["name"].get<std::string>(), pod);
+      Settle();  // in the caches before the actuator looks for it
+    });
     api->Set(NodePathOf("worker01"), NodeObject("worker01"));
     api->Set(NodePathOf("worker02"), NodeObject("worker02"));
     api->Set(PodGroupPathOf("llm"), PodGroupObject());
@@ -155,6 +171,7 @@ struct K8sWorld {
   void Settle() const { ASSERT_TRUE(api->WaitCaughtUp(watches)); }
 
   size_t watches = 0;  // started so far
+  bool replace_pods = true;
 };
 
 }  // namespace clusterd::testing

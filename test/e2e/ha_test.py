@@ -355,13 +355,21 @@ def read_history(args, cluster, rid):
         events = []
         for o in decode_stream(out)[0]:
             events.extend(o.get("events", []))
-        _, faults, _ = grpcurl(args, "127.0.0.1:%d" % grpc_port, "clusterd.v1.ClusterService/ListFaults",
-                               {"page_size": 1000})
-        states = {}
-        for f in json.loads(faults or "{}").get("faults", []):
-            if f.get("code") == "80E01801":
-                states[(f["node"], int(f.get("device_id", 0)))] = f["state"]
-        return events, states
+        # Every page: the external reporter's faults alone can be more than one page holds, and
+        # the agents' faults may be on any of them.
+        states, token = {}, ""
+        while True:
+            req = {"page_size": 1000}
+            if token:
+                req["page_token"] = token
+            _, faults, _ = grpcurl(args, "127.0.0.1:%d" % grpc_port, "clusterd.v1.ClusterService/ListFaults", req)
+            page = json.loads(faults or "{}")
+            for f in page.get("faults", []):
+                if f.get("code") == "80E01801":
+                    states[(f["node"], int(f.get("device_id", 0)))] = f["state"]
+            token = page.get("next_page_token", "")
+            if not token:
+                return events, states
     finally:
         p.terminate()
         p.wait(timeout=30)

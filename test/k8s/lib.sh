@@ -22,14 +22,17 @@
 # Functions: k8s_start, k8s_stop, k8s_api, k8s_code (K8S_TOKEN=... picks another token),
 # k8s_restart_apiserver (or k8s_stop_apiserver + k8s_start_apiserver for an outage),
 # k8s_compact_etcd, k8s_etcd_revision, k8s_create_namespace, k8s_sa_token,
-# k8s_write_kubeconfig, k8s_apply_podgroup_crd, k8s_wait, k8s_free_port, k8s_kill_wait.
+# k8s_write_kubeconfig, k8s_apply_podgroup_crd, k8s_wait, k8s_free_port, k8s_kill_wait;
+# k8s_start_control_loop (scheduler, controller-manager, kwok), k8s_add_kwok_node,
+# k8s_node_ready, k8s_set_node_chips, k8s_lose_node.
 # It sources test/e2e/lib.sh, the preamble every end-to-end test shares (e2e_setup,
 # free_port, wait_until, start_clusterd, kill_wait, term_wait, ...): k8s_free_port and
 # k8s_kill_wait are its free_port and term_wait under the names this library had.
 # `bash test/k8s/lib.sh serve ENV_FILE` runs the cluster for a driver in another language.
 #
-# What the cluster lacks: no kubelet, so pods stay Pending unless the test
-# patches pods/status, and a deleted pod bound to a node stays Terminating until deleted with
+# What the cluster lacks unless k8s_start_control_loop runs (scheduler, controllers, kwok's
+# simulated kubelets): no kubelet, so pods stay Pending unless the test patches pods/status,
+# and a deleted pod bound to a node stays Terminating until deleted with
 # gracePeriodSeconds=0; no controllers, so nothing creates pods from Jobs and nothing is
 # garbage collected; the ServiceAccount admission plugin is off, so a namespace needs no
 # default ServiceAccount.
@@ -188,7 +191,9 @@ k8s_start() {
   local owner=$BASHPID
   (
     tail --pid="$owner" -f /dev/null
-    # The API server first: without etcd its graceful shutdown hangs.
+    # The control loop's processes (k8s_start_control_loop) first, then the API server:
+    # without etcd its graceful shutdown hangs.
+    for f in "$K8S_DIR"/loop-*.pid; do [[ -f $f ]] && kill -9 "$(cat "$f")" 2>/dev/null; done
     api=$(cat "$K8S_DIR/apiserver.pid" 2>/dev/null)
     if [[ -n $api ]] && kill "$api" 2>/dev/null; then
       for _ in $(seq 200); do kill -0 "$api" 2>/dev/null || break; sleep 0.1; done
@@ -270,6 +275,7 @@ k8s_stop() {
     wait "$K8S_GUARD_PID" 2>/dev/null || true
     K8S_GUARD_PID=
   fi
+  k8s_stop_control_loop
   k8s_stop_apiserver
   if [[ -n ${K8S_ETCD_PID-} ]]; then
     k8s_kill_wait "$K8S_ETCD_PID"
@@ -327,6 +333,119 @@ k8s_apply_podgroup_crd() {
     return 1
   }
   k8s_wait 30 "podgroups.scheduling.volcano.sh served" k8s_api GET /apis/scheduling.volcano.sh/v1beta1/podgroups
+}
+
+# k8s_start_control_loop: the rest of a cluster's control loop next to the API server that
+# k8s_start started, from scripts/k8s-tools.sh --control-loop (cached like the API server):
+#  - kube-scheduler (default profile);
+#  - kube-controller-manager with the controllers a workload needs (job, replicaset,
+#    deployment, statefulset, garbage collector, node lifecycle with taint-based eviction,
+#    pod GC, disruption, namespace, serviceaccount), its node monitor fast: a node whose
+#    lease is not renewed for $K8S_NODE_GRACE (default 8s) is NotReady / Unknown;
+#  - and gets kwok ready: k8s_add_kwok_node adds a node with a simulated kubelet of its own (one
+#    kwok process per node, so that one node can be lost): the node becomes Ready and renews
+#    its Lease every second; a pod bound to it becomes Running; a deleted one is removed.
+#    kwok's own stage manifests (node-initialize, node-heartbeat-with-lease, pod-ready,
+#    pod-delete; not pod-complete), read from its module.
+# Logs: $K8S_DIR/kube-scheduler.log, kube-controller-manager.log, kwok-NODE.log. k8s_stop stops
+# them all. Exports K8S_SCHEDULER_PID, K8S_CONTROLLER_MANAGER_PID, K8S_KWOK (the binary).
+K8S_CONTROLLERS=job-controller,replicaset-controller,deployment-controller,statefulset-controller
+K8S_CONTROLLERS+=,garbage-collector-controller,node-lifecycle-controller,taint-eviction-controller
+K8S_CONTROLLERS+=,pod-garbage-collector-controller,disruption-controller,namespace-controller
+K8S_CONTROLLERS+=,serviceaccount-controller,serviceaccount-token-controller
+k8s_start_control_loop() {
+  local bin stages t0=$SECONDS
+  bin=$(bash "$K8S_LIB_ROOT/scripts/k8s-tools.sh" --control-loop) || {
+    k8s_log "scripts/k8s-tools.sh --control-loop failed"
+    return 1
+  }
+  stages=$(PATH=/usr/local/go/bin:$PATH go env GOMODCACHE)/sigs.k8s.io/kwok@v${KWOK_VERSION:-0.8.0}/kustomize/stage
+  local f
+  for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready \
+    pod/fast/pod-delete; do
+    [[ -f $stages/$f.yaml ]] || {
+      k8s_log "kwok's stage $stages/$f.yaml is missing (scripts/k8s-tools.sh --control-loop downloads it)"
+      return 1
+    }
+    cat "$stages/$f.yaml"
+    echo ---
+  done >"$K8S_DIR/kwok-stages.yaml"
+  "$bin/kube-scheduler" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --secure-port 0 \
+    >"$K8S_DIR/kube-scheduler.log" 2>&1 &
+  K8S_SCHEDULER_PID=$!
+  echo "$K8S_SCHEDULER_PID" >"$K8S_DIR/loop-scheduler.pid"
+  "$bin/kube-controller-manager" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --secure-port 0 \
+    --use-service-account-credentials=false --service-account-private-key-file "$K8S_DIR/sa.key" \
+    --root-ca-file "$K8S_CA" --controllers "$K8S_CONTROLLERS" \
+    --node-monitor-period 1s --node-monitor-grace-period "${K8S_NODE_GRACE:-8s}" \
+    --concurrent-job-syncs 2 >"$K8S_DIR/kube-controller-manager.log" 2>&1 &
+  K8S_CONTROLLER_MANAGER_PID=$!
+  echo "$K8S_CONTROLLER_MANAGER_PID" >"$K8S_DIR/loop-controller-manager.pid"
+  K8S_KWOK=$bin/kwok
+  export K8S_SCHEDULER_PID K8S_CONTROLLER_MANAGER_PID K8S_KWOK
+  local name pid
+  for name in scheduler controller-manager; do
+    pid=$(cat "$K8S_DIR/loop-$name.pid")
+    sleep 0.5
+    kill -0 "$pid" 2>/dev/null && continue
+    k8s_log "$name exited at start; last lines of its log:"
+    tail -20 "$K8S_DIR"/*"$name".log >&2
+    return 1
+  done
+  k8s_log "kube-scheduler and kube-controller-manager started in $((SECONDS - t0)) s"
+}
+
+k8s_stop_control_loop() {
+  local f
+  [[ -n ${K8S_DIR-} ]] || return 0
+  for f in "$K8S_DIR"/loop-*.pid; do
+    [[ -f $f ]] || continue
+    k8s_kill_wait "$(cat "$f")"
+    rm -f "$f"
+  done
+}
+
+# k8s_add_kwok_node NAME [CHIPS [RESOURCE]]: a node with a simulated kubelet of its own (a kwok
+# process that manages this node alone, log $K8S_DIR/kwok-NAME.log), with CHIPS (default 8) of
+# RESOURCE (default huawei.com/Ascend910) in its capacity and allocatable, as the Ascend device
+# plugin would report them; returns once it is Ready.
+k8s_add_kwok_node() {
+  local name=$1 chips=${2:-8} resource=${3:-huawei.com/Ascend910}
+  local res="{\"cpu\":\"64\",\"memory\":\"512Gi\",\"pods\":\"110\",\"$resource\":\"$chips\"}"
+  k8s_api POST /api/v1/nodes "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$name\",
+    \"annotations\":{\"kwok.x-k8s.io/node\":\"fake\"},\"labels\":{\"kubernetes.io/hostname\":\"$name\",
+    \"type\":\"kwok\"}},\"status\":{\"capacity\":$res,\"allocatable\":$res}}" >/dev/null || return 1
+  "$K8S_KWOK" --kubeconfig "$K8S_KUBECONFIG" --config "$K8S_DIR/kwok-stages.yaml" --manage-single-node "$name" \
+    --node-lease-duration-seconds 4 --server-address "127.0.0.1:$(free_port)" >"$K8S_DIR/kwok-$name.log" 2>&1 &
+  echo "$!" >"$K8S_DIR/loop-kwok-$name.pid"
+  k8s_wait 60 "node $name Ready (kwok)" k8s_node_ready "$name"
+}
+
+# k8s_node_ready NAME: its Ready condition is True.
+k8s_node_ready() {
+  k8s_api GET "/api/v1/nodes/$1" | python3 -c '
+import json, sys
+c = [c for c in json.load(sys.stdin).get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+sys.exit(0 if c and c[0]["status"] == "True" else 1)'
+}
+
+# k8s_set_node_chips NAME CHIPS [RESOURCE]: capacity and allocatable of RESOURCE, as the device
+# plugin reports them to the kubelet (an unhealthy chip leaves the count).
+k8s_set_node_chips() {
+  local resource=${3:-huawei.com/Ascend910}
+  k8s_api PATCH "/api/v1/nodes/$1/status" \
+    "{\"status\":{\"capacity\":{\"$resource\":\"$2\"},\"allocatable\":{\"$resource\":\"$2\"}}}" \
+    application/strategic-merge-patch+json >/dev/null
+}
+
+# k8s_lose_node NAME: its simulated kubelet dies (kill -9, as when the machine loses power): its
+# Lease is no longer renewed, after $K8S_NODE_GRACE the node-lifecycle controller marks it
+# Unknown, and its pods stay where they are (a deleted one stays Terminating).
+k8s_lose_node() {
+  local f=$K8S_DIR/loop-kwok-$1.pid pid
+  pid=$(cat "$f")
+  { kill -9 "$pid" && wait "$pid"; } 2>/dev/null || true  # its status is 137
+  rm -f "$f"
 }
 
 # Run as a program (not sourced), for a test driver in another language (a GoogleTest fixture):
