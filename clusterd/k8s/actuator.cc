@@ -204,9 +204,7 @@ void KubernetesActions::NoteOnce(const std::string& key, const std::string& mess
   GetLogger("k8s")->info("{}", message);
 }
 
-// The job's pods that hold any of `ranks` (all of its pods for a job
-// restart), from the shared pod cache; *job_pods counts all of the job's
-// pods, terminating ones too.
+// The job's pods in the shared pod cache, terminating ones too.
 std::vector<k8s::PodInfo> KubernetesActions::PodsOfJob(const std::string& job_id) const {
   k8s::PodGroupMap podgroups;
   for (const auto& obj : ctx_->PodGroups()) {
@@ -221,23 +219,21 @@ std::vector<k8s::PodInfo> KubernetesActions::PodsOfJob(const std::string& job_id
   return out;
 }
 
+// Of the job's pods, those that hold any of the step's ranks (all of them
+// for a job restart), with the ranks each holds.
 std::vector<KubernetesActions::Target> KubernetesActions::FindPods(const ActionRequest& req, bool whole_job,
-                                                                   size_t* job_pods) const {
+                                                                   const std::vector<k8s::PodInfo>& job) const {
   std::set<uint32_t> ranks(req.ranks.begin(), req.ranks.end());
   std::vector<Target> out;
-  for (const auto& p : PodsOfJob(req.job_id)) {
-    const k8s::PodInfo* pod = &p;
-    ++*job_pods;
+  for (const auto& pod : job) {
     // Still the job's, but on its way out already (a NoExecute device
     // taint, an earlier try of this step): never picked.
-    if (pod->terminating) continue;
-    bool hit = whole_job;
-    if (!hit) {
-      for (uint32_t r : k8s::PodDeviceRanks(*pod)) hit = hit || ranks.count(r) > 0;
-      // A pod on the named node with no rank information left.
-      if (!hit && ranks.empty() && !req.node.empty()) hit = pod->node == req.node;
-    }
-    if (hit) out.push_back({pod->ns, pod->name, pod->uid});
+    if (pod.terminating) continue;
+    std::vector<uint32_t> held = k8s::PodDeviceRanks(pod);
+    bool hit = whole_job || std::any_of(held.begin(), held.end(), [&](uint32_t r) { return ranks.count(r) > 0; });
+    // A pod on the named node with no rank information left.
+    if (!hit && ranks.empty() && !req.node.empty()) hit = pod.node == req.node;
+    if (hit) out.push_back({pod.ns, pod.name, pod.uid, std::move(held)});
   }
   std::sort(out.begin(), out.end(), [](const Target& a, const Target& b) { return a.uid < b.uid; });
   return out;
@@ -253,11 +249,11 @@ ActionResult KubernetesActions::RemovePods(const ActionRequest& req, bool evict)
   const TimePoint sync_by = std::min(env_.clock->Now() + 30s, req.deadline);
   while (!ctx_->JobsSynced() && env_.clock->Now() < sync_by) Sleep(100ms);
   if (!ctx_->JobsSynced()) return {false, "the pod cache is not synced yet"};
-  size_t job_pods = 0;
-  auto targets = FindPods(req, !evict, &job_pods);
+  const std::vector<k8s::PodInfo> job = PodsOfJob(req.job_id);
+  auto targets = FindPods(req, !evict, job);
   // Every pod this step removes or removed before a restart (its record).
   std::set<std::string> removed;
-  if (job_pods == 0) {
+  if (job.empty()) {
     // Not a job discovered from pods (registered through the API), or all
     // of its pods are gone: nothing here can move its ranks, and saying
     // "done" would mark a recovery succeeded that moved nothing.
@@ -291,13 +287,9 @@ ActionResult KubernetesActions::RemovePods(const ActionRequest& req, bool evict)
   // The ranks the removed pods hold, which their replacements must hold
   // again (with the step's own).
   std::set<uint32_t> ranks(req.ranks.begin(), req.ranks.end());
-  const auto job = PodsOfJob(req.job_id);
   for (const auto& t : targets) {
     removed.insert(t.uid);
-    for (const auto& p : job) {
-      if (p.uid != t.uid) continue;
-      for (uint32_t r : k8s::PodDeviceRanks(p)) ranks.insert(r);
-    }
+    ranks.insert(t.ranks.begin(), t.ranks.end());
   }
   std::set<std::string> before;
   for (const auto& p : job) before.insert(p.uid);

@@ -55,6 +55,7 @@ class KubernetesActions {
  private:
   struct Target {
     std::string ns, name, uid;
+    std::vector<uint32_t> ranks;  // the device ranks the pod holds
   };
 
   const k8s::ApiClient& api() const { return ctx_->client(); }
@@ -69,7 +70,7 @@ class KubernetesActions {
   void NoteOnce(const std::string& key, const std::string& message);
   // The job's pods in the cache (terminating ones too).
   std::vector<k8s::PodInfo> PodsOfJob(const std::string& job_id) const;
-  std::vector<Target> FindPods(const ActionRequest& req, bool whole_job, size_t* job_pods) const;
+  std::vector<Target> FindPods(const ActionRequest& req, bool whole_job, const std::vector<k8s::PodInfo>& job) const;
   ActionResult RemovePods(const ActionRequest& req, bool evict);
   // Once pods are removed: waits until `ranks` are held again by pods of the
   // job that run (phase Running) and are none of `removed` (uids), until the
