@@ -9,6 +9,7 @@
 #   scripts/fuzz.sh 600              # every target, 10 minutes each
 #   scripts/fuzz.sh 3600 outbox      # one target (or several), an hour
 #   FUZZ_JOBS=2 scripts/fuzz.sh 600  # parallel fuzzing processes per target
+#   FUZZ_PARALLEL=1 scripts/fuzz.sh  # one target at a time (default: one per core)
 #
 # Inputs a run finds that add coverage are kept in build-fuzz/corpus/<target>
 # (not in the tree); crashing inputs in build-fuzz/artifacts/<target>/. The
@@ -41,17 +42,15 @@ echo "== fuzz: built in $(($(date +%s) - start)) s; ${SECONDS_PER_TARGET} s per 
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=0:detect_leaks=1:strict_string_checks=1:check_initialization_order=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-failed=()
-for t in "${targets[@]}"; do
-  bin="$BUILD_DIR/fuzz-bin/fuzz_$t"
-  seeds="test/fuzz/corpus/$t"
-  [[ -x $bin ]] || { echo "fuzz: no target $t ($bin)"; exit 2; }
-  work="$WORK_DIR/corpus/$t"
-  artifacts="$WORK_DIR/artifacts/$t"
-  log="$WORK_DIR/logs/$t.log"
+# run_target <t>: one target for its time; its summary goes to $WORK_DIR/logs/<t>.result
+# (first line "ok" or "FAILED"), its whole output to <t>.log.
+run_target() {
+  local t=$1 bin="$BUILD_DIR/fuzz-bin/fuzz_$1" seeds="test/fuzz/corpus/$1"
+  local work="$WORK_DIR/corpus/$t" artifacts="$WORK_DIR/artifacts/$t" log="$WORK_DIR/logs/$t.log"
+  local result="$WORK_DIR/logs/$t.result" t0 execs cov
   mkdir -p "$work" "$artifacts" "$(dirname "$log")"
-  args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2560 -max_len=8192
-        -print_final_stats=1 -artifact_prefix="$artifacts/")
+  local args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2560 -max_len=8192
+              -print_final_stats=1 -artifact_prefix="$artifacts/")
   [[ $JSON_TARGETS == *" $t "* ]] && args+=(-dict=test/fuzz/json.dict)
   ((FUZZ_JOBS > 1)) && args+=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")
   t0=$(date +%s)
@@ -59,11 +58,41 @@ for t in "${targets[@]}"; do
   if "$bin" "${args[@]}" "$work" "$seeds" >"$log" 2>&1; then
     execs=$(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
-    echo "fuzz: $t ok in $(($(date +%s) - t0)) s ($execs inputs, $cov, corpus $(ls "$work" | wc -l) + $(ls "$seeds" | wc -l) seeds)"
+    echo "ok: $t in $(($(date +%s) - t0)) s ($execs inputs, $cov, corpus $(ls "$work" | wc -l) + $(ls "$seeds" | wc -l) seeds)" >"$result"
   else
-    echo "fuzz: $t FAILED; the end of $log:"
-    tail -60 "$log"
-    echo "fuzz: the input is in $artifacts/ (replay: $bin <file>; keep it as a regression seed in $seeds/)"
+    { echo "FAILED: $t; the end of $log:"
+      tail -60 "$log"
+      echo "fuzz: the input is in $artifacts/ (replay: $bin <file>; keep it as a regression seed in $seeds/)"
+    } >"$result"
+  fi
+}
+
+for t in "${targets[@]}"; do
+  [[ -x $BUILD_DIR/fuzz-bin/fuzz_$t ]] || { echo "fuzz: no target $t ($BUILD_DIR/fuzz-bin/fuzz_$t)"; exit 2; }
+  rm -f "$WORK_DIR/logs/$t.result"
+done
+# FUZZ_PARALLEL targets at a time (default: one per core, at most 2 here): each target still
+# fuzzes for its own time on a core of its own, so the stage takes half as long on 2 cores.
+# With FUZZ_JOBS > 1 a target already uses several cores: one target at a time then.
+parallel="${FUZZ_PARALLEL:-$(( FUZZ_JOBS > 1 ? 1 : $(nproc) ))}"
+((parallel >= 1)) || parallel=1
+running=0
+for t in "${targets[@]}"; do
+  if ((running >= parallel)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait || true
+failed=()
+for t in "${targets[@]}"; do
+  result="$WORK_DIR/logs/$t.result"
+  if [[ -f $result ]] && head -1 "$result" | grep -q '^ok: '; then
+    echo "fuzz: $(sed 's/^ok: //' "$result")"
+  else
+    if [[ -f $result ]]; then echo "fuzz: $(cat "$result")"; else echo "fuzz: $t FAILED (no result; see $WORK_DIR/logs/$t.log)"; fi
     failed+=("$t")
   fi
 done
