@@ -158,6 +158,12 @@ grpc::Status ClusterClient::ClearFault(const v1::ClearFaultRequest& req, v1::Cle
   return admin_->ClearFault(&ctx, req, out);
 }
 
+grpc::Status ClusterClient::ReleaseDevice(const v1::ReleaseDeviceRequest& req, v1::ReleaseDeviceResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->ReleaseDevice(&ctx, req, out);
+}
+
 grpc::Status ClusterClient::SetRecoveryMode(const v1::SetRecoveryModeRequest& req, v1::SetRecoveryModeResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);

@@ -55,6 +55,7 @@ class ClusterClient {
   grpc::Status ClearFault(const v1::ClearFaultRequest& req, v1::ClearFaultResponse* out);
   grpc::Status SetRecoveryMode(const v1::SetRecoveryModeRequest& req, v1::SetRecoveryModeResponse* out);
   grpc::Status GetAdminState(v1::GetAdminStateResponse* out);
+  grpc::Status ReleaseDevice(const v1::ReleaseDeviceRequest& req, v1::ReleaseDeviceResponse* out);
 
   // Opens a Watch stream and calls on_message for each response. Returns when
   // the server ends the stream (its status) or on_message returns false (OK).

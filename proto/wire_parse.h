@@ -60,7 +60,8 @@ grpc::Status LenientDeserialize(grpc::ByteBuffer* buffer, google::protobuf::Mess
   X(clusterd::v1::UncordonNodeRequest)    \
   X(clusterd::v1::ClearFaultRequest)      \
   X(clusterd::v1::SetRecoveryModeRequest) \
-  X(clusterd::v1::GetAdminStateRequest)
+  X(clusterd::v1::GetAdminStateRequest)   \
+  X(clusterd::v1::ReleaseDeviceRequest)
 
 namespace grpc {
 #define CLUSTERD_DECLARE_LENIENT(T) \

@@ -1,4 +1,4 @@
-// Operator actions (AdminService): get admin, cordon, uncordon, pause, resume, dry-run.
+// Operator actions (AdminService): get admin, cordon, uncordon, release, pause, resume, dry-run.
 #include "clusterctl/resources/resources.h"
 
 namespace clusterctl {
@@ -45,6 +45,31 @@ int CordonOrUncordon(Context& c, bool cordon, const std::string& rpc,
 
 int Cordon(Context& c) { return CordonOrUncordon(c, true, "CordonNode", &ClusterClient::CordonNode); }
 int Uncordon(Context& c) { return CordonOrUncordon(c, false, "UncordonNode", &ClusterClient::UncordonNode); }
+
+// A device the separation policy separated, back to service.
+int Release(Context& c) {
+  if (auto e = CheckPositional(c, 2, 2, "node name and device id")) return *e;
+  if (auto e = RequireFlags(c, {"reason"})) return *e;
+  std::string actor;
+  if (auto e = ActorFlag(c, &actor)) return *e;
+  uint64_t id = 0;
+  if (!ParseU64(c.args.positional[1], &id) || id > UINT32_MAX) {
+    return Usage(c, "release: device id '" + Sanitize(Truncate(c.args.positional[1], 40)) + "' is not a number");
+  }
+  v1::ReleaseDeviceRequest req;
+  req.set_node(c.args.positional[0]);
+  req.set_device_id(static_cast<uint32_t>(id));
+  req.set_actor(actor);
+  req.set_reason(c.args.Get("reason"));
+  return CallAndPrint<v1::ReleaseDeviceResponse>(
+      c, "ReleaseDevice",
+      [&](ClusterClient& client, v1::ReleaseDeviceResponse* resp) { return client.ReleaseDevice(req, resp); },
+      [&](const v1::ReleaseDeviceResponse& resp) {
+        const v1::Device& d = resp.device();
+        c.out << "node " << Sanitize(d.node()) << " device " << d.id()
+              << (d.separated() ? " still separated" : " in service") << ", revision " << d.revision() << "\n";
+      });
+}
 
 int SetMode(Context& c, std::optional<bool> paused, std::optional<bool> dry_run) {
   std::string actor;
@@ -100,6 +125,13 @@ std::vector<Command> AdminCommands() {
               "  cordon NODE --reason R [--actor A]  maintenance: the node's faults are recorded but start\n"
               "                                      no recovery\n"},
       Command{"uncordon", {}, "", kAdminFlags, Uncordon, "  uncordon NODE [--reason R] [--actor A]\n"},
+      Command{"release",
+              {},
+              "",
+              kAdminFlags,
+              Release,
+              "  release NODE DEVICE --reason R [--actor A]\n"
+              "                                      return a device the separation policy separated to service\n"},
       Command{"pause",
               {},
               "",

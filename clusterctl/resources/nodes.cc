@@ -82,11 +82,12 @@ void DescribeNode(Context& c, const v1::GetNodeResponse& resp) {
   if (resp.devices().empty()) {
     c.out << "  <none>\n";
   } else {
-    Table t({"ID", "VENDOR", "MODEL", "SERIAL", "HEALTH", "WORST-LEVEL", "FAULTS", "ISOLATED"});
+    Table t({"ID", "VENDOR", "MODEL", "SERIAL", "HEALTH", "WORST-LEVEL", "FAULTS", "ISOLATED", "COUNTED", "SEPARATED"});
     for (const auto& d : resp.devices()) {
       t.AddRow({std::to_string(d.id()), OrDash(d.vendor()), OrDash(d.model()), OrDash(d.serial()),
                 ShortHealth(d.health()), ShortLevel(d.worst_level()), std::to_string(d.active_faults()),
-                YesWhy(d.isolated(), d.isolation_reason())});
+                YesWhy(d.isolated(), d.isolation_reason()), std::to_string(d.separation_fault_times_size()),
+                YesWhy(d.separated(), d.separation_reason())});
     }
     c.out << Indent(TableText(t));
   }

@@ -59,6 +59,12 @@ std::string WatchLine(const v1::Event& e) {
       if (e.has_job() && e.type() != v1::EVENT_TYPE_JOB_DELETED) state += " " + ShortJobState(e.job().state());
       break;
     }
+    case v1::EVENT_TYPE_DEVICE_SEPARATED:
+    case v1::EVENT_TYPE_DEVICE_RELEASED:
+      state = e.type() == v1::EVENT_TYPE_DEVICE_SEPARATED ? "separated " : "released ";
+      state += "by " + (e.actor().empty() ? std::string("-") : e.actor());
+      if (!e.reason().empty()) state += ": " + e.reason();
+      break;
     case v1::EVENT_TYPE_NODE_CORDONED:
     case v1::EVENT_TYPE_NODE_UNCORDONED:
     case v1::EVENT_TYPE_RECOVERY_MODE_CHANGED:

@@ -471,6 +471,20 @@ std::vector<ConfigKey> MakeTable() {
         "within the budget window)");
   t.Add(Dur("recovery_retention_age", CLUSTERD_FIELD(recovery_retention_age), std::chrono::hours(1)),
         "finished recovery records that ended longer ago go (same exceptions)");
+  t.Add(Bool("separation_enabled", CLUSTERD_FIELD(separation_enabled)),
+        "separate a device whose faults keep coming back (off: nothing is counted or released by itself; devices "
+        "already separated stay so until an operator releases them)");
+  t.Add(U32("separation_threshold", CLUSTERD_FIELD(separation_threshold), 1, 50),
+        "counted faults within separation_window that separate a device");
+  t.Add(Dur("separation_window", CLUSTERD_FIELD(separation_window), std::chrono::hours(1), std::chrono::hours(720)),
+        "the window the faults are counted in");
+  t.Add(Dur("separation_release_after", CLUSTERD_FIELD(separation_release_after), std::chrono::seconds(0),
+            std::chrono::hours(240)),
+        "a separated device fault-free this long returns to service (0s: only an operator releases it, "
+        "AdminService.ReleaseDevice; else at least 1h)");
+  t.Add(Dur("separation_settle", CLUSTERD_FIELD(separation_settle), std::chrono::seconds(0), std::chrono::minutes(10)),
+        "a fault is counted after this long, unless its code hit another device of the same job meanwhile (the "
+        "job's fault, not the devices')");
 
   t.Section("MindCluster compatibility (docs/mindcluster.md)");
   t.Add(Text("pubfault_code_table", CLUSTERD_FIELD(pubfault.code_table_file), "FILE"),
@@ -739,6 +753,9 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
   }
   CLUSTERD_RETURN_IF_ERROR(CheckNames(cfg, checks));
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
+  if (cfg.separation_release_after.count() && cfg.separation_release_after < std::chrono::hours(1)) {
+    return InvalidArgument("separation_release_after: 0s (only an operator releases) or 1h to 240h");
+  }
   return cfg;
 }
 

@@ -244,6 +244,15 @@ struct ClusterdConfig {
   // the budget window).
   uint32_t recovery_retention_count = 10'000;
   std::chrono::nanoseconds recovery_retention_age = std::chrono::hours(24 * 30);
+  // The separation policy (docs/recovery.md, MindCluster's defaults): a
+  // device with `separation_threshold` counted faults within
+  // `separation_window` is separated until it has been fault-free for
+  // `separation_release_after` (0: only an operator releases it).
+  bool separation_enabled = true;
+  uint32_t separation_threshold = 3;
+  std::chrono::nanoseconds separation_window = std::chrono::hours(24);
+  std::chrono::nanoseconds separation_release_after = std::chrono::hours(48);
+  std::chrono::nanoseconds separation_settle = std::chrono::seconds(30);
 };
 
 // One row of the table of keys (config.cc): everything about a setting is

@@ -64,6 +64,13 @@ class EngineCommands final : public ClusterCommands {
     });
   }
 
+  void RegisterNode(std::string node, v1::Inventory inventory, Reply<v1::Node> reply) override {
+    Write<v1::Node>(std::move(reply), [node = std::move(node), inventory = std::move(inventory),
+                                       source = principal_.actor()](ClusterState& state, Mutation* m) {
+      return state.ApplyRegisterNode(node, inventory, source, m);
+    });
+  }
+
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
     return state_->Read([&](const StateView& s) { return s.GetJob(id); });
   }

@@ -68,6 +68,12 @@ class ClusterCommands {
   // AdminService.CordonNode (cordon) or UncordonNode, with this facade's
   // principal as the recorded actor.
   virtual void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) = 0;
+  // A node this integration knows of while no agent of ClusterD runs there
+  // (ClusterState::ApplyRegisterNode): created with Node.registered_by = this
+  // facade's principal, no heartbeat expected; its devices from `inventory`
+  // until an agent says hello. A node an agent registered is answered
+  // unchanged.
+  virtual void RegisterNode(std::string node, v1::Inventory inventory, Reply<v1::Node> reply) = 0;
 
   // ---- reads ----
   // What the state holds when called (applied changes, durable or about to

@@ -81,7 +81,7 @@ NodeDeviceInfo MergeForVolcano(const NodeDeviceInfo* plugin, const NodeState& ou
     auto found = ours.chip_state.find(chip);
     const ChipState& cs = found == ours.chip_state.end() ? kNone : found->second;
     const bool isolated = ours.isolated || cs.isolated;
-    const bool removes = isolated || cs.level >= v1::FAULT_LEVEL_RESTART_REQUEST;
+    const bool removes = isolated || cs.separated || cs.level >= v1::FAULT_LEVEL_RESTART_REQUEST;
     const bool pre_separate = !removes && cs.level == v1::FAULT_LEVEL_PRE_SEPARATE;
     if (!removes && !pre_separate) continue;
     available.erase(chip);
@@ -90,7 +90,8 @@ NodeDeviceInfo MergeForVolcano(const NodeDeviceInfo* plugin, const NodeState& ou
     f.fault_type = cs.public_fault ? "PublicFault" : "CardUnhealthy";
     f.npu_name = ChipName(type, chip);
     const v1::FaultLevel level = isolated && cs.level < v1::FAULT_LEVEL_SEPARATE ? v1::FAULT_LEVEL_SEPARATE : cs.level;
-    f.fault_level = f.fault_handling = f.large_model_fault_level = std::string(LevelName(level));
+    f.fault_level = f.fault_handling = f.large_model_fault_level =
+        cs.separated ? std::string(kManuallySeparateNPU) : std::string(LevelName(level));
     std::vector<std::string> codes = cs.codes;
     std::sort(codes.begin(), codes.end());
     codes.erase(std::unique(codes.begin(), codes.end()), codes.end());

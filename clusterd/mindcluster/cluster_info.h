@@ -41,6 +41,7 @@ struct ChipState {
   std::vector<std::string> codes;                      // their codes
   bool public_fault = false;                           // one of them is a public fault
   bool isolated = false;                               // a recovery isolated the chip
+  bool separated = false;                              // the separation policy separated it
   bool in_use = false;                                 // a pod holds it (the pre-separate rule)
 };
 
@@ -55,13 +56,15 @@ struct NodeState {
 
 // The entry Volcano reads for a node: the plugin's view (nullptr: none, the
 // node is built from `ours`) with ClusterD's knowledge merged in:
-//  - a chip at RESTART_REQUEST or above, or isolated, or on an isolated
-//    node, leaves the available list and is listed -Unhealthy;
+//  - a chip at RESTART_REQUEST or above, or isolated, or separated, or on
+//    an isolated node, leaves the available list and is listed -Unhealthy;
 //  - a PRE_SEPARATE chip leaves the available list and is listed -Unhealthy
 //    only while no pod uses it (MindCluster's pre-separate rule);
 //  - each such chip gets a -Fault entry (fault_type PublicFault or
 //    CardUnhealthy, its codes, its level's MindCluster name; SeparateNPU for
-//    an isolated chip), merged with the plugin's entry of the same kind;
+//    an isolated chip, ManuallySeparateNPU for a separated one, as
+//    MindCluster's manual separation), merged with the plugin's entry of the
+//    same kind;
 //  - NOT_HANDLE and SUB_HEALTH chips stay available.
 // Lists are sorted by chip number, -Fault entries by chip and kind.
 // UpdateTime is the plugin's (the publisher makes it grow).

@@ -120,6 +120,10 @@ struct FaultDiff {
 };
 FaultDiff DiffFaults(const std::vector<ChipFault>& before, const std::vector<ChipFault>& after);
 
+// The level name of a chip MindCluster's manual-separation policy separated
+// (ClusterD's separation policy, for Volcano).
+inline constexpr std::string_view kManuallySeparateNPU = "ManuallySeparateNPU";
+
 // MindCluster's order of seriousness of level names: ManuallySeparateNPU >
 // SeparateNPU > PreSeparateNPU > RestartNPU > FreeRestartNPU >
 // RestartBusiness > RestartRequest > SubHealthFault > NotHandleFault; 0 for

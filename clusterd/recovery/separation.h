@@ -30,13 +30,13 @@ struct SeparationPolicy {
   // Counted faults within `window` that separate a chip (MindCluster: 1 to
   // 50, default 3; 1 to 720 h, default 24 h).
   uint32_t threshold = 3;
-  std::chrono::hours window{24};
+  std::chrono::nanoseconds window = std::chrono::hours(24);
   // Fault-free time after which a separated chip is released; nullopt:
   // never by itself (MindCluster: 1 to 240 h or -1, default 48 h).
-  std::optional<std::chrono::hours> release_after = std::chrono::hours(48);
+  std::optional<std::chrono::nanoseconds> release_after = std::chrono::hours(48);
   // An occurrence is counted after this long, unless the same code hit
   // another chip of the same job meanwhile (MindCluster: 30 s).
-  std::chrono::seconds settle{30};
+  std::chrono::nanoseconds settle = std::chrono::seconds(30);
 };
 
 // Bounds of a policy read from configuration; InvalidArgument naming the
@@ -55,7 +55,8 @@ class SeparationTracker {
 
   // A fault occurred on `chip` with `code` at `at`; `job` is the job whose
   // rank holds the chip ("" for none). Only occurrences the policy counts
-  // should be given (level above SUB_HEALTH, a new occurrence).
+  // should be given (level above SUB_HEALTH, a new occurrence). The same
+  // code on the chip while an occurrence of it still settles is that one.
   void Observe(const ChipRef& chip, const std::string& code, const std::string& job, TimePoint at);
   // The chip has an active fault at `now` (it is not fault-free yet).
   void StillFaulty(const ChipRef& chip, TimePoint now);
@@ -67,7 +68,12 @@ class SeparationTracker {
   };
   // Settles what waited long enough, separates chips at the threshold and
   // releases those fault-free for release_after. Time only moves forward.
-  std::vector<Change> Advance(TimePoint now);
+  // `recounted`: the chips whose counted occurrences changed (counted, or
+  // out of the window), whose records the caller keeps.
+  std::vector<Change> Advance(TimePoint now, std::set<ChipRef>* recounted = nullptr);
+  // When Advance next has something to do: an occurrence to settle, a count
+  // leaving the window, a release; TimePoint::max() when nothing.
+  TimePoint NextDue() const;
 
   bool Separated(const ChipRef& chip) const { return separated_.count(chip) > 0; }
   // An operator's release: the chip's count starts again from zero.
@@ -76,6 +82,19 @@ class SeparationTracker {
   // Counted occurrences of the chip within the window, as of the last Advance.
   size_t Count(const ChipRef& chip) const;
   size_t pending() const { return pending_.size(); }
+  const SeparationPolicy& policy() const { return policy_; }
+
+  // What the tracker keeps of one chip, to be stored with it and given back
+  // to Restore after a restart (an occurrence still settling is not kept: a
+  // restart within its settle time does not count it).
+  struct ChipRecord {
+    std::vector<TimePoint> counted;  // within the window, oldest first
+    std::optional<TimePoint> separated_since;
+    TimePoint last_fault{};  // while separated
+  };
+  ChipRecord RecordOf(const ChipRef& chip) const;
+  void Restore(const ChipRef& chip, const ChipRecord& record);
+  std::vector<ChipRef> SeparatedChips() const;
 
  private:
   struct Pending {

@@ -39,6 +39,19 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ClearFault(grpc::CallbackServerConte
                                   });
 }
 
+grpc::ServerUnaryReactor* AdminServiceImpl::ReleaseDevice(grpc::CallbackServerContext* ctx,
+                                                          const v1::ReleaseDeviceRequest* req,
+                                                          v1::ReleaseDeviceResponse* resp) {
+  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.AdminService/ReleaseDevice", req->actor(),
+                                  [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
+                                    auto device = state.ApplyReleaseDevice(req->node(), req->device_id(), who.actor(),
+                                                                           req->reason(), m);
+                                    if (!device.ok()) return device.status();
+                                    *resp->mutable_device() = std::move(*device);
+                                    return Status::Ok();
+                                  });
+}
+
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRecoveryMode(grpc::CallbackServerContext* ctx,
                                                             const v1::SetRecoveryModeRequest* req,
                                                             v1::SetRecoveryModeResponse* resp) {

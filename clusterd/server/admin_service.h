@@ -25,6 +25,8 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                             v1::SetRecoveryModeResponse* resp) override;
   grpc::ServerUnaryReactor* GetAdminState(grpc::CallbackServerContext* ctx, const v1::GetAdminStateRequest* req,
                                           v1::GetAdminStateResponse* resp) override;
+  grpc::ServerUnaryReactor* ReleaseDevice(grpc::CallbackServerContext* ctx, const v1::ReleaseDeviceRequest* req,
+                                          v1::ReleaseDeviceResponse* resp) override;
 
  private:
   const ClusterState* state_;

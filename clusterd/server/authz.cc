@@ -33,6 +33,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"/clusterd.v1.AdminService/CordonNode", kOperators},
       {"/clusterd.v1.AdminService/UncordonNode", kOperators},
       {"/clusterd.v1.AdminService/ClearFault", kOperators},
+      {"/clusterd.v1.AdminService/ReleaseDevice", kOperators},
       {"/clusterd.v1.JobService/CreateJob", kOperators},
       {"/clusterd.v1.JobService/UpdateJob", kOperators},
       {"/clusterd.v1.JobService/DeleteJob", kOperators},

@@ -201,6 +201,15 @@ Status ClusterdServer::Impl::OpenState() {
   }
   state = std::make_unique<ClusterState>(store.get(), &catalog, clock);
   state->set_limits(MakeStateLimits(cfg, &metrics));
+  recovery::SeparationPolicy separation;
+  separation.enabled = cfg.separation_enabled;
+  separation.threshold = cfg.separation_threshold;
+  separation.window = cfg.separation_window;
+  separation.settle = cfg.separation_settle;
+  separation.release_after =
+      cfg.separation_release_after.count() ? std::optional(cfg.separation_release_after) : std::nullopt;
+  CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(separation));
+  state->set_separation_policy(separation);
   CLUSTERD_RETURN_IF_ERROR(state->Load());
   hub = std::make_unique<WatchHub>(store.get(), cfg.watch_cache_events);
   hub->Init(state->revision());
@@ -241,9 +250,11 @@ Status ClusterdServer::Impl::StartWriter() {
   Engine::Hooks hooks;
   hooks.tick = [coordinator = coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
                                                  std::vector<Engine::Done>* after, const Engine::SubmitFn& submit) {
-    // Public faults due to clear themselves (pubfault.h), then recoveries.
+    // Public faults due to clear themselves (pubfault.h), the separation
+    // policy (devices separated and released), then recoveries.
     const TimePoint next_clear = state.ExpireAutoClears(now, m);
-    return std::min(next_clear, coordinator->Tick(state, now, m, after, submit));
+    const TimePoint next_separation = state.AdvanceSeparations(now, m);
+    return std::min({next_clear, next_separation, coordinator->Tick(state, now, m, after, submit)});
   };
   hooks.disk_monitor = disk_monitor.get();
   engine = std::make_unique<Engine>(state.get(), store.get(), hub.get(), clock, eo, &metrics, std::move(hooks));

@@ -36,7 +36,9 @@ std::string HeartbeatKey(const std::string& node) {
 }  // namespace
 
 ClusterState::ClusterState(storage::Store* store, const Catalog* catalog, const Clock* clock)
-    : StateView(clock), store_(store), catalog_(catalog) {}
+    : StateView(clock), store_(store), catalog_(catalog) {
+  separations_.emplace(recovery::SeparationPolicy{});
+}
 
 Status ClusterState::Load() {
   CLUSTERD_RETURN_IF_ERROR(Load(store_->revision_at_open(), store_->compacted_at_open()));
@@ -56,6 +58,20 @@ Status ClusterState::Load(uint64_t revision, uint64_t compacted) {
   }
   CLUSTERD_RETURN_IF_ERROR(jobs_.Load(*store_));
   CLUSTERD_RETURN_IF_ERROR(recoveries_.Load(*store_));
+  // The separation policy's state, as the device records keep it.
+  for (const auto& [name, n] : nodes_.all()) {
+    for (const auto& [id, d] : n.devices) {
+      if (!d.separated() && d.separation_fault_times().empty()) continue;
+      recovery::SeparationTracker::ChipRecord r;
+      for (const auto& t : d.separation_fault_times()) r.counted.push_back(FromTimestamp(t));
+      if (d.separated()) {
+        r.separated_since = FromTimestamp(d.separated_time());
+        r.last_fault = FromTimestamp(d.last_fault_time());
+      }
+      separations_->Restore({name, id}, r);
+    }
+  }
+  separation_due_ = TimePoint::min();
   Status parse_error;
   CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kMeta, [&](std::string_view key, std::string_view value) {
     if (key != storage::kMetaAdminState) return;
@@ -99,6 +115,7 @@ const v1::Fault& ClusterState::Raise(NodeState& n, const std::string& key, const
   EmitFault(f, raised.was_active ? v1::EVENT_TYPE_FAULT_UPDATED : v1::EVENT_TYPE_FAULT_RAISED, "", m);
   if (f.source() == v1::FAULT_SOURCE_HEARTBEAT) n.lost = true;
   RecomputeHealth(n, DeviceOf(f), m);
+  if (!raised.was_active) ObserveForSeparation(n, f, true);
   return f;
 }
 
@@ -109,7 +126,112 @@ bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string
   EmitFault(*f, v1::EVENT_TYPE_FAULT_CLEARED, actor, m);
   if (f->source() == v1::FAULT_SOURCE_HEARTBEAT) n.lost = false;
   RecomputeHealth(n, DeviceOf(*f), m);
+  ObserveForSeparation(n, *f, false);
   return true;
+}
+
+// ------------------------------------------------------------ separation ---
+
+void ClusterState::ObserveForSeparation(NodeState& n, const v1::Fault& f, bool raised) {
+  if (!f.has_device_id()) return;
+  const recovery::ChipRef chip{n.name(), f.device_id()};
+  const TimePoint now = clock_->Now();
+  if (separations_->Separated(chip)) {
+    // Raised or cleared: the fault-free time starts again from now.
+    separations_->StillFaulty(chip, now);
+    SyncSeparation(n, f.device_id());
+    return;
+  }
+  // A new occurrence above SUB_HEALTH counts (after its settle time).
+  if (!raised || f.level() <= v1::FAULT_LEVEL_SUB_HEALTH || !separations_->policy().enabled) return;
+  const std::vector<std::string> jobs = jobs_.HitBy(f);
+  separations_->Observe(chip, f.code(), jobs.empty() ? "" : jobs.front(), now);
+  separation_due_ = std::min(separation_due_, now + separations_->policy().settle);
+}
+
+v1::Device& ClusterState::SyncSeparation(NodeState& n, uint32_t device, std::optional<uint64_t> revision) {
+  const recovery::SeparationTracker::ChipRecord r = separations_->RecordOf({n.name(), device});
+  auto [dit, created] = n.devices.try_emplace(device);
+  v1::Device& d = dit->second;
+  if (created) {
+    d.set_node(n.name());
+    d.set_id(device);
+    d.set_health(v1::HEALTH_HEALTHY);
+  }
+  const v1::Device before = d;
+  d.clear_separation_fault_times();
+  for (TimePoint t : r.counted) *d.add_separation_fault_times() = ToTimestamp(t);
+  d.set_separated(r.separated_since.has_value());
+  if (r.separated_since) {
+    *d.mutable_separated_time() = ToTimestamp(*r.separated_since);
+    *d.mutable_last_fault_time() = ToTimestamp(r.last_fault);
+  } else {
+    d.clear_separated_time();
+    d.clear_last_fault_time();
+    d.clear_separation_reason();
+  }
+  if (revision) d.set_revision(*revision);
+  if (created || !MessageDifferencer::Equals(before, d)) nodes_.Changed(d);
+  return d;
+}
+
+void ClusterState::EmitSeparation(NodeState& n, const v1::Device& d, bool separated, const std::string& actor,
+                                  const std::string& reason, Mutation* m) {
+  v1::Event ev;
+  ev.set_type(separated ? v1::EVENT_TYPE_DEVICE_SEPARATED : v1::EVENT_TYPE_DEVICE_RELEASED);
+  ev.set_revision(d.revision());
+  ev.set_node(n.name());
+  ev.set_device_id(d.id());
+  ev.set_actor(actor);
+  ev.set_reason(reason);
+  ev.set_message("device " + std::to_string(d.id()) + (separated ? " separated: " : " released: ") + reason);
+  *ev.mutable_device_info() = d;
+  journal_.Emit(m, std::move(ev));
+}
+
+TimePoint ClusterState::AdvanceSeparations(TimePoint now, Mutation* m) {
+  if (now < separation_due_) return separation_due_;
+  // A separated device with an active fault is not fault-free yet.
+  for (const recovery::ChipRef& chip : separations_->SeparatedChips()) {
+    const NodeState* n = nodes_.Find(chip.node);
+    if (!n) continue;
+    auto dit = n->devices.find(chip.device);
+    if (dit != n->devices.end() && dit->second.active_faults() > 0) separations_->StillFaulty(chip, now);
+  }
+  std::set<recovery::ChipRef> recounted;
+  const std::vector<recovery::SeparationTracker::Change> changes = separations_->Advance(now, &recounted);
+  for (const auto& change : changes) {
+    recounted.erase(change.chip);
+    NodeState* n = nodes_.Find(change.chip.node);
+    if (!n) continue;
+    v1::Device& d = SyncSeparation(*n, change.chip.device, journal_.Next());
+    if (change.separated) d.set_separation_reason(change.reason);
+    GetLogger("state")->warn("node {} device {} {}: {}", n->name(), d.id(), change.separated ? "separated" : "released",
+                             change.reason);
+    EmitSeparation(*n, d, change.separated, "clusterd", change.reason, m);
+  }
+  for (const recovery::ChipRef& chip : recounted) {
+    if (NodeState* n = nodes_.Find(chip.node)) SyncSeparation(*n, chip.device);
+  }
+  separation_due_ = separations_->NextDue();
+  return separation_due_;
+}
+
+StatusOr<v1::Device> ClusterState::ApplyReleaseDevice(const std::string& node, uint32_t device,
+                                                      const std::string& actor, const std::string& reason,
+                                                      Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateReleaseDevice(node, actor, reason));
+  NodeState* n = nodes_.Find(node);
+  if (!n) return NotFound("node " + node + " is not registered");
+  auto dit = n->devices.find(device);
+  if (dit == n->devices.end()) return NotFound("node " + node + " has no device " + std::to_string(device));
+  if (!separations_->Separated({node, device})) return dit->second;
+  CLUSTERD_RETURN_IF_ERROR(separations_->Release({node, device}));
+  v1::Device& d = SyncSeparation(*n, device, journal_.Next());
+  GetLogger("state")->info("node {} device {} released by {}: {}", node, device, actor, reason);
+  EmitSeparation(*n, d, false, actor, reason, m);
+  separation_due_ = TimePoint::min();
+  return d;
 }
 
 void ClusterState::RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m) {
@@ -200,35 +322,13 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const Validated<v1::Hello>& valid
   updated.set_agent_version(hello.agent_version());
   *updated.mutable_labels() = hello.labels();
   *updated.mutable_inventory() = hello.inventory();
+  updated.clear_registered_by();  // an agent's node from now on
   if (created) {
     *updated.mutable_registered_time() = ToTimestamp(clock_->Now());
     updated.set_health(v1::HEALTH_HEALTHY);
   }
-  if (created || !MessageDifferencer::Equals(updated, *node)) {
-    *node = updated;
-    v1::Event ev;
-    ev.set_type(created ? v1::EVENT_TYPE_NODE_REGISTERED : v1::EVENT_TYPE_NODE_UPDATED);
-    ev.set_node(name);
-    ev.set_revision(journal_.Next());
-    node->set_revision(ev.revision());
-    *ev.mutable_node_info() = *node;
-    journal_.Emit(m, std::move(ev));
-    nodes_.Changed(n);
-  }
-  for (const auto& info : hello.inventory().devices()) {
-    v1::Device& d = n.devices[info.id()];
-    v1::Device before = d;
-    d.set_node(name);
-    d.set_id(info.id());
-    d.set_vendor(info.vendor());
-    d.set_model(info.model());
-    d.set_serial(info.serial());
-    if (d.health() == v1::HEALTH_UNSPECIFIED) d.set_health(v1::HEALTH_HEALTHY);
-    if (!MessageDifferencer::Equals(before, d)) {
-      d.set_revision(journal_.revision());
-      nodes_.Changed(d);
-    }
-  }
+  UpdateNodeRecord(n, updated, created, "", m);
+  SetDevices(n, hello.inventory());
 
   n.session = session;
   n.connected = true;
@@ -277,6 +377,60 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const Validated<v1::Hello>& valid
   welcome.set_revision(journal_.revision());
   welcome.set_applied_seq(applied);
   return welcome;
+}
+
+StatusOr<v1::Node> ClusterState::ApplyRegisterNode(const std::string& name, const v1::Inventory& inventory,
+                                                   const std::string& source, Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateRegisterNode(name, inventory, source));
+  auto [found, created] = nodes_.FindOrAdd(name);
+  NodeState& n = *found;
+  v1::Node* node = n.record.mutable_node();
+  if (!created && node->registered_by().empty()) return n.Describe();  // an agent's node
+  v1::Node updated = *node;
+  updated.set_name(name);
+  updated.set_registered_by(source);
+  *updated.mutable_inventory()->mutable_devices() = inventory.devices();
+  if (created) {
+    *updated.mutable_registered_time() = ToTimestamp(clock_->Now());
+    updated.set_health(v1::HEALTH_HEALTHY);
+    n.last_seen = clock_->Now();
+  }
+  UpdateNodeRecord(n, updated, created, source, m);
+  SetDevices(n, inventory);
+  return n.Describe();
+}
+
+void ClusterState::UpdateNodeRecord(NodeState& n, const v1::Node& updated, bool created, const std::string& actor,
+                                    Mutation* m) {
+  v1::Node* node = n.record.mutable_node();
+  if (!created && MessageDifferencer::Equals(updated, *node)) return;
+  *node = updated;
+  v1::Event ev;
+  ev.set_type(created ? v1::EVENT_TYPE_NODE_REGISTERED : v1::EVENT_TYPE_NODE_UPDATED);
+  ev.set_node(node->name());
+  ev.set_actor(actor);
+  ev.set_revision(journal_.Next());
+  node->set_revision(ev.revision());
+  *ev.mutable_node_info() = *node;
+  journal_.Emit(m, std::move(ev));
+  nodes_.Changed(n);
+}
+
+void ClusterState::SetDevices(NodeState& n, const v1::Inventory& inventory) {
+  for (const auto& info : inventory.devices()) {
+    v1::Device& d = n.devices[info.id()];
+    const v1::Device before = d;
+    d.set_node(n.name());
+    d.set_id(info.id());
+    d.set_vendor(info.vendor());
+    d.set_model(info.model());
+    d.set_serial(info.serial());
+    if (d.health() == v1::HEALTH_UNSPECIFIED) d.set_health(v1::HEALTH_HEALTHY);
+    if (!MessageDifferencer::Equals(before, d)) {
+      d.set_revision(journal_.revision());
+      nodes_.Changed(d);
+    }
+  }
 }
 
 Status ClusterState::ApplyHeartbeat(const std::string& node, uint64_t session, Mutation* m) {
@@ -359,7 +513,7 @@ TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* 
   const TimePoint now = clock_->Now();
   TimePoint next = TimePoint::max();
   for (auto& [name, n] : nodes_.all()) {
-    if (n.lost) continue;
+    if (n.lost || !n.record.node().registered_by().empty()) continue;  // no agent expected there
     const TimePoint seen = n.LastSeen();
     if (now - seen <= grace) {
       next = std::min(next, seen + grace);

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "clusterd/recovery/separation.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/mutation.h"
 #include "clusterd/state/public_faults.h"
@@ -76,11 +77,21 @@ class ClusterState : public StateView {
 
   // Before Load; the defaults otherwise.
   void set_limits(const StateLimits& limits) { limits_ = limits; }
+  // The separation policy (recovery/separation.h): before Load; MindCluster's
+  // defaults otherwise (3 faults in 24 h, released after 48 h fault-free).
+  void set_separation_policy(const recovery::SeparationPolicy& policy) { separations_.emplace(policy); }
 
   // ---- writer thread, mutex held exclusively ----
   StatusOr<v1::Welcome> ApplyHello(const Validated<v1::Hello>& hello, uint64_t session, Mutation* m);
   StatusOr<v1::Welcome> ApplyHello(const v1::Hello& hello, uint64_t session, Mutation* m);
   Status ApplyHeartbeat(const std::string& node, uint64_t session, Mutation* m);
+  // A node known from an integration (`source`), not from an agent: created
+  // when ClusterD has none of that name (Node.registered_by = source, no
+  // heartbeat expected), its devices set from `inventory` while no agent has
+  // said hello there. A node an agent registered is answered unchanged (its
+  // agent's inventory wins).
+  StatusOr<v1::Node> ApplyRegisterNode(const std::string& node, const v1::Inventory& inventory,
+                                       const std::string& source, Mutation* m);
   Status ApplyMetrics(const std::string& node, uint64_t session, const Validated<v1::MetricSnapshot>& snapshot);
   Status ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot);
   StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session,
@@ -109,6 +120,16 @@ class ClusterState : public StateView {
   StatusOr<v1::Fault> ApplyClearFault(const std::string& fault_id, const std::string& actor, const std::string& reason,
                                       Mutation* m);
   StatusOr<v1::AdminState> ApplySetRecoveryMode(const v1::SetRecoveryModeRequest& req, Mutation* m);
+  // Returns a separated device to service (DEVICE_RELEASED event); a device
+  // that is not separated is answered unchanged, without an event. NotFound
+  // for a node or device ClusterD does not know.
+  StatusOr<v1::Device> ApplyReleaseDevice(const std::string& node, uint32_t device, const std::string& actor,
+                                          const std::string& reason, Mutation* m);
+  // The separation policy's clock: settles the fault occurrences that waited
+  // long enough, separates the devices at the threshold and releases those
+  // fault-free long enough (DEVICE_SEPARATED / DEVICE_RELEASED events).
+  // Returns when it next has something to do. Called by the writer's tick.
+  TimePoint AdvanceSeparations(TimePoint now, Mutation* m);
 
   // `source` is who writes: "api" (JobService) or an integration's name. It
   // is stored on the job; a job is changed or deleted only by its own source,
@@ -176,9 +197,26 @@ class ClusterState : public StateView {
   void EmitFault(const v1::Fault& f, v1::EventType type, const std::string& actor, Mutation* m);
   void RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m);
   v1::Fault FaultFromReport(const std::string& node, const v1::FaultReport& r) const;
+  // The inventory's devices into the node's device records (identity; health
+  // and the rest kept).
+  void SetDevices(NodeState& n, const v1::Inventory& inventory);
+  // The node's record becomes `updated`, with its NODE_REGISTERED (created)
+  // or NODE_UPDATED event; nothing when unchanged.
+  void UpdateNodeRecord(NodeState& n, const v1::Node& updated, bool created, const std::string& actor, Mutation* m);
+  // The separation policy's view of a device's faults: a new occurrence
+  // counted (Raise), a fault of a separated device raised or cleared.
+  void ObserveForSeparation(NodeState& n, const v1::Fault& f, bool raised);
+  // Writes the policy's record of the device into its record (counted
+  // faults, separation); the event's revision when `revision` is set.
+  v1::Device& SyncSeparation(NodeState& n, uint32_t device, std::optional<uint64_t> revision = std::nullopt);
+  void EmitSeparation(NodeState& n, const v1::Device& d, bool separated, const std::string& actor,
+                      const std::string& reason, Mutation* m);
 
   storage::Store* store_;
   const Catalog* catalog_;
+  std::optional<recovery::SeparationTracker> separations_;
+  // When AdvanceSeparations next has work, unless a fault changes it first.
+  TimePoint separation_due_ = TimePoint::min();
   mutable std::shared_mutex mu_;
 };
 

@@ -73,7 +73,30 @@ Status ValidatePolicy(const v1::RecoveryPolicy& p) {
   return Status::Ok();
 }
 
+// An inventory's devices: at most kMaxDevices, ids unique and at most
+// kMaxDeviceId, one-line texts.
+Status ValidateDeviceInfos(const std::string& field,
+                           const google::protobuf::RepeatedPtrField<v1::DeviceInfo>& devices) {
+  if (devices.size() > static_cast<int>(kMaxDevices)) return InvalidArgument(field + ": more than 1024");
+  std::set<uint32_t> ids;
+  for (const auto& d : devices) {
+    const std::string at = field + "[" + std::to_string(d.id()) + "]";
+    if (d.id() > kMaxDeviceId) return InvalidArgument(at + ".id: above 65535");
+    if (!ids.insert(d.id()).second) return InvalidArgument(at + ".id: duplicate device id");
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".vendor", d.vendor(), 256));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".model", d.model(), 256));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".serial", d.serial(), 256));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status ValidateRegisterNode(const std::string& node, const v1::Inventory& inventory, const std::string& source) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", node));
+  CLUSTERD_RETURN_IF_ERROR(ValidateToken("source", source));
+  return ValidateDeviceInfos("inventory.devices", inventory.devices());
+}
 
 Status ValidateHello(const v1::Hello& hello) {
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("hello.node_name", hello.node_name()));
@@ -87,18 +110,8 @@ Status ValidateHello(const v1::Hello& hello) {
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.cpu_model", inv.cpu_model(), 256));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.kernel_version", inv.kernel_version(), 256));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.os_image", inv.os_image(), 256));
-  if (inv.devices_size() > static_cast<int>(kMaxDevices))
-    return InvalidArgument("hello.inventory.devices: more than 1024");
+  CLUSTERD_RETURN_IF_ERROR(ValidateDeviceInfos("hello.inventory.devices", inv.devices()));
   if (inv.disks_size() > static_cast<int>(kMaxDisks)) return InvalidArgument("hello.inventory.disks: more than 256");
-  std::set<uint32_t> ids;
-  for (const auto& d : inv.devices()) {
-    const std::string at = "hello.inventory.devices[" + std::to_string(d.id()) + "]";
-    if (d.id() > kMaxDeviceId) return InvalidArgument(at + ".id: above 65535");
-    if (!ids.insert(d.id()).second) return InvalidArgument(at + ".id: duplicate device id");
-    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".vendor", d.vendor(), 256));
-    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".model", d.model(), 256));
-    CLUSTERD_RETURN_IF_ERROR(ValidateLine(at + ".serial", d.serial(), 256));
-  }
   for (const auto& d : inv.disks()) {
     CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.disks.mount_point", d.mount_point(), 1024));
     CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.disks.device", d.device(), 1024));
@@ -207,6 +220,14 @@ Status ValidateCordon(const std::string& node, bool cordon, const std::string& a
   CLUSTERD_RETURN_IF_ERROR(ValidateToken("actor", actor));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("reason", reason, 1024));
   if (cordon && reason.empty()) return InvalidArgument("reason: say why the node is cordoned");
+  return Status::Ok();
+}
+
+Status ValidateReleaseDevice(const std::string& node, const std::string& actor, const std::string& reason) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", node));
+  CLUSTERD_RETURN_IF_ERROR(ValidateToken("actor", actor));
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("reason", reason, 1024));
+  if (reason.empty()) return InvalidArgument("reason: say why the device returns to service");
   return Status::Ok();
 }
 

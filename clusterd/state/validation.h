@@ -32,6 +32,9 @@ inline constexpr uint32_t kMaxJobRanksPerNode = 1024;
 inline constexpr uint32_t kMaxRanksPerDevice = 64;
 
 Status ValidateHello(const v1::Hello& hello);
+// A node an integration registers (ClusterState::ApplyRegisterNode): its name,
+// the integration's name, and the devices of `inventory` as a hello's.
+Status ValidateRegisterNode(const std::string& node, const v1::Inventory& inventory, const std::string& source);
 Status ValidateTransition(const v1::FaultTransition& t);
 Status ValidateReport(const v1::ReportRequest& req);
 Status ValidateMetrics(const v1::MetricSnapshot& snapshot);
@@ -40,6 +43,7 @@ Status ValidateMetrics(const v1::MetricSnapshot& snapshot);
 Status ValidateJob(const v1::Job& job, size_t max_ranks = StateLimits().max_job_ranks);
 // AdminService's arguments (who and why are recorded in the event).
 Status ValidateCordon(const std::string& node, bool cordon, const std::string& actor, const std::string& reason);
+Status ValidateReleaseDevice(const std::string& node, const std::string& actor, const std::string& reason);
 Status ValidateClearFault(const std::string& fault_id, const std::string& actor, const std::string& reason);
 Status ValidateSetRecoveryMode(const v1::SetRecoveryModeRequest& req);
 

@@ -586,6 +586,41 @@ TEST_F(ClusterctlTest, CordonShowsInGetNodes) {
   EXPECT_EQ(Run({"cordon", "worker02", "--reason", "x", "--actor", ""}).code, 2);
 }
 
+// A device the separation policy separated (here at the first counted fault)
+// shows in describe node and in watch, and `release` returns it to service.
+TEST_F(ClusterctlTest, ReleaseReturnsASeparatedDevice) {
+  StartServer([](clusterd::ClusterdConfig& c) {
+    c.separation_threshold = 1;
+    c.separation_settle = std::chrono::seconds(0);
+  });
+  // 80E01801 (RESTART_BUSINESS) counts; a SUB_HEALTH fault would not.
+  ASSERT_TRUE(agents_[0]->Transition(2, true, 5, "80E01801", nullptr, "HBM multi-bit ECC error on 5"));
+  Result r = Run({"describe", "node", "worker01"});
+  ASSERT_NE(r.out.find("yes (1 fault within 24h)"), std::string::npos) << r.out;
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("SEPARATED"), std::string::npos) << r.out;
+  r = Run({"watch", "--from-revision", "0", "--type", "DEVICE_SEPARATED", "--max-events", "1", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json e = json::parse(Lines(r.out).at(0));
+  EXPECT_EQ(e.at("device_id"), 5);
+  EXPECT_EQ(e.at("actor"), "clusterd");
+
+  r = Run({"release", "worker01", "5"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--reason"), std::string::npos) << r.err;
+  EXPECT_EQ(Run({"release", "worker01", "five", "--reason", "x"}).code, 2);
+  EXPECT_EQ(Run({"release", "worker01", "--reason", "x"}).code, 2);
+  EXPECT_EQ(Run({"release", "nobody", "5", "--reason", "x"}).code, 3);
+  r = Run({"release", "worker01", "5", "--reason", "card reseated", "--actor", "alice"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("node worker01 device 5 in service"), std::string::npos) << r.out;
+  r = Run({"watch", "--from-revision", "0", "--type", "DEVICE_RELEASED", "--max-events", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("released by alice: card reseated"), std::string::npos) << r.out;
+  r = Run({"describe", "node", "worker01"});
+  EXPECT_EQ(r.out.find("yes (1 fault within 24h)"), std::string::npos) << r.out;
+}
+
 TEST_F(ClusterctlTest, PauseResumeDryRunInGetAdmin) {
   Result r = Run({"get", "admin"});
   ASSERT_EQ(r.code, 0) << r.err;

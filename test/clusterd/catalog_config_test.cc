@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "clusterd/config/config.h"
 #include "clusterd/server/registries.h"
@@ -389,6 +390,29 @@ TEST(ConfigTable, ChartValuesAreTheDefaults) {
     ++checked;
   }
   EXPECT_GT(checked, 20);
+}
+
+// The chart's values.schema.json refuses any clusterd.config key it does not
+// list: it lists exactly the keys whose chart value is clusterd.config.<key>.
+TEST(ConfigTable, ChartSchemaListsTheChartKeys) {
+  const std::string path = std::string(CLUSTERD_CHART_DIR) + "/values.schema.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  const nlohmann::json schema = nlohmann::json::parse(in);
+  const nlohmann::json& config = schema.at("properties").at("clusterd").at("properties").at("config");
+  EXPECT_EQ(config.value("additionalProperties", true), false);
+  std::set<std::string> listed, chart;
+  for (const auto& [key, value] : config.at("properties").items()) listed.insert(key);
+  for (const ConfigKey& k : ClusterdConfigKeys()) {
+    if (k.chart_value == "clusterd.config." + k.name) chart.insert(k.name);
+  }
+  for (const std::string& key : chart)
+    EXPECT_TRUE(listed.count(key)) << key << " is settable but the schema refuses it";
+  for (const std::string& key : listed) {
+    const auto& keys = ClusterdConfigKeys();
+    EXPECT_TRUE(std::any_of(keys.begin(), keys.end(), [&](const ConfigKey& k) { return k.name == key; }))
+        << key << " in the schema is not a key";
+  }
 }
 
 // docs/configuration.md's reference tables are the table's, to the byte.

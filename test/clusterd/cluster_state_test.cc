@@ -836,5 +836,186 @@ TEST_F(ClusterStateTest, ControlCharactersInNamesAreRefused) {
   ASSERT_TRUE(Transition("worker01", t).ok());
 }
 
+// The separation policy (MindCluster's defaults: 3 counted faults within 24 h,
+// settle 30 s, released after 48 h fault-free): counted in the device
+// record, separated with an event, kept across a restart, released by itself.
+TEST_F(ClusterStateTest, SeparationPolicySeparatesKeepsAcrossRestartAndReleases) {
+  Hello(MakeHello("worker01", 1));
+  uint64_t seq = 0;
+  auto advance = [&] { return Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); }); };
+  auto occurrence = [&](uint32_t device, const std::string& code) {
+    ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, true, device, code)).ok());
+    clock_.Advance(1s);
+    ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, false, device, code)).ok());
+  };
+  // A SUB_HEALTH fault does not count; a RESTART_BUSINESS one does, after its settle time.
+  occurrence(3, "80818C06");
+  occurrence(3, "80E01801");
+  const TimePoint settles = advance();
+  EXPECT_EQ(settles, clock_.Now() - 1s + 30s);
+  EXPECT_EQ(Node("worker01").devices(3).separation_fault_times_size(), 0);
+  clock_.Advance(40s);
+  advance();
+  EXPECT_EQ(Node("worker01").devices(3).separation_fault_times_size(), 1);
+  clock_.Advance(1h);
+  occurrence(3, "80E01801");
+  clock_.Advance(40s);
+  advance();
+  v1::Device d = Node("worker01").devices(3);
+  EXPECT_EQ(d.separation_fault_times_size(), 2);
+  EXPECT_FALSE(d.separated());
+  events_.clear();
+  clock_.Advance(1h);
+  occurrence(3, "80E01801");
+  clock_.Advance(40s);
+  advance();
+  d = Node("worker01").devices(3);
+  ASSERT_TRUE(d.separated());
+  EXPECT_EQ(d.separation_reason(), "3 faults within 24h");
+  EXPECT_EQ(FromTimestamp(d.separated_time()), clock_.Now());
+  const v1::Event* separated = nullptr;
+  for (const auto& ev : events_) {
+    if (ev.type() == v1::EVENT_TYPE_DEVICE_SEPARATED) separated = &ev;
+  }
+  ASSERT_NE(separated, nullptr);
+  EXPECT_EQ(separated->device_id(), 3u);
+  EXPECT_EQ(separated->actor(), "clusterd");
+  EXPECT_TRUE(separated->device_info().separated());
+  EXPECT_EQ(separated->device_info().revision(), separated->revision());
+  EXPECT_FALSE(Node("worker01").devices(2).separated());
+
+  // A restart keeps the separation and its clock.
+  Open();
+  d = Node("worker01").devices(3);
+  ASSERT_TRUE(d.separated());
+  EXPECT_EQ(d.separation_reason(), "3 faults within 24h");
+  // 47 h later a fault comes back: the fault-free time starts again at its clear.
+  clock_.Advance(47h);
+  advance();
+  Hello(MakeHello("worker01", 2), 2);
+  seq = 0;
+  ASSERT_TRUE(Commit([&](Mutation* m) {
+                return state_->ApplyTransition("worker01", 2, MakeTransition(2, ++seq, true, 3, "80E01801"), m);
+              }).ok());
+  clock_.Advance(2h);
+  EXPECT_TRUE(Node("worker01").devices(3).separated()) << "a fault still active is not fault-free";
+  advance();
+  ASSERT_TRUE(Commit([&](Mutation* m) {
+                return state_->ApplyTransition("worker01", 2, MakeTransition(2, ++seq, false, 3, "80E01801"), m);
+              }).ok());
+  const TimePoint cleared = clock_.Now();
+  EXPECT_EQ(FromTimestamp(Node("worker01").devices(3).last_fault_time()), cleared);
+  Open();  // the last fault's time is kept too
+  events_.clear();
+  clock_.Advance(47h);
+  EXPECT_EQ(advance(), cleared + 48h);
+  EXPECT_TRUE(Node("worker01").devices(3).separated());
+  clock_.Set(cleared + 48h);
+  advance();
+  d = Node("worker01").devices(3);
+  EXPECT_FALSE(d.separated());
+  EXPECT_EQ(d.separation_reason(), "");
+  EXPECT_EQ(d.separation_fault_times_size(), 0);
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].type(), v1::EVENT_TYPE_DEVICE_RELEASED);
+  EXPECT_EQ(events_[0].reason(), "fault-free for 48h");
+  EXPECT_EQ(advance(), TimePoint::max());
+}
+
+TEST_F(ClusterStateTest, OperatorReleasesASeparatedDevice) {
+  Hello(MakeHello("worker01", 1));
+  uint64_t seq = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, true, 5, "80E01801")).ok());
+    ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, false, 5, "80E01801")).ok());
+    clock_.Advance(31s);
+    Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); });
+  }
+  ASSERT_TRUE(Node("worker01").devices(5).separated());
+  auto release = [&](const std::string& node, uint32_t device, const std::string& reason) {
+    return Commit([&](Mutation* m) { return state_->ApplyReleaseDevice(node, device, "alice", reason, m); });
+  };
+  const uint64_t before = state_->revision();
+  EXPECT_EQ(release("worker01", 5, "").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(release("worker09", 5, "replaced").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(release("worker01", 99, "replaced").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state_->revision(), before);
+  events_.clear();
+  auto d = release("worker01", 5, "card reseated");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_FALSE(d->separated());
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].type(), v1::EVENT_TYPE_DEVICE_RELEASED);
+  EXPECT_EQ(events_[0].actor(), "alice");
+  EXPECT_EQ(events_[0].reason(), "card reseated");
+  EXPECT_FALSE(events_[0].device_info().separated());
+  // Released: idempotent, and the count starts again from zero.
+  ASSERT_TRUE(release("worker01", 5, "again").ok());
+  EXPECT_EQ(events_.size(), 1u);
+  Open();
+  EXPECT_FALSE(Node("worker01").devices(5).separated());
+  EXPECT_EQ(Node("worker01").devices(5).separation_fault_times_size(), 0);
+}
+
+// A node an integration knows from the Ascend device plugin, where no agent
+// runs: registered with its devices, never lost, and an agent's once one
+// says hello; an agent's node is not taken over.
+TEST_F(ClusterStateTest, IntegrationRegistersANodeWithoutAgent) {
+  v1::Inventory inv;
+  for (uint32_t id : {0u, 1u, 2u}) {
+    auto* d = inv.add_devices();
+    d->set_id(id);
+    d->set_vendor("Huawei");
+    d->set_model("Ascend910");
+  }
+  auto reg = [&](const std::string& node, const v1::Inventory& i) {
+    return Commit([&](Mutation* m) { return state_->ApplyRegisterNode(node, i, "mindcluster", m); });
+  };
+  auto n = reg("npu07", inv);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->registered_by(), "mindcluster");
+  EXPECT_FALSE(n->connected());
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].type(), v1::EVENT_TYPE_NODE_REGISTERED);
+  EXPECT_EQ(events_[0].actor(), "mindcluster");
+  EXPECT_EQ(Node("npu07").devices_size(), 3);
+  // The same again writes nothing; a bad one changes nothing.
+  const uint64_t before = state_->revision();
+  ASSERT_TRUE(reg("npu07", inv).ok());
+  EXPECT_EQ(state_->revision(), before);
+  EXPECT_EQ(reg("bad name!", inv).status().code(), StatusCode::kInvalidArgument);
+  v1::Inventory twice = inv;
+  twice.add_devices()->set_id(1);
+  EXPECT_EQ(reg("npu07", twice).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(state_->revision(), before);
+  // Its faults are raised like any node's (an external reporter's).
+  v1::ReportRequest r;
+  r.set_reporter("ascend-device-plugin");
+  r.set_id("npu07/1/80E01801");
+  r.set_node("npu07");
+  r.set_device_id(1);
+  r.set_code("80E01801");
+  r.set_action(v1::TRANSITION_ACTION_RAISE);
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyReport(r, m); }).ok());
+  EXPECT_EQ(Node("npu07").devices(1).health(), v1::HEALTH_UNHEALTHY);
+  // No heartbeat is expected: never lost, across a restart too.
+  clock_.Advance(1h);
+  Commit([&](Mutation* m) { return state_->CheckLiveness(10s, m); });
+  Open();
+  clock_.Advance(1h);
+  Commit([&](Mutation* m) { return state_->CheckLiveness(10s, m); });
+  EXPECT_NE(Node("npu07").node().health(), v1::HEALTH_UNKNOWN);
+  const v1::GetNodeResponse after = Node("npu07");
+  for (const auto& f : after.active_faults()) EXPECT_NE(f.source(), v1::FAULT_SOURCE_HEARTBEAT);
+  // An agent says hello: its node from then on, watched for heartbeats.
+  Hello(MakeHello("npu07", 1));
+  EXPECT_EQ(Node("npu07").node().registered_by(), "");
+  EXPECT_EQ(Node("npu07").devices_size(), 8);
+  auto kept = reg("npu07", inv);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->registered_by(), "");
+  EXPECT_TRUE(kept->connected());
+}
+
 }  // namespace
 }  // namespace clusterd

@@ -107,6 +107,22 @@ class FakeClusterCommands final : public ClusterCommands {
     reply(std::move(n));
   }
 
+  // RegisterNode: a node of this name that an agent registered (in `nodes`
+  // without registered_by) is answered unchanged.
+  std::vector<std::string> registered;
+  void RegisterNode(std::string node, v1::Inventory inventory, Reply<v1::Node> reply) override {
+    if (!refusal.ok()) return reply(refusal);
+    if (auto it = nodes.find(node); it != nodes.end() && it->second.registered_by().empty()) return reply(it->second);
+    v1::Node n;
+    n.set_name(node);
+    n.set_registered_by(principal_.actor());
+    *n.mutable_inventory() = std::move(inventory);
+    n.set_revision(++revision);
+    nodes[node] = n;
+    registered.push_back(node);
+    reply(std::move(n));
+  }
+
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
     auto it = jobs.find(id);
     if (it == jobs.end()) return NotFound("job " + id + " does not exist");

@@ -458,6 +458,9 @@ class LockedCommands final : public ClusterCommands {
   void SetCordon(std::string node, bool cordon, std::string reason, Reply<v1::Node> reply) override {
     Locked([&] { inner_.SetCordon(std::move(node), cordon, std::move(reason), reply); });
   }
+  void RegisterNode(std::string node, v1::Inventory inventory, Reply<v1::Node> reply) override {
+    Locked([&] { inner_.RegisterNode(std::move(node), std::move(inventory), reply); });
+  }
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
     std::lock_guard lock(mu_);
     return inner_.GetJob(id);

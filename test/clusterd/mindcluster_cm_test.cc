@@ -2,7 +2,9 @@
 // (parsing, CheckCode, the faults it reports) and the cluster-info-device
 // ConfigMaps Volcano reads (the merge with ClusterD's state, chunks,
 // UpdateTime). Fixtures in testdata/mindcluster were written by Go.
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -205,6 +207,30 @@ TEST(ClusterInfo, OneEntryPerChipAndKind) {
   EXPECT_EQ(e.faults[0].fault_code, "80C98009,80E01801,8C1F860B");
   EXPECT_EQ(e.faults[0].fault_level, "SeparateNPU");  // the plugin's, more serious
   EXPECT_EQ(e.faults[1].fault_type, "CardNetworkUnhealthy");
+}
+
+// A chip ClusterD's separation policy separated: out, as MindCluster's manual
+// separation lists it (level ManuallySeparateNPU), with or without a fault.
+TEST(ClusterInfo, ASeparatedChipIsManuallySeparated) {
+  const NodeDeviceInfo plugin = Parsed("deviceinfo-910-faulty.json");
+  NodeState ours;
+  ours.chip_state[6].separated = true;
+  ours.chip_state[7] = Faulty(v1::FAULT_LEVEL_SUB_HEALTH, {"80818C06"});
+  ours.chip_state[7].separated = true;
+  NodeDeviceInfo e = MergeForVolcano(&plugin, ours);
+  for (const char* chip : {"Ascend910-6", "Ascend910-7"}) {
+    EXPECT_EQ(std::count(e.available.begin(), e.available.end(), chip), 0) << chip;
+    EXPECT_EQ(std::count(e.unhealthy.begin(), e.unhealthy.end(), chip), 1) << chip;
+  }
+  std::map<std::string, DeviceFault> by_chip;
+  for (const DeviceFault& f : e.faults) {
+    if (f.fault_type == "CardUnhealthy") by_chip[f.npu_name] = f;
+  }
+  ASSERT_TRUE(by_chip.count("Ascend910-6"));
+  EXPECT_EQ(by_chip["Ascend910-6"].fault_level, "ManuallySeparateNPU");
+  EXPECT_EQ(by_chip["Ascend910-6"].fault_code, "");
+  EXPECT_EQ(by_chip["Ascend910-7"].fault_level, "ManuallySeparateNPU");
+  EXPECT_EQ(by_chip["Ascend910-7"].fault_code, "80818C06");
 }
 
 TEST(ClusterInfo, NodeWithoutPluginIsBuiltFromTheInventory) {

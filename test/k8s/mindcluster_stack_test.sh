@@ -14,7 +14,13 @@
 #     UnHealthy in cluster-info-node-cm; a public-fault ConfigMap -> public
 #     faults on two chips, which leave the available list;
 #  F. kill -9 of ClusterD and a restart: the ConfigMaps are never emptied,
-#     nothing is raised twice, and a change made while it was down is applied.
+#     nothing is raised twice, and a change made while it was down is applied;
+#  G. the separation policy (2 counted faults here, no settle time): a chip
+#     whose NodeD fault comes back is separated (ManuallySeparateNPU for
+#     Volcano, DEVICE_SEPARATED in Watch, Device.separated), stays so across a
+#     kill -9, and `clusterctl release` returns it;
+#  H. the node without NodeD (n3) is ClusterD's from the plugin alone: registered
+#     by the integration (Node.registered_by), its plugin faults raised there.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -99,7 +105,7 @@ plugin_cm n2 ""
 plugin_cm n3 ""  # a node without our NodeD
 k8s_create_namespace ops
 CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations mindcluster --mindcluster-public-fault-namespaces ops
-  --log-level info)
+  --separation-threshold 2 --separation-settle 0s --log-level info)
 start_clusterd "${CLUSTERD_FLAGS[@]}"
 for n in n1 n2; do start_sim_noded $n; done
 wait_until 30 connected 2
@@ -188,17 +194,18 @@ print((json.loads(v) if v else {}).get("mindx-dl-nodeinfo-" + sys.argv[1], {}).g
 k8s_api POST /api/v1/namespaces/mindx-dl/configmaps "$(nodeinfo_cm n1)" >/dev/null
 k8s_api POST /api/v1/namespaces/mindx-dl/configmaps "$(nodeinfo_cm n3)" >/dev/null
 wait_until 15 is 'node_status n1' UnHealthy
-# n3 has no NodeD, so ClusterD does not know it: refused, retried.
-wait_until 15 grep -q "MindCluster NodeD's fault n3/CPU/0/CPU0001 was not raised" "$WORK/clusterd.log"
+# n3 has no NodeD of ours: ClusterD knows it from the device plugin's ConfigMap (H).
+wait_until 15 is 'node_status n3' UnHealthy
 pf='{"id":"req-00000001","timestamp":1700000000000,"version":"1.0","resource":"CCAE","faults":[{"faultId":"fault-0001","faultType":"NPU","faultCode":"220001001","faultTime":1700000000000,"assertion":"occur","influence":[{"nodeName":"n2","deviceIds":[1,2]}],"description":"storage path down"}]}'
 k8s_api POST /api/v1/namespaces/ops/configmaps "$(python3 -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"pf","namespace":"ops","labels":{"mc-consumer-publicfault":"true"}},"data":{"PublicFault":sys.argv[1]}}))' "$pf")" >/dev/null
 wait_until 15 is 'lst n2 -Unhealthy' "Ascend910-1,Ascend910-2"
 [[ $(lst n2 -Fault) == *PublicFault* ]] || fail "E: no PublicFault entry: $(lst n2 -Fault)"
-echo "   n1 UnHealthy in cluster-info-node-cm; n2 chips 1 and 2 out for public fault 220001001"
+echo "   n1 and n3 UnHealthy in cluster-info-node-cm; n2 chips 1 and 2 out for public fault 220001001"
 # MindCluster's NodeD deletes its ConfigMap once the node is healthy: the faults clear.
 k8s_api DELETE /api/v1/namespaces/mindx-dl/configmaps/mindx-dl-nodeinfo-n1 >/dev/null
 k8s_api DELETE /api/v1/namespaces/mindx-dl/configmaps/mindx-dl-nodeinfo-n3 >/dev/null
 wait_until 15 is 'node_status n1' -
+wait_until 15 is 'node_status n3' -
 # The public fault recovers through the same ConfigMap.
 k8s_api PUT /api/v1/namespaces/ops/configmaps/pf "$(python3 -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"pf","namespace":"ops","labels":{"mc-consumer-publicfault":"true"}},"data":{"PublicFault":sys.argv[1].replace("occur","recover").replace("req-00000001","req-00000002")}}))' "$pf")" >/dev/null
 wait_until 30 is 'lst n2 -Unhealthy' ""
@@ -236,4 +243,56 @@ for line in open(sys.argv[1]):
 assert seen >= 1, "no version written after the restart"
 print("   %d version(s) after the restart, each with all three nodes" % seen)
 EOF
+
+echo "-- G: a chip whose faults come back is separated, kept across kill -9, released by an operator"
+# device_field NODE ID PYEXPR: PYEXPR over d (the device as GetNode answers it).
+device_field() {
+  grpcurl -plaintext -d "{\"name\": \"$1\"}" "$ADDR" clusterd.v1.ClusterService/GetNode | python3 -c '
+import json, sys
+d = next((d for d in json.load(sys.stdin).get("devices", []) if d.get("id", 0) == int(sys.argv[1])), {})
+print(eval(sys.argv[2]))' "$2" "$3"
+}
+# chip4_entry: the -Fault entry for n2's chip 4 that ClusterD wrote, as "level:code".
+chip4_entry() {
+  info_field n2 '",".join(f["fault_level"] + ":" + f["fault_code"] for f in json.loads(e["DeviceList"]["huawei.com/Ascend910-Fault"]) if f["npu_name"] == "Ascend910-4")'
+}
+inject_sim_fault n2 4 80E18402
+wait_until 15 is 'lst n2 -Unhealthy' "Ascend910-4,Ascend910-6"
+inject_sim_fault n2 4 80E18402 clear
+wait_until 15 is 'lst n2 -Unhealthy' "Ascend910-6"
+[[ $(device_field n2 4 'len(d.get("separation_fault_times", []))') == 1 ]] || fail "G: the first fault is not counted"
+inject_sim_fault n2 4 80E18402
+wait_until 15 is 'device_field n2 4 "d.get(\"separated\", False)"' True
+inject_sim_fault n2 4 80E18402 clear
+wait_until 15 is chip4_entry "ManuallySeparateNPU:"
+[[ $(lst n2 -Unhealthy) == "Ascend910-4,Ascend910-6" && $(lst n2 "") != *Ascend910-4* ]] ||
+  fail "G: separated chip 4 is not out: available $(lst n2 "") unhealthy $(lst n2 -Unhealthy)"
+watched=$(timeout 5 grpcurl -plaintext -max-time 3 -d '{"from_revision": 1, "nodes": ["n2"], "types": ["EVENT_TYPE_DEVICE_SEPARATED"]}' \
+  "$ADDR" clusterd.v1.ClusterService/Watch 2>/dev/null || true)
+expect_contains "$watched" '"reason": "2 faults within 24h"' "G: DEVICE_SEPARATED in Watch"
+kill_wait "$CLUSTERD_PID"
+start_clusterd "${CLUSTERD_FLAGS[@]}"
+wait_until 30 connected 2
+[[ $(device_field n2 4 'd.get("separated", False)') == True ]] || fail "G: the separation did not survive kill -9"
+[[ $(chip4_entry) == "ManuallySeparateNPU:" ]] || fail "G: chip 4 is not listed separated after the restart: $(chip4_entry)"
+"$BIN/clusterctl" --server "$ADDR" release n2 4 --reason "card reseated" --actor ops >"$WORK/release.out" ||
+  fail "G: clusterctl release: $(cat "$WORK/release.out")"
+wait_until 15 is 'lst n2 -Unhealthy' "Ascend910-6"
+[[ $(lst n2 "") == *Ascend910-4* ]] || fail "G: chip 4 not available again: $(lst n2 "")"
+watched=$(timeout 5 grpcurl -plaintext -max-time 3 -d '{"from_revision": 1, "nodes": ["n2"], "types": ["EVENT_TYPE_DEVICE_RELEASED"]}' \
+  "$ADDR" clusterd.v1.ClusterService/Watch 2>/dev/null || true)
+expect_contains "$watched" '"actor": "ops"' "G: DEVICE_RELEASED by ops in Watch"
+echo "   chip 4 separated after 2 faults (ManuallySeparateNPU), kept across kill -9, released by clusterctl"
+
+echo "-- H: the node without NodeD is ClusterD's from the plugin alone"
+registered_by() {
+  grpcurl -plaintext -d "{\"name\": \"$1\"}" "$ADDR" clusterd.v1.ClusterService/GetNode 2>/dev/null |
+    python3 -c 'import json,sys; n = json.load(sys.stdin)["node"]; print(n.get("registered_by", ""), len(n.get("inventory", {}).get("devices", [])))'
+}
+[[ $(registered_by n3) == "mindcluster 8" ]] || fail "H: n3 is not registered by the integration: $(registered_by n3)"
+[[ $(registered_by n1) == " 8" ]] || fail "H: n1 (with NodeD) is not its agent's: $(registered_by n1)"
+plugin_cm n3 2
+wait_until 15 is 'plugin_faults' "n1/3/80E01801:FAULT_STATE_ACTIVE:1 n2/6/80E01801:FAULT_STATE_ACTIVE:1 n3/2/80E01801:FAULT_STATE_ACTIVE:1"
+wait_until 15 is 'lst n3 -Unhealthy' "Ascend910-2"
+echo "   n3 registered by mindcluster with 8 chips; its plugin fault n3/2/80E01801 raised in ClusterD"
 echo "PASS: mindcluster stack (device plugin in, Volcano's cluster-info out)"

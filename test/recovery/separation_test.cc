@@ -120,5 +120,60 @@ TEST(Separation, PolicyBounds) {
   EXPECT_FALSE(ValidateSeparationPolicy(p).ok());
 }
 
+// Two sources reporting one fault (NodeD and the device plugin) while it
+// settles are one occurrence.
+TEST(Separation, TheSameCodeOnTheChipWhileSettlingIsOneOccurrence) {
+  SeparationTracker t{SeparationPolicy{}};
+  t.Observe(kChip, "80E01801", "", kT0);
+  t.Observe(kChip, "80E01801", "", kT0 + seconds(2));
+  EXPECT_EQ(t.pending(), 1u);
+  std::set<ChipRef> recounted;
+  EXPECT_TRUE(t.Advance(kT0 + minutes(1), &recounted).empty());
+  EXPECT_EQ(t.Count(kChip), 1u);
+  EXPECT_EQ(recounted, std::set<ChipRef>{kChip});
+  // Once counted, the next one is a new occurrence.
+  t.Observe(kChip, "80E01801", "", kT0 + minutes(2));
+  EXPECT_EQ(t.pending(), 1u);
+}
+
+// What a restart keeps: the counted occurrences and the separation, given
+// back through Restore; NextDue says when Advance has work.
+TEST(Separation, RecordsRestoreAndTheNextDueTime) {
+  SeparationTracker t{SeparationPolicy{}};
+  EXPECT_EQ(t.NextDue(), TimePoint::max());
+  t.Observe(kChip, "A", "", kT0);
+  EXPECT_EQ(t.NextDue(), kT0 + seconds(30));
+  t.Advance(kT0 + seconds(30));
+  EXPECT_EQ(t.NextDue(), kT0 + hours(24) + std::chrono::nanoseconds(1));  // the count leaves the window
+  t.Observe(kChip, "B", "", kT0 + hours(1));
+  t.Observe(kChip, "C", "", kT0 + hours(2));
+  std::set<ChipRef> recounted;
+  auto changes = t.Advance(kT0 + hours(3), &recounted);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_TRUE(recounted.count(kChip));
+  SeparationTracker::ChipRecord r = t.RecordOf(kChip);
+  ASSERT_TRUE(r.separated_since.has_value());
+  EXPECT_EQ(*r.separated_since, kT0 + hours(3));
+  EXPECT_EQ(r.last_fault, kT0 + hours(2));
+  EXPECT_EQ(t.NextDue(), kT0 + hours(50));
+
+  SeparationTracker restored{SeparationPolicy{}};
+  restored.Restore(kChip, r);
+  SeparationTracker::ChipRecord counted;
+  counted.counted = {kT0 + hours(1)};
+  restored.Restore(kOther, counted);
+  EXPECT_TRUE(restored.Separated(kChip));
+  EXPECT_EQ(restored.SeparatedChips(), std::vector<ChipRef>{kChip});
+  EXPECT_EQ(restored.Count(kOther), 1u);
+  recounted.clear();
+  EXPECT_TRUE(restored.Advance(kT0 + hours(49), &recounted).empty());
+  EXPECT_EQ(recounted, std::set<ChipRef>{kOther}) << "its count left the window";
+  EXPECT_EQ(restored.Count(kOther), 0u);
+  changes = restored.Advance(kT0 + hours(50));
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].separated);
+  EXPECT_EQ(changes[0].reason, "fault-free for 48h");
+}
+
 }  // namespace
 }  // namespace clusterd::recovery

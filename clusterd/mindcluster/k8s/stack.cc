@@ -226,7 +226,10 @@ MindClusterStack::StepResult MindClusterStack::Step() {
     // A ConfigMap refused since the start: what ClusterD holds stays.
     if (it != plugin_.end() && !it->second.view) continue;
     std::vector<mc::ChipFault> want;
-    if (it != plugin_.end()) want = mc::FaultsOf(*it->second.view);
+    if (it != plugin_.end()) {
+      want = mc::FaultsOf(*it->second.view);
+      if (!ours_.count(node)) RegisterPluginNode(node, *it->second.view);
+    }
     ReportFaults(node, want);
   }
   // The switch faults: node faults of the same reporter.
@@ -466,6 +469,28 @@ void MindClusterStack::ReportFaults(const std::string& node, const std::vector<m
   for (const auto& f : diff.raise) queue(f, true);
 }
 
+void MindClusterStack::RegisterPluginNode(const std::string& node, const mc::NodeDeviceInfo& view) {
+  v1::Inventory inventory;
+  std::set<uint32_t> chips;
+  for (const auto* list : {&view.available, &view.unhealthy, &view.network_unhealthy, &view.recovering}) {
+    for (const std::string& chip : *list) {
+      if (auto id = mc::ChipId(view.device_type, chip)) chips.insert(*id);
+    }
+  }
+  for (uint32_t id : chips) {
+    v1::DeviceInfo* d = inventory.add_devices();
+    d->set_id(id);
+    d->set_vendor("Huawei");
+    d->set_model(view.device_type);
+  }
+  // Sent before the node's reports (the writer applies writes in order);
+  // refused, the reports are refused too and both are tried again.
+  // The reply runs on the writer thread: it only logs.
+  env_.commands->RegisterNode(node, std::move(inventory), [node](const StatusOr<v1::Node>& r) {
+    if (!r.ok()) GetLogger("mindcluster")->warn("mindcluster: node {} not registered: {}", node, r.status().message());
+  });
+}
+
 void MindClusterStack::Queue(v1::ReportRequest report, std::string what, std::function<void()> on_done) {
   batch_.push_back({std::move(report), std::move(what), std::move(on_done)});
   if (batch_.size() >= kMaxBatch) Flush();
@@ -676,8 +701,10 @@ void MindClusterStack::FollowState(std::set<std::string>* dirty) {
       ours.state.chips.push_back(d.id());
       npus.insert(d.id());
       if (d.isolated()) ours.state.chip_state[d.id()].isolated = true;
+      if (d.separated()) ours.state.chip_state[d.id()].separated = true;
     }
     ours.state.isolated = v.node.isolated() || v.node.cordoned();
+    ours.plugin_only = v.node.registered_by() == name();
     // The pre-separate rule: a chip a pod holds stays out of -Unhealthy.
     for (uint32_t id : v.devices_in_use) {
       if (npus.empty() || npus.count(id)) ours.state.chip_state[id].in_use = true;
@@ -716,7 +743,9 @@ void MindClusterStack::Publish(const std::set<std::string>& dirty, int64_t now_s
     if (p != plugin_.end() && view == nullptr && publisher_.ChunkOf(node)) {
       // The plugin's ConfigMap is there but was refused since the start:
       // what was published before (adopted) stays until a good one comes.
-    } else if (view == nullptr && ours.state.chips.empty()) {
+    } else if (view == nullptr && (ours.state.chips.empty() || ours.plugin_only)) {
+      // No NPU, or a node ClusterD knows only from the plugin, whose
+      // ConfigMap is gone.
       publisher_.Remove(node);
     } else if (Status st = publisher_.Set(node, mc::MergeForVolcano(view, ours.state), now_s); !st.ok()) {
       Warn("publish/" + node, "mindcluster: " + st.message());

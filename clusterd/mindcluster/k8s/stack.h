@@ -117,6 +117,7 @@ class MindClusterStack final : public Integration {
   struct OurNode {
     mindcluster::NodeState state;
     mindcluster::NodeInfo node_info;  // its node-level faults, as Volcano reads them
+    bool plugin_only = false;         // registered by this integration: no agent of ClusterD there
   };
 
   void Loop();
@@ -133,6 +134,10 @@ class MindClusterStack final : public Integration {
   size_t ReadPublicFaults();
   bool LoadReported();
   void ReportFaults(const std::string& node, const std::vector<mindcluster::ChipFault>& want);
+  // A node with the plugin's ConfigMap that ClusterD does not know (no NodeD
+  // there): registered with the plugin's chips (ClusterCommands::RegisterNode),
+  // so that its faults, jobs and recoveries are ClusterD's like any node's.
+  void RegisterPluginNode(const std::string& node, const mindcluster::NodeDeviceInfo& view);
   // Reports are queued and sent together by Flush (one wait for them all,
   // so they share group commits); on_done runs on this thread for each that
   // ClusterD took; a refused one is logged and retried.
