@@ -117,18 +117,22 @@ std::string ClusterInfoEntryJson(const std::string& node, const NodeDeviceInfo& 
          ",\"ServerIndex\":" + std::to_string(entry.server_index) + "}";
 }
 
-ClusterInfoPublisher::ClusterInfoPublisher(size_t max_bytes) : max_bytes_(max_bytes) {}
+template <typename Traits>
+ChunkedPublisher<Traits>::ChunkedPublisher(size_t max_bytes) : max_bytes_(max_bytes) {}
 
-std::string ClusterInfoPublisher::NameOf(size_t index) {
-  return std::string(kClusterInfoDevicePrefix) + std::to_string(index);
+template <typename Traits>
+std::string ChunkedPublisher<Traits>::NameOf(size_t index) {
+  return std::string(Traits::kConfigMapPrefix) + std::to_string(index);
 }
 
-size_t ClusterInfoPublisher::EntryBytes(const std::string& node, const std::string& entry_json) {
+template <typename Traits>
+size_t ChunkedPublisher<Traits>::EntryBytes(const std::string& node, const std::string& entry_json) {
   // "key":value plus the comma that separates it from its neighbour.
-  return GoJsonString(std::string(kDeviceInfoCmPrefix) + node).size() + 1 + entry_json.size() + 1;
+  return GoJsonString(std::string(Traits::kKeyPrefix) + node).size() + 1 + entry_json.size() + 1;
 }
 
-size_t ClusterInfoPublisher::Place(const std::string& node, size_t bytes, std::optional<size_t> prefer) {
+template <typename Traits>
+size_t ChunkedPublisher<Traits>::Place(const std::string& node, size_t bytes, std::optional<size_t> prefer) {
   auto fits = [&](const Chunk& c) { return c.bytes + bytes <= max_bytes_; };
   std::optional<size_t> chosen;
   if (prefer) {
@@ -152,13 +156,15 @@ size_t ClusterInfoPublisher::Place(const std::string& node, size_t bytes, std::o
   return *chosen;
 }
 
-void ClusterInfoPublisher::Touch(Chunk& c) {
+template <typename Traits>
+void ChunkedPublisher<Traits>::Touch(Chunk& c) {
   if (!c.dirty || c.refresh_only) c.dirty_seq = ++dirty_seq_;
   c.dirty = true;
   c.refresh_only = false;
 }
 
-void ClusterInfoPublisher::Leave(const std::string& node, const Node& n) {
+template <typename Traits>
+void ChunkedPublisher<Traits>::Leave(const std::string& node, const Node& n) {
   auto it = chunks_.find(n.chunk);
   if (it == chunks_.end()) return;
   Chunk& c = it->second;
@@ -171,30 +177,25 @@ void ClusterInfoPublisher::Leave(const std::string& node, const Node& n) {
   }
 }
 
-Status ClusterInfoPublisher::Set(const std::string& node, NodeDeviceInfo entry, int64_t now_s) {
+template <typename Traits>
+Status ChunkedPublisher<Traits>::Set(const std::string& node, Entry entry, int64_t now_s) {
   auto it = nodes_.find(node);
   int64_t update_time = std::max(entry.update_time, now_s);
   if (it != nodes_.end()) {
-    NodeDeviceInfo same = entry;
+    Entry same = entry;
     same.update_time = it->second.entry.update_time;
     if (same == it->second.entry) return Status::Ok();  // nothing Volcano reads changed
     update_time = std::max(update_time, it->second.entry.update_time + 1);
   }
   entry.update_time = update_time;
-  std::string entry_json = ClusterInfoEntryJson(node, entry);
+  std::string entry_json = Traits::Json(node, entry);
   const size_t bytes = EntryBytes(node, entry_json);
   if (bytes + 2 > max_bytes_) {
-    return InvalidArgument("cluster-info entry of node " + node + " is " + std::to_string(bytes) +
-                           " bytes, more than a ConfigMap holds (" + std::to_string(max_bytes_) + ")");
+    return InvalidArgument(std::string(Traits::kConfigMapPrefix) + " entry of node " + node + " is " +
+                           std::to_string(bytes) + " bytes, more than a ConfigMap holds (" +
+                           std::to_string(max_bytes_) + ")");
   }
-  // A chip that leaves the available list is what Volcano must see first.
-  bool urgent = false;
-  if (it != nodes_.end()) {
-    const auto& before = it->second.entry.available;
-    for (const auto& chip : before) {
-      if (std::find(entry.available.begin(), entry.available.end(), chip) == entry.available.end()) urgent = true;
-    }
-  }
+  const bool urgent = it != nodes_.end() && Traits::Urgent(it->second.entry, entry);
   std::optional<size_t> prefer;
   if (it != nodes_.end()) {
     prefer = it->second.chunk;
@@ -206,11 +207,12 @@ Status ClusterInfoPublisher::Set(const std::string& node, NodeDeviceInfo entry, 
   return Status::Ok();
 }
 
-void ClusterInfoPublisher::Refresh(int64_t now_s) {
+template <typename Traits>
+void ChunkedPublisher<Traits>::Refresh(int64_t now_s) {
   std::vector<std::string> overflowing;
   for (auto& [node, n] : nodes_) {
     n.entry.update_time = std::max(now_s, n.entry.update_time + 1);
-    std::string json = ClusterInfoEntryJson(node, n.entry);
+    std::string json = Traits::Json(node, n.entry);
     Chunk& c = chunks_.at(n.chunk);
     c.bytes = c.bytes - EntryBytes(node, n.json) + EntryBytes(node, json);
     n.json = std::move(json);
@@ -235,24 +237,27 @@ void ClusterInfoPublisher::Refresh(int64_t now_s) {
   }
 }
 
-void ClusterInfoPublisher::Remove(const std::string& node) {
+template <typename Traits>
+void ChunkedPublisher<Traits>::Remove(const std::string& node) {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return;
   Leave(node, it->second);
   nodes_.erase(it);
 }
 
-std::string ClusterInfoPublisher::ValueOf(const Chunk& c) const {
+template <typename Traits>
+std::string ChunkedPublisher<Traits>::ValueOf(const Chunk& c) const {
   // A Go map: keys in byte order, which is the set's (the prefix is common).
   std::string out = "{";
   for (const std::string& node : c.nodes) {
     if (out.size() > 1) out.push_back(',');
-    out += GoJsonString(std::string(kDeviceInfoCmPrefix) + node) + ":" + nodes_.at(node).json;
+    out += GoJsonString(std::string(Traits::kKeyPrefix) + node) + ":" + nodes_.at(node).json;
   }
   return out + "}";
 }
 
-ClusterInfoPublisher::Plan ClusterInfoPublisher::Pending(bool all) const {
+template <typename Traits>
+typename ChunkedPublisher<Traits>::Plan ChunkedPublisher<Traits>::Pending(bool all) const {
   Plan plan;
   // Gaining a node first (so Volcano never misses it), then changed for a
   // cause, then rewritten only for a refresh.
@@ -269,25 +274,28 @@ ClusterInfoPublisher::Plan ClusterInfoPublisher::Pending(bool all) const {
   return plan;
 }
 
-void ClusterInfoPublisher::Written(const Plan& plan) {
+template <typename Traits>
+void ChunkedPublisher<Traits>::Written(const Plan& plan) {
   for (const Write& w : plan.writes) {
-    const size_t index = std::stoul(w.name.substr(kClusterInfoDevicePrefix.size()));
+    const size_t index = std::stoul(w.name.substr(Traits::kConfigMapPrefix.size()));
     if (auto it = chunks_.find(index); it != chunks_.end()) {
       it->second.dirty = it->second.gained = it->second.refresh_only = it->second.urgent = false;
     }
   }
   for (const std::string& name : plan.deletes) {
-    const size_t index = std::stoul(name.substr(kClusterInfoDevicePrefix.size()));
+    const size_t index = std::stoul(name.substr(Traits::kConfigMapPrefix.size()));
     if (!chunks_.count(index)) emptied_.erase(index);
   }
 }
 
-Status ClusterInfoPublisher::Adopt(const std::string& name, std::string_view value) {
-  if (name.rfind(kClusterInfoDevicePrefix, 0) != 0) return InvalidArgument(name + " is not a cluster-info-device name");
-  const std::string digits = name.substr(kClusterInfoDevicePrefix.size());
+template <typename Traits>
+Status ChunkedPublisher<Traits>::Adopt(const std::string& name, std::string_view value) {
+  const std::string_view prefix = Traits::kConfigMapPrefix;
+  if (name.rfind(prefix, 0) != 0) return InvalidArgument(name + " is not a " + std::string(prefix) + "<i> name");
+  const std::string digits = name.substr(prefix.size());
   if (digits.empty() || digits.size() > 6 ||
       !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-    return InvalidArgument(name + " is not a cluster-info-device name");
+    return InvalidArgument(name + " is not a " + std::string(prefix) + "<i> name");
   }
   const size_t index = std::stoul(digits);
   if (chunks_.count(index)) return InvalidArgument(name + " was adopted already");
@@ -297,34 +305,14 @@ Status ClusterInfoPublisher::Adopt(const std::string& name, std::string_view val
   }
   json doc = json::parse(value, nullptr, false);
   if (!doc.is_object()) return InvalidArgument(name + ": the value is not a JSON object");
-  std::vector<std::pair<std::string, NodeDeviceInfo>> adopted;
+  std::vector<std::pair<std::string, Entry>> adopted;
   for (auto it = doc.begin(); it != doc.end(); ++it) {
-    if (it.key().rfind(kDeviceInfoCmPrefix, 0) != 0 || !it->is_object()) {
+    if (it.key().rfind(Traits::kKeyPrefix, 0) != 0 || !it->is_object()) {
       return InvalidArgument(name + ": \"" + it.key().substr(0, 64) + "\" is not a node's entry");
     }
-    const json& e = *it;
-    auto list = e.find("DeviceList");
-    auto ut = e.find("UpdateTime");
-    if (list == e.end() || !list->is_object() || ut == e.end() || !ut->is_number_integer()) {
-      return InvalidArgument(name + ": " + it.key() + " has no DeviceList or UpdateTime");
-    }
-    std::map<std::string, std::string> raw;
-    for (auto k = list->begin(); k != list->end(); ++k) {
-      if (!k->is_string())
-        return InvalidArgument(name + ": " + it.key() + ".DeviceList." + k.key() + " is not a string");
-      raw.emplace(k.key(), k->get<std::string>());
-    }
-    auto entry = ParseDeviceList(raw);
+    auto entry = Traits::Parse(it->dump());
     if (!entry.ok()) return InvalidArgument(name + ": " + it.key() + ": " + entry.status().message());
-    entry->update_time = ut->get<int64_t>();
-    auto int_of = [&](const char* key, int32_t dflt) {
-      auto f = e.find(key);
-      return f != e.end() && f->is_number_integer() ? static_cast<int32_t>(f->get<int64_t>()) : dflt;
-    };
-    entry->super_pod_id = int_of("SuperPodID", -1);
-    entry->server_index = int_of("ServerIndex", -1);
-    if (int32_t rack = int_of("RackID", 0); rack != 0) entry->rack_id = rack;
-    adopted.emplace_back(it.key().substr(kDeviceInfoCmPrefix.size()), std::move(*entry));
+    adopted.emplace_back(it.key().substr(Traits::kKeyPrefix.size()), std::move(*entry));
   }
   emptied_.erase(index);
   Chunk& c = chunks_[index];
@@ -333,7 +321,7 @@ Status ClusterInfoPublisher::Adopt(const std::string& name, std::string_view val
       Touch(c);
       continue;
     }
-    std::string entry_json = ClusterInfoEntryJson(node, entry);
+    std::string entry_json = Traits::Json(node, entry);
     c.bytes += EntryBytes(node, entry_json);
     c.nodes.insert(node);
     nodes_[node] = Node{std::move(entry), std::move(entry_json), index};
@@ -345,23 +333,95 @@ Status ClusterInfoPublisher::Adopt(const std::string& name, std::string_view val
   return Status::Ok();
 }
 
-std::vector<std::string> ClusterInfoPublisher::Nodes() const {
+template <typename Traits>
+std::vector<std::string> ChunkedPublisher<Traits>::Nodes() const {
   std::vector<std::string> out;
   out.reserve(nodes_.size());
   for (const auto& [node, n] : nodes_) out.push_back(node);
   return out;
 }
 
-std::optional<size_t> ClusterInfoPublisher::ChunkOf(const std::string& node) const {
+template <typename Traits>
+std::optional<size_t> ChunkedPublisher<Traits>::ChunkOf(const std::string& node) const {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return std::nullopt;
   return it->second.chunk;
 }
 
-std::optional<int64_t> ClusterInfoPublisher::UpdateTimeOf(const std::string& node) const {
+template <typename Traits>
+std::optional<int64_t> ChunkedPublisher<Traits>::UpdateTimeOf(const std::string& node) const {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return std::nullopt;
   return it->second.entry.update_time;
 }
+
+// A chip that leaves the available list is what Volcano must see first.
+bool DeviceEntryTraits::Urgent(const Entry& before, const Entry& after) {
+  for (const auto& chip : before.available) {
+    if (std::find(after.available.begin(), after.available.end(), chip) == after.available.end()) return true;
+  }
+  return false;
+}
+
+StatusOr<NodeDeviceInfo> DeviceEntryTraits::Parse(std::string_view entry_json) {
+  const json e = json::parse(entry_json, nullptr, false);
+  auto list = e.find("DeviceList");
+  auto ut = e.find("UpdateTime");
+  if (!e.is_object() || list == e.end() || !list->is_object() || ut == e.end() || !ut->is_number_integer()) {
+    return InvalidArgument("no DeviceList or UpdateTime");
+  }
+  std::map<std::string, std::string> raw;
+  for (auto k = list->begin(); k != list->end(); ++k) {
+    if (!k->is_string()) return InvalidArgument("DeviceList." + k.key() + " is not a string");
+    raw.emplace(k.key(), k->get<std::string>());
+  }
+  auto entry = ParseDeviceList(raw);
+  if (!entry.ok()) return entry.status();
+  entry->update_time = ut->get<int64_t>();
+  auto int_of = [&](const char* key, int32_t dflt) {
+    auto f = e.find(key);
+    return f != e.end() && f->is_number_integer() ? static_cast<int32_t>(f->get<int64_t>()) : dflt;
+  };
+  entry->super_pod_id = int_of("SuperPodID", -1);
+  entry->server_index = int_of("ServerIndex", -1);
+  if (int32_t rack = int_of("RackID", 0); rack != 0) entry->rack_id = rack;
+  return entry;
+}
+
+std::string ClusterInfoSwitchEntryJson(const std::string& node, const SwitchEntry& e) {
+  std::string codes = "[";
+  for (const std::string& c : e.fault_codes) {
+    if (codes.size() > 1) codes.push_back(',');
+    codes += GoJsonString(c);
+  }
+  codes.push_back(']');
+  return "{\"FaultCode\":" + codes + ",\"FaultLevel\":" + GoJsonString(e.fault_level) +
+         ",\"UpdateTime\":" + std::to_string(e.update_time) + ",\"NodeStatus\":" + GoJsonString(e.node_status) +
+         ",\"FaultTimeAndLevelMap\":" + (e.levels_json.empty() ? std::string("{}") : e.levels_json) +
+         ",\"CmName\":" + GoJsonString(std::string(SwitchEntryTraits::kKeyPrefix) + node) + "}";
+}
+
+StatusOr<SwitchEntry> SwitchEntryTraits::Parse(std::string_view entry_json) {
+  const json e = json::parse(entry_json, nullptr, false);
+  auto ut = e.find("UpdateTime");
+  if (!e.is_object() || ut == e.end() || !ut->is_number_integer()) return InvalidArgument("no UpdateTime");
+  SwitchEntry out;
+  out.update_time = ut->get<int64_t>();
+  const json codes = e.value("FaultCode", json::array());
+  for (const json& c : codes.is_array() ? codes : json::array()) {
+    if (!c.is_string()) return InvalidArgument("FaultCode holds a value that is not a string");
+    out.fault_codes.push_back(c.get<std::string>());
+  }
+  const json level = e.value("FaultLevel", json());
+  out.fault_level = level.is_string() ? level.get<std::string>() : "";
+  const json status = e.value("NodeStatus", json());
+  out.node_status = status.is_string() ? status.get<std::string>() : "";
+  const json levels = e.value("FaultTimeAndLevelMap", json::object());
+  out.levels_json = levels.is_object() ? levels.dump() : "{}";
+  return out;
+}
+
+template class ChunkedPublisher<DeviceEntryTraits>;
+template class ChunkedPublisher<SwitchEntryTraits>;
 
 }  // namespace clusterd::mindcluster

@@ -75,11 +75,20 @@ NodeDeviceInfo MergeForVolcano(const NodeDeviceInfo* plugin, const NodeState& ou
 //  "SuperPodID":N,"RackID":N,"ServerIndex":N}.
 std::string ClusterInfoEntryJson(const std::string& node, const NodeDeviceInfo& entry);
 
-// Keeps the cluster-info-device ConfigMaps: which node is in which, each
-// entry's last content and UpdateTime, and what must be written.
-class ClusterInfoPublisher {
+// The cluster-info ConfigMaps Volcano reads as a map cut into chunks
+// (cluster-info-device-<i>, cluster-info-switch-<i>): which node is in which,
+// each entry's last content and UpdateTime, and what must be written. Traits
+// say what an entry is:
+//   using Entry = ...;  // with int64_t update_time and operator==
+//   static constexpr std::string_view kConfigMapPrefix, kKeyPrefix;
+//   static std::string Json(const std::string& node, const Entry& e);
+//   static bool Urgent(const Entry& before, const Entry& after);  // written first
+//   static StatusOr<Entry> Parse(std::string_view entry_json);  // Adopt
+template <typename Traits>
+class ChunkedPublisher {
  public:
-  explicit ClusterInfoPublisher(size_t max_bytes = kMaxClusterInfoBytes);
+  using Entry = typename Traits::Entry;
+  explicit ChunkedPublisher(size_t max_bytes = kMaxClusterInfoBytes);
 
   // Takes over a ConfigMap found at start (its name and its value), so that
   // nodes keep their ConfigMap and UpdateTimes keep growing after a restart.
@@ -88,20 +97,20 @@ class ClusterInfoPublisher {
   Status Adopt(const std::string& name, std::string_view value);
 
   // The node's entry; its UpdateTime becomes the largest of the entry's, the
-  // last one written plus one when the lists changed (else the last one), and
-  // now_s. An entry larger than the limit on its own is refused.
-  Status Set(const std::string& node, NodeDeviceInfo entry, int64_t now_s);
+  // last one written plus one when the content changed (else the last one),
+  // and now_s. An entry larger than the limit on its own is refused.
+  Status Set(const std::string& node, Entry entry, int64_t now_s);
   // Every entry's UpdateTime becomes now_s (at least one more than it was)
   // and every ConfigMap is to be written: the periodic rewrite that keeps
   // Volcano's cache fresh (it rebuilds its informer when an entry's
   // UpdateTime has not grown for a minute).
   void Refresh(int64_t now_s);
-  // The node has no NPU any more (never for a fault: Volcano keeps a missing
-  // node's last lists).
+  // The node has nothing to publish any more (never for a fault: Volcano
+  // keeps a missing node's last lists).
   void Remove(const std::string& node);
 
   struct Write {
-    std::string name;   // cluster-info-device-<i>
+    std::string name;   // <prefix><i>
     std::string value;  // the value of its one data key (= name)
   };
   struct Plan {
@@ -123,8 +132,8 @@ class ClusterInfoPublisher {
 
  private:
   struct Node {
-    NodeDeviceInfo entry;
-    std::string json;  // ClusterInfoEntryJson
+    Entry entry;
+    std::string json;  // Traits::Json
     size_t chunk = 0;
   };
   struct Chunk {
@@ -133,7 +142,7 @@ class ClusterInfoPublisher {
     bool dirty = false;
     bool gained = false;        // a node moved in since the last write
     bool refresh_only = false;  // dirty only for a refresh: written last
-    bool urgent = false;        // a chip left the available list: written before other changes
+    bool urgent = false;        // Traits::Urgent: written before other changes
     uint64_t dirty_seq = 0;     // when it became dirty: the longest waiting first
   };
   static size_t EntryBytes(const std::string& node, const std::string& json);
@@ -149,5 +158,48 @@ class ClusterInfoPublisher {
   std::set<size_t> emptied_;  // chunks to delete
   uint64_t dirty_seq_ = 0;
 };
+
+// cluster-info-device-<i>: "mindx-dl-deviceinfo-<node>" -> the node's chip
+// lists; urgent when a chip leaves the available list.
+struct DeviceEntryTraits {
+  using Entry = NodeDeviceInfo;
+  static constexpr std::string_view kConfigMapPrefix = kClusterInfoDevicePrefix;
+  static constexpr std::string_view kKeyPrefix = "mindx-dl-deviceinfo-";
+  static std::string Json(const std::string& node, const Entry& e) { return ClusterInfoEntryJson(node, e); }
+  static bool Urgent(const Entry& before, const Entry& after);
+  static StatusOr<Entry> Parse(std::string_view entry_json);
+};
+using ClusterInfoPublisher = ChunkedPublisher<DeviceEntryTraits>;
+
+// cluster-info-switch-<i> (A3): "mindx-dl-switchinfo-<node>" -> the switch
+// faults the device plugin reports for the node (its SwitchInfoCfg):
+// {"FaultCode":[...],"FaultLevel":...,"UpdateTime":N,"NodeStatus":...,
+//  "FaultTimeAndLevelMap":{...},"CmName":"mindx-dl-switchinfo-<node>"}.
+inline constexpr std::string_view kClusterInfoSwitchPrefix = "cluster-info-switch-";
+struct SwitchEntry {
+  std::vector<std::string> fault_codes;  // FaultCode: each the JSON of one switch fault, as the plugin wrote it
+  std::string fault_level;               // FaultLevel
+  std::string node_status;               // NodeStatus
+  std::string levels_json = "{}";        // FaultTimeAndLevelMap: a JSON object
+  int64_t update_time = 0;               // seconds
+  bool operator==(const SwitchEntry&) const = default;
+};
+std::string ClusterInfoSwitchEntryJson(const std::string& node, const SwitchEntry& e);
+// Urgent when the node's status or faults change (Volcano takes an UnHealthy
+// switch's node out).
+struct SwitchEntryTraits {
+  using Entry = SwitchEntry;
+  static constexpr std::string_view kConfigMapPrefix = kClusterInfoSwitchPrefix;
+  static constexpr std::string_view kKeyPrefix = "mindx-dl-switchinfo-";
+  static std::string Json(const std::string& node, const Entry& e) { return ClusterInfoSwitchEntryJson(node, e); }
+  static bool Urgent(const Entry& before, const Entry& after) {
+    return before.node_status != after.node_status || before.fault_codes != after.fault_codes;
+  }
+  static StatusOr<Entry> Parse(std::string_view entry_json);
+};
+using SwitchInfoPublisher = ChunkedPublisher<SwitchEntryTraits>;
+
+extern template class ChunkedPublisher<DeviceEntryTraits>;
+extern template class ChunkedPublisher<SwitchEntryTraits>;
 
 }  // namespace clusterd::mindcluster

@@ -34,6 +34,7 @@ StatusOr<SwitchInfo> ParseSwitchInfoCfg(std::string_view text) {
   const json doc = json::parse(text, nullptr, false);
   if (!doc.is_object()) return InvalidArgument("SwitchInfoCfg is not a JSON object");
   SwitchInfo info;
+  info.present = true;
   if (auto s = doc.find("NodeStatus"); s != doc.end()) {
     if (!s->is_string()) return InvalidArgument("SwitchInfoCfg.NodeStatus is not a string");
     info.node_status = s->get<std::string>();
@@ -41,6 +42,8 @@ StatusOr<SwitchInfo> ParseSwitchInfoCfg(std::string_view text) {
   const json levels = doc.value("FaultTimeAndLevelMap", json::object());
   const json whole = doc.value("FaultLevel", json());
   const json codes = doc.value("FaultCode", json());
+  if (levels.is_object()) info.levels_json = levels.dump();
+  if (whole.is_string()) info.fault_level = whole.get<std::string>();
   if (codes.is_null()) return info;
   if (!codes.is_array()) return InvalidArgument("SwitchInfoCfg.FaultCode is not a list");
   if (codes.size() > kMaxSwitchFaults) {
@@ -50,6 +53,7 @@ StatusOr<SwitchInfo> ParseSwitchInfoCfg(std::string_view text) {
   for (size_t i = 0; i < codes.size(); ++i) {
     const std::string where = "SwitchInfoCfg.FaultCode[" + std::to_string(i) + "]";
     if (!codes[i].is_string()) return InvalidArgument(where + " is not a string");
+    info.fault_codes.push_back(codes[i].get<std::string>());
     const json f = json::parse(codes[i].get<std::string>(), nullptr, false);
     if (!f.is_object()) return InvalidArgument(where + " is not the JSON of a switch fault");
     SwitchFault sf;

@@ -30,6 +30,11 @@ struct SwitchFault {
 struct SwitchInfo {
   std::vector<SwitchFault> faults;  // sorted by (chip, port, code), one each at its worst level
   std::string node_status;          // NodeStatus
+  // As the plugin wrote them, for Volcano's cluster-info-switch-<i>.
+  bool present = false;                  // a SwitchInfoCfg was read
+  std::vector<std::string> fault_codes;  // FaultCode
+  std::string fault_level;               // FaultLevel
+  std::string levels_json = "{}";        // FaultTimeAndLevelMap
   bool operator==(const SwitchInfo&) const = default;
 };
 

@@ -584,6 +584,58 @@ TEST_F(MindClusterStackTest, SwitchFaultsAreTheNodesFaults) {
   EXPECT_EQ(commands_.reports[1].action(), v1::TRANSITION_ACTION_CLEAR);
 }
 
+// Volcano's cluster-info-switch-<i>: the plugin's SwitchInfoCfg of each A3
+// node, UpdateTime growing with every change, adopted after a restart,
+// gone with the key.
+TEST_F(MindClusterStackTest, SwitchInfoReachesVolcanosSwitchConfigMaps) {
+  const std::string name = "cluster-info-switch-0";
+  auto entry = [&](const std::string& node) -> json {
+    auto cm = api_->Object(kInfo + name);
+    if (!cm) return nullptr;
+    EXPECT_EQ((*cm)["metadata"]["labels"], json({{"mx-consumer-volcano", "true"}}));
+    json value = json::parse((*cm)["data"].value(name, std::string("{}")), nullptr, false);
+    return value.is_object() && value.contains("mindx-dl-switchinfo-" + node) ? value["mindx-dl-switchinfo-" + node]
+                                                                              : json(nullptr);
+  };
+  json cm = PluginCm("a", mc::DeviceInfoCfgJson(Healthy(8)));
+  cm["data"]["SwitchInfoCfg"] = SwitchInfoCfg({"CODE1"});
+  api_->Set(kPlugin + "a", cm);
+  SetPlugin("b", Healthy(8));  // no switch: no entry
+  Start();
+  Step();
+  json a = entry("a");
+  ASSERT_TRUE(a.is_object()) << api_->Object(kInfo + name).value_or(json()).dump();
+  EXPECT_EQ(a["NodeStatus"], "UnHealthy");
+  EXPECT_EQ(a["FaultLevel"], "RestartBusiness");
+  EXPECT_EQ(a["CmName"], "mindx-dl-switchinfo-a");
+  ASSERT_EQ(a["FaultCode"].size(), 1u);
+  EXPECT_EQ(json::parse(a["FaultCode"][0].get<std::string>())["AssembledFaultCode"], "CODE1");
+  EXPECT_TRUE(entry("b").is_null());
+  const int64_t t0 = a["UpdateTime"];
+
+  // Healthy again: the entry says so, with a larger UpdateTime.
+  cm["data"]["SwitchInfoCfg"] = SwitchInfoCfg({});
+  api_->Set(kPlugin + "a", cm);
+  Step();
+  a = entry("a");
+  EXPECT_EQ(a["NodeStatus"], "Healthy");
+  EXPECT_TRUE(a["FaultCode"].empty());
+  EXPECT_GT(static_cast<int64_t>(a["UpdateTime"]), t0);
+
+  // A restart adopts it: nothing unchanged is written again.
+  Stop();
+  api_->ClearCalls();
+  Start();
+  Step();
+  for (const auto& w : api_->Writes()) EXPECT_EQ(w.path.find(name), std::string::npos) << w.method << " " << w.path;
+
+  // The key gone: the entry goes, and the ConfigMap with its last entry.
+  cm["data"].erase("SwitchInfoCfg");
+  api_->Set(kPlugin + "a", cm);
+  Step();
+  EXPECT_FALSE(api_->Object(kInfo + name).has_value());
+}
+
 TEST(SwitchInfo, ParsesWhatTheA3PluginWrites) {
   auto info = mc::ParseSwitchInfoCfg(SwitchInfoCfg({"CODE1", "CODE2", "CODE1"}));
   ASSERT_TRUE(info.ok()) << info.status().message();
@@ -592,6 +644,9 @@ TEST(SwitchInfo, ParsesWhatTheA3PluginWrites) {
   EXPECT_EQ(info->faults[0].switch_chip, "1");
   EXPECT_EQ(info->faults[0].switch_port, "7");
   EXPECT_EQ(info->node_status, "UnHealthy");
+  EXPECT_TRUE(info->present);
+  EXPECT_EQ(info->fault_codes.size(), 3u);  // as written, for Volcano
+  EXPECT_EQ(info->fault_level, "RestartBusiness");
   json levelled = json::parse(SwitchInfoCfg({"CODE1"}));
   levelled["FaultTimeAndLevelMap"]["CODE1"] = {{"fault_time", 1}, {"fault_level", "SeparateNPU"}};
   EXPECT_EQ(mc::ParseSwitchInfoCfg(levelled.dump())->faults[0].level, v1::FAULT_LEVEL_SEPARATE);

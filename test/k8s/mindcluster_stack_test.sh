@@ -20,7 +20,8 @@
 #     Volcano, DEVICE_SEPARATED in Watch, Device.separated), stays so across a
 #     kill -9, and `clusterctl release` returns it;
 #  H. the node without NodeD (n3) is ClusterD's from the plugin alone: registered
-#     by the integration (Node.registered_by), its plugin faults raised there.
+#     by the integration (Node.registered_by), its plugin faults raised there;
+#     its A3 SwitchInfoCfg reaches Volcano in cluster-info-switch-0.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -294,5 +295,26 @@ registered_by() {
 plugin_cm n3 2
 wait_until 15 is 'plugin_faults' "n1/3/80E01801:FAULT_STATE_ACTIVE:1 n2/6/80E01801:FAULT_STATE_ACTIVE:1 n3/2/80E01801:FAULT_STATE_ACTIVE:1"
 wait_until 15 is 'lst n3 -Unhealthy' "Ascend910-2"
-echo "   n3 registered by mindcluster with 8 chips; its plugin fault n3/2/80E01801 raised in ClusterD"
+# An A3 switch fault in n3's plugin ConfigMap: Volcano's cluster-info-switch-0 says UnHealthy.
+body=$(k8s_api GET /api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-n3 | python3 -c '
+import json, sys
+cm = json.load(sys.stdin)
+fault = json.dumps({"EventType": 1, "AssembledFaultCode": "[0x00f1ff09,155913,L2,na]", "PeerPortDevice": 0,
+                    "PeerPortId": 0, "SwitchChipId": 1, "SwitchPortId": 7, "Severity": 2, "Assertion": 1,
+                    "AlarmRaisedTime": 1700000000000})
+cm["data"]["SwitchInfoCfg"] = json.dumps({"FaultCode": [fault], "FaultLevel": "RestartBusiness", "UpdateTime": 1700000000,
+                                          "NodeStatus": "UnHealthy", "FaultTimeAndLevelMap": {}})
+print(json.dumps(cm))')
+k8s_api PUT /api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-n3 "$body" >/dev/null
+switch_status() {
+  k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-switch-0 2>/dev/null | python3 -c '
+import json, sys
+cm = json.load(sys.stdin)
+assert cm["metadata"]["labels"] == {"mx-consumer-volcano": "true"}, cm["metadata"]["labels"]
+e = json.loads(cm["data"]["cluster-info-switch-0"]).get("mindx-dl-switchinfo-" + sys.argv[1], {})
+print(e.get("NodeStatus", "-"), len(e.get("FaultCode", [])))' "$1"
+}
+wait_until 15 is 'switch_status n3' "UnHealthy 1"
+echo "   n3 registered by mindcluster with 8 chips; its plugin fault n3/2/80E01801 raised in ClusterD;"
+echo "   its switch fault in cluster-info-switch-0 (UnHealthy)"
 echo "PASS: mindcluster stack (device plugin in, Volcano's cluster-info out)"

@@ -62,7 +62,8 @@ MindClusterStack::MindClusterStack(std::shared_ptr<const k8s::ApiClient> client,
     : client_(std::move(client)),
       options_(std::move(options)),
       driver_(driver),
-      publisher_(options_.max_cluster_info_bytes) {}
+      publisher_(options_.max_cluster_info_bytes),
+      switch_publisher_(options_.max_cluster_info_bytes) {}
 
 MindClusterStack::~MindClusterStack() { Stop(); }
 
@@ -200,6 +201,7 @@ MindClusterStack::StepResult MindClusterStack::Step() {
   FollowState(&dirty);
   if (first) {
     for (const std::string& node : publisher_.Nodes()) dirty.insert(node);
+    for (const std::string& node : switch_publisher_.Nodes()) dirty.insert(node);
     node_cm_dirty_ = true;
     if (options_.refresh_interval.count() > 0) {
       next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
@@ -208,6 +210,7 @@ MindClusterStack::StepResult MindClusterStack::Step() {
   Publish(dirty, Seconds(now), Millis(now));
   if (options_.refresh_interval.count() > 0 && now >= next_refresh_) {
     publisher_.Refresh(Seconds(now));
+    switch_publisher_.Refresh(Seconds(now));
     next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
   }
   result.writes = Write(now, &result.pending);
@@ -289,14 +292,15 @@ bool MindClusterStack::Adopt() {
   for (const json& cm : items.is_array() ? items : json::array()) {
     const std::string name = k8s::StringAt(cm, {"metadata", "name"});
     const bool device = name.rfind(mc::kClusterInfoDevicePrefix, 0) == 0;
-    if (!device && name != mc::kClusterInfoNodeName) continue;
+    const bool switches = name.rfind(mc::kClusterInfoSwitchPrefix, 0) == 0;
+    if (!device && !switches && name != mc::kClusterInfoNodeName) continue;
     versions_[name] = k8s::ResourceVersionOf(cm);
     const std::string value = k8s::StringAt(cm, {"data", name});
-    if (!device) {
+    if (!device && !switches) {
       AdoptNodeCm(value);
       continue;
     }
-    if (Status st = publisher_.Adopt(name, value); !st.ok()) {
+    if (Status st = device ? publisher_.Adopt(name, value) : switch_publisher_.Adopt(name, value); !st.ok()) {
       Warn("adopt/" + name, "mindcluster: " + options_.cluster_info_namespace + "/" + name +
                                 " is not one ClusterD can take over (" + st.message() + "); it will be rewritten");
     }
@@ -365,13 +369,17 @@ void MindClusterStack::ReadPlugin(std::set<std::string>* dirty) {
         if (refused_malformed_ != nullptr) refused_malformed_->Inc();
         Warn("switch/" + node, "mindcluster: " + options_.device_info_namespace + "/" + name + " (resourceVersion " +
                                    rv + ") refused: " + sw.status().message() + "; keeping the last good switch view");
-      } else if (!p.switches_known || sw->faults != p.switches.faults) {
+      } else if (!p.switches_known || !(*sw == p.switches)) {
+        if (!p.switches_known || sw->faults != p.switches.faults) p.switches_changed = true;
         p.switches = std::move(*sw);
-        p.switches_known = p.switches_changed = true;
+        p.switches_known = true;
+        dirty->insert(node);  // cluster-info-switch-<i>
       }
-    } else if (!p.switches_known || !p.switches.faults.empty()) {
+    } else if (!p.switches_known || p.switches.present || !p.switches.faults.empty()) {
+      p.switches_changed = p.switches_changed || !p.switches_known || !p.switches.faults.empty();
       p.switches = {};
-      p.switches_known = p.switches_changed = true;
+      p.switches_known = true;
+      dirty->insert(node);
     }
     if (data == nullptr || !data->contains(mc::kDeviceInfoKey) ||
         !(*data)[std::string(mc::kDeviceInfoKey)].is_string()) {
@@ -750,6 +758,17 @@ void MindClusterStack::Publish(const std::set<std::string>& dirty, int64_t now_s
     } else if (Status st = publisher_.Set(node, mc::MergeForVolcano(view, ours.state), now_s); !st.ok()) {
       Warn("publish/" + node, "mindcluster: " + st.message());
     }
+    // The switch faults (A3) as the plugin reports them; a SwitchInfoCfg
+    // refused since the start keeps what was published.
+    if (p != plugin_.end() && p->second.switches_known && p->second.switches.present) {
+      const mc::SwitchInfo& sw = p->second.switches;
+      mc::SwitchEntry entry{sw.fault_codes, sw.fault_level, sw.node_status, sw.levels_json, 0};
+      if (Status st = switch_publisher_.Set(node, std::move(entry), now_s); !st.ok()) {
+        Warn("publish-switch/" + node, "mindcluster: " + st.message());
+      }
+    } else if (p == plugin_.end() || p->second.switches_known) {
+      switch_publisher_.Remove(node);
+    }
     const bool says = !ours.node_info.faults.empty() ||
                       (!ours.node_info.node_status.empty() && ours.node_info.node_status != mc::kNodeHealthy);
     auto cm = node_cm_.find(node);
@@ -780,44 +799,49 @@ bool MindClusterStack::TakeToken(TimePoint now) {
 
 size_t MindClusterStack::Write(TimePoint now, bool* pending) {
   size_t written = 0;
-  const mc::ClusterInfoPublisher::Plan plan = publisher_.Pending();
-  mc::ClusterInfoPublisher::Plan done;
   bool stopped = false;
-  // In the plan's order (a ConfigMap that gains a node before the one that
-  // loses it), stopping at the first that cannot be written now.
-  for (const auto& w : plan.writes) {
-    if (!TakeToken(now)) {
-      stopped = *pending = true;
-      break;
+  // A publisher's plan in its order (a ConfigMap that gains a node before the
+  // one that loses it), stopping at the first that cannot be written now.
+  auto write_plan = [&](auto& publisher) {
+    const auto plan = publisher.Pending();
+    auto done = decltype(plan){};
+    for (const auto& w : plan.writes) {
+      if (stopped) break;
+      if (!TakeToken(now)) {
+        stopped = *pending = true;
+        break;
+      }
+      if (Status st = PutConfigMap(w.name, w.value); !st.ok()) {
+        if (write_errors_ != nullptr) write_errors_->Inc();
+        Warn("write/" + w.name, "mindcluster: cannot write " + options_.cluster_info_namespace + "/" + w.name + ": " +
+                                    st.message() + " (retrying)");
+        stopped = *pending = true;
+        break;
+      }
+      warned_.erase("write/" + w.name);
+      done.writes.push_back(w);
+      ++written;
     }
-    if (Status st = PutConfigMap(w.name, w.value); !st.ok()) {
-      if (write_errors_ != nullptr) write_errors_->Inc();
-      Warn("write/" + w.name, "mindcluster: cannot write " + options_.cluster_info_namespace + "/" + w.name + ": " +
+    for (const auto& name : plan.deletes) {
+      if (stopped) break;
+      if (!TakeToken(now)) {
+        stopped = *pending = true;
+        break;
+      }
+      if (Status st = DeleteConfigMap(name); !st.ok()) {
+        if (write_errors_ != nullptr) write_errors_->Inc();
+        Warn("write/" + name, "mindcluster: cannot delete " + options_.cluster_info_namespace + "/" + name + ": " +
                                   st.message() + " (retrying)");
-      stopped = *pending = true;
-      break;
+        stopped = *pending = true;
+        break;
+      }
+      done.deletes.push_back(name);
+      ++written;
     }
-    warned_.erase("write/" + w.name);
-    done.writes.push_back(w);
-    ++written;
-  }
-  for (const auto& name : plan.deletes) {
-    if (stopped) break;
-    if (!TakeToken(now)) {
-      stopped = *pending = true;
-      break;
-    }
-    if (Status st = DeleteConfigMap(name); !st.ok()) {
-      if (write_errors_ != nullptr) write_errors_->Inc();
-      Warn("write/" + name, "mindcluster: cannot delete " + options_.cluster_info_namespace + "/" + name + ": " +
-                                st.message() + " (retrying)");
-      stopped = *pending = true;
-      break;
-    }
-    done.deletes.push_back(name);
-    ++written;
-  }
-  publisher_.Written(done);
+    publisher.Written(done);
+  };
+  write_plan(publisher_);
+  write_plan(switch_publisher_);
   if (node_cm_dirty_ && !stopped) {
     // What is already there costs no write and no token.
     auto value = mc::ClusterInfoNodeValue(node_cm_);

@@ -105,6 +105,7 @@ class MindClusterStack final : public Integration {
 
   // Inspection (tests).
   const mindcluster::ClusterInfoPublisher& publisher() const { return publisher_; }
+  const mindcluster::SwitchInfoPublisher& switch_publisher() const { return switch_publisher_; }
 
  private:
   struct PluginNode {
@@ -196,6 +197,7 @@ class MindClusterStack final : public Integration {
   std::map<std::string, std::string> public_fault_versions_;  // "ns/name" -> resourceVersion applied
   std::map<std::string, OurNode> ours_;
   mindcluster::ClusterInfoPublisher publisher_;
+  mindcluster::SwitchInfoPublisher switch_publisher_;
   std::map<std::string, mindcluster::PublishedNodeInfo> node_cm_;  // nodes with something to say
   bool node_cm_dirty_ = false;
   std::string node_cm_written_;                  // its value as last written or found
