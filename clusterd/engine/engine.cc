@@ -362,9 +362,15 @@ Engine::StepResult Engine::Step() {
   return result;
 }
 
+void Engine::AddCommitListener(std::function<void()> fn) {
+  std::lock_guard lock(listeners_mu_);
+  listeners_.push_back(std::move(fn));
+}
+
 void Engine::Finish(Group* g, TimePoint now) {
   CLUSTERD_DCHECK_ON_THREAD(writer_);
-  if (!g->m.empty()) {
+  const bool changed = !g->m.empty();
+  if (changed) {
     last_commit_ = now;
     if (commits_) {
       commits_->Inc();
@@ -377,6 +383,10 @@ void Engine::Finish(Group* g, TimePoint now) {
   hub_->Publish(std::move(g->m.events));
   for (auto& done : g->dones) {
     if (done) done();
+  }
+  if (changed) {
+    std::lock_guard lock(listeners_mu_);
+    for (const auto& fn : listeners_) fn();
   }
 }
 

@@ -156,6 +156,10 @@ class Engine {
   Status WriteRefusal() const;
   bool writable() const { return WriteRefusal().ok(); }
   size_t queue_depth() const;
+  // Thread-safe. `fn` runs on the writer thread after every commit that
+  // changed the state, until the Engine is destroyed: it must be quick (set a
+  // flag, notify) and what it captures must live that long (a shared_ptr).
+  void AddCommitListener(std::function<void()> fn);
 
  private:
   // One group: what its closures and the hooks changed, and their completions.
@@ -200,6 +204,9 @@ class Engine {
   std::optional<TimePoint> gather_until_;  // a small group waits on the queue until then
   std::optional<Group> held_;              // applied, not yet durable
   TimePoint retry_at_{};                   // when held_ is tried again
+
+  std::mutex listeners_mu_;
+  std::vector<std::function<void()>> listeners_;  // AddCommitListener's
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -71,6 +71,8 @@ class EngineCommands final : public ClusterCommands {
     });
   }
 
+  void OnCommit(std::function<void()> notify) override { engine_->AddCommitListener(std::move(notify)); }
+
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
     return state_->Read([&](const StateView& s) { return s.GetJob(id); });
   }

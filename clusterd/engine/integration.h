@@ -102,6 +102,13 @@ class ClusterCommands {
   // are never deleted). A walk of the nodes and fault records without copies,
   // then a copy of the changed nodes only.
   virtual NodeChanges NodesChangedSince(uint64_t since) const = 0;
+
+  // `notify` runs after every commit that changed the state (on the writer
+  // thread: set a flag, notify, nothing more), for as long as the server
+  // runs: what it captures must outlive the integration (hold it by
+  // shared_ptr). An integration that follows the state wakes on it instead
+  // of waiting for its next poll. The default never calls it.
+  virtual void OnCommit(std::function<void()> notify) { (void)notify; }
 };
 
 // Blocks until `call` (given a Reply<T>) has replied, and returns what it

@@ -269,7 +269,10 @@ typename ChunkedPublisher<Traits>::Plan ChunkedPublisher<Traits>::Pending(bool a
     if (all || c.dirty) order.emplace_back(rank(c), c.dirty ? c.dirty_seq : 0, index);
   }
   std::sort(order.begin(), order.end());
-  for (const auto& [r, seq, index] : order) plan.writes.push_back(Write{NameOf(index), ValueOf(chunks_.at(index))});
+  for (const auto& [r, seq, index] : order) {
+    const Chunk& c = chunks_.at(index);
+    plan.writes.push_back(Write{NameOf(index), ValueOf(c), c.dirty && c.refresh_only});
+  }
   for (size_t index : emptied_) plan.deletes.push_back(NameOf(index));
   return plan;
 }

@@ -110,8 +110,9 @@ class ChunkedPublisher {
   void Remove(const std::string& node);
 
   struct Write {
-    std::string name;   // <prefix><i>
-    std::string value;  // the value of its one data key (= name)
+    std::string name;           // <prefix><i>
+    std::string value;          // the value of its one data key (= name)
+    bool refresh_only = false;  // nothing changed but UpdateTime (Refresh)
   };
   struct Plan {
     std::vector<Write> writes;         // in this order: gaining ConfigMaps, changed ones, refreshed ones

@@ -132,5 +132,28 @@ TEST_F(EngineGroupBytesTest, OneClosureOverTheLimitStillGoesAlone) {
   for (int i = 0; i < kClosures; ++i) EXPECT_EQ(done_saw_[i], i + 1) << "closure " << i;
 }
 
+// Commit listeners (Engine::AddCommitListener, ClusterCommands::OnCommit)
+// run once per commit that changed the state, after its Dones; a group that
+// changed nothing calls none.
+TEST_F(EngineGroupBytesTest, CommitListenersRunOncePerChangingCommit) {
+  Start(2500);
+  int calls = 0, durable_at_call = -1;
+  engine_->AddCommitListener([&] {
+    ++calls;
+    durable_at_call = DurableKeys();
+  });
+  SubmitAll();
+  int commits = 0;
+  while (engine_->queue_depth() > 0) {
+    ASSERT_GT(engine_->Step().applied, 0u);
+    ++commits;
+    EXPECT_EQ(calls, commits);
+    EXPECT_EQ(durable_at_call, DurableKeys());
+  }
+  ASSERT_TRUE(engine_->Submit([](ClusterState&, Mutation*) -> Engine::Done { return nullptr; }));
+  engine_->Step();
+  EXPECT_EQ(calls, commits);
+}
+
 }  // namespace
 }  // namespace clusterd

@@ -17,6 +17,8 @@ using nlohmann::json;
 namespace mc = mindcluster;
 
 constexpr auto kFollowInterval = std::chrono::milliseconds(250);
+// The least time from one pass's start to the next one's.
+constexpr auto kMinPassGap = std::chrono::milliseconds(20);
 constexpr auto kReportRetry = std::chrono::seconds(5);
 
 std::string Lower(std::string_view s) {
@@ -141,7 +143,16 @@ Status MindClusterStack::Start(const IntegrationEnv& env) {
   }
   tokens_ = options_.writes_per_second;
   tokens_at_ = env_.clock->Now();
-  if (driver_ == Driver::kThread) thread_ = std::thread([this] { Loop(); });
+  if (driver_ == Driver::kThread) {
+    // A commit wakes the loop: a ClusterD fault reaches Volcano without
+    // waiting for the next poll. The listener holds only the wake-up.
+    env.commands->OnCommit([wake = wake_] {
+      std::lock_guard lock(wake->mu);
+      wake->state_changed = true;
+      wake->cv.notify_one();
+    });
+    thread_ = std::thread([this] { Loop(); });
+  }
   return Status::Ok();
 }
 
@@ -159,14 +170,20 @@ void MindClusterStack::Stop() {
 
 void MindClusterStack::Loop() {
   for (;;) {
+    const auto started = std::chrono::steady_clock::now();
     const StepResult r = Step();
-    // ClusterD's state is followed every 250 ms; a plugin ConfigMap that
-    // changes wakes the loop at once; writes held by the rate limit go on
-    // after a fifth of a second.
+    // A commit in ClusterD or a plugin ConfigMap that changes wakes the loop
+    // at once (ClusterD's state is also followed every 250 ms); writes held
+    // by the rate limit go on after a fifth of a second. Passes stay
+    // kMinPassGap apart: a busy ClusterD commits many times a second.
     const auto wait = r.pending ? std::chrono::milliseconds(200) : kFollowInterval;
     std::unique_lock lock(mu_);
-    cv_.wait_for(lock, wait, [this] { return stopping_ || dirty_; });
+    cv_.wait_for(lock, wait, [this] { return stopping_ || dirty_ || wake_->state_changed; });
     if (stopping_) return;
+    wake_->state_changed = false;  // the next pass reads what it changed
+    lock.unlock();
+    const auto gap = started + kMinPassGap - std::chrono::steady_clock::now();
+    if (gap.count() > 0) std::this_thread::sleep_for(gap);
   }
 }
 
@@ -787,12 +804,12 @@ void MindClusterStack::Publish(const std::set<std::string>& dirty, int64_t now_s
 
 // ---- writes ----
 
-bool MindClusterStack::TakeToken(TimePoint now) {
+bool MindClusterStack::TakeToken(TimePoint now, double keep) {
   const double rate = std::max<uint32_t>(options_.writes_per_second, 1);
   const double elapsed = std::chrono::duration<double>(now - tokens_at_).count();
   tokens_at_ = now;
   tokens_ = std::min(rate, tokens_ + std::max(elapsed, 0.0) * rate);
-  if (tokens_ < 1) return false;
+  if (tokens_ < 1 + keep) return false;
   tokens_ -= 1;
   return true;
 }
@@ -807,7 +824,9 @@ size_t MindClusterStack::Write(TimePoint now, bool* pending) {
     auto done = decltype(plan){};
     for (const auto& w : plan.writes) {
       if (stopped) break;
-      if (!TakeToken(now)) {
+      // A rewrite only for the refresh leaves a write in reserve, so that a
+      // fault coming meanwhile does not wait for the next token.
+      if (!TakeToken(now, w.refresh_only && options_.writes_per_second > 1 ? 1 : 0)) {
         stopped = *pending = true;
         break;
       }

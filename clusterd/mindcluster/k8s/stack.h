@@ -16,8 +16,9 @@
 // isolations and cordons; ClusterInfoPublisher cuts and numbers them) and
 // mindx-dl/cluster-info-node-cm (NodeStatus from ClusterD's node-level
 // faults), label mx-consumer-volcano=true, one data key equal to the name.
-// Written within a pass of the change (the loop follows ClusterD's state every
-// 250 ms and the ConfigMaps as they change), at most `writes_per_second`,
+// Written within a pass of the change (a commit in ClusterD or a ConfigMap
+// that changes wakes the loop, passes at least 20 ms apart and at most 250 ms),
+// at most `writes_per_second`,
 // each resourceVersion-guarded; the ConfigMaps found at start are adopted, so
 // UpdateTimes keep growing and nothing is emptied across a restart; all are
 // rewritten with a fresh UpdateTime every `refresh_interval`. ClusterD runs
@@ -152,7 +153,8 @@ class MindClusterStack final : public Integration {
   size_t Flush();
   void FollowState(std::set<std::string>* dirty);
   void Publish(const std::set<std::string>& dirty, int64_t now_s, int64_t now_ms);
-  bool TakeToken(TimePoint now);
+  // A write token of the rate limit, if one is there beyond `keep`.
+  bool TakeToken(TimePoint now, double keep = 0);
   size_t Write(TimePoint now, bool* pending);
   Status PutConfigMap(const std::string& name, const std::string& value);
   Status DeleteConfigMap(const std::string& name);
@@ -165,8 +167,16 @@ class MindClusterStack final : public Integration {
   std::unique_ptr<k8s::Informer> nodeinfo_cms_;
   std::vector<std::unique_ptr<k8s::Informer>> public_fault_cms_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
+  // The loop's lock and wake-up, shared with the commit listener that
+  // outlives the stack (ClusterCommands::OnCommit).
+  struct Wake {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool state_changed = false;  // a commit since the last pass
+  };
+  const std::shared_ptr<Wake> wake_ = std::make_shared<Wake>();
+  std::mutex& mu_ = wake_->mu;
+  std::condition_variable& cv_ = wake_->cv;
   bool dirty_ = false;  // guarded by mu_: a watched ConfigMap changed
   // The plugin's ConfigMaps changed since the last pass, by name (nullopt:
   // deleted). Guarded by mu_.
