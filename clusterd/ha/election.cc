@@ -100,7 +100,7 @@ bool Election::Campaign() {
   if (claim->won) {
     fence_revision_ = claim->holder ? claim->holder->create_revision : 0;
     std::lock_guard lock(leader_mu_);
-    replaced_ = leader_seen_;
+    replaced_ = last_other_;
     leader_seen_ = options_.candidate;
     return true;
   }
@@ -113,16 +113,21 @@ bool Election::Campaign() {
       (void)kv_->LeaseRevoke(holder.lease);
     }
     std::lock_guard lock(leader_mu_);
-    leader_seen_ = holder.value;
+    Saw(holder.value);
   }
   return false;
+}
+
+void Election::Saw(const std::string& leader) {
+  leader_seen_ = leader;
+  if (!leader.empty() && leader != options_.candidate) last_other_ = leader;
 }
 
 void Election::ReadLeader() {
   auto holder = kv_->Get(options_.key);
   if (!holder.ok()) return;
   std::lock_guard lock(leader_mu_);
-  leader_seen_ = *holder ? (*holder)->value : "";
+  Saw(*holder ? (*holder)->value : "");
 }
 
 std::string Election::leader() const {

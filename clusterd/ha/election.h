@@ -97,6 +97,8 @@ class Election {
 
  private:
   void KeepAliveLoop();
+  // Records the leader a read or a lost campaign saw ("" for nobody); leader_mu_ held.
+  void Saw(const std::string& leader);
   TimePoint::rep Nanos() const { return clock_->Now().time_since_epoch().count(); }
 
   LeaseKv* const kv_;
@@ -112,7 +114,10 @@ class Election {
 
   mutable std::mutex leader_mu_;
   std::string leader_seen_;  // leader_mu_
-  std::string replaced_;     // leader_mu_
+  // The last leader other than this replica seen (a ReadLeader between the
+  // old leader's key going and this replica's win reads nobody).
+  std::string last_other_;  // leader_mu_
+  std::string replaced_;    // leader_mu_
 
   std::mutex keepalive_mu_;
   std::condition_variable keepalive_cv_;

@@ -216,6 +216,8 @@ TEST_F(ElectionTest, LosesLeadershipWhenEtcdSaysTheLeaseExpired) {
   EXPECT_FALSE(r1_->LeaseHeld());
   EXPECT_FALSE(r1_->Leads());  // at once, though its TTL has not passed here
 
+  r2_->ReadLeader();  // nobody leads for a moment: r2 still knows whom it replaces
+  EXPECT_EQ(r2_->leader(), "");
   ASSERT_TRUE(r2_->Campaign());
   EXPECT_EQ(r2_->replaced(), "r1");  // whose pod it marks a standby
   EXPECT_GT(r2_->fence_revision(), r1_->fence_revision());
