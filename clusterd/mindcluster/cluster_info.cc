@@ -313,7 +313,7 @@ Status ChunkedPublisher<Traits>::Adopt(const std::string& name, std::string_view
     if (it.key().rfind(Traits::kKeyPrefix, 0) != 0 || !it->is_object()) {
       return InvalidArgument(name + ": \"" + it.key().substr(0, 64) + "\" is not a node's entry");
     }
-    auto entry = Traits::Parse(it->dump());
+    auto entry = Traits::Parse(*it);
     if (!entry.ok()) return InvalidArgument(name + ": " + it.key() + ": " + entry.status().message());
     adopted.emplace_back(it.key().substr(Traits::kKeyPrefix.size()), std::move(*entry));
   }
@@ -366,8 +366,7 @@ bool DeviceEntryTraits::Urgent(const Entry& before, const Entry& after) {
   return false;
 }
 
-StatusOr<NodeDeviceInfo> DeviceEntryTraits::Parse(std::string_view entry_json) {
-  const json e = json::parse(entry_json, nullptr, false);
+StatusOr<NodeDeviceInfo> DeviceEntryTraits::Parse(const json& e) {
   auto list = e.find("DeviceList");
   auto ut = e.find("UpdateTime");
   if (!e.is_object() || list == e.end() || !list->is_object() || ut == e.end() || !ut->is_number_integer()) {
@@ -404,8 +403,7 @@ std::string ClusterInfoSwitchEntryJson(const std::string& node, const SwitchEntr
          ",\"CmName\":" + GoJsonString(std::string(SwitchEntryTraits::kKeyPrefix) + node) + "}";
 }
 
-StatusOr<SwitchEntry> SwitchEntryTraits::Parse(std::string_view entry_json) {
-  const json e = json::parse(entry_json, nullptr, false);
+StatusOr<SwitchEntry> SwitchEntryTraits::Parse(const json& e) {
   auto ut = e.find("UpdateTime");
   if (!e.is_object() || ut == e.end() || !ut->is_number_integer()) return InvalidArgument("no UpdateTime");
   SwitchEntry out;

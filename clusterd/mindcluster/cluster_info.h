@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "clusterd/mindcluster/device_info.h"
 #include "clusterd/v1/types.pb.h"
 #include "common/status.h"
@@ -83,7 +85,7 @@ std::string ClusterInfoEntryJson(const std::string& node, const NodeDeviceInfo& 
 //   static constexpr std::string_view kConfigMapPrefix, kKeyPrefix;
 //   static std::string Json(const std::string& node, const Entry& e);
 //   static bool Urgent(const Entry& before, const Entry& after);  // written first
-//   static StatusOr<Entry> Parse(std::string_view entry_json);  // Adopt
+//   static StatusOr<Entry> Parse(const nlohmann::json& e);  // Adopt: one entry
 template <typename Traits>
 class ChunkedPublisher {
  public:
@@ -168,7 +170,7 @@ struct DeviceEntryTraits {
   static constexpr std::string_view kKeyPrefix = "mindx-dl-deviceinfo-";
   static std::string Json(const std::string& node, const Entry& e) { return ClusterInfoEntryJson(node, e); }
   static bool Urgent(const Entry& before, const Entry& after);
-  static StatusOr<Entry> Parse(std::string_view entry_json);
+  static StatusOr<Entry> Parse(const nlohmann::json& e);
 };
 using ClusterInfoPublisher = ChunkedPublisher<DeviceEntryTraits>;
 
@@ -196,7 +198,7 @@ struct SwitchEntryTraits {
   static bool Urgent(const Entry& before, const Entry& after) {
     return before.node_status != after.node_status || before.fault_codes != after.fault_codes;
   }
-  static StatusOr<Entry> Parse(std::string_view entry_json);
+  static StatusOr<Entry> Parse(const nlohmann::json& e);
 };
 using SwitchInfoPublisher = ChunkedPublisher<SwitchEntryTraits>;
 
