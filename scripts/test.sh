@@ -42,6 +42,20 @@ caches() {
 }
 CACHES=$(caches)
 
+# Free space: every test server refuses writes below its data dir's 256 MiB reserve, so a full
+# disk fails hundreds of tests at once; say so once, before anything runs. The --all run needs
+# about 12 GiB on a fresh machine (two build trees, the Go caches, etcd data of the suites).
+free_gib() { df -Pk "$1" 2>/dev/null | awk 'NR == 2 {print int($4 / 1048576)}'; }
+NEED_GIB=$([[ $ALL == 1 ]] && echo 12 || echo 6)
+for dir in "${TMPDIR:-/tmp}" "$PWD"; do
+  have=$(free_gib "$dir")
+  if [[ -n $have && $have -lt $NEED_GIB ]]; then
+    echo "test.sh: $dir has $have GiB free; this run needs about $NEED_GIB GiB" \
+      "(tests and builds write there); free some space first" >&2
+    exit 1
+  fi
+done
+
 STAGES=()
 SAN_PID="" SAN_LOG="" SAN_SECONDS="" SAN_WAITED=""
 RUN_START=$(date +%s)

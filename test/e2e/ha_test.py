@@ -383,6 +383,7 @@ def main():
     ap.add_argument("--work")
     ap.add_argument("--kills", type=int, default=3)
     args = ap.parse_args()
+    own_work = not args.work  # a directory of its own goes once the run passed (~400 MiB)
     args.work = args.work or tempfile.mkdtemp(prefix="clusterd-ha-")
     os.makedirs(args.work, exist_ok=True)
     print("work dir:", args.work, flush=True)
@@ -395,6 +396,8 @@ def main():
         c.stop_all()
         sys.exit(1)
     c.stop_all()
+    if own_work:
+        shutil.rmtree(args.work, ignore_errors=True)
     print("PASS: high availability end to end")
 
 
