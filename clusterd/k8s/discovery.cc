@@ -4,6 +4,7 @@
 #include "clusterd/k8s/discovery.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <exception>
 #include <set>
@@ -424,6 +425,17 @@ StatusOr<PodGroupInfo> ParsePodGroup(const json& podgroup, const DiscoveryOption
       if (const std::string* k = StringMember(*meta->labels, opts.job_kind_label)) g.kind_label = Printable(*k, 64);
     }
     g.policy_annotations = PolicyAnnotations(meta->annotations, opts);
+    for (std::string_view key : kMindClusterRecoveryKeys) {
+      const std::string* v = meta->labels ? StringMember(*meta->labels, key) : nullptr;
+      if (!v && meta->annotations) v = StringMember(*meta->annotations, key);
+      if (!v) continue;
+      std::string clean;
+      for (char c : *v) {
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == ',' || c == '.' || c == '_' || c == '-') clean += c;
+        if (clean.size() == 128) break;
+      }
+      g.mindcluster[std::string(key)] = std::move(clean);
+    }
     return g;
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("podgroup: unreadable object: ") + Printable(e.what(), 200));
@@ -583,6 +595,9 @@ std::vector<DiscoveredJob> BuildJobs(const std::vector<PodInfo>& pods, const Pod
     labels[std::string(kLabelName)] = first.job_name;
     if (!first.owner_kind.empty()) labels[std::string(kLabelOwnerKind)] = first.owner_kind;
     if (!podgroup_name.empty()) labels[std::string(kLabelPodGroup)] = podgroup_name;
+    if (pg) {
+      for (const auto& [key, value] : pg->mindcluster) labels[std::string(kMindClusterLabelPrefix) + key] = value;
+    }
 
     // Kind.
     std::optional<v1::JobKind> kind;

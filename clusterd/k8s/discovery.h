@@ -134,7 +134,16 @@ struct PodGroupInfo {
   std::string owner_uid, owner_kind, owner_name;  // controller owner, empty without one
   std::string kind_label;
   std::map<std::string, std::string> policy_annotations;
+  // MindCluster's process-recovery keys (kMindClusterRecoveryKeys), from the
+  // PodGroup's labels, else its annotations (ascend-operator copies the
+  // AscendJob's onto it): spaces dropped, [A-Za-z0-9,._-] only, 128
+  // characters at most. The job gets them as labels "mindcluster/<key>",
+  // which the Recover service reads (mindcluster/taskd.h).
+  std::map<std::string, std::string> mindcluster;
 };
+inline constexpr std::string_view kMindClusterLabelPrefix = "mindcluster/";
+inline constexpr std::string_view kMindClusterRecoveryKeys[] = {"recover-strategy", "fault-scheduling",
+                                                                "pod-rescheduling", "process-recover-enable"};
 // InvalidArgument for a non-object or missing/invalid name, namespace or uid.
 StatusOr<PodGroupInfo> ParsePodGroup(const nlohmann::json& podgroup, const DiscoveryOptions& opts);
 

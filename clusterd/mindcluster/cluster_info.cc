@@ -257,7 +257,7 @@ std::string ChunkedPublisher<Traits>::ValueOf(const Chunk& c) const {
 }
 
 template <typename Traits>
-typename ChunkedPublisher<Traits>::Plan ChunkedPublisher<Traits>::Pending(bool all) const {
+typename ChunkedPublisher<Traits>::Plan ChunkedPublisher<Traits>::Pending(bool all, size_t max_writes) const {
   Plan plan;
   // Gaining a node first (so Volcano never misses it), then changed for a
   // cause, then rewritten only for a refresh.
@@ -270,8 +270,12 @@ typename ChunkedPublisher<Traits>::Plan ChunkedPublisher<Traits>::Pending(bool a
   }
   std::sort(order.begin(), order.end());
   for (const auto& [r, seq, index] : order) {
+    if (plan.writes.size() >= max_writes) {
+      plan.more = true;
+      break;
+    }
     const Chunk& c = chunks_.at(index);
-    plan.writes.push_back(Write{NameOf(index), ValueOf(c), c.dirty && c.refresh_only});
+    plan.writes.push_back(Write{NameOf(index), ValueOf(c), c.dirty && c.refresh_only, c.gained || c.urgent});
   }
   for (size_t index : emptied_) plan.deletes.push_back(NameOf(index));
   return plan;

@@ -115,14 +115,18 @@ class ChunkedPublisher {
     std::string name;           // <prefix><i>
     std::string value;          // the value of its one data key (= name)
     bool refresh_only = false;  // nothing changed but UpdateTime (Refresh)
+    bool urgent = false;        // it gains a node, or a chip left an available list
   };
   struct Plan {
     std::vector<Write> writes;         // in this order: gaining ConfigMaps, changed ones, refreshed ones
     std::vector<std::string> deletes;  // after the writes
+    bool more = false;                 // writes left out at max_writes
     bool empty() const { return writes.empty() && deletes.empty(); }
   };
-  // What changed since the last Written(); every ConfigMap with `all`.
-  Plan Pending(bool all = false) const;
+  // What changed since the last Written(); every ConfigMap with `all`. At
+  // most `max_writes` writes, the first in the order above: the others stay
+  // to be written, and their values (up to 800 KiB each) are not built.
+  Plan Pending(bool all = false, size_t max_writes = SIZE_MAX) const;
   // The plan's writes and deletes are done.
   void Written(const Plan& plan);
 

@@ -42,6 +42,24 @@ const std::vector<MethodRule>& MethodRules() {
       // Scoped channels: a job's recovery agent, a node's agent.
       {"/clusterd.v1.JobService/Attach", RoleBit(Role::kJobAgent)},
       {"/clusterd.v1.NodeAgentService/Connect", RoleBit(Role::kAgent)},
+      // MindCluster's Recover service: TaskD, a job's recovery agent, for its
+      // own job (the NIC-switch and stress-test methods answer "not supported").
+      {"/Recover/Init", RoleBit(Role::kJobAgent)},
+      {"/Recover/Register", RoleBit(Role::kJobAgent)},
+      {"/Recover/HealthCheck", RoleBit(Role::kJobAgent)},
+      {"/Recover/SubscribeProcessManageSignal", RoleBit(Role::kJobAgent)},
+      {"/Recover/ReportStopComplete", RoleBit(Role::kJobAgent)},
+      {"/Recover/ReportRecoverStrategy", RoleBit(Role::kJobAgent)},
+      {"/Recover/ReportRecoverStatus", RoleBit(Role::kJobAgent)},
+      {"/Recover/ReportProcessFault", RoleBit(Role::kJobAgent)},
+      {"/Recover/SwitchNicTrack", RoleBit(Role::kJobAgent)},
+      {"/Recover/SubscribeSwitchNicSignal", RoleBit(Role::kJobAgent)},
+      {"/Recover/SubscribeNotifySwitch", RoleBit(Role::kJobAgent)},
+      {"/Recover/ReplySwitchNicResult", RoleBit(Role::kJobAgent)},
+      {"/Recover/StressTest", RoleBit(Role::kJobAgent)},
+      {"/Recover/SubscribeStressTestResponse", RoleBit(Role::kJobAgent)},
+      {"/Recover/SubscribeNotifyExecStressTest", RoleBit(Role::kJobAgent)},
+      {"/Recover/ReplyStressTestResult", RoleBit(Role::kJobAgent)},
       // Probes and schema: anyone, before any identity.
       {"/grpc.health.v1.Health/Check", 0, true},
       {"/grpc.health.v1.Health/Watch", 0, true},

@@ -22,6 +22,7 @@
 #include "clusterd/k8s/token_reviewer.h"
 #include "clusterd/mindcluster/grpc/fault_service.h"
 #include "clusterd/mindcluster/grpc/pubfault_service.h"
+#include "clusterd/mindcluster/grpc/recover_service.h"
 #include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/recovery/actuators/registry.h"
 #include "clusterd/recovery/coordinator/coordinator.h"
@@ -81,10 +82,11 @@ struct ClusterdServer::Impl {
     std::unique_ptr<AdminServiceImpl> admin;
     std::unique_ptr<MindClusterFaultService> mindcluster_fault;
     std::unique_ptr<PubFaultServiceImpl> pubfault;
+    std::unique_ptr<RecoverServiceImpl> recover;
     void RegisterWith(grpc::ServerBuilder& builder) const {
       for (grpc::Service* service :
            std::initializer_list<grpc::Service*>{agent.get(), cluster.get(), fault.get(), health.get(), job.get(),
-                                                 admin.get(), mindcluster_fault.get(), pubfault.get()}) {
+                                                 admin.get(), mindcluster_fault.get(), pubfault.get(), recover.get()}) {
         builder.RegisterService(service);
       }
     }
@@ -295,6 +297,8 @@ Status ClusterdServer::Impl::MakeServices() {
   mfo.registration_ttl = cfg.mindcluster_registration_ttl;
   services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
                                                                          &metrics, authenticator.get());
+  services.recover = std::make_unique<RecoverServiceImpl>(state.get(), engine.get(), coordinator.get(), &job_agents,
+                                                          authenticator.get(), RecoverServiceOptions{}, &metrics);
   {
     PubFaultCodeTable table = PubFaultCodeTable::Default();
     if (!cfg.pubfault.code_table_file.empty()) CLUSTERD_RETURN_IF_ERROR(table.MergeFile(cfg.pubfault.code_table_file));
@@ -595,7 +599,7 @@ void ConfigureGrpcServer(const ClusterdConfig& cfg, grpc::ServerBuilder* builder
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 3'000);
   // A connection that never completes the HTTP/2 handshake (a raw TCP
   // connect that sends nothing) holds a descriptor until this passes; gRPC's
   // own default is 120s.

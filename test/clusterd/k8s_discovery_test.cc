@@ -787,6 +787,32 @@ TEST(K8sDiscovery, ParsesPodGroup) {
   EXPECT_EQ(ParsePodGroup(json::array(), kAscend).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(K8sDiscovery, MindClusterRecoveryKeysOfThePodGroupBecomeJobLabels) {
+  json pg = Load("podgroup-no-owner.json");
+  pg["metadata"]["labels"]["process-recover-enable"] = "on";
+  pg["metadata"]["labels"]["fault-scheduling"] = "grace";
+  // Labels first, else annotations; cleaned to [A-Za-z0-9,._-].
+  pg["metadata"]["annotations"]["recover-strategy"] = "retry, recover\n;$(x)";
+  pg["metadata"]["annotations"]["fault-scheduling"] = "force";
+  pg["metadata"]["annotations"]["pod-rescheduling"] = std::string(500, 'o');
+  auto g = ParsePodGroup(pg, kAscend);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->mindcluster.at("process-recover-enable"), "on");
+  EXPECT_EQ(g->mindcluster.at("fault-scheduling"), "grace");
+  EXPECT_EQ(g->mindcluster.at("recover-strategy"), "retry,recoverx");
+  EXPECT_EQ(g->mindcluster.at("pod-rescheduling").size(), 128u);
+
+  json base = Load("volcano-job-pods.json")["items"][0];
+  base["metadata"]["namespace"] = "team-b";
+  base["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = "mnist-gang";
+  base["metadata"].erase("ownerReferences");
+  const auto jobs = BuildJobs({MustParse(base)}, PodGroups({pg}), kAscend);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].job.labels().at("mindcluster/process-recover-enable"), "on");
+  EXPECT_EQ(jobs[0].job.labels().at("mindcluster/recover-strategy"), "retry,recoverx");
+  EXPECT_EQ(jobs[0].job.labels().count("mindcluster/unknown"), 0u);
+}
+
 // ---- nodes ----
 
 TEST(K8sDiscovery, NodeReadinessVariants) {

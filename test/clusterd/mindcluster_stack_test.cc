@@ -442,6 +442,49 @@ TEST_F(MindClusterStackTest, WritesAreRateLimitedAndChunked) {
   }
 }
 
+TEST_F(MindClusterStackTest, AChipTakenOutIsWrittenWithTheReserveWhileEveryChunkIsDirty) {
+  // Six nodes, two per ConfigMap; chip 0 of the first four out at the start.
+  for (int i = 0; i < 6; ++i) {
+    SetPlugin("node" + std::to_string(i), i < 4 ? WithFault(Healthy(8), 0, "80E01801") : Healthy(8));
+  }
+  MindClusterStackOptions options;
+  options.writes_per_second = 3;
+  options.max_cluster_info_bytes = 1500;
+  Start(options);
+  for (int steps = 0; Step().pending; ++steps) {
+    ASSERT_LT(steps, 10);
+    clock_.Advance(1s);
+  }
+  clock_.Advance(1s);  // a full budget
+  auto chunk_of = [&](const std::string& node) { return static_cast<int>(*stack_->publisher().ChunkOf(node)); };
+  ASSERT_NE(chunk_of("node0"), chunk_of("node5"));
+  ASSERT_NE(chunk_of("node2"), chunk_of("node5"));
+  // Routine changes everywhere (chips back), and one chip taken out.
+  for (int i = 0; i < 4; ++i) SetPlugin("node" + std::to_string(i), Healthy(8));
+  SetPlugin("node5", WithFault(Healthy(8), 6, "80E01801"));
+  auto r = Step();
+  // The chip taken out first, then one routine rewrite for the pass.
+  EXPECT_EQ(r.writes, 2u);
+  EXPECT_TRUE(r.pending);
+  EXPECT_EQ(List(Entry("node5", chunk_of("node5")), "-Unhealthy"), "Ascend910-6");
+  // Routine writes leave the last token for what is urgent.
+  EXPECT_EQ(Step().writes, 0u);
+  SetPlugin("node4", WithFault(Healthy(8), 2, "80E01801"));
+  r = Step();
+  EXPECT_EQ(r.writes, 1u);
+  EXPECT_EQ(List(Entry("node4", chunk_of("node4")), "-Unhealthy"), "Ascend910-2");
+  // Then the rest, as the budget refills.
+  for (int steps = 0; r.pending; ++steps) {
+    ASSERT_LT(steps, 10);
+    clock_.Advance(1s);
+    r = Step();
+  }
+  for (int i = 0; i < 4; ++i) {
+    const std::string node = "node" + std::to_string(i);
+    EXPECT_EQ(List(Entry(node, chunk_of(node)), "-Unhealthy"), "") << node;
+  }
+}
+
 TEST_F(MindClusterStackTest, RefreshRewritesWithAFreshUpdateTime) {
   SetPlugin("a", Healthy(8));
   MindClusterStackOptions options;

@@ -25,6 +25,7 @@
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
+#include "mindcluster/recover.grpc.pb.h"
 #include "common/grpc/credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mindcluster/pubfault.grpc.pb.h"
@@ -424,6 +425,18 @@ TEST_F(SecurityTest, AJobAgentAttachesOnlyToItsOwnJob) {
   EXPECT_EQ(Attach(As("viewer"), "train-1").error_code(), grpc::StatusCode::PERMISSION_DENIED);
   // A job agent reads nothing else.
   EXPECT_EQ(Summary(As("jobagent")), grpc::StatusCode::PERMISSION_DENIED);
+  // TaskD's Recover service: the same scope.
+  auto recover = ::Recover::NewStub(As("jobagent"));
+  auto init = [&](const std::string& job) {
+    ::ClientInfo req;
+    req.set_jobid(job);
+    grpc::ClientContext ctx;
+    ::Status resp;
+    grpc::Status st = recover->Init(&ctx, req, &resp);
+    return st.ok() ? grpc::StatusCode::OK : st.error_code();
+  };
+  EXPECT_EQ(init("train-1"), grpc::StatusCode::OK);  // (code 403: not opted in)
+  EXPECT_EQ(init("train-2"), grpc::StatusCode::PERMISSION_DENIED);
 }
 
 // A renewed server certificate is served to new connections; an agent

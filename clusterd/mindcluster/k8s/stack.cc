@@ -804,12 +804,16 @@ void MindClusterStack::Publish(const std::set<std::string>& dirty, int64_t now_s
 
 // ---- writes ----
 
-bool MindClusterStack::TakeToken(TimePoint now, double keep) {
+double MindClusterStack::Refill(TimePoint now) {
   const double rate = std::max<uint32_t>(options_.writes_per_second, 1);
   const double elapsed = std::chrono::duration<double>(now - tokens_at_).count();
   tokens_at_ = now;
   tokens_ = std::min(rate, tokens_ + std::max(elapsed, 0.0) * rate);
-  if (tokens_ < 1 + keep) return false;
+  return tokens_;
+}
+
+bool MindClusterStack::TakeToken(TimePoint now, double keep) {
+  if (Refill(now) < 1 + keep) return false;
   tokens_ -= 1;
   return true;
 }
@@ -817,19 +821,28 @@ bool MindClusterStack::TakeToken(TimePoint now, double keep) {
 size_t MindClusterStack::Write(TimePoint now, bool* pending) {
   size_t written = 0;
   bool stopped = false;
+  // One write that is not urgent per pass: a pass that writes only what is
+  // urgent stays short, so that a chip leaving the available list is planned
+  // and written in the next pass instead of waiting behind a row of 800 KiB
+  // rewrites (while 1,000 plugin ConfigMaps a second change, every chunk is
+  // always dirty).
+  bool routine_written = false;
   // A publisher's plan in its order (a ConfigMap that gains a node before the
   // one that loses it), stopping at the first that cannot be written now.
   auto write_plan = [&](auto& publisher) {
-    const auto plan = publisher.Pending();
+    // Only the values that can be written now are built (each up to 800 KiB).
+    const auto plan = publisher.Pending(false, std::max<size_t>(static_cast<size_t>(Refill(now)), 1));
     auto done = decltype(plan){};
+    if (plan.more) *pending = true;
     for (const auto& w : plan.writes) {
       if (stopped) break;
-      // A rewrite only for the refresh leaves a write in reserve, so that a
-      // fault coming meanwhile does not wait for the next token.
-      if (!TakeToken(now, w.refresh_only && options_.writes_per_second > 1 ? 1 : 0)) {
+      // What is not urgent leaves a write in reserve, so that a fault coming
+      // meanwhile does not wait for the next token.
+      if ((!w.urgent && routine_written) || !TakeToken(now, !w.urgent && options_.writes_per_second > 1 ? 1 : 0)) {
         stopped = *pending = true;
         break;
       }
+      if (!w.urgent) routine_written = true;
       if (Status st = PutConfigMap(w.name, w.value); !st.ok()) {
         if (write_errors_ != nullptr) write_errors_->Inc();
         Warn("write/" + w.name, "mindcluster: cannot write " + options_.cluster_info_namespace + "/" + w.name + ": " +

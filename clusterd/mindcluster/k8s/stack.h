@@ -153,6 +153,8 @@ class MindClusterStack final : public Integration {
   size_t Flush();
   void FollowState(std::set<std::string>* dirty);
   void Publish(const std::set<std::string>& dirty, int64_t now_s, int64_t now_ms);
+  // The write budget refilled to `now`: the tokens there are.
+  double Refill(TimePoint now);
   // A write token of the rate limit, if one is there beyond `keep`.
   bool TakeToken(TimePoint now, double keep = 0);
   size_t Write(TimePoint now, bool* pending);

@@ -64,6 +64,7 @@ v1::Command CommandFor(const v1::Recovery& r, const v1::RecoveryStep& step) {
   cmd.set_strategy(step.strategy());
   *cmd.mutable_deadline() = step.deadline();
   cmd.set_reason(r.reasons().empty() ? "" : r.reasons(0));
+  *cmd.mutable_hit_ranks() = r.hit_ranks();
   return cmd;
 }
 

@@ -1,0 +1,651 @@
+#include "clusterd/mindcluster/grpc/recover_service.h"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "clusterd/mindcluster/taskd.h"
+#include "clusterd/server/stream_writer.h"
+#include "common/logging.h"
+#include "common/validation.h"
+
+namespace clusterd {
+namespace {
+
+namespace mc = mindcluster;
+
+constexpr size_t kMaxJobIdLength = 253;
+constexpr int kMaxFaultRanks = 131072;  // max_job_ranks
+constexpr int kMaxStrategies = 32;
+constexpr size_t kMaxInfoLength = 4096;
+
+std::string MethodPath(std::string_view name) { return "/Recover/" + std::string(name); }
+
+Status ValidJobId(const std::string& job) {
+  if (job.empty()) return InvalidArgument("jobId: required");
+  if (job.size() > kMaxJobIdLength) return InvalidArgument("jobId: longer than 253 characters");
+  return ValidateToken("jobId", job);
+}
+
+// A token bucket of `rate` per second, burst one second's worth.
+class RateLimit {
+ public:
+  explicit RateLimit(double rate) : rate_(std::max(rate, 1.0)), tokens_(rate_) {}
+  bool Take() {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    const double elapsed = std::chrono::duration<double>(now - at_).count();
+    at_ = now;
+    tokens_ = std::min(rate_, tokens_ + std::max(elapsed, 0.0) * rate_);
+    if (tokens_ < 1) return false;
+    tokens_ -= 1;
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  const double rate_;
+  double tokens_;
+  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
+};
+
+// One TaskD subscription: signals queued by the Core (under its mutex) and
+// written in order.
+class SignalStream final : public grpc::ServerWriteReactor<::ProcessManageSignal> {
+ public:
+  SignalStream(std::shared_ptr<RecoverServiceImpl::Core> core, std::string job)
+      : core_(std::move(core)), job_(std::move(job)) {}
+
+  void Begin(std::shared_ptr<SignalStream> self) { self_ = std::move(self); }
+  void Push(::ProcessManageSignal msg) {
+    std::lock_guard lock(mu_);
+    out_.Push(std::move(msg));
+  }
+  void End(grpc::Status status) {
+    std::lock_guard lock(mu_);
+    out_.Finish(std::move(status));
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    if (out_.WriteDone()) return;
+    if (!ok) {
+      out_.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write to TaskD failed"));
+      return;
+    }
+    out_.Next();
+  }
+  void OnCancel() override { End(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")); }
+  void OnDone() override;
+
+  const std::string& job() const { return job_; }
+
+ private:
+  std::shared_ptr<RecoverServiceImpl::Core> core_;
+  const std::string job_;
+  std::shared_ptr<SignalStream> self_;  // owned by gRPC until OnDone
+  std::mutex mu_;
+  StreamWriter<SignalStream, ::ProcessManageSignal> out_{this};
+};
+
+// A stream of a flow ClusterD does not serve (NIC switching, stress tests):
+// held open and idle, as a reference server with nothing to send would, so
+// that TaskD does not resubscribe in a loop; it ends when the client goes.
+template <typename Message>
+class IdleStream final : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit IdleStream(std::function<void()> done) : done_(std::move(done)) {}
+  void OnCancel() override { this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")); }
+  void OnDone() override {
+    done_();
+    delete this;
+  }
+
+ private:
+  std::function<void()> done_;
+};
+
+}  // namespace
+
+struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
+  // What the coordinator sends for a job while TaskD is subscribed.
+  class Sink final : public JobAgentHub::Sink {
+   public:
+    Sink(std::weak_ptr<Core> core, std::string job, std::weak_ptr<SignalStream> stream)
+        : core_(std::move(core)), job_(std::move(job)), stream_(std::move(stream)) {}
+    // The writer thread: never reads the state here (the writer holds it).
+    void Send(v1::AttachResponse msg) override {
+      if (!msg.has_command()) return;
+      if (auto core = core_.lock()) {
+        core->Post([core, job = job_, command = std::move(*msg.mutable_command())] { core->OnCommand(job, command); });
+      }
+    }
+    void Replaced() override {
+      if (auto stream = stream_.lock()) {
+        stream->End(
+            grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a newer recovery agent attached for job " + job_));
+      }
+    }
+
+   private:
+    std::weak_ptr<Core> core_;
+    std::string job_;
+    std::weak_ptr<SignalStream> stream_;
+  };
+
+  struct Job {
+    std::unique_ptr<mc::TaskdJob> machine;
+    bool registered = false;
+    std::shared_ptr<SignalStream> stream;
+    uint64_t session = 0;  // in the JobAgentHub while subscribed
+    std::string process_recover_status;
+  };
+
+  const ClusterState* state;
+  Engine* engine;
+  Coordinator* coordinator;
+  JobAgentHub* agents;
+  const Authenticator* auth;
+  RecoverServiceOptions options;
+  Gauge* jobs_gauge = nullptr;
+  Gauge* subscribers_gauge = nullptr;
+  Gauge* idle_gauge = nullptr;
+  Counter* signals = nullptr;
+  Counter* reports = nullptr;
+  Counter* refused = nullptr;
+  RateLimit health_limit, call_limit;
+
+  mutable std::mutex mu;
+  std::map<std::string, Job> jobs;
+  size_t subscribers = 0;
+  size_t idle_streams = 0;
+  uint64_t keepalives = 0;
+
+  std::mutex work_mu;
+  std::condition_variable work_cv;
+  std::deque<std::function<void()>> tasks;
+  bool stopping = false;
+  std::thread worker;
+
+  Core(const ClusterState* s, Engine* e, Coordinator* c, JobAgentHub* a, const Authenticator* au,
+       RecoverServiceOptions o)
+      : state(s),
+        engine(e),
+        coordinator(c),
+        agents(a),
+        auth(au),
+        options(o),
+        health_limit(o.health_check_rate),
+        call_limit(o.call_rate) {}
+
+  void Start() {
+    worker = std::thread([this] { WorkerLoop(); });
+  }
+  void Stop() {
+    {
+      std::lock_guard lock(work_mu);
+      stopping = true;
+    }
+    work_cv.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+
+  void Post(std::function<void()> task) {
+    {
+      std::lock_guard lock(work_mu);
+      if (stopping) return;
+      tasks.push_back(std::move(task));
+    }
+    work_cv.notify_one();
+  }
+
+  void WorkerLoop() {
+    auto next_keepalive = std::chrono::steady_clock::now() + options.keepalive_interval;
+    std::unique_lock lock(work_mu);
+    while (!stopping) {
+      work_cv.wait_until(lock, next_keepalive, [this] { return stopping || !tasks.empty(); });
+      if (stopping) return;
+      while (!tasks.empty()) {
+        auto task = std::move(tasks.front());
+        tasks.pop_front();
+        lock.unlock();
+        task();
+        lock.lock();
+      }
+      if (std::chrono::steady_clock::now() >= next_keepalive) {
+        lock.unlock();
+        KeepAlive();
+        lock.lock();
+        next_keepalive = std::chrono::steady_clock::now() + options.keepalive_interval;
+      }
+    }
+  }
+
+  void KeepAlive() {
+    std::lock_guard lock(mu);
+    ++keepalives;
+    for (auto& [id, job] : jobs) {
+      if (!job.stream) continue;
+      ::ProcessManageSignal s;
+      s.set_uuid(id + "/keep-alive/" + std::to_string(keepalives));
+      s.set_jobid(id);
+      s.set_signaltype("keep-alive");
+      job.stream->Push(std::move(s));
+    }
+  }
+
+  // The job as stored, read on the worker (never on the writer thread).
+  std::optional<v1::Job> ReadJob(const std::string& id) const {
+    return state->Read([&](const StateView& s) -> std::optional<v1::Job> {
+      auto it = s.jobs().find(id);
+      if (it == s.jobs().end()) return std::nullopt;
+      return it->second;
+    });
+  }
+
+  // Under mu: signals to the job's stream (none open: dropped, and the
+  // command is sent again when TaskD subscribes), the ack to the writer.
+  void DeliverLocked(const std::string& id, Job& job, mc::TaskdOutput out) {
+    for (auto& s : out.signals) {
+      if (!job.stream) break;
+      GetLogger("taskd")->info("job {}: signal {} ({}{}) to TaskD", id, s.signaltype(), s.uuid(),
+                               s.changestrategy().empty() ? "" : ", " + s.changestrategy());
+      job.stream->Push(std::move(s));
+      if (signals != nullptr) signals->Inc();
+    }
+    if (!out.process_recover_status.empty()) {
+      job.process_recover_status = out.process_recover_status;
+      GetLogger("taskd")->info("job {}: ProcessRecoverStatus {}", id, out.process_recover_status);
+    }
+    if (out.ack) {
+      GetLogger("taskd")->info("job {}: command {} {} ({})", id, out.ack->command_id,
+                               out.ack->success ? "succeeded" : "failed", out.ack->message);
+      Coordinator* c = coordinator;
+      engine->Submit([c, ack = *out.ack, id](ClusterState& s, Mutation* m) -> Engine::Done {
+        c->ApplyResult(s, ack.command_id, ack.success, ack.message, m, id);
+        return {};
+      });
+    }
+  }
+
+  // The worker: a command of the coordinator for a subscribed job.
+  void OnCommand(const std::string& id, const v1::Command& command) {
+    auto stored = ReadJob(id);
+    if (!stored) return;
+    std::lock_guard lock(mu);
+    auto it = jobs.find(id);
+    if (it == jobs.end() || !it->second.machine) return;
+    DeliverLocked(id, it->second, it->second.machine->OnCommand(command, *stored));
+  }
+
+  // The worker, after a subscription attached: TaskD's machine starts over,
+  // then what the job owes an answer to.
+  void OnSubscribed(const std::string& id, const SignalStream* stream, const std::vector<v1::Command>& pending) {
+    auto stored = ReadJob(id);
+    std::lock_guard lock(mu);
+    auto it = jobs.find(id);
+    if (it == jobs.end() || it->second.stream.get() != stream || !stored) return;
+    DeliverLocked(id, it->second, it->second.machine->Restart());
+    for (const auto& c : pending) DeliverLocked(id, it->second, it->second.machine->OnCommand(c, *stored));
+  }
+
+  void StreamDone(const SignalStream* stream) {
+    std::lock_guard lock(mu);
+    auto it = jobs.find(stream->job());
+    if (it == jobs.end() || it->second.stream.get() != stream) return;
+    Job& job = it->second;
+    job.stream.reset();
+    if (job.session != 0) agents->Detach(it->first, job.session);
+    job.session = 0;
+    // As the reference: a stream's end resets TaskD's state machine.
+    if (job.machine) job.machine->Restart();
+    --subscribers;
+    if (subscribers_gauge != nullptr) subscribers_gauge->Set(static_cast<double>(subscribers));
+  }
+
+  // Authorization, scope and rate: an error status, or OK.
+  Status Admit(grpc::CallbackServerContext* ctx, std::string_view method, const std::string& job, bool health) {
+    auto who = auth->Authorize(*ctx, MethodPath(method));
+    if (!who.ok()) return who.status();
+    // An authenticated TaskD acts for its own job only; without
+    // authentication a caller is confined to the job it names.
+    // (A jobId that is not valid is refused with code 499 right after.)
+    if (who->kind == Principal::Kind::kAuthenticated && ValidJobId(job).ok() && !MayAttachJob(*who, job)) {
+      return auth->Deny(*who, MethodPath(method), "may act only for job \"" + who->job + "\", not \"" + job + "\"");
+    }
+    if (!(health ? health_limit : call_limit).Take()) {
+      if (refused != nullptr) refused->Inc();
+      return ResourceExhausted(
+          "Recover calls are limited to " +
+          std::to_string(static_cast<long>(health ? options.health_check_rate : options.call_rate)) + " per second" +
+          (health ? " (HealthCheck)" : ""));
+    }
+    return Status::Ok();
+  }
+};
+
+void SignalStream::OnDone() {
+  core_->StreamDone(this);
+  self_.reset();
+}
+
+namespace {
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, ::Status* resp, int32_t code, std::string info) {
+  resp->set_code(code);
+  resp->set_info(std::move(info));
+  return FinishUnary(ctx, Status::Ok());
+}
+
+Status ValidFaultRanks(const google::protobuf::RepeatedPtrField<::FaultRank>& ranks) {
+  if (ranks.size() > kMaxFaultRanks) return InvalidArgument("faultRanks: more than 131072");
+  for (const auto& r : ranks) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine("faultRanks.rankId", r.rankid(), 16));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine("faultRanks.faultType", r.faulttype(), 16));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+RecoverServiceImpl::RecoverServiceImpl(const ClusterState* state, Engine* engine, Coordinator* coordinator,
+                                       JobAgentHub* agents, const Authenticator* auth, RecoverServiceOptions options,
+                                       MetricsRegistry* metrics)
+    : core_(std::make_shared<Core>(state, engine, coordinator, agents, auth, options)) {
+  if (metrics != nullptr) {
+    core_->jobs_gauge = &metrics->AddGauge("clusterd_mindcluster_recover_jobs",
+                                           "Jobs initialized through the Recover service (TaskD).");
+    core_->subscribers_gauge = &metrics->AddGauge("clusterd_mindcluster_recover_subscribers",
+                                                  "TaskD signal streams open (one per job at most).");
+    core_->idle_gauge = &metrics->AddGauge("clusterd_mindcluster_recover_idle_streams",
+                                           "Streams of the unsupported NIC-switch and stress-test flows held open.");
+    core_->signals = &metrics->AddCounter("clusterd_mindcluster_recover_signals_total",
+                                          "Recovery signals written to TaskD (keep-alives not counted).");
+    core_->reports = &metrics->AddCounter("clusterd_mindcluster_recover_reports_total",
+                                          "TaskD's reports (stop complete, strategies, status, process faults).");
+    core_->refused = &metrics->AddCounter("clusterd_mindcluster_recover_refused_total",
+                                          "Recover calls refused at a rate or size limit.");
+  }
+  core_->Start();
+}
+
+RecoverServiceImpl::~RecoverServiceImpl() { core_->Stop(); }
+
+size_t RecoverServiceImpl::job_count() const {
+  std::lock_guard lock(core_->mu);
+  return core_->jobs.size();
+}
+
+size_t RecoverServiceImpl::subscriber_count() const {
+  std::lock_guard lock(core_->mu);
+  return core_->subscribers;
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::Init(grpc::CallbackServerContext* ctx, const ::ClientInfo* req,
+                                                   ::Status* resp) {
+  if (Status st = core_->Admit(ctx, "Init", req->jobid(), false); !st.ok()) return FinishUnary(ctx, st);
+  if (Status st = ValidJobId(req->jobid()); !st.ok()) return Reply(ctx, resp, mc::kRecoverClientError, st.message());
+  auto stored = core_->ReadJob(req->jobid());
+  if (!stored) return Reply(ctx, resp, mc::kRecoverUnknownJob, "job " + req->jobid() + " is not known to ClusterD");
+  mc::RecoverOptIn opt = mc::JobRecoverStrategies(*stored);
+  if (opt.code != mc::kRecoverOk) return Reply(ctx, resp, opt.code, opt.info);
+  std::lock_guard lock(core_->mu);
+  auto it = core_->jobs.find(req->jobid());
+  if (it == core_->jobs.end()) {
+    if (core_->jobs.size() >= core_->options.max_jobs) {
+      if (core_->refused != nullptr) core_->refused->Inc();
+      return Reply(ctx, resp, mc::kRecoverTooManyJobs,
+                   "ClusterD serves " + std::to_string(core_->options.max_jobs) + " TaskD jobs at most");
+    }
+    it = core_->jobs.emplace(req->jobid(), Core::Job{}).first;
+    if (core_->jobs_gauge != nullptr) core_->jobs_gauge->Set(static_cast<double>(core_->jobs.size()));
+  }
+  // Idempotent; a job whose strategies changed (an idle one) takes the new.
+  auto& machine = it->second.machine;
+  if (!machine || (machine->strategies() != opt.strategies && !machine->current())) {
+    machine = std::make_unique<mc::TaskdJob>(req->jobid(), opt.strategies);
+  }
+  std::string list;
+  for (const auto& s : opt.strategies) list += (list.empty() ? "" : ",") + s;
+  return Reply(ctx, resp, mc::kRecoverOk, "strategies: " + list);
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::Register(grpc::CallbackServerContext* ctx, const ::ClientInfo* req,
+                                                       ::Status* resp) {
+  if (Status st = core_->Admit(ctx, "Register", req->jobid(), false); !st.ok()) return FinishUnary(ctx, st);
+  if (Status st = ValidJobId(req->jobid()); !st.ok()) return Reply(ctx, resp, mc::kRecoverClientError, st.message());
+  std::lock_guard lock(core_->mu);
+  auto it = core_->jobs.find(req->jobid());
+  if (it == core_->jobs.end()) return Reply(ctx, resp, mc::kRecoverInitFirst, "Init job " + req->jobid() + " first");
+  it->second.registered = true;
+  return Reply(ctx, resp, mc::kRecoverOk, "registered");
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::HealthCheck(grpc::CallbackServerContext* ctx, const ::ClientInfo* req,
+                                                          ::Status* resp) {
+  if (Status st = core_->Admit(ctx, "HealthCheck", req->jobid(), true); !st.ok()) return FinishUnary(ctx, st);
+  if (Status st = ValidJobId(req->jobid()); !st.ok()) return Reply(ctx, resp, mc::kRecoverClientError, st.message());
+  std::lock_guard lock(core_->mu);
+  auto it = core_->jobs.find(req->jobid());
+  if (it == core_->jobs.end() || !it->second.registered) {
+    return Reply(ctx, resp, mc::kRecoverNotRegistered, "job " + req->jobid() + " is not registered");
+  }
+  return Reply(ctx, resp, mc::kRecoverOk, "ok");
+}
+
+grpc::ServerWriteReactor<::ProcessManageSignal>* RecoverServiceImpl::SubscribeProcessManageSignal(
+    grpc::CallbackServerContext* ctx, const ::ClientInfo* req) {
+  auto stream = std::make_shared<SignalStream>(core_, req->jobid());
+  stream->Begin(stream);
+  auto fail = [&](const Status& st) {
+    stream->End(ToGrpc(st));
+    return stream.get();
+  };
+  if (Status st = core_->Admit(ctx, "SubscribeProcessManageSignal", req->jobid(), false); !st.ok()) return fail(st);
+  if (Status st = ValidJobId(req->jobid()); !st.ok()) return fail(st);
+  const std::string& job = req->jobid();
+  {
+    std::lock_guard lock(core_->mu);
+    auto it = core_->jobs.find(job);
+    if (it == core_->jobs.end() || !it->second.registered) {
+      return fail(FailedPrecondition("job " + job + " is not registered: Init and Register first (code 400)"));
+    }
+    if (auto older = std::move(it->second.stream)) {
+      // The newer subscription wins, as in the reference (its machine starts over).
+      if (it->second.session != 0) core_->agents->Detach(job, it->second.session);
+      it->second.session = 0;
+      older->End(grpc::Status(grpc::StatusCode::ABORTED, "TaskD subscribed again for job " + job));
+      --core_->subscribers;
+    }
+    it->second.stream = stream;
+    ++core_->subscribers;
+    if (core_->subscribers_gauge != nullptr) core_->subscribers_gauge->Set(static_cast<double>(core_->subscribers));
+  }
+  // On the writer thread: the commands the job owes an answer to, and the
+  // hub's registration before any later dispatch.
+  std::weak_ptr<Core> weak = core_;
+  std::weak_ptr<SignalStream> weak_stream = stream;
+  const bool submitted =
+      core_->engine->Submit([weak, weak_stream, job](ClusterState& state, Mutation*) -> Engine::Done {
+        auto core = weak.lock();
+        if (!core) return {};
+        auto pending = core->coordinator->PendingCommands(state, job);
+        return [weak, weak_stream, job, pending = std::move(pending)] {
+          auto core = weak.lock();
+          auto stream = weak_stream.lock();
+          if (!core || !stream) return;
+          {
+            std::lock_guard lock(core->mu);
+            auto it = core->jobs.find(job);
+            if (it == core->jobs.end() || it->second.stream != stream) return;
+            it->second.session = core->agents->Attach(job, std::make_shared<Core::Sink>(weak, job, weak_stream));
+          }
+          GetLogger("taskd")->info("TaskD subscribed for job {}", job);
+          core->Post([core, job, raw = stream.get(), pending] { core->OnSubscribed(job, raw, pending); });
+        };
+      });
+  if (!submitted) stream->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "clusterd is shutting down"));
+  return stream.get();
+}
+
+namespace {
+
+// The common part of TaskD's reports: admission, then validation (`valid`:
+// the request's own fields), then the job's machine. `handle` runs under the
+// Core's mutex.
+template <typename Request, typename Handle>
+grpc::ServerUnaryReactor* Report(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx,
+                                 std::string_view method, const Request& req, const Status& valid, ::Status* resp,
+                                 Handle handle) {
+  if (Status st = core.Admit(ctx, method, req.jobid(), false); !st.ok()) return FinishUnary(ctx, st);
+  if (Status st = ValidJobId(req.jobid()); !st.ok()) return Reply(ctx, resp, mc::kRecoverClientError, st.message());
+  if (!valid.ok()) return Reply(ctx, resp, mc::kRecoverClientError, valid.message());
+  if (core.reports != nullptr) core.reports->Inc();
+  std::lock_guard lock(core.mu);
+  auto it = core.jobs.find(req.jobid());
+  if (it == core.jobs.end() || !it->second.registered || !it->second.machine) {
+    return Reply(ctx, resp, mc::kRecoverNotRegistered, "job " + req.jobid() + " is not registered");
+  }
+  mc::TaskdOutput out = handle(*it->second.machine);
+  const int32_t code = out.code;
+  std::string info = out.info.empty() ? "ok" : out.info;
+  core.DeliverLocked(it->first, it->second, std::move(out));
+  return Reply(ctx, resp, code, std::move(info));
+}
+
+Status ValidStrategies(const google::protobuf::RepeatedPtrField<std::string>& strategies) {
+  if (strategies.size() > kMaxStrategies) return InvalidArgument("strategies: more than 32");
+  for (const auto& s : strategies) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateToken("strategies", s));
+    if (s.size() > 64) return InvalidArgument("strategies: an entry is longer than 64 characters");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::ReportStopComplete(grpc::CallbackServerContext* ctx,
+                                                                 const ::StopCompleteRequest* req, ::Status* resp) {
+  Status valid = ValidFaultRanks(req->faultranks());
+  if (valid.ok()) valid = ValidateText("status.info", req->status().info(), kMaxInfoLength);
+  return Report(*core_, ctx, "ReportStopComplete", *req, valid, resp,
+                [&](mc::TaskdJob& m) { return m.OnStopComplete(*req); });
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::ReportRecoverStrategy(grpc::CallbackServerContext* ctx,
+                                                                    const ::RecoverStrategyRequest* req,
+                                                                    ::Status* resp) {
+  Status valid = ValidFaultRanks(req->faultranks());
+  if (valid.ok()) valid = ValidStrategies(req->strategies());
+  return Report(*core_, ctx, "ReportRecoverStrategy", *req, valid, resp,
+                [&](mc::TaskdJob& m) { return m.OnRecoverStrategy(*req); });
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::ReportRecoverStatus(grpc::CallbackServerContext* ctx,
+                                                                  const ::RecoverStatusRequest* req, ::Status* resp) {
+  Status valid = ValidateText("status.info", req->status().info(), kMaxInfoLength);
+  if (valid.ok() && req->isolaterankids_size() > kMaxFaultRanks) {
+    valid = InvalidArgument("isolateRankIds: more than 131072");
+  }
+  if (valid.ok()) valid = ValidateLine("strategy", req->strategy(), 64);
+  return Report(*core_, ctx, "ReportRecoverStatus", *req, valid, resp,
+                [&](mc::TaskdJob& m) { return m.OnRecoverStatus(*req); });
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::ReportProcessFault(grpc::CallbackServerContext* ctx,
+                                                                 const ::ProcessFaultRequest* req, ::Status* resp) {
+  // Accepted and logged; ClusterD's recoveries start from its own faults
+  // (docs/mindcluster.md says what is not done yet).
+  return Report(*core_, ctx, "ReportProcessFault", *req, ValidFaultRanks(req->faultranks()), resp, [&](mc::TaskdJob&) {
+    GetLogger("taskd")->info("job {}: TaskD reports a process fault on {} rank(s)", req->jobid(),
+                             req->faultranks_size());
+    return mc::TaskdOutput{};
+  });
+}
+
+namespace {
+
+constexpr std::string_view kNotSupported =
+    "not supported by ClusterD: NIC switching and stress tests are MindCluster-only flows (docs/mindcluster.md)";
+
+template <typename Message>
+grpc::ServerWriteReactor<Message>* HoldIdle(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx,
+                                            std::string_view method, const std::string& job) {
+  Status st = core.Admit(ctx, method, job, false);
+  std::shared_ptr<RecoverServiceImpl::Core> keep = core.shared_from_this();
+  bool counted = false;
+  if (st.ok()) {
+    std::lock_guard lock(core.mu);
+    if (core.idle_streams >= core.options.max_idle_streams) {
+      if (core.refused != nullptr) core.refused->Inc();
+      st = ResourceExhausted("at most " + std::to_string(core.options.max_idle_streams) +
+                             " NIC-switch and stress-test streams are held open");
+    } else {
+      ++core.idle_streams;
+      counted = true;
+      if (core.idle_gauge != nullptr) core.idle_gauge->Set(static_cast<double>(core.idle_streams));
+    }
+  }
+  auto* stream = new IdleStream<Message>([keep, counted] {
+    if (!counted) return;
+    std::lock_guard lock(keep->mu);
+    --keep->idle_streams;
+    if (keep->idle_gauge != nullptr) keep->idle_gauge->Set(static_cast<double>(keep->idle_streams));
+  });
+  if (!st.ok()) stream->Finish(ToGrpc(st));
+  return stream;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::SwitchNicTrack(grpc::CallbackServerContext* ctx, const ::SwitchNics* req,
+                                                             ::Status* resp) {
+  if (Status st = core_->Admit(ctx, "SwitchNicTrack", req->jobid(), false); !st.ok()) return FinishUnary(ctx, st);
+  return Reply(ctx, resp, mc::kRecoverClientError, std::string(kNotSupported));
+}
+
+grpc::ServerWriteReactor<::SwitchNicResponse>* RecoverServiceImpl::SubscribeSwitchNicSignal(
+    grpc::CallbackServerContext* ctx, const ::SwitchNicRequest* req) {
+  return HoldIdle<::SwitchNicResponse>(*core_, ctx, "SubscribeSwitchNicSignal", req->jobid());
+}
+
+grpc::ServerWriteReactor<::SwitchRankList>* RecoverServiceImpl::SubscribeNotifySwitch(grpc::CallbackServerContext* ctx,
+                                                                                      const ::ClientInfo* req) {
+  return HoldIdle<::SwitchRankList>(*core_, ctx, "SubscribeNotifySwitch", req->jobid());
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::ReplySwitchNicResult(grpc::CallbackServerContext* ctx,
+                                                                   const ::SwitchResult* req, ::Status* resp) {
+  if (Status st = core_->Admit(ctx, "ReplySwitchNicResult", req->jobid(), false); !st.ok()) {
+    return FinishUnary(ctx, st);
+  }
+  return Reply(ctx, resp, mc::kRecoverClientError, std::string(kNotSupported));
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::StressTest(grpc::CallbackServerContext* ctx, const ::StressTestParam* req,
+                                                         ::Status* resp) {
+  if (Status st = core_->Admit(ctx, "StressTest", req->jobid(), false); !st.ok()) return FinishUnary(ctx, st);
+  return Reply(ctx, resp, mc::kRecoverClientError, std::string(kNotSupported));
+}
+
+grpc::ServerWriteReactor<::StressTestResponse>* RecoverServiceImpl::SubscribeStressTestResponse(
+    grpc::CallbackServerContext* ctx, const ::StressTestRequest* req) {
+  return HoldIdle<::StressTestResponse>(*core_, ctx, "SubscribeStressTestResponse", req->jobid());
+}
+
+grpc::ServerWriteReactor<::StressTestRankParams>* RecoverServiceImpl::SubscribeNotifyExecStressTest(
+    grpc::CallbackServerContext* ctx, const ::ClientInfo* req) {
+  return HoldIdle<::StressTestRankParams>(*core_, ctx, "SubscribeNotifyExecStressTest", req->jobid());
+}
+
+grpc::ServerUnaryReactor* RecoverServiceImpl::ReplyStressTestResult(grpc::CallbackServerContext* ctx,
+                                                                    const ::StressTestResult* req, ::Status* resp) {
+  if (Status st = core_->Admit(ctx, "ReplyStressTestResult", req->jobid(), false); !st.ok()) {
+    return FinishUnary(ctx, st);
+  }
+  return Reply(ctx, resp, mc::kRecoverClientError, std::string(kNotSupported));
+}
+
+}  // namespace clusterd

@@ -1,0 +1,95 @@
+// MindCluster's Recover service for TaskD (docs/mindcluster.md, "TaskD's
+// Recover service"): the adapter between TaskD's calls and ClusterD's
+// recovery coordinator. TaskD inits and registers for its job (the job's UID,
+// MINDX_TASK_ID: the id discovery gives an AscendJob's job) and subscribes;
+// from then on it is the job's recovery agent, like a JobService.Attach
+// stream (JobAgentHub): the coordinator's commands become TaskD's signals
+// and TaskD's reports become the commands' acks (mindcluster/taskd.h holds
+// that protocol; this file only carries it).
+//
+// Threads: gRPC's callbacks, the writer thread (JobAgentHub::Sink::Send),
+// and one worker of the service's own, which reads the job (never on the
+// writer thread, which holds the state) and writes keep-alives. One mutex
+// guards every job's protocol state.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "clusterd/engine/engine.h"
+#include "clusterd/recovery/coordinator/coordinator.h"
+#include "clusterd/recovery/coordinator/job_agent_hub.h"
+#include "clusterd/server/auth.h"
+#include "clusterd/state/cluster_state.h"
+#include "common/metrics.h"
+#include "mindcluster/recover.grpc.pb.h"
+
+namespace clusterd {
+
+struct RecoverServiceOptions {
+  // Jobs initialized at most (the reference's 10,000); more get code 500.
+  uint32_t max_jobs = 10000;
+  // The keep-alive signal on every subscription stream (the reference: 5 s).
+  std::chrono::milliseconds keepalive_interval{5000};
+  // Unary calls per second: HealthCheck, and all the others together (the
+  // reference's 10,000 and 1,000); beyond, RESOURCE_EXHAUSTED.
+  double health_check_rate = 10000;
+  double call_rate = 1000;
+  // Streams of the unsupported NIC-switch and stress-test flows held open
+  // (idle) at most; beyond, RESOURCE_EXHAUSTED.
+  uint32_t max_idle_streams = 4096;
+};
+
+class RecoverServiceImpl final : public ::Recover::CallbackService {
+ public:
+  // Everything passed must outlive this and every stream. Metrics:
+  // clusterd_mindcluster_recover_jobs (initialized), ..._subscribers,
+  // ..._signals_total, ..._reports_total, ..._refused_total (rate limit and
+  // limits), ..._idle_streams.
+  RecoverServiceImpl(const ClusterState* state, Engine* engine, Coordinator* coordinator, JobAgentHub* agents,
+                     const Authenticator* auth, RecoverServiceOptions options, MetricsRegistry* metrics);
+  ~RecoverServiceImpl() override;
+
+  grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* ctx, const ::ClientInfo* req, ::Status* resp) override;
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const ::ClientInfo* req,
+                                     ::Status* resp) override;
+  grpc::ServerUnaryReactor* HealthCheck(grpc::CallbackServerContext* ctx, const ::ClientInfo* req,
+                                        ::Status* resp) override;
+  grpc::ServerWriteReactor<::ProcessManageSignal>* SubscribeProcessManageSignal(grpc::CallbackServerContext* ctx,
+                                                                                const ::ClientInfo* req) override;
+  grpc::ServerUnaryReactor* ReportStopComplete(grpc::CallbackServerContext* ctx, const ::StopCompleteRequest* req,
+                                               ::Status* resp) override;
+  grpc::ServerUnaryReactor* ReportRecoverStrategy(grpc::CallbackServerContext* ctx, const ::RecoverStrategyRequest* req,
+                                                  ::Status* resp) override;
+  grpc::ServerUnaryReactor* ReportRecoverStatus(grpc::CallbackServerContext* ctx, const ::RecoverStatusRequest* req,
+                                                ::Status* resp) override;
+  grpc::ServerUnaryReactor* ReportProcessFault(grpc::CallbackServerContext* ctx, const ::ProcessFaultRequest* req,
+                                               ::Status* resp) override;
+  grpc::ServerUnaryReactor* SwitchNicTrack(grpc::CallbackServerContext* ctx, const ::SwitchNics* req,
+                                           ::Status* resp) override;
+  grpc::ServerWriteReactor<::SwitchNicResponse>* SubscribeSwitchNicSignal(grpc::CallbackServerContext* ctx,
+                                                                          const ::SwitchNicRequest* req) override;
+  grpc::ServerWriteReactor<::SwitchRankList>* SubscribeNotifySwitch(grpc::CallbackServerContext* ctx,
+                                                                    const ::ClientInfo* req) override;
+  grpc::ServerUnaryReactor* ReplySwitchNicResult(grpc::CallbackServerContext* ctx, const ::SwitchResult* req,
+                                                 ::Status* resp) override;
+  grpc::ServerUnaryReactor* StressTest(grpc::CallbackServerContext* ctx, const ::StressTestParam* req,
+                                       ::Status* resp) override;
+  grpc::ServerWriteReactor<::StressTestResponse>* SubscribeStressTestResponse(grpc::CallbackServerContext* ctx,
+                                                                              const ::StressTestRequest* req) override;
+  grpc::ServerWriteReactor<::StressTestRankParams>* SubscribeNotifyExecStressTest(grpc::CallbackServerContext* ctx,
+                                                                                  const ::ClientInfo* req) override;
+  grpc::ServerUnaryReactor* ReplyStressTestResult(grpc::CallbackServerContext* ctx, const ::StressTestResult* req,
+                                                  ::Status* resp) override;
+
+  size_t job_count() const;
+  size_t subscriber_count() const;
+
+  struct Core;
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace clusterd

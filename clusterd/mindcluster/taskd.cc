@@ -1,0 +1,292 @@
+#include "clusterd/mindcluster/taskd.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace clusterd::mindcluster {
+namespace {
+
+std::string Trimmed(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return std::string(s);
+}
+
+std::string LabelOf(const v1::Job& job, std::string_view key) {
+  auto it = job.labels().find(std::string(key));
+  return it == job.labels().end() ? std::string() : Trimmed(it->second);
+}
+
+std::string Joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+bool Contains(const std::vector<std::string>& items, std::string_view s) {
+  return std::find(items.begin(), items.end(), s) != items.end();
+}
+
+}  // namespace
+
+RecoverOptIn JobRecoverStrategies(const v1::Job& job) {
+  RecoverOptIn out;
+  const std::string enable = LabelOf(job, kLabelProcessRecoverEnable);
+  if (enable != "on" && enable != "pause") {
+    out.code = kRecoverNotEnabled;
+    out.info = "job " + job.id() + " is not opted in to process recovery (its PodGroup's " +
+               std::string(kKeyProcessRecoverEnable) + " is \"" + enable +
+               "\"; ascend-operator sets it on for a job with a recover-strategy annotation)";
+    return out;
+  }
+  std::set<std::string> listed;
+  const std::string value = LabelOf(job, kLabelRecoverStrategy);
+  for (size_t start = 0; start <= value.size();) {
+    size_t comma = value.find(',', start);
+    if (comma == std::string::npos) comma = value.size();
+    listed.insert(Trimmed(std::string_view(value).substr(start, comma - start)));
+    start = comma + 1;
+  }
+  for (std::string_view s :
+       {kStrategyRetry, kStrategyRecoverInPlace, kStrategyRecover, kStrategyElastic, kStrategyDump, kStrategyExit}) {
+    if (listed.count(std::string(s))) out.strategies.emplace_back(s);
+  }
+  const std::string scheduling = LabelOf(job, kLabelFaultScheduling);
+  if (scheduling == "grace" || scheduling == "force") out.strategies.emplace_back("job-rescheduling");
+  if (LabelOf(job, kLabelPodRescheduling) == "on") out.strategies.emplace_back("pod-rescheduling");
+  if (!Contains(out.strategies, kStrategyExit)) out.strategies.emplace_back(kStrategyExit);
+  return out;
+}
+
+std::vector<std::string> NodeRanksOf(const v1::Job& job, const std::vector<uint32_t>& ranks) {
+  struct Node {
+    uint32_t lowest = UINT32_MAX;
+    uint32_t count = 0;
+  };
+  std::map<std::string, Node> nodes;
+  std::map<uint32_t, const std::string*> node_of;
+  for (const auto& p : job.placement()) {
+    Node& n = nodes[p.node()];
+    n.lowest = std::min(n.lowest, p.rank());
+    ++n.count;
+  }
+  for (const auto& p : job.placement()) node_of[p.rank()] = &nodes.find(p.node())->first;
+  std::set<uint32_t> pod_ranks;
+  for (uint32_t r : ranks) {
+    auto it = node_of.find(r);
+    if (it == node_of.end()) continue;
+    const Node& n = nodes[*it->second];
+    pod_ranks.insert(n.lowest / std::max<uint32_t>(n.count, 1));
+  }
+  std::vector<std::string> out;
+  out.reserve(pod_ranks.size());
+  for (uint32_t r : pod_ranks) out.push_back(std::to_string(r));
+  return out;
+}
+
+TaskdJob::TaskdJob(std::string job_id, std::vector<std::string> strategies)
+    : job_id_(std::move(job_id)), strategies_(std::move(strategies)) {}
+
+std::string_view TaskdJob::PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kIdle: return "idle";
+    case Phase::kAwaitStop: return "await-stop-complete";
+    case Phase::kStopped: return "stopped";
+    case Phase::kAwaitStrategy: return "await-recover-strategy";
+    case Phase::kChoosing: return "choosing-strategy";
+    case Phase::kAwaitStatus: return "await-recover-status";
+  }
+  return "?";
+}
+
+std::string_view TaskdJob::TargetOf(v1::JobCommand kind) {
+  switch (kind) {
+    case v1::JOB_COMMAND_RETRY_STEP: return kStrategyRetry;
+    case v1::JOB_COMMAND_RESTART_PROCESSES: return kStrategyRecoverInPlace;
+    case v1::JOB_COMMAND_RESUME: return kStrategyRecover;
+    case v1::JOB_COMMAND_SCALE_IN: return kStrategyElastic;
+    default: return "";
+  }
+}
+
+bool TaskdJob::Allows(std::string_view strategy) const { return Contains(strategies_, strategy); }
+
+TaskdAck TaskdJob::Done(bool success, std::string message) {
+  TaskdAck ack{current_ ? current_->id() : std::string(), success, std::move(message)};
+  current_.reset();
+  return ack;
+}
+
+::ProcessManageSignal TaskdJob::Signal(std::string_view type, std::string_view stage) const {
+  ::ProcessManageSignal s;
+  s.set_uuid((current_ ? current_->id() : job_id_) + "/" + std::string(stage));
+  s.set_jobid(job_id_);
+  s.set_signaltype(std::string(type));
+  return s;
+}
+
+void TaskdJob::AddFaultRanks(::ProcessManageSignal* s) const {
+  if (!current_) return;
+  const auto& ranks = current_->hit_ranks().empty() ? current_->ranks() : current_->hit_ranks();
+  // A step retry answers an uncorrectable memory error (type "0"); anything
+  // else is a fault of the process ("1").
+  const char* type = current_->kind() == v1::JOB_COMMAND_RETRY_STEP ? "0" : "1";
+  for (uint32_t r : ranks) {
+    auto* f = s->add_faultranks();
+    f->set_rankid(std::to_string(r));
+    f->set_faulttype(type);
+  }
+}
+
+TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) {
+  TaskdOutput out;
+  if (current_ && current_->id() == command.id()) {
+    // A resend: repeat what is awaited (same uuid), or go on from here.
+    if (phase_ == Phase::kAwaitStop || phase_ == Phase::kAwaitStrategy || phase_ == Phase::kAwaitStatus) {
+      out.signals.push_back(last_);
+      return out;
+    }
+    return Advance();
+  }
+  current_ = command;
+  const auto& ranks = command.hit_ranks().empty() ? command.ranks() : command.hit_ranks();
+  node_ranks_ = NodeRanksOf(job, std::vector<uint32_t>(ranks.begin(), ranks.end()));
+  const v1::JobCommand kind = command.kind();
+  if (kind != v1::JOB_COMMAND_PAUSE && kind != v1::JOB_COMMAND_STOP && TargetOf(kind).empty()) {
+    out.ack = Done(false, "TaskD cannot " + std::string(v1::JobCommand_Name(kind)) +
+                              ": the Recover protocol has no checkpoint-and-continue");
+    return out;
+  }
+  if (std::string_view target = TargetOf(kind); !target.empty() && !Allows(target)) {
+    out.ack = Done(false, "job " + job_id_ + "'s recover-strategy (" + Joined(strategies_) + ") does not list " +
+                              std::string(target));
+    return out;
+  }
+  return Advance();
+}
+
+TaskdOutput TaskdJob::Advance() {
+  TaskdOutput out;
+  if (!current_) return out;
+  const std::string_view target = TargetOf(current_->kind());
+  switch (phase_) {
+    case Phase::kIdle: {
+      last_ = Signal("stopTrain", "stop");
+      last_.add_actions("stop_train");
+      AddFaultRanks(&last_);
+      out.signals.push_back(last_);
+      phase_ = Phase::kAwaitStop;
+      return out;
+    }
+    case Phase::kStopped: {
+      if (target.empty()) {
+        out.ack = Done(true, "TaskD stopped the training");
+        return out;
+      }
+      last_ = Signal("globalFault", "global-fault");
+      last_.add_actions("on_global_rank");
+      if (target == kStrategyRecoverInPlace) {
+        last_.add_actions("fault_nodes_restart");
+      } else if (target != kStrategyRetry) {
+        last_.add_actions("fault_nodes_exit");
+      }
+      AddFaultRanks(&last_);
+      for (const auto& n : node_ranks_) last_.add_noderankids(n);
+      out.signals.push_back(last_);
+      phase_ = Phase::kAwaitStrategy;
+      return out;
+    }
+    case Phase::kChoosing: {
+      if (target.empty()) {
+        out.ack = Done(true, "TaskD's training is stopped");
+        return out;
+      }
+      if (!Contains(offered_, target)) {
+        out.ack = Done(false, "TaskD offered " + (offered_.empty() ? std::string("no strategy") : Joined(offered_)) +
+                                  ", not " + std::string(target));
+        return out;
+      }
+      last_ = Signal("changeStrategy", "change-strategy/" + std::string(target));
+      last_.add_actions("change_strategy");
+      last_.set_changestrategy(std::string(target));
+      AddFaultRanks(&last_);
+      for (const auto& n : node_ranks_) last_.add_noderankids(n);
+      if (target == kStrategyElastic) last_.set_extraparams(R"({"scale-in-strategy":"DP"})");
+      out.signals.push_back(last_);
+      phase_ = Phase::kAwaitStatus;
+      return out;
+    }
+    case Phase::kAwaitStop:
+    case Phase::kAwaitStrategy:
+    case Phase::kAwaitStatus:
+      // The answer to what is awaited moves the new command on.
+      return out;
+  }
+  return out;
+}
+
+TaskdOutput TaskdJob::OnStopComplete(const ::StopCompleteRequest& req) {
+  TaskdOutput out;
+  if (phase_ != Phase::kAwaitStop) {
+    out.info = "no stop awaited (" + std::string(PhaseName(phase_)) + "): ignored";
+    return out;
+  }
+  if (req.status().code() != kRecoverOk) {
+    phase_ = Phase::kIdle;
+    if (current_) {
+      out.ack = Done(false, "TaskD could not stop the training: code " + std::to_string(req.status().code()) +
+                                (req.status().info().empty() ? "" : ", " + req.status().info()));
+    }
+    return out;
+  }
+  phase_ = Phase::kStopped;
+  return Advance();
+}
+
+TaskdOutput TaskdJob::OnRecoverStrategy(const ::RecoverStrategyRequest& req) {
+  TaskdOutput out;
+  if (phase_ != Phase::kAwaitStrategy) {
+    out.info = "no strategy list awaited (" + std::string(PhaseName(phase_)) + "): ignored";
+    return out;
+  }
+  offered_.assign(req.strategies().begin(), req.strategies().end());
+  phase_ = Phase::kChoosing;
+  return Advance();
+}
+
+TaskdOutput TaskdJob::OnRecoverStatus(const ::RecoverStatusRequest& req) {
+  TaskdOutput out;
+  if (phase_ != Phase::kAwaitStatus) {
+    out.info = "no recovery status awaited (" + std::string(PhaseName(phase_)) + "): ignored";
+    return out;
+  }
+  const std::string strategy = last_.changestrategy();
+  const bool ok = req.status().code() == kRecoverOk;
+  out.process_recover_status = strategy + (ok ? "-success" : "-failed");
+  // Whose changeStrategy this answers: a command the coordinator gave up on
+  // (it timed out, a newer one is current) is not acked for.
+  const bool answers_current = current_ && last_.uuid().rfind(current_->id() + "/", 0) == 0;
+  phase_ = ok ? Phase::kIdle : Phase::kChoosing;
+  if (!answers_current) {
+    TaskdOutput next = Advance();
+    next.process_recover_status = out.process_recover_status;
+    return next;
+  }
+  if (ok) {
+    out.ack = Done(true, "TaskD recovered the job with " + strategy);
+  } else {
+    out.ack = Done(false, "TaskD's " + strategy + " failed: code " + std::to_string(req.status().code()) +
+                              (req.status().info().empty() ? "" : ", " + req.status().info()));
+  }
+  return out;
+}
+
+TaskdOutput TaskdJob::Restart() {
+  phase_ = Phase::kIdle;
+  offered_.clear();
+  return Advance();
+}
+
+}  // namespace clusterd::mindcluster

@@ -1,0 +1,175 @@
+// TaskD's Recover protocol (docs/mindcluster.md, "TaskD's Recover service")
+// over ClusterD's own recovery model. TaskD, MindCluster's agent inside the
+// training containers, asks ClusterD for process-level recovery: ClusterD
+// sends it signals (stopTrain, globalFault, changeStrategy), TaskD reports
+// back (ReportStopComplete, ReportRecoverStrategy, ReportRecoverStatus).
+//
+// ClusterD's coordinator decides and stores the recovery (which rung, which
+// ranks, each step stored before it runs, escalation on failure or timeout);
+// for a job whose agent is TaskD, each agent command of a step becomes the
+// exchange below, and its outcome is the step's ack. One recovery model
+// serves both kinds of agent (JobService.Attach and TaskD).
+//
+//   command (rung)                 TaskD exchange               ack
+//   RETRY_STEP (STEP_RETRY)        stopTrain -> globalFault ->  TaskD's status
+//                                  changeStrategy "retry"       for the strategy
+//   RESTART_PROCESSES              ... changeStrategy "recover-in-place"
+//     (PROCESS_RESTART)            (globalFault: fault_nodes_restart)
+//   RESUME (POD_RESCHEDULE)        ... changeStrategy "recover"
+//                                  (globalFault: fault_nodes_exit)
+//   SCALE_IN                       ... changeStrategy "elastic-training"
+//   PAUSE, STOP                    stopTrain                    stop complete
+//   CHECKPOINT                     none: TaskD has no checkpoint-and-continue (fails)
+//
+// A stage already done is not repeated: after a PAUSE stopped the job, the
+// RESUME of the same recovery starts at globalFault; after a failed
+// strategy (TaskD waits for another changeStrategy, as in the reference's
+// state machine), the escalated rung's command sends only its
+// changeStrategy. A strategy the job's recover-strategy does not list, or
+// that TaskD did not offer, fails the command at once: the coordinator
+// escalates to the next rung, as the reference falls back.
+//
+// Pure: no gRPC, no clock, no threads; the adapter (grpc/recover_service.h)
+// serializes calls and delivers what they return.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "clusterd/v1/job.pb.h"
+#include "clusterd/v1/types.pb.h"
+#include "mindcluster/recover.pb.h"
+
+namespace clusterd::mindcluster {
+
+// Status codes of the reference server (Status.code; the gRPC status stays
+// OK).
+inline constexpr int32_t kRecoverOk = 0;
+inline constexpr int32_t kRecoverNotRegistered = 400;
+inline constexpr int32_t kRecoverUnknownJob = 402;
+inline constexpr int32_t kRecoverNotEnabled = 403;
+inline constexpr int32_t kRecoverProcessNotReady = 404;     // TaskD -> ClusterD
+inline constexpr int32_t kRecoverRetryRecoverable = 405;    // TaskD -> ClusterD
+inline constexpr int32_t kRecoverRetryUnrecoverable = 406;  // TaskD -> ClusterD
+inline constexpr int32_t kRecoverInitFirst = 408;
+inline constexpr int32_t kRecoverClientError = 499;  // also: not supported here
+inline constexpr int32_t kRecoverTooManyJobs = 500;
+inline constexpr int32_t kRecoverInternal = 599;
+
+// What discovery copies from a job's PodGroup (labels, else annotations; the
+// PodGroup carries the AscendJob's) into the ClusterD job's labels. A job
+// made through JobService.CreateJob opts in with the same labels.
+inline constexpr std::string_view kLabelRecoverStrategy = "mindcluster/recover-strategy";
+inline constexpr std::string_view kLabelFaultScheduling = "mindcluster/fault-scheduling";
+inline constexpr std::string_view kLabelPodRescheduling = "mindcluster/pod-rescheduling";
+inline constexpr std::string_view kLabelProcessRecoverEnable = "mindcluster/process-recover-enable";
+// The PodGroup/AscendJob keys they come from.
+inline constexpr std::string_view kKeyRecoverStrategy = "recover-strategy";
+inline constexpr std::string_view kKeyFaultScheduling = "fault-scheduling";
+inline constexpr std::string_view kKeyPodRescheduling = "pod-rescheduling";
+inline constexpr std::string_view kKeyProcessRecoverEnable = "process-recover-enable";
+
+// The strategy names of the protocol.
+inline constexpr std::string_view kStrategyRetry = "retry";
+inline constexpr std::string_view kStrategyRecoverInPlace = "recover-in-place";
+inline constexpr std::string_view kStrategyRecover = "recover";
+inline constexpr std::string_view kStrategyElastic = "elastic-training";
+inline constexpr std::string_view kStrategyDump = "dump";
+inline constexpr std::string_view kStrategyExit = "exit";
+
+// Init's verdict for a job: code kRecoverOk with the job's strategies in the
+// reference's order (the recover-strategy entries among retry,
+// recover-in-place, recover, elastic-training, dump, exit; then
+// job-rescheduling when fault-scheduling is grace or force; pod-rescheduling
+// when pod-rescheduling is on; exit always, once), or kRecoverNotEnabled when
+// process-recover-enable is neither on nor pause (ascend-operator sets it on
+// for a job with recover-strategy).
+struct RecoverOptIn {
+  int32_t code = kRecoverOk;
+  std::string info;
+  std::vector<std::string> strategies;
+};
+RecoverOptIn JobRecoverStrategies(const v1::Job& job);
+
+// The pod ranks ("node ranks") of a job's nodes that hold any of `ranks`, as
+// TaskD names pods: a node's pod rank is its lowest device rank divided by
+// the ranks it holds (the device plugin numbers a pod's chips pod rank x n +
+// i). Sorted, unique.
+std::vector<std::string> NodeRanksOf(const v1::Job& job, const std::vector<uint32_t>& ranks);
+
+// The coordinator's answer for one command.
+struct TaskdAck {
+  std::string command_id;
+  bool success = false;
+  std::string message;
+};
+
+// What one input produces: signals for TaskD (in order), at most one ack for
+// the coordinator, the reply to a report, and the PodGroup's
+// ProcessRecoverStatus when it changes ("retry-success", "recover-failed", ...).
+struct TaskdOutput {
+  std::vector<::ProcessManageSignal> signals;
+  std::optional<TaskdAck> ack;
+  int32_t code = kRecoverOk;
+  std::string info;
+  std::string process_recover_status;
+};
+
+// One job's side of the protocol. Not thread-safe: the adapter serializes.
+class TaskdJob {
+ public:
+  enum class Phase {
+    kIdle,           // nothing asked of TaskD
+    kAwaitStop,      // stopTrain sent, waiting for ReportStopComplete
+    kStopped,        // training stopped, nothing more asked yet
+    kAwaitStrategy,  // globalFault sent, waiting for ReportRecoverStrategy
+    kChoosing,       // TaskD offered its strategies, waiting for a changeStrategy
+    kAwaitStatus,    // changeStrategy sent, waiting for ReportRecoverStatus
+  };
+
+  TaskdJob(std::string job_id, std::vector<std::string> strategies);
+
+  // A command of the coordinator for this job, with the job as stored. The
+  // same command again (a resend: the agent reattached, ClusterD restarted)
+  // repeats the signal it waits on, with the same uuid.
+  TaskdOutput OnCommand(const v1::Command& command, const v1::Job& job);
+  TaskdOutput OnStopComplete(const ::StopCompleteRequest& req);
+  TaskdOutput OnRecoverStrategy(const ::RecoverStrategyRequest& req);
+  TaskdOutput OnRecoverStatus(const ::RecoverStatusRequest& req);
+  // TaskD subscribed again (or its stream ended): its own state machine
+  // starts over, as the reference's does. The command in flight, if any,
+  // starts over from its first signal.
+  TaskdOutput Restart();
+
+  Phase phase() const { return phase_; }
+  static std::string_view PhaseName(Phase p);
+  const std::string& job_id() const { return job_id_; }
+  const std::vector<std::string>& strategies() const { return strategies_; }
+  // The strategies TaskD offered last (ReportRecoverStrategy).
+  const std::vector<std::string>& offered() const { return offered_; }
+  // The command being carried out, if any.
+  const std::optional<v1::Command>& current() const { return current_; }
+
+ private:
+  // The strategy a command asks TaskD for; empty for PAUSE/STOP (stop only).
+  static std::string_view TargetOf(v1::JobCommand kind);
+  bool Allows(std::string_view strategy) const;
+  // Moves the current command on from the phase it is in.
+  TaskdOutput Advance();
+  ::ProcessManageSignal Signal(std::string_view type, std::string_view stage) const;
+  void AddFaultRanks(::ProcessManageSignal* s) const;
+  TaskdAck Done(bool success, std::string message);
+
+  std::string job_id_;
+  std::vector<std::string> strategies_;
+  std::vector<std::string> offered_;
+  std::vector<std::string> node_ranks_;  // of the current command's hit ranks
+  Phase phase_ = Phase::kIdle;
+  std::optional<v1::Command> current_;
+  ::ProcessManageSignal last_;  // the signal an answer is awaited for
+};
+
+}  // namespace clusterd::mindcluster

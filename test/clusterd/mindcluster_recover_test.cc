@@ -1,0 +1,254 @@
+// MindCluster's Recover service on an in-process ClusterD (port 0), through
+// real gRPC stubs of the reference's proto, as an independent TaskD would use
+// it: the status codes of Init/Register/HealthCheck/Subscribe, then a chip
+// fault that ClusterD decides to retry, carried out as stopTrain ->
+// globalFault -> changeStrategy with TaskD's reports as the step's answer,
+// and the recovery SUCCEEDED in ClusterD's own API.
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "clusterd/mindcluster/taskd.h"
+#include "clusterd/v1/cluster.grpc.pb.h"
+#include "clusterd/v1/job.grpc.pb.h"
+#include "mindcluster/recover.grpc.pb.h"
+#include "test/support/grpc/agent_client.h"
+#include "test/support/http_get.h"
+#include "test/support/server/server_fixture.h"
+#include "test/support/wait.h"
+
+namespace clusterd {
+namespace {
+
+namespace mc = mindcluster;
+using testing::TestAgent;
+using testing::WaitFor;
+
+constexpr auto kTaskdDeadline = std::chrono::seconds(30);
+constexpr char kTaskdJob[] = "5d2c9a10-ascendjob-uid";
+constexpr char kRestartRequest[] = "80BB8000";  // RESTART_REQUEST in the catalog: a step retry
+
+::ClientInfo TaskdClient(const std::string& job) {
+  ::ClientInfo c;
+  c.set_jobid(job);
+  c.set_role("taskd");
+  return c;
+}
+
+// A SubscribeProcessManageSignal stream read on a thread of its own.
+class SignalReader {
+ public:
+  SignalReader(::Recover::Stub* stub, const std::string& job) {
+    reader_ = stub->SubscribeProcessManageSignal(&ctx_, TaskdClient(job));
+    thread_ = std::thread([this] {
+      ::ProcessManageSignal msg;
+      while (reader_->Read(&msg)) {
+        std::lock_guard lock(mu_);
+        if (msg.signaltype() != "keep-alive") signals_.push_back(msg);
+        cv_.notify_all();
+      }
+      grpc::Status st = reader_->Finish();
+      std::lock_guard lock(mu_);
+      status_ = std::move(st);
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~SignalReader() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  // The n-th signal (0-based) once it came; an empty one on timeout.
+  ::ProcessManageSignal Wait(size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, kTaskdDeadline, [&] { return signals_.size() > n || done_; });
+    return signals_.size() > n ? signals_[n] : ::ProcessManageSignal();
+  }
+  grpc::Status WaitEnd() {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, kTaskdDeadline, [&] { return done_; })) {
+      return grpc::Status(grpc::StatusCode::UNKNOWN, "stream did not end in time");
+    }
+    return status_;
+  }
+  size_t count() {
+    std::lock_guard lock(mu_);
+    return signals_.size();
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<::ProcessManageSignal>> reader_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<::ProcessManageSignal> signals_;
+  grpc::Status status_;
+  bool done_ = false;
+};
+
+class MindClusterRecoverTest : public testing::ClusterdServerTest {
+ protected:
+  void SetUp() override { StartServer(); }
+  void OnServerStarted() override {
+    recover_ = ::Recover::NewStub(channel_);
+    jobs_ = v1::JobService::NewStub(channel_);
+    cluster_ = v1::ClusterService::NewStub(channel_);
+  }
+
+  // A training job of two ranks on worker01's chips 0 and 1.
+  void CreateJob(const std::string& id, std::map<std::string, std::string> labels) {
+    v1::CreateJobRequest req;
+    v1::Job* job = req.mutable_job();
+    job->set_id(id);
+    job->set_kind(v1::JOB_KIND_TRAINING);
+    job->mutable_policy()->mutable_hold_down()->set_seconds(0);
+    for (uint32_t d = 0; d < 2; ++d) {
+      auto* p = job->add_placement();
+      p->set_rank(d);
+      p->set_node("worker01");
+      p->set_device_id(d);
+    }
+    for (auto& [k, v] : labels) (*job->mutable_labels())[k] = v;
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    grpc::Status st = jobs_->CreateJob(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  void CreateOptedInJob() {
+    CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
+                          {std::string(mc::kLabelRecoverStrategy), "retry,recover"}});
+  }
+
+  template <typename Call, typename Request>
+  ::Status Unary(Call call, const Request& req) {
+    grpc::ClientContext ctx;
+    ::Status resp;
+    grpc::Status st = ((*recover_).*call)(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp;
+  }
+  int32_t Init(const std::string& job) { return Unary(&::Recover::Stub::Init, TaskdClient(job)).code(); }
+  int32_t Register(const std::string& job) { return Unary(&::Recover::Stub::Register, TaskdClient(job)).code(); }
+  int32_t HealthCheck(const std::string& job) { return Unary(&::Recover::Stub::HealthCheck, TaskdClient(job)).code(); }
+
+  // The job's recoveries, newest first.
+  std::vector<v1::Recovery> Recoveries() {
+    v1::ListRecoveriesRequest req;
+    req.set_job(kTaskdJob);
+    grpc::ClientContext ctx;
+    v1::ListRecoveriesResponse resp;
+    grpc::Status st = cluster_->ListRecoveries(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return {resp.recoveries().begin(), resp.recoveries().end()};
+  }
+
+  std::unique_ptr<::Recover::Stub> recover_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+};
+
+TEST_F(MindClusterRecoverTest, CodesBeforeAndAfterInitAndRegister) {
+  EXPECT_EQ(Init("no-such-job"), mc::kRecoverUnknownJob);
+  CreateJob("not-opted-in", {});
+  EXPECT_EQ(Init("not-opted-in"), mc::kRecoverNotEnabled);
+  CreateOptedInJob();
+  EXPECT_EQ(Register(kTaskdJob), mc::kRecoverInitFirst);
+  EXPECT_EQ(HealthCheck(kTaskdJob), mc::kRecoverNotRegistered);
+  {
+    SignalReader early(recover_.get(), kTaskdJob);
+    EXPECT_EQ(early.WaitEnd().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  EXPECT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  EXPECT_EQ(Init(kTaskdJob), mc::kRecoverOk);  // idempotent
+  EXPECT_EQ(HealthCheck(kTaskdJob), mc::kRecoverNotRegistered);
+  EXPECT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  EXPECT_EQ(HealthCheck(kTaskdJob), mc::kRecoverOk);
+  // A report for a job nobody registered.
+  ::StopCompleteRequest stray;
+  stray.set_jobid("not-opted-in");
+  EXPECT_EQ(Unary(&::Recover::Stub::ReportStopComplete, stray).code(), mc::kRecoverNotRegistered);
+  // Bad input: a clear code, nothing changes.
+  EXPECT_EQ(Init(""), mc::kRecoverClientError);
+  EXPECT_EQ(Init(std::string(300, 'x')), mc::kRecoverClientError);
+  EXPECT_EQ(Init("has space"), mc::kRecoverClientError);
+}
+
+TEST_F(MindClusterRecoverTest, TheFlowsClusterdDoesNotServeAnswerNotSupported) {
+  CreateOptedInJob();
+  ::StressTestParam stress;
+  stress.set_jobid(kTaskdJob);
+  ::Status resp = Unary(&::Recover::Stub::StressTest, stress);
+  EXPECT_EQ(resp.code(), mc::kRecoverClientError);
+  EXPECT_NE(resp.info().find("not supported"), std::string::npos) << resp.info();
+  ::SwitchNics nics;
+  nics.set_jobid(kTaskdJob);
+  EXPECT_EQ(Unary(&::Recover::Stub::SwitchNicTrack, nics).code(), mc::kRecoverClientError);
+  // Their streams stay open (TaskD would resubscribe in a loop otherwise).
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+  auto reader = recover_->SubscribeNotifySwitch(&ctx, TaskdClient(kTaskdJob));
+  ::SwitchRankList msg;
+  EXPECT_FALSE(reader->Read(&msg));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {
+  TestAgent agent(channel_, "worker01", 2);
+  ASSERT_TRUE(agent.Connect());
+  CreateOptedInJob();
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  SignalReader taskd(recover_.get(), kTaskdJob);
+  // Subscribed: TaskD is the job's recovery agent.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto res = testing::HttpGet(server_->http_port(), "/metrics");
+        return res.status == 200 && testing::MetricValue(res.body, "clusterd_job_agents") == 1;
+      },
+      kTaskdDeadline));
+
+  ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
+  const ::ProcessManageSignal stop = taskd.Wait(0);
+  ASSERT_EQ(stop.signaltype(), "stopTrain");
+  EXPECT_EQ(stop.jobid(), kTaskdJob);
+  ASSERT_EQ(stop.faultranks_size(), 1);
+  EXPECT_EQ(stop.faultranks(0).rankid(), "1");
+
+  ::StopCompleteRequest stopped;
+  stopped.set_jobid(kTaskdJob);
+  EXPECT_EQ(Unary(&::Recover::Stub::ReportStopComplete, stopped).code(), mc::kRecoverOk);
+  const ::ProcessManageSignal global = taskd.Wait(1);
+  ASSERT_EQ(global.signaltype(), "globalFault");
+
+  ::RecoverStrategyRequest offer;
+  offer.set_jobid(kTaskdJob);
+  offer.add_strategies("retry");
+  offer.add_strategies("recover");
+  EXPECT_EQ(Unary(&::Recover::Stub::ReportRecoverStrategy, offer).code(), mc::kRecoverOk);
+  const ::ProcessManageSignal change = taskd.Wait(2);
+  ASSERT_EQ(change.signaltype(), "changeStrategy");
+  EXPECT_EQ(change.changestrategy(), "retry");
+
+  ::RecoverStatusRequest status;
+  status.set_jobid(kTaskdJob);
+  status.set_strategy("retry");
+  EXPECT_EQ(Unary(&::Recover::Stub::ReportRecoverStatus, status).code(), mc::kRecoverOk);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rs = Recoveries();
+        return !rs.empty() && rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
+      },
+      kTaskdDeadline));
+  const v1::Recovery r = Recoveries().front();
+  EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
+  ASSERT_GE(r.steps_size(), 1);
+  EXPECT_NE(r.steps(0).message().find("TaskD recovered the job with retry"), std::string::npos) << r.steps(0).message();
+  EXPECT_EQ(taskd.count(), 3u);  // nothing sent twice
+}
+
+}  // namespace
+}  // namespace clusterd

@@ -1,0 +1,307 @@
+// TaskD's Recover protocol over ClusterD's commands (mindcluster/taskd.h),
+// pure: the exact signals, in order, for each path of the reference's state
+// machine that ClusterD's rungs take, and the acks they end in.
+#include "clusterd/mindcluster/taskd.h"
+
+#include <gtest/gtest.h>
+
+#include "clusterd/k8s/discovery.h"
+
+namespace clusterd::mindcluster {
+namespace {
+
+v1::Job TrainingJob(std::map<std::string, std::string> labels) {
+  v1::Job job;
+  job.set_id("4f6c1b7e-uid");
+  job.set_kind(v1::JOB_KIND_TRAINING);
+  // Two pods of 4 chips: pod rank 0 on worker01 (ranks 0-3), 1 on worker02 (4-7).
+  for (uint32_t r = 0; r < 8; ++r) {
+    auto* p = job.add_placement();
+    p->set_rank(r);
+    p->set_node(r < 4 ? "worker01" : "worker02");
+    p->set_device_id(r % 4);
+  }
+  for (auto& [k, v] : labels) (*job.mutable_labels())[k] = v;
+  return job;
+}
+
+v1::Job OptedIn(const std::string& strategies) {
+  return TrainingJob(
+      {{std::string(kLabelProcessRecoverEnable), "on"}, {std::string(kLabelRecoverStrategy), strategies}});
+}
+
+v1::Command Cmd(const std::string& id, v1::JobCommand kind, std::vector<uint32_t> ranks,
+                std::vector<uint32_t> hit = {}) {
+  v1::Command c;
+  c.set_id(id);
+  c.set_recovery_id(id.substr(0, id.find('/')));
+  c.set_kind(kind);
+  for (uint32_t r : ranks) c.add_ranks(r);
+  for (uint32_t r : hit) c.add_hit_ranks(r);
+  return c;
+}
+
+::StopCompleteRequest StopDone(int32_t code = kRecoverOk) {
+  ::StopCompleteRequest r;
+  r.set_jobid("4f6c1b7e-uid");
+  r.mutable_status()->set_code(code);
+  return r;
+}
+
+::RecoverStrategyRequest Offer(std::vector<std::string> strategies) {
+  ::RecoverStrategyRequest r;
+  r.set_jobid("4f6c1b7e-uid");
+  for (auto& s : strategies) r.add_strategies(s);
+  return r;
+}
+
+::RecoverStatusRequest Result(int32_t code, const std::string& strategy) {
+  ::RecoverStatusRequest r;
+  r.set_jobid("4f6c1b7e-uid");
+  r.mutable_status()->set_code(code);
+  r.set_strategy(strategy);
+  return r;
+}
+
+std::vector<std::string> Actions(const ::ProcessManageSignal& s) { return {s.actions().begin(), s.actions().end()}; }
+
+std::vector<std::string> Ranks(const ::ProcessManageSignal& s) {
+  std::vector<std::string> out;
+  for (const auto& f : s.faultranks()) out.push_back(f.rankid() + ":" + f.faulttype());
+  return out;
+}
+
+// The one signal of an output (and no ack).
+::ProcessManageSignal OnlySignal(const TaskdOutput& out) {
+  EXPECT_EQ(out.signals.size(), 1u);
+  EXPECT_FALSE(out.ack.has_value());
+  return out.signals.empty() ? ::ProcessManageSignal() : out.signals.front();
+}
+
+TEST(TaskdStrategies, OptInAndTheReferenceOrder) {
+  EXPECT_EQ(JobRecoverStrategies(TrainingJob({})).code, kRecoverNotEnabled);
+  EXPECT_EQ(JobRecoverStrategies(TrainingJob({{std::string(kLabelProcessRecoverEnable), "off"}})).code,
+            kRecoverNotEnabled);
+  auto opt = JobRecoverStrategies(OptedIn(" recover , retry,unknown,dump"));
+  EXPECT_EQ(opt.code, kRecoverOk);
+  EXPECT_EQ(opt.strategies, (std::vector<std::string>{"retry", "recover", "dump", "exit"}));
+  auto all = JobRecoverStrategies(TrainingJob({{std::string(kLabelProcessRecoverEnable), "pause"},
+                                               {std::string(kLabelRecoverStrategy), "exit,recover-in-place"},
+                                               {std::string(kLabelFaultScheduling), "grace"},
+                                               {std::string(kLabelPodRescheduling), "on"}}));
+  EXPECT_EQ(all.code, kRecoverOk);
+  EXPECT_EQ(all.strategies,
+            (std::vector<std::string>{"recover-in-place", "exit", "job-rescheduling", "pod-rescheduling"}));
+}
+
+TEST(TaskdStrategies, DiscoveryCopiesThePodGroupKeysUnderTheLabelsTaskdReads) {
+  const std::string prefix(k8s::kMindClusterLabelPrefix);
+  EXPECT_EQ(prefix + std::string(k8s::kMindClusterRecoveryKeys[0]), kLabelRecoverStrategy);
+  EXPECT_EQ(prefix + std::string(k8s::kMindClusterRecoveryKeys[1]), kLabelFaultScheduling);
+  EXPECT_EQ(prefix + std::string(k8s::kMindClusterRecoveryKeys[2]), kLabelPodRescheduling);
+  EXPECT_EQ(prefix + std::string(k8s::kMindClusterRecoveryKeys[3]), kLabelProcessRecoverEnable);
+}
+
+TEST(TaskdStrategies, NodeRanksArePodRanks) {
+  const v1::Job job = OptedIn("retry");
+  EXPECT_EQ(NodeRanksOf(job, {5}), (std::vector<std::string>{"1"}));
+  EXPECT_EQ(NodeRanksOf(job, {7, 1, 2, 99}), (std::vector<std::string>{"0", "1"}));
+  EXPECT_TRUE(NodeRanksOf(job, {}).empty());
+}
+
+TEST(TaskdJobTest, StepRetrySucceeds) {
+  const v1::Job job = OptedIn("retry,recover");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+
+  const auto stop = OnlySignal(t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {5}, {5}), job));
+  EXPECT_EQ(stop.signaltype(), "stopTrain");
+  EXPECT_EQ(stop.jobid(), job.id());
+  EXPECT_EQ(stop.uuid(), "r.1/0/stop");
+  EXPECT_EQ(Actions(stop), (std::vector<std::string>{"stop_train"}));
+  EXPECT_EQ(Ranks(stop), (std::vector<std::string>{"5:0"}));  // a UCE: type "0"
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStop);
+
+  const auto global = OnlySignal(t.OnStopComplete(StopDone()));
+  EXPECT_EQ(global.signaltype(), "globalFault");
+  EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank"}));
+  EXPECT_EQ(std::vector<std::string>(global.noderankids().begin(), global.noderankids().end()),
+            (std::vector<std::string>{"1"}));
+
+  const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"retry", "recover", "dump"})));
+  EXPECT_EQ(change.signaltype(), "changeStrategy");
+  EXPECT_EQ(change.changestrategy(), "retry");
+  EXPECT_EQ(Actions(change), (std::vector<std::string>{"change_strategy"}));
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStatus);
+
+  auto done = t.OnRecoverStatus(Result(kRecoverOk, "retry"));
+  ASSERT_TRUE(done.ack.has_value());
+  EXPECT_EQ(done.ack->command_id, "r.1/0");
+  EXPECT_TRUE(done.ack->success) << done.ack->message;
+  EXPECT_EQ(done.process_recover_status, "retry-success");
+  EXPECT_TRUE(done.signals.empty());
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kIdle);
+  EXPECT_FALSE(t.current().has_value());
+}
+
+TEST(TaskdJobTest, FailedRetryFallsBackToTheEscalatedRungWithOnlyItsChangeStrategy) {
+  const v1::Job job = OptedIn("retry,recover-in-place,recover");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {2}, {2}), job);
+  t.OnStopComplete(StopDone());
+  t.OnRecoverStrategy(Offer({"retry", "recover-in-place"}));
+  auto failed = t.OnRecoverStatus(Result(kRecoverRetryRecoverable, "retry"));
+  ASSERT_TRUE(failed.ack.has_value());
+  EXPECT_FALSE(failed.ack->success);
+  EXPECT_NE(failed.ack->message.find("405"), std::string::npos) << failed.ack->message;
+  EXPECT_EQ(failed.process_recover_status, "retry-failed");
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kChoosing);
+
+  // The coordinator escalates to PROCESS_RESTART: TaskD still waits for a
+  // strategy, so only the changeStrategy goes out.
+  const auto change = OnlySignal(t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2}), job));
+  EXPECT_EQ(change.signaltype(), "changeStrategy");
+  EXPECT_EQ(change.changestrategy(), "recover-in-place");
+  EXPECT_EQ(Ranks(change), (std::vector<std::string>{"2:1"}));
+  auto done = t.OnRecoverStatus(Result(kRecoverOk, "recover-in-place"));
+  ASSERT_TRUE(done.ack.has_value());
+  EXPECT_EQ(done.ack->command_id, "r.1/1");
+  EXPECT_TRUE(done.ack->success);
+  EXPECT_EQ(done.process_recover_status, "recover-in-place-success");
+}
+
+TEST(TaskdJobTest, AStrategyTheJobOrTaskdDoesNotOfferFailsAtOnce) {
+  const v1::Job job = OptedIn("recover");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  auto refused = t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {0}, {0}), job);
+  EXPECT_TRUE(refused.signals.empty());
+  ASSERT_TRUE(refused.ack.has_value());
+  EXPECT_FALSE(refused.ack->success);
+  EXPECT_NE(refused.ack->message.find("does not list retry"), std::string::npos) << refused.ack->message;
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kIdle);
+
+  // The job lists recover, TaskD does not offer it.
+  t.OnCommand(Cmd("r.2/0", v1::JOB_COMMAND_RESUME, {0}, {0}), job);
+  t.OnStopComplete(StopDone());
+  auto not_offered = t.OnRecoverStrategy(Offer({"dump"}));
+  EXPECT_TRUE(not_offered.signals.empty());
+  ASSERT_TRUE(not_offered.ack.has_value());
+  EXPECT_FALSE(not_offered.ack->success);
+  EXPECT_NE(not_offered.ack->message.find("TaskD offered dump, not recover"), std::string::npos);
+
+  auto checkpoint = t.OnCommand(Cmd("r.3/0", v1::JOB_COMMAND_CHECKPOINT, {0, 1}), job);
+  ASSERT_TRUE(checkpoint.ack.has_value());
+  EXPECT_FALSE(checkpoint.ack->success);
+}
+
+TEST(TaskdJobTest, PodRescheduleStopsFirstThenRecoversTheMovedRanks) {
+  const v1::Job job = OptedIn("recover");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  // PAUSE of every rank, about the hit rank 6.
+  const auto stop = OnlySignal(t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}), job));
+  EXPECT_EQ(stop.signaltype(), "stopTrain");
+  EXPECT_EQ(Ranks(stop), (std::vector<std::string>{"6:1"}));
+  auto paused = t.OnStopComplete(StopDone());
+  ASSERT_TRUE(paused.ack.has_value());
+  EXPECT_TRUE(paused.ack->success);
+  EXPECT_EQ(paused.ack->command_id, "r.1/0");
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kStopped);
+
+  // (isolation and the pods' rescheduling are the actuator's steps)
+  const auto global = OnlySignal(t.OnCommand(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), job));
+  EXPECT_EQ(global.signaltype(), "globalFault");
+  EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
+  EXPECT_EQ(std::vector<std::string>(global.noderankids().begin(), global.noderankids().end()),
+            (std::vector<std::string>{"1"}));
+  const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"recover", "dump", "exit"})));
+  EXPECT_EQ(change.changestrategy(), "recover");
+  auto done = t.OnRecoverStatus(Result(kRecoverOk, "recover"));
+  ASSERT_TRUE(done.ack.has_value());
+  EXPECT_TRUE(done.ack->success);
+  EXPECT_EQ(done.ack->command_id, "r.1/3");
+  EXPECT_EQ(done.process_recover_status, "recover-success");
+}
+
+TEST(TaskdJobTest, InPlaceRestartAsksTheFaultNodesToRestart) {
+  const v1::Job job = OptedIn("recover-in-place");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RESTART_PROCESSES, {1}, {1}), job);
+  const auto global = OnlySignal(t.OnStopComplete(StopDone()));
+  EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank", "fault_nodes_restart"}));
+}
+
+TEST(TaskdJobTest, ScaleInAsksForElasticTraining) {
+  const v1::Job job = OptedIn("elastic-training");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_SCALE_IN, {4, 5, 6, 7}, {5}), job);
+  t.OnStopComplete(StopDone());
+  const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"elastic-training"})));
+  EXPECT_EQ(change.changestrategy(), "elastic-training");
+  EXPECT_EQ(change.extraparams(), R"({"scale-in-strategy":"DP"})");
+}
+
+TEST(TaskdJobTest, AResentCommandRepeatsTheAwaitedSignalAndARestartStartsOver) {
+  const v1::Job job = OptedIn("retry");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  const v1::Command c = Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {3}, {3});
+  const ::ProcessManageSignal first = OnlySignal(t.OnCommand(c, job));
+  const auto again = OnlySignal(t.OnCommand(c, job));
+  EXPECT_EQ(again.uuid(), first.uuid());
+  EXPECT_EQ(again.signaltype(), "stopTrain");
+  t.OnStopComplete(StopDone());
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStrategy);
+  EXPECT_EQ(OnlySignal(t.OnCommand(c, job)).signaltype(), "globalFault");
+
+  // TaskD subscribed again: its machine starts over, so does the command.
+  const auto restarted = OnlySignal(t.Restart());
+  EXPECT_EQ(restarted.signaltype(), "stopTrain");
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStop);
+}
+
+TEST(TaskdJobTest, ReportsOutOfTurnChangeNothing) {
+  const v1::Job job = OptedIn("retry");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  for (auto out : {t.OnStopComplete(StopDone()), t.OnRecoverStrategy(Offer({"retry"})),
+                   t.OnRecoverStatus(Result(kRecoverOk, "retry"))}) {
+    EXPECT_TRUE(out.signals.empty());
+    EXPECT_FALSE(out.ack.has_value());
+    EXPECT_EQ(out.code, kRecoverOk);
+    EXPECT_NE(out.info.find("ignored"), std::string::npos);
+  }
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kIdle);
+}
+
+TEST(TaskdJobTest, TaskdThatCannotStopFailsTheCommand) {
+  const v1::Job job = OptedIn("retry");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {3}, {3}), job);
+  auto out = t.OnStopComplete(StopDone(kRecoverProcessNotReady));
+  ASSERT_TRUE(out.ack.has_value());
+  EXPECT_FALSE(out.ack->success);
+  EXPECT_NE(out.ack->message.find("404"), std::string::npos);
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kIdle);
+}
+
+TEST(TaskdJobTest, AStatusForACommandGivenUpOnMovesTheNewCommandOn) {
+  const v1::Job job = OptedIn("retry,recover-in-place");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {3}, {3}), job);
+  t.OnStopComplete(StopDone());
+  t.OnRecoverStrategy(Offer({"retry", "recover-in-place"}));
+  // The retry step timed out in the coordinator; the next rung's command
+  // comes while TaskD still works on the retry.
+  auto waiting = t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_RESTART_PROCESSES, {3}, {3}), job);
+  EXPECT_TRUE(waiting.signals.empty());
+  EXPECT_FALSE(waiting.ack.has_value());
+  auto late = t.OnRecoverStatus(Result(kRecoverRetryUnrecoverable, "retry"));
+  EXPECT_FALSE(late.ack.has_value());  // no ack for the command given up on
+  ASSERT_EQ(late.signals.size(), 1u);
+  EXPECT_EQ(late.signals[0].changestrategy(), "recover-in-place");
+  EXPECT_EQ(late.process_recover_status, "retry-failed");
+  auto done = t.OnRecoverStatus(Result(kRecoverOk, "recover-in-place"));
+  ASSERT_TRUE(done.ack.has_value());
+  EXPECT_EQ(done.ack->command_id, "r.1/1");
+  EXPECT_TRUE(done.ack->success);
+}
+
+}  // namespace
+}  // namespace clusterd::mindcluster
