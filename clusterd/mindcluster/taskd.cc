@@ -5,6 +5,8 @@
 #include <set>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 namespace clusterd::mindcluster {
 namespace {
 
@@ -86,6 +88,41 @@ std::vector<std::string> NodeRanksOf(const v1::Job& job, const std::vector<uint3
   return out;
 }
 
+TaskdJobRef TaskdJobRefOf(const v1::Job& job) {
+  // Discovery's labels (clusterd/k8s/discovery.h: kLabelNamespace, kLabelName,
+  // kLabelPodGroup; the tests hold the two to the same names).
+  return {job.id(), LabelOf(job, "k8s.namespace"), LabelOf(job, "k8s.name"), LabelOf(job, "k8s.podgroup")};
+}
+
+std::string ResetConfigJson(std::string_view current, ResetOp op, const std::vector<ResetRank>& ranks, int64_t now_s) {
+  int64_t retry_time = 0, graceful_exit = 0;
+  bool restart_fault_process = false;
+  const auto doc = nlohmann::json::parse(current, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_object()) {
+    auto integer = [&](const char* key, int64_t* out) {
+      if (auto it = doc.find(key); it != doc.end() && it->is_number_integer()) *out = it->get<int64_t>();
+    };
+    integer("RetryTime", &retry_time);
+    integer("GracefulExit", &graceful_exit);
+    if (auto it = doc.find("RestartFaultProcess"); it != doc.end() && it->is_boolean()) {
+      restart_fault_process = it->get<bool>();
+    }
+  }
+  std::string list = "[";
+  if (op == ResetOp::kFaults) {
+    for (const ResetRank& r : ranks) {
+      if (list.size() > 1) list += ',';
+      list += R"({"RankId":)" + std::to_string(r.rank) + R"(,"LogicId":)" + std::to_string(r.logic_id) +
+              R"(,"Status":"fault","Policy":"","InitialPolicy":"","ErrorCode":[],"ErrorCodeHex":""})";
+    }
+  }
+  list += ']';
+  return R"({"RankList":)" + list + R"(,"UpdateTime":)" + std::to_string(now_s) + R"(,"RetryTime":)" +
+         std::to_string(retry_time) + R"(,"FaultFlushing":)" + (op == ResetOp::kFlushing ? "true" : "false") +
+         R"(,"GracefulExit":)" + std::to_string(graceful_exit) + R"(,"RestartFaultProcess":)" +
+         (restart_fault_process ? "true" : "false") + "}";
+}
+
 TaskdJob::TaskdJob(std::string job_id, std::vector<std::string> strategies)
     : job_id_(std::move(job_id)), strategies_(std::move(strategies)) {}
 
@@ -153,6 +190,12 @@ TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) 
   current_ = command;
   const auto& ranks = command.hit_ranks().empty() ? command.ranks() : command.hit_ranks();
   node_ranks_ = NodeRanksOf(job, std::vector<uint32_t>(ranks.begin(), ranks.end()));
+  fault_chips_.clear();
+  for (const auto& p : job.placement()) {
+    if (std::find(ranks.begin(), ranks.end(), p.rank()) != ranks.end()) {
+      fault_chips_.push_back({p.rank(), p.has_device_id() ? p.device_id() : 0});
+    }
+  }
   const v1::JobCommand kind = command.kind();
   if (kind != v1::JOB_COMMAND_PAUSE && kind != v1::JOB_COMMAND_STOP && TargetOf(kind).empty()) {
     out.ack = Done(false, "TaskD cannot " + std::string(v1::JobCommand_Name(kind)) +
@@ -177,6 +220,7 @@ TaskdOutput TaskdJob::Advance() {
       last_.add_actions("stop_train");
       AddFaultRanks(&last_);
       out.signals.push_back(last_);
+      out.reset = ResetOp::kFlushing;
       phase_ = Phase::kAwaitStop;
       return out;
     }
@@ -195,6 +239,8 @@ TaskdOutput TaskdJob::Advance() {
       AddFaultRanks(&last_);
       for (const auto& n : node_ranks_) last_.add_noderankids(n);
       out.signals.push_back(last_);
+      out.reset = ResetOp::kFaults;
+      out.reset_ranks = fault_chips_;
       phase_ = Phase::kAwaitStrategy;
       return out;
     }
@@ -275,6 +321,7 @@ TaskdOutput TaskdJob::OnRecoverStatus(const ::RecoverStatusRequest& req) {
     return next;
   }
   if (ok) {
+    out.reset = ResetOp::kClear;
     out.ack = Done(true, "TaskD recovered the job with " + strategy);
   } else {
     out.ack = Done(false, "TaskD's " + strategy + " failed: code " + std::to_string(req.status().code()) +

@@ -100,6 +100,43 @@ RecoverOptIn JobRecoverStrategies(const v1::Job& job);
 // i). Sorted, unique.
 std::vector<std::string> NodeRanksOf(const v1::Job& job, const std::vector<uint32_t>& ranks);
 
+// The job's Kubernetes objects, from the labels discovery sets (k8s.namespace,
+// k8s.name: the AscendJob's name, k8s.podgroup); empty for a job made through
+// the API, which has none.
+struct TaskdJobRef {
+  std::string id, ns, name, podgroup;
+  bool kubernetes() const { return !ns.empty() && !name.empty(); }
+};
+TaskdJobRef TaskdJobRefOf(const v1::Job& job);
+
+// What reset-config-<job>'s reset.json is told at each stage (the
+// reference's operations): training stopping (FaultFlushing), the fault
+// ranks (at globalFault), clear (the job recovered).
+enum class ResetOp { kNone, kFlushing, kFaults, kClear };
+struct ResetRank {
+  uint32_t rank = 0;
+  uint32_t logic_id = 0;  // the chip's device id on its node
+};
+// reset.json for `op`, over the ConfigMap's `current` one (RetryTime,
+// GracefulExit and RestartFaultProcess are kept; what does not parse counts
+// as empty): the reference's struct in Go's JSON, field order as declared:
+// {"RankList":[{"RankId","LogicId","Status":"fault","Policy","InitialPolicy",
+// "ErrorCode","ErrorCodeHex"}],"UpdateTime","RetryTime","FaultFlushing",
+// "GracefulExit","RestartFaultProcess"}. Its checkCode is Sha256Hex of it.
+std::string ResetConfigJson(std::string_view current, ResetOp op, const std::vector<ResetRank>& ranks, int64_t now_s);
+
+// Where the protocol's marks on the job's Kubernetes objects go (the
+// PodGroup's process-recover-enable label and ProcessRecoverStatus
+// annotation, reset-config-<job>): mindcluster/k8s/taskd_objects.h on
+// Kubernetes. Calls never block (they queue).
+class TaskdObjects {
+ public:
+  virtual ~TaskdObjects() = default;
+  virtual void RecoverEnabled(const TaskdJobRef& job) = 0;
+  virtual void RecoverStatus(const TaskdJobRef& job, const std::string& status) = 0;
+  virtual void ResetConfig(const TaskdJobRef& job, ResetOp op, std::vector<ResetRank> ranks) = 0;
+};
+
 // The coordinator's answer for one command.
 struct TaskdAck {
   std::string command_id;
@@ -116,6 +153,9 @@ struct TaskdOutput {
   int32_t code = kRecoverOk;
   std::string info;
   std::string process_recover_status;
+  // reset-config-<job>: what to tell it now, with the fault ranks for kFaults.
+  ResetOp reset = ResetOp::kNone;
+  std::vector<ResetRank> reset_ranks;
 };
 
 // One job's side of the protocol. Not thread-safe: the adapter serializes.
@@ -167,6 +207,7 @@ class TaskdJob {
   std::vector<std::string> strategies_;
   std::vector<std::string> offered_;
   std::vector<std::string> node_ranks_;  // of the current command's hit ranks
+  std::vector<ResetRank> fault_chips_;   // the hit ranks and their chips
   Phase phase_ = Phase::kIdle;
   std::optional<v1::Command> current_;
   ::ProcessManageSignal last_;  // the signal an answer is awaited for

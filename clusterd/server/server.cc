@@ -23,6 +23,8 @@
 #include "clusterd/mindcluster/grpc/fault_service.h"
 #include "clusterd/mindcluster/grpc/pubfault_service.h"
 #include "clusterd/mindcluster/grpc/recover_service.h"
+#include "clusterd/mindcluster/k8s/taskd_objects.h"
+#include "clusterd/k8s/context.h"
 #include "clusterd/recovery/actuators/actuator.h"
 #include "clusterd/recovery/actuators/registry.h"
 #include "clusterd/recovery/coordinator/coordinator.h"
@@ -73,6 +75,9 @@ struct ClusterdServer::Impl {
   std::unique_ptr<TokenReviewer> token_reviewer;
   std::unique_ptr<Authenticator> authenticator;
   std::unique_ptr<boost::asio::thread_pool> watch_pool;
+  // The Recover service's writes to TaskD jobs' Kubernetes objects (when an
+  // integration on Kubernetes is configured); outlives the services.
+  std::unique_ptr<TaskdKubeObjects> taskd_objects;
   struct Services {
     std::unique_ptr<AgentService> agent;
     std::unique_ptr<ClusterServiceImpl> cluster;
@@ -297,8 +302,19 @@ Status ClusterdServer::Impl::MakeServices() {
   mfo.registration_ttl = cfg.mindcluster_registration_ttl;
   services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
                                                                          &metrics, authenticator.get());
+  RecoverServiceOptions ro;
+  const auto& integrations = cfg.integrations;
+  if (std::find(integrations.begin(), integrations.end(), "kubernetes") != integrations.end() ||
+      std::find(integrations.begin(), integrations.end(), "mindcluster") != integrations.end()) {
+    auto ctx = KubernetesContext::For(cfg);
+    if (!ctx.ok()) return ctx.status();
+    // The context owns the client and outlives the writer that holds it.
+    std::shared_ptr<const k8s::ApiClient> client(*ctx, &(*ctx)->client());
+    taskd_objects = std::make_unique<TaskdKubeObjects>(std::move(client), clock, &metrics);
+    ro.objects = taskd_objects.get();
+  }
   services.recover = std::make_unique<RecoverServiceImpl>(state.get(), engine.get(), coordinator.get(), &job_agents,
-                                                          authenticator.get(), RecoverServiceOptions{}, &metrics);
+                                                          authenticator.get(), ro, &metrics);
   {
     PubFaultCodeTable table = PubFaultCodeTable::Default();
     if (!cfg.pubfault.code_table_file.empty()) CLUSTERD_RETURN_IF_ERROR(table.MergeFile(cfg.pubfault.code_table_file));

@@ -102,6 +102,37 @@ TEST(TaskdStrategies, DiscoveryCopiesThePodGroupKeysUnderTheLabelsTaskdReads) {
   EXPECT_EQ(prefix + std::string(k8s::kMindClusterRecoveryKeys[3]), kLabelProcessRecoverEnable);
 }
 
+TEST(TaskdStrategies, TheJobsKubernetesObjectsFromDiscoverysLabels) {
+  v1::Job job = OptedIn("retry");
+  EXPECT_FALSE(TaskdJobRefOf(job).kubernetes());
+  (*job.mutable_labels())[std::string(k8s::kLabelNamespace)] = "team-a";
+  (*job.mutable_labels())[std::string(k8s::kLabelName)] = "pretrain";
+  (*job.mutable_labels())[std::string(k8s::kLabelPodGroup)] = "pretrain-4f6c1b7e";
+  const TaskdJobRef ref = TaskdJobRefOf(job);
+  EXPECT_TRUE(ref.kubernetes());
+  EXPECT_EQ(ref.id, job.id());
+  EXPECT_EQ(ref.ns, "team-a");
+  EXPECT_EQ(ref.name, "pretrain");
+  EXPECT_EQ(ref.podgroup, "pretrain-4f6c1b7e");
+}
+
+TEST(TaskdStrategies, ResetConfigKeepsTheCountersAndSaysEachStage) {
+  const std::string current =
+      R"({"RankList":[],"UpdateTime":1,"RetryTime":3,"FaultFlushing":false,"GracefulExit":1,"RestartFaultProcess":true})";
+  EXPECT_EQ(ResetConfigJson(current, ResetOp::kFlushing, {}, 1700000000),
+            R"({"RankList":[],"UpdateTime":1700000000,"RetryTime":3,"FaultFlushing":true,"GracefulExit":1,)"
+            R"("RestartFaultProcess":true})");
+  EXPECT_EQ(ResetConfigJson(current, ResetOp::kFaults, {{5, 1}, {6, 2}}, 1700000001),
+            R"({"RankList":[{"RankId":5,"LogicId":1,"Status":"fault","Policy":"","InitialPolicy":"","ErrorCode":[],)"
+            R"("ErrorCodeHex":""},{"RankId":6,"LogicId":2,"Status":"fault","Policy":"","InitialPolicy":"",)"
+            R"("ErrorCode":[],"ErrorCodeHex":""}],"UpdateTime":1700000001,"RetryTime":3,"FaultFlushing":false,)"
+            R"("GracefulExit":1,"RestartFaultProcess":true})");
+  // What does not parse counts as empty.
+  EXPECT_EQ(ResetConfigJson("{not json", ResetOp::kClear, {{5, 1}}, 7),
+            R"({"RankList":[],"UpdateTime":7,"RetryTime":0,"FaultFlushing":false,"GracefulExit":0,)"
+            R"("RestartFaultProcess":false})");
+}
+
 TEST(TaskdStrategies, NodeRanksArePodRanks) {
   const v1::Job job = OptedIn("retry");
   EXPECT_EQ(NodeRanksOf(job, {5}), (std::vector<std::string>{"1"}));
@@ -113,7 +144,9 @@ TEST(TaskdJobTest, StepRetrySucceeds) {
   const v1::Job job = OptedIn("retry,recover");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
 
-  const auto stop = OnlySignal(t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {5}, {5}), job));
+  auto first = t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {5}, {5}), job);
+  EXPECT_EQ(first.reset, ResetOp::kFlushing);
+  const auto stop = OnlySignal(first);
   EXPECT_EQ(stop.signaltype(), "stopTrain");
   EXPECT_EQ(stop.jobid(), job.id());
   EXPECT_EQ(stop.uuid(), "r.1/0/stop");
@@ -121,7 +154,12 @@ TEST(TaskdJobTest, StepRetrySucceeds) {
   EXPECT_EQ(Ranks(stop), (std::vector<std::string>{"5:0"}));  // a UCE: type "0"
   EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStop);
 
-  const auto global = OnlySignal(t.OnStopComplete(StopDone()));
+  auto stopped = t.OnStopComplete(StopDone());
+  EXPECT_EQ(stopped.reset, ResetOp::kFaults);  // reset-config lists the fault ranks
+  ASSERT_EQ(stopped.reset_ranks.size(), 1u);
+  EXPECT_EQ(stopped.reset_ranks[0].rank, 5u);
+  EXPECT_EQ(stopped.reset_ranks[0].logic_id, 1u);
+  const auto global = OnlySignal(stopped);
   EXPECT_EQ(global.signaltype(), "globalFault");
   EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank"}));
   EXPECT_EQ(std::vector<std::string>(global.noderankids().begin(), global.noderankids().end()),
@@ -138,6 +176,7 @@ TEST(TaskdJobTest, StepRetrySucceeds) {
   EXPECT_EQ(done.ack->command_id, "r.1/0");
   EXPECT_TRUE(done.ack->success) << done.ack->message;
   EXPECT_EQ(done.process_recover_status, "retry-success");
+  EXPECT_EQ(done.reset, ResetOp::kClear);
   EXPECT_TRUE(done.signals.empty());
   EXPECT_EQ(t.phase(), TaskdJob::Phase::kIdle);
   EXPECT_FALSE(t.current().has_value());

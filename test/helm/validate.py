@@ -43,7 +43,8 @@ ALLOWED_RULES = {
     ("ClusterRole", "", "nodes"): {"get", "list", "watch", "patch"},
     ("ClusterRole", "", "nodes/status"): {"patch"},
     ("ClusterRole", "", "pods/eviction"): {"create"},
-    ("ClusterRole", "scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
+    # patch: mindcluster.taskd.objects (TaskD jobs' label and annotation).
+    ("ClusterRole", "scheduling.volcano.sh", "podgroups"): {"get", "list", "watch", "patch"},
     ("ClusterRole", "", "events"): {"create", "patch", "get"},
     ("ClusterRole", "events.k8s.io", "events"): {"create", "patch", "get"},
     # The kubernetes actuator's DRA device taints.
@@ -60,7 +61,9 @@ ALLOWED_RULES = {
     ("Role", "", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
     # mindcluster.volcano.publicFaultNamespaces ["*"]: public-fault ConfigMaps read in every
     # namespace (a ClusterRole of its own).
-    ("ClusterRole", "", "configmaps"): {"get", "list", "watch"},
+    # mindcluster.taskd.objects: TaskD jobs' reset-config ConfigMaps, get and update (in the
+    # integration's ClusterRole).
+    ("ClusterRole", "", "configmaps"): {"get", "list", "watch", "update"},
 }
 # The ClusterRole rules that belong to the Kubernetes integration (all or nothing with its Role).
 TOKEN_REVIEW = ("authentication.k8s.io", "tokenreviews")

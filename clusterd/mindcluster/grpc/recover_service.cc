@@ -141,6 +141,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     std::shared_ptr<SignalStream> stream;
     uint64_t session = 0;  // in the JobAgentHub while subscribed
     std::string process_recover_status;
+    mc::TaskdJobRef ref;  // its Kubernetes objects, as of Init
   };
 
   const ClusterState* state;
@@ -258,6 +259,10 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (!out.process_recover_status.empty()) {
       job.process_recover_status = out.process_recover_status;
       GetLogger("taskd")->info("job {}: ProcessRecoverStatus {}", id, out.process_recover_status);
+      if (options.objects != nullptr) options.objects->RecoverStatus(job.ref, out.process_recover_status);
+    }
+    if (out.reset != mc::ResetOp::kNone && options.objects != nullptr) {
+      options.objects->ResetConfig(job.ref, out.reset, std::move(out.reset_ranks));
     }
     if (out.ack) {
       GetLogger("taskd")->info("job {}: command {} {} ({})", id, out.ack->command_id,
@@ -402,6 +407,7 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::Init(grpc::CallbackServerContext* 
     it = core_->jobs.emplace(req->jobid(), Core::Job{}).first;
     if (core_->jobs_gauge != nullptr) core_->jobs_gauge->Set(static_cast<double>(core_->jobs.size()));
   }
+  it->second.ref = mc::TaskdJobRefOf(*stored);
   // Idempotent; a job whose strategies changed (an idle one) takes the new.
   auto& machine = it->second.machine;
   if (!machine || (machine->strategies() != opt.strategies && !machine->current())) {
@@ -420,6 +426,8 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::Register(grpc::CallbackServerConte
   auto it = core_->jobs.find(req->jobid());
   if (it == core_->jobs.end()) return Reply(ctx, resp, mc::kRecoverInitFirst, "Init job " + req->jobid() + " first");
   it->second.registered = true;
+  // As the reference: the PodGroup says process recovery is on.
+  if (core_->options.objects != nullptr) core_->options.objects->RecoverEnabled(it->second.ref);
   return Reply(ctx, resp, mc::kRecoverOk, "registered");
 }
 

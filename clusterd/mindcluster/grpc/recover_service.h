@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "clusterd/engine/engine.h"
+#include "clusterd/mindcluster/taskd.h"
 #include "clusterd/recovery/coordinator/coordinator.h"
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/server/auth.h"
@@ -39,6 +40,9 @@ struct RecoverServiceOptions {
   // Streams of the unsupported NIC-switch and stress-test flows held open
   // (idle) at most; beyond, RESOURCE_EXHAUSTED.
   uint32_t max_idle_streams = 4096;
+  // The job's Kubernetes objects (PodGroup label and annotation,
+  // reset-config-<job>); nullptr: none written (no Kubernetes).
+  mindcluster::TaskdObjects* objects = nullptr;
 };
 
 class RecoverServiceImpl final : public ::Recover::CallbackService {

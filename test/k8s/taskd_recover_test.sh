@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# TaskD's Recover service end to end, against a REAL etcd + kube-apiserver on
+# loopback (test/k8s/lib.sh), with TaskD played by grpcurl over the
+# reference's proto (proto/mindcluster/recover.proto: no package, paths
+# /Recover/<Method>), as an independent TaskD would behave: Init until 0,
+# Register, Subscribe, then report back to each signal.
+#  A. an AscendJob's PodGroup (process-recover-enable=pause, recover-strategy
+#     retry,recover) and its two pods -> ClusterD's job carries the keys; Init
+#     answers 0 with the strategies (402 for an unknown job), Register sets
+#     the PodGroup's label to on;
+#  B. an HBM UCE-like fault (RESTART_REQUEST) on one chip -> a STEP_RETRY
+#     recovery carried out through TaskD: stopTrain (reset-config says
+#     FaultFlushing), globalFault after ReportStopComplete (reset-config lists
+#     the fault rank and its chip), changeStrategy "retry" after
+#     ReportRecoverStrategy, and after ReportRecoverStatus 0 the recovery
+#     SUCCEEDED, the PodGroup's ProcessRecoverStatus retry-success,
+#     reset-config cleared (its RetryTime kept, checkCode its SHA-256), no pod
+#     deleted, nothing signalled twice;
+#  C. the NIC-switch and stress-test methods answer code 499 "not supported".
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+source test/k8s/lib.sh  # and test/e2e/lib.sh
+
+e2e_setup
+clusterd_ports
+declare -A NODED_PORT NODED_PID
+on_cleanup() { k8s_stop; }
+on_failure() {
+  echo "--- clusterd.log"; grep -v "D \[engine\]" "$WORK/clusterd.log" | tail -40
+  echo "--- TaskD's stream"; cat "$WORK/signals.json" 2>/dev/null | tail -60
+}
+
+k8s_start
+k8s_apply_podgroup_crd
+k8s_create_namespace train
+echo "-- API server ready at $K8S_API"
+
+for n in worker01 worker02; do
+  k8s_api POST /api/v1/nodes "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$n\"}}" >/dev/null
+done
+JOB_UID=$(python3 -c 'import uuid; print(uuid.uuid4())')
+OWNER="[{\"apiVersion\":\"mindxdl.gitee.com/v1\",\"kind\":\"AscendJob\",\"name\":\"pretrain\",\"uid\":\"$JOB_UID\",\"controller\":true}]"
+# As ascend-operator leaves them: the PodGroup with the job's keys, the pods with ranks and chips.
+k8s_api POST /apis/scheduling.volcano.sh/v1beta1/namespaces/train/podgroups \
+  "{\"apiVersion\":\"scheduling.volcano.sh/v1beta1\",\"kind\":\"PodGroup\",\"metadata\":{\"name\":\"pretrain-${JOB_UID:0:8}\",
+    \"ownerReferences\":$OWNER,\"labels\":{\"process-recover-enable\":\"pause\",\"fault-scheduling\":\"grace\"},
+    \"annotations\":{\"recover-strategy\":\"retry,recover\",\"clusterd.io/hold-down\":\"0s\"}},\"spec\":{\"minMember\":2}}" >/dev/null
+pod() {  # pod NAME NODE RANK
+  k8s_api POST /api/v1/namespaces/train/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\",
+    \"annotations\":{\"scheduling.k8s.io/group-name\":\"pretrain-${JOB_UID:0:8}\",\"hccl/rankIndex\":\"$3\",
+      \"huawei.com/AscendReal\":\"Ascend910-0,Ascend910-1\"},\"ownerReferences\":$OWNER},
+    \"spec\":{\"nodeName\":\"$2\",\"containers\":[{\"name\":\"main\",\"image\":\"train:1\"}]}}" >/dev/null
+  k8s_api PATCH "/api/v1/namespaces/train/pods/$1/status" '{"status":{"phase":"Running"}}' >/dev/null
+}
+pod pretrain-worker-0 worker01 0
+pod pretrain-worker-1 worker02 1
+# The job's reset-config (its YAML makes it): RetryTime 2 must survive every update.
+RESET='{"RankList":[],"UpdateTime":0,"RetryTime":2,"FaultFlushing":false,"GracefulExit":0,"RestartFaultProcess":false}'
+k8s_api POST /api/v1/namespaces/train/configmaps "$(python3 - "$RESET" <<'EOF'
+import hashlib, json, sys
+v = sys.argv[1]
+print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "reset-config-pretrain", "labels": {"reset": "true"}},
+                  "data": {"reset.json": v, "checkCode": hashlib.sha256(v.encode()).hexdigest()}}))
+EOF
+)" >/dev/null
+
+start_clusterd --kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes --log-level info
+for n in worker01 worker02; do start_sim_noded $n; done
+connected() {
+  [[ $(grpcurl -plaintext "$ADDR" clusterd.v1.ClusterService/GetSummary |
+    python3 -c 'import json,sys; print(json.load(sys.stdin).get("connected_agents", 0))') == "$1" ]]
+}
+wait_until 30 connected 2
+echo "-- clusterd (integration kubernetes) and two sim agents up"
+
+# recover METHOD JSON: a call as TaskD makes it.
+recover() { grpcurl -plaintext -import-path proto -proto mindcluster/recover.proto -d "$2" "$ADDR" "Recover/$1"; }
+code_of() { python3 -c 'import json,sys; print(json.load(sys.stdin).get("code", 0))'; }
+init_ok() { [[ $(recover Init "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}" | code_of) == 0 ]]; }
+job_label() {
+  grpcurl -plaintext -d "{\"id\": \"$JOB_UID\"}" "$ADDR" clusterd.v1.JobService/GetJob 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["job"].get("labels", {}).get(sys.argv[1], ""))' "$1"
+}
+pg_meta() {  # pg_meta labels|annotations KEY
+  k8s_api GET "/apis/scheduling.volcano.sh/v1beta1/namespaces/train/podgroups/pretrain-${JOB_UID:0:8}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"].get(sys.argv[1], {}).get(sys.argv[2], ""))' "$1" "$2"
+}
+reset_field() {  # reset_field PYEXPR over r (reset.json) and cm
+  k8s_api GET /api/v1/namespaces/train/configmaps/reset-config-pretrain | python3 -c '
+import hashlib, json, sys
+cm = json.load(sys.stdin)
+r = json.loads(cm["data"]["reset.json"])
+assert cm["data"]["checkCode"] == hashlib.sha256(cm["data"]["reset.json"].encode()).hexdigest(), "checkCode"
+print(eval(sys.argv[1]))' "$1"
+}
+# signals: TaskD's signal types so far, keep-alives left out.
+signals() {
+  python3 - "$WORK/signals.json" <<'EOF'
+import json, sys
+text, out, dec, i = open(sys.argv[1]).read(), [], json.JSONDecoder(), 0
+while True:
+    while i < len(text) and text[i].isspace(): i += 1
+    if i >= len(text): break
+    try:
+        obj, i = dec.raw_decode(text, i)
+    except ValueError:
+        break  # a message still being written
+    if obj.get("signalType") != "keep-alive": out.append(obj)
+print(" ".join(o.get("signalType", "") for o in out))
+EOF
+}
+is() { [[ "$(eval "$1")" == "$2" ]]; }
+
+echo "-- A: the job opts in through its PodGroup; Init, Register"
+wait_until 30 is 'job_label mindcluster/recover-strategy' "retry,recover"
+[[ $(recover Init '{"jobId": "no-such-job", "role": "taskd"}' | code_of) == 402 ]] || fail "A: Init of an unknown job"
+wait_until 15 init_ok
+info=$(recover Init "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}")
+expect_contains "$info" "retry,recover,job-rescheduling,exit" "A: Init's strategies"
+[[ $(recover Register "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}" | code_of) == 0 ]] || fail "A: Register"
+wait_until 15 is 'pg_meta labels process-recover-enable' on
+grpcurl -plaintext -import-path proto -proto mindcluster/recover.proto -d "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}" \
+  "$ADDR" Recover/SubscribeProcessManageSignal >"$WORK/signals.json" 2>"$WORK/subscribe.err" &
+SUB_PID=$!
+PIDS+=("$SUB_PID")
+agents() { curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | awk '$1 == "clusterd_job_agents" {print $2}'; }
+wait_until 15 is agents 1
+echo "   job $JOB_UID: $(echo "$info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["info"])'); PodGroup process-recover-enable pause -> on; TaskD subscribed"
+
+echo "-- B: a chip fault retried through TaskD"
+inject_sim_fault worker02 1 80BB8000  # RESTART_REQUEST: a step retry of rank 3 (pod rank 1)
+wait_until 30 is signals "stopTrain"
+wait_until 15 is 'reset_field "r[\"FaultFlushing\"]"' True
+recover ReportStopComplete "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}}" >/dev/null
+wait_until 15 is signals "stopTrain globalFault"
+global=$(python3 - "$WORK/signals.json" <<'EOF'
+import json, sys
+text, dec, i, out = open(sys.argv[1]).read(), json.JSONDecoder(), 0, []
+while i < len(text):
+    while i < len(text) and text[i].isspace(): i += 1
+    if i >= len(text): break
+    obj, i = dec.raw_decode(text, i)
+    if obj.get("signalType") == "globalFault": out.append(obj)
+g = out[0]
+print([f["rankId"] for f in g["faultRanks"]], g.get("nodeRankIds"), g.get("actions"))
+EOF
+)
+[[ $global == "['3'] ['1'] ['on_global_rank']" ]] || fail "B: globalFault $global"
+wait_until 15 is 'reset_field "[(x[\"RankId\"], x[\"LogicId\"]) for x in r[\"RankList\"]]"' "[(3, 1)]"
+recover ReportRecoverStrategy "{\"jobId\": \"$JOB_UID\", \"strategies\": [\"retry\", \"recover\"]}" >/dev/null
+wait_until 15 is signals "stopTrain globalFault changeStrategy"
+grep -q '"changeStrategy": "retry"' "$WORK/signals.json" || fail "B: changeStrategy is not retry"
+recover ReportRecoverStatus "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}, \"strategy\": \"retry\"}" >/dev/null
+last_recovery() {
+  grpcurl -plaintext -d "{\"job\": \"$JOB_UID\"}" "$ADDR" clusterd.v1.ClusterService/ListRecoveries |
+    python3 -c 'import json,sys; r=json.load(sys.stdin).get("recoveries",[{}])[0]; print(r.get("strategy",""), r.get("state",""))'
+}
+wait_until 30 is last_recovery "RECOVERY_STRATEGY_STEP_RETRY RECOVERY_STATE_SUCCEEDED"
+wait_until 15 is 'pg_meta annotations ProcessRecoverStatus' retry-success
+wait_until 15 is 'reset_field "(r[\"RankList\"], r[\"FaultFlushing\"], r[\"RetryTime\"])"' "([], False, 2)"
+pods=$(k8s_api GET /api/v1/namespaces/train/pods | python3 -c 'import json,sys; print(" ".join(sorted(p["metadata"]["name"] for p in json.load(sys.stdin)["items"])))')
+[[ $pods == "pretrain-worker-0 pretrain-worker-1" ]] || fail "B: pods changed: $pods"
+[[ $(signals) == "stopTrain globalFault changeStrategy" ]] || fail "B: signalled twice: $(signals)"
+echo "   stopTrain -> globalFault (rank 3, pod rank 1) -> changeStrategy retry -> SUCCEEDED; ProcessRecoverStatus retry-success; reset-config flushed, listed, cleared (RetryTime kept); no pod deleted"
+
+echo "-- C: the flows ClusterD does not serve answer 'not supported'"
+out=$(recover StressTest "{\"jobID\": \"$JOB_UID\"}")
+[[ $(echo "$out" | code_of) == 499 ]] || fail "C: StressTest: $out"
+expect_contains "$out" "not supported" "C: StressTest's info"
+echo "   StressTest: code 499, not supported"
+
+echo "PASS: TaskD's Recover service on a real API server"
