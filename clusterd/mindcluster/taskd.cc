@@ -1,6 +1,7 @@
 #include "clusterd/mindcluster/taskd.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <set>
 #include <utility>
@@ -121,6 +122,57 @@ std::string ResetConfigJson(std::string_view current, ResetOp op, const std::vec
          std::to_string(retry_time) + R"(,"FaultFlushing":)" + (op == ResetOp::kFlushing ? "true" : "false") +
          R"(,"GracefulExit":)" + std::to_string(graceful_exit) + R"(,"RestartFaultProcess":)" +
          (restart_fault_process ? "true" : "false") + "}";
+}
+
+std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
+                                                   const google::protobuf::RepeatedPtrField<::FaultRank>& ranks,
+                                                   std::string* info) {
+  std::map<uint32_t, const v1::RankPlacement*> placed;
+  for (const auto& p : job.placement()) placed.emplace(p.rank(), &p);
+  std::map<uint32_t, std::string> wanted;  // rank -> type, deduplicated
+  std::vector<std::string> unknown;
+  size_t over = 0;
+  for (const auto& f : ranks) {
+    uint32_t rank = 0;
+    const std::string& id = f.rankid();
+    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
+    auto it = ec == std::errc() && end == id.data() + id.size() ? placed.find(rank) : placed.end();
+    if (it == placed.end()) {
+      if (unknown.size() < 8) unknown.push_back(id);
+      continue;
+    }
+    if (wanted.size() >= kMaxProcessFaultRanks && !wanted.count(rank)) {
+      ++over;
+      continue;
+    }
+    wanted.emplace(rank, f.faulttype());
+  }
+  std::vector<v1::ReportRequest> out;
+  out.reserve(wanted.size());
+  for (const auto& [rank, type] : wanted) {
+    const v1::RankPlacement& p = *placed.at(rank);
+    v1::ReportRequest r;
+    r.set_reporter(std::string(kTaskdReporter));
+    r.set_id(job.id() + "/rank/" + std::to_string(rank));
+    r.set_node(p.node());
+    if (p.has_device_id()) r.set_device_id(p.device_id());
+    const bool retry = type == "0" || type == "2";
+    r.set_code(type == "0" ? "TASKD_UCE" : type == "2" ? "TASKD_HCCL" : "TASKD_PROCESS_FAULT");
+    r.set_level(retry ? v1::FAULT_LEVEL_RESTART_REQUEST : v1::FAULT_LEVEL_RESTART_BUSINESS);
+    r.set_action(v1::TRANSITION_ACTION_RAISE);
+    r.set_message("TaskD reports a process fault of rank " + std::to_string(rank) + " (faultType \"" +
+                  type.substr(0, 16) + "\")");
+    out.push_back(std::move(r));
+  }
+  std::string text = std::to_string(out.size()) + " rank(s) reported";
+  if (!unknown.empty()) {
+    text += "; not ranks of the job: ";
+    for (size_t i = 0; i < unknown.size(); ++i) text += (i ? "," : "") + unknown[i].substr(0, 16);
+  }
+  if (over > 0)
+    text += "; " + std::to_string(over) + " past the " + std::to_string(kMaxProcessFaultRanks) + " per report";
+  if (info != nullptr) *info = std::move(text);
+  return out;
 }
 
 TaskdJob::TaskdJob(std::string job_id, std::vector<std::string> strategies)

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "clusterd/v1/fault.pb.h"
 #include "clusterd/v1/job.pb.h"
 #include "clusterd/v1/types.pb.h"
 #include "mindcluster/recover.pb.h"
@@ -136,6 +137,21 @@ class TaskdObjects {
   virtual void RecoverStatus(const TaskdJobRef& job, const std::string& status) = 0;
   virtual void ResetConfig(const TaskdJobRef& job, ResetOp op, std::vector<ResetRank> ranks) = 0;
 };
+
+// TaskD's ReportProcessFault as ClusterD faults of the reporter "taskd"
+// (FaultService's external faults), so that the coordinator decides a
+// recovery for them as for any fault: one per rank the job places (its
+// node and chip), id "<job>/rank/<rank>", code TASKD_UCE (type "0") or
+// TASKD_HCCL ("2") at RESTART_REQUEST (a step retry), else
+// TASKD_PROCESS_FAULT at RESTART_BUSINESS (the processes restarted). At
+// most kMaxProcessFaultRanks ranks of one report; ranks the job does not
+// place, and those past the limit, are named in *info. Cleared when the
+// job's recovery through TaskD succeeds.
+inline constexpr std::string_view kTaskdReporter = "taskd";
+inline constexpr size_t kMaxProcessFaultRanks = 1024;
+std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
+                                                   const google::protobuf::RepeatedPtrField<::FaultRank>& ranks,
+                                                   std::string* info);
 
 // The coordinator's answer for one command.
 struct TaskdAck {

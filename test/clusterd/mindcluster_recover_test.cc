@@ -250,5 +250,78 @@ TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {
   EXPECT_EQ(taskd.count(), 3u);  // nothing sent twice
 }
 
+TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCleared) {
+  TestAgent agent(channel_, "worker01", 2);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
+                        {std::string(mc::kLabelRecoverStrategy), "recover-in-place"}});
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  SignalReader taskd(recover_.get(), kTaskdJob);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto res = testing::HttpGet(server_->http_port(), "/metrics");
+        return res.status == 200 && testing::MetricValue(res.body, "clusterd_job_agents") == 1;
+      },
+      kTaskdDeadline));
+  auto taskd_faults = [&] {
+    v1::ListFaultsRequest req;
+    req.set_page_size(100);
+    grpc::ClientContext ctx;
+    v1::ListFaultsResponse resp;
+    EXPECT_TRUE(cluster_->ListFaults(&ctx, req, &resp).ok());
+    std::vector<v1::Fault> out;
+    for (const auto& f : resp.faults()) {
+      if (f.reporter() == "taskd") out.push_back(f);
+    }
+    return out;
+  };
+
+  ::ProcessFaultRequest report;
+  report.set_jobid(kTaskdJob);
+  auto* rank = report.add_faultranks();
+  rank->set_rankid("0");
+  rank->set_faulttype("1");
+  ::Status st = Unary(&::Recover::Stub::ReportProcessFault, report);
+  EXPECT_EQ(st.code(), mc::kRecoverOk);
+  EXPECT_EQ(st.info(), "1 rank(s) reported");
+  auto faults = taskd_faults();
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].code(), "TASKD_PROCESS_FAULT");
+  EXPECT_EQ(faults[0].device_id(), 0u);
+
+  // ClusterD decides PROCESS_RESTART; TaskD recovers in place.
+  ASSERT_EQ(taskd.Wait(0).signaltype(), "stopTrain");
+  ::StopCompleteRequest stopped;
+  stopped.set_jobid(kTaskdJob);
+  Unary(&::Recover::Stub::ReportStopComplete, stopped);
+  const ::ProcessManageSignal global = taskd.Wait(1);
+  ASSERT_EQ(global.signaltype(), "globalFault");
+  EXPECT_EQ(std::vector<std::string>(global.actions().begin(), global.actions().end()),
+            (std::vector<std::string>{"on_global_rank", "fault_nodes_restart"}));
+  ::RecoverStrategyRequest offer;
+  offer.set_jobid(kTaskdJob);
+  offer.add_strategies("recover-in-place");
+  Unary(&::Recover::Stub::ReportRecoverStrategy, offer);
+  ASSERT_EQ(taskd.Wait(2).changestrategy(), "recover-in-place");
+  ::RecoverStatusRequest status;
+  status.set_jobid(kTaskdJob);
+  status.set_strategy("recover-in-place");
+  Unary(&::Recover::Stub::ReportRecoverStatus, status);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rs = Recoveries();
+        return !rs.empty() && rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
+      },
+      kTaskdDeadline));
+  EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto fs = taskd_faults();
+        return fs.size() == 1 && fs[0].state() == v1::FAULT_STATE_CLEARED;
+      },
+      kTaskdDeadline));
+}
+
 }  // namespace
 }  // namespace clusterd

@@ -133,6 +133,55 @@ TEST(TaskdStrategies, ResetConfigKeepsTheCountersAndSaysEachStage) {
             R"("RestartFaultProcess":false})");
 }
 
+TEST(TaskdStrategies, ProcessFaultsBecomeFaultsOfTheRanksChips) {
+  const v1::Job job = OptedIn("retry");
+  google::protobuf::RepeatedPtrField<::FaultRank> ranks;
+  auto add = [&](const std::string& id, const std::string& type) {
+    auto* f = ranks.Add();
+    f->set_rankid(id);
+    f->set_faulttype(type);
+  };
+  add("5", "1");
+  add("2", "0");
+  add("5", "1");  // again: once
+  add("99", "1");
+  add("x", "2");
+  add("6", "2");
+  std::string info;
+  auto reports = ProcessFaultReports(job, ranks, &info);
+  ASSERT_EQ(reports.size(), 3u);
+  EXPECT_EQ(reports[0].id(), job.id() + "/rank/2");
+  EXPECT_EQ(reports[0].code(), "TASKD_UCE");
+  EXPECT_EQ(reports[0].level(), v1::FAULT_LEVEL_RESTART_REQUEST);
+  EXPECT_EQ(reports[0].node(), "worker01");
+  EXPECT_EQ(reports[0].device_id(), 2u);
+  EXPECT_EQ(reports[1].code(), "TASKD_PROCESS_FAULT");
+  EXPECT_EQ(reports[1].level(), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  EXPECT_EQ(reports[1].node(), "worker02");
+  EXPECT_EQ(reports[1].device_id(), 1u);
+  EXPECT_EQ(reports[2].code(), "TASKD_HCCL");
+  for (const auto& r : reports) {
+    EXPECT_EQ(r.reporter(), "taskd");
+    EXPECT_EQ(r.action(), v1::TRANSITION_ACTION_RAISE);
+  }
+  EXPECT_EQ(info, "3 rank(s) reported; not ranks of the job: 99,x");
+  // Bounded per report.
+  google::protobuf::RepeatedPtrField<::FaultRank> many;
+  v1::Job big = job;
+  big.clear_placement();
+  for (uint32_t r = 0; r < 2000; ++r) {
+    auto* p = big.add_placement();
+    p->set_rank(r);
+    p->set_node("n" + std::to_string(r / 8));
+    p->set_device_id(r % 8);
+    auto* f = many.Add();
+    f->set_rankid(std::to_string(r));
+    f->set_faulttype("1");
+  }
+  EXPECT_EQ(ProcessFaultReports(big, many, &info).size(), kMaxProcessFaultRanks);
+  EXPECT_NE(info.find("976 past the 1024 per report"), std::string::npos) << info;
+}
+
 TEST(TaskdStrategies, NodeRanksArePodRanks) {
   const v1::Job job = OptedIn("retry");
   EXPECT_EQ(NodeRanksOf(job, {5}), (std::vector<std::string>{"1"}));

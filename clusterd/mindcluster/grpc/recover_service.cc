@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "clusterd/mindcluster/taskd.h"
@@ -272,7 +273,61 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
         c->ApplyResult(s, ack.command_id, ack.success, ack.message, m, id);
         return {};
       });
+      if (out.reset == mc::ResetOp::kClear) ClearProcessFaults(id);
     }
+  }
+
+  // Raises or clears faults of the reporter "taskd" on the writer.
+  void Apply(std::vector<v1::ReportRequest> reports) {
+    if (reports.empty()) return;
+    engine->Submit([reports = std::move(reports)](ClusterState& s, Mutation* m) -> Engine::Done {
+      for (const auto& r : reports) {
+        if (auto st = s.ApplyReport(r, m); !st.ok()) {
+          GetLogger("taskd")->warn("fault {} of reporter taskd: {}", r.id(), st.status().ToString());
+        }
+      }
+      return {};
+    });
+  }
+  // The job recovered through TaskD: the process faults TaskD reported for
+  // it are cleared (read on the writer, so a restart forgets none).
+  void ClearProcessFaults(const std::string& id) {
+    engine->Submit([id](ClusterState& s, Mutation* m) -> Engine::Done {
+      std::vector<v1::ReportRequest> clears;
+      {
+        auto job = s.jobs().find(id);
+        if (job == s.jobs().end()) return {};
+        std::set<std::string> nodes;
+        for (const auto& p : job->second.placement()) nodes.insert(p.node());
+        const std::string prefix = id + "/rank/";
+        for (const std::string& node : nodes) {
+          std::vector<const v1::Fault*> faults;
+          s.AppendFaultsOnNode(node, &faults);
+          for (const v1::Fault* f : faults) {
+            if (f->reporter() != mc::kTaskdReporter || f->state() != v1::FAULT_STATE_ACTIVE ||
+                f->external_id().rfind(prefix, 0) != 0) {
+              continue;
+            }
+            v1::ReportRequest r;
+            r.set_reporter(std::string(mc::kTaskdReporter));
+            r.set_id(f->external_id());
+            r.set_node(f->node());
+            if (f->has_device_id()) r.set_device_id(f->device_id());
+            r.set_code(f->code());
+            r.set_level(f->level());
+            r.set_action(v1::TRANSITION_ACTION_CLEAR);
+            r.set_message("the job recovered through TaskD");
+            clears.push_back(std::move(r));
+          }
+        }
+      }
+      for (const auto& r : clears) {
+        if (auto st = s.ApplyReport(r, m); !st.ok()) {
+          GetLogger("taskd")->warn("clearing {} of reporter taskd: {}", r.id(), st.status().ToString());
+        }
+      }
+      return {};
+    });
   }
 
   // The worker: a command of the coordinator for a subscribed job.
@@ -564,12 +619,22 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::ReportRecoverStatus(grpc::Callback
 
 grpc::ServerUnaryReactor* RecoverServiceImpl::ReportProcessFault(grpc::CallbackServerContext* ctx,
                                                                  const ::ProcessFaultRequest* req, ::Status* resp) {
-  // Accepted and logged; ClusterD's recoveries start from its own faults
-  // (docs/mindcluster.md says what is not done yet).
+  // The ranks become faults of the reporter "taskd" (mindcluster/taskd.h),
+  // which the coordinator decides on like any other; they clear when the
+  // job's recovery through TaskD succeeds. (Reading the state under the
+  // Core's mutex is safe: no thread that holds the state waits for it.)
   return Report(*core_, ctx, "ReportProcessFault", *req, ValidFaultRanks(req->faultranks()), resp, [&](mc::TaskdJob&) {
-    GetLogger("taskd")->info("job {}: TaskD reports a process fault on {} rank(s)", req->jobid(),
-                             req->faultranks_size());
-    return mc::TaskdOutput{};
+    mc::TaskdOutput out;
+    auto stored = core_->ReadJob(req->jobid());
+    if (!stored) {
+      out.code = mc::kRecoverUnknownJob;
+      out.info = "job " + req->jobid() + " is not known to ClusterD";
+      return out;
+    }
+    auto reports = mc::ProcessFaultReports(*stored, req->faultranks(), &out.info);
+    GetLogger("taskd")->info("job {}: TaskD reports a process fault: {}", req->jobid(), out.info);
+    core_->Apply(std::move(reports));
+    return out;
   });
 }
 
