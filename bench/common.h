@@ -72,6 +72,8 @@ struct Options {
   int stack_samples = 50;
   int stack_churn_nodes = 1000;
   double stack_churn_s = 30;
+  // Scenario 14.
+  int taskd_samples = 50;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };

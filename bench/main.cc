@@ -37,6 +37,7 @@
 #include "scenarios.h"
 #include "sink.h"
 #include "stack.h"
+#include "taskd.h"
 
 namespace clusterd::bench {
 namespace {
@@ -276,7 +277,8 @@ int Run(const Options& o) {
                     {"stack_nodes", o.stack_nodes},
                     {"stack_samples", o.stack_samples},
                     {"stack_churn_nodes", o.stack_churn_nodes},
-                    {"stack_churn_s", o.stack_churn_s}};
+                    {"stack_churn_s", o.stack_churn_s},
+                    {"taskd_samples", o.taskd_samples}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -288,6 +290,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(11)) err = RunHa(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(12)) err = RunLargestJobs(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(13)) err = RunStack(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(14)) err = RunTaskd(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";
