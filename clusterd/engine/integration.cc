@@ -1,7 +1,9 @@
 #include "clusterd/engine/integration.h"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 
 #include "clusterd/engine/engine.h"
@@ -9,6 +11,34 @@
 
 namespace clusterd {
 namespace {
+
+// NodeView::held_fault_ids, by node: for each job whose agent is TaskD, the
+// trigger faults of its newest recovery while that recovery is RUNNING or
+// SUCCEEDED at STEP_RETRY or PROCESS_RESTART and the fault is still in the
+// activation it answered (a fault that comes back is a new incident).
+std::map<std::string, std::set<std::string>> HeldFaults(const StateView& s) {
+  std::map<std::string, std::set<std::string>> held;
+  for (const auto& [job_id, job] : s.jobs()) {
+    auto label = job.labels().find("mindcluster/process-recover-enable");
+    if (label == job.labels().end() || (label->second != "on" && label->second != "pause")) continue;
+    const auto recoveries = s.RecoveriesOfJob(job_id);
+    if (recoveries.empty()) continue;
+    const v1::Recovery& r = *recoveries.back();
+    if (r.state() != v1::RECOVERY_STATE_RUNNING && r.state() != v1::RECOVERY_STATE_SUCCEEDED) continue;
+    if (r.strategy() != v1::RECOVERY_STRATEGY_STEP_RETRY && r.strategy() != v1::RECOVERY_STRATEGY_PROCESS_RESTART) {
+      continue;
+    }
+    for (const std::string& fid : r.trigger_fault_ids()) {
+      const v1::Fault* f = s.FindFault(fid);
+      if (f == nullptr || f->state() != v1::FAULT_STATE_ACTIVE) continue;
+      const auto activated = f->activated_time().seconds() * 1'000'000'000LL + f->activated_time().nanos();
+      const auto created = r.create_time().seconds() * 1'000'000'000LL + r.create_time().nanos();
+      if (activated > created) continue;
+      held[f->node()].insert(fid);
+    }
+  }
+  return held;
+}
 
 class EngineCommands final : public ClusterCommands {
  public:
@@ -93,7 +123,16 @@ class EngineCommands final : public ClusterCommands {
       NodeChanges out;
       out.revision = s.revision();
       if (since != 0 && since >= out.revision) return out;
-      for (const std::string& name : s.NodesChangedAfter(since)) {
+      std::set<std::string> changed = s.NodesChangedAfter(since);
+      // The nodes of every recovery that changed: what it holds may have.
+      for (const auto& [id, r] : s.recoveries()) {
+        if (r.revision() <= since) continue;
+        for (const std::string& fid : r.trigger_fault_ids()) {
+          if (const v1::Fault* f = s.FindFault(fid)) changed.insert(f->node());
+        }
+      }
+      const std::map<std::string, std::set<std::string>> held = HeldFaults(s);
+      for (const std::string& name : changed) {
         NodeView view;
         if (!s.DescribeNode(name, &view.node, &view.devices)) continue;
         std::vector<const v1::Fault*> faults;
@@ -103,6 +142,7 @@ class EngineCommands final : public ClusterCommands {
         }
         const std::set<uint32_t> in_use = s.DevicesInUse(name);
         view.devices_in_use.assign(in_use.begin(), in_use.end());
+        if (auto h = held.find(name); h != held.end()) view.held_fault_ids.assign(h->second.begin(), h->second.end());
         out.nodes.push_back(std::move(view));
       }
       return out;

@@ -91,13 +91,23 @@ class ClusterCommands {
     std::vector<v1::Device> devices;       // by id
     std::vector<v1::Fault> active_faults;  // all of them, in key order
     std::vector<uint32_t> devices_in_use;  // devices the jobs' ranks use there
+    // Active faults a process-level recovery handles: the triggers of the
+    // newest recovery of a job whose recovery agent is MindCluster's TaskD
+    // (job label mindcluster/process-recover-enable on or pause) while it is
+    // RUNNING or SUCCEEDED at STEP_RETRY or PROCESS_RESTART, in the fault's
+    // activation it answered. MindCluster keeps such faults from Volcano, so
+    // that the pods a retry keeps are not deleted (the "mindcluster"
+    // integration does the same); they are back once the recovery moves on
+    // to rescheduling or fails.
+    std::vector<std::string> held_fault_ids;
   };
   struct NodeChanges {
     uint64_t revision = 0;        // the state's revision the views are as of
     std::vector<NodeView> nodes;  // by name
   };
-  // The nodes whose record, one of its devices, one of its faults or the jobs'
-  // ranks on it changed after `since` (every node for 0), as they are now, taken under one read
+  // The nodes whose record, one of its devices, one of its faults, the jobs'
+  // ranks on it, or a recovery whose trigger faults are on it changed after
+  // `since` (every node for 0), as they are now, taken under one read
   // lock; ask again with the answer's revision to follow the changes (nodes
   // are never deleted). A walk of the nodes and fault records without copies,
   // then a copy of the changed nodes only.

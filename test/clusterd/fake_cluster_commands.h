@@ -32,7 +32,8 @@ class FakeClusterCommands final : public ClusterCommands {
   // GetNode's detail of a node (devices, active faults); filled by the test.
   std::map<std::string, std::vector<v1::Device>> devices;
   std::map<std::string, std::vector<v1::Fault>> node_faults;
-  std::map<std::string, std::vector<uint32_t>> in_use;  // NodesChangedSince's devices_in_use
+  std::map<std::string, std::vector<std::string>> held_faults;  // NodeView::held_fault_ids
+  std::map<std::string, std::vector<uint32_t>> in_use;          // NodesChangedSince's devices_in_use
   uint64_t revision = 0;
   Status refusal;  // non-OK: every write is refused with it
 
@@ -189,6 +190,7 @@ class FakeClusterCommands final : public ClusterCommands {
       if (auto d = devices.find(name); d != devices.end()) view.devices = d->second;
       if (auto f = node_faults.find(name); f != node_faults.end()) view.active_faults = f->second;
       if (auto u = in_use.find(name); u != in_use.end()) view.devices_in_use = u->second;
+      if (auto h = held_faults.find(name); h != held_faults.end()) view.held_fault_ids = h->second;
       for (const auto& f : reported->faults()) {
         if (f.node() == name) view.active_faults.push_back(f);
       }

@@ -17,6 +17,7 @@
 #include "test/support/grpc/agent_client.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/temp_dir.h"
+#include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
@@ -308,6 +309,53 @@ TEST_F(ServerIntegrationTest, NodesChangedSinceFollowsRecordsFaultsAndJobs) {
   ASSERT_EQ(after.nodes.size(), 1u);
   EXPECT_EQ(after.nodes[0].node.name(), "worker01");
   EXPECT_TRUE(after.nodes[0].devices_in_use.empty());
+  server.Shutdown();
+}
+
+// A step retry through TaskD holds its trigger fault (NodeView::held_fault_ids):
+// the "mindcluster" integration keeps it from Volcano meanwhile.
+TEST_F(ServerIntegrationTest, NodesChangedSinceNamesTheFaultsARetryThroughTaskdHolds) {
+  auto owned = std::make_unique<ToyIntegration>("worker01");
+  ToyIntegration* toy = owned.get();
+  ClusterdServer server(Config());
+  server.AddIntegration(std::move(owned));
+  ASSERT_TRUE(server.Start().ok());
+  auto channel = testing::Dial(server.grpc_port());
+  testing::TestAgent w1(channel, "worker01", 1, 2);
+  ASSERT_TRUE(w1.Connect());
+  ClusterCommands* commands = toy->commands();
+  auto create = [&](const std::string& id, uint32_t device, bool taskd) {
+    v1::Job job;
+    job.set_id(id);
+    job.set_kind(v1::JOB_KIND_TRAINING);
+    job.mutable_policy()->mutable_hold_down()->set_seconds(0);
+    auto* p = job.add_placement();
+    p->set_rank(0);
+    p->set_node("worker01");
+    p->set_device_id(device);
+    if (taskd) (*job.mutable_labels())["mindcluster/process-recover-enable"] = "on";
+    return AwaitReply<v1::Job>([&](auto reply) { commands->CreateJob(job, reply); }).ok();
+  };
+  ASSERT_TRUE(create("with-taskd", 0, true));
+  ASSERT_TRUE(create("without", 1, false));
+  const uint64_t before = commands->NodesChangedSince(0).revision;
+  // RESTART_REQUEST on both chips: a STEP_RETRY each, RUNNING (no agent yet).
+  ASSERT_TRUE(w1.Transition(1, true, 0, "80BB8000"));
+  ASSERT_TRUE(w1.Transition(2, true, 1, "80BB8000"));
+  ClusterCommands::NodeChanges changes;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        changes = commands->NodesChangedSince(before);
+        return changes.nodes.size() == 1 && !changes.nodes[0].held_fault_ids.empty();
+      },
+      std::chrono::seconds(30)));
+  const auto& v = changes.nodes[0];
+  ASSERT_EQ(v.held_fault_ids.size(), 1u);  // the job without TaskD holds nothing
+  std::string held_device;
+  for (const auto& f : v.active_faults) {
+    if (f.id() == v.held_fault_ids[0]) held_device = std::to_string(f.device_id());
+  }
+  EXPECT_EQ(held_device, "0");
   server.Shutdown();
 }
 

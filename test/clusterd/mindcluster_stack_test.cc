@@ -485,6 +485,22 @@ TEST_F(MindClusterStackTest, AChipTakenOutIsWrittenWithTheReserveWhileEveryChunk
   }
 }
 
+TEST_F(MindClusterStackTest, AFaultARetryThroughTaskdHoldsStaysAwayFromVolcano) {
+  Start();
+  v1::Fault fault = ChipFault("a", 5, "80BB8000", v1::FAULT_LEVEL_RESTART_REQUEST);
+  fault.set_id("fault-held");
+  SetOurs("a", {Chip("a", 0), Chip("a", 5)}, {fault});
+  commands_.held_faults["a"] = {"fault-held"};
+  Step();
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "");
+  EXPECT_EQ(List(Entry("a"), ""), "Ascend910-0,Ascend910-5");
+  // The retry moved on (failed, escalated to a reschedule): the chip goes out.
+  commands_.held_faults.clear();
+  ++commands_.revision;
+  Step();
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "Ascend910-5");
+}
+
 TEST_F(MindClusterStackTest, RefreshRewritesWithAFreshUpdateTime) {
   SetPlugin("a", Healthy(8));
   MindClusterStackOptions options;

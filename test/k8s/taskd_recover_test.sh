@@ -16,7 +16,11 @@
 #     SUCCEEDED, the PodGroup's ProcessRecoverStatus retry-success,
 #     reset-config cleared (its RetryTime kept, checkCode its SHA-256), no pod
 #     deleted, nothing signalled twice;
-#  C. the NIC-switch and stress-test methods answer code 499 "not supported".
+#     and meanwhile (the "mindcluster" integration runs too) Volcano's
+#     cluster-info-device-0 keeps the chip available: the retry holds its fault;
+#  C. a SEPARATE fault on another chip is not a retry's: that chip leaves
+#     Volcano's available list;
+#  D. the NIC-switch and stress-test methods answer code 499 "not supported".
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -34,6 +38,7 @@ on_failure() {
 k8s_start
 k8s_apply_podgroup_crd
 k8s_create_namespace train
+k8s_create_namespace mindx-dl
 echo "-- API server ready at $K8S_API"
 
 for n in worker01 worker02; do
@@ -66,14 +71,14 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
 EOF
 )" >/dev/null
 
-start_clusterd --kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes --log-level info
+start_clusterd --kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes,mindcluster --log-level info
 for n in worker01 worker02; do start_sim_noded $n; done
 connected() {
   [[ $(grpcurl -plaintext "$ADDR" clusterd.v1.ClusterService/GetSummary |
     python3 -c 'import json,sys; print(json.load(sys.stdin).get("connected_agents", 0))') == "$1" ]]
 }
 wait_until 30 connected 2
-echo "-- clusterd (integration kubernetes) and two sim agents up"
+echo "-- clusterd (integrations kubernetes and mindcluster) and two sim agents up"
 
 # recover METHOD JSON: a call as TaskD makes it.
 recover() { grpcurl -plaintext -import-path proto -proto mindcluster/recover.proto -d "$2" "$ADDR" "Recover/$1"; }
@@ -112,6 +117,14 @@ print(" ".join(o.get("signalType", "") for o in out))
 EOF
 }
 is() { [[ "$(eval "$1")" == "$2" ]]; }
+# volcano NODE SUFFIX: NODE's huawei.com/Ascend910<SUFFIX> list in cluster-info-device-0.
+volcano() {
+  k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-device-0 2>/dev/null | python3 -c '
+import json, sys
+v = json.load(sys.stdin)["data"]["cluster-info-device-0"]
+e = json.loads(v).get("mindx-dl-deviceinfo-" + sys.argv[1]) if v else None
+print(e["DeviceList"]["huawei.com/Ascend910" + sys.argv[2]] if e else "<none>")' "$1" "$2"
+}
 
 echo "-- A: the job opts in through its PodGroup; Init, Register"
 wait_until 30 is 'job_label mindcluster/recover-strategy' "retry,recover"
@@ -133,6 +146,8 @@ echo "-- B: a chip fault retried through TaskD"
 inject_sim_fault worker02 1 80BB8000  # RESTART_REQUEST: a step retry of rank 3 (pod rank 1)
 wait_until 30 is signals "stopTrain"
 wait_until 15 is 'reset_field "r[\"FaultFlushing\"]"' True
+wait_until 15 is 'volcano worker02 ""' "Ascend910-0,Ascend910-1,Ascend910-2,Ascend910-3,Ascend910-4,Ascend910-5,Ascend910-6,Ascend910-7"
+[[ $(volcano worker02 -Unhealthy) == "" ]] || fail "B: the retried chip left Volcano's list: $(volcano worker02 -Unhealthy)"
 recover ReportStopComplete "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}}" >/dev/null
 wait_until 15 is signals "stopTrain globalFault"
 global=$(python3 - "$WORK/signals.json" <<'EOF'
@@ -163,12 +178,18 @@ wait_until 15 is 'reset_field "(r[\"RankList\"], r[\"FaultFlushing\"], r[\"Retry
 pods=$(k8s_api GET /api/v1/namespaces/train/pods | python3 -c 'import json,sys; print(" ".join(sorted(p["metadata"]["name"] for p in json.load(sys.stdin)["items"])))')
 [[ $pods == "pretrain-worker-0 pretrain-worker-1" ]] || fail "B: pods changed: $pods"
 [[ $(signals) == "stopTrain globalFault changeStrategy" ]] || fail "B: signalled twice: $(signals)"
-echo "   stopTrain -> globalFault (rank 3, pod rank 1) -> changeStrategy retry -> SUCCEEDED; ProcessRecoverStatus retry-success; reset-config flushed, listed, cleared (RetryTime kept); no pod deleted"
+[[ $(volcano worker02 -Unhealthy) == "" ]] || fail "B: the retried chip left Volcano's list after the retry"
+echo "   stopTrain -> globalFault (rank 3, pod rank 1) -> changeStrategy retry -> SUCCEEDED; ProcessRecoverStatus retry-success; reset-config flushed, listed, cleared (RetryTime kept); no pod deleted; chip 1 stayed in Volcano's available list"
 
-echo "-- C: the flows ClusterD does not serve answer 'not supported'"
+echo "-- C: a fault no retry handles leaves Volcano's list"
+inject_sim_fault worker01 0 80E18402  # SEPARATE
+wait_until 15 is 'volcano worker01 -Unhealthy' "Ascend910-0"
+echo "   worker01 chip 0 (SEPARATE): -Unhealthy for Volcano"
+
+echo "-- D: the flows ClusterD does not serve answer 'not supported'"
 out=$(recover StressTest "{\"jobID\": \"$JOB_UID\"}")
-[[ $(echo "$out" | code_of) == 499 ]] || fail "C: StressTest: $out"
-expect_contains "$out" "not supported" "C: StressTest's info"
+[[ $(echo "$out" | code_of) == 499 ]] || fail "D: StressTest: $out"
+expect_contains "$out" "not supported" "D: StressTest's info"
 echo "   StressTest: code 499, not supported"
 
 echo "PASS: TaskD's Recover service on a real API server"

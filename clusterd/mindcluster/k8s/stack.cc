@@ -735,8 +735,13 @@ void MindClusterStack::FollowState(std::set<std::string>* dirty) {
       if (npus.empty() || npus.count(id)) ours.state.chip_state[id].in_use = true;
     }
     std::vector<mc::NodeLevelFault> node_level;
+    const std::set<std::string> held(v.held_fault_ids.begin(), v.held_fault_ids.end());
     for (const v1::Fault& f : v.active_faults) {
       if (f.reporter() == options_.reporter) continue;  // the plugin's own: already in its lists
+      // A step retry or in-place restart through TaskD is handling it: Volcano
+      // does not see it (and delete the pods the retry keeps) unless that
+      // recovery moves on to rescheduling or fails.
+      if (held.count(f.id())) continue;
       if (!f.has_device_id()) {
         node_level.push_back({KindOf(f.source()), -1, f.code(), f.level()});
         continue;
