@@ -15,6 +15,7 @@
 #include "common/grpc/credentials.h"
 #include "mindcluster/fault.grpc.pb.h"
 #include "test/support/grpc/agent_client.h"
+#include "test/support/grpc/stream_reader.h"
 #include "test/support/http_get.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/test_certs.h"
@@ -39,57 +40,11 @@ fault::ClientInfo Client(const std::string& job, const std::string& role) {
 }
 
 // A SubscribeFaultMsgSignal stream read on a thread of its own.
-class Subscription {
+class Subscription : public testing::StreamReader<fault::FaultMsgSignal> {
  public:
-  Subscription(fault::Fault::Stub* stub, const std::string& job, const std::string& role) {
-    reader_ = stub->SubscribeFaultMsgSignal(&ctx_, Client(job, role));
-    thread_ = std::thread([this] {
-      fault::FaultMsgSignal msg;
-      while (reader_->Read(&msg)) {
-        std::lock_guard lock(mu_);
-        messages_.push_back(msg);
-        cv_.notify_all();
-      }
-      grpc::Status st = reader_->Finish();
-      std::lock_guard lock(mu_);
-      status_ = std::move(st);
-      done_ = true;
-      cv_.notify_all();
-    });
-  }
-  ~Subscription() {
-    ctx_.TryCancel();
-    thread_.join();
-  }
-
-  // Waits until at least n messages arrived; returns them (fewer on timeout).
-  std::vector<fault::FaultMsgSignal> WaitMessages(size_t n) {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, kDeadline, [&] { return messages_.size() >= n || done_; });
-    return messages_;
-  }
-  std::vector<fault::FaultMsgSignal> Messages() {
-    std::lock_guard lock(mu_);
-    return messages_;
-  }
-  // Waits until the server ended the stream; its status (UNKNOWN on timeout).
-  grpc::Status WaitEnd() {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, kDeadline, [&] { return done_; })) {
-      return grpc::Status(grpc::StatusCode::UNKNOWN, "stream did not end in time");
-    }
-    return status_;
-  }
-
- private:
-  grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReader<fault::FaultMsgSignal>> reader_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<fault::FaultMsgSignal> messages_;
-  grpc::Status status_;
-  bool done_ = false;
+  Subscription(fault::Fault::Stub* stub, const std::string& job, const std::string& role)
+      : StreamReader([&](grpc::ClientContext* ctx) { return stub->SubscribeFaultMsgSignal(ctx, Client(job, role)); },
+                     nullptr, kDeadline) {}
 };
 
 class MindClusterFaultTest : public testing::ClusterdServerTest {

@@ -16,6 +16,7 @@
 #include "clusterd/v1/job.grpc.pb.h"
 #include "mindcluster/recover.grpc.pb.h"
 #include "test/support/grpc/agent_client.h"
+#include "test/support/grpc/stream_reader.h"
 #include "test/support/http_get.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/wait.h"
@@ -38,56 +39,19 @@ constexpr char kRestartRequest[] = "80BB8000";  // RESTART_REQUEST in the catalo
   return c;
 }
 
-// A SubscribeProcessManageSignal stream read on a thread of its own.
-class SignalReader {
+// TaskD's SubscribeProcessManageSignal stream, keep-alives left out.
+class SignalReader : public testing::StreamReader<::ProcessManageSignal> {
  public:
-  SignalReader(::Recover::Stub* stub, const std::string& job) {
-    reader_ = stub->SubscribeProcessManageSignal(&ctx_, TaskdClient(job));
-    thread_ = std::thread([this] {
-      ::ProcessManageSignal msg;
-      while (reader_->Read(&msg)) {
-        std::lock_guard lock(mu_);
-        if (msg.signaltype() != "keep-alive") signals_.push_back(msg);
-        cv_.notify_all();
-      }
-      grpc::Status st = reader_->Finish();
-      std::lock_guard lock(mu_);
-      status_ = std::move(st);
-      done_ = true;
-      cv_.notify_all();
-    });
-  }
-  ~SignalReader() {
-    ctx_.TryCancel();
-    thread_.join();
-  }
+  SignalReader(::Recover::Stub* stub, const std::string& job)
+      : StreamReader(
+            [&](grpc::ClientContext* ctx) { return stub->SubscribeProcessManageSignal(ctx, TaskdClient(job)); },
+            [](const ::ProcessManageSignal& s) { return s.signaltype() != "keep-alive"; }, kTaskdDeadline) {}
   // The n-th signal (0-based) once it came; an empty one on timeout.
   ::ProcessManageSignal Wait(size_t n) {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, kTaskdDeadline, [&] { return signals_.size() > n || done_; });
-    return signals_.size() > n ? signals_[n] : ::ProcessManageSignal();
+    auto got = WaitMessages(n + 1);
+    return got.size() > n ? got[n] : ::ProcessManageSignal();
   }
-  grpc::Status WaitEnd() {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, kTaskdDeadline, [&] { return done_; })) {
-      return grpc::Status(grpc::StatusCode::UNKNOWN, "stream did not end in time");
-    }
-    return status_;
-  }
-  size_t count() {
-    std::lock_guard lock(mu_);
-    return signals_.size();
-  }
-
- private:
-  grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReader<::ProcessManageSignal>> reader_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<::ProcessManageSignal> signals_;
-  grpc::Status status_;
-  bool done_ = false;
+  size_t count() { return Messages().size(); }
 };
 
 class MindClusterRecoverTest : public testing::ClusterdServerTest {
@@ -134,6 +98,16 @@ class MindClusterRecoverTest : public testing::ClusterdServerTest {
   int32_t Init(const std::string& job) { return Unary(&::Recover::Stub::Init, TaskdClient(job)).code(); }
   int32_t Register(const std::string& job) { return Unary(&::Recover::Stub::Register, TaskdClient(job)).code(); }
   int32_t HealthCheck(const std::string& job) { return Unary(&::Recover::Stub::HealthCheck, TaskdClient(job)).code(); }
+
+  // Subscribed: TaskD is the job's recovery agent.
+  bool WaitAttached() {
+    return WaitFor(
+        [&] {
+          auto res = testing::HttpGet(server_->http_port(), "/metrics");
+          return res.status == 200 && testing::MetricValue(res.body, "clusterd_job_agents") == 1;
+        },
+        kTaskdDeadline);
+  }
 
   // The job's recoveries, newest first.
   std::vector<v1::Recovery> Recoveries() {
@@ -203,13 +177,7 @@ TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {
   ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
   ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
   SignalReader taskd(recover_.get(), kTaskdJob);
-  // Subscribed: TaskD is the job's recovery agent.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto res = testing::HttpGet(server_->http_port(), "/metrics");
-        return res.status == 200 && testing::MetricValue(res.body, "clusterd_job_agents") == 1;
-      },
-      kTaskdDeadline));
+  ASSERT_TRUE(WaitAttached());
 
   ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
   const ::ProcessManageSignal stop = taskd.Wait(0);
@@ -258,12 +226,7 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
   ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
   ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
   SignalReader taskd(recover_.get(), kTaskdJob);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto res = testing::HttpGet(server_->http_port(), "/metrics");
-        return res.status == 200 && testing::MetricValue(res.body, "clusterd_job_agents") == 1;
-      },
-      kTaskdDeadline));
+  ASSERT_TRUE(WaitAttached());
   auto taskd_faults = [&] {
     v1::ListFaultsRequest req;
     req.set_page_size(100);
