@@ -239,15 +239,7 @@ TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) 
     }
     return Advance();
   }
-  current_ = command;
-  const auto& ranks = command.hit_ranks().empty() ? command.ranks() : command.hit_ranks();
-  node_ranks_ = NodeRanksOf(job, std::vector<uint32_t>(ranks.begin(), ranks.end()));
-  fault_chips_.clear();
-  for (const auto& p : job.placement()) {
-    if (std::find(ranks.begin(), ranks.end(), p.rank()) != ranks.end()) {
-      fault_chips_.push_back({p.rank(), p.has_device_id() ? p.device_id() : 0});
-    }
-  }
+  Take(command, job);
   const v1::JobCommand kind = command.kind();
   if (kind != v1::JOB_COMMAND_PAUSE && kind != v1::JOB_COMMAND_STOP && TargetOf(kind).empty()) {
     out.ack = Done(false, "TaskD cannot " + std::string(v1::JobCommand_Name(kind)) +
@@ -268,9 +260,7 @@ TaskdOutput TaskdJob::Advance() {
   const std::string_view target = TargetOf(current_->kind());
   switch (phase_) {
     case Phase::kIdle: {
-      last_ = Signal("stopTrain", "stop");
-      last_.add_actions("stop_train");
-      AddFaultRanks(&last_);
+      last_ = BuildSignal(Phase::kAwaitStop);
       out.signals.push_back(last_);
       out.reset = ResetOp::kFlushing;
       phase_ = Phase::kAwaitStop;
@@ -281,15 +271,7 @@ TaskdOutput TaskdJob::Advance() {
         out.ack = Done(true, "TaskD stopped the training");
         return out;
       }
-      last_ = Signal("globalFault", "global-fault");
-      last_.add_actions("on_global_rank");
-      if (target == kStrategyRecoverInPlace) {
-        last_.add_actions("fault_nodes_restart");
-      } else if (target != kStrategyRetry) {
-        last_.add_actions("fault_nodes_exit");
-      }
-      AddFaultRanks(&last_);
-      for (const auto& n : node_ranks_) last_.add_noderankids(n);
+      last_ = BuildSignal(Phase::kAwaitStrategy);
       out.signals.push_back(last_);
       out.reset = ResetOp::kFaults;
       out.reset_ranks = fault_chips_;
@@ -306,12 +288,7 @@ TaskdOutput TaskdJob::Advance() {
                                   ", not " + std::string(target));
         return out;
       }
-      last_ = Signal("changeStrategy", "change-strategy/" + std::string(target));
-      last_.add_actions("change_strategy");
-      last_.set_changestrategy(std::string(target));
-      AddFaultRanks(&last_);
-      for (const auto& n : node_ranks_) last_.add_noderankids(n);
-      if (target == kStrategyElastic) last_.set_extraparams(R"({"scale-in-strategy":"DP"})");
+      last_ = BuildSignal(Phase::kAwaitStatus);
       out.signals.push_back(last_);
       phase_ = Phase::kAwaitStatus;
       return out;
@@ -323,6 +300,100 @@ TaskdOutput TaskdJob::Advance() {
       return out;
   }
   return out;
+}
+
+::ProcessManageSignal TaskdJob::BuildSignal(Phase awaiting) const {
+  const std::string_view target = current_ ? TargetOf(current_->kind()) : std::string_view();
+  ::ProcessManageSignal s;
+  switch (awaiting) {
+    case Phase::kAwaitStrategy:
+      s = Signal("globalFault", "global-fault");
+      s.add_actions("on_global_rank");
+      if (target == kStrategyRecoverInPlace) {
+        s.add_actions("fault_nodes_restart");
+      } else if (target != kStrategyRetry) {
+        s.add_actions("fault_nodes_exit");
+      }
+      AddFaultRanks(&s);
+      for (const auto& n : node_ranks_) s.add_noderankids(n);
+      return s;
+    case Phase::kAwaitStatus:
+      s = Signal("changeStrategy", "change-strategy/" + std::string(target));
+      s.add_actions("change_strategy");
+      s.set_changestrategy(std::string(target));
+      AddFaultRanks(&s);
+      for (const auto& n : node_ranks_) s.add_noderankids(n);
+      if (target == kStrategyElastic) s.set_extraparams(R"({"scale-in-strategy":"DP"})");
+      return s;
+    default:
+      s = Signal("stopTrain", "stop");
+      s.add_actions("stop_train");
+      AddFaultRanks(&s);
+      return s;
+  }
+}
+
+std::string TaskdJob::Stage() const {
+  std::string out = std::string(kStagePrefix) + std::string(PhaseName(phase_));
+  if (!offered_.empty()) out += "; offered " + Joined(offered_);
+  return out;
+}
+
+void TaskdJob::Take(const v1::Command& command, const v1::Job& job) {
+  current_ = command;
+  const auto& ranks = command.hit_ranks().empty() ? command.ranks() : command.hit_ranks();
+  node_ranks_ = NodeRanksOf(job, std::vector<uint32_t>(ranks.begin(), ranks.end()));
+  fault_chips_.clear();
+  for (const auto& p : job.placement()) {
+    if (std::find(ranks.begin(), ranks.end(), p.rank()) != ranks.end()) {
+      fault_chips_.push_back({p.rank(), p.has_device_id() ? p.device_id() : 0});
+    }
+  }
+}
+
+TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std::string_view stage) {
+  std::optional<Phase> phase;
+  std::vector<std::string> offered;
+  if (stage.rfind(kStagePrefix, 0) == 0) {
+    stage.remove_prefix(kStagePrefix.size());
+    const size_t semi = stage.find(';');
+    const std::string_view name = stage.substr(0, semi);
+    for (Phase p : {Phase::kIdle, Phase::kAwaitStop, Phase::kStopped, Phase::kAwaitStrategy, Phase::kChoosing,
+                    Phase::kAwaitStatus}) {
+      if (PhaseName(p) == name) phase = p;
+    }
+    constexpr std::string_view kOffered = "; offered ";
+    if (semi != std::string_view::npos && stage.substr(semi, kOffered.size()) == kOffered) {
+      std::string_view list = stage.substr(semi + kOffered.size());
+      while (!list.empty()) {
+        const size_t comma = list.find(',');
+        offered.emplace_back(list.substr(0, comma));
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      }
+    }
+  }
+  if (!phase) {  // nothing stored (or not ours): the step from its start
+    phase_ = Phase::kIdle;
+    offered_.clear();
+    current_.reset();
+    return OnCommand(command, job);
+  }
+  Take(command, job);
+  offered_ = std::move(offered);
+  phase_ = *phase;
+  TaskdOutput out;
+  switch (phase_) {
+    case Phase::kAwaitStop:
+    case Phase::kAwaitStrategy:
+    case Phase::kAwaitStatus:
+      // Sent, not answered: the same signal again (the same uuid).
+      last_ = BuildSignal(phase_);
+      out.signals.push_back(last_);
+      return out;
+    default:
+      // Answered: go on from there, never back.
+      return Advance();
+  }
 }
 
 TaskdOutput TaskdJob::OnStopComplete(const ::StopCompleteRequest& req) {

@@ -199,6 +199,24 @@ class TaskdJob {
   // starts over, as the reference's does. The command in flight, if any,
   // starts over from its first signal.
   TaskdOutput Restart();
+  // Forgets the command in flight and what TaskD offered (a new subscription
+  // resumes from the stored stage instead).
+  void Reset() {
+    phase_ = Phase::kIdle;
+    offered_.clear();
+    current_.reset();
+  }
+
+  // Where the command in flight stands ("taskd: stopped; offered retry,recover"):
+  // stored with the step (Coordinator::NoteProgress) before the signals of
+  // a change go out, so that a restart or a new subscription goes on from the
+  // last answered exchange (Resume) instead of starting over.
+  static constexpr std::string_view kStagePrefix = "taskd: ";
+  std::string Stage() const;
+  // The command again after a restart or a new subscription, with the stage
+  // stored for it: a signal sent and not answered is sent again (same uuid),
+  // an answered one never; nothing stored (or not a stage): from the start.
+  TaskdOutput Resume(const v1::Command& command, const v1::Job& job, std::string_view stage);
 
   Phase phase() const { return phase_; }
   static std::string_view PhaseName(Phase p);
@@ -215,6 +233,10 @@ class TaskdJob {
   bool Allows(std::string_view strategy) const;
   // Moves the current command on from the phase it is in.
   TaskdOutput Advance();
+  // The signal whose answer `awaiting` waits for, for the current command.
+  ::ProcessManageSignal BuildSignal(Phase awaiting) const;
+  // Makes `command` the current one (its ranks and chips in `job`).
+  void Take(const v1::Command& command, const v1::Job& job);
   ::ProcessManageSignal Signal(std::string_view type, std::string_view stage) const;
   void AddFaultRanks(::ProcessManageSignal* s) const;
   TaskdAck Done(bool success, std::string message);

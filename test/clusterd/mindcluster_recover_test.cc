@@ -286,5 +286,61 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
       kTaskdDeadline));
 }
 
+// Stored before acting: after a restart of ClusterD in the middle of a step
+// retry, TaskD (subscribing again) gets the signal it had not answered, with
+// the same uuid, and never the stopTrain it had.
+TEST_F(MindClusterRecoverTest, AfterARestartTheStepGoesOnFromItsStoredStage) {
+  auto agent = std::make_unique<TestAgent>(channel_, "worker01", 2);
+  ASSERT_TRUE(agent->Connect());
+  CreateOptedInJob();
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  std::string global_uuid;
+  {
+    SignalReader taskd(recover_.get(), kTaskdJob);
+    ASSERT_TRUE(WaitAttached());
+    ASSERT_TRUE(agent->Transition(1, true, 1, kRestartRequest));
+    ASSERT_EQ(taskd.Wait(0).signaltype(), "stopTrain");
+    ::StopCompleteRequest stopped;
+    stopped.set_jobid(kTaskdJob);
+    EXPECT_EQ(Unary(&::Recover::Stub::ReportStopComplete, stopped).code(), mc::kRecoverOk);
+    const ::ProcessManageSignal global = taskd.Wait(1);
+    ASSERT_EQ(global.signaltype(), "globalFault");
+    global_uuid = global.uuid();
+  }
+  // The stage is in the step, visible to anyone.
+  auto stage = [&] {
+    auto rs = Recoveries();
+    return rs.empty() || rs.front().steps_size() == 0 ? std::string() : rs.front().steps(0).message();
+  };
+  ASSERT_TRUE(WaitFor([&] { return stage() == "taskd: await-recover-strategy"; }, kTaskdDeadline)) << stage();
+  const std::string recovery = Recoveries().front().id();
+
+  agent.reset();
+  StartServer();  // the same data dir
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  SignalReader taskd(recover_.get(), kTaskdJob);
+  const ::ProcessManageSignal again = taskd.Wait(0);
+  EXPECT_EQ(again.signaltype(), "globalFault");
+  EXPECT_EQ(again.uuid(), global_uuid);
+  ::RecoverStrategyRequest offer;
+  offer.set_jobid(kTaskdJob);
+  offer.add_strategies("retry");
+  Unary(&::Recover::Stub::ReportRecoverStrategy, offer);
+  ASSERT_EQ(taskd.Wait(1).changestrategy(), "retry");
+  ::RecoverStatusRequest status;
+  status.set_jobid(kTaskdJob);
+  status.set_strategy("retry");
+  Unary(&::Recover::Stub::ReportRecoverStatus, status);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rs = Recoveries();
+        return !rs.empty() && rs.front().id() == recovery && rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
+      },
+      kTaskdDeadline));
+  for (const auto& s : taskd.Messages()) EXPECT_NE(s.signaltype(), "stopTrain");
+}
+
 }  // namespace
 }  // namespace clusterd

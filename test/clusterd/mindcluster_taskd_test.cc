@@ -345,6 +345,44 @@ TEST(TaskdJobTest, AResentCommandRepeatsTheAwaitedSignalAndARestartStartsOver) {
   EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStop);
 }
 
+TEST(TaskdJobTest, AFreshMachineResumesFromTheStoredStage) {
+  const v1::Job job = OptedIn("retry,recover");
+  const auto strategies = JobRecoverStrategies(job).strategies;
+  const v1::Command c = Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {5}, {5});
+  TaskdJob before(job.id(), strategies);
+  EXPECT_EQ(before.Stage(), "taskd: idle");
+  before.OnCommand(c, job);
+  EXPECT_EQ(before.Stage(), "taskd: await-stop-complete");
+  const auto global = OnlySignal(before.OnStopComplete(StopDone()));
+  EXPECT_EQ(before.Stage(), "taskd: await-recover-strategy");
+
+  // Sent, not answered: the same signal again.
+  TaskdJob after(job.id(), strategies);
+  const auto again = OnlySignal(after.Resume(c, job, before.Stage()));
+  EXPECT_EQ(again.signaltype(), "globalFault");
+  EXPECT_EQ(again.uuid(), global.uuid());
+  EXPECT_EQ(after.phase(), TaskdJob::Phase::kAwaitStrategy);
+
+  // Answered: on from there (the offer kept).
+  before.OnRecoverStrategy(Offer({"retry", "recover"}));
+  before.OnRecoverStatus(Result(kRecoverRetryRecoverable, "retry"));
+  EXPECT_EQ(before.Stage(), "taskd: choosing-strategy; offered retry,recover");
+  TaskdJob third(job.id(), strategies);
+  const auto change = OnlySignal(third.Resume(Cmd("r.1/1", v1::JOB_COMMAND_RESUME, {5}, {5}), job,
+                                              "taskd: choosing-strategy; offered retry,recover"));
+  EXPECT_EQ(change.signaltype(), "changeStrategy");
+  EXPECT_EQ(change.changestrategy(), "recover");
+  EXPECT_EQ(third.offered(), (std::vector<std::string>{"retry", "recover"}));
+
+  TaskdJob stopped(job.id(), strategies);
+  EXPECT_EQ(OnlySignal(stopped.Resume(c, job, "taskd: stopped")).signaltype(), "globalFault");
+  // Nothing stored, or not a stage: from the start.
+  TaskdJob fresh(job.id(), strategies);
+  EXPECT_EQ(OnlySignal(fresh.Resume(c, job, "")).signaltype(), "stopTrain");
+  TaskdJob garbage(job.id(), strategies);
+  EXPECT_EQ(OnlySignal(garbage.Resume(c, job, "taskd: sideways")).signaltype(), "stopTrain");
+}
+
 TEST(TaskdJobTest, ReportsOutOfTurnChangeNothing) {
   const v1::Job job = OptedIn("retry");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);

@@ -1,5 +1,6 @@
 #include "clusterd/mindcluster/grpc/recover_service.h"
 
+#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -142,7 +143,8 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     std::shared_ptr<SignalStream> stream;
     uint64_t session = 0;  // in the JobAgentHub while subscribed
     std::string process_recover_status;
-    mc::TaskdJobRef ref;  // its Kubernetes objects, as of Init
+    mc::TaskdJobRef ref;    // its Kubernetes objects, as of Init
+    std::string last_note;  // the stage last stored for the command in flight
   };
 
   const ClusterState* state;
@@ -249,14 +251,37 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
 
   // Under mu: signals to the job's stream (none open: dropped, and the
   // command is sent again when TaskD subscribes), the ack to the writer.
+  //
+  // Stored before acting: where the command in flight stands (TaskdJob::Stage)
+  // goes into its step (Coordinator::NoteProgress) and the signals go out
+  // once that is durable, in order; a restart or a new subscription then
+  // goes on from there (Resume) and never sends an answered signal again.
   void DeliverLocked(const std::string& id, Job& job, mc::TaskdOutput out) {
-    for (auto& s : out.signals) {
-      if (!job.stream) break;
-      GetLogger("taskd")->info("job {}: signal {} ({}{}) to TaskD", id, s.signaltype(), s.uuid(),
-                               s.changestrategy().empty() ? "" : ", " + s.changestrategy());
-      job.stream->Push(std::move(s));
-      if (signals != nullptr) signals->Inc();
+    std::string key, note;
+    if (job.machine && job.machine->current()) {
+      key = job.machine->current()->id();
+      note = job.machine->Stage();
     }
+    if (!out.signals.empty() || (!key.empty() && note != job.last_note)) {
+      Coordinator* c = coordinator;
+      std::weak_ptr<Core> weak = weak_from_this();
+      engine->Submit([c, key, note, id, weak, stream = job.stream, signals = std::move(out.signals)](
+                         ClusterState& s, Mutation* m) mutable -> Engine::Done {
+        if (!key.empty()) c->NoteProgress(s, key, note, m, id);
+        if (signals.empty()) return {};
+        return [weak, stream, id, signals = std::move(signals)]() mutable {
+          auto core = weak.lock();
+          if (!core || !stream) return;  // no subscriber: sent again when TaskD subscribes
+          for (auto& sig : signals) {
+            GetLogger("taskd")->info("job {}: signal {} ({}{}) to TaskD", id, sig.signaltype(), sig.uuid(),
+                                     sig.changestrategy().empty() ? "" : ", " + sig.changestrategy());
+            stream->Push(std::move(sig));
+            if (core->signals != nullptr) core->signals->Inc();
+          }
+        };
+      });
+    }
+    job.last_note = note;
     if (!out.process_recover_status.empty()) {
       job.process_recover_status = out.process_recover_status;
       GetLogger("taskd")->info("job {}: ProcessRecoverStatus {}", id, out.process_recover_status);
@@ -277,18 +302,6 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     }
   }
 
-  // Raises or clears faults of the reporter "taskd" on the writer.
-  void Apply(std::vector<v1::ReportRequest> reports) {
-    if (reports.empty()) return;
-    engine->Submit([reports = std::move(reports)](ClusterState& s, Mutation* m) -> Engine::Done {
-      for (const auto& r : reports) {
-        if (auto st = s.ApplyReport(r, m); !st.ok()) {
-          GetLogger("taskd")->warn("fault {} of reporter taskd: {}", r.id(), st.status().ToString());
-        }
-      }
-      return {};
-    });
-  }
   // The job recovered through TaskD: the process faults TaskD reported for
   // it are cleared (read on the writer, so a restart forgets none).
   void ClearProcessFaults(const std::string& id) {
@@ -330,25 +343,53 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     });
   }
 
-  // The worker: a command of the coordinator for a subscribed job.
+  // The stage stored with a command's step ("" when none).
+  std::string StoredStage(const v1::Command& command) const {
+    const size_t slash = command.id().rfind('/');
+    if (slash == std::string::npos) return "";
+    uint32_t index = 0;
+    const std::string digits = command.id().substr(slash + 1);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec != std::errc() || end != digits.data() + digits.size()) return "";
+    return state->Read([&](const StateView& s) -> std::string {
+      auto r = s.recoveries().find(command.recovery_id());
+      if (r == s.recoveries().end() || index >= static_cast<uint32_t>(r->second.steps_size())) return "";
+      const std::string& message = r->second.steps(static_cast<int>(index)).message();
+      return message.rfind(mc::TaskdJob::kStagePrefix, 0) == 0 ? message : "";
+    });
+  }
+
+  // The worker: a command of the coordinator for a subscribed job. One the
+  // machine does not hold (ClusterD restarted and sends the step in flight
+  // again) goes on from its stored stage.
   void OnCommand(const std::string& id, const v1::Command& command) {
     auto stored = ReadJob(id);
     if (!stored) return;
+    const std::string stage = StoredStage(command);
     std::lock_guard lock(mu);
     auto it = jobs.find(id);
     if (it == jobs.end() || !it->second.machine) return;
-    DeliverLocked(id, it->second, it->second.machine->OnCommand(command, *stored));
+    mc::TaskdJob& machine = *it->second.machine;
+    // A fresh machine (ClusterD restarted, TaskD subscribed again) resumes;
+    // a busy one takes it as the next command (TaskdJob::OnCommand).
+    DeliverLocked(id, it->second,
+                  machine.current() ? machine.OnCommand(command, *stored) : machine.Resume(command, *stored, stage));
   }
 
-  // The worker, after a subscription attached: TaskD's machine starts over,
-  // then what the job owes an answer to.
+  // The worker, after a subscription attached: what the job owes an answer
+  // to, from the stage stored for it (never an answered signal again).
   void OnSubscribed(const std::string& id, const SignalStream* stream, const std::vector<v1::Command>& pending) {
     auto stored = ReadJob(id);
+    std::vector<std::string> stages;
+    stages.reserve(pending.size());
+    for (const auto& c : pending) stages.push_back(StoredStage(c));
     std::lock_guard lock(mu);
     auto it = jobs.find(id);
     if (it == jobs.end() || it->second.stream.get() != stream || !stored) return;
-    DeliverLocked(id, it->second, it->second.machine->Restart());
-    for (const auto& c : pending) DeliverLocked(id, it->second, it->second.machine->OnCommand(c, *stored));
+    it->second.machine->Reset();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      DeliverLocked(id, it->second, it->second.machine->Resume(pending[i], *stored, stages[i]));
+    }
   }
 
   void StreamDone(const SignalStream* stream) {
@@ -359,8 +400,9 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     job.stream.reset();
     if (job.session != 0) agents->Detach(it->first, job.session);
     job.session = 0;
-    // As the reference: a stream's end resets TaskD's state machine.
-    if (job.machine) job.machine->Restart();
+    // As the reference: a stream's end resets TaskD's state machine (the
+    // stage stored with the step says where a new subscription goes on).
+    if (job.machine) job.machine->Reset();
     --subscribers;
     if (subscribers_gauge != nullptr) subscribers_gauge->Set(static_cast<double>(subscribers));
   }
@@ -621,21 +663,39 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::ReportProcessFault(grpc::CallbackS
                                                                  const ::ProcessFaultRequest* req, ::Status* resp) {
   // The ranks become faults of the reporter "taskd" (mindcluster/taskd.h),
   // which the coordinator decides on like any other; they clear when the
-  // job's recovery through TaskD succeeds. (Reading the state under the
-  // Core's mutex is safe: no thread that holds the state waits for it.)
-  return Report(*core_, ctx, "ReportProcessFault", *req, ValidFaultRanks(req->faultranks()), resp, [&](mc::TaskdJob&) {
-    mc::TaskdOutput out;
-    auto stored = core_->ReadJob(req->jobid());
-    if (!stored) {
-      out.code = mc::kRecoverUnknownJob;
-      out.info = "job " + req->jobid() + " is not known to ClusterD";
-      return out;
+  // job's recovery through TaskD succeeds. The answer comes once they are
+  // durable: nothing TaskD was told is taken is lost.
+  if (Status st = core_->Admit(ctx, "ReportProcessFault", req->jobid(), false); !st.ok()) return FinishUnary(ctx, st);
+  Status valid = ValidJobId(req->jobid());
+  if (valid.ok()) valid = ValidFaultRanks(req->faultranks());
+  if (!valid.ok()) return Reply(ctx, resp, mc::kRecoverClientError, valid.message());
+  if (core_->reports != nullptr) core_->reports->Inc();
+  {
+    std::lock_guard lock(core_->mu);
+    auto it = core_->jobs.find(req->jobid());
+    if (it == core_->jobs.end() || !it->second.registered) {
+      return Reply(ctx, resp, mc::kRecoverNotRegistered, "job " + req->jobid() + " is not registered");
     }
-    auto reports = mc::ProcessFaultReports(*stored, req->faultranks(), &out.info);
-    GetLogger("taskd")->info("job {}: TaskD reports a process fault: {}", req->jobid(), out.info);
-    core_->Apply(std::move(reports));
-    return out;
-  });
+  }
+  auto stored = core_->ReadJob(req->jobid());
+  if (!stored) return Reply(ctx, resp, mc::kRecoverUnknownJob, "job " + req->jobid() + " is not known to ClusterD");
+  std::string info;
+  auto reports = mc::ProcessFaultReports(*stored, req->faultranks(), &info);
+  GetLogger("taskd")->info("job {}: TaskD reports a process fault: {}", req->jobid(), info);
+  resp->set_code(mc::kRecoverOk);
+  resp->set_info(std::move(info));
+  auto* reactor = ctx->DefaultReactor();
+  const bool submitted =
+      core_->engine->Submit([reports = std::move(reports), reactor](ClusterState& s, Mutation* m) -> Engine::Done {
+        for (const auto& r : reports) {
+          if (auto st = s.ApplyReport(r, m); !st.ok()) {
+            GetLogger("taskd")->warn("fault {} of reporter taskd: {}", r.id(), st.status().ToString());
+          }
+        }
+        return [reactor] { reactor->Finish(grpc::Status::OK); };
+      });
+  if (!submitted) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "clusterd is shutting down"));
+  return reactor;
 }
 
 namespace {

@@ -864,6 +864,23 @@ void Coordinator::ApplyResult(ClusterState& state, const std::string& key, bool 
   }
 }
 
+bool Coordinator::NoteProgress(ClusterState& state, const std::string& key, const std::string& note, Mutation* m,
+                               const std::string& job) {
+  CLUSTERD_DCHECK_ON_THREAD(writer_);
+  std::string id;
+  uint32_t index = 0;
+  if (!SplitKey(key, &id, &index)) return false;
+  auto rit = state.recoveries().find(id);
+  if (rit == state.recoveries().end() || rit->second.state() != v1::RECOVERY_STATE_RUNNING) return false;
+  if (rit->second.job_id() != job || index >= static_cast<uint32_t>(rit->second.steps_size())) return false;
+  if (rit->second.steps(static_cast<int>(index)).state() != v1::STEP_STATE_RUNNING) return false;
+  if (rit->second.steps(static_cast<int>(index)).message() == note) return true;
+  v1::Recovery r = rit->second;
+  r.mutable_steps(static_cast<int>(index))->set_message(note.substr(0, 1024));
+  state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
+  return true;
+}
+
 std::vector<v1::Command> Coordinator::PendingCommands(const StateView& state, const std::string& job) const {
   CLUSTERD_DCHECK_ON_THREAD(writer_);
   std::vector<v1::Command> out;

@@ -67,6 +67,14 @@ class Coordinator {
   void ApplyResult(ClusterState& state, const std::string& key, bool ok, const std::string& message, Mutation* m,
                    const std::string& job = "");
 
+  // Writer thread: the agent's progress within the RUNNING step with this
+  // key (e.g. which of TaskD's exchanges were answered), stored as the step's
+  // message so that it survives a restart and shows in GetRecovery; the step
+  // stays RUNNING. False (nothing stored) when the step is not RUNNING or not
+  // `job`'s.
+  bool NoteProgress(ClusterState& state, const std::string& key, const std::string& note, Mutation* m,
+                    const std::string& job);
+
   // Writer thread: the commands a newly attached agent of `job` must get now
   // (the RUNNING agent step of its running recovery, if any).
   std::vector<v1::Command> PendingCommands(const StateView& state, const std::string& job) const;
