@@ -286,6 +286,53 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
       kTaskdDeadline));
 }
 
+// A failed retry escalates to PROCESS_RESTART: TaskD still waits for a
+// strategy, so only the changeStrategy recover-in-place goes out.
+TEST_F(MindClusterRecoverTest, AFailedRetryFallsBackInPlaceWithOnlyAChangeStrategy) {
+  TestAgent agent(channel_, "worker01", 2);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
+                        {std::string(mc::kLabelRecoverStrategy), "retry,recover-in-place"}});
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  SignalReader taskd(recover_.get(), kTaskdJob);
+  ASSERT_TRUE(WaitAttached());
+  ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
+  ASSERT_EQ(taskd.Wait(0).signaltype(), "stopTrain");
+  ::StopCompleteRequest stopped;
+  stopped.set_jobid(kTaskdJob);
+  Unary(&::Recover::Stub::ReportStopComplete, stopped);
+  ASSERT_EQ(taskd.Wait(1).signaltype(), "globalFault");
+  ::RecoverStrategyRequest offer;
+  offer.set_jobid(kTaskdJob);
+  offer.add_strategies("retry");
+  offer.add_strategies("recover-in-place");
+  Unary(&::Recover::Stub::ReportRecoverStrategy, offer);
+  ASSERT_EQ(taskd.Wait(2).changestrategy(), "retry");
+  ::RecoverStatusRequest failed;
+  failed.set_jobid(kTaskdJob);
+  failed.set_strategy("retry");
+  failed.mutable_status()->set_code(mc::kRecoverRetryUnrecoverable);
+  Unary(&::Recover::Stub::ReportRecoverStatus, failed);
+  const ::ProcessManageSignal next = taskd.Wait(3);
+  EXPECT_EQ(next.signaltype(), "changeStrategy");
+  EXPECT_EQ(next.changestrategy(), "recover-in-place");
+  ::RecoverStatusRequest ok;
+  ok.set_jobid(kTaskdJob);
+  ok.set_strategy("recover-in-place");
+  Unary(&::Recover::Stub::ReportRecoverStatus, ok);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rs = Recoveries();
+        return !rs.empty() && rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
+      },
+      kTaskdDeadline));
+  const v1::Recovery r = Recoveries().front();
+  EXPECT_EQ(r.initial_strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
+  EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+  EXPECT_EQ(taskd.Messages().size(), 4u);  // one stopTrain, one globalFault
+}
+
 // Stored before acting: after a restart of ClusterD in the middle of a step
 // retry, TaskD (subscribing again) gets the signal it had not answered, with
 // the same uuid, and never the stopTrain it had.

@@ -371,9 +371,12 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (it == jobs.end() || !it->second.machine) return;
     mc::TaskdJob& machine = *it->second.machine;
     // A fresh machine (ClusterD restarted, TaskD subscribed again) resumes;
-    // a busy one takes it as the next command (TaskdJob::OnCommand).
+    // one that is busy, or that TaskD left stopped or choosing a strategy
+    // (after a PAUSE, after a failed strategy), takes it as the next command
+    // (TaskdJob::OnCommand).
+    const bool fresh = !machine.current() && machine.phase() == mc::TaskdJob::Phase::kIdle;
     DeliverLocked(id, it->second,
-                  machine.current() ? machine.OnCommand(command, *stored) : machine.Resume(command, *stored, stage));
+                  fresh ? machine.Resume(command, *stored, stage) : machine.OnCommand(command, *stored));
   }
 
   // The worker, after a subscription attached: what the job owes an answer
