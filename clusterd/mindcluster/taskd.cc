@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/config_util.h"
+
 namespace clusterd::mindcluster {
 namespace {
 
@@ -20,12 +22,6 @@ std::string Trimmed(std::string_view s) {
 std::string LabelOf(const v1::Job& job, std::string_view key) {
   auto it = job.labels().find(std::string(key));
   return it == job.labels().end() ? std::string() : Trimmed(it->second);
-}
-
-std::string Joined(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
-  return out;
 }
 
 bool Contains(const std::vector<std::string>& items, std::string_view s) {
@@ -247,7 +243,7 @@ TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) 
     return out;
   }
   if (std::string_view target = TargetOf(kind); !target.empty() && !Allows(target)) {
-    out.ack = Done(false, "job " + job_id_ + "'s recover-strategy (" + Joined(strategies_) + ") does not list " +
+    out.ack = Done(false, "job " + job_id_ + "'s recover-strategy (" + JoinCommaList(strategies_) + ") does not list " +
                               std::string(target));
     return out;
   }
@@ -284,8 +280,9 @@ TaskdOutput TaskdJob::Advance() {
         return out;
       }
       if (!Contains(offered_, target)) {
-        out.ack = Done(false, "TaskD offered " + (offered_.empty() ? std::string("no strategy") : Joined(offered_)) +
-                                  ", not " + std::string(target));
+        out.ack =
+            Done(false, "TaskD offered " + (offered_.empty() ? std::string("no strategy") : JoinCommaList(offered_)) +
+                            ", not " + std::string(target));
         return out;
       }
       last_ = BuildSignal(Phase::kAwaitStatus);
@@ -335,7 +332,7 @@ TaskdOutput TaskdJob::Advance() {
 
 std::string TaskdJob::Stage() const {
   std::string out = std::string(kStagePrefix) + std::string(PhaseName(phase_));
-  if (!offered_.empty()) out += "; offered " + Joined(offered_);
+  if (!offered_.empty()) out += "; offered " + JoinCommaList(offered_);
   return out;
 }
 
@@ -364,12 +361,7 @@ TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std
     }
     constexpr std::string_view kOffered = "; offered ";
     if (semi != std::string_view::npos && stage.substr(semi, kOffered.size()) == kOffered) {
-      std::string_view list = stage.substr(semi + kOffered.size());
-      while (!list.empty()) {
-        const size_t comma = list.find(',');
-        offered.emplace_back(list.substr(0, comma));
-        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-      }
+      offered = SplitCommaList(stage.substr(semi + kOffered.size()));
     }
   }
   if (!phase) {  // nothing stored (or not ours): the step from its start

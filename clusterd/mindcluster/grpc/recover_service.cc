@@ -11,6 +11,7 @@
 
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/server/stream_writer.h"
+#include "common/config_util.h"
 #include "common/logging.h"
 #include "common/validation.h"
 
@@ -513,9 +514,7 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::Init(grpc::CallbackServerContext* 
   if (!machine || (machine->strategies() != opt.strategies && !machine->current())) {
     machine = std::make_unique<mc::TaskdJob>(req->jobid(), opt.strategies);
   }
-  std::string list;
-  for (const auto& s : opt.strategies) list += (list.empty() ? "" : ",") + s;
-  return Reply(ctx, resp, mc::kRecoverOk, "strategies: " + list);
+  return Reply(ctx, resp, mc::kRecoverOk, "strategies: " + JoinCommaList(opt.strategies));
 }
 
 grpc::ServerUnaryReactor* RecoverServiceImpl::Register(grpc::CallbackServerContext* ctx, const ::ClientInfo* req,
