@@ -48,7 +48,8 @@ namespace {
       "                      [--agents N] [--agent-channels N] [--steady SECONDS] [--detect-samples N]\n"
       "                      [--lost-samples N] [--restart-nodes N] [--restart-events N] [--devices N]\n"
       "                      [--ha-nodes N] [--job-reports N] [--stack-nodes N] [--stack-samples N]\n"
-      "                      [--stack-churn-nodes N] [--stack-churn SECONDS] [--taskd-samples N]\n"
+      "                      [--stack-churn-nodes N] [--stack-churn SECONDS] [--stack-chunk-kib N]\n"
+      "                      [--taskd-samples N]\n"
       "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
       "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
@@ -78,6 +79,7 @@ namespace {
       "  --stack-samples     scenario 13: chip faults timed to Volcano's ConfigMaps, per path (default 50)\n"
       "  --stack-churn-nodes scenario 13: device-plugin ConfigMaps rewritten once a second (default 1000)\n"
       "  --stack-churn       scenario 13: seconds of that churn measured (default 30)\n"
+      "  --stack-chunk-kib   scenario 13: clusterd's cluster-info ConfigMap size at most, KiB (default: its own)\n"
       "  --taskd-samples     scenario 14: step retries through TaskD's Recover service timed (default 50)\n"
       "  --clusterd, --noded binaries (default: next to this binary)\n"
       "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
@@ -171,6 +173,8 @@ Options ParseArgs(int argc, char** argv) {
         o.stack_churn_nodes = std::stoi(value());
       else if (a == "--stack-churn")
         o.stack_churn_s = std::stod(value());
+      else if (a == "--stack-chunk-kib")
+        o.stack_chunk_kib = std::stoi(value());
       else if (a == "--taskd-samples")
         o.taskd_samples = std::stoi(value());
       else if (a == "--restart-events")
@@ -242,7 +246,7 @@ Options ParseArgs(int argc, char** argv) {
       o.agents <= 0 || o.agent_channels <= 0 || o.steady_s <= 0 || o.detect_samples <= 0 || o.lost_samples <= 0 ||
       o.restart_nodes <= 0 || o.ha_nodes <= 0 || o.job_reports <= 0 || o.job_reports > 4000 || o.restart_events < 0 ||
       o.devices <= 0 || o.devices > 64 || o.stack_nodes <= 0 || o.stack_samples <= 0 || o.stack_churn_nodes <= 0 ||
-      o.stack_churn_s <= 0 || o.taskd_samples <= 0) {
+      o.stack_chunk_kib < 0 || o.stack_chunk_kib > 800 || o.stack_churn_s <= 0 || o.taskd_samples <= 0) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();

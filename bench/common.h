@@ -72,6 +72,7 @@ struct Options {
   int stack_samples = 50;
   int stack_churn_nodes = 1000;
   double stack_churn_s = 30;
+  int stack_chunk_kib = 0;  // clusterd's mindcluster_cluster_info_chunk_bytes / 1024; 0: its default
   // Scenario 14.
   int taskd_samples = 50;
 

@@ -278,6 +278,7 @@ int Run(const Options& o) {
                     {"stack_samples", o.stack_samples},
                     {"stack_churn_nodes", o.stack_churn_nodes},
                     {"stack_churn_s", o.stack_churn_s},
+                    {"stack_chunk_kib", o.stack_chunk_kib},
                     {"taskd_samples", o.taskd_samples}};
   std::vector<Row> rows;
   std::string err;

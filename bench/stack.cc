@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -693,9 +694,13 @@ std::string RunStack(const Options& o, const TempDir& tmp, json* out, std::vecto
                    {"max_reports_per_s", 5}};
 
   // clusterd with the integration, its agents and the watch.
-  ClusterdProcess cd(o.clusterd, tmp.Sub("clusterd-stack"),
-                     // The probes fault the same chips again and again: no separation.
-                     {"--integrations=mindcluster", "--kubeconfig=" + kc.kubeconfig(), "--separation-enabled=false"});
+  // The probes fault the same chips again and again: no separation.
+  std::vector<std::string> flags = {"--integrations=mindcluster", "--kubeconfig=" + kc.kubeconfig(),
+                                    "--separation-enabled=false"};
+  if (o.stack_chunk_kib > 0) {
+    flags.push_back("--mindcluster-cluster-info-chunk-bytes=" + std::to_string(o.stack_chunk_kib * 1024));
+  }
+  ClusterdProcess cd(o.clusterd, tmp.Sub("clusterd-stack"), flags);
   std::cerr << "[bench] scenario 13: starting " << o.clusterd << " --integrations mindcluster\n";
   if (auto err = cd.Start(); !err.empty()) return "scenario 13: " + err;
   ChunkWatch watch(kc, kOurNs);
@@ -801,8 +806,18 @@ std::string RunStack(const Options& o, const TempDir& tmp, json* out, std::vecto
     churn = RunChurnWriters(kc, churn_nodes, o.stack_churn_s, kChurnWriters);
     s1 = snap();
   });
+  // On nodes whose plugin ConfigMap does not churn (the next one by name
+  // from each probe that does), in the same ConfigMaps as churning ones.
+  const std::set<std::string> churning(churn_nodes.begin(), churn_nodes.end());
+  std::vector<Probe> quiet_probes;
+  for (const Probe& p : node_probes) {
+    size_t i = static_cast<size_t>(std::find(names.begin(), names.end(), p.node) - names.begin());
+    while (i < names.size() && churning.count(names[i])) ++i;
+    if (i < names.size()) quiet_probes.push_back({names[i], p.chip});
+  }
+  if (quiet_probes.empty()) return "scenario 13: every node churns: no node to probe during the churn";
   Samples during;
-  const std::string probe_err = Sample(&watch, node_probes, INT32_MAX, 0.25, agent, cd_writes, &during,
+  const std::string probe_err = Sample(&watch, quiet_probes, INT32_MAX, 0.25, agent, cd_writes, &during,
                                        NowNs() + static_cast<int64_t>(o.stack_churn_s * 1e9));
   writers.join();
   if (!probe_err.empty()) return "scenario 13: " + probe_err;

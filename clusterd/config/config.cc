@@ -552,6 +552,11 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(U32("mindcluster_cluster_info_writes_per_second", CLUSTERD_FIELD(mindcluster_stack.writes_per_second), 1, 1000),
         "cluster-info ConfigMap writes per second at most (creates, updates and deletes together)",
         "mindcluster.volcano.writesPerSecond");
+  t.Add(U64("mindcluster_cluster_info_chunk_bytes", CLUSTERD_FIELD(mindcluster_stack.chunk_bytes), uint64_t{64} << 10,
+            uint64_t{800} << 10),
+        "a cluster-info ConfigMap's value at most, in bytes (the reference's 800 KiB is the most): a fault rewrites "
+        "the ConfigMap that holds its node, so smaller ones reach Volcano sooner, at the cost of more ConfigMaps",
+        "mindcluster.volcano.chunkBytes");
   t.Add(List("mindcluster_public_fault_namespaces", CLUSTERD_FIELD(mindcluster_stack.public_fault_namespaces),
              "namespaces, comma-separated, or *",
              [](const std::string& n) {

@@ -180,6 +180,9 @@ struct ClusterdConfig {
     std::string cluster_info_namespace = "mindx-dl";
     std::chrono::nanoseconds refresh_interval = std::chrono::seconds(45);
     uint32_t writes_per_second = 5;
+    // A cluster-info ConfigMap's value at most (the reference's 800 KiB is
+    // the most): smaller ones make each fault's rewrite cheaper.
+    uint64_t chunk_bytes = 200 * 1024;
     // Namespaces whose public-fault ConfigMaps are read ("*": all); none by
     // default (all needs a ClusterRole that reads every ConfigMap).
     std::vector<std::string> public_fault_namespaces;

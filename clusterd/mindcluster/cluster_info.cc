@@ -133,14 +133,18 @@ size_t ChunkedPublisher<Traits>::EntryBytes(const std::string& node, const std::
 
 template <typename Traits>
 size_t ChunkedPublisher<Traits>::Place(const std::string& node, size_t bytes, std::optional<size_t> prefer) {
-  auto fits = [&](const Chunk& c) { return c.bytes + bytes <= max_bytes_; };
+  // A node stays in its ConfigMap up to the limit, but one that comes or
+  // moves fills a ConfigMap only to 7/8 of it: the room left lets entries
+  // grow (chips failing add -Fault entries) without moving nodes, since a
+  // move costs two writes, the first of them urgent.
+  auto fits = [&](const Chunk& c, size_t limit) { return c.bytes + bytes <= limit; };
   std::optional<size_t> chosen;
   if (prefer) {
     auto it = chunks_.find(*prefer);
-    if (it == chunks_.end() || fits(it->second)) chosen = *prefer;
+    if (it == chunks_.end() || fits(it->second, max_bytes_)) chosen = *prefer;
   }
   for (auto it = chunks_.begin(); !chosen && it != chunks_.end(); ++it) {
-    if (fits(it->second)) chosen = it->first;
+    if (fits(it->second, max_bytes_ - max_bytes_ / 8)) chosen = it->first;
   }
   if (!chosen) {
     size_t index = 0;
@@ -196,14 +200,22 @@ Status ChunkedPublisher<Traits>::Set(const std::string& node, Entry entry, int64
                            std::to_string(max_bytes_) + ")");
   }
   const bool urgent = it != nodes_.end() && Traits::Urgent(it->second.entry, entry);
+  const bool quiet = it == nodes_.end() || now_s - it->second.changed_s >= kQuietSeconds;
   std::optional<size_t> prefer;
   if (it != nodes_.end()) {
     prefer = it->second.chunk;
     Leave(node, it->second);
   }
   const size_t chunk = Place(node, bytes, prefer);
-  if (urgent) chunks_.at(chunk).urgent = true;
-  nodes_[node] = Node{std::move(entry), std::move(entry_json), chunk};
+  if (urgent) {
+    Chunk& c = chunks_.at(chunk);
+    c.urgent = true;
+    if (quiet && !c.quiet_urgent) {
+      c.quiet_urgent = true;
+      c.quiet_seq = ++dirty_seq_;
+    }
+  }
+  nodes_[node] = Node{std::move(entry), std::move(entry_json), chunk, now_s};
   return Status::Ok();
 }
 
@@ -226,9 +238,23 @@ void ChunkedPublisher<Traits>::Refresh(int64_t now_s) {
       c.dirty_seq = ++dirty_seq_;
     }
   }
-  // A longer UpdateTime can take a full ConfigMap past the limit: such a
-  // chunk's nodes move, one at a time, until it fits again.
-  for (const std::string& node : overflowing) {
+  // A longer UpdateTime can take a full ConfigMap past the limit.
+  Fit(overflowing);
+}
+
+template <typename Traits>
+void ChunkedPublisher<Traits>::Fit() {
+  std::vector<std::string> overflowing;
+  for (const auto& [index, c] : chunks_) {
+    if (c.bytes > max_bytes_) overflowing.insert(overflowing.end(), c.nodes.rbegin(), c.nodes.rend());
+  }
+  Fit(overflowing);
+}
+
+template <typename Traits>
+void ChunkedPublisher<Traits>::Fit(const std::vector<std::string>& candidates) {
+  // An over-full chunk's nodes move, one at a time, until it fits again.
+  for (const std::string& node : candidates) {
     Node& n = nodes_.at(node);
     auto it = chunks_.find(n.chunk);
     if (it == chunks_.end() || it->second.bytes <= max_bytes_) continue;
@@ -263,10 +289,13 @@ typename ChunkedPublisher<Traits>::Plan ChunkedPublisher<Traits>::Pending(bool a
   // cause, then rewritten only for a refresh.
   // A chip taken out before other changes; within each, the ConfigMap
   // waiting longest first, so that under a write budget none starves.
-  auto rank = [](const Chunk& c) { return c.gained ? 0 : c.urgent ? 1 : c.refresh_only ? 3 : 2; };
+  // An urgent change of a quiet node before those of nodes that keep
+  // changing (kQuietSeconds).
+  auto rank = [](const Chunk& c) { return c.gained ? 0 : c.quiet_urgent ? 1 : c.urgent ? 2 : c.refresh_only ? 4 : 3; };
   std::vector<std::tuple<int, uint64_t, size_t>> order;
   for (const auto& [index, c] : chunks_) {
-    if (all || c.dirty) order.emplace_back(rank(c), c.dirty ? c.dirty_seq : 0, index);
+    const uint64_t seq = !c.dirty ? 0 : c.quiet_urgent && !c.gained ? c.quiet_seq : c.dirty_seq;
+    if (all || c.dirty) order.emplace_back(rank(c), seq, index);
   }
   std::sort(order.begin(), order.end());
   for (const auto& [r, seq, index] : order) {
@@ -286,7 +315,8 @@ void ChunkedPublisher<Traits>::Written(const Plan& plan) {
   for (const Write& w : plan.writes) {
     const size_t index = std::stoul(w.name.substr(Traits::kConfigMapPrefix.size()));
     if (auto it = chunks_.find(index); it != chunks_.end()) {
-      it->second.dirty = it->second.gained = it->second.refresh_only = it->second.urgent = false;
+      Chunk& c = it->second;
+      c.dirty = c.gained = c.refresh_only = c.urgent = c.quiet_urgent = false;
     }
   }
   for (const std::string& name : plan.deletes) {

@@ -35,6 +35,10 @@ inline constexpr std::string_view kClusterInfoDevicePrefix = "cluster-info-devic
 inline constexpr std::string_view kVolcanoLabel = "mx-consumer-volcano";
 // The reference's limit on one ConfigMap's value (the API's is 1 MiB).
 inline constexpr size_t kMaxClusterInfoBytes = 800 * 1024;
+// ClusterD's default (mindcluster_cluster_info_chunk_bytes): a fault rewrites
+// the ConfigMap holding its node, and a quarter of the size reaches Volcano
+// in about half the time (docs/performance.md, scenario 13).
+inline constexpr size_t kDefaultClusterInfoChunkBytes = 200 * 1024;
 
 // ClusterD's own knowledge of one chip, from its other sources (NodeD,
 // external reporters, public faults) and from recovery.
@@ -102,11 +106,21 @@ class ChunkedPublisher {
   // last one written plus one when the content changed (else the last one),
   // and now_s. An entry larger than the limit on its own is refused.
   Status Set(const std::string& node, Entry entry, int64_t now_s);
+  // A node whose lists last changed at least this long ago is quiet: its
+  // urgent change is written before those of nodes that change all the time
+  // (a flapping device plugin rewrites its ConfigMap every second), so a
+  // fault elsewhere does not queue behind them.
+  static constexpr int64_t kQuietSeconds = 10;
+
   // Every entry's UpdateTime becomes now_s (at least one more than it was)
   // and every ConfigMap is to be written: the periodic rewrite that keeps
   // Volcano's cache fresh (it rebuilds its informer when an entry's
   // UpdateTime has not grown for a minute).
   void Refresh(int64_t now_s);
+  // After the last Adopt: ConfigMaps over this publisher's limit (written
+  // with a larger one, or by the reference) hand nodes to others until they
+  // fit; those that gain them are written first.
+  void Fit();
   // The node has nothing to publish any more (never for a fault: Volcano
   // keeps a missing node's last lists).
   void Remove(const std::string& node);
@@ -118,7 +132,9 @@ class ChunkedPublisher {
     bool urgent = false;        // it gains a node, or a chip left an available list
   };
   struct Plan {
-    std::vector<Write> writes;         // in this order: gaining ConfigMaps, changed ones, refreshed ones
+    // In this order: gaining ConfigMaps; urgent ones, a quiet node's first;
+    // changed ones; refreshed ones. Within each, the longest waiting first.
+    std::vector<Write> writes;
     std::vector<std::string> deletes;  // after the writes
     bool more = false;                 // writes left out at max_writes
     bool empty() const { return writes.empty() && deletes.empty(); }
@@ -142,6 +158,7 @@ class ChunkedPublisher {
     Entry entry;
     std::string json;  // Traits::Json
     size_t chunk = 0;
+    int64_t changed_s = 0;  // when its content last changed (Set's now_s)
   };
   struct Chunk {
     std::set<std::string> nodes;
@@ -150,12 +167,15 @@ class ChunkedPublisher {
     bool gained = false;        // a node moved in since the last write
     bool refresh_only = false;  // dirty only for a refresh: written last
     bool urgent = false;        // Traits::Urgent: written before other changes
+    bool quiet_urgent = false;  // ... of a quiet node: before other urgent ones
     uint64_t dirty_seq = 0;     // when it became dirty: the longest waiting first
+    uint64_t quiet_seq = 0;     // when a quiet node's urgent change came
   };
   static size_t EntryBytes(const std::string& node, const std::string& json);
   size_t Place(const std::string& node, size_t bytes, std::optional<size_t> prefer);
   void Leave(const std::string& node, const Node& n);
   void Touch(Chunk& c);
+  void Fit(const std::vector<std::string>& candidates);
   std::string ValueOf(const Chunk& c) const;
   static std::string NameOf(size_t index);
 

@@ -307,6 +307,53 @@ TEST(ClusterInfo, RefreshGrowsEveryUpdateTimeAndYieldsToChanges) {
   EXPECT_EQ(pub.UpdateTimeOf("n0"), 151);
 }
 
+TEST(ClusterInfo, AQuietNodesFaultGoesBeforeNodesThatKeepChanging) {
+  ClusterInfoPublisher pub(1000);  // two or three entries per ConfigMap
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(pub.Set("n" + std::to_string(i), Entry(8, 100), 100).ok());
+  ASSERT_GE(pub.chunks(), 3u);
+  pub.Written(pub.Pending());
+  // A chip out, another each time: every change is urgent.
+  auto down = [](int64_t t) {
+    NodeDeviceInfo e = Entry(8, t);
+    const uint32_t chip = static_cast<uint32_t>(t % 7) + 1;
+    e.available.erase(e.available.begin() + chip);
+    e.unhealthy = {ChipName("Ascend910", chip)};
+    return e;
+  };
+  const std::string flapping = "cluster-info-device-" + std::to_string(*pub.ChunkOf("n0"));
+  const std::string quiet = "cluster-info-device-" + std::to_string(*pub.ChunkOf("n8"));
+  ASSERT_NE(flapping, quiet);
+  auto names = [](const ClusterInfoPublisher::Plan& plan) {
+    std::vector<std::string> out;
+    for (const auto& w : plan.writes) out.push_back(w.name);
+    return out;
+  };
+  // n0 (its plugin rewrites its ConfigMap every second) changes, is
+  // written, and goes on changing.
+  for (int64_t t = 111; t <= 115; ++t) ASSERT_TRUE(pub.Set("n0", down(t), t).ok());
+  EXPECT_EQ(names(pub.Pending()), std::vector<std::string>{flapping});
+  pub.Written(pub.Pending());
+  for (int64_t t = 116; t <= 118; ++t) ASSERT_TRUE(pub.Set("n0", down(t), t).ok());
+  // n8, unchanged for 19 s, loses a chip: its ConfigMap goes first although
+  // n0's has waited longer.
+  ASSERT_TRUE(pub.Set("n8", down(119), 119).ok());
+  auto plan = pub.Pending();
+  EXPECT_EQ(names(plan), (std::vector<std::string>{quiet, flapping}));
+  ASSERT_EQ(plan.writes.size(), 2u);
+  EXPECT_TRUE(plan.writes[0].urgent && plan.writes[1].urgent);
+  pub.Written(plan);
+  // n8 changing again 2 s later is not quiet: the longest waiting first.
+  ASSERT_TRUE(pub.Set("n0", down(120), 120).ok());
+  ASSERT_TRUE(pub.Set("n8", down(121), 121).ok());
+  EXPECT_EQ(names(pub.Pending()), (std::vector<std::string>{flapping, quiet}));
+  pub.Written(pub.Pending());
+  // kQuietSeconds after its last change, it is quiet again.
+  ASSERT_TRUE(pub.Set("n0", down(122), 122).ok());
+  const int64_t later = 121 + ClusterInfoPublisher::kQuietSeconds;
+  ASSERT_TRUE(pub.Set("n8", down(later), later).ok());
+  EXPECT_EQ(names(pub.Pending()), (std::vector<std::string>{quiet, flapping}));
+}
+
 TEST(ClusterInfo, ChunksStayUnderTheLimitAndNodesStayPut) {
   const size_t limit = 4000;
   ClusterInfoPublisher pub(limit);
@@ -315,7 +362,8 @@ TEST(ClusterInfo, ChunksStayUnderTheLimitAndNodesStayPut) {
   ASSERT_GT(plan.writes.size(), 3u);
   size_t listed = 0;
   for (const auto& w : plan.writes) {
-    EXPECT_LE(w.value.size(), limit) << w.name;
+    // Filled to 7/8 of the limit: the rest is room for entries to grow in.
+    EXPECT_LE(w.value.size(), limit - limit / 8) << w.name;
     json value = json::parse(w.value);
     listed += value.size();
     for (auto it = value.begin(); it != value.end(); ++it) {
@@ -331,6 +379,12 @@ TEST(ClusterInfo, ChunksStayUnderTheLimitAndNodesStayPut) {
   NodeDeviceInfo one_down = Entry(8, 1);
   one_down.available.pop_back();
   one_down.unhealthy = {"Ascend910-7"};
+  DeviceFault grows;  // a -Fault entry too: the entry grows into the room left
+  grows.fault_type = "CardUnhealthy";
+  grows.npu_name = "Ascend910-7";
+  grows.fault_level = grows.large_model_fault_level = grows.fault_handling = "SeparateNPU";
+  grows.fault_code = "80E01801";
+  one_down.faults.push_back(grows);
   ASSERT_TRUE(pub.Set("node105", one_down, 2).ok());
   EXPECT_EQ(pub.ChunkOf("node105"), home);
   plan = pub.Pending();
@@ -388,6 +442,44 @@ TEST(ClusterInfo, RestartAdoptsWhatItWrote) {
   EXPECT_EQ(second.Adopt("cluster-info-device-5", R"({"x":1})").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(second.Adopt("cluster-info-device-5", "[").code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(second.ChunkOf("x").has_value());
+}
+
+TEST(ClusterInfo, ConfigMapsWrittenLargerAreSplitAfterAdoption) {
+  // Written with 4000-byte ConfigMaps (or by the reference, at 800 KiB),
+  // taken over by a publisher with a quarter of that.
+  ClusterInfoPublisher first(4000);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(first.Set("node" + std::to_string(i), Entry(8, 7), 7).ok());
+  auto all = first.Pending(true);
+  ClusterInfoPublisher second(1000);
+  for (const auto& w : all.writes) ASSERT_TRUE(second.Adopt(w.name, w.value).ok()) << w.name;
+  ASSERT_EQ(second.chunks(), first.chunks());
+  second.Fit();
+  EXPECT_GT(second.chunks(), first.chunks());
+  EXPECT_EQ(second.node_count(), 20u);
+  auto plan = second.Pending();
+  // What Volcano reads once the plan is written: the adopted values, those
+  // written replacing theirs.
+  std::map<std::string, std::string> after;
+  for (const auto& w : all.writes) after[w.name] = w.value;
+  bool gaining = true;  // those that gain nodes come first
+  for (const auto& w : plan.writes) {
+    EXPECT_LE(w.value.size(), 1000u) << w.name;
+    const bool adopted = after.count(w.name) > 0;
+    if (adopted) gaining = false;
+    EXPECT_TRUE(!gaining || !adopted) << w.name;
+    after[w.name] = w.value;
+  }
+  EXPECT_FALSE(gaining);  // the over-full ones were rewritten
+  std::set<std::string> listed;
+  for (const auto& [name, value] : after) {
+    EXPECT_LE(value.size(), 1000u) << name;
+    json doc = json::parse(value);
+    for (auto it = doc.begin(); it != doc.end(); ++it) EXPECT_TRUE(listed.insert(it.key()).second) << it.key();
+  }
+  EXPECT_EQ(listed.size(), 20u);  // each node once, none lost
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(second.UpdateTimeOf("node" + std::to_string(i)), 7);
+  second.Written(plan);
+  EXPECT_TRUE(second.Pending().empty());
 }
 
 TEST(NodeInfo, ParsesMindClusterNodeDsConfigMap) {

@@ -288,7 +288,7 @@ fi
 # mindcluster.volcano.enabled two Roles on configmaps and their bindings (get, list and watch in
 # the device plugin's namespace; get, list, watch, create, update and delete in the cluster-info
 # namespace), nothing cluster-wide, ClusterD's token mounted for them, "mindcluster" once in
-# integrations (next to "kubernetes" or alone) and its four keys; none of it by default.
+# integrations (next to "kubernetes" or alone) and its five keys; none of it by default.
 MV=$TMP/values-mindcluster-volcano-$kv.yaml MVK=$TMP/mindcluster-volcano-k8s-$kv.yaml
 MVN=$TMP/mindcluster-volcano-mindx-dl-$kv.yaml MVH=$TMP/mindcluster-volcano-ha-$kv.yaml
 mv_roles="sorted((d['metadata']['namespace'], d['metadata']['name'], [(g, r, ' '.join(x['verbs'])) for x in d['rules'] for g in x['apiGroups'] for r in x['resources']]) for d in by.get('Role', []) if '-mindcluster-' in d['metadata']['name'])"
@@ -296,7 +296,7 @@ mv_bindings="sorted((b['metadata']['namespace'], b['metadata']['name'], b['roleR
 mv_keys="sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith('mindcluster_') and not k.startswith('mindcluster_max_'))"
 MV_READ="[('', 'configmaps', 'get list watch')]" MV_WRITE="[('', 'configmaps', 'get list watch create update delete')]"
 MV_SA="\"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\""
-MV_DEFAULT_KEYS="[('mindcluster_cluster_info_namespace', 'mindx-dl'), ('mindcluster_cluster_info_refresh', '45s'), ('mindcluster_cluster_info_writes_per_second', 5), ('mindcluster_device_info_namespace', 'kube-system')]"
+MV_DEFAULT_KEYS="[('mindcluster_cluster_info_chunk_bytes', 204800), ('mindcluster_cluster_info_namespace', 'mindx-dl'), ('mindcluster_cluster_info_refresh', '45s'), ('mindcluster_cluster_info_writes_per_second', 5), ('mindcluster_device_info_namespace', 'kube-system')]"
 expect "default: no mindcluster integration (integrations, keys, configmaps Roles)" "$D" "(cfg('clusterd')['integrations'], $mv_keys, $mv_roles, $mv_bindings, [d['metadata']['name'] for d in by['Role']])" \
   "(['kubernetes'], [], [], [], ['clusterd'])"
 expect "no-kubernetes: no mindcluster integration either" "$NK" "('integrations' in cfg('clusterd'), $mv_keys, 'Role' in by)" "(False, [], False)"
@@ -308,7 +308,7 @@ expect "mindcluster-volcano: each Role bound to ClusterD's ServiceAccount, in it
   "[('mindx-dl', 'clusterd-mindcluster-clusterinfo', 'Role', 'clusterd-mindcluster-clusterinfo', $MV_SA), ('npu-plugin', 'clusterd-mindcluster-deviceinfo', 'Role', 'clusterd-mindcluster-deviceinfo', $MV_SA)]"
 expect "mindcluster-volcano: integrations [mindcluster] and the tuned keys; no k8s_* keys, no actuator" "$MV" \
   "(cfg('clusterd')['integrations'], $mv_keys, sorted(k for k in cfg('clusterd') if k.startswith(('k8s_', 'actuator', 'kubeconfig'))))" \
-  "(['mindcluster'], [('mindcluster_cluster_info_namespace', 'mindx-dl'), ('mindcluster_cluster_info_refresh', '30s'), ('mindcluster_cluster_info_writes_per_second', 20), ('mindcluster_device_info_namespace', 'npu-plugin')], [])"
+  "(['mindcluster'], [('mindcluster_cluster_info_chunk_bytes', 65536), ('mindcluster_cluster_info_namespace', 'mindx-dl'), ('mindcluster_cluster_info_refresh', '30s'), ('mindcluster_cluster_info_writes_per_second', 20), ('mindcluster_device_info_namespace', 'npu-plugin')], [])"
 expect "mindcluster-volcano: the token mounted into ClusterD (only)" "$MV" "(pod('Deployment')['automountServiceAccountToken'], pod('DaemonSet')['automountServiceAccountToken'])" "(True, False)"
 if render mindcluster-volcano-k8s default "$kv" --set mindcluster.volcano.enabled=true 2>"$TMP/mindcluster-volcano.err" &&
    "$HELM" template clusterd "$CHART" --namespace mindx-dl --kube-version "$kv" --set mindcluster.volcano.enabled=true >"$MVN" 2>>"$TMP/mindcluster-volcano.err" &&

@@ -176,6 +176,9 @@ still takes the default config. */}}
 {{- $_ = set $c "mindcluster_cluster_info_namespace" $v.clusterInfoNamespace }}
 {{- $_ = set $c "mindcluster_cluster_info_refresh" $v.refresh }}
 {{- $_ = set $c "mindcluster_cluster_info_writes_per_second" $v.writesPerSecond }}
+{{- with $v.chunkBytes }}
+{{- $_ = set $c "mindcluster_cluster_info_chunk_bytes" . }}
+{{- end }}
 {{- /* A JSON list, like pubfault_resources; left out when empty (the binary reads none). */}}
 {{- with include "clusterd.mindcluster.publicFaultNamespaces" . | fromJsonArray }}
 {{- $_ = set $c "mindcluster_public_fault_namespaces" . }}

@@ -322,6 +322,10 @@ bool MindClusterStack::Adopt() {
                                 " is not one ClusterD can take over (" + st.message() + "); it will be rewritten");
     }
   }
+  // Those written with a larger mindcluster_cluster_info_chunk_bytes (or by
+  // the reference, at 800 KiB) hand nodes on until they fit.
+  publisher_.Fit();
+  switch_publisher_.Fit();
   return true;
 }
 
@@ -976,6 +980,7 @@ StatusOr<std::unique_ptr<Integration>> MakeMindClusterStackIntegration(const Clu
   options.cluster_info_namespace = config.mindcluster_stack.cluster_info_namespace;
   options.refresh_interval = config.mindcluster_stack.refresh_interval;
   options.writes_per_second = config.mindcluster_stack.writes_per_second;
+  options.max_cluster_info_bytes = config.mindcluster_stack.chunk_bytes;
   options.public_fault_namespaces = config.mindcluster_stack.public_fault_namespaces;
   if (!config.pubfault.code_table_file.empty()) {
     CLUSTERD_RETURN_IF_ERROR(options.pubfault_table.MergeFile(config.pubfault.code_table_file));

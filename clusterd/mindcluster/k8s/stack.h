@@ -68,7 +68,7 @@ struct MindClusterStackOptions {
   uint32_t writes_per_second = 5;
   // The reporter of the plugin's faults in ClusterD.
   std::string reporter = "ascend-device-plugin";
-  size_t max_cluster_info_bytes = mindcluster::kMaxClusterInfoBytes;
+  size_t max_cluster_info_bytes = mindcluster::kDefaultClusterInfoChunkBytes;
   // MindCluster NodeD's mindx-dl-nodeinfo-<node> ConfigMaps (read in
   // cluster_info_namespace): their faults are node faults of this reporter.
   std::string noded_reporter = "mindcluster-noded";
