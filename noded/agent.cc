@@ -46,7 +46,40 @@ std::string KeyOf(const v1::FaultReport& r) {
          "@" + r.subject();
 }
 
+bool IsChainCode(std::string_view code) { return code.rfind("NODE_CHAIN_", 0) == 0; }
+
+// Without the driver or its device files, or with a chip gone, nothing on
+// the node can use its NPUs: SEPARATE (ClusterD moves the jobs and isolates
+// the node). Without the runtime or the device plugin, running pods keep
+// their chips while new ones get none: PRE_SEPARATE (drained at the next
+// move; Volcano leaves the node). ClusterD's catalog can override both.
+v1::FaultLevel ChainCodeLevel(std::string_view code) {
+  if (code == kChainRuntimeNotConfigured || code == kChainDevicePluginNotRegistered) {
+    return v1::FAULT_LEVEL_PRE_SEPARATE;
+  }
+  return v1::FAULT_LEVEL_SEPARATE;
+}
+
+bool AscendBackend(const AcceleratorBackend& backend) {
+  const std::string name = backend.name();
+  return name == "ascend" || name == "npu-smi";
+}
+
 }  // namespace
+
+void ToProto(const ChainReading& reading, google::protobuf::RepeatedPtrField<v1::ChainLink>* out) {
+  out->Clear();
+  for (const auto& l : reading.links) {
+    auto* p = out->Add();
+    p->set_name(l.name);
+    p->set_state(l.state == LinkState::kOk       ? v1::CHAIN_LINK_STATE_OK
+                 : l.state == LinkState::kBroken ? v1::CHAIN_LINK_STATE_BROKEN
+                                                 : v1::CHAIN_LINK_STATE_UNKNOWN);
+    p->set_version(l.version);
+    p->set_evidence(l.evidence);
+    p->set_code(l.code);
+  }
+}
 
 v1::FaultLevel ToProtoLevel(Level level) {
   return ParseFaultLevel(LevelName(level)).value_or(v1::FAULT_LEVEL_SUB_HEALTH);
@@ -131,6 +164,12 @@ Status Agent::Init() {
     d->set_model(dev.model);
     d->set_serial(dev.serial);
   }
+  ChainOptions chain_options = options_.chain;
+  chain_options.root = options_.root;
+  chain_ = std::make_unique<ChainCollector>(std::move(chain_options));
+  backend_chips_ = static_cast<uint32_t>(devices->size());
+  next_chain_ = started_;
+  ToProto(chain_->Collect(backend_chips_, AscendBackend(*backend_)), inv.mutable_chain());
   // What the system reports is sent as is, except what ClusterD would refuse
   // (and then refuse the whole hello): invalid UTF-8 and control characters.
   for (std::string* text : {inv.mutable_cpu_model(), inv.mutable_kernel_version(), inv.mutable_os_image()}) {
@@ -154,6 +193,14 @@ void Agent::Record(v1::FaultTransition t) {
     GetLogger("agent")->warn("outbox refused a transition, will retry: {}", stored.status().ToString());
     retry_.push_back(std::move(t));
   }
+}
+
+void Agent::Emit(v1::TransitionAction action, const v1::FaultReport& r, TimePoint now) {
+  v1::FaultTransition t;
+  t.set_action(action);
+  *t.mutable_fault() = r;
+  *t.mutable_time() = ToTimestamp(now);
+  Record(std::move(t));
 }
 
 int Agent::PollOnce() {
@@ -203,6 +250,10 @@ int Agent::PollOnce() {
     Record(std::move(t));
   }
   DiffAccelerators();
+  if (options_.chain_interval.count() > 0 && now >= next_chain_) {
+    next_chain_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.chain_interval);
+    DiffChain();
+  }
   if (!rule_faults_reconciled_ && now - started_ >= warmup_) ReconcileRuleFaults();
 
   v1::MetricSnapshot metrics;
@@ -251,26 +302,48 @@ void Agent::DiffAccelerators() {
     }
   }
   const TimePoint now = clock_->Now();
-  auto emit = [&](v1::TransitionAction action, const v1::FaultReport& r) {
-    v1::FaultTransition t;
-    t.set_action(action);
-    *t.mutable_fault() = r;
-    *t.mutable_time() = ToTimestamp(now);
-    Record(std::move(t));
-  };
   std::set<std::string> active;
   for (const auto& r : outbox_->Active()) {
     const std::string key = KeyOf(r);
     const bool accelerator = r.source() == v1::FAULT_SOURCE_ACCELERATOR && r.has_device_id();
-    const bool backend_node = node_faults && !r.has_device_id() && !rule_codes_.count(r.code());
+    const bool backend_node =
+        node_faults && !r.has_device_id() && !rule_codes_.count(r.code()) && !IsChainCode(r.code());
     if (!accelerator && !backend_node) continue;
     active.insert(key);
     if (accelerator && !read_ok.count(r.device_id())) continue;  // unreadable now: keep as is
-    if (!desired.count(key)) emit(v1::TRANSITION_ACTION_CLEAR, r);
+    if (!desired.count(key)) Emit(v1::TRANSITION_ACTION_CLEAR, r, now);
   }
   for (const auto& [key, r] : desired) {
-    if (!active.count(key)) emit(v1::TRANSITION_ACTION_RAISE, r);
+    if (!active.count(key)) Emit(v1::TRANSITION_ACTION_RAISE, r, now);
   }
+}
+
+void Agent::DiffChain() {
+  const ChainReading reading = chain_->Collect(backend_chips_, AscendBackend(*backend_));
+  std::map<std::string, v1::FaultReport> desired;  // code -> report
+  for (const auto& l : reading.links) {
+    if (l.state != LinkState::kBroken || l.code.empty()) continue;
+    v1::FaultReport r;
+    r.set_source(v1::FAULT_SOURCE_ACCELERATOR);
+    r.set_code(l.code);
+    r.set_level(ChainCodeLevel(l.code));
+    r.set_message(("software chain, " + l.name + ": " + l.evidence).substr(0, 1024));
+    desired[l.code] = std::move(r);
+  }
+  const TimePoint now = clock_->Now();
+  std::set<std::string> active;
+  for (const auto& r : outbox_->Active()) {
+    if (r.has_device_id() || !IsChainCode(r.code())) continue;
+    active.insert(r.code());
+    if (!desired.count(r.code())) Emit(v1::TRANSITION_ACTION_CLEAR, r, now);
+  }
+  for (const auto& [code, r] : desired) {
+    if (!active.count(code)) Emit(v1::TRANSITION_ACTION_RAISE, r, now);
+  }
+  v1::Inventory inv;
+  ToProto(reading, inv.mutable_chain());
+  std::lock_guard lock(mu_);
+  inventory_.mutable_chain()->Swap(inv.mutable_chain());
 }
 
 void Agent::ReconcileRuleFaults() {

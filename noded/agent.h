@@ -21,7 +21,7 @@
 #include "clusterd/v1/agent.pb.h"
 #include "common/clock.h"
 #include "noded/accel/backend.h"
-#include "noded/accel/backend.h"
+#include "noded/collectors/chain.h"
 #include "noded/collectors/cpu.h"
 #include "noded/collectors/disk.h"
 #include "noded/collectors/kmsg.h"
@@ -44,6 +44,11 @@ struct AgentOptions {
   // container's own mounts, PID 1's table is the host's.
   std::string mounts_file;
   RulesConfig rules = DefaultRulesConfig();
+  // The accelerator software chain (collectors/chain.h): its paths (under
+  // root), read at start for the inventory and every chain_interval for its
+  // NODE_CHAIN_* faults (0: never after the start, and no faults).
+  ChainOptions chain;
+  std::chrono::nanoseconds chain_interval = std::chrono::seconds(30);
 };
 
 class Agent {
@@ -64,8 +69,12 @@ class Agent {
 
  private:
   void Record(v1::FaultTransition t);
+  void Emit(v1::TransitionAction action, const v1::FaultReport& r, TimePoint now);
   void DiffAccelerators();
   void ReconcileRuleFaults();
+  // Reads the chain, raises and clears its faults, and keeps it for the
+  // next hello.
+  void DiffChain();
 
   AgentOptions options_;
   Outbox* outbox_;
@@ -84,6 +93,9 @@ class Agent {
   std::unique_ptr<NetworkCollector> network_;
   std::unique_ptr<KernelLogCollector> kernel_;
   std::unique_ptr<RuleEngine> engine_;
+  std::unique_ptr<ChainCollector> chain_;
+  uint32_t backend_chips_ = 0;
+  TimePoint next_chain_{};
   // Transitions the Outbox refused (full): retried first next round, never dropped.
   std::deque<v1::FaultTransition> retry_;
 
@@ -91,6 +103,9 @@ class Agent {
   v1::MetricSnapshot metrics_;
   v1::Inventory inventory_;
 };
+
+// The chain's links as the API has them.
+void ToProto(const ChainReading& reading, google::protobuf::RepeatedPtrField<v1::ChainLink>* out);
 
 // Mapping of the rules engine's enums onto the API's.
 v1::FaultLevel ToProtoLevel(Level level);

@@ -22,7 +22,7 @@ std::string FsRoot::Path(std::string_view abs) const {
   return out;
 }
 
-StatusOr<std::string> FsRoot::Read(std::string_view abs) const {
+StatusOr<std::string> FsRoot::Read(std::string_view abs, size_t max_bytes) const {
   const std::string path = Path(abs);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -35,7 +35,9 @@ StatusOr<std::string> FsRoot::Read(std::string_view abs) const {
   char buf[16384];
   while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
     data.append(buf, static_cast<size_t>(in.gcount()));
-    if (data.size() > kMaxFileBytes) return ResourceExhausted(path + ": larger than the read limit");
+    if (data.size() > max_bytes) {
+      return ResourceExhausted(path + ": larger than " + std::to_string(max_bytes) + " bytes, not read");
+    }
   }
   if (in.bad()) return Unavailable(path + ": read failed");
   return data;

@@ -16,13 +16,17 @@ namespace clusterd::noded {
 // Immutable after construction; safe to share between threads.
 class FsRoot {
  public:
+  // /proc files are small; a cap keeps a pathological file from costing memory.
+  static constexpr size_t kMaxFileBytes = 8 << 20;
+
   explicit FsRoot(std::string root);
 
   // `abs` is the path as seen on the host ("/proc/stat"); returns it under the root.
   std::string Path(std::string_view abs) const;
 
-  // Whole file (at most kMaxFileBytes). NotFound when it does not exist.
-  StatusOr<std::string> Read(std::string_view abs) const;
+  // Whole file (at most max_bytes: ResourceExhausted past it). NotFound when
+  // it does not exist.
+  StatusOr<std::string> Read(std::string_view abs, size_t max_bytes = kMaxFileBytes) const;
   // First line of the file without surrounding whitespace; nullopt when unreadable.
   std::optional<std::string> ReadLine(std::string_view abs) const;
   // File holding one unsigned number (decimal, or hex with 0x as sysfs sometimes writes).
@@ -30,9 +34,6 @@ class FsRoot {
   // Entry names of a directory, sorted; empty when it does not exist.
   std::vector<std::string> List(std::string_view abs) const;
   bool Exists(std::string_view abs) const;
-
-  // /proc files are small; a cap keeps a pathological file from costing memory.
-  static constexpr size_t kMaxFileBytes = 8 << 20;
 
  private:
   std::string root_;  // without a trailing slash; "" for "/"

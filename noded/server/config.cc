@@ -79,6 +79,22 @@ const ConfigSetters<NodedConfig>& Setters() {
          c->rules_file = v;
          return Status::Ok();
        }},
+      {"ascend_path",
+       [](const std::string& v, NodedConfig* c) {
+         if (v.empty() || v[0] != '/') return InvalidArgument("ascend_path: must be an absolute path (under root)");
+         c->ascend_path = v;
+         return Status::Ok();
+       }},
+      {"expected_chips",
+       [](const std::string& v, NodedConfig* c) { return SetU32("expected_chips", v, 0, 1024, &c->expected_chips); }},
+      {"chain_interval",
+       [](const std::string& v, NodedConfig* c) {
+         if (v == "0") {
+           c->chain_interval = std::chrono::nanoseconds(0);
+           return Status::Ok();
+         }
+         return SetDuration("chain_interval", v, std::chrono::seconds(1), &c->chain_interval);
+       }},
       {"labels",
        [](const std::string& v, NodedConfig* c) {
          std::map<std::string, std::string> labels;
@@ -227,6 +243,11 @@ Flags (the JSON config file takes the same keys with '_'):
   --mounts-file FILE        mount table under root (default /proc/mounts, or
                             /proc/1/mounts when --root is not /: the host's table)
   --rules-file FILE         JSON rules merged over the defaults
+  --ascend-path DIR         where Ascend's driver and CANN are installed, under root
+                            (default /usr/local/Ascend)
+  --expected-chips N        NPUs the node should have (default 0: the backend's count)
+  --chain-interval DUR      software chain read for its NODE_CHAIN_* faults (default 30s;
+                            0: only at start, for the inventory)
   --labels k=v,k2=v2        labels reported with the node
   --poll-interval DUR       collection interval (default 1s)
   --heartbeat-interval DUR  heartbeat interval (default 2s)

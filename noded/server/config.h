@@ -24,6 +24,12 @@ struct NodedConfig {
   std::string kmsg_path = "/dev/kmsg";  // "" disables the kernel-log collector
   std::string mounts_file;              // relative to root; "" picks (see AgentOptions)
   std::string rules_file;               // JSON rules merged over the defaults
+  // The accelerator software chain (docs/noded.md): where Ascend is
+  // installed (under root), the chips expected (0: the backend's count), how
+  // often it is read for its faults (0: only at start, no faults).
+  std::string ascend_path = "/usr/local/Ascend";
+  uint32_t expected_chips = 0;
+  std::chrono::nanoseconds chain_interval = std::chrono::seconds(30);
   std::map<std::string, std::string> labels;
   std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);

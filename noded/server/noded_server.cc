@@ -124,6 +124,9 @@ Status NodedServer::Start() {
   ao.root = cfg.root;
   ao.kmsg_path = cfg.kmsg_path;
   ao.mounts_file = cfg.mounts_file;
+  ao.chain.ascend_path = cfg.ascend_path;
+  ao.chain.expected_chips = cfg.expected_chips;
+  ao.chain_interval = cfg.chain_interval;
   if (!cfg.rules_file.empty()) {
     auto rules = LoadRulesFile(cfg.rules_file);
     if (!rules.ok()) return rules.status();

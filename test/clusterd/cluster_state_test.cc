@@ -1,7 +1,9 @@
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/validation.h"
 
 #include <cmath>
+#include <functional>
 
 #include <gtest/gtest.h>
 
@@ -85,6 +87,27 @@ TEST_F(ClusterStateTest, HelloRegistersNodeAndDevices) {
   Hello(MakeHello("worker01", 1), 2);
   EXPECT_EQ(events_.size(), 1u);
   EXPECT_EQ(state_->revision(), 1u);
+}
+
+TEST_F(ClusterStateTest, TheSoftwareChainIsKeptAsTheLatestHelloSaysIt) {
+  v1::Hello h = MakeHello("worker01", 1);
+  auto* link = h.mutable_inventory()->add_chain();
+  link->set_name("device_files");
+  link->set_state(v1::CHAIN_LINK_STATE_BROKEN);
+  link->set_evidence("no /dev/davinci_manager (8 /dev/davinci<N>): the driver is not loaded");
+  link->set_code("NODE_CHAIN_DRIVER_NOT_LOADED");
+  Hello(h);
+  auto node = Node("worker01");
+  ASSERT_EQ(node.node().inventory().chain_size(), 1);
+  EXPECT_EQ(node.node().inventory().chain(0).state(), v1::CHAIN_LINK_STATE_BROKEN);
+  // The driver loaded; the agent's next hello (a reconnect) says so.
+  link->set_state(v1::CHAIN_LINK_STATE_OK);
+  link->set_evidence("/dev/davinci_manager and 8 /dev/davinci<N>");
+  link->clear_code();
+  Hello(h, 2);
+  node = Node("worker01");
+  ASSERT_EQ(node.node().inventory().chain_size(), 1);
+  EXPECT_EQ(node.node().inventory().chain(0).state(), v1::CHAIN_LINK_STATE_OK);
 }
 
 TEST_F(ClusterStateTest, FaultLevelFromCatalogDrivesDeviceAndNodeHealth) {
@@ -260,6 +283,25 @@ TEST_F(ClusterStateTest, BadInputChangesNothing) {
   EXPECT_FALSE(state_->ApplyHello(bad, 1, &m).ok());
   bad = MakeHello("ok", 1);
   bad.mutable_inventory()->add_devices()->set_id(0);  // duplicate id
+  EXPECT_FALSE(state_->ApplyHello(bad, 1, &m).ok());
+  // The software chain: bounded links, one-line texts, known states.
+  auto chained = [](const std::function<void(v1::ChainLink*)>& edit, int links = 1) {
+    v1::Hello h = MakeHello("ok", 1);
+    for (int i = 0; i < links; ++i) {
+      auto* l = h.mutable_inventory()->add_chain();
+      l->set_name("driver");
+      l->set_state(v1::CHAIN_LINK_STATE_OK);
+      edit(l);
+    }
+    return h;
+  };
+  EXPECT_TRUE(ValidateHello(chained([](v1::ChainLink*) {}, 16)).ok());
+  EXPECT_FALSE(ValidateHello(chained([](v1::ChainLink*) {}, 17)).ok());
+  EXPECT_FALSE(ValidateHello(chained([](v1::ChainLink* l) { l->set_name(""); })).ok());
+  EXPECT_FALSE(ValidateHello(chained([](v1::ChainLink* l) { l->set_evidence("a\nforged log line"); })).ok());
+  EXPECT_FALSE(ValidateHello(chained([](v1::ChainLink* l) { l->set_evidence(std::string(513, 'e')); })).ok());
+  EXPECT_FALSE(ValidateHello(chained([](v1::ChainLink* l) { l->set_state(static_cast<v1::ChainLinkState>(9)); })).ok());
+  bad = chained([](v1::ChainLink* l) { l->set_version(std::string(300, 'v')); });
   EXPECT_FALSE(state_->ApplyHello(bad, 1, &m).ok());
   v1::ReportRequest report;
   report.set_reporter("a/b");

@@ -95,6 +95,36 @@ history=$(grpcurl -plaintext -max-time 3 -d '{"types": ["EVENT_TYPE_FAULT_RAISED
   clusterd.v1.ClusterService/Watch 2>&1 || true)
 [[ $(grep -c '"id": "worker01/6/accelerator/80E01801"' <<<"$history") == 1 ]] || fail "device 6 raised more than once"
 
+echo "-- the software chain: a driver installed but not loaded is a node fault, cleared once loaded"
+# worker02 reads a host tree of its own (--root): the driver's version.info
+# and a /dev without davinci_manager.
+CHAIN=$WORK/chain-root
+mkdir -p "$CHAIN/usr/local/Ascend/driver" "$CHAIN/dev"
+printf 'Version=24.1.rc3\n' >"$CHAIN/usr/local/Ascend/driver/version.info"
+: >"$CHAIN/dev/null"
+start_sim_noded worker02 --root "$CHAIN" --mounts-file /proc/mounts --chain-interval 1s
+wait_ready "${NODED_PORT[worker02]}"
+node2() { grpcurl -plaintext -d '{"name": "worker02"}' "$ADDR" clusterd.v1.ClusterService/GetNode; }
+chain_fault() { grpcurl -plaintext -d '{"node": "worker02"}' "$ADDR" clusterd.v1.ClusterService/ListFaults |
+  python3 -c '
+import json, sys
+for f in json.load(sys.stdin).get("faults", []):
+    if f["id"] == "worker02/-/accelerator/NODE_CHAIN_DRIVER_NOT_LOADED":
+        print(f["state"], f["level"])'; }
+not_loaded() { [[ "$(chain_fault)" == "FAULT_STATE_ACTIVE FAULT_LEVEL_SEPARATE" ]]; }
+wait_until 30 not_loaded
+chain=$(node2 | python3 -c '
+import json, sys
+for l in json.load(sys.stdin)["node"]["inventory"]["chain"]:
+    print(l["name"], l.get("state"), l.get("version", ""))')
+expect_contains "$chain" "driver CHAIN_LINK_STATE_OK 24.1.rc3" "GetNode chain"
+expect_contains "$chain" "device_files CHAIN_LINK_STATE_BROKEN" "GetNode chain"
+: >"$CHAIN/dev/davinci_manager"
+for i in 0 1 2 3 4 5 6 7; do : >"$CHAIN/dev/davinci$i"; done
+loaded() { [[ "$(chain_fault)" == "FAULT_STATE_CLEARED FAULT_LEVEL_SEPARATE" ]]; }
+wait_until 30 loaded
+term_wait "${NODED_PID[worker02]}" || fail "noded worker02 exit $?"
+
 echo "-- SIGTERM stops both cleanly"
 term_wait "${NODED_PID[worker01]}" || fail "noded exit $?"
 term_wait "$CLUSTERD_PID" || fail "clusterd exit $?"

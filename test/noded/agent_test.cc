@@ -135,6 +135,69 @@ TEST_F(AgentTest, RuleFaultsRememberedAcrossRestartAreReconciledAfterWarmup) {
   EXPECT_FALSE(remembered());  // the rules no longer hold it: cleared
 }
 
+// The software chain on a tree of its own: what the hello carries, the
+// faults of its broken links raised and cleared as the tree changes, and
+// the sim backend's node faults leave them alone.
+TEST(AgentChain, BrokenLinksAreNodeFaultsRaisedAndClearedAndTheHelloCarriesTheChain) {
+  testing::TempDir dir;
+  const std::string root = dir.Sub("root");
+  dir.Write("root/usr/local/Ascend/driver/version.info", "Version=24.1.rc3\n");
+  dir.Write("root/dev/null", "");  // a real /dev without davinci_manager: the driver is not loaded
+  auto outbox = Outbox::Open(dir.Sub("state"));
+  ASSERT_TRUE(outbox.ok());
+  SimBackend sim(8);
+  FakeClock clock;
+  AgentOptions options;
+  options.node_name = "worker01";
+  options.root = root;
+  options.kmsg_path = "";
+  options.mounts_file = "/proc/mounts";
+  options.chain_interval = std::chrono::seconds(30);
+  Agent agent(options, outbox->get(), &sim, &clock);
+  ASSERT_TRUE(agent.Init().ok());
+
+  v1::Hello hello = agent.MakeHello();
+  ASSERT_EQ(hello.inventory().chain_size(), 7);
+  EXPECT_EQ(hello.inventory().chain(0).name(), "driver");
+  EXPECT_EQ(hello.inventory().chain(0).version(), "24.1.rc3");
+  EXPECT_EQ(hello.inventory().chain(1).state(), v1::CHAIN_LINK_STATE_BROKEN);
+  EXPECT_EQ(hello.inventory().chain(1).code(), kChainDriverNotLoaded);
+
+  auto chain_faults = [&] {
+    std::vector<std::string> out;
+    for (const auto& r : (*outbox)->Active()) {
+      if (r.code().rfind("NODE_CHAIN_", 0) == 0) out.push_back(r.code());
+    }
+    return out;
+  };
+  agent.PollOnce();
+  EXPECT_EQ(chain_faults(), std::vector<std::string>{kChainDriverNotLoaded});
+  for (const auto& r : (*outbox)->Active()) {
+    if (r.code() == kChainDriverNotLoaded) {
+      EXPECT_EQ(r.level(), v1::FAULT_LEVEL_SEPARATE);
+      EXPECT_FALSE(r.has_device_id());
+      EXPECT_NE(r.message().find("davinci_manager"), std::string::npos) << r.message();
+    }
+  }
+  // A simulated node fault and its clear leave the chain's fault alone.
+  ASSERT_TRUE(sim.Inject(std::nullopt, "NODE_DISK_FULL", InjectAction::kRaise).ok());
+  agent.PollOnce();
+  ASSERT_TRUE(sim.Inject(std::nullopt, "NODE_DISK_FULL", InjectAction::kClear).ok());
+  agent.PollOnce();
+  EXPECT_EQ(chain_faults(), std::vector<std::string>{kChainDriverNotLoaded});
+
+  // The driver loads (its device files appear): cleared at the next read
+  // of the chain, not before; the next hello says so.
+  dir.Write("root/dev/davinci_manager", "");
+  for (int i = 0; i < 8; ++i) dir.Write("root/dev/davinci" + std::to_string(i), "");
+  agent.PollOnce();
+  EXPECT_EQ(chain_faults(), std::vector<std::string>{kChainDriverNotLoaded});
+  clock.Advance(std::chrono::seconds(31));
+  agent.PollOnce();
+  EXPECT_TRUE(chain_faults().empty());
+  EXPECT_EQ(agent.MakeHello().inventory().chain(1).state(), v1::CHAIN_LINK_STATE_OK);
+}
+
 TEST(AgentMapping, LevelsAndSources) {
   EXPECT_EQ(ToProtoLevel(Level::kSeparate), v1::FAULT_LEVEL_SEPARATE);
   EXPECT_EQ(ToProtoLevel(Level::kNotHandle), v1::FAULT_LEVEL_NOT_HANDLE);
