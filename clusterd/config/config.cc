@@ -471,6 +471,9 @@ std::vector<ConfigKey> MakeTable() {
         "within the budget window)");
   t.Add(Dur("recovery_retention_age", CLUSTERD_FIELD(recovery_retention_age), std::chrono::hours(1)),
         "finished recovery records that ended longer ago go (same exceptions)");
+  t.Add(Text("chain_pool_label", CLUSTERD_FIELD(chain_pool_label), "LABEL"),
+        "the node label whose value names a node's pool for the software chain's version drift (CHAIN_VERSION_DRIFT "
+        "on a node whose driver or CANN version differs from its pool's majority); empty: the chip model");
   t.Add(Bool("separation_enabled", CLUSTERD_FIELD(separation_enabled)),
         "separate a device whose faults keep coming back (off: nothing is counted or released by itself; devices "
         "already separated stay so until an operator releases them)");

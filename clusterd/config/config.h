@@ -252,6 +252,9 @@ struct ClusterdConfig {
   // `separation_window` is separated until it has been fault-free for
   // `separation_release_after` (0: only an operator releases it).
   bool separation_enabled = true;
+  // The node label naming a node's pool for the software chain's version
+  // drift (docs/faults.md); "": the model of the node's first device.
+  std::string chain_pool_label;
   uint32_t separation_threshold = 3;
   std::chrono::nanoseconds separation_window = std::chrono::hours(24);
   std::chrono::nanoseconds separation_release_after = std::chrono::hours(48);

@@ -217,6 +217,7 @@ Status ClusterdServer::Impl::OpenState() {
       cfg.separation_release_after.count() ? std::optional(cfg.separation_release_after) : std::nullopt;
   CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(separation));
   state->set_separation_policy(separation);
+  state->set_chain_pool_label(cfg.chain_pool_label);
   CLUSTERD_RETURN_IF_ERROR(state->Load());
   hub = std::make_unique<WatchHub>(store.get(), cfg.watch_cache_events);
   hub->Init(state->revision());
@@ -261,7 +262,8 @@ Status ClusterdServer::Impl::StartWriter() {
     // policy (devices separated and released), then recoveries.
     const TimePoint next_clear = state.ExpireAutoClears(now, m);
     const TimePoint next_separation = state.AdvanceSeparations(now, m);
-    return std::min({next_clear, next_separation, coordinator->Tick(state, now, m, after, submit)});
+    const TimePoint next_drift = state.AdvanceChainDrift(now, m);
+    return std::min({next_clear, next_separation, next_drift, coordinator->Tick(state, now, m, after, submit)});
   };
   hooks.disk_monitor = disk_monitor.get();
   engine = std::make_unique<Engine>(state.get(), store.get(), hub.get(), clock, eo, &metrics, std::move(hooks));

@@ -5,6 +5,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include "clusterd/state/chain_drift.h"
 #include "clusterd/storage/key_codec.h"
 #include "common/levels.h"
 #include "common/logging.h"
@@ -217,6 +218,72 @@ TimePoint ClusterState::AdvanceSeparations(TimePoint now, Mutation* m) {
   return separation_due_;
 }
 
+TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
+  if (!chain_dirty_) return TimePoint::max();
+  if (now < chain_due_) return chain_due_;
+  chain_dirty_ = false;
+  chain_due_ = now + std::chrono::seconds(1);
+  // The versions each node's agent reported (OK links only).
+  std::vector<NodeVersions> nodes;
+  for (const auto& [name, n] : nodes_.all()) {
+    const v1::Node& node = n.record.node();
+    NodeVersions v;
+    v.node = name;
+    if (!chain_pool_label_.empty()) {
+      auto it = node.labels().find(chain_pool_label_);
+      if (it != node.labels().end()) v.pool = it->second;
+    } else if (node.inventory().devices_size() > 0) {
+      v.pool = node.inventory().devices(0).model();
+    }
+    if (v.pool.empty()) continue;
+    for (const auto& l : node.inventory().chain()) {
+      if ((l.name() == "driver" || l.name() == "cann") && l.state() == v1::CHAIN_LINK_STATE_OK &&
+          !l.version().empty()) {
+        v.versions[l.name()] = l.version();
+      }
+    }
+    if (!v.versions.empty()) nodes.push_back(std::move(v));
+  }
+  std::map<std::pair<std::string, std::string>, DriftFinding> want;  // (node, external id)
+  for (DriftFinding& f : FindChainDrift(nodes)) {
+    std::string id = f.node + "/" + f.link;
+    want.emplace(std::make_pair(f.node, std::move(id)), std::move(f));
+  }
+  auto report = [&](const std::string& node, const std::string& id, v1::TransitionAction action,
+                    const std::string& message) {
+    v1::ReportRequest r;
+    r.set_reporter(kChainDriftReporter);
+    r.set_id(id);
+    r.set_node(node);
+    r.set_code(kChainDriftCode);
+    r.set_level(v1::FAULT_LEVEL_SUB_HEALTH);
+    r.set_action(action);
+    r.set_message(message);
+    if (auto st = ApplyReport(r, m); !st.ok()) {
+      GetLogger("state")->warn("software chain drift on node {}: {}", node, st.status().ToString());
+    }
+  };
+  // What is active and no longer wanted clears; what is wanted and not
+  // active is raised.
+  std::set<std::pair<std::string, std::string>> active;
+  std::vector<std::pair<std::string, std::string>> gone;
+  for (const auto& [node, count] : faults_.nodes()) {
+    for (const auto& [key, f] : faults_.OfNode(node)) {
+      if (f.reporter() != kChainDriftReporter || f.state() != v1::FAULT_STATE_ACTIVE) continue;
+      auto k = std::make_pair(f.node(), f.external_id());
+      active.insert(k);
+      if (!want.count(k)) gone.push_back(k);
+    }
+  }
+  for (const auto& [node, id] : gone) {
+    report(node, id, v1::TRANSITION_ACTION_CLEAR, "the pool's versions agree again");
+  }
+  for (const auto& [k, f] : want) {
+    if (!active.count(k)) report(k.first, k.second, v1::TRANSITION_ACTION_RAISE, f.Message());
+  }
+  return TimePoint::max();
+}
+
 StatusOr<v1::Device> ClusterState::ApplyReleaseDevice(const std::string& node, uint32_t device,
                                                       const std::string& actor, const std::string& reason,
                                                       Mutation* m) {
@@ -326,6 +393,10 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const Validated<v1::Hello>& valid
   if (created) {
     *updated.mutable_registered_time() = ToTimestamp(clock_->Now());
     updated.set_health(v1::HEALTH_HEALTHY);
+  }
+  // A chain that changed (or a new node) may change its pool's drift.
+  if (created || !MessageDifferencer::Equals(updated.inventory(), node->inventory())) {
+    chain_dirty_ = true;
   }
   UpdateNodeRecord(n, updated, created, "", m);
   SetDevices(n, hello.inventory());

@@ -80,6 +80,9 @@ class ClusterState : public StateView {
   // The separation policy (recovery/separation.h): before Load; MindCluster's
   // defaults otherwise (3 faults in 24 h, released after 48 h fault-free).
   void set_separation_policy(const recovery::SeparationPolicy& policy) { separations_.emplace(policy); }
+  // The node label that names a node's pool for the software chain's drift
+  // (chain_drift.h); "" (the default): the model of the node's first device.
+  void set_chain_pool_label(std::string label) { chain_pool_label_ = std::move(label); }
 
   // ---- writer thread, mutex held exclusively ----
   StatusOr<v1::Welcome> ApplyHello(const Validated<v1::Hello>& hello, uint64_t session, Mutation* m);
@@ -130,6 +133,12 @@ class ClusterState : public StateView {
   // fault-free long enough (DEVICE_SEPARATED / DEVICE_RELEASED events).
   // Returns when it next has something to do. Called by the writer's tick.
   TimePoint AdvanceSeparations(TimePoint now, Mutation* m);
+  // The software chain's version drift (chain_drift.h): after hellos changed
+  // a chain (and once after Load), at most once a second, CHAIN_VERSION_DRIFT
+  // faults of the reporter clusterd-chain are raised on the nodes whose
+  // driver or CANN version differs from their pool's majority and cleared
+  // where it no longer does. Returns when it next has work (max: none).
+  TimePoint AdvanceChainDrift(TimePoint now, Mutation* m);
 
   // `source` is who writes: "api" (JobService) or an integration's name. It
   // is stored on the job; a job is changed or deleted only by its own source,
@@ -217,6 +226,9 @@ class ClusterState : public StateView {
   std::optional<recovery::SeparationTracker> separations_;
   // When AdvanceSeparations next has work, unless a fault changes it first.
   TimePoint separation_due_ = TimePoint::min();
+  std::string chain_pool_label_;
+  bool chain_dirty_ = true;  // a chain changed since the last drift pass (and at start)
+  TimePoint chain_due_ = TimePoint::min();
   mutable std::shared_mutex mu_;
 };
 

@@ -1,5 +1,6 @@
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/chain_drift.h"
 #include "clusterd/state/validation.h"
 
 #include <cmath>
@@ -108,6 +109,51 @@ TEST_F(ClusterStateTest, TheSoftwareChainIsKeptAsTheLatestHelloSaysIt) {
   node = Node("worker01");
   ASSERT_EQ(node.node().inventory().chain_size(), 1);
   EXPECT_EQ(node.node().inventory().chain(0).state(), v1::CHAIN_LINK_STATE_OK);
+}
+
+TEST_F(ClusterStateTest, ChainDriftIsRaisedOnTheOddNodeAndClearedWhenItCatchesUp) {
+  auto with_driver = [](const std::string& node, const std::string& version, const std::string& model = "910B3") {
+    v1::Hello h = MakeHello(node, 1, 2);
+    for (auto& d : *h.mutable_inventory()->mutable_devices()) d.set_model(model);
+    auto* l = h.mutable_inventory()->add_chain();
+    l->set_name("driver");
+    l->set_state(v1::CHAIN_LINK_STATE_OK);
+    l->set_version(version);
+    return h;
+  };
+  auto drift = [&] {
+    std::vector<std::string> out;
+    for (const auto& node : {"n1", "n2", "n3", "n4", "m1"}) {
+      v1::ListFaultsRequest req;
+      req.set_node(node);
+      auto r = state_->ListFaults(req);
+      EXPECT_TRUE(r.ok());
+      for (const auto& f : r->faults()) {
+        if (f.code() == kChainDriftCode && f.state() == v1::FAULT_STATE_ACTIVE) {
+          EXPECT_EQ(f.level(), v1::FAULT_LEVEL_SUB_HEALTH);
+          out.push_back(f.node() + ": " + f.message());
+        }
+      }
+    }
+    return out;
+  };
+  auto advance = [&] {
+    clock_.Advance(std::chrono::seconds(2));
+    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+  };
+  Hello(with_driver("n1", "24.1.rc3"));
+  Hello(with_driver("n2", "24.1.rc3"));
+  Hello(with_driver("n3", "24.1.rc3"));
+  Hello(with_driver("n4", "24.1.rc2"));
+  Hello(with_driver("m1", "23.0.0", "310P3"));  // alone in its pool: not judged
+  advance();
+  EXPECT_EQ(drift(), std::vector<std::string>{"n4: driver 24.1.rc2 where 3 of 4 nodes of pool 910B3 run 24.1.rc3"});
+  advance();  // nothing changed: nothing raised twice
+  EXPECT_EQ(drift().size(), 1u);
+  // n4 is upgraded: its next hello clears the drift at the next pass.
+  Hello(with_driver("n4", "24.1.rc3"), 2);
+  advance();
+  EXPECT_TRUE(drift().empty());
 }
 
 TEST_F(ClusterStateTest, FaultLevelFromCatalogDrivesDeviceAndNodeHealth) {

@@ -1,0 +1,42 @@
+// Version drift of the accelerator software chain across the cluster
+// (docs/faults.md, "Software chain drift"): within a pool of like nodes (a
+// node label, else the chip model), the driver and CANN versions that more
+// than half of the pool's nodes run, and the nodes that run another. Pure.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace clusterd {
+
+// The reporter and code of the drift faults ClusterD raises itself.
+inline constexpr char kChainDriftReporter[] = "clusterd-chain";
+inline constexpr char kChainDriftCode[] = "CHAIN_VERSION_DRIFT";
+// A pool is judged once this many of its nodes report a version of a link.
+inline constexpr size_t kChainDriftMinNodes = 3;
+
+struct NodeVersions {
+  std::string node;
+  std::string pool;
+  std::map<std::string, std::string> versions;  // link (driver, cann) -> version; known ones only
+};
+
+struct DriftFinding {
+  std::string node;
+  std::string pool;
+  std::string link;
+  std::string version;   // the node's
+  std::string expected;  // the pool's majority
+  size_t agree = 0;      // nodes of the pool that run `expected`
+  size_t known = 0;      // nodes of the pool that report a version of the link
+  std::string Message() const;
+};
+
+// Every (node, link) whose version differs from its pool's strict majority,
+// by node then link. A pool with fewer than kChainDriftMinNodes known
+// versions of a link, or without a strict majority, yields none for it.
+std::vector<DriftFinding> FindChainDrift(const std::vector<NodeVersions>& nodes);
+
+}  // namespace clusterd
