@@ -92,6 +92,18 @@ void DescribeNode(Context& c, const v1::GetNodeResponse& resp) {
     c.out << Indent(TableText(t));
   }
 
+  if (!inv.chain().empty()) {
+    c.out << "\nSoftware chain (clusterctl doctor " << Sanitize(n.name()) << " for the fixes):\n";
+    Table t({"LINK", "STATE", "VERSION", "EVIDENCE"});
+    for (const auto& l : inv.chain()) {
+      const std::string state = l.state() == v1::CHAIN_LINK_STATE_OK       ? "ok"
+                                : l.state() == v1::CHAIN_LINK_STATE_BROKEN ? "BROKEN"
+                                                                           : "unknown";
+      t.AddRow({l.name(), state, OrDash(l.version()), c.wide() ? l.evidence() : Truncate(l.evidence(), 70)});
+    }
+    c.out << Indent(TableText(t));
+  }
+
   c.out << "\nActive faults:\n";
   if (resp.active_faults().empty()) {
     c.out << "  <none>\n";

@@ -18,6 +18,7 @@ std::vector<Command> FaultCommands();     // get faults, report-fault, clear-fau
 std::vector<Command> JobCommands();       // get jobs, describe job, create-job, delete-job
 std::vector<Command> RecoveryCommands();  // get recoveries, describe recovery
 std::vector<Command> AdminCommands();     // get admin, cordon, uncordon, pause, resume, dry-run
+std::vector<Command> DoctorCommands();    // doctor
 std::vector<Command> VersionCommands();   // version
 
 // A fault table, with or without the NODE column (describe node shows its own

@@ -1458,3 +1458,69 @@ TEST_F(ClusterctlTlsTest, WithoutTheFlagsItIsPlaintextAndFails) {
 
 }  // namespace
 }  // namespace clusterctl
+
+namespace clusterctl {
+namespace {
+
+// doctor: the software chains of four more nodes, one with its device plugin
+// not registered, one on an older driver than its pool.
+TEST_F(ClusterctlTest, DoctorNamesBrokenLinksAndDriftWithTheirFixes) {
+  std::vector<std::unique_ptr<TestAgent>> more;
+  for (const std::string name : {"npu1", "npu2", "npu3", "npu4"}) {
+    auto a = std::make_unique<TestAgent>(channel_, name, 1, 2);
+    clusterd::v1::Hello hello = a->MakeHello();
+    for (auto& d : *hello.mutable_inventory()->mutable_devices()) d.set_model("910B3");
+    auto* driver = hello.mutable_inventory()->add_chain();
+    driver->set_name("driver");
+    driver->set_state(clusterd::v1::CHAIN_LINK_STATE_OK);
+    driver->set_version(name == "npu4" ? "24.1.rc2" : "24.1.rc3");
+    auto* plugin = hello.mutable_inventory()->add_chain();
+    plugin->set_name("device_plugin");
+    plugin->set_state(name == "npu3" ? clusterd::v1::CHAIN_LINK_STATE_BROKEN : clusterd::v1::CHAIN_LINK_STATE_OK);
+    plugin->set_evidence(name == "npu3" ? "no Ascend device plugin socket next to kubelet.sock"
+                                        : "registered: Ascend910.sock");
+    if (name == "npu3") plugin->set_code("NODE_CHAIN_DEVICE_PLUGIN_NOT_REGISTERED");
+    ASSERT_TRUE(a->Connect(&hello));
+    more.push_back(std::move(a));
+  }
+  Result r;
+  ASSERT_TRUE(WaitFor([&] {
+    r = Run({"doctor"});
+    return r.out.find("DRIFT") != std::string::npos;
+  })) << r.out
+      << r.err;
+  EXPECT_EQ(r.code, 0) << r.err;
+  // Broken links first, then drift; each with its fix once.
+  const auto lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  EXPECT_NE(lines[1].find("npu3"), std::string::npos) << r.out;
+  EXPECT_NE(lines[1].find("BROKEN"), std::string::npos) << r.out;
+  EXPECT_NE(lines[2].find("npu4"), std::string::npos) << r.out;
+  EXPECT_NE(lines[2].find("24.1.rc2 where 3 of 4 nodes of pool 910B3 run 24.1.rc3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("device_plugin: start the Ascend device plugin"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("driver: upgrade or roll back the node"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("6 node(s), 4 reporting a software chain; 2 with a broken link or drift"), std::string::npos)
+      << r.out;
+
+  // One node: every link, the healthy ones too.
+  r = Run({"-o", "json", "doctor", "npu3"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json doc = json::parse(r.out);
+  ASSERT_EQ(doc["findings"].size(), 2u) << r.out;
+  EXPECT_EQ(doc["findings"][0]["link"], "device_plugin");
+  EXPECT_EQ(doc["findings"][0]["state"], "BROKEN");
+  EXPECT_EQ(doc["findings"][1]["state"], "ok");
+  EXPECT_EQ(doc["summary"], "node npu3: 1 link(s) to fix");
+  // An agent without a chain, and a node that does not exist.
+  r = Run({"doctor", "worker02"});
+  EXPECT_NE(r.out.find("reports no software chain"), std::string::npos) << r.out;
+  EXPECT_NE(Run({"doctor", "nope"}).code, 0);
+  EXPECT_NE(Run({"doctor", "a", "b"}).code, 0);
+  // describe node shows the chain.
+  r = Run({"describe", "node", "npu3"});
+  EXPECT_NE(r.out.find("Software chain"), std::string::npos) << r.out;
+  for (auto& a : more) a->Close();
+}
+
+}  // namespace
+}  // namespace clusterctl
