@@ -25,6 +25,10 @@ inline std::string_view ChainFix(std::string_view code) {
     return "start the Ascend device plugin on the node (its DaemonSet's node selector, its logs) so that the kubelet "
            "offers NPUs";
   }
+  if (code == "NODE_ALLOCATABLE_MISMATCH") {
+    return "the kubelet offers fewer NPUs than the node has: check the device plugin's pod and logs on the node, and "
+           "its view of the chips' health";
+  }
   if (code == "CHAIN_VERSION_DRIFT") {
     return "upgrade or roll back the node to its pool's version, or label it into the pool it belongs to";
   }

@@ -14,6 +14,7 @@ namespace clusterctl {
 namespace {
 
 constexpr std::string_view kDriftCode = "CHAIN_VERSION_DRIFT";
+constexpr std::string_view kAllocatableCode = "NODE_ALLOCATABLE_MISMATCH";
 
 std::string StateText(v1::ChainLinkState s) {
   switch (s) {
@@ -37,9 +38,17 @@ void AddLinks(const v1::Node& n, bool all, std::vector<Finding>* out) {
   }
 }
 
+// Version drift (ClusterD's) and the kubelet's allocatable NPUs below the
+// usable chips (the kubernetes integration's), from the active faults.
 void AddDrift(const google::protobuf::RepeatedPtrField<v1::Fault>& faults, std::vector<Finding>* out) {
   for (const auto& f : faults) {
-    if (f.code() != kDriftCode || f.state() != v1::FAULT_STATE_ACTIVE) continue;
+    if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
+    if (f.code() == kAllocatableCode) {
+      out->push_back(Finding{0, f.node(), "kubelet_allocatable", "SHORT", "", f.message(),
+                             std::string(clusterd::ChainFix(kAllocatableCode))});
+      continue;
+    }
+    if (f.code() != kDriftCode) continue;
     const std::string& id = f.external_id();  // <node>/<link>
     const std::string link = id.substr(id.find('/') + 1);
     out->push_back(Finding{1, f.node(), link, "DRIFT", "", f.message(), std::string(clusterd::ChainFix(kDriftCode))});

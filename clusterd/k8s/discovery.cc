@@ -720,6 +720,37 @@ std::string_view ReadinessName(NodeReadiness::State state) {
   return "Unknown";
 }
 
+std::optional<AcceleratorAllocatable> ParseAcceleratorAllocatable(const json& node) {
+  if (!node.is_object()) return std::nullopt;
+  const json* status = node.contains("status") && node["status"].is_object() ? &node["status"] : nullptr;
+  if (status == nullptr) return std::nullopt;
+  auto count = [](const json& map, const std::string& key) -> std::optional<uint32_t> {
+    if (!map.is_object() || !map.contains(key) || !map[key].is_string()) return std::nullopt;
+    const std::string& v = map[key].get_ref<const std::string&>();
+    uint32_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || v.empty() || n >= (1u << 20)) return std::nullopt;
+    return n;
+  };
+  const json capacity = status->value("capacity", json::object());
+  const json allocatable = status->value("allocatable", json::object());
+  for (const char* resource :
+       {"huawei.com/Ascend910", "huawei.com/Ascend310P", "huawei.com/Ascend310", "huawei.com/npu"}) {
+    auto cap = count(capacity, resource);
+    if (!cap) continue;
+    AcceleratorAllocatable out;
+    out.resource = resource;
+    out.capacity = *cap;
+    if (allocatable.is_object() && allocatable.contains(resource)) {
+      auto alloc = count(allocatable, resource);
+      if (!alloc) return std::nullopt;
+      out.allocatable = *alloc;
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
 StatusOr<NodeReadiness> ParseNodeReadiness(const json& node) {
   try {
     if (!node.is_object()) return InvalidArgument("node: not a JSON object");

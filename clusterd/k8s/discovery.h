@@ -41,6 +41,8 @@ inline constexpr size_t kMaxWarningsPerJob = 32;
 
 // Job.source of every discovered job.
 inline constexpr std::string_view kSource = "kubernetes";
+// The Node's allocatable Ascend resource is below the chips NodeD sees usable.
+inline constexpr std::string_view kAllocatableMismatchCode = "NODE_ALLOCATABLE_MISMATCH";
 // Labels set on every discovered job; with the job id (the key, a UID) they
 // let the actuator find the job's pods again.
 inline constexpr std::string_view kLabelNamespace = "k8s.namespace";
@@ -224,6 +226,19 @@ struct NodeReadiness {
 std::string_view ReadinessName(NodeReadiness::State state);  // "Ready", "NotReady", "Unknown"
 // InvalidArgument for a non-object or a missing/invalid metadata.name.
 StatusOr<NodeReadiness> ParseNodeReadiness(const nlohmann::json& node);
+
+// The accelerator resource a device plugin registered on a Node: the first
+// of huawei.com/Ascend910, huawei.com/Ascend310P, huawei.com/Ascend310 and
+// huawei.com/npu in status.capacity, with its allocatable count (0 when the
+// Node has the capacity but no allocatable entry). nullopt: none of them in
+// capacity (no Ascend device plugin ever registered there), or a count that
+// is not a plain non-negative integer below 2^20.
+struct AcceleratorAllocatable {
+  std::string resource;
+  uint32_t capacity = 0;
+  uint32_t allocatable = 0;
+};
+std::optional<AcceleratorAllocatable> ParseAcceleratorAllocatable(const nlohmann::json& node);
 
 // The Node condition ClusterD keeps in step with a node's health:
 //   {"type": <type>, "status": "True" | "False" | "Unknown",

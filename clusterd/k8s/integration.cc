@@ -363,6 +363,7 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
   const std::string path = k8s::NodePath(name);
   std::vector<v1::Fault> faults;
   std::vector<uint32_t> isolated_devices;
+  uint32_t unusable = 0;  // devices ClusterD holds unhealthy, isolated or separated
   const bool has_device_mark = !k8s::Annotation(obj, marks.devices_annotation).empty();
   auto rules = dra_rules_.find(name);
   const bool has_rules = rules != dra_rules_.end();
@@ -376,6 +377,7 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
       faults.assign(detail->active_faults().begin(), detail->active_faults().end());
       for (const auto& d : detail->devices()) {
         if (d.isolated()) isolated_devices.push_back(d.id());
+        unusable += d.health() == v1::HEALTH_UNHEALTHY || d.isolated() || d.separated();
       }
     }
   }
@@ -430,6 +432,59 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
       if (rule.isolated_at < 0 || now_s - rule.isolated_at >= grace_s) UntaintDevice(name, rule);
     }
   }
+  // 5. The kubelet's allocatable NPUs against those NodeD sees usable (the
+  //    detail is read whenever the node has an active fault; without one,
+  //    every device is usable).
+  if (detail_read || node.active_faults() == 0) CheckAllocatable(node, obj, unusable, faults, now);
+}
+
+void KubernetesIntegration::CheckAllocatable(const v1::Node& node, const json& obj, uint32_t unusable,
+                                             const std::vector<v1::Fault>& faults, TimePoint now) {
+  const std::string& name = node.name();
+  uint32_t chips = 0;
+  for (const auto& d : node.inventory().devices()) {
+    std::string vendor = d.vendor();
+    std::transform(vendor.begin(), vendor.end(), vendor.begin(), [](unsigned char c) { return std::tolower(c); });
+    chips += vendor == "huawei";
+  }
+  const uint32_t usable = chips > unusable ? chips - unusable : 0;
+  const auto alloc = k8s::ParseAcceleratorAllocatable(obj);
+  // Judged only where NodeD reports Ascend chips and an Ascend device plugin
+  // registered a resource on the Node (its capacity); fewer allocatable than
+  // usable, for kAllocatableHold, is the fault.
+  const bool short_of = chips > 0 && alloc && alloc->allocatable < usable;
+  // What ClusterD holds (a fault raised before a restart included).
+  const bool raised = std::any_of(faults.begin(), faults.end(), [](const v1::Fault& f) {
+    return f.reporter() == k8s::kSource && f.code() == k8s::kAllocatableMismatchCode;
+  });
+  auto report = [&](v1::TransitionAction action, const std::string& message) {
+    v1::ReportRequest r;
+    r.set_reporter(std::string(k8s::kSource));
+    r.set_id("allocatable." + name);
+    r.set_node(name);
+    r.set_code(std::string(k8s::kAllocatableMismatchCode));
+    r.set_level(v1::FAULT_LEVEL_SUB_HEALTH);
+    r.set_action(action);
+    r.set_message(message);
+    auto res = AwaitReply<v1::ReportResponse>([&](auto reply) { env_.commands->ReportFault(r, reply); });
+    if (res.ok() || (action == v1::TRANSITION_ACTION_CLEAR && res.status().code() == StatusCode::kNotFound)) {
+      warned_.erase("allocatable/" + name);
+    } else {
+      Warn("allocatable/" + name, "kubernetes: node " + name + " allocatable: " + res.status().message());
+    }
+  };
+  if (!short_of) {
+    mismatch_since_.erase(name);
+    if (raised) report(v1::TRANSITION_ACTION_CLEAR, "the kubelet offers every usable NPU again");
+    return;
+  }
+  const TimePoint since = mismatch_since_.try_emplace(name, now).first->second;
+  if (now - since < kAllocatableHold || raised) return;
+  report(v1::TRANSITION_ACTION_RAISE, "NodeD sees " + std::to_string(usable) + " usable NPU(s) (" +
+                                          std::to_string(chips) + " in all) while the kubelet offers " +
+                                          std::to_string(alloc->allocatable) + " " + alloc->resource + " (capacity " +
+                                          std::to_string(alloc->capacity) +
+                                          "): the device plugin is down or sees faults ClusterD does not");
 }
 
 void KubernetesIntegration::ListDeviceTaintRules(TimePoint now) {

@@ -69,6 +69,14 @@ class KubernetesIntegration final : public Integration {
   void SyncNodes(TimePoint now);
   void SyncNode(const v1::Node& node, nlohmann::json obj, TimePoint now, int64_t grace_s);
   void Unisolate(const std::string& name, const nlohmann::json& obj);
+  // NODE_ALLOCATABLE_MISMATCH: the Node's allocatable Ascend resource below
+  // the chips NodeD sees usable (all but `unusable`) for kAllocatableHold.
+  // `faults`: the node's active faults (read when it has any).
+  void CheckAllocatable(const v1::Node& node, const nlohmann::json& obj, uint32_t unusable,
+                        const std::vector<v1::Fault>& faults, TimePoint now);
+  // A device plugin restarting, or a chip fault the plugin and NodeD see a
+  // moment apart, is not a mismatch.
+  static constexpr std::chrono::seconds kAllocatableHold{60};
   // The DeviceTaintRules isolate_device wrote, by node, into dra_rules_
   // (none when DRA is not served or the rules cannot be listed).
   void ListDeviceTaintRules(TimePoint now);
@@ -87,9 +95,10 @@ class KubernetesIntegration final : public Integration {
   bool jobs_failed_ = false;   // a write of the last SyncJobs failed for a passing reason (Transient)
   bool nodes_passed_ = false;  // a node pass ran; next_nodes_ is set
   TimePoint next_nodes_;
-  std::map<std::string, std::string> written_;  // job id -> Fingerprint of what ClusterD holds
-  std::map<std::string, bool> not_ready_;       // node -> NODE_NOT_READY raised
-  std::map<std::string, std::string> pending_;  // node -> condition waiting for a second pass
+  std::map<std::string, std::string> written_;       // job id -> Fingerprint of what ClusterD holds
+  std::map<std::string, bool> not_ready_;            // node -> NODE_NOT_READY raised
+  std::map<std::string, TimePoint> mismatch_since_;  // node -> allocatable short since
+  std::map<std::string, std::string> pending_;       // node -> condition waiting for a second pass
   std::map<std::string, std::string> warned_;
   std::string dra_version_;                                         // of the rules listed by the current node pass
   std::map<std::string, std::vector<k8s::ManagedRule>> dra_rules_;  // node -> its rules, this pass

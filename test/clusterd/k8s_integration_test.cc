@@ -290,6 +290,85 @@ json IsolatedNode(const std::string& at, bool cordoned_by_us) {
   return node;
 }
 
+// The kubelet offers fewer NPUs than NodeD sees usable (the device plugin
+// down, or seeing a fault ClusterD does not): a fault naming both numbers
+// once it held for a minute, cleared when the numbers agree again.
+TEST_F(K8sIntegrationTest, AllocatableBelowTheUsableChipsIsAFaultAfterAMinute) {
+  v1::Node n;
+  n.set_name("worker01");
+  n.set_health(v1::HEALTH_HEALTHY);
+  for (uint32_t i = 0; i < 8; ++i) {
+    auto* d = n.mutable_inventory()->add_devices();
+    d->set_id(i);
+    d->set_vendor("huawei");
+  }
+  commands_.nodes["worker01"] = n;
+  auto set_allocatable = [&](const std::string& alloc) {
+    json obj = NodeObject("worker01");
+    obj["status"]["capacity"] = {{"cpu", "192"}, {"huawei.com/Ascend910", "8"}};
+    obj["status"]["allocatable"] = {{"cpu", "190"}, {"huawei.com/Ascend910", alloc}};
+    world_.api->Set(NodePathOf("worker01"), obj);
+  };
+  auto mismatch_reports = [&] {
+    std::vector<v1::ReportRequest> out;
+    for (const auto& r : commands_.reports) {
+      if (r.code() == "NODE_ALLOCATABLE_MISMATCH") out.push_back(r);
+    }
+    return out;
+  };
+  set_allocatable("8");
+  StartIntegration();
+  Step();
+  Pass();
+  EXPECT_TRUE(mismatch_reports().empty());
+
+  set_allocatable("6");
+  Pass();
+  EXPECT_TRUE(mismatch_reports().empty());  // not yet: a plugin restarting looks the same for a moment
+  for (int i = 0; i < 20 && mismatch_reports().empty(); ++i) Pass();
+  auto reports = mismatch_reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].action(), v1::TRANSITION_ACTION_RAISE);
+  EXPECT_EQ(reports[0].reporter(), "kubernetes");
+  EXPECT_EQ(reports[0].id(), "allocatable.worker01");
+  EXPECT_EQ(reports[0].level(), v1::FAULT_LEVEL_SUB_HEALTH);
+  EXPECT_EQ(reports[0].message(),
+            "NodeD sees 8 usable NPU(s) (8 in all) while the kubelet offers 6 huawei.com/Ascend910 (capacity 8): the "
+            "device plugin is down or sees faults ClusterD does not");
+
+  // ClusterD holds it now; two chips become unusable in ClusterD too (one
+  // isolated, one unhealthy): 6 usable, 6 offered, cleared.
+  v1::Fault held;
+  held.set_node("worker01");
+  held.set_reporter("kubernetes");
+  held.set_code("NODE_ALLOCATABLE_MISMATCH");
+  held.set_state(v1::FAULT_STATE_ACTIVE);
+  commands_.node_faults["worker01"] = {held};
+  commands_.nodes["worker01"].set_active_faults(1);
+  Pass();
+  EXPECT_EQ(mismatch_reports().size(), 1u);  // still short: not raised twice
+  v1::Device isolated, unhealthy;
+  isolated.set_id(2);
+  isolated.set_isolated(true);
+  unhealthy.set_id(5);
+  unhealthy.set_health(v1::HEALTH_UNHEALTHY);
+  commands_.devices["worker01"] = {isolated, unhealthy};
+  ++commands_.revision;
+  Pass();
+  reports = mismatch_reports();
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[1].action(), v1::TRANSITION_ACTION_CLEAR);
+  EXPECT_EQ(reports[1].id(), "allocatable.worker01");
+
+  // A Node without any Ascend resource in its capacity is not judged.
+  commands_.node_faults.erase("worker01");
+  commands_.devices.erase("worker01");
+  commands_.nodes["worker01"].set_active_faults(0);
+  world_.api->Set(NodePathOf("worker01"), NodeObject("worker01"));
+  for (int i = 0; i < 10; ++i) Pass();
+  EXPECT_EQ(mismatch_reports().size(), 2u);
+}
+
 TEST_F(K8sIntegrationTest, ANodeReturnedToServiceIsUntaintedAfterTheGrace) {
   world_.api->Set(NodePathOf("worker01"), IsolatedNode(k8s::Rfc3339(world_.clock.Now(), false), true));
   v1::Node n;
