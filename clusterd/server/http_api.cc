@@ -1,9 +1,13 @@
 #include "clusterd/server/http_api.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <set>
 
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
+
+#include "common/chain_doctor.h"
 
 namespace clusterd {
 namespace {
@@ -13,6 +17,10 @@ using google::protobuf::FieldDescriptor;
 // Answers over this size are cut (events) or refused: what a client with
 // default limits accepts.
 constexpr size_t kMaxAnswerBytes = 4u << 20;
+// Findings of GET /api/v1/doctor at most: each under 1.3 KiB (a node name,
+// 512 bytes of evidence or a drift message, a fix), so the answer stays under
+// kMaxAnswerBytes; "truncated" and "total" say when there are more.
+constexpr size_t kMaxDoctorFindings = 3000;
 
 int HttpStatusOf(StatusCode code) {
   switch (code) {
@@ -179,6 +187,67 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
   route("/api/v1/recoveries",
         list(v1::ListRecoveriesRequest(),
              [](const StateView& s, const v1::ListRecoveriesRequest& r) { return s.ListRecoveries(r); }));
+  // The software chain's diagnosis (common/chain_doctor.h), as clusterctl
+  // doctor prints it: the cluster's broken links, allocatable shortfalls and
+  // version drift, worst first; with a node, its every link. A page of nodes
+  // or faults per read, so the walk never holds the writer for long.
+  route("/api/v1/doctor", [state](const HttpRequest&) {
+    std::vector<ChainFinding> found;
+    size_t nodes = 0, reporting = 0;
+    v1::ListNodesRequest nr;
+    nr.set_page_size(500);
+    for (;;) {
+      auto page = state->Read([&](const StateView& s) { return s.ListNodes(nr); });
+      if (!page.ok()) return Error(page.status());
+      for (const auto& n : page->nodes()) {
+        ++nodes;
+        reporting += n.inventory().chain_size() > 0;
+        AddChainLinks(n, /*all=*/false, &found);
+      }
+      if (page->next_page_token().empty()) break;
+      nr.set_page_token(page->next_page_token());
+    }
+    v1::ListFaultsRequest fr;
+    fr.set_active_only(true);
+    fr.set_min_level(v1::FAULT_LEVEL_SUB_HEALTH);
+    fr.set_page_size(1000);
+    for (;;) {
+      auto page = state->Read([&](const StateView& s) { return s.ListFaults(fr); });
+      if (!page.ok()) return Error(page.status());
+      AddChainFaults(page->faults(), &found);
+      if (page->next_page_token().empty()) break;
+      fr.set_page_token(page->next_page_token());
+    }
+    SortChainFindings(&found);
+    std::set<std::string> bad;
+    for (const auto& f : found) bad.insert(f.node);
+    const std::string summary = std::to_string(nodes) + " node(s), " + std::to_string(reporting) +
+                                " reporting a software chain; " + std::to_string(bad.size()) +
+                                " with a broken link or drift";
+    return HttpResponse{200, "application/json",
+                        ChainFindingsJson(found, summary, kMaxDoctorFindings)
+                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                            "\n"};
+  });
+  route("/api/v1/doctor/*", [state](const HttpRequest& req) {
+    auto name = PathTail(req.target, "/api/v1/doctor/");
+    if (!name.ok()) return Error(name.status());
+    v1::GetNodeRequest r;
+    r.set_name(*name);
+    auto resp = state->Read([&](const StateView& s) { return s.GetNode(r); });
+    if (!resp.ok()) return Error(resp.status());
+    std::vector<ChainFinding> found;
+    AddChainLinks(resp->node(), /*all=*/true, &found);
+    AddChainFaults(resp->active_faults(), &found);
+    SortChainFindings(&found);
+    const size_t broken = static_cast<size_t>(
+        std::count_if(found.begin(), found.end(), [](const ChainFinding& f) { return f.rank <= 1; }));
+    const std::string summary = resp->node().inventory().chain_size() == 0 ? "its agent reports no software chain"
+                                                                           : std::to_string(broken) + " link(s) to fix";
+    return HttpResponse{
+        200, "application/json",
+        ChainFindingsJson(found, summary).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
+  });
   route("/api/v1/nodes/*", [state](const HttpRequest& req) {
     auto name = PathTail(req.target, "/api/v1/nodes/");
     if (!name.ok()) return Error(name.status());

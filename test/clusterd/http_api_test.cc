@@ -28,6 +28,41 @@ class HttpApiTest : public testing::ClusterdServerTest {
   }
 };
 
+// GET /api/v1/doctor: the software chain's findings, as clusterctl doctor
+// prints them; with a node, every link of it.
+TEST_F(HttpApiTest, DoctorAnswersTheChainsFindings) {
+  testing::TestAgent plain(channel_, "worker01", 1, 2);
+  ASSERT_TRUE(plain.Connect());
+  testing::TestAgent npu(channel_, "npu1", 1, 2);
+  v1::Hello hello = npu.MakeHello();
+  for (const auto& [name, state] :
+       {std::pair{"driver", v1::CHAIN_LINK_STATE_OK}, std::pair{"runtime", v1::CHAIN_LINK_STATE_BROKEN}}) {
+    auto* l = hello.mutable_inventory()->add_chain();
+    l->set_name(name);
+    l->set_state(state);
+    if (state == v1::CHAIN_LINK_STATE_BROKEN) {
+      l->set_code("NODE_CHAIN_RUNTIME_NOT_CONFIGURED");
+      l->set_evidence("none of /etc/containerd/config.toml names ascend-docker-runtime");
+    }
+  }
+  ASSERT_TRUE(npu.Connect(&hello));
+  auto all = Get("/api/v1/doctor");
+  ASSERT_EQ(all["findings"].size(), 1u) << all.dump();
+  EXPECT_EQ(all["findings"][0]["node"], "npu1");
+  EXPECT_EQ(all["findings"][0]["link"], "runtime");
+  EXPECT_EQ(all["findings"][0]["state"], "BROKEN");
+  EXPECT_NE(all["findings"][0]["fix"].get<std::string>().find("Ascend Docker Runtime"), std::string::npos);
+  EXPECT_EQ(all["summary"], "2 node(s), 1 reporting a software chain; 1 with a broken link or drift");
+  EXPECT_FALSE(all.contains("truncated"));
+  auto one = Get("/api/v1/doctor/npu1");
+  ASSERT_EQ(one["findings"].size(), 2u) << one.dump();
+  EXPECT_EQ(one["findings"][0]["state"], "BROKEN");  // worst first
+  EXPECT_EQ(one["findings"][1]["state"], "ok");
+  EXPECT_EQ(one["summary"], "1 link(s) to fix");
+  EXPECT_EQ(Get("/api/v1/doctor/worker01")["summary"], "its agent reports no software chain");
+  EXPECT_EQ(Get("/api/v1/doctor/nope", 404)["code"], "NOT_FOUND");
+}
+
 TEST_F(HttpApiTest, EndpointsAnswerTheSameQueriesAsGrpc) {
   testing::TestAgent w1(channel_, "worker01", 1, 4);
   testing::TestAgent w2(channel_, "worker02", 1, 4);

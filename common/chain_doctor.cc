@@ -1,0 +1,97 @@
+#include "common/chain_doctor.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace clusterd {
+namespace {
+
+constexpr std::string_view kDriftCode = "CHAIN_VERSION_DRIFT";
+constexpr std::string_view kAllocatableCode = "NODE_ALLOCATABLE_MISMATCH";
+
+std::string StateText(v1::ChainLinkState s) {
+  switch (s) {
+    case v1::CHAIN_LINK_STATE_OK: return "ok";
+    case v1::CHAIN_LINK_STATE_BROKEN: return "BROKEN";
+    default: return "unknown";
+  }
+}
+
+}  // namespace
+
+std::string_view ChainFix(std::string_view code) {
+  if (code == "NODE_CHAIN_DRIVER_NOT_INSTALLED") {
+    return "install the Ascend driver and firmware on the host (or point NodeD's --ascend-path at it)";
+  }
+  if (code == "NODE_CHAIN_DRIVER_NOT_LOADED") {
+    return "load the driver: check dmesg for the davinci modules, reinstall the driver or reboot the node";
+  }
+  if (code == "NODE_CHAIN_CHIPS_MISSING") {
+    return "a chip is gone from the driver's view: npu-smi info on the node, then reseat, reset or replace it";
+  }
+  if (code == "NODE_CHAIN_RUNTIME_NOT_CONFIGURED") {
+    return "install the Ascend Docker Runtime and add it to containerd's (or Docker's) configuration, then restart "
+           "the runtime";
+  }
+  if (code == "NODE_CHAIN_DEVICE_PLUGIN_NOT_REGISTERED") {
+    return "start the Ascend device plugin on the node (its DaemonSet's node selector, its logs) so that the kubelet "
+           "offers NPUs";
+  }
+  if (code == kAllocatableCode) {
+    return "the kubelet offers fewer NPUs than the node has: check the device plugin's pod and logs on the node, and "
+           "its view of the chips' health";
+  }
+  if (code == kDriftCode) {
+    return "upgrade or roll back the node to its pool's version, or label it into the pool it belongs to";
+  }
+  return {};
+}
+
+void AddChainLinks(const v1::Node& n, bool all, std::vector<ChainFinding>* out) {
+  for (const auto& l : n.inventory().chain()) {
+    const int rank = l.state() == v1::CHAIN_LINK_STATE_BROKEN ? 0 : l.state() == v1::CHAIN_LINK_STATE_OK ? 3 : 2;
+    if (!all && rank != 0) continue;
+    out->push_back(ChainFinding{rank, n.name(), l.name(), StateText(l.state()), l.version(), l.evidence(),
+                                std::string(ChainFix(l.code()))});
+  }
+}
+
+void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults, std::vector<ChainFinding>* out) {
+  for (const auto& f : faults) {
+    if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
+    if (f.code() == kAllocatableCode) {
+      out->push_back(ChainFinding{0, f.node(), "kubelet_allocatable", "SHORT", "", f.message(),
+                                  std::string(ChainFix(kAllocatableCode))});
+    } else if (f.code() == kDriftCode) {
+      const std::string& id = f.external_id();  // <node>/<link>
+      out->push_back(ChainFinding{1, f.node(), id.substr(id.find('/') + 1), "DRIFT", "", f.message(),
+                                  std::string(ChainFix(kDriftCode))});
+    }
+  }
+}
+
+void SortChainFindings(std::vector<ChainFinding>* found) {
+  std::stable_sort(found->begin(), found->end(), [](const ChainFinding& a, const ChainFinding& b) {
+    return std::tie(a.rank, a.node, a.link) < std::tie(b.rank, b.node, b.link);
+  });
+}
+
+nlohmann::json ChainFindingsJson(const std::vector<ChainFinding>& found, const std::string& summary, size_t max) {
+  nlohmann::json doc = {{"findings", nlohmann::json::array()}, {"summary", summary}};
+  for (size_t i = 0; i < found.size() && i < max; ++i) {
+    const ChainFinding& f = found[i];
+    doc["findings"].push_back({{"node", f.node},
+                               {"link", f.link},
+                               {"state", f.state},
+                               {"version", f.version},
+                               {"evidence", f.evidence},
+                               {"fix", f.fix}});
+  }
+  if (found.size() > max) {
+    doc["truncated"] = true;
+    doc["total"] = found.size();
+  }
+  return doc;
+}
+
+}  // namespace clusterd

@@ -1,0 +1,38 @@
+// The accelerator software chain's diagnosis (docs/noded.md, "The software
+// chain"): the findings clusterctl doctor prints and GET /api/v1/doctor
+// answers, from the chains the agents reported (Inventory.chain) and the
+// faults that judge it across nodes (version drift, the kubelet's
+// allocatable NPUs), each with a fix in one line. Pure.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <google/protobuf/repeated_ptr_field.h>
+#include <nlohmann/json.hpp>
+
+#include "clusterd/v1/types.pb.h"
+
+namespace clusterd {
+
+// The fix for a link's fault code ("" for none).
+std::string_view ChainFix(std::string_view code);
+
+struct ChainFinding {
+  int rank = 0;  // 0: broken link or allocatable short, 1: drift, 2: unknown, 3: ok
+  std::string node, link, state, version, evidence, fix;
+};
+
+// The node's links: only the broken ones, or `all`.
+void AddChainLinks(const v1::Node& node, bool all, std::vector<ChainFinding>* out);
+// CHAIN_VERSION_DRIFT and NODE_ALLOCATABLE_MISMATCH among active faults.
+void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults, std::vector<ChainFinding>* out);
+// Worst first, then by node and link.
+void SortChainFindings(std::vector<ChainFinding>* found);
+// {"findings": [{node, link, state, version, evidence, fix}], "summary": ...},
+// at most `max` findings ("truncated": true and "total" when cut).
+nlohmann::json ChainFindingsJson(const std::vector<ChainFinding>& found, const std::string& summary,
+                                 size_t max = SIZE_MAX);
+
+}  // namespace clusterd
