@@ -1,6 +1,7 @@
 #include "common/chain_doctor.h"
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 
 namespace clusterd {
@@ -9,15 +10,15 @@ namespace {
 constexpr std::string_view kDriftCode = "CHAIN_VERSION_DRIFT";
 constexpr std::string_view kAllocatableCode = "NODE_ALLOCATABLE_MISMATCH";
 
-std::string StateText(v1::ChainLinkState s) {
-  switch (s) {
+}  // namespace
+
+std::string_view ChainLinkStateText(v1::ChainLinkState state) {
+  switch (state) {
     case v1::CHAIN_LINK_STATE_OK: return "ok";
     case v1::CHAIN_LINK_STATE_BROKEN: return "BROKEN";
     default: return "unknown";
   }
 }
-
-}  // namespace
 
 std::string_view ChainFix(std::string_view code) {
   if (code == "NODE_CHAIN_DRIVER_NOT_INSTALLED") {
@@ -51,8 +52,8 @@ void AddChainLinks(const v1::Node& n, bool all, std::vector<ChainFinding>* out) 
   for (const auto& l : n.inventory().chain()) {
     const int rank = l.state() == v1::CHAIN_LINK_STATE_BROKEN ? 0 : l.state() == v1::CHAIN_LINK_STATE_OK ? 3 : 2;
     if (!all && rank != 0) continue;
-    out->push_back(ChainFinding{rank, n.name(), l.name(), StateText(l.state()), l.version(), l.evidence(),
-                                std::string(ChainFix(l.code()))});
+    out->push_back(ChainFinding{rank, n.name(), l.name(), std::string(ChainLinkStateText(l.state())), l.version(),
+                                l.evidence(), std::string(ChainFix(l.code()))});
   }
 }
 
@@ -74,6 +75,13 @@ void SortChainFindings(std::vector<ChainFinding>* found) {
   std::stable_sort(found->begin(), found->end(), [](const ChainFinding& a, const ChainFinding& b) {
     return std::tie(a.rank, a.node, a.link) < std::tie(b.rank, b.node, b.link);
   });
+}
+
+std::string ChainClusterSummary(size_t nodes, size_t reporting, const std::vector<ChainFinding>& found) {
+  std::set<std::string> bad;
+  for (const auto& f : found) bad.insert(f.node);
+  return std::to_string(nodes) + " node(s), " + std::to_string(reporting) + " reporting a software chain; " +
+         std::to_string(bad.size()) + " with a broken link or drift";
 }
 
 nlohmann::json ChainFindingsJson(const std::vector<ChainFinding>& found, const std::string& summary, size_t max) {

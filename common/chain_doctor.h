@@ -18,6 +18,8 @@ namespace clusterd {
 
 // The fix for a link's fault code ("" for none).
 std::string_view ChainFix(std::string_view code);
+// "ok", "BROKEN" or "unknown".
+std::string_view ChainLinkStateText(v1::ChainLinkState state);
 
 struct ChainFinding {
   int rank = 0;  // 0: broken link or allocatable short, 1: drift, 2: unknown, 3: ok
@@ -30,6 +32,9 @@ void AddChainLinks(const v1::Node& node, bool all, std::vector<ChainFinding>* ou
 void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults, std::vector<ChainFinding>* out);
 // Worst first, then by node and link.
 void SortChainFindings(std::vector<ChainFinding>* found);
+// The cluster's line: "N node(s), R reporting a software chain; B with a
+// broken link or drift".
+std::string ChainClusterSummary(size_t nodes, size_t reporting, const std::vector<ChainFinding>& found);
 // {"findings": [{node, link, state, version, evidence, fix}], "summary": ...},
 // at most `max` findings ("truncated": true and "total" when cut).
 nlohmann::json ChainFindingsJson(const std::vector<ChainFinding>& found, const std::string& summary,

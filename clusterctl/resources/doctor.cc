@@ -1,6 +1,7 @@
 // doctor [NODE]: the accelerator software chain, link by link, with the
 // evidence and the fix: across the cluster the broken links and version drift
 // (worst first), or every link of one node.
+#include <algorithm>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -64,7 +65,6 @@ int Doctor(Context& c) {
     return RpcFailure(c, "ListNodes", st);
   }
   size_t reporting = 0;
-  std::set<std::string> bad_nodes;
   for (const auto& n : nodes.nodes()) {
     reporting += n.inventory().chain_size() > 0;
     clusterd::AddChainLinks(n, /*all=*/false, &found);
@@ -75,15 +75,10 @@ int Doctor(Context& c) {
   v1::ListFaultsResponse faults;
   if (grpc::Status st = c.Client().ListAllFaults(req, &faults); !st.ok()) return RpcFailure(c, "ListFaults", st);
   clusterd::AddChainFaults(faults.faults(), &found);
-  size_t drifted = 0;
-  for (const auto& f : found) {
-    bad_nodes.insert(f.node);
-    drifted += f.rank == 1;
-  }
-  Print(c, std::move(found),
-        std::to_string(nodes.nodes_size()) + " node(s), " + std::to_string(reporting) +
-            " reporting a software chain; " + std::to_string(bad_nodes.size()) + " with a broken link or drift (" +
-            std::to_string(drifted) + " drift finding(s))");
+  const auto drifted = std::count_if(found.begin(), found.end(), [](const ChainFinding& f) { return f.rank == 1; });
+  const std::string summary = clusterd::ChainClusterSummary(static_cast<size_t>(nodes.nodes_size()), reporting, found) +
+                              " (" + std::to_string(drifted) + " drift finding(s))";
+  Print(c, std::move(found), summary);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "clusterctl/resources/resources.h"
+#include "common/chain_doctor.h"
 
 namespace clusterctl {
 namespace {
@@ -96,10 +97,8 @@ void DescribeNode(Context& c, const v1::GetNodeResponse& resp) {
     c.out << "\nSoftware chain (clusterctl doctor " << Sanitize(n.name()) << " for the fixes):\n";
     Table t({"LINK", "STATE", "VERSION", "EVIDENCE"});
     for (const auto& l : inv.chain()) {
-      const std::string state = l.state() == v1::CHAIN_LINK_STATE_OK       ? "ok"
-                                : l.state() == v1::CHAIN_LINK_STATE_BROKEN ? "BROKEN"
-                                                                           : "unknown";
-      t.AddRow({l.name(), state, OrDash(l.version()), c.wide() ? l.evidence() : Truncate(l.evidence(), 70)});
+      t.AddRow({l.name(), std::string(clusterd::ChainLinkStateText(l.state())), OrDash(l.version()),
+                c.wide() ? l.evidence() : Truncate(l.evidence(), 70)});
     }
     c.out << Indent(TableText(t));
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <set>
 
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
@@ -219,11 +218,7 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
       fr.set_page_token(page->next_page_token());
     }
     SortChainFindings(&found);
-    std::set<std::string> bad;
-    for (const auto& f : found) bad.insert(f.node);
-    const std::string summary = std::to_string(nodes) + " node(s), " + std::to_string(reporting) +
-                                " reporting a software chain; " + std::to_string(bad.size()) +
-                                " with a broken link or drift";
+    const std::string summary = ChainClusterSummary(nodes, reporting, found);
     return HttpResponse{200, "application/json",
                         ChainFindingsJson(found, summary, kMaxDoctorFindings)
                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +

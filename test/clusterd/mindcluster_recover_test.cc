@@ -95,6 +95,35 @@ class MindClusterRecoverTest : public testing::ClusterdServerTest {
     EXPECT_TRUE(st.ok()) << st.error_message();
     return resp;
   }
+  // TaskD's answers to the job's signals, as the reference's TaskD sends them.
+  int32_t StopComplete() {
+    ::StopCompleteRequest req;
+    req.set_jobid(kTaskdJob);
+    return Unary(&::Recover::Stub::ReportStopComplete, req).code();
+  }
+  int32_t OfferStrategies(const std::vector<std::string>& strategies) {
+    ::RecoverStrategyRequest req;
+    req.set_jobid(kTaskdJob);
+    for (const auto& s : strategies) req.add_strategies(s);
+    return Unary(&::Recover::Stub::ReportRecoverStrategy, req).code();
+  }
+  int32_t RecoverStatus(const std::string& strategy, int32_t code = 0) {
+    ::RecoverStatusRequest req;
+    req.set_jobid(kTaskdJob);
+    req.set_strategy(strategy);
+    if (code != 0) req.mutable_status()->set_code(code);
+    return Unary(&::Recover::Stub::ReportRecoverStatus, req).code();
+  }
+  // The newest recovery (the one with this id, when given) has succeeded.
+  bool WaitRecoverySucceeded(const std::string& id = "") {
+    return WaitFor(
+        [&] {
+          auto rs = Recoveries();
+          return !rs.empty() && (id.empty() || rs.front().id() == id) &&
+                 rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
+        },
+        kTaskdDeadline);
+  }
   int32_t Init(const std::string& job) { return Unary(&::Recover::Stub::Init, TaskdClient(job)).code(); }
   int32_t Register(const std::string& job) { return Unary(&::Recover::Stub::Register, TaskdClient(job)).code(); }
   int32_t HealthCheck(const std::string& job) { return Unary(&::Recover::Stub::HealthCheck, TaskdClient(job)).code(); }
@@ -186,31 +215,17 @@ TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {
   ASSERT_EQ(stop.faultranks_size(), 1);
   EXPECT_EQ(stop.faultranks(0).rankid(), "1");
 
-  ::StopCompleteRequest stopped;
-  stopped.set_jobid(kTaskdJob);
-  EXPECT_EQ(Unary(&::Recover::Stub::ReportStopComplete, stopped).code(), mc::kRecoverOk);
+  EXPECT_EQ(StopComplete(), mc::kRecoverOk);
   const ::ProcessManageSignal global = taskd.Wait(1);
   ASSERT_EQ(global.signaltype(), "globalFault");
 
-  ::RecoverStrategyRequest offer;
-  offer.set_jobid(kTaskdJob);
-  offer.add_strategies("retry");
-  offer.add_strategies("recover");
-  EXPECT_EQ(Unary(&::Recover::Stub::ReportRecoverStrategy, offer).code(), mc::kRecoverOk);
+  EXPECT_EQ(OfferStrategies({"retry", "recover"}), mc::kRecoverOk);
   const ::ProcessManageSignal change = taskd.Wait(2);
   ASSERT_EQ(change.signaltype(), "changeStrategy");
   EXPECT_EQ(change.changestrategy(), "retry");
 
-  ::RecoverStatusRequest status;
-  status.set_jobid(kTaskdJob);
-  status.set_strategy("retry");
-  EXPECT_EQ(Unary(&::Recover::Stub::ReportRecoverStatus, status).code(), mc::kRecoverOk);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto rs = Recoveries();
-        return !rs.empty() && rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
-      },
-      kTaskdDeadline));
+  EXPECT_EQ(RecoverStatus("retry"), mc::kRecoverOk);
+  ASSERT_TRUE(WaitRecoverySucceeded());
   const v1::Recovery r = Recoveries().front();
   EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
   ASSERT_GE(r.steps_size(), 1);
@@ -255,28 +270,15 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
 
   // ClusterD decides PROCESS_RESTART; TaskD recovers in place.
   ASSERT_EQ(taskd.Wait(0).signaltype(), "stopTrain");
-  ::StopCompleteRequest stopped;
-  stopped.set_jobid(kTaskdJob);
-  Unary(&::Recover::Stub::ReportStopComplete, stopped);
+  StopComplete();
   const ::ProcessManageSignal global = taskd.Wait(1);
   ASSERT_EQ(global.signaltype(), "globalFault");
   EXPECT_EQ(std::vector<std::string>(global.actions().begin(), global.actions().end()),
             (std::vector<std::string>{"on_global_rank", "fault_nodes_restart"}));
-  ::RecoverStrategyRequest offer;
-  offer.set_jobid(kTaskdJob);
-  offer.add_strategies("recover-in-place");
-  Unary(&::Recover::Stub::ReportRecoverStrategy, offer);
+  OfferStrategies({"recover-in-place"});
   ASSERT_EQ(taskd.Wait(2).changestrategy(), "recover-in-place");
-  ::RecoverStatusRequest status;
-  status.set_jobid(kTaskdJob);
-  status.set_strategy("recover-in-place");
-  Unary(&::Recover::Stub::ReportRecoverStatus, status);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto rs = Recoveries();
-        return !rs.empty() && rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
-      },
-      kTaskdDeadline));
+  RecoverStatus("recover-in-place");
+  ASSERT_TRUE(WaitRecoverySucceeded());
   EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -299,34 +301,16 @@ TEST_F(MindClusterRecoverTest, AFailedRetryFallsBackInPlaceWithOnlyAChangeStrate
   ASSERT_TRUE(WaitAttached());
   ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
   ASSERT_EQ(taskd.Wait(0).signaltype(), "stopTrain");
-  ::StopCompleteRequest stopped;
-  stopped.set_jobid(kTaskdJob);
-  Unary(&::Recover::Stub::ReportStopComplete, stopped);
+  StopComplete();
   ASSERT_EQ(taskd.Wait(1).signaltype(), "globalFault");
-  ::RecoverStrategyRequest offer;
-  offer.set_jobid(kTaskdJob);
-  offer.add_strategies("retry");
-  offer.add_strategies("recover-in-place");
-  Unary(&::Recover::Stub::ReportRecoverStrategy, offer);
+  OfferStrategies({"retry", "recover-in-place"});
   ASSERT_EQ(taskd.Wait(2).changestrategy(), "retry");
-  ::RecoverStatusRequest failed;
-  failed.set_jobid(kTaskdJob);
-  failed.set_strategy("retry");
-  failed.mutable_status()->set_code(mc::kRecoverRetryUnrecoverable);
-  Unary(&::Recover::Stub::ReportRecoverStatus, failed);
+  RecoverStatus("retry", mc::kRecoverRetryUnrecoverable);
   const ::ProcessManageSignal next = taskd.Wait(3);
   EXPECT_EQ(next.signaltype(), "changeStrategy");
   EXPECT_EQ(next.changestrategy(), "recover-in-place");
-  ::RecoverStatusRequest ok;
-  ok.set_jobid(kTaskdJob);
-  ok.set_strategy("recover-in-place");
-  Unary(&::Recover::Stub::ReportRecoverStatus, ok);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto rs = Recoveries();
-        return !rs.empty() && rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
-      },
-      kTaskdDeadline));
+  RecoverStatus("recover-in-place");
+  ASSERT_TRUE(WaitRecoverySucceeded());
   const v1::Recovery r = Recoveries().front();
   EXPECT_EQ(r.initial_strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
   EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
@@ -348,9 +332,7 @@ TEST_F(MindClusterRecoverTest, AfterARestartTheStepGoesOnFromItsStoredStage) {
     ASSERT_TRUE(WaitAttached());
     ASSERT_TRUE(agent->Transition(1, true, 1, kRestartRequest));
     ASSERT_EQ(taskd.Wait(0).signaltype(), "stopTrain");
-    ::StopCompleteRequest stopped;
-    stopped.set_jobid(kTaskdJob);
-    EXPECT_EQ(Unary(&::Recover::Stub::ReportStopComplete, stopped).code(), mc::kRecoverOk);
+    EXPECT_EQ(StopComplete(), mc::kRecoverOk);
     const ::ProcessManageSignal global = taskd.Wait(1);
     ASSERT_EQ(global.signaltype(), "globalFault");
     global_uuid = global.uuid();
@@ -371,21 +353,10 @@ TEST_F(MindClusterRecoverTest, AfterARestartTheStepGoesOnFromItsStoredStage) {
   const ::ProcessManageSignal again = taskd.Wait(0);
   EXPECT_EQ(again.signaltype(), "globalFault");
   EXPECT_EQ(again.uuid(), global_uuid);
-  ::RecoverStrategyRequest offer;
-  offer.set_jobid(kTaskdJob);
-  offer.add_strategies("retry");
-  Unary(&::Recover::Stub::ReportRecoverStrategy, offer);
+  OfferStrategies({"retry"});
   ASSERT_EQ(taskd.Wait(1).changestrategy(), "retry");
-  ::RecoverStatusRequest status;
-  status.set_jobid(kTaskdJob);
-  status.set_strategy("retry");
-  Unary(&::Recover::Stub::ReportRecoverStatus, status);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto rs = Recoveries();
-        return !rs.empty() && rs.front().id() == recovery && rs.front().state() == v1::RECOVERY_STATE_SUCCEEDED;
-      },
-      kTaskdDeadline));
+  RecoverStatus("retry");
+  ASSERT_TRUE(WaitRecoverySucceeded(recovery));
   for (const auto& s : taskd.Messages()) EXPECT_NE(s.signaltype(), "stopTrain");
 }
 
