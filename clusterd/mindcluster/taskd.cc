@@ -115,9 +115,9 @@ std::string ResetConfigJson(std::string_view current, ResetOp op, const std::vec
   }
   list += ']';
   return R"({"RankList":)" + list + R"(,"UpdateTime":)" + std::to_string(now_s) + R"(,"RetryTime":)" +
-         std::to_string(retry_time) + R"(,"FaultFlushing":)" + (op == ResetOp::kFlushing ? "true" : "false") +
-         R"(,"GracefulExit":)" + std::to_string(graceful_exit) + R"(,"RestartFaultProcess":)" +
-         (restart_fault_process ? "true" : "false") + "}";
+         std::to_string(retry_time + (op == ResetOp::kRestartAll ? 1 : 0)) + R"(,"FaultFlushing":)" +
+         (op == ResetOp::kFlushing ? "true" : "false") + R"(,"GracefulExit":)" + std::to_string(graceful_exit) +
+         R"(,"RestartFaultProcess":)" + (restart_fault_process ? "true" : "false") + "}";
 }
 
 std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
@@ -171,12 +171,30 @@ std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
   return out;
 }
 
+std::string ResumeStage(const v1::Recovery& recovery, uint32_t index) {
+  if (index >= static_cast<uint32_t>(recovery.steps_size())) return "";
+  const std::string& message = recovery.steps(static_cast<int>(index)).message();
+  if (message.rfind(TaskdJob::kStagePrefix, 0) == 0) return message;
+  for (int i = static_cast<int>(index) - 1; i >= 0; --i) {
+    const v1::RecoveryStep& before = recovery.steps(i);
+    if (before.command() == v1::JOB_COMMAND_UNSPECIFIED) continue;  // an actuator's step
+    const bool stopped =
+        before.state() == v1::STEP_STATE_SUCCEEDED &&
+        (before.command() == v1::JOB_COMMAND_PAUSE ||
+         (before.command() == v1::JOB_COMMAND_STOP && before.strategy() != v1::RECOVERY_STRATEGY_JOB_RESCHEDULE));
+    return stopped ? std::string(TaskdJob::kStagePrefix) + std::string(TaskdJob::PhaseName(TaskdJob::Phase::kStopped))
+                   : "";
+  }
+  return "";
+}
+
 TaskdJob::TaskdJob(std::string job_id, std::vector<std::string> strategies)
     : job_id_(std::move(job_id)), strategies_(std::move(strategies)) {}
 
 std::string_view TaskdJob::PhaseName(Phase p) {
   switch (p) {
     case Phase::kIdle: return "idle";
+    case Phase::kAwaitPreExit: return "await-process-fault";
     case Phase::kAwaitStop: return "await-stop-complete";
     case Phase::kStopped: return "stopped";
     case Phase::kAwaitStrategy: return "await-recover-strategy";
@@ -186,17 +204,37 @@ std::string_view TaskdJob::PhaseName(Phase p) {
   return "?";
 }
 
-std::string_view TaskdJob::TargetOf(v1::JobCommand kind) {
-  switch (kind) {
+std::string_view TaskdJob::TargetOf(const v1::Command& command) {
+  switch (command.kind()) {
     case v1::JOB_COMMAND_RETRY_STEP: return kStrategyRetry;
     case v1::JOB_COMMAND_RESTART_PROCESSES: return kStrategyRecoverInPlace;
     case v1::JOB_COMMAND_RESUME: return kStrategyRecover;
     case v1::JOB_COMMAND_SCALE_IN: return kStrategyElastic;
+    case v1::JOB_COMMAND_STOP:
+      // The job restarts after it: TaskD exits (after a dump if it can).
+      return command.strategy() == v1::RECOVERY_STRATEGY_JOB_RESCHEDULE ? kStrategyExit : "";
     default: return "";
   }
 }
 
 bool TaskdJob::Allows(std::string_view strategy) const { return Contains(strategies_, strategy); }
+
+bool TaskdJob::DumpOnly() const {
+  if (!Allows(kStrategyDump)) return false;
+  for (std::string_view s : {kStrategyRetry, kStrategyRecoverInPlace, kStrategyRecover, kStrategyElastic}) {
+    if (Allows(s)) return false;
+  }
+  return true;
+}
+
+bool TaskdJob::NeedsPreExit() const {
+  if (!current_ || pre_exited_) return false;
+  const v1::JobCommand kind = current_->kind();
+  if (kind == v1::JOB_COMMAND_RETRY_STEP || kind == v1::JOB_COMMAND_CHECKPOINT) return false;
+  const auto& ranks = current_->hit_ranks().empty() ? current_->ranks() : current_->hit_ranks();
+  // The ranks TaskD reported itself have stopped already.
+  return std::any_of(ranks.begin(), ranks.end(), [&](uint32_t r) { return !reported_.count(r); });
+}
 
 TaskdAck TaskdJob::Done(bool success, std::string message) {
   TaskdAck ack{current_ ? current_->id() : std::string(), success, std::move(message)};
@@ -218,6 +256,7 @@ void TaskdJob::AddFaultRanks(::ProcessManageSignal* s) const {
   // A step retry answers an uncorrectable memory error (type "0"); anything
   // else is a fault of the process ("1").
   const char* type = current_->kind() == v1::JOB_COMMAND_RETRY_STEP ? "0" : "1";
+  s->mutable_faultranks()->Reserve(ranks.size());
   for (uint32_t r : ranks) {
     auto* f = s->add_faultranks();
     f->set_rankid(std::to_string(r));
@@ -229,7 +268,8 @@ TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) 
   TaskdOutput out;
   if (current_ && current_->id() == command.id()) {
     // A resend: repeat what is awaited (same uuid), or go on from here.
-    if (phase_ == Phase::kAwaitStop || phase_ == Phase::kAwaitStrategy || phase_ == Phase::kAwaitStatus) {
+    if (phase_ == Phase::kAwaitPreExit || phase_ == Phase::kAwaitStop || phase_ == Phase::kAwaitStrategy ||
+        phase_ == Phase::kAwaitStatus) {
       out.signals.push_back(last_);
       return out;
     }
@@ -237,12 +277,19 @@ TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) 
   }
   Take(command, job);
   const v1::JobCommand kind = command.kind();
-  if (kind != v1::JOB_COMMAND_PAUSE && kind != v1::JOB_COMMAND_STOP && TargetOf(kind).empty()) {
+  if (kind != v1::JOB_COMMAND_PAUSE && kind != v1::JOB_COMMAND_STOP && TargetOf(command).empty()) {
     out.ack = Done(false, "TaskD cannot " + std::string(v1::JobCommand_Name(kind)) +
                               ": the Recover protocol has no checkpoint-and-continue");
     return out;
   }
-  if (std::string_view target = TargetOf(kind); !target.empty() && !Allows(target)) {
+  if (kind == v1::JOB_COMMAND_PAUSE && command.strategy() == v1::RECOVERY_STRATEGY_POD_RESCHEDULE &&
+      !Allows(kStrategyRecover)) {
+    // The pods would move for nothing: TaskD cannot recover onto them.
+    out.ack = Done(false, "job " + job_id_ + "'s recover-strategy (" + JoinCommaList(strategies_) +
+                              ") does not list recover: no pod is rescheduled, the job restarts instead");
+    return out;
+  }
+  if (std::string_view target = TargetOf(command); !target.empty() && !Allows(target)) {
     out.ack = Done(false, "job " + job_id_ + "'s recover-strategy (" + JoinCommaList(strategies_) + ") does not list " +
                               std::string(target));
     return out;
@@ -253,9 +300,30 @@ TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) 
 TaskdOutput TaskdJob::Advance() {
   TaskdOutput out;
   if (!current_) return out;
-  const std::string_view target = TargetOf(current_->kind());
+  const std::string_view target = TargetOf(*current_);
   switch (phase_) {
     case Phase::kIdle: {
+      if (NeedsPreExit()) {
+        last_ = BuildSignal(Phase::kAwaitPreExit);
+        out.signals.push_back(last_);
+        phase_ = Phase::kAwaitPreExit;
+        return out;
+      }
+      if (target == kStrategyExit && DumpOnly()) {
+        // The reference's rule when dump is the job's best strategy:
+        // TaskD saves and exits, no exchange.
+        out.signals.push_back(Signal(kSignalSaveAndExit, "save-and-exit"));
+        out.signals.back().add_actions(std::string(kActionSaveAndExit));
+        AddFaultRanks(&out.signals.back());
+        out.reset = ResetOp::kFaults;
+        out.reset_ranks = fault_chips_;
+        out.recover_enable = "pause";
+        out.clear_process_faults = true;
+        out.process_recover_status = "dump-success";
+        reported_.clear();
+        out.ack = Done(true, "TaskD saves and exits (saveAndExit); the job restarts");
+        return out;
+      }
       last_ = BuildSignal(Phase::kAwaitStop);
       out.signals.push_back(last_);
       out.reset = ResetOp::kFlushing;
@@ -279,6 +347,14 @@ TaskdOutput TaskdJob::Advance() {
         out.ack = Done(true, "TaskD's training is stopped");
         return out;
       }
+      if (target == kStrategyExit) {
+        // A dump first where the job lists it and TaskD offers it.
+        if (!Allows(kStrategyDump) || !Contains(offered_, kStrategyDump)) return Exit(false);
+        last_ = BuildSignal(Phase::kAwaitStatus);
+        out.signals.push_back(last_);
+        phase_ = Phase::kAwaitStatus;
+        return out;
+      }
       if (!Contains(offered_, target)) {
         out.ack =
             Done(false, "TaskD offered " + (offered_.empty() ? std::string("no strategy") : JoinCommaList(offered_)) +
@@ -290,6 +366,7 @@ TaskdOutput TaskdJob::Advance() {
       phase_ = Phase::kAwaitStatus;
       return out;
     }
+    case Phase::kAwaitPreExit:
     case Phase::kAwaitStop:
     case Phase::kAwaitStrategy:
     case Phase::kAwaitStatus:
@@ -299,10 +376,36 @@ TaskdOutput TaskdJob::Advance() {
   return out;
 }
 
+TaskdOutput TaskdJob::Exit(bool dumped) {
+  TaskdOutput out;
+  ::ProcessManageSignal s = Signal("changeStrategy", "change-strategy/exit");
+  s.add_actions("change_strategy");
+  s.set_changestrategy(std::string(kStrategyExit));
+  if (dumped) s.set_extraparams(std::string(kExtraDumpExit));
+  AddFaultRanks(&s);
+  for (const auto& n : node_ranks_) s.add_noderankids(n);
+  out.signals.push_back(std::move(s));
+  out.reset = ResetOp::kRestartAll;
+  out.recover_enable = "pause";
+  out.clear_process_faults = true;
+  if (!dumped) out.process_recover_status = "exit-completed";
+  phase_ = Phase::kIdle;
+  offered_.clear();
+  reported_.clear();
+  out.ack = Done(true, std::string("TaskD exits") + (dumped ? " after its dump" : "") + "; the job restarts");
+  return out;
+}
+
 ::ProcessManageSignal TaskdJob::BuildSignal(Phase awaiting) const {
-  const std::string_view target = current_ ? TargetOf(current_->kind()) : std::string_view();
+  const std::string_view target = current_ ? TargetOf(*current_) : std::string_view();
   ::ProcessManageSignal s;
   switch (awaiting) {
+    case Phase::kAwaitPreExit:
+      s = Signal(kSignalPreExit, "pre-exit");
+      s.add_actions(std::string(kActionPreExit));
+      AddFaultRanks(&s);
+      for (const auto& n : node_ranks_) s.add_noderankids(n);
+      return s;
     case Phase::kAwaitStrategy:
       s = Signal("globalFault", "global-fault");
       s.add_actions("on_global_rank");
@@ -314,14 +417,17 @@ TaskdOutput TaskdJob::Advance() {
       AddFaultRanks(&s);
       for (const auto& n : node_ranks_) s.add_noderankids(n);
       return s;
-    case Phase::kAwaitStatus:
-      s = Signal("changeStrategy", "change-strategy/" + std::string(target));
+    case Phase::kAwaitStatus: {
+      // The one status an exit waits for is its dump's.
+      const std::string strategy(target == kStrategyExit ? kStrategyDump : target);
+      s = Signal("changeStrategy", "change-strategy/" + strategy);
       s.add_actions("change_strategy");
-      s.set_changestrategy(std::string(target));
+      s.set_changestrategy(strategy);
       AddFaultRanks(&s);
       for (const auto& n : node_ranks_) s.add_noderankids(n);
       if (target == kStrategyElastic) s.set_extraparams(R"({"scale-in-strategy":"DP"})");
       return s;
+    }
     default:
       s = Signal("stopTrain", "stop");
       s.add_actions("stop_train");
@@ -338,6 +444,7 @@ std::string TaskdJob::Stage() const {
 
 void TaskdJob::Take(const v1::Command& command, const v1::Job& job) {
   current_ = command;
+  pre_exited_ = false;
   const auto& ranks = command.hit_ranks().empty() ? command.ranks() : command.hit_ranks();
   node_ranks_ = NodeRanksOf(job, std::vector<uint32_t>(ranks.begin(), ranks.end()));
   fault_chips_.clear();
@@ -355,8 +462,8 @@ TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std
     stage.remove_prefix(kStagePrefix.size());
     const size_t semi = stage.find(';');
     const std::string_view name = stage.substr(0, semi);
-    for (Phase p : {Phase::kIdle, Phase::kAwaitStop, Phase::kStopped, Phase::kAwaitStrategy, Phase::kChoosing,
-                    Phase::kAwaitStatus}) {
+    for (Phase p : {Phase::kIdle, Phase::kAwaitPreExit, Phase::kAwaitStop, Phase::kStopped, Phase::kAwaitStrategy,
+                    Phase::kChoosing, Phase::kAwaitStatus}) {
       if (PhaseName(p) == name) phase = p;
     }
     constexpr std::string_view kOffered = "; offered ";
@@ -374,7 +481,10 @@ TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std
   offered_ = std::move(offered);
   phase_ = *phase;
   TaskdOutput out;
+  // Stopped before (a stage past the preExitProcess): not again.
+  pre_exited_ = phase_ != Phase::kIdle && phase_ != Phase::kAwaitPreExit;
   switch (phase_) {
+    case Phase::kAwaitPreExit:
     case Phase::kAwaitStop:
     case Phase::kAwaitStrategy:
     case Phase::kAwaitStatus:
@@ -435,14 +545,35 @@ TaskdOutput TaskdJob::OnRecoverStatus(const ::RecoverStatusRequest& req) {
     next.process_recover_status = out.process_recover_status;
     return next;
   }
+  if (strategy == kStrategyDump) {
+    // Dumped (or not): TaskD exits either way, the job restarts.
+    TaskdOutput exit = Exit(true);
+    exit.process_recover_status = out.process_recover_status;
+    return exit;
+  }
   if (ok) {
     out.reset = ResetOp::kClear;
+    reported_.clear();
     out.ack = Done(true, "TaskD recovered the job with " + strategy);
   } else {
     out.ack = Done(false, "TaskD's " + strategy + " failed: code " + std::to_string(req.status().code()) +
                               (req.status().info().empty() ? "" : ", " + req.status().info()));
   }
   return out;
+}
+
+TaskdOutput TaskdJob::OnProcessFault(const ::ProcessFaultRequest& req) {
+  for (const auto& f : req.faultranks()) {
+    uint32_t rank = 0;
+    const std::string& id = f.rankid();
+    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
+    // Bounded by what a job can have (the adapter caps a report's ranks).
+    if (ec == std::errc() && end == id.data() + id.size() && reported_.size() < 131072) reported_.insert(rank);
+  }
+  if (phase_ != Phase::kAwaitPreExit) return {};
+  pre_exited_ = true;
+  phase_ = Phase::kIdle;
+  return Advance();
 }
 
 TaskdOutput TaskdJob::Restart() {

@@ -19,7 +19,24 @@
 //                                  (globalFault: fault_nodes_exit)
 //   SCALE_IN                       ... changeStrategy "elastic-training"
 //   PAUSE, STOP                    stopTrain                    stop complete
+//   STOP of JOB_RESCHEDULE         stopTrain -> globalFault ->  sent (the job
+//                                  [changeStrategy "dump" ->    restarts)
+//                                  status] -> changeStrategy
+//                                  "exit" (dump_exit after a dump)
 //   CHECKPOINT                     none: TaskD has no checkpoint-and-continue (fails)
+//
+// Before the first signal of any command but RETRY_STEP, for ranks TaskD
+// has not itself reported, ClusterD sends preExitProcess and waits for
+// TaskD's ReportProcessFault (the reference's rule for new non-retry
+// faults: TaskD stops the fault ranks' workers first). A job whose
+// recover-strategy lists dump but no recovery (no retry, recover-in-place,
+// recover or elastic-training) gets saveAndExit instead of the exchange. A
+// PAUSE of POD_RESCHEDULE for a job that does not list recover fails at
+// once, before pods move: the ladder goes on to the job's restart (exit).
+// When TaskD exits, reset-config's RetryTime goes up by one (restart-all),
+// the PodGroup's process-recover-enable becomes "pause" until the new
+// TaskD registers (the reference's FaultRetry), and the process faults
+// TaskD reported are cleared.
 //
 // A stage already done is not repeated: after a PAUSE stopped the job, the
 // RESUME of the same recovery starts at globalFault; after a failed
@@ -35,6 +52,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +99,13 @@ inline constexpr std::string_view kStrategyElastic = "elastic-training";
 inline constexpr std::string_view kStrategyDump = "dump";
 inline constexpr std::string_view kStrategyExit = "exit";
 
+// Signal types and actions beyond stopTrain/globalFault/changeStrategy.
+inline constexpr std::string_view kSignalPreExit = "preExitProcess";
+inline constexpr std::string_view kActionPreExit = "pre exit process";
+inline constexpr std::string_view kSignalSaveAndExit = "saveAndExit";
+inline constexpr std::string_view kActionSaveAndExit = "save_and_exit";
+inline constexpr std::string_view kExtraDumpExit = "dump_exit";
+
 // Init's verdict for a job: code kRecoverOk with the job's strategies in the
 // reference's order (the recover-strategy entries among retry,
 // recover-in-place, recover, elastic-training, dump, exit; then
@@ -112,8 +137,9 @@ TaskdJobRef TaskdJobRefOf(const v1::Job& job);
 
 // What reset-config-<job>'s reset.json is told at each stage (the
 // reference's operations): training stopping (FaultFlushing), the fault
-// ranks (at globalFault), clear (the job recovered).
-enum class ResetOp { kNone, kFlushing, kFaults, kClear };
+// ranks (at globalFault), clear (the job recovered), restart-all (TaskD
+// exits and the whole job restarts: RetryTime + 1).
+enum class ResetOp { kNone, kFlushing, kFaults, kClear, kRestartAll };
 struct ResetRank {
   uint32_t rank = 0;
   uint32_t logic_id = 0;  // the chip's device id on its node
@@ -133,7 +159,8 @@ std::string ResetConfigJson(std::string_view current, ResetOp op, const std::vec
 class TaskdObjects {
  public:
   virtual ~TaskdObjects() = default;
-  virtual void RecoverEnabled(const TaskdJobRef& job) = 0;
+  // process-recover-enable: "on" (Register), "pause" (TaskD exits).
+  virtual void RecoverEnable(const TaskdJobRef& job, std::string_view value) = 0;
   virtual void RecoverStatus(const TaskdJobRef& job, const std::string& status) = 0;
   virtual void ResetConfig(const TaskdJobRef& job, ResetOp op, std::vector<ResetRank> ranks) = 0;
 };
@@ -152,6 +179,13 @@ inline constexpr size_t kMaxProcessFaultRanks = 1024;
 std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
                                                    const google::protobuf::RepeatedPtrField<::FaultRank>& ranks,
                                                    std::string* info);
+
+// The stage to resume step `index` of `recovery` from: the stage stored in
+// it; with none, "taskd: stopped" when the nearest agent step before it is
+// a PAUSE, or a STOP that is not TaskD's exit, that succeeded (the RESUME of
+// a pod rescheduling, the restart after a chip reset: TaskD is not told to
+// stop again); else "".
+std::string ResumeStage(const v1::Recovery& recovery, uint32_t index);
 
 // The coordinator's answer for one command.
 struct TaskdAck {
@@ -172,6 +206,10 @@ struct TaskdOutput {
   // reset-config-<job>: what to tell it now, with the fault ranks for kFaults.
   ResetOp reset = ResetOp::kNone;
   std::vector<ResetRank> reset_ranks;
+  // The PodGroup's process-recover-enable now ("pause": TaskD exits).
+  std::string recover_enable;
+  // The process faults TaskD reported for the job are moot (it exits).
+  bool clear_process_faults = false;
 };
 
 // One job's side of the protocol. Not thread-safe: the adapter serializes.
@@ -179,6 +217,7 @@ class TaskdJob {
  public:
   enum class Phase {
     kIdle,           // nothing asked of TaskD
+    kAwaitPreExit,   // preExitProcess sent, waiting for ReportProcessFault
     kAwaitStop,      // stopTrain sent, waiting for ReportStopComplete
     kStopped,        // training stopped, nothing more asked yet
     kAwaitStrategy,  // globalFault sent, waiting for ReportRecoverStrategy
@@ -195,6 +234,9 @@ class TaskdJob {
   TaskdOutput OnStopComplete(const ::StopCompleteRequest& req);
   TaskdOutput OnRecoverStrategy(const ::RecoverStrategyRequest& req);
   TaskdOutput OnRecoverStatus(const ::RecoverStatusRequest& req);
+  // TaskD's ReportProcessFault (the ranks it names): the answer a
+  // preExitProcess waits for; ranks it reports need no preExitProcess.
+  TaskdOutput OnProcessFault(const ::ProcessFaultRequest& req);
   // TaskD subscribed again (or its stream ended): its own state machine
   // starts over, as the reference's does. The command in flight, if any,
   // starts over from its first signal.
@@ -205,6 +247,7 @@ class TaskdJob {
     phase_ = Phase::kIdle;
     offered_.clear();
     current_.reset();
+    pre_exited_ = false;
   }
 
   // Where the command in flight stands ("taskd: stopped; offered retry,recover"):
@@ -228,8 +271,16 @@ class TaskdJob {
   const std::optional<v1::Command>& current() const { return current_; }
 
  private:
-  // The strategy a command asks TaskD for; empty for PAUSE/STOP (stop only).
-  static std::string_view TargetOf(v1::JobCommand kind);
+  // The strategy a command asks TaskD for; empty for PAUSE/STOP (stop
+  // only), exit for the STOP of JOB_RESCHEDULE.
+  static std::string_view TargetOf(const v1::Command& command);
+  // Only dump (and exit) listed: saveAndExit instead of the exchange.
+  bool DumpOnly() const;
+  // Whether the current command starts with preExitProcess.
+  bool NeedsPreExit() const;
+  // TaskD exits (after a dump when `dumped`): the last signal of a STOP of
+  // JOB_RESCHEDULE, acked at once.
+  TaskdOutput Exit(bool dumped);
   bool Allows(std::string_view strategy) const;
   // Moves the current command on from the phase it is in.
   TaskdOutput Advance();
@@ -247,6 +298,8 @@ class TaskdJob {
   std::vector<std::string> node_ranks_;  // of the current command's hit ranks
   std::vector<ResetRank> fault_chips_;   // the hit ranks and their chips
   Phase phase_ = Phase::kIdle;
+  bool pre_exited_ = false;      // the current command's preExitProcess answered
+  std::set<uint32_t> reported_;  // ranks TaskD reported process faults for
   std::optional<v1::Command> current_;
   ::ProcessManageSignal last_;  // the signal an answer is awaited for
 };

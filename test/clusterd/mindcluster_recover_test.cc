@@ -31,6 +31,7 @@ using testing::WaitFor;
 constexpr auto kTaskdDeadline = std::chrono::seconds(30);
 constexpr char kTaskdJob[] = "5d2c9a10-ascendjob-uid";
 constexpr char kRestartRequest[] = "80BB8000";  // RESTART_REQUEST in the catalog: a step retry
+constexpr char kSeparate[] = "4C4BA00C";        // SEPARATE: the chip must not be used again
 
 ::ClientInfo TaskdClient(const std::string& job) {
   ::ClientInfo c;
@@ -358,6 +359,108 @@ TEST_F(MindClusterRecoverTest, AfterARestartTheStepGoesOnFromItsStoredStage) {
   RecoverStatus("retry");
   ASSERT_TRUE(WaitRecoverySucceeded(recovery));
   for (const auto& s : taskd.Messages()) EXPECT_NE(s.signaltype(), "stopTrain");
+}
+
+// Isolation, pod moves and job restarts succeed (the exec actuator running true).
+void ActuatorThatSucceeds(ClusterdConfig& c) {
+  c.actuator = "exec";
+  c.actuator_command = "/bin/true";
+}
+
+// A SEPARATE chip fault (not TaskD's own report): TaskD stops the fault
+// rank's workers first (preExitProcess, answered by ReportProcessFault),
+// then the pod rescheduling runs through it: stopTrain, (the pods move),
+// globalFault, changeStrategy recover. The process fault TaskD reported is
+// covered by that recovery and cleared with it.
+TEST_F(MindClusterRecoverTest, ASeparateFaultPreExitsThenRecoversTheMovedPods) {
+  StartServer(ActuatorThatSucceeds);
+  TestAgent agent(channel_, "worker01", 2);
+  ASSERT_TRUE(agent.Connect());
+  CreateOptedInJob();
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  SignalReader taskd(recover_.get(), kTaskdJob);
+  ASSERT_TRUE(WaitAttached());
+
+  ASSERT_TRUE(agent.Transition(1, true, 1, kSeparate));
+  const ::ProcessManageSignal pre = taskd.Wait(0);
+  ASSERT_EQ(pre.signaltype(), "preExitProcess");
+  ASSERT_EQ(pre.faultranks_size(), 1);
+  EXPECT_EQ(pre.faultranks(0).rankid(), "1");
+  EXPECT_EQ(pre.faultranks(0).faulttype(), "1");
+  ::ProcessFaultRequest report;
+  report.set_jobid(kTaskdJob);
+  *report.mutable_faultranks() = pre.faultranks();
+  EXPECT_EQ(Unary(&::Recover::Stub::ReportProcessFault, report).code(), mc::kRecoverOk);
+
+  ASSERT_EQ(taskd.Wait(1).signaltype(), "stopTrain");
+  EXPECT_EQ(StopComplete(), mc::kRecoverOk);
+  const ::ProcessManageSignal global = taskd.Wait(2);
+  ASSERT_EQ(global.signaltype(), "globalFault");
+  EXPECT_EQ(std::vector<std::string>(global.actions().begin(), global.actions().end()),
+            (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
+  EXPECT_EQ(OfferStrategies({"recover"}), mc::kRecoverOk);
+  ASSERT_EQ(taskd.Wait(3).changestrategy(), "recover");
+  EXPECT_EQ(RecoverStatus("recover"), mc::kRecoverOk);
+  ASSERT_TRUE(WaitRecoverySucceeded());
+  EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+  EXPECT_EQ(taskd.count(), 4u);  // nothing sent twice, no second recovery
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        v1::ListFaultsRequest req;
+        req.set_page_size(100);
+        grpc::ClientContext ctx;
+        v1::ListFaultsResponse resp;
+        if (!cluster_->ListFaults(&ctx, req, &resp).ok()) return false;
+        for (const auto& f : resp.faults()) {
+          if (f.reporter() == "taskd" && f.state() != v1::FAULT_STATE_CLEARED) return false;
+        }
+        return true;
+      },
+      kTaskdDeadline));
+  EXPECT_EQ(Recoveries().size(), 1u);
+}
+
+// A job that cannot recover (recover-strategy retry only): no pod moves; the
+// ladder goes on to the job's restart, and TaskD exits through the exchange.
+TEST_F(MindClusterRecoverTest, AJobThatCannotRecoverExitsAndRestarts) {
+  StartServer(ActuatorThatSucceeds);
+  TestAgent agent(channel_, "worker01", 2);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob(kTaskdJob,
+            {{std::string(mc::kLabelProcessRecoverEnable), "on"}, {std::string(mc::kLabelRecoverStrategy), "retry"}});
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  SignalReader taskd(recover_.get(), kTaskdJob);
+  ASSERT_TRUE(WaitAttached());
+  ASSERT_TRUE(agent.Transition(1, true, 0, kSeparate));
+  const ::ProcessManageSignal pre = taskd.Wait(0);
+  ASSERT_EQ(pre.signaltype(), "preExitProcess");
+  ::ProcessFaultRequest report;
+  report.set_jobid(kTaskdJob);
+  *report.mutable_faultranks() = pre.faultranks();
+  EXPECT_EQ(Unary(&::Recover::Stub::ReportProcessFault, report).code(), mc::kRecoverOk);
+  ASSERT_EQ(taskd.Wait(1).signaltype(), "stopTrain");
+  StopComplete();
+  ASSERT_EQ(taskd.Wait(2).signaltype(), "globalFault");
+  OfferStrategies({"retry", "dump", "exit"});
+  const ::ProcessManageSignal exit = taskd.Wait(3);
+  EXPECT_EQ(exit.signaltype(), "changeStrategy");
+  EXPECT_EQ(exit.changestrategy(), "exit");
+  ASSERT_TRUE(WaitRecoverySucceeded());
+  const v1::Recovery r = Recoveries().front();
+  EXPECT_EQ(r.initial_strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+  EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_JOB_RESCHEDULE);
+  bool refused = false, exited = false;
+  for (const auto& s : r.steps()) {
+    if (s.command() == v1::JOB_COMMAND_PAUSE) refused = s.message().find("does not list recover") != std::string::npos;
+    if (s.command() == v1::JOB_COMMAND_STOP) exited = s.message().find("TaskD exits") != std::string::npos;
+    if (s.action() == v1::CLUSTER_ACTION_RESCHEDULE_PODS) {
+      EXPECT_EQ(s.state(), v1::STEP_STATE_SKIPPED) << "no pod moves: " << s.ShortDebugString();
+    }
+  }
+  EXPECT_TRUE(refused);
+  EXPECT_TRUE(exited);
 }
 
 }  // namespace

@@ -71,11 +71,35 @@ std::vector<std::string> Ranks(const ::ProcessManageSignal& s) {
   return out;
 }
 
+// The one signal of an output that also acks.
+::ProcessManageSignal OnlySignalOf(const TaskdOutput& out) {
+  EXPECT_EQ(out.signals.size(), 1u);
+  return out.signals.empty() ? ::ProcessManageSignal() : out.signals.front();
+}
+
 // The one signal of an output (and no ack).
 ::ProcessManageSignal OnlySignal(const TaskdOutput& out) {
   EXPECT_EQ(out.signals.size(), 1u);
   EXPECT_FALSE(out.ack.has_value());
   return out.signals.empty() ? ::ProcessManageSignal() : out.signals.front();
+}
+
+v1::Command On(v1::Command c, v1::RecoveryStrategy rung) {
+  c.set_strategy(rung);
+  return c;
+}
+
+// The preExitProcess a non-retry command starts with, answered as TaskD
+// answers it (ReportProcessFault of the ranks it names): what follows.
+TaskdOutput AnswerPreExit(TaskdJob& t, const TaskdOutput& first) {
+  const ::ProcessManageSignal pre = OnlySignal(first);
+  EXPECT_EQ(pre.signaltype(), "preExitProcess");
+  EXPECT_EQ(Actions(pre), (std::vector<std::string>{"pre exit process"}));
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitPreExit);
+  ::ProcessFaultRequest report;
+  report.set_jobid(pre.jobid());
+  *report.mutable_faultranks() = pre.faultranks();
+  return t.OnProcessFault(report);
 }
 
 TEST(TaskdStrategies, OptInAndTheReferenceOrder) {
@@ -127,6 +151,10 @@ TEST(TaskdStrategies, ResetConfigKeepsTheCountersAndSaysEachStage) {
             R"("ErrorCodeHex":""},{"RankId":6,"LogicId":2,"Status":"fault","Policy":"","InitialPolicy":"",)"
             R"("ErrorCode":[],"ErrorCodeHex":""}],"UpdateTime":1700000001,"RetryTime":3,"FaultFlushing":false,)"
             R"("GracefulExit":1,"RestartFaultProcess":true})");
+  // Restart-all: the whole job restarts (RetryTime + 1).
+  EXPECT_EQ(ResetConfigJson(current, ResetOp::kRestartAll, {{5, 1}}, 8),
+            R"({"RankList":[],"UpdateTime":8,"RetryTime":4,"FaultFlushing":false,"GracefulExit":1,)"
+            R"("RestartFaultProcess":true})");
   // What does not parse counts as empty.
   EXPECT_EQ(ResetConfigJson("{not json", ResetOp::kClear, {{5, 1}}, 7),
             R"({"RankList":[],"UpdateTime":7,"RetryTime":0,"FaultFlushing":false,"GracefulExit":0,)"
@@ -268,7 +296,7 @@ TEST(TaskdJobTest, AStrategyTheJobOrTaskdDoesNotOfferFailsAtOnce) {
   EXPECT_EQ(t.phase(), TaskdJob::Phase::kIdle);
 
   // The job lists recover, TaskD does not offer it.
-  t.OnCommand(Cmd("r.2/0", v1::JOB_COMMAND_RESUME, {0}, {0}), job);
+  AnswerPreExit(t, t.OnCommand(Cmd("r.2/0", v1::JOB_COMMAND_RESUME, {0}, {0}), job));
   t.OnStopComplete(StopDone());
   auto not_offered = t.OnRecoverStrategy(Offer({"dump"}));
   EXPECT_TRUE(not_offered.signals.empty());
@@ -284,8 +312,16 @@ TEST(TaskdJobTest, AStrategyTheJobOrTaskdDoesNotOfferFailsAtOnce) {
 TEST(TaskdJobTest, PodRescheduleStopsFirstThenRecoversTheMovedRanks) {
   const v1::Job job = OptedIn("recover");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
-  // PAUSE of every rank, about the hit rank 6.
-  const auto stop = OnlySignal(t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}), job));
+  // PAUSE of every rank, about the hit rank 6: TaskD stops its workers
+  // first (preExitProcess, answered by ReportProcessFault), then training.
+  const auto pre = t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}), job);
+  ASSERT_EQ(pre.signals.size(), 1u);
+  EXPECT_EQ(Ranks(pre.signals[0]), (std::vector<std::string>{"6:1"}));
+  EXPECT_EQ(std::vector<std::string>(pre.signals[0].noderankids().begin(), pre.signals[0].noderankids().end()),
+            (std::vector<std::string>{"1"}));
+  EXPECT_EQ(pre.signals[0].uuid(), "r.1/0/pre-exit");
+  EXPECT_EQ(t.Stage(), "taskd: await-process-fault");
+  const auto stop = OnlySignal(AnswerPreExit(t, pre));
   EXPECT_EQ(stop.signaltype(), "stopTrain");
   EXPECT_EQ(Ranks(stop), (std::vector<std::string>{"6:1"}));
   auto paused = t.OnStopComplete(StopDone());
@@ -312,7 +348,7 @@ TEST(TaskdJobTest, PodRescheduleStopsFirstThenRecoversTheMovedRanks) {
 TEST(TaskdJobTest, InPlaceRestartAsksTheFaultNodesToRestart) {
   const v1::Job job = OptedIn("recover-in-place");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
-  t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RESTART_PROCESSES, {1}, {1}), job);
+  AnswerPreExit(t, t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RESTART_PROCESSES, {1}, {1}), job));
   const auto global = OnlySignal(t.OnStopComplete(StopDone()));
   EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank", "fault_nodes_restart"}));
 }
@@ -320,7 +356,7 @@ TEST(TaskdJobTest, InPlaceRestartAsksTheFaultNodesToRestart) {
 TEST(TaskdJobTest, ScaleInAsksForElasticTraining) {
   const v1::Job job = OptedIn("elastic-training");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
-  t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_SCALE_IN, {4, 5, 6, 7}, {5}), job);
+  AnswerPreExit(t, t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_SCALE_IN, {4, 5, 6, 7}, {5}), job));
   t.OnStopComplete(StopDone());
   const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"elastic-training"})));
   EXPECT_EQ(change.changestrategy(), "elastic-training");
@@ -427,6 +463,191 @@ TEST(TaskdJobTest, AStatusForACommandGivenUpOnMovesTheNewCommandOn) {
   ASSERT_TRUE(done.ack.has_value());
   EXPECT_EQ(done.ack->command_id, "r.1/1");
   EXPECT_TRUE(done.ack->success);
+}
+
+TEST(TaskdJobTest, PreExitIsResentUnansweredAndSkippedForRanksTaskdReported) {
+  const v1::Job job = OptedIn("recover-in-place");
+  const auto strategies = JobRecoverStrategies(job).strategies;
+  TaskdJob t(job.id(), strategies);
+  const v1::Command c = Cmd("r.1/0", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2});
+  const auto pre = OnlySignal(t.OnCommand(c, job));
+  EXPECT_EQ(pre.signaltype(), "preExitProcess");
+  // Resent: the same preExitProcess, never a stopTrain before the answer.
+  EXPECT_EQ(OnlySignal(t.OnCommand(c, job)).uuid(), pre.uuid());
+  // A stop or strategy out of turn changes nothing.
+  EXPECT_TRUE(t.OnStopComplete(StopDone()).signals.empty());
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitPreExit);
+  // After a restart, from the stored stage: the same signal again.
+  TaskdJob after(job.id(), strategies);
+  EXPECT_EQ(OnlySignal(after.Resume(c, job, "taskd: await-process-fault")).uuid(), pre.uuid());
+  // Past it (stopping), a resume never sends it again.
+  TaskdJob later(job.id(), strategies);
+  EXPECT_EQ(OnlySignal(later.Resume(c, job, "taskd: await-stop-complete")).signaltype(), "stopTrain");
+
+  // Ranks TaskD reported itself have stopped: no preExitProcess for them.
+  TaskdJob reported(job.id(), strategies);
+  ::ProcessFaultRequest report;
+  report.set_jobid(job.id());
+  auto* f = report.add_faultranks();
+  f->set_rankid("2");
+  f->set_faulttype("1");
+  EXPECT_TRUE(reported.OnProcessFault(report).signals.empty());  // nothing awaited it
+  EXPECT_EQ(OnlySignal(reported.OnCommand(Cmd("r.2/0", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2}), job)).signaltype(),
+            "stopTrain");
+  // A step retry never pre-exits.
+  TaskdJob retry(job.id(), JobRecoverStrategies(OptedIn("retry")).strategies);
+  EXPECT_EQ(OnlySignal(retry.OnCommand(Cmd("r.3/0", v1::JOB_COMMAND_RETRY_STEP, {1}, {1}), job)).signaltype(),
+            "stopTrain");
+}
+
+TEST(TaskdJobTest, ARecoverThatFailsDumpsThenExitsAndTheJobRestarts) {
+  const v1::Job job = OptedIn("retry,recover,dump");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  // POD_RESCHEDULE: pre-exit, stop, (pods move), globalFault, recover fails.
+  AnswerPreExit(t, t.OnCommand(On(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}),
+                                  v1::RECOVERY_STRATEGY_POD_RESCHEDULE),
+                               job));
+  ASSERT_TRUE(t.OnStopComplete(StopDone()).ack.has_value());
+  EXPECT_EQ(
+      OnlySignal(
+          t.OnCommand(On(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE), job))
+          .signaltype(),
+      "globalFault");
+  EXPECT_EQ(OnlySignal(t.OnRecoverStrategy(Offer({"recover", "dump", "exit"}))).changestrategy(), "recover");
+  auto failed = t.OnRecoverStatus(Result(kRecoverRetryUnrecoverable, "recover"));
+  ASSERT_TRUE(failed.ack.has_value());
+  EXPECT_FALSE(failed.ack->success);
+  EXPECT_EQ(failed.process_recover_status, "recover-failed");
+
+  // JOB_RESCHEDULE: its STOP is TaskD's exit, after a dump.
+  const v1::Command stop =
+      On(Cmd("r.1/4", v1::JOB_COMMAND_STOP, {0, 1, 2, 3, 4, 5, 6, 7}, {6}), v1::RECOVERY_STRATEGY_JOB_RESCHEDULE);
+  const auto dump = OnlySignal(t.OnCommand(stop, job));
+  EXPECT_EQ(dump.signaltype(), "changeStrategy");
+  EXPECT_EQ(dump.changestrategy(), "dump");
+  EXPECT_EQ(t.Stage(), "taskd: await-recover-status; offered recover,dump,exit");
+  // A restart while the dump runs asks for the dump again, not the exit.
+  TaskdJob after(job.id(), JobRecoverStrategies(job).strategies);
+  EXPECT_EQ(OnlySignal(after.Resume(stop, job, t.Stage())).uuid(), dump.uuid());
+
+  auto exit = t.OnRecoverStatus(Result(kRecoverOk, "dump"));
+  ASSERT_EQ(exit.signals.size(), 1u);
+  EXPECT_EQ(exit.signals[0].signaltype(), "changeStrategy");
+  EXPECT_EQ(exit.signals[0].changestrategy(), "exit");
+  EXPECT_EQ(exit.signals[0].extraparams(), "dump_exit");
+  ASSERT_TRUE(exit.ack.has_value());
+  EXPECT_EQ(exit.ack->command_id, "r.1/4");
+  EXPECT_TRUE(exit.ack->success) << exit.ack->message;
+  EXPECT_EQ(exit.process_recover_status, "dump-success");
+  EXPECT_EQ(exit.reset, ResetOp::kRestartAll);
+  EXPECT_EQ(exit.recover_enable, "pause");
+  EXPECT_TRUE(exit.clear_process_faults);
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kIdle);
+  EXPECT_FALSE(t.current().has_value());
+}
+
+TEST(TaskdJobTest, WithoutADumpTaskdExitsAtOnce) {
+  const v1::Job job = OptedIn("recover");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  AnswerPreExit(
+      t, t.OnCommand(On(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE), job));
+  t.OnStopComplete(StopDone());
+  t.OnRecoverStrategy(Offer({"recover", "dump", "exit"}));
+  t.OnRecoverStatus(Result(kRecoverRetryUnrecoverable, "recover"));
+  // TaskD offers dump, the job does not list it: straight to exit.
+  auto exit = t.OnCommand(On(Cmd("r.1/4", v1::JOB_COMMAND_STOP, {6}, {6}), v1::RECOVERY_STRATEGY_JOB_RESCHEDULE), job);
+  const auto s = OnlySignalOf(exit);
+  EXPECT_EQ(s.changestrategy(), "exit");
+  EXPECT_EQ(s.extraparams(), "");
+  ASSERT_TRUE(exit.ack.has_value());
+  EXPECT_TRUE(exit.ack->success);
+  EXPECT_EQ(exit.process_recover_status, "exit-completed");
+  EXPECT_EQ(exit.reset, ResetOp::kRestartAll);
+  EXPECT_EQ(exit.recover_enable, "pause");
+}
+
+TEST(TaskdJobTest, AJobThatCannotRecoverIsNotRescheduledPodByPodButRestarted) {
+  const v1::Job job = OptedIn("retry");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  auto pause = t.OnCommand(
+      On(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE),
+      job);
+  EXPECT_TRUE(pause.signals.empty());
+  ASSERT_TRUE(pause.ack.has_value());
+  EXPECT_FALSE(pause.ack->success);
+  EXPECT_NE(pause.ack->message.find("does not list recover"), std::string::npos) << pause.ack->message;
+  // The ladder's next rung: the job restarts, TaskD exits through the exchange.
+  const auto stop =
+      OnlySignal(AnswerPreExit(t, t.OnCommand(On(Cmd("r.1/1", v1::JOB_COMMAND_STOP, {0, 1, 2, 3, 4, 5, 6, 7}, {6}),
+                                                 v1::RECOVERY_STRATEGY_JOB_RESCHEDULE),
+                                              job)));
+  EXPECT_EQ(stop.signaltype(), "stopTrain");
+  const auto global = OnlySignal(t.OnStopComplete(StopDone()));
+  EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
+  auto exit = t.OnRecoverStrategy(Offer({"retry", "exit"}));
+  EXPECT_EQ(OnlySignalOf(exit).changestrategy(), "exit");
+  ASSERT_TRUE(exit.ack.has_value());
+  EXPECT_TRUE(exit.ack->success);
+  // The STOP of a chip reset (PROCESS_RESTART) stays a plain stop.
+  TaskdJob reset(job.id(), JobRecoverStrategies(OptedIn("recover-in-place")).strategies);
+  AnswerPreExit(
+      reset,
+      reset.OnCommand(On(Cmd("r.2/0", v1::JOB_COMMAND_STOP, {3}, {3}), v1::RECOVERY_STRATEGY_PROCESS_RESTART), job));
+  auto stopped = reset.OnStopComplete(StopDone());
+  EXPECT_TRUE(stopped.signals.empty());
+  ASSERT_TRUE(stopped.ack.has_value());
+  EXPECT_TRUE(stopped.ack->success);
+  EXPECT_TRUE(stopped.recover_enable.empty());
+}
+
+TEST(TaskdJobTest, AJobWhoseBestStrategyIsDumpSavesAndExits) {
+  const v1::Job job = OptedIn("dump");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  auto save = AnswerPreExit(t, t.OnCommand(On(Cmd("r.1/0", v1::JOB_COMMAND_STOP, {0, 1, 2, 3, 4, 5, 6, 7}, {5}),
+                                              v1::RECOVERY_STRATEGY_JOB_RESCHEDULE),
+                                           job));
+  const auto s = OnlySignalOf(save);
+  EXPECT_EQ(s.signaltype(), "saveAndExit");
+  EXPECT_EQ(Actions(s), (std::vector<std::string>{"save_and_exit"}));
+  EXPECT_EQ(Ranks(s), (std::vector<std::string>{"5:1"}));
+  ASSERT_TRUE(save.ack.has_value());
+  EXPECT_TRUE(save.ack->success);
+  EXPECT_EQ(save.reset, ResetOp::kFaults);  // the fault list, as the reference writes
+  ASSERT_EQ(save.reset_ranks.size(), 1u);
+  EXPECT_EQ(save.reset_ranks[0].rank, 5u);
+  EXPECT_EQ(save.recover_enable, "pause");
+  EXPECT_TRUE(save.clear_process_faults);
+}
+
+TEST(TaskdJobTest, AStepWithNoStageAfterAnAnsweredStopResumesStopped) {
+  v1::Recovery r;
+  auto step = [&](v1::JobCommand command, v1::RecoveryStrategy rung, v1::StepState state, std::string message) {
+    auto* s = r.add_steps();
+    s->set_index(static_cast<uint32_t>(r.steps_size() - 1));
+    s->set_command(command);
+    if (command == v1::JOB_COMMAND_UNSPECIFIED) s->set_action(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+    s->set_strategy(rung);
+    s->set_state(state);
+    s->set_message(std::move(message));
+  };
+  const auto pod = v1::RECOVERY_STRATEGY_POD_RESCHEDULE;
+  step(v1::JOB_COMMAND_PAUSE, pod, v1::STEP_STATE_SUCCEEDED, "TaskD stopped the training");  // 0
+  step(v1::JOB_COMMAND_UNSPECIFIED, pod, v1::STEP_STATE_SUCCEEDED, "rescheduled");           // 1
+  step(v1::JOB_COMMAND_RESUME, pod, v1::STEP_STATE_FAILED, "TaskD's recover failed");        // 2
+  step(v1::JOB_COMMAND_STOP, v1::RECOVERY_STRATEGY_JOB_RESCHEDULE, v1::STEP_STATE_RUNNING,
+       "taskd: await-recover-status; offered recover,dump");      // 3
+  step(v1::JOB_COMMAND_RESUME, pod, v1::STEP_STATE_PENDING, "");  // 4
+  EXPECT_EQ(ResumeStage(r, 0), "");
+  // The RESUME after the answered PAUSE (an actuator's step between).
+  EXPECT_EQ(ResumeStage(r, 2), "taskd: stopped");
+  // Its own stage first.
+  EXPECT_EQ(ResumeStage(r, 3), "taskd: await-recover-status; offered recover,dump");
+  // After a step that failed, or TaskD's exit: from the start.
+  r.mutable_steps(3)->set_message("TaskD exits; the job restarts");
+  r.mutable_steps(3)->set_state(v1::STEP_STATE_SUCCEEDED);
+  EXPECT_EQ(ResumeStage(r, 4), "");
+  EXPECT_EQ(ResumeStage(r, 3), "");
+  EXPECT_EQ(ResumeStage(r, 99), "");
 }
 
 }  // namespace

@@ -291,6 +291,10 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (out.reset != mc::ResetOp::kNone && options.objects != nullptr) {
       options.objects->ResetConfig(job.ref, out.reset, std::move(out.reset_ranks));
     }
+    if (!out.recover_enable.empty()) {
+      GetLogger("taskd")->info("job {}: process-recover-enable {}", id, out.recover_enable);
+      if (options.objects != nullptr) options.objects->RecoverEnable(job.ref, out.recover_enable);
+    }
     if (out.ack) {
       GetLogger("taskd")->info("job {}: command {} {} ({})", id, out.ack->command_id,
                                out.ack->success ? "succeeded" : "failed", out.ack->message);
@@ -299,7 +303,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
         c->ApplyResult(s, ack.command_id, ack.success, ack.message, m, id);
         return {};
       });
-      if (out.reset == mc::ResetOp::kClear) ClearProcessFaults(id);
+      if (out.reset == mc::ResetOp::kClear || out.clear_process_faults) ClearProcessFaults(id);
     }
   }
 
@@ -344,7 +348,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     });
   }
 
-  // The stage stored with a command's step ("" when none).
+  // The stage a command's step resumes from (mindcluster::ResumeStage).
   std::string StoredStage(const v1::Command& command) const {
     const size_t slash = command.id().rfind('/');
     if (slash == std::string::npos) return "";
@@ -354,9 +358,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (ec != std::errc() || end != digits.data() + digits.size()) return "";
     return state->Read([&](const StateView& s) -> std::string {
       auto r = s.recoveries().find(command.recovery_id());
-      if (r == s.recoveries().end() || index >= static_cast<uint32_t>(r->second.steps_size())) return "";
-      const std::string& message = r->second.steps(static_cast<int>(index)).message();
-      return message.rfind(mc::TaskdJob::kStagePrefix, 0) == 0 ? message : "";
+      return r == s.recoveries().end() ? std::string() : mc::ResumeStage(r->second, index);
     });
   }
 
@@ -526,7 +528,7 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::Register(grpc::CallbackServerConte
   if (it == core_->jobs.end()) return Reply(ctx, resp, mc::kRecoverInitFirst, "Init job " + req->jobid() + " first");
   it->second.registered = true;
   // As the reference: the PodGroup says process recovery is on.
-  if (core_->options.objects != nullptr) core_->options.objects->RecoverEnabled(it->second.ref);
+  if (core_->options.objects != nullptr) core_->options.objects->RecoverEnable(it->second.ref, "on");
   return Reply(ctx, resp, mc::kRecoverOk, "registered");
 }
 
@@ -686,6 +688,7 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::ReportProcessFault(grpc::CallbackS
   GetLogger("taskd")->info("job {}: TaskD reports a process fault: {}", req->jobid(), info);
   resp->set_code(mc::kRecoverOk);
   resp->set_info(std::move(info));
+  const ::ProcessFaultRequest request = *req;  // the call may end before it is used below
   auto* reactor = ctx->DefaultReactor();
   const bool submitted =
       core_->engine->Submit([reports = std::move(reports), reactor](ClusterState& s, Mutation* m) -> Engine::Done {
@@ -696,7 +699,17 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::ReportProcessFault(grpc::CallbackS
         }
         return [reactor] { reactor->Finish(grpc::Status::OK); };
       });
-  if (!submitted) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "clusterd is shutting down"));
+  if (!submitted) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "clusterd is shutting down"));
+    return reactor;
+  }
+  // The answer a preExitProcess waits for: the job's recovery goes on
+  // (after the faults above, in the writer's order).
+  std::lock_guard lock(core_->mu);
+  auto it = core_->jobs.find(request.jobid());
+  if (it != core_->jobs.end() && it->second.machine) {
+    core_->DeliverLocked(it->first, it->second, it->second.machine->OnProcessFault(request));
+  }
   return reactor;
 }
 

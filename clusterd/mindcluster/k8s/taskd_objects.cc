@@ -87,11 +87,12 @@ Status TaskdKubeObjects::PatchPodGroup(const mc::TaskdJobRef& job, const json& m
   return r.ok() ? Status::Ok() : r.status();
 }
 
-void TaskdKubeObjects::RecoverEnabled(const mc::TaskdJobRef& job) {
+void TaskdKubeObjects::RecoverEnable(const mc::TaskdJobRef& job, std::string_view value) {
   if (!job.kubernetes() || job.podgroup.empty()) return;
-  Queue("job " + job.id + ": PodGroup " + job.ns + "/" + job.podgroup + " process-recover-enable=on", [this, job] {
-    return PatchPodGroup(job, {{"labels", {{std::string(mc::kKeyProcessRecoverEnable), "on"}}}});
-  });
+  Queue("job " + job.id + ": PodGroup " + job.ns + "/" + job.podgroup + " process-recover-enable=" + std::string(value),
+        [this, job, value = std::string(value)] {
+          return PatchPodGroup(job, {{"labels", {{std::string(mc::kKeyProcessRecoverEnable), value}}}});
+        });
 }
 
 void TaskdKubeObjects::RecoverStatus(const mc::TaskdJobRef& job, const std::string& status) {

@@ -32,7 +32,7 @@ class TaskdKubeObjects final : public mindcluster::TaskdObjects {
   TaskdKubeObjects(std::shared_ptr<const k8s::ApiClient> client, const Clock* clock, MetricsRegistry* metrics);
   ~TaskdKubeObjects() override;
 
-  void RecoverEnabled(const mindcluster::TaskdJobRef& job) override;
+  void RecoverEnable(const mindcluster::TaskdJobRef& job, std::string_view value) override;
   void RecoverStatus(const mindcluster::TaskdJobRef& job, const std::string& status) override;
   void ResetConfig(const mindcluster::TaskdJobRef& job, mindcluster::ResetOp op,
                    std::vector<mindcluster::ResetRank> ranks) override;
