@@ -188,6 +188,28 @@ std::string ResumeStage(const v1::Recovery& recovery, uint32_t index) {
   return "";
 }
 
+std::map<std::string, std::string> PodFaultTypes(const v1::Job& job,
+                                                 const google::protobuf::RepeatedPtrField<::FaultRank>& ranks) {
+  std::map<uint32_t, const std::string*> node_of;
+  for (const auto& p : job.placement()) node_of.emplace(p.rank(), &p.node());
+  std::map<std::string, std::string> out;
+  for (const auto& f : ranks) {
+    uint32_t rank = 0;
+    const std::string& id = f.rankid();
+    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
+    auto it = ec == std::errc() && end == id.data() + id.size() ? node_of.find(rank) : node_of.end();
+    if (it == node_of.end()) continue;
+    const bool retry = f.faulttype() == "0" || f.faulttype() == "2";
+    std::string& type = out[*it->second];
+    if (!retry) {
+      type = "software";
+    } else if (type.empty()) {
+      type = "retry-fault";
+    }
+  }
+  return out;
+}
+
 TaskdJob::TaskdJob(std::string job_id, std::vector<std::string> strategies)
     : job_id_(std::move(job_id)), strategies_(std::move(strategies)) {}
 

@@ -51,6 +51,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -161,6 +162,9 @@ class TaskdObjects {
   virtual ~TaskdObjects() = default;
   // process-recover-enable: "on" (Register), "pause" (TaskD exits).
   virtual void RecoverEnable(const TaskdJobRef& job, std::string_view value) = 0;
+  // The label fault-type on the job's pods on each node (node -> value;
+  // PodFaultTypes).
+  virtual void PodFaultTypes(const TaskdJobRef& job, std::map<std::string, std::string> by_node) = 0;
   virtual void RecoverStatus(const TaskdJobRef& job, const std::string& status) = 0;
   virtual void ResetConfig(const TaskdJobRef& job, ResetOp op, std::vector<ResetRank> ranks) = 0;
 };
@@ -186,6 +190,14 @@ std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
 // a pod rescheduling, the restart after a chip reset: TaskD is not told to
 // stop again); else "".
 std::string ResumeStage(const v1::Recovery& recovery, uint32_t index);
+
+// The pod label fault-type of a ReportProcessFault, per node of the job
+// holding a reported rank, as the reference labels them: "retry-fault" when
+// every rank reported there is a retry type ("0" UCE, "2" HCCL), else
+// "software" (a fault task for Volcano).
+inline constexpr std::string_view kPodLabelFaultType = "fault-type";
+std::map<std::string, std::string> PodFaultTypes(const v1::Job& job,
+                                                 const google::protobuf::RepeatedPtrField<::FaultRank>& ranks);
 
 // The coordinator's answer for one command.
 struct TaskdAck {

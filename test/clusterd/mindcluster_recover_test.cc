@@ -129,6 +129,23 @@ class MindClusterRecoverTest : public testing::ClusterdServerTest {
   int32_t Register(const std::string& job) { return Unary(&::Recover::Stub::Register, TaskdClient(job)).code(); }
   int32_t HealthCheck(const std::string& job) { return Unary(&::Recover::Stub::HealthCheck, TaskdClient(job)).code(); }
 
+  // TaskD for kTaskdJob, as the reference's starts: Init, Register,
+  // Subscribe; nullptr (and a failure) unless it became the job's agent.
+  std::unique_ptr<SignalReader> StartTaskd() {
+    if (Init(kTaskdJob) != mc::kRecoverOk || Register(kTaskdJob) != mc::kRecoverOk) return nullptr;
+    auto reader = std::make_unique<SignalReader>(recover_.get(), kTaskdJob);
+    if (!WaitAttached()) return nullptr;
+    return reader;
+  }
+  // TaskD's answer to a preExitProcess: the ranks it stopped.
+  int32_t AnswerPreExit(const ::ProcessManageSignal& pre) {
+    EXPECT_EQ(pre.signaltype(), "preExitProcess");
+    ::ProcessFaultRequest report;
+    report.set_jobid(kTaskdJob);
+    *report.mutable_faultranks() = pre.faultranks();
+    return Unary(&::Recover::Stub::ReportProcessFault, report).code();
+  }
+
   // Subscribed: TaskD is the job's recovery agent.
   bool WaitAttached() {
     return WaitFor(
@@ -204,24 +221,22 @@ TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {
   TestAgent agent(channel_, "worker01", 2);
   ASSERT_TRUE(agent.Connect());
   CreateOptedInJob();
-  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
-  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
-  SignalReader taskd(recover_.get(), kTaskdJob);
-  ASSERT_TRUE(WaitAttached());
+  auto taskd = StartTaskd();
+  ASSERT_TRUE(taskd);
 
   ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
-  const ::ProcessManageSignal stop = taskd.Wait(0);
+  const ::ProcessManageSignal stop = taskd->Wait(0);
   ASSERT_EQ(stop.signaltype(), "stopTrain");
   EXPECT_EQ(stop.jobid(), kTaskdJob);
   ASSERT_EQ(stop.faultranks_size(), 1);
   EXPECT_EQ(stop.faultranks(0).rankid(), "1");
 
   EXPECT_EQ(StopComplete(), mc::kRecoverOk);
-  const ::ProcessManageSignal global = taskd.Wait(1);
+  const ::ProcessManageSignal global = taskd->Wait(1);
   ASSERT_EQ(global.signaltype(), "globalFault");
 
   EXPECT_EQ(OfferStrategies({"retry", "recover"}), mc::kRecoverOk);
-  const ::ProcessManageSignal change = taskd.Wait(2);
+  const ::ProcessManageSignal change = taskd->Wait(2);
   ASSERT_EQ(change.signaltype(), "changeStrategy");
   EXPECT_EQ(change.changestrategy(), "retry");
 
@@ -231,7 +246,7 @@ TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {
   EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
   ASSERT_GE(r.steps_size(), 1);
   EXPECT_NE(r.steps(0).message().find("TaskD recovered the job with retry"), std::string::npos) << r.steps(0).message();
-  EXPECT_EQ(taskd.count(), 3u);  // nothing sent twice
+  EXPECT_EQ(taskd->count(), 3u);  // nothing sent twice
 }
 
 TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCleared) {
@@ -239,10 +254,8 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
   ASSERT_TRUE(agent.Connect());
   CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
                         {std::string(mc::kLabelRecoverStrategy), "recover-in-place"}});
-  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
-  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
-  SignalReader taskd(recover_.get(), kTaskdJob);
-  ASSERT_TRUE(WaitAttached());
+  auto taskd = StartTaskd();
+  ASSERT_TRUE(taskd);
   auto taskd_faults = [&] {
     v1::ListFaultsRequest req;
     req.set_page_size(100);
@@ -270,14 +283,14 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
   EXPECT_EQ(faults[0].device_id(), 0u);
 
   // ClusterD decides PROCESS_RESTART; TaskD recovers in place.
-  ASSERT_EQ(taskd.Wait(0).signaltype(), "stopTrain");
+  ASSERT_EQ(taskd->Wait(0).signaltype(), "stopTrain");
   StopComplete();
-  const ::ProcessManageSignal global = taskd.Wait(1);
+  const ::ProcessManageSignal global = taskd->Wait(1);
   ASSERT_EQ(global.signaltype(), "globalFault");
   EXPECT_EQ(std::vector<std::string>(global.actions().begin(), global.actions().end()),
             (std::vector<std::string>{"on_global_rank", "fault_nodes_restart"}));
   OfferStrategies({"recover-in-place"});
-  ASSERT_EQ(taskd.Wait(2).changestrategy(), "recover-in-place");
+  ASSERT_EQ(taskd->Wait(2).changestrategy(), "recover-in-place");
   RecoverStatus("recover-in-place");
   ASSERT_TRUE(WaitRecoverySucceeded());
   EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
@@ -296,18 +309,16 @@ TEST_F(MindClusterRecoverTest, AFailedRetryFallsBackInPlaceWithOnlyAChangeStrate
   ASSERT_TRUE(agent.Connect());
   CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
                         {std::string(mc::kLabelRecoverStrategy), "retry,recover-in-place"}});
-  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
-  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
-  SignalReader taskd(recover_.get(), kTaskdJob);
-  ASSERT_TRUE(WaitAttached());
+  auto taskd = StartTaskd();
+  ASSERT_TRUE(taskd);
   ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
-  ASSERT_EQ(taskd.Wait(0).signaltype(), "stopTrain");
+  ASSERT_EQ(taskd->Wait(0).signaltype(), "stopTrain");
   StopComplete();
-  ASSERT_EQ(taskd.Wait(1).signaltype(), "globalFault");
+  ASSERT_EQ(taskd->Wait(1).signaltype(), "globalFault");
   OfferStrategies({"retry", "recover-in-place"});
-  ASSERT_EQ(taskd.Wait(2).changestrategy(), "retry");
+  ASSERT_EQ(taskd->Wait(2).changestrategy(), "retry");
   RecoverStatus("retry", mc::kRecoverRetryUnrecoverable);
-  const ::ProcessManageSignal next = taskd.Wait(3);
+  const ::ProcessManageSignal next = taskd->Wait(3);
   EXPECT_EQ(next.signaltype(), "changeStrategy");
   EXPECT_EQ(next.changestrategy(), "recover-in-place");
   RecoverStatus("recover-in-place");
@@ -315,7 +326,7 @@ TEST_F(MindClusterRecoverTest, AFailedRetryFallsBackInPlaceWithOnlyAChangeStrate
   const v1::Recovery r = Recoveries().front();
   EXPECT_EQ(r.initial_strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
   EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
-  EXPECT_EQ(taskd.Messages().size(), 4u);  // one stopTrain, one globalFault
+  EXPECT_EQ(taskd->Messages().size(), 4u);  // one stopTrain, one globalFault
 }
 
 // Stored before acting: after a restart of ClusterD in the middle of a step
@@ -377,34 +388,29 @@ TEST_F(MindClusterRecoverTest, ASeparateFaultPreExitsThenRecoversTheMovedPods) {
   TestAgent agent(channel_, "worker01", 2);
   ASSERT_TRUE(agent.Connect());
   CreateOptedInJob();
-  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
-  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
-  SignalReader taskd(recover_.get(), kTaskdJob);
-  ASSERT_TRUE(WaitAttached());
+  auto taskd = StartTaskd();
+  ASSERT_TRUE(taskd);
 
   ASSERT_TRUE(agent.Transition(1, true, 1, kSeparate));
-  const ::ProcessManageSignal pre = taskd.Wait(0);
+  const ::ProcessManageSignal pre = taskd->Wait(0);
   ASSERT_EQ(pre.signaltype(), "preExitProcess");
   ASSERT_EQ(pre.faultranks_size(), 1);
   EXPECT_EQ(pre.faultranks(0).rankid(), "1");
   EXPECT_EQ(pre.faultranks(0).faulttype(), "1");
-  ::ProcessFaultRequest report;
-  report.set_jobid(kTaskdJob);
-  *report.mutable_faultranks() = pre.faultranks();
-  EXPECT_EQ(Unary(&::Recover::Stub::ReportProcessFault, report).code(), mc::kRecoverOk);
+  EXPECT_EQ(AnswerPreExit(pre), mc::kRecoverOk);
 
-  ASSERT_EQ(taskd.Wait(1).signaltype(), "stopTrain");
+  ASSERT_EQ(taskd->Wait(1).signaltype(), "stopTrain");
   EXPECT_EQ(StopComplete(), mc::kRecoverOk);
-  const ::ProcessManageSignal global = taskd.Wait(2);
+  const ::ProcessManageSignal global = taskd->Wait(2);
   ASSERT_EQ(global.signaltype(), "globalFault");
   EXPECT_EQ(std::vector<std::string>(global.actions().begin(), global.actions().end()),
             (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
   EXPECT_EQ(OfferStrategies({"recover"}), mc::kRecoverOk);
-  ASSERT_EQ(taskd.Wait(3).changestrategy(), "recover");
+  ASSERT_EQ(taskd->Wait(3).changestrategy(), "recover");
   EXPECT_EQ(RecoverStatus("recover"), mc::kRecoverOk);
   ASSERT_TRUE(WaitRecoverySucceeded());
   EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
-  EXPECT_EQ(taskd.count(), 4u);  // nothing sent twice, no second recovery
+  EXPECT_EQ(taskd->count(), 4u);  // nothing sent twice, no second recovery
   ASSERT_TRUE(WaitFor(
       [&] {
         v1::ListFaultsRequest req;
@@ -429,22 +435,17 @@ TEST_F(MindClusterRecoverTest, AJobThatCannotRecoverExitsAndRestarts) {
   ASSERT_TRUE(agent.Connect());
   CreateJob(kTaskdJob,
             {{std::string(mc::kLabelProcessRecoverEnable), "on"}, {std::string(mc::kLabelRecoverStrategy), "retry"}});
-  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
-  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
-  SignalReader taskd(recover_.get(), kTaskdJob);
-  ASSERT_TRUE(WaitAttached());
+  auto taskd = StartTaskd();
+  ASSERT_TRUE(taskd);
   ASSERT_TRUE(agent.Transition(1, true, 0, kSeparate));
-  const ::ProcessManageSignal pre = taskd.Wait(0);
+  const ::ProcessManageSignal pre = taskd->Wait(0);
   ASSERT_EQ(pre.signaltype(), "preExitProcess");
-  ::ProcessFaultRequest report;
-  report.set_jobid(kTaskdJob);
-  *report.mutable_faultranks() = pre.faultranks();
-  EXPECT_EQ(Unary(&::Recover::Stub::ReportProcessFault, report).code(), mc::kRecoverOk);
-  ASSERT_EQ(taskd.Wait(1).signaltype(), "stopTrain");
+  EXPECT_EQ(AnswerPreExit(pre), mc::kRecoverOk);
+  ASSERT_EQ(taskd->Wait(1).signaltype(), "stopTrain");
   StopComplete();
-  ASSERT_EQ(taskd.Wait(2).signaltype(), "globalFault");
+  ASSERT_EQ(taskd->Wait(2).signaltype(), "globalFault");
   OfferStrategies({"retry", "dump", "exit"});
-  const ::ProcessManageSignal exit = taskd.Wait(3);
+  const ::ProcessManageSignal exit = taskd->Wait(3);
   EXPECT_EQ(exit.signaltype(), "changeStrategy");
   EXPECT_EQ(exit.changestrategy(), "exit");
   ASSERT_TRUE(WaitRecoverySucceeded());

@@ -102,6 +102,13 @@ TaskdOutput AnswerPreExit(TaskdJob& t, const TaskdOutput& first) {
   return t.OnProcessFault(report);
 }
 
+void AddFaultRank(google::protobuf::RepeatedPtrField<::FaultRank>* ranks, const std::string& id,
+                  const std::string& type) {
+  auto* f = ranks->Add();
+  f->set_rankid(id);
+  f->set_faulttype(type);
+}
+
 TEST(TaskdStrategies, OptInAndTheReferenceOrder) {
   EXPECT_EQ(JobRecoverStrategies(TrainingJob({})).code, kRecoverNotEnabled);
   EXPECT_EQ(JobRecoverStrategies(TrainingJob({{std::string(kLabelProcessRecoverEnable), "off"}})).code,
@@ -164,11 +171,7 @@ TEST(TaskdStrategies, ResetConfigKeepsTheCountersAndSaysEachStage) {
 TEST(TaskdStrategies, ProcessFaultsBecomeFaultsOfTheRanksChips) {
   const v1::Job job = OptedIn("retry");
   google::protobuf::RepeatedPtrField<::FaultRank> ranks;
-  auto add = [&](const std::string& id, const std::string& type) {
-    auto* f = ranks.Add();
-    f->set_rankid(id);
-    f->set_faulttype(type);
-  };
+  auto add = [&](const std::string& id, const std::string& type) { AddFaultRank(&ranks, id, type); };
   add("5", "1");
   add("2", "0");
   add("5", "1");  // again: once
@@ -208,6 +211,20 @@ TEST(TaskdStrategies, ProcessFaultsBecomeFaultsOfTheRanksChips) {
   }
   EXPECT_EQ(ProcessFaultReports(big, many, &info).size(), kMaxProcessFaultRanks);
   EXPECT_NE(info.find("976 past the 1024 per report"), std::string::npos) << info;
+}
+
+TEST(TaskdStrategies, PodsAreLabelledWithTheKindOfFaultPerNode) {
+  const v1::Job job = OptedIn("retry");
+  google::protobuf::RepeatedPtrField<::FaultRank> ranks;
+  auto add = [&](const std::string& id, const std::string& type) { AddFaultRank(&ranks, id, type); };
+  add("1", "0");   // worker01: a UCE
+  add("2", "2");   // worker01: an HCCL error
+  add("5", "0");   // worker02: a UCE ...
+  add("6", "1");   // ... and a process fault: software wins
+  add("99", "1");  // not the job's
+  add("x", "1");
+  EXPECT_EQ(PodFaultTypes(job, ranks),
+            (std::map<std::string, std::string>{{"worker01", "retry-fault"}, {"worker02", "software"}}));
 }
 
 TEST(TaskdStrategies, NodeRanksArePodRanks) {
@@ -488,9 +505,7 @@ TEST(TaskdJobTest, PreExitIsResentUnansweredAndSkippedForRanksTaskdReported) {
   TaskdJob reported(job.id(), strategies);
   ::ProcessFaultRequest report;
   report.set_jobid(job.id());
-  auto* f = report.add_faultranks();
-  f->set_rankid("2");
-  f->set_faulttype("1");
+  AddFaultRank(report.mutable_faultranks(), "2", "1");
   EXPECT_TRUE(reported.OnProcessFault(report).signals.empty());  // nothing awaited it
   EXPECT_EQ(OnlySignal(reported.OnCommand(Cmd("r.2/0", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2}), job)).signaltype(),
             "stopTrain");

@@ -22,6 +22,7 @@
 #include "clusterd/server/server.h"
 #include "clusterd/storage/memory_store.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "mindcluster/recover.pb.h"
 #include "fake_log.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/http_get.h"
@@ -287,6 +288,25 @@ TEST_F(StandbyServerTest, WritesAreRefusedNamingTheLeader) {
   EXPECT_TRUE(Contains(agent.status().error_message(), "leader (replica-a)")) << agent.status().error_message();
 
   EXPECT_EQ(testing::MetricValue(standby_->RenderMetrics(), "clusterd_standby_refused_total"), 2);
+}
+
+// TaskD's Recover service (no package) is the leader's too: TaskD is told
+// where the leader is, as every other client, instead of UNIMPLEMENTED.
+TEST_F(StandbyServerTest, TaskdsRecoverCallsAreRefusedNamingTheLeader) {
+  grpc::GenericStub stub(standby_channel_);
+  ::ClientInfo info;
+  info.set_jobid("5d2c9a10-ascendjob-uid");
+  info.set_role("taskd");
+  grpc::Slice slice{info.SerializeAsString()};
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/Recover/Init", grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status st) { done.set_value(std::move(st)); });
+  grpc::Status st = done.get_future().get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_TRUE(Contains(st.error_message(), "leader (replica-a)")) << st.error_message();
 }
 
 TEST_F(StandbyServerTest, RefusalsSayWhenNoLeaderIsKnown) {

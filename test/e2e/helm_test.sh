@@ -238,7 +238,7 @@ expect "kubernetes: tuned keys in config.json" "$K" "(lambda c: sorted((k, v) fo
 expect "kubernetes: bindings follow the named ServiceAccount" "$K" "sorted({s['name'] for k in ('ClusterRoleBinding', 'RoleBinding') for b in by[k] for s in b['subjects']} | {pod('Deployment')['serviceAccountName']})" "['fault-sa']"
 expect "recovery: an explicit actuator wins over kubernetes" "$R" "__import__('json').loads(cm('clusterd')['config.json'])['actuator']" "webhook"
 expect "recovery: without the kubernetes actuator no eviction, pod delete or DRA device taints; TaskD's marks (mindcluster.taskd.objects)" "$R" "$(rules ClusterRole)" \
-  "[('', 'configmaps', 'get update'), ('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch patch')]"
+  "[('', 'configmaps', 'get update'), ('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch patch'), ('events.k8s.io', 'events', 'create patch get'), ('scheduling.volcano.sh', 'podgroups', 'get list watch patch')]"
 if out=$("$HELM" template "$CHART" 2>&1 >"$TMP/plain.yaml"); then
   ok "plain \`helm template $CHART\` (no --kube-version) renders $(grep -c '^kind:' "$TMP/plain.yaml") objects"
 else

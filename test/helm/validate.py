@@ -8,8 +8,8 @@ the OpenAPI schemas that the kubernetes-validate package bundles, offline. The P
 Operator kinds (ServiceMonitor, PrometheusRule) and cert-manager's Certificate are CRDs the
 package has no schema for: they are checked structurally here instead. On top of the schemas,
 the chart's own promises are checked: the security contexts; RBAC only for ClusterD's
-ServiceAccount and only the rules in ALLOWED_RULES (no wildcards, nothing else; get and patch
-on pods only in a Role of ha.leaderLabel; configmaps only in the two Roles of the mindcluster
+ServiceAccount and only the rules in ALLOWED_RULES (no wildcards, nothing else; patch on pods
+only in a Role of ha.leaderLabel or for mindcluster.taskd.objects; configmaps only in the two Roles of the mindcluster
 integration, read-only in the device plugin's namespace, in the namespaces and with the
 integration config.json names, and read-only in one Role per namespace of its
 mindcluster_public_fault_namespaces, or a read-only ClusterRole for ["*"] alone); a
@@ -39,7 +39,8 @@ CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos
 # What ClusterD may do with the Kubernetes API (docs/deploy.md, "Kubernetes API access"):
 # (kind of role, apiGroup, resource) -> verbs. A rendered rule outside it is a problem.
 ALLOWED_RULES = {
-    ("ClusterRole", "", "pods"): {"get", "list", "watch", "delete"},
+    # patch: mindcluster.taskd.objects (the label fault-type on TaskD jobs' pods).
+    ("ClusterRole", "", "pods"): {"get", "list", "watch", "delete", "patch"},
     ("ClusterRole", "", "nodes"): {"get", "list", "watch", "patch"},
     ("ClusterRole", "", "nodes/status"): {"patch"},
     ("ClusterRole", "", "pods/eviction"): {"create"},

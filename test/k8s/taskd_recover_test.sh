@@ -19,8 +19,18 @@
 #     and meanwhile (the "mindcluster" integration runs too) Volcano's
 #     cluster-info-device-0 keeps the chip available: the retry holds its fault;
 #  C. a SEPARATE fault on another chip is not a retry's: that chip leaves
-#     Volcano's available list;
-#  D. the NIC-switch and stress-test methods answer code 499 "not supported".
+#     Volcano's available list; TaskD is told preExitProcess first (rank 0,
+#     pod rank 0) and answers with ReportProcessFault, which labels the pod
+#     on that node fault-type=software; then stopTrain, (the pod moves: the
+#     exec actuator here answers true), globalFault fault_nodes_exit,
+#     changeStrategy recover -> POD_RESCHEDULE SUCCEEDED, ProcessRecoverStatus
+#     recover-success, the process fault TaskD reported cleared;
+#  D. a SEPARATE fault whose recover fails (TaskD answers 406): the ladder
+#     goes on to the job's restart, TaskD exits (changeStrategy exit), the
+#     PodGroup says process-recover-enable=pause and ProcessRecoverStatus
+#     exit-completed, reset-config's RetryTime goes up by one; the new
+#     TaskD's Register sets the label on again (the reference's FaultRetry);
+#  E. the NIC-switch and stress-test methods answer code 499 "not supported".
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -43,6 +53,9 @@ echo "-- API server ready at $K8S_API"
 
 for n in worker01 worker02; do
   k8s_api POST /api/v1/nodes "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$n\"}}" >/dev/null
+  # Ready (no node controller runs here): a Node without it is a fault of its own.
+  k8s_api PATCH "/api/v1/nodes/$n/status" "{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",
+    \"reason\":\"KubeletReady\",\"lastHeartbeatTime\":\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\"}]}}" >/dev/null
 done
 JOB_UID=$(python3 -c 'import uuid; print(uuid.uuid4())')
 OWNER="[{\"apiVersion\":\"mindxdl.gitee.com/v1\",\"kind\":\"AscendJob\",\"name\":\"pretrain\",\"uid\":\"$JOB_UID\",\"controller\":true}]"
@@ -71,7 +84,10 @@ print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
 EOF
 )" >/dev/null
 
-start_clusterd --kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes,mindcluster --log-level info
+# Isolation and pod moves succeed without doing anything (exec true): the pods
+# here have no controller to recreate them.
+start_clusterd --kubeconfig "$K8S_KUBECONFIG" --integrations kubernetes,mindcluster --log-level info \
+  --actuator exec --actuator-command true --max-isolated-node-percent 100
 for n in worker01 worker02; do start_sim_noded $n; done
 connected() {
   [[ $(grpcurl -plaintext "$ADDR" clusterd.v1.ClusterService/GetSummary |
@@ -117,6 +133,24 @@ print(" ".join(o.get("signalType", "") for o in out))
 EOF
 }
 is() { [[ "$(eval "$1")" == "$2" ]]; }
+# signal_of TYPE PYEXPR: PYEXPR over g, the last signal of TYPE on TaskD's stream.
+signal_of() {
+  python3 - "$WORK/signals.json" "$1" "$2" <<'EOF'
+import json, sys
+text, dec, i, out = open(sys.argv[1]).read(), json.JSONDecoder(), 0, []
+while i < len(text):
+    while i < len(text) and text[i].isspace(): i += 1
+    if i >= len(text): break
+    obj, i = dec.raw_decode(text, i)
+    if obj.get("signalType") == sys.argv[2]: out.append(obj)
+g = out[-1]
+print(eval(sys.argv[3]))
+EOF
+}
+pod_label() {  # pod_label POD KEY
+  k8s_api GET "/api/v1/namespaces/train/pods/$1" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"].get("labels", {}).get(sys.argv[1], ""))' "$2"
+}
 # volcano NODE SUFFIX: NODE's huawei.com/Ascend910<SUFFIX> list in cluster-info-device-0.
 volcano() {
   k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/cluster-info-device-0 2>/dev/null | python3 -c '
@@ -150,19 +184,8 @@ wait_until 15 is 'volcano worker02 ""' "Ascend910-0,Ascend910-1,Ascend910-2,Asce
 [[ $(volcano worker02 -Unhealthy) == "" ]] || fail "B: the retried chip left Volcano's list: $(volcano worker02 -Unhealthy)"
 recover ReportStopComplete "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}}" >/dev/null
 wait_until 15 is signals "stopTrain globalFault"
-global=$(python3 - "$WORK/signals.json" <<'EOF'
-import json, sys
-text, dec, i, out = open(sys.argv[1]).read(), json.JSONDecoder(), 0, []
-while i < len(text):
-    while i < len(text) and text[i].isspace(): i += 1
-    if i >= len(text): break
-    obj, i = dec.raw_decode(text, i)
-    if obj.get("signalType") == "globalFault": out.append(obj)
-g = out[0]
-print([f["rankId"] for f in g["faultRanks"]], g.get("nodeRankIds"), g.get("actions"))
-EOF
-)
-[[ $global == "['3'] ['1'] ['on_global_rank']" ]] || fail "B: globalFault $global"
+global=$(signal_of globalFault '[f["rankId"] for f in g["faultRanks"]], g.get("nodeRankIds"), g.get("actions")')
+[[ $global == "(['3'], ['1'], ['on_global_rank'])" ]] || fail "B: globalFault $global"
 wait_until 15 is 'reset_field "[(x[\"RankId\"], x[\"LogicId\"]) for x in r[\"RankList\"]]"' "[(3, 1)]"
 recover ReportRecoverStrategy "{\"jobId\": \"$JOB_UID\", \"strategies\": [\"retry\", \"recover\"]}" >/dev/null
 wait_until 15 is signals "stopTrain globalFault changeStrategy"
@@ -181,14 +204,62 @@ pods=$(k8s_api GET /api/v1/namespaces/train/pods | python3 -c 'import json,sys; 
 [[ $(volcano worker02 -Unhealthy) == "" ]] || fail "B: the retried chip left Volcano's list after the retry"
 echo "   stopTrain -> globalFault (rank 3, pod rank 1) -> changeStrategy retry -> SUCCEEDED; ProcessRecoverStatus retry-success; reset-config flushed, listed, cleared (RetryTime kept); no pod deleted; chip 1 stayed in Volcano's available list"
 
-echo "-- C: a fault no retry handles leaves Volcano's list"
+echo "-- C: a fault no retry handles: out of Volcano's list, preExitProcess, the pod's fault-type, recover"
 inject_sim_fault worker01 0 80E18402  # SEPARATE
 wait_until 15 is 'volcano worker01 -Unhealthy' "Ascend910-0"
-echo "   worker01 chip 0 (SEPARATE): -Unhealthy for Volcano"
+B="stopTrain globalFault changeStrategy"
+wait_until 30 is signals "$B preExitProcess"
+pre=$(signal_of preExitProcess '[f["rankId"] + ":" + f["faultType"] for f in g["faultRanks"]], g.get("nodeRankIds"), g.get("actions")')
+[[ $pre == "(['0:1'], ['0'], ['pre exit process'])" ]] || fail "C: preExitProcess $pre"
+# TaskD stopped rank 0's workers and says so.
+[[ $(recover ReportProcessFault "{\"jobId\": \"$JOB_UID\", \"faultRanks\": [{\"rankId\": \"0\", \"faultType\": \"1\"}]}" | code_of) == 0 ]] ||
+  fail "C: ReportProcessFault"
+wait_until 15 is signals "$B preExitProcess stopTrain"
+wait_until 15 is 'pod_label pretrain-worker-0 fault-type' software
+[[ $(pod_label pretrain-worker-1 fault-type) == "" ]] || fail "C: the pod on worker02 was labelled"
+recover ReportStopComplete "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}}" >/dev/null
+wait_until 30 is signals "$B preExitProcess stopTrain globalFault"
+[[ $(signal_of globalFault 'g.get("actions")') == "['on_global_rank', 'fault_nodes_exit']" ]] || fail "C: globalFault"
+recover ReportRecoverStrategy "{\"jobId\": \"$JOB_UID\", \"strategies\": [\"retry\", \"recover\", \"exit\"]}" >/dev/null
+wait_until 15 is signals "$B preExitProcess stopTrain globalFault changeStrategy"
+[[ $(signal_of changeStrategy 'g["changeStrategy"]') == recover ]] || fail "C: not recover"
+recover ReportRecoverStatus "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}, \"strategy\": \"recover\"}" >/dev/null
+wait_until 30 is last_recovery "RECOVERY_STRATEGY_POD_RESCHEDULE RECOVERY_STATE_SUCCEEDED"
+wait_until 15 is 'pg_meta annotations ProcessRecoverStatus' recover-success
+taskd_faults() {
+  grpcurl -plaintext -d '{"page_size": 100}' "$ADDR" clusterd.v1.ClusterService/ListFaults |
+    python3 -c 'import json,sys; print(sorted(f["state"] for f in json.load(sys.stdin).get("faults", []) if f.get("reporter") == "taskd"))'
+}
+wait_until 15 is taskd_faults "['FAULT_STATE_CLEARED']"
+echo "   worker01 chip 0 (SEPARATE): -Unhealthy for Volcano; preExitProcess (rank 0, pod rank 0) -> ReportProcessFault (pod labelled fault-type=software) -> stopTrain -> (pod moved) -> globalFault fault_nodes_exit -> changeStrategy recover -> SUCCEEDED, recover-success; TaskD's process fault cleared"
 
-echo "-- D: the flows ClusterD does not serve answer 'not supported'"
+echo "-- D: a recover that fails: TaskD exits, the job restarts"
+C="$B preExitProcess stopTrain globalFault changeStrategy"
+inject_sim_fault worker02 0 80E18402  # SEPARATE, rank 2
+wait_until 30 is signals "$C preExitProcess"
+recover ReportProcessFault "{\"jobId\": \"$JOB_UID\", \"faultRanks\": [{\"rankId\": \"2\", \"faultType\": \"1\"}]}" >/dev/null
+wait_until 15 is signals "$C preExitProcess stopTrain"
+recover ReportStopComplete "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}}" >/dev/null
+wait_until 30 is signals "$C preExitProcess stopTrain globalFault"
+recover ReportRecoverStrategy "{\"jobId\": \"$JOB_UID\", \"strategies\": [\"recover\", \"dump\", \"exit\"]}" >/dev/null
+wait_until 15 is signals "$C preExitProcess stopTrain globalFault changeStrategy"
+recover ReportRecoverStatus "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 406}, \"strategy\": \"recover\"}" >/dev/null
+# JOB_RESCHEDULE: TaskD still chooses, so only the exit goes out (the job lists no dump).
+wait_until 30 is signals "$C preExitProcess stopTrain globalFault changeStrategy changeStrategy"
+[[ $(signal_of changeStrategy 'g["changeStrategy"], g.get("extraParams", "")') == "('exit', '')" ]] || fail "D: not exit"
+wait_until 30 is last_recovery "RECOVERY_STRATEGY_JOB_RESCHEDULE RECOVERY_STATE_SUCCEEDED"
+wait_until 15 is 'pg_meta labels process-recover-enable' pause
+wait_until 15 is 'pg_meta annotations ProcessRecoverStatus' exit-completed
+wait_until 15 is 'reset_field "(r[\"RankList\"], r[\"RetryTime\"])"' "([], 3)"
+# The job's new TaskD (the reference's FaultRetry): recovery is on again.
+[[ $(recover Init "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}" | code_of) == 0 ]] || fail "D: Init while paused"
+[[ $(recover Register "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}" | code_of) == 0 ]] || fail "D: Register again"
+wait_until 15 is 'pg_meta labels process-recover-enable' on
+echo "   worker02 chip 0 (SEPARATE): recover failed (406) -> JOB_RESCHEDULE: changeStrategy exit -> SUCCEEDED; PodGroup pause, exit-completed, RetryTime 2 -> 3; Register -> on"
+
+echo "-- E: the flows ClusterD does not serve answer 'not supported'"
 out=$(recover StressTest "{\"jobID\": \"$JOB_UID\"}")
-[[ $(echo "$out" | code_of) == 499 ]] || fail "D: StressTest: $out"
+[[ $(echo "$out" | code_of) == 499 ]] || fail "E: StressTest: $out"
 expect_contains "$out" "not supported" "D: StressTest's info"
 echo "   StressTest: code 499, not supported"
 

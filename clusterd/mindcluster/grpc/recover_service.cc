@@ -685,6 +685,10 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::ReportProcessFault(grpc::CallbackS
   if (!stored) return Reply(ctx, resp, mc::kRecoverUnknownJob, "job " + req->jobid() + " is not known to ClusterD");
   std::string info;
   auto reports = mc::ProcessFaultReports(*stored, req->faultranks(), &info);
+  // As the reference: the pods are labelled with the kind of fault.
+  if (core_->options.objects != nullptr) {
+    core_->options.objects->PodFaultTypes(mc::TaskdJobRefOf(*stored), mc::PodFaultTypes(*stored, req->faultranks()));
+  }
   GetLogger("taskd")->info("job {}: TaskD reports a process fault: {}", req->jobid(), info);
   resp->set_code(mc::kRecoverOk);
   resp->set_info(std::move(info));

@@ -103,6 +103,39 @@ void TaskdKubeObjects::RecoverStatus(const mc::TaskdJobRef& job, const std::stri
         });
 }
 
+void TaskdKubeObjects::PodFaultTypes(const mc::TaskdJobRef& job, std::map<std::string, std::string> by_node) {
+  if (!job.kubernetes() || job.podgroup.empty()) return;
+  for (auto& [node, type] : by_node) {
+    Queue("job " + job.id + ": pods on " + node + " " + std::string(mc::kPodLabelFaultType) + "=" + type,
+          [this, job, node = node, type = type] { return LabelPods(job, node, type); });
+  }
+}
+
+Status TaskdKubeObjects::LabelPods(const mc::TaskdJobRef& job, const std::string& node, const std::string& type) const {
+  const std::string pods = "/api/v1/namespaces/" + k8s::UrlEncode(job.ns) + "/pods";
+  auto list = client_->Get(pods + "?fieldSelector=" + k8s::UrlEncode("spec.nodeName=" + node));
+  if (!list.ok()) return list.status();
+  size_t labelled = 0;
+  if (auto items = list->find("items"); items != list->end() && items->is_array()) {
+    for (const json& pod : *items) {
+      const json& meta = pod.value("metadata", json::object());
+      const json& annotations = meta.value("annotations", json::object());
+      if (!annotations.is_object() || annotations.value("scheduling.k8s.io/group-name", json()) != job.podgroup) {
+        continue;
+      }
+      const std::string name = meta.value("name", std::string());
+      if (name.empty()) continue;
+      auto r = client_->Patch(pods + "/" + k8s::UrlEncode(name),
+                              json{{"metadata", {{"labels", {{std::string(mc::kPodLabelFaultType), type}}}}}},
+                              k8s::PatchType::kMerge);
+      if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
+      ++labelled;
+    }
+  }
+  if (labelled == 0) return NotFound("no pod of PodGroup " + job.podgroup + " on node " + node);
+  return Status::Ok();
+}
+
 void TaskdKubeObjects::ResetConfig(const mc::TaskdJobRef& job, mc::ResetOp op, std::vector<mc::ResetRank> ranks) {
   if (!job.kubernetes() || op == mc::ResetOp::kNone) return;
   Queue("job " + job.id + ": ConfigMap " + job.ns + "/reset-config-" + job.name,

@@ -33,6 +33,9 @@ class TaskdKubeObjects final : public mindcluster::TaskdObjects {
   ~TaskdKubeObjects() override;
 
   void RecoverEnable(const mindcluster::TaskdJobRef& job, std::string_view value) override;
+  // Lists the pods of the job's namespace on each node (the job's: its
+  // PodGroup annotation) and merge-patches their label.
+  void PodFaultTypes(const mindcluster::TaskdJobRef& job, std::map<std::string, std::string> by_node) override;
   void RecoverStatus(const mindcluster::TaskdJobRef& job, const std::string& status) override;
   void ResetConfig(const mindcluster::TaskdJobRef& job, mindcluster::ResetOp op,
                    std::vector<mindcluster::ResetRank> ranks) override;
@@ -44,6 +47,7 @@ class TaskdKubeObjects final : public mindcluster::TaskdObjects {
   void Queue(std::string what, std::function<Status()> write);
   void Loop();
   Status PatchPodGroup(const mindcluster::TaskdJobRef& job, const nlohmann::json& metadata) const;
+  Status LabelPods(const mindcluster::TaskdJobRef& job, const std::string& node, const std::string& type) const;
   Status UpdateResetConfig(const mindcluster::TaskdJobRef& job, mindcluster::ResetOp op,
                            const std::vector<mindcluster::ResetRank>& ranks) const;
 
