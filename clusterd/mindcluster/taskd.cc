@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "clusterd/mindcluster/signal.h"
 #include "common/config_util.h"
 
 namespace clusterd::mindcluster {
@@ -108,9 +109,19 @@ std::string ResetConfigJson(std::string_view current, ResetOp op, const std::vec
   std::string list = "[";
   if (op == ResetOp::kFaults) {
     for (const ResetRank& r : ranks) {
+      std::string codes, hex;
+      for (const std::string& code : r.codes) {
+        int64_t value = 0;
+        const auto [end, ec] = std::from_chars(code.data(), code.data() + code.size(), value, 16);
+        if (code.empty() || code.size() > 15 || ec != std::errc() || end != code.data() + code.size()) continue;
+        codes += (codes.empty() ? "" : ",") + std::to_string(value);
+        hex += (hex.empty() ? "" : ",") + code;
+      }
+      const std::string policy = nlohmann::json(r.policy).dump();
       if (list.size() > 1) list += ',';
       list += R"({"RankId":)" + std::to_string(r.rank) + R"(,"LogicId":)" + std::to_string(r.logic_id) +
-              R"(,"Status":"fault","Policy":"","InitialPolicy":"","ErrorCode":[],"ErrorCodeHex":""})";
+              R"(,"Status":"fault","Policy":)" + policy + R"(,"InitialPolicy":)" + policy + R"(,"ErrorCode":[)" +
+              codes + R"(],"ErrorCodeHex":)" + nlohmann::json(hex).dump() + "}";
     }
   }
   list += ']';
@@ -186,6 +197,23 @@ std::string ResumeStage(const v1::Recovery& recovery, uint32_t index) {
                    : "";
   }
   return "";
+}
+
+RankFaults RankFaultsOf(const v1::Job& job, const std::vector<v1::Fault>& faults) {
+  RankFaults out;
+  for (const v1::Fault& f : faults) {
+    for (const auto& p : job.placement()) {
+      if (p.node() != f.node()) continue;
+      if (f.has_device_id() && (!p.has_device_id() || p.device_id() != f.device_id())) continue;
+      RankFault& r = out[p.rank()];
+      if (r.codes.size() < 16 && std::find(r.codes.begin(), r.codes.end(), f.code()) == r.codes.end()) {
+        r.codes.push_back(f.code());
+      }
+      r.level = std::max(r.level, f.level());
+      r.hccl = r.hccl || f.code() == "TASKD_HCCL" || f.source() == v1::FAULT_SOURCE_NETWORK;
+    }
+  }
+  return out;
 }
 
 std::map<std::string, std::string> PodFaultTypes(const v1::Job& job,
@@ -275,18 +303,24 @@ TaskdAck TaskdJob::Done(bool success, std::string message) {
 void TaskdJob::AddFaultRanks(::ProcessManageSignal* s) const {
   if (!current_) return;
   const auto& ranks = current_->hit_ranks().empty() ? current_->ranks() : current_->hit_ranks();
-  // A step retry answers an uncorrectable memory error (type "0"); anything
-  // else is a fault of the process ("1").
-  const char* type = current_->kind() == v1::JOB_COMMAND_RETRY_STEP ? "0" : "1";
+  // A step retry answers an uncorrectable memory error (type "0") or an
+  // HCCL error ("2"); anything else is a fault of the process ("1").
+  const bool retry = current_->kind() == v1::JOB_COMMAND_RETRY_STEP;
   s->mutable_faultranks()->Reserve(ranks.size());
   for (uint32_t r : ranks) {
     auto* f = s->add_faultranks();
     f->set_rankid(std::to_string(r));
-    f->set_faulttype(type);
+    auto it = faults_.find(r);
+    f->set_faulttype(!retry ? "1" : it != faults_.end() && it->second.hccl ? "2" : "0");
   }
 }
 
-TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) {
+bool TaskdJob::Hccl() const {
+  if (!current_ || current_->kind() != v1::JOB_COMMAND_RETRY_STEP) return false;
+  return std::any_of(faults_.begin(), faults_.end(), [](const auto& f) { return f.second.hccl; });
+}
+
+TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job, const RankFaults& faults) {
   TaskdOutput out;
   if (current_ && current_->id() == command.id()) {
     // A resend: repeat what is awaited (same uuid), or go on from here.
@@ -297,7 +331,7 @@ TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job) 
     }
     return Advance();
   }
-  Take(command, job);
+  Take(command, job, faults);
   const v1::JobCommand kind = command.kind();
   if (kind != v1::JOB_COMMAND_PAUSE && kind != v1::JOB_COMMAND_STOP && TargetOf(command).empty()) {
     out.ack = Done(false, "TaskD cannot " + std::string(v1::JobCommand_Name(kind)) +
@@ -385,6 +419,7 @@ TaskdOutput TaskdJob::Advance() {
       }
       last_ = BuildSignal(Phase::kAwaitStatus);
       out.signals.push_back(last_);
+      if (Hccl()) out.delay_ms = kHcclRouteWaitMs;  // the routes converge first
       phase_ = Phase::kAwaitStatus;
       return out;
     }
@@ -438,6 +473,7 @@ TaskdOutput TaskdJob::Exit(bool dumped) {
       }
       AddFaultRanks(&s);
       for (const auto& n : node_ranks_) s.add_noderankids(n);
+      if (Hccl()) s.set_timeout(kHcclRetryTimeoutS);
       return s;
     case Phase::kAwaitStatus: {
       // The one status an exit waits for is its dump's.
@@ -464,20 +500,28 @@ std::string TaskdJob::Stage() const {
   return out;
 }
 
-void TaskdJob::Take(const v1::Command& command, const v1::Job& job) {
+void TaskdJob::Take(const v1::Command& command, const v1::Job& job, const RankFaults& faults) {
   current_ = command;
   pre_exited_ = false;
+  faults_.clear();
   const auto& ranks = command.hit_ranks().empty() ? command.ranks() : command.hit_ranks();
   node_ranks_ = NodeRanksOf(job, std::vector<uint32_t>(ranks.begin(), ranks.end()));
   fault_chips_.clear();
   for (const auto& p : job.placement()) {
     if (std::find(ranks.begin(), ranks.end(), p.rank()) != ranks.end()) {
-      fault_chips_.push_back({p.rank(), p.has_device_id() ? p.device_id() : 0});
+      ResetRank r{p.rank(), p.has_device_id() ? p.device_id() : 0, "", {}};
+      if (auto f = faults.find(p.rank()); f != faults.end()) {
+        faults_.emplace(f->first, f->second);
+        r.policy = std::string(LevelName(f->second.level));
+        r.codes = f->second.codes;
+      }
+      fault_chips_.push_back(std::move(r));
     }
   }
 }
 
-TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std::string_view stage) {
+TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std::string_view stage,
+                             const RankFaults& faults) {
   std::optional<Phase> phase;
   std::vector<std::string> offered;
   if (stage.rfind(kStagePrefix, 0) == 0) {
@@ -497,9 +541,9 @@ TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std
     phase_ = Phase::kIdle;
     offered_.clear();
     current_.reset();
-    return OnCommand(command, job);
+    return OnCommand(command, job, faults);
   }
-  Take(command, job);
+  Take(command, job, faults);
   offered_ = std::move(offered);
   phase_ = *phase;
   TaskdOutput out;

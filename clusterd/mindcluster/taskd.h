@@ -144,7 +144,33 @@ enum class ResetOp { kNone, kFlushing, kFaults, kClear, kRestartAll };
 struct ResetRank {
   uint32_t rank = 0;
   uint32_t logic_id = 0;  // the chip's device id on its node
+  // The reference's level name of the rank's worst fault (Policy and
+  // InitialPolicy: "RestartRequest", "SeparateNPU", ...), and the codes of
+  // its faults (ErrorCode: those that are hexadecimal, as integers;
+  // ErrorCodeHex: the same, comma-separated).
+  std::string policy;
+  std::vector<std::string> codes;
 };
+
+// What the faults behind a command say of each rank they hit: their codes,
+// the worst level, and whether one is a communication (HCCL) error that a
+// step retry handles as the reference's type "2" (TaskD's TASKD_HCCL, or a
+// fault of the network source).
+struct RankFault {
+  std::vector<std::string> codes;
+  v1::FaultLevel level = v1::FAULT_LEVEL_UNSPECIFIED;
+  bool hccl = false;
+};
+using RankFaults = std::map<uint32_t, RankFault>;
+// The faults' ranks in `job` (a fault on a chip: the rank placed there; a
+// fault of the node: every rank on it).
+RankFaults RankFaultsOf(const v1::Job& job, const std::vector<v1::Fault>& faults);
+
+// The reference's HCCL step retry: globalFault carries this timeout (s),
+// and its changeStrategy retry goes out this long after TaskD's strategies
+// (the network's routes converge first).
+inline constexpr int64_t kHcclRetryTimeoutS = 33;
+inline constexpr int64_t kHcclRouteWaitMs = 3000;
 // reset.json for `op`, over the ConfigMap's `current` one (RetryTime,
 // GracefulExit and RestartFaultProcess are kept; what does not parse counts
 // as empty): the reference's struct in Go's JSON, field order as declared:
@@ -222,6 +248,8 @@ struct TaskdOutput {
   std::string recover_enable;
   // The process faults TaskD reported for the job are moot (it exits).
   bool clear_process_faults = false;
+  // Send the signals this much later (an HCCL retry's route wait).
+  int64_t delay_ms = 0;
 };
 
 // One job's side of the protocol. Not thread-safe: the adapter serializes.
@@ -242,7 +270,7 @@ class TaskdJob {
   // A command of the coordinator for this job, with the job as stored. The
   // same command again (a resend: the agent reattached, ClusterD restarted)
   // repeats the signal it waits on, with the same uuid.
-  TaskdOutput OnCommand(const v1::Command& command, const v1::Job& job);
+  TaskdOutput OnCommand(const v1::Command& command, const v1::Job& job, const RankFaults& faults = {});
   TaskdOutput OnStopComplete(const ::StopCompleteRequest& req);
   TaskdOutput OnRecoverStrategy(const ::RecoverStrategyRequest& req);
   TaskdOutput OnRecoverStatus(const ::RecoverStatusRequest& req);
@@ -271,7 +299,8 @@ class TaskdJob {
   // The command again after a restart or a new subscription, with the stage
   // stored for it: a signal sent and not answered is sent again (same uuid),
   // an answered one never; nothing stored (or not a stage): from the start.
-  TaskdOutput Resume(const v1::Command& command, const v1::Job& job, std::string_view stage);
+  TaskdOutput Resume(const v1::Command& command, const v1::Job& job, std::string_view stage,
+                     const RankFaults& faults = {});
 
   Phase phase() const { return phase_; }
   static std::string_view PhaseName(Phase p);
@@ -299,7 +328,9 @@ class TaskdJob {
   // The signal whose answer `awaiting` waits for, for the current command.
   ::ProcessManageSignal BuildSignal(Phase awaiting) const;
   // Makes `command` the current one (its ranks and chips in `job`).
-  void Take(const v1::Command& command, const v1::Job& job);
+  void Take(const v1::Command& command, const v1::Job& job, const RankFaults& faults);
+  // Any of the current command's ranks has an HCCL fault (a retry's).
+  bool Hccl() const;
   ::ProcessManageSignal Signal(std::string_view type, std::string_view stage) const;
   void AddFaultRanks(::ProcessManageSignal* s) const;
   TaskdAck Done(bool success, std::string message);
@@ -309,6 +340,7 @@ class TaskdJob {
   std::vector<std::string> offered_;
   std::vector<std::string> node_ranks_;  // of the current command's hit ranks
   std::vector<ResetRank> fault_chips_;   // the hit ranks and their chips
+  RankFaults faults_;                    // of the current command's ranks
   Phase phase_ = Phase::kIdle;
   bool pre_exited_ = false;      // the current command's preExitProcess answered
   std::set<uint32_t> reported_;  // ranks TaskD reported process faults for

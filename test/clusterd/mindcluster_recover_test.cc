@@ -464,5 +464,36 @@ TEST_F(MindClusterRecoverTest, AJobThatCannotRecoverExitsAndRestarts) {
   EXPECT_TRUE(exited);
 }
 
+// An HCCL error TaskD reports (type "2"): a step retry as the reference's,
+// type "2" in the signals, globalFault's timeout 33 s, and the
+// changeStrategy after the routes' wait (its delay is the adapter's timer).
+TEST_F(MindClusterRecoverTest, AnHcclErrorTaskdReportsIsRetriedAfterTheRouteWait) {
+  TestAgent agent(channel_, "worker01", 2);
+  ASSERT_TRUE(agent.Connect());
+  CreateOptedInJob();
+  auto taskd = StartTaskd();
+  ASSERT_TRUE(taskd);
+  ::ProcessFaultRequest report;
+  report.set_jobid(kTaskdJob);
+  auto* rank = report.add_faultranks();
+  rank->set_rankid("1");
+  rank->set_faulttype("2");
+  EXPECT_EQ(Unary(&::Recover::Stub::ReportProcessFault, report).code(), mc::kRecoverOk);
+  const ::ProcessManageSignal stop = taskd->Wait(0);
+  ASSERT_EQ(stop.signaltype(), "stopTrain");  // a retry: no preExitProcess
+  ASSERT_EQ(stop.faultranks_size(), 1);
+  EXPECT_EQ(stop.faultranks(0).faulttype(), "2");
+  StopComplete();
+  const ::ProcessManageSignal global = taskd->Wait(1);
+  ASSERT_EQ(global.signaltype(), "globalFault");
+  EXPECT_EQ(global.timeout(), mc::kHcclRetryTimeoutS);
+  OfferStrategies({"retry", "recover"});
+  const ::ProcessManageSignal change = taskd->Wait(2);
+  ASSERT_EQ(change.changestrategy(), "retry");
+  RecoverStatus("retry");
+  ASSERT_TRUE(WaitRecoverySucceeded());
+  EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
+}
+
 }  // namespace
 }  // namespace clusterd

@@ -153,17 +153,22 @@ TEST(TaskdStrategies, ResetConfigKeepsTheCountersAndSaysEachStage) {
   EXPECT_EQ(ResetConfigJson(current, ResetOp::kFlushing, {}, 1700000000),
             R"({"RankList":[],"UpdateTime":1700000000,"RetryTime":3,"FaultFlushing":true,"GracefulExit":1,)"
             R"("RestartFaultProcess":true})");
-  EXPECT_EQ(ResetConfigJson(current, ResetOp::kFaults, {{5, 1}, {6, 2}}, 1700000001),
-            R"({"RankList":[{"RankId":5,"LogicId":1,"Status":"fault","Policy":"","InitialPolicy":"","ErrorCode":[],)"
-            R"("ErrorCodeHex":""},{"RankId":6,"LogicId":2,"Status":"fault","Policy":"","InitialPolicy":"",)"
+  // The fault ranks with their worst level and codes (TaskD's own codes are
+  // not hexadecimal: left out of ErrorCode).
+  EXPECT_EQ(ResetConfigJson(current, ResetOp::kFaults,
+                            {{5, 1, "SeparateNPU", {"80E18402", "TASKD_PROCESS_FAULT", "4C4BA00C"}}, {6, 2, "", {}}},
+                            1700000001),
+            R"({"RankList":[{"RankId":5,"LogicId":1,"Status":"fault","Policy":"SeparateNPU",)"
+            R"("InitialPolicy":"SeparateNPU","ErrorCode":[2162263042,1280024588],"ErrorCodeHex":"80E18402,4C4BA00C"},)"
+            R"({"RankId":6,"LogicId":2,"Status":"fault","Policy":"","InitialPolicy":"",)"
             R"("ErrorCode":[],"ErrorCodeHex":""}],"UpdateTime":1700000001,"RetryTime":3,"FaultFlushing":false,)"
             R"("GracefulExit":1,"RestartFaultProcess":true})");
   // Restart-all: the whole job restarts (RetryTime + 1).
-  EXPECT_EQ(ResetConfigJson(current, ResetOp::kRestartAll, {{5, 1}}, 8),
+  EXPECT_EQ(ResetConfigJson(current, ResetOp::kRestartAll, {{5, 1, "", {}}}, 8),
             R"({"RankList":[],"UpdateTime":8,"RetryTime":4,"FaultFlushing":false,"GracefulExit":1,)"
             R"("RestartFaultProcess":true})");
   // What does not parse counts as empty.
-  EXPECT_EQ(ResetConfigJson("{not json", ResetOp::kClear, {{5, 1}}, 7),
+  EXPECT_EQ(ResetConfigJson("{not json", ResetOp::kClear, {{5, 1, "", {}}}, 7),
             R"({"RankList":[],"UpdateTime":7,"RetryTime":0,"FaultFlushing":false,"GracefulExit":0,)"
             R"("RestartFaultProcess":false})");
 }
@@ -663,6 +668,56 @@ TEST(TaskdJobTest, AStepWithNoStageAfterAnAnsweredStopResumesStopped) {
   EXPECT_EQ(ResumeStage(r, 4), "");
   EXPECT_EQ(ResumeStage(r, 3), "");
   EXPECT_EQ(ResumeStage(r, 99), "");
+}
+
+TEST(TaskdStrategies, TheFaultsBehindACommandByRank) {
+  const v1::Job job = OptedIn("retry");
+  v1::Fault chip;
+  chip.set_node("worker02");
+  chip.set_device_id(1);
+  chip.set_code("80BB8000");
+  chip.set_level(v1::FAULT_LEVEL_RESTART_REQUEST);
+  v1::Fault link = chip;
+  link.set_code("ROCE_LINK_DOWN");
+  link.set_source(v1::FAULT_SOURCE_NETWORK);
+  link.set_level(v1::FAULT_LEVEL_SEPARATE);
+  v1::Fault node;  // no chip: every rank of the node
+  node.set_node("worker01");
+  node.set_code("HEARTBEAT_LOST");
+  node.set_level(v1::FAULT_LEVEL_SEPARATE);
+  const RankFaults by_rank = RankFaultsOf(job, {chip, link, node});
+  ASSERT_EQ(by_rank.size(), 5u);
+  EXPECT_EQ(by_rank.at(5).codes, (std::vector<std::string>{"80BB8000", "ROCE_LINK_DOWN"}));
+  EXPECT_EQ(by_rank.at(5).level, v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_TRUE(by_rank.at(5).hccl);
+  for (uint32_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(by_rank.at(r).codes, (std::vector<std::string>{"HEARTBEAT_LOST"}));
+    EXPECT_FALSE(by_rank.at(r).hccl);
+  }
+}
+
+TEST(TaskdJobTest, AnHcclRetryWaitsForTheRoutesAndCarriesTheReferencesTimeout) {
+  const v1::Job job = OptedIn("retry");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  RankFaults faults;
+  faults[5] = RankFault{{"TASKD_HCCL"}, v1::FAULT_LEVEL_RESTART_REQUEST, true};
+  faults[6] = RankFault{{"80E01801"}, v1::FAULT_LEVEL_RESTART_REQUEST, false};
+  const auto stop = OnlySignal(t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {5, 6}, {5, 6}), job, faults));
+  EXPECT_EQ(Ranks(stop), (std::vector<std::string>{"5:2", "6:0"}));  // HCCL "2", UCE "0"
+  auto stopped = t.OnStopComplete(StopDone());
+  const auto global = OnlySignal(stopped);
+  EXPECT_EQ(global.timeout(), kHcclRetryTimeoutS);
+  ASSERT_EQ(stopped.reset_ranks.size(), 2u);
+  EXPECT_EQ(stopped.reset_ranks[0].policy, "RestartRequest");
+  EXPECT_EQ(stopped.reset_ranks[1].codes, (std::vector<std::string>{"80E01801"}));
+  auto change = t.OnRecoverStrategy(Offer({"retry"}));
+  EXPECT_EQ(OnlySignal(change).changestrategy(), "retry");
+  EXPECT_EQ(change.delay_ms, kHcclRouteWaitMs);
+  // A UCE-only retry: no timeout, no wait.
+  TaskdJob uce(job.id(), JobRecoverStrategies(job).strategies);
+  uce.OnCommand(Cmd("r.2/0", v1::JOB_COMMAND_RETRY_STEP, {6}, {6}), job, faults);
+  EXPECT_EQ(OnlySignal(uce.OnStopComplete(StopDone())).timeout(), 0);
+  EXPECT_EQ(uce.OnRecoverStrategy(Offer({"retry"})).delay_ms, 0);
 }
 
 }  // namespace

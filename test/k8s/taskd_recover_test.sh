@@ -11,7 +11,7 @@
 #  B. an HBM UCE-like fault (RESTART_REQUEST) on one chip -> a STEP_RETRY
 #     recovery carried out through TaskD: stopTrain (reset-config says
 #     FaultFlushing), globalFault after ReportStopComplete (reset-config lists
-#     the fault rank and its chip), changeStrategy "retry" after
+#     the fault rank, its chip, its fault's level and code), changeStrategy "retry" after
 #     ReportRecoverStrategy, and after ReportRecoverStatus 0 the recovery
 #     SUCCEEDED, the PodGroup's ProcessRecoverStatus retry-success,
 #     reset-config cleared (its RetryTime kept, checkCode its SHA-256), no pod
@@ -186,7 +186,8 @@ recover ReportStopComplete "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}}
 wait_until 15 is signals "stopTrain globalFault"
 global=$(signal_of globalFault '[f["rankId"] for f in g["faultRanks"]], g.get("nodeRankIds"), g.get("actions")')
 [[ $global == "(['3'], ['1'], ['on_global_rank'])" ]] || fail "B: globalFault $global"
-wait_until 15 is 'reset_field "[(x[\"RankId\"], x[\"LogicId\"]) for x in r[\"RankList\"]]"' "[(3, 1)]"
+wait_until 15 is 'reset_field "[(x[\"RankId\"], x[\"LogicId\"], x[\"Policy\"], x[\"ErrorCode\"], x[\"ErrorCodeHex\"]) for x in r[\"RankList\"]]"' \
+  "[(3, 1, 'RestartRequest', [2159771648], '80BB8000')]"
 recover ReportRecoverStrategy "{\"jobId\": \"$JOB_UID\", \"strategies\": [\"retry\", \"recover\"]}" >/dev/null
 wait_until 15 is signals "stopTrain globalFault changeStrategy"
 grep -q '"changeStrategy": "retry"' "$WORK/signals.json" || fail "B: changeStrategy is not retry"

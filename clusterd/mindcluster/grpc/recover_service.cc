@@ -171,6 +171,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   std::mutex work_mu;
   std::condition_variable work_cv;
   std::deque<std::function<void()>> tasks;
+  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> delayed;
   bool stopping = false;
   std::thread worker;
 
@@ -197,6 +198,16 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (worker.joinable()) worker.join();
   }
 
+  // `task` on the worker once `delay` has passed (an HCCL retry's route wait).
+  void PostAfter(std::chrono::milliseconds delay, std::function<void()> task) {
+    {
+      std::lock_guard lock(work_mu);
+      if (stopping) return;
+      delayed.emplace(std::chrono::steady_clock::now() + delay, std::move(task));
+    }
+    work_cv.notify_one();
+  }
+
   void Post(std::function<void()> task) {
     {
       std::lock_guard lock(work_mu);
@@ -210,8 +221,16 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     auto next_keepalive = std::chrono::steady_clock::now() + options.keepalive_interval;
     std::unique_lock lock(work_mu);
     while (!stopping) {
-      work_cv.wait_until(lock, next_keepalive, [this] { return stopping || !tasks.empty(); });
+      const auto until = delayed.empty() ? next_keepalive : std::min(next_keepalive, delayed.begin()->first);
+      work_cv.wait_until(lock, until, [this, until] {
+        return stopping || !tasks.empty() || (!delayed.empty() && delayed.begin()->first < until);
+      });
       if (stopping) return;
+      const auto now = std::chrono::steady_clock::now();
+      while (!delayed.empty() && delayed.begin()->first <= now) {
+        tasks.push_back(std::move(delayed.begin()->second));
+        delayed.erase(delayed.begin());
+      }
       while (!tasks.empty()) {
         auto task = std::move(tasks.front());
         tasks.pop_front();
@@ -266,21 +285,31 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (!out.signals.empty() || (!key.empty() && note != job.last_note)) {
       Coordinator* c = coordinator;
       std::weak_ptr<Core> weak = weak_from_this();
-      engine->Submit([c, key, note, id, weak, stream = job.stream, signals = std::move(out.signals)](
-                         ClusterState& s, Mutation* m) mutable -> Engine::Done {
-        if (!key.empty()) c->NoteProgress(s, key, note, m, id);
-        if (signals.empty()) return {};
-        return [weak, stream, id, signals = std::move(signals)]() mutable {
-          auto core = weak.lock();
-          if (!core || !stream) return;  // no subscriber: sent again when TaskD subscribes
-          for (auto& sig : signals) {
-            GetLogger("taskd")->info("job {}: signal {} ({}{}) to TaskD", id, sig.signaltype(), sig.uuid(),
-                                     sig.changestrategy().empty() ? "" : ", " + sig.changestrategy());
-            stream->Push(std::move(sig));
-            if (core->signals != nullptr) core->signals->Inc();
-          }
-        };
-      });
+      engine->Submit(
+          [c, key, note, id, weak, stream = job.stream, signals = std::move(out.signals),
+           delay = std::chrono::milliseconds(out.delay_ms)](ClusterState& s, Mutation* m) mutable -> Engine::Done {
+            if (!key.empty()) c->NoteProgress(s, key, note, m, id);
+            if (signals.empty()) return {};
+            return [weak, stream, id, delay, signals = std::move(signals)]() mutable {
+              auto core = weak.lock();
+              if (!core || !stream) return;  // no subscriber: sent again when TaskD subscribes
+              auto send = [weak, stream, id, signals = std::move(signals)]() mutable {
+                auto core = weak.lock();
+                if (!core) return;
+                for (auto& sig : signals) {
+                  GetLogger("taskd")->info("job {}: signal {} ({}{}) to TaskD", id, sig.signaltype(), sig.uuid(),
+                                           sig.changestrategy().empty() ? "" : ", " + sig.changestrategy());
+                  stream->Push(std::move(sig));
+                  if (core->signals != nullptr) core->signals->Inc();
+                }
+              };
+              if (delay.count() > 0) {
+                core->PostAfter(delay, std::move(send));
+              } else {
+                send();
+              }
+            };
+          });
     }
     job.last_note = note;
     if (!out.process_recover_status.empty()) {
@@ -362,6 +391,26 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     });
   }
 
+  // The faults behind a command (its recovery's triggers) by rank: their
+  // codes and levels go into reset-config, an HCCL one makes a retry's.
+  mc::RankFaults CommandFaults(const v1::Command& command, const v1::Job& job) const {
+    std::vector<v1::Fault> faults = state->Read([&](const StateView& s) {
+      std::vector<v1::Fault> out;
+      auto r = s.recoveries().find(command.recovery_id());
+      if (r == s.recoveries().end()) return out;
+      std::vector<const v1::Fault*> on_node;
+      for (const std::string& id : r->second.trigger_fault_ids()) {
+        on_node.clear();
+        s.AppendFaultsOnNode(id.substr(0, id.find('/')), &on_node);
+        for (const v1::Fault* f : on_node) {
+          if (f->id() == id) out.push_back(*f);
+        }
+      }
+      return out;
+    });
+    return mc::RankFaultsOf(job, faults);
+  }
+
   // The worker: a command of the coordinator for a subscribed job. One the
   // machine does not hold (ClusterD restarted and sends the step in flight
   // again) goes on from its stored stage.
@@ -369,6 +418,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     auto stored = ReadJob(id);
     if (!stored) return;
     const std::string stage = StoredStage(command);
+    const mc::RankFaults faults = CommandFaults(command, *stored);
     std::lock_guard lock(mu);
     auto it = jobs.find(id);
     if (it == jobs.end() || !it->second.machine) return;
@@ -378,8 +428,9 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     // (after a PAUSE, after a failed strategy), takes it as the next command
     // (TaskdJob::OnCommand).
     const bool fresh = !machine.current() && machine.phase() == mc::TaskdJob::Phase::kIdle;
-    DeliverLocked(id, it->second,
-                  fresh ? machine.Resume(command, *stored, stage) : machine.OnCommand(command, *stored));
+    DeliverLocked(
+        id, it->second,
+        fresh ? machine.Resume(command, *stored, stage, faults) : machine.OnCommand(command, *stored, faults));
   }
 
   // The worker, after a subscription attached: what the job owes an answer
@@ -387,14 +438,18 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   void OnSubscribed(const std::string& id, const SignalStream* stream, const std::vector<v1::Command>& pending) {
     auto stored = ReadJob(id);
     std::vector<std::string> stages;
+    std::vector<mc::RankFaults> faults;
     stages.reserve(pending.size());
-    for (const auto& c : pending) stages.push_back(StoredStage(c));
+    for (const auto& c : pending) {
+      stages.push_back(StoredStage(c));
+      faults.push_back(stored ? CommandFaults(c, *stored) : mc::RankFaults());
+    }
     std::lock_guard lock(mu);
     auto it = jobs.find(id);
     if (it == jobs.end() || it->second.stream.get() != stream || !stored) return;
     it->second.machine->Reset();
     for (size_t i = 0; i < pending.size(); ++i) {
-      DeliverLocked(id, it->second, it->second.machine->Resume(pending[i], *stored, stages[i]));
+      DeliverLocked(id, it->second, it->second.machine->Resume(pending[i], *stored, stages[i], faults[i]));
     }
   }
 
