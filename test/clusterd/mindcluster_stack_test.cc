@@ -501,6 +501,17 @@ TEST_F(MindClusterStackTest, AFaultARetryThroughTaskdHoldsStaysAwayFromVolcano) 
   EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "Ascend910-5");
 }
 
+TEST_F(MindClusterStackTest, TaskdsProcessFaultsAreNotTheChipsForVolcano) {
+  Start();
+  v1::Fault process = ChipFault("a", 5, "TASKD_PROCESS_FAULT", v1::FAULT_LEVEL_RESTART_BUSINESS);
+  process.set_reporter("taskd");
+  v1::Fault chip = ChipFault("a", 0, "80E18402", v1::FAULT_LEVEL_SEPARATE);
+  SetOurs("a", {Chip("a", 0), Chip("a", 5)}, {process, chip});
+  Step();
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy"), "Ascend910-0");
+  EXPECT_EQ(List(Entry("a"), ""), "Ascend910-5");
+}
+
 TEST_F(MindClusterStackTest, RefreshRewritesWithAFreshUpdateTime) {
   SetPlugin("a", Healthy(8));
   MindClusterStackOptions options;

@@ -398,13 +398,8 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       std::vector<v1::Fault> out;
       auto r = s.recoveries().find(command.recovery_id());
       if (r == s.recoveries().end()) return out;
-      std::vector<const v1::Fault*> on_node;
       for (const std::string& id : r->second.trigger_fault_ids()) {
-        on_node.clear();
-        s.AppendFaultsOnNode(id.substr(0, id.find('/')), &on_node);
-        for (const v1::Fault* f : on_node) {
-          if (f->id() == id) out.push_back(*f);
-        }
+        if (const v1::Fault* f = s.FindFault(id)) out.push_back(*f);
       }
       return out;
     });

@@ -7,6 +7,7 @@
 
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/context.h"
+#include "clusterd/mindcluster/taskd.h"
 #include "common/logging.h"
 
 namespace clusterd {
@@ -742,6 +743,9 @@ void MindClusterStack::FollowState(std::set<std::string>* dirty) {
     const std::set<std::string> held(v.held_fault_ids.begin(), v.held_fault_ids.end());
     for (const v1::Fault& f : v.active_faults) {
       if (f.reporter() == options_.reporter) continue;  // the plugin's own: already in its lists
+      // TaskD's process faults are not the chip's: the reference tells
+      // Volcano through the pods' fault-type label, never these lists.
+      if (f.reporter() == mc::kTaskdReporter) continue;
       // A step retry or in-place restart through TaskD is handling it: Volcano
       // does not see it (and delete the pods the retry keeps) unless that
       // recovery moves on to rescheduling or fails.
