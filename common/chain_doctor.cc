@@ -71,6 +71,28 @@ void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults,
   }
 }
 
+std::vector<ChainFinding> ChainReleaseBlockers(const v1::Node& node, const std::vector<const v1::Fault*>& faults) {
+  std::vector<ChainFinding> out;
+  AddChainLinks(node, /*all=*/false, &out);
+  google::protobuf::RepeatedPtrField<v1::Fault> short_allocatable;
+  for (const v1::Fault* f : faults) {
+    if (f->code() == kAllocatableCode) *short_allocatable.Add() = *f;
+  }
+  AddChainFaults(short_allocatable, &out);
+  SortChainFindings(&out);
+  return out;
+}
+
+std::string ChainBlockersText(const std::vector<ChainFinding>& blockers) {
+  std::string out;
+  for (const ChainFinding& b : blockers) {
+    if (!out.empty()) out += "; ";
+    out += "link " + b.link + " " + b.state + (b.evidence.empty() ? "" : " (" + b.evidence + ")");
+    if (!b.fix.empty()) out += ": " + b.fix;
+  }
+  return out;
+}
+
 void SortChainFindings(std::vector<ChainFinding>* found) {
   std::stable_sort(found->begin(), found->end(), [](const ChainFinding& a, const ChainFinding& b) {
     return std::tie(a.rank, a.node, a.link) < std::tie(b.rank, b.node, b.link);

@@ -30,6 +30,14 @@ struct ChainFinding {
 void AddChainLinks(const v1::Node& node, bool all, std::vector<ChainFinding>* out);
 // CHAIN_VERSION_DRIFT and NODE_ALLOCATABLE_MISMATCH among active faults.
 void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults, std::vector<ChainFinding>* out);
+// What keeps a node from going back into service (UncordonNode, the
+// automatic release of a separated chip): its broken links and a short
+// kubelet allocatable among `faults` (the node's); drift and unknown links
+// never do.
+std::vector<ChainFinding> ChainReleaseBlockers(const v1::Node& node, const std::vector<const v1::Fault*>& faults);
+// "link device_plugin BROKEN (no socket ...): <fix>; ..." for an error.
+std::string ChainBlockersText(const std::vector<ChainFinding>& blockers);
+
 // Worst first, then by node and link.
 void SortChainFindings(std::vector<ChainFinding>* found);
 // The cluster's line: "N node(s), R reporting a software chain; B with a

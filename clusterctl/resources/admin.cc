@@ -33,6 +33,7 @@ int CordonOrUncordon(Context& c, bool cordon, const std::string& rpc,
   req.set_node(c.args.positional[0]);
   req.set_actor(actor);
   req.set_reason(c.args.Get("reason"));
+  if constexpr (std::is_same_v<Req, v1::UncordonNodeRequest>) req.set_force(c.args.Has("force"));
   return CallAndPrint<Resp>(
       c, rpc, [&](ClusterClient& client, Resp* resp) { return (client.*call)(req, resp); },
       [&](const Resp& resp) {
@@ -124,7 +125,12 @@ std::vector<Command> AdminCommands() {
               Cordon,
               "  cordon NODE --reason R [--actor A]  maintenance: the node's faults are recorded but start\n"
               "                                      no recovery\n"},
-      Command{"uncordon", {}, "", kAdminFlags, Uncordon, "  uncordon NODE [--reason R] [--actor A]\n"},
+      Command{"uncordon",
+              {},
+              "",
+              {{"reason", 0, true, false}, {"actor", 0, true, false}, {"force", 0, false, false}},
+              Uncordon,
+              "  uncordon NODE [--reason R] [--actor A] [--force: even with a broken software chain]\n"},
       Command{"release",
               {},
               "",

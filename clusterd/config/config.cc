@@ -474,6 +474,10 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Text("chain_pool_label", CLUSTERD_FIELD(chain_pool_label), "LABEL"),
         "the node label whose value names a node's pool for the software chain's version drift (CHAIN_VERSION_DRIFT "
         "on a node whose driver or CANN version differs from its pool's majority); empty: the chip model");
+  t.Add(OneOf("release_chain_check", CLUSTERD_FIELD(release_chain_check), {"automatic", "always", "never"}, "WHEN"),
+        "a node goes back into service only with a healthy software chain (no BROKEN link, the kubelet's "
+        "allocatable NPUs not short): automatic (the release of a separated chip waits for it), always "
+        "(UncordonNode too, unless forced), never");
   t.Add(Bool("separation_enabled", CLUSTERD_FIELD(separation_enabled)),
         "separate a device whose faults keep coming back (off: nothing is counted or released by itself; devices "
         "already separated stay so until an operator releases them)");

@@ -255,6 +255,11 @@ struct ClusterdConfig {
   // The node label naming a node's pool for the software chain's version
   // drift (docs/faults.md); "": the model of the node's first device.
   std::string chain_pool_label;
+  // Whether a node goes back into service only with a healthy software
+  // chain (no BROKEN link, the kubelet's allocatable not short):
+  // "automatic" (the automatic release of a separated chip waits), "always"
+  // (UncordonNode too, unless forced), "never".
+  std::string release_chain_check = "automatic";
   uint32_t separation_threshold = 3;
   std::chrono::nanoseconds separation_window = std::chrono::hours(24);
   std::chrono::nanoseconds separation_release_after = std::chrono::hours(48);

@@ -50,10 +50,12 @@ void SeparationTracker::Observe(const ChipRef& chip, const std::string& code, co
 void SeparationTracker::StillFaulty(const ChipRef& chip, TimePoint now) {
   if (auto it = separated_.find(chip); it != separated_.end()) {
     it->second.last_fault = std::max(it->second.last_fault, now);
+    it->second.recheck = TimePoint{};
   }
 }
 
-std::vector<SeparationTracker::Change> SeparationTracker::Advance(TimePoint now, std::set<ChipRef>* recounted) {
+std::vector<SeparationTracker::Change> SeparationTracker::Advance(
+    TimePoint now, std::set<ChipRef>* recounted, const std::function<bool(const ChipRef&)>& may_release) {
   std::vector<Change> changes;
   if (!policy_.enabled) return changes;
   // Settle: an occurrence whose settle time passed is counted, unless its
@@ -109,7 +111,15 @@ std::vector<SeparationTracker::Change> SeparationTracker::Advance(TimePoint now,
   // Release: fault-free for release_after.
   if (policy_.release_after) {
     for (auto it = separated_.begin(); it != separated_.end();) {
-      if (now - it->second.last_fault >= *policy_.release_after) {
+      if (now - it->second.last_fault >= *policy_.release_after && now >= it->second.recheck) {
+        if (may_release && !may_release(it->first)) {
+          if (it->second.recheck == TimePoint{}) {
+            changes.push_back(Change{it->first, false, "fault-free for " + Hours(*policy_.release_after), true});
+          }
+          it->second.recheck = now + kReleaseRecheck;
+          ++it;
+          continue;
+        }
         changes.push_back(Change{it->first, false, "fault-free for " + Hours(*policy_.release_after)});
         it = separated_.erase(it);
       } else {
@@ -136,7 +146,8 @@ TimePoint SeparationTracker::NextDue() const {
     for (TimePoint t : times) due = std::min(due, t + policy_.window + std::chrono::nanoseconds(1));
   }
   if (policy_.release_after) {
-    for (const auto& [chip, s] : separated_) due = std::min(due, s.last_fault + *policy_.release_after);
+    for (const auto& [chip, s] : separated_)
+      due = std::min(due, std::max(s.last_fault + *policy_.release_after, s.recheck));
   }
   return due;
 }

@@ -63,14 +63,20 @@ class SeparationTracker {
 
   struct Change {
     ChipRef chip;
-    bool separated = false;  // false: released
+    bool separated = false;  // false: released (or, with deferred, its release waits)
     std::string reason;
+    bool deferred = false;  // due, but may_release said no (once per wait)
   };
+  // How often a release that `may_release` refused is asked again.
+  static constexpr std::chrono::seconds kReleaseRecheck{60};
   // Settles what waited long enough, separates chips at the threshold and
-  // releases those fault-free for release_after. Time only moves forward.
-  // `recounted`: the chips whose counted occurrences changed (counted, or
-  // out of the window), whose records the caller keeps.
-  std::vector<Change> Advance(TimePoint now, std::set<ChipRef>* recounted = nullptr);
+  // releases those fault-free for release_after for which `may_release`
+  // (when given) agrees; the others stay separated and are asked again
+  // every kReleaseRecheck. Time only moves forward. `recounted`: the chips
+  // whose counted occurrences changed (counted, or out of the window),
+  // whose records the caller keeps.
+  std::vector<Change> Advance(TimePoint now, std::set<ChipRef>* recounted = nullptr,
+                              const std::function<bool(const ChipRef&)>& may_release = nullptr);
   // When Advance next has something to do: an occurrence to settle, a count
   // leaving the window, a release; TimePoint::max() when nothing.
   TimePoint NextDue() const;
@@ -106,6 +112,7 @@ class SeparationTracker {
   struct Separation {
     TimePoint since;
     TimePoint last_fault;
+    TimePoint recheck{};  // a refused release is asked again then
   };
   const SeparationPolicy policy_;
   std::vector<Pending> pending_;                       // waiting for their settle time, in the order observed

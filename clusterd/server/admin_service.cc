@@ -21,6 +21,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerCon
                                                          v1::UncordonNodeResponse* resp) {
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.AdminService/UncordonNode", req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
+                                    if (!req->force()) {
+                                      CLUSTERD_RETURN_IF_ERROR(state.ChainAllowsRelease(req->node(), false));
+                                    }
                                     auto node = state.ApplyCordon(req->node(), false, who.actor(), req->reason(), m);
                                     if (!node.ok()) return node.status();
                                     *resp->mutable_node() = std::move(*node);

@@ -218,6 +218,9 @@ Status ClusterdServer::Impl::OpenState() {
   CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(separation));
   state->set_separation_policy(separation);
   state->set_chain_pool_label(cfg.chain_pool_label);
+  state->set_release_chain_check(cfg.release_chain_check == "always"  ? ClusterState::ReleaseChainCheck::kAlways
+                                 : cfg.release_chain_check == "never" ? ClusterState::ReleaseChainCheck::kNever
+                                                                      : ClusterState::ReleaseChainCheck::kAutomatic);
   CLUSTERD_RETURN_IF_ERROR(state->Load());
   hub = std::make_unique<WatchHub>(store.get(), cfg.watch_cache_events);
   hub->Init(state->revision());

@@ -31,6 +31,7 @@ struct DriftFinding {
   std::string expected;  // the pool's majority
   size_t agree = 0;      // nodes of the pool that run `expected`
   size_t known = 0;      // nodes of the pool that report a version of the link
+  bool tie = false;      // no majority (a job's nodes only): every version is odd
   std::string Message() const;
 };
 
@@ -38,5 +39,12 @@ struct DriftFinding {
 // by node then link. A pool with fewer than kChainDriftMinNodes known
 // versions of a link, or without a strict majority, yields none for it.
 std::vector<DriftFinding> FindChainDrift(const std::vector<NodeVersions>& nodes);
+
+// The nodes of one job (`nodes`: their versions, any pool) whose versions
+// differ from each other: those off the job's strict majority, or, with no
+// majority, every node (tie: e.g. two nodes on two driver versions). The
+// pool is "job <id>". At most kChainJobDriftMax findings per job.
+inline constexpr size_t kChainJobDriftMax = 256;
+std::vector<DriftFinding> FindJobChainDrift(const std::string& job, const std::vector<const NodeVersions*>& nodes);
 
 }  // namespace clusterd

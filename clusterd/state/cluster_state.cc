@@ -6,6 +6,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "clusterd/state/chain_drift.h"
+#include "common/chain_doctor.h"
 #include "clusterd/storage/key_codec.h"
 #include "common/levels.h"
 #include "common/logging.h"
@@ -200,8 +201,15 @@ TimePoint ClusterState::AdvanceSeparations(TimePoint now, Mutation* m) {
     if (dit != n->devices.end() && dit->second.active_faults() > 0) separations_->StillFaulty(chip, now);
   }
   std::set<recovery::ChipRef> recounted;
-  const std::vector<recovery::SeparationTracker::Change> changes = separations_->Advance(now, &recounted);
+  // The release waits for a healthy software chain (release_chain_check).
+  auto may_release = [this](const recovery::ChipRef& chip) { return ChainAllowsRelease(chip.node, true).ok(); };
+  const std::vector<recovery::SeparationTracker::Change> changes = separations_->Advance(now, &recounted, may_release);
   for (const auto& change : changes) {
+    if (change.deferred) {
+      GetLogger("state")->warn("node {} device {}: release ({}) waits: {}", change.chip.node, change.chip.device,
+                               change.reason, ChainAllowsRelease(change.chip.node, true).message());
+      continue;
+    }
     recounted.erase(change.chip);
     NodeState* n = nodes_.Find(change.chip.node);
     if (!n) continue;
@@ -216,6 +224,21 @@ TimePoint ClusterState::AdvanceSeparations(TimePoint now, Mutation* m) {
   }
   separation_due_ = separations_->NextDue();
   return separation_due_;
+}
+
+Status ClusterState::ChainAllowsRelease(const std::string& node, bool automatic) const {
+  if (release_chain_check_ == ReleaseChainCheck::kNever) return Status::Ok();
+  if (!automatic && release_chain_check_ != ReleaseChainCheck::kAlways) return Status::Ok();
+  const NodeState* n = nodes_.Find(node);
+  if (n == nullptr) return Status::Ok();  // the caller's own NotFound
+  std::vector<const v1::Fault*> faults;
+  AppendFaultsOnNode(node, &faults);
+  std::erase_if(faults, [](const v1::Fault* f) { return f->state() != v1::FAULT_STATE_ACTIVE; });
+  const std::vector<ChainFinding> blockers = ChainReleaseBlockers(n->record.node(), faults);
+  if (blockers.empty()) return Status::Ok();
+  return FailedPrecondition("node " + node +
+                            "'s accelerator software chain is not healthy: " + ChainBlockersText(blockers) +
+                            (automatic ? "" : " (release_chain_check is always; force to return it anyway)"));
 }
 
 TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
@@ -235,7 +258,6 @@ TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
     } else if (node.inventory().devices_size() > 0) {
       v.pool = node.inventory().devices(0).model();
     }
-    if (v.pool.empty()) continue;
     for (const auto& l : node.inventory().chain()) {
       if ((l.name() == "driver" || l.name() == "cann") && l.state() == v1::CHAIN_LINK_STATE_OK &&
           !l.version().empty()) {
@@ -245,9 +267,32 @@ TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
     if (!v.versions.empty()) nodes.push_back(std::move(v));
   }
   std::map<std::pair<std::string, std::string>, DriftFinding> want;  // (node, external id)
-  for (DriftFinding& f : FindChainDrift(nodes)) {
-    std::string id = f.node + "/" + f.link;
-    want.emplace(std::make_pair(f.node, std::move(id)), std::move(f));
+  {
+    std::vector<NodeVersions> pooled;
+    for (const NodeVersions& v : nodes) {
+      if (!v.pool.empty()) pooled.push_back(v);
+    }
+    for (DriftFinding& f : FindChainDrift(pooled)) {
+      std::string id = f.node + "/" + f.link;
+      want.emplace(std::make_pair(f.node, std::move(id)), std::move(f));
+    }
+  }
+  // The nodes of one job that run different versions from each other
+  // (external id "<node>/<link>@<job>").
+  std::map<std::string, const NodeVersions*> by_name;
+  for (const NodeVersions& v : nodes) by_name.emplace(v.node, &v);
+  for (const auto& [id, job] : jobs_.all()) {
+    std::set<std::string> seen;
+    std::vector<const NodeVersions*> of_job;
+    for (const auto& p : job.placement()) {
+      if (!seen.insert(p.node()).second) continue;
+      if (auto it = by_name.find(p.node()); it != by_name.end()) of_job.push_back(it->second);
+    }
+    if (of_job.size() < 2) continue;
+    for (DriftFinding& f : FindJobChainDrift(id, of_job)) {
+      std::string fid = f.node + "/" + f.link + "@" + id;
+      want.emplace(std::make_pair(f.node, std::move(fid)), std::move(f));
+    }
   }
   auto report = [&](const std::string& node, const std::string& id, v1::TransitionAction action,
                     const std::string& message) {
@@ -700,16 +745,19 @@ StatusOr<v1::AdminState> ClusterState::ApplySetRecoveryMode(const v1::SetRecover
 StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& job, Mutation* m, const std::string& source) {
   auto stored = jobs_.Create(job, source, m);
   if (!stored.ok()) return stored.status();
+  chain_dirty_ = true;  // its nodes' versions are compared
   return WithImpacts(*stored);
 }
 
 StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& job, Mutation* m, const std::string& source) {
   auto stored = jobs_.Update(job, source, m);
   if (!stored.ok()) return stored.status();
+  chain_dirty_ = true;
   return WithImpacts(*stored);
 }
 
 StatusOr<uint64_t> ClusterState::ApplyDeleteJob(const std::string& id, Mutation* m, const std::string& source) {
+  chain_dirty_ = true;
   return jobs_.Delete(id, source, m);
 }
 

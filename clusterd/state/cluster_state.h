@@ -83,6 +83,14 @@ class ClusterState : public StateView {
   // The node label that names a node's pool for the software chain's drift
   // (chain_drift.h); "" (the default): the model of the node's first device.
   void set_chain_pool_label(std::string label) { chain_pool_label_ = std::move(label); }
+  // When a node's software chain must be healthy before it goes back into
+  // service (config release_chain_check).
+  enum class ReleaseChainCheck { kNever, kAutomatic, kAlways };
+  void set_release_chain_check(ReleaseChainCheck mode) { release_chain_check_ = mode; }
+  // OK, or FAILED_PRECONDITION naming the node's broken links and their
+  // fixes, when the mode asks for the check: an automatic release, or
+  // (kAlways) an operator's.
+  Status ChainAllowsRelease(const std::string& node, bool automatic) const;
 
   // ---- writer thread, mutex held exclusively ----
   StatusOr<v1::Welcome> ApplyHello(const Validated<v1::Hello>& hello, uint64_t session, Mutation* m);
@@ -227,6 +235,7 @@ class ClusterState : public StateView {
   // When AdvanceSeparations next has work, unless a fault changes it first.
   TimePoint separation_due_ = TimePoint::min();
   std::string chain_pool_label_;
+  ReleaseChainCheck release_chain_check_ = ReleaseChainCheck::kAutomatic;
   bool chain_dirty_ = true;  // a chain changed since the last drift pass (and at start)
   TimePoint chain_due_ = TimePoint::min();
   mutable std::shared_mutex mu_;

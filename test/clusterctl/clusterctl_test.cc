@@ -1522,5 +1522,33 @@ TEST_F(ClusterctlTest, DoctorNamesBrokenLinksAndDriftWithTheirFixes) {
   for (auto& a : more) a->Close();
 }
 
+// uncordon with release_chain_check always: refused while the node's
+// device plugin is not registered, naming the link and its fix; --force
+// returns it anyway.
+TEST_F(ClusterctlTest, UncordonWaitsForAHealthyChainUnlessForced) {
+  StartServer([](clusterd::ClusterdConfig& c) { c.release_chain_check = "always"; });
+  TestAgent npu(channel_, "npu9", 1, 2);
+  clusterd::v1::Hello hello = npu.MakeHello();
+  auto* plugin = hello.mutable_inventory()->add_chain();
+  plugin->set_name("device_plugin");
+  plugin->set_state(clusterd::v1::CHAIN_LINK_STATE_BROKEN);
+  plugin->set_evidence("no Ascend device plugin socket next to kubelet.sock");
+  plugin->set_code("NODE_CHAIN_DEVICE_PLUGIN_NOT_REGISTERED");
+  ASSERT_TRUE(npu.Connect(&hello));
+  ASSERT_EQ(Run({"cordon", "npu9", "--reason", "driver upgrade"}).code, 0);
+  Result r = Run({"uncordon", "npu9"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("link device_plugin BROKEN (no Ascend device plugin socket next to kubelet.sock)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("start the Ascend device plugin"), std::string::npos) << r.err;
+  r = Run({"get", "node", "npu9", "-o", "json"});
+  EXPECT_NE(r.out.find("\"cordoned\": true"), std::string::npos) << r.out;
+  r = Run({"uncordon", "npu9", "--force", "--reason", "plugin checked by hand"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("node npu9 uncordoned"), std::string::npos) << r.out;
+  npu.Close();
+}
+
 }  // namespace
 }  // namespace clusterctl

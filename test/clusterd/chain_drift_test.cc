@@ -20,6 +20,28 @@ std::vector<std::string> Named(const std::vector<DriftFinding>& found) {
   return out;
 }
 
+TEST(ChainDrift, AJobSpanningTwoVersions) {
+  const NodeVersions a = N("a", "910B3", "24.1.rc3", "8.0.RC3"), b = N("b", "910B3", "24.1.rc3", "8.0.RC3"),
+                     c = N("c", "910B3", "24.1.rc2", "8.0.RC3"), d = N("d", "910B4", "24.1.rc2");
+  // Three nodes: the odd one, against the job's majority (pools do not matter).
+  auto found = FindJobChainDrift("train-1", {&a, &b, &c});
+  EXPECT_EQ(Named(found), (std::vector<std::string>{"c/driver:24.1.rc2!=24.1.rc3"}));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].Message(), "driver 24.1.rc2 where 2 of 3 nodes of job train-1 run 24.1.rc3");
+  // Two nodes on two versions: no majority, both are named.
+  found = FindJobChainDrift("train-2", {&a, &d});
+  EXPECT_EQ(Named(found), (std::vector<std::string>{"a/driver:24.1.rc3!=24.1.rc2", "d/driver:24.1.rc2!=24.1.rc3"}));
+  EXPECT_EQ(found[0].Message(), "driver 24.1.rc3 while other nodes of job train-2 run 24.1.rc2 (no majority among 2)");
+  // One version (CANN known on some nodes only): nothing.
+  EXPECT_TRUE(FindJobChainDrift("train-3", {&a, &b}).empty());
+  // Bounded per job.
+  std::vector<NodeVersions> many;
+  for (int i = 0; i < 1000; ++i) many.push_back(N("n" + std::to_string(i), "", i % 2 ? "1" : "2"));
+  std::vector<const NodeVersions*> ptrs;
+  for (const auto& n : many) ptrs.push_back(&n);
+  EXPECT_EQ(FindJobChainDrift("huge", ptrs).size(), kChainJobDriftMax);
+}
+
 TEST(ChainDrift, ThreePoolsOneOddNodeEach) {
   std::vector<NodeVersions> fleet;
   for (int i = 0; i < 5; ++i) fleet.push_back(N("a" + std::to_string(i), "910B3", "24.1.rc3", "8.0.RC3"));

@@ -111,32 +111,40 @@ TEST_F(ClusterStateTest, TheSoftwareChainIsKeptAsTheLatestHelloSaysIt) {
   EXPECT_EQ(node.node().inventory().chain(0).state(), v1::CHAIN_LINK_STATE_OK);
 }
 
-TEST_F(ClusterStateTest, ChainDriftIsRaisedOnTheOddNodeAndClearedWhenItCatchesUp) {
-  auto with_driver = [](const std::string& node, const std::string& version, const std::string& model = "910B3") {
-    v1::Hello h = MakeHello(node, 1, 2);
-    for (auto& d : *h.mutable_inventory()->mutable_devices()) d.set_model(model);
-    auto* l = h.mutable_inventory()->add_chain();
-    l->set_name("driver");
-    l->set_state(v1::CHAIN_LINK_STATE_OK);
-    l->set_version(version);
-    return h;
-  };
-  auto drift = [&] {
-    std::vector<std::string> out;
-    for (const auto& node : {"n1", "n2", "n3", "n4", "m1"}) {
-      v1::ListFaultsRequest req;
-      req.set_node(node);
-      auto r = state_->ListFaults(req);
-      EXPECT_TRUE(r.ok());
-      for (const auto& f : r->faults()) {
-        if (f.code() == kChainDriftCode && f.state() == v1::FAULT_STATE_ACTIVE) {
-          EXPECT_EQ(f.level(), v1::FAULT_LEVEL_SUB_HEALTH);
-          out.push_back(f.node() + ": " + f.message());
-        }
+// A hello whose chain has the driver at `version`, on chips of `model`.
+v1::Hello HelloWithDriver(const std::string& node, const std::string& version, const std::string& model) {
+  v1::Hello h = MakeHello(node, 1, 2);
+  for (auto& d : *h.mutable_inventory()->mutable_devices()) d.set_model(model);
+  auto* l = h.mutable_inventory()->add_chain();
+  l->set_name("driver");
+  l->set_state(v1::CHAIN_LINK_STATE_OK);
+  l->set_version(version);
+  return h;
+}
+
+// The active CHAIN_VERSION_DRIFT faults on `nodes`: "<node or external id>: <message>".
+std::vector<std::string> ActiveDrift(const ClusterState& state, const std::vector<std::string>& nodes, bool ids) {
+  std::vector<std::string> out;
+  for (const auto& node : nodes) {
+    v1::ListFaultsRequest req;
+    req.set_node(node);
+    auto r = state.ListFaults(req);
+    EXPECT_TRUE(r.ok());
+    for (const auto& f : r->faults()) {
+      if (f.code() == kChainDriftCode && f.state() == v1::FAULT_STATE_ACTIVE) {
+        EXPECT_EQ(f.level(), v1::FAULT_LEVEL_SUB_HEALTH);
+        out.push_back((ids ? f.external_id() : f.node()) + ": " + f.message());
       }
     }
-    return out;
+  }
+  return out;
+}
+
+TEST_F(ClusterStateTest, ChainDriftIsRaisedOnTheOddNodeAndClearedWhenItCatchesUp) {
+  auto with_driver = [](const std::string& node, const std::string& version, const std::string& model = "910B3") {
+    return HelloWithDriver(node, version, model);
   };
+  auto drift = [&] { return ActiveDrift(*state_, {"n1", "n2", "n3", "n4", "m1"}, /*ids=*/false); };
   auto advance = [&] {
     clock_.Advance(std::chrono::seconds(2));
     Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
@@ -1008,6 +1016,77 @@ TEST_F(ClusterStateTest, SeparationPolicySeparatesKeepsAcrossRestartAndReleases)
   EXPECT_EQ(events_[0].type(), v1::EVENT_TYPE_DEVICE_RELEASED);
   EXPECT_EQ(events_[0].reason(), "fault-free for 48h");
   EXPECT_EQ(advance(), TimePoint::max());
+}
+
+// The nodes of one job on different driver versions (each alone in its
+// pool, so no pool drift): both named, as the job's; cleared with the job.
+TEST_F(ClusterStateTest, ChainDriftBetweenTheNodesOfOneJob) {
+  const auto& with_driver = HelloWithDriver;
+  Hello(with_driver("g1", "24.1.rc3", "910B3"));
+  Hello(with_driver("g2", "24.1.rc2", "910B4"));
+  auto advance = [&] {
+    clock_.Advance(std::chrono::seconds(2));
+    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+  };
+  auto drift = [&] { return ActiveDrift(*state_, {"g1", "g2"}, /*ids=*/true); };
+  advance();
+  EXPECT_TRUE(drift().empty());
+  ASSERT_TRUE(Commit([&](Mutation* m) {
+                return state_->ApplyCreateJob(MakeJob("llm", {{"g1", 0}, {"g1", 1}, {"g2", 0}}), m);
+              }).ok());
+  advance();
+  EXPECT_EQ(drift(),
+            (std::vector<std::string>{
+                "g1/driver@llm: driver 24.1.rc3 while other nodes of job llm run 24.1.rc2 (no majority among 2)",
+                "g2/driver@llm: driver 24.1.rc2 while other nodes of job llm run 24.1.rc3 (no majority among 2)"}));
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyDeleteJob("llm", m); }).ok());
+  advance();
+  EXPECT_TRUE(drift().empty());
+}
+
+// A node goes back into service only with a healthy software chain
+// (release_chain_check): the automatic release of a separated chip waits
+// while a link is BROKEN; an operator's UncordonNode is refused only with
+// "always" (AdminService checks ChainAllowsRelease unless forced).
+TEST_F(ClusterStateTest, AReleaseWaitsForAHealthySoftwareChain) {
+  v1::Hello h = MakeHello("worker01", 1);
+  auto* link = h.mutable_inventory()->add_chain();
+  link->set_name("device_plugin");
+  link->set_state(v1::CHAIN_LINK_STATE_BROKEN);
+  link->set_evidence("no socket under /var/lib/kubelet/device-plugins");
+  link->set_code("NODE_CHAIN_DEVICE_PLUGIN_NOT_REGISTERED");
+  Hello(h);
+  EXPECT_TRUE(state_->ChainAllowsRelease("worker01", false).ok()) << "automatic: an operator decides";
+  Status st = state_->ChainAllowsRelease("worker01", true);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("link device_plugin BROKEN (no socket under /var/lib/kubelet/device-plugins)"),
+            std::string::npos)
+      << st.message();
+  state_->set_release_chain_check(ClusterState::ReleaseChainCheck::kAlways);
+  EXPECT_NE(state_->ChainAllowsRelease("worker01", false).message().find("force"), std::string::npos);
+  state_->set_release_chain_check(ClusterState::ReleaseChainCheck::kNever);
+  EXPECT_TRUE(state_->ChainAllowsRelease("worker01", true).ok());
+  state_->set_release_chain_check(ClusterState::ReleaseChainCheck::kAutomatic);
+
+  uint64_t seq = 0;
+  auto advance = [&] { return Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); }); };
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, true, 0, "80E01801")).ok());
+    ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, false, 0, "80E01801")).ok());
+    clock_.Advance(31s);
+    advance();
+  }
+  ASSERT_TRUE(Node("worker01").devices(0).separated());
+  clock_.Advance(49h);
+  EXPECT_EQ(advance(), clock_.Now() + 60s);  // asked again in a minute
+  EXPECT_TRUE(Node("worker01").devices(0).separated()) << "released onto a broken chain";
+  // The device plugin registered; the agent's next hello says so.
+  link->set_state(v1::CHAIN_LINK_STATE_OK);
+  link->clear_code();
+  Hello(h, 2);
+  clock_.Advance(60s);
+  advance();
+  EXPECT_FALSE(Node("worker01").devices(0).separated());
 }
 
 TEST_F(ClusterStateTest, OperatorReleasesASeparatedDevice) {

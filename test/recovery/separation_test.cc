@@ -97,6 +97,36 @@ TEST(Separation, ReleasedWhenFaultFreeLongEnoughOrByAnOperator) {
   EXPECT_TRUE(forever.Separated(kChip));
 }
 
+TEST(Separation, AReleaseTheCallerRefusesWaitsAndIsAskedAgain) {
+  SeparationPolicy p;
+  p.threshold = 1;
+  SeparationTracker t{p};
+  t.Observe(kChip, "A", "", kT0);
+  ASSERT_EQ(t.Advance(kT0 + minutes(1)).size(), 1u);
+  bool healthy = false;
+  int asked = 0;
+  auto may = [&](const ChipRef& c) {
+    EXPECT_EQ(c, kChip);
+    ++asked;
+    return healthy;
+  };
+  auto waits = t.Advance(kT0 + hours(49), nullptr, may);
+  ASSERT_EQ(waits.size(), 1u);  // said once
+  EXPECT_TRUE(waits[0].deferred);
+  EXPECT_FALSE(waits[0].separated);
+  EXPECT_TRUE(t.Separated(kChip));
+  EXPECT_EQ(t.NextDue(), kT0 + hours(49) + SeparationTracker::kReleaseRecheck);
+  EXPECT_TRUE(t.Advance(kT0 + hours(49) + seconds(30), nullptr, may).empty());
+  EXPECT_EQ(asked, 1);                                                          // not before the recheck
+  EXPECT_TRUE(t.Advance(kT0 + hours(49) + seconds(60), nullptr, may).empty());  // asked, still no: quiet
+  EXPECT_EQ(asked, 2);
+  healthy = true;
+  auto released = t.Advance(kT0 + hours(49) + seconds(120), nullptr, may);
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_FALSE(released[0].deferred);
+  EXPECT_FALSE(t.Separated(kChip));
+}
+
 TEST(Separation, DisabledCountsNothing) {
   SeparationPolicy p;
   p.enabled = false;
