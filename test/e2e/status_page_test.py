@@ -62,6 +62,14 @@ def main():
         # A marker that only survives if the page is never reloaded.
         js("window.__statusPageMarker = 'loaded-once'")
         wait_for("16 cells", lambda: js("return window.clusterdStatus.cellCount()") == 16)
+        # The software chain panel: worker02's device plugin is not registered.
+        wait_for("worker02's device_plugin BROKEN in the chain panel", lambda: {"node": "worker02",
+                 "link": "device_plugin", "state": "BROKEN"} in js("return window.clusterdStatus.chainRows()"))
+        broken = [row for row in driver.find_elements(By.CSS_SELECTOR, "#chain tr") if "device_plugin" in row.text]
+        assert broken and "worker02" in broken[0].text, [r.text for r in broken]
+        state_cell = broken[0].find_element(By.CSS_SELECTOR, "td.chain-state")
+        assert "h-UNHEALTHY" in state_cell.get_attribute("class"), state_cell.get_attribute("class")
+        assert "device plugin" in broken[0].text, broken[0].text  # the fix, in one line
         health0 = js("return window.clusterdStatus.cellHealth(arguments[0], arguments[1])", args.node, args.device)
         assert health0 == "HEALTHY", f"cell {args.node}/{args.device} starts {health0}"
         rev0 = int(js("return window.clusterdStatus.revision()"))
@@ -111,6 +119,15 @@ def main():
         wait_for(f"{other}'s cells marked cordoned", lambda: all(
             js("return window.clusterdStatus.cellMarked(arguments[0], arguments[1])", other, d) for d in range(8)))
         shot("5-paused-cordoned")
+
+        # worker02's detail pane: every link of its chain, coloured.
+        js("window.clusterdStatus.openNode('worker02')")
+        wait_for("worker02's chain in the detail pane", lambda: "Software chain" in driver.find_element(By.ID, "detailBody").text
+                 and "device_plugin" in driver.find_element(By.ID, "detailBody").text)
+        states = {td.text: td.get_attribute("class") for td in driver.find_elements(By.CSS_SELECTOR, "#detailBody td.chain-state")}
+        assert "h-UNHEALTHY" in states.get("BROKEN", ""), states
+        assert "h-HEALTHY" in states.get("ok", ""), states  # the driver and its device files
+        shot("6-chain")
 
         # All of it without a reload: the marker, one navigation, one state load.
         assert js("return window.__statusPageMarker") == "loaded-once", "the page was reloaded"

@@ -5,7 +5,9 @@
 # agent. test/e2e/status_page_test.py loads the page, injects a fault and
 # follows it, without reloading, until the recovery SUCCEEDED, then pauses
 # recovery and cordons a node with clusterctl and waits for the banner and the
-# mark. Screenshots go to ${ARTIFACT_DIR:-build/test-artifacts/status-page}/.
+# mark; worker02 reads a host tree (--root) whose kubelet has no Ascend device
+# plugin registered: the "Software chain" panel and worker02's detail pane
+# show that link BROKEN, coloured. Screenshots go to ${ARTIFACT_DIR:-build/test-artifacts/status-page}/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
@@ -46,7 +48,16 @@ if ((${#missing[@]})); then
   exit 0
 fi
 
-for n in worker01 worker02; do start_sim_noded "$n"; done
+# worker02's host: the driver installed and loaded, a kubelet, no Ascend device plugin.
+CHAIN=$WORK/chain-root
+mkdir -p "$CHAIN/usr/local/Ascend/driver" "$CHAIN/dev" "$CHAIN/var/lib/kubelet/device-plugins"
+printf 'Version=24.1.rc3\n' >"$CHAIN/usr/local/Ascend/driver/version.info"
+for f in null davinci_manager davinci0 davinci1 davinci2 davinci3 davinci4 davinci5 davinci6 davinci7; do
+  : >"$CHAIN/dev/$f"
+done
+: >"$CHAIN/var/lib/kubelet/device-plugins/kubelet.sock"
+start_sim_noded worker01
+start_sim_noded worker02 --root "$CHAIN" --mounts-file /proc/mounts
 connected() {
   curl -sf "http://127.0.0.1:$HTTP_PORT/api/v1/summary" |
     python3 -c 'import json,sys; sys.exit(0 if int(json.load(sys.stdin).get("connectedAgents", 0)) == 2 else 1)'
