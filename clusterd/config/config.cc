@@ -632,6 +632,10 @@ std::vector<ConfigKey> MakeTable() {
         "delete the pod when its eviction keeps being refused", "kubernetes.deleteFallback");
   t.Add(Dur("k8s_condition_interval", CLUSTERD_FIELD(k8s.condition_interval), std::chrono::milliseconds(100)),
         "how often Node conditions are compared with ClusterD's health and written", kNoChartValue);
+  t.Add(Dur("k8s_allocatable_hold", CLUSTERD_FIELD(k8s.allocatable_hold), std::chrono::seconds(1)),
+        "how long a Node's allocatable NPUs must stay below the chips NodeD sees usable before "
+        "NODE_ALLOCATABLE_MISMATCH (a device plugin restarting is not a fault)",
+        kNoChartValue);
   t.Add(List("k8s_dra_drivers", CLUSTERD_FIELD(k8s.dra_drivers), "DRA driver names, comma-separated",
              [](const std::string&) { return Status::Ok(); }),
         "DRA device taints: only these drivers' ResourceSlices name devices (default: every driver)", kNoChartValue);

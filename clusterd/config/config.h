@@ -113,6 +113,9 @@ struct ClusterdConfig {
     bool delete_fallback = false;
     // How often the Node conditions are compared with ClusterD's health.
     std::chrono::nanoseconds condition_interval = std::chrono::seconds(5);
+    // How long the kubelet's allocatable NPUs must stay below the chips
+    // NodeD sees usable before NODE_ALLOCATABLE_MISMATCH is raised.
+    std::chrono::nanoseconds allocatable_hold = std::chrono::seconds(60);
     // DRA device taints: which ResourceSlice device is ClusterD's device id
     // (k8s::DraMatch): the drivers counted (empty: all), an int attribute
     // that is the id, else names with "{id}" in them.

@@ -445,13 +445,14 @@ void KubernetesIntegration::CheckAllocatable(const v1::Node& node, const json& o
   for (const auto& d : node.inventory().devices()) {
     std::string vendor = d.vendor();
     std::transform(vendor.begin(), vendor.end(), vendor.begin(), [](unsigned char c) { return std::tolower(c); });
-    chips += vendor == "huawei";
+    // Ascend chips, and the sim backend's simulated ones (noded --accelerator sim: demo, tests).
+    chips += vendor == "huawei" || vendor == "sim";
   }
   const uint32_t usable = chips > unusable ? chips - unusable : 0;
   const auto alloc = k8s::ParseAcceleratorAllocatable(obj);
   // Judged only where NodeD reports Ascend chips and an Ascend device plugin
   // registered a resource on the Node (its capacity); fewer allocatable than
-  // usable, for kAllocatableHold, is the fault.
+  // usable, for k8s_allocatable_hold, is the fault.
   const bool short_of = chips > 0 && alloc && alloc->allocatable < usable;
   // What ClusterD holds (a fault raised before a restart included).
   const bool raised = std::any_of(faults.begin(), faults.end(), [](const v1::Fault& f) {
@@ -479,7 +480,7 @@ void KubernetesIntegration::CheckAllocatable(const v1::Node& node, const json& o
     return;
   }
   const TimePoint since = mismatch_since_.try_emplace(name, now).first->second;
-  if (now - since < kAllocatableHold || raised) return;
+  if (now - since < ctx_->settings().allocatable_hold || raised) return;
   report(v1::TRANSITION_ACTION_RAISE, "NodeD sees " + std::to_string(usable) + " usable NPU(s) (" +
                                           std::to_string(chips) + " in all) while the kubelet offers " +
                                           std::to_string(alloc->allocatable) + " " + alloc->resource + " (capacity " +

@@ -70,13 +70,12 @@ class KubernetesIntegration final : public Integration {
   void SyncNode(const v1::Node& node, nlohmann::json obj, TimePoint now, int64_t grace_s);
   void Unisolate(const std::string& name, const nlohmann::json& obj);
   // NODE_ALLOCATABLE_MISMATCH: the Node's allocatable Ascend resource below
-  // the chips NodeD sees usable (all but `unusable`) for kAllocatableHold.
+  // the chips NodeD sees usable (all but `unusable`) for k8s_allocatable_hold.
   // `faults`: the node's active faults (read when it has any).
   void CheckAllocatable(const v1::Node& node, const nlohmann::json& obj, uint32_t unusable,
                         const std::vector<v1::Fault>& faults, TimePoint now);
   // A device plugin restarting, or a chip fault the plugin and NodeD see a
   // moment apart, is not a mismatch.
-  static constexpr std::chrono::seconds kAllocatableHold{60};
   // The DeviceTaintRules isolate_device wrote, by node, into dra_rules_
   // (none when DRA is not served or the rules cannot be listed).
   void ListDeviceTaintRules(TimePoint now);
