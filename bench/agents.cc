@@ -24,6 +24,15 @@ void SetDevicesPerNode(int n) { devices_per_node = n; }
 const char* DeviceModel() { return device_model.load(std::memory_order_relaxed); }
 void SetDeviceModel(const char* model) { device_model = model; }
 
+namespace {
+std::function<void(v1::Hello*)>& HelloEdit() {
+  static std::function<void(v1::Hello*)> edit;
+  return edit;
+}
+}  // namespace
+
+void SetHelloEdit(std::function<void(v1::Hello*)> edit) { HelloEdit() = std::move(edit); }
+
 v1::ConnectRequest MakeHello(const std::string& node) {
   v1::ConnectRequest req;
   auto* h = req.mutable_hello();
@@ -37,6 +46,7 @@ v1::ConnectRequest MakeHello(const std::string& node) {
     d->set_vendor("huawei");
     d->set_model(DeviceModel());
   }
+  if (HelloEdit()) HelloEdit()(h);
   return req;
 }
 

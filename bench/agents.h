@@ -38,8 +38,12 @@ void SetDevicesPerNode(int n);
 const char* DeviceModel();
 void SetDeviceModel(const char* model);
 
+// An edit of every Hello MakeHello builds (scenario 15: each node's software
+// chain); nullptr: none. Set it only while no AgentPool or DriveAgents runs.
+void SetHelloEdit(std::function<void(v1::Hello*)> edit);
+
 // Hello of node `node` with DevicesPerNode() accelerators of DeviceModel(),
-// epoch kEpoch.
+// epoch kEpoch, then the HelloEdit.
 v1::ConnectRequest MakeHello(const std::string& node);
 // A transition (epoch kEpoch, `seq`) timestamped now.
 void FillFault(uint64_t seq, v1::TransitionAction action, uint32_t device, const std::string& code,

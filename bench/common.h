@@ -75,6 +75,8 @@ struct Options {
   int stack_chunk_kib = 0;  // clusterd's mindcluster_cluster_info_chunk_bytes / 1024; 0: its default
   // Scenario 14.
   int taskd_samples = 50;
+  // Scenario 15.
+  int doctor_nodes = 16000;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };

@@ -37,6 +37,7 @@
 #include "scenarios.h"
 #include "sink.h"
 #include "stack.h"
+#include "doctor.h"
 #include "taskd.h"
 
 namespace clusterd::bench {
@@ -279,7 +280,8 @@ int Run(const Options& o) {
                     {"stack_churn_nodes", o.stack_churn_nodes},
                     {"stack_churn_s", o.stack_churn_s},
                     {"stack_chunk_kib", o.stack_chunk_kib},
-                    {"taskd_samples", o.taskd_samples}};
+                    {"taskd_samples", o.taskd_samples},
+                    {"doctor_nodes", o.doctor_nodes}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -292,6 +294,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(12)) err = RunLargestJobs(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(13)) err = RunStack(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(14)) err = RunTaskd(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(15)) err = RunDoctor(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";
