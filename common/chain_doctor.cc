@@ -45,6 +45,16 @@ std::string_view ChainFix(std::string_view code) {
   if (code == kDriftCode) {
     return "upgrade or roll back the node to its pool's version, or label it into the pool it belongs to";
   }
+  if (code == "no-node-offers") {
+    return "ask for the resource name the device plugin registers (kubectl describe node: Allocatable), or deploy the "
+           "plugin that registers this one";
+  }
+  if (code == "too-few") {
+    return "ask for at most what one node offers per pod, or find the chips the device plugin left out";
+  }
+  if (code == "taints") {
+    return "tolerate the taint in the pod's spec, or remove it from the nodes (clusterctl uncordon for ClusterD's own)";
+  }
   return {};
 }
 
@@ -99,11 +109,28 @@ void SortChainFindings(std::vector<ChainFinding>* found) {
   });
 }
 
+void AddSchedulingFindings(const google::protobuf::RepeatedPtrField<v1::SchedulingFinding>& findings,
+                           std::vector<ChainFinding>* out) {
+  for (const auto& f : findings) {
+    out->push_back(ChainFinding{0, "pod " + f.pod_namespace() + "/" + f.pod(), "scheduler", "PENDING",
+                                std::to_string(f.count()) + " " + f.resource(), f.evidence(),
+                                std::string(ChainFix(f.reason()))});
+  }
+}
+
 std::string ChainClusterSummary(size_t nodes, size_t reporting, const std::vector<ChainFinding>& found) {
   std::set<std::string> bad;
-  for (const auto& f : found) bad.insert(f.node);
+  size_t pods = 0;
+  for (const auto& f : found) {
+    if (f.link == "scheduler") {
+      ++pods;
+    } else {
+      bad.insert(f.node);
+    }
+  }
   return std::to_string(nodes) + " node(s), " + std::to_string(reporting) + " reporting a software chain; " +
-         std::to_string(bad.size()) + " with a broken link or drift";
+         std::to_string(bad.size()) + " with a broken link or drift" +
+         (pods > 0 ? "; " + std::to_string(pods) + " Pending pod(s) no node can take" : "");
 }
 
 nlohmann::json ChainFindingsJson(const std::vector<ChainFinding>& found, const std::string& summary, size_t max) {

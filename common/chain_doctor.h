@@ -12,6 +12,7 @@
 #include <google/protobuf/repeated_ptr_field.h>
 #include <nlohmann/json.hpp>
 
+#include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/types.pb.h"
 
 namespace clusterd {
@@ -37,6 +38,12 @@ void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults,
 std::vector<ChainFinding> ChainReleaseBlockers(const v1::Node& node, const std::vector<const v1::Fault*>& faults);
 // "link device_plugin BROKEN (no socket ...): <fix>; ..." for an error.
 std::string ChainBlockersText(const std::vector<ChainFinding>& blockers);
+
+// The scheduler's link: Pending pods no node can take for want of an
+// accelerator (GetSummary's scheduling_findings), as broken links whose node
+// is "pod <namespace>/<name>".
+void AddSchedulingFindings(const google::protobuf::RepeatedPtrField<v1::SchedulingFinding>& findings,
+                           std::vector<ChainFinding>* out);
 
 // Worst first, then by node and link.
 void SortChainFindings(std::vector<ChainFinding>* found);

@@ -75,6 +75,9 @@ int Doctor(Context& c) {
   v1::ListFaultsResponse faults;
   if (grpc::Status st = c.Client().ListAllFaults(req, &faults); !st.ok()) return RpcFailure(c, "ListFaults", st);
   clusterd::AddChainFaults(faults.faults(), &found);
+  v1::GetSummaryResponse summary_resp;
+  if (grpc::Status st = c.Client().GetSummary(&summary_resp); !st.ok()) return RpcFailure(c, "GetSummary", st);
+  clusterd::AddSchedulingFindings(summary_resp.scheduling_findings(), &found);
   const auto drifted = std::count_if(found.begin(), found.end(), [](const ChainFinding& f) { return f.rank == 1; });
   const std::string summary = clusterd::ChainClusterSummary(static_cast<size_t>(nodes.nodes_size()), reporting, found) +
                               " (" + std::to_string(drifted) + " drift finding(s))";

@@ -94,6 +94,13 @@ class EngineCommands final : public ClusterCommands {
     });
   }
 
+  void SetSchedulingFindings(std::vector<v1::SchedulingFinding> findings) override {
+    engine_->Submit([findings = std::move(findings)](ClusterState& state, Mutation*) mutable -> Engine::Done {
+      state.set_scheduling_findings(std::move(findings));
+      return {};
+    });
+  }
+
   void RegisterNode(std::string node, v1::Inventory inventory, Reply<v1::Node> reply) override {
     Write<v1::Node>(std::move(reply), [node = std::move(node), inventory = std::move(inventory),
                                        source = principal_.actor()](ClusterState& state, Mutation* m) {

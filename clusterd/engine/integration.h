@@ -74,6 +74,10 @@ class ClusterCommands {
   // until an agent says hello. A node an agent registered is answered
   // unchanged.
   virtual void RegisterNode(std::string node, v1::Inventory inventory, Reply<v1::Node> reply) = 0;
+  // The Pending pods the scheduler cannot place for want of an accelerator,
+  // replacing the last list (GetSummary, the doctor). Not stored: an
+  // integration says it again after a restart.
+  virtual void SetSchedulingFindings(std::vector<v1::SchedulingFinding> findings) { (void)findings; }
 
   // ---- reads ----
   // What the state holds when called (applied changes, durable or about to

@@ -11,6 +11,7 @@
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/discovery.h"
 #include "clusterd/k8s/requests.h"
+#include "clusterd/k8s/scheduling.h"
 #include "common/logging.h"
 
 namespace clusterd {
@@ -142,7 +143,9 @@ KubernetesIntegration::StepResult KubernetesIntegration::Step() {
       result.jobs = true;
     }
     if (ctx_->NodesSynced()) SyncReadiness();
+    pending_dirty_ = pending_dirty_ || dirty;
   }
+  if (pending_dirty_ && now >= pending_due_ && ctx_->JobsSynced() && ctx_->NodesSynced()) DiagnosePendingPods(now);
   // Due at the first turn, then an interval after the last pass; at once when
   // the clock went back by more than an interval.
   if (!nodes_passed_ || now >= next_nodes_ || next_nodes_ - now > interval) {
@@ -293,6 +296,40 @@ Status KubernetesIntegration::WriteJob(const v1::Job& job, bool known) {
     return u.ok() ? Status::Ok() : u.status();
   }
   return c.status();
+}
+
+// ---- Pending pods the scheduler cannot place ----
+
+void KubernetesIntegration::DiagnosePendingPods(TimePoint now) {
+  pending_dirty_ = false;
+  pending_due_ = now + kPendingInterval;
+  const auto found = k8s::DiagnosePending(ctx_->Pods(), ctx_->Nodes(), kMaxPendingFindings);
+  std::vector<v1::SchedulingFinding> findings;
+  std::string told;
+  for (const auto& f : found) {
+    v1::SchedulingFinding s;
+    s.set_pod_namespace(f.ns);
+    s.set_pod(f.pod);
+    s.set_resource(f.resource);
+    s.set_count(f.count);
+    s.set_reason(f.reason);
+    s.set_evidence(f.evidence);
+    told += s.SerializeAsString();
+    findings.push_back(std::move(s));
+  }
+  if (told == pending_told_) return;
+  // Each pod's diagnosis logged once (while it lasts).
+  std::set<std::string> logged;
+  for (const auto& f : found) {
+    std::string key = f.uid + "/" + f.resource + "/" + f.reason;
+    if (!pending_logged_.count(key)) {
+      GetLogger("k8s")->warn("kubernetes: pod {}/{} is Pending: {}", f.ns, f.pod, f.evidence);
+    }
+    logged.insert(std::move(key));
+  }
+  pending_logged_ = std::move(logged);
+  pending_told_ = told;
+  env_.commands->SetSchedulingFindings(std::move(findings));
 }
 
 // ---- node readiness as a fault source ----

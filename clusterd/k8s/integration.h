@@ -14,6 +14,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,12 @@ class KubernetesIntegration final : public Integration {
   void SyncJobs();
   Status WriteJob(const v1::Job& job, bool known);
   void SyncReadiness();
+  // The Pending pods the scheduler cannot place for want of an accelerator
+  // (k8s/scheduling.h), told to ClusterD when they change; at most once
+  // every kPendingInterval, after pods or Nodes changed.
+  void DiagnosePendingPods(TimePoint now);
+  static constexpr std::chrono::seconds kPendingInterval{2};
+  static constexpr size_t kMaxPendingFindings = 100;
   void SyncNodes(TimePoint now);
   void SyncNode(const v1::Node& node, nlohmann::json obj, TimePoint now, int64_t grace_s);
   void Unisolate(const std::string& name, const nlohmann::json& obj);
@@ -97,7 +104,11 @@ class KubernetesIntegration final : public Integration {
   std::map<std::string, std::string> written_;       // job id -> Fingerprint of what ClusterD holds
   std::map<std::string, bool> not_ready_;            // node -> NODE_NOT_READY raised
   std::map<std::string, TimePoint> mismatch_since_;  // node -> allocatable short since
-  std::map<std::string, std::string> pending_;       // node -> condition waiting for a second pass
+  bool pending_dirty_ = true;                        // pods or Nodes changed since the last diagnosis
+  TimePoint pending_due_{};
+  std::string pending_told_;                    // the findings last told, serialized
+  std::set<std::string> pending_logged_;        // uid/resource/reason of the pods logged
+  std::map<std::string, std::string> pending_;  // node -> condition waiting for a second pass
   std::map<std::string, std::string> warned_;
   std::string dra_version_;                                         // of the rules listed by the current node pass
   std::map<std::string, std::vector<k8s::ManagedRule>> dra_rules_;  // node -> its rules, this pass

@@ -217,6 +217,8 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
       if (page->next_page_token().empty()) break;
       fr.set_page_token(page->next_page_token());
     }
+    // Pending pods no node can take (the kubernetes integration's).
+    AddSchedulingFindings(state->Read([](const StateView& s) { return s.GetSummary(); }).scheduling_findings(), &found);
     SortChainFindings(&found);
     const std::string summary = ChainClusterSummary(nodes, reporting, found);
     return HttpResponse{200, "application/json",

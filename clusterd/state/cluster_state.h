@@ -83,6 +83,14 @@ class ClusterState : public StateView {
   // The node label that names a node's pool for the software chain's drift
   // (chain_drift.h); "" (the default): the model of the node's first device.
   void set_chain_pool_label(std::string label) { chain_pool_label_ = std::move(label); }
+  // The Pending pods the scheduler cannot place for want of an accelerator
+  // (GetSummary's scheduling_findings; the kubernetes integration's, replaced
+  // whole, at most kMaxSchedulingFindings kept).
+  static constexpr size_t kMaxSchedulingFindings = 100;
+  void set_scheduling_findings(std::vector<v1::SchedulingFinding> findings) {
+    if (findings.size() > kMaxSchedulingFindings) findings.resize(kMaxSchedulingFindings);
+    scheduling_findings_ = std::move(findings);
+  }
   // When a node's software chain must be healthy before it goes back into
   // service (config release_chain_check).
   enum class ReleaseChainCheck { kNever, kAutomatic, kAlways };

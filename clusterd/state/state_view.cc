@@ -23,9 +23,15 @@ v1::GetSummaryResponse StateView::GetSummary() const {
   // counter, so an unchanged key means an unchanged answer (a summary walks
   // every node, device and fault: milliseconds at 10,000 nodes).
   const SummaryKey key{journal_.revision(), journal_.durable(), journal_.compacted(), nodes_.connections_changed()};
+  // The scheduling diagnosis is not state (the writer replaces it): added to
+  // the cached counts each time.
+  auto with_findings = [this](v1::GetSummaryResponse out) {
+    for (const auto& f : scheduling_findings_) *out.add_scheduling_findings() = f;
+    return out;
+  };
   {
     std::lock_guard lock(summary_mu_);
-    if (summary_key_ == key) return summary_cache_;
+    if (summary_key_ == key) return with_findings(summary_cache_);
   }
   v1::GetSummaryResponse out;
   auto count = [](v1::HealthCounts* c, v1::Health h) {
@@ -56,7 +62,7 @@ v1::GetSummaryResponse StateView::GetSummary() const {
   std::lock_guard lock(summary_mu_);
   summary_key_ = key;
   summary_cache_ = out;
-  return out;
+  return with_findings(std::move(out));
 }
 
 StatusOr<v1::GetNodeResponse> StateView::GetNode(const v1::GetNodeRequest& req) const {

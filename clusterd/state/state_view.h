@@ -133,6 +133,9 @@ class StateView {
   JobTable jobs_;
   RecoveryTable recoveries_;
   v1::AdminState admin_;
+  // The kubernetes integration's diagnosis of Pending pods (not stored, not
+  // journaled: replaced whole by the writer; ClusterState sets it).
+  std::vector<v1::SchedulingFinding> scheduling_findings_;
 
  private:
   // GetSummary's last answer and what it depended on.

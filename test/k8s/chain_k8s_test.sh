@@ -8,7 +8,13 @@
 #     sees all 8 usable) -> after k8s_allocatable_hold (1 s here)
 #     NODE_ALLOCATABLE_MISMATCH on npu1 naming both numbers, and clusterctl
 #     doctor / GET /api/v1/doctor name the kubelet_allocatable link SHORT;
-#  C. the plugin offers 8 again -> the fault clears and the doctor is quiet.
+#  C. the plugin offers 8 again -> the fault clears and the doctor is quiet;
+#  D. Pending pods the scheduler gave up on (PodScheduled False,
+#     Unschedulable, as kube-scheduler marks them): one asks for
+#     huawei.com/Ascend910B where the nodes offer huawei.com/Ascend910 (a name
+#     mismatch), one asks for 8 huawei.com/Ascend910 while npu1 carries a
+#     taint it does not tolerate -> the doctor names the scheduler link for
+#     each, with the evidence; the pod deleted and the taint removed -> quiet.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -84,5 +90,33 @@ cleared() { [[ $(mismatch) == FAULT_STATE_CLEARED* ]]; }
 wait_until 30 cleared
 [[ $(doctor) == "[]" ]] || fail "C: doctor $(doctor)"
 echo "   cleared; the doctor is quiet"
+
+echo "-- D: Pending pods no node can take"
+k8s_create_namespace train
+pending_pod() {  # pending_pod NAME RESOURCE: a pod asking for 8 of RESOURCE, which the scheduler gave up on
+  k8s_api POST /api/v1/namespaces/train/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\"},
+    \"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"train:1\",\"resources\":{\"limits\":{\"$2\":\"8\"}}}]}}" >/dev/null
+  k8s_api PATCH "/api/v1/namespaces/train/pods/$1/status" '{"status":{"conditions":[{"type":"PodScheduled",
+    "status":"False","reason":"Unschedulable","message":"0/1 nodes are available"}]}}' >/dev/null
+}
+k8s_api PATCH /api/v1/nodes/npu1 '{"spec":{"taints":[{"key":"maintenance","value":"true","effect":"NoSchedule"}]}}' >/dev/null
+pending_pod wrong-name huawei.com/Ascend910B
+pending_pod tainted huawei.com/Ascend910
+scheduler() {
+  curl -sf "http://127.0.0.1:$HTTP_PORT/api/v1/doctor" | python3 -c '
+import json, sys
+print(sorted((f["node"], f["link"], f["state"], f["evidence"]) for f in json.load(sys.stdin)["findings"] if f["link"] == "scheduler"))'
+}
+want="[('pod train/tainted', 'scheduler', 'PENDING', 'the 1 node(s) with 8 huawei.com/Ascend910 all carry a taint the pod does not tolerate: maintenance=true:NoSchedule (1 nodes)'), ('pod train/wrong-name', 'scheduler', 'PENDING', 'no node offers huawei.com/Ascend910B; nodes offer huawei.com/Ascend910 (1 nodes)')]"
+wait_until 30 is scheduler "$want"
+out=$("$BIN/clusterctl" --server "$ADDR" doctor)
+expect_contains "$out" "pod train/wrong-name" "D: clusterctl doctor"
+expect_contains "$out" "no node offers huawei.com/Ascend910B" "D: clusterctl doctor"
+expect_contains "$out" "ask for the resource name the device plugin registers" "D: clusterctl doctor's fix"
+echo "   pod train/wrong-name: no node offers huawei.com/Ascend910B (npu1 offers huawei.com/Ascend910); pod train/tainted: npu1's taint maintenance=true:NoSchedule"
+k8s_api DELETE /api/v1/namespaces/train/pods/wrong-name?gracePeriodSeconds=0 >/dev/null
+k8s_api PATCH /api/v1/nodes/npu1 '{"spec":{"taints":null}}' >/dev/null
+wait_until 30 is scheduler "[]"
+echo "   the pod deleted, the taint removed: nothing to say"
 
 echo "PASS: the software chain as Kubernetes sees it"
