@@ -343,7 +343,26 @@ void Agent::DiffChain() {
   v1::Inventory inv;
   ToProto(reading, inv.mutable_chain());
   std::lock_guard lock(mu_);
+  bool same = inv.chain_size() == inventory_.chain_size();
+  for (int i = 0; same && i < inv.chain_size(); ++i) {
+    same = inv.chain(i).SerializeAsString() == inventory_.chain(i).SerializeAsString();
+  }
+  if (same) return;
   inventory_.mutable_chain()->Swap(inv.mutable_chain());
+  ++chain_version_;
+}
+
+uint64_t Agent::ChainVersion() const {
+  std::lock_guard lock(mu_);
+  return chain_version_;
+}
+
+v1::ChainUpdate Agent::Chain(uint64_t* version) const {
+  v1::ChainUpdate u;
+  std::lock_guard lock(mu_);
+  *u.mutable_links() = inventory_.chain();
+  if (version != nullptr) *version = chain_version_;
+  return u;
 }
 
 void Agent::ReconcileRuleFaults() {

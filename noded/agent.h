@@ -66,6 +66,11 @@ class Agent {
   // from the Outbox snapshot).
   v1::Hello MakeHello() const;
   v1::MetricSnapshot LatestMetrics() const;
+  // The software chain as last read, and its version: it goes up each time
+  // a probe finds the chain changed, so that a connected stream sends it
+  // (ChainUpdate) instead of waiting for the next hello.
+  uint64_t ChainVersion() const;
+  v1::ChainUpdate Chain(uint64_t* version) const;
 
  private:
   void Record(v1::FaultTransition t);
@@ -102,6 +107,7 @@ class Agent {
   mutable std::mutex mu_;  // guards the fields below
   v1::MetricSnapshot metrics_;
   v1::Inventory inventory_;
+  uint64_t chain_version_ = 0;
 };
 
 // The chain's links as the API has them.

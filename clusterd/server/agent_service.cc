@@ -187,6 +187,18 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
           return [self, st, t, duplicate, revision] { self->OnTransitionDurable(st, t->id(), duplicate, revision); };
         });
       }
+      case v1::ConnectRequest::kChain: {
+        if (service_->messages_other) service_->messages_other->Inc();
+        CLUSTERD_RETURN_IF_ERROR(ValidateChainLinks("chain.links", req_.chain().links()));
+        ++inflight_;
+        std::string node = node_;
+        uint64_t session = session_;
+        return Submit([self, node, session, update = std::move(*req_.mutable_chain())](ClusterState& state,
+                                                                                       Mutation* m) -> Engine::Done {
+          Status st = state.ApplyChainUpdate(node, session, update, m);
+          return [self, st] { self->OnApplied(st); };
+        });
+      }
       default: return InvalidArgument("empty or unknown message");
     }
   }

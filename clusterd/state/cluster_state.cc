@@ -557,6 +557,27 @@ Status ClusterState::ApplyHeartbeat(const std::string& node, uint64_t session, M
   return Status::Ok();
 }
 
+Status ClusterState::ApplyChainUpdate(const std::string& node, uint64_t session, const v1::ChainUpdate& update,
+                                      Mutation* m) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateChainLinks("chain.links", update.links()));
+  auto n = nodes_.OfSession(node, session);
+  if (!n.ok()) return n.status();
+  NodeState& ns = **n;
+  ns.last_seen = clock_->Now();
+  const v1::Node& current = ns.record.node();
+  google::protobuf::RepeatedPtrField<v1::ChainLink> links = update.links();
+  bool same = links.size() == current.inventory().chain_size();
+  for (int i = 0; same && i < links.size(); ++i) {
+    same = MessageDifferencer::Equals(links.Get(i), current.inventory().chain(i));
+  }
+  if (same) return Status::Ok();
+  v1::Node updated = current;
+  *updated.mutable_inventory()->mutable_chain() = std::move(links);
+  chain_dirty_ = true;
+  UpdateNodeRecord(ns, updated, /*created=*/false, "", m);
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot) {
   auto valid = Validate(snapshot);
   if (!valid.ok()) return valid.status();

@@ -113,6 +113,10 @@ class ClusterState : public StateView {
                                        const std::string& source, Mutation* m);
   Status ApplyMetrics(const std::string& node, uint64_t session, const Validated<v1::MetricSnapshot>& snapshot);
   Status ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot);
+  // The connected agent's software chain changed: replaces the node's
+  // Inventory.chain (stored, NODE_UPDATED) when it differs; the drift is
+  // compared again. InvalidArgument for links that do not validate.
+  Status ApplyChainUpdate(const std::string& node, uint64_t session, const v1::ChainUpdate& update, Mutation* m);
   StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session,
                                              const Validated<v1::FaultTransition>& t, Mutation* m);
   StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session, const v1::FaultTransition& t,

@@ -98,6 +98,20 @@ Status ValidateRegisterNode(const std::string& node, const v1::Inventory& invent
   return ValidateDeviceInfos("inventory.devices", inventory.devices());
 }
 
+Status ValidateChainLinks(const std::string& field, const google::protobuf::RepeatedPtrField<v1::ChainLink>& links) {
+  // NodeD sends seven links; the rest leaves room for other accelerators.
+  if (links.size() > 16) return InvalidArgument(field + ": more than 16 links");
+  for (const auto& l : links) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(field + ".name", l.name(), 64));
+    if (l.name().empty()) return InvalidArgument(field + ".name: required");
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(field + ".version", l.version(), 256));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(field + ".evidence", l.evidence(), 512));
+    CLUSTERD_RETURN_IF_ERROR(ValidateLine(field + ".code", l.code(), 128));
+    if (!v1::ChainLinkState_IsValid(l.state())) return InvalidArgument(field + ".state: unknown value");
+  }
+  return Status::Ok();
+}
+
 Status ValidateHello(const v1::Hello& hello) {
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("hello.node_name", hello.node_name()));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.boot_id", hello.boot_id(), 256));
@@ -117,16 +131,7 @@ Status ValidateHello(const v1::Hello& hello) {
     CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.disks.device", d.device(), 1024));
     CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.disks.fs_type", d.fs_type(), 64));
   }
-  // NodeD sends seven links; the rest leaves room for other accelerators.
-  if (inv.chain_size() > 16) return InvalidArgument("hello.inventory.chain: more than 16 links");
-  for (const auto& l : inv.chain()) {
-    CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.chain.name", l.name(), 64));
-    if (l.name().empty()) return InvalidArgument("hello.inventory.chain.name: required");
-    CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.chain.version", l.version(), 256));
-    CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.chain.evidence", l.evidence(), 512));
-    CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.chain.code", l.code(), 128));
-    if (!v1::ChainLinkState_IsValid(l.state())) return InvalidArgument("hello.inventory.chain.state: unknown value");
-  }
+  CLUSTERD_RETURN_IF_ERROR(ValidateChainLinks("hello.inventory.chain", inv.chain()));
   if (hello.active_faults_size() > static_cast<int>(kMaxActiveFaults)) {
     return InvalidArgument("hello.active_faults: more than 4096");
   }

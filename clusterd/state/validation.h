@@ -32,6 +32,9 @@ inline constexpr uint32_t kMaxJobRanksPerNode = 1024;
 inline constexpr uint32_t kMaxRanksPerDevice = 64;
 
 Status ValidateHello(const v1::Hello& hello);
+// A software chain's links (a hello's inventory, a ChainUpdate): at most 16,
+// one-line bounded texts, known states; `field` names them in the error.
+Status ValidateChainLinks(const std::string& field, const google::protobuf::RepeatedPtrField<v1::ChainLink>& links);
 // A node an integration registers (ClusterState::ApplyRegisterNode): its name,
 // the integration's name, and the devices of `inventory` as a hello's.
 Status ValidateRegisterNode(const std::string& node, const v1::Inventory& inventory, const std::string& source);

@@ -132,6 +132,9 @@ bool StreamClient::Session() {
   // Hello and the resend list come from one consistent snapshot.
   Outbox::Snapshot snapshot = outbox_->Take();
   v1::ConnectRequest hello;
+  // Read before the hello: a chain that changes in between is sent again
+  // (harmless), never missed.
+  uint64_t sent_chain = agent_->ChainVersion();
   *hello.mutable_hello() = agent_->MakeHello();
   hello.mutable_hello()->set_epoch(outbox_->epoch());
   hello.mutable_hello()->set_instance_id(outbox_->instance_id());
@@ -197,6 +200,12 @@ bool StreamClient::Session() {
       *req.mutable_metrics() = agent_->LatestMetrics();
       ok = stream->Write(req);
       next_metrics = now + options_.metrics_interval;
+    }
+    // The software chain changed since the hello or the last update.
+    if (ok && agent_->ChainVersion() != sent_chain) {
+      v1::ConnectRequest req;
+      *req.mutable_chain() = agent_->Chain(&sent_chain);
+      ok = stream->Write(req);
     }
     if (!ok) break;
     {

@@ -140,6 +140,37 @@ std::vector<std::string> ActiveDrift(const ClusterState& state, const std::vecto
   return out;
 }
 
+// A connected agent's chain that changed (ChainUpdate) replaces the stored
+// one without a reconnect, and the drift is compared again; the same chain
+// again changes nothing; a stale session or bad links are refused.
+TEST_F(ClusterStateTest, AChainUpdateReplacesTheChainWhileConnected) {
+  Hello(HelloWithDriver("n1", "24.1.rc3", "910B3"));
+  Hello(HelloWithDriver("n2", "24.1.rc3", "910B3"));
+  Hello(HelloWithDriver("n3", "24.1.rc3", "910B3"));
+  auto advance = [&] {
+    clock_.Advance(std::chrono::seconds(2));
+    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+  };
+  advance();
+  EXPECT_TRUE(ActiveDrift(*state_, {"n3"}, false).empty());
+  v1::ChainUpdate update;
+  *update.mutable_links() = HelloWithDriver("n3", "24.1.rc2", "910B3").inventory().chain();
+  const uint64_t before = state_->revision();
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyChainUpdate("n3", 1, update, m); }).ok());
+  EXPECT_GT(state_->revision(), before);  // stored: the node record changed
+  EXPECT_EQ(Node("n3").node().inventory().chain(0).version(), "24.1.rc2");
+  advance();
+  EXPECT_EQ(ActiveDrift(*state_, {"n3"}, false),
+            std::vector<std::string>{"n3: driver 24.1.rc2 where 2 of 3 nodes of pool 910B3 run 24.1.rc3"});
+  const uint64_t after = state_->revision();
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyChainUpdate("n3", 1, update, m); }).ok());
+  EXPECT_EQ(state_->revision(), after) << "the same chain again is no change";
+  EXPECT_FALSE(Commit([&](Mutation* m) { return state_->ApplyChainUpdate("n3", 99, update, m); }).ok());
+  update.mutable_links(0)->set_evidence("two\nlines");
+  EXPECT_EQ(Commit([&](Mutation* m) { return state_->ApplyChainUpdate("n3", 1, update, m); }).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(ClusterStateTest, ChainDriftIsRaisedOnTheOddNodeAndClearedWhenItCatchesUp) {
   auto with_driver = [](const std::string& node, const std::string& version, const std::string& model = "910B3") {
     return HelloWithDriver(node, version, model);

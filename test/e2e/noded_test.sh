@@ -123,6 +123,13 @@ expect_contains "$chain" "device_files CHAIN_LINK_STATE_BROKEN" "GetNode chain"
 for i in 0 1 2 3 4 5 6 7; do : >"$CHAIN/dev/davinci$i"; done
 loaded() { [[ "$(chain_fault)" == "FAULT_STATE_CLEARED FAULT_LEVEL_SEPARATE" ]]; }
 wait_until 30 loaded
+# The chain in ClusterD follows without a reconnect (ChainUpdate on the open stream).
+device_files() { node2 | python3 -c '
+import json, sys
+print([l.get("state") for l in json.load(sys.stdin)["node"]["inventory"]["chain"] if l["name"] == "device_files"])'; }
+files_ok() { [[ "$(device_files)" == "['CHAIN_LINK_STATE_OK']" ]]; }
+wait_until 30 files_ok
+! grep -q "ended" "$WORK/noded-worker02.log" || fail "worker02's stream ended: $(grep ended "$WORK/noded-worker02.log" | head -1)"
 term_wait "${NODED_PID[worker02]}" || fail "noded worker02 exit $?"
 
 echo "-- SIGTERM stops both cleanly"
