@@ -232,6 +232,9 @@ taskd_faults() {
     python3 -c 'import json,sys; print(sorted(f["state"] for f in json.load(sys.stdin).get("faults", []) if f.get("reporter") == "taskd"))'
 }
 wait_until 15 is taskd_faults "['FAULT_STATE_CLEARED']"
+# Cleared in the same write as the recovery's end: no recovery of its own followed.
+[[ $(last_recovery) == "RECOVERY_STRATEGY_POD_RESCHEDULE RECOVERY_STATE_SUCCEEDED" ]] ||
+  fail "C: a recovery followed for TaskD's own process fault: $(last_recovery)"
 echo "   worker01 chip 0 (SEPARATE): -Unhealthy for Volcano; preExitProcess (rank 0, pod rank 0) -> ReportProcessFault (pod labelled fault-type=software) -> stopTrain -> (pod moved) -> globalFault fault_nodes_exit -> changeStrategy recover -> SUCCEEDED, recover-success; TaskD's process fault cleared"
 
 echo "-- D: a recover that fails: TaskD exits, the job restarts"

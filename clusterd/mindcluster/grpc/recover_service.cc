@@ -328,53 +328,55 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       GetLogger("taskd")->info("job {}: command {} {} ({})", id, out.ack->command_id,
                                out.ack->success ? "succeeded" : "failed", out.ack->message);
       Coordinator* c = coordinator;
-      engine->Submit([c, ack = *out.ack, id](ClusterState& s, Mutation* m) -> Engine::Done {
+      const bool clear = out.reset == mc::ResetOp::kClear || out.clear_process_faults;
+      // One write: the recovery's end and the clearing of what TaskD reported
+      // are seen together, so the coordinator never decides a new recovery
+      // for a process fault the ended one handled.
+      engine->Submit([c, ack = *out.ack, id, clear](ClusterState& s, Mutation* m) -> Engine::Done {
         c->ApplyResult(s, ack.command_id, ack.success, ack.message, m, id);
+        if (clear) ClearProcessFaults(s, id, m);
         return {};
       });
-      if (out.reset == mc::ResetOp::kClear || out.clear_process_faults) ClearProcessFaults(id);
     }
   }
 
-  // The job recovered through TaskD: the process faults TaskD reported for
-  // it are cleared (read on the writer, so a restart forgets none).
-  void ClearProcessFaults(const std::string& id) {
-    engine->Submit([id](ClusterState& s, Mutation* m) -> Engine::Done {
-      std::vector<v1::ReportRequest> clears;
-      {
-        auto job = s.jobs().find(id);
-        if (job == s.jobs().end()) return {};
-        std::set<std::string> nodes;
-        for (const auto& p : job->second.placement()) nodes.insert(p.node());
-        const std::string prefix = id + "/rank/";
-        for (const std::string& node : nodes) {
-          std::vector<const v1::Fault*> faults;
-          s.AppendFaultsOnNode(node, &faults);
-          for (const v1::Fault* f : faults) {
-            if (f->reporter() != mc::kTaskdReporter || f->state() != v1::FAULT_STATE_ACTIVE ||
-                f->external_id().rfind(prefix, 0) != 0) {
-              continue;
-            }
-            v1::ReportRequest r;
-            r.set_reporter(std::string(mc::kTaskdReporter));
-            r.set_id(f->external_id());
-            r.set_node(f->node());
-            if (f->has_device_id()) r.set_device_id(f->device_id());
-            r.set_code(f->code());
-            r.set_level(f->level());
-            r.set_action(v1::TRANSITION_ACTION_CLEAR);
-            r.set_message("the job recovered through TaskD");
-            clears.push_back(std::move(r));
+  // The job recovered through TaskD (or TaskD exits): the process faults it
+  // reported for the job are cleared (read on the writer, so a restart
+  // forgets none).
+  static void ClearProcessFaults(ClusterState& s, const std::string& id, Mutation* m) {
+    std::vector<v1::ReportRequest> clears;
+    {
+      auto job = s.jobs().find(id);
+      if (job == s.jobs().end()) return;
+      std::set<std::string> nodes;
+      for (const auto& p : job->second.placement()) nodes.insert(p.node());
+      const std::string prefix = id + "/rank/";
+      for (const std::string& node : nodes) {
+        std::vector<const v1::Fault*> faults;
+        s.AppendFaultsOnNode(node, &faults);
+        for (const v1::Fault* f : faults) {
+          if (f->reporter() != mc::kTaskdReporter || f->state() != v1::FAULT_STATE_ACTIVE ||
+              f->external_id().rfind(prefix, 0) != 0) {
+            continue;
           }
+          v1::ReportRequest r;
+          r.set_reporter(std::string(mc::kTaskdReporter));
+          r.set_id(f->external_id());
+          r.set_node(f->node());
+          if (f->has_device_id()) r.set_device_id(f->device_id());
+          r.set_code(f->code());
+          r.set_level(f->level());
+          r.set_action(v1::TRANSITION_ACTION_CLEAR);
+          r.set_message("the job recovered through TaskD, or TaskD exits");
+          clears.push_back(std::move(r));
         }
       }
-      for (const auto& r : clears) {
-        if (auto st = s.ApplyReport(r, m); !st.ok()) {
-          GetLogger("taskd")->warn("clearing {} of reporter taskd: {}", r.id(), st.status().ToString());
-        }
+    }
+    for (const auto& r : clears) {
+      if (auto st = s.ApplyReport(r, m); !st.ok()) {
+        GetLogger("taskd")->warn("clearing {} of reporter taskd: {}", r.id(), st.status().ToString());
       }
-      return {};
-    });
+    }
   }
 
   // The stage a command's step resumes from (mindcluster::ResumeStage).
