@@ -157,18 +157,6 @@ std::optional<uint32_t> DeviceNumber(std::string_view item) {
   return static_cast<uint32_t>(*v);
 }
 
-// A resource quantity for a device count: "8" or 8; UINT64_MAX when it is
-// not a whole non-negative number.
-uint64_t DeviceQuantity(const json& q) {
-  if (q.is_number_unsigned()) return q.get<uint64_t>();
-  if (q.is_number_integer()) {
-    const int64_t v = q.get<int64_t>();
-    return v < 0 ? UINT64_MAX : static_cast<uint64_t>(v);
-  }
-  if (q.is_string()) return ParseUnsigned(q.get_ref<const std::string&>(), UINT64_MAX).value_or(UINT64_MAX);
-  return UINT64_MAX;
-}
-
 // Devices per pod from the containers' limits (requests without a limit).
 StatusOr<uint32_t> DevicesFromResources(const json& spec, const DiscoveryOptions& opts, const std::string& where) {
   const json* containers = Member(spec, "containers");
@@ -720,17 +708,24 @@ std::string_view ReadinessName(NodeReadiness::State state) {
   return "Unknown";
 }
 
+uint64_t DeviceQuantity(const json& q) {
+  if (q.is_number_unsigned()) return q.get<uint64_t>();
+  if (q.is_number_integer()) {
+    const int64_t v = q.get<int64_t>();
+    return v < 0 ? UINT64_MAX : static_cast<uint64_t>(v);
+  }
+  if (q.is_string()) return ParseUnsigned(q.get_ref<const std::string&>(), UINT64_MAX).value_or(UINT64_MAX);
+  return UINT64_MAX;
+}
+
 std::optional<AcceleratorAllocatable> ParseAcceleratorAllocatable(const json& node) {
   if (!node.is_object()) return std::nullopt;
   const json* status = node.contains("status") && node["status"].is_object() ? &node["status"] : nullptr;
   if (status == nullptr) return std::nullopt;
   auto count = [](const json& map, const std::string& key) -> std::optional<uint32_t> {
-    if (!map.is_object() || !map.contains(key) || !map[key].is_string()) return std::nullopt;
-    const std::string& v = map[key].get_ref<const std::string&>();
-    uint32_t n = 0;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-    if (ec != std::errc() || end != v.data() + v.size() || v.empty() || n >= (1u << 20)) return std::nullopt;
-    return n;
+    if (!map.is_object() || !map.contains(key)) return std::nullopt;
+    const uint64_t n = DeviceQuantity(map[key]);
+    return n < (1u << 20) ? std::optional<uint32_t>(static_cast<uint32_t>(n)) : std::nullopt;
   };
   const json capacity = status->value("capacity", json::object());
   const json allocatable = status->value("allocatable", json::object());

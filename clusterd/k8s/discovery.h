@@ -233,6 +233,10 @@ StatusOr<NodeReadiness> ParseNodeReadiness(const nlohmann::json& node);
 // Node has the capacity but no allocatable entry). nullopt: none of them in
 // capacity (no Ascend device plugin ever registered there), or a count that
 // is not a plain non-negative integer below 2^20.
+// A resource quantity for a device count: "8" or 8; UINT64_MAX when it is
+// not a whole non-negative number ("8k", "1.5", -1).
+uint64_t DeviceQuantity(const nlohmann::json& quantity);
+
 struct AcceleratorAllocatable {
   std::string resource;
   uint32_t capacity = 0;

@@ -1,11 +1,12 @@
 #include "clusterd/k8s/scheduling.h"
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 #include <optional>
 #include <set>
 #include <tuple>
+
+#include "clusterd/k8s/discovery.h"
 
 namespace clusterd::k8s {
 
@@ -25,15 +26,6 @@ const json& Field(const json& obj, const char* key) {
 }
 
 std::string Str(const json& v) { return v.is_string() ? v.get<std::string>() : std::string(); }
-
-// A plain non-negative integer quantity ("8"), else nullopt.
-std::optional<uint32_t> Count(const json& v) {
-  const std::string s = Str(v);
-  uint32_t n = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || n > kMaxCount) return std::nullopt;
-  return n;
-}
 
 // An extended resource a device plugin registers ("vendor.com/name"), not
 // one of Kubernetes' own.
@@ -59,7 +51,7 @@ std::map<std::string, uint32_t> Asked(const json& pod) {
       if (!m.is_object()) continue;
       for (const auto& [name, q] : m.items()) {
         if (!Extended(name)) continue;
-        if (auto n = Count(q)) mine[name] = *n;
+        if (const uint64_t n = DeviceQuantity(q); n <= kMaxCount) mine[name] = static_cast<uint32_t>(n);
       }
     }
     for (const auto& [name, n] : mine) out[name] = std::min(kMaxCount, out[name] + n);
@@ -144,8 +136,8 @@ std::vector<PendingFinding> DiagnosePending(const std::vector<json>& pods, const
     if (o.name.empty() || !alloc.is_object()) continue;
     for (const auto& [name, q] : alloc.items()) {
       if (!pending::Extended(name)) continue;
-      if (auto c = pending::Count(q); c && *c > 0) {
-        o.allocatable[name] = *c;
+      if (const uint64_t c = DeviceQuantity(q); c > 0 && c <= pending::kMaxCount) {
+        o.allocatable[name] = static_cast<uint32_t>(c);
         ++offered_by[name];
       }
     }

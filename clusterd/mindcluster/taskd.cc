@@ -25,6 +25,18 @@ std::string LabelOf(const v1::Job& job, std::string_view key) {
   return it == job.labels().end() ? std::string() : Trimmed(it->second);
 }
 
+// A FaultRank's rankId: plain decimal digits that fit a rank.
+std::optional<uint32_t> RankIdOf(const ::FaultRank& f) {
+  const std::string& id = f.rankid();
+  uint32_t rank = 0;
+  const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
+  if (id.empty() || ec != std::errc() || end != id.data() + id.size()) return std::nullopt;
+  return rank;
+}
+
+// TaskD's fault types a step retry handles: "0" (UCE) and "2" (HCCL).
+bool RetryType(const std::string& type) { return type == "0" || type == "2"; }
+
 bool Contains(const std::vector<std::string>& items, std::string_view s) {
   return std::find(items.begin(), items.end(), s) != items.end();
 }
@@ -140,19 +152,17 @@ std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
   std::vector<std::string> unknown;
   size_t over = 0;
   for (const auto& f : ranks) {
-    uint32_t rank = 0;
-    const std::string& id = f.rankid();
-    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
-    auto it = ec == std::errc() && end == id.data() + id.size() ? placed.find(rank) : placed.end();
+    const auto rank = RankIdOf(f);
+    auto it = rank ? placed.find(*rank) : placed.end();
     if (it == placed.end()) {
-      if (unknown.size() < 8) unknown.push_back(id);
+      if (unknown.size() < 8) unknown.push_back(f.rankid());
       continue;
     }
-    if (wanted.size() >= kMaxProcessFaultRanks && !wanted.count(rank)) {
+    if (wanted.size() >= kMaxProcessFaultRanks && !wanted.count(*rank)) {
       ++over;
       continue;
     }
-    wanted.emplace(rank, f.faulttype());
+    wanted.emplace(*rank, f.faulttype());
   }
   std::vector<v1::ReportRequest> out;
   out.reserve(wanted.size());
@@ -163,7 +173,7 @@ std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
     r.set_id(job.id() + "/rank/" + std::to_string(rank));
     r.set_node(p.node());
     if (p.has_device_id()) r.set_device_id(p.device_id());
-    const bool retry = type == "0" || type == "2";
+    const bool retry = RetryType(type);
     r.set_code(type == "0" ? "TASKD_UCE" : type == "2" ? "TASKD_HCCL" : "TASKD_PROCESS_FAULT");
     r.set_level(retry ? v1::FAULT_LEVEL_RESTART_REQUEST : v1::FAULT_LEVEL_RESTART_BUSINESS);
     r.set_action(v1::TRANSITION_ACTION_RAISE);
@@ -222,12 +232,10 @@ std::map<std::string, std::string> PodFaultTypes(const v1::Job& job,
   for (const auto& p : job.placement()) node_of.emplace(p.rank(), &p.node());
   std::map<std::string, std::string> out;
   for (const auto& f : ranks) {
-    uint32_t rank = 0;
-    const std::string& id = f.rankid();
-    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
-    auto it = ec == std::errc() && end == id.data() + id.size() ? node_of.find(rank) : node_of.end();
+    const auto rank = RankIdOf(f);
+    auto it = rank ? node_of.find(*rank) : node_of.end();
     if (it == node_of.end()) continue;
-    const bool retry = f.faulttype() == "0" || f.faulttype() == "2";
+    const bool retry = RetryType(f.faulttype());
     std::string& type = out[*it->second];
     if (!retry) {
       type = "software";
@@ -630,11 +638,8 @@ TaskdOutput TaskdJob::OnRecoverStatus(const ::RecoverStatusRequest& req) {
 
 TaskdOutput TaskdJob::OnProcessFault(const ::ProcessFaultRequest& req) {
   for (const auto& f : req.faultranks()) {
-    uint32_t rank = 0;
-    const std::string& id = f.rankid();
-    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
     // Bounded by what a job can have (the adapter caps a report's ranks).
-    if (ec == std::errc() && end == id.data() + id.size() && reported_.size() < 131072) reported_.insert(rank);
+    if (auto rank = RankIdOf(f); rank && reported_.size() < 131072) reported_.insert(*rank);
   }
   if (phase_ != Phase::kAwaitPreExit) return {};
   pre_exited_ = true;

@@ -189,12 +189,12 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       }
       case v1::ConnectRequest::kChain: {
         if (service_->messages_other) service_->messages_other->Inc();
-        CLUSTERD_RETURN_IF_ERROR(ValidateChainLinks("chain.links", req_.chain().links()));
+        auto update = Validate(std::move(*req_.mutable_chain()));
+        if (!update.ok()) return update.status();
         ++inflight_;
         std::string node = node_;
         uint64_t session = session_;
-        return Submit([self, node, session, update = std::move(*req_.mutable_chain())](ClusterState& state,
-                                                                                       Mutation* m) -> Engine::Done {
+        return Submit([self, node, session, update = *update](ClusterState& state, Mutation* m) -> Engine::Done {
           Status st = state.ApplyChainUpdate(node, session, update, m);
           return [self, st] { self->OnApplied(st); };
         });

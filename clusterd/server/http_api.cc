@@ -218,7 +218,11 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
       fr.set_page_token(page->next_page_token());
     }
     // Pending pods no node can take (the kubernetes integration's).
-    AddSchedulingFindings(state->Read([](const StateView& s) { return s.GetSummary(); }).scheduling_findings(), &found);
+    google::protobuf::RepeatedPtrField<v1::SchedulingFinding> pending;
+    state->Read([&](const StateView& s) {
+      for (const auto& f : s.scheduling_findings()) *pending.Add() = f;
+    });
+    AddSchedulingFindings(pending, &found);
     SortChainFindings(&found);
     const std::string summary = ChainClusterSummary(nodes, reporting, found);
     return HttpResponse{200, "application/json",

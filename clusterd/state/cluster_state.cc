@@ -559,20 +559,20 @@ Status ClusterState::ApplyHeartbeat(const std::string& node, uint64_t session, M
 
 Status ClusterState::ApplyChainUpdate(const std::string& node, uint64_t session, const v1::ChainUpdate& update,
                                       Mutation* m) {
-  CLUSTERD_RETURN_IF_ERROR(ValidateChainLinks("chain.links", update.links()));
+  auto valid = Validate(update);
+  if (!valid.ok()) return valid.status();
+  return ApplyChainUpdate(node, session, *valid, m);
+}
+
+Status ClusterState::ApplyChainUpdate(const std::string& node, uint64_t session,
+                                      const Validated<v1::ChainUpdate>& update, Mutation* m) {
   auto n = nodes_.OfSession(node, session);
   if (!n.ok()) return n.status();
   NodeState& ns = **n;
   ns.last_seen = clock_->Now();
-  const v1::Node& current = ns.record.node();
-  google::protobuf::RepeatedPtrField<v1::ChainLink> links = update.links();
-  bool same = links.size() == current.inventory().chain_size();
-  for (int i = 0; same && i < links.size(); ++i) {
-    same = MessageDifferencer::Equals(links.Get(i), current.inventory().chain(i));
-  }
-  if (same) return Status::Ok();
-  v1::Node updated = current;
-  *updated.mutable_inventory()->mutable_chain() = std::move(links);
+  v1::Node updated = ns.record.node();
+  *updated.mutable_inventory()->mutable_chain() = update->links();
+  if (MessageDifferencer::Equals(updated.inventory(), ns.record.node().inventory())) return Status::Ok();
   chain_dirty_ = true;
   UpdateNodeRecord(ns, updated, /*created=*/false, "", m);
   return Status::Ok();

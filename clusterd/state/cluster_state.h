@@ -117,6 +117,8 @@ class ClusterState : public StateView {
   // Inventory.chain (stored, NODE_UPDATED) when it differs; the drift is
   // compared again. InvalidArgument for links that do not validate.
   Status ApplyChainUpdate(const std::string& node, uint64_t session, const v1::ChainUpdate& update, Mutation* m);
+  Status ApplyChainUpdate(const std::string& node, uint64_t session, const Validated<v1::ChainUpdate>& update,
+                          Mutation* m);
   StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session,
                                              const Validated<v1::FaultTransition>& t, Mutation* m);
   StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session, const v1::FaultTransition& t,

@@ -31,6 +31,8 @@ class StateView {
 
   // ---- the API's queries ----
   v1::GetSummaryResponse GetSummary() const;
+  // GetSummary's scheduling_findings alone (the doctor's scheduler link).
+  const std::vector<v1::SchedulingFinding>& scheduling_findings() const { return scheduling_findings_; }
   StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const { return nodes_.List(req); }
   StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const;
   // The node as GetNode describes it and its devices by id, without the

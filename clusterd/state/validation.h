@@ -70,6 +70,7 @@ inline Status Check(const v1::Hello& m) { return ValidateHello(m); }
 inline Status Check(const v1::FaultTransition& m) { return ValidateTransition(m); }
 inline Status Check(const v1::ReportRequest& m) { return ValidateReport(m); }
 inline Status Check(const v1::MetricSnapshot& m) { return ValidateMetrics(m); }
+inline Status Check(const v1::ChainUpdate& m) { return ValidateChainLinks("chain.links", m.links()); }
 }  // namespace internal
 
 // Checks msg with its Validate* function and keeps it.
