@@ -466,6 +466,11 @@ std::vector<ConfigKey> MakeTable() {
             std::chrono::hours(1)),
         "a job with no agent attached (none since the start) gets this long from a recovery's start to attach "
         "one; then its agent commands are skipped and the cluster actions run (policy require_agent: wait)");
+  t.Add(Dur("progress_snapshot_interval", CLUSTERD_FIELD(progress_snapshot_interval), std::chrono::seconds(1),
+            std::chrono::hours(24)),
+        "a job's progress (Job.progress: ETTR, lost time) is stored at most this often unless its state changes");
+  t.Add(U32("progress_max_jobs", CLUSTERD_FIELD(progress_max_jobs), 1, 1'000'000),
+        "jobs whose progress is tracked at once; a report for one more is refused");
   t.Add(U32("recovery_retention_count", CLUSTERD_FIELD(recovery_retention_count), 10, 10'000'000),
         "finished recovery records kept at most (oldest go first; never a running one, a job's newest, or one "
         "within the budget window)");

@@ -48,11 +48,23 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
   }
 
   void OnReadDone(bool ok) override {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     reading_ = false;
     if (!ok) {
       read_closed_ = true;  // the agent closed its side: finish once answered
       MaybeCloseLocked();
+      return;
+    }
+    if (!job_.empty() && req_.has_progress()) {
+      // Taken without this stream's lock: it reads the state (whose writer
+      // sends to this stream), and no read is outstanding meanwhile.
+      const v1::ProgressReport report = std::move(*req_.mutable_progress());
+      const std::string job = job_;
+      lock.unlock();
+      v1::AttachResponse answer = service_->TakeProgress(job, report);
+      lock.lock();
+      out_.Push(std::move(answer));
+      StartReadLocked();
       return;
     }
     Status st = HandleLocked();
@@ -134,7 +146,7 @@ class AttachReactor final : public grpc::ServerBidiReactor<v1::AttachRequest, v1
       }
       return Status::Ok();
     }
-    if (!req_.has_ack()) return InvalidArgument("after the hello, an Attach stream carries only acks");
+    if (!req_.has_ack()) return InvalidArgument("after the hello, an Attach stream carries only acks and progress");
     const v1::CommandAck& ack = req_.ack();
     CLUSTERD_RETURN_IF_ERROR(ValidateLine("ack.command_id", ack.command_id(), 512));
     if (ack.command_id().empty()) return InvalidArgument("ack.command_id: required");
@@ -208,6 +220,20 @@ grpc::ServerBidiReactor<v1::AttachRequest, v1::AttachResponse>* JobServiceImpl::
   return raw;
 }
 
+v1::AttachResponse JobServiceImpl::TakeProgress(const std::string& job, const v1::ProgressReport& report) {
+  Status st = progress_ == nullptr ? Unavailable("progress: not tracked by this server")
+                                   : state_->Read([&](const StateView& view) -> Status {
+                                       auto it = view.jobs().find(job);
+                                       if (it == view.jobs().end())
+                                         return NotFound("progress: job " + job + " does not exist");
+                                       return progress_->Report(it->second, report);
+                                     });
+  v1::AttachResponse out;
+  out.mutable_progress_ack()->set_accepted(st.ok());
+  if (!st.ok()) out.mutable_progress_ack()->set_error(st.ToString());
+  return out;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* req,
                                                     v1::CreateJobResponse* resp) {
   // Jobs record no actor (the audit log names who changed one).
@@ -245,8 +271,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                  v1::GetJobResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.JobService/GetJob")) return refused;
-  return AnswerQuery(ctx, state_, resp->mutable_job(),
-                     [req](const StateView& state) { return state.GetJob(req->id()); });
+  return AnswerQuery(ctx, state_, resp->mutable_job(), [this, req](const StateView& state) {
+    auto job = state.GetJob(req->id());
+    // The live progress, not the last stored snapshot.
+    if (job.ok() && progress_ != nullptr) {
+      if (auto live = progress_->Live(req->id())) *job->mutable_progress() = std::move(*live);
+    }
+    return job;
+  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,

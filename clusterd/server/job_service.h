@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "clusterd/engine/engine.h"
+#include "clusterd/progress/monitor.h"
 #include "clusterd/recovery/coordinator/coordinator.h"
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/server/auth.h"
@@ -16,9 +17,11 @@ namespace clusterd {
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
   // `auth` derives each write's principal; it must outlive this.
+  // `progress` (may be null: progress reports are refused) takes the
+  // agents' ProgressReports and answers GetJob's live Job.progress.
   JobServiceImpl(const ClusterState* state, Engine* engine, Coordinator* coordinator, JobAgentHub* agents,
-                 const Authenticator* auth)
-      : state_(state), engine_(engine), coordinator_(coordinator), agents_(agents), auth_(auth) {}
+                 const Authenticator* auth, ProgressMonitor* progress = nullptr)
+      : state_(state), engine_(engine), coordinator_(coordinator), agents_(agents), auth_(auth), progress_(progress) {}
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx, const v1::CreateJobRequest* req,
                                       v1::CreateJobResponse* resp) override;
@@ -36,6 +39,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   Coordinator* coordinator() { return coordinator_; }
   JobAgentHub* agents() { return agents_; }
   const Authenticator* auth() const { return auth_; }
+  // An attached agent's report for `job`: the ProgressAck to answer.
+  v1::AttachResponse TakeProgress(const std::string& job, const v1::ProgressReport& report);
 
  private:
   const ClusterState* state_;
@@ -43,6 +48,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   Coordinator* coordinator_;
   JobAgentHub* agents_;
   const Authenticator* auth_;
+  ProgressMonitor* progress_;
 };
 
 }  // namespace clusterd

@@ -37,6 +37,7 @@
 #include "clusterd/server/http_api.h"
 #include "clusterd/server/job_service.h"
 #include "clusterd/server/probe_routes.h"
+#include "clusterd/progress/monitor.h"
 #include "clusterd/server/registries.h"
 #include "clusterd/server/self_check.h"
 #include "clusterd/server/server_parts.h"
@@ -70,6 +71,8 @@ struct ClusterdServer::Impl {
   std::unique_ptr<Actuator> actuator;
   JobAgentHub job_agents;
   std::unique_ptr<Coordinator> coordinator;
+  // Job progress: hangs, slow ranks, ETTR (progress/monitor.h).
+  std::unique_ptr<ProgressMonitor> progress;
   // The gRPC edge (MakeServices, StartGrpc): who made each write
   // (server/auth.h), before the services that use it.
   std::unique_ptr<TokenReviewer> token_reviewer;
@@ -273,6 +276,13 @@ Status ClusterdServer::Impl::StartWriter() {
   metrics.AddCallbackGauge("clusterd_job_agents", "Attached job recovery agents.",
                            [this] { return static_cast<double>(job_agents.attached()); });
   engine->Start();
+  ProgressOptions po;
+  po.snapshot_interval = cfg.progress_snapshot_interval;
+  po.max_jobs = cfg.progress_max_jobs;
+  progress = std::make_unique<ProgressMonitor>(
+      state.get(), [engine = engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); }, clock, po,
+      &metrics);
+  progress->Start();
 
   return Status::Ok();
 }
@@ -295,8 +305,8 @@ Status ClusterdServer::Impl::MakeServices() {
   services.cluster = std::make_unique<ClusterServiceImpl>(state.get(), hub.get(), watch_pool.get(),
                                                           MakeWatchOptions(cfg), &metrics, authenticator.get());
   services.fault = std::make_unique<FaultServiceImpl>(engine.get(), authenticator.get());
-  services.job =
-      std::make_unique<JobServiceImpl>(state.get(), engine.get(), coordinator.get(), &job_agents, authenticator.get());
+  services.job = std::make_unique<JobServiceImpl>(state.get(), engine.get(), coordinator.get(), &job_agents,
+                                                  authenticator.get(), progress.get());
   services.admin = std::make_unique<AdminServiceImpl>(state.get(), engine.get(), authenticator.get());
   MindClusterFaultOptions mfo;
   mfo.max_subscribers = cfg.mindcluster_max_subscribers;
@@ -480,6 +490,7 @@ void ClusterdServer::Shutdown() {
   // Actions in flight finish and report to the engine (their results are
   // committed by Stop); anything not reported is dispatched again at restart.
   if (s.actuator) s.actuator->Stop();
+  if (s.progress) s.progress->Stop();
   if (s.engine) s.engine->Stop();
   if (s.self_check) s.self_check->Stop();
   if (s.grpc_server) s.grpc_server->Wait();

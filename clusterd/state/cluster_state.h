@@ -182,6 +182,11 @@ class ClusterState : public StateView {
   Status SetJobState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m) {
     return jobs_.SetState(id, state, reason, m);
   }
+  // The progress monitor's Job.progress (JOB_UPDATED with `reason`).
+  Status SetJobProgress(const std::string& id, const v1::JobProgress& progress, const std::string& reason,
+                        Mutation* m) {
+    return jobs_.SetProgress(id, progress, reason, m);
+  }
   // Marks a node (device absent) or a device isolated; NODE_UPDATED event.
   // Idempotent. UncordonNode clears both.
   Status SetIsolated(const std::string& node, std::optional<uint32_t> device, const std::string& reason, Mutation* m) {

@@ -85,6 +85,7 @@ Status JobTable::Refused(Status st) const {
 StatusOr<v1::Job> JobTable::Create(const v1::Job& requested, const std::string& source, Mutation* m) {
   v1::Job job = requested;
   job.clear_impacts();
+  job.clear_progress();
   job.set_source(source);
   if (job.state() == v1::JOB_STATE_UNSPECIFIED) job.set_state(v1::JOB_STATE_RUNNING);
   CLUSTERD_RETURN_IF_ERROR(Refused(ValidateJob(job, limits_->max_job_ranks)));
@@ -114,6 +115,12 @@ StatusOr<v1::Job> JobTable::Update(const v1::Job& requested, const std::string& 
   CLUSTERD_RETURN_IF_ERROR(CheckSource(it->second, source, "change"));
   v1::Job job = requested;
   job.clear_impacts();
+  // Output only: the progress monitor's, kept across a client's update.
+  if (it->second.has_progress()) {
+    *job.mutable_progress() = it->second.progress();
+  } else {
+    job.clear_progress();
+  }
   job.set_source(it->second.source());
   if (job.kind() == v1::JOB_KIND_UNSPECIFIED) job.set_kind(it->second.kind());
   if (job.kind() != it->second.kind()) return InvalidArgument("job.kind: cannot change");
@@ -158,9 +165,23 @@ StatusOr<uint64_t> JobTable::Delete(const std::string& id, const std::string& so
 Status JobTable::SetState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("job " + id + " does not exist");
-  v1::Job& job = it->second;
-  if (job.state() == state) return Status::Ok();
-  job.set_state(state);
+  if (it->second.state() == state) return Status::Ok();
+  it->second.set_state(state);
+  Changed(it->second, reason, m);
+  return Status::Ok();
+}
+
+Status JobTable::SetProgress(const std::string& id, const v1::JobProgress& progress, const std::string& reason,
+                             Mutation* m) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("job " + id + " does not exist");
+  *it->second.mutable_progress() = progress;
+  Changed(it->second, reason, m);
+  return Status::Ok();
+}
+
+void JobTable::Changed(v1::Job& job, const std::string& reason, Mutation* m) {
+  const std::string id = job.id();
   *job.mutable_update_time() = ToTimestamp(journal_->Now());
   v1::Event ev;
   ev.set_type(v1::EVENT_TYPE_JOB_UPDATED);
@@ -172,7 +193,6 @@ Status JobTable::SetState(const std::string& id, v1::JobState state, const std::
   *ev.mutable_job() = job;
   m->changes.Put(Cf::kJobs, storage::JobKey(id), job);
   journal_->Emit(m, std::move(ev));
-  return Status::Ok();
 }
 
 }  // namespace clusterd

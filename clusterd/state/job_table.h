@@ -49,9 +49,15 @@ class JobTable {
   // A job's state set by ClusterD (JOB_UPDATED with `reason`); no-op if
   // unchanged.
   Status SetState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m);
+  // The job's progress (Job.progress, the progress monitor's): JOB_UPDATED
+  // with `reason`; NotFound for a job that is gone.
+  Status SetProgress(const std::string& id, const v1::JobProgress& progress, const std::string& reason, Mutation* m);
 
  private:
   void Index(const v1::Job& job, bool add, uint64_t revision);
+  // Stores a job ClusterD changed (update_time, revision) with its
+  // JOB_UPDATED event (actor clusterd, `reason`).
+  void Changed(v1::Job& job, const std::string& reason, Mutation* m);
   Status Refused(Status st) const;
 
   Journal* journal_;

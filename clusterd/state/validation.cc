@@ -53,7 +53,28 @@ Status ValidateStrategy(const std::string& at, int s) {
   return Status::Ok();
 }
 
+// A job's ProgressPolicy (progress/tracker.h keeps windows this long).
+constexpr uint32_t kMaxProgressWindow = 16;
+Status ValidateProgressPolicy(const v1::ProgressPolicy& p) {
+  if (p.has_hang_timeout()) {
+    const auto& t = p.hang_timeout();
+    if (t.seconds() < 1 || t.seconds() > int64_t{7} * 86'400 || t.nanos() < 0 || t.nanos() >= 1'000'000'000) {
+      return InvalidArgument("policy.progress.hang_timeout: must be between 1s and 7 days");
+    }
+  }
+  if (!v1::HangAction_IsValid(p.hang_action())) return InvalidArgument("policy.progress.hang_action: unknown value");
+  if (p.slow_threshold_percent() > 1000) {
+    return InvalidArgument("policy.progress.slow_threshold_percent: at most 1000");
+  }
+  if (p.slow_window() > kMaxProgressWindow) {
+    return InvalidArgument("policy.progress.slow_window: at most " + std::to_string(kMaxProgressWindow));
+  }
+  if (p.warmup_reports() > 1000) return InvalidArgument("policy.progress.warmup_reports: at most 1000");
+  return Status::Ok();
+}
+
 Status ValidatePolicy(const v1::RecoveryPolicy& p) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateProgressPolicy(p.progress()));
   for (int s : p.allowed_strategies()) CLUSTERD_RETURN_IF_ERROR(ValidateStrategy("policy.allowed_strategies", s));
   for (const auto& t : p.step_timeouts()) {
     CLUSTERD_RETURN_IF_ERROR(ValidateStrategy("policy.step_timeouts.strategy", t.strategy()));

@@ -746,6 +746,10 @@ void MindClusterStack::FollowState(std::set<std::string>* dirty) {
       // TaskD's process faults are not the chip's: the reference tells
       // Volcano through the pods' fault-type label, never these lists.
       if (f.reporter() == mc::kTaskdReporter) continue;
+      // Nor are a job's progress faults (progress/monitor.h: JOB_HANG,
+      // SLOW_RANK, SLOW_NODE), unless a hang moves the job off the chip
+      // (SEPARATE): then Volcano must not place it there again.
+      if (f.reporter() == "progress" && f.level() < v1::FAULT_LEVEL_SEPARATE) continue;
       // A step retry or in-place restart through TaskD is handling it: Volcano
       // does not see it (and delete the pods the retry keeps) unless that
       // recovery moves on to rescheduling or fails.

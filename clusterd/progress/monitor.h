@@ -1,0 +1,128 @@
+// The progress monitor: the jobs' progress reports in (JobService.Attach),
+// their trackers (tracker.h), and what follows in ClusterD's state (docs/recovery.md, "Progress"):
+//
+// - JOB_HANG, a fault of the reporter "progress" on each rank that stopped
+//   first (at most kMaxHangFaults; id "<job>/hang/<rank>"), at the level the
+//   job's hang_action asks (NOT_HANDLE: notify; RESTART_BUSINESS: restart
+//   the processes; SEPARATE: move the pods). The coordinator decides a
+//   recovery for it like for any fault. Cleared once a rank advances.
+// - SLOW_RANK on each slow rank's chip (SUB_HEALTH, "<job>/slow/<rank>",
+//   the evidence in the message); SLOW_NODE on a node where ranks of two or
+//   more jobs are slow ("node/<node>/slow").
+// - Job.progress stored (JOB_UPDATED, reason "progress: ...") when its state
+//   or named ranks change and at most every snapshot_interval otherwise;
+//   GetJob answers the live values (Live).
+//
+// Threads: Report runs on gRPC threads (the caller holds the state's shared
+// lock and hands the job); RunOnce on the monitor's thread (Start) or a
+// test's; both take the monitor's mutex, never the state's exclusive lock:
+// the writes go through the Engine.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <tuple>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "clusterd/engine/engine.h"
+#include "clusterd/progress/tracker.h"
+#include "clusterd/state/cluster_state.h"
+#include "common/metrics.h"
+
+namespace clusterd {
+
+struct ProgressOptions {
+  std::chrono::nanoseconds snapshot_interval = std::chrono::seconds(60);
+  std::chrono::nanoseconds interval = std::chrono::seconds(1);  // RunOnce by the thread
+  // Jobs tracked at once; a report of one more is refused.
+  size_t max_jobs = 10'000;
+  // Rank entries a job may report per second: max(2 x its ranks, this).
+  size_t min_rank_rate = 4096;
+};
+
+class ProgressMonitor {
+ public:
+  inline static constexpr std::string_view kReporter = "progress";
+  static constexpr size_t kMaxHangFaults = 8;
+
+  ProgressMonitor(ClusterState* state, Engine::SubmitFn submit, const Clock* clock, ProgressOptions options,
+                  MetricsRegistry* metrics);
+  ~ProgressMonitor();
+
+  // A report for `job` (as stored, read under the state's shared lock):
+  // InvalidArgument (ValidateReport, a job that is not running),
+  // ResourceExhausted (the job's rate, max_jobs); nothing of a refused report
+  // is taken.
+  Status Report(const v1::Job& job, const v1::ProgressReport& report);
+  // The job's live progress (for GetJob); nullopt when it never reported
+  // since ClusterD started.
+  std::optional<v1::JobProgress> Live(const std::string& job_id) const;
+
+  // One pass: evaluates every tracked job, submits the faults to raise and
+  // clear and the snapshots due. The first pass adopts the faults of the
+  // reporter "progress" already in the state and the stored snapshots.
+  void RunOnce();
+
+  void Start();
+  void Stop();
+
+ private:
+  struct Tracked {
+    progress::JobTracker tracker;
+    uint64_t job_revision = 0;
+    std::set<uint32_t> ranks;  // the job's ranks at job_revision
+    // Rate: rank entries taken in the current second.
+    TimePoint rate_window{};
+    size_t rate_used = 0;
+    // What the state has of ours (fault ids) and what was stored last.
+    std::map<std::string, v1::ReportRequest> raised;  // fault id -> its raise
+    v1::ProgressState stored_state = v1::PROGRESS_STATE_UNSPECIFIED;
+    std::string stored_named;
+    TimePoint stored_at{};
+    bool snapshot_pending = false;
+  };
+  struct Writes;
+  // What the first pass takes over: the active faults of the reporter
+  // "progress" and the jobs' stored snapshots (with their policies).
+  struct Found {
+    std::vector<v1::ReportRequest> faults;
+    std::vector<std::tuple<std::string, v1::ProgressPolicy, v1::JobProgress>> stored;
+  };
+  static Found FindOurs(const StateView& view);
+  void Adopt(Found found, TimePoint now);
+
+  ClusterState* state_;
+  Engine::SubmitFn submit_;
+  const Clock* clock_;
+  ProgressOptions options_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, Tracked> jobs_;
+  std::map<std::string, v1::ReportRequest> slow_nodes_;  // SLOW_NODE raised: fault id -> its raise
+  std::atomic<bool> adopted_{false};
+
+  Counter* reports_;
+  Counter* refused_invalid_;
+  Counter* refused_rate_;
+  Counter* refused_jobs_;
+  Counter* hangs_;
+  Counter* slow_found_;
+  Gauge* jobs_gauge_[6];
+  Gauge* ranks_gauge_;
+  Gauge* slow_gauge_;
+  Gauge* ettr_gauge_;
+  Gauge* lost_seconds_;
+
+  std::mutex run_mu_;
+  std::condition_variable run_cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace clusterd
