@@ -11,6 +11,7 @@
 #include "clusterd/server/grpc_status.h"
 #include "clusterd/server/stream_writer.h"
 #include "common/duration.h"
+#include "common/validation.h"
 #include "common/logging.h"
 
 namespace clusterd {
@@ -199,8 +200,44 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
           return [self, st] { self->OnApplied(st); };
         });
       }
+      case v1::ConnectRequest::kProgress: {
+        // Progress of ranks on this node (their processes' files): a bad
+        // report is refused and logged, never the end of the node's stream.
+        if (service_->messages_other) service_->messages_other->Inc();
+        if (service_->progress() == nullptr) return Status::Ok();
+        const v1::JobProgressReport& p = req_.progress();
+        Status st = ValidateNodeName("progress.job_id", p.job_id());
+        if (st.ok()) {
+          st = service_->state()->Read([&](const StateView& view) -> Status {
+            auto it = view.jobs().find(p.job_id());
+            if (it == view.jobs().end()) return NotFound("progress: job " + p.job_id() + " does not exist");
+            std::set<uint32_t> here;
+            for (const auto& placed : it->second.placement()) {
+              if (placed.node() == node_) here.insert(placed.rank());
+            }
+            for (const auto& r : p.report().ranks()) {
+              if (!here.contains(r.rank())) {
+                return InvalidArgument("progress: rank " + std::to_string(r.rank()) + " of job " + p.job_id() +
+                                       " is not placed on node " + node_);
+              }
+            }
+            return service_->progress()->Report(it->second, p.report());
+          });
+        }
+        if (!st.ok()) LogProgressRefused(st);
+        return Status::Ok();
+      }
       default: return InvalidArgument("empty or unknown message");
     }
+  }
+
+  // At most one line a minute per stream: a job's files can be wrong for a
+  // long time.
+  void LogProgressRefused(const Status& st) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_progress_log_) return;
+    next_progress_log_ = now + std::chrono::minutes(1);
+    GetLogger("agent")->warn("job progress from node {} refused: {}", node_, st.ToString());
   }
 
   void OnHelloDeadline() {
@@ -309,6 +346,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   uint32_t inflight_ = 0;
   bool reading_ = false;
   bool read_closed_ = false;
+  std::chrono::steady_clock::time_point next_progress_log_{};
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "clusterd/engine/engine.h"
+#include "clusterd/progress/monitor.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/peer_limiter.h"
 #include "clusterd/v1/agent.grpc.pb.h"
@@ -58,6 +59,10 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   Counter* hello_timeouts = nullptr;
 
   PeerLimiter& peers() { return peers_; }
+  // Takes the job progress NodeD reads from the node's files (null: such
+  // reports are ignored). Set before serving.
+  void set_progress(ProgressMonitor* progress) { progress_ = progress; }
+  ProgressMonitor* progress() const { return progress_; }
 
  private:
   const ClusterState* state_;
@@ -67,6 +72,7 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   std::atomic<int64_t> open_streams_{0};
   std::atomic<uint64_t> next_session_{0};
   PeerLimiter peers_;
+  ProgressMonitor* progress_ = nullptr;
 };
 
 }  // namespace clusterd

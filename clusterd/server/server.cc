@@ -302,6 +302,7 @@ Status ClusterdServer::Impl::MakeServices() {
   if (!made_auth.ok()) return made_auth.status();
   authenticator = std::move(*made_auth);
   services.agent = std::make_unique<AgentService>(state.get(), engine.get(), ao, &metrics, authenticator.get());
+  services.agent->set_progress(progress.get());
   services.cluster = std::make_unique<ClusterServiceImpl>(state.get(), hub.get(), watch_pool.get(),
                                                           MakeWatchOptions(cfg), &metrics, authenticator.get());
   services.fault = std::make_unique<FaultServiceImpl>(engine.get(), authenticator.get());

@@ -95,6 +95,16 @@ const ConfigSetters<NodedConfig>& Setters() {
          }
          return SetDuration("chain_interval", v, std::chrono::seconds(1), &c->chain_interval);
        }},
+      {"progress_dir",
+       [](const std::string& v, NodedConfig* c) {
+         if (!v.empty() && v[0] != '/') return InvalidArgument("progress_dir: must be an absolute path, or empty");
+         c->progress_dir = v;
+         return Status::Ok();
+       }},
+      {"progress_interval",
+       [](const std::string& v, NodedConfig* c) {
+         return SetDuration("progress_interval", v, std::chrono::seconds(1), &c->progress_interval);
+       }},
       {"labels",
        [](const std::string& v, NodedConfig* c) {
          std::map<std::string, std::string> labels;
@@ -248,6 +258,9 @@ Flags (the JSON config file takes the same keys with '_'):
   --expected-chips N        NPUs the node should have (default 0: the backend's count)
   --chain-interval DUR      software chain read for its NODE_CHAIN_* faults (default 30s;
                             0: only at start, for the inventory)
+  --progress-dir DIR        job progress files written by training processes
+                            (default /run/clusterd/progress; "" disables)
+  --progress-interval DUR   how often they are read and sent (default 10s)
   --labels k=v,k2=v2        labels reported with the node
   --poll-interval DUR       collection interval (default 1s)
   --heartbeat-interval DUR  heartbeat interval (default 2s)

@@ -30,6 +30,10 @@ struct NodedConfig {
   std::string ascend_path = "/usr/local/Ascend";
   uint32_t expected_chips = 0;
   std::chrono::nanoseconds chain_interval = std::chrono::seconds(30);
+  // Job progress files (docs/noded.md, "Job progress"): the directory the
+  // training processes write into ("" disables), and how often it is read.
+  std::string progress_dir = "/run/clusterd/progress";
+  std::chrono::nanoseconds progress_interval = std::chrono::seconds(10);
   std::map<std::string, std::string> labels;
   std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);

@@ -23,6 +23,7 @@ struct NodedServer::Impl {
   std::unique_ptr<AcceleratorBackend> backend;
   FaultInjector* injector = nullptr;  // the backend's, when it takes injected faults
   std::unique_ptr<Agent> agent;
+  std::unique_ptr<ProgressFiles> progress;  // job progress files, read by the stream
   std::unique_ptr<StreamClient> stream;
   HttpServer http;
 
@@ -148,6 +149,13 @@ Status NodedServer::Start() {
   so.server = cfg.server;
   so.heartbeat_interval = cfg.heartbeat_interval;
   so.metrics_interval = cfg.metrics_interval;
+  if (!cfg.progress_dir.empty()) {
+    ProgressFileOptions po;
+    po.dir = cfg.progress_dir;
+    s.progress = std::make_unique<ProgressFiles>(po);
+    so.progress = s.progress.get();
+    so.progress_interval = cfg.progress_interval;
+  }
   so.security.ca_file = cfg.tls_ca_file;
   so.security.cert_file = cfg.tls_cert_file;
   so.security.key_file = cfg.tls_key_file;

@@ -187,6 +187,8 @@ bool StreamClient::Session() {
   bool ok = send_pending(snapshot.pending);
   auto next_heartbeat = std::chrono::steady_clock::now();
   auto next_metrics = std::chrono::steady_clock::now();
+  auto next_progress =
+      options_.progress ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point::max();
   while (ok) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_heartbeat) {
@@ -207,10 +209,15 @@ bool StreamClient::Session() {
       *req.mutable_chain() = agent_->Chain(&sent_chain);
       ok = stream->Write(req);
     }
+    if (ok && now >= next_progress) {
+      ok = SendProgress(stream.get());
+      next_progress = now + options_.progress_interval;
+    }
     if (!ok) break;
     {
       std::unique_lock lock(mu_);
-      cv_.wait_until(lock, std::min(next_heartbeat, next_metrics), [&] { return stop_ || dirty_ || broken.load(); });
+      cv_.wait_until(lock, std::min({next_heartbeat, next_metrics, next_progress}),
+                     [&] { return stop_ || dirty_ || broken.load(); });
       if (stop_ || broken) break;
       dirty_ = false;
     }
@@ -229,6 +236,22 @@ bool StreamClient::Session() {
     log->warn("stream to {} ended: {} {}", options_.server, static_cast<int>(st.error_code()), st.error_message());
   }
   return false;
+}
+
+bool StreamClient::SendProgress(grpc::ClientReaderWriterInterface<v1::ConnectRequest, v1::ConnectResponse>* stream) {
+  ProgressFiles::Pass pass = options_.progress->Scan(std::chrono::system_clock::now());
+  for (const auto& e : pass.errors) {
+    // A bad file stays bad until it is written again: said once.
+    if (progress_errors_logged_.size() < 1024 && progress_errors_logged_.insert(e).second) {
+      GetLogger("noded")->warn("job progress file skipped: {}", e);
+    }
+  }
+  for (auto& r : pass.reports) {
+    v1::ConnectRequest req;
+    *req.mutable_progress() = std::move(r);
+    if (!stream->Write(req)) return false;
+  }
+  return true;
 }
 
 }  // namespace clusterd::noded

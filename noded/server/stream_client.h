@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "noded/agent.h"
+#include "noded/collectors/progress.h"
 #include "noded/outbox.h"
 
 namespace clusterd::noded {
@@ -30,6 +32,10 @@ struct StreamOptions {
   std::string server = "127.0.0.1:8899";
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
   std::chrono::nanoseconds metrics_interval = std::chrono::seconds(10);
+  // Job progress files (borrowed; null: none), read every progress_interval
+  // on a connected stream and the changed ones sent.
+  ProgressFiles* progress = nullptr;
+  std::chrono::nanoseconds progress_interval = std::chrono::seconds(10);
   std::chrono::nanoseconds backoff_min = std::chrono::milliseconds(200);
   std::chrono::nanoseconds backoff_max = std::chrono::seconds(10);
   ClientSecurity security;  // TLS, client certificate, bearer token; plaintext when empty
@@ -57,6 +63,9 @@ class StreamClient {
   // One connection's life; returns when it broke or Stop was called. True
   // when a standby replica refused it (it is not the leader).
   bool Session();
+  // The progress files changed since the last pass, one message per job;
+  // false when the stream broke. The files' errors are logged once each.
+  bool SendProgress(grpc::ClientReaderWriterInterface<v1::ConnectRequest, v1::ConnectResponse>* stream);
 
   StreamOptions options_;
   const Agent* agent_;
@@ -72,7 +81,8 @@ class StreamClient {
   std::atomic<bool> connected_{false};
   std::thread thread_;
   std::mt19937_64 rng_{std::random_device{}()};
-  size_t rotation_ = 0;  // with several addresses: which one the next channel tries first
+  std::set<std::string> progress_errors_logged_;  // the stream thread's
+  size_t rotation_ = 0;                           // with several addresses: which one the next channel tries first
 
   Counter* reconnects_ = nullptr;
   Counter* sent_transitions_ = nullptr;

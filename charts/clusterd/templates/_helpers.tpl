@@ -369,6 +369,7 @@ NodeD's config.json content. node_name comes from the downward API as a flag.
 {{- $_ = set $c "npu_smi_command" $n.npuSmi.command }}
 {{- end }}
 {{- $_ = set $c "kmsg_path" (ternary "/dev/kmsg" "" $n.kmsg.enabled) }}
+{{- $_ = set $c "progress_dir" (ternary "/run/clusterd/progress" "" $n.progress.enabled) }}
 {{- if $n.rules }}
 {{- $_ = set $c "rules_file" "/etc/noded/rules.json" }}
 {{- end }}
