@@ -257,11 +257,16 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
     auto resp = state->Read([&](const StateView& s) { return s.GetNode(r); });
     return resp.ok() ? Json(*resp) : Error(resp.status());
   });
-  route("/api/v1/jobs/*", [state](const HttpRequest& req) {
+  route("/api/v1/jobs/*", [state, progress = options.progress](const HttpRequest& req) {
     auto id = PathTail(req.target, "/api/v1/jobs/");
     if (!id.ok()) return Error(id.status());
     auto job = state->Read([&](const StateView& s) { return s.GetJob(*id); });
-    return job.ok() ? Json(*job) : Error(job.status());
+    if (!job.ok()) return Error(job.status());
+    // The live progress, as GetJob answers it.
+    if (progress != nullptr) {
+      if (auto live = progress->Live(*id)) *job->mutable_progress() = std::move(*live);
+    }
+    return Json(*job);
   });
   route("/api/v1/recoveries/*", [state](const HttpRequest& req) {
     auto id = PathTail(req.target, "/api/v1/recoveries/");

@@ -20,6 +20,7 @@
 // principal with the viewer role (the HTTP port has no client certificates).
 #pragma once
 
+#include "clusterd/progress/monitor.h"
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/state/cluster_state.h"
@@ -32,6 +33,8 @@ struct HttpApiOptions {
   bool require_viewer = true;
   // Most events one /api/v1/events answer carries.
   size_t max_events = 1000;
+  // The live Job.progress of GET /api/v1/jobs/<id> (null: the stored one).
+  const ProgressMonitor* progress = nullptr;
 };
 
 // Registers the routes on `http` (before it starts). The arguments must

@@ -460,6 +460,7 @@ Status ClusterdServer::Impl::StartHttp() {
                  return {true, "writable"};
                }));
   HttpApiOptions api;
+  api.progress = progress.get();
   api.require_viewer = !cfg.insecure;
   RegisterHttpApi(http.get(), state.get(), hub.get(), authenticator.get(), api);
   // The status page holds no data (it reads the API above), so no token.

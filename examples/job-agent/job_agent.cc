@@ -8,6 +8,9 @@
 // logged, one line per command, to stdout and to --log. When a recovery moved
 // ranks (RESUME after a POD_RESCHEDULE) or dropped them (SCALE_IN), the agent
 // reports the job's new placement with UpdateJob, as a real launcher would.
+// Every --progress-ms (default 1000; 0: never) it reports each rank's step on
+// the same stream (ProgressReport), so ClusterD can tell a hang or a slow
+// rank (docs/recovery.md, "Progress").
 //
 // Flags for tests: --fail KIND answers KIND commands with failure; --ignore
 // KIND never answers them (the deadline passes and the recovery escalates).
@@ -56,6 +59,7 @@ struct Options {
   uint32_t max_retries_per_job = 0;
   std::set<std::string> fail, ignore;
   int step_ms = 500;
+  int progress_ms = 1000;
   bool register_job = true;
   clusterd::ClientSecurity security;  // --ca, --cert, --key, --token, --token-file, --server-name
 };
@@ -206,6 +210,11 @@ class Agent {
     hello.mutable_hello()->set_job_id(options_.job);
     hello.mutable_hello()->set_agent("job-agent");
     bool attached = false;
+    // Acks (this thread) and progress reports (the reporter) share the
+    // stream's write side: one write at a time.
+    std::mutex write_mu;
+    std::atomic<bool> done{false};
+    std::thread reporter;
     if (stream->Write(hello)) {
       v1::AttachResponse msg;
       while (stream->Read(&msg)) {
@@ -214,21 +223,56 @@ class Agent {
           std::lock_guard lock(mu_);
           job_ = msg.attached().job();
           Log("attached: job " + job_.id() + " state " + v1::JobState_Name(job_.state()));
+          if (options_.progress_ms > 0 && !reporter.joinable()) {
+            reporter = std::thread([&] { ReportProgress(stream.get(), &write_mu, &done); });
+          }
           continue;
+        }
+        if (msg.has_progress_ack() && !msg.progress_ack().accepted()) {
+          Log("progress refused: " + msg.progress_ack().error());
         }
         if (!msg.has_command()) continue;
         v1::AttachRequest ack;
         if (Handle(msg.command(), ack.mutable_ack())) {
+          std::lock_guard lock(write_mu);
           if (!stream->Write(ack)) break;
         }
       }
     }
+    done = true;
+    if (reporter.joinable()) reporter.join();
     stream->WritesDone();
     grpc::Status st = stream->Finish();
     if (!g_stop) Log("attach stream ended: " + (st.ok() ? std::string("OK") : st.error_message()));
     refused_by_standby_ =
         st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message().rfind("standby ", 0) == 0;
     return attached;
+  }
+
+  // Every --progress-ms until `done`: each placed rank at the job's step;
+  // the simulated steps take --step-ms, none of it in collectives.
+  void ReportProgress(grpc::ClientReaderWriter<v1::AttachRequest, v1::AttachResponse>* stream, std::mutex* write_mu,
+                      const std::atomic<bool>* done) {
+    while (!*done && !g_stop) {
+      v1::AttachRequest req;
+      {
+        std::lock_guard lock(mu_);
+        for (const auto& p : job_.placement()) {
+          auto* r = req.mutable_progress()->add_ranks();
+          r->set_rank(p.rank());
+          r->set_step(step_);
+          *r->mutable_step_time() = TimeUtil::MillisecondsToDuration(options_.step_ms);
+          r->set_checkpointing(state_ == "paused");
+        }
+      }
+      if (req.progress().ranks_size() > 0) {
+        std::lock_guard lock(*write_mu);
+        if (!stream->Write(req)) return;
+      }
+      for (int waited = 0; waited < options_.progress_ms && !*done; waited += 50) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, options_.progress_ms - waited)));
+      }
+    }
   }
 
   // Applies the command once per id; fills the ack. False: send no ack.
@@ -367,7 +411,7 @@ int Usage() {
   std::cerr
       << "usage: job-agent --job ID --placement RANK=NODE[:DEV],... [--server ADDR] [--kind training|inference]\n"
          "                 [--spares NODE[:DEV],...] [--hold-down DUR] [--step-timeout DUR]\n"
-         "                 [--max-retries-per-job N] [--log FILE] [--step-ms N] [--no-register]\n"
+         "                 [--max-retries-per-job N] [--log FILE] [--step-ms N] [--progress-ms N] [--no-register]\n"
          "                 [--fail KIND] [--ignore KIND]   (KIND: PAUSE, STOP, RESTART_PROCESSES, ...)\n"
          "                 [--ca FILE] [--cert FILE --key FILE] [--token T | --token-file FILE] [--server-name N]\n"
       << clusterd::ClientSecurityUsage();
@@ -410,6 +454,8 @@ int main(int argc, char** argv) {
       o.max_retries_per_job = static_cast<uint32_t>(std::stoul(value()));
     else if (flag == "--step-ms")
       o.step_ms = std::max(1, std::stoi(value()));
+    else if (flag == "--progress-ms")
+      o.progress_ms = std::max(0, std::stoi(value()));
     else if (flag == "--fail")
       o.fail.insert(value());
     else if (flag == "--ignore")

@@ -190,7 +190,7 @@ expect "default: NodeD node name from spec.nodeName" "$D" "pod('DaemonSet')['con
 expect "default: NodeD --node-name=\$(NODE_NAME)" "$D" "'--node-name=\$(NODE_NAME)' in pod('DaemonSet')['containers'][0]['args']" "True"
 expect "default: NodeD privileged (kmsg + ascend)" "$D" "pod('DaemonSet')['containers'][0]['securityContext']['privileged']" "True"
 expect "default: NodeD host mounts" "$D" "sorted((m['mountPath'], m.get('readOnly', False)) for m in pod('DaemonSet')['containers'][0]['volumeMounts'])" \
-  "[('/dev/kmsg', True), ('/etc/noded', True), ('/host', True), ('/tmp', False), ('/usr/local/Ascend/driver', True), ('/var/lib/noded', False)]"
+  "[('/dev/kmsg', True), ('/etc/noded', True), ('/host', True), ('/run/clusterd/progress', True), ('/tmp', False), ('/usr/local/Ascend/driver', True), ('/var/lib/noded', False)]"
 expect "default: PVC kept on uninstall" "$D" "by['PersistentVolumeClaim'][0]['metadata']['annotations']['helm.sh/resource-policy']" "keep"
 expect "default: NodeD reaches the ClusterD Service" "$D" "__import__('json').loads(cm('-noded')['config.json'])['server']" "clusterd.fault-mgmt.svc:8899"
 expect "default: no catalog override" "$D" "sorted(cm('clusterd')) " "['config.json']"
@@ -208,7 +208,7 @@ expect "existing-claim: catalog override" "$E" "__import__('json').loads(cm('fau
 expect "existing-claim: null config key left out" "$E" "'max_streams' in __import__('json').loads(cm('fault-center')['config.json'])" "False"
 expect "sim: NodeD restricted (non-root, no privilege)" "$S" "(pod('DaemonSet')['containers'][0]['securityContext'].get('privileged'), pod('DaemonSet')['containers'][0]['securityContext']['runAsUser'])" "(None, 65532)"
 expect "sim: state dir chowned by an init container" "$S" "[c['securityContext']['capabilities']['add'] for c in pod('DaemonSet')['initContainers']]" "[['CHOWN']]"
-expect "sim: no kmsg/driver mounts" "$S" "sorted(v['name'] for v in pod('DaemonSet')['volumes'])" "['config', 'host-root', 'state', 'tmp']"
+expect "sim: no kmsg/driver mounts" "$S" "sorted(v['name'] for v in pod('DaemonSet')['volumes'])" "['config', 'host-root', 'progress', 'state', 'tmp']"
 expect "sim: rules file and labels" "$S" "(lambda c: (c['rules_file'], c['labels'], c['kmsg_path'], c['sim_devices']))(__import__('json').loads(cm('-noded')['config.json']))" \
   "('/etc/noded/rules.json', 'pool=train,rack=r12', '', 16)"
 expect "sim: emptyDir data" "$S" "[v for v in pod('Deployment')['volumes'] if v['name'] == 'data'][0]" "{'name': 'data', 'emptyDir': {}}"

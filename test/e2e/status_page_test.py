@@ -70,6 +70,11 @@ def main():
         state_cell = broken[0].find_element(By.CSS_SELECTOR, "td.chain-state")
         assert "h-UNHEALTHY" in state_cell.get_attribute("class"), state_cell.get_attribute("class")
         assert "device plugin" in broken[0].text, broken[0].text  # the fix, in one line
+        # The job's progress (its agent reports each rank's step): state, step and ETTR.
+        job_row = lambda: driver.find_element(By.CSS_SELECTOR, '#jobs tr[data-job="train-a"]')
+        wait_for("train-a's progress and ETTR in the jobs panel",
+                 lambda: "ADVANCING step" in job_row().text and "100.0%" in job_row().text)
+        assert job_row().find_elements(By.CSS_SELECTOR, "td.pg-ADVANCING .ettr, td .ettr i.work"), job_row().text
         health0 = js("return window.clusterdStatus.cellHealth(arguments[0], arguments[1])", args.node, args.device)
         assert health0 == "HEALTHY", f"cell {args.node}/{args.device} starts {health0}"
         rev0 = int(js("return window.clusterdStatus.revision()"))
