@@ -77,6 +77,10 @@ struct Options {
   int taskd_samples = 50;
   // Scenario 15.
   int doctor_nodes = 16000;
+  // Scenario 16.
+  int progress_jobs = 1000;
+  int progress_ranks = 1000;
+  double progress_interval_s = 10;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };

@@ -38,6 +38,7 @@
 #include "sink.h"
 #include "stack.h"
 #include "doctor.h"
+#include "progress.h"
 #include "taskd.h"
 
 namespace clusterd::bench {
@@ -281,7 +282,10 @@ int Run(const Options& o) {
                     {"stack_churn_s", o.stack_churn_s},
                     {"stack_chunk_kib", o.stack_chunk_kib},
                     {"taskd_samples", o.taskd_samples},
-                    {"doctor_nodes", o.doctor_nodes}};
+                    {"doctor_nodes", o.doctor_nodes},
+                    {"progress_jobs", o.progress_jobs},
+                    {"progress_ranks", o.progress_ranks},
+                    {"progress_interval_s", o.progress_interval_s}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -295,6 +299,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(13)) err = RunStack(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(14)) err = RunTaskd(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(15)) err = RunDoctor(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(16)) err = RunProgress(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";

@@ -248,7 +248,7 @@ struct ClusterdConfig {
   // Job progress (docs/recovery.md, "Progress"): Job.progress is stored at
   // most this often unless its state changes; at most this many jobs are
   // tracked at once.
-  std::chrono::nanoseconds progress_snapshot_interval = std::chrono::seconds(60);
+  std::chrono::nanoseconds progress_snapshot_interval = std::chrono::minutes(5);
   uint32_t progress_max_jobs = 10'000;
   // Finished recovery records kept: at most this many in all, none that ended
   // longer ago than this (never a running one, a job's newest, or one within

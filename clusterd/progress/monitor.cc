@@ -225,7 +225,7 @@ struct ProgressMonitor::Writes {
   std::vector<std::string> reasons;
 };
 
-void ProgressMonitor::RunOnce() {
+TimePoint ProgressMonitor::RunOnce() {
   const TimePoint now = clock_->Now();
   Writes w;
   // The state's view of the tracked jobs, read under the shared lock; the
@@ -234,7 +234,6 @@ void ProgressMonitor::RunOnce() {
     bool exists = false;
     bool running = false;
     progress::Context ctx;
-    std::map<uint32_t, v1::RankPlacement> placed;  // of the named ranks only
   };
   if (!adopted_.load()) {
     // The state first (never under the monitor's mutex: readers of the
@@ -244,6 +243,7 @@ void ProgressMonitor::RunOnce() {
     Adopt(std::move(found), now);
     adopted_ = true;
   }
+  // 1. Which jobs stalled (only those need their context from the state).
   std::unique_lock lock(mu_);
   std::vector<std::string> ids;
   std::set<std::string> stalled;
@@ -261,30 +261,55 @@ void ProgressMonitor::RunOnce() {
       i.exists = true;
       i.running = Running(jt->second);
       if (stalled.contains(id)) i.ctx = ContextOf(view, jt->second);
-      for (const auto& p : jt->second.placement()) i.placed.emplace(p.rank(), p);
     }
     return out;
   });
+  // 2. The verdicts, and the ranks they name (whose placement the faults need).
+  std::map<std::string, progress::Verdict> verdicts;
+  std::map<std::string, std::set<uint32_t>> named;
   lock.lock();
-
+  for (auto& [id, t] : jobs_) {
+    auto in = info.find(id);
+    if (in == info.end() || !in->second.exists || !in->second.running || !t.tracker.reported()) continue;
+    progress::Verdict& v = verdicts[id] = t.tracker.Evaluate(now, in->second.ctx);
+    for (size_t i = 0; i < v.hung_ranks.size() && i < kMaxHangFaults; ++i) named[id].insert(v.hung_ranks[i]);
+    for (const auto& sr : v.slow_ranks) named[id].insert(sr.rank);
+  }
+  lock.unlock();
+  using Placements = std::map<std::string, std::map<uint32_t, v1::RankPlacement>>;
+  Placements placements = state_->Read([&](const StateView& view) {
+    Placements out;
+    for (const auto& [id, ranks] : named) {
+      auto jt = view.jobs().find(id);
+      if (jt == view.jobs().end()) continue;
+      for (const auto& p : jt->second.placement()) {
+        if (ranks.contains(p.rank())) out[id].emplace(p.rank(), p);
+      }
+    }
+    return out;
+  });
+  // 3. The faults and snapshots they ask for.
+  lock.lock();
   std::map<std::string, std::set<std::string>> slow_jobs_by_node;
   std::map<std::string, v1::RankPlacement> slow_node_place;
   size_t ranks = 0, slow = 0;
   size_t by_state[6] = {};
   Duration productive{0}, lost{0};
+  const std::map<uint32_t, v1::RankPlacement> none;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     const std::string& id = it->first;
     Tracked& t = it->second;
     auto in = info.find(id);
-    const bool gone = in == info.end() ? false : !in->second.exists;
     if (in == info.end()) {  // reported since the read: next pass
       ++it;
       continue;
     }
+    const bool gone = !in->second.exists;
     Wanted wanted;
-    if (!gone && in->second.running && t.tracker.reported()) {
-      const progress::Verdict v = t.tracker.Evaluate(now, in->second.ctx);
-      const auto& placed = in->second.placed;
+    if (auto vt = verdicts.find(id); vt != verdicts.end()) {
+      const progress::Verdict& v = vt->second;
+      auto pt = placements.find(id);
+      const auto& placed = pt == placements.end() ? none : pt->second;
       if (v.state == v1::PROGRESS_STATE_HUNG) {
         const v1::FaultLevel level = HangLevel(t.tracker.settings().hang_action, v.hang_unattributed);
         const v1::JobProgress snap = t.tracker.Snapshot(now);
@@ -302,19 +327,19 @@ void ProgressMonitor::RunOnce() {
           if (v.hang_unattributed) break;  // one fault names the job
         }
       }
-      for (const auto& s : v.slow_ranks) {
-        auto p = placed.find(s.rank);
+      for (const auto& sr : v.slow_ranks) {
+        auto p = placed.find(sr.rank);
         if (p == placed.end()) continue;
         ++slow;
         slow_jobs_by_node[p->second.node()].insert(id);
         slow_node_place.emplace(p->second.node(), p->second);
         if (wanted.size() >= kMaxHangFaults + progress::kMaxNamedRanks) continue;
-        const std::string fid = id + "/slow/" + std::to_string(s.rank);
-        wanted.emplace(fid,
-                       FaultAt(p->second, fid, "SLOW_RANK", v1::FAULT_LEVEL_SUB_HEALTH,
-                               "job " + id + ": rank " + std::to_string(s.rank) + " takes " + Seconds(s.step_time) +
-                                   " per step, the job's median is " + Seconds(s.job_median) + " (median of the last " +
-                                   std::to_string(s.window) + " reports, less collective waits)"));
+        const std::string fid = id + "/slow/" + std::to_string(sr.rank);
+        wanted.emplace(
+            fid, FaultAt(p->second, fid, "SLOW_RANK", v1::FAULT_LEVEL_SUB_HEALTH,
+                         "job " + id + ": rank " + std::to_string(sr.rank) + " takes " + Seconds(sr.step_time) +
+                             " per step, the job's median is " + Seconds(sr.job_median) + " (median of the last " +
+                             std::to_string(sr.window) + " reports, less collective waits)"));
       }
     }
     // Raise what is wanted and not raised; clear what is raised and not wanted.
@@ -398,9 +423,15 @@ void ProgressMonitor::RunOnce() {
   const Duration total = productive + lost;
   ettr_gauge_->Set(total > Duration(0) ? std::chrono::duration<double>(productive) / total : 1.0);
   lost_seconds_->Set(std::chrono::duration<double>(lost).count());
+  TimePoint next = now + options_.interval;
+  for (const auto& [id, t] : jobs_) {
+    // Only a due time still ahead: one passed already was looked at (a job
+    // stalled by a recovery is not hung, and must not make this spin).
+    if (auto due = t.tracker.HangDue(); due && *due > now && *due < next) next = *due;
+  }
   lock.unlock();
 
-  if (w.reports.empty() && w.snapshots.empty()) return;
+  if (w.reports.empty() && w.snapshots.empty()) return next;
   submit_([w = std::move(w)](ClusterState& s, Mutation* m) -> Engine::Done {
     for (const auto& r : w.reports) {
       if (auto st = s.ApplyReport(r, m); !st.ok()) {
@@ -413,6 +444,7 @@ void ProgressMonitor::RunOnce() {
     }
     return nullptr;
   });
+  return next;
 }
 
 void ProgressMonitor::Start() {
@@ -420,9 +452,11 @@ void ProgressMonitor::Start() {
     std::unique_lock lock(run_mu_);
     while (!stop_) {
       lock.unlock();
-      RunOnce();
+      const TimePoint next = RunOnce();
       lock.lock();
-      run_cv_.wait_for(lock, options_.interval, [this] { return stop_; });
+      // The clock may be a test's: wait at most an interval of real time.
+      const auto wait = std::clamp<Duration>(next - clock_->Now(), Duration(0), options_.interval);
+      run_cv_.wait_for(lock, wait, [this] { return stop_; });
     }
   });
 }

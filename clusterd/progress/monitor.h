@@ -9,7 +9,7 @@
 // - SLOW_RANK on each slow rank's chip (SUB_HEALTH, "<job>/slow/<rank>",
 //   the evidence in the message); SLOW_NODE on a node where ranks of two or
 //   more jobs are slow ("node/<node>/slow").
-// - Job.progress stored (JOB_UPDATED, reason "progress: ...") when its state
+// - Job.progress stored (a JOB_PROGRESS event, reason "progress: ...") when its state
 //   or named ranks change and at most every snapshot_interval otherwise;
 //   GetJob answers the live values (Live).
 //
@@ -38,7 +38,7 @@
 namespace clusterd {
 
 struct ProgressOptions {
-  std::chrono::nanoseconds snapshot_interval = std::chrono::seconds(60);
+  std::chrono::nanoseconds snapshot_interval = std::chrono::minutes(5);
   std::chrono::nanoseconds interval = std::chrono::seconds(1);  // RunOnce by the thread
   // Jobs tracked at once; a report of one more is refused.
   size_t max_jobs = 10'000;
@@ -67,7 +67,9 @@ class ProgressMonitor {
   // One pass: evaluates every tracked job, submits the faults to raise and
   // clear and the snapshots due. The first pass adopts the faults of the
   // reporter "progress" already in the state and the stored snapshots.
-  void RunOnce();
+  // Returns when the next pass is due: after `interval`, or sooner when a
+  // job's hang timeout runs out before.
+  TimePoint RunOnce();
 
   void Start();
   void Stop();

@@ -163,7 +163,9 @@ Duration JobTracker::StallAfter() const {
 }
 
 Duration JobTracker::HangTimeout() const {
-  if (settings_.hang_timeout > Duration(0)) return settings_.hang_timeout;
+  // A policy's timeout, but never below two report intervals (a job cannot
+  // advance more often than it reports).
+  if (settings_.hang_timeout > Duration(0)) return std::max(settings_.hang_timeout, 2 * NormalGap());
   Duration t = kMinHangTimeout;
   if (median_step_ > 0) t = std::max(t, FromSeconds(10 * median_step_));
   return std::max(t, 3 * NormalGap());
@@ -195,6 +197,15 @@ void JobTracker::OnAdvance(TimePoint now) {
   }
   last_advance_ = now;
   open_cause_.clear();
+}
+
+std::optional<TimePoint> JobTracker::HangDue() const {
+  if (!last_advance_ || settings_.disabled || last_.state == v1::PROGRESS_STATE_HUNG) return std::nullopt;
+  bool checkpointing = false;
+  for (const auto& [id, k] : ranks_) checkpointing = checkpointing || k.checkpointing;
+  TimePoint due = *last_advance_ + (checkpointing ? 10 : 1) * HangTimeout();
+  if (recovering_seen_) due = std::max(due, *recovering_seen_ + kRestartGraceTimeouts * HangTimeout());
+  return due + Duration(std::chrono::milliseconds(1));
 }
 
 bool JobTracker::Stalled(TimePoint now) const {
@@ -284,8 +295,13 @@ Verdict JobTracker::Evaluate(TimePoint now, const Context& ctx) {
     v.state = checkpointing ? v1::PROGRESS_STATE_CHECKPOINTING : v1::PROGRESS_STATE_ADVANCING;
     return last_ = v;
   }
-  const bool hang =
-      !settings_.disabled && !ctx.recovering && !ctx.faulted && idle > (checkpointing ? 10 * timeout : timeout);
+  // A recovery of the job restarts its processes: it gets three timeouts
+  // from the recovery's end to advance again (loading a checkpoint, warming
+  // up) before its silence is a hang again.
+  if (ctx.recovering) recovering_seen_ = now;
+  const bool after_recovery = recovering_seen_ && now - *recovering_seen_ <= kRestartGraceTimeouts * timeout;
+  const bool hang = !settings_.disabled && !ctx.recovering && !ctx.faulted && !after_recovery &&
+                    idle > (checkpointing ? 10 * timeout : timeout);
   if (hang) {
     v.state = v1::PROGRESS_STATE_HUNG;
     v.hung_ranks = last_.state == v1::PROGRESS_STATE_HUNG ? last_.hung_ranks : FirstStopped(&v.hang_unattributed);

@@ -43,6 +43,9 @@ inline constexpr size_t kMaxRanksPerReport = 4096;
 inline constexpr size_t kMaxNamedRanks = 64;
 inline constexpr size_t kMaxCauses = 32;
 inline constexpr Duration kMinHangTimeout = std::chrono::seconds(60);
+// After a recovery of the job ends, it has this many hang timeouts to
+// advance again before a hang is declared.
+inline constexpr int kRestartGraceTimeouts = 3;
 
 Settings SettingsOf(const v1::ProgressPolicy& policy);
 
@@ -107,8 +110,13 @@ class JobTracker {
   // job's: it is neither lost nor productive).
   void Restore(const v1::JobProgress& stored, TimePoint now);
 
-  // The hang timeout in force: the policy's, or 10 x the median step time,
-  // at least kMinHangTimeout, and at least 3 report intervals.
+  // When the job becomes HUNG if no rank advances before then (nullopt:
+  // hung already, detection off, or nothing reported), so that the monitor
+  // looks at once, not up to a pass later.
+  std::optional<TimePoint> HangDue() const;
+  // The hang timeout in force: the policy's (at least 2 report intervals),
+  // or 10 x the median step time, at least kMinHangTimeout and at least 3
+  // report intervals.
   Duration HangTimeout() const;
   size_t rank_count() const { return ranks_.size(); }
   bool reported() const { return since_.has_value(); }
@@ -150,6 +158,8 @@ class JobTracker {
   };
   std::map<std::string, Lost> lost_by_cause_;
   std::string open_cause_;  // what the stall in progress is charged to
+  // The last pass that saw a recovery of the job running.
+  std::optional<TimePoint> recovering_seen_;
   bool samples_changed_ = false;
   double median_step_ = 0;  // seconds, from the last slow-rank pass
   Verdict last_;

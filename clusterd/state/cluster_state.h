@@ -182,7 +182,7 @@ class ClusterState : public StateView {
   Status SetJobState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m) {
     return jobs_.SetState(id, state, reason, m);
   }
-  // The progress monitor's Job.progress (JOB_UPDATED with `reason`).
+  // The progress monitor's Job.progress (a JOB_PROGRESS event with `reason`).
   Status SetJobProgress(const std::string& id, const v1::JobProgress& progress, const std::string& reason,
                         Mutation* m) {
     return jobs_.SetProgress(id, progress, reason, m);

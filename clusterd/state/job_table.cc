@@ -175,8 +175,20 @@ Status JobTable::SetProgress(const std::string& id, const v1::JobProgress& progr
                              Mutation* m) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("job " + id + " does not exist");
-  *it->second.mutable_progress() = progress;
-  Changed(it->second, reason, m);
+  v1::Job& job = it->second;
+  *job.mutable_progress() = progress;
+  // The event carries the progress alone: a job's placement (up to MiBs)
+  // is not written into the log every snapshot.
+  v1::Event ev;
+  ev.set_type(v1::EVENT_TYPE_JOB_PROGRESS);
+  ev.set_revision(journal_->Next());
+  job.set_revision(ev.revision());
+  ev.add_job_ids(id);
+  ev.set_actor("clusterd");
+  ev.set_reason(reason);
+  *ev.mutable_progress() = progress;
+  m->changes.Put(Cf::kJobs, storage::JobKey(id), job);
+  journal_->Emit(m, std::move(ev));
   return Status::Ok();
 }
 

@@ -49,8 +49,9 @@ class JobTable {
   // A job's state set by ClusterD (JOB_UPDATED with `reason`); no-op if
   // unchanged.
   Status SetState(const std::string& id, v1::JobState state, const std::string& reason, Mutation* m);
-  // The job's progress (Job.progress, the progress monitor's): JOB_UPDATED
-  // with `reason`; NotFound for a job that is gone.
+  // The job's progress (Job.progress, the progress monitor's): stored with
+  // the job, a JOB_PROGRESS event (the progress, not the job) with `reason`;
+  // NotFound for a job that is gone.
   Status SetProgress(const std::string& id, const v1::JobProgress& progress, const std::string& reason, Mutation* m);
 
  private:

@@ -228,6 +228,20 @@ TEST(ProgressTracker, NoHangWhileARecoveryRunsOrAnotherFaultHitsTheJobAndTheLoss
   EXPECT_EQ(s.last().state, v1::PROGRESS_STATE_STALLED);
 }
 
+TEST(ProgressTracker, AfterARecoveryTheJobHasThreeTimeoutsToAdvanceAgain) {
+  Settings st;
+  st.hang_timeout = seconds(20);
+  Series s(4, st);
+  s.Steady(10);
+  // A recovery runs for a minute (the job is stalled, not hung), then ends.
+  s.Idle(seconds(60), Context{.recovering = true, .faulted = false, .cause = "80E01801"});
+  EXPECT_EQ(s.last().state, v1::PROGRESS_STATE_STALLED);
+  s.Idle(seconds(59));  // restarting: under three timeouts since the recovery
+  EXPECT_EQ(s.last().state, v1::PROGRESS_STATE_STALLED);
+  s.Idle(seconds(2));
+  EXPECT_EQ(s.last().state, v1::PROGRESS_STATE_HUNG);
+}
+
 TEST(ProgressTracker, ACheckpointPauseIsNotAHang) {
   Series s(4);
   s.Steady(10);
