@@ -16,6 +16,7 @@ using std::chrono::duration_cast;
 using std::chrono::seconds;
 
 constexpr int64_t kMaxDurationNanos = int64_t{86'400} * 1'000'000'000;  // one day
+constexpr int64_t kMaxEndSeconds = 4'102'444'800;                        // 2100-01-01
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 Duration FromSeconds(double s) { return duration_cast<Duration>(std::chrono::duration<double>(s)); }
@@ -78,9 +79,9 @@ Status ValidateReport(const v1::ProgressReport& report, const std::function<bool
     }
     if (r.has_step_end_time()) {
       const auto& t = r.step_end_time();
-      if (t.seconds() < TimeUtil::kTimestampMinSeconds || t.seconds() > TimeUtil::kTimestampMaxSeconds ||
-          t.nanos() < 0 || t.nanos() >= 1'000'000'000) {
-        return InvalidArgument(where + ".step_end_time: not a valid timestamp");
+      // 1970 to 2100: nanoseconds since the epoch fit in 64 bits.
+      if (t.seconds() < 0 || t.seconds() > kMaxEndSeconds || t.nanos() < 0 || t.nanos() >= 1'000'000'000) {
+        return InvalidArgument(where + ".step_end_time: not a time between 1970 and 2100");
       }
     }
   }

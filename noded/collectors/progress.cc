@@ -97,8 +97,8 @@ StatusOr<v1::RankProgress> ParseRankProgress(const std::string& text, uint32_t r
   }
   if (j.contains("time")) {
     const auto& t = j["time"];
-    if (!t.is_number() || !std::isfinite(t.get<double>()) || t.get<double>() < 0 || t.get<double>() > 253402300799.0) {
-      return InvalidArgument("time: unix seconds");
+    if (!t.is_number() || !std::isfinite(t.get<double>()) || t.get<double>() < 0 || t.get<double>() > 4102444800.0) {
+      return InvalidArgument("time: unix seconds, before 2100");
     }
     *p.mutable_step_end_time() = TimeUtil::NanosecondsToTimestamp(static_cast<int64_t>(t.get<double>() * 1e9));
   }

@@ -435,6 +435,8 @@ TEST(ProgressTracker, HostileReportsAreRefusedWholeAndChangeNothing) {
   p->mutable_collective_time()->set_seconds(0);
   p->mutable_step_end_time()->set_seconds(INT64_MAX);
   EXPECT_NE(ValidateReport(r, placed).message().find("step_end_time"), std::string::npos);
+  p->mutable_step_end_time()->set_seconds(253'402'300'799);  // year 9999: its nanoseconds overflow 64 bits
+  EXPECT_NE(ValidateReport(r, placed).message().find("step_end_time"), std::string::npos);
   p->clear_step_end_time();
   EXPECT_TRUE(ValidateReport(r, placed).ok());
   r.Clear();
