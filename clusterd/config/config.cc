@@ -471,6 +471,12 @@ std::vector<ConfigKey> MakeTable() {
         "a job's progress (Job.progress: ETTR, lost time) is stored at most this often unless its state changes");
   t.Add(U32("progress_max_jobs", CLUSTERD_FIELD(progress_max_jobs), 1, 1'000'000),
         "jobs whose progress is tracked at once; a report for one more is refused");
+  t.Add(U32("repeat_offender_recoveries", CLUSTERD_FIELD(repeat_offender_recoveries), 0, 1'000'000),
+        "a node whose faults started more than this many recoveries within repeat_offender_window (since its last "
+        "cordon or uncordon) is cordoned for inspection, with the recoveries named; 0: off");
+  t.Add(Dur("repeat_offender_window", CLUSTERD_FIELD(repeat_offender_window), std::chrono::minutes(1),
+            std::chrono::hours(24 * 30)),
+        "the window repeat offenders are counted in (also GetNode's recoveries_caused)");
   t.Add(U32("recovery_retention_count", CLUSTERD_FIELD(recovery_retention_count), 10, 10'000'000),
         "finished recovery records kept at most (oldest go first; never a running one, a job's newest, or one "
         "within the budget window)");

@@ -250,6 +250,11 @@ struct ClusterdConfig {
   // tracked at once.
   std::chrono::nanoseconds progress_snapshot_interval = std::chrono::minutes(5);
   uint32_t progress_max_jobs = 10'000;
+  // Repeat offenders (docs/recovery.md): a node whose faults started more
+  // than this many recoveries within the window (since its last cordon or
+  // uncordon) is cordoned for inspection; 0: off.
+  uint32_t repeat_offender_recoveries = 0;
+  std::chrono::nanoseconds repeat_offender_window = std::chrono::hours(24);
   // Finished recovery records kept: at most this many in all, none that ended
   // longer ago than this (never a running one, a job's newest, or one within
   // the budget window).

@@ -16,7 +16,7 @@ using std::chrono::duration_cast;
 using std::chrono::seconds;
 
 constexpr int64_t kMaxDurationNanos = int64_t{86'400} * 1'000'000'000;  // one day
-constexpr int64_t kMaxEndSeconds = 4'102'444'800;                        // 2100-01-01
+constexpr int64_t kMaxEndSeconds = 4'102'444'800;                       // 2100-01-01
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 Duration FromSeconds(double s) { return duration_cast<Duration>(std::chrono::duration<double>(s)); }

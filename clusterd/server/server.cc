@@ -221,6 +221,7 @@ Status ClusterdServer::Impl::OpenState() {
   CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(separation));
   state->set_separation_policy(separation);
   state->set_chain_pool_label(cfg.chain_pool_label);
+  state->set_repeat_offender_policy(cfg.repeat_offender_recoveries, cfg.repeat_offender_window);
   state->set_release_chain_check(cfg.release_chain_check == "always"  ? ClusterState::ReleaseChainCheck::kAlways
                                  : cfg.release_chain_check == "never" ? ClusterState::ReleaseChainCheck::kNever
                                                                       : ClusterState::ReleaseChainCheck::kAutomatic);
@@ -265,11 +266,14 @@ Status ClusterdServer::Impl::StartWriter() {
   hooks.tick = [coordinator = coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
                                                  std::vector<Engine::Done>* after, const Engine::SubmitFn& submit) {
     // Public faults due to clear themselves (pubfault.h), the separation
-    // policy (devices separated and released), then recoveries.
+    // policy (devices separated and released), the chain drift, repeat
+    // offenders (nodes cordoned), then recoveries.
     const TimePoint next_clear = state.ExpireAutoClears(now, m);
     const TimePoint next_separation = state.AdvanceSeparations(now, m);
     const TimePoint next_drift = state.AdvanceChainDrift(now, m);
-    return std::min({next_clear, next_separation, next_drift, coordinator->Tick(state, now, m, after, submit)});
+    const TimePoint next_offenders = state.AdvanceRepeatOffenders(now, m);
+    return std::min(
+        {next_clear, next_separation, next_drift, next_offenders, coordinator->Tick(state, now, m, after, submit)});
   };
   hooks.disk_monitor = disk_monitor.get();
   engine = std::make_unique<Engine>(state.get(), store.get(), hub.get(), clock, eo, &metrics, std::move(hooks));

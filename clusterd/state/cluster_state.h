@@ -161,6 +161,16 @@ class ClusterState : public StateView {
   // driver or CANN version differs from their pool's majority and cleared
   // where it no longer does. Returns when it next has work (max: none).
   TimePoint AdvanceChainDrift(TimePoint now, Mutation* m);
+  // Repeat offenders (docs/recovery.md, "Repeat offenders"): a node whose
+  // faults started more than `max_recoveries` recoveries within `window`
+  // (counted from its last cordon or uncordon) is cordoned, actor clusterd,
+  // with a reason naming them. 0: off (the default). Before Load.
+  void set_repeat_offender_policy(uint32_t max_recoveries, std::chrono::nanoseconds window) {
+    repeat_offender_max_ = max_recoveries;
+    repeat_offender_window_ = window;
+  }
+  // At most every 10 s; returns when it next has work (max: off).
+  TimePoint AdvanceRepeatOffenders(TimePoint now, Mutation* m);
 
   // `source` is who writes: "api" (JobService) or an integration's name. It
   // is stored on the job; a job is changed or deleted only by its own source,
@@ -256,6 +266,8 @@ class ClusterState : public StateView {
   std::string chain_pool_label_;
   ReleaseChainCheck release_chain_check_ = ReleaseChainCheck::kAutomatic;
   bool chain_dirty_ = true;  // a chain changed since the last drift pass (and at start)
+  uint32_t repeat_offender_max_ = 0;
+  TimePoint repeat_offender_due_ = TimePoint::min();
   TimePoint chain_due_ = TimePoint::min();
   mutable std::shared_mutex mu_;
 };

@@ -158,6 +158,7 @@ v1::Node NodeTable::SetCordon(NodeState& n, bool cordon, const std::string& acto
   if (node->cordoned() != cordon || (!cordon && isolated)) {
     node->set_cordoned(cordon);
     node->set_cordon_reason(cordon ? reason : "");
+    *node->mutable_cordon_changed_time() = ToTimestamp(journal_->Now());
     // Uncordon returns the node to service: isolation by a recovery ends too.
     if (!cordon) ClearIsolation(n);
     v1::Event ev;

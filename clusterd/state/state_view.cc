@@ -1,5 +1,7 @@
 #include "clusterd/state/state_view.h"
 
+#include <google/protobuf/util/time_util.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -71,6 +73,19 @@ StatusOr<v1::GetNodeResponse> StateView::GetNode(const v1::GetNodeRequest& req) 
   if (!n) return NotFound("node " + req.name() + " is not registered");
   v1::GetNodeResponse out;
   *out.mutable_node() = n->Describe();
+  // The recoveries its faults caused within the window (all of them, not
+  // only those since its last cordon change).
+  auto caused = RecoveriesByNode(clock_->Now(), nullptr);
+  if (auto it = caused.find(req.name()); it != caused.end()) {
+    const auto& times = it->second.times;
+    out.mutable_node()->set_recoveries_caused(static_cast<uint32_t>(times.size()));
+    if (times.size() >= 2) {
+      const auto mean = (times.back() - times.front()) / static_cast<int64_t>(times.size() - 1);
+      *out.mutable_node()->mutable_mean_time_between_recoveries() =
+          google::protobuf::util::TimeUtil::NanosecondsToDuration(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(mean).count());
+    }
+  }
   for (const auto& [id, d] : n->devices) *out.add_devices() = d;
   *out.mutable_metrics() = n->metrics;
   // The faults fill what the node, its devices and metrics leave of the

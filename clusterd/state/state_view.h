@@ -5,6 +5,8 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <map>
 #include <cstdint>
 #include <mutex>
 #include <set>
@@ -135,6 +137,16 @@ class StateView {
   JobTable jobs_;
   RecoveryTable recoveries_;
   v1::AdminState admin_;
+  // Recoveries whose trigger faults were on each node, created within the
+  // repeat-offender window before `now` and after `since(node)`: node -> their
+  // ids and creation times, oldest first.
+  struct Caused {
+    std::vector<std::string> ids;
+    std::vector<TimePoint> times;
+  };
+  std::map<std::string, Caused> RecoveriesByNode(TimePoint now,
+                                                 const std::function<TimePoint(const std::string&)>& since) const;
+  Duration repeat_offender_window_ = std::chrono::hours(24);
   // The kubernetes integration's diagnosis of Pending pods (not stored, not
   // journaled: replaced whole by the writer; ClusterState sets it).
   std::vector<v1::SchedulingFinding> scheduling_findings_;

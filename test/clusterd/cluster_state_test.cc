@@ -963,6 +963,71 @@ TEST_F(ClusterStateTest, ControlCharactersInNamesAreRefused) {
   ASSERT_TRUE(Transition("worker01", t).ok());
 }
 
+// Repeat offenders: a node whose faults started more than N recoveries in
+// the window is cordoned (actor clusterd, the recoveries named); an operator's
+// uncordon starts its count again; GetNode tells the recoveries it caused and
+// the mean time between them; off by default.
+TEST_F(ClusterStateTest, ARepeatOffenderIsCordonedAndAnUncordonStartsItsCountAgain) {
+  state_->set_repeat_offender_policy(2, std::chrono::hours(24));
+  Hello(MakeHello("worker01", 1));
+  Hello(MakeHello("worker02", 1), 2);
+  ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());
+  ASSERT_TRUE(Transition("worker02", MakeTransition(1, 1, true, 0, "80E01801"), 2).ok());
+  const std::string on1 = "worker01/3/accelerator/80E01801", on2 = "worker02/0/accelerator/80E01801";
+  int n = 0;
+  auto recovery = [&](const std::string& fault) {
+    v1::Recovery r;
+    r.set_id("train." + std::to_string(++n));
+    r.set_job_id("train");
+    r.set_state(v1::RECOVERY_STATE_SUCCEEDED);
+    r.add_trigger_fault_ids(fault);
+    *r.mutable_create_time() = ToTimestamp(clock_.Now());
+    Commit([&](Mutation* m) { return state_->PutRecovery(r, v1::EVENT_TYPE_RECOVERY_FINISHED, m).id(); });
+    clock_.Advance(std::chrono::minutes(30));
+  };
+  auto advance = [&] {
+    clock_.Advance(std::chrono::seconds(11));
+    return Commit([&](Mutation* m) { return state_->AdvanceRepeatOffenders(clock_.Now(), m); });
+  };
+  recovery(on1);
+  recovery(on1);
+  recovery(on2);
+  advance();
+  EXPECT_FALSE(Node("worker01").node().cordoned()) << "2 recoveries: not more than 2";
+  recovery(on1);
+  advance();
+  const v1::Node w1 = Node("worker01").node();
+  ASSERT_TRUE(w1.cordoned());
+  EXPECT_NE(w1.cordon_reason().find("repeat offender: its faults started 3 recoveries in the last 24 h (more than 2): "
+                                    "train.1, train.2, train.4"),
+            std::string::npos)
+      << w1.cordon_reason();
+  EXPECT_FALSE(Node("worker02").node().cordoned());
+  EXPECT_EQ(w1.recoveries_caused(), 3u);
+  // train.1, .2 and .4 were created 0, 30 and 90 minutes in: 45 minutes apart on average.
+  EXPECT_EQ(w1.mean_time_between_recoveries().seconds(), 45 * 60 + 5);
+  EXPECT_EQ(Node("worker02").node().recoveries_caused(), 1u);
+  EXPECT_FALSE(Node("worker02").node().has_mean_time_between_recoveries());
+  EXPECT_EQ(events_.back().type(), v1::EVENT_TYPE_NODE_CORDONED);
+  EXPECT_EQ(events_.back().actor(), "clusterd");
+
+  // Inspected and returned to service: counted again from the uncordon.
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyCordon("worker01", false, "alice", "", m); }).ok());
+  advance();
+  EXPECT_FALSE(Node("worker01").node().cordoned());
+  recovery(on1);
+  recovery(on1);
+  advance();
+  EXPECT_FALSE(Node("worker01").node().cordoned()) << "2 since the uncordon";
+  recovery(on1);
+  advance();
+  EXPECT_TRUE(Node("worker01").node().cordoned());
+
+  // Off: nothing is cordoned, whatever the count.
+  state_->set_repeat_offender_policy(0, std::chrono::hours(24));
+  EXPECT_EQ(Commit([&](Mutation* m) { return state_->AdvanceRepeatOffenders(clock_.Now(), m); }), TimePoint::max());
+}
+
 // The separation policy (MindCluster's defaults: 3 counted faults within 24 h,
 // settle 30 s, released after 48 h fault-free): counted in the device
 // record, separated with an event, kept across a restart, released by itself.

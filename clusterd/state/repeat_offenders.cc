@@ -1,0 +1,70 @@
+// Repeat offenders: the recoveries each node's faults caused (GetNode's
+// recoveries_caused and mean time between them), and the policy that
+// cordons a node that caused too many (docs/recovery.md, "Repeat offenders").
+#include <algorithm>
+
+#include "clusterd/state/cluster_state.h"
+#include "common/time_proto.h"
+
+namespace clusterd {
+
+std::map<std::string, StateView::Caused> StateView::RecoveriesByNode(
+    TimePoint now, const std::function<TimePoint(const std::string&)>& since) const {
+  std::map<std::string, Caused> out;
+  const TimePoint from = now - repeat_offender_window_;
+  // Oldest first: ids are "<job>.<n>", so order by creation time.
+  std::vector<std::pair<TimePoint, const v1::Recovery*>> recent;
+  for (const auto& [id, r] : recoveries_.all()) {
+    if (r.state() == v1::RECOVERY_STATE_DRY_RUN || !r.has_create_time()) continue;
+    const TimePoint created = FromTimestamp(r.create_time());
+    if (created >= from && created <= now) recent.emplace_back(created, &r);
+  }
+  std::sort(recent.begin(), recent.end(), [](const auto& a, const auto& b) {
+    return a.first < b.first || (a.first == b.first && a.second->id() < b.second->id());
+  });
+  for (const auto& [created, r] : recent) {
+    std::set<std::string> nodes;  // a recovery counts once per node
+    for (const auto& fid : r->trigger_fault_ids()) {
+      if (const v1::Fault* f = faults_.FindById(fid)) nodes.insert(f->node());
+    }
+    for (const auto& node : nodes) {
+      if (since && created <= since(node)) continue;
+      Caused& c = out[node];
+      c.ids.push_back(r->id());
+      c.times.push_back(created);
+    }
+  }
+  return out;
+}
+
+TimePoint ClusterState::AdvanceRepeatOffenders(TimePoint now, Mutation* m) {
+  if (repeat_offender_max_ == 0) return TimePoint::max();
+  if (now < repeat_offender_due_) return repeat_offender_due_;
+  repeat_offender_due_ = now + std::chrono::seconds(10);
+  // Counted from the node's last cordon or uncordon: an operator who
+  // returns a node to service after inspecting it starts its count again.
+  auto since = [this](const std::string& node) {
+    const NodeState* n = nodes_.Find(node);
+    if (!n || !n->record.node().has_cordon_changed_time()) return TimePoint::min();
+    return FromTimestamp(n->record.node().cordon_changed_time());
+  };
+  for (const auto& [node, caused] : RecoveriesByNode(now, since)) {
+    if (caused.ids.size() <= repeat_offender_max_) continue;
+    const NodeState* n = nodes_.Find(node);
+    if (!n || n->record.node().cordoned()) continue;
+    std::string ids;
+    for (size_t i = 0; i < caused.ids.size() && i < 8; ++i) ids += (i ? ", " : "") + caused.ids[i];
+    if (caused.ids.size() > 8) ids += ", ...";
+    const auto hours = std::chrono::duration_cast<std::chrono::minutes>(repeat_offender_window_).count() / 60.0;
+    char window[32];
+    std::snprintf(window, sizeof window, "%g h", hours);
+    const std::string reason = "repeat offender: its faults started " + std::to_string(caused.ids.size()) +
+                               " recoveries in the last " + window + " (more than " +
+                               std::to_string(repeat_offender_max_) + "): " + ids +
+                               "; inspect the node, then uncordon it";
+    if (auto st = ApplyCordon(node, true, "clusterd", reason, m); !st.ok()) continue;
+  }
+  return repeat_offender_due_;
+}
+
+}  // namespace clusterd
