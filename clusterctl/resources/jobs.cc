@@ -31,6 +31,21 @@ std::vector<uint32_t> ImpactedRanks(const v1::Job& j) {
   return ranks;
 }
 
+// A job's progress state in one word ("-" before any report).
+std::string ProgressText(const v1::JobProgress& p) {
+  if (p.state() == v1::PROGRESS_STATE_UNSPECIFIED) return "-";
+  std::string s = v1::ProgressState_Name(p.state()).substr(std::string_view("PROGRESS_STATE_").size());
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string EttrText(const v1::JobProgress& p) {
+  if (p.state() == v1::PROGRESS_STATE_UNSPECIFIED) return "-";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * p.ettr());
+  return buf;
+}
+
 Columns<v1::Job> JobColumns() {
   return {
       {"ID", false, [](const v1::Job& j, bool) { return j.id(); }},
@@ -42,6 +57,8 @@ Columns<v1::Job> JobColumns() {
       {"IMPACTED-RANKS", false, [](const v1::Job& j, bool) { return std::to_string(ImpactedRanks(j).size()); }},
       {"RANKS-HIT", true, [](const v1::Job& j, bool) { return RankRanges(ImpactedRanks(j)); }},
       {"IMPACTING-FAULTS", true, [](const v1::Job& j, bool) { return std::to_string(j.impacts_size()); }},
+      {"PROGRESS", false, [](const v1::Job& j, bool) { return ProgressText(j.progress()); }},
+      {"ETTR", false, [](const v1::Job& j, bool) { return EttrText(j.progress()); }},
       {"CREATED", true, [](const v1::Job& j, bool) { return FormatTime(j.create_time()); }},
       {"REVISION", true, [](const v1::Job& j, bool) { return std::to_string(j.revision()); }},
       {"LABELS", true, [](const v1::Job& j, bool) { return LabelsText(j.labels()); }},
@@ -141,6 +158,33 @@ void DescribeJob(Context& c, const v1::GetJobResponse& resp) {
                 faults.empty() ? "-" : faults});
     }
     c.out << Indent(TableText(t));
+  }
+
+  if (j.progress().state() != v1::PROGRESS_STATE_UNSPECIFIED) {
+    const v1::JobProgress& p = j.progress();
+    c.out << "\nProgress:\n";
+    std::string slow, hung, lost;
+    for (const auto& s : p.slow_ranks()) {
+      slow += (slow.empty() ? "" : ", ") + std::to_string(s.rank()) + " (" + DurationText(s.step_time()) + " vs " +
+              DurationText(s.job_median()) + ")";
+    }
+    for (uint32_t r : p.hung_ranks()) hung += (hung.empty() ? "" : ",") + std::to_string(r);
+    for (const auto& l : p.lost_by_cause()) {
+      lost += (lost.empty() ? "" : ", ") + Sanitize(l.cause()) + " " + DurationText(l.lost()) + " (" +
+              std::to_string(l.count()) + "x)";
+    }
+    PrintKeyValues(
+        c.out,
+        {{"State", ProgressText(p)},
+         {"Step", std::to_string(p.step()) + " (" + std::to_string(p.ranks_reporting()) + " ranks reporting)"},
+         {"Median step time", DurationText(p.median_step_time())},
+         {"Hang timeout", DurationText(p.hang_timeout())},
+         {"Slow ranks", slow.empty() ? "-" : slow},
+         {"Stopped first", hung.empty() ? "-" : hung},
+         {"ETTR",
+          EttrText(p) + " (productive " + DurationText(p.productive()) + ", lost " + DurationText(p.lost()) + ")"},
+         {"Lost to", lost.empty() ? "-" : lost}},
+        "  ");
   }
 
   c.out << "\nRecovery policy:\n";

@@ -463,6 +463,8 @@ TEST_F(ClusterctlTest, CreateGetDescribeDeleteJob) {
   EXPECT_EQ(Cell(r.out, "train-1", "RANKS"), "6") << r.out;
   EXPECT_EQ(Cell(r.out, "train-1", "NODES"), "2") << r.out;
   EXPECT_EQ(Cell(r.out, "train-1", "IMPACTED-RANKS"), "0") << r.out;
+  EXPECT_EQ(Cell(r.out, "train-1", "PROGRESS"), "-") << "no progress reported" << r.out;
+  EXPECT_EQ(Cell(r.out, "train-1", "ETTR"), "-") << r.out;
 
   // Filters.
   r = Run({"get", "jobs", "--state", "running", "--kind", "TRAINING"});

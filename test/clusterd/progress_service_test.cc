@@ -194,6 +194,27 @@ TEST_F(ProgressServiceTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances
   ASSERT_TRUE(jobs_->ListJobs(&ctx, {}, &list).ok());
   ASSERT_EQ(list.jobs_size(), 1);
   EXPECT_TRUE(list.jobs(0).has_progress());
+  // Watch replays each stored snapshot as a JOB_PROGRESS event: the progress
+  // alone, the job named; the hang among them.
+  grpc::ClientContext wctx;
+  wctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::WatchRequest wreq;
+  wreq.set_from_revision(1);
+  wreq.add_types(v1::EVENT_TYPE_JOB_PROGRESS);
+  auto watch = cluster_->Watch(&wctx, wreq);
+  bool saw_hung = false;
+  v1::WatchResponse wresp;
+  while (!saw_hung && watch->Read(&wresp)) {
+    for (const auto& ev : wresp.events()) {
+      ASSERT_EQ(ev.type(), v1::EVENT_TYPE_JOB_PROGRESS);
+      ASSERT_EQ(ev.job_ids_size(), 1);
+      EXPECT_EQ(ev.job_ids(0), "train");
+      EXPECT_FALSE(ev.has_job()) << "the progress alone, not the job";
+      saw_hung = saw_hung || ev.progress().state() == v1::PROGRESS_STATE_HUNG;
+    }
+  }
+  EXPECT_TRUE(saw_hung);
+  wctx.TryCancel();
 }
 
 TEST_F(ProgressServiceTest, HostileReportsAreRefusedAndTheStreamStaysOpen) {
