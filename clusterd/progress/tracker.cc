@@ -190,6 +190,9 @@ void JobTracker::OnAdvance(TimePoint now) {
       // An interruption: one normal interval of it was work, the rest lost.
       productive_ += normal;
       Charge(gap - normal, open_cause_);
+      interruptions_.push_back(
+          Gap{*last_advance_ + normal, gap - normal, open_cause_.empty() ? "stalled" : open_cause_});
+      if (interruptions_.size() > kMaxInterruptions) interruptions_.pop_front();
     } else {
       productive_ += gap;
       gaps_[gap_count_ % gaps_.size()] = gap;
@@ -350,13 +353,26 @@ v1::JobProgress JobTracker::Snapshot(TimePoint now) const {
   // The interruption in progress counts as lost already.
   Duration lost = lost_;
   std::map<std::string, Lost> by_cause = lost_by_cause_;
-  if (last_advance_ && Stalled(now)) {
+  const size_t open_one = last_advance_ && Stalled(now) ? 1 : 0;
+  for (size_t i = interruptions_.size() + open_one > kMaxInterruptions ? 1 : 0; i < interruptions_.size(); ++i) {
+    auto* out = p.add_interruptions();
+    *out->mutable_start() = ToTimestamp(interruptions_[i].start);
+    *out->mutable_lost() = ToProto(interruptions_[i].lost);
+    out->set_cause(interruptions_[i].cause);
+  }
+  if (open_one) {
     const Duration open = now - *last_advance_ - NormalGap();
     if (open > Duration(0)) {
+      const std::string cause = open_cause_.empty() ? "stalled" : open_cause_;
       lost += open;
-      Lost& l = by_cause[open_cause_.empty() ? "stalled" : open_cause_];
+      Lost& l = by_cause[cause];
       l.lost += open;
       ++l.count;
+      auto* out = p.add_interruptions();
+      *out->mutable_start() = ToTimestamp(*last_advance_ + NormalGap());
+      *out->mutable_lost() = ToProto(open);
+      out->set_cause(cause);
+      out->set_open(true);
     }
   }
   const Duration total = productive_ + lost;
@@ -395,6 +411,11 @@ void JobTracker::Restore(const v1::JobProgress& stored, TimePoint now) {
   }
   samples_ = stored.samples();
   tokens_ = stored.tokens();
+  interruptions_.clear();
+  for (const auto& i : stored.interruptions()) {
+    if (i.open()) continue;  // ClusterD's own downtime ended it
+    interruptions_.push_back(Gap{FromTimestamp(i.start()), FromProto(i.lost()), i.cause()});
+  }
 }
 
 }  // namespace clusterd::progress

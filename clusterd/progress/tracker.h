@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -42,6 +43,7 @@ inline constexpr size_t kMaxRanksPerReport = 4096;
 // At most this many slow and hung ranks are named in a JobProgress.
 inline constexpr size_t kMaxNamedRanks = 64;
 inline constexpr size_t kMaxCauses = 32;
+inline constexpr size_t kMaxInterruptions = 16;
 inline constexpr Duration kMinHangTimeout = std::chrono::seconds(60);
 // After a recovery of the job ends, it has this many hang timeouts to
 // advance again before a hang is declared.
@@ -157,7 +159,13 @@ class JobTracker {
     uint32_t count = 0;
   };
   std::map<std::string, Lost> lost_by_cause_;
-  std::string open_cause_;  // what the stall in progress is charged to
+  struct Gap {
+    TimePoint start;
+    Duration lost;
+    std::string cause;
+  };
+  std::deque<Gap> interruptions_;  // the last kMaxInterruptions closed ones
+  std::string open_cause_;         // what the stall in progress is charged to
   // The last pass that saw a recovery of the job running.
   std::optional<TimePoint> recovering_seen_;
   bool samples_changed_ = false;

@@ -394,6 +394,32 @@ TEST(ProgressTracker, EttrMatchesTheInjectedDowntime) {
   ASSERT_EQ(p.lost_by_cause_size(), 1);
   EXPECT_EQ(p.lost_by_cause(0).cause(), "8C1F8609");
   EXPECT_EQ(p.lost_by_cause(0).count(), 1u);
+  // The timeline: the interruption, where it was (ten minutes in).
+  ASSERT_EQ(p.interruptions_size(), 1);
+  EXPECT_EQ(p.interruptions(0).cause(), "8C1F8609");
+  EXPECT_FALSE(p.interruptions(0).open());
+  EXPECT_NEAR(Secs(p.interruptions(0).lost()), 300, 10);
+  EXPECT_NEAR(static_cast<double>(p.interruptions(0).start().seconds() - p.since().seconds()), 600, 20);
+  ASSERT_EQ(during.interruptions_size(), 1);
+  EXPECT_TRUE(during.interruptions(0).open());
+}
+
+TEST(ProgressTracker, TheTimelineKeepsTheLastSixteenInterruptions) {
+  Series s(2);
+  s.Steady(5);
+  for (int i = 0; i < 20; ++i) {
+    s.Idle(seconds(60), Context{.recovering = true, .faulted = false, .cause = "C" + std::to_string(i)});
+    s.Steady(3);
+  }
+  const v1::JobProgress p = s.tracker().Snapshot(s.now());
+  ASSERT_EQ(p.interruptions_size(), static_cast<int>(kMaxInterruptions));
+  EXPECT_EQ(p.interruptions(0).cause(), "C4");
+  EXPECT_EQ(p.interruptions(15).cause(), "C19");
+  EXPECT_EQ(p.lost_by_cause_size(), 20);
+  // A stored timeline comes back after a restart (without an open one).
+  JobTracker t;
+  t.Restore(p, s.now());
+  EXPECT_EQ(t.Snapshot(s.now()).interruptions_size(), static_cast<int>(kMaxInterruptions));
 }
 
 TEST(ProgressTracker, RestoreGoesOnFromTheStoredAccountsWithAFreshHangTimer) {
