@@ -154,7 +154,7 @@ Status ProgressMonitor::Report(const v1::Job& job, const v1::ProgressReport& rep
                            : InvalidArgument("progress: job " + job.id() + " is not running");
   if (!st.ok()) {
     refused_invalid_->Inc();
-    if (!t.tracker.reported()) jobs_.erase(it);
+    if (!t.tracker.reported() && t.raised.empty()) jobs_.erase(it);  // nothing of it kept
     return st;
   }
   if (now - t.rate_window >= std::chrono::seconds(1)) {
