@@ -111,6 +111,7 @@ void JobTracker::Ingest(const v1::ProgressReport& report, TimePoint now) {
     auto [it, created] = ranks_.try_emplace(r.rank());
     Rank& k = it->second;
     k.last_report = now;
+    if (k.checkpointing != r.checkpointing()) checkpointing_ranks_ += r.checkpointing() ? 1 : -1;
     k.checkpointing = r.checkpointing();
     samples_ += r.samples();
     tokens_ += r.tokens();
@@ -205,8 +206,7 @@ void JobTracker::OnAdvance(TimePoint now) {
 
 std::optional<TimePoint> JobTracker::HangDue() const {
   if (!last_advance_ || settings_.disabled || last_.state == v1::PROGRESS_STATE_HUNG) return std::nullopt;
-  bool checkpointing = false;
-  for (const auto& [id, k] : ranks_) checkpointing = checkpointing || k.checkpointing;
+  const bool checkpointing = checkpointing_ranks_ > 0;
   TimePoint due = *last_advance_ + (checkpointing ? 10 : 1) * HangTimeout();
   if (recovering_seen_) due = std::max(due, *recovering_seen_ + kRestartGraceTimeouts * HangTimeout());
   return due + Duration(std::chrono::milliseconds(1));
@@ -292,8 +292,7 @@ Verdict JobTracker::Evaluate(TimePoint now, const Context& ctx) {
     return last_ = v;
   }
   const Duration idle = now - *last_advance_;
-  bool checkpointing = false;
-  for (const auto& [id, k] : ranks_) checkpointing = checkpointing || k.checkpointing;
+  const bool checkpointing = checkpointing_ranks_ > 0;
   const Duration timeout = HangTimeout();
   if (!Stalled(now)) {
     v.state = checkpointing ? v1::PROGRESS_STATE_CHECKPOINTING : v1::PROGRESS_STATE_ADVANCING;

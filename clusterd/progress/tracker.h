@@ -12,6 +12,7 @@
 
 #include <array>
 #include <deque>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -147,6 +148,9 @@ class JobTracker {
 
   Settings settings_;
   std::unordered_map<uint32_t, Rank> ranks_;
+  // Ranks whose last report says checkpointing (kept by Ingest: a pass
+  // does not walk every rank).
+  ptrdiff_t checkpointing_ranks_ = 0;
   std::optional<TimePoint> since_;         // first report
   std::optional<TimePoint> last_advance_;  // ClusterD's clock
   std::array<Duration, 8> gaps_{};         // recent gaps between advances

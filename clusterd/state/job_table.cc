@@ -167,7 +167,8 @@ Status JobTable::SetState(const std::string& id, v1::JobState state, const std::
   if (it == jobs_.end()) return NotFound("job " + id + " does not exist");
   if (it->second.state() == state) return Status::Ok();
   it->second.set_state(state);
-  Changed(it->second, reason, m);
+  *it->second.mutable_update_time() = ToTimestamp(journal_->Now());
+  Changed(it->second, v1::EVENT_TYPE_JOB_UPDATED, reason, m);
   return Status::Ok();
 }
 
@@ -175,35 +176,27 @@ Status JobTable::SetProgress(const std::string& id, const v1::JobProgress& progr
                              Mutation* m) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound("job " + id + " does not exist");
-  v1::Job& job = it->second;
-  *job.mutable_progress() = progress;
-  // The event carries the progress alone: a job's placement (up to MiBs)
-  // is not written into the log every snapshot.
-  v1::Event ev;
-  ev.set_type(v1::EVENT_TYPE_JOB_PROGRESS);
-  ev.set_revision(journal_->Next());
-  job.set_revision(ev.revision());
-  ev.add_job_ids(id);
-  ev.set_actor("clusterd");
-  ev.set_reason(reason);
-  *ev.mutable_progress() = progress;
-  m->changes.Put(Cf::kJobs, storage::JobKey(id), job);
-  journal_->Emit(m, std::move(ev));
+  *it->second.mutable_progress() = progress;
+  Changed(it->second, v1::EVENT_TYPE_JOB_PROGRESS, reason, m);
   return Status::Ok();
 }
 
-void JobTable::Changed(v1::Job& job, const std::string& reason, Mutation* m) {
-  const std::string id = job.id();
-  *job.mutable_update_time() = ToTimestamp(journal_->Now());
+void JobTable::Changed(v1::Job& job, v1::EventType type, const std::string& reason, Mutation* m) {
   v1::Event ev;
-  ev.set_type(v1::EVENT_TYPE_JOB_UPDATED);
+  ev.set_type(type);
   ev.set_revision(journal_->Next());
   job.set_revision(ev.revision());
-  ev.add_job_ids(id);
+  ev.add_job_ids(job.id());
   ev.set_actor("clusterd");
   ev.set_reason(reason);
-  *ev.mutable_job() = job;
-  m->changes.Put(Cf::kJobs, storage::JobKey(id), job);
+  // JOB_PROGRESS carries the progress alone: a job's placement (up to MiBs)
+  // is not written into the log every snapshot.
+  if (type == v1::EVENT_TYPE_JOB_PROGRESS) {
+    *ev.mutable_progress() = job.progress();
+  } else {
+    *ev.mutable_job() = job;
+  }
+  m->changes.Put(Cf::kJobs, storage::JobKey(job.id()), job);
   journal_->Emit(m, std::move(ev));
 }
 

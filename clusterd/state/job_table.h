@@ -56,9 +56,10 @@ class JobTable {
 
  private:
   void Index(const v1::Job& job, bool add, uint64_t revision);
-  // Stores a job ClusterD changed (update_time, revision) with its
-  // JOB_UPDATED event (actor clusterd, `reason`).
-  void Changed(v1::Job& job, const std::string& reason, Mutation* m);
+  // Stores a job ClusterD changed (its revision) with its event of `type`
+  // (actor clusterd, `reason`): JOB_UPDATED carries the job, JOB_PROGRESS
+  // its progress alone.
+  void Changed(v1::Job& job, v1::EventType type, const std::string& reason, Mutation* m);
   Status Refused(Status st) const;
 
   Journal* journal_;
