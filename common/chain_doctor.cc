@@ -9,6 +9,7 @@ namespace {
 
 constexpr std::string_view kDriftCode = "CHAIN_VERSION_DRIFT";
 constexpr std::string_view kAllocatableCode = "NODE_ALLOCATABLE_MISMATCH";
+constexpr std::string_view kFirmwareCode = "CHAIN_FIRMWARE_MISMATCH";
 
 }  // namespace
 
@@ -42,6 +43,10 @@ std::string_view ChainFix(std::string_view code) {
     return "the kubelet offers fewer NPUs than the node has: check the device plugin's pod and logs on the node, and "
            "its view of the chips' health";
   }
+  if (code == kFirmwareCode) {
+    return "install the firmware that goes with the node's driver (the same HDK release), or add the pair to the "
+           "catalog's firmware_driver_pairs if it is supported";
+  }
   if (code == kDriftCode) {
     return "upgrade or roll back the node to its pool's version, or label it into the pool it belongs to";
   }
@@ -73,6 +78,9 @@ void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults,
     if (f.code() == kAllocatableCode) {
       out->push_back(ChainFinding{0, f.node(), "kubelet_allocatable", "SHORT", "", f.message(),
                                   std::string(ChainFix(kAllocatableCode))});
+    } else if (f.code() == kFirmwareCode) {
+      out->push_back(
+          ChainFinding{0, f.node(), "firmware", "MISMATCH", "", f.message(), std::string(ChainFix(kFirmwareCode))});
     } else if (f.code() == kDriftCode) {
       const std::string& id = f.external_id();  // <node>/<link>
       out->push_back(ChainFinding{1, f.node(), id.substr(id.find('/') + 1), "DRIFT", "", f.message(),
@@ -84,11 +92,11 @@ void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults,
 std::vector<ChainFinding> ChainReleaseBlockers(const v1::Node& node, const std::vector<const v1::Fault*>& faults) {
   std::vector<ChainFinding> out;
   AddChainLinks(node, /*all=*/false, &out);
-  google::protobuf::RepeatedPtrField<v1::Fault> short_allocatable;
+  google::protobuf::RepeatedPtrField<v1::Fault> blocking;
   for (const v1::Fault* f : faults) {
-    if (f->code() == kAllocatableCode) *short_allocatable.Add() = *f;
+    if (f->code() == kAllocatableCode || f->code() == kFirmwareCode) *blocking.Add() = *f;
   }
-  AddChainFaults(short_allocatable, &out);
+  AddChainFaults(blocking, &out);
   SortChainFindings(&out);
   return out;
 }

@@ -23,18 +23,19 @@ std::string_view ChainFix(std::string_view code);
 std::string_view ChainLinkStateText(v1::ChainLinkState state);
 
 struct ChainFinding {
-  int rank = 0;  // 0: broken link or allocatable short, 1: drift, 2: unknown, 3: ok
+  int rank = 0;  // 0: broken link, allocatable short, firmware mismatch; 1: drift; 2: unknown; 3: ok
   std::string node, link, state, version, evidence, fix;
 };
 
 // The node's links: only the broken ones, or `all`.
 void AddChainLinks(const v1::Node& node, bool all, std::vector<ChainFinding>* out);
-// CHAIN_VERSION_DRIFT and NODE_ALLOCATABLE_MISMATCH among active faults.
+// CHAIN_VERSION_DRIFT, CHAIN_FIRMWARE_MISMATCH and NODE_ALLOCATABLE_MISMATCH
+// among active faults.
 void AddChainFaults(const google::protobuf::RepeatedPtrField<v1::Fault>& faults, std::vector<ChainFinding>* out);
 // What keeps a node from going back into service (UncordonNode, the
-// automatic release of a separated chip): its broken links and a short
-// kubelet allocatable among `faults` (the node's); drift and unknown links
-// never do.
+// automatic release of a separated chip): its broken links, a short kubelet
+// allocatable and a firmware that does not go with the driver among `faults`
+// (the node's); drift and unknown links never do.
 std::vector<ChainFinding> ChainReleaseBlockers(const v1::Node& node, const std::vector<const v1::Fault*>& faults);
 // "link device_plugin BROKEN (no socket ...): <fix>; ..." for an error.
 std::string ChainBlockersText(const std::vector<ChainFinding>& blockers);

@@ -484,7 +484,11 @@ std::vector<ConfigKey> MakeTable() {
         "finished recovery records that ended longer ago go (same exceptions)");
   t.Add(Text("chain_pool_label", CLUSTERD_FIELD(chain_pool_label), "LABEL"),
         "the node label whose value names a node's pool for the software chain's version drift (CHAIN_VERSION_DRIFT "
-        "on a node whose driver or CANN version differs from its pool's majority); empty: the chip model");
+        "on a node whose driver, firmware or CANN version differs from its pool's majority); empty: the chip model");
+  t.Add(List("chain_drift_levels", CLUSTERD_FIELD(chain_drift_levels), "POOL=LEVEL, comma-separated",
+             [](const std::string& e) { return ParseChainDriftLevel(e).status(); }),
+        "CHAIN_VERSION_DRIFT's level for the nodes of a pool (e.g. a3-train=PRE_SEPARATE keeps new work off a "
+        "drifted node of that pool); other pools and a job's nodes: SUB_HEALTH");
   t.Add(OneOf("release_chain_check", CLUSTERD_FIELD(release_chain_check), {"automatic", "always", "never"}, "WHEN"),
         "a node goes back into service only with a healthy software chain (no BROKEN link, the kubelet's "
         "allocatable NPUs not short): automatic (the release of a separated chip waits for it), always "
@@ -695,6 +699,19 @@ std::string AcceptedOf(const ConfigKey& k, const ConfigChecks& checks) {
 }
 
 }  // namespace
+
+StatusOr<std::pair<std::string, v1::FaultLevel>> ParseChainDriftLevel(std::string_view entry) {
+  const size_t eq = entry.find('=');
+  if (eq == 0 || eq == std::string_view::npos || eq + 1 == entry.size()) {
+    return InvalidArgument("\"" + std::string(entry) + "\" is not POOL=LEVEL");
+  }
+  auto level = ParseFaultLevel(entry.substr(eq + 1));
+  if (!level || *level == v1::FAULT_LEVEL_UNSPECIFIED) {
+    return InvalidArgument("\"" + std::string(entry) + "\": " + std::string(entry.substr(eq + 1)) +
+                           " is not a fault level");
+  }
+  return std::make_pair(std::string(entry.substr(0, eq)), *level);
+}
 
 const std::vector<ConfigKey>& ClusterdConfigKeys() {
   static const std::vector<ConfigKey> keys = MakeTable();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "clusterd/v1/types.pb.h"
@@ -268,6 +269,9 @@ struct ClusterdConfig {
   // The node label naming a node's pool for the software chain's version
   // drift (docs/faults.md); "": the model of the node's first device.
   std::string chain_pool_label;
+  // CHAIN_VERSION_DRIFT's level per pool, "POOL=LEVEL" (ParseChainDriftLevel);
+  // other pools SUB_HEALTH.
+  std::vector<std::string> chain_drift_levels;
   // Whether a node goes back into service only with a healthy software
   // chain (no BROKEN link, the kubelet's allocatable not short):
   // "automatic" (the automatic release of a separated chip waits), "always"
@@ -299,6 +303,9 @@ struct ConfigKey {
 
 // The table, in --help's order.
 const std::vector<ConfigKey>& ClusterdConfigKeys();
+
+// One chain_drift_levels entry: "POOL=LEVEL" (a level name of docs/faults.md).
+StatusOr<std::pair<std::string, v1::FaultLevel>> ParseChainDriftLevel(std::string_view entry);
 
 // What the configuration cannot know by itself: the names --actuator and
 // --integrations may take, and what each actuator kind needs of the rest of

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <set>
@@ -221,6 +222,15 @@ Status ClusterdServer::Impl::OpenState() {
   CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(separation));
   state->set_separation_policy(separation);
   state->set_chain_pool_label(cfg.chain_pool_label);
+  {
+    std::map<std::string, v1::FaultLevel> drift_levels;
+    for (const std::string& e : cfg.chain_drift_levels) {
+      auto entry = ParseChainDriftLevel(e);
+      if (!entry.ok()) return entry.status();
+      drift_levels[entry->first] = entry->second;
+    }
+    state->set_chain_drift_levels(std::move(drift_levels));
+  }
   state->set_repeat_offender_policy(cfg.repeat_offender_recoveries, cfg.repeat_offender_window);
   state->set_release_chain_check(cfg.release_chain_check == "always"  ? ClusterState::ReleaseChainCheck::kAlways
                                  : cfg.release_chain_check == "never" ? ClusterState::ReleaseChainCheck::kNever

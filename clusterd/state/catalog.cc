@@ -13,6 +13,19 @@ namespace clusterd {
 
 extern const char kDefaultCatalogJson[];
 
+namespace {
+
+constexpr size_t kMaxFirmwarePairs = 4096;
+constexpr size_t kMaxFirmwarePerDriver = 64;
+
+// A version as NodeD reports it: one line, 1 to 64 characters.
+Status ValidateVersion(const std::string& field, const std::string& v) {
+  if (v.empty()) return InvalidArgument(field + ": required");
+  return ValidateLine(field, v, 64);
+}
+
+}  // namespace
+
 Catalog Catalog::Default(v1::FaultLevel default_level) {
   Catalog catalog;
   Status st = catalog.MergeJson(kDefaultCatalogJson, "built-in catalog");
@@ -52,7 +65,42 @@ Status Catalog::MergeJson(std::string_view json_text, std::string_view origin) {
       merged[AsciiUpper(code)] = *level;
     }
   }
+  std::unordered_map<std::string, std::vector<std::string>> firmware = firmware_;
+  if (doc.contains("firmware_driver_pairs")) {
+    const auto& pairs = doc["firmware_driver_pairs"];
+    if (!pairs.is_array()) return InvalidArgument(where + ": firmware_driver_pairs: must be an array");
+    if (pairs.size() > kMaxFirmwarePairs) {
+      return InvalidArgument(where + ": firmware_driver_pairs: more than " + std::to_string(kMaxFirmwarePairs));
+    }
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const auto& entry = pairs[i];
+      const std::string at = where + ": firmware_driver_pairs[" + std::to_string(i) + "]";
+      if (!entry.is_object() || !entry.contains("driver") || !entry["driver"].is_string() ||
+          !entry.contains("firmware") || !entry["firmware"].is_array()) {
+        return InvalidArgument(at + ": must be {\"driver\": string, \"firmware\": [string]}");
+      }
+      const std::string driver = entry["driver"].get<std::string>();
+      CLUSTERD_RETURN_IF_ERROR(ValidateVersion(at + ".driver", driver));
+      const auto& list = entry["firmware"];
+      if (list.size() > kMaxFirmwarePerDriver) {
+        return InvalidArgument(at + ".firmware: more than " + std::to_string(kMaxFirmwarePerDriver) + " versions");
+      }
+      std::vector<std::string> versions;
+      for (size_t j = 0; j < list.size(); ++j) {
+        const std::string fat = at + ".firmware[" + std::to_string(j) + "]";
+        if (!list[j].is_string()) return InvalidArgument(fat + ": must be a string");
+        versions.push_back(list[j].get<std::string>());
+        CLUSTERD_RETURN_IF_ERROR(ValidateVersion(fat, versions.back()));
+      }
+      if (versions.empty()) {
+        firmware.erase(AsciiUpper(driver));
+      } else {
+        firmware[AsciiUpper(driver)] = std::move(versions);
+      }
+    }
+  }
   levels_ = std::move(merged);
+  firmware_ = std::move(firmware);
   default_level_ = default_level;
   return Status::Ok();
 }
@@ -70,6 +118,11 @@ v1::FaultLevel Catalog::Resolve(std::string_view code, v1::FaultLevel reported) 
   if (it != levels_.end()) return it->second;
   if (reported != v1::FAULT_LEVEL_UNSPECIFIED) return reported;
   return default_level_;
+}
+
+const std::vector<std::string>* Catalog::FirmwareFor(std::string_view driver) const {
+  auto it = firmware_.find(AsciiUpper(driver));
+  return it == firmware_.end() ? nullptr : &it->second;
 }
 
 bool Catalog::Contains(std::string_view code) const { return levels_.count(AsciiUpper(code)) > 0; }

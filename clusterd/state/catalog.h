@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "clusterd/v1/types.pb.h"
 #include "common/status.h"
@@ -19,8 +20,10 @@ class Catalog {
   static Catalog Default(v1::FaultLevel default_level = v1::FAULT_LEVEL_SUB_HEALTH);
 
   // Merges a catalog JSON document ({"codes": [{"code", "level"}],
-  // optional "default_level"}) over this one. On error nothing changes and the
-  // Status names the offending entry.
+  // optional "default_level", optional "firmware_driver_pairs": [{"driver",
+  // "firmware": [versions]}]}) over this one. A pair entry replaces the
+  // driver's list; an empty list takes the driver out of the table. On error
+  // nothing changes and the Status names the offending entry.
   Status MergeJson(std::string_view json_text, std::string_view origin);
   Status MergeFile(const std::string& path);
 
@@ -29,12 +32,19 @@ class Catalog {
   v1::FaultLevel Resolve(std::string_view code, v1::FaultLevel reported) const;
   bool Contains(std::string_view code) const;
 
+  // The firmware versions known to suit a driver version (compared without
+  // case), or nullptr when the table does not know the driver: then no pair
+  // is judged. The built-in table is empty (docs/faults.md).
+  const std::vector<std::string>* FirmwareFor(std::string_view driver) const;
+  size_t firmware_pairs() const { return firmware_.size(); }
+
   v1::FaultLevel default_level() const { return default_level_; }
   void set_default_level(v1::FaultLevel level) { default_level_ = level; }
   size_t size() const { return levels_.size(); }
 
  private:
   std::unordered_map<std::string, v1::FaultLevel> levels_;
+  std::unordered_map<std::string, std::vector<std::string>> firmware_;  // upper-case driver -> firmware
   v1::FaultLevel default_level_ = v1::FAULT_LEVEL_SUB_HEALTH;
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "common/levels.h"
+
 namespace clusterd {
 
 std::string DriftFinding::Message() const {
@@ -85,6 +87,19 @@ std::vector<DriftFinding> FindJobChainDrift(const std::string& job, const std::v
     return std::tie(a.node, a.link) < std::tie(b.node, b.link);
   });
   return out;
+}
+
+std::optional<std::string> FirmwareMismatch(const Catalog& catalog, const std::string& driver,
+                                            const std::string& firmware) {
+  const std::vector<std::string>* known = catalog.FirmwareFor(driver);
+  if (known == nullptr) return std::nullopt;
+  std::string list;
+  for (const std::string& v : *known) {
+    if (AsciiUpper(v) == AsciiUpper(firmware)) return std::nullopt;
+    if (list.size() < 200) list += (list.empty() ? "" : ", ") + v;
+  }
+  return "firmware " + firmware + " is not a known pair of driver " + driver + " (the catalog pairs it with " + list +
+         ")";
 }
 
 }  // namespace clusterd

@@ -6,14 +6,18 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "clusterd/state/catalog.h"
 
 namespace clusterd {
 
 // The reporter and code of the drift faults ClusterD raises itself.
 inline constexpr char kChainDriftReporter[] = "clusterd-chain";
 inline constexpr char kChainDriftCode[] = "CHAIN_VERSION_DRIFT";
+inline constexpr char kChainFirmwareCode[] = "CHAIN_FIRMWARE_MISMATCH";
 // A pool is judged once this many of its nodes report a version of a link.
 inline constexpr size_t kChainDriftMinNodes = 3;
 
@@ -46,5 +50,11 @@ std::vector<DriftFinding> FindChainDrift(const std::vector<NodeVersions>& nodes)
 // pool is "job <id>". At most kChainJobDriftMax findings per job.
 inline constexpr size_t kChainJobDriftMax = 256;
 std::vector<DriftFinding> FindJobChainDrift(const std::string& job, const std::vector<const NodeVersions*>& nodes);
+
+// The message of CHAIN_FIRMWARE_MISMATCH when the catalog's pair table knows
+// `driver` and `firmware` is not among its versions; nullopt otherwise
+// (a pair that fits, or a driver the table does not know).
+std::optional<std::string> FirmwareMismatch(const Catalog& catalog, const std::string& driver,
+                                            const std::string& firmware);
 
 }  // namespace clusterd

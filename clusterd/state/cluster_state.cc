@@ -259,22 +259,29 @@ TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
       v.pool = node.inventory().devices(0).model();
     }
     for (const auto& l : node.inventory().chain()) {
-      if ((l.name() == "driver" || l.name() == "cann") && l.state() == v1::CHAIN_LINK_STATE_OK &&
-          !l.version().empty()) {
+      if ((l.name() == "driver" || l.name() == "firmware" || l.name() == "cann") &&
+          l.state() == v1::CHAIN_LINK_STATE_OK && !l.version().empty()) {
         v.versions[l.name()] = l.version();
       }
     }
     if (!v.versions.empty()) nodes.push_back(std::move(v));
   }
-  std::map<std::pair<std::string, std::string>, DriftFinding> want;  // (node, external id)
+  // What ClusterD wants raised, by (node, external id).
+  struct Wanted {
+    const char* code;
+    v1::FaultLevel level;
+    std::string message;
+  };
+  std::map<std::pair<std::string, std::string>, Wanted> want;
   {
     std::vector<NodeVersions> pooled;
     for (const NodeVersions& v : nodes) {
       if (!v.pool.empty()) pooled.push_back(v);
     }
     for (DriftFinding& f : FindChainDrift(pooled)) {
-      std::string id = f.node + "/" + f.link;
-      want.emplace(std::make_pair(f.node, std::move(id)), std::move(f));
+      auto lit = chain_drift_levels_.find(f.pool);
+      const v1::FaultLevel level = lit == chain_drift_levels_.end() ? v1::FAULT_LEVEL_SUB_HEALTH : lit->second;
+      want.emplace(std::make_pair(f.node, f.node + "/" + f.link), Wanted{kChainDriftCode, level, f.Message()});
     }
   }
   // The nodes of one job that run different versions from each other
@@ -290,41 +297,58 @@ TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
     }
     if (of_job.size() < 2) continue;
     for (DriftFinding& f : FindJobChainDrift(id, of_job)) {
-      std::string fid = f.node + "/" + f.link + "@" + id;
-      want.emplace(std::make_pair(f.node, std::move(fid)), std::move(f));
+      want.emplace(std::make_pair(f.node, f.node + "/" + f.link + "@" + id),
+                   Wanted{kChainDriftCode, v1::FAULT_LEVEL_SUB_HEALTH, f.Message()});
     }
   }
-  auto report = [&](const std::string& node, const std::string& id, v1::TransitionAction action,
-                    const std::string& message) {
+  // A driver and firmware the catalog's pair table says do not go together
+  // (external id "<node>/firmware-pair"); a driver the table does not know is
+  // not judged.
+  for (const NodeVersions& v : nodes) {
+    auto driver = v.versions.find("driver");
+    auto firmware = v.versions.find("firmware");
+    if (driver == v.versions.end() || firmware == v.versions.end()) continue;
+    if (auto message = FirmwareMismatch(*catalog_, driver->second, firmware->second)) {
+      want.emplace(std::make_pair(v.node, v.node + "/firmware-pair"),
+                   Wanted{kChainFirmwareCode, v1::FAULT_LEVEL_PRE_SEPARATE, std::move(*message)});
+    }
+  }
+  auto report = [&](const std::string& node, const std::string& id, const char* code, v1::FaultLevel level,
+                    v1::TransitionAction action, const std::string& message) {
     v1::ReportRequest r;
     r.set_reporter(kChainDriftReporter);
     r.set_id(id);
     r.set_node(node);
-    r.set_code(kChainDriftCode);
-    r.set_level(v1::FAULT_LEVEL_SUB_HEALTH);
+    r.set_code(code);
+    r.set_level(level);
     r.set_action(action);
     r.set_message(message);
     if (auto st = ApplyReport(r, m); !st.ok()) {
-      GetLogger("state")->warn("software chain drift on node {}: {}", node, st.status().ToString());
+      GetLogger("state")->warn("software chain {} on node {}: {}", code, node, st.status().ToString());
     }
   };
-  // What is active and no longer wanted clears; what is wanted and not
-  // active is raised.
-  std::set<std::pair<std::string, std::string>> active;
-  std::vector<std::pair<std::string, std::string>> gone;
+  // What is active and no longer wanted (or wanted at another level: a
+  // pool's level changed) clears; what is wanted and not active is raised.
+  std::map<std::pair<std::string, std::string>, v1::FaultLevel> active;
+  std::vector<std::pair<std::pair<std::string, std::string>, std::string>> gone;  // key, code
   for (const auto& [node, count] : faults_.nodes()) {
     for (const auto& [key, f] : faults_.OfNode(node)) {
       if (f.reporter() != kChainDriftReporter || f.state() != v1::FAULT_STATE_ACTIVE) continue;
       auto k = std::make_pair(f.node(), f.external_id());
-      active.insert(k);
-      if (!want.count(k)) gone.push_back(k);
+      active.emplace(k, f.level());
+      auto w = want.find(k);
+      if (w == want.end() || catalog_->Resolve(w->second.code, w->second.level) != f.level()) {
+        gone.emplace_back(k, f.code());
+      }
     }
   }
-  for (const auto& [node, id] : gone) {
-    report(node, id, v1::TRANSITION_ACTION_CLEAR, "the pool's versions agree again");
+  for (const auto& [k, code] : gone) {
+    report(k.first, k.second, code.c_str(), v1::FAULT_LEVEL_SUB_HEALTH, v1::TRANSITION_ACTION_CLEAR,
+           want.count(k) ? "its level changed" : "the versions agree again");
+    active.erase(k);
   }
-  for (const auto& [k, f] : want) {
-    if (!active.count(k)) report(k.first, k.second, v1::TRANSITION_ACTION_RAISE, f.Message());
+  for (const auto& [k, w] : want) {
+    if (!active.count(k)) report(k.first, k.second, w.code, w.level, v1::TRANSITION_ACTION_RAISE, w.message);
   }
   return TimePoint::max();
 }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -83,6 +84,12 @@ class ClusterState : public StateView {
   // The node label that names a node's pool for the software chain's drift
   // (chain_drift.h); "" (the default): the model of the node's first device.
   void set_chain_pool_label(std::string label) { chain_pool_label_ = std::move(label); }
+  // The level of CHAIN_VERSION_DRIFT per pool (unlisted pools, and a job's
+  // nodes: SUB_HEALTH; a catalog entry for the code wins over both).
+  void set_chain_drift_levels(std::map<std::string, v1::FaultLevel> levels) {
+    chain_drift_levels_ = std::move(levels);
+    chain_dirty_ = true;
+  }
   // The Pending pods the scheduler cannot place for want of an accelerator
   // (GetSummary's scheduling_findings; the kubernetes integration's, replaced
   // whole, at most kMaxSchedulingFindings kept).
@@ -264,6 +271,7 @@ class ClusterState : public StateView {
   // When AdvanceSeparations next has work, unless a fault changes it first.
   TimePoint separation_due_ = TimePoint::min();
   std::string chain_pool_label_;
+  std::map<std::string, v1::FaultLevel> chain_drift_levels_;
   ReleaseChainCheck release_chain_check_ = ReleaseChainCheck::kAutomatic;
   bool chain_dirty_ = true;  // a chain changed since the last drift pass (and at start)
   uint32_t repeat_offender_max_ = 0;

@@ -110,6 +110,7 @@ ChainReading ChainCollector::Collect(uint32_t backend_chips, bool ascend_node) c
   // The node is an Ascend node when its backend says so or its driver is
   // installed: only then is a missing link a fault rather than no Ascend.
   const bool ascend = ascend_node || r.links.back().state == LinkState::kOk;
+  r.links.push_back(Firmware());
   uint32_t chips = 0;
   r.links.push_back(DeviceFiles(ascend, &chips));
   const uint32_t expected = options_.expected_chips != 0 ? options_.expected_chips : backend_chips;
@@ -137,6 +138,22 @@ ChainLink ChainCollector::Driver(bool ascend_node) const {
                 kChainDriverMissing);
   }
   return Link("driver", LinkState::kUnknown, "no " + file + " (not an Ascend node, or not mounted into NodeD)");
+}
+
+ChainLink ChainCollector::Firmware() const {
+  // The firmware package installed for the chips (the one the driver loads
+  // onto them); whether it suits the driver is ClusterD's to judge, from the
+  // catalog's pairs. Missing: unknown, never broken (the firmware may be
+  // installed elsewhere, or not mounted into NodeD's container).
+  const std::string file = options_.ascend_path + "/firmware/version.info";
+  auto text = ReadSmall(file);
+  if (!text.ok()) {
+    return Link("firmware", LinkState::kUnknown,
+                text.status().code() == StatusCode::kNotFound ? "no " + file : text.status().message());
+  }
+  std::string version = ValueOf(*text, "Version");
+  if (version.empty()) return Link("firmware", LinkState::kUnknown, file + " has no Version= line");
+  return Link("firmware", LinkState::kOk, file + ": Version=" + version, "", version);
 }
 
 ChainLink ChainCollector::DeviceFiles(bool ascend, uint32_t* chips) const {

@@ -1,7 +1,7 @@
 // The accelerator software chain of a node (docs/noded.md, "The software
 // chain"): what makes a chip usable by a pod, link by link, read from files
 // only: the driver (installed, its version, loaded: its device files), the
-// chips the driver exposes against those expected, the CANN toolkits
+// firmware package's version, the chips the driver exposes against those expected, the CANN toolkits
 // installed on the host, the container runtime (Ascend Docker Runtime
 // configured for containerd or Docker), the device plugin registered with the
 // kubelet, and the kernel. A link that cannot be decided from what is
@@ -44,16 +44,18 @@ struct ChainOptions {
 enum class LinkState { kUnknown, kOk, kBroken };
 
 struct ChainLink {
-  std::string name;  // driver, device_files, chips, cann, runtime, device_plugin, kernel
+  std::string name;  // driver, firmware, device_files, chips, cann, runtime, device_plugin, kernel
   LinkState state = LinkState::kUnknown;
-  std::string version;   // driver, cann (comma-separated), kernel
+  std::string version;   // driver, firmware, cann (comma-separated), kernel
   std::string evidence;  // what was read, one line
   // The node fault a BROKEN link raises ("" for none: cann, kernel).
+  // (firmware never raises one: the driver/firmware pair is judged by
+  // ClusterD, CHAIN_FIRMWARE_MISMATCH).
   std::string code;
 };
 
 struct ChainReading {
-  std::vector<ChainLink> links;  // in the order above, always all seven
+  std::vector<ChainLink> links;  // in the order above, always all eight
   const ChainLink* Find(const std::string& name) const;
 };
 
@@ -76,6 +78,7 @@ class ChainCollector {
 
  private:
   ChainLink Driver(bool ascend_node) const;
+  ChainLink Firmware() const;
   ChainLink DeviceFiles(bool ascend, uint32_t* chips) const;
   ChainLink Chips(const ChainLink& device_files, uint32_t chips, uint32_t expected) const;
   ChainLink Cann() const;

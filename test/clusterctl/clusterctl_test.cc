@@ -1554,3 +1554,114 @@ TEST_F(ClusterctlTest, UncordonWaitsForAHealthyChainUnlessForced) {
 
 }  // namespace
 }  // namespace clusterctl
+
+namespace clusterctl {
+namespace {
+
+// The doctor's output, compared with the files under test/clusterctl/golden
+// (CLUSTERD_UPDATE_GOLDEN=1 rewrites them): five nodes with every link,
+// three healthy, one on an older driver and a firmware the catalog does not
+// pair with it, one whose device plugin is not registered and has no CANN.
+class DoctorGoldenTest : public ClusterctlTest {
+ protected:
+  void SetUp() override {
+    const std::string catalog = dir_.Sub("catalog.json");
+    std::ofstream(catalog) << R"({"firmware_driver_pairs": [{"driver": "24.1.rc3", "firmware": ["7.5.0.3.220"]},
+                                                          {"driver": "24.1.rc2", "firmware": ["7.5.0.1.129"]}]})";
+    StartServer([&](clusterd::ClusterdConfig& c) { c.catalog_file = catalog; });
+  }
+
+  static void AddLink(clusterd::v1::Hello* h, const std::string& name, clusterd::v1::ChainLinkState state,
+                      const std::string& version, const std::string& evidence, const std::string& code = "") {
+    auto* l = h->mutable_inventory()->add_chain();
+    l->set_name(name);
+    l->set_state(state);
+    l->set_version(version);
+    l->set_evidence(evidence);
+    l->set_code(code);
+  }
+
+  void Agent(const std::string& name, const std::string& driver, const std::string& firmware, bool plugin, bool cann) {
+    using clusterd::v1::CHAIN_LINK_STATE_BROKEN;
+    using clusterd::v1::CHAIN_LINK_STATE_OK;
+    using clusterd::v1::CHAIN_LINK_STATE_UNKNOWN;
+    auto a = std::make_unique<TestAgent>(channel_, name, 1, 8);
+    clusterd::v1::Hello hello = a->MakeHello();
+    for (auto& d : *hello.mutable_inventory()->mutable_devices()) d.set_model("910B3");
+    const std::string ascend = "/usr/local/Ascend";
+    AddLink(&hello, "driver", CHAIN_LINK_STATE_OK, driver, ascend + "/driver/version.info: Version=" + driver);
+    AddLink(&hello, "firmware", CHAIN_LINK_STATE_OK, firmware, ascend + "/firmware/version.info: Version=" + firmware);
+    AddLink(&hello, "device_files", CHAIN_LINK_STATE_OK, "", "/dev/davinci_manager and 8 /dev/davinci<N>");
+    AddLink(&hello, "chips", CHAIN_LINK_STATE_OK, "", "8 of 8 expected chips have a /dev/davinci<N>");
+    if (cann) {
+      AddLink(&hello, "cann", CHAIN_LINK_STATE_OK, "8.0.RC3",
+              "version= in " + ascend + "/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info");
+    } else {
+      AddLink(&hello, "cann", CHAIN_LINK_STATE_UNKNOWN, "",
+              "no CANN toolkit under " + ascend + " (jobs may bring their own in the image)");
+    }
+    AddLink(&hello, "runtime", CHAIN_LINK_STATE_OK, "", "/etc/containerd/config.toml names ascend-docker-runtime");
+    if (plugin) {
+      AddLink(&hello, "device_plugin", CHAIN_LINK_STATE_OK, "", "registered: Ascend910.sock");
+    } else {
+      AddLink(&hello, "device_plugin", CHAIN_LINK_STATE_BROKEN, "",
+              "no Ascend device plugin socket next to /var/lib/kubelet/device-plugins/kubelet.sock",
+              "NODE_CHAIN_DEVICE_PLUGIN_NOT_REGISTERED");
+    }
+    AddLink(&hello, "kernel", CHAIN_LINK_STATE_OK, "5.10.0-182.0.0.95.oe2203sp3.aarch64", "/proc/sys/kernel/osrelease");
+    ASSERT_TRUE(a->Connect(&hello));
+    agents_.push_back(std::move(a));
+  }
+
+  static void ExpectGolden(const std::string& name, const std::string& got) {
+    const std::string path = std::string(CLUSTERD_GOLDEN_DIR) + "/" + name;
+    if (const char* update = std::getenv("CLUSTERD_UPDATE_GOLDEN"); update && std::string(update) == "1") {
+      std::ofstream(path, std::ios::trunc) << got;
+      return;
+    }
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path << " is missing: run with CLUSTERD_UPDATE_GOLDEN=1";
+    std::stringstream want;
+    want << in.rdbuf();
+    EXPECT_EQ(got, want.str()) << "doctor output differs from " << path
+                               << " (CLUSTERD_UPDATE_GOLDEN=1 rewrites it after a deliberate change)";
+  }
+};
+
+TEST_F(DoctorGoldenTest, OutputMatchesTheGoldenFiles) {
+  Agent("npu1", "24.1.rc3", "7.5.0.3.220", true, true);
+  Agent("npu2", "24.1.rc3", "7.5.0.3.220", true, true);
+  Agent("npu3", "24.1.rc3", "7.5.0.3.220", true, true);
+  Agent("npu5", "24.1.rc3", "7.5.0.3.220", false, false);
+  // Last: every drift pass that sees npu4 sees the whole pool, so the
+  // messages' counts are always the same.
+  Agent("npu4", "24.1.rc2", "7.3.0.1.231", true, true);
+  // Settled: npu4's driver and firmware drift and its mismatch are raised.
+  Result r;
+  ASSERT_TRUE(WaitFor([&] {
+    r = Run({"-o", "json", "doctor"});
+    return r.code == 0 && json::parse(r.out)["findings"].size() == 4;
+  })) << r.out
+      << r.err;
+  r = Run({"doctor"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectGolden("doctor.txt", r.out);
+  r = Run({"doctor", "-o", "wide"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectGolden("doctor-wide.txt", r.out);
+  r = Run({"-o", "json", "doctor"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectGolden("doctor.json", r.out);
+  r = Run({"doctor", "npu4"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectGolden("doctor-npu4.txt", r.out);
+  r = Run({"doctor", "npu5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectGolden("doctor-npu5.txt", r.out);
+  r = Run({"doctor", "npu1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectGolden("doctor-npu1.txt", r.out);
+}
+
+}  // namespace
+}  // namespace clusterctl

@@ -12,6 +12,7 @@
 #include "clusterd/config/config.h"
 #include "clusterd/server/registries.h"
 #include "clusterd/state/catalog.h"
+#include "clusterd/state/chain_drift.h"
 #include "common/duration.h"
 #include "test/support/temp_dir.h"
 
@@ -55,6 +56,67 @@ TEST(Catalog, BadOverrideIsRefusedAndChangesNothing) {
   EXPECT_EQ(c.Resolve("80E01801", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_RESTART_BUSINESS);
   EXPECT_FALSE(c.MergeJson("{not json", "x").ok());
   EXPECT_FALSE(c.MergeFile("/nonexistent/catalog.json").ok());
+}
+
+// The driver/firmware pair table: empty built in; an override lists the
+// firmware of a driver (compared without case), replaces a driver's list,
+// and an empty list takes the driver out; a bad entry changes nothing.
+TEST(Catalog, FirmwareDriverPairs) {
+  Catalog c = Catalog::Default();
+  EXPECT_EQ(c.firmware_pairs(), 0u);
+  EXPECT_EQ(c.FirmwareFor("24.1.rc3"), nullptr);
+  ASSERT_TRUE(c.MergeJson(R"({"firmware_driver_pairs": [
+      {"driver": "24.1.RC3", "firmware": ["7.5.0.3.220", "7.5.0.5.220"]},
+      {"driver": "24.1.rc2", "firmware": ["7.3.0.1.231"]}]})",
+                          "pairs")
+                  .ok());
+  ASSERT_NE(c.FirmwareFor("24.1.rc3"), nullptr);
+  EXPECT_EQ(*c.FirmwareFor("24.1.rc3"), (std::vector<std::string>{"7.5.0.3.220", "7.5.0.5.220"}));
+  EXPECT_EQ(FirmwareMismatch(c, "24.1.rc3", "7.5.0.5.220"), std::nullopt);
+  EXPECT_EQ(FirmwareMismatch(c, "25.0.rc1", "7.3.0.1.231"), std::nullopt) << "a driver the table does not know";
+  auto message = FirmwareMismatch(c, "24.1.rc3", "7.3.0.1.231");
+  ASSERT_TRUE(message.has_value());
+  EXPECT_EQ(*message,
+            "firmware 7.3.0.1.231 is not a known pair of driver 24.1.rc3 (the catalog pairs it with 7.5.0.3.220, "
+            "7.5.0.5.220)");
+  // A later override replaces one driver's list and removes another's.
+  ASSERT_TRUE(c.MergeJson(R"({"firmware_driver_pairs": [{"driver": "24.1.rc3", "firmware": ["7.3.0.1.231"]},
+                                                        {"driver": "24.1.rc2", "firmware": []}]})",
+                          "second")
+                  .ok());
+  EXPECT_EQ(FirmwareMismatch(c, "24.1.rc3", "7.3.0.1.231"), std::nullopt);
+  EXPECT_EQ(c.FirmwareFor("24.1.rc2"), nullptr);
+  EXPECT_EQ(c.firmware_pairs(), 1u);
+  // Bad entries: named, nothing changed.
+  for (const char* bad : {R"({"firmware_driver_pairs": {}})", R"({"firmware_driver_pairs": [{"driver": "x"}]})",
+                          R"({"firmware_driver_pairs": [{"driver": "", "firmware": ["1"]}]})",
+                          R"({"firmware_driver_pairs": [{"driver": "x", "firmware": [1]}]})",
+                          R"({"firmware_driver_pairs": [{"driver": "x\n", "firmware": ["1"]}]})"}) {
+    Status st = c.MergeJson(bad, "bad.json");
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("firmware_driver_pairs"), std::string::npos) << st.message();
+  }
+  std::string many = R"({"firmware_driver_pairs": [{"driver": "x", "firmware": [)";
+  for (int i = 0; i < 65; ++i) many += (i ? ",\"" : "\"") + std::to_string(i) + "\"";
+  EXPECT_FALSE(c.MergeJson(many + "]}]}", "many").ok());
+  EXPECT_EQ(c.firmware_pairs(), 1u);
+}
+
+TEST(Config, ChainDriftLevels) {
+  bool help = false;
+  auto cfg =
+      ParseClusterdFlags({"--insecure", "--chain-drift-levels", "a3-train=PRE_SEPARATE,910B3=NOT_HANDLE"}, &help);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->chain_drift_levels, (std::vector<std::string>{"a3-train=PRE_SEPARATE", "910B3=NOT_HANDLE"}));
+  auto entry = ParseChainDriftLevel("a3-train=PRE_SEPARATE");
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->first, "a3-train");
+  EXPECT_EQ(entry->second, v1::FAULT_LEVEL_PRE_SEPARATE);
+  for (const char* bad : {"a3", "=SEPARATE", "a3=", "a3=BAD", "a3=UNSPECIFIED"}) {
+    auto r = ParseClusterdFlags({"--insecure", "--chain-drift-levels", bad}, &help);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("chain-drift-levels"), std::string::npos) << r.status().message();
+  }
 }
 
 TEST(Duration, ParsesUnitsAndRefusesBareNumbers) {
@@ -378,8 +440,10 @@ TEST(ConfigTable, ChartValuesAreTheDefaults) {
     if (!line.empty() && line.rfind("    ", 0) != 0) break;  // the map ended
     const size_t colon = line.find(':');
     if (line.rfind("    #", 0) == 0 || colon == std::string::npos) continue;
-    const std::string key = line.substr(4, colon - 4), value = line.substr(colon + 2);
+    const std::string key = line.substr(4, colon - 4);
+    std::string value = line.substr(colon + 2);
     SCOPED_TRACE(key + ": " + value);
+    if (value == "[]") value.clear();  // an empty list: the flag's empty text
     const auto& keys = ClusterdConfigKeys();
     auto row = std::find_if(keys.begin(), keys.end(), [&](const ConfigKey& k) { return k.name == key; });
     ASSERT_NE(row, keys.end()) << "not a key of the table";

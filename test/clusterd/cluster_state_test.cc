@@ -1,6 +1,7 @@
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/state/chain_drift.h"
+#include "common/levels.h"
 #include "clusterd/state/validation.h"
 
 #include <cmath>
@@ -193,6 +194,101 @@ TEST_F(ClusterStateTest, ChainDriftIsRaisedOnTheOddNodeAndClearedWhenItCatchesUp
   Hello(with_driver("n4", "24.1.rc3"), 2);
   advance();
   EXPECT_TRUE(drift().empty());
+}
+
+// The active faults of reporter clusterd-chain on `node`: "<external id>
+// <code> <level>: <message>".
+std::vector<std::string> ChainFaults(const ClusterState& state, const std::string& node) {
+  std::vector<std::string> out;
+  v1::ListFaultsRequest req;
+  req.set_node(node);
+  auto r = state.ListFaults(req);
+  EXPECT_TRUE(r.ok());
+  for (const auto& f : r->faults()) {
+    if (f.reporter() == kChainDriftReporter && f.state() == v1::FAULT_STATE_ACTIVE) {
+      out.push_back(f.external_id() + " " + f.code() + " " + ShortLevelName(f.level()) + ": " + f.message());
+    }
+  }
+  return out;
+}
+
+// A driver and firmware the catalog's pair table says do not go together:
+// CHAIN_FIRMWARE_MISMATCH (PRE_SEPARATE) on the node, cleared once the
+// firmware fits; a driver the table does not know is not judged. The
+// firmware's version drifts like the driver's.
+TEST_F(ClusterStateTest, FirmwareThatDoesNotGoWithTheDriverIsAFault) {
+  ASSERT_TRUE(
+      catalog_.MergeJson(R"({"firmware_driver_pairs": [{"driver": "24.1.rc3", "firmware": ["7.5.0.3.220"]}]})", "pairs")
+          .ok());
+  auto hello = [](const std::string& node, const std::string& driver, const std::string& firmware) {
+    v1::Hello h = HelloWithDriver(node, driver, "910B3");
+    auto* l = h.mutable_inventory()->add_chain();
+    l->set_name("firmware");
+    l->set_state(v1::CHAIN_LINK_STATE_OK);
+    l->set_version(firmware);
+    return h;
+  };
+  auto advance = [&] {
+    clock_.Advance(std::chrono::seconds(2));
+    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+  };
+  Hello(hello("n1", "24.1.rc3", "7.5.0.3.220"));
+  Hello(hello("n2", "24.1.rc3", "7.5.0.3.220"));
+  Hello(hello("n3", "24.1.rc3", "7.3.0.1.231"));
+  Hello(hello("n4", "25.0.rc1", "7.3.0.1.231"));  // a driver the table does not know
+  advance();
+  EXPECT_TRUE(ChainFaults(*state_, "n1").empty());
+  EXPECT_EQ(
+      ChainFaults(*state_, "n3"),
+      (std::vector<std::string>{
+          "n3/firmware-pair CHAIN_FIRMWARE_MISMATCH PRE_SEPARATE: firmware 7.3.0.1.231 is not a known pair of driver "
+          "24.1.rc3 (the catalog pairs it with 7.5.0.3.220)"}))
+      << "no firmware drift: 2 of 4 is no majority";
+  EXPECT_EQ(ChainFaults(*state_, "n4"),
+            (std::vector<std::string>{"n4/driver CHAIN_VERSION_DRIFT SUB_HEALTH: driver 25.0.rc1 where 3 of 4 nodes "
+                                      "of pool 910B3 run 24.1.rc3"}));
+  // One more node on the pool's firmware: now n3 and n4 drift on it too.
+  Hello(hello("n5", "24.1.rc3", "7.5.0.3.220"));
+  advance();
+  EXPECT_EQ(ChainFaults(*state_, "n4").size(), 2u);
+  EXPECT_EQ(ChainFaults(*state_, "n3").size(), 2u) << "the mismatch and the firmware's drift, apart";
+  // A health effect: PRE_SEPARATE keeps new work off the node.
+  EXPECT_NE(Node("n3").node().health(), v1::HEALTH_HEALTHY);
+  // Not released onto a firmware that does not go with its driver.
+  Status release = state_->ChainAllowsRelease("n3", /*automatic=*/true);
+  EXPECT_EQ(release.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(release.message().find("link firmware MISMATCH"), std::string::npos) << release.message();
+  Hello(hello("n3", "24.1.rc3", "7.5.0.3.220"), 2);
+  advance();
+  EXPECT_TRUE(ChainFaults(*state_, "n3").empty());
+}
+
+// chain_drift_levels: a pool's drift at its own level; a change of level
+// re-raises the fault at the new one.
+TEST_F(ClusterStateTest, ChainDriftLevelPerPool) {
+  state_->set_chain_drift_levels({{"910B3", v1::FAULT_LEVEL_PRE_SEPARATE}});
+  for (const char* n : {"n1", "n2", "n3"}) Hello(HelloWithDriver(n, "24.1.rc3", "910B3"));
+  Hello(HelloWithDriver("n4", "24.1.rc2", "910B3"));
+  for (const char* n : {"m1", "m2", "m3"}) Hello(HelloWithDriver(n, "23.0.0", "310P3"));
+  Hello(HelloWithDriver("m4", "23.0.1", "310P3"));
+  auto advance = [&] {
+    clock_.Advance(std::chrono::seconds(2));
+    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+  };
+  advance();
+  EXPECT_EQ(ChainFaults(*state_, "n4"),
+            std::vector<std::string>{
+                "n4/driver CHAIN_VERSION_DRIFT PRE_SEPARATE: driver 24.1.rc2 where 3 of 4 nodes of pool 910B3 run "
+                "24.1.rc3"});
+  EXPECT_EQ(ChainFaults(*state_, "m4"),
+            std::vector<std::string>{
+                "m4/driver CHAIN_VERSION_DRIFT SUB_HEALTH: driver 23.0.1 where 3 of 4 nodes of pool 310P3 run 23.0.0"});
+  state_->set_chain_drift_levels({});
+  advance();
+  EXPECT_EQ(ChainFaults(*state_, "n4"),
+            std::vector<std::string>{
+                "n4/driver CHAIN_VERSION_DRIFT SUB_HEALTH: driver 24.1.rc2 where 3 of 4 nodes of pool 910B3 run "
+                "24.1.rc3"});
 }
 
 TEST_F(ClusterStateTest, FaultLevelFromCatalogDrivesDeviceAndNodeHealth) {

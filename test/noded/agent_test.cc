@@ -157,11 +157,11 @@ TEST(AgentChain, BrokenLinksAreNodeFaultsRaisedAndClearedAndTheHelloCarriesTheCh
   ASSERT_TRUE(agent.Init().ok());
 
   v1::Hello hello = agent.MakeHello();
-  ASSERT_EQ(hello.inventory().chain_size(), 7);
+  ASSERT_EQ(hello.inventory().chain_size(), 8);
   EXPECT_EQ(hello.inventory().chain(0).name(), "driver");
   EXPECT_EQ(hello.inventory().chain(0).version(), "24.1.rc3");
-  EXPECT_EQ(hello.inventory().chain(1).state(), v1::CHAIN_LINK_STATE_BROKEN);
-  EXPECT_EQ(hello.inventory().chain(1).code(), kChainDriverNotLoaded);
+  EXPECT_EQ(hello.inventory().chain(2).state(), v1::CHAIN_LINK_STATE_BROKEN);
+  EXPECT_EQ(hello.inventory().chain(2).code(), kChainDriverNotLoaded);
 
   auto chain_faults = [&] {
     std::vector<std::string> out;
@@ -195,7 +195,7 @@ TEST(AgentChain, BrokenLinksAreNodeFaultsRaisedAndClearedAndTheHelloCarriesTheCh
   clock.Advance(std::chrono::seconds(31));
   agent.PollOnce();
   EXPECT_TRUE(chain_faults().empty());
-  EXPECT_EQ(agent.MakeHello().inventory().chain(1).state(), v1::CHAIN_LINK_STATE_OK);
+  EXPECT_EQ(agent.MakeHello().inventory().chain(2).state(), v1::CHAIN_LINK_STATE_OK);
 }
 
 TEST(AgentMapping, LevelsAndSources) {

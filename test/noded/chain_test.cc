@@ -21,6 +21,7 @@ class ChainTest : public ::testing::Test {
   // configured for the Ascend Docker Runtime, the device plugin registered.
   void Healthy() {
     dir_.Write("usr/local/Ascend/driver/version.info", "Version=24.1.rc3\nascendhal_version=7.35.23\n");
+    dir_.Write("usr/local/Ascend/firmware/version.info", "Version=7.5.0.3.220\n");
     dir_.Write("dev/null", "");
     dir_.Write("dev/davinci_manager", "");
     for (int i = 0; i < 8; ++i) dir_.Write("dev/davinci" + std::to_string(i), "");
@@ -60,7 +61,7 @@ class ChainTest : public ::testing::Test {
 TEST_F(ChainTest, AHealthyNodeHasEveryLinkOkAndItsVersions) {
   Healthy();
   ChainReading r = Collect();
-  ASSERT_EQ(r.links.size(), 7u);
+  ASSERT_EQ(r.links.size(), 8u);
   for (const auto& l : r.links) {
     if (l.name != "cann") {
       EXPECT_EQ(l.state, LinkState::kOk) << l.name << ": " << l.evidence;
@@ -68,11 +69,29 @@ TEST_F(ChainTest, AHealthyNodeHasEveryLinkOkAndItsVersions) {
     EXPECT_TRUE(l.code.empty()) << l.name;
   }
   EXPECT_EQ(r.Find("driver")->version, "24.1.rc3");
+  EXPECT_EQ(r.Find("firmware")->version, "7.5.0.3.220");
   EXPECT_EQ(r.Find("cann")->state, LinkState::kOk);
   EXPECT_EQ(r.Find("cann")->version, "8.0.RC3");
   EXPECT_EQ(r.Find("kernel")->version, "5.10.0-182.0.0.95.oe2203sp3.aarch64");
   EXPECT_NE(r.Find("chips")->evidence.find("8 of 8"), std::string::npos) << r.Find("chips")->evidence;
   EXPECT_NE(r.Find("device_plugin")->evidence.find("Ascend910.sock"), std::string::npos);
+}
+
+// The firmware package is read, never judged on the node: missing or
+// without a version it is unknown and raises nothing (ClusterD judges the
+// driver/firmware pair against its catalog).
+TEST_F(ChainTest, FirmwareIsUnknownWhenMissingAndNeverBroken) {
+  Healthy();
+  std::filesystem::remove(dir_.Sub("usr/local/Ascend/firmware/version.info"));
+  ChainReading r = Collect();
+  EXPECT_EQ(StateOf(r, "firmware"), LinkState::kUnknown);
+  EXPECT_NE(r.Find("firmware")->evidence.find("no "), std::string::npos) << r.Find("firmware")->evidence;
+  EXPECT_TRUE(Codes(r).empty());
+  dir_.Write("usr/local/Ascend/firmware/version.info", "firmware package\n");
+  r = Collect();
+  EXPECT_EQ(StateOf(r, "firmware"), LinkState::kUnknown);
+  EXPECT_NE(r.Find("firmware")->evidence.find("no Version= line"), std::string::npos);
+  EXPECT_TRUE(Codes(r).empty());
 }
 
 TEST_F(ChainTest, EachBrokenLinkAloneRaisesItsOwnCode) {
@@ -184,6 +203,7 @@ TEST_F(ChainTest, HostileFilesAreUnknownAndBounded) {
   std::string garbage(4096, '\0');
   for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>((i * 131 + 7) % 256);
   dir_.Write("usr/local/Ascend/driver/version.info", "Version=\x01\xff\xfe" + garbage);
+  dir_.Write("usr/local/Ascend/firmware/version.info", garbage + "\nVersion=" + garbage);
   std::filesystem::remove(dir_.Sub("usr/local/Ascend/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info"));
   std::filesystem::create_symlink("loop", dir_.Sub("usr/local/Ascend/ascend-toolkit/latest/aarch64-linux/loop"));
   std::filesystem::create_symlink(

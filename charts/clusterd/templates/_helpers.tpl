@@ -109,7 +109,7 @@ printed as integers: Helm reads YAML numbers as float64, and toJson would print 
 Whether the catalog override file is rendered.
 */}}
 {{- define "clusterd.hasCatalog" -}}
-{{- if or .Values.clusterd.catalog.codes (not (kindIs "invalid" .Values.clusterd.catalog.defaultLevel)) }}true{{ end }}
+{{- if or .Values.clusterd.catalog.codes .Values.clusterd.catalog.firmwareDriverPairs (not (kindIs "invalid" .Values.clusterd.catalog.defaultLevel)) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -263,6 +263,9 @@ The catalog override file.
 */}}
 {{- define "clusterd.catalogJson" -}}
 {{- $cat := dict "codes" (default list .Values.clusterd.catalog.codes) }}
+{{- with .Values.clusterd.catalog.firmwareDriverPairs }}
+{{- $_ := set $cat "firmware_driver_pairs" . }}
+{{- end }}
 {{- if not (kindIs "invalid" .Values.clusterd.catalog.defaultLevel) }}
 {{- $_ := set $cat "default_level" .Values.clusterd.catalog.defaultLevel }}
 {{- end }}
