@@ -169,7 +169,7 @@ Status Agent::Init() {
   chain_ = std::make_unique<ChainCollector>(std::move(chain_options));
   backend_chips_ = static_cast<uint32_t>(devices->size());
   next_chain_ = started_;
-  ToProto(chain_->Collect(backend_chips_, AscendBackend(*backend_)), inv.mutable_chain());
+  ToProto(CollectChain(), inv.mutable_chain());
   // What the system reports is sent as is, except what ClusterD would refuse
   // (and then refuse the whole hello): invalid UTF-8 and control characters.
   for (std::string* text : {inv.mutable_cpu_model(), inv.mutable_kernel_version(), inv.mutable_os_image()}) {
@@ -231,9 +231,12 @@ int Agent::PollOnce() {
   else
     log->debug("network: {}", r.status().ToString());
   if (kernel_) {
-    if (auto r = kernel_->Collect(); r.ok())
+    if (auto r = kernel_->Collect(); r.ok()) {
+      for (const auto& match : r->matches) {
+        if (match.code == kKernelGpuXidCode) backend_->KernelLine(match.record.message);
+      }
       AddKernel(*r, &snap);
-    else
+    } else
       log->debug("kernel log: {}", r.status().ToString());
   }
   const TimePoint now = clock_->Now();
@@ -318,8 +321,31 @@ void Agent::DiffAccelerators() {
   }
 }
 
+ChainReading Agent::CollectChain() const {
+  ChainReading reading = chain_->Collect(backend_chips_, AscendBackend(*backend_));
+  // What the backend knows fills the links the files could not decide (a
+  // GPU node's driver: no Ascend driver file, NVML's version).
+  for (const auto& named : backend_->ChainVersions()) {
+    const std::string& name = named.first;
+    const std::string& version = named.second;
+    ChainLink link;
+    link.name = name;
+    link.state = LinkState::kOk;
+    link.version = version.substr(0, 64);
+    link.evidence = backend_->name() + " backend: " + link.version;
+    auto it =
+        std::find_if(reading.links.begin(), reading.links.end(), [&](const ChainLink& l) { return l.name == name; });
+    if (it == reading.links.end()) {
+      reading.links.push_back(std::move(link));
+    } else if (it->state != LinkState::kOk) {
+      *it = std::move(link);
+    }
+  }
+  return reading;
+}
+
 void Agent::DiffChain() {
-  const ChainReading reading = chain_->Collect(backend_chips_, AscendBackend(*backend_));
+  const ChainReading reading = CollectChain();
   std::map<std::string, v1::FaultReport> desired;  // code -> report
   for (const auto& l : reading.links) {
     if (l.state != LinkState::kBroken || l.code.empty()) continue;

@@ -79,6 +79,8 @@ class Agent {
   void ReconcileRuleFaults();
   // Reads the chain, raises and clears its faults, and keeps it for the
   // next hello.
+  // The chain's links as the files say, completed by the backend's versions.
+  ChainReading CollectChain() const;
   void DiffChain();
 
   AgentOptions options_;

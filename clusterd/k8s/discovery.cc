@@ -168,10 +168,26 @@ StatusOr<uint32_t> DevicesFromResources(const json& spec, const DiscoveryOptions
     if (!res) continue;
     const json* limits = Member(*res, "limits");
     const json* requests = Member(*res, "requests");
+    // The resources counted in this container: exact names, and those a
+    // prefix names (limits first; a request without its limit too).
+    std::vector<std::pair<std::string, const json*>> counted;
     for (const auto& name : opts.device_resources) {
-      const json* q = limits ? Member(*limits, name) : nullptr;
-      if (!q && requests) q = Member(*requests, name);
-      if (!q) continue;
+      if (name.empty() || name.back() != '*') {
+        const json* q = limits ? Member(*limits, name) : nullptr;
+        if (!q && requests) q = Member(*requests, name);
+        if (q) counted.emplace_back(name, q);
+        continue;
+      }
+      const std::string_view prefix(name.data(), name.size() - 1);
+      std::set<std::string> seen;
+      for (const json* side : {limits, requests}) {
+        if (!side || !side->is_object()) continue;
+        for (auto it = side->begin(); it != side->end(); ++it) {
+          if (it.key().rfind(prefix, 0) == 0 && seen.insert(it.key()).second) counted.emplace_back(it.key(), &*it);
+        }
+      }
+    }
+    for (const auto& [name, q] : counted) {
       const uint64_t n = DeviceQuantity(*q);
       if (n > kMaxDevicesPerPod) {
         return InvalidArgument(where + ": resource " + name + " is not a device count from 0 to " +

@@ -70,8 +70,10 @@ struct DiscoveryOptions {
   std::string devices_annotation = "huawei.com/AscendReal";
   // Without the devices annotation: devices per pod = the sum over containers
   // of these resources' limits (requests when a container has no limit);
-  // device ids are then unknown and ranks carry no device_id.
-  std::vector<std::string> device_resources = {"huawei.com/Ascend910", "huawei.com/npu"};
+  // device ids are then unknown and ranks carry no device_id. A name ending
+  // in '*' is a prefix: every resource that starts with it (MIG slices).
+  std::vector<std::string> device_resources = {"huawei.com/Ascend910", "huawei.com/npu", "nvidia.com/gpu",
+                                               "nvidia.com/mig-*"};
   // Volcano: the PodGroup a pod belongs to, and the Volcano job's name.
   std::string podgroup_annotation = "scheduling.k8s.io/group-name";
   std::string volcano_job_label = "volcano.sh/job-name";

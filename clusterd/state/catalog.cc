@@ -12,6 +12,7 @@
 namespace clusterd {
 
 extern const char kDefaultCatalogJson[];
+extern const char kNvidiaCatalogJson[];
 
 namespace {
 
@@ -29,6 +30,7 @@ Status ValidateVersion(const std::string& field, const std::string& v) {
 Catalog Catalog::Default(v1::FaultLevel default_level) {
   Catalog catalog;
   Status st = catalog.MergeJson(kDefaultCatalogJson, "built-in catalog");
+  if (st.ok()) st = catalog.MergeJson(kNvidiaCatalogJson, "built-in NVIDIA catalog");
   if (!st.ok()) std::abort();  // the compiled-in data is tested; broken means a broken build
   catalog.levels_["HEARTBEAT_LOST"] = v1::FAULT_LEVEL_SEPARATE;
   catalog.default_level_ = default_level;

@@ -1,5 +1,6 @@
 // Fault code -> level. The default catalog is compiled in from the public
-// Ascend mapping (clusterd/state/catalog/ascend-fault-codes.json); an override file
+// Ascend mapping (clusterd/state/catalog/ascend-fault-codes.json) and NVIDIA's
+// Xid and NVML codes (nvidia-gpu-codes.json); an override file
 // in the same format replaces or adds entries. Immutable after construction,
 // so safe to read from any thread.
 #pragma once

@@ -4,6 +4,7 @@
 
 #include "noded/accel/ascend_backend.h"
 #include "noded/accel/npu_smi.h"
+#include "noded/accel/nvml_backend.h"
 #include "noded/accel/sim_backend.h"
 
 namespace clusterd::noded {
@@ -27,6 +28,14 @@ StatusOr<std::unique_ptr<AcceleratorBackend>> MakeBackend(const BackendOptions& 
     return std::unique_ptr<AcceleratorBackend>(
         std::make_unique<AscendBackend>(AscendBackendOptions{MakeAscendPaths(options)}));
   }
+  if (options.kind == "nvml") {
+    if (options.nvml_call_timeout.count() <= 0) return InvalidArgument("nvml_call_timeout: must be positive");
+    NvmlBackendOptions o;
+    o.paths = MakeNvmlPaths(options);
+    o.call_timeout = options.nvml_call_timeout;
+    o.xid_hold = options.nvml_xid_hold;
+    return std::unique_ptr<AcceleratorBackend>(std::make_unique<NvmlBackend>(std::move(o)));
+  }
   if (options.kind == "npu-smi") {
     if (options.npu_smi_command.find_first_not_of(" \t") == std::string::npos) {
       return InvalidArgument("npu_smi_command: must not be empty");
@@ -35,7 +44,8 @@ StatusOr<std::unique_ptr<AcceleratorBackend>> MakeBackend(const BackendOptions& 
     return std::unique_ptr<AcceleratorBackend>(std::make_unique<NpuSmiBackend>(
         NpuSmiBackend::CommandSource(options.npu_smi_command, options.npu_smi_timeout)));
   }
-  return InvalidArgument("accelerator: unknown kind '" + options.kind + "' (expected ascend, npu-smi, sim or none)");
+  return InvalidArgument("accelerator: unknown kind '" + options.kind +
+                         "' (expected ascend, nvml, npu-smi, sim or none)");
 }
 
 }  // namespace clusterd::noded

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -94,10 +95,18 @@ class AcceleratorBackend {
   // Faults injected by hand, for backends that take them (the simulator);
   // null for real hardware. Owned by the backend.
   virtual FaultInjector* injector() { return nullptr; }
+  // A kernel log line of the accelerator's driver (the kernel collector's
+  // KERNEL_GPU_XID matches), for backends that fold them into their devices'
+  // codes (nvml: "NVRM: Xid"). Called from the Poll thread.
+  virtual void KernelLine(std::string_view /*message*/) {}
+  // Versions the source reports for links of the software chain (docs/noded.md,
+  // "The software chain"), as (link, version): nvml's driver and CUDA driver.
+  // They fill links the file probes could not decide.
+  virtual std::vector<std::pair<std::string, std::string>> ChainVersions() const { return {}; }
 };
 
 struct BackendOptions {
-  std::string kind = "none";  // "ascend", "npu-smi", "sim", "none"
+  std::string kind = "none";  // "ascend", "nvml", "npu-smi", "sim", "none"
 
   // ascend: libdcmi.so paths tried first, in order; then, when
   // dcmi_search_default_paths, kDefaultDcmiPaths.
@@ -111,6 +120,13 @@ struct BackendOptions {
 
   // sim: the number of simulated devices (0..kMaxSimDevices).
   int sim_devices = 8;
+
+  // nvml: libnvidia-ml.so.1 paths tried before kDefaultNvmlPaths (when
+  // nvml_search_default_paths), and the watchdog of its calls.
+  std::vector<std::string> nvml_paths;
+  bool nvml_search_default_paths = true;
+  std::chrono::milliseconds nvml_call_timeout{10000};
+  std::chrono::seconds nvml_xid_hold{600};
 };
 
 // Tried after BackendOptions::dcmi_paths: the two usual driver install locations,

@@ -46,6 +46,8 @@ std::vector<KernelPattern> DefaultKernelPatterns() {
       {"KERNEL_FS_ERROR",
        R"(EXT4-fs error|EXT4-fs .*Remounting filesystem read-only|XFS .*([Ee]rror|[Cc]orruption|[Ss]hutdown)|I/O error)",
        false},
+      // "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
+      {kKernelGpuXidCode, R"(NVRM: Xid \(PCI:)", false},
       {"KERNEL_ACCEL_DRIVER_ERROR",
        R"(\b(davinci|devdrv|devmm|hccl|hdc|npu|dcmi)\w*\b.*\b(error|fault|fail(ed|ure)?|timeout|exception)\b)", true},
   };

@@ -33,8 +33,12 @@ struct KernelPattern {
   bool ignore_case = false;
 };
 
+// The NVIDIA driver's Xid lines: no rule raises them; the nvml backend folds
+// them into its GPUs' XID_<n> codes (NvmlBackend::KernelLine).
+inline constexpr char kKernelGpuXidCode[] = "KERNEL_GPU_XID";
+
 // OOM kills, hung tasks, machine checks, filesystem/IO errors, accelerator driver
-// errors. Each pattern aims at one line per event (e.g. "Killed process N", not the
+// errors, NVIDIA Xids. Each pattern aims at one line per event (e.g. "Killed process N", not the
 // several other lines an OOM kill prints) so that counts mean events.
 std::vector<KernelPattern> DefaultKernelPatterns();
 

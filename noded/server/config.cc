@@ -38,8 +38,8 @@ const ConfigSetters<NodedConfig>& Setters() {
        }},
       {"accelerator",
        [](const std::string& v, NodedConfig* c) {
-         if (v != "ascend" && v != "npu-smi" && v != "sim" && v != "none") {
-           return InvalidArgument("accelerator: \"" + v + "\" is not one of ascend, npu-smi, sim, none");
+         if (v != "ascend" && v != "nvml" && v != "npu-smi" && v != "sim" && v != "none") {
+           return InvalidArgument("accelerator: \"" + v + "\" is not one of ascend, nvml, npu-smi, sim, none");
          }
          c->accelerator = v;
          return Status::Ok();
@@ -50,6 +50,19 @@ const ConfigSetters<NodedConfig>& Setters() {
        [](const std::string& v, NodedConfig* c) {
          c->dcmi_path = v;
          return Status::Ok();
+       }},
+      {"nvml_path",
+       [](const std::string& v, NodedConfig* c) {
+         c->nvml_path = v;
+         return Status::Ok();
+       }},
+      {"nvml_call_timeout",
+       [](const std::string& v, NodedConfig* c) {
+         return SetDuration("nvml_call_timeout", v, std::chrono::milliseconds(100), &c->nvml_call_timeout);
+       }},
+      {"nvml_xid_hold",
+       [](const std::string& v, NodedConfig* c) {
+         return SetDuration("nvml_xid_hold", v, std::chrono::seconds(1), &c->nvml_xid_hold);
        }},
       {"npu_smi_command",
        [](const std::string& v, NodedConfig* c) {
@@ -244,9 +257,13 @@ Flags (the JSON config file takes the same keys with '_'):
   --node-name NAME          this node's name (default: the host name)
   --http-listen ADDR        HTTP /healthz /readyz /metrics (default 0.0.0.0:11255)
   --state-dir DIR           durable outbox and epoch (default /var/lib/noded)
-  --accelerator KIND        ascend, npu-smi, sim or none (default none)
+  --accelerator KIND        ascend, nvml, npu-smi, sim or none (default none)
   --sim-devices N           simulated devices in sim mode (default 8)
   --dcmi-path FILE          libdcmi.so to try first (ascend)
+  --nvml-path FILE          libnvidia-ml.so.1 to try first (nvml)
+  --nvml-call-timeout DUR   an NVML call not back by then: NVML_UNRESPONSIVE (default 10s)
+  --nvml-xid-hold DUR       an Xid stays an active fault this long after it was last seen
+                            (default 10m)
   --npu-smi-command CMD     command printing npu-smi info (default "npu-smi info")
   --root DIR                where /proc and /sys are mounted (default /)
   --kmsg-path FILE          kernel log to follow (default /dev/kmsg; "" disables)

@@ -16,10 +16,15 @@ struct NodedConfig {
   std::string node_name;  // default: the host name
   std::string http_listen = "0.0.0.0:11255";
   std::string state_dir = "/var/lib/noded";
-  std::string accelerator = "none";  // ascend, npu-smi, sim, none
+  std::string accelerator = "none";  // ascend, nvml, npu-smi, sim, none
   uint32_t sim_devices = 8;
   std::string dcmi_path;  // tried before the driver's usual paths
   std::string npu_smi_command = "npu-smi info";
+  // nvml: a libnvidia-ml.so.1 tried before the usual paths, the watchdog of
+  // its calls, how long an Xid stays active.
+  std::string nvml_path;
+  std::chrono::nanoseconds nvml_call_timeout = std::chrono::seconds(10);
+  std::chrono::nanoseconds nvml_xid_hold = std::chrono::minutes(10);
   std::string root = "/";               // where /proc and /sys are (a fixture tree in tests)
   std::string kmsg_path = "/dev/kmsg";  // "" disables the kernel-log collector
   std::string mounts_file;              // relative to root; "" picks (see AgentOptions)

@@ -112,6 +112,9 @@ Status NodedServer::Start() {
   bo.kind = cfg.accelerator;
   if (!cfg.dcmi_path.empty()) bo.dcmi_paths.push_back(cfg.dcmi_path);
   bo.npu_smi_command = cfg.npu_smi_command;
+  if (!cfg.nvml_path.empty()) bo.nvml_paths.push_back(cfg.nvml_path);
+  bo.nvml_call_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.nvml_call_timeout);
+  bo.nvml_xid_hold = std::chrono::duration_cast<std::chrono::seconds>(cfg.nvml_xid_hold);
   bo.sim_devices = static_cast<int>(cfg.sim_devices);
   auto backend = MakeBackend(bo);
   if (!backend.ok()) return backend.status();

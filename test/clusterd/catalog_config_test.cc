@@ -21,11 +21,33 @@ namespace {
 
 TEST(Catalog, DefaultHasThePublicAscendCodes) {
   Catalog c = Catalog::Default();
-  EXPECT_EQ(c.size(), 803u);  // 802 Ascend codes + HEARTBEAT_LOST
+  EXPECT_EQ(c.size(), 973u);  // 802 Ascend codes, 170 NVIDIA codes, HEARTBEAT_LOST
   EXPECT_EQ(c.Resolve("80E01801", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_RESTART_BUSINESS);
   EXPECT_EQ(c.Resolve("80e01801", v1::FAULT_LEVEL_NOT_HANDLE), v1::FAULT_LEVEL_RESTART_BUSINESS);
   EXPECT_EQ(c.Resolve("020001002", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SEPARATE);
   EXPECT_EQ(c.Resolve("HEARTBEAT_LOST", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SEPARATE);
+}
+
+// NVIDIA's Xids at the level of their documented action, and the NVML
+// backend's named codes.
+TEST(Catalog, DefaultHasTheNvidiaXidsAndNvmlCodes) {
+  Catalog c = Catalog::Default();
+  EXPECT_EQ(c.Resolve("XID_79", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SEPARATE);     // fallen off the bus
+  EXPECT_EQ(c.Resolve("XID_48", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_RESTART_NPU);  // DBE: reset
+  EXPECT_EQ(c.Resolve("XID_13", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_RESTART_BUSINESS);
+  EXPECT_EQ(c.Resolve("xid_94", v1::FAULT_LEVEL_UNSPECIFIED), c.Resolve("XID_94", v1::FAULT_LEVEL_UNSPECIFIED));
+  for (const char* code :
+       {"GPU_LOST", "GPU_RESET_REQUIRED", "GPU_ECC_DBE_VOLATILE", "GPU_ECC_DBE_AGGREGATE_HIGH",
+        "GPU_RETIRED_PAGES_PENDING", "GPU_ROW_REMAP_PENDING", "GPU_ROW_REMAP_FAILURE", "GPU_THERMAL_SLOWDOWN",
+        "GPU_POWER_BRAKE_SLOWDOWN", "GPU_HW_SLOWDOWN", "GPU_PCIE_REPLAY_HIGH", "GPU_NVLINK_DOWN", "GPU_NVLINK_ERRORS",
+        "NVML_UNRESPONSIVE", "NVML_DRIVER_NOT_LOADED"}) {
+    EXPECT_TRUE(c.Contains(code)) << code;
+  }
+  EXPECT_EQ(c.Resolve("GPU_ROW_REMAP_FAILURE", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(c.Resolve("GPU_THERMAL_SLOWDOWN", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_SUB_HEALTH);
+  // An override changes an Xid like any code.
+  ASSERT_TRUE(c.MergeJson(R"({"codes": [{"code": "XID_79", "level": "RESTART_NPU"}]})", "o").ok());
+  EXPECT_EQ(c.Resolve("XID_79", v1::FAULT_LEVEL_UNSPECIFIED), v1::FAULT_LEVEL_RESTART_NPU);
 }
 
 TEST(Catalog, UnknownCodesUseReportedThenDefaultLevel) {

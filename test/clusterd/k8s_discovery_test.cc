@@ -235,6 +235,24 @@ json IndexedPod(const std::string& name, const json& labels, const json& annotat
   return pod;
 }
 
+// GPU pods: nvidia.com/gpu, and MIG slices by prefix (a request without a
+// limit counts too); an Ascend and a GPU resource in one pod add up.
+TEST(K8sDiscovery, GpuPodsCountNvidiaGpusAndMigSlices) {
+  DiscoveryOptions opts;
+  json pod = IndexedPod("g", json::object(), {{"batch.kubernetes.io/job-completion-index", "2"}});
+  pod["spec"]["containers"][0]["resources"] = json::parse(R"({"limits": {"nvidia.com/gpu": "8"}})");
+  PodInfo info = MustParse(pod, opts);
+  EXPECT_EQ(info.rank, 2u);
+  EXPECT_EQ(info.devices_per_pod, 8u);
+  EXPECT_TRUE(info.devices.empty());
+  pod["spec"]["containers"][0]["resources"] =
+      json::parse(R"({"limits": {"nvidia.com/mig-1g.10gb": 2, "cpu": "4"}, "requests": {"nvidia.com/mig-3g.40gb": "1",
+                                  "nvidia.com/mig-1g.10gb": 2}})");
+  EXPECT_EQ(MustParse(pod, opts).devices_per_pod, 3u);
+  pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-1g.10gb"] = "lots";
+  EXPECT_EQ(ParsePod(pod, opts).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(K8sDiscovery, RankFromTheIndexOfAnIndexedJobOrAStatefulSet) {
   DiscoveryOptions opts;
   opts.rank_env = "RANK";

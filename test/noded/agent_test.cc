@@ -3,6 +3,8 @@
 #include "noded/agent.h"
 #include "noded/accel/sim_backend.h"
 
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -203,6 +205,62 @@ TEST(AgentMapping, LevelsAndSources) {
   EXPECT_EQ(ToProtoLevel(Level::kNotHandle), v1::FAULT_LEVEL_NOT_HANDLE);
   EXPECT_EQ(ToProtoSource(Source::kDisk), v1::FAULT_SOURCE_DISK);
   EXPECT_EQ(ToProtoSource(Source::kKernel), v1::FAULT_SOURCE_KERNEL);
+}
+
+}  // namespace
+}  // namespace clusterd::noded
+
+namespace clusterd::noded {
+namespace {
+
+// A GPU backend's side of the agent: its driver and CUDA versions fill the
+// chain's links the files could not decide, and the kernel log's Xid lines
+// reach it.
+class VersionedBackend final : public AcceleratorBackend {
+ public:
+  Status Init() override { return Status::Ok(); }
+  StatusOr<std::vector<DeviceInfo>> Devices() override { return std::vector<DeviceInfo>{}; }
+  StatusOr<std::vector<DeviceStatus>> Poll() override { return std::vector<DeviceStatus>{}; }
+  std::string name() const override { return "nvml"; }
+  std::vector<std::pair<std::string, std::string>> ChainVersions() const override {
+    return {{"driver", "550.54.15"}, {"cuda", "12.4"}};
+  }
+  void KernelLine(std::string_view message) override { lines.emplace_back(message); }
+  std::vector<std::string> lines;
+};
+
+TEST(AgentGpu, BackendVersionsFillTheChainAndXidLinesReachTheBackend) {
+  testing::TempDir dir;
+  dir.Write("root/dev/null", "");
+  dir.Write("kmsg", "");
+  auto outbox = Outbox::Open(dir.Sub("state"));
+  ASSERT_TRUE(outbox.ok());
+  VersionedBackend backend;
+  FakeClock clock;
+  AgentOptions options;
+  options.node_name = "gpu01";
+  options.root = dir.Sub("root");
+  options.kmsg_path = dir.Sub("kmsg");
+  options.mounts_file = "/proc/mounts";
+  Agent agent(options, outbox->get(), &backend, &clock);
+  ASSERT_TRUE(agent.Init().ok());
+  v1::Hello hello = agent.MakeHello();
+  std::map<std::string, v1::ChainLink> links;
+  for (const auto& l : hello.inventory().chain()) links[l.name()] = l;
+  ASSERT_TRUE(links.count("driver") && links.count("cuda"));
+  EXPECT_EQ(links["driver"].state(), v1::CHAIN_LINK_STATE_OK);
+  EXPECT_EQ(links["driver"].version(), "550.54.15");
+  EXPECT_EQ(links["driver"].evidence(), "nvml backend: 550.54.15");
+  EXPECT_EQ(links["cuda"].version(), "12.4");
+  EXPECT_EQ(links["device_files"].state(), v1::CHAIN_LINK_STATE_UNKNOWN) << "not an Ascend node: no davinci fault";
+  agent.PollOnce();  // the kernel log is followed from its end
+  // A kmsg record with an Xid, and one without.
+  std::ofstream(dir.Sub("kmsg"), std::ios::app)
+      << "3,100,5000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.\n"
+      << "6,101,5001,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n";
+  agent.PollOnce();
+  EXPECT_EQ(backend.lines,
+            std::vector<std::string>{"NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus."});
 }
 
 }  // namespace
