@@ -128,6 +128,7 @@ stage ctest ctest_main
 stage e2e/grpcurl bash test/e2e/grpcurl_test.sh
 stage e2e/noded bash test/e2e/noded_test.sh
 stage e2e/progress bash test/e2e/progress_test.sh
+stage e2e/nvml bash test/e2e/nvml_test.sh
 stage e2e/recovery bash test/e2e/recovery_test.sh
 stage e2e/helm bash test/e2e/helm_test.sh
 stage e2e/status_page bash test/e2e/status_page_test.sh
@@ -154,6 +155,7 @@ if [[ $ALL == 1 ]]; then
   stage k8s/mindcluster_stack bash test/k8s/mindcluster_stack_test.sh
   stage k8s/taskd_recover bash test/k8s/taskd_recover_test.sh
   stage k8s/chain bash test/k8s/chain_k8s_test.sh
+  stage k8s/gpu bash test/k8s/gpu_k8s_test.sh
   # High availability: 3 etcd members (the binary built above) and 3 replicas; then with TLS
   # to etcd; then on Kubernetes (the replicas label their pods for the Service).
   stage ha/ha_test python3 test/e2e/ha_test.py --etcd "$k8s_bin/etcd" --bin build/bin \

@@ -705,7 +705,13 @@ std::vector<DiscoveredJob> BuildJobs(const std::vector<PodInfo>& pods, const Pod
       auto* rp = job.add_placement();
       rp->set_rank(rank);
       rp->set_node(where.first->node);
-      if (where.second) rp->set_device_id(*where.second);
+      if (where.second) {
+        rp->set_device_id(*where.second);
+      } else if (where.first->devices_per_pod > 0) {
+        // The pod holds accelerators, which ones unknown (no devices
+        // annotation: a GPU pod): a fault on any device of its node hits it.
+        rp->set_any_device(true);
+      }
     }
     d.warnings = warn.Take();
     out.push_back(std::move(d));
@@ -746,7 +752,7 @@ std::optional<AcceleratorAllocatable> ParseAcceleratorAllocatable(const json& no
   const json capacity = status->value("capacity", json::object());
   const json allocatable = status->value("allocatable", json::object());
   for (const char* resource :
-       {"huawei.com/Ascend910", "huawei.com/Ascend310P", "huawei.com/Ascend310", "huawei.com/npu"}) {
+       {"huawei.com/Ascend910", "huawei.com/Ascend310P", "huawei.com/Ascend310", "huawei.com/npu", "nvidia.com/gpu"}) {
     auto cap = count(capacity, resource);
     if (!cap) continue;
     AcceleratorAllocatable out;

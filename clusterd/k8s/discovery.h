@@ -230,11 +230,11 @@ std::string_view ReadinessName(NodeReadiness::State state);  // "Ready", "NotRea
 StatusOr<NodeReadiness> ParseNodeReadiness(const nlohmann::json& node);
 
 // The accelerator resource a device plugin registered on a Node: the first
-// of huawei.com/Ascend910, huawei.com/Ascend310P, huawei.com/Ascend310 and
-// huawei.com/npu in status.capacity, with its allocatable count (0 when the
-// Node has the capacity but no allocatable entry). nullopt: none of them in
-// capacity (no Ascend device plugin ever registered there), or a count that
-// is not a plain non-negative integer below 2^20.
+// of huawei.com/Ascend910, huawei.com/Ascend310P, huawei.com/Ascend310,
+// huawei.com/npu and nvidia.com/gpu in status.capacity, with its allocatable
+// count (0 when the Node has the capacity but no allocatable entry). nullopt:
+// none of them in capacity (no device plugin of ours ever registered there),
+// or a count that is not a plain non-negative integer below 2^20.
 // A resource quantity for a device count: "8" or 8; UINT64_MAX when it is
 // not a whole non-negative number ("8k", "1.5", -1).
 uint64_t DeviceQuantity(const nlohmann::json& quantity);

@@ -478,18 +478,21 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
 void KubernetesIntegration::CheckAllocatable(const v1::Node& node, const json& obj, uint32_t unusable,
                                              const std::vector<v1::Fault>& faults, TimePoint now) {
   const std::string& name = node.name();
+  const auto alloc = k8s::ParseAcceleratorAllocatable(obj);
+  // The devices of the vendor whose device plugin registered the resource:
+  // NVIDIA's GPUs for nvidia.com/gpu; else Ascend chips, and the sim
+  // backend's simulated ones (noded --accelerator sim: demo, tests).
+  const bool gpus = alloc && alloc->resource.rfind("nvidia.com/", 0) == 0;
   uint32_t chips = 0;
   for (const auto& d : node.inventory().devices()) {
     std::string vendor = d.vendor();
     std::transform(vendor.begin(), vendor.end(), vendor.begin(), [](unsigned char c) { return std::tolower(c); });
-    // Ascend chips, and the sim backend's simulated ones (noded --accelerator sim: demo, tests).
-    chips += vendor == "huawei" || vendor == "sim";
+    chips += gpus ? vendor == "nvidia" : vendor == "huawei" || vendor == "sim";
   }
   const uint32_t usable = chips > unusable ? chips - unusable : 0;
-  const auto alloc = k8s::ParseAcceleratorAllocatable(obj);
-  // Judged only where NodeD reports Ascend chips and an Ascend device plugin
-  // registered a resource on the Node (its capacity); fewer allocatable than
-  // usable, for k8s_allocatable_hold, is the fault.
+  // Judged only where NodeD reports the vendor's devices and its device
+  // plugin registered a resource on the Node (its capacity); fewer
+  // allocatable than usable, for k8s_allocatable_hold, is the fault.
   const bool short_of = chips > 0 && alloc && alloc->allocatable < usable;
   // What ClusterD holds (a fault raised before a restart included).
   const bool raised = std::any_of(faults.begin(), faults.end(), [](const v1::Fault& f) {
@@ -518,10 +521,10 @@ void KubernetesIntegration::CheckAllocatable(const v1::Node& node, const json& o
   }
   const TimePoint since = mismatch_since_.try_emplace(name, now).first->second;
   if (now - since < ctx_->settings().allocatable_hold || raised) return;
-  report(v1::TRANSITION_ACTION_RAISE, "NodeD sees " + std::to_string(usable) + " usable NPU(s) (" +
-                                          std::to_string(chips) + " in all) while the kubelet offers " +
-                                          std::to_string(alloc->allocatable) + " " + alloc->resource + " (capacity " +
-                                          std::to_string(alloc->capacity) +
+  report(v1::TRANSITION_ACTION_RAISE, "NodeD sees " + std::to_string(usable) +
+                                          (gpus ? " usable GPU(s) (" : " usable NPU(s) (") + std::to_string(chips) +
+                                          " in all) while the kubelet offers " + std::to_string(alloc->allocatable) +
+                                          " " + alloc->resource + " (capacity " + std::to_string(alloc->capacity) +
                                           "): the device plugin is down or sees faults ClusterD does not");
 }
 

@@ -77,6 +77,7 @@ Job FromProto(const v1::Job& job) {
     RankPlacement placement;
     placement.node = p.node();
     if (p.has_device_id()) placement.device = p.device_id();
+    placement.any_device = p.any_device();
     out.placement[static_cast<int>(p.rank())] = std::move(placement);
   }
   out.ranks_per_replica = job.policy().ranks_per_replica() > 0 ? static_cast<int>(job.policy().ranks_per_replica()) : 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 
 #include "common/validation.h"
 
@@ -124,7 +125,20 @@ void Job::Index() {
   for (const auto& [rank, where] : placement) {  // rank order: each list comes out sorted
     NodeRanks& n = by_node[where.node];
     n.all.push_back(rank);
-    if (where.device) n.by_device[*where.device].push_back(rank);
+    if (where.device) {
+      n.by_device[*where.device].push_back(rank);
+    } else if (where.any_device) {
+      n.any_device.push_back(rank);
+    }
+  }
+  // A device's ranks include those that may hold it.
+  for (auto& [node, n] : by_node) {
+    if (n.any_device.empty()) continue;
+    for (auto& [device, ranks] : n.by_device) {
+      std::vector<int> merged;
+      std::merge(ranks.begin(), ranks.end(), n.any_device.begin(), n.any_device.end(), std::back_inserter(merged));
+      ranks = std::move(merged);
+    }
   }
   indexed_ranks = placement.size();
 }
@@ -134,7 +148,7 @@ std::span<const int> Job::Hits(const std::string& node, std::optional<uint32_t> 
   if (n == by_node.end()) return {};
   if (!device) return n->second.all;
   auto d = n->second.by_device.find(*device);
-  return d == n->second.by_device.end() ? std::span<const int>() : std::span<const int>(d->second);
+  return d == n->second.by_device.end() ? std::span<const int>(n->second.any_device) : std::span<const int>(d->second);
 }
 
 Status ValidatePolicy(const JobPolicy& policy) {

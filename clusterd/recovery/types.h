@@ -92,16 +92,20 @@ Duration DefaultStepTimeout(Strategy s);
 
 struct RankPlacement {
   std::string node;
-  std::optional<uint32_t> device;  // absent: the rank uses no accelerator
+  std::optional<uint32_t> device;  // absent: the rank uses no accelerator (unless any_device)
+  // No device known, but the rank holds some of its node's (RankPlacement.any_device).
+  bool any_device = false;
 };
 
 // THE rule of which ranks a fault hits, for a rank on the fault's node: a
 // node-level fault hits every rank there, a device fault only the ranks on
-// that device (a rank without a device uses no accelerator). Every mapping of
-// faults to ranks (decisions, job impacts, event job ids, the placement
-// index) applies this.
-inline bool FaultHitsRank(std::optional<uint32_t> fault_device, std::optional<uint32_t> rank_device) {
-  return !fault_device || (rank_device && *rank_device == *fault_device);
+// that device (a rank without a device uses no accelerator), or any device
+// when the rank holds devices of the node that are not known (any_device).
+// Every mapping of faults to ranks (decisions, job impacts, event job ids,
+// the placement index) applies this.
+inline bool FaultHitsRank(std::optional<uint32_t> fault_device, std::optional<uint32_t> rank_device,
+                          bool any_device = false) {
+  return !fault_device || (rank_device ? *rank_device == *fault_device : any_device);
 }
 
 struct Job {
@@ -127,7 +131,8 @@ struct Job {
   // indexed again, as a copy, by each call that needs it.
   struct NodeRanks {
     std::vector<int> all;                            // sorted
-    std::map<uint32_t, std::vector<int>> by_device;  // each sorted
+    std::map<uint32_t, std::vector<int>> by_device;  // each sorted, the any_device ranks included
+    std::vector<int> any_device;                     // sorted: hit by a fault on any device
   };
   std::map<std::string, NodeRanks> by_node;
   size_t indexed_ranks = 0;

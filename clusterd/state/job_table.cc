@@ -49,7 +49,11 @@ void JobTable::Index(const v1::Job& job, bool add, uint64_t revision) {
     changed = std::max(changed, revision);
     if (add) {
       std::set<uint32_t>& devices = by_node_[p.node()][job.id()];
-      if (p.has_device_id()) devices.insert(p.device_id());
+      if (p.has_device_id()) {
+        devices.insert(p.device_id());
+      } else if (p.any_device()) {
+        devices.insert(kAnyDevice);
+      }
     } else if (auto it = by_node_.find(p.node()); it != by_node_.end()) {
       it->second.erase(job.id());
       if (it->second.empty()) by_node_.erase(it);
@@ -67,12 +71,13 @@ std::set<uint32_t> JobTable::DevicesInUse(const std::string& node) const {
 
 std::vector<std::string> JobTable::HitBy(const v1::Fault& f) const {
   // RanksHit's rule, indexed: a node-level fault hits every job with a rank
-  // on the node, a device fault those with a rank on the device.
+  // on the node, a device fault those with a rank on the device or one that
+  // may hold it (any_device).
   std::vector<std::string> out;
   auto it = by_node_.find(f.node());
   if (it == by_node_.end()) return out;
   for (const auto& [id, devices] : it->second) {
-    if (!f.has_device_id() || devices.contains(f.device_id())) out.push_back(id);
+    if (!f.has_device_id() || devices.contains(f.device_id()) || devices.contains(kAnyDevice)) out.push_back(id);
   }
   return out;
 }

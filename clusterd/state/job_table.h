@@ -66,6 +66,8 @@ class JobTable {
   const StateLimits* limits_;
   Map jobs_;  // id -> job as stored (no impacts)
   // node -> job id -> the devices the job's ranks use there (HitBy).
+  // In by_node_'s device sets: a rank that may hold any device of the node.
+  static constexpr uint32_t kAnyDevice = UINT32_MAX;
   std::map<std::string, std::map<std::string, std::set<uint32_t>>> by_node_;
   std::map<std::string, uint64_t> placement_changed_;
 };

@@ -20,11 +20,19 @@ class PlacementIndex {
     for (const auto& p : job.placement()) {
       NodeRanks& n = nodes_[p.node()];
       n.all.push_back(p.rank());
-      if (p.has_device_id()) n.by_device[p.device_id()].push_back(p.rank());
+      if (p.has_device_id()) {
+        n.by_device[p.device_id()].push_back(p.rank());
+      } else if (p.any_device()) {
+        n.any_device.push_back(p.rank());
+      }
     }
     for (auto& [name, n] : nodes_) {
       std::sort(n.all.begin(), n.all.end());
-      for (auto& [device, ranks] : n.by_device) std::sort(ranks.begin(), ranks.end());
+      std::sort(n.any_device.begin(), n.any_device.end());
+      for (auto& [device, ranks] : n.by_device) {
+        ranks.insert(ranks.end(), n.any_device.begin(), n.any_device.end());  // may hold it
+        std::sort(ranks.begin(), ranks.end());
+      }
     }
   }
 
@@ -36,7 +44,8 @@ class PlacementIndex {
     if (it == nodes_.end()) return nullptr;
     if (!f.has_device_id()) return &it->second.all;
     auto dit = it->second.by_device.find(f.device_id());
-    return dit == it->second.by_device.end() ? nullptr : &dit->second;
+    if (dit != it->second.by_device.end()) return &dit->second;
+    return it->second.any_device.empty() ? nullptr : &it->second.any_device;
   }
 
   // The job's nodes, in name order.
@@ -50,7 +59,8 @@ class PlacementIndex {
  private:
   struct NodeRanks {
     std::vector<uint32_t> all;
-    std::map<uint32_t, std::vector<uint32_t>> by_device;
+    std::map<uint32_t, std::vector<uint32_t>> by_device;  // with the any_device ranks
+    std::vector<uint32_t> any_device;                     // hit by a fault on any device
   };
   std::map<std::string, NodeRanks> nodes_;
 };

@@ -245,6 +245,15 @@ TEST(K8sDiscovery, GpuPodsCountNvidiaGpusAndMigSlices) {
   EXPECT_EQ(info.rank, 2u);
   EXPECT_EQ(info.devices_per_pod, 8u);
   EXPECT_TRUE(info.devices.empty());
+  // Its job's ranks hold GPUs whose ids are unknown: any_device.
+  std::vector<PodInfo> pods = {info};
+  auto jobs = BuildJobs(pods, {}, opts);
+  ASSERT_EQ(jobs.size(), 1u);
+  ASSERT_EQ(jobs[0].job.placement_size(), 8);
+  for (const auto& p : jobs[0].job.placement()) {
+    EXPECT_FALSE(p.has_device_id());
+    EXPECT_TRUE(p.any_device()) << p.rank();
+  }
   pod["spec"]["containers"][0]["resources"] =
       json::parse(R"({"limits": {"nvidia.com/mig-1g.10gb": 2, "cpu": "4"}, "requests": {"nvidia.com/mig-3g.40gb": "1",
                                   "nvidia.com/mig-1g.10gb": 2}})");

@@ -196,6 +196,26 @@ TEST_F(StateTablesTest, JobTableKeepsSourcesApartAndFindsTheJobsAFaultHits) {
   EXPECT_EQ(*placement.RanksHit(AgentFault("n2", std::nullopt, v1::FAULT_LEVEL_SEPARATE)),
             (std::vector<uint32_t>{2, 3}));
   EXPECT_EQ(*placement.RanksHit(AgentFault("n2", 1, v1::FAULT_LEVEL_SEPARATE)), (std::vector<uint32_t>{3}));
+  {
+    // A GPU pod's ranks (any_device) on n3: hit by a fault on any of its devices.
+    v1::Job gpu;
+    gpu.set_id("gpu-1");
+    gpu.set_kind(v1::JOB_KIND_TRAINING);
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto* p = gpu.add_placement();
+      p->set_rank(r);
+      p->set_node("n3");
+      p->set_any_device(true);
+    }
+    Mutation gm;
+    auto made = jobs.Create(gpu, "kubernetes", &gm);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    EXPECT_EQ(jobs.HitBy(AgentFault("n3", 5, v1::FAULT_LEVEL_SEPARATE)), std::vector<std::string>{"gpu-1"});
+    EXPECT_EQ(jobs.HitBy(AgentFault("n1", 7, v1::FAULT_LEVEL_SEPARATE)).size(), 0u);
+    const PlacementIndex gpu_placement(gpu);
+    EXPECT_EQ(*gpu_placement.RanksHit(AgentFault("n3", 5, v1::FAULT_LEVEL_SEPARATE)), (std::vector<uint32_t>{0, 1}));
+    EXPECT_EQ(gpu_placement.RanksHit(AgentFault("n1", 5, v1::FAULT_LEVEL_SEPARATE)), nullptr);
+  }
 
   // The API may delete a discovered job; another integration may not.
   EXPECT_EQ(jobs.Delete("train-1", "other", &m).status().code(), StatusCode::kFailedPrecondition);

@@ -182,6 +182,7 @@ expect() { # expect DESCRIPTION FILE EXPR WANT
 kv=${KUBE_VERSIONS[-1]}
 D=$TMP/default-$kv.yaml M=$TMP/values-monitoring-$kv.yaml
 E=$TMP/values-existing-claim-$kv.yaml S=$TMP/values-sim-$kv.yaml N=$TMP/values-npu-smi-$kv.yaml
+G=$TMP/values-gpu-$kv.yaml
 expect "default: kinds" "$D" "sorted(by)" "['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'DaemonSet', 'Deployment', 'NetworkPolicy', 'PersistentVolumeClaim', 'Role', 'RoleBinding', 'Secret', 'Service', 'ServiceAccount']"
 expect "default: ClusterD on masterselector=dls-master-node" "$D" "pod('Deployment')['nodeSelector']" "{'masterselector': 'dls-master-node'}"
 expect "default: NodeD on workerselector=dls-worker-node" "$D" "pod('DaemonSet')['nodeSelector']" "{'workerselector': 'dls-worker-node'}"
@@ -246,6 +247,11 @@ else
 fi
 expect "npu-smi: pod network, custom ports" "$N" "(pod('DaemonSet').get('hostNetwork'), pod('DaemonSet')['containers'][0]['ports'][0]['containerPort'], by['Service'][0]['spec']['ports'][0]['port'])" "(None, 21255, 18899)"
 expect "npu-smi: npu-smi binary mounted read-only" "$N" "[(m['mountPath'], m['readOnly']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'npu-smi']" "[('/usr/local/bin/npu-smi', True)]"
+expect "gpu: NodeD config accelerator nvml" "$G" "__import__('json').loads(cm('-noded')['config.json'])['accelerator']" "nvml"
+expect "gpu: NodeD privileged (the NVIDIA device nodes)" "$G" "pod('DaemonSet')['containers'][0]['securityContext']['privileged']" "True"
+expect "gpu: the driver root mounted read-only with propagation" "$G" "[(m['mountPath'], m['readOnly'], m['mountPropagation']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'nvidia-driver']" "[('/run/nvidia/driver', True, 'HostToContainer')]"
+expect "gpu: from the host's /run/nvidia/driver, no Ascend driver" "$G" "([v['hostPath']['path'] for v in pod('DaemonSet')['volumes'] if v['name'] == 'nvidia-driver'], [v for v in pod('DaemonSet')['volumes'] if v['name'] == 'ascend-driver'])" "(['/run/nvidia/driver'], [])"
+expect "gpu: NodeD on the GPU nodes" "$G" "pod('DaemonSet')['nodeSelector']" "{'nvidia.com/gpu.present': 'true'}"
 
 # MindCluster compatibility (docs/deploy.md, "MindCluster clients"): the Service MindCluster's
 # clients dial (name and port fixed), and the pubfault_* / mindcluster_* keys of config.json.

@@ -201,6 +201,33 @@ start_sim_noded() {
     --sim-devices 8 --kmsg-path "" --poll-interval 200ms --heartbeat-interval 500ms --log-level warn "$@"
 }
 
+# start_nvml_noded NODE [FLAG...]: a noded with the nvml backend on the tests' fake
+# libnvidia-ml.so.1 (build/test-lib/fake_nvml: 8 H100s), scripted through $WORK/nvml-NODE (the
+# fake's control file: lines "xid DEV N", "set DEV FIELD VALUE") and following the kernel log
+# $WORK/kmsg-NODE; as start_sim_noded otherwise.
+start_nvml_noded() {
+  local node=$1 lib=$ROOT/build/test-lib/fake_nvml/libnvidia-ml.so.1
+  shift
+  [[ -f $lib ]] || fail "$lib is not built"
+  : >"$WORK/nvml-$node"
+  : >"$WORK/kmsg-$node"
+  NODED_PORT[$node]=$(free_port)
+  FAKE_NVML_DEVICES=8 FAKE_NVML_CONTROL="$WORK/nvml-$node" start_bg "NODED_PID[$node]" "$WORK/noded-$node.log" \
+    "$BIN/noded" --server "$ADDR" --node-name "$node" --http-listen "127.0.0.1:${NODED_PORT[$node]}" \
+    --state-dir "$WORK/noded-$node" --accelerator nvml --nvml-path "$lib" --kmsg-path "$WORK/kmsg-$node" \
+    --poll-interval 200ms --heartbeat-interval 500ms --log-level info "$@"
+}
+
+# active_faults NODE CODE: "device level | message" of NODE's active faults with CODE, a line each.
+active_faults() {
+  grpcurl -plaintext -d "{\"activeOnly\": true, \"node\": \"$1\"}" "$ADDR" clusterd.v1.ClusterService/ListFaults |
+    python3 -c '
+import json, sys
+for f in json.load(sys.stdin).get("faults", []):
+    if f["code"] == sys.argv[1]:
+        print(f.get("device_id", "-"), f["level"], "|", f.get("message", ""))' "$2"
+}
+
 # inject_sim_fault NODE DEVICE CODE [raise|clear]: through that noded's sim API.
 inject_sim_fault() {
   local code

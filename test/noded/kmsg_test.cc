@@ -48,6 +48,7 @@ TEST(KmsgMatcherTest, DefaultPatternsMapToCodes) {
   EXPECT_EQ(code("blk_update_request: I/O error, dev sdb, sector 2048"), "KERNEL_FS_ERROR");
   EXPECT_EQ(code("[davinci] devdrv_manager: device 3 heartbeat lost, error"), "KERNEL_ACCEL_DRIVER_ERROR");
   EXPECT_EQ(code("NPU 2 reported a FAULT on ring 0"), "KERNEL_ACCEL_DRIVER_ERROR");
+  EXPECT_EQ(code("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."), "KERNEL_GPU_XID");
   // Near misses stay quiet.
   EXPECT_EQ(code("mce: CPU0: Core temperature above threshold, cpu clock throttled"), "-");
   EXPECT_EQ(code("python3 invoked oom-killer: gfp_mask=0x100cca"), "-");
@@ -166,7 +167,7 @@ TEST(KernelLogCollectorTest, CountsMatchesPerCode) {
   KernelLogCollector c(std::move(*m), {dir.path() + "/kmsg", true});
   auto first = c.Collect();
   ASSERT_TRUE(first.ok());
-  EXPECT_EQ(first->counts.size(), 5u);
+  EXPECT_EQ(first->counts.size(), 6u);
   EXPECT_EQ(first->counts.at("KERNEL_OOM_KILL"), 0u);
 
   dir.Append("kmsg",

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "clusterd/recovery/convert.h"
 #include "fixtures.h"
 
 namespace clusterd::recovery {
@@ -89,7 +90,7 @@ TEST(RanksHit, IndexedAnswersAsTheWalk) {
   for (const FaultView& f : faults) {
     std::vector<int> walk;  // FaultHitsRank over every rank
     for (const auto& [rank, where] : walked.placement) {
-      if (where.node == f.node && FaultHitsRank(f.device, where.device)) walk.push_back(rank);
+      if (where.node == f.node && FaultHitsRank(f.device, where.device, where.any_device)) walk.push_back(rank);
     }
     EXPECT_EQ(RanksHit(indexed, f), walk) << f.id;
     EXPECT_EQ(RanksHit(walked, f), walk) << f.id;
@@ -102,6 +103,40 @@ TEST(RanksHit, IndexedAnswersAsTheWalk) {
   // A rank added after Index() is not lost: the job is indexed again.
   indexed.placement[9] = RankPlacement{"worker02", 1u};
   EXPECT_EQ(RanksHit(indexed, DeviceFault("worker02", 1, SEPARATE)), (std::vector<int>{9}));
+}
+
+// A rank that holds devices of its node without knowing which (a GPU pod,
+// any_device) is hit by a fault on any device there, and still by node
+// faults; a rank without devices by node faults only.
+TEST(RanksHit, AnyDeviceRanksAreHitByEveryDeviceOfTheirNode) {
+  Job walked;
+  walked.id = "gpu";
+  walked.placement[0] = RankPlacement{"gpu01", 0u};
+  walked.placement[1] = RankPlacement{"gpu01", std::nullopt, true};
+  walked.placement[2] = RankPlacement{"gpu01", std::nullopt};
+  walked.placement[3] = RankPlacement{"gpu02", std::nullopt, true};
+  Job indexed = walked;
+  indexed.Index();
+  for (const FaultView& f : {DeviceFault("gpu01", 0, SEPARATE), DeviceFault("gpu01", 5, SEPARATE),
+                             NodeFault("gpu01", SEPARATE), DeviceFault("gpu02", 3, SEPARATE)}) {
+    std::vector<int> walk;
+    for (const auto& [rank, where] : walked.placement) {
+      if (where.node == f.node && FaultHitsRank(f.device, where.device, where.any_device)) walk.push_back(rank);
+    }
+    EXPECT_EQ(RanksHit(indexed, f), walk) << f.id;
+    EXPECT_EQ(RanksHit(walked, f), walk) << f.id;
+  }
+  EXPECT_EQ(RanksHit(indexed, DeviceFault("gpu01", 0, SEPARATE)), (std::vector<int>{0, 1}));
+  EXPECT_EQ(RanksHit(indexed, DeviceFault("gpu01", 5, SEPARATE)), (std::vector<int>{1}));
+  EXPECT_EQ(RanksHit(indexed, NodeFault("gpu01", SEPARATE)), (std::vector<int>{0, 1, 2}));
+  // Through the proto: FromProto carries the flag.
+  v1::Job proto;
+  proto.set_id("gpu");
+  auto* p = proto.add_placement();
+  p->set_rank(0);
+  p->set_node("gpu01");
+  p->set_any_device(true);
+  EXPECT_EQ(RanksHit(FromProto(proto), DeviceFault("gpu01", 3, SEPARATE)), (std::vector<int>{0}));
 }
 
 TEST(Decide, NoFaultsMeansNothingToDo) {

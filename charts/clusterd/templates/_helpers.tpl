@@ -339,7 +339,7 @@ kernel log or an accelerator backend that opens the driver's device nodes.
 {{- $p := .Values.noded.privileged }}
 {{- if kindIs "bool" $p }}
 {{- if $p }}true{{ end }}
-{{- else if or .Values.noded.kmsg.enabled (has .Values.noded.accelerator (list "ascend" "npu-smi")) }}true
+{{- else if or .Values.noded.kmsg.enabled (has .Values.noded.accelerator (list "ascend" "nvml" "npu-smi")) }}true
 {{- end }}
 {{- end }}
 
@@ -370,6 +370,9 @@ NodeD's config.json content. node_name comes from the downward API as a flag.
 {{- end }}
 {{- if eq $n.accelerator "npu-smi" }}
 {{- $_ = set $c "npu_smi_command" $n.npuSmi.command }}
+{{- end }}
+{{- if and (eq $n.accelerator "nvml") $n.nvidia.nvmlPath }}
+{{- $_ = set $c "nvml_path" $n.nvidia.nvmlPath }}
 {{- end }}
 {{- $_ = set $c "kmsg_path" (ternary "/dev/kmsg" "" $n.kmsg.enabled) }}
 {{- $_ = set $c "progress_dir" (ternary "/run/clusterd/progress" "" $n.progress.enabled) }}

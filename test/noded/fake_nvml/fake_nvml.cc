@@ -22,6 +22,12 @@
 // (NVML_ERROR_INVALID_ARGUMENT), on nvmlShutdown (NVML_ERROR_UNINITIALIZED) and
 // on fake_nvml_reset (NVML_ERROR_UNKNOWN).
 //
+// Process mode, for end-to-end tests of a real NodeD (the test cannot dlsym
+// into another process): FAKE_NVML_DEVICES=N starts with N GPUs, and
+// FAKE_NVML_CONTROL=FILE is read for new lines at every call, each
+// "set DEV FIELD VALUE" (as fake_nvml_set) or "xid DEV N" (an Xid event);
+// a malformed line is reported on stderr and skipped.
+//
 // Thread-safe (one mutex, one condition variable); blocked calls hold neither.
 // The state is a leaked heap object: the library is never unloaded and calls may
 // still be blocked when the test process exits.
@@ -141,9 +147,68 @@ struct State {
   Data d;
 };
 
+bool Apply(Gpu& g, std::string_view field, long long value);
+
+State* MakeState() {
+  auto* s = new State;
+  if (const char* n = std::getenv("FAKE_NVML_DEVICES"); n != nullptr) {
+    const long devices = std::strtol(n, nullptr, 10);
+    if (devices > 0 && devices <= 64) {
+      s->d.devices = static_cast<unsigned>(devices);
+      s->d.gpu.assign(s->d.devices, Gpu{});
+    }
+  }
+  return s;
+}
+
 State& S() {
-  static State* s = new State;  // leaked on purpose (see the file comment)
+  static State* s = MakeState();  // leaked on purpose (see the file comment)
   return *s;
+}
+
+// Process mode: the control file's lines not applied yet (under the lock).
+void ApplyControl(State& s) {
+  static const char* path = std::getenv("FAKE_NVML_CONTROL");
+  static long offset = 0;
+  static std::string partial;
+  if (path == nullptr) return;
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return;
+  if (std::fseek(f, offset, SEEK_SET) == 0) {
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) {
+      partial.append(buf, n);
+      offset += static_cast<long>(n);
+    }
+  }
+  std::fclose(f);
+  size_t nl = 0;
+  while ((nl = partial.find('\n')) != std::string::npos) {
+    const std::string line = partial.substr(0, nl);
+    partial.erase(0, nl + 1);
+    char verb[16] = {}, field[64] = {};
+    int device = 0;
+    long long value = 0;
+    bool ok = false;
+    if (std::sscanf(line.c_str(), "set %d %63s %lld", &device, field, &value) == 3) {
+      Gpu scratch;
+      ok = Apply(scratch, field, value) && device >= -1 && device < static_cast<int>(s.d.gpu.size());
+      if (ok) {
+        for (size_t i = 0; i < s.d.gpu.size(); ++i) {
+          if (device == -1 || static_cast<int>(i) == device) Apply(s.d.gpu[i], field, value);
+        }
+      }
+    } else if (std::sscanf(line.c_str(), "%15s %d %lld", verb, &device, &value) == 3 &&
+               std::string_view(verb) == "xid") {
+      ok = device >= 0 && device < static_cast<int>(s.d.gpu.size()) && value > 0;
+      if (ok) {
+        s.d.events.push_back(Event{device, nvml::kEventTypeXidCriticalError, static_cast<unsigned long long>(value)});
+        s.cv.notify_all();
+      }
+    }
+    if (!ok) std::fprintf(stderr, "fake_nvml: control line skipped: %s\n", line.c_str());
+  }
 }
 
 // The function named `fn`; an unknown name aborts (a test bug).
@@ -183,6 +248,7 @@ nvml::Device DeviceHandle(int index) {
 // a device), NVML_ERROR_UNINITIALIZED before nvmlInit_v2, or success.
 Return Enter(Lock& lock, std::string_view fn, int device) {
   State& s = S();
+  ApplyControl(s);
   s.d.calls[std::string(fn)]++;
   if (auto h = s.d.hang.find(fn); h != s.d.hang.end() && h->second.on) {
     const unsigned long long generation = s.generation;
