@@ -280,6 +280,11 @@ void Agent::DiffAccelerators() {
     GetLogger("agent")->warn("accelerator poll: {}", statuses.status().ToString());
     return;
   }
+  {
+    std::lock_guard lock(mu_);
+    devices_.clear();
+    for (const auto& st : *statuses) devices_[st.id] = st;
+  }
   // What the hardware says now, for the devices that could be read.
   std::map<std::string, v1::FaultReport> desired;
   std::set<uint32_t> read_ok;
@@ -424,6 +429,13 @@ v1::Hello Agent::MakeHello() const {
   std::lock_guard lock(mu_);
   *h.mutable_inventory() = inventory_;
   return h;
+}
+
+std::optional<DeviceStatus> Agent::DeviceReading(int32_t id) const {
+  std::lock_guard lock(mu_);
+  auto it = devices_.find(id);
+  if (it == devices_.end()) return std::nullopt;
+  return it->second;
 }
 
 v1::MetricSnapshot Agent::LatestMetrics() const {

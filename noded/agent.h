@@ -71,6 +71,9 @@ class Agent {
   // (ChainUpdate) instead of waiting for the next hello.
   uint64_t ChainVersion() const;
   v1::ChainUpdate Chain(uint64_t* version) const;
+  // The accelerator device's last reading (nullopt before the first poll or
+  // for a device the backend did not return). Any thread.
+  std::optional<DeviceStatus> DeviceReading(int32_t id) const;
 
  private:
   void Record(v1::FaultTransition t);
@@ -110,6 +113,7 @@ class Agent {
   v1::MetricSnapshot metrics_;
   v1::Inventory inventory_;
   uint64_t chain_version_ = 0;
+  std::map<int32_t, DeviceStatus> devices_;  // the last poll's readings
 };
 
 // The chain's links as the API has them.

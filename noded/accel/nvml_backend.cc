@@ -441,19 +441,30 @@ DeviceStatus NvmlBackend::Core::Read(Gpu& g) {
   DeviceStatus s;
   s.id = g.info.id;
   std::set<std::string> codes;
+  // A lost GPU or one that needs a reset is what the GPU is, not a failed
+  // read: its code, not a read_error (NodeD keeps a device's faults as they
+  // were while it cannot be read, so the code would never be raised).
   auto failed = [&](const char* fn, nvml::Return rc) {
     if (rc == nvml::kSuccess || rc == nvml::kErrorNotSupported || rc == nvml::kErrorNoPermission) return false;
-    if (rc == nvml::kErrorGpuIsLost) codes.insert("GPU_LOST");
-    if (rc == nvml::kErrorResetRequired) codes.insert("GPU_RESET_REQUIRED");
-    s.read_error += (s.read_error.empty() ? "" : "; ") + std::string(fn) + " returned " + Error(rc);
+    if (rc == nvml::kErrorGpuIsLost) {
+      codes.insert("GPU_LOST");
+    } else if (rc == nvml::kErrorResetRequired) {
+      codes.insert("GPU_RESET_REQUIRED");
+    } else {
+      s.read_error += (s.read_error.empty() ? "" : "; ") + std::string(fn) + " returned " + Error(rc);
+    }
     return true;
   };
-  unsigned temp = 0;
-  if (temperature != nullptr && temperature(g.handle, nvml::kTemperatureGpu, &temp) == nvml::kSuccess) {
-    s.temperature_c = temp;
+  if (temperature != nullptr) {
+    unsigned temp = 0;
+    const nvml::Return rc = temperature(g.handle, nvml::kTemperatureGpu, &temp);
+    if (!failed("nvmlDeviceGetTemperature", rc) && rc == nvml::kSuccess) s.temperature_c = temp;
   }
-  unsigned mw = 0;
-  if (power != nullptr && power(g.handle, &mw) == nvml::kSuccess) s.power_w = mw / 1000.0;
+  if (power != nullptr) {
+    unsigned mw = 0;
+    const nvml::Return rc = power(g.handle, &mw);
+    if (!failed("nvmlDeviceGetPowerUsage", rc) && rc == nvml::kSuccess) s.power_w = mw / 1000.0;
+  }
   if (ecc != nullptr) {
     unsigned long long volatile_dbe = 0, aggregate_dbe = 0;
     nvml::Return rc = ecc(g.handle, nvml::kMemoryErrorUncorrected, nvml::kVolatileEcc, &volatile_dbe);

@@ -1,6 +1,7 @@
 #include "noded/server/noded_server.h"
 
 #include <atomic>
+#include <limits>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -147,6 +148,37 @@ Status NodedServer::Start() {
                              [&s] { return static_cast<double>(s.outbox->pending_count()); });
   s.metrics.AddCallbackGauge("noded_agent_epoch", "This agent run's epoch.",
                              [&s] { return static_cast<double>(s.outbox->epoch()); });
+  // Each accelerator device as the backend reads it, NPUs and GPUs alike
+  // (labels device, vendor, model; NaN until read or when the source has no
+  // such sensor).
+  if (auto devices = s.backend->Devices(); devices.ok()) {
+    const Agent* agent = s.agent.get();
+    for (const DeviceInfo& d : *devices) {
+      const MetricLabels labels = {{"device", std::to_string(d.id)}, {"vendor", d.vendor}, {"model", d.model}};
+      const int32_t id = d.id;
+      auto reading = [agent, id](auto value) {
+        return [agent, id, value] {
+          auto r = agent->DeviceReading(id);
+          return r ? value(*r) : std::numeric_limits<double>::quiet_NaN();
+        };
+      };
+      s.metrics.AddCallbackGauge("noded_accelerator_temperature_celsius", "Device temperature.",
+                                 reading([](const DeviceStatus& r) {
+                                   return r.temperature_c.value_or(std::numeric_limits<double>::quiet_NaN());
+                                 }),
+                                 labels);
+      s.metrics.AddCallbackGauge(
+          "noded_accelerator_power_watts", "Device power draw.",
+          reading([](const DeviceStatus& r) { return r.power_w.value_or(std::numeric_limits<double>::quiet_NaN()); }),
+          labels);
+      s.metrics.AddCallbackGauge("noded_accelerator_healthy",
+                                 "1 when the device was read completely with no active code, else 0.",
+                                 reading([](const DeviceStatus& r) { return r.healthy ? 1.0 : 0.0; }), labels);
+      s.metrics.AddCallbackGauge(
+          "noded_accelerator_active_codes", "Fault codes the device reports now (Ascend codes, XID_<n>, GPU_*).",
+          reading([](const DeviceStatus& r) { return static_cast<double>(r.error_codes.size()); }), labels);
+    }
+  }
 
   StreamOptions so;
   so.server = cfg.server;

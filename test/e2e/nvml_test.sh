@@ -8,7 +8,8 @@
 #     gpu01 device 3 -> the job's recovery isolates the GPU and moves rank 3
 #     (POD_RESCHEDULE); the fault and the recovery are in Watch;
 #  C. Xid 48 on GPU 1 from the kernel log and from NVML -> one XID_48 fault
-#     (RESTART_NPU); a row-remap failure on GPU 5 -> GPU_ROW_REMAP_FAILURE.
+#     (RESTART_NPU); a row-remap failure on GPU 5 -> GPU_ROW_REMAP_FAILURE;
+#  D. GPU 6 lost (NVML_ERROR_GPU_IS_LOST) -> GPU_LOST at SEPARATE.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
@@ -52,6 +53,15 @@ assert chain["cuda"]["version"] == "12.4", chain.get("cuda")
 assert n["node"]["health"] == "HEALTH_HEALTHY", n["node"]["health"]
 PY
 
+echo "-- A: NodeD's /metrics has each GPU's temperature, power, health (as for NPUs)"
+gauge() { curl -sf "http://127.0.0.1:${NODED_PORT[gpu01]}/metrics" | grep "^$1{device=\"$2\"" | sed 's/.* //'; }
+gauge_is() { [[ "$(gauge "$1" "$2")" == "$3" ]]; }
+wait_until 15 gauge_is noded_accelerator_temperature_celsius 3 40
+curl -sf "http://127.0.0.1:${NODED_PORT[gpu01]}/metrics" >"$WORK/metrics.txt"
+expect_contains "$(cat "$WORK/metrics.txt")" 'noded_accelerator_power_watts{device="3",vendor="nvidia",model="NVIDIA H100 80GB HBM3"} 120' \
+  "A: power"
+[[ $(gauge noded_accelerator_healthy 3) == 1 ]] || fail "A: GPU 3 not healthy in /metrics"
+
 start_bg AGENT_PID "$WORK/agent.out" "$BIN/job-agent" --server "$ADDR" --job llm-gpu --hold-down 500ms --step-ms 50 \
   --log "$WORK/agent.log" --placement 0=gpu01:0,1=gpu01:1,2=gpu01:2,3=gpu01:3 --spares gpu02:0,gpu02:1
 wait_until 30 grep -q "attached: job llm-gpu" "$WORK/agent.log"
@@ -61,6 +71,8 @@ echo "xid 3 79" >>"$WORK/nvml-gpu01"
 fault_of() { active_faults "$@" | cut -d"|" -f1 | sed "s/ *$//"; }
 xid79() { [[ "$(fault_of gpu01 XID_79)" == "3 FAULT_LEVEL_SEPARATE" ]]; }
 wait_until 30 xid79
+wait_until 15 gauge_is noded_accelerator_active_codes 3 1
+[[ $(gauge noded_accelerator_healthy 3) == 0 ]] || fail "B: GPU 3 healthy in /metrics with XID_79"
 recovery() {
   grpcurl -plaintext -d "{\"id\": \"$1\"}" "$ADDR" clusterd.v1.ClusterService/GetRecovery 2>/dev/null |
     python3 -c 'import json,sys; r=json.load(sys.stdin)["recovery"]; print(eval(sys.argv[1]))' "$2"
@@ -88,5 +100,10 @@ echo "set 5 remap_failure 1" >>"$WORK/nvml-gpu01"
 remap() { [[ "$(fault_of gpu01 GPU_ROW_REMAP_FAILURE)" == "5 FAULT_LEVEL_SEPARATE" ]]; }
 wait_until 30 remap
 [[ $(fault_of gpu01 XID_48 | wc -l) == 1 ]] || fail "C: XID_48 twice: $(fault_of gpu01 XID_48)"
-grep -q "control line skipped" "$WORK/noded-gpu01.log" && fail "C: a control line was not understood"
+
+echo "-- D: GPU 6 falls off the bus (NVML answers GPU_IS_LOST) -> GPU_LOST at SEPARATE"
+echo "fail nvmlDeviceGetTemperature 6 15" >>"$WORK/nvml-gpu01"
+lost() { [[ "$(fault_of gpu01 GPU_LOST)" == "6 FAULT_LEVEL_SEPARATE" ]]; }
+wait_until 30 lost
+grep -q "control line skipped" "$WORK/noded-gpu01.log" && fail "a control line was not understood"
 echo "nvml e2e: OK"

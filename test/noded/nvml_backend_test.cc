@@ -243,7 +243,8 @@ TEST(NvmlKernelXid, ParsesBothBusFormsAndNothingElse) {
 }
 
 // A failing call is the GPU's read_error (never silently healthy); a lost GPU
-// or one needing a reset is a code; an unsupported query is skipped.
+// or one needing a reset is a code (not a read error); an unsupported query
+// is skipped.
 TEST_F(NvmlBackendTest, ErrorCodesOnEveryEntryPoint) {
   NvmlBackend b(Options(FAKE_NVML_PATH));
   ASSERT_TRUE(b.Init().ok());
@@ -252,9 +253,10 @@ TEST_F(NvmlBackendTest, ErrorCodesOnEveryEntryPoint) {
   fake_.Fail("nvmlDeviceGetPcieReplayCounter", 3);   // not supported
   auto statuses = b.Poll();
   ASSERT_TRUE(statuses.ok());
+  // A lost GPU is its code, not an unreadable GPU: NodeD raises what a
+  // complete reading says.
   EXPECT_EQ((*statuses)[1].error_codes, std::vector<std::string>{"GPU_LOST"});
-  EXPECT_NE((*statuses)[1].read_error.find("nvmlDeviceGetTotalEccErrors returned 15"), std::string::npos)
-      << (*statuses)[1].read_error;
+  EXPECT_TRUE((*statuses)[1].read_error.empty()) << (*statuses)[1].read_error;
   EXPECT_FALSE((*statuses)[1].healthy);
   EXPECT_EQ((*statuses)[2].error_codes, std::vector<std::string>{"GPU_RESET_REQUIRED"});
   EXPECT_TRUE((*statuses)[0].healthy) << (*statuses)[0].read_error;

@@ -25,12 +25,14 @@
 // Process mode, for end-to-end tests of a real NodeD (the test cannot dlsym
 // into another process): FAKE_NVML_DEVICES=N starts with N GPUs, and
 // FAKE_NVML_CONTROL=FILE is read for new lines at every call, each
-// "set DEV FIELD VALUE" (as fake_nvml_set) or "xid DEV N" (an Xid event);
+// "set DEV FIELD VALUE" (as fake_nvml_set), "xid DEV N" (an Xid event) or
+// "fail FUNCTION DEV RC" (as fake_nvml_fail; RC 0 removes it);
 // a malformed line is reported on stderr and skipped.
 //
 // Thread-safe (one mutex, one condition variable); blocked calls hold neither.
 // The state is a leaked heap object: the library is never unloaded and calls may
 // still be blocked when the test process exits.
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <condition_variable>
@@ -198,6 +200,15 @@ void ApplyControl(State& s) {
         for (size_t i = 0; i < s.d.gpu.size(); ++i) {
           if (device == -1 || static_cast<int>(i) == device) Apply(s.d.gpu[i], field, value);
         }
+      }
+    } else if (std::sscanf(line.c_str(), "fail %63s %d %lld", field, &device, &value) == 3) {
+      // field holds the function's name here.
+      ok = value >= 0 && std::any_of(std::begin(kFunctions), std::end(kFunctions),
+                                     [&](const Function& f) { return f.name == field; });
+      if (ok && value == 0) {
+        if (auto it = s.d.fail.find(std::string_view(field)); it != s.d.fail.end()) it->second.erase(device);
+      } else if (ok) {
+        s.d.fail[field][device] = static_cast<Return>(value);
       }
     } else if (std::sscanf(line.c_str(), "%15s %d %lld", verb, &device, &value) == 3 &&
                std::string_view(verb) == "xid") {
