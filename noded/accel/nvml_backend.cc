@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
@@ -197,16 +198,34 @@ std::optional<KernelXid> ParseKernelXid(std::string_view m) {
   constexpr std::string_view kPrefix = "NVRM: Xid (PCI:";
   const size_t at = m.find(kPrefix);
   if (at == std::string_view::npos) return std::nullopt;
-  std::string rest(m.substr(at + kPrefix.size(), 64));
-  KernelXid x;
-  int used = 0;
-  // "0000:3b:00): 79, ..." (domain:bus:device); older drivers print "3b:00".
-  if (std::sscanf(rest.c_str(), "%x:%x:%x): %u%n", &x.domain, &x.bus, &x.device, &x.xid, &used) == 4 && used > 0) {
-    return x;
+  std::string_view rest = m.substr(at + kPrefix.size());
+  const size_t close = rest.find("): ");
+  if (close > 16) return std::nullopt;  // no "): " (npos), or an address too long
+  // "0000:3b:00" (domain:bus:device); older drivers print "3b:00". A number
+  // out of range or anything but hex digits is no Xid line (from_chars: no
+  // overflow, unlike sscanf).
+  std::vector<unsigned> parts;
+  std::string_view address = rest.substr(0, close);
+  bool whole = false;  // every field read
+  while (!whole && parts.size() < 3) {
+    const size_t colon = address.find(':');
+    const std::string_view field = address.substr(0, colon);
+    unsigned v = 0;
+    auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v, 16);
+    if (field.empty() || ec != std::errc() || end != field.data() + field.size()) return std::nullopt;
+    parts.push_back(v);
+    whole = colon == std::string_view::npos;
+    if (!whole) address.remove_prefix(colon + 1);
   }
-  x = KernelXid{};
-  if (std::sscanf(rest.c_str(), "%x:%x): %u%n", &x.bus, &x.device, &x.xid, &used) == 3 && used > 0) return x;
-  return std::nullopt;
+  if (!whole || parts.size() < 2) return std::nullopt;
+  const std::string_view number = rest.substr(close + 3);
+  KernelXid x;
+  auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), x.xid, 10);
+  if (ec != std::errc() || end == number.data()) return std::nullopt;
+  if (parts.size() == 3) x.domain = parts[0];
+  x.bus = parts[parts.size() - 2];
+  x.device = parts.back();
+  return x;
 }
 
 NvmlBackend::NvmlBackend(NvmlBackendOptions options) : options_(std::move(options)), core_(std::make_shared<Core>()) {

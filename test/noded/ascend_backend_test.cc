@@ -9,6 +9,7 @@
 
 #include "noded/accel/ascend_backend.h"
 #include "noded/accel/backend.h"
+#include "test_util.h"
 
 namespace clusterd::noded {
 namespace {
@@ -17,28 +18,21 @@ namespace {
 // (dlopen of one path returns one shared object, so they share its state).
 class FakeDcmi {
  public:
-  explicit FakeDcmi(const char* path) {
-    handle_ = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) {
-      ADD_FAILURE() << "cannot load the fake " << path << ": " << dlerror();
-      return;
-    }
-    reset_ = Sym<decltype(reset_)>("fake_dcmi_reset");
-    set_health_ = Sym<decltype(set_health_)>("fake_dcmi_set_health");
-    raise_ = Sym<decltype(raise_)>("fake_dcmi_raise");
-    clear_ = Sym<decltype(clear_)>("fake_dcmi_clear");
-    set_sensors_ = Sym<decltype(set_sensors_)>("fake_dcmi_set_sensors");
-    set_chip_name_ = Sym<decltype(set_chip_name_)>("fake_dcmi_set_chip_name");
-    fail_ = Sym<decltype(fail_)>("fake_dcmi_fail");
-    calls_ = Sym<decltype(calls_)>("fake_dcmi_calls");
-  }
-  ~FakeDcmi() {
-    if (handle_ != nullptr) dlclose(handle_);
+  explicit FakeDcmi(const char* path) : lib_(path, /*close_at_end=*/true) {
+    if (!lib_.loaded()) return;
+    reset_ = lib_.Sym<decltype(reset_)>("fake_dcmi_reset");
+    set_health_ = lib_.Sym<decltype(set_health_)>("fake_dcmi_set_health");
+    raise_ = lib_.Sym<decltype(raise_)>("fake_dcmi_raise");
+    clear_ = lib_.Sym<decltype(clear_)>("fake_dcmi_clear");
+    set_sensors_ = lib_.Sym<decltype(set_sensors_)>("fake_dcmi_set_sensors");
+    set_chip_name_ = lib_.Sym<decltype(set_chip_name_)>("fake_dcmi_set_chip_name");
+    fail_ = lib_.Sym<decltype(fail_)>("fake_dcmi_fail");
+    calls_ = lib_.Sym<decltype(calls_)>("fake_dcmi_calls");
   }
   FakeDcmi(const FakeDcmi&) = delete;
   FakeDcmi& operator=(const FakeDcmi&) = delete;
 
-  bool loaded() const { return handle_ != nullptr && calls_ != nullptr; }
+  bool loaded() const { return lib_.loaded() && calls_ != nullptr; }
   void Reset(int cards, int chips, int first_card_id = 0) { reset_(cards, chips, first_card_id); }
   void SetHealth(int logic, unsigned health) { ASSERT_EQ(set_health_(logic, health), 0); }
   void Raise(int logic, unsigned code) { ASSERT_EQ(raise_(logic, code), 0); }
@@ -51,14 +45,7 @@ class FakeDcmi {
   int Calls(const char* fn) { return calls_(fn); }
 
  private:
-  template <typename F>
-  F Sym(const char* name) {
-    auto f = reinterpret_cast<F>(dlsym(handle_, name));
-    if (f == nullptr) ADD_FAILURE() << "fake lacks " << name;
-    return f;
-  }
-
-  void* handle_ = nullptr;
+  testing::FakeLibrary lib_;
   void (*reset_)(int, int, int) = nullptr;
   int (*set_health_)(int, unsigned) = nullptr;
   int (*raise_)(int, unsigned) = nullptr;

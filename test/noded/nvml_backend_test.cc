@@ -13,6 +13,7 @@
 #include "noded/accel/nvml_backend.h"
 #include "noded/collectors/kmsg.h"
 #include "test/support/wait.h"
+#include "test_util.h"
 
 namespace clusterd::noded {
 namespace {
@@ -24,20 +25,16 @@ using clusterd::testing::WaitFor;
 // on their way out of it.
 class FakeNvml {
  public:
-  explicit FakeNvml(const char* path) {
-    handle_ = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) {
-      ADD_FAILURE() << "cannot load the fake " << path << ": " << dlerror();
-      return;
-    }
-    reset_ = Sym<decltype(reset_)>("fake_nvml_reset");
-    set_ = Sym<decltype(set_)>("fake_nvml_set");
-    fail_ = Sym<decltype(fail_)>("fake_nvml_fail");
-    hang_ = Sym<decltype(hang_)>("fake_nvml_hang");
-    push_ = Sym<decltype(push_)>("fake_nvml_push_event");
-    calls_ = Sym<decltype(calls_)>("fake_nvml_calls");
+  explicit FakeNvml(const char* path) : lib_(path, /*close_at_end=*/false) {
+    if (!lib_.loaded()) return;
+    reset_ = lib_.Sym<decltype(reset_)>("fake_nvml_reset");
+    set_ = lib_.Sym<decltype(set_)>("fake_nvml_set");
+    fail_ = lib_.Sym<decltype(fail_)>("fake_nvml_fail");
+    hang_ = lib_.Sym<decltype(hang_)>("fake_nvml_hang");
+    push_ = lib_.Sym<decltype(push_)>("fake_nvml_push_event");
+    calls_ = lib_.Sym<decltype(calls_)>("fake_nvml_calls");
   }
-  bool loaded() const { return handle_ != nullptr && calls_ != nullptr; }
+  bool loaded() const { return lib_.loaded() && calls_ != nullptr; }
   void Reset(unsigned gpus) { reset_(gpus); }
   void Set(int gpu, const char* field, long long value) { set_(gpu, field, value); }
   void Fail(const char* fn, int rc, int gpu = -1) { fail_(fn, gpu, rc); }
@@ -46,13 +43,7 @@ class FakeNvml {
   int Calls(const char* fn) { return calls_(fn); }
 
  private:
-  template <typename F>
-  F Sym(const char* name) {
-    auto f = reinterpret_cast<F>(dlsym(handle_, name));
-    if (f == nullptr) ADD_FAILURE() << "fake lacks " << name;
-    return f;
-  }
-  void* handle_ = nullptr;
+  testing::FakeLibrary lib_;
   void (*reset_)(unsigned) = nullptr;
   void (*set_)(int, const char*, long long) = nullptr;
   void (*fail_)(const char*, int, int) = nullptr;
@@ -234,6 +225,13 @@ TEST(NvmlKernelXid, ParsesBothBusFormsAndNothingElse) {
   EXPECT_EQ(x->xid, 31u);
   EXPECT_FALSE(ParseKernelXid("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15").has_value());
   EXPECT_FALSE(ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): , pid=1").has_value());
+  // Hostile lines: numbers out of range, too many fields, not hex, huge.
+  EXPECT_FALSE(ParseKernelXid("NVRM: Xid (PCI:ffffffffffffff:3b:00): 79").has_value());
+  EXPECT_FALSE(ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 99999999999999999999").has_value());
+  EXPECT_FALSE(ParseKernelXid("NVRM: Xid (PCI:1:2:3:4): 79").has_value());
+  EXPECT_FALSE(ParseKernelXid("NVRM: Xid (PCI:zz:00): 79").has_value());
+  EXPECT_FALSE(ParseKernelXid("NVRM: Xid (PCI:): 79").has_value());
+  EXPECT_FALSE(ParseKernelXid("NVRM: Xid (PCI:" + std::string(100000, '0') + "): 79").has_value());
   // The kernel collector's default patterns pick the line out for the backend.
   auto matcher = KmsgMatcher::Create(DefaultKernelPatterns());
   ASSERT_TRUE(matcher.ok());
