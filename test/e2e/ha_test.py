@@ -52,10 +52,20 @@ LOG_FAILOVER = []
 ETCD_STALL_SECONDS = 20.0
 
 
+PORTS_GIVEN = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that was free a moment ago and not handed out before: the kernel
+    readily gives a just-released port out again."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in PORTS_GIVEN:
+            PORTS_GIVEN.add(port)
+            return port
+    raise RuntimeError("free_port: no port that was not handed out already")
 
 
 def wait_until(seconds, fn, what):

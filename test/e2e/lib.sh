@@ -57,9 +57,34 @@ go_tool() {
 
 # ---- ports and waits --------------------------------------------------------
 
-# free_port: a loopback TCP port that was free a moment ago.
+# free_port: a loopback TCP port that was free a moment ago and that this script
+# has not handed out before. The kernel readily gives a just-released port out
+# again, so without the record two calls can return the same port (a clusterd once
+# got the port the API server had been given a moment later). The record is a file
+# named after the script's shell ($$ is the same in every $(...) subshell);
+# e2e_cleanup removes it.
+FREE_PORTS_GIVEN=${FREE_PORTS_GIVEN:-${TMPDIR:-/tmp}/clusterd-ports.$$}
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 - "$FREE_PORTS_GIVEN" <<'PY'
+import socket, sys
+path = sys.argv[1]
+try:
+    with open(path) as f:
+        given = set(f.read().split())
+except OSError:
+    given = set()
+for _ in range(1000):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    if str(port) not in given:
+        break
+else:
+    sys.exit("free_port: no port that was not handed out already")
+with open(path, "a") as f:
+    f.write("%d\n" % port)
+print(port)
+PY
 }
 
 # clusterd_ports: GRPC_PORT, HTTP_PORT and ADDR (127.0.0.1:GRPC_PORT) for a clusterd.
@@ -152,6 +177,7 @@ e2e_cleanup() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   PIDS=()
   if declare -F on_cleanup >/dev/null; then on_cleanup || true; fi
+  rm -f "$FREE_PORTS_GIVEN"
   if [[ -n ${WORK-} && -d $WORK ]]; then
     if [[ -n ${KEEP_WORK-} ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
   fi
