@@ -183,6 +183,7 @@ Status Agent::Init() {
   }
   std::lock_guard lock(mu_);
   inventory_ = std::move(inv);
+  device_infos_ = *devices;
   return Status::Ok();
 }
 
@@ -393,6 +394,40 @@ v1::ChainUpdate Agent::Chain(uint64_t* version) const {
   std::lock_guard lock(mu_);
   *u.mutable_links() = inventory_.chain();
   if (version != nullptr) *version = chain_version_;
+  return u;
+}
+
+PodDevicesResult Agent::SetKubeletPods(std::span<const KubeletPod> pods, const PodDevicesOptions& options) {
+  std::lock_guard lock(mu_);
+  PodDevicesResult r = MapPodDevices(pods, device_infos_, options);
+  google::protobuf::RepeatedPtrField<v1::PodDevices> now;
+  for (const auto& p : r.pods) {
+    auto* out = now.Add();
+    out->set_namespace_(p.ns);
+    out->set_name(p.name);
+    out->mutable_device_ids()->Add(p.device_ids.begin(), p.device_ids.end());
+  }
+  bool same = now.size() == inventory_.pod_devices_size();
+  for (int i = 0; same && i < now.size(); ++i) {
+    same = now.Get(i).SerializeAsString() == inventory_.pod_devices(i).SerializeAsString();
+  }
+  if (!same) {
+    inventory_.mutable_pod_devices()->Swap(&now);
+    ++pod_devices_version_;
+  }
+  return r;
+}
+
+uint64_t Agent::PodDevicesVersion() const {
+  std::lock_guard lock(mu_);
+  return pod_devices_version_;
+}
+
+v1::PodDevicesUpdate Agent::PodDevicesNow(uint64_t* version) const {
+  v1::PodDevicesUpdate u;
+  std::lock_guard lock(mu_);
+  *u.mutable_pods() = inventory_.pod_devices();
+  if (version != nullptr) *version = pod_devices_version_;
   return u;
 }
 

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 
 #include "clusterd/v1/agent.pb.h"
@@ -27,6 +28,7 @@
 #include "noded/collectors/kmsg.h"
 #include "noded/collectors/memory.h"
 #include "noded/collectors/network.h"
+#include "noded/collectors/pod_devices.h"
 #include "noded/outbox.h"
 #include "noded/rules/engine.h"
 #include "noded/rules/rules_config.h"
@@ -71,6 +73,13 @@ class Agent {
   // (ChainUpdate) instead of waiting for the next hello.
   uint64_t ChainVersion() const;
   v1::ChainUpdate Chain(uint64_t* version) const;
+  // The pods the kubelet lists (the pod-resources adapter, any thread),
+  // mapped onto this node's devices (collectors/pod_devices.h) and kept for
+  // the next hello; the version goes up when the mapping changed, so that a
+  // connected stream sends it (PodDevicesUpdate).
+  PodDevicesResult SetKubeletPods(std::span<const KubeletPod> pods, const PodDevicesOptions& options = {});
+  uint64_t PodDevicesVersion() const;
+  v1::PodDevicesUpdate PodDevicesNow(uint64_t* version) const;
   // The accelerator device's last reading (nullopt before the first poll or
   // for a device the backend did not return). Any thread.
   std::optional<DeviceStatus> DeviceReading(int32_t id) const;
@@ -113,6 +122,8 @@ class Agent {
   v1::MetricSnapshot metrics_;
   v1::Inventory inventory_;
   uint64_t chain_version_ = 0;
+  uint64_t pod_devices_version_ = 0;
+  std::vector<DeviceInfo> device_infos_;     // the backend's devices, read at Init
   std::map<int32_t, DeviceStatus> devices_;  // the last poll's readings
 };
 

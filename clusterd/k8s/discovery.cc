@@ -478,6 +478,20 @@ std::vector<uint32_t> PodDeviceRanks(const PodInfo& pod) {
   return out;
 }
 
+size_t ApplyKubeletDevices(std::vector<PodInfo>& pods, const KubeletDevices& kubelet) {
+  size_t applied = 0;
+  for (auto& pod : pods) {
+    if (pod.devices_per_pod == 0 || !pod.devices.empty() || pod.node.empty()) continue;
+    auto node = kubelet.find(pod.node);
+    if (node == kubelet.end()) continue;
+    auto held = node->second.find(pod.ns + "/" + pod.name);
+    if (held == node->second.end() || held->second.size() != pod.devices_per_pod) continue;
+    pod.devices = held->second;
+    ++applied;
+  }
+  return applied;
+}
+
 std::optional<v1::JobKind> ParseJobKind(std::string_view text) {
   std::string upper = Upper(Trim(text));
   if (upper.rfind("JOB_KIND_", 0) != 0) upper = "JOB_KIND_" + upper;

@@ -175,6 +175,18 @@ bool HoldsRanks(const PodInfo& pod);
 // duplicate-rank conflict in BuildJobs still lists the ranks it claims).
 std::vector<uint32_t> PodDeviceRanks(const PodInfo& pod);
 
+// The devices the kubelet gave pods, as each node's NodeD read them from the
+// kubelet's pod-resources API (Inventory.pod_devices): node ->
+// "namespace/name" -> device ids, sorted.
+using KubeletDevices = std::map<std::string, std::map<std::string, std::vector<uint32_t>>>;
+// Each pod that holds accelerators without naming them (devices_per_pod > 0,
+// no devices annotation) and is placed on a node gets the devices the kubelet
+// gave it there, when NodeD reported exactly devices_per_pod of them: its
+// ranks are then placed on those devices instead of any_device. A different
+// count (a MIG pod holding two slices of one GPU, a resource the discovery
+// does not count) changes nothing. Returns how many pods got their devices.
+size_t ApplyKubeletDevices(std::vector<PodInfo>& pods, const KubeletDevices& kubelet);
+
 struct DiscoveredJob {
   // id (= key), kind, placement (sorted by rank), policy, labels, source.
   // state is left UNSPECIFIED: UpdateJob keeps the stored state, CreateJob

@@ -96,6 +96,10 @@ Status KubernetesIntegration::Start(const IntegrationEnv& env) {
                     "Warnings of the last job discovery pass (duplicate ranks, invalid policy annotations, ...).");
     pods_refused_ = &m.AddGauge("clusterd_k8s_pods_malformed",
                                 "Pods that look like job pods but carry malformed rank or device data.");
+    pods_kubelet_devices_ =
+        &m.AddGauge("clusterd_k8s_pods_kubelet_devices",
+                    "Pods of the last discovery pass placed on the devices their node's kubelet gave them "
+                    "(NodeD's pod-resources report) instead of any device of the node.");
     conditions_written_ =
         &m.AddCounter("clusterd_k8s_node_condition_writes_total", "Node condition patches sent to the API server.");
     unisolations_ = &m.AddCounter("clusterd_k8s_node_unisolations_total",
@@ -159,8 +163,12 @@ KubernetesIntegration::StepResult KubernetesIntegration::Step() {
       // Also retries readiness reports refused before the node's agent
       // registered (only nodes whose state was not yet reported are sent).
       SyncReadiness();
-      SyncNodes(now);
+      const bool kubelet_changed = SyncNodes(now);
       result.nodes = true;
+      if (kubelet_changed && jobs_initialized_ && ctx_->JobsSynced()) {
+        SyncJobs();
+        result.jobs = true;
+      }
     }
     nodes_passed_ = true;
     next_nodes_ = env_.clock->Now() + interval;
@@ -220,9 +228,12 @@ void KubernetesIntegration::SyncJobs() {
     if (!LoadWrittenJobs()) return;
     jobs_initialized_ = true;
   }
+  if (!kubelet_loaded_) kubelet_loaded_ = LoadKubeletDevices();
   jobs_failed_ = false;
   JobView view = ParseJobView(*ctx_);
   if (pods_refused_ != nullptr) pods_refused_->Set(view.refused);
+  const size_t kubelet_placed = k8s::ApplyKubeletDevices(view.pods, kubelet_devices_);
+  if (pods_kubelet_devices_ != nullptr) pods_kubelet_devices_->Set(static_cast<double>(kubelet_placed));
   auto discovered = k8s::BuildJobs(view.pods, view.podgroups, ctx_->discovery());
   std::set<std::string> seen;
   size_t warnings = 0;
@@ -371,19 +382,46 @@ void KubernetesIntegration::SyncReadiness() {
 
 // ---- Node condition, un-isolation, device marks, DRA device taints ----
 
-void KubernetesIntegration::SyncNodes(TimePoint now) {
+namespace {
+void AddKubeletDevices(const v1::Node& node, k8s::KubeletDevices* out) {
+  if (node.inventory().pod_devices().empty()) return;
+  auto& pods = (*out)[node.name()];
+  for (const auto& p : node.inventory().pod_devices()) {
+    pods[p.namespace_() + "/" + p.name()].assign(p.device_ids().begin(), p.device_ids().end());
+  }
+}
+}  // namespace
+
+bool KubernetesIntegration::LoadKubeletDevices() {
+  k8s::KubeletDevices devices;
+  v1::ListNodesRequest req;
+  req.set_page_size(500);
+  for (;;) {
+    auto page = env_.commands->ListNodes(req);
+    if (!page.ok()) return false;
+    for (const auto& node : page->nodes()) AddKubeletDevices(node, &devices);
+    if (page->next_page_token().empty()) break;
+    req.set_page_token(page->next_page_token());
+  }
+  kubelet_devices_ = std::move(devices);
+  return true;
+}
+
+bool KubernetesIntegration::SyncNodes(TimePoint now) {
   // Seconds after isolate_node during which a node ClusterD does not (yet)
   // show as isolated keeps its taint: the step's result is stored within
   // milliseconds of the patch, well inside three passes.
   const int64_t grace = std::max<int64_t>(
       3, 3 * std::chrono::duration_cast<std::chrono::seconds>(ctx_->settings().condition_interval).count());
   ListDeviceTaintRules(now);
+  k8s::KubeletDevices devices;
   v1::ListNodesRequest req;
   req.set_page_size(500);
   for (;;) {
     auto page = env_.commands->ListNodes(req);
-    if (!page.ok()) return;
+    if (!page.ok()) return false;
     for (const auto& node : page->nodes()) {
+      AddKubeletDevices(node, &devices);
       auto obj = ctx_->Node(node.name());
       if (!obj) continue;
       SyncNode(node, *obj, now, grace);
@@ -391,6 +429,10 @@ void KubernetesIntegration::SyncNodes(TimePoint now) {
     if (page->next_page_token().empty()) break;
     req.set_page_token(page->next_page_token());
   }
+  if (devices == kubelet_devices_) return false;
+  kubelet_devices_ = std::move(devices);
+  kubelet_loaded_ = true;
+  return true;
 }
 
 void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint now, int64_t grace_s) {

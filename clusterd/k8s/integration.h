@@ -27,6 +27,7 @@
 #include "clusterd/config/config.h"
 #include "clusterd/engine/integration.h"
 #include "clusterd/k8s/context.h"
+#include "clusterd/k8s/discovery.h"
 #include "clusterd/k8s/dra.h"
 #include "common/clock.h"
 #include "common/metrics.h"
@@ -73,7 +74,12 @@ class KubernetesIntegration final : public Integration {
   void DiagnosePendingPods(TimePoint now);
   static constexpr std::chrono::seconds kPendingInterval{2};
   static constexpr size_t kMaxPendingFindings = 100;
-  void SyncNodes(TimePoint now);
+  // The node pass; true when the devices NodeD reported the kubelet gave
+  // pods (Inventory.pod_devices) changed, so the jobs are placed again.
+  bool SyncNodes(TimePoint now);
+  // kubelet_devices_ from ClusterD's nodes, before the first SyncJobs (so a
+  // restarted ClusterD does not first write the jobs without them).
+  bool LoadKubeletDevices();
   void SyncNode(const v1::Node& node, nlohmann::json obj, TimePoint now, int64_t grace_s);
   void Unisolate(const std::string& name, const nlohmann::json& obj);
   // NODE_ALLOCATABLE_MISMATCH: the Node's allocatable Ascend resource below
@@ -101,7 +107,9 @@ class KubernetesIntegration final : public Integration {
   bool jobs_failed_ = false;   // a write of the last SyncJobs failed for a passing reason (Transient)
   bool nodes_passed_ = false;  // a node pass ran; next_nodes_ is set
   TimePoint next_nodes_;
-  std::map<std::string, std::string> written_;       // job id -> Fingerprint of what ClusterD holds
+  std::map<std::string, std::string> written_;  // job id -> Fingerprint of what ClusterD holds
+  k8s::KubeletDevices kubelet_devices_;         // as of the last node pass
+  bool kubelet_loaded_ = false;
   std::map<std::string, bool> not_ready_;            // node -> NODE_NOT_READY raised
   std::map<std::string, TimePoint> mismatch_since_;  // node -> allocatable short since
   bool pending_dirty_ = true;                        // pods or Nodes changed since the last diagnosis
@@ -115,6 +123,7 @@ class KubernetesIntegration final : public Integration {
   Counter* jobs_written_ = nullptr;
   Counter* jobs_refused_ = nullptr;
   Gauge* pods_refused_ = nullptr;
+  Gauge* pods_kubelet_devices_ = nullptr;
   Gauge* discovery_warnings_ = nullptr;
   Counter* conditions_written_ = nullptr;
   Counter* unisolations_ = nullptr;

@@ -200,6 +200,18 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
           return [self, st] { self->OnApplied(st); };
         });
       }
+      case v1::ConnectRequest::kPodDevices: {
+        if (service_->messages_other) service_->messages_other->Inc();
+        auto update = Validate(std::move(*req_.mutable_pod_devices()));
+        if (!update.ok()) return update.status();
+        ++inflight_;
+        std::string node = node_;
+        uint64_t session = session_;
+        return Submit([self, node, session, update = *update](ClusterState& state, Mutation* m) -> Engine::Done {
+          Status st = state.ApplyPodDevices(node, session, update, m);
+          return [self, st] { self->OnApplied(st); };
+        });
+      }
       case v1::ConnectRequest::kProgress: {
         // Progress of ranks on this node (their processes' files): a bad
         // report is refused and logged, never the end of the node's stream.

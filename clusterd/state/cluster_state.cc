@@ -590,16 +590,39 @@ Status ClusterState::ApplyChainUpdate(const std::string& node, uint64_t session,
 
 Status ClusterState::ApplyChainUpdate(const std::string& node, uint64_t session,
                                       const Validated<v1::ChainUpdate>& update, Mutation* m) {
+  bool changed = false;
+  Status st = ReplaceInventory(
+      node, session, [&](v1::Inventory* inv) { *inv->mutable_chain() = update->links(); }, m, &changed);
+  chain_dirty_ = chain_dirty_ || changed;
+  return st;
+}
+
+Status ClusterState::ReplaceInventory(const std::string& node, uint64_t session,
+                                      const std::function<void(v1::Inventory*)>& set, Mutation* m, bool* changed) {
   auto n = nodes_.OfSession(node, session);
   if (!n.ok()) return n.status();
   NodeState& ns = **n;
   ns.last_seen = clock_->Now();
   v1::Node updated = ns.record.node();
-  *updated.mutable_inventory()->mutable_chain() = update->links();
+  set(updated.mutable_inventory());
   if (MessageDifferencer::Equals(updated.inventory(), ns.record.node().inventory())) return Status::Ok();
-  chain_dirty_ = true;
+  *changed = true;
   UpdateNodeRecord(ns, updated, /*created=*/false, "", m);
   return Status::Ok();
+}
+
+Status ClusterState::ApplyPodDevices(const std::string& node, uint64_t session, const v1::PodDevicesUpdate& update,
+                                     Mutation* m) {
+  auto valid = Validate(update);
+  if (!valid.ok()) return valid.status();
+  return ApplyPodDevices(node, session, *valid, m);
+}
+
+Status ClusterState::ApplyPodDevices(const std::string& node, uint64_t session,
+                                     const Validated<v1::PodDevicesUpdate>& update, Mutation* m) {
+  bool changed = false;
+  return ReplaceInventory(
+      node, session, [&](v1::Inventory* inv) { *inv->mutable_pod_devices() = update->pods(); }, m, &changed);
 }
 
 Status ClusterState::ApplyMetrics(const std::string& node, uint64_t session, const v1::MetricSnapshot& snapshot) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <shared_mutex>
@@ -126,6 +127,12 @@ class ClusterState : public StateView {
   Status ApplyChainUpdate(const std::string& node, uint64_t session, const v1::ChainUpdate& update, Mutation* m);
   Status ApplyChainUpdate(const std::string& node, uint64_t session, const Validated<v1::ChainUpdate>& update,
                           Mutation* m);
+  // The connected agent's pods holding devices changed (the kubelet's
+  // pod-resources API): replaces the node's Inventory.pod_devices (stored,
+  // NODE_UPDATED) when it differs. InvalidArgument when it does not validate.
+  Status ApplyPodDevices(const std::string& node, uint64_t session, const v1::PodDevicesUpdate& update, Mutation* m);
+  Status ApplyPodDevices(const std::string& node, uint64_t session, const Validated<v1::PodDevicesUpdate>& update,
+                         Mutation* m);
   StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session,
                                              const Validated<v1::FaultTransition>& t, Mutation* m);
   StatusOr<TransitionResult> ApplyTransition(const std::string& node, uint64_t session, const v1::FaultTransition& t,
@@ -255,6 +262,10 @@ class ClusterState : public StateView {
   void SetDevices(NodeState& n, const v1::Inventory& inventory);
   // The node's record becomes `updated`, with its NODE_REGISTERED (created)
   // or NODE_UPDATED event; nothing when unchanged.
+  // Applies `set` to a copy of the connected agent's inventory and stores the
+  // node when that changed it (*changed = true then).
+  Status ReplaceInventory(const std::string& node, uint64_t session, const std::function<void(v1::Inventory*)>& set,
+                          Mutation* m, bool* changed);
   void UpdateNodeRecord(NodeState& n, const v1::Node& updated, bool created, const std::string& actor, Mutation* m);
   // The separation policy's view of a device's faults: a new occurrence
   // counted (Raise), a fault of a separated device raised or cleared.

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "clusterd/state/response_limits.h"
@@ -133,6 +134,35 @@ Status ValidateChainLinks(const std::string& field, const google::protobuf::Repe
   return Status::Ok();
 }
 
+Status ValidatePodDevices(const std::string& field, const google::protobuf::RepeatedPtrField<v1::PodDevices>& pods) {
+  if (pods.size() > static_cast<int>(kMaxPodDevicesPods)) {
+    return InvalidArgument(field + ": more than " + std::to_string(kMaxPodDevicesPods) + " pods");
+  }
+  size_t ids = 0;
+  const v1::PodDevices* prev = nullptr;
+  for (const auto& p : pods) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(field + ".namespace", p.namespace_()));
+    if (p.namespace_().size() > 63) return InvalidArgument(field + ".namespace: longer than 63 characters");
+    CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(field + ".name", p.name()));
+    const std::string at = field + "[" + p.namespace_() + "/" + p.name() + "]";
+    if (prev != nullptr && std::tie(prev->namespace_(), prev->name()) >= std::tie(p.namespace_(), p.name())) {
+      return InvalidArgument(at + ": pods must be sorted by namespace and name, each once");
+    }
+    prev = &p;
+    ids += p.device_ids_size();
+    if (ids > kMaxPodDevicesIds) {
+      return InvalidArgument(field + ": more than " + std::to_string(kMaxPodDevicesIds) + " device ids in all");
+    }
+    for (int i = 0; i < p.device_ids_size(); ++i) {
+      if (p.device_ids(i) > kMaxDeviceId) return InvalidArgument(at + ".device_ids: above 65535");
+      if (i > 0 && p.device_ids(i - 1) >= p.device_ids(i)) {
+        return InvalidArgument(at + ".device_ids: must be sorted, each once");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status ValidateHello(const v1::Hello& hello) {
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("hello.node_name", hello.node_name()));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.boot_id", hello.boot_id(), 256));
@@ -153,6 +183,7 @@ Status ValidateHello(const v1::Hello& hello) {
     CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.disks.fs_type", d.fs_type(), 64));
   }
   CLUSTERD_RETURN_IF_ERROR(ValidateChainLinks("hello.inventory.chain", inv.chain()));
+  CLUSTERD_RETURN_IF_ERROR(ValidatePodDevices("hello.inventory.pod_devices", inv.pod_devices()));
   if (hello.active_faults_size() > static_cast<int>(kMaxActiveFaults)) {
     return InvalidArgument("hello.active_faults: more than 4096");
   }

@@ -35,6 +35,13 @@ Status ValidateHello(const v1::Hello& hello);
 // A software chain's links (a hello's inventory, a ChainUpdate): at most 16,
 // one-line bounded texts, known states; `field` names them in the error.
 Status ValidateChainLinks(const std::string& field, const google::protobuf::RepeatedPtrField<v1::ChainLink>& links);
+// The pods holding devices on a node (a hello's inventory, a
+// PodDevicesUpdate): at most kMaxPodDevicesPods pods, sorted by namespace then
+// name with each once, names as Kubernetes allows them, device ids sorted,
+// each once, at most kMaxDeviceId, and at most kMaxPodDevicesIds in all.
+inline constexpr size_t kMaxPodDevicesPods = 512;
+inline constexpr size_t kMaxPodDevicesIds = 4096;
+Status ValidatePodDevices(const std::string& field, const google::protobuf::RepeatedPtrField<v1::PodDevices>& pods);
 // A node an integration registers (ClusterState::ApplyRegisterNode): its name,
 // the integration's name, and the devices of `inventory` as a hello's.
 Status ValidateRegisterNode(const std::string& node, const v1::Inventory& inventory, const std::string& source);
@@ -71,6 +78,7 @@ inline Status Check(const v1::FaultTransition& m) { return ValidateTransition(m)
 inline Status Check(const v1::ReportRequest& m) { return ValidateReport(m); }
 inline Status Check(const v1::MetricSnapshot& m) { return ValidateMetrics(m); }
 inline Status Check(const v1::ChainUpdate& m) { return ValidateChainLinks("chain.links", m.links()); }
+inline Status Check(const v1::PodDevicesUpdate& m) { return ValidatePodDevices("pod_devices.pods", m.pods()); }
 }  // namespace internal
 
 // Checks msg with its Validate* function and keeps it.

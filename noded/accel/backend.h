@@ -33,6 +33,10 @@ struct DeviceInfo {
   std::string model;     // chip name, e.g. "910B3"
   std::string serial;    // empty when the source does not say
   std::string location;  // human hint: "card 3 chip 0", a PCI bus id, ...
+  // Other names a device plugin gives this device in the kubelet's
+  // pod-resources API besides its id (collectors/pod_devices.h): NVIDIA's
+  // GPU UUID ("GPU-..."), its MIG devices' UUIDs ("MIG-...").
+  std::vector<std::string> kubelet_ids;
 };
 
 // Raw health value of a device whose health could not be read (DCMI's own

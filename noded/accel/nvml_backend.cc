@@ -373,6 +373,9 @@ Status NvmlBackend::Core::List() {
     char id[nvml::kDeviceUuidBufferSize] = {};
     std::string uuid_text;
     if (uuid(g.handle, id, sizeof(id)) == nvml::kSuccess) uuid_text = NvmlText(id, sizeof(id));
+    // NVIDIA's device plugin names a GPU by its UUID in the kubelet's
+    // pod-resources API (its default device id strategy).
+    if (!uuid_text.empty()) g.info.kubelet_ids.push_back(uuid_text);
     char sn[nvml::kDeviceSerialBufferSize] = {};
     if (serial(g.handle, sn, sizeof(sn)) == nvml::kSuccess) g.info.serial = NvmlText(sn, sizeof(sn));
     nvml::PciInfo p{};

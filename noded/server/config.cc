@@ -118,6 +118,38 @@ const ConfigSetters<NodedConfig>& Setters() {
        [](const std::string& v, NodedConfig* c) {
          return SetDuration("progress_interval", v, std::chrono::seconds(1), &c->progress_interval);
        }},
+      {"pod_resources_socket",
+       [](const std::string& v, NodedConfig* c) {
+         if (!v.empty() && v[0] != '/') {
+           return InvalidArgument("pod_resources_socket: must be an absolute path, or empty");
+         }
+         c->pod_resources_socket = v;
+         return Status::Ok();
+       }},
+      {"pod_resources_interval",
+       [](const std::string& v, NodedConfig* c) {
+         return SetDuration("pod_resources_interval", v, std::chrono::seconds(1), &c->pod_resources_interval);
+       }},
+      {"pod_resources_resources",
+       [](const std::string& v, NodedConfig* c) {
+         std::vector<std::string> names;
+         size_t pos = 0;
+         while (pos <= v.size() && !v.empty()) {
+           size_t comma = v.find(',', pos);
+           if (comma == std::string::npos) comma = v.size();
+           std::string name = v.substr(pos, comma - pos);
+           std::string bare = name;
+           if (!bare.empty() && bare.back() == '*') bare.pop_back();
+           if (bare.empty() || bare.size() > 253 || bare.find_first_of(" \t,=") != std::string::npos) {
+             return InvalidArgument("pod_resources_resources: \"" + name + "\" is not a resource name");
+           }
+           names.push_back(std::move(name));
+           pos = comma + 1;
+         }
+         if (names.empty()) return InvalidArgument("pod_resources_resources: must name at least one resource");
+         c->pod_resources_resources = std::move(names);
+         return Status::Ok();
+       }},
       {"labels",
        [](const std::string& v, NodedConfig* c) {
          std::map<std::string, std::string> labels;
@@ -278,6 +310,13 @@ Flags (the JSON config file takes the same keys with '_'):
   --progress-dir DIR        job progress files written by training processes
                             (default /run/clusterd/progress; "" disables)
   --progress-interval DUR   how often they are read and sent (default 10s)
+  --pod-resources-socket FILE  the kubelet's pod-resources socket, asked which devices each
+                            pod holds (default /var/lib/kubelet/pod-resources/kubelet.sock;
+                            "" disables)
+  --pod-resources-interval DUR  how often it is asked (default 10s)
+  --pod-resources-resources LIST  accelerator resources, comma-separated, '*' suffix a prefix
+                            (default nvidia.com/gpu,nvidia.com/mig-*,huawei.com/Ascend910,
+                            huawei.com/Ascend310P,huawei.com/Ascend310,huawei.com/npu)
   --labels k=v,k2=v2        labels reported with the node
   --poll-interval DUR       collection interval (default 1s)
   --heartbeat-interval DUR  heartbeat interval (default 2s)

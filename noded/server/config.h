@@ -39,6 +39,14 @@ struct NodedConfig {
   // training processes write into ("" disables), and how often it is read.
   std::string progress_dir = "/run/clusterd/progress";
   std::chrono::nanoseconds progress_interval = std::chrono::seconds(10);
+  // The kubelet's pod-resources API (docs/noded.md, "Which devices a pod
+  // holds"): its unix socket ("" disables), how often it is asked, and the
+  // resources that are accelerators ('*' suffix: a prefix).
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  std::chrono::nanoseconds pod_resources_interval = std::chrono::seconds(10);
+  std::vector<std::string> pod_resources_resources = {"nvidia.com/gpu",       "nvidia.com/mig-*",
+                                                      "huawei.com/Ascend910", "huawei.com/Ascend310P",
+                                                      "huawei.com/Ascend310", "huawei.com/npu"};
   std::map<std::string, std::string> labels;
   std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);

@@ -13,6 +13,7 @@
 #include "common/metrics.h"
 #include "noded/agent.h"
 #include "noded/outbox.h"
+#include "noded/server/pod_resources.h"
 #include "noded/server/stream_client.h"
 
 namespace clusterd::noded {
@@ -26,6 +27,7 @@ struct NodedServer::Impl {
   std::unique_ptr<Agent> agent;
   std::unique_ptr<ProgressFiles> progress;  // job progress files, read by the stream
   std::unique_ptr<StreamClient> stream;
+  std::unique_ptr<PodResourcesWatcher> pod_resources;  // null when disabled
   HttpServer http;
 
   std::mutex mu;
@@ -216,8 +218,19 @@ Status NodedServer::Start() {
   }
   CLUSTERD_RETURN_IF_ERROR(s.http.Start(cfg.http_listen));
 
+  if (!cfg.pod_resources_socket.empty()) {
+    PodResourcesOptions po;
+    po.socket = cfg.pod_resources_socket;
+    po.interval = cfg.pod_resources_interval;
+    po.mapping.resources = cfg.pod_resources_resources;
+    StreamClient* stream_client = s.stream.get();
+    s.pod_resources = std::make_unique<PodResourcesWatcher>(
+        po, s.agent.get(), [stream_client] { stream_client->Notify(); }, &s.metrics);
+  }
+
   s.poller = std::thread([&s] { s.PollLoop(); });
   s.stream->Start();
+  if (s.pod_resources) s.pod_resources->Start();
   const char* transport = !so.security.tls()               ? "plaintext"
                           : so.security.has_token()        ? "TLS, bearer token"
                           : !so.security.cert_file.empty() ? "mutual TLS"
@@ -237,6 +250,7 @@ void NodedServer::Shutdown() {
   }
   s.cv.notify_all();
   if (s.poller.joinable()) s.poller.join();
+  if (s.pod_resources) s.pod_resources->Stop();
   if (s.stream) s.stream->Stop();
   s.http.Stop();
 }

@@ -135,6 +135,7 @@ bool StreamClient::Session() {
   // Read before the hello: a chain that changes in between is sent again
   // (harmless), never missed.
   uint64_t sent_chain = agent_->ChainVersion();
+  uint64_t sent_pods = agent_->PodDevicesVersion();
   *hello.mutable_hello() = agent_->MakeHello();
   hello.mutable_hello()->set_epoch(outbox_->epoch());
   hello.mutable_hello()->set_instance_id(outbox_->instance_id());
@@ -207,6 +208,12 @@ bool StreamClient::Session() {
     if (ok && agent_->ChainVersion() != sent_chain) {
       v1::ConnectRequest req;
       *req.mutable_chain() = agent_->Chain(&sent_chain);
+      ok = stream->Write(req);
+    }
+    // The pods holding devices changed since the hello or the last update.
+    if (ok && agent_->PodDevicesVersion() != sent_pods) {
+      v1::ConnectRequest req;
+      *req.mutable_pod_devices() = agent_->PodDevicesNow(&sent_pods);
       ok = stream->Write(req);
     }
     if (ok && now >= next_progress) {

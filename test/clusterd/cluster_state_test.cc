@@ -172,6 +172,66 @@ TEST_F(ClusterStateTest, AChainUpdateReplacesTheChainWhileConnected) {
             StatusCode::kInvalidArgument);
 }
 
+// Which devices the kubelet gave the node's pods: in the hello's inventory,
+// then replaced by a PodDevicesUpdate while connected (stored once per
+// change); a stale session or an update that does not validate is refused.
+TEST_F(ClusterStateTest, PodDevicesComeWithTheHelloAndUpdatesReplaceThem) {
+  v1::Hello h = MakeHello("n1", 1, 8);
+  auto* pd = h.mutable_inventory()->add_pod_devices();
+  pd->set_namespace_("train");
+  pd->set_name("llm-0");
+  pd->add_device_ids(0);
+  pd->add_device_ids(1);
+  Hello(h);
+  ASSERT_EQ(Node("n1").node().inventory().pod_devices_size(), 1);
+  v1::PodDevicesUpdate update;
+  auto* a = update.add_pods();
+  a->set_namespace_("infer");
+  a->set_name("svc-0");
+  a->add_device_ids(5);
+  *update.add_pods() = *pd;
+  const uint64_t before = state_->revision();
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyPodDevices("n1", 1, update, m); }).ok());
+  EXPECT_GT(state_->revision(), before);
+  auto stored = Node("n1").node().inventory().pod_devices();
+  ASSERT_EQ(stored.size(), 2);
+  EXPECT_EQ(stored[0].name(), "svc-0");
+  EXPECT_EQ(stored[1].device_ids_size(), 2);
+  const uint64_t after = state_->revision();
+  ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyPodDevices("n1", 1, update, m); }).ok());
+  EXPECT_EQ(state_->revision(), after) << "the same pods again are no change";
+  EXPECT_FALSE(Commit([&](Mutation* m) { return state_->ApplyPodDevices("n1", 7, update, m); }).ok());
+  // Refused, and nothing changes: unsorted pods, a pod twice, unsorted or
+  // repeated ids, an id above 65535, a bad name, too many pods.
+  auto refused = [&](const std::function<void(v1::PodDevicesUpdate*)>& spoil) {
+    v1::PodDevicesUpdate bad = update;
+    spoil(&bad);
+    Status st = Commit([&](Mutation* m) { return state_->ApplyPodDevices("n1", 1, bad, m); });
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    return st.message();
+  };
+  EXPECT_NE(refused([](auto* u) { u->mutable_pods()->SwapElements(0, 1); }).find("sorted"), std::string::npos);
+  refused([](auto* u) { *u->add_pods() = u->pods(1); });
+  refused([](auto* u) { u->mutable_pods(1)->add_device_ids(0); });
+  refused([](auto* u) { u->mutable_pods(1)->add_device_ids(1); });
+  refused([](auto* u) { u->mutable_pods(1)->add_device_ids(70000); });
+  refused([](auto* u) { u->mutable_pods(0)->set_name("bad name"); });
+  refused([](auto* u) { u->mutable_pods(0)->set_namespace_(std::string(64, 'n')); });
+  refused([](auto* u) {
+    u->clear_pods();
+    for (int i = 0; i < 513; ++i) {
+      auto* p = u->add_pods();
+      p->set_namespace_("ns");
+      p->set_name("p" + std::to_string(1000 + i));
+    }
+  });
+  EXPECT_EQ(state_->revision(), after);
+  EXPECT_EQ(Node("n1").node().inventory().pod_devices_size(), 2);
+  // A hello with bad pod devices is refused as a whole.
+  pd->add_device_ids(1);
+  EXPECT_FALSE(Commit([&](Mutation* m) { return state_->ApplyHello(h, 2, m); }).ok());
+}
+
 TEST_F(ClusterStateTest, ChainDriftIsRaisedOnTheOddNodeAndClearedWhenItCatchesUp) {
   auto with_driver = [](const std::string& node, const std::string& version, const std::string& model = "910B3") {
     return HelloWithDriver(node, version, model);

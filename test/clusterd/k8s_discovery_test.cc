@@ -262,6 +262,41 @@ TEST(K8sDiscovery, GpuPodsCountNvidiaGpusAndMigSlices) {
   EXPECT_EQ(ParsePod(pod, opts).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The devices the kubelet gave GPU pods (NodeD's pod-resources report) place
+// their ranks on those devices; a count that differs, another node, or a pod
+// that names its devices itself is left as it was.
+TEST(K8sDiscovery, KubeletDevicesPlaceGpuPodsOnTheirDevices) {
+  DiscoveryOptions opts;
+  auto gpu_pod = [&](const std::string& name, const std::string& index, int gpus) {
+    json pod = IndexedPod(name, json::object(), {{"batch.kubernetes.io/job-completion-index", index}});
+    pod["spec"]["containers"][0]["resources"] = json{{"limits", {{"nvidia.com/gpu", std::to_string(gpus)}}}};
+    return MustParse(pod, opts);
+  };
+  std::vector<PodInfo> pods = {gpu_pod("a", "0", 2), gpu_pod("b", "1", 2), gpu_pod("c", "2", 2)};
+  json named =
+      IndexedPod("d", json::object(),
+                 {{"batch.kubernetes.io/job-completion-index", "9"}, {"huawei.com/AscendReal", "Ascend910-6"}});
+  named["spec"]["containers"][0]["resources"] = json{{"limits", {{"huawei.com/Ascend910", "1"}}}};
+  pods.push_back(MustParse(named, opts));
+  const KubeletDevices kubelet = {
+      {"node-1", {{"train/a", {4, 5}}, {"train/b", {1}}, {"train/d", {0}}, {"train/zz", {7}}}},
+      {"node-2", {{"train/c", {0, 1}}}},
+  };
+  EXPECT_EQ(ApplyKubeletDevices(pods, kubelet), 1u);
+  EXPECT_EQ(pods[0].devices, (std::vector<uint32_t>{4, 5}));
+  EXPECT_TRUE(pods[1].devices.empty()) << "1 device reported for a pod asking 2";
+  EXPECT_TRUE(pods[2].devices.empty()) << "reported on another node";
+  EXPECT_EQ(pods[3].devices, std::vector<uint32_t>{6}) << "the pod's own annotation wins";
+  auto jobs = BuildJobs(pods, {}, opts);
+  ASSERT_EQ(jobs.size(), 1u);
+  std::vector<std::string> placed;
+  for (const auto& p : jobs[0].job.placement()) {
+    placed.push_back(std::to_string(p.rank()) + "@" + (p.has_device_id() ? std::to_string(p.device_id()) : "-") +
+                     (p.any_device() ? "*" : ""));
+  }
+  EXPECT_EQ(placed, (std::vector<std::string>{"0@4", "1@5", "2@-*", "3@-*", "4@-*", "5@-*", "9@6"}));
+}
+
 TEST(K8sDiscovery, RankFromTheIndexOfAnIndexedJobOrAStatefulSet) {
   DiscoveryOptions opts;
   opts.rank_env = "RANK";

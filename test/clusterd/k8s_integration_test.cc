@@ -108,6 +108,57 @@ TEST_F(K8sIntegrationTest, JobFollowsItsPods) {
   EXPECT_TRUE(commands_.jobs.empty());
 }
 
+// GPU pods that do not name their devices are placed on the devices their
+// node's kubelet gave them once NodeD reports them (Inventory.pod_devices):
+// the job is written again at the next node pass, and a restarted integration
+// reads them before it writes anything.
+TEST_F(K8sIntegrationTest, KubeletDevicesNodeDReportsPlaceGpuPods) {
+  for (const char* name : {"llm-worker-0", "llm-worker-1"}) {
+    json pod = *world_.api->Object(PodPathOf(name));
+    pod["metadata"]["annotations"].erase("huawei.com/AscendReal");
+    pod["spec"]["containers"][0]["resources"] = json{{"limits", {{"nvidia.com/gpu", "2"}}}};
+    world_.api->Set(PodPathOf(name), pod);
+  }
+  auto report = [&](const std::string& node, const std::string& pod, std::vector<uint32_t> ids) {
+    v1::Node& n = commands_.nodes[node];
+    n.set_name(node);
+    n.mutable_inventory()->clear_pod_devices();
+    auto* pd = n.mutable_inventory()->add_pod_devices();
+    pd->set_namespace_("train");
+    pd->set_name(pod);
+    for (uint32_t id : ids) pd->add_device_ids(id);
+  };
+  auto placed = [&] {
+    std::vector<std::string> out;
+    for (const auto& p : commands_.jobs.at(kJobUid).placement()) {
+      out.push_back(std::to_string(p.rank()) + ":" + p.node() + ":" +
+                    (p.has_device_id() ? std::to_string(p.device_id())
+                     : p.any_device()  ? "any"
+                                       : "-"));
+    }
+    return out;
+  };
+  StartIntegration();
+  Step();
+  EXPECT_EQ(placed(),
+            (std::vector<std::string>{"0:worker01:any", "1:worker01:any", "2:worker02:any", "3:worker02:any"}));
+  report("worker01", "llm-worker-0", {5, 6});
+  report("worker02", "llm-worker-1", {0, 3});
+  Pass();
+  EXPECT_EQ(placed(), (std::vector<std::string>{"0:worker01:5", "1:worker01:6", "2:worker02:0", "3:worker02:3"}));
+  // The kubelet's view of worker02 changes (NodeD's next report).
+  report("worker02", "llm-worker-1", {1, 2});
+  Pass();
+  EXPECT_EQ(placed(), (std::vector<std::string>{"0:worker01:5", "1:worker01:6", "2:worker02:1", "3:worker02:2"}));
+  // Restarted: the first pass already places them; nothing is written again.
+  StopIntegration();
+  const uint64_t revision = commands_.jobs.at(kJobUid).revision();
+  StartIntegration();
+  Step();
+  Pass();
+  EXPECT_EQ(commands_.jobs.at(kJobUid).revision(), revision);
+}
+
 TEST_F(K8sIntegrationTest, AJobWhosePodsAllTerminateKeepsItsPlacement) {
   StartIntegration();
   Step();
