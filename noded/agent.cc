@@ -18,6 +18,16 @@
 namespace clusterd::noded {
 namespace {
 
+// Two lists of messages with equal contents, in the same order.
+template <typename T>
+bool SameMessages(const google::protobuf::RepeatedPtrField<T>& a, const google::protobuf::RepeatedPtrField<T>& b) {
+  if (a.size() != b.size()) return false;
+  for (int i = 0; i < a.size(); ++i) {
+    if (a.Get(i).SerializeAsString() != b.Get(i).SerializeAsString()) return false;
+  }
+  return true;
+}
+
 std::string ReadFirstLine(const std::string& path) {
   std::ifstream in(path);
   std::string line;
@@ -375,11 +385,7 @@ void Agent::DiffChain() {
   v1::Inventory inv;
   ToProto(reading, inv.mutable_chain());
   std::lock_guard lock(mu_);
-  bool same = inv.chain_size() == inventory_.chain_size();
-  for (int i = 0; same && i < inv.chain_size(); ++i) {
-    same = inv.chain(i).SerializeAsString() == inventory_.chain(i).SerializeAsString();
-  }
-  if (same) return;
+  if (SameMessages(inv.chain(), inventory_.chain())) return;
   inventory_.mutable_chain()->Swap(inv.mutable_chain());
   ++chain_version_;
 }
@@ -407,11 +413,7 @@ PodDevicesResult Agent::SetKubeletPods(std::span<const KubeletPod> pods, const P
     out->set_name(p.name);
     out->mutable_device_ids()->Add(p.device_ids.begin(), p.device_ids.end());
   }
-  bool same = now.size() == inventory_.pod_devices_size();
-  for (int i = 0; same && i < now.size(); ++i) {
-    same = now.Get(i).SerializeAsString() == inventory_.pod_devices(i).SerializeAsString();
-  }
-  if (!same) {
+  if (!SameMessages(now, inventory_.pod_devices())) {
     inventory_.mutable_pod_devices()->Swap(&now);
     ++pod_devices_version_;
   }

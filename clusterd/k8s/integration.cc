@@ -4,6 +4,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <set>
 #include <vector>
@@ -390,19 +391,25 @@ void AddKubeletDevices(const v1::Node& node, k8s::KubeletDevices* out) {
     pods[p.namespace_() + "/" + p.name()].assign(p.device_ids().begin(), p.device_ids().end());
   }
 }
+
+// Every node ClusterD holds, page by page, to `fn`; false when a page could
+// not be read.
+bool ForEachNode(const ClusterCommands& commands, const std::function<void(const v1::Node&)>& fn) {
+  v1::ListNodesRequest req;
+  req.set_page_size(500);
+  for (;;) {
+    auto page = commands.ListNodes(req);
+    if (!page.ok()) return false;
+    for (const auto& node : page->nodes()) fn(node);
+    if (page->next_page_token().empty()) return true;
+    req.set_page_token(page->next_page_token());
+  }
+}
 }  // namespace
 
 bool KubernetesIntegration::LoadKubeletDevices() {
   k8s::KubeletDevices devices;
-  v1::ListNodesRequest req;
-  req.set_page_size(500);
-  for (;;) {
-    auto page = env_.commands->ListNodes(req);
-    if (!page.ok()) return false;
-    for (const auto& node : page->nodes()) AddKubeletDevices(node, &devices);
-    if (page->next_page_token().empty()) break;
-    req.set_page_token(page->next_page_token());
-  }
+  if (!ForEachNode(*env_.commands, [&](const v1::Node& node) { AddKubeletDevices(node, &devices); })) return false;
   kubelet_devices_ = std::move(devices);
   return true;
 }
@@ -415,20 +422,11 @@ bool KubernetesIntegration::SyncNodes(TimePoint now) {
       3, 3 * std::chrono::duration_cast<std::chrono::seconds>(ctx_->settings().condition_interval).count());
   ListDeviceTaintRules(now);
   k8s::KubeletDevices devices;
-  v1::ListNodesRequest req;
-  req.set_page_size(500);
-  for (;;) {
-    auto page = env_.commands->ListNodes(req);
-    if (!page.ok()) return false;
-    for (const auto& node : page->nodes()) {
-      AddKubeletDevices(node, &devices);
-      auto obj = ctx_->Node(node.name());
-      if (!obj) continue;
-      SyncNode(node, *obj, now, grace);
-    }
-    if (page->next_page_token().empty()) break;
-    req.set_page_token(page->next_page_token());
-  }
+  const bool listed = ForEachNode(*env_.commands, [&](const v1::Node& node) {
+    AddKubeletDevices(node, &devices);
+    if (auto obj = ctx_->Node(node.name())) SyncNode(node, *obj, now, grace);
+  });
+  if (!listed) return false;
   if (devices == kubelet_devices_) return false;
   kubelet_devices_ = std::move(devices);
   kubelet_loaded_ = true;

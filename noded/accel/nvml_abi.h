@@ -124,6 +124,11 @@ using DeviceGetNvLinkStateFn = Return (*)(Device device, unsigned int link, int*
 using DeviceGetNvLinkErrorCounterFn = Return (*)(Device device, unsigned int link, int counter,
                                                  unsigned long long* value);
 using DeviceGetMigModeFn = Return (*)(Device device, unsigned int* current_mode, unsigned int* pending_mode);
+// MIG devices of a GPU in MIG mode: how many it can have, and the handle of
+// the one at `index` (NVML_ERROR_NOT_FOUND where none is made); a MIG
+// device's handle answers nvmlDeviceGetUUID with its own "MIG-..." UUID.
+using DeviceGetMaxMigDeviceCountFn = Return (*)(Device device, unsigned int* count);
+using DeviceGetMigDeviceHandleByIndexFn = Return (*)(Device device, unsigned int index, Device* mig_device);
 using EventSetCreateFn = Return (*)(EventSet* set);
 using DeviceRegisterEventsFn = Return (*)(Device device, unsigned long long event_types, EventSet set);
 using EventSetWaitFn = Return (*)(EventSet set, EventData* data, unsigned int timeout_ms);  // _v2

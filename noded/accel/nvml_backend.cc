@@ -122,6 +122,8 @@ struct NvmlBackend::Core {
   nvml::DeviceGetNvLinkStateFn nvlink_state = nullptr;               // optional
   nvml::DeviceGetNvLinkErrorCounterFn nvlink_errors = nullptr;       // optional
   nvml::DeviceGetMigModeFn mig = nullptr;                            // optional
+  nvml::DeviceGetMaxMigDeviceCountFn mig_count = nullptr;            // optional
+  nvml::DeviceGetMigDeviceHandleByIndexFn mig_handle = nullptr;      // optional
   nvml::EventSetCreateFn event_create = nullptr;                     // optional, the four together
   nvml::DeviceRegisterEventsFn event_register = nullptr;
   nvml::EventSetWaitFn event_wait = nullptr;
@@ -296,6 +298,8 @@ Status NvmlBackend::Start() {
     need(c.nvlink_state, "nvmlDeviceGetNvLinkState", false);
     need(c.nvlink_errors, "nvmlDeviceGetNvLinkErrorCounter", false);
     need(c.mig, "nvmlDeviceGetMigMode", false);
+    need(c.mig_count, "nvmlDeviceGetMaxMigDeviceCount", false);
+    need(c.mig_handle, "nvmlDeviceGetMigDeviceHandleByIndex", false);
     need(c.event_create, "nvmlEventSetCreate", false);
     need(c.event_register, "nvmlDeviceRegisterEvents", false);
     need(c.event_wait, "nvmlEventSetWait_v2", false);
@@ -391,6 +395,18 @@ Status NvmlBackend::Core::List() {
     if (memory(g.handle, &mem) == nvml::kSuccess) memory_text = std::to_string(mem.total >> 20) + " MiB";
     unsigned mig_current = 0, mig_pending = 0;
     const bool mig_on = mig != nullptr && mig(g.handle, &mig_current, &mig_pending) == nvml::kSuccess && mig_current;
+    // Its MIG devices' UUIDs: the ids NVIDIA's device plugin gives MIG slices.
+    unsigned mig_max = 0;
+    if (mig_on && mig_count != nullptr && mig_handle != nullptr && mig_count(g.handle, &mig_max) == nvml::kSuccess) {
+      for (unsigned k = 0; k < std::min(mig_max, 64u); ++k) {
+        nvml::Device m = nullptr;
+        char mig_id[nvml::kDeviceUuidBufferSize] = {};
+        if (mig_handle(g.handle, k, &m) == nvml::kSuccess && m != nullptr &&
+            uuid(m, mig_id, sizeof(mig_id)) == nvml::kSuccess) {
+          g.info.kubelet_ids.push_back(NvmlText(mig_id, sizeof(mig_id)));
+        }
+      }
+    }
     g.info.location = "PCI " + bus_id + (uuid_text.empty() ? "" : ", " + uuid_text) +
                       (memory_text.empty() ? "" : ", " + memory_text) + (mig_on ? ", MIG on" : "");
     listed.push_back(std::move(g));

@@ -191,7 +191,7 @@ expect "default: NodeD node name from spec.nodeName" "$D" "pod('DaemonSet')['con
 expect "default: NodeD --node-name=\$(NODE_NAME)" "$D" "'--node-name=\$(NODE_NAME)' in pod('DaemonSet')['containers'][0]['args']" "True"
 expect "default: NodeD privileged (kmsg + ascend)" "$D" "pod('DaemonSet')['containers'][0]['securityContext']['privileged']" "True"
 expect "default: NodeD host mounts" "$D" "sorted((m['mountPath'], m.get('readOnly', False)) for m in pod('DaemonSet')['containers'][0]['volumeMounts'])" \
-  "[('/dev/kmsg', True), ('/etc/noded', True), ('/host', True), ('/run/clusterd/progress', True), ('/tmp', False), ('/usr/local/Ascend/driver', True), ('/var/lib/noded', False)]"
+  "[('/dev/kmsg', True), ('/etc/noded', True), ('/host', True), ('/run/clusterd/progress', True), ('/tmp', False), ('/usr/local/Ascend/driver', True), ('/var/lib/kubelet/pod-resources', True), ('/var/lib/noded', False)]"
 expect "default: PVC kept on uninstall" "$D" "by['PersistentVolumeClaim'][0]['metadata']['annotations']['helm.sh/resource-policy']" "keep"
 expect "default: NodeD reaches the ClusterD Service" "$D" "__import__('json').loads(cm('-noded')['config.json'])['server']" "clusterd.fault-mgmt.svc:8899"
 expect "default: no catalog override" "$D" "sorted(cm('clusterd')) " "['config.json']"
@@ -251,6 +251,9 @@ expect "gpu: NodeD config accelerator nvml" "$G" "__import__('json').loads(cm('-
 expect "gpu: NodeD privileged (the NVIDIA device nodes)" "$G" "pod('DaemonSet')['containers'][0]['securityContext']['privileged']" "True"
 expect "gpu: the driver root mounted read-only with propagation" "$G" "[(m['mountPath'], m['readOnly'], m['mountPropagation']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'nvidia-driver']" "[('/run/nvidia/driver', True, 'HostToContainer')]"
 expect "gpu: from the host's /run/nvidia/driver, no Ascend driver" "$G" "([v['hostPath']['path'] for v in pod('DaemonSet')['volumes'] if v['name'] == 'nvidia-driver'], [v for v in pod('DaemonSet')['volumes'] if v['name'] == 'ascend-driver'])" "(['/run/nvidia/driver'], [])"
+expect "gpu: NodeD asks the kubelet's pod-resources socket, mounted read-only" "$G" "(__import__('json').loads(cm('-noded')['config.json'])['pod_resources_socket'], [(m['mountPath'], m['readOnly']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'pod-resources'], [v['hostPath']['path'] for v in pod('DaemonSet')['volumes'] if v['name'] == 'pod-resources'])" \
+  "('/var/lib/kubelet/pod-resources/kubelet.sock', [('/var/lib/kubelet/pod-resources', True)], ['/var/lib/kubelet/pod-resources'])"
+expect "sim: restricted NodeD does not ask the kubelet (root only)" "$S" "__import__('json').loads(cm('-noded')['config.json'])['pod_resources_socket']" ""
 expect "gpu: NodeD on the GPU nodes" "$G" "pod('DaemonSet')['nodeSelector']" "{'nvidia.com/gpu.present': 'true'}"
 
 # MindCluster compatibility (docs/deploy.md, "MindCluster clients"): the Service MindCluster's

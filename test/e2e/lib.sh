@@ -244,6 +244,19 @@ start_nvml_noded() {
     --poll-interval 200ms --heartbeat-interval 500ms --log-level info "$@"
 }
 
+# start_fake_kubelet NODE: the kubelet's pod-resources API for NODE's noded (test-bin/fake_kubelet)
+# on $WORK/kubelet-NODE.sock, answering with $WORK/pods-NODE.json as it is at each call (the
+# API's JSON: {"podResources": [{"namespace", "name", "containers": [{"name", "devices":
+# [{"resourceName", "deviceIds": [...]}]}]}]}); no file yet: no pods. Give the noded
+# --pod-resources-socket "$WORK/kubelet-NODE.sock".
+start_fake_kubelet() {
+  local node=$1
+  [[ -x $ROOT/build/test-bin/fake_kubelet ]] || fail "build/test-bin/fake_kubelet is not built"
+  start_bg - "$WORK/kubelet-$node.log" "$ROOT/build/test-bin/fake_kubelet" \
+    "$WORK/kubelet-$node.sock" "$WORK/pods-$node.json"
+  wait_until 10 test -S "$WORK/kubelet-$node.sock" || fail "the fake kubelet of $node did not start"
+}
+
 # active_faults NODE CODE: "device level | message" of NODE's active faults with CODE, a line each.
 active_faults() {
   grpcurl -plaintext -d "{\"activeOnly\": true, \"node\": \"$1\"}" "$ADDR" clusterd.v1.ClusterService/ListFaults |

@@ -11,7 +11,11 @@
 #     it through DRA (NVIDIA's driver names it gpu-3 in its ResourceSlice) and
 #     evicts the pod on gpu01; the fault is in Watch;
 #  C. the kubelet offers 6 nvidia.com/gpu on gpu02 while NodeD sees 8 usable
-#     -> NODE_ALLOCATABLE_MISMATCH naming both numbers.
+#     -> NODE_ALLOCATABLE_MISMATCH naming both numbers;
+#  D. two one-pod jobs share gpu03 with 4 GPUs each, neither naming them; gpu03's
+#     kubelet (a stand-in serving the pod-resources API) says which GPU UUIDs each
+#     holds, so the jobs are placed on GPUs 0-3 and 4-7, and Xid 79 on GPU 5
+#     recovers the second job only.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -120,4 +124,60 @@ raised() { [[ -n $(mismatch) ]]; }
 wait_until 30 raised
 expect_contains "$(mismatch)" "NodeD sees 8 usable GPU(s) (8 in all) while the kubelet offers 6 nvidia.com/gpu (capacity 8)" \
   "C: the message"
+
+echo "-- D: two jobs share gpu03; its kubelet says which GPUs each pod holds, so Xid 79 on GPU 5 hits one job"
+k8s_api POST /api/v1/nodes '{"apiVersion":"v1","kind":"Node","metadata":{"name":"gpu03"}}' >/dev/null
+gpu_node_status gpu03 8
+JOB_A=$(python3 -c 'import uuid; print(uuid.uuid4())')
+JOB_B=$(python3 -c 'import uuid; print(uuid.uuid4())')
+# gpu_pod NAME JOB_UID: a running pod on gpu03 of a one-pod Indexed Job, 4 GPUs, not naming them.
+gpu_pod() {
+  k8s_api POST /api/v1/namespaces/train/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\",
+    \"annotations\":{\"batch.kubernetes.io/job-completion-index\":\"0\"},
+    \"ownerReferences\":[{\"apiVersion\":\"batch/v1\",\"kind\":\"Job\",\"name\":\"$1\",\"uid\":\"$2\",\"controller\":true}]},
+    \"spec\":{\"nodeName\":\"gpu03\",\"containers\":[{\"name\":\"main\",\"image\":\"train:1\",
+      \"resources\":{\"limits\":{\"nvidia.com/gpu\":\"4\"}}}]}}" >/dev/null
+  k8s_api PATCH "/api/v1/namespaces/train/pods/$1/status" '{"status":{"phase":"Running"}}' >/dev/null
+}
+gpu_pod tune-a "$JOB_A"
+gpu_pod tune-b "$JOB_B"
+# What the kubelet gave them: GPUs by UUID, NVIDIA's device plugin's default (the fake's UUIDs).
+python3 - "$WORK/pods-gpu03.json" <<'PY'
+import json, sys
+uuid = lambda i: "GPU-00000000-0000-0000-0000-0000000000%02d" % i
+pods = [("tune-a", [0, 1, 2, 3]), ("tune-b", [4, 5, 6, 7]), ("cpu-only", [])]
+json.dump({"podResources": [{"namespace": "train", "name": n, "containers": [{"name": "main", "devices":
+    [{"resourceName": "nvidia.com/gpu", "deviceIds": [uuid(i) for i in ids]}] if ids else []}]}
+    for n, ids in pods]}, open(sys.argv[1], "w"))
+PY
+start_fake_kubelet gpu03
+start_nvml_noded gpu03 --pod-resources-socket "$WORK/kubelet-gpu03.sock" --pod-resources-interval 1s
+# devices JOB: the job's "rank@device" list (any: placed on any device of the node).
+devices() {
+  grpcurl -plaintext -d "{\"id\": \"$1\"}" "$ADDR" clusterd.v1.JobService/GetJob 2>/dev/null |
+    python3 -c '
+import json, sys
+print(" ".join("%d@%s" % (p.get("rank", 0), p["device_id"] if "device_id" in p else "any" if p.get("any_device") else "-")
+               for p in json.load(sys.stdin)["job"]["placement"]))'
+}
+wait_until 30 is "devices $JOB_A" "0@0 1@1 2@2 3@3"
+wait_until 30 is "devices $JOB_B" "0@4 1@5 2@6 3@7"
+reported=$(grpcurl -plaintext -d '{"name": "gpu03"}' "$ADDR" clusterd.v1.ClusterService/GetNode |
+  python3 -c 'import json,sys; print(len(json.load(sys.stdin)["node"]["inventory"]["pod_devices"]))')
+[[ $reported == 2 ]] || fail "D: gpu03 should report 2 pods holding GPUs, not $reported"
+curl -sf "http://127.0.0.1:${NODED_PORT[gpu03]}/metrics" | grep -q '^noded_pod_resources_pods 2' ||
+  fail "D: noded_pod_resources_pods"
+echo "   tune-a on GPUs 0-3, tune-b on GPUs 4-7 (from the kubelet, by UUID)"
+echo "xid 5 79" >>"$WORK/nvml-gpu03"
+wait_until 30 is 'active_faults gpu03 XID_79 | cut -d"|" -f1' "5 FAULT_LEVEL_SEPARATE "
+evicted_pod() { k8s_api GET "/api/v1/namespaces/train/pods/$1" | grep -q deletionTimestamp; }
+wait_until 30 evicted_pod tune-b
+recoveries_of() {
+  grpcurl -plaintext -d "{\"job\": \"$1\"}" "$ADDR" clusterd.v1.ClusterService/ListRecoveries |
+    python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("recoveries", [])))'
+}
+[[ $(recoveries_of "$JOB_B") -ge 1 ]] || fail "D: tune-b's job has no recovery"
+[[ $(recoveries_of "$JOB_A") == 0 ]] || fail "D: tune-a's job was recovered for a GPU it does not hold"
+evicted_pod tune-a && fail "D: tune-a was evicted for a GPU it does not hold"
+echo "   Xid 79 on gpu03/5: tune-b's job recovered and its pod evicted; tune-a untouched"
 echo "gpu k8s e2e: OK"

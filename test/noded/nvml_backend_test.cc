@@ -149,6 +149,25 @@ TEST_F(NvmlBackendTest, IdentityVersionsAndAHealthyPoll) {
   }
 }
 
+// The names NVIDIA's device plugin gives the kubelet for each GPU: its UUID,
+// and in MIG mode its MIG devices' UUIDs (those made only).
+TEST_F(NvmlBackendTest, KubeletIdsAreTheGpuUuidAndItsMigDevicesUuids) {
+  fake_.Set(1, "mig_current", 1);
+  fake_.Set(1, "mig_devices", 2);
+  fake_.Set(2, "mig_devices", 3);  // MIG mode off: none shown
+  NvmlBackend b(Options(FAKE_NVML_PATH));
+  ASSERT_TRUE(b.Init().ok());
+  auto devices = b.Devices();
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 4u);
+  EXPECT_EQ((*devices)[0].kubelet_ids, std::vector<std::string>{"GPU-00000000-0000-0000-0000-000000000000"});
+  EXPECT_EQ((*devices)[1].kubelet_ids, (std::vector<std::string>{"GPU-00000000-0000-0000-0000-000000000001",
+                                                                 "MIG-00000000-0000-0000-0000-0000000000010",
+                                                                 "MIG-00000000-0000-0000-0000-0000000000011"}));
+  EXPECT_EQ((*devices)[2].kubelet_ids.size(), 1u);
+  EXPECT_NE((*devices)[1].location.find("MIG on"), std::string::npos);
+}
+
 // Each condition on its own GPU, raised while it lasts and gone after.
 TEST_F(NvmlBackendTest, HealthConditionsBecomeCodesOnTheirGpu) {
   NvmlBackend b(Options(FAKE_NVML_PATH));

@@ -376,6 +376,8 @@ NodeD's config.json content. node_name comes from the downward API as a flag.
 {{- end }}
 {{- $_ = set $c "kmsg_path" (ternary "/dev/kmsg" "" $n.kmsg.enabled) }}
 {{- $_ = set $c "progress_dir" (ternary "/run/clusterd/progress" "" $n.progress.enabled) }}
+{{- $pods := and $n.podResources.enabled (include "clusterd.noded.privileged" .) }}
+{{- $_ = set $c "pod_resources_socket" (ternary "/var/lib/kubelet/pod-resources/kubelet.sock" "" (not (not $pods))) }}
 {{- if $n.rules }}
 {{- $_ = set $c "rules_file" "/etc/noded/rules.json" }}
 {{- end }}

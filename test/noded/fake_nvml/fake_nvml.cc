@@ -11,7 +11,9 @@
 // with UUID GPU-00000000-0000-0000-0000-0000000000<ii>, PCI bus 0x18 + i, all
 // healthy. Every NVML call but nvmlInit_v2 and nvmlErrorString returns
 // NVML_ERROR_UNINITIALIZED until nvmlInit_v2 has succeeded since the last reset
-// or nvmlShutdown. A call is counted, then blocks while it is hung
+// or nvmlShutdown. MIG: fake_nvml_set's "mig_current" 1 turns MIG mode on and
+// "mig_devices" N (at most 7) makes that many MIG devices, UUID
+// MIG-00000000-0000-0000-0000-0000000000<ii><k>. A call is counted, then blocks while it is hung
 // (fake_nvml_hang), then returns its scripted failure (fake_nvml_fail), then
 // checks initialisation and its arguments. Device handles encode the device's
 // index and stop being valid when fake_nvml_set_devices drops their GPU.
@@ -60,6 +62,9 @@ using Lock = std::unique_lock<std::mutex>;
 
 constexpr std::uintptr_t kDeviceHandleBase = 0x1000;
 constexpr std::uintptr_t kEventSetHandleBase = 0x5e70000;
+// A MIG device's handle: base + GPU index x kMaxMig + its index on the GPU.
+constexpr std::uintptr_t kMigHandleBase = 0x3160000;
+constexpr unsigned kMaxMig = 7;
 constexpr int kNoDevice = -2;            // Enter: a call that takes no device
 constexpr unsigned kNvLinkCounters = 5;  // NVML_NVLINK_ERROR_COUNT (DL_ECC_DATA is 4)
 constexpr unsigned long long kGiB = 1ULL << 30;
@@ -93,6 +98,8 @@ constexpr Function kFunctions[] = {
     {"nvmlDeviceGetNvLinkState", true},
     {"nvmlDeviceGetNvLinkErrorCounter", true},
     {"nvmlDeviceGetMigMode", true},
+    {"nvmlDeviceGetMaxMigDeviceCount", true},
+    {"nvmlDeviceGetMigDeviceHandleByIndex", true},
     {"nvmlEventSetCreate", false},
     {"nvmlDeviceRegisterEvents", true},
     {"nvmlEventSetWait_v2", false},
@@ -112,6 +119,7 @@ struct Gpu {
   unsigned pcie_replay = 0;
   unsigned mig_current = 0;
   unsigned mig_pending = 0;
+  unsigned mig_devices = 0;  // MIG devices made (shown while mig_current is 1), at most kMaxMig
   std::array<bool, nvml::kNvLinkMaxLinks> link_active;
   std::array<std::array<unsigned long long, kNvLinkCounters>, nvml::kNvLinkMaxLinks> link_errors = {};
 
@@ -337,6 +345,9 @@ bool Apply(Gpu& g, std::string_view field, long long value) {
     g.mig_current = u;
   } else if (field == "mig_pending") {
     g.mig_pending = u;
+  } else if (field == "mig_devices") {
+    if (u > kMaxMig) return false;
+    g.mig_devices = u;
   } else if (field == "nvlink_down" || field == "nvlink_up") {
     if (value < 0 || value >= static_cast<long long>(nvml::kNvLinkMaxLinks)) return false;
     g.link_active[static_cast<size_t>(value)] = field == "nvlink_up";
@@ -472,6 +483,15 @@ Return nvmlDeviceGetUUID(nvml::Device device, char* uuid, unsigned int length) {
   return Guarded([&] {
     Lock lock(S().mu);
     int i = -1;
+    const auto v = reinterpret_cast<std::uintptr_t>(device);
+    if (v >= kMigHandleBase && v < kMigHandleBase + kMaxMig * S().d.devices) {
+      // A MIG device: MIG-...<gpu><k>.
+      const auto gpu = static_cast<int>((v - kMigHandleBase) / kMaxMig);
+      if (Return rc = Enter(lock, "nvmlDeviceGetUUID", gpu); rc != nvml::kSuccess) return rc;
+      return CopyString(
+          "MIG-00000000-0000-0000-0000-0000000000" + TwoDigits(gpu) + std::to_string((v - kMigHandleBase) % kMaxMig),
+          uuid, length);
+    }
     if (Return rc = EnterDevice(lock, "nvmlDeviceGetUUID", device, &i); rc != nvml::kSuccess) return rc;
     return CopyString("GPU-00000000-0000-0000-0000-0000000000" + TwoDigits(i), uuid, length);
   });
@@ -655,6 +675,32 @@ Return nvmlDeviceGetMigMode(nvml::Device device, unsigned int* current_mode, uns
     if (current_mode == nullptr || pending_mode == nullptr) return nvml::kErrorInvalidArgument;
     *current_mode = S().d.gpu[static_cast<size_t>(i)].mig_current;
     *pending_mode = S().d.gpu[static_cast<size_t>(i)].mig_pending;
+    return nvml::kSuccess;
+  });
+}
+
+Return nvmlDeviceGetMaxMigDeviceCount(nvml::Device device, unsigned int* count) {
+  return Guarded([&] {
+    Lock lock(S().mu);
+    int i = -1;
+    if (Return rc = EnterDevice(lock, "nvmlDeviceGetMaxMigDeviceCount", device, &i); rc != nvml::kSuccess) return rc;
+    if (count == nullptr) return nvml::kErrorInvalidArgument;
+    *count = S().d.gpu[static_cast<size_t>(i)].mig_current ? kMaxMig : 0;
+    return nvml::kSuccess;
+  });
+}
+
+Return nvmlDeviceGetMigDeviceHandleByIndex(nvml::Device device, unsigned int index, nvml::Device* mig_device) {
+  return Guarded([&] {
+    Lock lock(S().mu);
+    int i = -1;
+    if (Return rc = EnterDevice(lock, "nvmlDeviceGetMigDeviceHandleByIndex", device, &i); rc != nvml::kSuccess) {
+      return rc;
+    }
+    const Gpu& g = S().d.gpu[static_cast<size_t>(i)];
+    if (mig_device == nullptr || index >= kMaxMig) return nvml::kErrorInvalidArgument;
+    if (!g.mig_current || index >= g.mig_devices) return nvml::kErrorNotFound;
+    *mig_device = reinterpret_cast<nvml::Device>(kMigHandleBase + static_cast<std::uintptr_t>(i) * kMaxMig + index);
     return nvml::kSuccess;
   });
 }
@@ -845,6 +891,8 @@ static_assert(std::is_same_v<decltype(&nvmlDeviceGetPcieReplayCounter), nvml::De
 static_assert(std::is_same_v<decltype(&nvmlDeviceGetNvLinkState), nvml::DeviceGetNvLinkStateFn>);
 static_assert(std::is_same_v<decltype(&nvmlDeviceGetNvLinkErrorCounter), nvml::DeviceGetNvLinkErrorCounterFn>);
 static_assert(std::is_same_v<decltype(&nvmlDeviceGetMigMode), nvml::DeviceGetMigModeFn>);
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetMaxMigDeviceCount), nvml::DeviceGetMaxMigDeviceCountFn>);
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetMigDeviceHandleByIndex), nvml::DeviceGetMigDeviceHandleByIndexFn>);
 static_assert(std::is_same_v<decltype(&nvmlEventSetCreate), nvml::EventSetCreateFn>);
 static_assert(std::is_same_v<decltype(&nvmlDeviceRegisterEvents), nvml::DeviceRegisterEventsFn>);
 static_assert(std::is_same_v<decltype(&nvmlEventSetWait_v2), nvml::EventSetWaitFn>);
