@@ -623,8 +623,10 @@ std::vector<ConfigKey> MakeTable() {
         "without the rank annotation: the first of these pod labels (else annotations) gives the rank (Indexed Jobs, "
         "StatefulSets; \"\": none)",
         kNoChartValue);
-  t.Add(Text("k8s_rank_env", CLUSTERD_FIELD(k8s.rank_env), "NAME"),
-        "container env var with the rank when neither the annotation nor an index is there (e.g. RANK)", kNoChartValue);
+  t.Add(Text("k8s_rank_env", CLUSTERD_FIELD(k8s.rank_env), "NAMES"),
+        "container env vars with the rank when neither the annotation nor an index is there, comma-separated, the "
+        "first found (e.g. RANK,PET_NODE_RANK; a value from the pod's own label or annotation is resolved)",
+        kNoChartValue);
   t.Add(Text("k8s_devices_annotation", CLUSTERD_FIELD(k8s.devices_annotation), "KEY"),
         "pod annotation listing its devices", "kubernetes.devicesAnnotation");
   t.Add(Text("k8s_job_kind_label", CLUSTERD_FIELD(k8s.job_kind_label), "KEY"),

@@ -216,6 +216,8 @@ std::vector<k8s::PodInfo> KubernetesActions::PodsOfJob(const std::string& job_id
     auto pod = k8s::ParsePod(obj, ctx_->discovery());
     if (pod.ok() && k8s::JobKeyOf(*pod, podgroups) == job_id) out.push_back(std::move(*pod));
   }
+  // Ranked as discovery ranks them (a JobSet's pods across its child Jobs).
+  k8s::RankJobSetPods(out, podgroups);
   return out;
 }
 

@@ -203,7 +203,27 @@ StatusOr<uint32_t> DevicesFromResources(const json& spec, const DiscoveryOptions
 }
 
 // The literal value of the first container env var `name`.
-std::optional<std::string> EnvValue(const json& spec, const std::string& name) {
+// The key of a fieldRef to the pod's own metadata: metadata.labels['KEY'] or
+// metadata.annotations['KEY'] (either quote); *label tells which.
+std::optional<std::string> MetadataFieldKey(std::string_view path, bool* label) {
+  for (std::string_view prefix : {std::string_view("metadata.labels["), std::string_view("metadata.annotations[")}) {
+    if (path.substr(0, prefix.size()) != prefix) continue;
+    std::string_view rest = path.substr(prefix.size());
+    if (rest.size() < 4 || (rest.front() != '\'' && rest.front() != '"') || rest.back() != ']' ||
+        rest[rest.size() - 2] != rest.front()) {
+      return std::nullopt;
+    }
+    *label = prefix[9] == 'l';
+    return std::string(rest.substr(1, rest.size() - 3));
+  }
+  return std::nullopt;
+}
+
+// A container env var's value: its literal `value`, or its valueFrom.fieldRef
+// to the pod's own label or annotation (how Kubeflow's trainer and JobSet give
+// PET_NODE_RANK the completion index); *from_key is that key ("" for a literal).
+std::optional<std::string> EnvValue(const json& spec, const std::string& name, const json& labels,
+                                    const json& annotations, std::string* from_key) {
   const json* containers = Member(spec, "containers");
   if (!containers || !containers->is_array()) return std::nullopt;
   for (const json& c : *containers) {
@@ -212,8 +232,20 @@ std::optional<std::string> EnvValue(const json& spec, const std::string& name) {
     for (const json& e : *env) {
       const std::string* n = StringMember(e, "name");
       if (!n || *n != name) continue;
-      const std::string* v = StringMember(e, "value");
-      if (v) return *v;
+      if (const std::string* v = StringMember(e, "value")) {
+        from_key->clear();
+        return *v;
+      }
+      const json* from = Member(e, "valueFrom");
+      const json* ref = from ? Member(*from, "fieldRef") : nullptr;
+      const std::string* path = ref ? StringMember(*ref, "fieldPath") : nullptr;
+      bool label = false;
+      auto key = path ? MetadataFieldKey(*path, &label) : std::nullopt;
+      if (!key) continue;
+      if (const std::string* v = StringMember(label ? labels : annotations, *key)) {
+        *from_key = *key;
+        return *v;
+      }
     }
   }
   return std::nullopt;
@@ -305,6 +337,28 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
         p.podgroup = *pg;
       }
     }
+    // A JobSet's pods (each owned by one of its child Jobs) are one job: the
+    // JobSet's.
+    if (!opts.jobset_uid_label.empty()) {
+      if (const std::string* js = StringMember(lab, opts.jobset_uid_label); js && !js->empty()) {
+        CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(where + " label " + opts.jobset_uid_label, *js));
+        p.owner_uid = *js;
+        p.owner_kind = "JobSet";
+        const std::string* name = StringMember(lab, opts.jobset_name_label);
+        p.owner_name = name && ValidateNodeName("", *name).ok() ? *name : std::string();
+        for (const std::string& key : opts.jobset_index_labels) {
+          const std::string* v = StringMember(lab, key);
+          if (!v) continue;
+          auto index = ParseUnsigned(Trim(*v), kMaxPodRank);
+          if (!index) {
+            return InvalidArgument(where + ": label " + key + " " + Quoted(*v) + " is not an index from 0 to " +
+                                   std::to_string(kMaxPodRank));
+          }
+          p.jobset_index = static_cast<uint32_t>(*index);
+          break;
+        }
+      }
+    }
     if (p.owner_uid.empty() && p.podgroup.empty()) {
       return NotFound(where + ": no controller owner and no PodGroup: not a job pod");
     }
@@ -342,10 +396,19 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
         rank_text = *a;
         rank_from = "annotation " + key;
       }
+      p.rank_from_index = rank_text.has_value();
     }
-    if (!rank_text && !opts.rank_env.empty()) {
-      rank_text = EnvValue(spec, opts.rank_env);
-      rank_from = "env " + opts.rank_env;
+    for (std::string_view env_name : SplitComma(opts.rank_env)) {
+      if (rank_text) break;
+      const std::string name(Trim(env_name));
+      std::string from_key;
+      rank_text = EnvValue(spec, name, lab, ann, &from_key);
+      rank_from = "env " + name + (from_key.empty() ? "" : " (from " + from_key + ")");
+      // Taken from a workload index: a configured index key, or Kubernetes' own.
+      p.rank_from_index =
+          rank_text &&
+          (from_key == "batch.kubernetes.io/job-completion-index" || from_key == "apps.kubernetes.io/pod-index" ||
+           std::find(opts.rank_index_keys.begin(), opts.rank_index_keys.end(), from_key) != opts.rank_index_keys.end());
     }
     if (!rank_text) return NotFound(where + ": no rank (" + opts.rank_annotation + ")");
     auto rank = ParseUnsigned(Trim(*rank_text), kMaxPodRank);
@@ -476,6 +539,26 @@ std::vector<uint32_t> PodDeviceRanks(const PodInfo& pod) {
   out.reserve(width);
   for (uint64_t i = 0; i < width; ++i) out.push_back(static_cast<uint32_t>(base + i));
   return out;
+}
+
+void RankJobSetPods(std::vector<PodInfo>& pods, const PodGroupMap& podgroups) {
+  std::map<std::string, std::vector<PodInfo*>> jobs;
+  for (auto& p : pods) {
+    if (p.jobset_index && p.rank_from_index) jobs[JobKeyOf(p, podgroups)].push_back(&p);
+  }
+  for (auto& [key, members] : jobs) {
+    if (key.empty()) continue;
+    uint64_t width = 0;  // pods per child Job: the widest one's
+    for (const PodInfo* p : members) width = std::max<uint64_t>(width, uint64_t{p->rank} + 1);
+    for (PodInfo* p : members) {
+      const uint64_t rank = uint64_t{*p->jobset_index} * width + p->rank;
+      const uint64_t devices = std::max<uint64_t>(p->devices_per_pod, 1);
+      p->jobset_index.reset();  // applied once
+      // Too large: keeps the index within its Job (a duplicate rank, warned about).
+      if (rank > kMaxPodRank || rank * devices + devices - 1 > UINT32_MAX) continue;
+      p->rank = static_cast<uint32_t>(rank);
+    }
+  }
 }
 
 size_t ApplyKubeletDevices(std::vector<PodInfo>& pods, const KubeletDevices& kubelet) {

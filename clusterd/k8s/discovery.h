@@ -60,10 +60,23 @@ struct DiscoveryOptions {
   // of a StatefulSet (a pod template cannot give each pod its own rank).
   std::vector<std::string> rank_index_keys = {"batch.kubernetes.io/job-completion-index",
                                               "apps.kubernetes.io/pod-index"};
-  // When set (e.g. "RANK", PyTorchJob style) and neither the rank annotation
-  // nor an index is there: the first container env var of this name with a literal `value`
-  // gives the pod rank (valueFrom is not resolved).
+  // When set (e.g. "RANK,PET_NODE_RANK": comma-separated, the first found)
+  // and neither the rank annotation nor an index is there: the first container
+  // env var of this name gives the pod rank, from its literal `value` or its
+  // valueFrom.fieldRef to one of the pod's own labels or annotations
+  // (metadata.labels['KEY'], metadata.annotations['KEY']); other valueFrom
+  // sources are not resolved.
   std::string rank_env;
+  // A JobSet (jobset.x-k8s.io): its pods, each owned by one of its child
+  // Jobs, are one job keyed by this label (the JobSet's UID), named by the
+  // name label, owner kind "JobSet". A pod whose rank is its index within
+  // its child Job (an index key, or an env var taken from one) is ranked
+  // across the JobSet by RankJobSetPods, with the first of the index labels
+  // it has (the child Job's index in the JobSet).
+  std::string jobset_uid_label = "jobset.sigs.k8s.io/jobset-uid";
+  std::string jobset_name_label = "jobset.sigs.k8s.io/jobset-name";
+  std::vector<std::string> jobset_index_labels = {"jobset.sigs.k8s.io/job-global-index",
+                                                  "jobset.sigs.k8s.io/job-index"};
   // Devices the pod really holds: "Ascend910-0,Ascend910-1" -> {0, 1} (the
   // integer after the last '-' of each comma-separated item, or an item that
   // is only digits). An empty value counts as absent.
@@ -118,6 +131,12 @@ struct PodInfo {
   // devices.size() when the annotation is present, else from the resource
   // limits (0: the pod holds no accelerator).
   uint32_t devices_per_pod = 0;
+  // The rank is the pod's index within its workload (an index key, or an
+  // env var taken from one), not a rank of the whole job.
+  bool rank_from_index = false;
+  // A JobSet pod's child Job index (DiscoveryOptions::jobset_index_labels),
+  // until RankJobSetPods applied it.
+  std::optional<uint32_t> jobset_index;
   bool terminating = false;  // metadata.deletionTimestamp set
   std::string kind_label;    // the job kind label's value, empty when absent
   // Annotations under DiscoveryOptions::policy_prefix (string values only).
@@ -163,6 +182,15 @@ std::string PodGroupMapKey(std::string_view ns, std::string_view name);
 // the pod's controller owner's UID. Empty for a pod that has only a PodGroup
 // annotation naming a PodGroup not (yet) known: it joins no job.
 std::string JobKeyOf(const PodInfo& pod, const PodGroupMap& podgroups);
+
+// The pods of a JobSet whose rank is their index within their child Job
+// (rank_from_index, jobset_index set) get the rank across the JobSet:
+// child Job index x W + index, W the widest child Job's pod count seen
+// (JobSets run child Jobs of one size per replicated job). Each job's pods
+// together (the integration's whole cache, or the actuator's pods of one
+// job), so both see the same ranks. A rank that would not fit keeps the
+// index within its Job (then a duplicate, warned about by BuildJobs).
+void RankJobSetPods(std::vector<PodInfo>& pods, const PodGroupMap& podgroups);
 
 // Whether a pod's ranks count in its job's placement: scheduled (nodeName
 // set), not terminating, and not finished (phase Succeeded or Failed: its

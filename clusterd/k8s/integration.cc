@@ -41,6 +41,7 @@ JobView ParseJobView(const KubernetesContext& ctx) {
       ++v.refused;
     }
   }
+  k8s::RankJobSetPods(v.pods, v.podgroups);
   return v;
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
@@ -361,11 +362,19 @@ TEST(K8sDiscovery, PyTorchJobByRankEnvWithoutDeviceIds) {
   json annotated = list["items"][1];
   annotated["metadata"]["annotations"]["hccl/rankIndex"] = "5";
   EXPECT_EQ(MustParse(annotated, opts).rank, 5u);
-  // Only a literal value counts: valueFrom is not resolved.
+  // valueFrom: a fieldRef to the pod's own label or annotation is resolved;
+  // nothing else is (another field, a missing key, a malformed path).
   json from_field = list["items"][1];
+  from_field["metadata"]["labels"]["replica-index"] = "6";
   from_field["spec"]["containers"][0]["env"][3] = {
       {"name", "RANK"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.labels['replica-index']"}}}}}};
-  EXPECT_EQ(ParsePod(from_field, opts).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(MustParse(from_field, opts).rank, 6u);
+  EXPECT_FALSE(MustParse(from_field, opts).rank_from_index);
+  for (const char* path : {"metadata.labels['no-such-label']", "spec.nodeName", "metadata.labels[replica-index]",
+                           "metadata.labels['replica-index\"]", "metadata.labels['']"}) {
+    from_field["spec"]["containers"][0]["env"][3]["valueFrom"]["fieldRef"]["fieldPath"] = path;
+    EXPECT_EQ(ParsePod(from_field, opts).status().code(), StatusCode::kNotFound) << path;
+  }
   // A pod holding no accelerator: one rank, no device.
   json cpu_only = list["items"][1];
   cpu_only["spec"]["containers"][0]["resources"] = {{"limits", {{"cpu", "4"}}}};
@@ -376,6 +385,65 @@ TEST(K8sDiscovery, PyTorchJobByRankEnvWithoutDeviceIds) {
   json requests_only = list["items"][1];
   requests_only["spec"]["containers"][0]["resources"]["limits"].erase("huawei.com/npu");
   EXPECT_EQ(MustParse(requests_only, opts).devices_per_pod, 4u);
+}
+
+// A JobSet (Kubeflow's trainer runs PyTorch on one): two child Jobs of two
+// pods each, PET_NODE_RANK from each pod's completion index. One job keyed by
+// the JobSet's UID, ranks across the JobSet (child Job index x 2 + index), as
+// the actuator sees them too.
+TEST(K8sDiscovery, JobSetPodsAreOneJobRankedAcrossItsChildJobs) {
+  auto pod = [](const std::string& name, int job_index, int index) {
+    json p = IndexedPod(name, json::object(), {{"batch.kubernetes.io/job-completion-index", std::to_string(index)}});
+    p["metadata"]["ownerReferences"][0]["name"] = "llm-node-" + std::to_string(job_index);
+    p["metadata"]["ownerReferences"][0]["uid"] = "child-job-" + std::to_string(job_index);
+    p["metadata"]["labels"] = {{"jobset.sigs.k8s.io/jobset-name", "llm"},
+                               {"jobset.sigs.k8s.io/jobset-uid", "jobset-uid-1"},
+                               {"jobset.sigs.k8s.io/replicatedjob-name", "node"},
+                               {"jobset.sigs.k8s.io/job-index", std::to_string(job_index)},
+                               {"jobset.sigs.k8s.io/job-global-index", std::to_string(job_index)}};
+    p["spec"]["containers"][0]["env"] = json::array(
+        {{{"name", "PET_NODE_RANK"},
+          {"valueFrom",
+           {{"fieldRef", {{"fieldPath", "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}}}}});
+    p["spec"]["containers"][0]["resources"] = json{{"limits", {{"nvidia.com/gpu", "2"}}}};
+    return p;
+  };
+  DiscoveryOptions opts;
+  opts.rank_index_keys = {};  // the rank from the env var alone
+  opts.rank_env = "RANK,PET_NODE_RANK";
+  std::vector<PodInfo> pods;
+  for (const auto& [name, job, index] : std::vector<std::tuple<std::string, int, int>>{
+           {"llm-node-1-1", 1, 1}, {"llm-node-0-0", 0, 0}, {"llm-node-1-0", 1, 0}, {"llm-node-0-1", 0, 1}}) {
+    pods.push_back(MustParse(pod(name, job, index), opts));
+  }
+  EXPECT_EQ(pods[0].owner_uid, "jobset-uid-1");
+  EXPECT_EQ(pods[0].owner_kind, "JobSet");
+  EXPECT_TRUE(pods[0].rank_from_index);
+  EXPECT_EQ(pods[0].rank, 1u);  // within its child Job, until ranked across the JobSet
+  RankJobSetPods(pods, kNoPodGroups);
+  EXPECT_EQ(pods[0].rank, 3u);
+  EXPECT_EQ(pods[1].rank, 0u);
+  EXPECT_EQ(pods[2].rank, 2u);
+  EXPECT_EQ(pods[3].rank, 1u);
+  RankJobSetPods(pods, kNoPodGroups);  // applied once
+  EXPECT_EQ(pods[0].rank, 3u);
+  auto jobs = BuildJobs(pods, kNoPodGroups, opts);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].job.id(), "jobset-uid-1");
+  EXPECT_EQ(jobs[0].job.labels().at("k8s.name"), "llm");
+  EXPECT_EQ(jobs[0].job.labels().at("k8s.owner-kind"), "JobSet");
+  EXPECT_EQ(jobs[0].job.placement_size(), 8);
+  EXPECT_TRUE(jobs[0].warnings.empty());
+  // A literal RANK (the user's own global rank) is not re-ranked.
+  json literal = pod("llm-node-1-0", 1, 0);
+  literal["spec"]["containers"][0]["env"].push_back({{"name", "RANK"}, {"value", "5"}});
+  std::vector<PodInfo> one = {MustParse(literal, opts)};
+  RankJobSetPods(one, kNoPodGroups);
+  EXPECT_EQ(one[0].rank, 5u);
+  // A bad child Job index is refused.
+  json bad = pod("x", 0, 0);
+  bad["metadata"]["labels"]["jobset.sigs.k8s.io/job-global-index"] = "-1";
+  EXPECT_EQ(ParsePod(bad, opts).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(K8sDiscovery, OwnerKindAndKindLabelChooseTheKind) {
