@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   clusterd::SetLogLevel(config->log_level);
+  if (config->probe) return clusterd::noded::RunProbe(*config, std::cout);
 
   // Every connection costs a descriptor; the soft limit (often 1024) is far
   // below what the hard limit allows.

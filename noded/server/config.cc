@@ -118,6 +118,7 @@ const ConfigSetters<NodedConfig>& Setters() {
        [](const std::string& v, NodedConfig* c) {
          return SetDuration("progress_interval", v, std::chrono::seconds(1), &c->progress_interval);
        }},
+      {"probe", [](const std::string& v, NodedConfig* c) { return SetBool("probe", v, &c->probe); }},
       {"pod_resources_socket",
        [](const std::string& v, NodedConfig* c) {
          if (!v.empty() && v[0] != '/') {
@@ -251,7 +252,7 @@ const char* SystemGetenv(const char* name) { return std::getenv(name); }
 
 StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help, GetEnvFn getenv) {
   if (getenv == nullptr) getenv = SystemGetenv;
-  auto split = SplitFlags(args, KnownKey);
+  auto split = SplitFlags(args, KnownKey, [](const std::string& key) { return key == "probe"; });
   if (!split.ok()) return split.status();
   *help = split->help;
   NodedConfig cfg;
@@ -318,6 +319,9 @@ Flags (the JSON config file takes the same keys with '_'):
                             (default nvidia.com/gpu,nvidia.com/mig-*,huawei.com/Ascend910,
                             huawei.com/Ascend310P,huawei.com/Ascend310,huawei.com/npu)
   --labels k=v,k2=v2        labels reported with the node
+  --probe                   print what the accelerator backend sees (devices, one health
+                            reading, versions, node faults) as JSON and exit: 0 when it
+                            could list the devices, 1 otherwise
   --poll-interval DUR       collection interval (default 1s)
   --heartbeat-interval DUR  heartbeat interval (default 2s)
   --metrics-interval DUR    metric snapshot interval (default 10s)

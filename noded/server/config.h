@@ -47,6 +47,8 @@ struct NodedConfig {
   std::vector<std::string> pod_resources_resources = {"nvidia.com/gpu",       "nvidia.com/mig-*",
                                                       "huawei.com/Ascend910", "huawei.com/Ascend310P",
                                                       "huawei.com/Ascend310", "huawei.com/npu"};
+  // Print what the accelerator backend sees and exit (RunProbe).
+  bool probe = false;
   std::map<std::string, std::string> labels;
   std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);

@@ -98,6 +98,73 @@ struct NodedServer::Impl {
   }
 };
 
+namespace {
+
+BackendOptions BackendOptionsOf(const NodedConfig& cfg) {
+  BackendOptions bo;
+  bo.kind = cfg.accelerator;
+  if (!cfg.dcmi_path.empty()) bo.dcmi_paths.push_back(cfg.dcmi_path);
+  bo.npu_smi_command = cfg.npu_smi_command;
+  if (!cfg.nvml_path.empty()) bo.nvml_paths.push_back(cfg.nvml_path);
+  bo.nvml_call_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.nvml_call_timeout);
+  bo.nvml_xid_hold = std::chrono::duration_cast<std::chrono::seconds>(cfg.nvml_xid_hold);
+  bo.sim_devices = static_cast<int>(cfg.sim_devices);
+  return bo;
+}
+
+}  // namespace
+
+int RunProbe(const NodedConfig& cfg, std::ostream& out) {
+  nlohmann::json j;
+  j["accelerator"] = cfg.accelerator;
+  auto print = [&](int rc) {
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return rc;
+  };
+  auto backend = MakeBackend(BackendOptionsOf(cfg));
+  if (!backend.ok()) {
+    j["error"] = backend.status().ToString();
+    return print(1);
+  }
+  AcceleratorBackend& b = **backend;
+  j["backend"] = b.name();
+  if (Status st = b.Init(); !st.ok()) {
+    j["error"] = st.ToString();
+    return print(1);
+  }
+  auto devices = b.Devices();
+  if (!devices.ok()) {
+    j["error"] = devices.status().ToString();
+    return print(1);
+  }
+  j["devices"] = nlohmann::json::array();
+  for (const auto& d : *devices) {
+    j["devices"].push_back({{"id", d.id},
+                            {"vendor", d.vendor},
+                            {"model", d.model},
+                            {"serial", d.serial},
+                            {"location", d.location},
+                            {"kubelet_ids", d.kubelet_ids}});
+  }
+  auto health = b.Poll();
+  if (health.ok()) {
+    j["health"] = nlohmann::json::array();
+    for (const auto& h : *health) {
+      nlohmann::json e = {{"id", h.id}, {"healthy", h.healthy}, {"codes", h.error_codes}};
+      if (h.temperature_c) e["temperature_celsius"] = *h.temperature_c;
+      if (h.power_w) e["power_watts"] = *h.power_w;
+      if (!h.read_error.empty()) e["read_error"] = h.read_error;
+      j["health"].push_back(std::move(e));
+    }
+  } else {
+    j["health_error"] = health.status().ToString();
+  }
+  j["versions"] = nlohmann::json::object();
+  for (const auto& [link, version] : b.ChainVersions()) j["versions"][link] = version;
+  j["node_faults"] = b.reports_node_faults() ? b.NodeFaults() : std::vector<std::string>{};
+  return print(0);
+}
+
 NodedServer::NodedServer(NodedConfig config) : impl_(std::make_unique<Impl>()) { impl_->config = std::move(config); }
 
 NodedServer::~NodedServer() { Shutdown(); }
@@ -111,15 +178,7 @@ Status NodedServer::Start() {
   if (!outbox.ok()) return outbox.status();
   s.outbox = std::move(*outbox);
 
-  BackendOptions bo;
-  bo.kind = cfg.accelerator;
-  if (!cfg.dcmi_path.empty()) bo.dcmi_paths.push_back(cfg.dcmi_path);
-  bo.npu_smi_command = cfg.npu_smi_command;
-  if (!cfg.nvml_path.empty()) bo.nvml_paths.push_back(cfg.nvml_path);
-  bo.nvml_call_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.nvml_call_timeout);
-  bo.nvml_xid_hold = std::chrono::duration_cast<std::chrono::seconds>(cfg.nvml_xid_hold);
-  bo.sim_devices = static_cast<int>(cfg.sim_devices);
-  auto backend = MakeBackend(bo);
+  auto backend = MakeBackend(BackendOptionsOf(cfg));
   if (!backend.ok()) return backend.status();
   s.backend = std::move(*backend);
   CLUSTERD_RETURN_IF_ERROR(s.backend->Init());

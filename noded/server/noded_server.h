@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <ostream>
 
 #include "common/status.h"
 #include "noded/server/config.h"
@@ -24,5 +25,13 @@ class NodedServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// `noded --probe`: the accelerator backend of `config` initialised, its
+// devices, one Poll, the driver versions it gives the software chain and
+// its node faults, printed to `out` as one JSON object; no Outbox, no
+// stream, no threads left behind. 0 when the devices could be listed (no
+// driver is a listing of none, with its node fault), 1 otherwise (the error
+// in the object).
+int RunProbe(const NodedConfig& config, std::ostream& out);
 
 }  // namespace clusterd::noded

@@ -21,6 +21,11 @@ PodResourcesWatcher::PodResourcesWatcher(PodResourcesOptions options, Agent* age
     : options_(std::move(options)), agent_(agent), on_change_(std::move(on_change)), rpc_(std::make_unique<Rpc>()) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_answer_bytes);
+  // A restarted kubelet is asked again within seconds, not after gRPC's
+  // default reconnect backoff (up to two minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   rpc_->stub = ::v1::PodResourcesLister::NewStub(
       grpc::CreateCustomChannel("unix://" + options_.socket, grpc::InsecureChannelCredentials(), args));
   if (metrics != nullptr) {

@@ -106,4 +106,17 @@ echo "fail nvmlDeviceGetTemperature 6 15" >>"$WORK/nvml-gpu01"
 lost() { [[ "$(fault_of gpu01 GPU_LOST)" == "6 FAULT_LEVEL_SEPARATE" ]]; }
 wait_until 30 lost
 grep -q "control line skipped" "$WORK/noded-gpu01.log" && fail "a control line was not understood"
+
+echo "-- E: noded --probe prints what the backend sees, as an operator checks a GPU node"
+probe=$(FAKE_NVML_DEVICES=2 FAKE_NVML_CONTROL="$WORK/nvml-probe" "$BIN/noded" --node-name probe --accelerator nvml \
+  --nvml-path "$ROOT/build/test-lib/fake_nvml/libnvidia-ml.so.1" --probe --log-level error) || fail "E: noded --probe failed"
+got=$(echo "$probe" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(j["backend"], len(j["devices"]), j["devices"][1]["kubelet_ids"][0], j["versions"]["driver"],
+      all(h["healthy"] for h in j["health"]), j["node_faults"])')
+expect_contains "$got" "nvml 2 GPU-00000000-0000-0000-0000-000000000001 550.54.15 True []" "E: the probe's answer"
+nodriver=$("$BIN/noded" --node-name probe --accelerator nvml --nvml-path /nonexistent/libnvidia-ml.so.1 --probe \
+  --log-level error) || fail "E: no driver is not a failure of the probe"
+expect_contains "$nodriver" "NVML_DRIVER_NOT_LOADED" "E: no driver"
 echo "nvml e2e: OK"

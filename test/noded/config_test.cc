@@ -3,12 +3,16 @@
 // and the startup errors that name the key.
 #include "noded/server/config.h"
 
+#include <chrono>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "noded/server/noded_server.h"
 #include "noded/server/stream_client.h"
 #include "test_util.h"
 
@@ -226,6 +230,56 @@ TEST_F(NodedConfigTest, StreamClientBuildsItsChannelWithTheSecurity) {
     auto client = StreamClient::Create(ok, nullptr, nullptr, nullptr);
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     EXPECT_FALSE((*client)->connected());  // not started: nothing dialled
+  }
+}
+
+}  // namespace
+}  // namespace clusterd::noded
+
+namespace clusterd::noded {
+namespace {
+
+// The pod-resources keys and --probe (a switch), and `noded --probe` on the
+// simulator: what the backend sees, as JSON.
+TEST_F(NodedConfigTest, PodResourcesKeysAndTheProbeSwitch) {
+  auto cfg = Parse({"--pod-resources-socket", "/run/k.sock", "--pod-resources-interval", "3s",
+                    "--pod-resources-resources", "nvidia.com/gpu,example.com/acc-*", "--probe"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->pod_resources_socket, "/run/k.sock");
+  EXPECT_EQ(cfg->pod_resources_interval, std::chrono::seconds(3));
+  EXPECT_EQ(cfg->pod_resources_resources, (std::vector<std::string>{"nvidia.com/gpu", "example.com/acc-*"}));
+  EXPECT_TRUE(cfg->probe);
+  EXPECT_FALSE(Parse({})->probe);
+  EXPECT_EQ(Parse({"--pod-resources-socket", ""})->pod_resources_socket, "");
+  EXPECT_NE(Error({"--pod-resources-socket", "relative.sock"}), "");
+  EXPECT_NE(Error({"--pod-resources-interval", "10ms"}), "");
+  EXPECT_NE(Error({"--pod-resources-resources", "a,,b"}), "");
+  EXPECT_NE(Error({"--pod-resources-resources", "*"}), "");
+  EXPECT_TRUE(Contains(NodedUsage(), "--probe"));
+}
+
+TEST_F(NodedConfigTest, ProbePrintsWhatTheBackendSees) {
+  auto cfg = Parse({"--accelerator", "sim", "--sim-devices", "3", "--probe"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  std::ostringstream out;
+  EXPECT_EQ(RunProbe(*cfg, out), 0);
+  const auto j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(j["backend"], "sim");
+  ASSERT_EQ(j["devices"].size(), 3u);
+  EXPECT_EQ(j["devices"][2]["id"], 2);
+  ASSERT_EQ(j["health"].size(), 3u);
+  EXPECT_EQ(j["health"][0]["healthy"], true);
+  // A backend that cannot start: 1, the error in the answer.
+  cfg->accelerator = "ascend";
+  cfg->dcmi_path = P("no-such-libdcmi.so");
+  std::ostringstream failed;
+  const int rc = RunProbe(*cfg, failed);
+  const auto f = nlohmann::json::parse(failed.str());
+  if (rc == 0) {
+    EXPECT_TRUE(f.contains("devices"));  // a machine with a real driver
+  } else {
+    EXPECT_EQ(rc, 1);
+    EXPECT_TRUE(f.contains("error")) << failed.str();
   }
 }
 

@@ -138,6 +138,22 @@ TEST_F(PodResourcesTest, AKubeletThatFailsLeavesTheLastAnswerStanding) {
   EXPECT_NE(m.find("noded_pod_resources_up 0"), std::string::npos) << m;
 }
 
+TEST_F(PodResourcesTest, ARestartedKubeletIsAskedAgain) {
+  auto kubelet = clusterd::testing::FakeKubelet::Start(options_.socket);
+  ASSERT_NE(kubelet, nullptr);
+  kubelet->Answer(Listing({{"train", "llm-0", "nvidia.com/gpu", {"1"}}}));
+  auto w = Watcher();
+  ASSERT_TRUE(w->ListOnce().ok());
+  kubelet.reset();  // the kubelet restarts: its socket goes away
+  EXPECT_FALSE(w->ListOnce().ok());
+  EXPECT_EQ(Pods(), "train/llm-0:1, ");
+  kubelet = clusterd::testing::FakeKubelet::Start(options_.socket);
+  ASSERT_NE(kubelet, nullptr);
+  kubelet->Answer(Listing({{"train", "llm-0", "nvidia.com/gpu", {"2"}}}));
+  EXPECT_TRUE(clusterd::testing::WaitFor([&] { return w->ListOnce().ok(); }));
+  EXPECT_EQ(Pods(), "train/llm-0:2, ");
+}
+
 TEST_F(PodResourcesTest, TheThreadAsksUntilStoppedAndAKubeletThatComesLaterIsFound) {
   options_.interval = 1s;
   auto w = Watcher();
