@@ -97,6 +97,76 @@ TEST_F(GrpcTest, OversizedMessageIsRefused) {
   EXPECT_EQ(Summary().nodes().total(), 0u);
 }
 
+// PodDevicesUpdate over a real stream, as a hostile agent sends it: a good
+// one is stored; an empty one clears; unsorted, repeated, out-of-range or
+// oversized ones end the stream with INVALID_ARGUMENT naming the field and
+// change nothing; one sent before the hello is refused; the server stays up.
+TEST_F(GrpcTest, PodDevicesUpdatesAreValidatedAndAHostileOneChangesNothing) {
+  auto update = [](std::vector<std::pair<std::string, std::vector<uint32_t>>> pods) {
+    v1::ConnectRequest req;
+    req.mutable_pod_devices();  // set even with no pods
+    for (auto& [name, ids] : pods) {
+      auto* p = req.mutable_pod_devices()->add_pods();
+      p->set_namespace_("train");
+      p->set_name(name);
+      for (uint32_t id : ids) p->add_device_ids(id);
+    }
+    return req;
+  };
+  auto stored = [&] {
+    std::string out;
+    const v1::GetNodeResponse node = GetNode("worker01");
+    for (const auto& p : node.node().inventory().pod_devices()) out += p.name() + " ";
+    return out;
+  };
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  ASSERT_TRUE(agent.Send(update({{"a", {0, 1}}, {"b", {4}}})));
+  EXPECT_TRUE(testing::WaitFor([&] { return stored() == "a b "; }));
+  ASSERT_TRUE(agent.Send(update({})));  // every pod gone
+  EXPECT_TRUE(testing::WaitFor([&] { return stored().empty(); }));
+  ASSERT_TRUE(agent.Send(update({{"a", {0}}})));
+  EXPECT_TRUE(testing::WaitFor([&] { return stored() == "a "; }));
+
+  std::vector<v1::ConnectRequest> hostile = {
+      update({{"b", {0}}, {"a", {1}}}),        // out of order
+      update({{"a", {0}}, {"a", {1}}}),        // the same pod twice
+      update({{"a", {3, 3}}}),                 // a device twice
+      update({{"a", {70000}}}),                // no such device id
+      update({{"bad name", {0}}}),             // not a Kubernetes name
+      update({{std::string(300, 'p'), {0}}}),  // too long
+  };
+  v1::ConnectRequest many;
+  for (int i = 0; i < 600; ++i)
+    *many.mutable_pod_devices()->add_pods() = update({{"p" + std::to_string(1000 + i), {}}}).pod_devices().pods(0);
+  hostile.push_back(many);
+  int epoch = 2;
+  for (const auto& req : hostile) {
+    TestAgent bad(channel_, "worker01", epoch++);
+    v1::Hello hello = bad.MakeHello();  // the hello carries the pods too: "a"
+    *hello.mutable_inventory()->mutable_pod_devices() = update({{"a", {0}}}).pod_devices().pods();
+    ASSERT_TRUE(bad.Connect(&hello));
+    ASSERT_TRUE(bad.Send(req));
+    bad.Close();
+    EXPECT_EQ(bad.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT) << req.ShortDebugString().substr(0, 200);
+    EXPECT_NE(bad.status().error_message().find("pod_devices.pods"), std::string::npos) << bad.status().error_message();
+    EXPECT_EQ(stored(), "a ") << "a refused update changed nothing";
+  }
+  // Before the hello: refused, nothing stored.
+  {
+    auto stub = v1::NodeAgentService::NewStub(channel_);
+    grpc::ClientContext ctx;
+    auto stream = stub->Connect(&ctx);
+    ASSERT_TRUE(stream->Write(update({{"z", {0}}})));
+    stream->WritesDone();
+    v1::ConnectResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(stored(), "a ");
+  EXPECT_EQ(Summary().nodes().total(), 1u);
+}
+
 TEST_F(GrpcTest, NewerStreamReplacesOlderOne) {
   TestAgent first(channel_, "worker01", 1);
   ASSERT_TRUE(first.Connect());
