@@ -559,6 +559,18 @@ std::vector<ConfigKey> MakeTable() {
             [](const ClusterdConfig& c) { return std::to_string(c.mindcluster_registration_ttl.count()); }),
         "a fault.Fault registration with no stream open for this many seconds expires",
         "none yet (clusterd.config refuses the mindcluster_* keys)");
+  t.Add(Custom(
+            "mindcluster_taskd_wait_seconds", "N", "2 to 3600",
+            [](const std::string& v, ClusterdConfig* c) {
+              uint32_t s = 0;
+              CLUSTERD_RETURN_IF_ERROR(SetU32("mindcluster_taskd_wait_seconds", v, 2, 3600, &s));
+              c->mindcluster_taskd_wait = std::chrono::seconds(s);
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return std::to_string(c.mindcluster_taskd_wait.count()); }),
+        "MindIO's wait for ClusterD's next signal (the jobs' MINDIO_WAIT_MINDX_TIME): a signal sent to TaskD again "
+        "and unanswered this long fails its step, and the strategy after a pod move goes out 10 s before it ends",
+        "mindcluster.taskdWait");
   t.Add(
       Text("mindcluster_device_info_namespace", CLUSTERD_FIELD(mindcluster_stack.device_info_namespace), "NS"),
       "namespace of the device plugin's mindx-dl-deviceinfo-<node> ConfigMaps (the mindcluster integration reads them)",

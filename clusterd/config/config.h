@@ -175,6 +175,10 @@ struct ClusterdConfig {
   uint32_t mindcluster_max_registrations_per_principal = 100;
   // A fault.Fault registration with no stream open for this long expires.
   std::chrono::seconds mindcluster_registration_ttl{300};
+  // MindIO's wait for ClusterD's next signal (the job's
+  // MINDIO_WAIT_MINDX_TIME, the reference's 30 s): TaskD's Recover exchange
+  // keeps its own waits inside it (RecoverServiceOptions::mindio_wait).
+  std::chrono::seconds mindcluster_taskd_wait{30};
   // The "mindcluster" integration (docs/mindcluster.md, "The stack's
   // ConfigMaps"): where the device plugin's ConfigMaps are read and
   // Volcano's cluster-info ConfigMaps written, how often all of these are

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clusterd/mindcluster/signal.h"
+#include "clusterd/recovery/types.h"
 #include "common/config_util.h"
 
 namespace clusterd::mindcluster {
@@ -119,7 +120,8 @@ std::string ResetConfigJson(std::string_view current, ResetOp op, const std::vec
     }
   }
   std::string list = "[";
-  if (op == ResetOp::kFaults) {
+  if (op == ResetOp::kFaults || op == ResetOp::kFaultsInPlace) {
+    restart_fault_process = op == ResetOp::kFaultsInPlace;
     for (const ResetRank& r : ranks) {
       std::string codes, hex;
       for (const std::string& code : r.codes) {
@@ -203,8 +205,9 @@ std::string ResumeStage(const v1::Recovery& recovery, uint32_t index) {
         before.state() == v1::STEP_STATE_SUCCEEDED &&
         (before.command() == v1::JOB_COMMAND_PAUSE ||
          (before.command() == v1::JOB_COMMAND_STOP && before.strategy() != v1::RECOVERY_STRATEGY_JOB_RESCHEDULE));
-    return stopped ? std::string(TaskdJob::kStagePrefix) + std::string(TaskdJob::PhaseName(TaskdJob::Phase::kStopped))
-                   : "";
+    if (!stopped) return "";
+    if (before.message().rfind(TaskdJob::kStagePrefix, 0) == 0) return before.message();
+    return std::string(TaskdJob::kStagePrefix) + std::string(TaskdJob::PhaseName(TaskdJob::Phase::kStopped));
   }
   return "";
 }
@@ -214,7 +217,13 @@ RankFaults RankFaultsOf(const v1::Job& job, const std::vector<v1::Fault>& faults
   for (const v1::Fault& f : faults) {
     for (const auto& p : job.placement()) {
       if (p.node() != f.node()) continue;
-      if (f.has_device_id() && (!p.has_device_id() || p.device_id() != f.device_id())) continue;
+      // The one rule (a rank holding devices not known, any_device, is hit
+      // by any chip fault of its node).
+      if (!recovery::FaultHitsRank(f.has_device_id() ? std::optional<uint32_t>(f.device_id()) : std::nullopt,
+                                   p.has_device_id() ? std::optional<uint32_t>(p.device_id()) : std::nullopt,
+                                   p.any_device())) {
+        continue;
+      }
       RankFault& r = out[p.rank()];
       if (r.codes.size() < 16 && std::find(r.codes.begin(), r.codes.end(), f.code()) == r.codes.end()) {
         r.codes.push_back(f.code());
@@ -246,8 +255,8 @@ std::map<std::string, std::string> PodFaultTypes(const v1::Job& job,
   return out;
 }
 
-TaskdJob::TaskdJob(std::string job_id, std::vector<std::string> strategies)
-    : job_id_(std::move(job_id)), strategies_(std::move(strategies)) {}
+TaskdJob::TaskdJob(std::string job_id, std::vector<std::string> strategies, TaskdWaits waits)
+    : job_id_(std::move(job_id)), strategies_(std::move(strategies)), waits_(waits) {}
 
 std::string_view TaskdJob::PhaseName(Phase p) {
   switch (p) {
@@ -275,7 +284,33 @@ std::string_view TaskdJob::TargetOf(const v1::Command& command) {
   }
 }
 
+std::string_view TaskdJob::FollowUpOf(const v1::Command& command) {
+  // The reference sends globalFault right after the stop, and the pods move
+  // (or the chips reset) while MindIO waits for the strategy.
+  if (command.kind() == v1::JOB_COMMAND_PAUSE && command.strategy() == v1::RECOVERY_STRATEGY_POD_RESCHEDULE) {
+    return kStrategyRecover;
+  }
+  if (command.kind() == v1::JOB_COMMAND_STOP && command.strategy() == v1::RECOVERY_STRATEGY_PROCESS_RESTART) {
+    return kStrategyRecoverInPlace;
+  }
+  return "";
+}
+
+std::string_view TaskdJob::WireOf(std::string_view target) {
+  if (target == kStrategyRecoverInPlace) return kStrategyRecover;
+  if (target == kStrategyElastic) return kStrategyDowngrade;
+  return target;
+}
+
 bool TaskdJob::Allows(std::string_view strategy) const { return Contains(strategies_, strategy); }
+
+bool TaskdJob::Refused(std::string_view target, std::string* why) const {
+  if (!only_dump_exit_ || target.empty() || target == kStrategyExit) return false;
+  if (target == kStrategyDump && !no_dump_) return false;
+  *why = "TaskD accepts only " + std::string(no_dump_ ? "exit" : "dump or exit") + " after " + refusal_ +
+         " (MindIO's rule): not " + std::string(target);
+  return true;
+}
 
 bool TaskdJob::DumpOnly() const {
   if (!Allows(kStrategyDump)) return false;
@@ -289,9 +324,8 @@ bool TaskdJob::NeedsPreExit() const {
   if (!current_ || pre_exited_) return false;
   const v1::JobCommand kind = current_->kind();
   if (kind == v1::JOB_COMMAND_RETRY_STEP || kind == v1::JOB_COMMAND_CHECKPOINT) return false;
-  const auto& ranks = current_->hit_ranks().empty() ? current_->ranks() : current_->hit_ranks();
   // The ranks TaskD reported itself have stopped already.
-  return std::any_of(ranks.begin(), ranks.end(), [&](uint32_t r) { return !reported_.count(r); });
+  return std::any_of(ranks_.begin(), ranks_.end(), [&](uint32_t r) { return !reported_.count(r); });
 }
 
 TaskdAck TaskdJob::Done(bool success, std::string message) {
@@ -309,13 +343,11 @@ TaskdAck TaskdJob::Done(bool success, std::string message) {
 }
 
 void TaskdJob::AddFaultRanks(::ProcessManageSignal* s) const {
-  if (!current_) return;
-  const auto& ranks = current_->hit_ranks().empty() ? current_->ranks() : current_->hit_ranks();
   // A step retry answers an uncorrectable memory error (type "0") or an
   // HCCL error ("2"); anything else is a fault of the process ("1").
-  const bool retry = current_->kind() == v1::JOB_COMMAND_RETRY_STEP;
-  s->mutable_faultranks()->Reserve(ranks.size());
-  for (uint32_t r : ranks) {
+  const bool retry = kind_ == v1::JOB_COMMAND_RETRY_STEP;
+  s->mutable_faultranks()->Reserve(static_cast<int>(ranks_.size()));
+  for (uint32_t r : ranks_) {
     auto* f = s->add_faultranks();
     f->set_rankid(std::to_string(r));
     auto it = faults_.find(r);
@@ -324,8 +356,18 @@ void TaskdJob::AddFaultRanks(::ProcessManageSignal* s) const {
 }
 
 bool TaskdJob::Hccl() const {
-  if (!current_ || current_->kind() != v1::JOB_COMMAND_RETRY_STEP) return false;
+  if (kind_ != v1::JOB_COMMAND_RETRY_STEP) return false;
   return std::any_of(faults_.begin(), faults_.end(), [](const auto& f) { return f.second.hccl; });
+}
+
+TaskdOutput TaskdJob::Resend() {
+  TaskdOutput out;
+  out.signals.push_back(last_);
+  // TaskD drops a signal whose uuid it has seen; if it was never answered
+  // (the answer was lost while ClusterD restarted), none will come.
+  out.expire_after_ms = waits_.mindio_wait_ms;
+  out.expire_token = "resent:" + last_.uuid();
+  return out;
 }
 
 TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job, const RankFaults& faults) {
@@ -334,37 +376,76 @@ TaskdOutput TaskdJob::OnCommand(const v1::Command& command, const v1::Job& job, 
     // A resend: repeat what is awaited (same uuid), or go on from here.
     if (phase_ == Phase::kAwaitPreExit || phase_ == Phase::kAwaitStop || phase_ == Phase::kAwaitStrategy ||
         phase_ == Phase::kAwaitStatus) {
-      out.signals.push_back(last_);
-      return out;
+      return Resend();
     }
     return Advance();
   }
   Take(command, job, faults);
   const v1::JobCommand kind = command.kind();
-  if (kind != v1::JOB_COMMAND_PAUSE && kind != v1::JOB_COMMAND_STOP && TargetOf(command).empty()) {
+  const std::string_view target = TargetOf(command);
+  const std::string_view follow = FollowUpOf(command);
+  if (pending_ && (target != pending_->target || command.recovery_id() != pending_->command.recovery_id())) {
+    pending_.reset();  // the recovery went another way
+    early_result_.reset();
+  }
+  if (kind != v1::JOB_COMMAND_PAUSE && kind != v1::JOB_COMMAND_STOP && target.empty()) {
     out.ack = Done(false, "TaskD cannot " + std::string(v1::JobCommand_Name(kind)) +
                               ": the Recover protocol has no checkpoint-and-continue");
     return out;
   }
-  if (kind == v1::JOB_COMMAND_PAUSE && command.strategy() == v1::RECOVERY_STRATEGY_POD_RESCHEDULE &&
-      !Allows(kStrategyRecover)) {
+  if (kind == v1::JOB_COMMAND_PAUSE && follow == kStrategyRecover && !Allows(kStrategyRecover)) {
     // The pods would move for nothing: TaskD cannot recover onto them.
     out.ack = Done(false, "job " + job_id_ + "'s recover-strategy (" + JoinCommaList(strategies_) +
                               ") does not list recover: no pod is rescheduled, the job restarts instead");
     return out;
   }
-  if (std::string_view target = TargetOf(command); !target.empty() && !Allows(target)) {
-    out.ack = Done(false, "job " + job_id_ + "'s recover-strategy (" + JoinCommaList(strategies_) + ") does not list " +
-                              std::string(target));
+  for (std::string_view wanted : {target, follow}) {
+    if (!wanted.empty() && !Allows(wanted)) {
+      out.ack = Done(false, "job " + job_id_ + "'s recover-strategy (" + JoinCommaList(strategies_) +
+                                ") does not list " + std::string(wanted));
+      return out;
+    }
+    if (std::string why; Refused(wanted, &why)) {
+      out.ack = Done(false, why);
+      return out;
+    }
+  }
+  if (target == kStrategyElastic && Contains(node_ranks_, "0")) {
+    out.ack = Done(false, "a downgrade cannot drop pod rank 0 (MindIO refuses it with 406): the job needs another way");
     return out;
   }
+  if (pending_ && pending_->sent) {
+    // The changeStrategy went out early (the pods took longer than MindIO
+    // waits): this command is its answer's.
+    answer_base_ = pending_->command.id();  // its status answers this command
+    pending_.reset();
+    if (!early_result_) return out;  // the status is still to come
+    const auto [code, info] = *early_result_;
+    early_result_.reset();
+    return Finish(target, code, info);
+  }
+  pending_.reset();
   return Advance();
+}
+
+TaskdOutput TaskdJob::Finish(std::string_view target, int32_t code, const std::string& info) {
+  TaskdOutput out;
+  const std::string name(target);
+  if (code == kRecoverOk) {
+    out.reset = ResetOp::kClear;
+    reported_.clear();
+    out.ack = Done(true, "TaskD recovered the job with " + name);
+  } else {
+    out.ack = Done(false, "TaskD's " + name + " failed: code " + std::to_string(code) + (info.empty() ? "" : ", " + info));
+  }
+  return out;
 }
 
 TaskdOutput TaskdJob::Advance() {
   TaskdOutput out;
   if (!current_) return out;
   const std::string_view target = TargetOf(*current_);
+  const std::string_view follow = FollowUpOf(*current_);
   switch (phase_) {
     case Phase::kIdle: {
       if (NeedsPreExit()) {
@@ -379,6 +460,7 @@ TaskdOutput TaskdJob::Advance() {
         out.signals.push_back(Signal(kSignalSaveAndExit, "save-and-exit"));
         out.signals.back().add_actions(std::string(kActionSaveAndExit));
         AddFaultRanks(&out.signals.back());
+        for (const auto& n : node_ranks_) out.signals.back().add_noderankids(n);
         out.reset = ResetOp::kFaults;
         out.reset_ranks = fault_chips_;
         out.recover_enable = "pause";
@@ -395,7 +477,7 @@ TaskdOutput TaskdJob::Advance() {
       return out;
     }
     case Phase::kStopped: {
-      if (target.empty()) {
+      if (target.empty() && follow.empty()) {
         out.ack = Done(true, "TaskD stopped the training");
         return out;
       }
@@ -403,26 +485,52 @@ TaskdOutput TaskdJob::Advance() {
       out.signals.push_back(last_);
       out.reset = ResetOp::kFaults;
       out.reset_ranks = fault_chips_;
+      // The chips' processes restart in place (the reference's
+      // RestartFaultProcess), or their pods leave.
+      if ((target.empty() ? follow : target) == kStrategyRecoverInPlace) out.reset = ResetOp::kFaultsInPlace;
       phase_ = Phase::kAwaitStrategy;
       return out;
     }
     case Phase::kChoosing: {
+      if (std::string why; Refused(target, &why) || Refused(follow, &why)) {
+        out.ack = Done(false, why);
+        return out;
+      }
+      if (!follow.empty()) {
+        // TaskD offered; the pods move (the chips reset) while MindIO waits
+        // for the strategy, which the next command sends, or this wait does.
+        const std::string_view wire = WireOf(follow);
+        if (!Contains(offered_, wire)) {
+          out.ack = Done(false, "TaskD offered " +
+                                    (offered_.empty() ? std::string("no strategy") : JoinCommaList(offered_)) +
+                                    ", not " + std::string(wire));
+          return out;
+        }
+        pending_ = Pending{*current_, std::string(follow), false};
+        out.expire_after_ms = waits_.strategy_wait_ms;
+        out.expire_token = "strategy:" + current_->id();
+        // The stage TaskD is left in: the next step goes on from it
+        // (ResumeStage), even after a restart.
+        out.ack = Done(true, Stage());
+        return out;
+      }
       if (target.empty()) {
         out.ack = Done(true, "TaskD's training is stopped");
         return out;
       }
       if (target == kStrategyExit) {
         // A dump first where the job lists it and TaskD offers it.
-        if (!Allows(kStrategyDump) || !Contains(offered_, kStrategyDump)) return Exit(false);
+        if (no_dump_ || !Allows(kStrategyDump) || !Contains(offered_, kStrategyDump)) return Exit(false);
         last_ = BuildSignal(Phase::kAwaitStatus);
         out.signals.push_back(last_);
         phase_ = Phase::kAwaitStatus;
         return out;
       }
-      if (!Contains(offered_, target)) {
+      const std::string_view wire = WireOf(target);
+      if (!Contains(offered_, wire)) {
         out.ack =
             Done(false, "TaskD offered " + (offered_.empty() ? std::string("no strategy") : JoinCommaList(offered_)) +
-                            ", not " + std::string(target));
+                            ", not " + std::string(wire) + (wire == target ? "" : " (" + std::string(target) + ")"));
         return out;
       }
       last_ = BuildSignal(Phase::kAwaitStatus);
@@ -457,12 +565,36 @@ TaskdOutput TaskdJob::Exit(bool dumped) {
   phase_ = Phase::kIdle;
   offered_.clear();
   reported_.clear();
+  // The job restarts: a new TaskD and a new MindIO.
+  only_dump_exit_ = no_dump_ = false;
+  pending_.reset();
+  early_result_.reset();
   out.ack = Done(true, std::string("TaskD exits") + (dumped ? " after its dump" : "") + "; the job restarts");
   return out;
 }
 
+::ProcessManageSignal TaskdJob::ChangeStrategy(std::string_view uuid_base, std::string_view target) const {
+  ::ProcessManageSignal s;
+  s.set_uuid(std::string(uuid_base) + "/change-strategy/" + std::string(target));
+  s.set_jobid(job_id_);
+  s.set_signaltype("changeStrategy");
+  s.add_actions("change_strategy");
+  s.set_changestrategy(std::string(WireOf(target)));
+  AddFaultRanks(&s);
+  if (target == kStrategyRecoverInPlace) {
+    // TaskD's recover plugin restarts these pods' workers in place.
+    s.set_extraparams(std::string(kStrategyRecoverInPlace));
+    s.add_actions(std::string(kActionFaultNodesRestart));
+  } else if (target == kStrategyElastic) {
+    s.set_extraparams(std::string(kExtraScaleIn));
+  }
+  for (const auto& n : node_ranks_) s.add_noderankids(n);
+  return s;
+}
+
 ::ProcessManageSignal TaskdJob::BuildSignal(Phase awaiting) const {
   const std::string_view target = current_ ? TargetOf(*current_) : std::string_view();
+  const std::string_view follow = current_ ? FollowUpOf(*current_) : std::string_view();
   ::ProcessManageSignal s;
   switch (awaiting) {
     case Phase::kAwaitPreExit:
@@ -471,29 +603,27 @@ TaskdOutput TaskdJob::Exit(bool dumped) {
       AddFaultRanks(&s);
       for (const auto& n : node_ranks_) s.add_noderankids(n);
       return s;
-    case Phase::kAwaitStrategy:
+    case Phase::kAwaitStrategy: {
+      const std::string_view next = target.empty() ? follow : target;
       s = Signal("globalFault", "global-fault");
       s.add_actions("on_global_rank");
-      if (target == kStrategyRecoverInPlace) {
-        s.add_actions("fault_nodes_restart");
-      } else if (target != kStrategyRetry) {
-        s.add_actions("fault_nodes_exit");
-      }
       AddFaultRanks(&s);
-      for (const auto& n : node_ranks_) s.add_noderankids(n);
+      if (next == kStrategyRetry) {
+        for (const auto& n : node_ranks_) s.add_noderankids(n);
+      } else {
+        // The pods to leave exit now (none when they restart in place: the
+        // changeStrategy restarts them, after MindIO chose).
+        s.add_actions(std::string(kActionFaultNodesExit));
+        if (next != kStrategyRecoverInPlace) {
+          for (const auto& n : node_ranks_) s.add_noderankids(n);
+        }
+      }
       if (Hccl()) s.set_timeout(kHcclRetryTimeoutS);
       return s;
-    case Phase::kAwaitStatus: {
-      // The one status an exit waits for is its dump's.
-      const std::string strategy(target == kStrategyExit ? kStrategyDump : target);
-      s = Signal("changeStrategy", "change-strategy/" + strategy);
-      s.add_actions("change_strategy");
-      s.set_changestrategy(strategy);
-      AddFaultRanks(&s);
-      for (const auto& n : node_ranks_) s.add_noderankids(n);
-      if (target == kStrategyElastic) s.set_extraparams(R"({"scale-in-strategy":"DP"})");
-      return s;
     }
+    case Phase::kAwaitStatus:
+      // The one status an exit waits for is its dump's.
+      return ChangeStrategy(current_ ? current_->id() : job_id_, target == kStrategyExit ? kStrategyDump : target);
     default:
       s = Signal("stopTrain", "stop");
       s.add_actions("stop_train");
@@ -510,13 +640,18 @@ std::string TaskdJob::Stage() const {
 
 void TaskdJob::Take(const v1::Command& command, const v1::Job& job, const RankFaults& faults) {
   current_ = command;
+  answer_base_ = command.id();
+  kind_ = command.kind();
   pre_exited_ = false;
   faults_.clear();
   const auto& ranks = command.hit_ranks().empty() ? command.ranks() : command.hit_ranks();
-  node_ranks_ = NodeRanksOf(job, std::vector<uint32_t>(ranks.begin(), ranks.end()));
+  ranks_.assign(ranks.begin(), ranks.end());
+  node_ranks_ = NodeRanksOf(job, ranks_);
+  *job_.mutable_placement() = job.placement();
   fault_chips_.clear();
+  const std::set<uint32_t> wanted(ranks_.begin(), ranks_.end());
   for (const auto& p : job.placement()) {
-    if (std::find(ranks.begin(), ranks.end(), p.rank()) != ranks.end()) {
+    if (wanted.count(p.rank())) {
       ResetRank r{p.rank(), p.has_device_id() ? p.device_id() : 0, "", {}};
       if (auto f = faults.find(p.rank()); f != faults.end()) {
         faults_.emplace(f->first, f->second);
@@ -554,7 +689,6 @@ TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std
   Take(command, job, faults);
   offered_ = std::move(offered);
   phase_ = *phase;
-  TaskdOutput out;
   // Stopped before (a stage past the preExitProcess): not again.
   pre_exited_ = phase_ != Phase::kIdle && phase_ != Phase::kAwaitPreExit;
   switch (phase_) {
@@ -564,8 +698,7 @@ TaskdOutput TaskdJob::Resume(const v1::Command& command, const v1::Job& job, std
     case Phase::kAwaitStatus:
       // Sent, not answered: the same signal again (the same uuid).
       last_ = BuildSignal(phase_);
-      out.signals.push_back(last_);
-      return out;
+      return Resend();
     default:
       // Answered: go on from there, never back.
       return Advance();
@@ -608,32 +741,77 @@ TaskdOutput TaskdJob::OnRecoverStatus(const ::RecoverStatusRequest& req) {
     return out;
   }
   const std::string strategy = last_.changestrategy();
-  const bool ok = req.status().code() == kRecoverOk;
-  out.process_recover_status = strategy + (ok ? "-success" : "-failed");
+  // The ClusterD name of what was asked ("recover-in-place" is "recover"
+  // with that extraParams).
+  const std::string asked =
+      strategy == kStrategyRecover && last_.extraparams() == kStrategyRecoverInPlace ? std::string(kStrategyRecoverInPlace)
+                                                                                     : strategy;
+  const int32_t code = req.status().code();
+  if (strategy == kStrategyDowngrade && code == kRecoverChooseScaleInRanks) {
+    // MindIO chose the ranks to isolate: their pods exit, its result follows.
+    std::vector<uint32_t> isolate;
+    for (const auto& id : req.isolaterankids()) {
+      uint32_t rank = 0;
+      const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
+      if (!id.empty() && ec == std::errc() && end == id.data() + id.size()) isolate.push_back(rank);
+    }
+    ::ProcessManageSignal s;
+    s.set_uuid(last_.uuid() + "/fault-nodes-exit");
+    s.set_jobid(job_id_);
+    s.set_signaltype(std::string(kSignalFaultNodesExit));
+    s.add_actions(std::string(kActionFaultNodesExit));
+    v1::Job placed;
+    *placed.mutable_placement() = job_.placement();
+    for (const auto& n : NodeRanksOf(placed, isolate.empty() ? ranks_ : isolate)) s.add_noderankids(n);
+    out.signals.push_back(std::move(s));
+    out.info = "the ranks to isolate are told to exit";
+    return out;
+  }
+  const bool ok = code == kRecoverOk;
+  out.process_recover_status = asked + (ok ? "-success" : "-failed");
   // Whose changeStrategy this answers: a command the coordinator gave up on
   // (it timed out, a newer one is current) is not acked for.
-  const bool answers_current = current_ && last_.uuid().rfind(current_->id() + "/", 0) == 0;
-  phase_ = ok ? Phase::kIdle : Phase::kChoosing;
-  if (!answers_current) {
-    TaskdOutput next = Advance();
-    next.process_recover_status = out.process_recover_status;
-    return next;
-  }
-  if (strategy == kStrategyDump) {
+  const bool answers_current = current_ && last_.uuid().rfind(answer_base_ + "/", 0) == 0;
+  const bool answers_early =
+      !answers_current && pending_ && pending_->sent && last_.uuid().rfind(pending_->command.id() + "/", 0) == 0;
+  if (strategy == kStrategyDump && answers_current) {
     // Dumped (or not): TaskD exits either way, the job restarts.
     TaskdOutput exit = Exit(true);
     exit.process_recover_status = out.process_recover_status;
     return exit;
   }
+  // What MindIO accepts next: after a retry's 405 it waits for a new
+  // globalFault and offers again; after anything else that failed, only
+  // dump (not after 499, nor after a dump) or exit.
   if (ok) {
-    out.reset = ResetOp::kClear;
-    reported_.clear();
-    out.ack = Done(true, "TaskD recovered the job with " + strategy);
+    phase_ = Phase::kIdle;
+  } else if (strategy == kStrategyRetry && code == kRecoverRetryRecoverable) {
+    phase_ = Phase::kStopped;
+    offered_.clear();
   } else {
-    out.ack = Done(false, "TaskD's " + strategy + " failed: code " + std::to_string(req.status().code()) +
-                              (req.status().info().empty() ? "" : ", " + req.status().info()));
+    phase_ = Phase::kChoosing;
+    only_dump_exit_ = true;
+    no_dump_ = no_dump_ || code == kRecoverClientError || strategy == kStrategyDump;
+    refusal_ = "its " + asked + " failed with code " + std::to_string(code);
+    std::vector<std::string> left;
+    for (const auto& s : offered_) {
+      if (s == kStrategyExit || (s == kStrategyDump && !no_dump_)) left.push_back(s);
+    }
+    offered_ = std::move(left);
   }
-  return out;
+  if (answers_early) {
+    // The command that waits for it has not come yet: it finds this.
+    early_result_ = std::make_pair(code, req.status().info());
+    return out;
+  }
+  if (!answers_current) {
+    TaskdOutput next = Advance();
+    next.process_recover_status = out.process_recover_status;
+    return next;
+  }
+  TaskdOutput done = Finish(asked, code, req.status().info());
+  done.process_recover_status = out.process_recover_status;
+  return done;
 }
 
 TaskdOutput TaskdJob::OnProcessFault(const ::ProcessFaultRequest& req) {
@@ -651,6 +829,42 @@ TaskdOutput TaskdJob::Restart() {
   phase_ = Phase::kIdle;
   offered_.clear();
   return Advance();
+}
+
+TaskdOutput TaskdJob::Expire(std::string_view token) {
+  TaskdOutput out;
+  constexpr std::string_view kStrategy = "strategy:", kResent = "resent:";
+  if (token.rfind(kStrategy, 0) == 0) {
+    token.remove_prefix(kStrategy.size());
+    // Still choosing, the next command not here: MindIO would give up, so
+    // its strategy goes out now (the reference's order: it sends recover
+    // right after the offer and the pods come while MindIO's ARF waits).
+    if (!pending_ || pending_->sent || pending_->command.id() != token || phase_ != Phase::kChoosing || current_) {
+      return out;
+    }
+    if (std::string why; Refused(pending_->target, &why) || !Contains(offered_, WireOf(pending_->target))) return out;
+    pending_->sent = true;
+    last_ = ChangeStrategy(pending_->command.id(), pending_->target);
+    out.signals.push_back(last_);
+    phase_ = Phase::kAwaitStatus;
+    out.info = "sent before the next command: MindIO waits " + std::to_string(waits_.mindio_wait_ms / 1000) + " s";
+    return out;
+  }
+  if (token.rfind(kResent, 0) == 0) {
+    token.remove_prefix(kResent.size());
+    const bool awaiting = phase_ == Phase::kAwaitPreExit || phase_ == Phase::kAwaitStop ||
+                          phase_ == Phase::kAwaitStrategy || phase_ == Phase::kAwaitStatus;
+    if (!current_ || !awaiting || last_.uuid() != token) return out;
+    const std::string type = last_.signaltype();
+    phase_ = Phase::kIdle;
+    offered_.clear();
+    out.ack = Done(false, "TaskD did not answer the " + type + " sent again (" + std::string(token) + ") within " +
+                              std::to_string(waits_.mindio_wait_ms / 1000) +
+                              " s, MindIO's wait: TaskD drops a signal it has seen and never resends a report it "
+                              "could not deliver");
+    return out;
+  }
+  return out;
 }
 
 }  // namespace clusterd::mindcluster

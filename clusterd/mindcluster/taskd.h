@@ -10,20 +10,41 @@
 // exchange below, and its outcome is the step's ack. One recovery model
 // serves both kinds of agent (JobService.Attach and TaskD).
 //
-//   command (rung)                 TaskD exchange               ack
-//   RETRY_STEP (STEP_RETRY)        stopTrain -> globalFault ->  TaskD's status
-//                                  changeStrategy "retry"       for the strategy
-//   RESTART_PROCESSES              ... changeStrategy "recover-in-place"
-//     (PROCESS_RESTART)            (globalFault: fault_nodes_restart)
-//   RESUME (POD_RESCHEDULE)        ... changeStrategy "recover"
-//                                  (globalFault: fault_nodes_exit)
-//   SCALE_IN                       ... changeStrategy "elastic-training"
-//   PAUSE, STOP                    stopTrain                    stop complete
-//   STOP of JOB_RESCHEDULE         stopTrain -> globalFault ->  sent (the job
-//                                  [changeStrategy "dump" ->    restarts)
-//                                  status] -> changeStrategy
-//                                  "exit" (dump_exit after a dump)
-//   CHECKPOINT                     none: TaskD has no checkpoint-and-continue (fails)
+//   command (rung)              TaskD exchange (the reference's     ack
+//                               signals, names and actions)
+//   RETRY_STEP (STEP_RETRY)     stopTrain -> globalFault            TaskD's status
+//                               [on_global_rank] -> changeStrategy  for "retry"
+//                               "retry"
+//   RESTART_PROCESSES           ... globalFault [on_global_rank,    TaskD's status
+//     (PROCESS_RESTART)         fault_nodes_exit] (no pod) ->       for "recover"
+//                               changeStrategy "recover", extra
+//                               "recover-in-place", actions
+//                               [change_strategy,
+//                               fault_nodes_restart], the pods
+//   PAUSE (POD_RESCHEDULE)      stopTrain -> globalFault            TaskD offered
+//                               [on_global_rank, fault_nodes_exit]  "recover"
+//                               (the hit pods) -> TaskD's offer
+//   RESUME (POD_RESCHEDULE)     changeStrategy "recover" (sent     TaskD's status
+//                               early if the pods take longer than
+//                               strategy_wait: MindIO's wait bounds
+//                               it)
+//   SCALE_IN                    ... changeStrategy "downgrade",     TaskD's status 0
+//                               extra {"scale-in-strategy": "DP"};  (201 first: the
+//                               status 201 -> faultNodesExit        ranks to isolate)
+//                               [fault_nodes_exit] (their pods)
+//   STOP (PROCESS_RESTART       as PAUSE, with no pod to move:      TaskD offered
+//     with a chip reset)        the chips reset while MindIO waits  "recover"
+//   STOP of JOB_RESCHEDULE      stopTrain -> globalFault ->         sent (the job
+//                               [changeStrategy "dump" ->           restarts)
+//                               status] -> changeStrategy
+//                               "exit" (dump_exit after a dump)
+//   CHECKPOINT                  none: TaskD has no checkpoint-and-continue (fails)
+//
+// What MindIO accepts after a failed strategy decides the next rung's
+// exchange: after a retry's 405 it waits for a new globalFault (a new
+// uuid) and offers again; after 406 or 499, or any other failure, it
+// accepts only dump (not after 499) or exit, so every rung but the job's
+// restart fails at once and the ladder goes on.
 //
 // Before the first signal of any command but RETRY_STEP, for ranks TaskD
 // has not itself reported, ClusterD sends preExitProcess and waits for
@@ -38,18 +59,20 @@
 // TaskD registers (the reference's FaultRetry), and the process faults
 // TaskD reported are cleared.
 //
-// A stage already done is not repeated: after a PAUSE stopped the job, the
-// RESUME of the same recovery starts at globalFault; after a failed
-// strategy (TaskD waits for another changeStrategy, as in the reference's
-// state machine), the escalated rung's command sends only its
+// A stage already done is not repeated: after a PAUSE (or a STOP before a
+// chip reset) left TaskD choosing, the next command sends only its
 // changeStrategy. A strategy the job's recover-strategy does not list, or
 // that TaskD did not offer, fails the command at once: the coordinator
-// escalates to the next rung, as the reference falls back.
+// escalates to the next rung, as the reference falls back. A signal sent
+// again with the same uuid (ClusterD restarted, TaskD subscribed again)
+// that stays unanswered for MindIO's wait fails its command (TaskD drops a
+// repeated uuid, and a report it could not deliver is never sent again).
 //
 // Pure: no gRPC, no clock, no threads; the adapter (grpc/recover_service.h)
 // serializes calls and delivers what they return.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -99,6 +122,27 @@ inline constexpr std::string_view kStrategyRecover = "recover";
 inline constexpr std::string_view kStrategyElastic = "elastic-training";
 inline constexpr std::string_view kStrategyDump = "dump";
 inline constexpr std::string_view kStrategyExit = "exit";
+// The names on the wire where they differ from the job's: recover in place
+// is changeStrategy "recover" with this extraParams (TaskD's recover plugin
+// then restarts the workers of nodeRankIds instead of exiting them);
+// elastic training is MindIO's downgrade (scale-in), and upgrade its way
+// back.
+inline constexpr std::string_view kStrategyDowngrade = "downgrade";
+inline constexpr std::string_view kStrategyUpgrade = "upgrade";
+inline constexpr std::string_view kExtraScaleIn = R"({"scale-in-strategy": "DP"})";
+// MindIO's answer to an accepted downgrade before its result: the ranks to
+// isolate (RecoverStatusRequest.isolateRankIds), whose pods ClusterD tells
+// to exit with this signal.
+inline constexpr int32_t kRecoverChooseScaleInRanks = 201;
+inline constexpr std::string_view kSignalFaultNodesExit = "faultNodesExit";
+inline constexpr std::string_view kActionFaultNodesExit = "fault_nodes_exit";
+inline constexpr std::string_view kActionFaultNodesRestart = "fault_nodes_restart";
+// MindIO's MINDIO_WAIT_MINDX_TIME default: how long it waits for ClusterD's
+// next signal (the globalFault after its stop, the changeStrategy after its
+// offer) before it gives up and the training processes exit; ClusterD's own
+// waits inside those end this much earlier (the reference's margin).
+inline constexpr int64_t kMindioWaitS = 30;
+inline constexpr int64_t kMindioWaitMarginS = 10;
 
 // Signal types and actions beyond stopTrain/globalFault/changeStrategy.
 inline constexpr std::string_view kSignalPreExit = "preExitProcess";
@@ -140,7 +184,9 @@ TaskdJobRef TaskdJobRefOf(const v1::Job& job);
 // reference's operations): training stopping (FaultFlushing), the fault
 // ranks (at globalFault), clear (the job recovered), restart-all (TaskD
 // exits and the whole job restarts: RetryTime + 1).
-enum class ResetOp { kNone, kFlushing, kFaults, kClear, kRestartAll };
+// kFaultsInPlace: the fault ranks, whose processes restart in place
+// (RestartFaultProcess true; kFaults writes it false, the others keep it).
+enum class ResetOp { kNone, kFlushing, kFaults, kFaultsInPlace, kClear, kRestartAll };
 struct ResetRank {
   uint32_t rank = 0;
   uint32_t logic_id = 0;  // the chip's device id on its node
@@ -211,10 +257,11 @@ std::vector<v1::ReportRequest> ProcessFaultReports(const v1::Job& job,
                                                    std::string* info);
 
 // The stage to resume step `index` of `recovery` from: the stage stored in
-// it; with none, "taskd: stopped" when the nearest agent step before it is
-// a PAUSE, or a STOP that is not TaskD's exit, that succeeded (the RESUME of
-// a pod rescheduling, the restart after a chip reset: TaskD is not told to
-// stop again); else "".
+// it; with none, when the nearest agent step before it is a PAUSE, or a
+// STOP that is not TaskD's exit, that succeeded (the RESUME of a pod
+// rescheduling, the restart after a chip reset: TaskD is not told to stop
+// again), the stage that step ended in (its message: "taskd:
+// choosing-strategy; offered recover,exit"), or "taskd: stopped"; else "".
 std::string ResumeStage(const v1::Recovery& recovery, uint32_t index);
 
 // The pod label fault-type of a ReportProcessFault, per node of the job
@@ -250,6 +297,28 @@ struct TaskdOutput {
   bool clear_process_faults = false;
   // Send the signals this much later (an HCCL retry's route wait).
   int64_t delay_ms = 0;
+  // Call TaskdJob::Expire(token) after this long: a wait of ClusterD's that
+  // MindIO bounds (kExpireStrategy...) or an answer to a re-sent signal
+  // (kExpireResent...). 0: none.
+  int64_t expire_after_ms = 0;
+  std::string expire_token;
+};
+
+// The waits MindIO bounds, as ClusterD keeps them (the adapter's options).
+struct TaskdWaits {
+  // MindIO's MINDIO_WAIT_MINDX_TIME: a signal sent again (same uuid) and
+  // unanswered this long fails its command.
+  int64_t mindio_wait_ms = kMindioWaitS * 1000;
+  // After TaskD's offer, the changeStrategy goes out at the latest this
+  // long after it, even while the pods still move (MindIO gives up at its
+  // wait): its wait less the reference's margin.
+  int64_t strategy_wait_ms = (kMindioWaitS - kMindioWaitMarginS) * 1000;
+  static TaskdWaits For(int64_t mindio_wait_s) {
+    TaskdWaits w;
+    w.mindio_wait_ms = mindio_wait_s * 1000;
+    w.strategy_wait_ms = std::max<int64_t>(mindio_wait_s - kMindioWaitMarginS, mindio_wait_s / 2) * 1000;
+    return w;
+  }
 };
 
 // One job's side of the protocol. Not thread-safe: the adapter serializes.
@@ -265,7 +334,7 @@ class TaskdJob {
     kAwaitStatus,    // changeStrategy sent, waiting for ReportRecoverStatus
   };
 
-  TaskdJob(std::string job_id, std::vector<std::string> strategies);
+  TaskdJob(std::string job_id, std::vector<std::string> strategies, TaskdWaits waits = {});
 
   // A command of the coordinator for this job, with the job as stored. The
   // same command again (a resend: the agent reattached, ClusterD restarted)
@@ -288,7 +357,15 @@ class TaskdJob {
     offered_.clear();
     current_.reset();
     pre_exited_ = false;
+    pending_.reset();
+    early_result_.reset();
+    // What MindIO accepts (only_dump_exit_) outlives TaskD's stream.
   }
+  // A wait an output asked for (expire_after_ms) ran out: an unanswered
+  // re-sent signal fails its command; the changeStrategy a PAUSE (or the
+  // STOP before a chip reset) left for the next command goes out now.
+  // Stale tokens change nothing.
+  TaskdOutput Expire(std::string_view token);
 
   // Where the command in flight stands ("taskd: stopped; offered retry,recover"):
   // stored with the step (Coordinator::NoteProgress) before the signals of
@@ -335,8 +412,50 @@ class TaskdJob {
   void AddFaultRanks(::ProcessManageSignal* s) const;
   TaskdAck Done(bool success, std::string message);
 
+  // The changeStrategy for `target` (ClusterD's name), its uuid under
+  // `uuid_base` (the command's id).
+  ::ProcessManageSignal ChangeStrategy(std::string_view uuid_base, std::string_view target) const;
+  // The current command's end with TaskD's status `code` for `target`.
+  TaskdOutput Finish(std::string_view target, int32_t code, const std::string& info);
+  // The strategy MindIO must have offered for `target` (recover for both
+  // recoveries, downgrade for elastic training).
+  static std::string_view WireOf(std::string_view target);
+  // The rung after a stop that leaves TaskD choosing: the strategy its next
+  // command will ask for (recover after a PAUSE of POD_RESCHEDULE or the
+  // STOP before a chip reset), else "".
+  static std::string_view FollowUpOf(const v1::Command& command);
+  // Whether TaskD accepts `target` now (after 406/499 only dump or exit).
+  bool Refused(std::string_view target, std::string* why) const;
+  // The signal awaited, sent again with its uuid: the output waits at most
+  // MindIO's wait for its answer.
+  TaskdOutput Resend();
+
   std::string job_id_;
   std::vector<std::string> strategies_;
+  TaskdWaits waits_;
+  v1::Job job_;  // as of the current command (its placement names pods)
+  // A PAUSE (or the STOP before a chip reset) left TaskD choosing: the
+  // command whose follow-up is due, and the strategy for it.
+  struct Pending {
+    v1::Command command;
+    std::string target;
+    bool sent = false;  // the changeStrategy went out early
+  };
+  std::optional<Pending> pending_;
+  // The status TaskD gave to an early changeStrategy before the command
+  // that waits for it came: (code, info).
+  std::optional<std::pair<int32_t, std::string>> early_result_;
+  // MindIO accepts only dump or exit (after 406/499 or a failed recovery);
+  // and no dump after 499.
+  bool only_dump_exit_ = false;
+  bool no_dump_ = false;
+  std::string refusal_;  // why (for the failure's message)
+  // The uuid prefix of the signals whose answers are the current
+  // command's: its id, or the PAUSE's whose changeStrategy went out early.
+  std::string answer_base_;
+  // The current command's kind and ranks (its hit ranks, else its ranks).
+  v1::JobCommand kind_ = v1::JOB_COMMAND_UNSPECIFIED;
+  std::vector<uint32_t> ranks_;
   std::vector<std::string> offered_;
   std::vector<std::string> node_ranks_;  // of the current command's hit ranks
   std::vector<ResetRank> fault_chips_;   // the hit ranks and their chips

@@ -333,6 +333,7 @@ Status ClusterdServer::Impl::MakeServices() {
   services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
                                                                          &metrics, authenticator.get());
   RecoverServiceOptions ro;
+  ro.mindio_wait = cfg.mindcluster_taskd_wait;
   const auto& integrations = cfg.integrations;
   if (std::find(integrations.begin(), integrations.end(), "kubernetes") != integrations.end() ||
       std::find(integrations.begin(), integrations.end(), "mindcluster") != integrations.end()) {

@@ -162,6 +162,11 @@ TEST(TaskdStrategies, ResetConfigKeepsTheCountersAndSaysEachStage) {
             R"("InitialPolicy":"SeparateNPU","ErrorCode":[2162263042,1280024588],"ErrorCodeHex":"80E18402,4C4BA00C"},)"
             R"({"RankId":6,"LogicId":2,"Status":"fault","Policy":"","InitialPolicy":"",)"
             R"("ErrorCode":[],"ErrorCodeHex":""}],"UpdateTime":1700000001,"RetryTime":3,"FaultFlushing":false,)"
+            R"("GracefulExit":1,"RestartFaultProcess":false})");
+  // Restarted in place (the reference's RestartFaultProcess).
+  EXPECT_EQ(ResetConfigJson(current, ResetOp::kFaultsInPlace, {{6, 2, "", {}}}, 9),
+            R"({"RankList":[{"RankId":6,"LogicId":2,"Status":"fault","Policy":"","InitialPolicy":"",)"
+            R"("ErrorCode":[],"ErrorCodeHex":""}],"UpdateTime":9,"RetryTime":3,"FaultFlushing":false,)"
             R"("GracefulExit":1,"RestartFaultProcess":true})");
   // Restart-all: the whole job restarts (RetryTime + 1).
   EXPECT_EQ(ResetConfigJson(current, ResetOp::kRestartAll, {{5, 1, "", {}}}, 8),
@@ -281,30 +286,76 @@ TEST(TaskdJobTest, StepRetrySucceeds) {
   EXPECT_FALSE(t.current().has_value());
 }
 
-TEST(TaskdJobTest, FailedRetryFallsBackToTheEscalatedRungWithOnlyItsChangeStrategy) {
+TEST(TaskdJobTest, AfterARetrys405TaskdGetsANewGlobalFaultAndRecoversInPlace) {
   const v1::Job job = OptedIn("retry,recover-in-place,recover");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
   t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {2}, {2}), job);
   t.OnStopComplete(StopDone());
-  t.OnRecoverStrategy(Offer({"retry", "recover-in-place"}));
+  t.OnRecoverStrategy(Offer({"dump", "retry", "recover", "exit"}));
   auto failed = t.OnRecoverStatus(Result(kRecoverRetryRecoverable, "retry"));
   ASSERT_TRUE(failed.ack.has_value());
   EXPECT_FALSE(failed.ack->success);
   EXPECT_NE(failed.ack->message.find("405"), std::string::npos) << failed.ack->message;
   EXPECT_EQ(failed.process_recover_status, "retry-failed");
-  EXPECT_EQ(t.phase(), TaskdJob::Phase::kChoosing);
+  // MindIO waits for a new globalFault (on_global_rank) and offers again.
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kStopped);
 
-  // The coordinator escalates to PROCESS_RESTART: TaskD still waits for a
-  // strategy, so only the changeStrategy goes out.
-  const auto change = OnlySignal(t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2}), job));
+  // The coordinator escalates to PROCESS_RESTART: a new globalFault (a new
+  // uuid), the pods stay (fault_nodes_exit names none) ...
+  auto again = t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2}), job);
+  const auto global = OnlySignal(again);
+  EXPECT_EQ(global.signaltype(), "globalFault");
+  EXPECT_EQ(global.uuid(), "r.1/1/global-fault");
+  EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
+  EXPECT_TRUE(global.noderankids().empty());
+  EXPECT_EQ(again.reset, ResetOp::kFaultsInPlace);
+  // ... and recover in place is MindIO's "recover" with the reference's
+  // extraParams, the pods' workers restarted (fault_nodes_restart).
+  const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"dump", "recover", "exit"})));
   EXPECT_EQ(change.signaltype(), "changeStrategy");
-  EXPECT_EQ(change.changestrategy(), "recover-in-place");
+  EXPECT_EQ(change.changestrategy(), "recover");
+  EXPECT_EQ(change.extraparams(), "recover-in-place");
+  EXPECT_EQ(Actions(change), (std::vector<std::string>{"change_strategy", "fault_nodes_restart"}));
+  EXPECT_EQ(std::vector<std::string>(change.noderankids().begin(), change.noderankids().end()),
+            (std::vector<std::string>{"0"}));
   EXPECT_EQ(Ranks(change), (std::vector<std::string>{"2:1"}));
-  auto done = t.OnRecoverStatus(Result(kRecoverOk, "recover-in-place"));
+  auto done = t.OnRecoverStatus(Result(kRecoverOk, "recover"));
   ASSERT_TRUE(done.ack.has_value());
   EXPECT_EQ(done.ack->command_id, "r.1/1");
   EXPECT_TRUE(done.ack->success);
   EXPECT_EQ(done.process_recover_status, "recover-in-place-success");
+}
+
+TEST(TaskdJobTest, After406Or499OnlyDumpOrExitGoOut) {
+  for (const int32_t code : {kRecoverRetryUnrecoverable, kRecoverClientError}) {
+    SCOPED_TRACE(code);
+    const v1::Job job = OptedIn("retry,recover-in-place,recover,elastic-training,dump");
+    TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+    t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {2}, {2}), job);
+    t.OnStopComplete(StopDone());
+    t.OnRecoverStrategy(Offer({"dump", "retry", "recover", "exit"}));
+    auto failed = t.OnRecoverStatus(Result(code, "retry"));
+    ASSERT_TRUE(failed.ack.has_value());
+    EXPECT_EQ(t.phase(), TaskdJob::Phase::kChoosing);
+    // Every rung but the job's restart fails at once, nothing sent.
+    for (const auto& c : {Cmd("r.1/1", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2}),
+                          On(Cmd("r.1/2", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {2}),
+                             v1::RECOVERY_STRATEGY_POD_RESCHEDULE),
+                          Cmd("r.1/3", v1::JOB_COMMAND_SCALE_IN, {4, 5, 6, 7}, {5})}) {
+      auto refused = t.OnCommand(c, job);
+      EXPECT_TRUE(refused.signals.empty());
+      ASSERT_TRUE(refused.ack.has_value());
+      EXPECT_FALSE(refused.ack->success);
+      EXPECT_NE(refused.ack->message.find("accepts only"), std::string::npos) << refused.ack->message;
+    }
+    // The job restarts: a dump first after 406, never after 499.
+    const auto stop =
+        On(Cmd("r.1/4", v1::JOB_COMMAND_STOP, {0, 1, 2, 3, 4, 5, 6, 7}, {2}), v1::RECOVERY_STRATEGY_JOB_RESCHEDULE);
+    auto last = t.OnCommand(stop, job);
+    ASSERT_EQ(last.signals.size(), 1u);
+    EXPECT_EQ(last.signals[0].changestrategy(), code == kRecoverClientError ? "exit" : "dump");
+    EXPECT_EQ(last.ack.has_value(), code == kRecoverClientError);
+  }
 }
 
 TEST(TaskdJobTest, AStrategyTheJobOrTaskdDoesNotOfferFailsAtOnce) {
@@ -331,12 +382,14 @@ TEST(TaskdJobTest, AStrategyTheJobOrTaskdDoesNotOfferFailsAtOnce) {
   EXPECT_FALSE(checkpoint.ack->success);
 }
 
-TEST(TaskdJobTest, PodRescheduleStopsFirstThenRecoversTheMovedRanks) {
+TEST(TaskdJobTest, PodRescheduleSendsGlobalFaultAfterTheStopAndRecoversOnceThePodsMoved) {
   const v1::Job job = OptedIn("recover");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
   // PAUSE of every rank, about the hit rank 6: TaskD stops its workers
   // first (preExitProcess, answered by ReportProcessFault), then training.
-  const auto pre = t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}), job);
+  const v1::Command pause =
+      On(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+  const auto pre = t.OnCommand(pause, job);
   ASSERT_EQ(pre.signals.size(), 1u);
   EXPECT_EQ(Ranks(pre.signals[0]), (std::vector<std::string>{"6:1"}));
   EXPECT_EQ(std::vector<std::string>(pre.signals[0].noderankids().begin(), pre.signals[0].noderankids().end()),
@@ -346,20 +399,33 @@ TEST(TaskdJobTest, PodRescheduleStopsFirstThenRecoversTheMovedRanks) {
   const auto stop = OnlySignal(AnswerPreExit(t, pre));
   EXPECT_EQ(stop.signaltype(), "stopTrain");
   EXPECT_EQ(Ranks(stop), (std::vector<std::string>{"6:1"}));
-  auto paused = t.OnStopComplete(StopDone());
-  ASSERT_TRUE(paused.ack.has_value());
-  EXPECT_TRUE(paused.ack->success);
-  EXPECT_EQ(paused.ack->command_id, "r.1/0");
-  EXPECT_EQ(t.phase(), TaskdJob::Phase::kStopped);
-
-  // (isolation and the pods' rescheduling are the actuator's steps)
-  const auto global = OnlySignal(t.OnCommand(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), job));
+  // The reference's order: globalFault (the hit pods exit) right after the
+  // stop; the pods move while MindIO waits for the strategy.
+  const auto global = OnlySignal(t.OnStopComplete(StopDone()));
   EXPECT_EQ(global.signaltype(), "globalFault");
   EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
   EXPECT_EQ(std::vector<std::string>(global.noderankids().begin(), global.noderankids().end()),
             (std::vector<std::string>{"1"}));
-  const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"recover", "dump", "exit"})));
+  auto paused = t.OnRecoverStrategy(Offer({"recover", "dump", "exit"}));
+  EXPECT_TRUE(paused.signals.empty());
+  ASSERT_TRUE(paused.ack.has_value());
+  EXPECT_TRUE(paused.ack->success);
+  EXPECT_EQ(paused.ack->command_id, "r.1/0");
+  EXPECT_EQ(paused.ack->message, "taskd: choosing-strategy; offered recover,dump,exit");
+  // ClusterD's own bound inside MindIO's wait (30 s less the margin).
+  EXPECT_EQ(paused.expire_after_ms, (kMindioWaitS - kMindioWaitMarginS) * 1000);
+  EXPECT_EQ(paused.expire_token, "strategy:r.1/0");
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kChoosing);
+
+  // (isolation and the pods' rescheduling are the actuator's steps)
+  const v1::Command resume = On(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+  const auto change = OnlySignal(t.OnCommand(resume, job));
   EXPECT_EQ(change.changestrategy(), "recover");
+  EXPECT_EQ(change.extraparams(), "");
+  EXPECT_EQ(std::vector<std::string>(change.noderankids().begin(), change.noderankids().end()),
+            (std::vector<std::string>{"1"}));
+  // The bound ran out after the RESUME came: nothing more.
+  EXPECT_TRUE(t.Expire(paused.expire_token).signals.empty());
   auto done = t.OnRecoverStatus(Result(kRecoverOk, "recover"));
   ASSERT_TRUE(done.ack.has_value());
   EXPECT_TRUE(done.ack->success);
@@ -367,22 +433,140 @@ TEST(TaskdJobTest, PodRescheduleStopsFirstThenRecoversTheMovedRanks) {
   EXPECT_EQ(done.process_recover_status, "recover-success");
 }
 
-TEST(TaskdJobTest, InPlaceRestartAsksTheFaultNodesToRestart) {
-  const v1::Job job = OptedIn("recover-in-place");
-  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
-  AnswerPreExit(t, t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RESTART_PROCESSES, {1}, {1}), job));
-  const auto global = OnlySignal(t.OnStopComplete(StopDone()));
-  EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank", "fault_nodes_restart"}));
+TEST(TaskdJobTest, PodsSlowerThanMindiosWaitGetTheirStrategyEarly) {
+  const v1::Job job = OptedIn("recover");
+  for (const bool status_first : {true, false}) {
+    SCOPED_TRACE(status_first);
+    TaskdJob t(job.id(), JobRecoverStrategies(job).strategies, TaskdWaits::For(12));
+    const v1::Command pause =
+        On(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+    AnswerPreExit(t, t.OnCommand(pause, job));
+    t.OnStopComplete(StopDone());
+    auto paused = t.OnRecoverStrategy(Offer({"recover", "exit"}));
+    EXPECT_EQ(paused.expire_after_ms, 6000);  // at least half of a short wait
+    EXPECT_TRUE(t.Expire("strategy:r.0/0").signals.empty());  // stale
+    // The pods still move when the bound runs out: recover goes out now.
+    const auto early = OnlySignal(t.Expire(paused.expire_token));
+    EXPECT_EQ(early.changestrategy(), "recover");
+    EXPECT_EQ(early.uuid(), "r.1/0/change-strategy/recover");
+    EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStatus);
+    EXPECT_TRUE(t.Expire(paused.expire_token).signals.empty());  // once
+    const v1::Command resume =
+        On(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+    TaskdOutput done;
+    if (status_first) {
+      auto status = t.OnRecoverStatus(Result(kRecoverOk, "recover"));
+      EXPECT_FALSE(status.ack.has_value());  // the RESUME has not come
+      EXPECT_EQ(status.process_recover_status, "recover-success");
+      done = t.OnCommand(resume, job);
+    } else {
+      auto waiting = t.OnCommand(resume, job);
+      EXPECT_TRUE(waiting.signals.empty());  // sent already
+      EXPECT_FALSE(waiting.ack.has_value());
+      done = t.OnRecoverStatus(Result(kRecoverOk, "recover"));
+    }
+    EXPECT_TRUE(done.signals.empty());
+    ASSERT_TRUE(done.ack.has_value());
+    EXPECT_EQ(done.ack->command_id, "r.1/3");
+    EXPECT_TRUE(done.ack->success) << done.ack->message;
+  }
 }
 
-TEST(TaskdJobTest, ScaleInAsksForElasticTraining) {
+TEST(TaskdJobTest, ASignalSentAgainAndUnansweredFailsItsCommandAfterMindiosWait) {
+  const v1::Job job = OptedIn("retry");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  const v1::Command c = Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {3}, {3});
+  const auto stop = OnlySignal(t.OnCommand(c, job));
+  // ClusterD restarted; TaskD subscribed again, the stop is sent again.
+  TaskdJob after(job.id(), JobRecoverStrategies(job).strategies);
+  auto resent = after.Resume(c, job, "taskd: await-stop-complete");
+  EXPECT_EQ(OnlySignal(resent).uuid(), stop.uuid());
+  ASSERT_EQ(resent.expire_token, "resent:" + stop.uuid());
+  EXPECT_FALSE(after.Expire("resent:r.1/0/other").ack.has_value());  // not what is awaited
+  auto lost = after.Expire(resent.expire_token);
+  ASSERT_TRUE(lost.ack.has_value());
+  EXPECT_EQ(lost.ack->command_id, "r.1/0");
+  EXPECT_FALSE(lost.ack->success);
+  EXPECT_NE(lost.ack->message.find("within 30 s"), std::string::npos) << lost.ack->message;
+  EXPECT_EQ(after.phase(), TaskdJob::Phase::kIdle);
+  // Answered in time: the wait changes nothing.
+  TaskdJob answered(job.id(), JobRecoverStrategies(job).strategies);
+  auto again = answered.Resume(c, job, "taskd: await-stop-complete");
+  answered.OnStopComplete(StopDone());
+  EXPECT_FALSE(answered.Expire(again.expire_token).ack.has_value());
+  EXPECT_EQ(answered.phase(), TaskdJob::Phase::kAwaitStrategy);
+}
+
+TEST(TaskdJobTest, InPlaceRestartIsRecoverWithTheReferencesExtraParams) {
+  const v1::Job job = OptedIn("recover-in-place");
+  TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
+  AnswerPreExit(t, t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RESTART_PROCESSES, {1, 5}, {1, 5}), job));
+  // No worker restarts before MindIO chose (no fault_nodes_restart here).
+  auto stopped = t.OnStopComplete(StopDone());
+  const auto global = OnlySignal(stopped);
+  EXPECT_EQ(Actions(global), (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
+  EXPECT_TRUE(global.noderankids().empty());
+  EXPECT_EQ(stopped.reset, ResetOp::kFaultsInPlace);
+  const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"dump", "recover", "downgrade", "upgrade", "exit"})));
+  EXPECT_EQ(change.changestrategy(), "recover");
+  EXPECT_EQ(change.extraparams(), "recover-in-place");
+  EXPECT_EQ(Actions(change), (std::vector<std::string>{"change_strategy", "fault_nodes_restart"}));
+  EXPECT_EQ(std::vector<std::string>(change.noderankids().begin(), change.noderankids().end()),
+            (std::vector<std::string>{"0", "1"}));
+  // MindIO never offers "recover-in-place": without its "recover" the rung fails.
+  TaskdJob no_arf(job.id(), JobRecoverStrategies(job).strategies);
+  AnswerPreExit(no_arf, no_arf.OnCommand(Cmd("r.2/0", v1::JOB_COMMAND_RESTART_PROCESSES, {1}, {1}), job));
+  no_arf.OnStopComplete(StopDone());
+  auto refused = no_arf.OnRecoverStrategy(Offer({"recover-in-place", "dump", "exit"}));
+  EXPECT_TRUE(refused.signals.empty());
+  ASSERT_TRUE(refused.ack.has_value());
+  EXPECT_FALSE(refused.ack->success);
+  EXPECT_NE(refused.ack->message.find("not recover (recover-in-place)"), std::string::npos) << refused.ack->message;
+}
+
+TEST(TaskdJobTest, ScaleInIsMindiosDowngradeAnd201IsAStepOfIt) {
   const v1::Job job = OptedIn("elastic-training");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
   AnswerPreExit(t, t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_SCALE_IN, {4, 5, 6, 7}, {5}), job));
   t.OnStopComplete(StopDone());
-  const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"elastic-training"})));
-  EXPECT_EQ(change.changestrategy(), "elastic-training");
-  EXPECT_EQ(change.extraparams(), R"({"scale-in-strategy":"DP"})");
+  // MindIO offers recover, downgrade and upgrade with its zit switch on.
+  const auto change = OnlySignal(t.OnRecoverStrategy(Offer({"dump", "recover", "downgrade", "upgrade", "exit"})));
+  EXPECT_EQ(change.changestrategy(), "downgrade");
+  EXPECT_EQ(change.extraparams(), R"({"scale-in-strategy": "DP"})");
+  // 201: the ranks to isolate, whose pods are told to exit; not the end.
+  ::RecoverStatusRequest chosen = Result(kRecoverChooseScaleInRanks, "downgrade");
+  chosen.add_isolaterankids("5");
+  chosen.add_isolaterankids("6");
+  auto isolate = t.OnRecoverStatus(chosen);
+  EXPECT_FALSE(isolate.ack.has_value());
+  EXPECT_TRUE(isolate.process_recover_status.empty());
+  const auto exit = OnlySignal(isolate);
+  EXPECT_EQ(exit.signaltype(), "faultNodesExit");
+  EXPECT_EQ(Actions(exit), (std::vector<std::string>{"fault_nodes_exit"}));
+  EXPECT_EQ(std::vector<std::string>(exit.noderankids().begin(), exit.noderankids().end()),
+            (std::vector<std::string>{"1"}));
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStatus);
+  auto done = t.OnRecoverStatus(Result(kRecoverOk, "downgrade"));
+  ASSERT_TRUE(done.ack.has_value());
+  EXPECT_TRUE(done.ack->success);
+  EXPECT_EQ(done.process_recover_status, "downgrade-success");
+
+  // Pod rank 0 cannot be dropped (MindIO answers 406): the rung fails at once.
+  TaskdJob zero(job.id(), JobRecoverStrategies(job).strategies);
+  auto refused = zero.OnCommand(Cmd("r.2/1", v1::JOB_COMMAND_SCALE_IN, {0, 1, 2, 3}, {1}), job);
+  EXPECT_TRUE(refused.signals.empty());
+  ASSERT_TRUE(refused.ack.has_value());
+  EXPECT_FALSE(refused.ack->success);
+  EXPECT_NE(refused.ack->message.find("pod rank 0"), std::string::npos);
+  // Its 406 otherwise fails it, and MindIO then takes only dump or exit.
+  TaskdJob failing(job.id(), JobRecoverStrategies(job).strategies);
+  AnswerPreExit(failing, failing.OnCommand(Cmd("r.3/1", v1::JOB_COMMAND_SCALE_IN, {4, 5, 6, 7}, {5}), job));
+  failing.OnStopComplete(StopDone());
+  failing.OnRecoverStrategy(Offer({"downgrade", "upgrade", "exit"}));
+  auto no = failing.OnRecoverStatus(Result(kRecoverRetryUnrecoverable, "downgrade"));
+  ASSERT_TRUE(no.ack.has_value());
+  EXPECT_FALSE(no.ack->success);
+  EXPECT_EQ(failing.offered(), (std::vector<std::string>{"exit"}));
 }
 
 TEST(TaskdJobTest, AResentCommandRepeatsTheAwaitedSignalAndARestartStartsOver) {
@@ -414,17 +598,22 @@ TEST(TaskdJobTest, AFreshMachineResumesFromTheStoredStage) {
   const auto global = OnlySignal(before.OnStopComplete(StopDone()));
   EXPECT_EQ(before.Stage(), "taskd: await-recover-strategy");
 
-  // Sent, not answered: the same signal again.
+  // Sent, not answered: the same signal again, answered within MindIO's
+  // wait or the command fails (TaskD drops a uuid it has seen).
   TaskdJob after(job.id(), strategies);
-  const auto again = OnlySignal(after.Resume(c, job, before.Stage()));
+  const auto resent = after.Resume(c, job, before.Stage());
+  const auto again = OnlySignal(resent);
   EXPECT_EQ(again.signaltype(), "globalFault");
   EXPECT_EQ(again.uuid(), global.uuid());
   EXPECT_EQ(after.phase(), TaskdJob::Phase::kAwaitStrategy);
+  EXPECT_EQ(resent.expire_after_ms, kMindioWaitS * 1000);
+  EXPECT_EQ(resent.expire_token, "resent:" + global.uuid());
 
   // Answered: on from there (the offer kept).
   before.OnRecoverStrategy(Offer({"retry", "recover"}));
+  EXPECT_EQ(before.Stage(), "taskd: await-recover-status; offered retry,recover");
   before.OnRecoverStatus(Result(kRecoverRetryRecoverable, "retry"));
-  EXPECT_EQ(before.Stage(), "taskd: choosing-strategy; offered retry,recover");
+  EXPECT_EQ(before.Stage(), "taskd: stopped");  // MindIO waits for a new globalFault
   TaskdJob third(job.id(), strategies);
   const auto change = OnlySignal(third.Resume(Cmd("r.1/1", v1::JOB_COMMAND_RESUME, {5}, {5}), job,
                                               "taskd: choosing-strategy; offered retry,recover"));
@@ -470,21 +659,36 @@ TEST(TaskdJobTest, AStatusForACommandGivenUpOnMovesTheNewCommandOn) {
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
   t.OnCommand(Cmd("r.1/0", v1::JOB_COMMAND_RETRY_STEP, {3}, {3}), job);
   t.OnStopComplete(StopDone());
-  t.OnRecoverStrategy(Offer({"retry", "recover-in-place"}));
+  t.OnRecoverStrategy(Offer({"retry", "recover"}));
   // The retry step timed out in the coordinator; the next rung's command
   // comes while TaskD still works on the retry.
   auto waiting = t.OnCommand(Cmd("r.1/1", v1::JOB_COMMAND_RESTART_PROCESSES, {3}, {3}), job);
   EXPECT_TRUE(waiting.signals.empty());
   EXPECT_FALSE(waiting.ack.has_value());
-  auto late = t.OnRecoverStatus(Result(kRecoverRetryUnrecoverable, "retry"));
-  EXPECT_FALSE(late.ack.has_value());  // no ack for the command given up on
+  // A late 405: no ack for the command given up on, a new globalFault for
+  // the new one.
+  auto late = t.OnRecoverStatus(Result(kRecoverRetryRecoverable, "retry"));
+  EXPECT_FALSE(late.ack.has_value());
   ASSERT_EQ(late.signals.size(), 1u);
-  EXPECT_EQ(late.signals[0].changestrategy(), "recover-in-place");
+  EXPECT_EQ(late.signals[0].signaltype(), "globalFault");
   EXPECT_EQ(late.process_recover_status, "retry-failed");
-  auto done = t.OnRecoverStatus(Result(kRecoverOk, "recover-in-place"));
+  EXPECT_EQ(OnlySignal(t.OnRecoverStrategy(Offer({"recover", "exit"}))).extraparams(), "recover-in-place");
+  auto done = t.OnRecoverStatus(Result(kRecoverOk, "recover"));
   ASSERT_TRUE(done.ack.has_value());
   EXPECT_EQ(done.ack->command_id, "r.1/1");
   EXPECT_TRUE(done.ack->success);
+
+  // A late 406 instead: the new command fails at once (only dump or exit).
+  TaskdJob u(job.id(), JobRecoverStrategies(job).strategies);
+  u.OnCommand(Cmd("r.2/0", v1::JOB_COMMAND_RETRY_STEP, {3}, {3}), job);
+  u.OnStopComplete(StopDone());
+  u.OnRecoverStrategy(Offer({"retry", "recover"}));
+  u.OnCommand(Cmd("r.2/1", v1::JOB_COMMAND_RESTART_PROCESSES, {3}, {3}), job);
+  auto refused = u.OnRecoverStatus(Result(kRecoverRetryUnrecoverable, "retry"));
+  EXPECT_TRUE(refused.signals.empty());
+  ASSERT_TRUE(refused.ack.has_value());
+  EXPECT_EQ(refused.ack->command_id, "r.2/1");
+  EXPECT_FALSE(refused.ack->success);
 }
 
 TEST(TaskdJobTest, PreExitIsResentUnansweredAndSkippedForRanksTaskdReported) {
@@ -523,17 +727,17 @@ TEST(TaskdJobTest, PreExitIsResentUnansweredAndSkippedForRanksTaskdReported) {
 TEST(TaskdJobTest, ARecoverThatFailsDumpsThenExitsAndTheJobRestarts) {
   const v1::Job job = OptedIn("retry,recover,dump");
   TaskdJob t(job.id(), JobRecoverStrategies(job).strategies);
-  // POD_RESCHEDULE: pre-exit, stop, (pods move), globalFault, recover fails.
+  // POD_RESCHEDULE: pre-exit, stop, globalFault, (pods move), recover fails.
   AnswerPreExit(t, t.OnCommand(On(Cmd("r.1/0", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {6}),
                                   v1::RECOVERY_STRATEGY_POD_RESCHEDULE),
                                job));
-  ASSERT_TRUE(t.OnStopComplete(StopDone()).ack.has_value());
+  EXPECT_EQ(OnlySignal(t.OnStopComplete(StopDone())).signaltype(), "globalFault");
+  ASSERT_TRUE(t.OnRecoverStrategy(Offer({"recover", "dump", "exit"})).ack.has_value());
   EXPECT_EQ(
       OnlySignal(
           t.OnCommand(On(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE), job))
-          .signaltype(),
-      "globalFault");
-  EXPECT_EQ(OnlySignal(t.OnRecoverStrategy(Offer({"recover", "dump", "exit"}))).changestrategy(), "recover");
+          .changestrategy(),
+      "recover");
   auto failed = t.OnRecoverStatus(Result(kRecoverRetryUnrecoverable, "recover"));
   ASSERT_TRUE(failed.ack.has_value());
   EXPECT_FALSE(failed.ack->success);
@@ -545,7 +749,7 @@ TEST(TaskdJobTest, ARecoverThatFailsDumpsThenExitsAndTheJobRestarts) {
   const auto dump = OnlySignal(t.OnCommand(stop, job));
   EXPECT_EQ(dump.signaltype(), "changeStrategy");
   EXPECT_EQ(dump.changestrategy(), "dump");
-  EXPECT_EQ(t.Stage(), "taskd: await-recover-status; offered recover,dump,exit");
+  EXPECT_EQ(t.Stage(), "taskd: await-recover-status; offered dump,exit");
   // A restart while the dump runs asks for the dump again, not the exit.
   TaskdJob after(job.id(), JobRecoverStrategies(job).strategies);
   EXPECT_EQ(OnlySignal(after.Resume(stop, job, t.Stage())).uuid(), dump.uuid());
@@ -608,16 +812,30 @@ TEST(TaskdJobTest, AJobThatCannotRecoverIsNotRescheduledPodByPodButRestarted) {
   EXPECT_EQ(OnlySignalOf(exit).changestrategy(), "exit");
   ASSERT_TRUE(exit.ack.has_value());
   EXPECT_TRUE(exit.ack->success);
-  // The STOP of a chip reset (PROCESS_RESTART) stays a plain stop.
+  // The STOP before a chip reset (PROCESS_RESTART) sends the globalFault
+  // right after the stop: MindIO offers while the chips reset.
   TaskdJob reset(job.id(), JobRecoverStrategies(OptedIn("recover-in-place")).strategies);
   AnswerPreExit(
       reset,
       reset.OnCommand(On(Cmd("r.2/0", v1::JOB_COMMAND_STOP, {3}, {3}), v1::RECOVERY_STRATEGY_PROCESS_RESTART), job));
   auto stopped = reset.OnStopComplete(StopDone());
-  EXPECT_TRUE(stopped.signals.empty());
-  ASSERT_TRUE(stopped.ack.has_value());
-  EXPECT_TRUE(stopped.ack->success);
-  EXPECT_TRUE(stopped.recover_enable.empty());
+  const auto reset_global = OnlySignal(stopped);
+  EXPECT_EQ(Actions(reset_global), (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
+  EXPECT_TRUE(reset_global.noderankids().empty());
+  EXPECT_EQ(stopped.reset, ResetOp::kFaultsInPlace);
+  auto offered = reset.OnRecoverStrategy(Offer({"recover", "exit"}));
+  EXPECT_TRUE(offered.signals.empty());
+  ASSERT_TRUE(offered.ack.has_value());
+  EXPECT_TRUE(offered.ack->success);
+  EXPECT_EQ(offered.ack->message, "taskd: choosing-strategy; offered recover,exit");
+  EXPECT_TRUE(offered.recover_enable.empty());
+  // The chips reset; the restart sends only its changeStrategy.
+  const auto change =
+      OnlySignal(reset.OnCommand(On(Cmd("r.2/2", v1::JOB_COMMAND_RESTART_PROCESSES, {3}, {3}),
+                                    v1::RECOVERY_STRATEGY_PROCESS_RESTART),
+                                 job));
+  EXPECT_EQ(change.changestrategy(), "recover");
+  EXPECT_EQ(change.extraparams(), "recover-in-place");
 }
 
 TEST(TaskdJobTest, AJobWhoseBestStrategyIsDumpSavesAndExits) {
@@ -668,6 +886,9 @@ TEST(TaskdJobTest, AStepWithNoStageAfterAnAnsweredStopResumesStopped) {
   EXPECT_EQ(ResumeStage(r, 4), "");
   EXPECT_EQ(ResumeStage(r, 3), "");
   EXPECT_EQ(ResumeStage(r, 99), "");
+  // A PAUSE that left TaskD choosing: the RESUME goes on from there.
+  r.mutable_steps(0)->set_message("taskd: choosing-strategy; offered recover,exit");
+  EXPECT_EQ(ResumeStage(r, 2), "taskd: choosing-strategy; offered recover,exit");
 }
 
 TEST(TaskdStrategies, TheFaultsBehindACommandByRank) {
@@ -694,6 +915,23 @@ TEST(TaskdStrategies, TheFaultsBehindACommandByRank) {
     EXPECT_EQ(by_rank.at(r).codes, (std::vector<std::string>{"HEARTBEAT_LOST"}));
     EXPECT_FALSE(by_rank.at(r).hccl);
   }
+  // Ranks placed without their chips (any_device: pods holding chips with
+  // no devices annotation) are hit by any chip fault of their node, as
+  // FaultHitsRank says everywhere else.
+  v1::Job any = job;
+  for (auto& p : *any.mutable_placement()) {
+    if (p.node() == "worker02") {
+      p.clear_device_id();
+      p.set_any_device(true);
+    }
+  }
+  const RankFaults any_hit = RankFaultsOf(any, {chip});
+  ASSERT_EQ(any_hit.size(), 4u);
+  for (uint32_t r = 4; r < 8; ++r) EXPECT_EQ(any_hit.at(r).codes, (std::vector<std::string>{"80BB8000"}));
+  // A rank with neither a chip nor any_device uses no accelerator.
+  v1::Job none = any;
+  for (auto& p : *none.mutable_placement()) p.set_any_device(false);
+  EXPECT_TRUE(RankFaultsOf(none, {chip}).empty());
 }
 
 TEST(TaskdJobTest, AnHcclRetryWaitsForTheRoutesAndCarriesTheReferencesTimeout) {

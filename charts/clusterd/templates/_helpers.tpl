@@ -168,6 +168,9 @@ a fractional rate goes in as text ("0.5"), which the binary parses as a number. 
 {{- end }}
 {{- $_ = set $c "mindcluster_max_subscribers" .Values.mindcluster.maxSubscribers }}
 {{- $_ = set $c "mindcluster_max_registrations_per_principal" .Values.mindcluster.maxRegistrationsPerPrincipal }}
+{{- if and .Values.mindcluster.taskd .Values.mindcluster.taskd.wait }}
+{{- $_ = set $c "mindcluster_taskd_wait_seconds" .Values.mindcluster.taskd.wait }}
+{{- end }}
 {{- if include "clusterd.mindcluster.volcano" . }}
 {{- /* The "mindcluster" integration's keys: written only with it, so that a binary without it
 still takes the default config. */}}

@@ -324,6 +324,13 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       GetLogger("taskd")->info("job {}: process-recover-enable {}", id, out.recover_enable);
       if (options.objects != nullptr) options.objects->RecoverEnable(job.ref, out.recover_enable);
     }
+    if (out.expire_after_ms > 0) {
+      // A wait MindIO bounds, or the answer to a signal sent again.
+      std::weak_ptr<Core> weak = weak_from_this();
+      PostAfter(std::chrono::milliseconds(out.expire_after_ms), [weak, id, token = out.expire_token] {
+        if (auto core = weak.lock()) core->OnExpire(id, token);
+      });
+    }
     if (out.ack) {
       GetLogger("taskd")->info("job {}: command {} {} ({})", id, out.ack->command_id,
                                out.ack->success ? "succeeded" : "failed", out.ack->message);
@@ -428,6 +435,16 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     DeliverLocked(
         id, it->second,
         fresh ? machine.Resume(command, *stored, stage, faults) : machine.OnCommand(command, *stored, faults));
+  }
+
+  // The worker: a wait an output asked for ran out (TaskdJob::Expire).
+  void OnExpire(const std::string& id, const std::string& token) {
+    std::lock_guard lock(mu);
+    auto it = jobs.find(id);
+    if (it == jobs.end() || !it->second.machine) return;
+    mc::TaskdOutput out = it->second.machine->Expire(token);
+    if (!out.info.empty()) GetLogger("taskd")->info("job {}: {} ({})", id, out.info, token);
+    DeliverLocked(id, it->second, std::move(out));
   }
 
   // The worker, after a subscription attached: what the job owes an answer
@@ -566,7 +583,8 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::Init(grpc::CallbackServerContext* 
   // Idempotent; a job whose strategies changed (an idle one) takes the new.
   auto& machine = it->second.machine;
   if (!machine || (machine->strategies() != opt.strategies && !machine->current())) {
-    machine = std::make_unique<mc::TaskdJob>(req->jobid(), opt.strategies);
+    machine = std::make_unique<mc::TaskdJob>(req->jobid(), opt.strategies,
+                                             mc::TaskdWaits::For(core_->options.mindio_wait.count()));
   }
   return Reply(ctx, resp, mc::kRecoverOk, "strategies: " + JoinCommaList(opt.strategies));
 }

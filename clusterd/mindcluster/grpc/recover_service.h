@@ -40,6 +40,11 @@ struct RecoverServiceOptions {
   // Streams of the unsupported NIC-switch and stress-test flows held open
   // (idle) at most; beyond, RESOURCE_EXHAUSTED.
   uint32_t max_idle_streams = 4096;
+  // MindIO's wait for ClusterD's next signal (its MINDIO_WAIT_MINDX_TIME,
+  // the reference's 30 s): a signal sent again and unanswered this long
+  // fails its command, and the changeStrategy after a PAUSE goes out at the
+  // latest 10 s before it runs out (mindcluster::TaskdWaits).
+  std::chrono::seconds mindio_wait{mindcluster::kMindioWaitS};
   // The job's Kubernetes objects (PodGroup label and annotation,
   // reset-config-<job>); nullptr: none written (no Kubernetes).
   mindcluster::TaskdObjects* objects = nullptr;
