@@ -20,6 +20,7 @@
 #include "test/support/http_get.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/wait.h"
+#include "mindio_standin.h"
 
 namespace clusterd {
 namespace {
@@ -32,6 +33,12 @@ constexpr auto kTaskdDeadline = std::chrono::seconds(30);
 constexpr char kTaskdJob[] = "5d2c9a10-ascendjob-uid";
 constexpr char kRestartRequest[] = "80BB8000";  // RESTART_REQUEST in the catalog: a step retry
 constexpr char kSeparate[] = "4C4BA00C";        // SEPARATE: the chip must not be used again
+
+// Isolation, pod moves and job restarts succeed (the exec actuator running true).
+void ActuatorThatSucceeds(ClusterdConfig& c) {
+  c.actuator = "exec";
+  c.actuator_command = "/bin/true";
+}
 
 ::ClientInfo TaskdClient(const std::string& job) {
   ::ClientInfo c;
@@ -249,13 +256,20 @@ TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {
   EXPECT_EQ(taskd->count(), 3u);  // nothing sent twice
 }
 
+// A process fault TaskD reports (RESTART_BUSINESS): PROCESS_RESTART, carried
+// out as MindIO accepts it (the stand-in: it never offers
+// "recover-in-place", and would refuse it): changeStrategy "recover" with
+// extraParams "recover-in-place" and fault_nodes_restart, no worker
+// restarted at globalFault; the process fault cleared after.
 TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCleared) {
   TestAgent agent(channel_, "worker01", 2);
   ASSERT_TRUE(agent.Connect());
   CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
-                        {std::string(mc::kLabelRecoverStrategy), "recover-in-place"}});
-  auto taskd = StartTaskd();
-  ASSERT_TRUE(taskd);
+                        {std::string(mc::kLabelRecoverStrategy), "recover-in-place,recover"}});
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  testing::MindioStandIn mindio(recover_.get(), kTaskdJob, {});
+  ASSERT_TRUE(WaitAttached());
   auto taskd_faults = [&] {
     v1::ListFaultsRequest req;
     req.set_page_size(100);
@@ -277,23 +291,24 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
   ::Status st = Unary(&::Recover::Stub::ReportProcessFault, report);
   EXPECT_EQ(st.code(), mc::kRecoverOk);
   EXPECT_EQ(st.info(), "1 rank(s) reported");
-  auto faults = taskd_faults();
-  ASSERT_EQ(faults.size(), 1u);
-  EXPECT_EQ(faults[0].code(), "TASKD_PROCESS_FAULT");
-  EXPECT_EQ(faults[0].device_id(), 0u);
 
-  // ClusterD decides PROCESS_RESTART; TaskD recovers in place.
-  ASSERT_EQ(taskd->Wait(0).signaltype(), "stopTrain");
-  StopComplete();
-  const ::ProcessManageSignal global = taskd->Wait(1);
-  ASSERT_EQ(global.signaltype(), "globalFault");
-  EXPECT_EQ(std::vector<std::string>(global.actions().begin(), global.actions().end()),
-            (std::vector<std::string>{"on_global_rank", "fault_nodes_restart"}));
-  OfferStrategies({"recover-in-place"});
-  ASSERT_EQ(taskd->Wait(2).changestrategy(), "recover-in-place");
-  RecoverStatus("recover-in-place");
   ASSERT_TRUE(WaitRecoverySucceeded());
   EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
+  EXPECT_TRUE(mindio.Violations().empty()) << mindio.Violations().front();
+  EXPECT_EQ(mindio.Strategies(), (std::vector<std::string>{"recover/recover-in-place"}));
+  for (const auto& s : mindio.Signals()) {
+    if (s.signaltype() == "changeStrategy") {
+      EXPECT_EQ(std::vector<std::string>(s.actions().begin(), s.actions().end()),
+                (std::vector<std::string>{"change_strategy", "fault_nodes_restart"}));
+      EXPECT_EQ(std::vector<std::string>(s.noderankids().begin(), s.noderankids().end()),
+                (std::vector<std::string>{"0"}));
+    }
+    if (s.signaltype() == "globalFault") {
+      EXPECT_EQ(std::vector<std::string>(s.actions().begin(), s.actions().end()),
+                (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
+      EXPECT_TRUE(s.noderankids().empty());  // no pod leaves
+    }
+  }
   ASSERT_TRUE(WaitFor(
       [&] {
         auto fs = taskd_faults();
@@ -302,31 +317,62 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
       kTaskdDeadline));
 }
 
-// A failed retry escalates to PROCESS_RESTART: TaskD still waits for a
-// strategy, so only the changeStrategy recover-in-place goes out.
-TEST_F(MindClusterRecoverTest, AFailedRetryFallsBackInPlaceWithOnlyAChangeStrategy) {
+// A retry MindIO answers 405 (device clean failed): it waits for a new
+// globalFault and offers again; the escalated rung (PROCESS_RESTART) sends
+// one (a new uuid) and recovers in place.
+TEST_F(MindClusterRecoverTest, AfterARetrys405ANewGlobalFaultThenRecoverInPlace) {
   TestAgent agent(channel_, "worker01", 2);
   ASSERT_TRUE(agent.Connect());
   CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
-                        {std::string(mc::kLabelRecoverStrategy), "retry,recover-in-place"}});
-  auto taskd = StartTaskd();
-  ASSERT_TRUE(taskd);
+                        {std::string(mc::kLabelRecoverStrategy), "retry,recover-in-place,recover"}});
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  testing::MindioStandIn::Options o;
+  o.results["retry"] = {mc::kRecoverRetryRecoverable};
+  testing::MindioStandIn mindio(recover_.get(), kTaskdJob, o);
+  ASSERT_TRUE(WaitAttached());
   ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
-  ASSERT_EQ(taskd->Wait(0).signaltype(), "stopTrain");
-  StopComplete();
-  ASSERT_EQ(taskd->Wait(1).signaltype(), "globalFault");
-  OfferStrategies({"retry", "recover-in-place"});
-  ASSERT_EQ(taskd->Wait(2).changestrategy(), "retry");
-  RecoverStatus("retry", mc::kRecoverRetryUnrecoverable);
-  const ::ProcessManageSignal next = taskd->Wait(3);
-  EXPECT_EQ(next.signaltype(), "changeStrategy");
-  EXPECT_EQ(next.changestrategy(), "recover-in-place");
-  RecoverStatus("recover-in-place");
   ASSERT_TRUE(WaitRecoverySucceeded());
   const v1::Recovery r = Recoveries().front();
   EXPECT_EQ(r.initial_strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
   EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_PROCESS_RESTART);
-  EXPECT_EQ(taskd->Messages().size(), 4u);  // one stopTrain, one globalFault
+  EXPECT_TRUE(mindio.Violations().empty()) << mindio.Violations().front();
+  EXPECT_EQ(mindio.Strategies(), (std::vector<std::string>{"retry", "recover/recover-in-place"}));
+  std::set<std::string> globals;
+  for (const auto& s : mindio.Signals()) {
+    if (s.signaltype() == "globalFault") globals.insert(s.uuid());
+  }
+  EXPECT_EQ(globals.size(), 2u);  // a new one after the 405
+  EXPECT_EQ(mindio.Count("stopTrain"), 1u);
+}
+
+// A retry MindIO answers 406: it accepts only dump or exit from then on.
+// Every rung but the job's restart fails at once, without a signal; the
+// job restarts after TaskD's dump and exit.
+TEST_F(MindClusterRecoverTest, AfterARetrys406OnlyDumpAndExitGoOut) {
+  StartServer(ActuatorThatSucceeds);
+  TestAgent agent(channel_, "worker01", 2);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
+                        {std::string(mc::kLabelRecoverStrategy), "retry,recover-in-place,recover,dump"}});
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  testing::MindioStandIn::Options o;
+  o.results["retry"] = {mc::kRecoverRetryUnrecoverable};
+  testing::MindioStandIn mindio(recover_.get(), kTaskdJob, o);
+  ASSERT_TRUE(WaitAttached());
+  ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
+  ASSERT_TRUE(WaitRecoverySucceeded());
+  const v1::Recovery r = Recoveries().front();
+  EXPECT_EQ(r.initial_strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
+  EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_JOB_RESCHEDULE);
+  EXPECT_TRUE(mindio.Violations().empty()) << mindio.Violations().front();
+  EXPECT_EQ(mindio.Strategies(), (std::vector<std::string>{"retry", "dump", "exit/dump_exit"}));
+  bool refused = false;
+  for (const auto& s : r.steps()) {
+    refused = refused || s.message().find("accepts only dump or exit") != std::string::npos;
+  }
+  EXPECT_TRUE(refused);
 }
 
 // Stored before acting: after a restart of ClusterD in the middle of a step
@@ -372,11 +418,6 @@ TEST_F(MindClusterRecoverTest, AfterARestartTheStepGoesOnFromItsStoredStage) {
   for (const auto& s : taskd.Messages()) EXPECT_NE(s.signaltype(), "stopTrain");
 }
 
-// Isolation, pod moves and job restarts succeed (the exec actuator running true).
-void ActuatorThatSucceeds(ClusterdConfig& c) {
-  c.actuator = "exec";
-  c.actuator_command = "/bin/true";
-}
 
 // A SEPARATE chip fault (not TaskD's own report): TaskD stops the fault
 // rank's workers first (preExitProcess, answered by ReportProcessFault),
@@ -401,15 +442,21 @@ TEST_F(MindClusterRecoverTest, ASeparateFaultPreExitsThenRecoversTheMovedPods) {
 
   ASSERT_EQ(taskd->Wait(1).signaltype(), "stopTrain");
   EXPECT_EQ(StopComplete(), mc::kRecoverOk);
+  // globalFault right after the stop (the pod exits; MindIO waits for the
+  // strategy while the pods move), the PAUSE done once TaskD offered.
   const ::ProcessManageSignal global = taskd->Wait(2);
   ASSERT_EQ(global.signaltype(), "globalFault");
   EXPECT_EQ(std::vector<std::string>(global.actions().begin(), global.actions().end()),
             (std::vector<std::string>{"on_global_rank", "fault_nodes_exit"}));
-  EXPECT_EQ(OfferStrategies({"recover"}), mc::kRecoverOk);
+  EXPECT_EQ(OfferStrategies({"exit", "dump", "recover"}), mc::kRecoverOk);
   ASSERT_EQ(taskd->Wait(3).changestrategy(), "recover");
   EXPECT_EQ(RecoverStatus("recover"), mc::kRecoverOk);
   ASSERT_TRUE(WaitRecoverySucceeded());
   EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+  const v1::Recovery done = Recoveries().front();
+  for (const auto& s : done.steps()) {
+    if (s.command() == v1::JOB_COMMAND_PAUSE) EXPECT_EQ(s.message(), "taskd: choosing-strategy; offered exit,dump,recover");
+  }
   EXPECT_EQ(taskd->count(), 4u);  // nothing sent twice, no second recovery
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -493,6 +540,106 @@ TEST_F(MindClusterRecoverTest, AnHcclErrorTaskdReportsIsRetriedAfterTheRouteWait
   RecoverStatus("retry");
   ASSERT_TRUE(WaitRecoverySucceeded());
   EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_STEP_RETRY);
+}
+
+// Scale-in as MindIO does it: "downgrade" with the reference's extraParams,
+// its 201 (the ranks to isolate) answered with faultNodesExit to their
+// pods, then its 0. A job of two pods (ranks 0-1 on worker01, 2-3 on
+// worker02) that allows only SCALE_IN; a chip of worker02 fails.
+TEST_F(MindClusterRecoverTest, ScaleInIsMindiosDowngrade) {
+  StartServer(ActuatorThatSucceeds);
+  TestAgent w1(channel_, "worker01", 2), w2(channel_, "worker02", 2);
+  ASSERT_TRUE(w1.Connect());
+  ASSERT_TRUE(w2.Connect());
+  {
+    v1::CreateJobRequest req;
+    v1::Job* job = req.mutable_job();
+    job->set_id(kTaskdJob);
+    job->set_kind(v1::JOB_KIND_TRAINING);
+    job->mutable_policy()->mutable_hold_down()->set_seconds(0);
+    job->mutable_policy()->add_allowed_strategies(v1::RECOVERY_STRATEGY_SCALE_IN);
+    job->mutable_policy()->set_ranks_per_replica(2);
+    job->mutable_policy()->set_min_replicas(1);
+    for (uint32_t r = 0; r < 4; ++r) {
+      auto* p = job->add_placement();
+      p->set_rank(r);
+      p->set_node(r < 2 ? "worker01" : "worker02");
+      p->set_device_id(r % 2);
+    }
+    (*job->mutable_labels())[std::string(mc::kLabelProcessRecoverEnable)] = "on";
+    (*job->mutable_labels())[std::string(mc::kLabelRecoverStrategy)] = "elastic-training";
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    grpc::Status st = jobs_->CreateJob(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  testing::MindioStandIn::Options o;
+  o.zit = true;
+  testing::MindioStandIn mindio(recover_.get(), kTaskdJob, o);
+  ASSERT_TRUE(WaitAttached());
+  ASSERT_TRUE(w2.Transition(1, true, 1, kSeparate));
+  ASSERT_TRUE(WaitRecoverySucceeded());
+  EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_SCALE_IN);
+  EXPECT_TRUE(mindio.Violations().empty()) << mindio.Violations().front();
+  EXPECT_EQ(mindio.Strategies(), (std::vector<std::string>{R"(downgrade/{"scale-in-strategy": "DP"})"}));
+  ASSERT_EQ(mindio.Count("faultNodesExit"), 1u);
+  for (const auto& s : mindio.Signals()) {
+    if (s.signaltype() == "faultNodesExit") {
+      EXPECT_EQ(std::vector<std::string>(s.noderankids().begin(), s.noderankids().end()),
+                (std::vector<std::string>{"1"}));
+    }
+  }
+}
+
+// ClusterD restarted while TaskD owed an answer; TaskD drops the signal
+// sent again with the uuid it has seen (and had dropped its report after
+// four tries). The step fails once MindIO's wait has passed (here 2 s,
+// mindcluster_taskd_wait_seconds) and the ladder goes on, instead of
+// waiting for the rung's timeout.
+TEST_F(MindClusterRecoverTest, ASignalSentAgainAndNeverAnsweredFailsAfterMindiosWait) {
+  auto short_wait = [](ClusterdConfig& c) { c.mindcluster_taskd_wait = std::chrono::seconds(2); };
+  StartServer(short_wait);
+  auto agent = std::make_unique<TestAgent>(channel_, "worker01", 2);
+  ASSERT_TRUE(agent->Connect());
+  CreateOptedInJob();
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  std::string stop_uuid;
+  {
+    SignalReader taskd(recover_.get(), kTaskdJob);
+    ASSERT_TRUE(WaitAttached());
+    ASSERT_TRUE(agent->Transition(1, true, 1, kRestartRequest));
+    const ::ProcessManageSignal stop = taskd.Wait(0);
+    ASSERT_EQ(stop.signaltype(), "stopTrain");
+    stop_uuid = stop.uuid();
+    // TaskD stops, its report never reaches this ClusterD.
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto rs = Recoveries();
+        return !rs.empty() && rs.front().steps_size() > 0 &&
+               rs.front().steps(0).message() == "taskd: await-stop-complete";
+      },
+      kTaskdDeadline));
+  const std::string recovery = Recoveries().front().id();
+  agent.reset();
+  StartServer(short_wait);  // the same data dir
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  SignalReader taskd(recover_.get(), kTaskdJob);
+  EXPECT_EQ(taskd.Wait(0).uuid(), stop_uuid);  // sent again: TaskD drops it
+  auto first_step = [&]() -> v1::RecoveryStep {
+    for (const auto& r : Recoveries()) {
+      if (r.id() == recovery && r.steps_size() > 0) return r.steps(0);
+    }
+    return {};
+  };
+  ASSERT_TRUE(WaitFor([&] { return first_step().state() == v1::STEP_STATE_FAILED; }, kTaskdDeadline))
+      << first_step().ShortDebugString();
+  EXPECT_NE(first_step().message().find("sent again"), std::string::npos) << first_step().message();
+  EXPECT_NE(first_step().message().find("within 2 s"), std::string::npos) << first_step().message();
 }
 
 }  // namespace
