@@ -21,15 +21,25 @@
 #  C. a SEPARATE fault on another chip is not a retry's: that chip leaves
 #     Volcano's available list; TaskD is told preExitProcess first (rank 0,
 #     pod rank 0) and answers with ReportProcessFault, which labels the pod
-#     on that node fault-type=software; then stopTrain, (the pod moves: the
-#     exec actuator here answers true), globalFault fault_nodes_exit,
-#     changeStrategy recover -> POD_RESCHEDULE SUCCEEDED, ProcessRecoverStatus
+#     on that node fault-type=software; then stopTrain, globalFault
+#     fault_nodes_exit right after it (the pod moves while MindIO waits: the
+#     exec actuator here answers true), changeStrategy recover ->
+#     POD_RESCHEDULE SUCCEEDED, ProcessRecoverStatus
 #     recover-success, the process fault TaskD reported cleared;
 #  D. a SEPARATE fault whose recover fails (TaskD answers 406): the ladder
 #     goes on to the job's restart, TaskD exits (changeStrategy exit), the
 #     PodGroup says process-recover-enable=pause and ProcessRecoverStatus
 #     exit-completed, reset-config's RetryTime goes up by one; the new
 #     TaskD's Register sets the label on again (the reference's FaultRetry);
+#  F. a retry TaskD answers 405 (MindIO: device clean failed): a new
+#     globalFault with a new uuid and no pod leaving, reset-config's
+#     RestartFaultProcess true, then recover in place as MindIO takes it:
+#     changeStrategy recover, extraParams recover-in-place, fault_nodes_restart;
+#     PROCESS_RESTART SUCCEEDED, recover-in-place-success;
+#  G. scale-in (the PodGroup allows only SCALE_IN, recover-strategy
+#     elastic-training): changeStrategy downgrade with the reference's
+#     extraParams, TaskD's 201 (the ranks to isolate) answered with
+#     faultNodesExit to their pod, then 0: SCALE_IN SUCCEEDED;
 #  E. the NIC-switch and stress-test methods answer code 499 "not supported".
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -235,7 +245,7 @@ wait_until 15 is taskd_faults "['FAULT_STATE_CLEARED']"
 # Cleared in the same write as the recovery's end: no recovery of its own followed.
 [[ $(last_recovery) == "RECOVERY_STRATEGY_POD_RESCHEDULE RECOVERY_STATE_SUCCEEDED" ]] ||
   fail "C: a recovery followed for TaskD's own process fault: $(last_recovery)"
-echo "   worker01 chip 0 (SEPARATE): -Unhealthy for Volcano; preExitProcess (rank 0, pod rank 0) -> ReportProcessFault (pod labelled fault-type=software) -> stopTrain -> (pod moved) -> globalFault fault_nodes_exit -> changeStrategy recover -> SUCCEEDED, recover-success; TaskD's process fault cleared"
+echo "   worker01 chip 0 (SEPARATE): -Unhealthy for Volcano; preExitProcess (rank 0, pod rank 0) -> ReportProcessFault (pod labelled fault-type=software) -> stopTrain -> globalFault fault_nodes_exit -> (pod moved) -> changeStrategy recover -> SUCCEEDED, recover-success; TaskD's process fault cleared"
 
 echo "-- D: a recover that fails: TaskD exits, the job restarts"
 C="$B preExitProcess stopTrain globalFault changeStrategy"
@@ -260,6 +270,70 @@ wait_until 15 is 'reset_field "(r[\"RankList\"], r[\"RetryTime\"])"' "([], 3)"
 [[ $(recover Register "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}" | code_of) == 0 ]] || fail "D: Register again"
 wait_until 15 is 'pg_meta labels process-recover-enable' on
 echo "   worker02 chip 0 (SEPARATE): recover failed (406) -> JOB_RESCHEDULE: changeStrategy exit -> SUCCEEDED; PodGroup pause, exit-completed, RetryTime 2 -> 3; Register -> on"
+
+# since N: TaskD's signal types after the first N.
+since() { local all; read -r -a all <<<"$(signals)"; echo "${all[*]:$1}"; }
+count() { local all; read -r -a all <<<"$(signals)"; echo "${#all[@]}"; }
+PG_PATH="/apis/scheduling.volcano.sh/v1beta1/namespaces/train/podgroups/pretrain-${JOB_UID:0:8}"
+
+echo "-- F: a retry MindIO answers 405: a new globalFault, then recover in place as MindIO takes it"
+inject_sim_fault worker01 0 80E18402 clear
+inject_sim_fault worker02 0 80E18402 clear
+k8s_api PATCH "$PG_PATH" '{"metadata":{"annotations":{"recover-strategy":"retry,recover-in-place,recover"}}}' >/dev/null
+wait_until 30 is 'job_label mindcluster/recover-strategy' "retry,recover-in-place,recover"
+expect_contains "$(recover Init "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}")" "retry,recover-in-place,recover" "F: Init"
+N=$(count)
+inject_sim_fault worker01 1 80BB8000  # RESTART_REQUEST: a step retry of rank 1 (pod rank 0)
+wait_until 30 is "since $N" "stopTrain"
+recover ReportStopComplete "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}}" >/dev/null
+wait_until 15 is "since $N" "stopTrain globalFault"
+first_global=$(signal_of globalFault 'g["uuid"]')
+# MindIO's offer for a UCE with its ARF switch on.
+recover ReportRecoverStrategy "{\"jobId\": \"$JOB_UID\", \"strategies\": [\"exit\", \"dump\", \"retry\", \"recover\"]}" >/dev/null
+wait_until 15 is "since $N" "stopTrain globalFault changeStrategy"
+[[ $(signal_of changeStrategy 'g["changeStrategy"]') == retry ]] || fail "F: not retry"
+recover ReportRecoverStatus "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 405}, \"strategy\": \"retry\"}" >/dev/null
+# 405: MindIO waits for a new globalFault; the escalated rung (PROCESS_RESTART) sends one.
+wait_until 30 is "since $N" "stopTrain globalFault changeStrategy globalFault"
+global=$(signal_of globalFault 'g["uuid"] != "'"$first_global"'", g.get("actions"), g.get("nodeRankIds", [])')
+[[ $global == "(True, ['on_global_rank', 'fault_nodes_exit'], [])" ]] || fail "F: the second globalFault $global"
+wait_until 15 is 'reset_field "(r[\"RestartFaultProcess\"], [x[\"RankId\"] for x in r[\"RankList\"]])"' "(True, [1])"
+recover ReportRecoverStrategy "{\"jobId\": \"$JOB_UID\", \"strategies\": [\"exit\", \"dump\", \"retry\", \"recover\"]}" >/dev/null
+wait_until 15 is "since $N" "stopTrain globalFault changeStrategy globalFault changeStrategy"
+change=$(signal_of changeStrategy 'g["changeStrategy"], g.get("extraParams"), g.get("actions"), g.get("nodeRankIds")')
+[[ $change == "('recover', 'recover-in-place', ['change_strategy', 'fault_nodes_restart'], ['0'])" ]] ||
+  fail "F: recover in place is $change"
+recover ReportRecoverStatus "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}, \"strategy\": \"recover\"}" >/dev/null
+wait_until 30 is last_recovery "RECOVERY_STRATEGY_PROCESS_RESTART RECOVERY_STATE_SUCCEEDED"
+wait_until 15 is 'pg_meta annotations ProcessRecoverStatus' recover-in-place-success
+echo "   retry -> 405 -> a new globalFault (no pod leaves, RestartFaultProcess true) -> changeStrategy recover, extraParams recover-in-place, fault_nodes_restart, pod rank 0 -> SUCCEEDED, recover-in-place-success"
+
+echo "-- G: scale-in is MindIO's downgrade: 201 (the ranks to isolate), faultNodesExit, 0"
+inject_sim_fault worker01 1 80BB8000 clear
+k8s_api PATCH "$PG_PATH" '{"metadata":{"annotations":{"recover-strategy":"elastic-training",
+  "clusterd.io/allowed-strategies":"scale_in","clusterd.io/ranks-per-replica":"2","clusterd.io/min-replicas":"1"}}}' >/dev/null
+wait_until 30 is 'job_label mindcluster/recover-strategy' "elastic-training"
+expect_contains "$(recover Init "{\"jobId\": \"$JOB_UID\", \"role\": \"taskd\"}")" "elastic-training" "G: Init"
+N=$(count)
+inject_sim_fault worker02 1 80E18402  # SEPARATE, rank 3 (pod rank 1)
+wait_until 30 is "since $N" "preExitProcess"
+recover ReportProcessFault "{\"jobId\": \"$JOB_UID\", \"faultRanks\": [{\"rankId\": \"3\", \"faultType\": \"1\"}]}" >/dev/null
+wait_until 15 is "since $N" "preExitProcess stopTrain"
+recover ReportStopComplete "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}}" >/dev/null
+wait_until 30 is "since $N" "preExitProcess stopTrain globalFault"
+# MindIO's offer for a fault no retry handles, with its ARF and ZIT switches on.
+recover ReportRecoverStrategy "{\"jobId\": \"$JOB_UID\", \"strategies\": [\"exit\", \"dump\", \"recover\", \"downgrade\", \"upgrade\"]}" >/dev/null
+wait_until 15 is "since $N" "preExitProcess stopTrain globalFault changeStrategy"
+down=$(signal_of changeStrategy 'g["changeStrategy"], g.get("extraParams"), g.get("nodeRankIds")')
+[[ $down == "('downgrade', '{\"scale-in-strategy\": \"DP\"}', ['1'])" ]] || fail "G: downgrade is $down"
+recover ReportRecoverStatus "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 201}, \"strategy\": \"downgrade\", \"isolateRankIds\": [\"2\", \"3\"]}" >/dev/null
+wait_until 15 is "since $N" "preExitProcess stopTrain globalFault changeStrategy faultNodesExit"
+[[ $(signal_of faultNodesExit 'g.get("actions"), g.get("nodeRankIds")') == "(['fault_nodes_exit'], ['1'])" ]] ||
+  fail "G: faultNodesExit $(signal_of faultNodesExit 'g')"
+[[ $(last_recovery) == "RECOVERY_STRATEGY_SCALE_IN RECOVERY_STATE_RUNNING" ]] || fail "G: 201 ended the step: $(last_recovery)"
+recover ReportRecoverStatus "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}, \"strategy\": \"downgrade\"}" >/dev/null
+wait_until 30 is last_recovery "RECOVERY_STRATEGY_SCALE_IN RECOVERY_STATE_SUCCEEDED"
+echo "   worker02 chip 1 (SEPARATE): changeStrategy downgrade {\"scale-in-strategy\": \"DP\"} -> 201 -> faultNodesExit pod rank 1 -> 0 -> SCALE_IN SUCCEEDED"
 
 echo "-- E: the flows ClusterD does not serve answer 'not supported'"
 out=$(recover StressTest "{\"jobID\": \"$JOB_UID\"}")
