@@ -455,7 +455,9 @@ TEST_F(MindClusterRecoverTest, ASeparateFaultPreExitsThenRecoversTheMovedPods) {
   EXPECT_EQ(Recoveries().front().strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
   const v1::Recovery done = Recoveries().front();
   for (const auto& s : done.steps()) {
-    if (s.command() == v1::JOB_COMMAND_PAUSE) EXPECT_EQ(s.message(), "taskd: choosing-strategy; offered exit,dump,recover");
+    if (s.command() == v1::JOB_COMMAND_PAUSE) {
+      EXPECT_EQ(s.message(), "taskd: choosing-strategy; offered exit,dump,recover");
+    }
   }
   EXPECT_EQ(taskd->count(), 4u);  // nothing sent twice, no second recovery
   ASSERT_TRUE(WaitFor(
@@ -640,6 +642,69 @@ TEST_F(MindClusterRecoverTest, ASignalSentAgainAndNeverAnsweredFailsAfterMindios
       << first_step().ShortDebugString();
   EXPECT_NE(first_step().message().find("sent again"), std::string::npos) << first_step().message();
   EXPECT_NE(first_step().message().find("within 2 s"), std::string::npos) << first_step().message();
+}
+
+}  // namespace
+}  // namespace clusterd
+
+namespace clusterd {
+namespace {
+
+// The Recover job table follows the job's life: a deleted job's HealthCheck
+// is no longer ok and its entry (and subscription) goes at the next sweep,
+// so 10,000 jobs created and deleted over a leader's life never fill it
+// (issue #51, item 4).
+TEST_F(MindClusterRecoverTest, ADeletedJobIsForgotten) {
+  CreateOptedInJob();
+  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
+  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
+  SignalReader taskd(recover_.get(), kTaskdJob);
+  ASSERT_TRUE(WaitAttached());
+  EXPECT_EQ(HealthCheck(kTaskdJob), mc::kRecoverOk);
+  auto jobs_metric = [&] {
+    auto res = testing::HttpGet(server_->http_port(), "/metrics");
+    return testing::MetricValue(res.body, "clusterd_mindcluster_recover_jobs");
+  };
+  EXPECT_EQ(jobs_metric(), 1);
+  {
+    v1::DeleteJobRequest req;
+    req.set_id(kTaskdJob);
+    grpc::ClientContext ctx;
+    v1::DeleteJobResponse resp;
+    grpc::Status st = jobs_->DeleteJob(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  ASSERT_TRUE(WaitFor([&] { return HealthCheck(kTaskdJob) == mc::kRecoverNotRegistered; }, kTaskdDeadline));
+  // The sweep (every keep-alive interval) drops it and ends its stream.
+  ASSERT_TRUE(WaitFor([&] { return jobs_metric() == 0; }, kTaskdDeadline));
+  EXPECT_EQ(taskd.WaitEnd().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  auto res = testing::HttpGet(server_->http_port(), "/metrics");
+  EXPECT_EQ(testing::MetricValue(res.body, "clusterd_mindcluster_recover_jobs_dropped_total"), 1);
+  EXPECT_EQ(testing::MetricValue(res.body, "clusterd_mindcluster_recover_subscribers"), 0);
+  EXPECT_EQ(Init(kTaskdJob), mc::kRecoverUnknownJob);
+}
+
+// One job's TaskD calling as fast as it can uses up its own bucket, never
+// another job's share (issue #51, item 5).
+TEST_F(MindClusterRecoverTest, OneJobsFloodLeavesAnotherJobItsCalls) {
+  CreateOptedInJob();
+  CreateJob("other-job", {{std::string(mc::kLabelProcessRecoverEnable), "on"},
+                          {std::string(mc::kLabelRecoverStrategy), "retry"}});
+  int refused = 0;
+  std::string message;
+  for (int i = 0; i < 400; ++i) {
+    grpc::ClientContext ctx;
+    ::Status resp;
+    grpc::Status st = recover_->Init(&ctx, TaskdClient(kTaskdJob), &resp);
+    if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      message = st.error_message();
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_NE(message.find("for job " + std::string(kTaskdJob)), std::string::npos) << message;
+  // The other job's calls all pass: its bucket is its own, the shared one untouched by the refusals.
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(Init("other-job"), mc::kRecoverOk) << i;
 }
 
 }  // namespace

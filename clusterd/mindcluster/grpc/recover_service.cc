@@ -146,6 +146,8 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     std::string process_recover_status;
     mc::TaskdJobRef ref;    // its Kubernetes objects, as of Init
     std::string last_note;  // the stage last stored for the command in flight
+    // Since when it has had no subscription (Init, or its stream's end).
+    std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
   };
 
   const ClusterState* state;
@@ -160,7 +162,13 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   Counter* signals = nullptr;
   Counter* reports = nullptr;
   Counter* refused = nullptr;
+  Counter* dropped = nullptr;
   RateLimit health_limit, call_limit;
+  // Per job (the jobId named), in front of the shared buckets. Bounded:
+  // emptied of jobs not in `jobs` when it holds kMaxJobLimits.
+  static constexpr size_t kMaxJobLimits = 20000;
+  std::mutex limits_mu;
+  std::map<std::string, std::pair<std::unique_ptr<RateLimit>, std::unique_ptr<RateLimit>>> job_limits;
 
   mutable std::mutex mu;
   std::map<std::string, Job> jobs;
@@ -240,6 +248,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       }
       if (std::chrono::steady_clock::now() >= next_keepalive) {
         lock.unlock();
+        Sweep();
         KeepAlive();
         lock.lock();
         next_keepalive = std::chrono::steady_clock::now() + options.keepalive_interval;
@@ -473,6 +482,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (it == jobs.end() || it->second.stream.get() != stream) return;
     Job& job = it->second;
     job.stream.reset();
+    job.idle_since = std::chrono::steady_clock::now();
     if (job.session != 0) agents->Detach(it->first, job.session);
     job.session = 0;
     // As the reference: a stream's end resets TaskD's state machine (the
@@ -480,6 +490,80 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (job.machine) job.machine->Reset();
     --subscribers;
     if (subscribers_gauge != nullptr) subscribers_gauge->Set(static_cast<double>(subscribers));
+  }
+
+  bool TakeForJob(const std::string& job, bool health) {
+    {
+      std::lock_guard lock(limits_mu);
+      auto it = job_limits.find(job);
+      if (it == job_limits.end()) {
+        if (job_limits.size() >= kMaxJobLimits) {
+          std::set<std::string> known;
+          {
+            std::lock_guard jobs_lock(mu);
+            for (const auto& [id, j] : jobs) known.insert(id);
+          }
+          std::erase_if(job_limits, [&](const auto& e) { return !known.count(e.first); });
+        }
+        it = job_limits
+                 .emplace(job, std::make_pair(std::make_unique<RateLimit>(options.per_job_health_check_rate),
+                                              std::make_unique<RateLimit>(options.per_job_call_rate)))
+                 .first;
+      }
+      // Taken under limits_mu: an entry is never erased while in use.
+      return (health ? it->second.first : it->second.second)->Take();
+    }
+  }
+
+  // Forgets the jobs ClusterD no longer knows, and those without a
+  // subscription and a command in flight for idle_job_ttl.
+  size_t Sweep() {
+    std::vector<std::string> ids;
+    {
+      std::lock_guard lock(mu);
+      ids.reserve(jobs.size());
+      for (const auto& [id, j] : jobs) ids.push_back(id);
+    }
+    std::set<std::string> gone = state->Read([&](const StateView& s) {
+      std::set<std::string> out;
+      for (const auto& id : ids) {
+        if (!s.jobs().count(id)) out.insert(id);
+      }
+      return out;
+    });
+    const auto now = std::chrono::steady_clock::now();
+    size_t n = 0;
+    {
+      std::lock_guard lock(mu);
+      for (auto it = jobs.begin(); it != jobs.end();) {
+        Job& j = it->second;
+        const bool deleted = gone.count(it->first) > 0;
+        const bool idle = !j.stream && !(j.machine && j.machine->current()) && now - j.idle_since >= options.idle_job_ttl;
+        if (!deleted && !idle) {
+          ++it;
+          continue;
+        }
+        GetLogger("taskd")->info("job {}: forgotten by the Recover service ({})", it->first,
+                                 deleted ? "ClusterD no longer knows the job" : "no subscription for the idle TTL");
+        if (j.stream) {
+          if (j.session != 0) agents->Detach(it->first, j.session);
+          j.stream->End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                     "job " + it->first + " no longer exists in ClusterD"));
+          --subscribers;
+        }
+        it = jobs.erase(it);
+        ++n;
+      }
+      if (jobs_gauge != nullptr) jobs_gauge->Set(static_cast<double>(jobs.size()));
+      if (subscribers_gauge != nullptr) subscribers_gauge->Set(static_cast<double>(subscribers));
+    }
+    if (n > 0 && dropped != nullptr) dropped->Inc(n);
+    {
+      std::lock_guard lock(limits_mu);
+      std::lock_guard jobs_lock(mu);
+      std::erase_if(job_limits, [&](const auto& e) { return !jobs.count(e.first); });
+    }
+    return n;
   }
 
   // Authorization, scope and rate: an error status, or OK.
@@ -491,6 +575,13 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     // (A jobId that is not valid is refused with code 499 right after.)
     if (who->kind == Principal::Kind::kAuthenticated && ValidJobId(job).ok() && !MayAttachJob(*who, job)) {
       return auth->Deny(*who, MethodPath(method), "may act only for job \"" + who->job + "\", not \"" + job + "\"");
+    }
+    if (ValidJobId(job).ok() && !TakeForJob(job, health)) {
+      if (refused != nullptr) refused->Inc();
+      return ResourceExhausted(
+          "Recover calls for job " + job + " are limited to " +
+          std::to_string(static_cast<long>(health ? options.per_job_health_check_rate : options.per_job_call_rate)) +
+          " per second" + (health ? " (HealthCheck)" : "") + ", so that one job's TaskD leaves the others their share");
     }
     if (!(health ? health_limit : call_limit).Take()) {
       if (refused != nullptr) refused->Inc();
@@ -542,6 +633,9 @@ RecoverServiceImpl::RecoverServiceImpl(const ClusterState* state, Engine* engine
                                           "Recovery signals written to TaskD (keep-alives not counted).");
     core_->reports = &metrics->AddCounter("clusterd_mindcluster_recover_reports_total",
                                           "TaskD's reports (stop complete, strategies, status, process faults).");
+    core_->dropped = &metrics->AddCounter(
+        "clusterd_mindcluster_recover_jobs_dropped_total",
+        "TaskD jobs the Recover service forgot: deleted from ClusterD, or idle (no subscription) past its TTL.");
     core_->refused = &metrics->AddCounter("clusterd_mindcluster_recover_refused_total",
                                           "Recover calls refused at a rate or size limit.");
   }
@@ -554,6 +648,8 @@ size_t RecoverServiceImpl::job_count() const {
   std::lock_guard lock(core_->mu);
   return core_->jobs.size();
 }
+
+size_t RecoverServiceImpl::SweepJobs() { return core_->Sweep(); }
 
 size_t RecoverServiceImpl::subscriber_count() const {
   std::lock_guard lock(core_->mu);
@@ -568,6 +664,12 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::Init(grpc::CallbackServerContext* 
   if (!stored) return Reply(ctx, resp, mc::kRecoverUnknownJob, "job " + req->jobid() + " is not known to ClusterD");
   mc::RecoverOptIn opt = mc::JobRecoverStrategies(*stored);
   if (opt.code != mc::kRecoverOk) return Reply(ctx, resp, opt.code, opt.info);
+  bool full = false;
+  {
+    std::lock_guard lock(core_->mu);
+    full = !core_->jobs.count(req->jobid()) && core_->jobs.size() >= core_->options.max_jobs;
+  }
+  if (full) core_->Sweep();  // deleted and idle jobs make room
   std::lock_guard lock(core_->mu);
   auto it = core_->jobs.find(req->jobid());
   if (it == core_->jobs.end()) {
@@ -580,6 +682,7 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::Init(grpc::CallbackServerContext* 
     if (core_->jobs_gauge != nullptr) core_->jobs_gauge->Set(static_cast<double>(core_->jobs.size()));
   }
   it->second.ref = mc::TaskdJobRefOf(*stored);
+  if (!it->second.stream) it->second.idle_since = std::chrono::steady_clock::now();
   // Idempotent; a job whose strategies changed (an idle one) takes the new.
   auto& machine = it->second.machine;
   if (!machine || (machine->strategies() != opt.strategies && !machine->current())) {
@@ -606,10 +709,15 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::HealthCheck(grpc::CallbackServerCo
                                                           ::Status* resp) {
   if (Status st = core_->Admit(ctx, "HealthCheck", req->jobid(), true); !st.ok()) return FinishUnary(ctx, st);
   if (Status st = ValidJobId(req->jobid()); !st.ok()) return Reply(ctx, resp, mc::kRecoverClientError, st.message());
+  const bool known = core_->ReadJob(req->jobid()).has_value();
   std::lock_guard lock(core_->mu);
   auto it = core_->jobs.find(req->jobid());
   if (it == core_->jobs.end() || !it->second.registered) {
     return Reply(ctx, resp, mc::kRecoverNotRegistered, "job " + req->jobid() + " is not registered");
+  }
+  if (!known) {
+    // Deleted: the sweep forgets it; until then it is not healthy.
+    return Reply(ctx, resp, mc::kRecoverNotRegistered, "job " + req->jobid() + " no longer exists in ClusterD");
   }
   return Reply(ctx, resp, mc::kRecoverOk, "ok");
 }

@@ -37,6 +37,14 @@ struct RecoverServiceOptions {
   // reference's 10,000 and 1,000); beyond, RESOURCE_EXHAUSTED.
   double health_check_rate = 10000;
   double call_rate = 1000;
+  // The same per job (the jobId a call names), taken before the shared
+  // ones: one job's TaskD cannot use up another's share.
+  double per_job_health_check_rate = 100;
+  double per_job_call_rate = 100;
+  // A job's entry (its machine, registration) goes when ClusterD no longer
+  // knows the job, or after this long without a subscription and with no
+  // command in flight (TaskD's Init and Register make it again).
+  std::chrono::seconds idle_job_ttl{600};
   // Streams of the unsupported NIC-switch and stress-test flows held open
   // (idle) at most; beyond, RESOURCE_EXHAUSTED.
   uint32_t max_idle_streams = 4096;
@@ -54,8 +62,9 @@ class RecoverServiceImpl final : public ::Recover::CallbackService {
  public:
   // Everything passed must outlive this and every stream. Metrics:
   // clusterd_mindcluster_recover_jobs (initialized), ..._subscribers,
-  // ..._signals_total, ..._reports_total, ..._refused_total (rate limit and
-  // limits), ..._idle_streams.
+  // ..._signals_total, ..._reports_total, ..._refused_total (rate limits,
+  // per job and shared, and limits), ..._jobs_dropped_total (deleted or
+  // idle jobs forgotten), ..._idle_streams.
   RecoverServiceImpl(const ClusterState* state, Engine* engine, Coordinator* coordinator, JobAgentHub* agents,
                      const Authenticator* auth, RecoverServiceOptions options, MetricsRegistry* metrics);
   ~RecoverServiceImpl() override;
@@ -94,6 +103,9 @@ class RecoverServiceImpl final : public ::Recover::CallbackService {
 
   size_t job_count() const;
   size_t subscriber_count() const;
+  // Forgets jobs ClusterD no longer knows and those idle past idle_job_ttl
+  // (the worker does it every keep-alive interval); how many it dropped.
+  size_t SweepJobs();
 
   struct Core;
 
