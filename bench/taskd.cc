@@ -73,8 +73,7 @@ class TaskdStream {
 };
 
 // The job's newest recovery is SUCCEEDED (polled); its time, 0 on timeout.
-int64_t WaitSucceeded(v1::ClusterService::Stub* cluster, const std::string& job, size_t recoveries,
-                      double timeout_s) {
+int64_t WaitSucceeded(v1::ClusterService::Stub* cluster, const std::string& job, size_t recoveries, double timeout_s) {
   const int64_t end = NowNs() + static_cast<int64_t>(timeout_s * 1e9);
   while (NowNs() < end) {
     v1::ListRecoveriesRequest req;

@@ -436,7 +436,8 @@ TaskdOutput TaskdJob::Finish(std::string_view target, int32_t code, const std::s
     reported_.clear();
     out.ack = Done(true, "TaskD recovered the job with " + name);
   } else {
-    out.ack = Done(false, "TaskD's " + name + " failed: code " + std::to_string(code) + (info.empty() ? "" : ", " + info));
+    out.ack =
+        Done(false, "TaskD's " + name + " failed: code " + std::to_string(code) + (info.empty() ? "" : ", " + info));
   }
   return out;
 }
@@ -501,9 +502,9 @@ TaskdOutput TaskdJob::Advance() {
         // for the strategy, which the next command sends, or this wait does.
         const std::string_view wire = WireOf(follow);
         if (!Contains(offered_, wire)) {
-          out.ack = Done(false, "TaskD offered " +
-                                    (offered_.empty() ? std::string("no strategy") : JoinCommaList(offered_)) +
-                                    ", not " + std::string(wire));
+          out.ack =
+              Done(false, "TaskD offered " + (offered_.empty() ? std::string("no strategy") : JoinCommaList(offered_)) +
+                              ", not " + std::string(wire));
           return out;
         }
         pending_ = Pending{*current_, std::string(follow), false};
@@ -743,9 +744,9 @@ TaskdOutput TaskdJob::OnRecoverStatus(const ::RecoverStatusRequest& req) {
   const std::string strategy = last_.changestrategy();
   // The ClusterD name of what was asked ("recover-in-place" is "recover"
   // with that extraParams).
-  const std::string asked =
-      strategy == kStrategyRecover && last_.extraparams() == kStrategyRecoverInPlace ? std::string(kStrategyRecoverInPlace)
-                                                                                     : strategy;
+  const std::string asked = strategy == kStrategyRecover && last_.extraparams() == kStrategyRecoverInPlace
+                                ? std::string(kStrategyRecoverInPlace)
+                                : strategy;
   const int32_t code = req.status().code();
   if (strategy == kStrategyDowngrade && code == kRecoverChooseScaleInRanks) {
     // MindIO chose the ranks to isolate: their pods exit, its result follows.

@@ -418,7 +418,6 @@ TEST_F(MindClusterRecoverTest, AfterARestartTheStepGoesOnFromItsStoredStage) {
   for (const auto& s : taskd.Messages()) EXPECT_NE(s.signaltype(), "stopTrain");
 }
 
-
 // A SEPARATE chip fault (not TaskD's own report): TaskD stops the fault
 // rank's workers first (preExitProcess, answered by ReportProcessFault),
 // then the pod rescheduling runs through it: stopTrain, (the pods move),
@@ -688,8 +687,8 @@ TEST_F(MindClusterRecoverTest, ADeletedJobIsForgotten) {
 // another job's share (issue #51, item 5).
 TEST_F(MindClusterRecoverTest, OneJobsFloodLeavesAnotherJobItsCalls) {
   CreateOptedInJob();
-  CreateJob("other-job", {{std::string(mc::kLabelProcessRecoverEnable), "on"},
-                          {std::string(mc::kLabelRecoverStrategy), "retry"}});
+  CreateJob("other-job",
+            {{std::string(mc::kLabelProcessRecoverEnable), "on"}, {std::string(mc::kLabelRecoverStrategy), "retry"}});
   int refused = 0;
   std::string message;
   for (int i = 0; i < 400; ++i) {

@@ -338,10 +338,10 @@ TEST(TaskdJobTest, After406Or499OnlyDumpOrExitGoOut) {
     ASSERT_TRUE(failed.ack.has_value());
     EXPECT_EQ(t.phase(), TaskdJob::Phase::kChoosing);
     // Every rung but the job's restart fails at once, nothing sent.
-    for (const auto& c : {Cmd("r.1/1", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2}),
-                          On(Cmd("r.1/2", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {2}),
-                             v1::RECOVERY_STRATEGY_POD_RESCHEDULE),
-                          Cmd("r.1/3", v1::JOB_COMMAND_SCALE_IN, {4, 5, 6, 7}, {5})}) {
+    for (const auto& c :
+         {Cmd("r.1/1", v1::JOB_COMMAND_RESTART_PROCESSES, {2}, {2}),
+          On(Cmd("r.1/2", v1::JOB_COMMAND_PAUSE, {0, 1, 2, 3, 4, 5, 6, 7}, {2}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE),
+          Cmd("r.1/3", v1::JOB_COMMAND_SCALE_IN, {4, 5, 6, 7}, {5})}) {
       auto refused = t.OnCommand(c, job);
       EXPECT_TRUE(refused.signals.empty());
       ASSERT_TRUE(refused.ack.has_value());
@@ -443,7 +443,7 @@ TEST(TaskdJobTest, PodsSlowerThanMindiosWaitGetTheirStrategyEarly) {
     AnswerPreExit(t, t.OnCommand(pause, job));
     t.OnStopComplete(StopDone());
     auto paused = t.OnRecoverStrategy(Offer({"recover", "exit"}));
-    EXPECT_EQ(paused.expire_after_ms, 6000);  // at least half of a short wait
+    EXPECT_EQ(paused.expire_after_ms, 6000);                  // at least half of a short wait
     EXPECT_TRUE(t.Expire("strategy:r.0/0").signals.empty());  // stale
     // The pods still move when the bound runs out: recover goes out now.
     const auto early = OnlySignal(t.Expire(paused.expire_token));
@@ -451,8 +451,7 @@ TEST(TaskdJobTest, PodsSlowerThanMindiosWaitGetTheirStrategyEarly) {
     EXPECT_EQ(early.uuid(), "r.1/0/change-strategy/recover");
     EXPECT_EQ(t.phase(), TaskdJob::Phase::kAwaitStatus);
     EXPECT_TRUE(t.Expire(paused.expire_token).signals.empty());  // once
-    const v1::Command resume =
-        On(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
+    const v1::Command resume = On(Cmd("r.1/3", v1::JOB_COMMAND_RESUME, {6}, {6}), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
     TaskdOutput done;
     if (status_first) {
       auto status = t.OnRecoverStatus(Result(kRecoverOk, "recover"));
@@ -830,10 +829,8 @@ TEST(TaskdJobTest, AJobThatCannotRecoverIsNotRescheduledPodByPodButRestarted) {
   EXPECT_EQ(offered.ack->message, "taskd: choosing-strategy; offered recover,exit");
   EXPECT_TRUE(offered.recover_enable.empty());
   // The chips reset; the restart sends only its changeStrategy.
-  const auto change =
-      OnlySignal(reset.OnCommand(On(Cmd("r.2/2", v1::JOB_COMMAND_RESTART_PROCESSES, {3}, {3}),
-                                    v1::RECOVERY_STRATEGY_PROCESS_RESTART),
-                                 job));
+  const auto change = OnlySignal(reset.OnCommand(
+      On(Cmd("r.2/2", v1::JOB_COMMAND_RESTART_PROCESSES, {3}, {3}), v1::RECOVERY_STRATEGY_PROCESS_RESTART), job));
   EXPECT_EQ(change.changestrategy(), "recover");
   EXPECT_EQ(change.extraparams(), "recover-in-place");
 }

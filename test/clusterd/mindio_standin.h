@@ -53,9 +53,9 @@ namespace clusterd::testing {
 class MindioStandIn {
  public:
   struct Options {
-    bool arf = true;    // MindIO's ARF switch: "recover"
-    bool zit = false;   // its ZIT switch: "downgrade", "upgrade"
-    bool dump = true;   // its DP groups have a complete replica: "dump"
+    bool arf = true;   // MindIO's ARF switch: "recover"
+    bool zit = false;  // its ZIT switch: "downgrade", "upgrade"
+    bool dump = true;  // its DP groups have a complete replica: "dump"
     bool drop_resent = true;
     // Status codes to answer per strategy, in turn (then 0).
     std::map<std::string, std::vector<int32_t>> results;
@@ -222,7 +222,7 @@ class MindioStandIn {
       return;
     }
     const std::string& strategy = s.changestrategy();
-    const bool accepted = state_ == State::kOffered          ? Offered(strategy)
+    const bool accepted = state_ == State::kOffered        ? Offered(strategy)
                           : state_ == State::kOnlyDumpExit ? (strategy == "dump" && options_.dump) || strategy == "exit"
                           : state_ == State::kOnlyExit     ? strategy == "exit"
                                                            : false;

@@ -538,7 +538,8 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       for (auto it = jobs.begin(); it != jobs.end();) {
         Job& j = it->second;
         const bool deleted = gone.count(it->first) > 0;
-        const bool idle = !j.stream && !(j.machine && j.machine->current()) && now - j.idle_since >= options.idle_job_ttl;
+        const bool idle =
+            !j.stream && !(j.machine && j.machine->current()) && now - j.idle_since >= options.idle_job_ttl;
         if (!deleted && !idle) {
           ++it;
           continue;
