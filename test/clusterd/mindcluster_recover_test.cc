@@ -144,6 +144,18 @@ class MindClusterRecoverTest : public testing::ClusterdServerTest {
     if (!WaitAttached()) return nullptr;
     return reader;
   }
+  // A job of two ranks on worker01 listing `strategies`, and TaskD + MindIO
+  // for it as the stand-in plays them (Init, Register, Subscribe);
+  // nullptr (and a failure) unless it became the job's agent.
+  std::unique_ptr<testing::MindioStandIn> StartMindio(const std::string& strategies,
+                                                      testing::MindioStandIn::Options options = {}) {
+    CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
+                          {std::string(mc::kLabelRecoverStrategy), strategies}});
+    if (Init(kTaskdJob) != mc::kRecoverOk || Register(kTaskdJob) != mc::kRecoverOk) return nullptr;
+    auto mindio = std::make_unique<testing::MindioStandIn>(recover_.get(), kTaskdJob, std::move(options));
+    if (!WaitAttached()) return nullptr;
+    return mindio;
+  }
   // TaskD's answer to a preExitProcess: the ranks it stopped.
   int32_t AnswerPreExit(const ::ProcessManageSignal& pre) {
     EXPECT_EQ(pre.signaltype(), "preExitProcess");
@@ -264,12 +276,9 @@ TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {
 TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCleared) {
   TestAgent agent(channel_, "worker01", 2);
   ASSERT_TRUE(agent.Connect());
-  CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
-                        {std::string(mc::kLabelRecoverStrategy), "recover-in-place,recover"}});
-  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
-  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
-  testing::MindioStandIn mindio(recover_.get(), kTaskdJob, {});
-  ASSERT_TRUE(WaitAttached());
+  auto started = StartMindio("recover-in-place,recover");
+  ASSERT_TRUE(started);
+  testing::MindioStandIn& mindio = *started;
   auto taskd_faults = [&] {
     v1::ListFaultsRequest req;
     req.set_page_size(100);
@@ -323,14 +332,11 @@ TEST_F(MindClusterRecoverTest, AProcessFaultTaskdReportsIsRecoveredInPlaceThenCl
 TEST_F(MindClusterRecoverTest, AfterARetrys405ANewGlobalFaultThenRecoverInPlace) {
   TestAgent agent(channel_, "worker01", 2);
   ASSERT_TRUE(agent.Connect());
-  CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
-                        {std::string(mc::kLabelRecoverStrategy), "retry,recover-in-place,recover"}});
-  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
-  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
   testing::MindioStandIn::Options o;
   o.results["retry"] = {mc::kRecoverRetryRecoverable};
-  testing::MindioStandIn mindio(recover_.get(), kTaskdJob, o);
-  ASSERT_TRUE(WaitAttached());
+  auto started = StartMindio("retry,recover-in-place,recover", o);
+  ASSERT_TRUE(started);
+  testing::MindioStandIn& mindio = *started;
   ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
   ASSERT_TRUE(WaitRecoverySucceeded());
   const v1::Recovery r = Recoveries().front();
@@ -353,14 +359,11 @@ TEST_F(MindClusterRecoverTest, AfterARetrys406OnlyDumpAndExitGoOut) {
   StartServer(ActuatorThatSucceeds);
   TestAgent agent(channel_, "worker01", 2);
   ASSERT_TRUE(agent.Connect());
-  CreateJob(kTaskdJob, {{std::string(mc::kLabelProcessRecoverEnable), "on"},
-                        {std::string(mc::kLabelRecoverStrategy), "retry,recover-in-place,recover,dump"}});
-  ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
-  ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
   testing::MindioStandIn::Options o;
   o.results["retry"] = {mc::kRecoverRetryUnrecoverable};
-  testing::MindioStandIn mindio(recover_.get(), kTaskdJob, o);
-  ASSERT_TRUE(WaitAttached());
+  auto started = StartMindio("retry,recover-in-place,recover,dump", o);
+  ASSERT_TRUE(started);
+  testing::MindioStandIn& mindio = *started;
   ASSERT_TRUE(agent.Transition(1, true, 1, kRestartRequest));
   ASSERT_TRUE(WaitRecoverySucceeded());
   const v1::Recovery r = Recoveries().front();
