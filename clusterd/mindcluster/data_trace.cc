@@ -27,7 +27,8 @@ bool IsDnsSubdomain(std::string_view s) {
   size_t start = 0;
   while (true) {
     const size_t dot = s.find('.', start);
-    const std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    const std::string_view label =
+        s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
     if (!IsDnsLabel(label, 63)) return false;
     if (dot == std::string_view::npos) return true;
     start = dot + 1;
@@ -102,8 +103,8 @@ DataTraceSwitches::DataTraceSwitches(DataTraceStore* store, const DataTraceJobs*
   if (metrics == nullptr) return;
   jobs_gauge_ = &metrics->AddGauge("clusterd_mindcluster_datatrace_jobs",
                                    "Jobs whose MindCluster profiling switches (TrainingDataTrace) are kept.");
-  subscribers_gauge_ = &metrics->AddGauge("clusterd_mindcluster_datatrace_subscribers",
-                                          "TrainingDataTrace subscription streams open.");
+  subscribers_gauge_ =
+      &metrics->AddGauge("clusterd_mindcluster_datatrace_subscribers", "TrainingDataTrace subscription streams open.");
   changes_ = &metrics->AddCounter("clusterd_mindcluster_datatrace_changes_total",
                                   "Profiling switches set (ModifyTrainingDataTraceSwitch, stored).");
   messages_ = &metrics->AddCounter("clusterd_mindcluster_datatrace_messages_total",
@@ -160,8 +161,8 @@ void DataTraceSwitches::Modify(std::string_view job_ns_name, const ::ProfilingSw
   bool full = false;
   {
     std::lock_guard lock(mu_);
-    full = !records_.contains(key) && !reserved_.contains(key) &&
-           records_.size() + reserved_.size() >= options_.max_jobs;
+    full =
+        !records_.contains(key) && !reserved_.contains(key) && records_.size() + reserved_.size() >= options_.max_jobs;
   }
   if (full) index = jobs_->Index();
   storage::v1::DataTraceRecord record;
@@ -181,10 +182,9 @@ void DataTraceSwitches::Modify(std::string_view job_ns_name, const ::ProfilingSw
           if (it == index.end() || it->second != r.job_id()) erase.push_back(k);
         }
         if (records_.size() - erase.size() + reserved_.size() >= options_.max_jobs) {
-          return done(RefuseLocked(refused_jobs_, "profiling switches are kept for " +
-                                                      std::to_string(options_.max_jobs) +
-                                                      " jobs at most (limit max_jobs), all of them still known; job " +
-                                                      key + " gets none"));
+          return done(RefuseLocked(
+              refused_jobs_, "profiling switches are kept for " + std::to_string(options_.max_jobs) +
+                                 " jobs at most (limit max_jobs), all of them still known; job " + key + " gets none"));
         }
       }
       reserved_.insert(key);
@@ -192,26 +192,25 @@ void DataTraceSwitches::Modify(std::string_view job_ns_name, const ::ProfilingSw
     }
   }
   const std::string job_id = *id;
-  store_->Write(record, erase,
-                [this, record, erase, key, job_id, reserved, done = std::move(done)](Status st) mutable {
-                  {
-                    std::lock_guard lock(mu_);
-                    if (reserved) reserved_.erase(key);
-                    if (st.ok()) {
-                      for (const auto& k : erase) records_.erase(k);
-                      const ::ProfilingSwitch now = SwitchOf(record);
-                      records_[key] = std::move(record);
-                      if (changes_ != nullptr) changes_->Inc();
-                      auto g = groups_.find(job_id);
-                      if (g != groups_.end()) {
-                        for (auto& [handle, sub] : g->second.subscribers) sub->Switch(now);
-                        if (messages_ != nullptr) messages_->Inc(g->second.subscribers.size());
-                      }
-                      UpdateGaugesLocked();
-                    }
-                  }
-                  done(std::move(st));
-                });
+  store_->Write(record, erase, [this, record, erase, key, job_id, reserved, done = std::move(done)](Status st) mutable {
+    {
+      std::lock_guard lock(mu_);
+      if (reserved) reserved_.erase(key);
+      if (st.ok()) {
+        for (const auto& k : erase) records_.erase(k);
+        const ::ProfilingSwitch now = SwitchOf(record);
+        records_[key] = std::move(record);
+        if (changes_ != nullptr) changes_->Inc();
+        auto g = groups_.find(job_id);
+        if (g != groups_.end()) {
+          for (auto& [handle, sub] : g->second.subscribers) sub->Switch(now);
+          if (messages_ != nullptr) messages_->Inc(g->second.subscribers.size());
+        }
+        UpdateGaugesLocked();
+      }
+    }
+    done(std::move(st));
+  });
 }
 
 StatusOr<::ProfilingSwitch> DataTraceSwitches::Get(std::string_view job_ns_name) const {
@@ -243,8 +242,7 @@ StatusOr<uint64_t> DataTraceSwitches::Subscribe(const std::string& job_id,
   }
   Group& group = groups_[job_id];
   if (group.subscribers.size() >= options_.max_subscribers_per_job) {
-    return RefuseLocked(refused_job_subscribers_, "job " + job_id + " has " +
-                                                      std::to_string(group.subscribers.size()) +
+    return RefuseLocked(refused_job_subscribers_, "job " + job_id + " has " + std::to_string(group.subscribers.size()) +
                                                       " TrainingDataTrace subscriptions, the most one job may have "
                                                       "(limit max_subscribers_per_job)");
   }

@@ -91,7 +91,9 @@ class Recorder final : public DataTraceSubscriber {
 const ::ProfilingSwitch kAllOn = Make("on", "on");
 const ::ProfilingSwitch kLight = Make("off", "on");  // faultdiag-online's StopHeavyProfiling
 
-bool Same(const ::ProfilingSwitch& a, const ::ProfilingSwitch& b) { return a.SerializeAsString() == b.SerializeAsString(); }
+bool Same(const ::ProfilingSwitch& a, const ::ProfilingSwitch& b) {
+  return a.SerializeAsString() == b.SerializeAsString();
+}
 
 class DataTraceTest : public ::testing::Test {
  protected:
@@ -253,8 +255,7 @@ TEST_F(DataTraceTest, SubscriberLimitsRefuseWithTheirErrorAndMetric) {
   ASSERT_TRUE(switches_->Subscribe("uid-b", std::make_shared<Recorder>()).ok());
   auto total = switches_->Subscribe("uid-api", std::make_shared<Recorder>());
   EXPECT_EQ(total.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(total.status().message().find("limit max_subscribers)"), std::string::npos)
-      << total.status().message();
+  EXPECT_NE(total.status().message().find("limit max_subscribers)"), std::string::npos) << total.status().message();
   const std::string m = Metrics();
   EXPECT_NE(m.find("clusterd_mindcluster_datatrace_refused_total{limit=\"max_subscribers_per_job\"} 1"),
             std::string::npos)

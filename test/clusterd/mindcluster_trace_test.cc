@@ -32,7 +32,9 @@ constexpr char kJobNsName[] = "default/test-pytorch";
   return s;
 }
 
-bool Same(const ::ProfilingSwitch& a, const ::ProfilingSwitch& b) { return a.SerializeAsString() == b.SerializeAsString(); }
+bool Same(const ::ProfilingSwitch& a, const ::ProfilingSwitch& b) {
+  return a.SerializeAsString() == b.SerializeAsString();
+}
 
 // TaskD's manager: SubscribeDataTraceSwitch for its job.
 class SwitchReader : public testing::StreamReader<::DataStatusRes> {

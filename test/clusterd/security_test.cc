@@ -462,9 +462,10 @@ TEST_F(SecurityTest, ProfilingSwitchesAreSetByOperatorsAndReadByTheirJobsAgent) 
   auto modify = [&](const std::string& who, const std::string& job) {
     ::DataTypeReq req;
     req.set_jobnsname(job);
-    for (auto* f : {req.mutable_profilingswitch()->mutable_communicationoperator(),
-                    req.mutable_profilingswitch()->mutable_step(), req.mutable_profilingswitch()->mutable_savecheckpoint(),
-                    req.mutable_profilingswitch()->mutable_fp(), req.mutable_profilingswitch()->mutable_dataloader()}) {
+    for (auto* f :
+         {req.mutable_profilingswitch()->mutable_communicationoperator(), req.mutable_profilingswitch()->mutable_step(),
+          req.mutable_profilingswitch()->mutable_savecheckpoint(), req.mutable_profilingswitch()->mutable_fp(),
+          req.mutable_profilingswitch()->mutable_dataloader()}) {
       *f = "on";
     }
     grpc::ClientContext ctx;

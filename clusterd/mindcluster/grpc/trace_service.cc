@@ -276,18 +276,17 @@ grpc::ServerUnaryReactor* TrainingDataTraceService::ModifyTrainingDataTraceSwitc
   const std::string actor = who->name.empty() ? who->peer : who->name;
   auto* reactor = ctx->DefaultReactor();
   const std::string job = req->jobnsname();
-  core_->switches.Modify(
-      job, req->has_profilingswitch() ? &req->profilingswitch() : nullptr, actor,
-      [reactor, resp, job, actor](Status st) {
-        if (!st.ok()) {
-          reactor->Finish(ToGrpc(st));
-          return;
-        }
-        GetLogger("mindcluster")->info("profiling switch of job {} set by {}", job, actor);
-        resp->set_code(mc::kDataTraceOk);
-        resp->set_message("successfully changed profiling marker enable status");
-        reactor->Finish(grpc::Status::OK);
-      });
+  core_->switches.Modify(job, req->has_profilingswitch() ? &req->profilingswitch() : nullptr, actor,
+                         [reactor, resp, job, actor](Status st) {
+                           if (!st.ok()) {
+                             reactor->Finish(ToGrpc(st));
+                             return;
+                           }
+                           GetLogger("mindcluster")->info("profiling switch of job {} set by {}", job, actor);
+                           resp->set_code(mc::kDataTraceOk);
+                           resp->set_message("successfully changed profiling marker enable status");
+                           reactor->Finish(grpc::Status::OK);
+                         });
   return reactor;
 }
 
