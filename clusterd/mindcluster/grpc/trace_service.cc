@@ -275,9 +275,9 @@ grpc::ServerUnaryReactor* TrainingDataTraceService::ModifyTrainingDataTraceSwitc
   if (!who.ok()) return FinishUnary(ctx, who.status());
   const std::string actor = who->name.empty() ? who->peer : who->name;
   auto* reactor = ctx->DefaultReactor();
-  const std::string job = req->jobnsname();
+  const std::string& job = req->jobnsname();
   core_->switches.Modify(job, req->has_profilingswitch() ? &req->profilingswitch() : nullptr, actor,
-                         [reactor, resp, job, actor](Status st) {
+                         [reactor, resp, job, actor](const Status& st) {
                            if (!st.ok()) {
                              reactor->Finish(ToGrpc(st));
                              return;
