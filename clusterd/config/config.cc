@@ -559,6 +559,16 @@ std::vector<ConfigKey> MakeTable() {
             [](const ClusterdConfig& c) { return std::to_string(c.mindcluster_registration_ttl.count()); }),
         "a fault.Fault registration with no stream open for this many seconds expires",
         "none yet (clusterd.config refuses the mindcluster_* keys)");
+  t.Add(U32("datatrace_max_jobs", CLUSTERD_FIELD(datatrace_max_jobs), 1, 1'000'000),
+        "jobs whose TrainingDataTrace profiling switch is kept; a new job's beyond is RESOURCE_EXHAUSTED unless "
+        "a kept job is gone",
+        "clusterd.config.datatrace_max_jobs");
+  t.Add(U32("datatrace_max_subscribers", CLUSTERD_FIELD(datatrace_max_subscribers), 1, 1'000'000),
+        "TrainingDataTrace subscription streams at once; more is RESOURCE_EXHAUSTED",
+        "clusterd.config.datatrace_max_subscribers");
+  t.Add(U32("datatrace_max_subscribers_per_job", CLUSTERD_FIELD(datatrace_max_subscribers_per_job), 1, 1'000'000),
+        "TrainingDataTrace subscription streams of one job at once; more is RESOURCE_EXHAUSTED",
+        "clusterd.config.datatrace_max_subscribers_per_job");
   t.Add(
       Text("mindcluster_device_info_namespace", CLUSTERD_FIELD(mindcluster_stack.device_info_namespace), "NS"),
       "namespace of the device plugin's mindx-dl-deviceinfo-<node> ConfigMaps (the mindcluster integration reads them)",

@@ -175,6 +175,11 @@ struct ClusterdConfig {
   uint32_t mindcluster_max_registrations_per_principal = 100;
   // A fault.Fault registration with no stream open for this long expires.
   std::chrono::seconds mindcluster_registration_ttl{300};
+  // MindCluster's TrainingDataTrace: jobs whose profiling switches are kept,
+  // and subscription streams in all and per job (RESOURCE_EXHAUSTED beyond).
+  uint32_t datatrace_max_jobs = 10000;
+  uint32_t datatrace_max_subscribers = 10000;
+  uint32_t datatrace_max_subscribers_per_job = 8;
   // The "mindcluster" integration (docs/mindcluster.md, "The stack's
   // ConfigMaps"): where the device plugin's ConfigMaps are read and
   // Volcano's cluster-info ConfigMaps written, how often all of these are

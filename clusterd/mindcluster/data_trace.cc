@@ -182,9 +182,10 @@ void DataTraceSwitches::Modify(std::string_view job_ns_name, const ::ProfilingSw
           if (it == index.end() || it->second != r.job_id()) erase.push_back(k);
         }
         if (records_.size() - erase.size() + reserved_.size() >= options_.max_jobs) {
-          return done(RefuseLocked(
-              refused_jobs_, "profiling switches are kept for " + std::to_string(options_.max_jobs) +
-                                 " jobs at most (limit max_jobs), all of them still known; job " + key + " gets none"));
+          return done(
+              RefuseLocked(refused_jobs_, "profiling switches are kept for " + std::to_string(options_.max_jobs) +
+                                              " jobs at most (datatrace_max_jobs), all of them still known; job " +
+                                              key + " gets none"));
         }
       }
       reserved_.insert(key);
@@ -238,13 +239,13 @@ StatusOr<uint64_t> DataTraceSwitches::Subscribe(const std::string& job_id,
   if (subscribers_ >= options_.max_subscribers) {
     return RefuseLocked(refused_subscribers_, "TrainingDataTrace subscriptions are limited to " +
                                                   std::to_string(options_.max_subscribers) +
-                                                  " at once (limit max_subscribers)");
+                                                  " at once (datatrace_max_subscribers)");
   }
   Group& group = groups_[job_id];
   if (group.subscribers.size() >= options_.max_subscribers_per_job) {
     return RefuseLocked(refused_job_subscribers_, "job " + job_id + " has " + std::to_string(group.subscribers.size()) +
                                                       " TrainingDataTrace subscriptions, the most one job may have "
-                                                      "(limit max_subscribers_per_job)");
+                                                      "(datatrace_max_subscribers_per_job)");
   }
   const uint64_t handle = next_handle_++;
   if (!ns_name->empty()) {

@@ -349,8 +349,12 @@ Status ClusterdServer::Impl::MakeServices() {
                                                           authenticator.get(), ro, &metrics);
   {
     // MindCluster's profiling switches, kept in the store (loaded here).
-    auto trace = TrainingDataTraceService::Make(state.get(), engine.get(), store.get(), authenticator.get(), clock,
-                                                TrainingDataTraceOptions{}, &metrics);
+    TrainingDataTraceOptions to;
+    to.limits.max_jobs = cfg.datatrace_max_jobs;
+    to.limits.max_subscribers = cfg.datatrace_max_subscribers;
+    to.limits.max_subscribers_per_job = cfg.datatrace_max_subscribers_per_job;
+    auto trace = TrainingDataTraceService::Make(state.get(), engine.get(), store.get(), authenticator.get(), clock, to,
+                                                &metrics);
     if (!trace.ok()) return trace.status();
     services.trace = std::move(*trace);
   }

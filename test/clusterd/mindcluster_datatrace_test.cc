@@ -250,12 +250,12 @@ TEST_F(DataTraceTest, SubscriberLimitsRefuseWithTheirErrorAndMetric) {
   for (int i = 0; i < 2; ++i) handles.push_back(*switches_->Subscribe("uid-a", std::make_shared<Recorder>()));
   auto per_job = switches_->Subscribe("uid-a", std::make_shared<Recorder>());
   EXPECT_EQ(per_job.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(per_job.status().message().find("limit max_subscribers_per_job"), std::string::npos)
+  EXPECT_NE(per_job.status().message().find("datatrace_max_subscribers_per_job"), std::string::npos)
       << per_job.status().message();
   ASSERT_TRUE(switches_->Subscribe("uid-b", std::make_shared<Recorder>()).ok());
   auto total = switches_->Subscribe("uid-api", std::make_shared<Recorder>());
   EXPECT_EQ(total.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(total.status().message().find("limit max_subscribers)"), std::string::npos) << total.status().message();
+  EXPECT_NE(total.status().message().find("datatrace_max_subscribers)"), std::string::npos) << total.status().message();
   const std::string m = Metrics();
   EXPECT_NE(m.find("clusterd_mindcluster_datatrace_refused_total{limit=\"max_subscribers_per_job\"} 1"),
             std::string::npos)
@@ -277,7 +277,7 @@ TEST_F(DataTraceTest, MaxJobsRefusesANewJobButGoneJobsGiveTheirSlotUp) {
   ASSERT_TRUE(Modify("team-1/job-b", &kAllOn).ok());
   Status full = Modify("default/job-c", &kAllOn);
   EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(full.message().find("limit max_jobs"), std::string::npos) << full.message();
+  EXPECT_NE(full.message().find("datatrace_max_jobs"), std::string::npos) << full.message();
   EXPECT_NE(Metrics().find("clusterd_mindcluster_datatrace_refused_total{limit=\"max_jobs\"} 1"), std::string::npos);
   EXPECT_EQ(store_.records.count("default/job-c"), 0u);
   // A job already kept may always change.

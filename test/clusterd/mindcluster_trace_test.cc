@@ -2,7 +2,7 @@
 // through real gRPC stubs of the reference's proto, as faultdiag-online
 // (Modify) and TaskD's manager (Subscribe) use it: Modify then Get,
 // Subscribe sees the current switch and each change, bad input gets a clear
-// error and changes nothing, a limit refuses with its error, and the
+// error and changes nothing, the limits refuse with their errors, and the
 // switches survive a restart of ClusterD.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -186,7 +186,7 @@ TEST_F(MindClusterTraceTest, SubscriptionsPerJobAreLimited) {
   SwitchReader ninth(trace_.get(), kJobId);
   grpc::Status end = ninth.WaitEnd();
   EXPECT_EQ(end.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_NE(end.error_message().find("limit max_subscribers_per_job"), std::string::npos) << end.error_message();
+  EXPECT_NE(end.error_message().find("datatrace_max_subscribers_per_job"), std::string::npos) << end.error_message();
   auto res = testing::HttpGet(server_->http_port(), "/metrics");
   EXPECT_NE(res.body.find("clusterd_mindcluster_datatrace_refused_total{limit=\"max_subscribers_per_job\"} 1"),
             std::string::npos);
@@ -195,6 +195,21 @@ TEST_F(MindClusterTraceTest, SubscriptionsPerJobAreLimited) {
   ASSERT_TRUE(WaitFor([&] { return Subscribers() == 7; }));
   SwitchReader again(trace_.get(), kJobId);
   ASSERT_TRUE(WaitFor([&] { return Subscribers() == 8; }));
+}
+
+TEST_F(MindClusterTraceTest, MaxJobsRefusesANewJobsSwitchAndChangesNothing) {
+  StartServer([](ClusterdConfig& c) { c.datatrace_max_jobs = 1; });
+  CreateJob("second-uid", "team-1", "second");
+  const ::ProfilingSwitch all_on = Switch("on", "on");
+  ASSERT_TRUE(Modify(kJobNsName, &all_on).ok());
+  grpc::Status st = Modify("team-1/second", &all_on);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("datatrace_max_jobs"), std::string::npos) << st.error_message();
+  EXPECT_EQ(Get("team-1/second").code(), 404);
+  // The job already kept may still change.
+  const ::ProfilingSwitch off = Switch("off", "off");
+  ASSERT_TRUE(Modify(kJobNsName, &off).ok());
+  EXPECT_TRUE(Same(Get(kJobNsName).profilingswitch(), off));
 }
 
 TEST_F(MindClusterTraceTest, TheSwitchSurvivesARestart) {
