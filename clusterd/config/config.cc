@@ -571,6 +571,16 @@ std::vector<ConfigKey> MakeTable() {
         "MindIO's wait for ClusterD's next signal (the jobs' MINDIO_WAIT_MINDX_TIME): a signal sent to TaskD again "
         "and unanswered this long fails its step, and the strategy after a pod move goes out 10 s before it ends",
         "mindcluster.taskdWait");
+  t.Add(U32("datatrace_max_jobs", CLUSTERD_FIELD(datatrace_max_jobs), 1, 1'000'000),
+        "jobs whose TrainingDataTrace profiling switch is kept; a new job's beyond is RESOURCE_EXHAUSTED unless "
+        "a kept job is gone",
+        "clusterd.config.datatrace_max_jobs");
+  t.Add(U32("datatrace_max_subscribers", CLUSTERD_FIELD(datatrace_max_subscribers), 1, 1'000'000),
+        "TrainingDataTrace subscription streams at once; more is RESOURCE_EXHAUSTED",
+        "clusterd.config.datatrace_max_subscribers");
+  t.Add(U32("datatrace_max_subscribers_per_job", CLUSTERD_FIELD(datatrace_max_subscribers_per_job), 1, 1'000'000),
+        "TrainingDataTrace subscription streams of one job at once; more is RESOURCE_EXHAUSTED",
+        "clusterd.config.datatrace_max_subscribers_per_job");
   t.Add(
       Text("mindcluster_device_info_namespace", CLUSTERD_FIELD(mindcluster_stack.device_info_namespace), "NS"),
       "namespace of the device plugin's mindx-dl-deviceinfo-<node> ConfigMaps (the mindcluster integration reads them)",

@@ -179,6 +179,11 @@ struct ClusterdConfig {
   // MINDIO_WAIT_MINDX_TIME, the reference's 30 s): TaskD's Recover exchange
   // keeps its own waits inside it (RecoverServiceOptions::mindio_wait).
   std::chrono::seconds mindcluster_taskd_wait{30};
+  // MindCluster's TrainingDataTrace: jobs whose profiling switches are kept,
+  // and subscription streams in all and per job (RESOURCE_EXHAUSTED beyond).
+  uint32_t datatrace_max_jobs = 10000;
+  uint32_t datatrace_max_subscribers = 10000;
+  uint32_t datatrace_max_subscribers_per_job = 8;
   // The "mindcluster" integration (docs/mindcluster.md, "The stack's
   // ConfigMaps"): where the device plugin's ConfigMaps are read and
   // Volcano's cluster-info ConfigMaps written, how often all of these are

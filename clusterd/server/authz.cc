@@ -60,6 +60,11 @@ const std::vector<MethodRule>& MethodRules() {
       {"/Recover/SubscribeStressTestResponse", RoleBit(Role::kJobAgent)},
       {"/Recover/SubscribeNotifyExecStressTest", RoleBit(Role::kJobAgent)},
       {"/Recover/ReplyStressTestResult", RoleBit(Role::kJobAgent)},
+      // MindCluster's profiling switches: faultdiag-online (an operator) sets
+      // them; TaskD (a job's agent, for its own job) and viewers read them.
+      {"/TrainingDataTrace/ModifyTrainingDataTraceSwitch", kOperators},
+      {"/TrainingDataTrace/GetTrainingDataTraceSwitch", kViewers | RoleBit(Role::kJobAgent)},
+      {"/TrainingDataTrace/SubscribeDataTraceSwitch", kViewers | RoleBit(Role::kJobAgent)},
       // Probes and schema: anyone, before any identity.
       {"/grpc.health.v1.Health/Check", 0, true},
       {"/grpc.health.v1.Health/Watch", 0, true},

@@ -24,6 +24,7 @@
 #include "clusterd/mindcluster/grpc/fault_service.h"
 #include "clusterd/mindcluster/grpc/pubfault_service.h"
 #include "clusterd/mindcluster/grpc/recover_service.h"
+#include "clusterd/mindcluster/grpc/trace_service.h"
 #include "clusterd/mindcluster/k8s/taskd_objects.h"
 #include "clusterd/k8s/context.h"
 #include "clusterd/recovery/actuators/actuator.h"
@@ -92,10 +93,11 @@ struct ClusterdServer::Impl {
     std::unique_ptr<MindClusterFaultService> mindcluster_fault;
     std::unique_ptr<PubFaultServiceImpl> pubfault;
     std::unique_ptr<RecoverServiceImpl> recover;
+    std::unique_ptr<TrainingDataTraceService> trace;
     void RegisterWith(grpc::ServerBuilder& builder) const {
-      for (grpc::Service* service :
-           std::initializer_list<grpc::Service*>{agent.get(), cluster.get(), fault.get(), health.get(), job.get(),
-                                                 admin.get(), mindcluster_fault.get(), pubfault.get(), recover.get()}) {
+      for (grpc::Service* service : std::initializer_list<grpc::Service*>{
+               agent.get(), cluster.get(), fault.get(), health.get(), job.get(), admin.get(), mindcluster_fault.get(),
+               pubfault.get(), recover.get(), trace.get()}) {
         builder.RegisterService(service);
       }
     }
@@ -346,6 +348,17 @@ Status ClusterdServer::Impl::MakeServices() {
   }
   services.recover = std::make_unique<RecoverServiceImpl>(state.get(), engine.get(), coordinator.get(), &job_agents,
                                                           authenticator.get(), ro, &metrics);
+  {
+    // MindCluster's profiling switches, kept in the store (loaded here).
+    TrainingDataTraceOptions to;
+    to.limits.max_jobs = cfg.datatrace_max_jobs;
+    to.limits.max_subscribers = cfg.datatrace_max_subscribers;
+    to.limits.max_subscribers_per_job = cfg.datatrace_max_subscribers_per_job;
+    auto trace = TrainingDataTraceService::Make(state.get(), engine.get(), store.get(), authenticator.get(), clock, to,
+                                                &metrics);
+    if (!trace.ok()) return trace.status();
+    services.trace = std::move(*trace);
+  }
   {
     PubFaultCodeTable table = PubFaultCodeTable::Default();
     if (!cfg.pubfault.code_table_file.empty()) CLUSTERD_RETURN_IF_ERROR(table.MergeFile(cfg.pubfault.code_table_file));

@@ -31,6 +31,10 @@ inline constexpr std::string_view kMetaCompactedRevision = "compacted_revision";
 inline constexpr std::string_view kMetaSchemaVersion = "schema_version";
 // Value: v1.AdminState (recovery paused, dry-run).
 inline constexpr std::string_view kMetaAdminState = "admin_state";
+// Prefix of the keys "mindcluster/datatrace/<namespace>/<name>"; value:
+// clusterd.storage.v1.DataTraceRecord (a job's MindCluster profiling switch,
+// docs/mindcluster.md). Not cluster state: no revision, no event.
+inline constexpr std::string_view kMetaDataTracePrefix = "mindcluster/datatrace/";
 
 inline constexpr uint64_t kSchemaVersion = 1;
 

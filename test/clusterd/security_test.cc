@@ -25,6 +25,7 @@
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
+#include "mindcluster/profiling.grpc.pb.h"
 #include "mindcluster/recover.grpc.pb.h"
 #include "common/grpc/credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -437,6 +438,71 @@ TEST_F(SecurityTest, AJobAgentAttachesOnlyToItsOwnJob) {
   };
   EXPECT_EQ(init("train-1"), grpc::StatusCode::OK);  // (code 403: not opted in)
   EXPECT_EQ(init("train-2"), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// MindCluster's TrainingDataTrace: an operator sets a job's profiling
+// switch; a job's agent (TaskD) reads and follows its own job's only.
+TEST_F(SecurityTest, ProfilingSwitchesAreSetByOperatorsAndReadByTheirJobsAgent) {
+  Start();
+  auto jobs = v1::JobService::NewStub(As("operator"));
+  for (const char* id : {"train-1", "train-2"}) {
+    v1::CreateJobRequest create;
+    create.mutable_job()->set_id(id);
+    create.mutable_job()->set_kind(v1::JOB_KIND_TRAINING);
+    (*create.mutable_job()->mutable_labels())["k8s.namespace"] = "default";
+    (*create.mutable_job()->mutable_labels())["k8s.name"] = id;
+    auto* p = create.mutable_job()->add_placement();
+    p->set_rank(0);
+    p->set_node("worker01");
+    p->set_device_id(0);
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    ASSERT_TRUE(jobs->CreateJob(&ctx, create, &resp).ok());
+  }
+  auto modify = [&](const std::string& who, const std::string& job) {
+    ::DataTypeReq req;
+    req.set_jobnsname(job);
+    for (auto* f :
+         {req.mutable_profilingswitch()->mutable_communicationoperator(), req.mutable_profilingswitch()->mutable_step(),
+          req.mutable_profilingswitch()->mutable_savecheckpoint(), req.mutable_profilingswitch()->mutable_fp(),
+          req.mutable_profilingswitch()->mutable_dataloader()}) {
+      *f = "on";
+    }
+    grpc::ClientContext ctx;
+    ::DataTypeRes resp;
+    return ::TrainingDataTrace::NewStub(As(who))->ModifyTrainingDataTraceSwitch(&ctx, req, &resp).error_code();
+  };
+  auto get = [&](const std::string& who, const std::string& job) {
+    ::DataStatusReq req;
+    req.set_jobnsname(job);
+    grpc::ClientContext ctx;
+    ::DataStatusRes resp;
+    grpc::Status st = ::TrainingDataTrace::NewStub(As(who))->GetTrainingDataTraceSwitch(&ctx, req, &resp);
+    return st.ok() ? resp.code() : -static_cast<int>(st.error_code());
+  };
+  EXPECT_EQ(modify("jobagent", "default/train-1"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(modify("viewer", "default/train-1"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(modify("operator", "default/train-1"), grpc::StatusCode::OK);
+  EXPECT_EQ(modify("operator", "default/train-2"), grpc::StatusCode::OK);
+  EXPECT_EQ(get("viewer", "default/train-2"), 200);
+  EXPECT_EQ(get("jobagent", "default/train-1"), 200);
+  EXPECT_EQ(get("jobagent", "default/train-2"), -static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
+  EXPECT_EQ(get("reporter", "default/train-1"), -static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
+  // Subscribe: the own job's stream says its switch; another job's is refused.
+  auto stub = ::TrainingDataTrace::NewStub(As("jobagent"));
+  ::ProfilingClientInfo own, other;
+  own.set_jobid("train-1");
+  other.set_jobid("train-2");
+  grpc::ClientContext own_ctx, other_ctx;
+  auto own_stream = stub->SubscribeDataTraceSwitch(&own_ctx, own);
+  ::DataStatusRes msg;
+  ASSERT_TRUE(own_stream->Read(&msg));
+  EXPECT_EQ(msg.profilingswitch().fp(), "on");
+  own_ctx.TryCancel();
+  own_stream->Finish().ok();
+  auto other_stream = stub->SubscribeDataTraceSwitch(&other_ctx, other);
+  EXPECT_FALSE(other_stream->Read(&msg));
+  EXPECT_EQ(other_stream->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
 // A renewed server certificate is served to new connections; an agent

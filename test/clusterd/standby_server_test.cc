@@ -22,6 +22,7 @@
 #include "clusterd/server/server.h"
 #include "clusterd/storage/memory_store.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "mindcluster/profiling.pb.h"
 #include "mindcluster/recover.pb.h"
 #include "fake_log.h"
 #include "test/support/grpc/agent_client.h"
@@ -303,6 +304,23 @@ TEST_F(StandbyServerTest, TaskdsRecoverCallsAreRefusedNamingTheLeader) {
   SetDeadline(&ctx);
   std::promise<grpc::Status> done;
   stub.UnaryCall(&ctx, "/Recover/Init", grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status st) { done.set_value(std::move(st)); });
+  grpc::Status st = done.get_future().get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_TRUE(Contains(st.error_message(), "leader (replica-a)")) << st.error_message();
+}
+
+// So is MindCluster's TrainingDataTrace (faultdiag-online, TaskD's manager).
+TEST_F(StandbyServerTest, TrainingDataTraceCallsAreRefusedNamingTheLeader) {
+  grpc::GenericStub stub(standby_channel_);
+  ::DataStatusReq req;
+  req.set_jobnsname("default/test-pytorch");
+  grpc::Slice slice{req.SerializeAsString()};
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/TrainingDataTrace/GetTrainingDataTraceSwitch", grpc::StubOptions(), &request, &response,
                  [&done](grpc::Status st) { done.set_value(std::move(st)); });
   grpc::Status st = done.get_future().get();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();

@@ -14,7 +14,11 @@
 #     -> 409, an unknown resource -> 410; "recover" -> a "normal" signal once
 #     its minimum visibility (5 s) has passed;
 #  4. a sim fault on worker02 (not the job's) and one on worker01 device 0
-#     -> a "fault" signal for device 0 only; cleared -> "normal".
+#     -> a "fault" signal for device 0 only; cleared -> "normal";
+#  5. TrainingDataTrace (profiling.proto): faultdiag-online's
+#     ModifyTrainingDataTraceSwitch for a job by namespace/name -> code 200,
+#     GetTrainingDataTraceSwitch says it; a switch that is not on/off ->
+#     InvalidArgument and Get still says the first.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
@@ -228,6 +232,30 @@ inject_sim_fault worker01 0 80E01801 clear
 subscriber_done sub2
 [[ $(signals "$WORK/sub2.out" | tail -1) == "normal $JOB" ]] || fail "no normal signal last: $(cat "$WORK/sub2.out")"
 ! grep -q worker02 "$WORK/sub2.out" || fail "a signal of $JOB names worker02: $(cat "$WORK/sub2.out")"
+
+echo "== 5. TrainingDataTrace: Modify then Get a job's profiling switch, through grpcurl"
+grpcurl -plaintext -d '{"job": {"id": "trace-uid-0001", "kind": "JOB_KIND_TRAINING",
+    "labels": {"k8s.namespace": "default", "k8s.name": "trace-job"},
+    "placement": [{"rank": 0, "node": "worker02", "device_id": 0}]}}' \
+  "$ADDR" clusterd.v1.JobService/CreateJob >/dev/null || fail "CreateJob trace-uid-0001"
+trace_grpcurl() {
+  grpcurl -plaintext -emit-defaults -import-path "$ROOT/proto" -proto mindcluster/profiling.proto -d "$1" \
+    "$ADDR" "TrainingDataTrace/$2"
+}
+light='{"CommunicationOperator": "off", "Step": "on", "SaveCheckpoint": "on", "FP": "on", "DataLoader": "on"}'
+out=$(trace_grpcurl "{\"jobNsName\": \"default/trace-job\", \"profilingSwitch\": $light}" \
+  ModifyTrainingDataTraceSwitch) || fail "ModifyTrainingDataTraceSwitch: $out"
+[[ $(json_field code <<<"$out") == 200 ]] || fail "Modify: $out (expected code 200)"
+out=$(trace_grpcurl '{"jobNsName": "default/trace-job", "profilingSwitch": {"CommunicationOperator": "maybe",
+  "Step": "on", "SaveCheckpoint": "on", "FP": "on", "DataLoader": "on"}}' ModifyTrainingDataTraceSwitch 2>&1) &&
+  fail "a switch \"maybe\" was accepted: $out"
+expect_contains "$out" "InvalidArgument" "Modify with a bad switch"
+out=$(trace_grpcurl '{"jobNsName": "default/trace-job"}' GetTrainingDataTraceSwitch) ||
+  fail "GetTrainingDataTraceSwitch: $out"
+[[ $(json_field code <<<"$out") == 200 ]] || fail "Get: $out (expected code 200)"
+got=$(python3 -c 'import json,sys; s=json.load(sys.stdin)["profilingSwitch"]; print(s["CommunicationOperator"], s["Step"])' <<<"$out")
+[[ $got == "off on" ]] || fail "Get says '$got' (expected 'off on'): $out"
+echo "-- Modify -> 200; Get -> CommunicationOperator off, Step on"
 
 echo "-- SIGTERM stops clusterd cleanly"
 term_wait "$CLUSTERD_PID" || fail "clusterd exit $?"
