@@ -12,6 +12,7 @@
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/server/stream_writer.h"
 #include "common/config_util.h"
+#include "common/rate_limit.h"
 #include "common/logging.h"
 #include "common/validation.h"
 
@@ -32,28 +33,6 @@ Status ValidJobId(const std::string& job) {
   if (job.size() > kMaxJobIdLength) return InvalidArgument("jobId: longer than 253 characters");
   return ValidateToken("jobId", job);
 }
-
-// A token bucket of `rate` per second, burst one second's worth.
-class RateLimit {
- public:
-  explicit RateLimit(double rate) : rate_(std::max(rate, 1.0)), tokens_(rate_) {}
-  bool Take() {
-    std::lock_guard lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    const double elapsed = std::chrono::duration<double>(now - at_).count();
-    at_ = now;
-    tokens_ = std::min(rate_, tokens_ + std::max(elapsed, 0.0) * rate_);
-    if (tokens_ < 1) return false;
-    tokens_ -= 1;
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  const double rate_;
-  double tokens_;
-  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
-};
 
 // One TaskD subscription: signals queued by the Core (under its mutex) and
 // written in order.

@@ -10,6 +10,7 @@
 #include "clusterd/server/stream_writer.h"
 #include "clusterd/storage/schema.h"
 #include "common/logging.h"
+#include "common/rate_limit.h"
 #include "common/validation.h"
 
 namespace clusterd {
@@ -18,28 +19,6 @@ namespace {
 namespace mc = mindcluster;
 
 std::string MethodPath(std::string_view name) { return "/TrainingDataTrace/" + std::string(name); }
-
-// A token bucket of `rate` per second, burst one second's worth.
-class CallRate {
- public:
-  explicit CallRate(double rate) : rate_(std::max(rate, 1.0)), tokens_(rate_) {}
-  bool Take() {
-    std::lock_guard lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    const double elapsed = std::chrono::duration<double>(now - at_).count();
-    at_ = now;
-    tokens_ = std::min(rate_, tokens_ + std::max(elapsed, 0.0) * rate_);
-    if (tokens_ < 1) return false;
-    tokens_ -= 1;
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  const double rate_;
-  double tokens_;
-  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
-};
 
 // The switches' records in the meta column family, written through the
 // engine (durable, in submission order, replicated with the rest).
@@ -176,7 +155,7 @@ struct TrainingDataTraceService::Core {
   EngineDataTraceStore store_impl;
   StateDataTraceJobs jobs;
   mc::DataTraceSwitches switches;
-  CallRate rate;
+  RateLimit rate;
   Counter* refused_rate = nullptr;
 };
 
