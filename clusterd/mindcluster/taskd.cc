@@ -568,6 +568,7 @@ TaskdOutput TaskdJob::Exit(bool dumped) {
   reported_.clear();
   // The job restarts: a new TaskD and a new MindIO.
   only_dump_exit_ = no_dump_ = false;
+  scaled_in_.reset();
   pending_.reset();
   early_result_.reset();
   out.ack = Done(true, std::string("TaskD exits") + (dumped ? " after its dump" : "") + "; the job restarts");
@@ -763,13 +764,31 @@ TaskdOutput TaskdJob::OnRecoverStatus(const ::RecoverStatusRequest& req) {
     s.add_actions(std::string(kActionFaultNodesExit));
     v1::Job placed;
     *placed.mutable_placement() = job_.placement();
-    for (const auto& n : NodeRanksOf(placed, isolate.empty() ? ranks_ : isolate)) s.add_noderankids(n);
+    isolating_ = isolate.empty() ? ranks_ : isolate;
+    for (const auto& n : NodeRanksOf(placed, isolating_)) s.add_noderankids(n);
     out.signals.push_back(std::move(s));
     out.info = "the ranks to isolate are told to exit";
     return out;
   }
   const bool ok = code == kRecoverOk;
   out.process_recover_status = asked + (ok ? "-success" : "-failed");
+  if (strategy == kStrategyUpgrade) {
+    // The isolated ranks are back (0), or MindIO goes to its dump state.
+    phase_ = Phase::kIdle;
+    scaled_in_.reset();
+    if (!ok) {
+      only_dump_exit_ = true;
+      refusal_ = "its upgrade failed with code " + std::to_string(code);
+    }
+    out.info = ok ? "scaled out: the isolated ranks train again" : "the upgrade failed: " + refusal_;
+    if (current_) {  // a command that came meanwhile goes on
+      TaskdOutput next = Advance();
+      next.process_recover_status = out.process_recover_status;
+      return next;
+    }
+    return out;
+  }
+  if (ok && strategy == kStrategyDowngrade) scaled_in_ = isolating_.empty() ? ranks_ : isolating_;
   // Whose changeStrategy this answers: a command the coordinator gave up on
   // (it timed out, a newer one is current) is not acked for.
   const bool answers_current = current_ && last_.uuid().rfind(answer_base_ + "/", 0) == 0;
@@ -830,6 +849,31 @@ TaskdOutput TaskdJob::Restart() {
   phase_ = Phase::kIdle;
   offered_.clear();
   return Advance();
+}
+
+TaskdOutput TaskdJob::ScaleOut() {
+  TaskdOutput out;
+  if (!scaled_in_ || current_ || phase_ != Phase::kIdle || only_dump_exit_) return out;
+  ::ProcessManageSignal s;
+  s.set_uuid(job_id_ + "/scale-out/" + std::to_string(++scale_outs_));
+  s.set_jobid(job_id_);
+  s.set_signaltype("changeStrategy");
+  s.add_actions("change_strategy");
+  s.set_changestrategy(std::string(kStrategyUpgrade));
+  s.set_extraparams(std::string(kExtraScaleOut));
+  for (uint32_t r : *scaled_in_) {
+    auto* f = s.add_faultranks();
+    f->set_rankid(std::to_string(r));
+    f->set_faulttype("1");
+  }
+  v1::Job placed;
+  *placed.mutable_placement() = job_.placement();
+  for (const auto& n : NodeRanksOf(placed, *scaled_in_)) s.add_noderankids(n);
+  last_ = s;
+  out.signals.push_back(std::move(s));
+  phase_ = Phase::kAwaitStatus;
+  out.info = "the isolated ranks' chips are back: upgrade";
+  return out;
 }
 
 TaskdOutput TaskdJob::Expire(std::string_view token) {

@@ -130,6 +130,7 @@ inline constexpr std::string_view kStrategyExit = "exit";
 inline constexpr std::string_view kStrategyDowngrade = "downgrade";
 inline constexpr std::string_view kStrategyUpgrade = "upgrade";
 inline constexpr std::string_view kExtraScaleIn = R"({"scale-in-strategy": "DP"})";
+inline constexpr std::string_view kExtraScaleOut = R"({"scale-out-strategy": "DP"})";
 // MindIO's answer to an accepted downgrade before its result: the ranks to
 // isolate (RecoverStatusRequest.isolateRankIds), whose pods ClusterD tells
 // to exit with this signal.
@@ -361,6 +362,15 @@ class TaskdJob {
     early_result_.reset();
     // What MindIO accepts (only_dump_exit_) outlives TaskD's stream.
   }
+  // The job trains without the ranks a downgrade isolated (their ranks),
+  // until an upgrade brings them back.
+  const std::optional<std::vector<uint32_t>>& scaled_in() const { return scaled_in_; }
+  // The isolated ranks' chips are back (the adapter checks): MindIO's
+  // upgrade, changeStrategy "upgrade" with the reference's extraParams
+  // {"scale-out-strategy": "DP"}; its status ends the scale-in (0) or leaves
+  // MindIO accepting only dump or exit. Nothing while a command is in
+  // flight or TaskD awaits an answer.
+  TaskdOutput ScaleOut();
   // A wait an output asked for (expire_after_ms) ran out: an unanswered
   // re-sent signal fails its command; the changeStrategy a PAUSE (or the
   // STOP before a chip reset) left for the next command goes out now.
@@ -449,7 +459,10 @@ class TaskdJob {
   // and no dump after 499.
   bool only_dump_exit_ = false;
   bool no_dump_ = false;
-  std::string refusal_;  // why (for the failure's message)
+  std::optional<std::vector<uint32_t>> scaled_in_;
+  std::vector<uint32_t> isolating_;  // the ranks MindIO's 201 named
+  uint64_t scale_outs_ = 0;          // for the upgrade signals' uuids
+  std::string refusal_;              // why (for the failure's message)
   // The uuid prefix of the signals whose answers are the current
   // command's: its id, or the PAUSE's whose changeStrategy went out early.
   std::string answer_base_;

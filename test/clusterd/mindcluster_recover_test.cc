@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/mindcluster/taskd.h"
+#include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
 #include "mindcluster/recover.grpc.pb.h"
@@ -551,7 +552,10 @@ TEST_F(MindClusterRecoverTest, AnHcclErrorTaskdReportsIsRetriedAfterTheRouteWait
 // pods, then its 0. A job of two pods (ranks 0-1 on worker01, 2-3 on
 // worker02) that allows only SCALE_IN; a chip of worker02 fails.
 TEST_F(MindClusterRecoverTest, ScaleInIsMindiosDowngrade) {
-  StartServer(ActuatorThatSucceeds);
+  StartServer([](ClusterdConfig& c) {
+    ActuatorThatSucceeds(c);
+    c.node_grace = std::chrono::minutes(5);  // these agents send no heartbeats
+  });
   TestAgent w1(channel_, "worker01", 2), w2(channel_, "worker02", 2);
   ASSERT_TRUE(w1.Connect());
   ASSERT_TRUE(w2.Connect());
@@ -595,6 +599,33 @@ TEST_F(MindClusterRecoverTest, ScaleInIsMindiosDowngrade) {
                 (std::vector<std::string>{"1"}));
     }
   }
+  // The chip comes back (its fault clears, an operator uncordons the node,
+  // which ends its isolations): MindIO's
+  // upgrade brings the isolated ranks back.
+  ASSERT_TRUE(w2.Transition(2, false, 1, kSeparate));
+  {
+    auto admin = v1::AdminService::NewStub(channel_);
+    v1::UncordonNodeRequest req;  // ends the node's isolations
+    req.set_node("worker02");
+    req.set_actor("operator");
+    req.set_reason("chip replaced");
+    grpc::ClientContext ctx;
+    v1::UncordonNodeResponse resp;
+    grpc::Status st = admin->UncordonNode(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  ASSERT_TRUE(mindio.WaitFor([](const auto& signals) {
+    return std::any_of(signals.begin(), signals.end(), [](const auto& s) { return s.changestrategy() == "upgrade"; });
+  })) << "no upgrade";
+  EXPECT_EQ(mindio.Strategies(), (std::vector<std::string>{R"(downgrade/{"scale-in-strategy": "DP"})",
+                                                           R"(upgrade/{"scale-out-strategy": "DP"})"}));
+  for (const auto& s : mindio.Signals()) {
+    if (s.changestrategy() == "upgrade") {
+      EXPECT_EQ(std::vector<std::string>(s.noderankids().begin(), s.noderankids().end()),
+                (std::vector<std::string>{"1"}));
+    }
+  }
+  EXPECT_TRUE(mindio.Violations().empty()) << mindio.Violations().front();
 }
 
 // ClusterD restarted while TaskD owed an answer; TaskD drops the signal

@@ -549,6 +549,22 @@ TEST(TaskdJobTest, ScaleInIsMindiosDowngradeAnd201IsAStepOfIt) {
   ASSERT_TRUE(done.ack.has_value());
   EXPECT_TRUE(done.ack->success);
   EXPECT_EQ(done.process_recover_status, "downgrade-success");
+  ASSERT_TRUE(t.scaled_in().has_value());
+  EXPECT_EQ(*t.scaled_in(), (std::vector<uint32_t>{5, 6}));  // the ranks MindIO isolated
+  // Their chips are back: MindIO's upgrade, as the reference sends it.
+  const auto up = OnlySignal(t.ScaleOut());
+  EXPECT_EQ(up.changestrategy(), "upgrade");
+  EXPECT_EQ(up.extraparams(), R"({"scale-out-strategy": "DP"})");
+  EXPECT_EQ(Ranks(up), (std::vector<std::string>{"5:1", "6:1"}));
+  EXPECT_EQ(std::vector<std::string>(up.noderankids().begin(), up.noderankids().end()),
+            (std::vector<std::string>{"1"}));
+  EXPECT_TRUE(t.ScaleOut().signals.empty());  // one at a time
+  auto back = t.OnRecoverStatus(Result(kRecoverOk, "upgrade"));
+  EXPECT_FALSE(back.ack.has_value());  // no command waits for it
+  EXPECT_EQ(back.process_recover_status, "upgrade-success");
+  EXPECT_FALSE(t.scaled_in().has_value());
+  EXPECT_EQ(t.phase(), TaskdJob::Phase::kIdle);
+  EXPECT_TRUE(t.ScaleOut().signals.empty());
 
   // Pod rank 0 cannot be dropped (MindIO answers 406): the rung fails at once.
   TaskdJob zero(job.id(), JobRecoverStrategies(job).strategies);

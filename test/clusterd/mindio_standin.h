@@ -26,7 +26,9 @@
 //    With extraParams "recover-in-place" TaskD restarts the pods' workers
 //    in place (that needs the action fault_nodes_restart).
 //  - downgrade: 406 when pod rank 0 is among its node ranks; else 201 with
-//    the ranks to isolate, then, after faultNodesExit, 0.
+//    the ranks to isolate, then, after faultNodesExit, 0; it then trains
+//    without them and waits for upgrade (extraParams
+//    {"scale-out-strategy": "DP"}), which brings them back (0).
 //  - dump: 0, then only exit; exit: the processes end.
 //  - TaskD drops a signal whose uuid it has seen (drop_resent).
 // Everything it got and every rule a signal broke are kept for the test.
@@ -106,7 +108,17 @@ class MindioStandIn {
   }
 
  private:
-  enum class State { kRunning, kStopped, kWaitGlobal, kOffered, kOnlyDumpExit, kOnlyExit, kIsolating, kDead };
+  enum class State {
+    kRunning,
+    kStopped,
+    kWaitGlobal,
+    kOffered,
+    kOnlyDumpExit,
+    kOnlyExit,
+    kIsolating,
+    kScaledIn,  // training without the isolated ranks: waits for upgrade
+    kDead
+  };
 
   void Loop() {
     ::ProcessManageSignal s;
@@ -213,8 +225,9 @@ class MindioStandIn {
         Violation("faultNodesExit outside a downgrade");
         return;
       }
-      state_ = State::kRunning;
-      Status("downgrade", NextResult("downgrade"));
+      const int32_t code = NextResult("downgrade");
+      state_ = code == 0 ? State::kScaledIn : State::kOnlyDumpExit;
+      Status("downgrade", code);
       return;
     }
     if (type != "changeStrategy") {
@@ -225,6 +238,7 @@ class MindioStandIn {
     const bool accepted = state_ == State::kOffered        ? Offered(strategy)
                           : state_ == State::kOnlyDumpExit ? (strategy == "dump" && options_.dump) || strategy == "exit"
                           : state_ == State::kOnlyExit     ? strategy == "exit"
+                          : state_ == State::kScaledIn     ? strategy == "upgrade"
                                                            : false;
     if (!accepted) {
       Violation("changeStrategy " + strategy + " refused (MindIO's invalid strategy)");
@@ -252,6 +266,13 @@ class MindioStandIn {
       for (const auto& f : s.faultranks()) isolate.push_back(f.rankid());
       state_ = State::kIsolating;
       Status("downgrade", 201, isolate);
+      return;
+    }
+    if (strategy == "upgrade") {
+      if (s.extraparams() != R"({"scale-out-strategy": "DP"})") Violation("upgrade without its extraParams");
+      const int32_t code = NextResult("upgrade");
+      state_ = code == 0 ? State::kRunning : State::kOnlyDumpExit;
+      Status("upgrade", code);
       return;
     }
     if (strategy == "recover" && s.extraparams() == "recover-in-place" && !has("fault_nodes_restart")) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "clusterd/mindcluster/taskd.h"
+#include "clusterd/recovery/types.h"
 #include "clusterd/server/stream_writer.h"
 #include "common/config_util.h"
 #include "common/rate_limit.h"
@@ -228,6 +229,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       if (std::chrono::steady_clock::now() >= next_keepalive) {
         lock.unlock();
         Sweep();
+        ScaleOutReturned();
         KeepAlive();
         lock.lock();
         next_keepalive = std::chrono::steady_clock::now() + options.keepalive_interval;
@@ -544,6 +546,67 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       std::erase_if(job_limits, [&](const auto& e) { return !jobs.count(e.first); });
     }
     return n;
+  }
+
+  // Jobs a downgrade scaled in whose isolated ranks' chips are back (no
+  // active fault above PRE_SEPARATE hits them, none isolated, their nodes
+  // neither isolated nor cordoned) get MindIO's upgrade.
+  void ScaleOutReturned() {
+    std::map<std::string, std::vector<uint32_t>> scaled;
+    {
+      std::lock_guard lock(mu);
+      for (const auto& [id, j] : jobs) {
+        if (j.stream && j.machine && j.machine->scaled_in() && !j.machine->current()) {
+          scaled.emplace(id, *j.machine->scaled_in());
+        }
+      }
+    }
+    if (scaled.empty()) return;
+    std::vector<std::string> back = state->Read([&](const StateView& s) {
+      std::vector<std::string> out;
+      const std::set<std::string> isolated = s.IsolatedNodes(), cordoned = s.CordonedNodes();
+      for (const auto& [id, ranks] : scaled) {
+        auto job = s.jobs().find(id);
+        if (job == s.jobs().end()) continue;
+        const std::set<uint32_t> wanted(ranks.begin(), ranks.end());
+        bool ok = true;
+        for (const auto& p : job->second.placement()) {
+          if (!ok) break;
+          if (!wanted.count(p.rank())) continue;
+          if (isolated.count(p.node()) || cordoned.count(p.node())) ok = false;
+          v1::Node node;
+          std::vector<v1::Device> devices;
+          if (!ok || !s.DescribeNode(p.node(), &node, &devices)) {
+            ok = false;
+            break;
+          }
+          for (const auto& d : devices) {
+            if (p.has_device_id() && d.id() == p.device_id() && d.isolated()) ok = false;
+          }
+          std::vector<const v1::Fault*> faults;
+          s.AppendFaultsOnNode(p.node(), &faults);
+          for (const v1::Fault* f : faults) {
+            if (f->state() != v1::FAULT_STATE_ACTIVE || f->level() <= v1::FAULT_LEVEL_PRE_SEPARATE) continue;
+            if (recovery::FaultHitsRank(f->has_device_id() ? std::optional<uint32_t>(f->device_id()) : std::nullopt,
+                                        p.has_device_id() ? std::optional<uint32_t>(p.device_id()) : std::nullopt,
+                                        p.any_device())) {
+              ok = false;
+            }
+          }
+        }
+        if (ok) out.push_back(id);
+      }
+      return out;
+    });
+    std::lock_guard lock(mu);
+    for (const auto& id : back) {
+      auto it = jobs.find(id);
+      if (it == jobs.end() || !it->second.machine || !it->second.stream) continue;
+      mc::TaskdOutput out = it->second.machine->ScaleOut();
+      if (out.signals.empty()) continue;
+      GetLogger("taskd")->info("job {}: {}", id, out.info);
+      DeliverLocked(id, it->second, std::move(out));
+    }
   }
 
   // Authorization, scope and rate: an error status, or OK.
