@@ -268,7 +268,7 @@ expect "mindcluster: Service clusterd-grpc-svc, ClusterIP, one port 8899 -> grpc
 expect "mindcluster: clusterd-grpc-svc selects the ClusterD pods, and no ServiceMonitor selects it" "$MC" "[(s['spec']['selector'] == by['Deployment'][0]['spec']['selector']['matchLabels'], s['metadata']['labels']['app.kubernetes.io/component']) for s in $mc_svc]" \
   "[(True, 'mindcluster')]"
 expect "mindcluster: config.json keys" "$MC" "$mc_keys" \
-  "[('mindcluster_max_registrations_per_principal', 16), ('mindcluster_max_subscribers', 64), ('pubfault_burst', 3), ('pubfault_code_table', '/etc/clusterd/pubfault-codes.json'), ('pubfault_max_faults', 1000), ('pubfault_rate', '0.001'), ('pubfault_resources', ['CCAE', 'helm-test-probe'])]"
+  "[('mindcluster_max_registrations_per_principal', 16), ('mindcluster_max_subscribers', 64), ('mindcluster_taskd_wait_seconds', 45), ('pubfault_burst', 3), ('pubfault_code_table', '/etc/clusterd/pubfault-codes.json'), ('pubfault_max_faults', 1000), ('pubfault_rate', '0.001'), ('pubfault_resources', ['CCAE', 'helm-test-probe'])]"
 expect "mindcluster: the code table in the ConfigMap" "$MC" "(sorted(cm('clusterd')), json.loads(cm('clusterd')['pubfault-codes.json']))" \
   "(['config.json', 'pubfault-codes.json'], {'SeparateNPU': ['A00000001', '220001099'], 'SubHealthFault': ['010001099']})"
 expect "mindcluster: pubfault_code_table is the file's path in ClusterD's config volume" "$MC" "(next(m['mountPath'] for m in pod('Deployment')['containers'][0]['volumeMounts'] if m['name'] == 'config') + '/pubfault-codes.json' == cfg('clusterd')['pubfault_code_table'], proj('Deployment')[0])" \

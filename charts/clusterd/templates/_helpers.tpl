@@ -168,8 +168,11 @@ a fractional rate goes in as text ("0.5"), which the binary parses as a number. 
 {{- end }}
 {{- $_ = set $c "mindcluster_max_subscribers" .Values.mindcluster.maxSubscribers }}
 {{- $_ = set $c "mindcluster_max_registrations_per_principal" .Values.mindcluster.maxRegistrationsPerPrincipal }}
-{{- if and .Values.mindcluster.taskd .Values.mindcluster.taskd.wait }}
-{{- $_ = set $c "mindcluster_taskd_wait_seconds" .Values.mindcluster.taskd.wait }}
+{{- /* Written only away from ClusterD's default (30), so that the default values and values from
+an older chart render the same config. */}}
+{{- $taskdWait := int (dig "taskd" "wait" 30 .Values.mindcluster) }}
+{{- if ne $taskdWait 30 }}
+{{- $_ = set $c "mindcluster_taskd_wait_seconds" $taskdWait }}
 {{- end }}
 {{- if include "clusterd.mindcluster.volcano" . }}
 {{- /* The "mindcluster" integration's keys: written only with it, so that a binary without it
