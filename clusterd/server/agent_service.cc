@@ -233,7 +233,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
                                        " is not placed on node " + node_);
               }
             }
-            return service_->progress()->Report(it->second, p.report());
+            // Its own budget, and its word moves its own ranks only
+            // (ProgressSender): a node cannot spend another's.
+            return service_->progress()->Report(it->second, p.report(), ProgressSender{"node/" + node_, here.size()});
           });
         }
         if (!st.ok()) LogProgressRefused(st);

@@ -226,7 +226,10 @@ v1::AttachResponse JobServiceImpl::TakeProgress(const std::string& job, const v1
                                        auto it = view.jobs().find(job);
                                        if (it == view.jobs().end())
                                          return NotFound("progress: job " + job + " does not exist");
-                                       return progress_->Report(it->second, report);
+                                       // The job's own agent speaks for every rank.
+                                       return progress_->Report(
+                                           it->second, report,
+                                           ProgressSender{"job-agent", static_cast<size_t>(it->second.placement_size())});
                                      });
   v1::AttachResponse out;
   out.mutable_progress_ack()->set_accepted(st.ok());
