@@ -179,11 +179,14 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
   // `reserved`: the connection holds one of the slots kept for
   // reserved_paths (Options).
-  Session(Impl* server, tcp::socket socket, asio::ip::address peer, bool reserved)
+  // `peer_capped`: reserved because its address is at
+  // max_connections_per_peer (only the probe paths answer over it).
+  Session(Impl* server, tcp::socket socket, asio::ip::address peer, bool reserved, bool peer_capped = false)
       : server_(server),
         stream_(std::move(socket)),
         peer_(std::move(peer)),
         reserved_(reserved),
+        peer_capped_(peer_capped),
         io_timeout_(reserved ? server->reserved_io_timeout : server->options.io_timeout) {
     server_->sessions.insert(this);
     Impl::PeerSlots& slots = server_->peers[peer_];
@@ -257,7 +260,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
           Log()->warn("HTTP connections all in use: refused {} requests for other paths than {} so far", n,
                       server_->reserved_paths_text);
         }
-        Reply(Plain(http::status::service_unavailable, server_->reserved_refusal), /*close=*/true);
+        Reply(Plain(http::status::service_unavailable,
+                    peer_capped_ ? "too many HTTP connections from " + peer_.to_string() + "; only " +
+                                       server_->reserved_paths_text + " answer over more\n"
+                                 : server_->reserved_refusal),
+              /*close=*/true);
         return;
       }
     }
@@ -361,6 +368,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   const asio::ip::address peer_;
   const bool reserved_;
+  const bool peer_capped_;
   const std::chrono::nanoseconds io_timeout_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -424,9 +432,17 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
   const std::size_t peer_open = slots == peers.end() ? 0 : slots->second.open;
   const std::size_t peer_reserved = slots == peers.end() ? 0 : slots->second.reserved;
   const bool over_peer = options.max_connections_per_peer > 0 && peer_open >= options.max_connections_per_peer;
-  const bool over_reserved_peer =
-      reserved && options.reserved_connections_per_peer > 0 && peer_reserved >= options.reserved_connections_per_peer;
-  if (over_peer || over_reserved_peer) {
+  // A peer at its cap still gets a probe through: the connection is taken
+  // as a reserved one (probe paths only, the short timeout), within the
+  // peer's reserved_connections_per_peer. A kubelet shares its address with
+  // every host-network pod on the node; one of them holding the per-peer
+  // cap must not fail the node's probes.
+  const bool probe_only = over_peer && reserved_share > 0 && options.reserved_connections_per_peer > 0 &&
+                          peer_reserved < options.reserved_connections_per_peer;
+  const bool as_reserved = reserved || probe_only;
+  const bool over_reserved_peer = as_reserved && options.reserved_connections_per_peer > 0 &&
+                                  peer_reserved >= options.reserved_connections_per_peer;
+  if ((over_peer && !probe_only) || over_reserved_peer) {
     const uint64_t n = peer_rejected.fetch_add(1) + 1;
     if (peer_rejected_metric) peer_rejected_metric->Inc();
     const std::string who = peer.to_string();
@@ -437,7 +453,7 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
     RefuseConnection(socket, "too many HTTP connections from " + who + "; close some and try later\r\n");
     return;
   }
-  std::make_shared<Session>(this, std::move(socket), std::move(peer), reserved)->Start();
+  std::make_shared<Session>(this, std::move(socket), std::move(peer), as_reserved, probe_only && !reserved)->Start();
 }
 
 void HttpServer::Impl::CloseAll() {

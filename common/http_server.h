@@ -60,7 +60,11 @@ class HttpServer {
     // IPv4-mapped IPv6 address counts as its IPv4 one), reserved ones
     // included, so that one client cannot take every slot. A connection
     // beyond it is answered 503 and closed at once, like one beyond
-    // max_connections. 0 means no per-peer limit.
+    // max_connections, unless there is a reserved share: then it is taken
+    // as a reserved connection (reserved_paths only), within the peer's
+    // reserved_connections_per_peer, so that a probe from an address that
+    // holds its cap (the kubelet's, shared with host-network pods) still
+    // answers. 0 means no per-peer limit.
     std::size_t max_connections_per_peer = 0;
     // A share of max_connections kept for probes and scrapes. Once
     // max_connections - reserved_connections connections are open, a new one

@@ -523,6 +523,58 @@ TEST_F(HttpServerTest, OnePeerCannotHoldTheReservedShare) {
   EXPECT_EQ(probe.Send(http::verb::get, "/healthz").result_int(), 200);
 }
 
+// A probe from an address that holds its whole per-peer cap (the kubelet's,
+// shared with a host-network pod that holds slow connections) is still
+// answered: beyond the cap the connection is taken as a reserved one, probe
+// paths only, within reserved_connections_per_peer; other paths over it are
+// refused, and past its reserved share the address is refused at once.
+TEST_F(HttpServerTest, AProbeFromAnAddressAtItsCapIsStillAnswered) {
+  MetricsRegistry metrics;
+  HttpServer::Options options;
+  options.max_connections = 20;
+  options.max_connections_per_peer = 3;
+  options.reserved_paths = {"/healthz"};
+  options.reserved_connections = 4;
+  options.reserved_connections_per_peer = 1;
+  options.io_timeout = std::chrono::hours(1);
+  options.reserved_io_timeout = std::chrono::hours(1);
+  options.metrics = &metrics;
+  options.metrics_prefix = "test";
+  StartServer(options);
+  const auto host = asio::ip::address_v4::loopback();
+  std::vector<std::unique_ptr<Client>> slow;
+  for (int i = 0; i < 3; ++i) {
+    slow.push_back(std::make_unique<Client>(server_->port(), host, Loopback("127.0.0.1")));
+    slow.back()->WriteRaw("GET /hello HTTP/1.1\r\nHost: x\r\n");  // never finished
+  }
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 3; }));
+
+  auto probe = std::make_unique<Client>(server_->port(), host, Loopback("127.0.0.1"));
+  EXPECT_EQ(probe->Send(http::verb::get, "/healthz").result_int(), 200);
+  EXPECT_EQ(probe->Send(http::verb::get, "/healthz").result_int(), 200);  // keep-alive
+  // Its share of the reserved slots is taken (by the probe): refused at once.
+  Client over(server_->port(), host, Loopback("127.0.0.1"));
+  ASSERT_TRUE(over.SentWithin(std::chrono::seconds(20)));
+  Response refused = over.Read();
+  EXPECT_EQ(refused.result_int(), 503);
+  EXPECT_EQ(refused.body(), "too many HTTP connections from 127.0.0.1; close some and try later\r\n");
+  EXPECT_EQ(server_->peer_rejected_connections(), 1u);
+  // Over the probe connection, another path is refused and the connection closed.
+  Response api = probe->Send(http::verb::get, "/hello");
+  EXPECT_EQ(api.result_int(), 503);
+  EXPECT_EQ(api.body(), "too many HTTP connections from 127.0.0.1; only /healthz answer over more\n");
+  EXPECT_TRUE(probe->ServerClosedWithin(std::chrono::seconds(20)));
+  EXPECT_EQ(server_->reserved_refused_requests(), 1u);
+  probe.reset();
+  // Its reserved slot is free again: the next probe is answered.
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 3; }));
+  Client probe2(server_->port(), host, Loopback("127.0.0.1"));
+  EXPECT_EQ(probe2.Send(http::verb::get, "/healthz").result_int(), 200);
+  // Another address is served as before.
+  Client other(server_->port(), host, Loopback("127.0.0.2"));
+  EXPECT_EQ(other.Send(http::verb::get, "/hello").result_int(), 200);
+}
+
 // A reserved connection waits for a request only reserved_io_timeout: a slow
 // client is cut off long before io_timeout (an hour here), which the API
 // connections keep.
