@@ -275,21 +275,21 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     const uint64_t session = session_;
     if (pending_chain_) {
       ++inflight_;
-      Status st = Submit([self, node, session, update = std::move(*pending_chain_)](ClusterState& state,
-                                                                                     Mutation* m) -> Engine::Done {
-        Status st = state.ApplyChainUpdate(node, session, update, m);
-        return [self, st] { self->OnApplied(st); };
-      });
+      Status st = Submit(
+          [self, node, session, update = std::move(*pending_chain_)](ClusterState& state, Mutation* m) -> Engine::Done {
+            Status st = state.ApplyChainUpdate(node, session, update, m);
+            return [self, st] { self->OnApplied(st); };
+          });
       pending_chain_.reset();
       CLUSTERD_RETURN_IF_ERROR(st);
     }
     if (pending_pods_) {
       ++inflight_;
-      Status st = Submit([self, node, session, update = std::move(*pending_pods_)](ClusterState& state,
-                                                                                    Mutation* m) -> Engine::Done {
-        Status st = state.ApplyPodDevices(node, session, update, m);
-        return [self, st] { self->OnApplied(st); };
-      });
+      Status st = Submit(
+          [self, node, session, update = std::move(*pending_pods_)](ClusterState& state, Mutation* m) -> Engine::Done {
+            Status st = state.ApplyPodDevices(node, session, update, m);
+            return [self, st] { self->OnApplied(st); };
+          });
       pending_pods_.reset();
       CLUSTERD_RETURN_IF_ERROR(st);
     }

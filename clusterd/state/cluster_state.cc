@@ -303,7 +303,8 @@ TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
       // reporting a version of its own. Recorded at NOT_HANDLE (shown, the
       // nodes stay HEALTHY, nothing is put in Volcano's lists).
       const v1::FaultLevel level = f.tie ? v1::FAULT_LEVEL_NOT_HANDLE : v1::FAULT_LEVEL_SUB_HEALTH;
-      want.emplace(std::make_pair(f.node, f.node + "/" + f.link + "@" + id), Wanted{kChainDriftCode, level, f.Message()});
+      want.emplace(std::make_pair(f.node, f.node + "/" + f.link + "@" + id),
+                   Wanted{kChainDriftCode, level, f.Message()});
     }
   }
   // A driver and firmware the catalog's pair table says do not go together

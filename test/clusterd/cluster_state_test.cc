@@ -1363,8 +1363,8 @@ TEST_F(ClusterStateTest, ChainDriftBetweenTheNodesOfOneJob) {
                 return state_->ApplyUpdateJob(MakeJob("llm", {{"g1", 0}, {"g2", 0}, {"g3", 0}}), m);
               }).ok());
   advance();
-  EXPECT_EQ(drift(), (std::vector<std::string>{
-                         "g2/driver@llm: driver 24.1.rc2 where 2 of 3 nodes of job llm run 24.1.rc3"}));
+  EXPECT_EQ(drift(),
+            (std::vector<std::string>{"g2/driver@llm: driver 24.1.rc2 where 2 of 3 nodes of job llm run 24.1.rc3"}));
   EXPECT_EQ(Node("g1").node().health(), v1::HEALTH_HEALTHY);
   EXPECT_EQ(Node("g2").node().health(), v1::HEALTH_SUB_HEALTHY);
   ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyDeleteJob("llm", m); }).ok());

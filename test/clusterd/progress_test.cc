@@ -540,9 +540,9 @@ v1::ProgressReport RanksAt(uint32_t from, uint32_t to, uint64_t step) {
 TEST(ProgressTracker, AfterACheckpointRestartAWholeJobHangNamesNoRank) {
   Series s(8);
   for (auto& st : s.steps()) st = 90;
-  s.Steady(2);  // 100, 110
+  s.Steady(2);                         // 100, 110
   for (auto& st : s.steps()) st = 50;  // restarted from the checkpoint of step 50
-  s.Steady(2);  // 60, 70
+  s.Steady(2);                         // 60, 70
   EXPECT_EQ(s.tracker().Snapshot(s.now()).step(), 70u);
   // Every rank stops at the same step.
   for (int i = 0; i < 5; ++i) s.Tick([](uint32_t) { return 1.0; }, /*steps=*/0);
@@ -651,7 +651,8 @@ TEST(ProgressTracker, ANodesOwnRanksOrTwoOtherNodesNameTheRankBehind) {
 TEST(ProgressMonitor, OneNodesFloodNeverRefusesAnotherNodesReports) {
   FakeClock clock;
   MetricsRegistry metrics;
-  ProgressMonitor monitor(nullptr, [](Engine::Apply) { return true; }, &clock, ProgressOptions{}, &metrics);
+  ProgressMonitor monitor(
+      nullptr, [](Engine::Apply) { return true; }, &clock, ProgressOptions{}, &metrics);
   v1::Job job;
   job.set_id("train");
   job.set_state(v1::JOB_STATE_RUNNING);
