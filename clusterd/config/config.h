@@ -42,7 +42,7 @@ struct ClusterdConfig {
   uint32_t watch_cache_events = 65'536;
   // ... and at most this many bytes of them (encoded): large events (a node
   // with its whole inventory) fill it by bytes long before by count.
-  uint64_t watch_cache_bytes = uint64_t{256} << 20;
+  uint64_t watch_cache_bytes = uint64_t{64} << 20;
   uint32_t watch_max_lag_events = 10'000;
   uint32_t max_message_bytes = 4 << 20;
   uint32_t max_streams = 20'000;
