@@ -525,9 +525,10 @@ TEST_F(HttpServerTest, OnePeerCannotHoldTheReservedShare) {
 
 // A probe from an address that holds its whole per-peer cap (the kubelet's,
 // shared with a host-network pod that holds slow connections) is still
-// answered: beyond the cap the connection is taken as a reserved one, probe
-// paths only, within reserved_connections_per_peer; other paths over it are
-// refused, and past its reserved share the address is refused at once.
+// answered: the address's oldest connection waiting for a request is closed
+// to make room, and the newer one may ask only for the probe paths. The
+// address never holds more than its cap; other addresses are served as
+// before.
 TEST_F(HttpServerTest, AProbeFromAnAddressAtItsCapIsStillAnswered) {
   MetricsRegistry metrics;
   HttpServer::Options options;
@@ -546,33 +547,31 @@ TEST_F(HttpServerTest, AProbeFromAnAddressAtItsCapIsStillAnswered) {
   for (int i = 0; i < 3; ++i) {
     slow.push_back(std::make_unique<Client>(server_->port(), host, Loopback("127.0.0.1")));
     slow.back()->WriteRaw("GET /hello HTTP/1.1\r\nHost: x\r\n");  // never finished
+    ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == static_cast<size_t>(i + 1); }));
   }
-  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 3; }));
 
   auto probe = std::make_unique<Client>(server_->port(), host, Loopback("127.0.0.1"));
   EXPECT_EQ(probe->Send(http::verb::get, "/healthz").result_int(), 200);
   EXPECT_EQ(probe->Send(http::verb::get, "/healthz").result_int(), 200);  // keep-alive
-  // Its share of the reserved slots is taken (by the probe): refused at once.
-  Client over(server_->port(), host, Loopback("127.0.0.1"));
-  ASSERT_TRUE(over.SentWithin(std::chrono::seconds(20)));
-  Response refused = over.Read();
-  EXPECT_EQ(refused.result_int(), 503);
-  EXPECT_EQ(refused.body(), "too many HTTP connections from 127.0.0.1; close some and try later\r\n");
-  EXPECT_EQ(server_->peer_rejected_connections(), 1u);
-  // Over the probe connection, another path is refused and the connection closed.
-  Response api = probe->Send(http::verb::get, "/hello");
-  EXPECT_EQ(api.result_int(), 503);
-  EXPECT_EQ(api.body(), "too many HTTP connections from 127.0.0.1; only /healthz answer over more\n");
-  EXPECT_TRUE(probe->ServerClosedWithin(std::chrono::seconds(20)));
-  EXPECT_EQ(server_->reserved_refused_requests(), 1u);
-  probe.reset();
-  // Its reserved slot is free again: the next probe is answered.
+  // The oldest slow connection made room: closed without an answer.
+  EXPECT_TRUE(slow[0]->ServerClosedWithin(std::chrono::seconds(20)));
   ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 3; }));
-  Client probe2(server_->port(), host, Loopback("127.0.0.1"));
-  EXPECT_EQ(probe2.Send(http::verb::get, "/healthz").result_int(), 200);
-  // Another address is served as before.
+  EXPECT_EQ(server_->peer_replaced_connections(), 1u);
+  EXPECT_EQ(server_->peer_rejected_connections(), 0u);
+  // Over such a connection, another path is refused and the connection closed.
+  Client api(server_->port(), host, Loopback("127.0.0.1"));
+  Response refused = api.Send(http::verb::get, "/hello");
+  EXPECT_EQ(refused.result_int(), 503);
+  EXPECT_EQ(refused.body(), "too many HTTP connections from 127.0.0.1; only /healthz answer over more\n");
+  EXPECT_TRUE(slow[1]->ServerClosedWithin(std::chrono::seconds(20)));
+  EXPECT_EQ(server_->reserved_refused_requests(), 1u);
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("test_http_peer_connections_replaced_total 2\n"), std::string::npos) << text;
+  // Another address is served as before, the API included.
   Client other(server_->port(), host, Loopback("127.0.0.2"));
   EXPECT_EQ(other.Send(http::verb::get, "/hello").result_int(), 200);
+  // Without a reserved share, an address at its cap is refused as before
+  // (ConnectionsBeyondThePerPeerLimitAreRefusedAtOnce).
 }
 
 // A reserved connection waits for a request only reserved_io_timeout: a slow
