@@ -148,6 +148,7 @@ struct HttpServer::Impl {
   struct PeerSlots {
     std::size_t open = 0;
     std::size_t reserved = 0;
+    std::size_t evicting = 0;  // closed to make room for a newer one, not yet gone
   };
   std::map<asio::ip::address, PeerSlots> peers;
   std::size_t reserved_open = 0;  // reserved connections among sessions
@@ -161,10 +162,12 @@ struct HttpServer::Impl {
   std::shared_ptr<std::atomic<std::size_t>> open_connections = std::make_shared<std::atomic<std::size_t>>(0);
   std::atomic<uint64_t> rejected{0};
   std::atomic<uint64_t> peer_rejected{0};
+  std::atomic<uint64_t> peer_replaced{0};
   std::atomic<uint64_t> reserved_refused{0};
   std::atomic<uint64_t> accept_errors{0};
   Counter* rejected_metric = nullptr;
   Counter* peer_rejected_metric = nullptr;
+  Counter* peer_replaced_metric = nullptr;
   Counter* reserved_refused_metric = nullptr;
   Counter* accept_errors_metric = nullptr;
 
@@ -179,11 +182,15 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
   // `reserved`: the connection holds one of the slots kept for
   // reserved_paths (Options).
-  Session(Impl* server, tcp::socket socket, asio::ip::address peer, bool reserved)
+  // `peer_capped`: reserved because its address is at
+  // max_connections_per_peer and it replaced one of that address's older
+  // connections (only the probe paths answer over it).
+  Session(Impl* server, tcp::socket socket, asio::ip::address peer, bool reserved, bool peer_capped = false)
       : server_(server),
         stream_(std::move(socket)),
         peer_(std::move(peer)),
         reserved_(reserved),
+        peer_capped_(peer_capped),
         io_timeout_(reserved ? server->reserved_io_timeout : server->options.io_timeout) {
     server_->sessions.insert(this);
     Impl::PeerSlots& slots = server_->peers[peer_];
@@ -199,6 +206,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     const auto it = server_->peers.find(peer_);
     if (it != server_->peers.end()) {
       --it->second.open;
+      if (evicted_) --it->second.evicting;
       if (reserved_) --it->second.reserved;
       if (it->second.open == 0) server_->peers.erase(it);
     }
@@ -207,6 +215,20 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
   void Start() { DoRead(); }
+
+  const asio::ip::address& peer() const { return peer_; }
+  // Waiting for a request (its first, or the next on a kept-alive
+  // connection) and not being evicted already: what a newer connection of
+  // the same address at its per-peer limit may replace.
+  bool Evictable() const { return waiting_ && !evicted_; }
+  std::chrono::steady_clock::time_point waiting_since() const { return waiting_since_; }
+  // Closes it to make room for a newer connection from its address; it
+  // still counts for the address until it is gone, but not toward the limit.
+  void Evict() {
+    evicted_ = true;
+    ++server_->peers[peer_].evicting;
+    Close();
+  }
 
   // Cancels every pending operation (and the timeout timer); their handlers
   // then run with an error and release the session.
@@ -218,6 +240,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
 
  private:
   void DoRead() {
+    waiting_ = true;
+    waiting_since_ = std::chrono::steady_clock::now();
     parser_.emplace();
     parser_->body_limit(server_->options.max_body_bytes);
     stream_.expires_after(io_timeout_);
@@ -226,6 +250,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
   void OnRead(beast::error_code ec) {
+    waiting_ = false;
     if (ec == http::error::end_of_stream) {
       // Client closed its side between requests.
       beast::error_code ignored;
@@ -257,7 +282,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
           Log()->warn("HTTP connections all in use: refused {} requests for other paths than {} so far", n,
                       server_->reserved_paths_text);
         }
-        Reply(Plain(http::status::service_unavailable, server_->reserved_refusal), /*close=*/true);
+        Reply(Plain(http::status::service_unavailable,
+                    peer_capped_ ? "too many HTTP connections from " + peer_.to_string() + "; only " +
+                                       server_->reserved_paths_text + " answer over more\n"
+                                 : server_->reserved_refusal),
+              /*close=*/true);
         return;
       }
     }
@@ -361,7 +390,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   const asio::ip::address peer_;
   const bool reserved_;
+  const bool peer_capped_;
   const std::chrono::nanoseconds io_timeout_;
+  bool waiting_ = false;  // a read of a request is pending (DoRead)
+  std::chrono::steady_clock::time_point waiting_since_{};
+  bool evicted_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;  // must outlive async_write
@@ -423,10 +456,39 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
   const auto slots = peers.find(peer);
   const std::size_t peer_open = slots == peers.end() ? 0 : slots->second.open;
   const std::size_t peer_reserved = slots == peers.end() ? 0 : slots->second.reserved;
-  const bool over_peer = options.max_connections_per_peer > 0 && peer_open >= options.max_connections_per_peer;
-  const bool over_reserved_peer =
-      reserved && options.reserved_connections_per_peer > 0 && peer_reserved >= options.reserved_connections_per_peer;
-  if (over_peer || over_reserved_peer) {
+  const std::size_t peer_evicting = slots == peers.end() ? 0 : slots->second.evicting;
+  const bool over_peer =
+      options.max_connections_per_peer > 0 && peer_open - peer_evicting >= options.max_connections_per_peer;
+  // An address at its cap still gets a probe through: its oldest connection
+  // that waits for a request (a slow client's, an idle kept-alive one) is
+  // closed to make room, and the newer one may ask only for the probe paths
+  // (reserved_paths, the short wait). The kubelet shares the node's address
+  // with every host-network pod: one of them holding slow connections must
+  // not fail the node's probes, and it can only push out its own.
+  bool replaced = false;
+  if (over_peer && reserved_share > 0) {
+    Session* victim = nullptr;
+    for (Session* s : sessions) {
+      if (s->peer() == peer && s->Evictable() && (victim == nullptr || s->waiting_since() < victim->waiting_since())) {
+        victim = s;
+      }
+    }
+    if (victim != nullptr) {
+      victim->Evict();
+      replaced = true;
+      const uint64_t n = peer_replaced.fetch_add(1) + 1;
+      if (peer_replaced_metric) peer_replaced_metric->Inc();
+      if (WorthLogging(n)) {
+        Log()->warn(
+            "HTTP connections from {}: at the per-peer limit {}, closed its oldest one waiting for a request to take a "
+            "newer one (probe paths only); {} so far",
+            peer.to_string(), options.max_connections_per_peer, n);
+      }
+    }
+  }
+  const bool over_reserved_peer = reserved && !replaced && options.reserved_connections_per_peer > 0 &&
+                                  peer_reserved >= options.reserved_connections_per_peer;
+  if ((over_peer && !replaced) || over_reserved_peer) {
     const uint64_t n = peer_rejected.fetch_add(1) + 1;
     if (peer_rejected_metric) peer_rejected_metric->Inc();
     const std::string who = peer.to_string();
@@ -437,7 +499,8 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
     RefuseConnection(socket, "too many HTTP connections from " + who + "; close some and try later\r\n");
     return;
   }
-  std::make_shared<Session>(this, std::move(socket), std::move(peer), reserved)->Start();
+  std::make_shared<Session>(this, std::move(socket), std::move(peer), reserved || replaced, replaced && !reserved)
+      ->Start();
 }
 
 void HttpServer::Impl::CloseAll() {
@@ -462,6 +525,10 @@ HttpServer::HttpServer(const Options& options) : impl_(std::make_unique<Impl>(op
     impl->peer_rejected_metric =
         &m->AddCounter(p + "_http_peer_connections_rejected_total",
                        "HTTP connections refused at a per-peer limit (one IP address holding too many).");
+    impl->peer_replaced_metric = &m->AddCounter(
+        p + "_http_peer_connections_replaced_total",
+        "HTTP connections closed to make room for a newer one from the same IP address at its per-peer limit "
+        "(the newer one may ask only for the probe paths).");
     impl->reserved_refused_metric =
         &m->AddCounter(p + "_http_reserved_requests_refused_total",
                        "HTTP requests refused because they came over a slot kept for probes and asked for "
@@ -539,6 +606,7 @@ int HttpServer::port() const { return impl_->bound_port.load(); }
 std::size_t HttpServer::open_connections() const { return impl_->open_connections->load(); }
 uint64_t HttpServer::rejected_connections() const { return impl_->rejected.load(); }
 uint64_t HttpServer::peer_rejected_connections() const { return impl_->peer_rejected.load(); }
+uint64_t HttpServer::peer_replaced_connections() const { return impl_->peer_replaced.load(); }
 uint64_t HttpServer::reserved_refused_requests() const { return impl_->reserved_refused.load(); }
 uint64_t HttpServer::accept_errors() const { return impl_->accept_errors.load(); }
 

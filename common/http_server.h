@@ -60,7 +60,12 @@ class HttpServer {
     // IPv4-mapped IPv6 address counts as its IPv4 one), reserved ones
     // included, so that one client cannot take every slot. A connection
     // beyond it is answered 503 and closed at once, like one beyond
-    // max_connections. 0 means no per-peer limit.
+    // max_connections, unless there is a reserved share and the address has
+    // a connection waiting for a request: then the oldest such one is closed
+    // and the new one taken as a reserved connection (reserved_paths only),
+    // so that a probe from an address that holds its cap (the kubelet's,
+    // shared with host-network pods) still answers, and the address still
+    // holds no more than its cap. 0 means no per-peer limit.
     std::size_t max_connections_per_peer = 0;
     // A share of max_connections kept for probes and scrapes. Once
     // max_connections - reserved_connections connections are open, a new one
@@ -80,6 +85,7 @@ class HttpServer {
     // When set, the server registers <metrics_prefix>_http_connections (gauge),
     // <metrics_prefix>_http_connections_rejected_total,
     // <metrics_prefix>_http_peer_connections_rejected_total,
+    // <metrics_prefix>_http_peer_connections_replaced_total,
     // <metrics_prefix>_http_reserved_requests_refused_total and
     // <metrics_prefix>_http_accept_errors_total (counters) here. The registry
     // must outlive the server.
@@ -120,6 +126,9 @@ class HttpServer {
   std::size_t open_connections() const;
   uint64_t rejected_connections() const;
   uint64_t peer_rejected_connections() const;
+  // Connections closed to make room for a newer one of their address at its
+  // per-peer limit (max_connections_per_peer). Any thread.
+  uint64_t peer_replaced_connections() const;
   uint64_t reserved_refused_requests() const;
   uint64_t accept_errors() const;
 

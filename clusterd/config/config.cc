@@ -253,6 +253,8 @@ std::vector<ConfigKey> MakeTable() {
         "(0s: never)");
   t.Add(U32("watch_cache_events", CLUSTERD_FIELD(watch_cache_events), 16, 16'000'000),
         "recent events kept in memory for watchers");
+  t.Add(U64("watch_cache_bytes", CLUSTERD_FIELD(watch_cache_bytes), uint64_t{1} << 20, uint64_t{1} << 40),
+        "the most bytes (encoded) of recent events kept in memory for watchers; older ones are read from the store");
   t.Add(U32("watch_max_lag_events", CLUSTERD_FIELD(watch_max_lag_events), 16, 16'000'000),
         "a live watcher further behind the head than this is ended");
   t.Add(U32("max_message_bytes", CLUSTERD_FIELD(max_message_bytes), 4096, 64u << 20),
@@ -312,6 +314,10 @@ std::vector<ConfigKey> MakeTable() {
   t.Section("Connection limits");
   t.Add(Dur("hello_timeout", CLUSTERD_FIELD(hello_timeout), std::chrono::milliseconds(10)),
         "an agent stream without a valid Hello by then is ended (DEADLINE_EXCEEDED)");
+  t.Add(Dur("inventory_update_interval", CLUSTERD_FIELD(inventory_update_interval), std::chrono::nanoseconds(0),
+            std::chrono::minutes(1)),
+        "an agent's inventory updates (pod devices, software chain) are applied at most once per interval; a newer "
+        "one replaces one still waiting (0s: each at once)");
   t.Add(U32("max_streams_per_peer", CLUSTERD_FIELD(max_streams_per_peer), 1, 1'000'000),
         "agent streams from one IP address; more are RESOURCE_EXHAUSTED");
   t.Add(U32("max_watch_streams", CLUSTERD_FIELD(max_watch_streams), 1, 1'000'000),

@@ -40,6 +40,9 @@ struct ClusterdConfig {
   // Watchers: recent events kept in memory, and how far a live watcher may
   // fall behind before it is ended with RESOURCE_EXHAUSTED.
   uint32_t watch_cache_events = 65'536;
+  // ... and at most this many bytes of them (encoded): large events (a node
+  // with its whole inventory) fill it by bytes long before by count.
+  uint64_t watch_cache_bytes = uint64_t{64} << 20;
   uint32_t watch_max_lag_events = 10'000;
   uint32_t max_message_bytes = 4 << 20;
   uint32_t max_streams = 20'000;
@@ -50,6 +53,9 @@ struct ClusterdConfig {
   // may hold at most max_streams_per_peer agent streams and
   // max_watch_streams_per_peer Watch streams; max_watch_streams in all.
   std::chrono::nanoseconds hello_timeout = std::chrono::seconds(10);
+  // At most one inventory update (PodDevicesUpdate, ChainUpdate) per agent
+  // stream applied per interval; sooner ones are coalesced (AgentServiceOptions).
+  std::chrono::nanoseconds inventory_update_interval = std::chrono::seconds(1);
   uint32_t max_streams_per_peer = 1'000;
   uint32_t max_watch_streams = 10'000;
   uint32_t max_watch_streams_per_peer = 1'000;

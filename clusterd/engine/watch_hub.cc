@@ -6,12 +6,15 @@
 
 namespace clusterd {
 
-WatchHub::WatchHub(const storage::Store* store, size_t cache_events) : store_(store), cache_events_(cache_events) {}
+WatchHub::WatchHub(const storage::Store* store, size_t cache_events, size_t cache_bytes)
+    : store_(store), cache_events_(cache_events), cache_bytes_(cache_bytes) {}
 
 void WatchHub::Init(uint64_t head) {
   std::unique_lock lock(cache_mu_);
   head_ = head;
   cache_.clear();
+  cache_sizes_.clear();
+  cache_used_ = 0;
 }
 
 void WatchHub::Publish(std::vector<v1::Event> events) {
@@ -20,10 +23,19 @@ void WatchHub::Publish(std::vector<v1::Event> events) {
   {
     std::unique_lock lock(cache_mu_);
     for (auto& e : events) {
+      const size_t size = e.ByteSizeLong();
       cache_.push_back(std::make_shared<const v1::Event>(std::move(e)));
+      cache_sizes_.push_back(size);
+      cache_used_ += size;
       head_ = cache_.back()->revision();
     }
-    while (cache_.size() > cache_events_) cache_.pop_front();
+    // Oldest first out; an event larger than the whole budget is not kept
+    // at all (the store serves it).
+    while (!cache_.empty() && (cache_.size() > cache_events_ || cache_used_ > cache_bytes_)) {
+      cache_used_ -= cache_sizes_.front();
+      cache_.pop_front();
+      cache_sizes_.pop_front();
+    }
     head = head_;
   }
   std::vector<std::shared_ptr<Listener>> listeners;
@@ -38,6 +50,16 @@ void WatchHub::Publish(std::vector<v1::Event> events) {
 uint64_t WatchHub::head() const {
   std::shared_lock lock(cache_mu_);
   return head_;
+}
+
+size_t WatchHub::cached_events() const {
+  std::shared_lock lock(cache_mu_);
+  return cache_.size();
+}
+
+size_t WatchHub::cached_bytes() const {
+  std::shared_lock lock(cache_mu_);
+  return cache_used_;
 }
 
 uint64_t WatchHub::Subscribe(Listener listener) {

@@ -5,6 +5,7 @@
 // the writer one notification, never a wait.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -30,7 +31,11 @@ class WatchHub {
   // Subscribe/Unsubscribe.
   using Listener = std::function<void(uint64_t head)>;
 
-  WatchHub(const storage::Store* store, size_t cache_events);
+  // The cache holds at most `cache_events` events and at most `cache_bytes`
+  // bytes of them (their encoded size): one large event each (a node whose
+  // inventory lists hundreds of pods) must not make the count the only bound
+  // on memory. What falls out is served from the store.
+  WatchHub(const storage::Store* store, size_t cache_events, size_t cache_bytes = SIZE_MAX);
 
   // Sets the head after the store is loaded, before any publish.
   void Init(uint64_t head);
@@ -38,6 +43,9 @@ class WatchHub {
   // consecutive revisions following head().
   void Publish(std::vector<v1::Event> events);
   uint64_t head() const;
+  // What the cache holds now (events, their encoded bytes): any thread.
+  size_t cached_events() const;
+  size_t cached_bytes() const;
 
   uint64_t Subscribe(Listener listener);
   void Unsubscribe(uint64_t id);
@@ -52,8 +60,11 @@ class WatchHub {
 
   const storage::Store* store_;
   const size_t cache_events_;
+  const size_t cache_bytes_;
   mutable std::shared_mutex cache_mu_;
   std::deque<EventPtr> cache_;
+  std::deque<size_t> cache_sizes_;  // encoded size of each cached event
+  size_t cache_used_ = 0;           // their sum
   uint64_t head_ = 0;
 
   mutable std::mutex listeners_mu_;

@@ -200,7 +200,7 @@ Status StandbyServer::Start() {
                              "The revision a standby answers queries at (Watch follows the log entry by entry).",
                              [&s] { return static_cast<double>(s.state_revision.load()); });
   CLUSTERD_RETURN_IF_ERROR(s.Load());
-  s.hub = std::make_unique<WatchHub>(s.store, cfg.watch_cache_events);
+  s.hub = std::make_unique<WatchHub>(s.store, cfg.watch_cache_events, cfg.watch_cache_bytes);
   s.hub->Init(s.state_revision);
 
   auto auth = MakeConfiguredAuthenticator(cfg, &s.metrics, &s.token_reviewer);

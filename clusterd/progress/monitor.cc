@@ -130,7 +130,7 @@ ProgressMonitor::ProgressMonitor(ClusterState* state, Engine::SubmitFn submit, c
 
 ProgressMonitor::~ProgressMonitor() { Stop(); }
 
-Status ProgressMonitor::Report(const v1::Job& job, const v1::ProgressReport& report) {
+Status ProgressMonitor::Report(const v1::Job& job, const v1::ProgressReport& report, const ProgressSender& sender) {
   const TimePoint now = clock_->Now();
   std::lock_guard lock(mu_);
   auto it = jobs_.find(job.id());
@@ -157,18 +157,29 @@ Status ProgressMonitor::Report(const v1::Job& job, const v1::ProgressReport& rep
     if (!t.tracker.reported() && t.raised.empty()) jobs_.erase(it);  // nothing of it kept
     return st;
   }
-  if (now - t.rate_window >= std::chrono::seconds(1)) {
-    t.rate_window = now;
-    t.rate_used = 0;
+  // Each sender spends its own budget: a node flooding its stream is
+  // refused, another node's reports of the same job are not.
+  auto bt = t.budgets.find(sender.id);
+  if (bt == t.budgets.end()) {
+    if (t.budgets.size() >= 64) {
+      std::erase_if(t.budgets, [&](const auto& b) { return now - b.second.window >= std::chrono::seconds(1); });
+    }
+    bt = t.budgets.emplace(sender.id, Tracked::Budget{}).first;
   }
-  const size_t allowed = std::max(2 * t.ranks.size(), options_.min_rank_rate);
-  if (t.rate_used + static_cast<size_t>(report.ranks_size()) > allowed) {
+  Tracked::Budget& budget = bt->second;
+  if (now - budget.window >= std::chrono::seconds(1)) {
+    budget.window = now;
+    budget.used = 0;
+  }
+  const size_t allowed = std::max(2 * sender.ranks, options_.min_rank_rate);
+  if (budget.used + static_cast<size_t>(report.ranks_size()) > allowed) {
     refused_rate_->Inc();
-    return ResourceExhausted("progress: job " + job.id() + " reported more than " + std::to_string(allowed) +
-                             " rank entries this second; report each rank at most once per interval");
+    return ResourceExhausted("progress: " + sender.id + " reported more than " + std::to_string(allowed) +
+                             " rank entries this second for job " + job.id() +
+                             "; report each rank at most once per interval");
   }
-  t.rate_used += static_cast<size_t>(report.ranks_size());
-  t.tracker.Ingest(report, now);
+  budget.used += static_cast<size_t>(report.ranks_size());
+  t.tracker.Ingest(report, now, sender.id);
   reports_->Inc();
   return Status::Ok();
 }

@@ -37,12 +37,25 @@
 
 namespace clusterd {
 
+// Who sent a progress report, for its budget and for hang attribution
+// (tracker.h, JobTracker::Ingest).
+struct ProgressSender {
+  // "node/<name>" for a NodeD's stream (its own ranks only: the adapter
+  // checks), "job-agent" for the job's own agent (JobService.Attach).
+  std::string id;
+  // The ranks of the job it may report (its node's; the job's for the job
+  // agent): its budget is max(2 x these, min_rank_rate) rank entries a
+  // second, its own, so that one node's flood never refuses another's.
+  size_t ranks = 0;
+};
+
 struct ProgressOptions {
   std::chrono::nanoseconds snapshot_interval = std::chrono::minutes(5);
   std::chrono::nanoseconds interval = std::chrono::seconds(1);  // RunOnce by the thread
   // Jobs tracked at once; a report of one more is refused.
   size_t max_jobs = 10'000;
-  // Rank entries a job may report per second: max(2 x its ranks, this).
+  // Rank entries one sender may report per second for a job: max(2 x the
+  // ranks it may report, this).
   size_t min_rank_rate = 4096;
 };
 
@@ -55,11 +68,11 @@ class ProgressMonitor {
                   MetricsRegistry* metrics);
   ~ProgressMonitor();
 
-  // A report for `job` (as stored, read under the state's shared lock):
-  // InvalidArgument (ValidateReport, a job that is not running),
-  // ResourceExhausted (the job's rate, max_jobs); nothing of a refused report
-  // is taken.
-  Status Report(const v1::Job& job, const v1::ProgressReport& report);
+  // A report for `job` (as stored, read under the state's shared lock) from
+  // `sender`: InvalidArgument (ValidateReport, a job that is not running),
+  // ResourceExhausted (the sender's rate for the job, max_jobs); nothing of a
+  // refused report is taken.
+  Status Report(const v1::Job& job, const v1::ProgressReport& report, const ProgressSender& sender);
   // The job's live progress (for GetJob); nullopt when it never reported
   // since ClusterD started.
   std::optional<v1::JobProgress> Live(const std::string& job_id) const;
@@ -79,9 +92,14 @@ class ProgressMonitor {
     progress::JobTracker tracker;
     uint64_t job_revision = 0;
     std::set<uint32_t> ranks;  // the job's ranks at job_revision
-    // Rate: rank entries taken in the current second.
-    TimePoint rate_window{};
-    size_t rate_used = 0;
+    // Rate, per sender: rank entries taken in its current second. At most
+    // one entry per node of the job and one for its agent (the adapters
+    // check who may report which rank); expired ones go when it grows.
+    struct Budget {
+      TimePoint window{};
+      size_t used = 0;
+    };
+    std::map<std::string, Budget> budgets;
     // What the state has of ours (fault ids) and what was stored last.
     std::map<std::string, v1::ReportRequest> raised;  // fault id -> its raise
     v1::ProgressState stored_state = v1::PROGRESS_STATE_UNSPECIFIED;

@@ -29,6 +29,10 @@ bool ValidDuration(const google::protobuf::Duration& d) {
          TimeUtil::DurationToNanoseconds(d) <= kMaxDurationNanos;
 }
 
+// a + b, or UINT64_MAX when that does not fit: a job's running totals of
+// samples and tokens stop at the top rather than wrap to a small number.
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
 // The median of v (reordered); 0 for none.
 double MedianOf(std::vector<double>& v) {
   if (v.empty()) return 0;
@@ -65,6 +69,9 @@ Status ValidateReport(const v1::ProgressReport& report, const std::function<bool
     const std::string where = "progress.ranks[rank " + std::to_string(r.rank()) + "]";
     if (!seen.insert(r.rank()).second) return InvalidArgument(where + ": reported twice");
     if (!placed(r.rank())) return InvalidArgument(where + ": not a rank of the job");
+    if (r.step() > kMaxStep) {
+      return InvalidArgument(where + ".step: " + std::to_string(r.step()) + " is above " + std::to_string(kMaxStep));
+    }
     if (r.has_step_time() && !ValidDuration(r.step_time())) {
       return InvalidArgument(where + ".step_time: must be between 0 and one day");
     }
@@ -103,22 +110,44 @@ float JobTracker::Rank::Median(size_t size) const {
   return copy[mid];
 }
 
-void JobTracker::Ingest(const v1::ProgressReport& report, TimePoint now) {
+uint32_t JobTracker::SenderIndex(std::string_view sender) {
+  auto it = sender_index_.find(std::string(sender));
+  if (it != sender_index_.end()) return it->second;
+  const auto index = static_cast<uint32_t>(senders_.size());
+  senders_.emplace_back(sender);
+  sender_index_.emplace(std::string(sender), index);
+  return index;
+}
+
+void JobTracker::MoveStep(std::optional<uint64_t> from, uint64_t to) {
+  if (from) {
+    auto it = steps_.find(*from);
+    if (it != steps_.end() && --it->second == 0) steps_.erase(it);
+  }
+  ++steps_[to];
+}
+
+void JobTracker::Ingest(const v1::ProgressReport& report, TimePoint now, std::string_view sender) {
   if (!since_) since_ = now;
   bool advanced = false;
   const size_t window = std::clamp<size_t>(settings_.window, 1, kMaxWindow);
+  const uint32_t from = SenderIndex(sender);
   for (const auto& r : report.ranks()) {
     auto [it, created] = ranks_.try_emplace(r.rank());
     Rank& k = it->second;
     k.last_report = now;
+    k.sender = from;
     if (k.checkpointing != r.checkpointing()) checkpointing_ranks_ += r.checkpointing() ? 1 : -1;
     k.checkpointing = r.checkpointing();
-    samples_ += r.samples();
-    tokens_ += r.tokens();
+    samples_ = SaturatingAdd(samples_, r.samples());
+    tokens_ = SaturatingAdd(tokens_, r.tokens());
     const std::optional<TimePoint> end =
         r.has_step_end_time() ? std::optional<TimePoint>(FromTimestamp(r.step_end_time())) : std::nullopt;
     if (k.has_step && r.step() < k.step) {
-      // Restarted (from a checkpoint): its history starts again.
+      // Restarted (from a checkpoint): its history starts again, and so
+      // does the job's notion of "behind" (steps_ holds where ranks are
+      // now, not the highest step ever).
+      MoveStep(k.step, r.step());
       k.step = r.step();
       k.agent_end = end;
       k.filled = k.next = 0;
@@ -143,10 +172,10 @@ void JobTracker::Ingest(const v1::ProgressReport& report, TimePoint now) {
       samples_changed_ = true;
     }
     if (k.reports < UINT16_MAX) ++k.reports;
+    MoveStep(k.has_step ? std::optional<uint64_t>(k.step) : std::nullopt, r.step());
     k.has_step = true;
     k.step = r.step();
     k.agent_end = end;
-    max_step_ = std::max(max_step_, r.step());
   }
   if (advanced) OnAdvance(now);
 }
@@ -216,27 +245,55 @@ bool JobTracker::Stalled(TimePoint now) const {
   return last_advance_.has_value() && now - *last_advance_ > StallAfter();
 }
 
+template <typename Behind, typename Ahead>
+std::vector<uint32_t> JobTracker::Blame(const Behind& behind, const Ahead& ahead) const {
+  // A sender's word moves its own ranks: its rank is blamed when another
+  // rank of the same sender is ahead of it (the job agent speaks for every
+  // rank, so for it this is the plain comparison), or when at least two
+  // other senders, more than half of the others, have a rank ahead. One
+  // node claiming to be ahead (or reporting on after the others stopped)
+  // cannot put a hang on another node: the hang then names no rank.
+  std::vector<char> present(senders_.size(), 0), has_ahead(senders_.size(), 0);
+  for (const auto& [id, k] : ranks_) {
+    present[k.sender] = 1;
+    if (ahead(k)) has_ahead[k.sender] = 1;
+  }
+  const auto senders = static_cast<size_t>(std::count(present.begin(), present.end(), 1));
+  const auto ahead_senders = static_cast<size_t>(std::count(has_ahead.begin(), has_ahead.end(), 1));
+  std::vector<uint32_t> out;
+  for (const auto& [id, k] : ranks_) {
+    if (!behind(k)) continue;
+    const bool own = has_ahead[k.sender] != 0;
+    const size_t others = senders - 1;
+    const size_t others_ahead = ahead_senders - (own ? 1 : 0);
+    if (own || (others_ahead >= 2 && 2 * others_ahead > others)) out.push_back(id);
+  }
+  return out;
+}
+
 std::vector<uint32_t> JobTracker::FirstStopped(bool* unattributed) const {
   // The ranks behind the others (the lowest step); when every rank is at the
-  // same step, those that stopped reporting before the rest.
-  uint64_t low = UINT64_MAX;
-  TimePoint oldest = TimePoint::max(), newest = TimePoint::min();
-  for (const auto& [id, k] : ranks_) {
-    low = std::min(low, k.step);
-    oldest = std::min(oldest, k.last_report);
-    newest = std::max(newest, k.last_report);
-  }
+  // same step (or no blame holds), those that stopped reporting before the
+  // rest.
   std::vector<uint32_t> out;
   *unattributed = false;
-  if (low < max_step_) {
+  if (!steps_.empty() && steps_.begin()->first < steps_.rbegin()->first) {
+    const uint64_t low = steps_.begin()->first;
+    out = Blame([low](const Rank& k) { return k.step == low; }, [low](const Rank& k) { return k.step > low; });
+  }
+  if (out.empty()) {
+    TimePoint oldest = TimePoint::max(), newest = TimePoint::min();
     for (const auto& [id, k] : ranks_) {
-      if (k.step == low) out.push_back(id);
+      oldest = std::min(oldest, k.last_report);
+      newest = std::max(newest, k.last_report);
     }
-  } else if (newest - oldest > std::max(NormalGap(), Duration(seconds(1)))) {
-    for (const auto& [id, k] : ranks_) {
-      if (k.last_report - oldest <= std::max(NormalGap(), Duration(seconds(1))) / 2) out.push_back(id);
+    const Duration tolerance = std::max(NormalGap(), Duration(seconds(1)));
+    if (newest - oldest > tolerance) {
+      const auto first = [&](const Rank& k) { return k.last_report - oldest <= tolerance / 2; };
+      out = Blame(first, [&](const Rank& k) { return !first(k); });
     }
-  } else {
+  }
+  if (out.empty()) {
     *unattributed = true;
     for (const auto& [id, k] : ranks_) out.push_back(id);
   }
@@ -332,7 +389,7 @@ v1::JobProgress JobTracker::Snapshot(TimePoint now) const {
   v1::JobProgress p;
   if (!since_) return p;
   p.set_state(last_.state);
-  p.set_step(max_step_);
+  p.set_step(steps_.empty() ? restored_step_ : steps_.rbegin()->first);
   if (last_advance_) *p.mutable_last_advance_time() = ToTimestamp(*last_advance_);
   p.set_ranks_reporting(static_cast<uint32_t>(ranks_.size()));
   *p.mutable_median_step_time() = ToProto(FromSeconds(median_step_));
@@ -397,7 +454,7 @@ void JobTracker::Restore(const v1::JobProgress& stored, TimePoint now) {
   if (!stored.has_since()) return;
   since_ = FromTimestamp(stored.since());
   last_advance_ = now;
-  max_step_ = stored.step();
+  restored_step_ = std::min(stored.step(), kMaxStep);
   productive_ = FromProto(stored.productive());
   lost_ = Duration(0);
   lost_by_cause_.clear();

@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -41,6 +42,10 @@ struct Settings {
 // The most samples of a window (state/validation.cc checks policies against it).
 inline constexpr size_t kMaxWindow = 16;
 inline constexpr size_t kMaxRanksPerReport = 4096;
+// The highest step a rank may report: 2^53 - 1, exact in a double and in
+// every JSON reader (Job.progress is read as JSON too). A million steps a
+// second would take 285 years to get there; a higher one is refused.
+inline constexpr uint64_t kMaxStep = (uint64_t{1} << 53) - 1;
 // At most this many slow and hung ranks are named in a JobProgress.
 inline constexpr size_t kMaxNamedRanks = 64;
 inline constexpr size_t kMaxCauses = 32;
@@ -54,7 +59,8 @@ Settings SettingsOf(const v1::ProgressPolicy& policy);
 
 // OK, or InvalidArgument naming the first bad rank: more than
 // kMaxRanksPerReport ranks, a rank twice, a rank `placed` does not know, a
-// negative or over-a-day duration, a collective time above its step time.
+// step above kMaxStep, a negative or over-a-day duration, a collective time
+// above its step time.
 // A refused report changes nothing.
 Status ValidateReport(const v1::ProgressReport& report, const std::function<bool(uint32_t)>& placed);
 
@@ -97,8 +103,12 @@ class JobTracker {
   void set_settings(const Settings& s) { settings_ = s; }
   const Settings& settings() const { return settings_; }
 
-  // A report received at `now`, validated (ValidateReport).
-  void Ingest(const v1::ProgressReport& report, TimePoint now);
+  // A report received at `now`, validated (ValidateReport), from `sender`:
+  // who sent it ("node/<name>" for a NodeD, "job-agent" for the job's own
+  // agent; the monitor's adapters say). A sender's claims move its own ranks
+  // only: FirstStopped never blames the ranks of one sender on the word of a
+  // single other one.
+  void Ingest(const v1::ProgressReport& report, TimePoint now, std::string_view sender = "");
   // The verdict at `now`; `ctx` only matters once the job stalled.
   // Charges an interruption's lost time to the cause it saw last.
   Verdict Evaluate(TimePoint now, const Context& ctx);
@@ -133,6 +143,7 @@ class JobTracker {
     uint8_t filled = 0;  // samples in window
     uint8_t next = 0;
     uint16_t reports = 0;  // since the rank's (re)start, saturating
+    uint32_t sender = 0;   // index into senders_: who reported it last
     bool has_step = false;
     bool checkpointing = false;
     void Push(float v, size_t size);
@@ -144,6 +155,12 @@ class JobTracker {
   Duration StallAfter() const;
   void Charge(Duration lost, const std::string& cause);
   std::vector<uint32_t> FirstStopped(bool* unattributed) const;
+  // The ranks `behind` says are behind whose blame holds (FirstStopped).
+  template <typename Behind, typename Ahead>
+  std::vector<uint32_t> Blame(const Behind& behind, const Ahead& ahead) const;
+  uint32_t SenderIndex(std::string_view sender);
+  // A rank's step moves from `from` (nullopt: it had none) to `to`.
+  void MoveStep(std::optional<uint64_t> from, uint64_t to);
   std::vector<SlowRankFinding> FindSlow();
 
   Settings settings_;
@@ -155,7 +172,15 @@ class JobTracker {
   std::optional<TimePoint> last_advance_;  // ClusterD's clock
   std::array<Duration, 8> gaps_{};         // recent gaps between advances
   size_t gap_count_ = 0;
-  uint64_t max_step_ = 0;
+  // How many ranks are at each step now: the lowest and the highest step
+  // of the job (a restart from a checkpoint moves both back).
+  std::map<uint64_t, uint32_t> steps_;
+  // The step of the stored snapshot (Restore), shown until ranks report.
+  uint64_t restored_step_ = 0;
+  // Who reported (Ingest's sender), interned: ranks keep an index. Bounded
+  // by the monitor's adapters (a node with ranks of the job, the job agent).
+  std::vector<std::string> senders_;
+  std::unordered_map<std::string, uint32_t> sender_index_;
   uint64_t samples_ = 0, tokens_ = 0;
   Duration productive_{0}, lost_{0};
   struct Lost {

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 
 #include <google/protobuf/util/time_util.h>
@@ -75,6 +76,12 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     reading_ = false;
     if (!ok) {
       read_closed_ = true;
+      // The agent is done: what waits for its interval is applied now.
+      next_inventory_ = {};
+      if (Status st = FlushInventoryLocked(); !st.ok()) {
+        FinishLocked(ToGrpc(st));
+        return;
+      }
       MaybeCloseLocked();
       return;
     }
@@ -107,6 +114,10 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     service_->open_streams().fetch_sub(1);
     if (peer_counted_) service_->peers().Release(peer_key_);
     hello_alarm_.Cancel();
+    {
+      std::lock_guard lock(mu_);
+      if (inventory_alarm_) inventory_alarm_->Cancel();
+    }
     if (!node_.empty()) {
       std::string node = node_;
       uint64_t session = session_;
@@ -143,6 +154,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         return [self, welcome = std::move(welcome)] { self->OnWelcome(welcome); };
       });
     }
+    // An inventory update that waits for its interval goes out with the
+    // first message after it (ordered before this one).
+    CLUSTERD_RETURN_IF_ERROR(FlushInventoryLocked());
     switch (req_.msg_case()) {
       case v1::ConnectRequest::kHello: return FailedPrecondition("hello may only be the first message of a stream");
       case v1::ConnectRequest::kHeartbeat: {
@@ -192,25 +206,17 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         if (service_->messages_other) service_->messages_other->Inc();
         auto update = Validate(std::move(*req_.mutable_chain()));
         if (!update.ok()) return update.status();
-        ++inflight_;
-        std::string node = node_;
-        uint64_t session = session_;
-        return Submit([self, node, session, update = *update](ClusterState& state, Mutation* m) -> Engine::Done {
-          Status st = state.ApplyChainUpdate(node, session, update, m);
-          return [self, st] { self->OnApplied(st); };
-        });
+        if (pending_chain_) CoalescedLocked("ChainUpdate");
+        pending_chain_ = std::move(*update);
+        return FlushInventoryLocked();
       }
       case v1::ConnectRequest::kPodDevices: {
         if (service_->messages_other) service_->messages_other->Inc();
         auto update = Validate(std::move(*req_.mutable_pod_devices()));
         if (!update.ok()) return update.status();
-        ++inflight_;
-        std::string node = node_;
-        uint64_t session = session_;
-        return Submit([self, node, session, update = *update](ClusterState& state, Mutation* m) -> Engine::Done {
-          Status st = state.ApplyPodDevices(node, session, update, m);
-          return [self, st] { self->OnApplied(st); };
-        });
+        if (pending_pods_) CoalescedLocked("PodDevicesUpdate");
+        pending_pods_ = std::move(*update);
+        return FlushInventoryLocked();
       }
       case v1::ConnectRequest::kProgress: {
         // Progress of ranks on this node (their processes' files): a bad
@@ -233,7 +239,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
                                        " is not placed on node " + node_);
               }
             }
-            return service_->progress()->Report(it->second, p.report());
+            // Its own budget, and its word moves its own ranks only
+            // (ProgressSender): a node cannot spend another's.
+            return service_->progress()->Report(it->second, p.report(), ProgressSender{"node/" + node_, here.size()});
           });
         }
         if (!st.ok()) LogProgressRefused(st);
@@ -241,6 +249,72 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       }
       default: return InvalidArgument("empty or unknown message");
     }
+  }
+
+  // The waiting inventory updates, once inventory_update_interval has passed
+  // since the last ones applied (AgentServiceOptions).
+  Status FlushInventoryLocked() {
+    if (!pending_chain_ && !pending_pods_) return Status::Ok();
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_inventory_) {
+      if (!inventory_alarm_set_) {
+        // Due even if the agent sends nothing more. The alarm holds only a
+        // weak reference: it never keeps the stream alive.
+        inventory_alarm_set_ = true;
+        inventory_alarm_ = std::make_unique<grpc::Alarm>();
+        std::weak_ptr<AgentReactor> weak = self_;
+        inventory_alarm_->Set(std::chrono::system_clock::now() + (next_inventory_ - now), [weak](bool fired) {
+          if (auto reactor = weak.lock()) reactor->OnInventoryDue(fired);
+        });
+      }
+      return Status::Ok();
+    }
+    next_inventory_ = now + service_->options().inventory_update_interval;
+    auto self = shared_from_this();
+    const std::string node = node_;
+    const uint64_t session = session_;
+    if (pending_chain_) {
+      ++inflight_;
+      Status st = Submit(
+          [self, node, session, update = std::move(*pending_chain_)](ClusterState& state, Mutation* m) -> Engine::Done {
+            Status st = state.ApplyChainUpdate(node, session, update, m);
+            return [self, st] { self->OnApplied(st); };
+          });
+      pending_chain_.reset();
+      CLUSTERD_RETURN_IF_ERROR(st);
+    }
+    if (pending_pods_) {
+      ++inflight_;
+      Status st = Submit(
+          [self, node, session, update = std::move(*pending_pods_)](ClusterState& state, Mutation* m) -> Engine::Done {
+            Status st = state.ApplyPodDevices(node, session, update, m);
+            return [self, st] { self->OnApplied(st); };
+          });
+      pending_pods_.reset();
+      CLUSTERD_RETURN_IF_ERROR(st);
+    }
+    return Status::Ok();
+  }
+
+  void OnInventoryDue(bool fired) {
+    std::lock_guard lock(mu_);
+    inventory_alarm_set_ = false;
+    if (!fired || out_.finishing()) return;
+    if (Status st = FlushInventoryLocked(); !st.ok()) FinishLocked(ToGrpc(st));
+  }
+
+  // A waiting inventory update replaced by a newer one: counted, and logged
+  // at most once a minute per stream.
+  void CoalescedLocked(const char* kind) {
+    ++coalesced_;
+    if (service_->inventory_coalesced) service_->inventory_coalesced->Inc();
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_coalesce_log_) return;
+    next_coalesce_log_ = now + std::chrono::minutes(1);
+    GetLogger("agent")->warn(
+        "inventory updates from node {} come faster than one per {} (inventory_update_interval): {} {} replaced by a "
+        "newer one so far on this stream; only the latest is stored",
+        node_, FormatDuration(service_->options().inventory_update_interval), coalesced_, kind);
   }
 
   // At most one line a minute per stream: a job's files can be wrong for a
@@ -359,6 +433,15 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   bool reading_ = false;
   bool read_closed_ = false;
   std::chrono::steady_clock::time_point next_progress_log_{};
+  // Inventory updates waiting for inventory_update_interval (the latest of
+  // each kind), and when the next may be applied.
+  std::optional<Validated<v1::ChainUpdate>> pending_chain_;
+  std::optional<Validated<v1::PodDevicesUpdate>> pending_pods_;
+  std::chrono::steady_clock::time_point next_inventory_{};
+  std::unique_ptr<grpc::Alarm> inventory_alarm_;  // applies them when due
+  bool inventory_alarm_set_ = false;
+  std::chrono::steady_clock::time_point next_coalesce_log_{};
+  uint64_t coalesced_ = 0;
 };
 
 }  // namespace
@@ -373,6 +456,10 @@ AgentService::AgentService(const ClusterState* state, Engine* engine, AgentServi
                                                {{"type", "transition"}});
     messages_other =
         &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.", {{"type", "other"}});
+    inventory_coalesced = &metrics->AddCounter(
+        "clusterd_agent_inventory_updates_coalesced_total",
+        "Inventory updates (PodDevicesUpdate, ChainUpdate) replaced by a newer one before they were applied "
+        "(inventory_update_interval).");
     transitions_duplicate = &metrics->AddCounter("clusterd_agent_duplicate_transitions_total",
                                                  "Fault transitions already stored, acknowledged again.");
     streams_rejected =

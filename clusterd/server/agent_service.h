@@ -31,6 +31,14 @@ struct AgentServiceOptions {
   // RESOURCE_EXHAUSTED (a node runs one agent; this stops one host from
   // taking all max_streams slots).
   uint32_t max_streams_per_peer = 1'000;
+  // Inventory updates (PodDevicesUpdate, ChainUpdate) applied per stream: at
+  // most one per interval; one that comes sooner waits for the stream's next
+  // message after the interval (every agent heartbeats), and a newer one of
+  // the same kind replaces it (only the latest matters). Each stored update
+  // is a NODE_UPDATED event carrying the node, so an agent alternating two
+  // updates cannot fill the event log and the watch cache with copies of its
+  // node. 0: every update is applied at once.
+  std::chrono::nanoseconds inventory_update_interval = std::chrono::seconds(1);
 };
 
 class AgentService final : public v1::NodeAgentService::CallbackService {
@@ -57,6 +65,7 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   Counter* streams_rejected = nullptr;
   Counter* streams_rejected_per_peer = nullptr;
   Counter* hello_timeouts = nullptr;
+  Counter* inventory_coalesced = nullptr;
 
   PeerLimiter& peers() { return peers_; }
   // Takes the job progress NodeD reads from the node's files (null: such

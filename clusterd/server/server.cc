@@ -238,7 +238,7 @@ Status ClusterdServer::Impl::OpenState() {
                                  : cfg.release_chain_check == "never" ? ClusterState::ReleaseChainCheck::kNever
                                                                       : ClusterState::ReleaseChainCheck::kAutomatic);
   CLUSTERD_RETURN_IF_ERROR(state->Load());
-  hub = std::make_unique<WatchHub>(store.get(), cfg.watch_cache_events);
+  hub = std::make_unique<WatchHub>(store.get(), cfg.watch_cache_events, cfg.watch_cache_bytes);
   hub->Init(state->revision());
 
   return Status::Ok();
@@ -313,6 +313,7 @@ Status ClusterdServer::Impl::MakeServices() {
   ao.node_grace = cfg.node_grace;
   ao.hello_timeout = cfg.hello_timeout;
   ao.max_streams_per_peer = cfg.max_streams_per_peer;
+  ao.inventory_update_interval = cfg.inventory_update_interval;
   // Who may call what (server/auth.h), before the services that ask it.
   auto made_auth = MakeConfiguredAuthenticator(cfg, &metrics, &token_reviewer);
   if (!made_auth.ok()) return made_auth.status();
@@ -378,6 +379,11 @@ Status ClusterdServer::Impl::MakeServices() {
 }
 
 void ClusterdServer::Impl::AddStateMetrics() {
+  // The watch cache's two bounds (watch_cache_events, watch_cache_bytes).
+  metrics.AddCallbackGauge("clusterd_watch_cache_events", "Recent events the watch cache holds in memory.",
+                           [this] { return hub ? static_cast<double>(hub->cached_events()) : 0.0; });
+  metrics.AddCallbackGauge("clusterd_watch_cache_bytes", "Encoded bytes of the events the watch cache holds.",
+                           [this] { return hub ? static_cast<double>(hub->cached_bytes()) : 0.0; });
   metrics.AddCallbackGauge("clusterd_revision", "Current durable revision.",
                            [this] { return static_cast<double>(state->durable_revision()); });
   metrics.AddCallbackGauge("clusterd_compacted_revision", "Highest revision removed from the event log.",

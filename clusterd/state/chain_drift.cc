@@ -10,7 +10,7 @@ namespace clusterd {
 std::string DriftFinding::Message() const {
   if (tie) {
     return link + " " + version + " while other nodes of " + pool + " run " + expected + " (no majority among " +
-           std::to_string(known) + ")";
+           std::to_string(known) + ": the job's finding, not this node's)";
   }
   return link + " " + version + " where " + std::to_string(agree) + " of " + std::to_string(known) + " nodes of " +
          (pool.rfind("job ", 0) == 0 ? "" : "pool ") + pool + " run " + expected;

@@ -297,8 +297,14 @@ TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
     }
     if (of_job.size() < 2) continue;
     for (DriftFinding& f : FindJobChainDrift(id, of_job)) {
+      // Drift found only inside a tie (two nodes, two versions) is the
+      // job's finding, not a node's fault: which side is wrong is not known,
+      // and one node's agent must not mark the other node SubHealthy by
+      // reporting a version of its own. Recorded at NOT_HANDLE (shown, the
+      // nodes stay HEALTHY, nothing is put in Volcano's lists).
+      const v1::FaultLevel level = f.tie ? v1::FAULT_LEVEL_NOT_HANDLE : v1::FAULT_LEVEL_SUB_HEALTH;
       want.emplace(std::make_pair(f.node, f.node + "/" + f.link + "@" + id),
-                   Wanted{kChainDriftCode, v1::FAULT_LEVEL_SUB_HEALTH, f.Message()});
+                   Wanted{kChainDriftCode, level, f.Message()});
     }
   }
   // A driver and firmware the catalog's pair table says do not go together

@@ -25,7 +25,11 @@ std::map<std::string, StateView::Caused> StateView::RecoveriesByNode(
   for (const auto& [created, r] : recent) {
     std::set<std::string> nodes;  // a recovery counts once per node
     for (const auto& fid : r->trigger_fault_ids()) {
-      if (const v1::Fault* f = faults_.FindById(fid)) nodes.insert(f->node());
+      const v1::Fault* f = faults_.FindById(fid);
+      // A job's own findings (its hang, its TaskD's process faults) are not
+      // its node's: a job that hangs again and again must not get a node
+      // cordoned for every other job on it.
+      if (f != nullptr && !IsJobReporter(f->reporter())) nodes.insert(f->node());
     }
     for (const auto& node : nodes) {
       if (since && created <= since(node)) continue;

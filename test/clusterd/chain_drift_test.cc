@@ -31,7 +31,9 @@ TEST(ChainDrift, AJobSpanningTwoVersions) {
   // Two nodes on two versions: no majority, both are named.
   found = FindJobChainDrift("train-2", {&a, &d});
   EXPECT_EQ(Named(found), (std::vector<std::string>{"a/driver:24.1.rc3!=24.1.rc2", "d/driver:24.1.rc2!=24.1.rc3"}));
-  EXPECT_EQ(found[0].Message(), "driver 24.1.rc3 while other nodes of job train-2 run 24.1.rc2 (no majority among 2)");
+  EXPECT_EQ(found[0].Message(),
+            "driver 24.1.rc3 while other nodes of job train-2 run 24.1.rc2 (no majority among 2: the job's finding, "
+            "not this node's)");
   // One version (CANN known on some nodes only): nothing.
   EXPECT_TRUE(FindJobChainDrift("train-3", {&a, &b}).empty());
   // Bounded per job.

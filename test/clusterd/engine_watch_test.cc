@@ -28,13 +28,13 @@ v1::Hello MakeHello(const std::string& node) {
 class EngineTest : public ::testing::Test {
  protected:
   // The engine reads `clock` (default: the test's FakeClock).
-  void Start(EngineOptions options, size_t cache = 1024, const Clock* clock = nullptr) {
+  void Start(EngineOptions options, size_t cache = 1024, const Clock* clock = nullptr, size_t cache_bytes = SIZE_MAX) {
     auto store = storage::RocksDbStore::Open(dir_.path());
     ASSERT_TRUE(store.ok());
     store_ = std::move(*store);
     state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
     ASSERT_TRUE(state_->Load().ok());
-    hub_ = std::make_unique<WatchHub>(store_.get(), cache);
+    hub_ = std::make_unique<WatchHub>(store_.get(), cache, cache_bytes);
     hub_->Init(state_->revision());
     engine_ =
         std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), clock ? clock : &clock_, options, &metrics_);
@@ -200,6 +200,25 @@ TEST_F(EngineTest, HubServesFromCacheThenFromStore) {
   ASSERT_EQ(old->size(), 10u);
   for (size_t i = 0; i < 10; ++i) EXPECT_EQ((*old)[i]->revision(), i + 1);
   EXPECT_TRUE(hub_->Fetch(50, 10)->empty());
+}
+
+// Large events fill the cache by bytes long before by count
+// (watch_cache_bytes): it keeps what fits, newest first, and the store serves
+// the rest; nothing is skipped.
+TEST_F(EngineTest, HubCacheIsBoundedByBytesAsWellAsByCount) {
+  Start({}, /*cache=*/1024, nullptr, /*cache_bytes=*/1024);
+  Register(50);
+  EXPECT_LE(hub_->cached_bytes(), 1024u);
+  EXPECT_GT(hub_->cached_events(), 0u);
+  EXPECT_LT(hub_->cached_events(), 50u);
+  auto all = hub_->Fetch(0, 100);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 50u);
+  for (size_t i = 0; i < all->size(); ++i) EXPECT_EQ((*all)[i]->revision(), i + 1);
+  auto recent = hub_->Fetch(49, 10);
+  ASSERT_TRUE(recent.ok());
+  ASSERT_EQ(recent->size(), 1u);
+  EXPECT_EQ(recent->front()->revision(), 50u);
 }
 
 TEST_F(EngineTest, RetentionCompactsByCountAndRecordsTheFloor) {

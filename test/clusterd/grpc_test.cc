@@ -9,12 +9,14 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mindcluster/pubfault.grpc.pb.h"
 #include "test/support/grpc/agent_client.h"
+#include "test/support/http_get.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/wait.h"
 
 namespace clusterd {
 namespace {
 
+using testing::HttpGet;
 using testing::ReadEvents;
 using testing::TestAgent;
 using testing::WaitFor;
@@ -165,6 +167,68 @@ TEST_F(GrpcTest, PodDevicesUpdatesAreValidatedAndAHostileOneChangesNothing) {
   }
   EXPECT_EQ(stored(), "a ");
   EXPECT_EQ(Summary().nodes().total(), 1u);
+}
+
+// Item 2 of the reliability probe: an agent alternating inventory updates as
+// fast as its stream takes them. At most one is applied per
+// inventory_update_interval (an hour here); the ones that come sooner wait,
+// each replaced by the next (counted: clusterd_agent_inventory_updates_
+// coalesced_total), and the latest is applied when the agent is done (or the
+// interval passes): the node's record and the event log get two updates, not
+// one per message.
+TEST_F(GrpcTest, InventoryUpdatesFasterThanTheIntervalAreCoalescedToTheLatest) {
+  StartServer([](ClusterdConfig& c) { c.inventory_update_interval = std::chrono::hours(1); });
+  auto update = [](const std::string& name) {
+    v1::ConnectRequest req;
+    auto* p = req.mutable_pod_devices()->add_pods();
+    p->set_namespace_("train");
+    p->set_name(name);
+    p->add_device_ids(0);
+    return req;
+  };
+  auto stored = [&] {
+    std::string out;
+    const v1::GetNodeResponse node = GetNode("worker01");
+    for (const auto& p : node.node().inventory().pod_devices()) out += p.name() + " ";
+    return out;
+  };
+  TestAgent agent(channel_, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+  ASSERT_TRUE(agent.Send(update("a")));
+  EXPECT_TRUE(WaitFor([&] { return stored() == "a "; }));
+  const uint64_t before = GetNode("worker01").node().revision();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(agent.Send(update(i % 2 ? "b" : "c")));
+  // Everything before the acknowledged transition was read: nothing of it applied yet.
+  ASSERT_TRUE(agent.Transition(1, true, 3, "80E01801"));
+  EXPECT_EQ(stored(), "a ");
+  const std::string metrics = HttpGet(server_->http_port(), "/metrics").body;
+  EXPECT_NE(metrics.find("clusterd_agent_inventory_updates_coalesced_total 99\n"), std::string::npos) << metrics;
+  // The agent is done: the latest one is applied, once.
+  agent.Close();
+  EXPECT_TRUE(agent.status().ok()) << agent.status().error_message();
+  EXPECT_TRUE(WaitFor([&] { return stored() == "b "; }));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::WatchRequest req;
+  req.set_from_revision(before);
+  req.add_types(v1::EVENT_TYPE_NODE_UPDATED);
+  req.add_nodes("worker01");
+  auto watch = cluster_->Watch(&ctx, req);
+  // Every NODE_UPDATED since "a" was stored, up to the one that stores "b".
+  int updates = 0;
+  bool latest = false;
+  v1::WatchResponse resp;
+  while (!latest && watch->Read(&resp)) {
+    for (const auto& ev : resp.events()) {
+      if (ev.revision() <= before) continue;
+      ++updates;
+      const auto& pods = ev.node_info().inventory().pod_devices();
+      latest = latest || (pods.size() == 1 && pods[0].name() == "b");
+    }
+  }
+  EXPECT_TRUE(latest);
+  EXPECT_EQ(updates, 1) << "one update stored for the 100 sent";
+  ctx.TryCancel();
 }
 
 TEST_F(GrpcTest, NewerStreamReplacesOlderOne) {

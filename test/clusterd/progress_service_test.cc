@@ -217,6 +217,51 @@ TEST_F(ProgressServiceTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances
   wctx.TryCancel();
 }
 
+// Item 1 of the reliability probe, end to end: ranks 0-7 on worker01, 8-15
+// on worker02, each node's agent reporting its own ranks on its stream. The
+// job stops with worker02's ranks at step 20 while worker01's agent claims
+// 21 for its own: one JOB_HANG that names the job, none on worker02 (before,
+// JOB_HANG went to each of worker02's ranks as "stopped first").
+TEST_F(ProgressServiceTest, ANodeClaimingToBeAheadPutsNoHangOnTheOtherNode) {
+  v1::CreateJobRequest req;
+  v1::Job* job = req.mutable_job();
+  job->set_id("train");
+  job->set_kind(v1::JOB_KIND_TRAINING);
+  job->mutable_policy()->mutable_progress()->mutable_hang_timeout()->set_seconds(2);
+  for (uint32_t r = 0; r < 16; ++r) {
+    auto* p = job->add_placement();
+    p->set_rank(r);
+    p->set_node(r < 8 ? "worker01" : "worker02");
+    p->set_device_id(r % 8);
+  }
+  grpc::ClientContext ctx;
+  v1::CreateJobResponse created;
+  ASSERT_TRUE(jobs_->CreateJob(&ctx, req, &created).ok());
+  TestAgent b(channel_, "worker02", 1);
+  ASSERT_TRUE(b.Connect());
+  auto report = [](TestAgent& agent, uint32_t from, uint64_t step) {
+    v1::ConnectRequest m;
+    m.mutable_progress()->set_job_id("train");
+    for (uint32_t k = from; k < from + 8; ++k) {
+      auto* p = m.mutable_progress()->mutable_report()->add_ranks();
+      p->set_rank(k);
+      p->set_step(step);
+    }
+    return agent.Send(m);
+  };
+  for (uint64_t step : {10, 20}) {
+    ASSERT_TRUE(report(*agent_, 0, step));
+    ASSERT_TRUE(report(b, 8, step));
+  }
+  ASSERT_TRUE(report(*agent_, 0, 21));  // worker01's word about its own ranks
+  ASSERT_TRUE(WaitFor([&] { return !ProgressFaults("JOB_HANG").empty(); }));
+  const auto hangs = ProgressFaults("JOB_HANG");
+  ASSERT_EQ(hangs.size(), 1u);
+  EXPECT_NE(hangs[0].node(), "worker02") << hangs[0].message();
+  EXPECT_NE(hangs[0].message().find("no rank advanced past step 21"), std::string::npos) << hangs[0].message();
+  EXPECT_EQ(hangs[0].level(), v1::FAULT_LEVEL_RESTART_BUSINESS);
+}
+
 TEST_F(ProgressServiceTest, HostileReportsAreRefusedAndTheStreamStaysOpen) {
   constexpr uint32_t kBig = 4096;
   CreateJob({}, kBig);

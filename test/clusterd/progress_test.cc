@@ -6,6 +6,10 @@
 
 #include <random>
 
+#include "clusterd/progress/monitor.h"
+#include "clusterd/state/state_view.h"
+#include "common/metrics.h"
+
 #include <google/protobuf/util/time_util.h>
 #include <gtest/gtest.h>
 
@@ -369,7 +373,9 @@ TEST(ProgressTracker, AStepGoingBackwardsIsARestartNotProgress) {
   // Every rank restarts from the checkpoint at step 20.
   for (auto& st : s.steps()) st = 20;
   s.Tick([](uint32_t) { return 5.0; }, 0);
-  EXPECT_EQ(s.tracker().Snapshot(s.now()).step(), before);  // the highest step ever
+  // The job's step is where its ranks are now, not the highest step ever.
+  EXPECT_LT(20u, before);
+  EXPECT_EQ(s.tracker().Snapshot(s.now()).step(), 20u);
   // Warm-up again: the slow first steps after the restart are not compared.
   s.Tick([](uint32_t k) { return k == 0 ? 9.0 : 1.0; });
   s.Tick([](uint32_t) { return 1.0; });
@@ -478,10 +484,220 @@ TEST(ProgressTracker, StepsAtTheEndOfTheRangeDoNotOverflow) {
   p->set_step(0);
   *p->mutable_step_end_time() = ToTimestamp(kStart);
   t.Ingest(r, kStart);
-  p->set_step(UINT64_MAX);
+  p->set_step(kMaxStep);
   *p->mutable_step_end_time() = ToTimestamp(kStart + seconds(1));
+  ASSERT_TRUE(ValidateReport(r, [](uint32_t) { return true; }).ok());
   t.Ingest(r, kStart + seconds(10));
-  EXPECT_EQ(t.Snapshot(kStart + seconds(10)).step(), UINT64_MAX);
+  EXPECT_EQ(t.Snapshot(kStart + seconds(10)).step(), kMaxStep);
+  // Beyond it (2^64-1 and anything absurd) the report is refused whole:
+  // such a step would stand as the job's step for good.
+  for (uint64_t absurd : {kMaxStep + 1, UINT64_MAX}) {
+    p->set_step(absurd);
+    const Status st = ValidateReport(r, [](uint32_t) { return true; });
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("progress.ranks[rank 0].step: " + std::to_string(absurd) + " is above"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
+// samples and tokens are running totals in 64 bits: they stop at the top
+// instead of wrapping to a small number.
+TEST(ProgressTracker, SampleAndTokenTotalsSaturate) {
+  JobTracker t;
+  v1::ProgressReport r;
+  auto* p = r.add_ranks();
+  p->set_rank(0);
+  p->set_samples(UINT64_MAX - 5);
+  p->set_tokens(UINT64_MAX);
+  t.Ingest(r, kStart);
+  p->set_step(1);
+  p->set_samples(10);
+  p->set_tokens(1);
+  t.Ingest(r, kStart + seconds(1));
+  const v1::JobProgress snap = t.Snapshot(kStart + seconds(1));
+  EXPECT_EQ(snap.samples(), UINT64_MAX);
+  EXPECT_EQ(snap.tokens(), UINT64_MAX);
+}
+
+// Ranks [from, to) at `step`, one report.
+v1::ProgressReport RanksAt(uint32_t from, uint32_t to, uint64_t step) {
+  v1::ProgressReport r;
+  for (uint32_t k = from; k < to; ++k) {
+    auto* p = r.add_ranks();
+    p->set_rank(k);
+    p->set_step(step);
+    *p->mutable_step_time() = TimeUtil::SecondsToDuration(1);
+  }
+  return r;
+}
+
+// Item 8 of the reliability probe: after a restart from a checkpoint (every
+// rank's step goes back), a whole-job hang names no rank (one fault, the
+// processes restart), as it does without the restart; before, the highest
+// step ever stayed the job's "ahead" and every rank was named (SEPARATE on
+// every chip with hang_action RESCHEDULE).
+TEST(ProgressTracker, AfterACheckpointRestartAWholeJobHangNamesNoRank) {
+  Series s(8);
+  for (auto& st : s.steps()) st = 90;
+  s.Steady(2);                         // 100, 110
+  for (auto& st : s.steps()) st = 50;  // restarted from the checkpoint of step 50
+  s.Steady(2);                         // 60, 70
+  EXPECT_EQ(s.tracker().Snapshot(s.now()).step(), 70u);
+  // Every rank stops at the same step.
+  for (int i = 0; i < 5; ++i) s.Tick([](uint32_t) { return 1.0; }, /*steps=*/0);
+  s.Idle(seconds(70));
+  ASSERT_EQ(s.last().state, v1::PROGRESS_STATE_HUNG);
+  EXPECT_TRUE(s.last().hang_unattributed);
+  // A rank that restarted and fell behind the others after the restart is
+  // still the one named.
+  Series t(4);
+  for (auto& st : t.steps()) st = 90;
+  t.Steady(2);
+  for (auto& st : t.steps()) st = 50;
+  t.Steady(2);
+  t.steps()[2] -= 10;
+  t.Tick([](uint32_t) { return 1.0; });
+  t.Idle(seconds(70));
+  ASSERT_EQ(t.last().state, v1::PROGRESS_STATE_HUNG);
+  EXPECT_FALSE(t.last().hang_unattributed);
+  EXPECT_EQ(t.last().hung_ranks, std::vector<uint32_t>{2});
+}
+
+// Item 1 of the reliability probe: ranks 0-7 on node a, 8-15 on node b, each
+// node's agent reporting its own. The job stops at step S with b's ranks at S
+// (waiting in a collective) while a claims S+1: a's word about its own ranks
+// does not put the hang on b; the hang names no rank.
+TEST(ProgressTracker, OneNodeClaimingToBeAheadCannotPutTheHangOnTheOther) {
+  JobTracker t;
+  TimePoint now = kStart;
+  uint64_t step = 0;
+  for (int i = 0; i < 10; ++i) {
+    now += kInterval;
+    step += 10;
+    t.Ingest(RanksAt(0, 8, step), now, "node/a");
+    t.Ingest(RanksAt(8, 16, step), now, "node/b");
+    t.Evaluate(now, {});
+  }
+  now += kInterval;
+  t.Ingest(RanksAt(0, 8, step + 1), now, "node/a");  // a lies: one step ahead
+  t.Ingest(RanksAt(8, 16, step), now, "node/b");
+  Verdict v;
+  for (int i = 0; i < 120; ++i) v = t.Evaluate(now += seconds(1), {});
+  ASSERT_EQ(v.state, v1::PROGRESS_STATE_HUNG);
+  EXPECT_TRUE(v.hang_unattributed);
+
+  // The same with a reporting on after b went quiet (as fast as it likes):
+  // b stopped reporting "first", on a's word alone; no rank is named.
+  JobTracker u;
+  now = kStart;
+  step = 0;
+  for (int i = 0; i < 10; ++i) {
+    now += kInterval;
+    step += 10;
+    u.Ingest(RanksAt(0, 8, step), now, "node/a");
+    u.Ingest(RanksAt(8, 16, step), now, "node/b");
+    u.Evaluate(now, {});
+  }
+  for (int i = 0; i < 120; ++i) {
+    now += seconds(1);
+    u.Ingest(RanksAt(0, 8, step), now, "node/a");
+    v = u.Evaluate(now, {});
+  }
+  ASSERT_EQ(v.state, v1::PROGRESS_STATE_HUNG);
+  EXPECT_TRUE(v.hang_unattributed);
+}
+
+// What a node says about its own ranks still names them: b's rank 12 behind
+// b's other ranks is b's own evidence; with three nodes, two others ahead
+// of b is enough (one liar is not).
+TEST(ProgressTracker, ANodesOwnRanksOrTwoOtherNodesNameTheRankBehind) {
+  auto hang = [](const std::vector<std::pair<std::string, v1::ProgressReport>>& last) {
+    JobTracker t;
+    TimePoint now = kStart;
+    for (int i = 1; i <= 10; ++i) {
+      now += kInterval;
+      t.Ingest(RanksAt(0, 8, 10 * i), now, "node/a");
+      t.Ingest(RanksAt(8, 16, 10 * i), now, "node/b");
+      t.Ingest(RanksAt(16, 24, 10 * i), now, "node/c");
+      t.Evaluate(now, {});
+    }
+    now += kInterval;
+    for (const auto& [sender, report] : last) t.Ingest(report, now, sender);
+    Verdict v;
+    for (int i = 0; i < 120; ++i) v = t.Evaluate(now += seconds(1), {});
+    EXPECT_EQ(v.state, v1::PROGRESS_STATE_HUNG);
+    return v;
+  };
+  // b's rank 12 is behind b's other ranks.
+  v1::ProgressReport b = RanksAt(8, 16, 101);
+  b.mutable_ranks(4)->set_step(100);
+  Verdict v = hang({{"node/a", RanksAt(0, 8, 100)}, {"node/b", b}, {"node/c", RanksAt(16, 24, 100)}});
+  EXPECT_FALSE(v.hang_unattributed);
+  EXPECT_EQ(v.hung_ranks, std::vector<uint32_t>{12});
+  // b behind a and c: both others say so.
+  v = hang({{"node/a", RanksAt(0, 8, 101)}, {"node/b", RanksAt(8, 16, 100)}, {"node/c", RanksAt(16, 24, 101)}});
+  EXPECT_FALSE(v.hang_unattributed);
+  EXPECT_EQ(v.hung_ranks.size(), 8u);
+  EXPECT_EQ(v.hung_ranks.front(), 8u);
+  // Only a says b is behind: nobody is named.
+  v = hang({{"node/a", RanksAt(0, 8, 101)}, {"node/b", RanksAt(8, 16, 100)}, {"node/c", RanksAt(16, 24, 100)}});
+  EXPECT_TRUE(v.hang_unattributed);
+}
+
+// Item 1 of the reliability probe, at the monitor: a node's agent flooding
+// its stream with its own ranks spends its own budget; the other node's
+// reports of the same job are all taken, and so are the job agent's.
+TEST(ProgressMonitor, OneNodesFloodNeverRefusesAnotherNodesReports) {
+  FakeClock clock;
+  MetricsRegistry metrics;
+  ProgressMonitor monitor(
+      nullptr, [](Engine::Apply) { return true; }, &clock, ProgressOptions{}, &metrics);
+  v1::Job job;
+  job.set_id("train");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_revision(1);
+  for (uint32_t r = 0; r < 16; ++r) {
+    auto* p = job.add_placement();
+    p->set_rank(r);
+    p->set_node(r < 8 ? "a" : "b");
+    p->set_device_id(r % 8);
+  }
+  const ProgressSender a{"node/a", 8}, b{"node/b", 8}, agent{"job-agent", 16};
+  size_t refused_a = 0, refused_b = 0;
+  for (int second = 0; second < 3; ++second) {
+    // a: 1,000 reports of its 8 ranks within the second, far above its
+    // max(2 x 8, 4096) entries; b reports once, in the middle of it.
+    for (int i = 0; i < 1000; ++i) {
+      if (!monitor.Report(job, RanksAt(0, 8, 1000 + second), a).ok()) ++refused_a;
+      if (i == 700) {
+        const Status st = monitor.Report(job, RanksAt(8, 16, 10 + second), b);
+        if (!st.ok()) ++refused_b;
+        EXPECT_TRUE(st.ok()) << st.ToString();
+        EXPECT_TRUE(monitor.Report(job, RanksAt(0, 16, 10 + second), agent).ok());
+      }
+    }
+    clock.Advance(seconds(1));
+  }
+  EXPECT_EQ(refused_b, 0u);
+  EXPECT_EQ(refused_a, 3u * (1000 - 4096 / 8));
+  const Status st = monitor.Report(job, RanksAt(0, 8, 2000), a);
+  EXPECT_TRUE(st.ok()) << "a new second, a new budget: " << st.ToString();
+  clock.Advance(std::chrono::milliseconds(10));
+  for (int i = 0; i < 600; ++i) (void)monitor.Report(job, RanksAt(0, 8, 2000), a);
+  const Status refused = monitor.Report(job, RanksAt(0, 8, 2000), a);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("progress: node/a reported more than 4096 rank entries this second for job train"),
+            std::string::npos)
+      << refused.message();
+}
+
+// The job-level reporters the state leaves out of a node's tallies are the
+// ones the progress monitor and TaskD report under.
+TEST(ProgressMonitor, ItsReporterIsAJobReporter) {
+  EXPECT_TRUE(IsJobReporter(ProgressMonitor::kReporter));
+  EXPECT_TRUE(IsJobReporter("taskd"));  // mindcluster/taskd.h, kTaskdReporter
+  EXPECT_FALSE(IsJobReporter("clusterd-chain"));
 }
 
 TEST(ProgressTracker, SettingsFromThePolicy) {

@@ -523,6 +523,57 @@ TEST_F(HttpServerTest, OnePeerCannotHoldTheReservedShare) {
   EXPECT_EQ(probe.Send(http::verb::get, "/healthz").result_int(), 200);
 }
 
+// A probe from an address that holds its whole per-peer cap (the kubelet's,
+// shared with a host-network pod that holds slow connections) is still
+// answered: the address's oldest connection waiting for a request is closed
+// to make room, and the newer one may ask only for the probe paths. The
+// address never holds more than its cap; other addresses are served as
+// before.
+TEST_F(HttpServerTest, AProbeFromAnAddressAtItsCapIsStillAnswered) {
+  MetricsRegistry metrics;
+  HttpServer::Options options;
+  options.max_connections = 20;
+  options.max_connections_per_peer = 3;
+  options.reserved_paths = {"/healthz"};
+  options.reserved_connections = 4;
+  options.reserved_connections_per_peer = 1;
+  options.io_timeout = std::chrono::hours(1);
+  options.reserved_io_timeout = std::chrono::hours(1);
+  options.metrics = &metrics;
+  options.metrics_prefix = "test";
+  StartServer(options);
+  const auto host = asio::ip::address_v4::loopback();
+  std::vector<std::unique_ptr<Client>> slow;
+  for (int i = 0; i < 3; ++i) {
+    slow.push_back(std::make_unique<Client>(server_->port(), host, Loopback("127.0.0.1")));
+    slow.back()->WriteRaw("GET /hello HTTP/1.1\r\nHost: x\r\n");  // never finished
+    ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == static_cast<size_t>(i + 1); }));
+  }
+
+  auto probe = std::make_unique<Client>(server_->port(), host, Loopback("127.0.0.1"));
+  EXPECT_EQ(probe->Send(http::verb::get, "/healthz").result_int(), 200);
+  EXPECT_EQ(probe->Send(http::verb::get, "/healthz").result_int(), 200);  // keep-alive
+  // The oldest slow connection made room: closed without an answer.
+  EXPECT_TRUE(slow[0]->ServerClosedWithin(std::chrono::seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return server_->open_connections() == 3; }));
+  EXPECT_EQ(server_->peer_replaced_connections(), 1u);
+  EXPECT_EQ(server_->peer_rejected_connections(), 0u);
+  // Over such a connection, another path is refused and the connection closed.
+  Client api(server_->port(), host, Loopback("127.0.0.1"));
+  Response refused = api.Send(http::verb::get, "/hello");
+  EXPECT_EQ(refused.result_int(), 503);
+  EXPECT_EQ(refused.body(), "too many HTTP connections from 127.0.0.1; only /healthz answer over more\n");
+  EXPECT_TRUE(slow[1]->ServerClosedWithin(std::chrono::seconds(20)));
+  EXPECT_EQ(server_->reserved_refused_requests(), 1u);
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("test_http_peer_connections_replaced_total 2\n"), std::string::npos) << text;
+  // Another address is served as before, the API included.
+  Client other(server_->port(), host, Loopback("127.0.0.2"));
+  EXPECT_EQ(other.Send(http::verb::get, "/hello").result_int(), 200);
+  // Without a reserved share, an address at its cap is refused as before
+  // (ConnectionsBeyondThePerPeerLimitAreRefusedAtOnce).
+}
+
 // A reserved connection waits for a request only reserved_io_timeout: a slow
 // client is cut off long before io_timeout (an hour here), which the API
 // connections keep.
