@@ -235,6 +235,11 @@ TEST_F(MindClusterRecoverTest, TheFlowsClusterdDoesNotServeAnswerNotSupported) {
   ::SwitchRankList msg;
   EXPECT_FALSE(reader->Read(&msg));
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Without a jobId (no scope to check) the stream is refused.
+  grpc::ClientContext anonymous;
+  auto refused = recover_->SubscribeNotifySwitch(&anonymous, TaskdClient(""));
+  EXPECT_FALSE(refused->Read(&msg));
+  EXPECT_EQ(refused->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(MindClusterRecoverTest, AChipFaultIsRetriedThroughTaskd) {

@@ -947,6 +947,8 @@ template <typename Message>
 grpc::ServerWriteReactor<Message>* HoldIdle(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx,
                                             std::string_view method, const std::string& job) {
   Status st = core.Admit(ctx, method, job, false);
+  // A job is named (the scope check above needs one to check).
+  if (st.ok()) st = ValidJobId(job);
   std::shared_ptr<RecoverServiceImpl::Core> keep = core.shared_from_this();
   bool counted = false;
   if (st.ok()) {
