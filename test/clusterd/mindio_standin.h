@@ -19,7 +19,10 @@
 //    would restart before any strategy was chosen.
 //  - changeStrategy with a name it did not offer (or, after 406/499, one
 //    that is not dump or exit): MindIO's MINDX_EVENT_INVALID, status 499
-//    "invalid strategy", and it stops serving (a violation).
+//    "invalid strategy", and it stops serving (a violation). The offer is
+//    what it checks against (MindXEngine::ChangeStrategy in
+//    mindx_engine.cpp: repairStrategies_), the status its
+//    Controller::HandleRecoverStrategy (controller.cpp).
 //  - retry: the scripted result (default 0); 405 -> it waits for a new
 //    globalFault; 406/499 -> only dump or exit.
 //  - recover: 0 (or the scripted code; a failure leaves only dump/exit).
