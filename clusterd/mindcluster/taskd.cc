@@ -751,12 +751,18 @@ TaskdOutput TaskdJob::OnRecoverStatus(const ::RecoverStatusRequest& req) {
   const int32_t code = req.status().code();
   if (strategy == kStrategyDowngrade && code == kRecoverChooseScaleInRanks) {
     // MindIO chose the ranks to isolate: their pods exit, its result follows.
-    std::vector<uint32_t> isolate;
+    // The job's ranks among them (others name nothing to isolate).
+    std::set<uint32_t> placed_ranks;
+    for (const auto& p : job_.placement()) placed_ranks.insert(p.rank());
+    std::set<uint32_t> named;
     for (const auto& id : req.isolaterankids()) {
       uint32_t rank = 0;
       const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rank);
-      if (!id.empty() && ec == std::errc() && end == id.data() + id.size()) isolate.push_back(rank);
+      if (!id.empty() && ec == std::errc() && end == id.data() + id.size() && placed_ranks.count(rank)) {
+        named.insert(rank);
+      }
     }
+    const std::vector<uint32_t> isolate(named.begin(), named.end());
     ::ProcessManageSignal s;
     s.set_uuid(last_.uuid() + "/fault-nodes-exit");
     s.set_jobid(job_id_);

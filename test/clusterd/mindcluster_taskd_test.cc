@@ -536,6 +536,8 @@ TEST(TaskdJobTest, ScaleInIsMindiosDowngradeAnd201IsAStepOfIt) {
   ::RecoverStatusRequest chosen = Result(kRecoverChooseScaleInRanks, "downgrade");
   chosen.add_isolaterankids("5");
   chosen.add_isolaterankids("6");
+  chosen.add_isolaterankids("99");  // not the job's: ignored
+  chosen.add_isolaterankids("x");
   auto isolate = t.OnRecoverStatus(chosen);
   EXPECT_FALSE(isolate.ack.has_value());
   EXPECT_TRUE(isolate.process_recover_status.empty());

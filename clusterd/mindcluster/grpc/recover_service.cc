@@ -570,9 +570,11 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
         if (job == s.jobs().end()) continue;
         const std::set<uint32_t> wanted(ranks.begin(), ranks.end());
         bool ok = true;
+        size_t found = 0;
         for (const auto& p : job->second.placement()) {
           if (!ok) break;
           if (!wanted.count(p.rank())) continue;
+          ++found;
           if (isolated.count(p.node()) || cordoned.count(p.node())) ok = false;
           v1::Node node;
           std::vector<v1::Device> devices;
@@ -594,7 +596,8 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
             }
           }
         }
-        if (ok) out.push_back(id);
+        // Every isolated rank is still placed and back (the job was not changed meanwhile).
+        if (ok && found == wanted.size()) out.push_back(id);
       }
       return out;
     });
