@@ -86,6 +86,13 @@ std::vector<std::string> NodeNames(const std::string& prefix, int n) {
   return out;
 }
 
+// "ipv4:a,b,c" -> "ipv4:a"; any other target as it is.
+static std::string FirstAddress(const std::string& target) {
+  if (AddressCount(target) < 2) return target;
+  const size_t comma = target.find(',');
+  return comma == std::string::npos ? target : target.substr(0, comma);
+}
+
 std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels) {
   std::vector<std::shared_ptr<grpc::Channel>> out;
   for (int i = 0; i < channels; ++i) {
@@ -591,9 +598,16 @@ void AgentPool::Call::OnDone(const grpc::Status& st) { stream->OnDone(this, st);
 
 AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, int channels, bool reconnect)
     : rotations_(AddressCount(target)), slots_(static_cast<size_t>(channels)), reconnect_(reconnect) {
-  // The channels once per replica's address first (ipv4:a,b,c rotated).
+  // The channels once per replica, each to that replica's address alone.
+  // NodeD opens a new channel on the rotated list for every session, so its
+  // pick_first starts again at the next replica each time; these channels
+  // live as long as the pool, and one made on the whole list would stay
+  // connected to whichever replica answered while its first was down (a
+  // standby during a takeover), so a stream's retries would all reach that
+  // standby. One address per rotation: a stream's next attempt goes to the
+  // next replica, as NodeD's does.
   for (size_t r = 0; r < rotations_; ++r) {
-    for (auto& ch : MakeChannels(RotateAddresses(target, r), channels)) {
+    for (auto& ch : MakeChannels(FirstAddress(RotateAddresses(target, r)), channels)) {
       stubs_.push_back(v1::NodeAgentService::NewStub(ch));
       channels_.push_back(std::move(ch));
     }
