@@ -165,7 +165,8 @@ wait_until 30 is "devices $JOB_B" "0@4 1@5 2@6 3@7"
 reported=$(grpcurl -plaintext -d '{"name": "gpu03"}' "$ADDR" clusterd.v1.ClusterService/GetNode |
   python3 -c 'import json,sys; print(len(json.load(sys.stdin)["node"]["inventory"]["pod_devices"]))')
 [[ $reported == 2 ]] || fail "D: gpu03 should report 2 pods holding GPUs, not $reported"
-curl -sf "http://127.0.0.1:${NODED_PORT[gpu03]}/metrics" | grep -q '^noded_pod_resources_pods 2' ||
+metrics=$(curl -sf "http://127.0.0.1:${NODED_PORT[gpu03]}/metrics")  # whole: see mindcluster_stack_test.sh
+grep -q '^noded_pod_resources_pods 2' <<<"$metrics" ||
   fail "D: noded_pod_resources_pods"
 echo "   tune-a on GPUs 0-3, tune-b on GPUs 4-7 (from the kubelet, by UUID)"
 echo "xid 5 79" >>"$WORK/nvml-gpu03"

@@ -165,7 +165,9 @@ wait_until 15 grep -q "mindx-dl-deviceinfo-n3.*refused" "$WORK/clusterd.log"
 wait_until 15 grep -q "mindx-dl-deviceinfo-n1.*refused" "$WORK/clusterd.log"
 [[ $(info_field n1 'json.dumps(e, sort_keys=True)') == "$before" ]] || fail "D: n1's entry changed"
 [[ $(plugin_faults) == "n1/3/80E01801:FAULT_STATE_ACTIVE:1" ]] || fail "D: faults changed: $(plugin_faults)"
-curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep -q 'clusterd_mindcluster_deviceinfo_refused_total{reason="check_code"} 1' ||
+# Read whole, then grep: under pipefail, grep -q leaving early makes curl's write fail.
+metrics=$(curl -s "http://127.0.0.1:$HTTP_PORT/metrics")
+grep -q 'clusterd_mindcluster_deviceinfo_refused_total{reason="check_code"} 1' <<<"$metrics" ||
   fail "D: the refusal is not counted"
 echo "   both refused, counted and logged; n1 keeps its last good view"
 
