@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "clusterd/state/fault_table.h"
 #include "common/duration.h"
 #include "common/levels.h"
 #include "common/validation.h"
@@ -915,6 +916,7 @@ json AcceleratorCondition(const v1::Node& node, std::string_view type, std::span
   v1::FaultLevel worst = node.worst_level();
   for (const v1::Fault& f : active_faults) {
     if (f.state() != v1::FAULT_STATE_ACTIVE || f.level() <= v1::FAULT_LEVEL_NOT_HANDLE) continue;
+    if (!BlamesHardware(f)) continue;  // the job's (fault_table.h): not the node's condition
     if (!f.node().empty() && f.node() != node.name()) continue;
     if (!v1::FaultLevel_IsValid(f.level())) continue;
     if (f.level() > worst) worst = f.level();

@@ -135,7 +135,7 @@ bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string
 // ------------------------------------------------------------ separation ---
 
 void ClusterState::ObserveForSeparation(NodeState& n, const v1::Fault& f, bool raised) {
-  if (!f.has_device_id()) return;
+  if (!f.has_device_id() || !BlamesHardware(f)) return;  // a job's restart-only fault: not the chip's
   const recovery::ChipRef chip{n.name(), f.device_id()};
   const TimePoint now = clock_->Now();
   if (separations_->Separated(chip)) {

@@ -47,11 +47,12 @@ FaultTable::NodeTally FaultTable::Active(const std::string& node, std::optional<
   NodeTally out;
   for (const auto& [key, f] : OfNode(node)) {
     if (f.state() != v1::FAULT_STATE_ACTIVE) continue;
+    const bool blames = BlamesHardware(f);
     ++out.node.active;
-    out.node.worst = std::max(out.node.worst, f.level());
+    if (blames) out.node.worst = std::max(out.node.worst, f.level());
     if (device && f.has_device_id() && f.device_id() == *device) {
       ++out.device.active;
-      out.device.worst = std::max(out.device.worst, f.level());
+      if (blames) out.device.worst = std::max(out.device.worst, f.level());
     }
   }
   return out;

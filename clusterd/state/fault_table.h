@@ -21,6 +21,36 @@
 
 namespace clusterd {
 
+// Reporters that speak for a job, not for a node: the progress monitor's
+// ("progress": JOB_HANG, SLOW_RANK, progress/monitor.h) and TaskD's process
+// faults ("taskd", what a job's agent raises through the Recover service,
+// mindcluster/taskd.h). Their faults sit on a rank's chip so that the
+// coordinator finds the job, but a job's software hang is not its node's
+// fault: they never count toward a node's repeat-offender tally.
+inline constexpr std::string_view kJobReporters[] = {"progress", "taskd"};
+inline bool IsJobReporter(std::string_view reporter) {
+  for (std::string_view r : kJobReporters) {
+    if (r == reporter) return true;
+  }
+  return false;
+}
+
+// Whether a fault speaks against the hardware it sits on. A job reporter's
+// fault at a process-restart level (RESTART_REQUEST, RESTART_BUSINESS) asks
+// only for the job's processes to restart: an unattributed JOB_HANG ("every
+// rank stopped at the same step") sits on the first rank's chip only so that
+// the coordinator finds the job. It is listed on that node like any fault,
+// but it sets neither the chip's nor the node's health and worst level (so
+// no node condition, device taint or scheduler view blames them) and counts
+// toward no chip separation. Every other level counts: SLOW_RANK's
+// SUB_HEALTH is evidence about the chip, and at SEPARATE (an attributed hang
+// with hang_action RESCHEDULE) the job asks for the chip to be left.
+inline bool BlamesHardware(const v1::Fault& f) {
+  const bool restart_only =
+      f.level() == v1::FAULT_LEVEL_RESTART_REQUEST || f.level() == v1::FAULT_LEVEL_RESTART_BUSINESS;
+  return !restart_only || !IsJobReporter(f.reporter());
+}
+
 // A public fault's reporter: "pubfault/<resource>" (a name FaultService.Report
 // cannot use, so no other reporter can clear these).
 inline constexpr std::string_view kPubFaultReporterPrefix = "pubfault/";

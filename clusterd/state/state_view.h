@@ -27,20 +27,6 @@
 
 namespace clusterd {
 
-// Reporters that speak for a job, not for a node: the progress monitor's
-// ("progress": JOB_HANG, SLOW_RANK, progress/monitor.h) and TaskD's process
-// faults ("taskd", what a job's agent raises through the Recover service,
-// mindcluster/taskd.h). Their faults sit on a rank's chip so that the
-// coordinator finds the job, but a job's software hang is not its node's
-// fault: they never count toward a node's repeat-offender tally.
-inline constexpr std::string_view kJobReporters[] = {"progress", "taskd"};
-inline bool IsJobReporter(std::string_view reporter) {
-  for (std::string_view r : kJobReporters) {
-    if (r == reporter) return true;
-  }
-  return false;
-}
-
 class StateView {
  public:
   StateView(const StateView&) = delete;

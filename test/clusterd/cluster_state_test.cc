@@ -1244,6 +1244,59 @@ TEST_F(ClusterStateTest, AJobsOwnHangsAndProcessFaultsNeverMakeItsNodeARepeatOff
   EXPECT_EQ(Node("worker01").node().recoveries_caused(), 3u);
 }
 
+// A job reporter's restart-only fault (an unattributed JOB_HANG sits on the
+// first rank's chip only so that the coordinator finds the job) is listed on
+// the node but blames neither its chip nor its node: both stay healthy, and
+// however often it comes back the chip is never separated. SLOW_RANK's
+// SUB_HEALTH and a hang at SEPARATE (hang_action RESCHEDULE) still count.
+TEST_F(ClusterStateTest, AJobsRestartOnlyFaultsBlameNeitherTheChipNorTheNode) {
+  Hello(MakeHello("worker01", 1));
+  auto report = [&](const std::string& reporter, const std::string& id, const std::string& code, uint32_t device,
+                    v1::FaultLevel level, v1::TransitionAction action) {
+    v1::ReportRequest r;
+    r.set_reporter(reporter);
+    r.set_id(id);
+    r.set_node("worker01");
+    r.set_device_id(device);
+    r.set_code(code);
+    r.set_level(level);
+    r.set_action(action);
+    ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyReport(r, m).status(); }).ok()) << id;
+  };
+  auto advance = [&] { return Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); }); };
+  for (int i = 0; i < 4; ++i) {
+    report("progress", "train/hang/0", "JOB_HANG", 0, v1::FAULT_LEVEL_RESTART_BUSINESS, v1::TRANSITION_ACTION_RAISE);
+    report("taskd", "train/rank/8", "TASKD_PROCESS_FAULT", 1, v1::FAULT_LEVEL_RESTART_REQUEST,
+           v1::TRANSITION_ACTION_RAISE);
+    const v1::GetNodeResponse n = Node("worker01");
+    EXPECT_EQ(n.node().active_faults(), 2u) << "listed on the node";
+    EXPECT_EQ(n.node().health(), v1::HEALTH_HEALTHY);
+    EXPECT_EQ(n.node().worst_level(), v1::FAULT_LEVEL_UNSPECIFIED);
+    EXPECT_EQ(n.devices(0).health(), v1::HEALTH_HEALTHY);
+    EXPECT_EQ(n.devices(0).active_faults(), 1u);
+    EXPECT_EQ(n.devices(1).health(), v1::HEALTH_HEALTHY);
+    clock_.Advance(1s);
+    report("progress", "train/hang/0", "JOB_HANG", 0, v1::FAULT_LEVEL_RESTART_BUSINESS, v1::TRANSITION_ACTION_CLEAR);
+    report("taskd", "train/rank/8", "TASKD_PROCESS_FAULT", 1, v1::FAULT_LEVEL_RESTART_REQUEST,
+           v1::TRANSITION_ACTION_CLEAR);
+    clock_.Advance(1h);
+    advance();
+  }
+  for (uint32_t d : {0u, 1u}) {
+    EXPECT_FALSE(Node("worker01").devices(d).separated()) << d;
+    EXPECT_EQ(Node("worker01").devices(d).separation_fault_times_size(), 0) << d;
+  }
+  // The job's other findings speak about the chip.
+  report("progress", "train/slow/2", "SLOW_RANK", 2, v1::FAULT_LEVEL_SUB_HEALTH, v1::TRANSITION_ACTION_RAISE);
+  EXPECT_EQ(Node("worker01").devices(2).health(), v1::HEALTH_SUB_HEALTHY);
+  report("progress", "train/hang/24", "JOB_HANG", 3, v1::FAULT_LEVEL_SEPARATE, v1::TRANSITION_ACTION_RAISE);
+  EXPECT_EQ(Node("worker01").devices(3).health(), v1::HEALTH_UNHEALTHY);
+  EXPECT_EQ(Node("worker01").node().worst_level(), v1::FAULT_LEVEL_SEPARATE);
+  clock_.Advance(40s);
+  advance();
+  EXPECT_EQ(Node("worker01").devices(3).separation_fault_times_size(), 1);
+}
+
 // The separation policy (MindCluster's defaults: 3 counted faults within 24 h,
 // settle 30 s, released after 48 h fault-free): counted in the device
 // record, separated with an event, kept across a restart, released by itself.
