@@ -600,7 +600,7 @@ std::vector<ConfigKey> MakeTable() {
         "when an entry has not grown for a minute)",
         "mindcluster.volcano.refresh");
   t.Add(U32("mindcluster_cluster_info_writes_per_second", CLUSTERD_FIELD(mindcluster_stack.writes_per_second), 1, 1000),
-        "cluster-info ConfigMap writes per second at most (creates, updates and deletes together)",
+        "cluster-info ConfigMap writes per second at most (creates and updates together)",
         "mindcluster.volcano.writesPerSecond");
   t.Add(U64("mindcluster_cluster_info_chunk_bytes", CLUSTERD_FIELD(mindcluster_stack.chunk_bytes), uint64_t{64} << 10,
             uint64_t{800} << 10),

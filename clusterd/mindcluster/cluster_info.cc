@@ -151,7 +151,8 @@ size_t ChunkedPublisher<Traits>::Place(const std::string& node, size_t bytes, st
     while (chunks_.count(index)) ++index;
     chosen = index;
   }
-  emptied_.erase(*chosen);
+  to_blank_.erase(*chosen);
+  blank_.erase(*chosen);
   Chunk& c = chunks_[*chosen];
   c.nodes.insert(node);
   c.bytes += bytes;
@@ -177,7 +178,7 @@ void ChunkedPublisher<Traits>::Leave(const std::string& node, const Node& n) {
   Touch(c);
   if (c.nodes.empty()) {
     chunks_.erase(it);
-    emptied_.insert(n.chunk);
+    to_blank_.insert(n.chunk);
   }
 }
 
@@ -306,7 +307,14 @@ typename ChunkedPublisher<Traits>::Plan ChunkedPublisher<Traits>::Pending(bool a
     const Chunk& c = chunks_.at(index);
     plan.writes.push_back(Write{NameOf(index), ValueOf(c), c.dirty && c.refresh_only, c.gained || c.urgent});
   }
-  for (size_t index : emptied_) plan.deletes.push_back(NameOf(index));
+  // After every write that moved their nodes elsewhere.
+  for (size_t index : to_blank_) {
+    if (plan.writes.size() >= max_writes) {
+      plan.more = true;
+      break;
+    }
+    plan.writes.push_back(Write{NameOf(index), "", false, false});
+  }
   return plan;
 }
 
@@ -317,11 +325,9 @@ void ChunkedPublisher<Traits>::Written(const Plan& plan) {
     if (auto it = chunks_.find(index); it != chunks_.end()) {
       Chunk& c = it->second;
       c.dirty = c.gained = c.refresh_only = c.urgent = c.quiet_urgent = false;
+    } else if (w.value.empty() && to_blank_.erase(index) > 0) {
+      blank_.insert(index);
     }
-  }
-  for (const std::string& name : plan.deletes) {
-    const size_t index = std::stoul(name.substr(Traits::kConfigMapPrefix.size()));
-    if (!chunks_.count(index)) emptied_.erase(index);
   }
 }
 
@@ -336,8 +342,8 @@ Status ChunkedPublisher<Traits>::Adopt(const std::string& name, std::string_view
   }
   const size_t index = std::stoul(digits);
   if (chunks_.count(index)) return InvalidArgument(name + " was adopted already");
-  if (value.empty()) {  // the reference's surplus ConfigMap: ours to delete
-    emptied_.insert(index);
+  if (value.empty()) {  // a surplus ConfigMap (the reference's or ours): kept, reused first
+    blank_.insert(index);
     return Status::Ok();
   }
   json doc = json::parse(value, nullptr, false);
@@ -351,7 +357,7 @@ Status ChunkedPublisher<Traits>::Adopt(const std::string& name, std::string_view
     if (!entry.ok()) return InvalidArgument(name + ": " + it.key() + ": " + entry.status().message());
     adopted.emplace_back(it.key().substr(Traits::kKeyPrefix.size()), std::move(*entry));
   }
-  emptied_.erase(index);
+  blank_.erase(index);
   Chunk& c = chunks_[index];
   for (auto& [node, entry] : adopted) {
     if (nodes_.count(node)) {  // in two ConfigMaps: kept in the first, this one rewritten
@@ -363,9 +369,9 @@ Status ChunkedPublisher<Traits>::Adopt(const std::string& name, std::string_view
     c.nodes.insert(node);
     nodes_[node] = Node{std::move(entry), std::move(entry_json), index};
   }
-  if (c.nodes.empty()) {
+  if (c.nodes.empty()) {  // every node in an earlier one: this one is written ""
     chunks_.erase(index);
-    emptied_.insert(index);
+    to_blank_.insert(index);
   }
   return Status::Ok();
 }

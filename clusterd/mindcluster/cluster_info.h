@@ -134,16 +134,16 @@ class ChunkedPublisher {
   struct Plan {
     // In this order: gaining ConfigMaps; urgent ones, a quiet node's first;
     // changed ones; refreshed ones. Within each, the longest waiting first.
+    // Last, a ConfigMap that lost its last node: its value "" (see blank_).
     std::vector<Write> writes;
-    std::vector<std::string> deletes;  // after the writes
-    bool more = false;                 // writes left out at max_writes
-    bool empty() const { return writes.empty() && deletes.empty(); }
+    bool more = false;  // writes left out at max_writes
+    bool empty() const { return writes.empty(); }
   };
   // What changed since the last Written(); every ConfigMap with `all`. At
   // most `max_writes` writes, the first in the order above: the others stay
   // to be written, and their values (up to 800 KiB each) are not built.
   Plan Pending(bool all = false, size_t max_writes = SIZE_MAX) const;
-  // The plan's writes and deletes are done.
+  // The plan's writes are done.
   void Written(const Plan& plan);
 
   // Inspection (tests, metrics).
@@ -182,7 +182,14 @@ class ChunkedPublisher {
   const size_t max_bytes_;
   std::map<std::string, Node> nodes_;
   std::map<size_t, Chunk> chunks_;
-  std::set<size_t> emptied_;  // chunks to delete
+  // A ConfigMap that loses its last node is never deleted: Volcano's Ascend
+  // plugin, on a Delete event, drops from its cache every node the deleted
+  // object's last version lists (ascend-for-volcano common/k8s/cmmgr.go,
+  // dealClusterDeviceInfo), and those nodes' lists would freeze until their
+  // new ConfigMap is written again. It is rewritten with "" (which Volcano
+  // reads as no nodes), as the reference does, and kept for reuse.
+  std::set<size_t> to_blank_;  // lost their last node: "" to be written
+  std::set<size_t> blank_;     // "" written (or adopted so)
   uint64_t dirty_seq_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -404,13 +405,16 @@ TEST(ClusterInfo, ChunksStayUnderTheLimitAndNodesStayPut) {
   EXPECT_EQ(plan.writes[1].name, "cluster-info-device-" + std::to_string(home));
   pub.Written(plan);
 
-  // A ConfigMap whose nodes are all gone is deleted, after the writes.
+  // A ConfigMap whose nodes are all gone is rewritten with "" (never
+  // deleted), once; the next node that needs a new ConfigMap reuses it.
   for (int i = 0; i < 30; ++i) {
     const std::string n = "node" + std::to_string(100 + i);
     if (pub.ChunkOf(n) == moved_to) pub.Remove(n);
   }
   plan = pub.Pending();
-  EXPECT_EQ(plan.deletes, std::vector<std::string>{"cluster-info-device-" + std::to_string(moved_to)});
+  ASSERT_EQ(plan.writes.size(), 1u);
+  EXPECT_EQ(plan.writes[0].name, "cluster-info-device-" + std::to_string(moved_to));
+  EXPECT_EQ(plan.writes[0].value, "");
   pub.Written(plan);
   EXPECT_TRUE(pub.Pending().empty());
 
@@ -434,14 +438,117 @@ TEST(ClusterInfo, RestartAdoptsWhatItWrote) {
     ASSERT_TRUE(second.Set(n, Entry(8, 7), 8).ok());  // unchanged: nothing to write
   }
   auto plan = second.Pending();
-  EXPECT_TRUE(plan.writes.empty());
-  EXPECT_EQ(plan.deletes, std::vector<std::string>{"cluster-info-device-9"});
+  EXPECT_TRUE(plan.empty()) << "the reference's \"\" leftover stays as it is";
 
   EXPECT_EQ(second.Adopt("cluster-info-device-0", "{}").code(), StatusCode::kInvalidArgument);  // taken
   EXPECT_EQ(second.Adopt("other", "{}").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(second.Adopt("cluster-info-device-5", R"({"x":1})").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(second.Adopt("cluster-info-device-5", "[").code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(second.ChunkOf("x").has_value());
+}
+
+// Volcano's Ascend plugin keeps one cache of node entries over every
+// cluster-info-device-<i>: an Add or Update sets the entries the ConfigMap
+// lists ("" lists none), a Delete drops every node its last version listed
+// (ascend-for-volcano common/k8s/cmmgr.go, dealClusterDeviceInfo). Played
+// against every sequence of writes: nodes leaving a ConfigMap, a restart
+// that adopts a ConfigMap whose nodes are all in an earlier one (the writer
+// died between two chunk writes), the reference's "" leftovers. No node
+// ClusterD publishes ever leaves Volcano's cache, and what it caches for each
+// is what ClusterD publishes.
+class VolcanoCache {
+ public:
+  void Apply(const std::string& name, const std::string& value) {
+    json doc = value.empty() ? json::object() : json::parse(value);
+    for (auto it = doc.begin(); it != doc.end(); ++it) nodes_[it.key()] = it->dump();
+    last_[name] = value;
+  }
+  void Delete(const std::string& name) {
+    if (!last_.count(name)) return;
+    json doc = last_[name].empty() ? json::object() : json::parse(last_[name]);
+    for (auto it = doc.begin(); it != doc.end(); ++it) nodes_.erase(it.key());
+    last_.erase(name);
+  }
+  bool Has(const std::string& node) const { return nodes_.count("mindx-dl-deviceinfo-" + node) > 0; }
+  int64_t UpdateTime(const std::string& node) const {
+    return json::parse(nodes_.at("mindx-dl-deviceinfo-" + node))["UpdateTime"].get<int64_t>();
+  }
+
+ private:
+  std::map<std::string, std::string> nodes_;
+  std::map<std::string, std::string> last_;  // each ConfigMap's last version
+};
+
+TEST(ClusterInfo, VolcanosCacheNeverLosesANodeToAConfigMapThatEmpties) {
+  ClusterInfoPublisher pub(4000);
+  VolcanoCache volcano;
+  auto flush = [&](ClusterInfoPublisher& p) {
+    for (int i = 0; i < 100; ++i) {
+      auto plan = p.Pending(false, 1);  // one write at a time, as under a write budget
+      if (plan.empty()) return;
+      for (const auto& w : plan.writes) volcano.Apply(w.name, w.value);
+      p.Written(plan);
+    }
+    FAIL() << "writes never end";
+  };
+  std::set<std::string> live;
+  auto check = [&](int64_t now) {
+    for (const auto& n : live) {
+      ASSERT_TRUE(volcano.Has(n)) << n << " left Volcano's cache";
+      EXPECT_EQ(volcano.UpdateTime(n), *pub.UpdateTimeOf(n)) << n;
+    }
+    (void)now;
+  };
+  for (int i = 0; i < 24; ++i) {
+    const std::string n = "node" + std::to_string(i);
+    ASSERT_TRUE(pub.Set(n, Entry(8, 1), 1).ok());
+    live.insert(n);
+  }
+  flush(pub);
+  check(1);
+  ASSERT_GE(pub.chunks(), 3u);
+  // Every node of the last ConfigMap goes or grows out of it.
+  const size_t last = *pub.ChunkOf("node23");
+  int64_t now = 2;
+  for (int i = 0; i < 24; ++i) {
+    const std::string n = "node" + std::to_string(i);
+    if (pub.ChunkOf(n) != last) continue;
+    if (i % 2 == 0) {
+      pub.Remove(n);
+      live.erase(n);
+    } else {
+      ASSERT_TRUE(pub.Set(n, Entry(9, now), now).ok());
+    }
+    flush(pub);
+    check(now++);
+  }
+  // A restart that finds a ConfigMap whose nodes are all in an earlier one,
+  // and the reference's "" leftover.
+  auto all = pub.Pending(true);
+  ClusterInfoPublisher second(4000);
+  const std::string dup = "cluster-info-device-7";
+  std::string dup_value;
+  for (const auto& w : all.writes) {
+    if (!w.value.empty() && dup_value.empty()) dup_value = w.value;  // the first one's nodes again
+    ASSERT_TRUE(second.Adopt(w.name, w.value).ok()) << w.name;
+  }
+  ASSERT_FALSE(dup_value.empty());
+  volcano.Apply(dup, dup_value);
+  ASSERT_TRUE(second.Adopt(dup, dup_value).ok());
+  volcano.Apply("cluster-info-device-8", "");
+  ASSERT_TRUE(second.Adopt("cluster-info-device-8", "").ok());
+  auto plan = second.Pending();
+  ASSERT_EQ(plan.writes.size(), 1u);
+  EXPECT_EQ(plan.writes[0].name, dup);
+  EXPECT_EQ(plan.writes[0].value, "");
+  for (const auto& w : plan.writes) volcano.Apply(w.name, w.value);
+  second.Written(plan);
+  EXPECT_TRUE(second.Pending().empty());
+  // Whatever Volcano sees deleted now (an operator, a namespace clean-up):
+  // the emptied ones cost it no node.
+  volcano.Delete(dup);
+  volcano.Delete("cluster-info-device-8");
+  for (const auto& n : live) EXPECT_TRUE(volcano.Has(n)) << n;
 }
 
 TEST(ClusterInfo, ConfigMapsWrittenLargerAreSplitAfterAdoption) {

@@ -392,8 +392,12 @@ TEST_F(MindClusterStackTest, PluginConfigMapDeletedClearsItsFaults) {
   Step();
   ASSERT_EQ(commands_.reports.size(), 2u);
   EXPECT_EQ(commands_.reports[1].action(), v1::TRANSITION_ACTION_CLEAR);
-  // No NPU left that ClusterD knows of: the node leaves, its ConfigMap goes.
-  EXPECT_FALSE(api_->Object(kInfo + "cluster-info-device-0").has_value());
+  // No NPU left that ClusterD knows of: the node leaves, and its ConfigMap
+  // is emptied (""), never deleted (Volcano would drop the nodes it listed).
+  auto cm = api_->Object(kInfo + "cluster-info-device-0");
+  ASSERT_TRUE(cm.has_value());
+  EXPECT_EQ((*cm)["data"]["cluster-info-device-0"], "");
+  for (const auto& w : api_->Writes()) EXPECT_NE(w.method, "DELETE") << w.path;
 }
 
 TEST_F(MindClusterStackTest, AConflictIsReadAgainAndWrittenNextPass) {
@@ -699,11 +703,14 @@ TEST_F(MindClusterStackTest, SwitchInfoReachesVolcanosSwitchConfigMaps) {
   Step();
   for (const auto& w : api_->Writes()) EXPECT_EQ(w.path.find(name), std::string::npos) << w.method << " " << w.path;
 
-  // The key gone: the entry goes, and the ConfigMap with its last entry.
+  // The key gone: the entry goes, and the ConfigMap that held the last
+  // entry is emptied ("").
   cm["data"].erase("SwitchInfoCfg");
   api_->Set(kPlugin + "a", cm);
   Step();
-  EXPECT_FALSE(api_->Object(kInfo + name).has_value());
+  auto info = api_->Object(kInfo + name);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ((*info)["data"][name], "");
 }
 
 TEST(SwitchInfo, ParsesWhatTheA3PluginWrites) {

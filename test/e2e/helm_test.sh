@@ -295,7 +295,7 @@ fi
 
 # The "mindcluster" integration (docs/deploy.md, "Next to MindCluster's components"): with
 # mindcluster.volcano.enabled two Roles on configmaps and their bindings (get, list and watch in
-# the device plugin's namespace; get, list, watch, create, update and delete in the cluster-info
+# the device plugin's namespace; get, list, watch, create and update in the cluster-info
 # namespace), nothing cluster-wide, ClusterD's token mounted for them, "mindcluster" once in
 # integrations (next to "kubernetes" or alone) and its five keys; none of it by default.
 MV=$TMP/values-mindcluster-volcano-$kv.yaml MVK=$TMP/mindcluster-volcano-k8s-$kv.yaml
@@ -303,7 +303,7 @@ MVN=$TMP/mindcluster-volcano-mindx-dl-$kv.yaml MVH=$TMP/mindcluster-volcano-ha-$
 mv_roles="sorted((d['metadata']['namespace'], d['metadata']['name'], [(g, r, ' '.join(x['verbs'])) for x in d['rules'] for g in x['apiGroups'] for r in x['resources']]) for d in by.get('Role', []) if '-mindcluster-' in d['metadata']['name'])"
 mv_bindings="sorted((b['metadata']['namespace'], b['metadata']['name'], b['roleRef']['kind'], b['roleRef']['name'], str(b['subjects'])) for b in by.get('RoleBinding', []) if '-mindcluster-' in b['metadata']['name'])"
 mv_keys="sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith('mindcluster_') and not k.startswith('mindcluster_max_'))"
-MV_READ="[('', 'configmaps', 'get list watch')]" MV_WRITE="[('', 'configmaps', 'get list watch create update delete')]"
+MV_READ="[('', 'configmaps', 'get list watch')]" MV_WRITE="[('', 'configmaps', 'get list watch create update')]"
 MV_SA="\"[{'kind': 'ServiceAccount', 'name': 'clusterd', 'namespace': 'fault-mgmt'}]\""
 MV_DEFAULT_KEYS="[('mindcluster_cluster_info_chunk_bytes', 204800), ('mindcluster_cluster_info_namespace', 'mindx-dl'), ('mindcluster_cluster_info_refresh', '45s'), ('mindcluster_cluster_info_writes_per_second', 5), ('mindcluster_device_info_namespace', 'kube-system')]"
 expect "default: no mindcluster integration (integrations, keys, configmaps Roles)" "$D" "(cfg('clusterd')['integrations'], $mv_keys, $mv_roles, $mv_bindings, [d['metadata']['name'] for d in by['Role']])" \

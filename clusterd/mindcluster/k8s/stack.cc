@@ -83,8 +83,9 @@ Status MindClusterStack::Start(const IntegrationEnv& env) {
                              "Device-plugin faults raised or cleared in ClusterD.");
     report_errors_ = &m.AddCounter("clusterd_mindcluster_deviceinfo_report_errors_total",
                                    "Device-plugin fault reports ClusterD refused (retried).");
-    writes_ = &m.AddCounter("clusterd_mindcluster_cluster_info_writes_total",
-                            "cluster-info ConfigMaps created, updated or deleted.");
+    writes_ = &m.AddCounter(
+        "clusterd_mindcluster_cluster_info_writes_total",
+        "cluster-info ConfigMaps created or updated (a surplus one is rewritten with \"\", never deleted).");
     write_errors_ = &m.AddCounter("clusterd_mindcluster_cluster_info_write_errors_total",
                                   "Failed cluster-info ConfigMap writes (retried).");
     public_faults_refused_ =
@@ -871,22 +872,6 @@ size_t MindClusterStack::Write(TimePoint now, bool* pending) {
       done.writes.push_back(w);
       ++written;
     }
-    for (const auto& name : plan.deletes) {
-      if (stopped) break;
-      if (!TakeToken(now)) {
-        stopped = *pending = true;
-        break;
-      }
-      if (Status st = DeleteConfigMap(name); !st.ok()) {
-        if (write_errors_ != nullptr) write_errors_->Inc();
-        Warn("write/" + name, "mindcluster: cannot delete " + options_.cluster_info_namespace + "/" + name + ": " +
-                                  st.message() + " (retrying)");
-        stopped = *pending = true;
-        break;
-      }
-      done.deletes.push_back(name);
-      ++written;
-    }
     publisher.Written(done);
   };
   write_plan(publisher_);
@@ -960,24 +945,6 @@ Status MindClusterStack::PutConfigMap(const std::string& name, const std::string
     }
   }
   return created.status();
-}
-
-Status MindClusterStack::DeleteConfigMap(const std::string& name) {
-  const std::string path =
-      "/api/v1/namespaces/" + k8s::UrlEncode(options_.cluster_info_namespace) + "/configmaps/" + k8s::UrlEncode(name);
-  json body = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
-  if (auto it = versions_.find(name); it != versions_.end() && !it->second.empty()) {
-    body["preconditions"] = {{"resourceVersion", it->second}};
-  }
-  auto gone = client_->Delete(path, body);
-  if (!gone.ok() && gone.status().code() != StatusCode::kNotFound) {
-    if (gone.status().code() == StatusCode::kAborted) {
-      if (auto now = client_->Get(path); now.ok()) versions_[name] = k8s::ResourceVersionOf(*now);
-    }
-    return gone.status();
-  }
-  versions_.erase(name);
-  return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<Integration>> MakeMindClusterStackIntegration(const ClusterdConfig& config) {

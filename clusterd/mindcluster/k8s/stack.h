@@ -159,7 +159,6 @@ class MindClusterStack final : public Integration {
   bool TakeToken(TimePoint now, double keep = 0);
   size_t Write(TimePoint now, bool* pending);
   Status PutConfigMap(const std::string& name, const std::string& value);
-  Status DeleteConfigMap(const std::string& name);
 
   const std::shared_ptr<const k8s::ApiClient> client_;
   const MindClusterStackOptions options_;
