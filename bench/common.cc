@@ -94,7 +94,9 @@ namespace {
       "  --kube-peer         scenario 10's client-go driver (default: clusterd-kube-peer next to\n"
       "                      this binary; scripts/kube-peer.sh builds it)\n"
       "  --json              results file (default bench-results.json)\n"
-      "  --tmpdir            where data dirs and the fsync file go (default $TMPDIR or /tmp)\n");
+      "  --tmpdir            where data dirs and the fsync file go (default $TMPDIR or /tmp)\n"
+      "clusterd-bench --agent-pool TARGET N PREFIX: N simulated agents (PREFIX0 ...) attached to TARGET,\n"
+      "  heartbeating, until SIGTERM; prints \"attached N\" once all are (test/e2e/ha_test.py uses it)\n");
   std::exit(code);
 }
 

@@ -322,12 +322,40 @@ int Run(const Options& o) {
   return 0;
 }
 
+// clusterd-bench --agent-pool TARGET N PREFIX: N simulated agents (PREFIX0 ..
+// PREFIX<N-1>, one stream each, heartbeats every second) attached to TARGET
+// (an ipv4:a,b,c list: each stream retries on the next address, as NodeD
+// does) until SIGTERM. Prints "attached N" once every agent is welcomed.
+// The HA end-to-end test (test/e2e/ha_test.py) attaches hundreds of agents
+// this way: one process, not hundreds of NodeDs.
+int RunAgentPool(const std::string& target, int n, const std::string& prefix) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before gRPC starts its threads
+  AgentPool pool(target, NodeNames(prefix, n), std::min(n, 8), /*reconnect=*/true);
+  if (auto err = pool.Connect(120); !err.empty()) {
+    std::cerr << "agent pool: " << err << "\n";
+    return 1;
+  }
+  pool.StartHeartbeats(1.0);
+  std::cout << "attached " << pool.attached() << std::endl;
+  int sig = 0;
+  sigwait(&set, &sig);
+  pool.StopHeartbeats();
+  return 0;
+}
+
 }  // namespace
 }  // namespace clusterd::bench
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc == 3 && std::string(argv[1]) == "--sink-server") return clusterd::bench::RunSinkServer(std::atoi(argv[2]));
+  if (argc == 5 && std::string(argv[1]) == "--agent-pool") {
+    return clusterd::bench::RunAgentPool(argv[2], std::atoi(argv[3]), argv[4]);
+  }
   auto opts = clusterd::bench::ParseArgs(argc, argv);
   clusterd::bench::SetDevicesPerNode(opts.devices);
   try {

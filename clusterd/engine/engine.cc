@@ -95,6 +95,14 @@ void Engine::Stop() {
   }
 }
 
+void Engine::Serve() {
+  {
+    std::lock_guard lock(mu_);
+    serving_ = true;
+  }
+  cv_.notify_all();
+}
+
 void Engine::Run() {
   auto log = GetLogger("ingest");
   for (;;) {
@@ -107,7 +115,8 @@ void Engine::Run() {
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, wait, [&] {
       if (stopping_) return true;
-      if (r.held) return false;  // a held group is retried at its deadline
+      if (r.held) return false;                         // a held group is retried at its deadline
+      if (serving_ && !liveness_started_) return true;  // the nodes' grace starts now
       if (r.gathering) return queue_.size() >= delay_wanted_;
       return !queue_.empty();
     });
@@ -240,14 +249,16 @@ Engine::StepResult Engine::Step() {
   CLUSTERD_DCHECK_ON_THREAD(writer_);
   const TimePoint now = clock_->Now();
   if (!next_liveness_) {
-    next_liveness_ = now + options_.node_grace;  // one grace period after the first step
+    next_liveness_ = TimePoint::max();  // until the nodes' grace starts
     next_retention_ = now;
   }
   StepResult result;
   bool stopping;
+  bool serving;
   {
     std::lock_guard lock(mu_);
     stopping = stopping_;
+    serving = serving_ || !options_.liveness_waits_for_serve;
   }
 
   if (held_) {
@@ -336,6 +347,14 @@ Engine::StepResult Engine::Step() {
         split = true;
         break;
       }
+    }
+    if (!liveness_started_ && serving) {
+      // Agents can reach this ClusterD from now: none of them is declared
+      // lost before a whole grace from here (after a restart or a takeover
+      // the loaded nodes' last messages went to another process).
+      state_->RestartGrace(now);
+      next_liveness_ = now + options_.node_grace;
+      liveness_started_ = true;
     }
     if (can_write && now >= *next_liveness_) {
       // Check again when the next node could cross the grace (a moment

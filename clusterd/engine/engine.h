@@ -49,6 +49,12 @@ struct EngineOptions {
   std::chrono::nanoseconds node_grace = std::chrono::seconds(10);
   // How often liveness is checked; the default follows node_grace.
   std::chrono::nanoseconds liveness_interval = std::chrono::milliseconds(0);
+  // Set (the server): no node is declared lost before Serve() says agents
+  // can reach this ClusterD, and every node's grace runs from then, however
+  // long the store's load and the services' start took: a restarted or newly
+  // elected ClusterD gives every agent a whole node_grace to come back.
+  // Unset (tests that step by hand): liveness starts with the first Step.
+  bool liveness_waits_for_serve = false;
   uint64_t retention_events = 1'000'000;
   std::chrono::nanoseconds retention_age = std::chrono::hours(24 * 7);
   std::chrono::nanoseconds retention_interval = std::chrono::seconds(60);
@@ -112,6 +118,11 @@ class Engine {
   Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const Clock* clock, EngineOptions options,
          MetricsRegistry* metrics);
   ~Engine();
+
+  // Any thread, once gRPC listens (EngineOptions::liveness_waits_for_serve):
+  // at its next Step the writer sees every node that is not lost now (its
+  // grace starts) and checks liveness from one grace later.
+  void Serve();
 
   // What one Step did and when the writer has something to do next.
   struct StepResult {
@@ -197,6 +208,7 @@ class Engine {
   // The writer's own state: only Step and what it calls touch it.
   ThreadChecker writer_;
   std::optional<TimePoint> next_liveness_;  // unset until the first Step
+  bool liveness_started_ = false;           // the nodes' grace runs (Serve, or the first Step)
   TimePoint next_retention_{};
   TimePoint tick_at_ = TimePoint::max();   // when the tick asked to run again
   TimePoint next_reopen_{};                // reopen attempts are spaced
@@ -212,6 +224,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<Apply> queue_;
   bool stopping_ = false;
+  bool serving_ = false;     // Serve was called
   size_t delay_wanted_ = 0;  // while a small group gathers: the queue length that ends the wait
   std::thread thread_;
 

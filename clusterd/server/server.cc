@@ -167,6 +167,8 @@ Status ClusterdServer::Start() {
   CLUSTERD_RETURN_IF_ERROR(s.MakeServices());
   s.AddStateMetrics();
   CLUSTERD_RETURN_IF_ERROR(s.StartGrpc(*credentials));
+  // Agents can reach this process from now: their grace starts here.
+  s.engine->Serve();
   CLUSTERD_RETURN_IF_ERROR(s.StartHttp());
   CLUSTERD_RETURN_IF_ERROR(s.StartIntegrations());
   s.serving = true;
@@ -249,6 +251,7 @@ Status ClusterdServer::Impl::StartWriter() {
   const ClusterdConfig& cfg = config;
   EngineOptions eo;
   eo.node_grace = cfg.node_grace;
+  eo.liveness_waits_for_serve = true;  // Start calls Serve once gRPC listens
   eo.retention_events = cfg.retention_events;
   eo.retention_age = cfg.retention_age;
   eo.retention_interval = cfg.retention_interval;

@@ -722,6 +722,12 @@ TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* 
   return next;
 }
 
+void ClusterState::RestartGrace(TimePoint now) {
+  for (auto& [name, n] : nodes_.all()) {
+    if (!n.lost) n.last_seen = std::max(n.last_seen, now);
+  }
+}
+
 // ------------------------------------------------------ external reports ---
 
 StatusOr<v1::ReportResponse> ClusterState::ApplyReport(const v1::ReportRequest& req, Mutation* m) {

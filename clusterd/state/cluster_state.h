@@ -221,6 +221,11 @@ class ClusterState : public StateView {
   // Returns when the next node would be silent for longer than grace if it
   // stays silent (TimePoint::max() if none can be).
   TimePoint CheckLiveness(std::chrono::nanoseconds grace, Mutation* m);
+  // Every node that is not lost counts as seen at `now` (if seen before):
+  // its grace starts again. The writer calls it when agents can first reach
+  // this process (Engine::Serve), so that neither the time the load took nor
+  // a takeover makes a node lost. Changes nothing stored.
+  void RestartGrace(TimePoint now);
   // Adds deletion of events (compacted, to] to m and records the new floor.
   void ApplyCompaction(uint64_t to, Mutation* m) { journal_.Compact(to, m); }
   // Finished recovery records kept (RecoveryTable::Retention).

@@ -36,8 +36,12 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(state_->Load().ok());
     hub_ = std::make_unique<WatchHub>(store_.get(), cache, cache_bytes);
     hub_->Init(state_->revision());
+    // A registry of the engine's own: a test may start one again on the same store.
+    if (engine_metrics_used_) engine_metrics_ = std::make_unique<MetricsRegistry>();
+    engine_metrics_used_ = true;
+    MetricsRegistry* metrics = engine_metrics_ ? engine_metrics_.get() : &metrics_;
     engine_ =
-        std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), clock ? clock : &clock_, options, &metrics_);
+        std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), clock ? clock : &clock_, options, metrics);
   }
   void Stop() {
     engine_.reset();
@@ -78,7 +82,9 @@ class EngineTest : public ::testing::Test {
   testing::TempDir dir_;
   Catalog catalog_ = Catalog::Default();
   FakeClock clock_;
-  MetricsRegistry metrics_;
+  MetricsRegistry metrics_;                          // the first Start's engine's
+  std::unique_ptr<MetricsRegistry> engine_metrics_;  // a later Start's
+  bool engine_metrics_used_ = false;
   std::unique_ptr<storage::Store> store_;
   std::unique_ptr<ClusterState> state_;
   std::unique_ptr<WatchHub> hub_;
@@ -271,6 +277,69 @@ TEST_F(EngineTest, LivenessRunsOnTheWriter) {
   clock_.Advance(11s);
   engine_->Step();
   EXPECT_EQ(unknown(), 1u);
+}
+
+// #51 item 9: a takeover (or a restart) must not make a node lost. The
+// nodes' last messages went to the old leader, long ago; the new one loads
+// them, takes its time to start serving, and still gives every agent a
+// whole grace from when it can be reached.
+TEST_F(EngineTest, TakeoverGivesEveryNodeAWholeGraceFromServing) {
+  EngineOptions options;
+  options.node_grace = 10s;
+  options.liveness_interval = 1ms;
+  Start(options);
+  Register(3);
+  Stop();  // the old leader dies; its agents' last heartbeats were now
+  clock_.Advance(30s);
+  options.liveness_waits_for_serve = true;
+  Start(options);  // the new leader loads the nodes
+  auto unknown = [&] { return state_->Read([](const StateView& s) { return s.GetSummary().nodes().unknown(); }); };
+  auto lost_faults = [&] {
+    return state_->Read([](const StateView& s) {
+      size_t n = 0;
+      for (const auto& [key, f] : s.faults()) n += f.code() == "HEARTBEAT_LOST" ? 1 : 0;
+      return n;
+    });
+  };
+  // Its start (gRPC, services) takes longer than a grace: nobody can reach
+  // it yet, nobody is lost.
+  engine_->Step();
+  clock_.Advance(15s);
+  engine_->Step();
+  EXPECT_EQ(unknown(), 0u);
+  // Serving: a whole grace from here, one more check just before its end.
+  engine_->Serve();
+  engine_->Step();
+  clock_.Advance(10s);
+  engine_->Step();
+  EXPECT_EQ(unknown(), 0u);
+  EXPECT_EQ(lost_faults(), 0u);
+  // An agent that does not come back within it is lost, as always.
+  clock_.Advance(2ms);
+  engine_->Step();
+  EXPECT_EQ(unknown(), 3u);
+  EXPECT_EQ(lost_faults(), 3u);
+}
+
+// Without Serve (a writer stepped by hand) the grace starts with the first
+// Step, not with the load: a slow load costs no agent its grace.
+TEST_F(EngineTest, GraceStartsAtTheFirstStepNotAtTheLoad) {
+  EngineOptions options;
+  options.node_grace = 10s;
+  options.liveness_interval = 1ms;
+  Start(options);
+  Register(2);
+  Stop();
+  clock_.Advance(1h);
+  Start(options);      // loaded now
+  clock_.Advance(5s);  // the load and the writer's start took this long
+  engine_->Step();
+  clock_.Advance(10s);
+  engine_->Step();
+  EXPECT_EQ(state_->Read([](const StateView& s) { return s.GetSummary().nodes().unknown(); }), 0u);
+  clock_.Advance(2ms);
+  engine_->Step();
+  EXPECT_EQ(state_->Read([](const StateView& s) { return s.GetSummary().nodes().unknown(); }), 2u);
 }
 
 TEST_F(EngineTest, StopDrainsWhatIsQueuedAndRefusesMore) {

@@ -22,6 +22,13 @@ resuming from the last revision it saw. Under that load:
      restart it: it rebuilds from a peer's checkpoint, then follows the log
      (the replicas keep only 20 entries behind the slowest, so a replica
      restarted in steps 1-4 may rebuild from a checkpoint as well);
+  6. a takeover with --pool-agents simulated agents attached (one
+     clusterd-bench --agent-pool process) whose nodes carry a job: kill -9 of
+     the leader; every agent attaches to the new leader, and once a whole
+     node grace has passed there (an agent that never comes back is declared
+     lost: the control) no node of the pool is lost and no recovery started
+     (issue 51 item 9: a new leader gives every agent the grace a restarted
+     ClusterD does);
 
 then checks: writes resumed after every failover; the watcher saw every
 revision exactly once, in order, across all failovers; every replica's store
@@ -30,7 +37,7 @@ report is in it at the revision it was acknowledged with; every agent's
 transitions were acknowledged and each replica's fault states match the
 agents' last injected ones.
 
-usage: ha_test.py --etcd PATH --bin DIR [--work DIR]
+usage: ha_test.py --etcd PATH --bin DIR [--work DIR] [--pool-agents N]
 """
 import argparse
 import json
@@ -385,6 +392,105 @@ def read_history(args, cluster, rid):
         p.wait(timeout=30)
 
 
+def list_all(args, port, method, req, key):
+    """Every item of a paged List call on one replica, or None if a call failed."""
+    items, token = [], ""
+    while True:
+        r = dict(req, page_size=1000)
+        if token:
+            r["page_token"] = token
+        rc, out, _ = grpcurl(args, "127.0.0.1:%d" % port, method, r)
+        if rc != 0:
+            return None
+        page = json.loads(out or "{}")
+        items.extend(page.get(key, []))
+        token = page.get("next_page_token", "")
+        if not token:
+            return items
+
+
+def summary(args, port):
+    rc, out, _ = grpcurl(args, "127.0.0.1:%d" % port, "clusterd.v1.ClusterService/GetSummary", {})
+    return json.loads(out) if rc == 0 else None
+
+
+class AgentPool:
+    """clusterd-bench --agent-pool: n simulated agents (one stream each, heartbeats every second)
+    attached to every replica's address, as NodeD is; stopped by SIGTERM."""
+
+    def __init__(self, cluster, n, prefix):
+        self.n, self.prefix = n, prefix
+        self.log = os.path.join(cluster.work, "pool-%s.log" % prefix.rstrip("-"))
+        self.proc = cluster.spawn([os.path.join(cluster.args.bin, "clusterd-bench"), "--agent-pool",
+                                   cluster.target(), str(n), prefix], "pool-" + prefix.rstrip("-"))
+        wait_until(120, lambda: "attached %d" % n in open(self.log, errors="replace").read() or
+                   self.proc.poll() is not None, "%d agents of %s attached" % (n, prefix))
+        if self.proc.poll() is not None:
+            raise AssertionError("agent pool %s exited: see %s" % (prefix, self.log))
+
+    def nodes(self):
+        return ["%s%d" % (self.prefix, i) for i in range(self.n)]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def takeover_with_agents(c, args):
+    """Step 6: kill -9 of the leader with --pool-agents agents attached; nothing lost, nothing recovered."""
+    n = args.pool_agents
+    leader = c.leader()
+    port = c.replicas[leader]["grpc"]
+    base = summary(args, port)["connected_agents"]
+    pool = AgentPool(c, n, "ha-agent-")
+    # The control: an agent that is gone when the leader dies never comes back to the new one,
+    # which declares its node lost once the grace it gives every node has passed.
+    gone = AgentPool(c, 1, "ha-gone-")
+    wait_until(30, lambda: summary(args, port)["connected_agents"] >= base + n + 1, "the pool attached to " + leader)
+    # A job on every pool node: a node declared lost would start its recovery.
+    job = {"id": "ha-pool", "kind": "JOB_KIND_TRAINING",
+           "placement": [{"rank": i, "node": node, "deviceId": 0} for i, node in enumerate(pool.nodes())]}
+    rc, _, err = grpcurl(args, "127.0.0.1:%d" % port, "clusterd.v1.JobService/CreateJob", {"job": job}, timeout=10)
+    if rc != 0:
+        raise AssertionError("CreateJob ha-pool: " + err.strip())
+    gone.stop()
+    rev0 = int(summary(args, port)["revision"])
+    t0 = time.monotonic()
+    c.replicas[leader]["proc"].kill()
+    new = wait_until(30, lambda: (lambda l: l if l and l != leader else None)(c.leader()), "a new leader")
+    new_port = c.replicas[new]["grpc"]
+    t_leader = time.monotonic() - t0
+    wait_until(60, lambda: (summary(args, new_port) or {}).get("connected_agents", 0) >= base + n,
+               "every agent attached to the new leader %s" % new)
+    t_back = time.monotonic() - t0
+
+    def lost_since():
+        faults = list_all(args, new_port, "clusterd.v1.ClusterService/ListFaults", {"since_revision": rev0}, "faults")
+        return None if faults is None else sorted(f["node"] for f in faults if f.get("code") == "HEARTBEAT_LOST")
+
+    # Until the control is lost, a whole grace has not passed on the new leader.
+    lost = wait_until(120, lambda: (lambda l: l if l and "ha-gone-0" in l else None)(lost_since()),
+                      "the agent that is gone declared lost by the new leader")
+    t_lost = time.monotonic() - t0
+    if lost != ["ha-gone-0"]:
+        raise AssertionError("nodes declared lost after the takeover: %s" % lost[:10])
+    recoveries = list_all(args, new_port, "clusterd.v1.ClusterService/ListRecoveries", {"job": "ha-pool"},
+                          "recoveries")
+    if recoveries is None or recoveries:
+        raise AssertionError("recoveries of job ha-pool after the takeover: %s" % recoveries)
+    # Still every agent attached (none lost its stream meanwhile).
+    if summary(args, new_port)["connected_agents"] < base + n:
+        raise AssertionError("agents detached after the takeover")
+    grpcurl(args, "127.0.0.1:%d" % new_port, "clusterd.v1.JobService/DeleteJob", {"id": "ha-pool"})
+    pool.stop()
+    c.replicas[leader]["proc"].wait()
+    c.start_replica(leader)
+    wait_until(30, lambda: http_get(c.replicas[leader]["http"], "/readyz")[0] == 503, leader + " back as a standby")
+    print("-- kill -9 of the leader with %d agents attached (%s -> %s): new leader in %.2f s, every agent back "
+          "%.2f s after the kill; a whole grace later (the gone agent's node lost at %.2f s) no node of theirs "
+          "lost, no recovery of their job" % (n, leader, new, t_leader, t_back, t_lost), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--etcd", required=True)
@@ -392,6 +498,8 @@ def main():
     ap.add_argument("--grpcurl", default="grpcurl")
     ap.add_argument("--work")
     ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--pool-agents", type=int, default=300,
+                    help="simulated agents attached for the takeover of step 6 (0: skip it)")
     args = ap.parse_args()
     own_work = not args.work  # a directory of its own goes once the run passed (~400 MiB)
     args.work = args.work or tempfile.mkdtemp(prefix="clusterd-ha-")
@@ -611,6 +719,9 @@ def run(c, args):
         raise AssertionError("GET /ha/v1/checkpoint without the token answered %d, not 401" % code)
     print("-- standby %s wiped and restarted: rebuilt from a checkpoint, followed the log to index %d" %
           (wiped, c.log_index(wiped)), flush=True)
+
+    if args.pool_agents > 0:
+        takeover_with_agents(c, args)
 
     injector.stop.set()
     injector.join()

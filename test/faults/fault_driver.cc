@@ -24,6 +24,17 @@
 //
 // Mode "helloless" opens many Connect streams that never send a Hello, holds
 // them, and checks that a real agent still gets a Welcome before a deadline.
+//
+// Hostile agents (issue 51, items 1 and 2; run.sh checks clusterd's side):
+// mode "progress-flood" registers a job of 16 ranks, 8 on each of two nodes
+// (<prefix>-hostile, <prefix>-honest, hang timeout --hang-timeout), whose
+// agents report progress on their streams for --seconds: the honest one its
+// ranks' next step every 100 ms, the hostile one its own ranks 1,000 steps
+// ahead of the honest ones as fast as its stream takes them. Mode
+// "inventory-churn" has one agent (<prefix>-churn) send --updates
+// PodDevicesUpdates as fast as its stream takes them, alternating two large
+// valid ones (512 pods, 4,096 device ids each), then a fault transition,
+// and waits for its Ack: everything before it was read.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -52,6 +63,7 @@
 #include "clusterd/v1/agent.grpc.pb.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
+#include "clusterd/v1/job.grpc.pb.h"
 
 namespace {
 
@@ -81,6 +93,10 @@ struct Options {
   int streams = 300;
   int channels = 10;
   int agent_deadline_s = 30;
+  // progress-flood and inventory-churn modes
+  int seconds = 10;
+  int hang_timeout_s = 3;
+  int updates = 5000;
 };
 
 std::mutex g_violations_mu;
@@ -873,12 +889,202 @@ int RunHelloless(const Options& o) {
   return 0;
 }
 
+// ---------------------------------------------------------------- hostile agents
+
+// One agent stream, said hello and welcomed (synchronous: these modes send
+// from one thread per agent).
+class HostileAgent {
+ public:
+  HostileAgent(const Options& o, const std::string& node, int salt)
+      : node_(node), stub_(v1::NodeAgentService::NewStub(NewChannel(o.target, salt))) {}
+
+  bool Connect(const Options& o) {
+    stream_ = stub_->Connect(&ctx_);
+    v1::ConnectRequest req;
+    auto* h = req.mutable_hello();
+    h->set_node_name(node_);
+    h->set_boot_id("fault-driver-boot");
+    h->set_agent_version("fault-driver");
+    h->set_epoch(o.epoch);
+    h->set_instance_id("fault-driver-" + node_);
+    for (int i = 0; i < o.devices; ++i) {
+      auto* d = h->mutable_inventory()->add_devices();
+      d->set_id(i);
+      d->set_vendor("sim");
+      d->set_model("FAULT-DRIVER");
+    }
+    v1::ConnectResponse resp;
+    return stream_->Write(req) && stream_->Read(&resp) && resp.has_welcome();
+  }
+  bool Write(const v1::ConnectRequest& req) { return stream_->Write(req); }
+  // A transition, and its Ack: every message written before it was read.
+  bool Barrier(uint64_t seq) {
+    v1::ConnectRequest req;
+    auto* t = req.mutable_transition();
+    t->mutable_id()->set_epoch(1);
+    t->mutable_id()->set_seq(seq);
+    t->set_action(v1::TRANSITION_ACTION_RAISE);
+    t->mutable_fault()->set_device_id(0);
+    t->mutable_fault()->set_source(v1::FAULT_SOURCE_ACCELERATOR);
+    t->mutable_fault()->set_code("80E01801");
+    t->mutable_fault()->set_message("fault-driver barrier");
+    if (!stream_->Write(req)) return false;
+    v1::ConnectResponse resp;
+    while (stream_->Read(&resp)) {
+      if (resp.has_ack() && resp.ack().id().seq() >= seq) return true;
+    }
+    return false;
+  }
+  grpc::Status Close() {
+    stream_->WritesDone();
+    v1::ConnectResponse resp;
+    while (stream_->Read(&resp)) {
+    }
+    return stream_->Finish();
+  }
+
+ private:
+  std::string node_;
+  std::unique_ptr<v1::NodeAgentService::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ConnectRequest, v1::ConnectResponse>> stream_;
+};
+
+v1::ConnectRequest ProgressOf(const std::string& job, uint32_t first_rank, uint64_t step) {
+  v1::ConnectRequest req;
+  auto* p = req.mutable_progress();
+  p->set_job_id(job);
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  for (uint32_t r = first_rank; r < first_rank + 8; ++r) {
+    auto* rp = p->mutable_report()->add_ranks();
+    rp->set_rank(r);
+    rp->set_step(step);
+    rp->mutable_step_end_time()->set_seconds(std::chrono::duration_cast<std::chrono::seconds>(now).count());
+    rp->mutable_step_end_time()->set_nanos(static_cast<int32_t>((now % std::chrono::seconds(1)).count()));
+    rp->mutable_step_time()->set_nanos(100'000'000);
+  }
+  return req;
+}
+
+int RunProgressFlood(const Options& o) {
+  const std::string job = o.node_prefix + "-job";
+  const std::string hostile_node = o.node_prefix + "-hostile", honest_node = o.node_prefix + "-honest";
+  HostileAgent hostile(o, hostile_node, 600000), honest(o, honest_node, 600001);
+  if (!hostile.Connect(o) || !honest.Connect(o)) {
+    std::printf("FAILED: the agents got no Welcome\n");
+    return 2;
+  }
+  {
+    auto stub = v1::JobService::NewStub(NewChannel(o.target, 600002));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::CreateJobRequest req;
+    v1::Job* j = req.mutable_job();
+    j->set_id(job);
+    j->set_kind(v1::JOB_KIND_TRAINING);
+    for (uint32_t r = 0; r < 16; ++r) {
+      auto* p = j->add_placement();
+      p->set_rank(r);
+      p->set_node(r < 8 ? hostile_node : honest_node);
+      p->set_device_id(r % 8);
+    }
+    j->mutable_policy()->mutable_progress()->mutable_hang_timeout()->set_seconds(o.hang_timeout_s);
+    v1::CreateJobResponse resp;
+    if (grpc::Status st = stub->CreateJob(&ctx, req, &resp); !st.ok()) {
+      std::printf("FAILED: CreateJob %s: %s\n", job.c_str(), Describe(st).c_str());
+      return 2;
+    }
+  }
+  std::atomic<uint64_t> step{1};
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> flood_sent{0};
+  std::thread flood([&] {
+    while (!stop.load() && hostile.Write(ProgressOf(job, 0, step.load() + 1000))) ++flood_sent;
+  });
+  uint64_t honest_sent = 0;
+  const auto end = Clock::now() + std::chrono::seconds(o.seconds);
+  bool honest_ok = true;
+  for (auto next = Clock::now(); Clock::now() < end; next += milliseconds(100)) {
+    std::this_thread::sleep_until(next);  // the honest agent's pace, not a wait for anything
+    if (!honest.Write(ProgressOf(job, 8, step.fetch_add(1) + 1))) {
+      honest_ok = false;
+      break;
+    }
+    ++honest_sent;
+  }
+  stop = true;
+  flood.join();
+  // The honest stream's last reports read: a transition acknowledged after them.
+  const bool read = honest_ok && honest.Barrier(1);
+  const grpc::Status hostile_end = hostile.Close(), honest_end = honest.Close();
+  if (!read || !honest_end.ok()) {
+    std::printf("FAILED: the honest agent's stream ended: %s\n", Describe(honest_end).c_str());
+    return 1;
+  }
+  std::printf(
+      "ok: %s sent %llu progress reports in %d s (8 ranks each, 1,000 steps ahead); %s sent %llu; "
+      "the hostile stream ended with %s\n",
+      hostile_node.c_str(), static_cast<unsigned long long>(flood_sent.load()), o.seconds, honest_node.c_str(),
+      static_cast<unsigned long long>(honest_sent), hostile_end.ok() ? "OK" : Describe(hostile_end).c_str());
+  return 0;
+}
+
+int RunInventoryChurn(const Options& o) {
+  const std::string node = o.node_prefix + "-churn";
+  HostileAgent agent(o, node, 700000);
+  if (!agent.Connect(o)) {
+    std::printf("FAILED: the agent got no Welcome\n");
+    return 2;
+  }
+  // Two large valid updates: 512 pods (the most allowed) of 8 device ids
+  // each (4,096 in all, the most allowed), long names; they differ in every
+  // pod's name, so that each one applied changes the node's record.
+  v1::ConnectRequest updates[2];
+  for (int v = 0; v < 2; ++v) {
+    auto* u = updates[v].mutable_pod_devices();
+    for (int i = 0; i < 512; ++i) {
+      auto* p = u->add_pods();
+      p->set_namespace_(std::string(60, 'n') + std::to_string(v));
+      char name[32];
+      std::snprintf(name, sizeof(name), "-%04d", i);
+      p->set_name(std::string(200, v ? 'b' : 'a') + name);
+      for (uint32_t d = 0; d < 8; ++d) p->add_device_ids(d);
+    }
+  }
+  const auto start = Clock::now();
+  for (int i = 0; i < o.updates; ++i) {
+    if (!agent.Write(updates[i % 2])) {
+      std::printf("FAILED: the stream ended after %d updates: %s\n", i, Describe(agent.Close()).c_str());
+      return 1;
+    }
+  }
+  if (!agent.Barrier(1)) {
+    std::printf("FAILED: no Ack after the updates: %s\n", Describe(agent.Close()).c_str());
+    return 1;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("ok: %d PodDevicesUpdates of %zu bytes each, alternating, read in %.1f s\n", o.updates,
+              updates[0].ByteSizeLong(), secs);
+  std::fflush(stdout);
+  // Held open until the stop file: run.sh measures clusterd meanwhile.
+  const auto deadline = Clock::now() + std::chrono::seconds(o.deadline_s);
+  while (!StopRequested(o) && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(50));
+  const grpc::Status end = agent.Close();
+  if (!end.ok()) {
+    std::printf("FAILED: the stream ended with %s\n", Describe(end).c_str());
+    return 1;
+  }
+  return 0;
+}
+
 int Usage(const char* why) {
   std::fprintf(stderr,
                "fault_driver: %s\n"
-               "usage: fault_driver --target HOST:PORT [--mode ingest|helloless] [--agents N] [--reporters M]\n"
+               "usage: fault_driver --target HOST:PORT [--mode ingest|helloless|progress-flood|inventory-churn]\n"
+               "  [--agents N] [--reporters M]\n"
                "  [--rate PER_S] [--report-rate PER_S] [--stop-file F] [--progress-file F] [--deadline S]\n"
-               "  [--seed N] [--node-prefix P] [--streams N] [--channels N] [--agent-deadline S]\n",
+               "  [--seed N] [--node-prefix P] [--streams N] [--channels N] [--agent-deadline S]\n"
+               "  [--seconds S] [--hang-timeout S] [--updates N]\n",
                why);
   return 2;
 }
@@ -929,6 +1135,12 @@ int main(int argc, char** argv) {
         o.channels = std::stoi(value);
       else if (arg == "--agent-deadline")
         o.agent_deadline_s = std::stoi(value);
+      else if (arg == "--seconds")
+        o.seconds = std::stoi(value);
+      else if (arg == "--hang-timeout")
+        o.hang_timeout_s = std::stoi(value);
+      else if (arg == "--updates")
+        o.updates = std::stoi(value);
       else
         return Usage(("unknown flag " + arg).c_str());
     } catch (const std::exception&) {
@@ -940,5 +1152,7 @@ int main(int argc, char** argv) {
   if (o.seed == 0) o.seed = static_cast<uint64_t>(std::random_device{}());
   if (o.mode == "ingest") return RunIngest(o);
   if (o.mode == "helloless") return RunHelloless(o);
+  if (o.mode == "progress-flood") return RunProgressFlood(o);
+  if (o.mode == "inventory-churn") return RunInventoryChurn(o);
   return Usage("unknown mode");
 }

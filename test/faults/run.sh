@@ -2,15 +2,16 @@
 # The fault-injection suite: real clusterd and noded processes, real gRPC,
 # real RocksDB, and the faults they must survive -- kill -9 of clusterd under
 # load, kill -9 of noded, a wiped noded state directory, a network partition
-# (network namespaces), a full disk (tmpfs), file-descriptor exhaustion and
-# Connect streams that never say hello. build/test-bin/fault_driver generates
+# (network namespaces), a full disk (tmpfs), file-descriptor exhaustion,
+# Connect streams that never say hello and hostile agents (a progress flood,
+# inventory churn). build/test-bin/fault_driver generates
 # the load and checks, independently of clusterd's own counters, that every
 # acknowledged change is stored exactly once and that Watch has no gap or
 # duplicate (see test/faults/fault_driver.cc).
 #
 # Usage: test/faults/run.sh [CASE ...]   (default: every case)
 # Cases: checker_detects_loss kill_clusterd kill_noded wiped_state partition disk_full fd_exhaustion
-#        helloless
+#        helloless hostile_progress hostile_inventory
 # Needs root for the partition (ip netns) and disk (tmpfs) cases; without it
 # they are skipped with a message. FAULTS_SEED fixes the random kill points.
 # Prints one line per case and exits non-zero if any case failed.
@@ -33,7 +34,8 @@ SEED="${FAULTS_SEED:-$RANDOM}"
 LOG_LEVEL="${FAULTS_LOG_LEVEL:-warn}"  # of clusterd and noded, in each case's work dir
 RANDOM=$SEED
 SUITE_WORK=$(mktemp -d /tmp/clusterd-faults-XXXXXX)
-ALL_CASES=(checker_detects_loss kill_clusterd kill_noded wiped_state partition disk_full fd_exhaustion helloless)
+ALL_CASES=(checker_detects_loss kill_clusterd kill_noded wiped_state partition disk_full fd_exhaustion helloless
+  hostile_progress hostile_inventory)
 CASES=("$@")
 (( ${#CASES[@]} )) || CASES=("${ALL_CASES[@]}")
 
@@ -523,6 +525,88 @@ case_helloless() {
   ended=$(awk '$1 == "clusterd_agent_hello_timeouts_total" {print $2}' <<<"$metrics")
   refused=$(awk '$1 ~ /^clusterd_agent_streams_rejected(_per_peer)?_total$/ {n += $2} END {print n + 0}' <<<"$metrics")
   SUMMARY="${flags[*]}: $(tail -1 <<<"$out" | sed 's/^ok: //'); clusterd ended ${ended:-?} for want of a hello and refused $refused"
+}
+
+# clusterd's own metric, from its /metrics page (read whole: see has_flag).
+clusterd_metric() {
+  local page
+  page=$($NETNS_EXEC curl -sf --max-time 5 "http://$HTTP_ADDR/metrics" || true)
+  awk -v m="$1" '$1 == m {print $2}' <<<"$page"
+}
+rss_mib() { awk '$1 == "VmRSS:" {printf "%d", $2 / 1024}' "/proc/$1/status"; }
+
+# Issue 51 item 1: one node's agent floods progress reports for its own ranks
+# (1,000 steps ahead of the others) while another node's agent reports its
+# ranks honestly, for 10 s with a 3 s hang timeout. Each sender has its own
+# budget: none of the honest node's reports is refused (clusterd logs each
+# stream's first refusal: the hostile one's must be there, the honest one's
+# not) and its ranks get no JOB_HANG.
+case_hostile_progress() {
+  GRPC_ADDR=127.0.0.1:$(free_port); HTTP_ADDR=127.0.0.1:$(free_port)
+  start_clusterd "$W/data"
+  local out rc=0
+  out=$($NETNS_DRIVER "$DRIVER" --mode progress-flood --target "$GRPC_ADDR" --node-prefix hp --seconds 10 \
+    --hang-timeout 3 2>&1) || rc=$?
+  alive "$CLUSTERD_PID" || fail "clusterd died under the progress flood"
+  (( rc == 0 )) || fail "$(tail -1 <<<"$out")"
+  grep -q "job progress from node hp-hostile refused" "$W/clusterd.log" ||
+    fail "the flood was never refused (or its refusal not logged): $(tail -1 <<<"$out")"
+  local honest_refused
+  honest_refused=$(grep -c "job progress from node hp-honest refused" "$W/clusterd.log" || true)
+  (( honest_refused == 0 )) || fail "the honest node's reports were refused: $(grep -m1 'node hp-honest refused' "$W/clusterd.log")"
+  local hangs
+  hangs=$(grpc clusterd.v1.ClusterService/ListFaults '{"node": "hp-honest", "pageSize": 1000}' | python3 -c '
+import json, sys
+print(sum(1 for f in json.load(sys.stdin).get("faults", []) if f["code"] == "JOB_HANG"))')
+  (( hangs == 0 )) || fail "JOB_HANG raised on $hangs of the honest node's ranks"
+  SUMMARY="$(tail -1 <<<"$out" | sed 's/^ok: //;s/; the hostile stream.*//'); refused: $(clusterd_metric 'clusterd_progress_refused_total{reason="rate"}') (all the hostile node's; 0 of the honest node's), taken: $(clusterd_metric clusterd_progress_reports_total); JOB_HANG on the honest node: 0"
+}
+
+# Issue 51 item 2: an agent alternating two large valid PodDevicesUpdates
+# (about 140 KB each) as fast as its stream takes them, 5,000 of them.
+# Updates that come faster than inventory_update_interval replace the one
+# waiting (counted); then again with coalescing off (each update stored, a
+# NODE_UPDATED event of its own), where the watch cache's watch_cache_bytes
+# alone bounds what is kept. clusterd's RSS stays bounded either way (it
+# reached 1.49 GB before both).
+HOSTILE_RSS_LIMIT_MIB=${HOSTILE_RSS_LIMIT_MIB:-400}              # coalescing on (the default)
+HOSTILE_RSS_LIMIT_UNCOALESCED_MIB=${HOSTILE_RSS_LIMIT_UNCOALESCED_MIB:-800}  # every update stored
+# inventory_churn LIMIT_MIB [CLUSTERD_FLAG...]: one run on a fresh clusterd;
+# appends its figures to SUMMARY.
+inventory_churn() {
+  local limit=$1; shift
+  GRPC_ADDR=127.0.0.1:$(free_port); HTTP_ADDR=127.0.0.1:$(free_port)
+  local data="$W/data-$#"
+  start_clusterd "$data" "$@"
+  local before after coalesced cache rc=0
+  before=$(rss_mib "$CLUSTERD_PID")
+  rm -f "$W/stop"
+  $NETNS_DRIVER "$DRIVER" --mode inventory-churn --target "$GRPC_ADDR" --node-prefix hi --updates 5000 \
+    --stop-file "$W/stop" --deadline 300 >"$W/driver.out" 2>&1 &
+  DRIVER_PID=$!
+  CASE_PIDS+=("$DRIVER_PID")
+  read_all() { grep -q '^ok:' "$W/driver.out" || ! alive "$DRIVER_PID"; }
+  wait_until 300 read_all || fail "the updates were not all read within 300 s"
+  grep -q '^ok:' "$W/driver.out" || fail "$(tail -1 "$W/driver.out")"
+  alive "$CLUSTERD_PID" || fail "clusterd died under the inventory churn"
+  after=$(rss_mib "$CLUSTERD_PID")
+  coalesced=$(clusterd_metric clusterd_agent_inventory_updates_coalesced_total)
+  cache=$(clusterd_metric clusterd_watch_cache_bytes)
+  touch "$W/stop"
+  wait "$DRIVER_PID" || rc=$?
+  (( rc == 0 )) || fail "$(tail -1 "$W/driver.out")"
+  (( after <= limit )) || fail "clusterd's RSS grew from $before MiB to $after MiB (limit $limit MiB; ${*:-defaults})"
+  SUMMARY+="${SUMMARY:+; }${*:-defaults}: RSS $before -> $after MiB (limit $limit), ${coalesced:-0} coalesced, watch cache ${cache:-?} bytes"
+  COALESCED=${coalesced:-0}
+  kill -TERM "$CLUSTERD_PID" 2>/dev/null || true
+  wait "$CLUSTERD_PID" 2>/dev/null || true
+}
+case_hostile_inventory() {
+  inventory_churn "$HOSTILE_RSS_LIMIT_MIB"
+  (( COALESCED > 0 )) || fail "no inventory update was coalesced (clusterd_agent_inventory_updates_coalesced_total)"
+  local sent; sent=$(sed -n 's/^ok: //p' "$W/driver.out")
+  inventory_churn "$HOSTILE_RSS_LIMIT_UNCOALESCED_MIB" --inventory-update-interval 0s
+  SUMMARY="$sent; $SUMMARY"
 }
 
 # The checker is not vacuous: clusterd loses its data directory under load
