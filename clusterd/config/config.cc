@@ -14,6 +14,7 @@
 #include "common/config_util.h"
 #include "common/duration.h"
 #include "common/levels.h"
+#include "common/validation.h"
 
 namespace clusterd {
 namespace {
@@ -243,6 +244,10 @@ std::vector<ConfigKey> MakeTable() {
         "fault-code catalog merged over the built-in one (the flag is also --catalog)", "clusterd.catalog");
   t.Add(Level("default_level", CLUSTERD_FIELD(default_level)),
         "level of codes no catalog knows when the reporter gives none (a catalog file's default_level wins)");
+  t.Add(List("reporter_levels", CLUSTERD_FIELD(reporter_levels), "reporter names, comma-separated",
+             [](const std::string& n) { return ValidateToken("reporter_levels", n); }),
+        "external reporters whose levels are their own: a level they give wins over the built-in catalog's (not "
+        "over catalog_file's); MindCluster's device plugin and NodeD by default, public faults always");
   t.Add(U64("retention_events", CLUSTERD_FIELD(retention_events), 1000, UINT64_MAX),
         "keep at most this many events in the history");
   t.Add(Dur("retention_age", CLUSTERD_FIELD(retention_age), std::chrono::minutes(1)), "keep no event older than this");

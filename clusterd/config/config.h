@@ -30,6 +30,9 @@ struct ClusterdConfig {
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
   std::string catalog_file;  // optional override, merged over the built-in catalog
   v1::FaultLevel default_level = v1::FAULT_LEVEL_SUB_HEALTH;
+  // External reporters whose levels win over the built-in catalog's
+  // (ClusterState::set_reporter_levels).
+  std::vector<std::string> reporter_levels = {"ascend-device-plugin", "mindcluster-noded"};
   // Event-log retention: keep at most this many events, none older than this.
   uint64_t retention_events = 1'000'000;
   std::chrono::nanoseconds retention_age = std::chrono::hours(24 * 7);

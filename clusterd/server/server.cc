@@ -226,6 +226,7 @@ Status ClusterdServer::Impl::OpenState() {
   CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(separation));
   state->set_separation_policy(separation);
   state->set_chain_pool_label(cfg.chain_pool_label);
+  state->set_reporter_levels({cfg.reporter_levels.begin(), cfg.reporter_levels.end()});
   {
     std::map<std::string, v1::FaultLevel> drift_levels;
     for (const std::string& e : cfg.chain_drift_levels) {

@@ -33,6 +33,7 @@ Catalog Catalog::Default(v1::FaultLevel default_level) {
   if (st.ok()) st = catalog.MergeJson(kNvidiaCatalogJson, "built-in NVIDIA catalog");
   if (!st.ok()) std::abort();  // the compiled-in data is tested; broken means a broken build
   catalog.levels_["HEARTBEAT_LOST"] = v1::FAULT_LEVEL_SEPARATE;
+  catalog.overridden_.clear();  // what is merged from here on is the operator's
   catalog.default_level_ = default_level;
   return catalog;
 }
@@ -43,6 +44,7 @@ Status Catalog::MergeJson(std::string_view json_text, std::string_view origin) {
   if (doc.is_discarded()) return InvalidArgument(where + ": not valid JSON");
   if (!doc.is_object()) return InvalidArgument(where + ": top level must be an object");
   std::unordered_map<std::string, v1::FaultLevel> merged = levels_;
+  std::unordered_set<std::string> overridden = overridden_;
   v1::FaultLevel default_level = default_level_;
   if (doc.contains("default_level")) {
     const auto& dl = doc["default_level"];
@@ -65,6 +67,7 @@ Status Catalog::MergeJson(std::string_view json_text, std::string_view origin) {
       auto level = ParseFaultLevel(entry["level"].get<std::string>());
       if (!level) return InvalidArgument(at + ".level: unknown level \"" + entry["level"].get<std::string>() + "\"");
       merged[AsciiUpper(code)] = *level;
+      overridden.insert(AsciiUpper(code));
     }
   }
   std::unordered_map<std::string, std::vector<std::string>> firmware = firmware_;
@@ -102,6 +105,7 @@ Status Catalog::MergeJson(std::string_view json_text, std::string_view origin) {
     }
   }
   levels_ = std::move(merged);
+  overridden_ = std::move(overridden);
   firmware_ = std::move(firmware);
   default_level_ = default_level;
   return Status::Ok();
@@ -121,6 +125,27 @@ v1::FaultLevel Catalog::Resolve(std::string_view code, v1::FaultLevel reported) 
   if (reported != v1::FAULT_LEVEL_UNSPECIFIED) return reported;
   return default_level_;
 }
+
+Catalog::Resolution Catalog::ResolveFor(std::string_view code, v1::FaultLevel reported, bool reporter_decides) const {
+  Resolution r;
+  const std::string key = AsciiUpper(code);
+  auto it = levels_.find(key);
+  if (it != levels_.end()) r.catalog = it->second;
+  const bool overridden = it != levels_.end() && overridden_.count(key) > 0;
+  if (it != levels_.end() && (overridden || !reporter_decides || reported == v1::FAULT_LEVEL_UNSPECIFIED)) {
+    r.level = it->second;
+    r.source = overridden ? "catalog override" : "catalog";
+  } else if (reported != v1::FAULT_LEVEL_UNSPECIFIED) {
+    r.level = reported;
+    r.source = "reporter";
+  } else {
+    r.level = default_level_;
+    r.source = "default";
+  }
+  return r;
+}
+
+bool Catalog::Overridden(std::string_view code) const { return overridden_.count(AsciiUpper(code)) > 0; }
 
 const std::vector<std::string>* Catalog::FirmwareFor(std::string_view driver) const {
   auto it = firmware_.find(AsciiUpper(driver));

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "clusterd/v1/types.pb.h"
@@ -31,7 +32,23 @@ class Catalog {
   // Catalog level if the code is known; else the reported level if the
   // reporter gave one; else the default level. Codes compare case-insensitively.
   v1::FaultLevel Resolve(std::string_view code, v1::FaultLevel reported) const;
+  // The same for a reporter whose levels are its own (`reporter_decides`:
+  // MindCluster's device plugin decides each fault's level from its own,
+  // operator-customised fault tables and escalations): its level wins over
+  // the built-in catalog's, but not over a code the operator's catalog file
+  // names. `source` says which gave `level`: "reporter", "catalog",
+  // "catalog override" or "default"; `catalog` is the catalog's level for
+  // the code (UNSPECIFIED when it knows none).
+  struct Resolution {
+    v1::FaultLevel level = v1::FAULT_LEVEL_UNSPECIFIED;
+    v1::FaultLevel catalog = v1::FAULT_LEVEL_UNSPECIFIED;
+    std::string_view source;
+  };
+  Resolution ResolveFor(std::string_view code, v1::FaultLevel reported, bool reporter_decides) const;
   bool Contains(std::string_view code) const;
+  // Whether the code's level comes from a catalog merged over the built-in
+  // one (the operator's file), not from the built-in catalog.
+  bool Overridden(std::string_view code) const;
 
   // The firmware versions known to suit a driver version (compared without
   // case), or nullptr when the table does not know the driver: then no pair
@@ -45,6 +62,7 @@ class Catalog {
 
  private:
   std::unordered_map<std::string, v1::FaultLevel> levels_;
+  std::unordered_set<std::string> overridden_;  // upper-case codes merged over the built-in catalog
   std::unordered_map<std::string, std::vector<std::string>> firmware_;  // upper-case driver -> firmware
   v1::FaultLevel default_level_ = v1::FAULT_LEVEL_SUB_HEALTH;
 };

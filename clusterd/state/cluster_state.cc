@@ -736,6 +736,19 @@ StatusOr<v1::ReportResponse> ClusterState::ApplyReport(const v1::ReportRequest& 
   return ApplyReport(*valid, m);
 }
 
+void ClusterState::SetReportedLevel(const std::string& code, v1::FaultLevel reported, bool reporter_decides,
+                                    v1::Fault* proposed) const {
+  const Catalog::Resolution level = catalog_->ResolveFor(code, reported, reporter_decides);
+  proposed->set_level(level.level);
+  if (reported != v1::FAULT_LEVEL_UNSPECIFIED && level.catalog != v1::FAULT_LEVEL_UNSPECIFIED &&
+      reported != level.catalog) {
+    // Both had a say and differ: the fault shows both, and which won.
+    proposed->set_reported_level(reported);
+    proposed->set_catalog_level(level.catalog);
+    proposed->set_level_source(std::string(level.source));
+  }
+}
+
 StatusOr<v1::ReportResponse> ClusterState::ApplyReport(const Validated<v1::ReportRequest>& valid, Mutation* m) {
   const v1::ReportRequest& req = *valid;
   NodeState* n = nodes_.Find(req.node());
@@ -751,7 +764,7 @@ StatusOr<v1::ReportResponse> ClusterState::ApplyReport(const Validated<v1::Repor
     if (device) proposed.set_device_id(*device);
     proposed.set_source(v1::FAULT_SOURCE_EXTERNAL);
     proposed.set_code(req.code());
-    proposed.set_level(catalog_->Resolve(req.code(), req.level()));
+    SetReportedLevel(req.code(), req.level(), ReporterDecidesLevel(req.reporter()), &proposed);
     proposed.set_message(req.message());
     proposed.set_reporter(req.reporter());
     proposed.set_external_id(req.id());

@@ -23,8 +23,10 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -82,6 +84,11 @@ class ClusterState : public StateView {
   // The separation policy (recovery/separation.h): before Load; MindCluster's
   // defaults otherwise (3 faults in 24 h, released after 48 h fault-free).
   void set_separation_policy(const recovery::SeparationPolicy& policy) { separations_.emplace(policy); }
+  // External reporters whose levels are their own (Catalog::ResolveFor): a
+  // level they give wins over the built-in catalog's, not over the
+  // operator's catalog file. Public faults always are (ApplyPublicFaults).
+  void set_reporter_levels(std::set<std::string> reporters) { reporter_levels_ = std::move(reporters); }
+  bool ReporterDecidesLevel(const std::string& reporter) const { return reporter_levels_.count(reporter) > 0; }
   // The node label that names a node's pool for the software chain's drift
   // (chain_drift.h); "" (the default): the model of the node's first device.
   void set_chain_pool_label(std::string label) { chain_pool_label_ = std::move(label); }
@@ -243,6 +250,10 @@ class ClusterState : public StateView {
   void set_durable_revision(uint64_t r) { journal_.set_durable(r); }
 
  private:
+  // The proposed fault's level from the reporter's and the catalog's, and,
+  // where both had a say and differ, both (Fault.reported_level ...).
+  void SetReportedLevel(const std::string& code, v1::FaultLevel reported, bool reporter_decides,
+                        v1::Fault* proposed) const;
   friend class Engine;  // the writer takes the lock exclusively
   // The lock itself: only the Engine (the writer) takes it, exclusively;
   // readers go through Read.
@@ -287,6 +298,7 @@ class ClusterState : public StateView {
   // When AdvanceSeparations next has work, unless a fault changes it first.
   TimePoint separation_due_ = TimePoint::min();
   std::string chain_pool_label_;
+  std::set<std::string> reporter_levels_;
   std::map<std::string, v1::FaultLevel> chain_drift_levels_;
   ReleaseChainCheck release_chain_check_ = ReleaseChainCheck::kAutomatic;
   bool chain_dirty_ = true;  // a chain changed since the last drift pass (and at start)

@@ -67,6 +67,18 @@ uint32_t FaultTable::ActiveFrom(const std::string& node, bool external) const {
   return active;
 }
 
+namespace {
+
+// The level and where it came from (Fault.reported_level ...).
+void SetLevel(v1::Fault& f, const v1::Fault& proposed) {
+  f.set_level(proposed.level());
+  f.set_reported_level(proposed.reported_level());
+  f.set_catalog_level(proposed.catalog_level());
+  f.set_level_source(proposed.level_source());
+}
+
+}  // namespace
+
 FaultTable::Raised FaultTable::Raise(const std::string& key, const v1::Fault& proposed, Mutation* m) {
   const auto now = ToTimestamp(journal_->Now());
   auto [it, inserted] = faults_.try_emplace(key, proposed);
@@ -75,18 +87,20 @@ FaultTable::Raised FaultTable::Raise(const std::string& key, const v1::Fault& pr
   Raised out{&f, true, !inserted && f.state() == v1::FAULT_STATE_ACTIVE};
   if (out.was_active) {
     *f.mutable_last_seen() = now;
-    if (f.level() == proposed.level() && f.message() == proposed.message()) {
+    if (f.level() == proposed.level() && f.message() == proposed.message() &&
+        f.reported_level() == proposed.reported_level() && f.catalog_level() == proposed.catalog_level() &&
+        f.level_source() == proposed.level_source()) {
       out.changed = false;  // a refresh, not a change
       return out;
     }
-    f.set_level(proposed.level());
+    SetLevel(f, proposed);
     f.set_message(proposed.message());
   } else {
     if (inserted) {
       *f.mutable_first_seen() = now;
       f.set_id(storage::FaultIdOf(f));
     }
-    f.set_level(proposed.level());
+    SetLevel(f, proposed);
     f.set_message(proposed.message());
     f.set_state(v1::FAULT_STATE_ACTIVE);
     CountPublic(f, +1);

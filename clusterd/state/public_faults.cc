@@ -117,7 +117,7 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
     proposed.set_device_id(p.device);
     proposed.set_source(v1::FAULT_SOURCE_EXTERNAL);
     proposed.set_code(p.code);
-    proposed.set_level(p.level);
+    SetReportedLevel(p.code, p.level, /*reporter_decides=*/true, &proposed);  // public faults name their level
     proposed.set_message(p.message);
     proposed.set_reporter(plan.reporter);
     proposed.set_external_id(p.fault_id);

@@ -67,6 +67,40 @@ TEST(Catalog, OverrideReplacesAndAdds) {
   EXPECT_EQ(c.default_level(), v1::FAULT_LEVEL_NOT_HANDLE);
 }
 
+// MindCluster's device plugin decides its faults' levels itself (its
+// operator-customised faultCode.json, its escalations): for such a reporter
+// its level wins over the built-in catalog's, but the operator's own
+// catalog file wins over every reporter.
+TEST(Catalog, AReporterThatDecidesLevelsWinsOverTheBuiltInCatalogNotOverTheOperators) {
+  Catalog c = Catalog::Default();
+  auto r = c.ResolveFor("81078603", v1::FAULT_LEVEL_SEPARATE, true);  // built in: NOT_HANDLE
+  EXPECT_EQ(r.level, v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(r.catalog, v1::FAULT_LEVEL_NOT_HANDLE);
+  EXPECT_EQ(r.source, "reporter");
+  r = c.ResolveFor("81078603", v1::FAULT_LEVEL_SEPARATE, false);  // any other reporter: the catalog
+  EXPECT_EQ(r.level, v1::FAULT_LEVEL_NOT_HANDLE);
+  EXPECT_EQ(r.source, "catalog");
+  r = c.ResolveFor("81078603", v1::FAULT_LEVEL_UNSPECIFIED, true);  // it gave none
+  EXPECT_EQ(r.level, v1::FAULT_LEVEL_NOT_HANDLE);
+  EXPECT_EQ(r.source, "catalog");
+  r = c.ResolveFor("DEADBEEF", v1::FAULT_LEVEL_UNSPECIFIED, true);
+  EXPECT_EQ(r.level, c.default_level());
+  EXPECT_EQ(r.catalog, v1::FAULT_LEVEL_UNSPECIFIED);
+  EXPECT_EQ(r.source, "default");
+  EXPECT_FALSE(c.Overridden("81078603"));
+
+  ASSERT_TRUE(c.MergeJson(R"({"codes": [{"code": "81078603", "level": "PRE_SEPARATE"}]})", "operator").ok());
+  EXPECT_TRUE(c.Overridden("81078603"));
+  EXPECT_FALSE(c.Overridden("80E01801"));
+  r = c.ResolveFor("81078603", v1::FAULT_LEVEL_SEPARATE, true);
+  EXPECT_EQ(r.level, v1::FAULT_LEVEL_PRE_SEPARATE);
+  EXPECT_EQ(r.catalog, v1::FAULT_LEVEL_PRE_SEPARATE);
+  EXPECT_EQ(r.source, "catalog override");
+  // A refused merge marks nothing.
+  EXPECT_FALSE(c.MergeJson(R"({"codes": [{"code": "80E01801", "level": "SEPARATE"}, {"code": 1}]})", "bad").ok());
+  EXPECT_FALSE(c.Overridden("80E01801"));
+}
+
 TEST(Catalog, BadOverrideIsRefusedAndChangesNothing) {
   Catalog c = Catalog::Default();
   Status st = c.MergeJson(R"({"codes": [{"code": "80E01801", "level": "SEPARATE"},

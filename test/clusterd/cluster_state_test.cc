@@ -1297,6 +1297,48 @@ TEST_F(ClusterStateTest, AJobsRestartOnlyFaultsBlameNeitherTheChipNorTheNode) {
   EXPECT_EQ(Node("worker01").devices(3).separation_fault_times_size(), 1);
 }
 
+// The device plugin's level is the level (as the reference ClusterD takes
+// it), and the fault shows both levels; another reporter's level gives way to
+// the catalog's.
+TEST_F(ClusterStateTest, AReportersOwnLevelWinsOnlyForReportersThatDecideLevels) {
+  state_->set_reporter_levels({"ascend-device-plugin"});
+  Hello(MakeHello("worker01", 1));
+  auto raise = [&](const std::string& reporter, const std::string& id, v1::FaultLevel level) {
+    v1::ReportRequest r;
+    r.set_reporter(reporter);
+    r.set_id(id);
+    r.set_node("worker01");
+    r.set_device_id(2);
+    r.set_code("81078603");  // NOT_HANDLE in the built-in catalog
+    r.set_level(level);
+    r.set_action(v1::TRANSITION_ACTION_RAISE);
+    v1::Fault f;
+    EXPECT_TRUE(Commit([&](Mutation* m) -> Status {
+                  auto resp = state_->ApplyReport(r, m);
+                  if (!resp.ok()) return resp.status();
+                  f = resp->fault();
+                  return Status::Ok();
+                }).ok());
+    return f;
+  };
+  v1::Fault f = raise("ascend-device-plugin", "worker01/2/81078603", v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(f.level(), v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(f.reported_level(), v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(f.catalog_level(), v1::FAULT_LEVEL_NOT_HANDLE);
+  EXPECT_EQ(f.level_source(), "reporter");
+  EXPECT_EQ(Node("worker01").devices(2).health(), v1::HEALTH_UNHEALTHY);
+  // The plugin lowers it (its escalation undone): the record follows.
+  f = raise("ascend-device-plugin", "worker01/2/81078603", v1::FAULT_LEVEL_NOT_HANDLE);
+  EXPECT_EQ(f.level(), v1::FAULT_LEVEL_NOT_HANDLE);
+  EXPECT_EQ(f.level_source(), "");  // both agree: nothing to show
+  EXPECT_EQ(f.reported_level(), v1::FAULT_LEVEL_UNSPECIFIED);
+  // Any other reporter: the catalog's level, and both shown.
+  f = raise("npd", "disk", v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(f.level(), v1::FAULT_LEVEL_NOT_HANDLE);
+  EXPECT_EQ(f.reported_level(), v1::FAULT_LEVEL_SEPARATE);
+  EXPECT_EQ(f.level_source(), "catalog");
+}
+
 // The separation policy (MindCluster's defaults: 3 counted faults within 24 h,
 // settle 30 s, released after 48 h fault-free): counted in the device
 // record, separated with an event, kept across a restart, released by itself.
