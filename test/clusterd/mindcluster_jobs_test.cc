@@ -245,7 +245,7 @@ TEST_F(MindClusterJobsTest, BadInputIsRefusedAndChangesNothing) {
   // A stream replaces the client's older one; once it ends the client is
   // gone (Register again, as the reference's clients do).
   auto first = SubscribeList(id);
-  first->WaitMessages(1);
+  ASSERT_TRUE(WaitFor([&] { return Metric("clusterd_mindcluster_job_subscribers") == 1; }));
   auto second = SubscribeList(id);
   EXPECT_EQ(first->WaitEnd().error_code(), grpc::StatusCode::ABORTED);
   second.reset();
@@ -346,6 +346,70 @@ TEST_F(MindClusterJobsTest, RankTablesFollowThePlacementAndEndWithTheJob) {
   EXPECT_EQ(sub2->WaitEnd().error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(sub2->Messages().size(), 1u);
   EXPECT_TRUE(WaitFor([&] { return Metric("clusterd_mindcluster_config_registrations") == 0; }));
+}
+
+TEST_F(MindClusterJobsTest, TwentyStreamsPerRole) {
+  // More calls than the per-client rate's burst: each subscription is
+  // opened again while the rate refuses it (its counter says so).
+  const std::string kRate = "clusterd_mindcluster_job_refused_total{limit=\"client_rate\"}";
+  const std::string kStreams = "clusterd_mindcluster_job_subscribers";
+  auto subscribe = [&](const std::string& id, const std::string& role, double streams) {
+    for (;;) {
+      const double refused = Metric(kRate);
+      auto sub = SubscribeList(id, role);
+      EXPECT_TRUE(WaitFor([&] { return Metric(kStreams) == streams || Metric(kRate) > refused; }));
+      if (Metric(kStreams) == streams || Metric(kRate) == refused) return sub;
+    }
+  };
+  std::vector<std::unique_ptr<StreamReader<job::JobSummarySignalList>>> subs;
+  for (int i = 0; i < 20; ++i) subs.push_back(subscribe(RegisterOk("DefaultUser1"), "DefaultUser1", i + 1));
+  const std::string id = RegisterOk("DefaultUser1");
+  grpc::Status st;
+  WaitFor([&] {
+    st = SubscribeList(id, "DefaultUser1")->WaitEnd();
+    return st.error_message().find("per second") == std::string::npos;
+  });
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("the most per role"), std::string::npos) << st.error_message();
+  EXPECT_EQ(Metric("clusterd_mindcluster_job_refused_total{limit=\"per_role\"}"), 1);
+  EXPECT_EQ(Metric(kStreams), 20);
+  // Another role is not held back, and the refused client may subscribe
+  // once a stream of its role ends.
+  auto other = subscribe(RegisterOk("DefaultUser2"), "DefaultUser2", 21);
+  EXPECT_EQ(Metric(kStreams), 21);
+  subs.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return Metric(kStreams) == 20; }));
+  auto late = subscribe(id, "DefaultUser1", 21);
+  EXPECT_EQ(Metric(kStreams), 21);
+}
+
+TEST_F(MindClusterJobsTest, AfterARestartTheHistoryComesFromTheStoredJobs) {
+  Create(MakeJob("job-s-0001", 3));
+  Create(MakeJob("job-s-0002", 1));
+  Delete("job-s-0002");
+  StartServer();  // the same data directory
+  const std::string id = RegisterOk();
+  ASSERT_TRUE(WaitFor([&] { return Metric("clusterd_mindcluster_job_summaries") == 1; }));
+  auto history = Summaries(SubscribeList(id)->WaitMessages(1));
+  ASSERT_EQ(history.size(), 1u);  // a job deleted before the restart is not told again
+  EXPECT_EQ(history[0].jobid(), "job-s-0001");
+  EXPECT_EQ(history[0].jobstatus(), "running");
+  EXPECT_EQ(json::parse(history[0].hccljson())["server_list"][0]["device"].size(), 3u);
+}
+
+TEST_F(MindClusterJobsTest, AJobAboveFortyThousandChipsIsToldWithoutHcclJson) {
+  Create(MakeJob("job-huge-01", 40001));
+  ASSERT_TRUE(RegisterConfig("job-huge-01").ok());
+  auto tables = SubscribeRankTable("job-huge-01");
+  ASSERT_TRUE(WaitFor([&] { return Metric("clusterd_mindcluster_job_summaries") == 1; }));
+  auto history = Summaries(SubscribeList(RegisterOk())->WaitMessages(1));
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].jobstatus(), "running");
+  EXPECT_EQ(history[0].hccljson(), "");
+  // The rank table itself (about 2 MB) still goes to config.Config.
+  auto msgs = tables->WaitMessages(1);
+  ASSERT_EQ(msgs.size(), 1u);
+  EXPECT_EQ(json::parse(msgs[0].ranktable())["server_list"].size(), 5001u);
 }
 
 }  // namespace
