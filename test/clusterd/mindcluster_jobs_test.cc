@@ -346,6 +346,9 @@ TEST_F(MindClusterJobsTest, RankTablesFollowThePlacementAndEndWithTheJob) {
   EXPECT_EQ(sub2->WaitEnd().error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(sub2->Messages().size(), 1u);
   EXPECT_TRUE(WaitFor([&] { return Metric("clusterd_mindcluster_config_registrations") == 0; }));
+  // A job deleted before its subscription: ended at once.
+  ASSERT_TRUE(RegisterConfig("job-r-0001").ok());
+  EXPECT_EQ(SubscribeRankTable("job-r-0001")->WaitEnd().error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(MindClusterJobsTest, TwentyStreamsPerRole) {

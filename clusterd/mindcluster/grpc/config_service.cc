@@ -260,7 +260,11 @@ grpc::ServerWriteReactor<config::RankTableStream>* MindClusterConfigService::Sub
   const uint64_t handle = core_->feed->Listen(
       [&](const mc::JobSummaryBook& book) {
         const auto* e = book.Find(job);
-        if (e == nullptr || e->deleted || e->rank_table.empty()) return;
+        if (e != nullptr && e->deleted) {
+          stream->End(grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + job + " was deleted"));
+          return;
+        }
+        if (e == nullptr || e->rank_table.empty()) return;
         *last = e->rank_table;
         stream->Replace(RankTableMessage(job, e->rank_table));
       },
