@@ -166,7 +166,7 @@ std::optional<JobSummaryEntry> JobSummaryBook::Remove(const std::string& job_id,
 void JobSummaryBook::Record(const std::string& id, JobSummaryEntry entry) {
   head_ = std::max(head_, entry.seq);
   auto it = entries_.find(id);
-  if (it != entries_.end() && it->second.deleted) deleted_.erase(it->second.seq);
+  if (it != entries_.end() && it->second.deleted) deleted_.erase({it->second.seq, id});
   if (entry.deleted) deleted_.emplace(entry.seq, id);
   entries_[id] = std::move(entry);
   TrimDeleted();

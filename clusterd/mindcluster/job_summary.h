@@ -29,8 +29,10 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "clusterd/state/response_limits.h"
@@ -120,7 +122,9 @@ class JobSummaryBook {
 
   const JobSummaryOptions options_;
   std::map<std::string, JobSummaryEntry> entries_;
-  std::map<uint64_t, std::string> deleted_;  // seq -> job id, the kept deleted jobs
+  // The kept deleted jobs by (seq, job id), oldest first (several may share a
+  // seq: deletions found by one resync).
+  std::set<std::pair<uint64_t, std::string>> deleted_;
   uint64_t head_ = 0;
 };
 

@@ -207,6 +207,20 @@ TEST(MindClusterJobSummaryTest, DeletedJobsKeptAreBounded) {
   EXPECT_EQ(all[2].summary.jobid(), "job-2");
 }
 
+TEST(MindClusterJobSummaryTest, DeletionsSharingASeqAreEachKeptAndTrimmed) {
+  JobSummaryOptions o;
+  o.max_deleted = 2;
+  JobSummaryBook book(o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(book.Upsert(MakeJob("r-" + std::to_string(i), 1), i + 1, 100, Facts));
+  // A resync finds all three gone at once.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(book.Remove("r-" + std::to_string(i), 10, 200));
+  EXPECT_EQ(book.size(), 2u);
+  EXPECT_EQ(book.Find("r-0"), nullptr);
+  ASSERT_TRUE(book.Upsert(MakeJob("r-1", 1), 11, 300, Facts));  // made again
+  EXPECT_FALSE(book.Find("r-1")->deleted);
+  EXPECT_EQ(book.size(), 2u);
+}
+
 TEST(MindClusterJobSummaryTest, BatchesByChipsAndBytes) {
   JobSummaryBook book;
   uint64_t seq = 0;
