@@ -33,7 +33,6 @@ namespace clusterd {
 
 // job.Job's Status.code values (the reference's).
 inline constexpr int32_t kMindClusterJobRegistered = 0;
-inline constexpr int32_t kMindClusterJobUnknownRole = 400;
 inline constexpr int32_t kMindClusterJobRateLimited = 429;
 
 struct MindClusterJobOptions {
