@@ -552,12 +552,13 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(U32("pubfault_max_faults", CLUSTERD_FIELD(pubfault.max_faults), 1, 10'000'000), "public faults active at once",
         "mindcluster.pubfault.maxFaults");
   t.Add(U32("mindcluster_max_subscribers", CLUSTERD_FIELD(mindcluster_max_subscribers), 1, 1'000'000),
-        "fault.Fault registrations, and apart its subscription streams; more is RESOURCE_EXHAUSTED",
+        "fault.Fault registrations, and apart its subscription streams; more is RESOURCE_EXHAUSTED (also "
+        "job.Job's clients and config.Config's registrations, each apart)",
         "mindcluster.maxSubscribers");
   t.Add(U32("mindcluster_max_registrations_per_principal", CLUSTERD_FIELD(mindcluster_max_registrations_per_principal),
             1, 1'000'000),
         "fault.Fault registrations one client holds: its authenticated principal, or its IP address with "
-        "insecure (the smaller of it and mindcluster_max_subscribers applies)",
+        "insecure (the smaller of it and mindcluster_max_subscribers applies; also job.Job's clients)",
         "mindcluster.maxRegistrationsPerPrincipal");
   t.Add(Custom(
             "mindcluster_registration_ttl_seconds", "N", "1 to 604800",
@@ -568,7 +569,7 @@ std::vector<ConfigKey> MakeTable() {
               return Status::Ok();
             },
             [](const ClusterdConfig& c) { return std::to_string(c.mindcluster_registration_ttl.count()); }),
-        "a fault.Fault registration with no stream open for this many seconds expires",
+        "a fault.Fault (job.Job, config.Config) registration with no stream open for this many seconds expires",
         "none yet (clusterd.config refuses the mindcluster_* keys)");
   t.Add(Custom(
             "mindcluster_taskd_wait_seconds", "N", "2 to 3600",

@@ -32,7 +32,8 @@ bool LeaderServes(const std::string& method) {
   const size_t slash = method.rfind('/');
   if (method.empty() || method[0] != '/' || slash == 0 || slash == std::string::npos) return false;
   bool ours = false;
-  for (const char* service : {"/clusterd.v1.", "/fault.Fault/", "/PubFault/", "/Recover/", "/TrainingDataTrace/"}) {
+  for (const char* service : {"/clusterd.v1.", "/fault.Fault/", "/PubFault/", "/Recover/", "/TrainingDataTrace/",
+                              "/job.Job/", "/config.Config/"}) {
     ours = ours || method.rfind(service, 0) == 0;
   }
   const std::string full = method.substr(1, slash - 1) + "." + method.substr(slash + 1);

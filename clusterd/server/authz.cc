@@ -25,6 +25,12 @@ const std::vector<MethodRule>& MethodRules() {
       {"/fault.Fault/Register", kViewers},
       {"/fault.Fault/SubscribeFaultMsgSignal", kViewers},
       {"/fault.Fault/GetFaultMsgSignal", kViewers},
+      // MindCluster's job summaries (faultdiag-online) and rank tables (MindIE).
+      {"/job.Job/Register", kViewers},
+      {"/job.Job/SubscribeJobSummarySignal", kViewers},
+      {"/job.Job/SubscribeJobSummarySignalList", kViewers},
+      {"/config.Config/Register", kViewers},
+      {"/config.Config/SubscribeRankTable", kViewers},
       // External fault sources, each under its own reporter name.
       {"/clusterd.v1.FaultService/Report", RoleBit(Role::kReporter)},
       // MindCluster's public faults, each resource under its own name.

@@ -21,7 +21,10 @@
 #include "clusterd/engine/integration.h"
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/k8s/token_reviewer.h"
+#include "clusterd/mindcluster/grpc/config_service.h"
 #include "clusterd/mindcluster/grpc/fault_service.h"
+#include "clusterd/mindcluster/grpc/job_feed.h"
+#include "clusterd/mindcluster/grpc/job_service.h"
 #include "clusterd/mindcluster/grpc/pubfault_service.h"
 #include "clusterd/mindcluster/grpc/recover_service.h"
 #include "clusterd/mindcluster/grpc/trace_service.h"
@@ -80,6 +83,9 @@ struct ClusterdServer::Impl {
   std::unique_ptr<TokenReviewer> token_reviewer;
   std::unique_ptr<Authenticator> authenticator;
   std::unique_ptr<boost::asio::thread_pool> watch_pool;
+  // MindCluster's job summaries (job.Job, config.Config): outlives their
+  // services, which hold it.
+  std::unique_ptr<JobSummaryFeed> job_feed;
   // The Recover service's writes to TaskD jobs' Kubernetes objects (when an
   // integration on Kubernetes is configured); outlives the services.
   std::unique_ptr<TaskdKubeObjects> taskd_objects;
@@ -94,10 +100,12 @@ struct ClusterdServer::Impl {
     std::unique_ptr<PubFaultServiceImpl> pubfault;
     std::unique_ptr<RecoverServiceImpl> recover;
     std::unique_ptr<TrainingDataTraceService> trace;
+    std::unique_ptr<MindClusterJobService> mindcluster_job;
+    std::unique_ptr<MindClusterConfigService> mindcluster_config;
     void RegisterWith(grpc::ServerBuilder& builder) const {
       for (grpc::Service* service : std::initializer_list<grpc::Service*>{
                agent.get(), cluster.get(), fault.get(), health.get(), job.get(), admin.get(), mindcluster_fault.get(),
-               pubfault.get(), recover.get(), trace.get()}) {
+               pubfault.get(), recover.get(), trace.get(), mindcluster_job.get(), mindcluster_config.get()}) {
         builder.RegisterService(service);
       }
     }
@@ -339,6 +347,24 @@ Status ClusterdServer::Impl::MakeServices() {
   mfo.registration_ttl = cfg.mindcluster_registration_ttl;
   services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
                                                                          &metrics, authenticator.get());
+  {
+    // MindCluster's job summaries and rank tables, from the jobs' records
+    // (the registration limits are fault.Fault's settings).
+    job_feed = std::make_unique<JobSummaryFeed>(state.get(), hub.get(), watch_pool.get(), clock,
+                                                mindcluster::JobSummaryOptions{}, &metrics);
+    job_feed->Start();
+    MindClusterJobOptions jo;
+    jo.max_clients = cfg.mindcluster_max_subscribers;
+    jo.max_clients_per_principal = mfo.max_registrations_per_principal;
+    jo.registration_ttl = cfg.mindcluster_registration_ttl;
+    services.mindcluster_job =
+        std::make_unique<MindClusterJobService>(job_feed.get(), watch_pool.get(), authenticator.get(), jo, &metrics);
+    MindClusterConfigOptions co;
+    co.max_registrations = cfg.mindcluster_max_subscribers;
+    co.registration_ttl = cfg.mindcluster_registration_ttl;
+    services.mindcluster_config =
+        std::make_unique<MindClusterConfigService>(job_feed.get(), watch_pool.get(), authenticator.get(), co, &metrics);
+  }
   RecoverServiceOptions ro;
   ro.mindio_wait = cfg.mindcluster_taskd_wait;
   const auto& integrations = cfg.integrations;
@@ -426,9 +452,9 @@ void ClusterdServer::Impl::AddStateMetrics() {
 
 Status ClusterdServer::Impl::StartGrpc(const std::shared_ptr<grpc::ServerCredentials>& credentials) {
   const ClusterdConfig& cfg = config;
-  services.health = std::make_unique<HealthServiceImpl>(
-      std::set<std::string>{"clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
-                            "clusterd.v1.JobService", "clusterd.v1.AdminService", "fault.Fault"});
+  services.health = std::make_unique<HealthServiceImpl>(std::set<std::string>{
+      "clusterd.v1.NodeAgentService", "clusterd.v1.ClusterService", "clusterd.v1.FaultService",
+      "clusterd.v1.JobService", "clusterd.v1.AdminService", "fault.Fault", "job.Job", "config.Config"});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(cfg.listen, credentials, &grpc_port);

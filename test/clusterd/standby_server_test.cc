@@ -327,6 +327,24 @@ TEST_F(StandbyServerTest, TrainingDataTraceCallsAreRefusedNamingTheLeader) {
   EXPECT_TRUE(Contains(st.error_message(), "leader (replica-a)")) << st.error_message();
 }
 
+// So are MindCluster's job.Job (faultdiag-online) and config.Config (MindIE).
+TEST_F(StandbyServerTest, JobSummaryAndRankTableCallsAreRefusedNamingTheLeader) {
+  grpc::GenericStub stub(standby_channel_);
+  for (const char* method : {"/job.Job/Register", "/config.Config/Register"}) {
+    grpc::ByteBuffer request, response;
+    grpc::Slice slice{std::string()};
+    request = grpc::ByteBuffer(&slice, 1);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                   [&done](grpc::Status st) { done.set_value(std::move(st)); });
+    grpc::Status st = done.get_future().get();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << method << ": " << st.error_message();
+    EXPECT_TRUE(Contains(st.error_message(), "leader (replica-a)")) << st.error_message();
+  }
+}
+
 TEST_F(StandbyServerTest, RefusalsSayWhenNoLeaderIsKnown) {
   auto store = storage::MemoryStore::Open();
   ASSERT_TRUE(store.ok()) << store.status().ToString();

@@ -18,7 +18,14 @@
 #  5. TrainingDataTrace (profiling.proto): faultdiag-online's
 #     ModifyTrainingDataTraceSwitch for a job by namespace/name -> code 200,
 #     GetTrainingDataTraceSwitch says it; a switch that is not on/off ->
-#     InvalidArgument and Get still says the first.
+#     InvalidArgument and Get still says the first;
+#  6. job.Job and config.Config through the Go stubs: faultdiag-online's
+#     Register (role FdAgent) and SubscribeJobSummarySignalList get every job
+#     at once (mc-job-0001 running), then a job made through JobService
+#     (running, its HcclJson naming worker02's chips and ranks) and its
+#     deletion (failed, operator delete); an unknown role is refused; MindIE's
+#     config.Config gets a job's rank table at once and again when UpdateJob
+#     moves its ranks.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
@@ -133,10 +140,9 @@ subscriber_done() {
   [[ $rc == 0 ]] || fail "$1: mcclient exit $rc: $(cat "$WORK/$1.log")"
 }
 
-echo "== 1. reflection lists both MindCluster services"
+echo "== 1. reflection lists the MindCluster services"
 services=$(grpcurl -plaintext "$ADDR" list)
-expect_contains "$services" "PubFault" "grpcurl list"
-expect_contains "$services" "fault.Fault" "grpcurl list"
+for s in PubFault fault.Fault job.Job config.Config; do expect_contains "$services" "$s" "grpcurl list"; done
 methods=$(grpcurl -plaintext "$ADDR" list fault.Fault)
 for m in Register SubscribeFaultMsgSignal GetFaultMsgSignal; do expect_contains "$methods" "fault.Fault.$m" "grpcurl list fault.Fault"; done
 
@@ -256,6 +262,80 @@ out=$(trace_grpcurl '{"jobNsName": "default/trace-job"}' GetTrainingDataTraceSwi
 got=$(python3 -c 'import json,sys; s=json.load(sys.stdin)["profilingSwitch"]; print(s["CommunicationOperator"], s["Step"])' <<<"$out")
 [[ $got == "off on" ]] || fail "Get says '$got' (expected 'off on'): $out"
 echo "-- Modify -> 200; Get -> CommunicationOperator off, Step on"
+
+echo "== 6. job.Job summaries and config.Config rank tables, through the Go stubs"
+job_subscribers() {
+  [[ $(curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" | awk '$1 == "clusterd_mindcluster_job_subscribers" {print $2}') == "$1" ]]
+}
+# summaries FILE: one line per summary mcclient printed: "<message#> <jobId> <jobStatus> <operator> <total> <hccl>",
+# hccl being "node:device:rank,..." of its HcclJson (or its status while initializing).
+summaries() {
+  python3 - "$1" <<'PY'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    msg = json.loads(line).get("summaries")
+    if msg is None:
+        continue
+    n += 1
+    for s in msg.get("jobSummarySignals") or []:
+        h = json.loads(s["HcclJson"]) if s["HcclJson"] else {}
+        devs = [f'{srv["server_name"]}:{d["device_id"]}:{d["rank_id"]}' for srv in h.get("server_list") or []
+                for d in srv["device"]]
+        print(n, s["jobId"], s["jobStatus"], s["operator"], msg["JobTotalNum"], ",".join(devs) or h.get("status", "-"))
+PY
+}
+out=$(grpcurl -plaintext -import-path "$ROOT/proto" -proto mindcluster/job.proto -d '{"role": "Mallory"}' \
+  "$ADDR" job.Job/Register 2>&1) && fail "job.Job/Register with an unknown role: $out"
+expect_contains "$out" "InvalidArgument" "job.Job/Register with an unknown role"
+"$MC" jobs -server "$ADDR" -role FdAgent -job summary-uid-0001 -operator delete -deadline 60s \
+  >"$WORK/jobs.out" 2>"$WORK/jobs.log" &
+SUB_PID=$!
+PIDS+=("$SUB_PID")
+wait_until 30 job_subscribers 1 || fail "the job summary subscription never opened: $(cat "$WORK/jobs.log")"
+[[ $(mc_reply jobregister code <"$WORK/jobs.out") == 0 ]] || fail "job.Job/Register: $(cat "$WORK/jobs.out")"
+grpcurl -plaintext -d '{"job": {"id": "summary-uid-0001", "kind": "JOB_KIND_TRAINING",
+    "labels": {"k8s.namespace": "default", "k8s.name": "summary-job"},
+    "placement": [{"rank": 0, "node": "worker02", "device_id": 0}, {"rank": 1, "node": "worker02", "device_id": 1}]}}' \
+  "$ADDR" clusterd.v1.JobService/CreateJob >/dev/null || fail "CreateJob summary-uid-0001"
+grpcurl -plaintext -d '{"id": "summary-uid-0001"}' "$ADDR" clusterd.v1.JobService/DeleteJob >/dev/null ||
+  fail "DeleteJob summary-uid-0001"
+subscriber_done "job summaries"
+summaries "$WORK/jobs.out" >"$WORK/jobs.txt"
+grep -q "^1 $JOB running add [0-9]* worker01:0:0,worker01:1:1$" "$WORK/jobs.txt" ||
+  fail "the first message does not list $JOB running on worker01's chips 0 and 1: $(cat "$WORK/jobs.txt")"
+grep -q " summary-uid-0001 running add 1 worker02:0:0,worker02:1:1$" "$WORK/jobs.txt" ||
+  fail "no running summary of summary-uid-0001 with worker02's chips: $(cat "$WORK/jobs.txt")"
+[[ $(tail -1 "$WORK/jobs.txt" | cut -d' ' -f2-4) == "summary-uid-0001 failed delete" ]] ||
+  fail "the last summary is not summary-uid-0001's deletion: $(cat "$WORK/jobs.txt")"
+echo "-- faultdiag-online's stream: $(cut -d' ' -f2-4 "$WORK/jobs.txt" | paste -sd';')"
+
+grpcurl -plaintext -d '{"job": {"id": "ranktable-uid-0001", "kind": "JOB_KIND_INFERENCE",
+    "placement": [{"rank": 0, "node": "worker01", "device_id": 2}]}}' \
+  "$ADDR" clusterd.v1.JobService/CreateJob >/dev/null || fail "CreateJob ranktable-uid-0001"
+"$MC" ranktable -server "$ADDR" -job ranktable-uid-0001 -role mindie -count 2 -deadline 60s \
+  >"$WORK/ranktable.out" 2>"$WORK/ranktable.log" &
+SUB_PID=$!
+PIDS+=("$SUB_PID")
+has_ranktable() { grep -q '"ranktable"' "$WORK/ranktable.out"; }
+wait_until 30 has_ranktable || fail "no rank table at subscription: $(cat "$WORK/ranktable.out" "$WORK/ranktable.log")"
+grpcurl -plaintext -d '{"job": {"id": "ranktable-uid-0001", "kind": "JOB_KIND_INFERENCE",
+    "placement": [{"rank": 0, "node": "worker02", "device_id": 3}]}}' \
+  "$ADDR" clusterd.v1.JobService/UpdateJob >/dev/null || fail "UpdateJob ranktable-uid-0001"
+subscriber_done "rank tables"
+tables=$(python3 - "$WORK/ranktable.out" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line).get("ranktable")
+    if m:
+        t = json.loads(m["rankTable"])
+        print(m["jobId"], ",".join(s["server_name"] + ":" + d["device_id"] + ":" + d["rank_id"]
+                                   for s in t["server_list"] for d in s["device"]))
+PY
+)
+[[ $tables == $'ranktable-uid-0001 worker01:2:0\nranktable-uid-0001 worker02:3:0' ]] ||
+  fail "the rank tables say '$tables' (expected worker01 chip 2, then worker02 chip 3)"
+echo "-- MindIE's rank tables: $(paste -sd';' <<<"$tables")"
 
 echo "-- SIGTERM stops clusterd cleanly"
 term_wait "$CLUSTERD_PID" || fail "clusterd exit $?"

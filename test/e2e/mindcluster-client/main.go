@@ -10,6 +10,10 @@
 //	{"signal": FaultMsgSignal}     each message of fault.Fault/SubscribeFaultMsgSignal
 //	{"query": FaultQueryResult}    fault.Fault/GetFaultMsgSignal
 //	{"pubfault": RespStatus}       /PubFault/SendPublicFault
+//	{"jobregister": Status}        job.Job/Register
+//	{"summaries": JobSummarySignalList}  each message of job.Job/SubscribeJobSummarySignalList
+//	{"configregister": Status}     config.Config/Register
+//	{"ranktable": RankTableStream} each message of config.Config/SubscribeRankTable
 //
 // Usage:
 //
@@ -18,10 +22,17 @@
 //	mcclient query     -server ADDR -job ID -role ROLE
 //	mcclient pubfault  -server ADDR -resource R -fault-id ID -code C -assertion occur|recover|once
 //	                   -node NAME -devices 1,2 [-fault-type NPU] [-version 1.0]
+//	mcclient jobs      -server ADDR -role FdAgent -job ID -operator add|delete [-deadline 60s]
+//	mcclient ranktable -server ADDR -job ID -role ROLE -count N [-deadline 60s]
+//
+// jobs registers as faultdiag-online does (a clientId of its own, replaced by
+// the server's) and follows SubscribeJobSummarySignalList until a summary of
+// job ID with that operator arrives; ranktable registers for job ID and
+// follows SubscribeRankTable until N rank tables arrived.
 //
 // Exit status: 0 done (subscribe: after a "normal" signal); 1 an RPC failed
-// (its gRPC status on stderr); 2 subscribe's deadline passed first; 3
-// subscribe's Register was refused (its reply printed); 64 bad usage.
+// (its gRPC status on stderr); 2 a stream's deadline passed first; 3 a
+// Register was refused (its reply printed); 64 bad usage.
 package main
 
 import (
@@ -38,12 +49,14 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	configpb "clusterd.test/mcclient/gen/config"
 	faultpb "clusterd.test/mcclient/gen/fault"
+	jobpb "clusterd.test/mcclient/gen/job"
 	pubfaultpb "clusterd.test/mcclient/gen/pubfault"
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mcclient register|subscribe|query|pubfault -server ADDR [flags] (see main.go)")
+	fmt.Fprintln(os.Stderr, "usage: mcclient register|subscribe|query|pubfault|jobs|ranktable -server ADDR [flags] (see main.go)")
 	os.Exit(64)
 }
 
@@ -80,6 +93,8 @@ func main() {
 	node := fs.String("node", "", "pubfault: the influenced node's name")
 	devices := fs.String("devices", "", "pubfault: the influenced deviceIds, comma-separated")
 	version := fs.String("version", "1.0", "pubfault: the request's version")
+	operator := fs.String("operator", "add", "jobs: stop after a summary of -job with this operator")
+	count := fs.Int("count", 1, "ranktable: stop after this many rank tables")
 	if err := fs.Parse(os.Args[2:]); err != nil || fs.NArg() != 0 {
 		usage()
 	}
@@ -175,6 +190,68 @@ func main() {
 			fatalf(1, "SendPublicFault: %v", err)
 		}
 		emit("pubfault", st)
+
+	case "jobs":
+		ctx, cancel := context.WithTimeout(context.Background(), *deadline)
+		defer cancel()
+		jobs := jobpb.NewJobClient(conn)
+		info := &jobpb.ClientInfo{Role: *role, ClientId: fmt.Sprintf("mcclient-%d", time.Now().UnixNano())}
+		st, err := jobs.Register(ctx, info)
+		if err != nil {
+			fatalf(1, "job.Job/Register: %v", err)
+		}
+		emit("jobregister", st)
+		if st.GetCode() != 0 {
+			os.Exit(3)
+		}
+		info.ClientId = st.GetClientId()
+		stream, err := jobs.SubscribeJobSummarySignalList(ctx, info)
+		if err != nil {
+			fatalf(1, "SubscribeJobSummarySignalList: %v", err)
+		}
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				if ctx.Err() != nil {
+					fatalf(2, "no summary of job %s with operator %s within %v", *job, *operator, *deadline)
+				}
+				fatalf(1, "SubscribeJobSummarySignalList: %v", err)
+			}
+			emit("summaries", msg)
+			for _, s := range msg.GetJobSummarySignals() {
+				if s.GetJobId() == *job && s.GetOperator() == *operator {
+					return
+				}
+			}
+		}
+
+	case "ranktable":
+		ctx, cancel := context.WithTimeout(context.Background(), *deadline)
+		defer cancel()
+		cfg := configpb.NewConfigClient(conn)
+		info := &configpb.ClientInfo{JobId: *job, Role: *role}
+		st, err := cfg.Register(ctx, info)
+		if err != nil {
+			fatalf(1, "config.Config/Register: %v", err)
+		}
+		emit("configregister", st)
+		if st.GetCode() != 0 {
+			os.Exit(3)
+		}
+		stream, err := cfg.SubscribeRankTable(ctx, info)
+		if err != nil {
+			fatalf(1, "SubscribeRankTable: %v", err)
+		}
+		for n := 0; n < *count; n++ {
+			msg, err := stream.Recv()
+			if err != nil {
+				if ctx.Err() != nil {
+					fatalf(2, "%d of %d rank tables within %v", n, *count, *deadline)
+				}
+				fatalf(1, "SubscribeRankTable: %v", err)
+			}
+			emit("ranktable", msg)
+		}
 
 	default:
 		usage()
