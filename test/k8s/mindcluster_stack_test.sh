@@ -49,13 +49,15 @@ plugin_cm() {
   local body
   body=$(python3 - "$1" "$2" "${3-}" <<'EOF'
 import hashlib, json, sys, time
+import os
 node, bad, check = sys.argv[1], [int(c) for c in sys.argv[2].split(",") if c], sys.argv[3]
+code = os.environ.get("PLUGIN_CODE", "80E01801")
 names = ["Ascend910-%d" % i for i in range(8)]
 faults = [
     # DeviceFault's fields in the plugin's declaration order (Go marshals structs so).
     '{"fault_type":"CardUnhealthy","npu_name":"Ascend910-%d","large_model_fault_level":"SeparateNPU",'
-    '"fault_level":"SeparateNPU","fault_handling":"SeparateNPU","fault_code":"80E01801",'
-    '"fault_time_and_level_map":{"80E01801":{"fault_time":1700000000000,"fault_level":"SeparateNPU"}}}' % c
+    '"fault_level":"SeparateNPU","fault_handling":"SeparateNPU","fault_code":"%s",'
+    '"fault_time_and_level_map":{"%s":{"fault_time":1700000000000,"fault_level":"SeparateNPU"}}}' % (c, code, code)
     for c in bad]
 dl = {
     "huawei.com/Ascend910": ",".join(n for i, n in enumerate(names) if i not in bad),
@@ -319,4 +321,18 @@ print(e.get("NodeStatus", "-"), len(e.get("FaultCode", [])))' "$1"
 wait_until 15 is 'switch_status n3' "UnHealthy 1"
 echo "   n3 registered by mindcluster with 8 chips; its plugin fault n3/2/80E01801 raised in ClusterD;"
 echo "   its switch fault in cluster-info-switch-0 (UnHealthy)"
+echo "-- I: the plugin's level is the level: 81078603 (NOT_HANDLE in our catalog) written SeparateNPU"
+# level_of NODE DEVICE CODE: level, reported_level, catalog_level and level_source of that plugin fault.
+level_of() {
+  grpcurl -plaintext -d "{\"node\": \"$1\", \"active_only\": true}" "$ADDR" clusterd.v1.ClusterService/ListFaults |
+    python3 -c 'import json,sys
+fs = [f for f in json.load(sys.stdin).get("faults", []) if f.get("device_id", 0) == int(sys.argv[1]) and f["code"] == sys.argv[2]]
+print(" ".join(fs[0].get(k, "-") for k in ("level", "reported_level", "catalog_level", "level_source")) if fs else "none")' "$2" "$3"
+}
+PLUGIN_CODE=81078603 plugin_cm n3 5
+wait_until 15 is 'level_of n3 5 81078603' "FAULT_LEVEL_SEPARATE FAULT_LEVEL_SEPARATE FAULT_LEVEL_NOT_HANDLE reporter"
+[[ $(grpcurl -plaintext -d '{"name": "n3"}' "$ADDR" clusterd.v1.ClusterService/GetNode |
+  python3 -c 'import json,sys; print([d.get("health") for d in json.load(sys.stdin)["devices"] if d.get("id", 0) == 5][0])') == HEALTH_UNHEALTHY ]] ||
+  fail "I: n3 chip 5 is not unhealthy in ClusterD"
+echo "   n3/5/81078603 at SEPARATE as the plugin wrote it (the catalog's NOT_HANDLE shown beside it)"
 echo "PASS: mindcluster stack (device plugin in, Volcano's cluster-info out)"
