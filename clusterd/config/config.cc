@@ -608,6 +608,15 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(U32("mindcluster_cluster_info_writes_per_second", CLUSTERD_FIELD(mindcluster_stack.writes_per_second), 1, 1000),
         "cluster-info ConfigMap writes per second at most (creates and updates together)",
         "mindcluster.volcano.writesPerSecond");
+  t.Add(U32("mindcluster_job_summary_writes_per_second",
+            CLUSTERD_FIELD(mindcluster_stack.job_summary_writes_per_second), 1, 1000),
+        "job-summary ConfigMap writes per second at most (the mindcluster-jobs integration; the reference's 5)",
+        "none yet (clusterd.config refuses the mindcluster_* keys)");
+  t.Add(Dur("mindcluster_job_summary_delete_after", CLUSTERD_FIELD(mindcluster_stack.job_summary_delete_after),
+            std::chrono::seconds(1), std::chrono::hours(24)),
+        "a deleted job's job-summary ConfigMaps stay this long with operator \"delete\" before they are deleted (the "
+        "reference's 60 s)",
+        "none yet (clusterd.config refuses the mindcluster_* keys)");
   t.Add(U64("mindcluster_cluster_info_chunk_bytes", CLUSTERD_FIELD(mindcluster_stack.chunk_bytes), uint64_t{64} << 10,
             uint64_t{800} << 10),
         "a cluster-info ConfigMap's value at most, in bytes (the reference's 800 KiB is the most): a fault rewrites "

@@ -208,6 +208,11 @@ struct ClusterdConfig {
     // Namespaces whose public-fault ConfigMaps are read ("*": all); none by
     // default (all needs a ClusterRole that reads every ConfigMap).
     std::vector<std::string> public_fault_namespaces;
+    // The "mindcluster-jobs" integration (mindcluster/k8s/job_summaries.h):
+    // job-summary ConfigMap writes per second at most, and how long a deleted
+    // job's ConfigMaps stay (with operator "delete") before they are deleted.
+    uint32_t job_summary_writes_per_second = 5;
+    std::chrono::nanoseconds job_summary_delete_after = std::chrono::seconds(60);
   } mindcluster_stack;
   // High availability (docs/ha.md): with etcd endpoints, this process is one
   // replica of several; etcd holds the replicated commit log and the

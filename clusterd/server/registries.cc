@@ -5,6 +5,7 @@
 #include "clusterd/engine/integration.h"
 #include "clusterd/k8s/actuator.h"
 #include "clusterd/k8s/integration.h"
+#include "clusterd/mindcluster/k8s/job_summaries.h"
 #include "clusterd/mindcluster/k8s/stack.h"
 #include "clusterd/recovery/actuators/registry.h"
 
@@ -64,6 +65,9 @@ const IntegrationRegistry& BuiltinIntegrations() {
     // The device plugin's ConfigMaps in, Volcano's cluster-info ConfigMaps
     // out (clusterd/mindcluster/k8s/stack.h).
     st = r.Register("mindcluster", [](const ClusterdConfig& c) { return MakeMindClusterStackIntegration(c); });
+    // MindCluster's job-summary-<job> ConfigMaps (clusterd/mindcluster/k8s/job_summaries.h).
+    if (st.ok())
+      st = r.Register("mindcluster-jobs", [](const ClusterdConfig& c) { return MakeJobSummaryIntegration(c); });
     if (!st.ok()) std::abort();
     return r;
   }();

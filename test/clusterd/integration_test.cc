@@ -151,7 +151,7 @@ TEST(IntegrationTest, RegistryCreatesByNameAndRejectsUnknownNames) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("kubernetes"), std::string::npos);
   // The shipped ones.
-  EXPECT_EQ(BuiltinIntegrations().Names(), (std::vector<std::string>{"kubernetes", "mindcluster"}));
+  EXPECT_EQ(BuiltinIntegrations().Names(), (std::vector<std::string>{"kubernetes", "mindcluster", "mindcluster-jobs"}));
 }
 
 class ServerIntegrationTest : public ::testing::Test {

@@ -341,6 +341,20 @@ if render mindcluster-volcano-k8s default "$kv" --set mindcluster.volcano.enable
 else
   cat "$TMP/mindcluster-volcano.err" >&2; bad "mindcluster: helm template with mindcluster.volcano.enabled"
 fi
+# mindcluster.jobSummary.enabled (the "mindcluster-jobs" integration): one ClusterRole on ConfigMaps
+# (list, create, update, delete: job-summary-<job> in every job's namespace), bound to ClusterD's
+# ServiceAccount, the token mounted; nothing of it by default.
+MJ=$TMP/mindcluster-jobs-$kv.yaml
+expect "default: no mindcluster-jobs ClusterRole" "$D" "[d['metadata']['name'] for d in by['ClusterRole'] if d['metadata']['name'].endswith('-mindcluster-jobs')]" "[]"
+if render mindcluster-jobs default "$kv" --set mindcluster.jobSummary.enabled=true --set kubernetes.enabled=false \
+     --set auth.tokenReview=false 2>"$TMP/mindcluster-jobs.err"; then
+  if "$PY" test/helm/validate.py "$kv" "$MJ"; then ok "rendered objects valid (mindcluster-jobs)"; else bad "rendered objects invalid (mindcluster-jobs)"; fi
+  expect "mindcluster.jobSummary.enabled: integrations, the ClusterRole's rules, its binding, the token mounted" "$MJ" \
+    "(cfg('clusterd')['integrations'], $(rules ClusterRole -mindcluster-jobs), [(b['roleRef']['name'], str(b['subjects'])) for b in by['ClusterRoleBinding']], pod('Deployment')['automountServiceAccountToken'])" \
+    "(['mindcluster-jobs'], [('', 'configmaps', 'list create update delete')], [('clusterd-mindcluster-jobs', $MV_SA)], True)"
+else
+  cat "$TMP/mindcluster-jobs.err" >&2; bad "mindcluster: helm template with mindcluster.jobSummary.enabled"
+fi
 # `helm upgrade --reuse-values` from a chart without mindcluster.volcano keeps the old chart's
 # values: a copy of the chart without it renders no mindcluster integration.
 cp -r "$CHART" "$TMP/chart-no-volcano"

@@ -66,6 +66,10 @@ ALLOWED_RULES = {
     # integration's ClusterRole).
     ("ClusterRole", "", "configmaps"): {"get", "list", "watch", "update"},
 }
+# mindcluster.jobSummary.enabled: job-summary-<job> ConfigMaps in every job's namespace (a
+# ClusterRole of its own, <fullname>-mindcluster-jobs): listed at start, created, updated, deleted.
+JOBS_SUFFIX = "-mindcluster-jobs"
+JOBS_RULES = {("ClusterRole", "", "configmaps"): {"list", "create", "update", "delete"}}
 # The ClusterRole rules that belong to the Kubernetes integration (all or nothing with its Role).
 TOKEN_REVIEW = ("authentication.k8s.io", "tokenreviews")
 # The Role of ha.leaderLabel (pods in the release namespace), apart from the integration's too.
@@ -169,6 +173,8 @@ def check_role(obj):
         for group in rule.get("apiGroups") or []:
             for res in rule.get("resources") or []:
                 allowed = ALLOWED_RULES.get((obj["kind"], group, res))
+                if obj["metadata"]["name"].endswith(JOBS_SUFFIX):
+                    allowed = JOBS_RULES.get((obj["kind"], group, res))
                 verbs = set(rule.get("verbs") or [])
                 if allowed is None:
                     problem(obj, f"rules[{i}]: {res!r} in group {group!r} is not in ALLOWED_RULES")
@@ -260,6 +266,9 @@ def check_rbac(docs):
                             and sum(d.get("kind") == "RoleBinding" for d in docs)
                             > len(leader_label) + sum(d["kind"] == "Role" for d in mindcluster)):
         problem(dep, "RBAC is all or nothing: ClusterRole, Role and both bindings")
+    jobs = [d for d in mindcluster if d["metadata"]["name"].endswith(JOBS_SUFFIX)]
+    mindcluster = [d for d in mindcluster if d not in jobs]
+    check_mindcluster_jobs_rbac(docs, jobs)
     check_mindcluster_rbac(docs, mindcluster)
     if leader_label and dep.get("kind") != "StatefulSet":
         problem(leader_label[0], "the pods Role belongs to ha.leaderLabel (ClusterD's StatefulSet) only")
@@ -271,6 +280,30 @@ def check_rbac(docs):
             problem(r, "no RoleBinding grants the pods Role")
     if pod.get("automountServiceAccountToken") is not bound:
         problem(dep, f"automountServiceAccountToken must be {bound} (roles bound: {bound})")
+
+
+def check_mindcluster_jobs_rbac(docs, roles):
+    """mindcluster.jobSummary.enabled: one <fullname>-mindcluster-jobs ClusterRole, bound by a
+    ClusterRoleBinding, iff config.json runs the mindcluster-jobs integration."""
+    cfg = {}
+    for d in docs:
+        if (d.get("kind") == "ConfigMap" and component(d) == "clusterd"
+                and "config.json" in (d.get("data") or {})):
+            try:
+                cfg = json.loads(d["data"]["config.json"])
+            except ValueError:
+                pass
+    on = "mindcluster-jobs" in (cfg.get("integrations") or [])
+    if not on:
+        for r in roles:
+            problem(r, "a job-summary ClusterRole without the mindcluster-jobs integration in config.json")
+        return
+    if len(roles) != 1 or roles[0]["kind"] != "ClusterRole":
+        problem(docs[0], "mindcluster-jobs needs exactly one ClusterRole <fullname>-mindcluster-jobs")
+        return
+    name = roles[0]["metadata"]["name"]
+    if not any(b.get("kind") == "ClusterRoleBinding" and (b.get("roleRef") or {}).get("name") == name for b in docs):
+        problem(roles[0], "no ClusterRoleBinding grants it")
 
 
 def check_mindcluster_rbac(docs, roles):

@@ -107,7 +107,8 @@ plugin_cm n1 3
 plugin_cm n2 ""
 plugin_cm n3 ""  # a node without our NodeD
 k8s_create_namespace ops
-CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations mindcluster --mindcluster-public-fault-namespaces ops
+CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations mindcluster,mindcluster-jobs
+  --mindcluster-job-summary-delete-after 2s --mindcluster-public-fault-namespaces ops
   --separation-threshold 2 --separation-settle 0s --log-level info)
 start_clusterd "${CLUSTERD_FLAGS[@]}"
 for n in n1 n2; do start_sim_noded $n; done
@@ -335,4 +336,31 @@ wait_until 15 is 'level_of n3 5 81078603' "FAULT_LEVEL_SEPARATE FAULT_LEVEL_SEPA
   python3 -c 'import json,sys; print([d.get("health") for d in json.load(sys.stdin)["devices"] if d.get("id", 0) == 5][0])') == HEALTH_UNHEALTHY ]] ||
   fail "I: n3 chip 5 is not unhealthy in ClusterD"
 echo "   n3/5/81078603 at SEPARATE as the plugin wrote it (the catalog's NOT_HANDLE shown beside it)"
+echo "-- J: a job's job-summary ConfigMap in its namespace (mindcluster-jobs), deleted with the job after the delay"
+grpcurl -plaintext -d '{"job": {"id": "uid-llm", "kind": "JOB_KIND_TRAINING", "labels": {"k8s.namespace": "ops",
+    "k8s.name": "llm", "mindcluster/framework": "pytorch"}, "placement": [{"rank": 0, "node": "n1", "device_id": 0},
+    {"rank": 1, "node": "n1", "device_id": 1}]}}' "$ADDR" clusterd.v1.JobService/CreateJob >/dev/null || fail "J: CreateJob"
+# summary_cm: operator, job_id, job_status and the rank table's servers of ops/job-summary-llm ("none": absent).
+summary_cm() {
+  local body
+  body=$(k8s_api GET /api/v1/namespaces/ops/configmaps/job-summary-llm 2>/dev/null) || { echo none; return; }
+  python3 -c '
+import json, sys
+try:
+    cm = json.load(sys.stdin)
+except ValueError:
+    print("none"); sys.exit()
+if cm.get("kind") != "ConfigMap":
+    print("none"); sys.exit()
+d = cm["data"]
+assert cm["metadata"]["labels"] == {"outside-job-info": "true"}, cm["metadata"]["labels"]
+t = json.loads(d["hccl.json"])
+print(d["operator"], d["job_id"], d["cm_index"] + "/" + d["total"], d["framework"],
+      ",".join(s["server_name"] for s in t.get("server_list", [])))' <<<"$body"
+}
+wait_until 15 is summary_cm "add uid-llm 0/1 pytorch n1"
+grpcurl -plaintext -d '{"id": "uid-llm"}' "$ADDR" clusterd.v1.JobService/DeleteJob >/dev/null || fail "J: DeleteJob"
+wait_until 15 is summary_cm "delete uid-llm 0/1 pytorch "
+wait_until 15 is summary_cm "none"
+echo "   ops/job-summary-llm: add (rank table on n1), then delete, then gone 2 s later"
 echo "PASS: mindcluster stack (device plugin in, Volcano's cluster-info out)"

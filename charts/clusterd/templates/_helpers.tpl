@@ -133,6 +133,9 @@ token. Each name once; with neither, the key is left out (the binary runs none).
 {{- if include "clusterd.mindcluster.volcano" . }}
 {{- $integrations = append $integrations "mindcluster" }}
 {{- end }}
+{{- if include "clusterd.mindcluster.jobSummary" . }}
+{{- $integrations = append $integrations "mindcluster-jobs" }}
+{{- end }}
 {{- with $integrations }}
 {{- $_ = set $c "integrations" . }}
 {{- end }}
@@ -300,6 +303,14 @@ a chart without mindcluster.volcano (helm upgrade --reuse-values) leave it off.
 */}}
 {{- define "clusterd.mindcluster.volcano" -}}
 {{- if dig "volcano" "enabled" false .Values.mindcluster }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when the "mindcluster-jobs" integration runs (mindcluster.jobSummary.enabled): ClusterD
+writes MindCluster's job-summary-<job> ConfigMaps into each job's namespace.
+*/}}
+{{- define "clusterd.mindcluster.jobSummary" -}}
+{{- if dig "jobSummary" "enabled" false .Values.mindcluster }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -493,7 +504,7 @@ mindcluster integration (mindcluster.volcano.enabled), TokenReview, or the leade
 (ha.leaderLabel).
 */}}
 {{- define "clusterd.clusterd.apiAccess" -}}
-{{- if or .Values.kubernetes.enabled (include "clusterd.mindcluster.volcano" .) (include "clusterd.auth.tokenReview" .) (include "clusterd.ha.leaderLabel" .) }}true{{ end }}
+{{- if or .Values.kubernetes.enabled (include "clusterd.mindcluster.volcano" .) (include "clusterd.mindcluster.jobSummary" .) (include "clusterd.auth.tokenReview" .) (include "clusterd.ha.leaderLabel" .) }}true{{ end }}
 {{- end }}
 
 {{/*
