@@ -18,6 +18,7 @@
 //	mcclient query     -server ADDR -job ID -role ROLE
 //	mcclient pubfault  -server ADDR -resource R -fault-id ID -code C -assertion occur|recover|once
 //	                   -node NAME -devices 1,2 [-fault-type NPU] [-version 1.0]
+//	mcclient nicswitch|stresstest ...  (om.go: the Recover service's NIC switch and stress test)
 //
 // Exit status: 0 done (subscribe: after a "normal" signal); 1 an RPC failed
 // (its gRPC status on stderr); 2 subscribe's deadline passed first; 3
@@ -43,7 +44,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mcclient register|subscribe|query|pubfault -server ADDR [flags] (see main.go)")
+	fmt.Fprintln(os.Stderr, "usage: mcclient register|subscribe|query|pubfault|nicswitch|stresstest -server ADDR [flags] (see main.go, om.go)")
 	os.Exit(64)
 }
 
@@ -80,6 +81,7 @@ func main() {
 	node := fs.String("node", "", "pubfault: the influenced node's name")
 	devices := fs.String("devices", "", "pubfault: the influenced deviceIds, comma-separated")
 	version := fs.String("version", "1.0", "pubfault: the request's version")
+	om := omFlags(fs) // nicswitch, stresstest (om.go)
 	if err := fs.Parse(os.Args[2:]); err != nil || fs.NArg() != 0 {
 		usage()
 	}
@@ -177,6 +179,8 @@ func main() {
 		emit("pubfault", st)
 
 	default:
-		usage()
+		if !runOm(cmd, conn, *job, *deadline, om) {
+			usage()
+		}
 	}
 }
