@@ -1112,7 +1112,7 @@ using OmHandle = std::function<std::optional<mc::OmOutput>(mc::OmFlow&, const v1
 template <typename Request, typename Handle>
 grpc::ServerUnaryReactor* Report(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx,
                                  std::string_view method, const Request& req, const Status& valid, ::Status* resp,
-                                 Handle handle, OmHandle om_handle = nullptr) {
+                                 Handle handle, const OmHandle& om_handle = nullptr) {
   if (Status st = core.Admit(ctx, method, req.jobid(), false); !st.ok()) return FinishUnary(ctx, st);
   if (Status st = ValidJobId(req.jobid()); !st.ok()) return Reply(ctx, resp, mc::kRecoverClientError, st.message());
   if (!valid.ok()) return Reply(ctx, resp, mc::kRecoverClientError, valid.message());
