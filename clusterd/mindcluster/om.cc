@@ -226,6 +226,8 @@ void OmFlow::Finish(bool ok, std::string msg, bool raise_ranks, const v1::Job* j
       out->faults.push_back(std::move(f));
     }
   }
+  // A stress test that ends without its result: the mark goes too.
+  if (!IsNic() && op().stage() == kOmAwaitResult) out->reset = ResetOp::kClear;
   Say(std::move(msg), out);
   op().set_stage(std::string(ok ? kOmSucceeded : kOmFailed));
   op().set_finished_unix_ms(now_ms);
@@ -273,6 +275,7 @@ OmOutput OmFlow::OnStopComplete(const ::StopCompleteRequest& req, const v1::Job&
     // The reference tells the agents to hold off restarting workers while
     // the chips are under load.
     out.signals.push_back(Signal(kSignalPauseStartAgent, kActionPauseStartAgent, "pause-start-agent"));
+    out.reset = ResetOp::kFlushing;
   }
   Notify(&out);
   return out;
@@ -304,6 +307,7 @@ OmOutput OmFlow::OnStressResult(const ::StressTestResult& req, const v1::Job& jo
   }
   out.info = "reply success";
   out.signals.push_back(Signal(kSignalContinueStartAgent, kActionContinueStartAgent, "continue-start-agent"));
+  out.reset = ResetOp::kClear;
   std::map<uint32_t, const v1::RankPlacement*> placed;
   for (const auto& p : job.placement()) placed.emplace(p.rank(), &p);
   // node -> device -> the chip's results, as the reference reports them;

@@ -52,6 +52,7 @@
 #include <string_view>
 #include <vector>
 
+#include "clusterd/mindcluster/taskd.h"
 #include "clusterd/storage/v1/storage.pb.h"
 #include "clusterd/v1/fault.pb.h"
 #include "clusterd/v1/job.pb.h"
@@ -137,6 +138,9 @@ struct OmOutput {
   bool finished = false;
   // Faults to raise (stress-test chips; the ranks of a failed operation).
   std::vector<v1::ReportRequest> faults;
+  // reset-config-<job>: FaultFlushing while the chips are under test,
+  // cleared with the result (the reference's marks).
+  ResetOp reset = ResetOp::kNone;
   // The record changed: store it before anything above goes out.
   bool changed = false;
   // The reply to TaskD's report.

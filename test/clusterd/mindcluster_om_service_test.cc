@@ -370,6 +370,35 @@ TEST_F(MindClusterOmTest, AfterARestartTheSwitchGoesOn) {
   EXPECT_TRUE(results->WaitEnd().ok());
 }
 
+// A fault ClusterD recovers while a switch runs: the recovery takes over
+// through the same TaskD, the switch ends failed and raises nothing.
+TEST_F(MindClusterOmTest, ARecoveryOfTheJobTakesOver) {
+  StartServer([](ClusterdConfig& c) {
+    c.actuator = "exec";
+    c.actuator_command = "/bin/true";
+  });
+  TestAgent agent(channel_, "worker01", 2);
+  ASSERT_TRUE(agent.Connect());
+  CreateJob();
+  auto taskd = StartTaskd();
+  ASSERT_TRUE(taskd);
+  ASSERT_EQ(SwitchNic(Nics("worker01", "1")), mc::kRecoverOk);
+  auto results = SwitchResults();
+  ASSERT_EQ(taskd->Wait(0).uuid(), std::string(kJob) + "/nic-switch/1/pause");
+  ASSERT_TRUE(agent.Transition(1, true, 1, "80BB8000"));  // RESTART_REQUEST: a step retry
+  const std::string msg = results->Wait(0).msg();
+  EXPECT_NE(msg.find("switch nic failed, a recovery of the job took over"), std::string::npos) << msg;
+  EXPECT_TRUE(results->WaitEnd().ok());
+  const ::ProcessManageSignal stop = taskd->Wait(1);
+  EXPECT_EQ(stop.signaltype(), "stopTrain");
+  EXPECT_EQ(stop.uuid().find("nic-switch"), std::string::npos) << stop.uuid();
+  EXPECT_EQ(RecoveryCount(), 1u);
+  EXPECT_TRUE(Faults("taskd").empty());
+  // The pause's answer now belongs to the recovery: its globalFault follows.
+  EXPECT_EQ(StopComplete(), mc::kRecoverOk);
+  EXPECT_EQ(taskd->Wait(2).signaltype(), "globalFault");
+}
+
 TEST_F(MindClusterOmTest, HostileCallersGetClearErrors) {
   StartServer();
   CreateJob();

@@ -286,6 +286,69 @@ TEST(OmFlowTest, AStressTestThatPassesContinuesTraining) {
   EXPECT_EQ(flow.record().history(0).messages_size(), 2);  // the result, then the end
 }
 
+TEST(OmFlowTest, AContinueThatFailsLeavesTheRanksAProcessFault) {
+  const v1::Job job = Job();
+  OmFlow flow({}, kWait);
+  flow.Start(CheckSwitchNics(Nics("worker01", {"0"}, {false}), &job, true).op, "ops", kNow);
+  flow.OnStopComplete(Stopped(), job, kNow);
+  ::SwitchResult done;
+  done.set_jobid("job-uid");
+  done.set_result(true);
+  flow.OnSwitchResult(done, job, kNow);
+  OmOutput out = flow.OnRecoverStatus(Status(kRecoverClientError), job, kNow);
+  EXPECT_TRUE(out.finished);
+  EXPECT_EQ(out.messages.back(), "switch nic failed, continue train failed (code 499)");
+  ASSERT_EQ(out.faults.size(), 1u);
+  EXPECT_EQ(out.faults[0].id(), "job-uid/rank/0");
+}
+
+TEST(OmFlowTest, APauseThatFailsLeavesTheRanksAProcessFault) {
+  const v1::Job job = Job();
+  OmFlow flow({}, kWait);
+  flow.Start(CheckSwitchNics(Nics("worker01", {"0"}, {true}), &job, true).op, "ops", kNow);
+  OmOutput out = flow.OnStopComplete(Stopped(kRecoverClientError), job, kNow);
+  EXPECT_TRUE(out.finished);
+  EXPECT_EQ(out.messages.back(), "om failed, pause train failed");
+  EXPECT_EQ(out.faults.size(), 1u);
+  EXPECT_FALSE(out.switch_ranks);
+}
+
+// MindIO's error while the chips are under load fails the test even if
+// every chip passes; reset-config is marked while the chips are under test.
+TEST(OmFlowTest, TaskdsErrorDuringAStressTestFailsIt) {
+  const v1::Job job = Job();
+  ::StressTestParam p;
+  p.set_jobid("job-uid");
+  (*p.mutable_stressparam())["worker01"].add_ops(0);
+  OmFlow flow({}, kWait);
+  flow.Start(CheckStressTest(p, &job, true).op, "ops", kNow);
+  EXPECT_EQ(flow.OnStopComplete(Stopped(), job, kNow).reset, ResetOp::kFlushing);
+  EXPECT_EQ(flow.OnRecoverStatus(Status(kRecoverRetryUnrecoverable), job, kNow).messages.size(), 1u);
+  EXPECT_TRUE(flow.OnRecoverStatus(Status(kRecoverRetryUnrecoverable), job, kNow).messages.empty());  // once
+  ::StressTestResult res;
+  res.set_jobid("job-uid");
+  (*(*res.mutable_stressresult())["0"].mutable_rankresult())["0"].set_code("0");
+  OmOutput out = flow.OnStressResult(res, job, kNow);
+  EXPECT_EQ(out.reset, ResetOp::kClear);
+  EXPECT_TRUE(out.finished);
+  EXPECT_NE(out.messages.back().find("TaskD reported a fault while it ran"), std::string::npos);
+  EXPECT_EQ(out.faults.size(), 2u);  // the tested ranks 0 and 1: TASKD_OM_FAILED
+  EXPECT_EQ(out.faults[0].code(), "TASKD_OM_FAILED");
+}
+
+TEST(OmFlowTest, AStressTestWithoutItsResultClearsItsMark) {
+  const v1::Job job = Job();
+  ::StressTestParam p;
+  p.set_jobid("job-uid");
+  p.add_allnodesops(1);
+  OmFlow flow({}, kWait);
+  flow.Start(CheckStressTest(p, &job, true).op, "ops", kNow);
+  flow.OnStopComplete(Stopped(), job, kNow);
+  OmOutput out = flow.Expire(flow.Token(), job, kNow + kWait);
+  EXPECT_EQ(out.messages.back(), "stress test failed, report stress test result timeout");
+  EXPECT_EQ(out.reset, ResetOp::kClear);
+}
+
 TEST(OmFlowTest, HistoryIsBounded) {
   const v1::Job job = Job();
   OmFlow flow({}, kWait);

@@ -539,6 +539,14 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (subscribers_gauge != nullptr) subscribers_gauge->Set(static_cast<double>(subscribers));
   }
 
+  // The per-job buckets: TaskD's calls under the job's id, an operator's
+  // (NIC switch, stress test, their results) under "<id> (operators)", so
+  // that neither side's calls use up the other's.
+  static constexpr std::string_view kOperatorBucket = " (operators)";
+  static std::string BucketJob(const std::string& key) {
+    return key.ends_with(kOperatorBucket) ? key.substr(0, key.size() - kOperatorBucket.size()) : key;
+  }
+
   bool TakeForJob(const std::string& job, bool health) {
     {
       std::lock_guard lock(limits_mu);
@@ -550,7 +558,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
             std::lock_guard jobs_lock(mu);
             for (const auto& [id, j] : jobs) known.insert(id);
           }
-          std::erase_if(job_limits, [&](const auto& e) { return !known.count(e.first); });
+          std::erase_if(job_limits, [&](const auto& e) { return !known.count(BucketJob(e.first)); });
         }
         it = job_limits
                  .emplace(job, std::make_pair(std::make_unique<RateLimit>(options.per_job_health_check_rate),
@@ -631,7 +639,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     {
       std::lock_guard lock(limits_mu);
       std::lock_guard jobs_lock(mu);
-      std::erase_if(job_limits, [&](const auto& e) { return !jobs.count(e.first); });
+      std::erase_if(job_limits, [&](const auto& e) { return !jobs.count(BucketJob(e.first)); });
     }
     return n;
   }
@@ -757,6 +765,11 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (out.finished) {
       oj.nic_results.clear();
       oj.stress_results.clear();
+    }
+    // reset-config-<job> while the chips are under test (the reference's
+    // FaultFlushing, cleared with the result).
+    if (out.reset != mc::ResetOp::kNone && options.objects != nullptr && it != jobs.end()) {
+      options.objects->ResetConfig(it->second.ref, out.reset, {});
     }
     std::weak_ptr<Core> weak = weak_from_this();
     auto send = [weak, id, stream, nic = oj.nic_notify, stress = oj.stress_notify, nic_results, stress_results,
@@ -887,12 +900,14 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (scoped && who->kind == Principal::Kind::kAuthenticated && ValidJobId(job).ok() && !MayAttachJob(*who, job)) {
       return auth->Deny(*who, MethodPath(method), "may act only for job \"" + who->job + "\", not \"" + job + "\"");
     }
-    if (ValidJobId(job).ok() && !TakeForJob(job, health)) {
+    if (ValidJobId(job).ok() && !TakeForJob(scoped ? job : job + std::string(kOperatorBucket), health)) {
       if (refused != nullptr) refused->Inc();
       return ResourceExhausted(
-          "Recover calls for job " + job + " are limited to " +
+          std::string(scoped ? "Recover calls" : "NIC-switch and stress-test calls of operators") + " for job " + job +
+          " are limited to " +
           std::to_string(static_cast<long>(health ? options.per_job_health_check_rate : options.per_job_call_rate)) +
-          " per second" + (health ? " (HealthCheck)" : "") + ", so that one job's TaskD leaves the others their share");
+          " per second" + (health ? " (HealthCheck)" : "") +
+          (scoped ? ", so that one job's TaskD leaves the others their share" : ""));
     }
     if (!(health ? health_limit : call_limit).Take()) {
       if (refused != nullptr) refused->Inc();
