@@ -1418,7 +1418,11 @@ grpc::ServerUnaryReactor* ReplyOm(RecoverServiceImpl::Core& core, grpc::Callback
   const std::optional<v1::Job> stored = core.ReadJob(req.jobid());
   std::lock_guard lock(core.mu);
   auto it = core.jobs.find(req.jobid());
-  if (it == core.jobs.end() || !it->second.registered || !stored) {
+  // A result for an operation in flight is taken even before TaskD
+  // registered again with a restarted ClusterD: TaskD does not send it twice.
+  auto o = core.om.find(req.jobid());
+  const bool in_flight = o != core.om.end() && o->second.flow && o->second.flow->busy();
+  if (!stored || (!in_flight && (it == core.jobs.end() || !it->second.registered))) {
     return Reply(ctx, resp, mc::kRecoverNotRegistered, "jobId=" + req.jobid() + " not registed");
   }
   RecoverServiceImpl::Core::OmJob& oj = core.OmOf(req.jobid());
