@@ -455,14 +455,4 @@ OmOutput OmFlow::ResendNotify() const {
   return out;
 }
 
-std::vector<std::string> DescribeOm(const storage::v1::OmJobRecord& record) {
-  std::vector<std::string> out;
-  auto line = [](const storage::v1::OmOperation& o) {
-    return o.id() + " " + o.stage() + (o.messages().empty() ? "" : " " + o.messages(o.messages_size() - 1));
-  };
-  if (record.has_current()) out.push_back(line(record.current()));
-  for (int i = record.history_size() - 1; i >= 0; --i) out.push_back(line(record.history(i)));
-  return out;
-}
-
 }  // namespace clusterd::mindcluster

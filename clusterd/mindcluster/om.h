@@ -208,8 +208,4 @@ class OmFlow {
   int64_t wait_ms_;
 };
 
-// The record's operations, newest first (in flight, then finished), as
-// text for logs and clusterctl: "<id> <stage> <last message>".
-std::vector<std::string> DescribeOm(const storage::v1::OmJobRecord& record);
-
 }  // namespace clusterd::mindcluster

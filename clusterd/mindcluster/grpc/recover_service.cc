@@ -1435,12 +1435,6 @@ grpc::ServerUnaryReactor* ReplyOm(RecoverServiceImpl::Core& core, grpc::Callback
 
 }  // namespace
 
-storage::v1::OmJobRecord RecoverServiceImpl::OmRecord(const std::string& job) const {
-  std::lock_guard lock(core_->mu);
-  auto it = core_->om.find(job);
-  return it == core_->om.end() || !it->second.flow ? storage::v1::OmJobRecord() : it->second.flow->record();
-}
-
 grpc::ServerUnaryReactor* RecoverServiceImpl::SwitchNicTrack(grpc::CallbackServerContext* ctx, const ::SwitchNics* req,
                                                              ::Status* resp) {
   std::string actor;

@@ -118,9 +118,6 @@ class RecoverServiceImpl final : public ::Recover::CallbackService {
 
   size_t job_count() const;
   size_t subscriber_count() const;
-  // The job's NIC switches and stress tests, in flight and finished (an
-  // empty record when it has none).
-  storage::v1::OmJobRecord OmRecord(const std::string& job) const;
   // Forgets jobs ClusterD no longer knows and those idle past idle_job_ttl
   // (the worker does it every keep-alive interval); how many it dropped.
   size_t SweepJobs();
