@@ -583,6 +583,18 @@ std::vector<ConfigKey> MakeTable() {
         "MindIO's wait for ClusterD's next signal (the jobs' MINDIO_WAIT_MINDX_TIME): a signal sent to TaskD again "
         "and unanswered this long fails its step, and the strategy after a pod move goes out 10 s before it ends",
         "mindcluster.taskdWait");
+  t.Add(Custom(
+            "mindcluster_om_wait_seconds", "N", "1 to 86400",
+            [](const std::string& v, ClusterdConfig* c) {
+              uint32_t s = 0;
+              CLUSTERD_RETURN_IF_ERROR(SetU32("mindcluster_om_wait_seconds", v, 1, 86400, &s));
+              c->mindcluster_om_wait = std::chrono::seconds(s);
+              return Status::Ok();
+            },
+            [](const ClusterdConfig& c) { return std::to_string(c.mindcluster_om_wait.count()); }),
+        "how long a NIC switch or stress test of the Recover service waits for each of TaskD's answers (the "
+        "reference's 15 minutes); past it the operation fails and the job's ranks get a process fault",
+        "none yet (clusterd.config refuses the mindcluster_* keys)");
   t.Add(U32("datatrace_max_jobs", CLUSTERD_FIELD(datatrace_max_jobs), 1, 1'000'000),
         "jobs whose TrainingDataTrace profiling switch is kept; a new job's beyond is RESOURCE_EXHAUSTED unless "
         "a kept job is gone",

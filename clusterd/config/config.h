@@ -188,6 +188,9 @@ struct ClusterdConfig {
   // MINDIO_WAIT_MINDX_TIME, the reference's 30 s): TaskD's Recover exchange
   // keeps its own waits inside it (RecoverServiceOptions::mindio_wait).
   std::chrono::seconds mindcluster_taskd_wait{30};
+  // The Recover service's NIC switch and stress test: each of TaskD's answers
+  // waited for this long (the reference's 15 minutes).
+  std::chrono::seconds mindcluster_om_wait{900};
   // MindCluster's TrainingDataTrace: jobs whose profiling switches are kept,
   // and subscription streams in all and per job (RESOURCE_EXHAUSTED beyond).
   uint32_t datatrace_max_jobs = 10000;

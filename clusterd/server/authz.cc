@@ -49,7 +49,8 @@ const std::vector<MethodRule>& MethodRules() {
       {"/clusterd.v1.JobService/Attach", RoleBit(Role::kJobAgent)},
       {"/clusterd.v1.NodeAgentService/Connect", RoleBit(Role::kAgent)},
       // MindCluster's Recover service: TaskD, a job's recovery agent, for its
-      // own job (the NIC-switch and stress-test methods answer "not supported").
+      // own job; an operator asks for a job's NIC switch or stress test and
+      // follows its result (viewers may follow it too).
       {"/Recover/Init", RoleBit(Role::kJobAgent)},
       {"/Recover/Register", RoleBit(Role::kJobAgent)},
       {"/Recover/HealthCheck", RoleBit(Role::kJobAgent)},
@@ -58,12 +59,12 @@ const std::vector<MethodRule>& MethodRules() {
       {"/Recover/ReportRecoverStrategy", RoleBit(Role::kJobAgent)},
       {"/Recover/ReportRecoverStatus", RoleBit(Role::kJobAgent)},
       {"/Recover/ReportProcessFault", RoleBit(Role::kJobAgent)},
-      {"/Recover/SwitchNicTrack", RoleBit(Role::kJobAgent)},
-      {"/Recover/SubscribeSwitchNicSignal", RoleBit(Role::kJobAgent)},
+      {"/Recover/SwitchNicTrack", kOperators},
+      {"/Recover/SubscribeSwitchNicSignal", kViewers},
       {"/Recover/SubscribeNotifySwitch", RoleBit(Role::kJobAgent)},
       {"/Recover/ReplySwitchNicResult", RoleBit(Role::kJobAgent)},
-      {"/Recover/StressTest", RoleBit(Role::kJobAgent)},
-      {"/Recover/SubscribeStressTestResponse", RoleBit(Role::kJobAgent)},
+      {"/Recover/StressTest", kOperators},
+      {"/Recover/SubscribeStressTestResponse", kViewers},
       {"/Recover/SubscribeNotifyExecStressTest", RoleBit(Role::kJobAgent)},
       {"/Recover/ReplyStressTestResult", RoleBit(Role::kJobAgent)},
       // MindCluster's profiling switches: faultdiag-online (an operator) sets

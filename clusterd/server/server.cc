@@ -367,6 +367,8 @@ Status ClusterdServer::Impl::MakeServices() {
   }
   RecoverServiceOptions ro;
   ro.mindio_wait = cfg.mindcluster_taskd_wait;
+  ro.om_wait = cfg.mindcluster_om_wait;
+  ro.store = store.get();  // the NIC switches and stress tests kept
   const auto& integrations = cfg.integrations;
   if (std::find(integrations.begin(), integrations.end(), "kubernetes") != integrations.end() ||
       std::find(integrations.begin(), integrations.end(), "mindcluster") != integrations.end()) {

@@ -35,6 +35,11 @@ inline constexpr std::string_view kMetaAdminState = "admin_state";
 // clusterd.storage.v1.DataTraceRecord (a job's MindCluster profiling switch,
 // docs/mindcluster.md). Not cluster state: no revision, no event.
 inline constexpr std::string_view kMetaDataTracePrefix = "mindcluster/datatrace/";
+// Prefix of the keys "mindcluster/om/<job id>"; value:
+// clusterd.storage.v1.OmJobRecord (a job's MindCluster NIC switch and stress
+// test, in flight and finished, docs/mindcluster.md). Not cluster state: no
+// revision, no event.
+inline constexpr std::string_view kMetaOmPrefix = "mindcluster/om/";
 
 inline constexpr uint64_t kSchemaVersion = 1;
 

@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "clusterd/mindcluster/om.h"
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
@@ -218,23 +219,25 @@ TEST_F(MindClusterRecoverTest, CodesBeforeAndAfterInitAndRegister) {
   EXPECT_EQ(Init("has space"), mc::kRecoverClientError);
 }
 
-TEST_F(MindClusterRecoverTest, TheFlowsClusterdDoesNotServeAnswerNotSupported) {
+// The NIC switch and stress test (mindcluster_om_service_test.cc has their
+// flows): the reference's checks come first, TaskD's streams need its job.
+TEST_F(MindClusterRecoverTest, TheOperatorFlowsCheckTheirRequestsFirst) {
   CreateOptedInJob();
   ::StressTestParam stress;
   stress.set_jobid(kTaskdJob);
+  stress.add_allnodesops(0);
   ::Status resp = Unary(&::Recover::Stub::StressTest, stress);
-  EXPECT_EQ(resp.code(), mc::kRecoverClientError);
-  EXPECT_NE(resp.info().find("not supported"), std::string::npos) << resp.info();
+  EXPECT_EQ(resp.code(), mc::kOmParamInvalid);
+  EXPECT_EQ(resp.info(), "job:" + std::string(kTaskdJob) + " is not registered");
   ::SwitchNics nics;
   nics.set_jobid(kTaskdJob);
-  EXPECT_EQ(Unary(&::Recover::Stub::SwitchNicTrack, nics).code(), mc::kRecoverClientError);
-  // Their streams stay open (TaskD would resubscribe in a loop otherwise).
+  EXPECT_EQ(Unary(&::Recover::Stub::SwitchNicTrack, nics).code(), mc::kOmParamInvalid);
+  // TaskD's notify stream before Init and Register.
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
   auto reader = recover_->SubscribeNotifySwitch(&ctx, TaskdClient(kTaskdJob));
   ::SwitchRankList msg;
   EXPECT_FALSE(reader->Read(&msg));
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   // Without a jobId (no scope to check) the stream is refused.
   grpc::ClientContext anonymous;
   auto refused = recover_->SubscribeNotifySwitch(&anonymous, TaskdClient(""));

@@ -440,6 +440,42 @@ TEST_F(SecurityTest, AJobAgentAttachesOnlyToItsOwnJob) {
   EXPECT_EQ(init("train-2"), grpc::StatusCode::PERMISSION_DENIED);
 }
 
+// The Recover service's NIC switch and stress test: an operator asks, a
+// viewer may follow the result, a job's TaskD carries out its own job's only.
+TEST_F(SecurityTest, NicSwitchesAreAskedByOperatorsAndCarriedByTheirJobsTaskd) {
+  Start();
+  auto switch_nic = [&](const std::string& who, const std::string& job) {
+    ::SwitchNics req;
+    req.set_jobid(job);
+    grpc::ClientContext ctx;
+    ::Status resp;
+    grpc::Status st = ::Recover::NewStub(As(who))->SwitchNicTrack(&ctx, req, &resp);
+    return st.ok() ? grpc::StatusCode::OK : st.error_code();
+  };
+  EXPECT_EQ(switch_nic("operator", "train-1"), grpc::StatusCode::OK);  // (code 413: no such job)
+  EXPECT_EQ(switch_nic("jobagent", "train-1"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(switch_nic("viewer", "train-1"), grpc::StatusCode::PERMISSION_DENIED);
+  auto reply = [&](const std::string& who, const std::string& job) {
+    ::SwitchResult req;
+    req.set_jobid(job);
+    grpc::ClientContext ctx;
+    ::Status resp;
+    grpc::Status st = ::Recover::NewStub(As(who))->ReplySwitchNicResult(&ctx, req, &resp);
+    return st.ok() ? grpc::StatusCode::OK : st.error_code();
+  };
+  EXPECT_EQ(reply("jobagent", "train-1"), grpc::StatusCode::OK);  // (code 400: not registered)
+  EXPECT_EQ(reply("jobagent", "train-2"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(reply("operator", "train-1"), grpc::StatusCode::PERMISSION_DENIED);
+  // A viewer follows a job's result (none yet: FAILED_PRECONDITION, not a refusal).
+  ::StressTestRequest watch;
+  watch.set_jobid("train-1");
+  grpc::ClientContext ctx;
+  auto results = ::Recover::NewStub(As("viewer"))->SubscribeStressTestResponse(&ctx, watch);
+  ::StressTestResponse msg;
+  EXPECT_FALSE(results->Read(&msg));
+  EXPECT_EQ(results->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 // MindCluster's TrainingDataTrace: an operator sets a job's profiling
 // switch; a job's agent (TaskD) reads and follows its own job's only.
 TEST_F(SecurityTest, ProfilingSwitchesAreSetByOperatorsAndReadByTheirJobsAgent) {

@@ -26,6 +26,9 @@
 #     deletion (failed, operator delete); an unknown role is refused; MindIE's
 #     config.Config gets a job's rank table at once and again when UpdateJob
 #     moves its ranks.
+#  7. Recover's NIC switch and stress test (the Go client as operator and
+#     TaskD): the switch paused, notified, continued, "switch nic finish";
+#     a stress test whose rank 1 finds a fault -> that chip a SEPARATE fault.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
@@ -49,7 +52,7 @@ on_failure() { tail_logs 20 "$WORK"/*.log "$WORK"/*.out; }
 echo "== build the Go client (stubs generated now, into $WORK)"
 SRC="$ROOT/test/e2e/mindcluster-client"
 mkdir -p "$WORK/mcclient"
-cp "$SRC/main.go" "$SRC/go.mod" "$SRC/go.sum" "$WORK/mcclient/"
+cp "$SRC/main.go" "$SRC/om.go" "$SRC/go.mod" "$SRC/go.sum" "$WORK/mcclient/"
 bash "$SRC/generate.sh" "$WORK/mcclient" || fail "generating the Go stubs of proto/mindcluster"
 (cd "$WORK/mcclient" && go vet ./... && go build -buildvcs=false -o "$WORK/mcclient/mcclient" .) >"$WORK/gobuild.log" 2>&1 ||
   fail "building test/e2e/mindcluster-client: $(cat "$WORK/gobuild.log")"
@@ -336,6 +339,43 @@ PY
 [[ $tables == $'ranktable-uid-0001 worker01:2:0\nranktable-uid-0001 worker02:3:0' ]] ||
   fail "the rank tables say '$tables' (expected worker01 chip 2, then worker02 chip 3)"
 echo "-- MindIE's rank tables: $(paste -sd';' <<<"$tables")"
+grpcurl -plaintext -d '{"id": "ranktable-uid-0001"}' "$ADDR" clusterd.v1.JobService/DeleteJob >/dev/null ||
+  fail "DeleteJob ranktable-uid-0001"  # off worker02 chip 3, which part 7's stress test takes out
+
+echo "== 7. Recover: an operator's NIC switch and stress test, TaskD played by the Go client (om.go)"
+OM_JOB=om-uid-0001
+grpcurl -plaintext -d "{\"job\": {\"id\": \"$OM_JOB\", \"kind\": \"JOB_KIND_TRAINING\",
+    \"labels\": {\"mindcluster/process-recover-enable\": \"on\", \"mindcluster/recover-strategy\": \"recover\"},
+    \"placement\": [{\"rank\": 0, \"node\": \"worker02\", \"device_id\": 2},
+                    {\"rank\": 1, \"node\": \"worker02\", \"device_id\": 3}]}}" \
+  "$ADDR" clusterd.v1.JobService/CreateJob >/dev/null || fail "CreateJob $OM_JOB"
+# om_lines KIND FIELD: FIELD of each {"KIND": {...}} line on stdin, one per line.
+om_lines() {
+  python3 -c 'import json,sys
+for line in sys.stdin:
+    d = json.loads(line)
+    if sys.argv[1] in d: print(json.dumps(d[sys.argv[1]].get(sys.argv[2])).strip("\""))' "$1" "$2"
+}
+out=$("$MC" nicswitch -server "$ADDR" -job "$OM_JOB" -switch-node worker02 -switch-devs 3 -deadline 60s 2>"$WORK/om-nic.log") ||
+  fail "mcclient nicswitch: $out $(cat "$WORK/om-nic.log")"
+[[ $(om_lines om_signal signalType <<<"$out" | paste -sd' ') == "stopTrain changeStrategy" ]] ||
+  fail "TaskD's signals of the NIC switch: $out (expected stopTrain, then changeStrategy continue)"
+[[ $(om_lines om_switch rankID <<<"$out") == '["1"]' ]] || fail "the switch notice: $out (expected rank 1)"
+[[ $(om_lines om_result msg <<<"$out" | tail -1) == "switch nic finish" ]] || fail "the operator's outcome: $out"
+echo "-- SwitchNicTrack worker02 chip 3: stopTrain [pause_train], SwitchRankList [1], continue; \"switch nic finish\""
+out=$("$MC" stresstest -server "$ADDR" -job "$OM_JOB" -ops 0,1 -fault-rank 1 -deadline 60s 2>"$WORK/om-stress.log") ||
+  fail "mcclient stresstest: $out $(cat "$WORK/om-stress.log")"
+last=$(om_lines om_result msg <<<"$out" | tail -1)
+[[ $last == "stress test find fault, chips worker02/3 SEPARATE"* ]] || fail "the stress test's outcome: $out"
+stress_fault_active() {
+  grpcurl -plaintext -d '{"node": "worker02", "active_only": true}' "$ADDR" clusterd.v1.ClusterService/ListFaults |
+    python3 -c 'import json,sys
+fs = json.load(sys.stdin).get("faults", [])
+sys.exit(0 if any(f.get("reporter") == "stresstest" and f.get("code") == "STRESS_TEST_FAULT" and
+                  f.get("device_id") == 3 and f.get("level") == "FAULT_LEVEL_SEPARATE" for f in fs) else 1)'
+}
+wait_until 20 stress_fault_active || fail "no SEPARATE fault of the reporter stresstest on worker02 chip 3"
+echo "-- StressTest AIC+P2P, rank 1 finds a fault: worker02 chip 3 is a SEPARATE fault of the reporter stresstest"
 
 echo "-- SIGTERM stops clusterd cleanly"
 term_wait "$CLUSTERD_PID" || fail "clusterd exit $?"

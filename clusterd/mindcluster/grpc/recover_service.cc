@@ -9,9 +9,11 @@
 #include <set>
 #include <thread>
 
+#include "clusterd/mindcluster/om.h"
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/recovery/types.h"
 #include "clusterd/server/stream_writer.h"
+#include "clusterd/storage/schema.h"
 #include "common/config_util.h"
 #include "common/rate_limit.h"
 #include "common/logging.h"
@@ -73,22 +75,63 @@ class SignalStream final : public grpc::ServerWriteReactor<::ProcessManageSignal
   StreamWriter<SignalStream, ::ProcessManageSignal> out_{this};
 };
 
-// A stream of a flow ClusterD does not serve (NIC switching, stress tests):
-// held open and idle, as a reference server with nothing to send would, so
-// that TaskD does not resubscribe in a loop; it ends when the client goes.
+// A stream of the NIC-switch and stress-test flows (TaskD's notify streams,
+// the operator's result streams): messages queued by the Core and written in
+// order; a client that does not read while kMaxQueued wait is ended, so a
+// stream never holds more than that.
 template <typename Message>
-class IdleStream final : public grpc::ServerWriteReactor<Message> {
+class OmStream final : public grpc::ServerWriteReactor<Message> {
  public:
-  explicit IdleStream(std::function<void()> done) : done_(std::move(done)) {}
-  void OnCancel() override { this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")); }
+  static constexpr size_t kMaxQueued = 64;
+  explicit OmStream(std::function<void()> done) : done_(std::move(done)) {}
+
+  void Begin(std::shared_ptr<OmStream> self) { self_ = std::move(self); }
+  void Push(Message msg) {
+    std::lock_guard lock(mu_);
+    if (out_.queue().size() >= kMaxQueued) {
+      out_.Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               "the client does not read: " + std::to_string(kMaxQueued) + " messages wait"));
+      return;
+    }
+    out_.Push(std::move(msg));
+  }
+  void End(grpc::Status status) {
+    std::lock_guard lock(mu_);
+    out_.Finish(std::move(status));
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    if (out_.WriteDone()) return;
+    if (!ok) {
+      out_.Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      return;
+    }
+    out_.Next();
+  }
+  void OnCancel() override { End(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")); }
   void OnDone() override {
-    done_();
-    delete this;
+    if (done_) done_();
+    self_.reset();  // may delete this
   }
 
  private:
   std::function<void()> done_;
+  std::shared_ptr<OmStream> self_;  // owned by gRPC until OnDone
+  std::mutex mu_;
+  StreamWriter<OmStream, Message> out_{this};
 };
+
+using NicNotifyStream = OmStream<::SwitchRankList>;
+using StressNotifyStream = OmStream<::StressTestRankParams>;
+using NicResultStream = OmStream<::SwitchNicResponse>;
+using StressResultStream = OmStream<::StressTestResponse>;
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string OmKey(const std::string& job) { return std::string(storage::kMetaOmPrefix) + job; }
 
 }  // namespace
 
@@ -138,7 +181,11 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   RecoverServiceOptions options;
   Gauge* jobs_gauge = nullptr;
   Gauge* subscribers_gauge = nullptr;
-  Gauge* idle_gauge = nullptr;
+  Gauge* om_streams_gauge = nullptr;
+  Counter* om_started = nullptr;
+  Counter* om_succeeded = nullptr;
+  Counter* om_failed = nullptr;
+  Counter* om_refused = nullptr;
   Counter* signals = nullptr;
   Counter* reports = nullptr;
   Counter* refused = nullptr;
@@ -153,7 +200,17 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   mutable std::mutex mu;
   std::map<std::string, Job> jobs;
   size_t subscribers = 0;
-  size_t idle_streams = 0;
+  // The NIC switches and stress tests, by job (mindcluster/om.h): loaded
+  // from the store at start, kept while ClusterD knows the job.
+  struct OmJob {
+    std::unique_ptr<mc::OmFlow> flow;
+    std::shared_ptr<NicNotifyStream> nic_notify;              // TaskD's, one per job
+    std::shared_ptr<StressNotifyStream> stress_notify;        // TaskD's, one per job
+    std::vector<std::weak_ptr<NicResultStream>> nic_results;  // operators'
+    std::vector<std::weak_ptr<StressResultStream>> stress_results;
+  };
+  std::map<std::string, OmJob> om;
+  size_t om_streams = 0;
   uint64_t keepalives = 0;
 
   std::mutex work_mu;
@@ -175,6 +232,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
         call_limit(o.call_rate) {}
 
   void Start() {
+    LoadOm();
     worker = std::thread([this] { WorkerLoop(); });
   }
   void Stop() {
@@ -422,6 +480,8 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     // (after a PAUSE, after a failed strategy), takes it as the next command
     // (TaskdJob::OnCommand).
     const bool fresh = !machine.current() && machine.phase() == mc::TaskdJob::Phase::kIdle;
+    // A NIC switch or stress test in flight gives way to the recovery.
+    AbandonOmLocked(id, "a recovery of the job took over (" + command.id() + ")");
     DeliverLocked(
         id, it->second,
         fresh ? machine.Resume(command, *stored, stage, faults) : machine.OnCommand(command, *stored, faults));
@@ -452,8 +512,14 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     auto it = jobs.find(id);
     if (it == jobs.end() || it->second.stream.get() != stream || !stored) return;
     it->second.machine->Reset();
+    if (!pending.empty()) AbandonOmLocked(id, "a recovery of the job took over (" + pending.front().id() + ")");
     for (size_t i = 0; i < pending.size(); ++i) {
       DeliverLocked(id, it->second, it->second.machine->Resume(pending[i], *stored, stages[i], faults[i]));
+    }
+    // A NIC switch or stress test in flight: the signal it waits on again.
+    auto o = om.find(id);
+    if (o != om.end() && o->second.flow && o->second.flow->busy()) {
+      (void)DeliverOmLocked(id, o->second, o->second.flow->Resend(NowUnixMs()));
     }
   }
 
@@ -473,6 +539,14 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (subscribers_gauge != nullptr) subscribers_gauge->Set(static_cast<double>(subscribers));
   }
 
+  // The per-job buckets: TaskD's calls under the job's id, an operator's
+  // (NIC switch, stress test, their results) under "<id> (operators)", so
+  // that neither side's calls use up the other's.
+  static constexpr std::string_view kOperatorBucket = " (operators)";
+  static std::string BucketJob(const std::string& key) {
+    return key.ends_with(kOperatorBucket) ? key.substr(0, key.size() - kOperatorBucket.size()) : key;
+  }
+
   bool TakeForJob(const std::string& job, bool health) {
     {
       std::lock_guard lock(limits_mu);
@@ -484,7 +558,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
             std::lock_guard jobs_lock(mu);
             for (const auto& [id, j] : jobs) known.insert(id);
           }
-          std::erase_if(job_limits, [&](const auto& e) { return !known.count(e.first); });
+          std::erase_if(job_limits, [&](const auto& e) { return !known.count(BucketJob(e.first)); });
         }
         it = job_limits
                  .emplace(job, std::make_pair(std::make_unique<RateLimit>(options.per_job_health_check_rate),
@@ -502,8 +576,11 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     std::vector<std::string> ids;
     {
       std::lock_guard lock(mu);
-      ids.reserve(jobs.size());
+      ids.reserve(jobs.size() + om.size());
       for (const auto& [id, j] : jobs) ids.push_back(id);
+      for (const auto& [id, o] : om) {
+        if (!jobs.count(id)) ids.push_back(id);
+      }
     }
     std::set<std::string> gone = state->Read([&](const StateView& s) {
       std::set<std::string> out;
@@ -538,12 +615,31 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       }
       if (jobs_gauge != nullptr) jobs_gauge->Set(static_cast<double>(jobs.size()));
       if (subscribers_gauge != nullptr) subscribers_gauge->Set(static_cast<double>(subscribers));
+      // A deleted job's NIC switches and stress tests go with it.
+      for (const std::string& id : gone) {
+        auto o = om.find(id);
+        if (o == om.end()) continue;
+        const grpc::Status ended(grpc::StatusCode::FAILED_PRECONDITION, "job " + id + " no longer exists in ClusterD");
+        if (o->second.nic_notify) o->second.nic_notify->End(ended);
+        if (o->second.stress_notify) o->second.stress_notify->End(ended);
+        for (auto& w : o->second.nic_results) {
+          if (auto r = w.lock()) r->End(ended);
+        }
+        for (auto& w : o->second.stress_results) {
+          if (auto r = w.lock()) r->End(ended);
+        }
+        om.erase(o);
+        engine->Submit([key = OmKey(id)](ClusterState&, Mutation* m) -> Engine::Done {
+          m->changes.Delete(storage::Cf::kMeta, key);
+          return {};
+        });
+      }
     }
     if (n > 0 && dropped != nullptr) dropped->Inc(n);
     {
       std::lock_guard lock(limits_mu);
       std::lock_guard jobs_lock(mu);
-      std::erase_if(job_limits, [&](const auto& e) { return !jobs.count(e.first); });
+      std::erase_if(job_limits, [&](const auto& e) { return !jobs.count(BucketJob(e.first)); });
     }
     return n;
   }
@@ -612,22 +708,206 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     }
   }
 
-  // Authorization, scope and rate: an error status, or OK.
-  Status Admit(grpc::CallbackServerContext* ctx, std::string_view method, const std::string& job, bool health) {
+  // --- NIC switch and stress test (mindcluster/om.h) ---
+
+  // The operations kept in the store, at start; one in flight waits until
+  // its stored deadline (its signal goes again when TaskD subscribes).
+  void LoadOm() {
+    if (options.store == nullptr) return;
+    const int64_t now = NowUnixMs();
+    Status st = options.store->ForEach(storage::Cf::kMeta, [&](std::string_view key, std::string_view value) {
+      if (!key.starts_with(storage::kMetaOmPrefix)) return;
+      storage::v1::OmJobRecord r;
+      if (!r.ParseFromArray(value.data(), static_cast<int>(value.size())) || r.job_id().empty()) {
+        GetLogger("taskd")->error("NIC-switch / stress-test record {} does not parse: left alone", key);
+        return;
+      }
+      const std::string id = r.job_id();
+      auto flow = std::make_unique<mc::OmFlow>(std::move(r), options.om_wait.count());
+      if (flow->busy()) {
+        const mc::OmOutput out = flow->Resend(now);
+        std::weak_ptr<Core> weak = weak_from_this();
+        PostAfter(std::chrono::milliseconds(out.expire_after_ms), [weak, id, token = out.expire_token] {
+          if (auto core = weak.lock()) core->OnOmExpire(id, token);
+        });
+        GetLogger("taskd")->info("job {}: {} resumes at {}", id, flow->record().current().id(),
+                                 flow->record().current().stage());
+      }
+      om[id].flow = std::move(flow);
+    });
+    if (!st.ok()) GetLogger("taskd")->error("reading the NIC-switch / stress-test records: {}", st.ToString());
+  }
+
+  // Under mu: the job's entry, made with an empty record.
+  OmJob& OmOf(const std::string& id) {
+    OmJob& oj = om[id];
+    if (!oj.flow) oj.flow = std::make_unique<mc::OmFlow>(storage::v1::OmJobRecord(), options.om_wait.count());
+    return oj;
+  }
+
+  // Under mu: what an operation's step produced. Stored first when its
+  // record changed (with the faults it raises, in the same write), then the
+  // signals go to TaskD's streams and the messages to the operators'
+  // (`after` runs then too). `client`: an operator's write (refused while
+  // writes are refused: the Status says why and nothing was sent).
+  Status DeliverOmLocked(const std::string& id, OmJob& oj, mc::OmOutput out, bool client = false,
+                         Engine::Done after = {}) {
+    auto it = jobs.find(id);
+    std::shared_ptr<SignalStream> stream = it != jobs.end() ? it->second.stream : nullptr;
+    std::vector<std::shared_ptr<NicResultStream>> nic_results;
+    std::vector<std::shared_ptr<StressResultStream>> stress_results;
+    for (auto& w : oj.nic_results) {
+      if (auto r = w.lock()) nic_results.push_back(std::move(r));
+    }
+    for (auto& w : oj.stress_results) {
+      if (auto r = w.lock()) stress_results.push_back(std::move(r));
+    }
+    if (out.finished) {
+      oj.nic_results.clear();
+      oj.stress_results.clear();
+    }
+    // reset-config-<job> while the chips are under test (the reference's
+    // FaultFlushing, cleared with the result).
+    if (out.reset != mc::ResetOp::kNone && options.objects != nullptr && it != jobs.end()) {
+      options.objects->ResetConfig(it->second.ref, out.reset, {});
+    }
+    std::weak_ptr<Core> weak = weak_from_this();
+    auto send = [weak, id, stream, nic = oj.nic_notify, stress = oj.stress_notify, nic_results, stress_results,
+                 signals = std::move(out.signals), switch_ranks = std::move(out.switch_ranks),
+                 stress_ranks = std::move(out.stress_ranks), messages = std::move(out.messages),
+                 finished = out.finished]() mutable {
+      auto core = weak.lock();
+      if (!core) return;
+      for (auto& sig : signals) {
+        if (!stream) break;  // sent again when TaskD subscribes
+        GetLogger("taskd")->info("job {}: signal {} ({}{}) to TaskD", id, sig.signaltype(), sig.uuid(),
+                                 sig.changestrategy().empty() ? "" : ", " + sig.changestrategy());
+        stream->Push(std::move(sig));
+        if (core->signals != nullptr) core->signals->Inc();
+      }
+      if (switch_ranks && nic) nic->Push(std::move(*switch_ranks));
+      if (stress_ranks && stress) stress->Push(std::move(*stress_ranks));
+      for (const auto& msg : messages) {
+        GetLogger("taskd")->info("job {}: to the operator: {}", id, msg);
+        for (auto& r : nic_results) {
+          ::SwitchNicResponse m;
+          m.set_jobid(id);
+          m.set_msg(msg);
+          r->Push(std::move(m));
+        }
+        for (auto& r : stress_results) {
+          ::StressTestResponse m;
+          m.set_jobid(id);
+          m.set_msg(msg);
+          r->Push(std::move(m));
+        }
+      }
+      if (finished) {
+        for (auto& r : nic_results) r->End(grpc::Status::OK);
+        for (auto& r : stress_results) r->End(grpc::Status::OK);
+      }
+    };
+    if (out.finished) {
+      const bool ok = oj.flow->record().history_size() > 0 &&
+                      oj.flow->record().history(oj.flow->record().history_size() - 1).stage() == mc::kOmSucceeded;
+      Counter* c = ok ? om_succeeded : om_failed;
+      if (c != nullptr) c->Inc();
+    }
+    auto expire = [&] {
+      if (out.expire_after_ms <= 0) return;
+      PostAfter(std::chrono::milliseconds(out.expire_after_ms), [weak, id, token = out.expire_token] {
+        if (auto core = weak.lock()) core->OnOmExpire(id, token);
+      });
+    };
+    if (!out.changed && out.faults.empty()) {
+      expire();
+      send();
+      if (after) after();
+      return Status::Ok();
+    }
+    Engine::Apply apply = [key = OmKey(id), record = oj.flow->record(), faults = std::move(out.faults),
+                           send = std::move(send),
+                           after = std::move(after)](ClusterState& s, Mutation* m) mutable -> Engine::Done {
+      m->changes.Put(storage::Cf::kMeta, key, record);
+      for (const auto& f : faults) {
+        if (auto st = s.ApplyReport(f, m); !st.ok()) {
+          GetLogger("taskd")->warn("fault {} of reporter {}: {}", f.id(), f.reporter(), st.status().ToString());
+        }
+      }
+      return [send = std::move(send), after = std::move(after)]() mutable {
+        send();
+        if (after) after();
+      };
+    };
+    if (client) {
+      CLUSTERD_RETURN_IF_ERROR(engine->SubmitWrite(std::move(apply)));
+    } else if (!engine->Submit(std::move(apply))) {
+      return Unavailable("clusterd is shutting down");
+    }
+    expire();  // only for a step that will be stored
+    return Status::Ok();
+  }
+
+  // The worker: a stage's wait ran out.
+  void OnOmExpire(const std::string& id, const std::string& token) {
+    auto stored = ReadJob(id);
+    std::lock_guard lock(mu);
+    auto it = om.find(id);
+    if (it == om.end() || !it->second.flow || it->second.flow->Token() != token) return;
+    mc::OmOutput out = stored ? it->second.flow->Expire(token, *stored, NowUnixMs())
+                              : it->second.flow->Abandon("the job no longer exists in ClusterD", NowUnixMs());
+    GetLogger("taskd")->warn("job {}: {} waited for TaskD too long", id, token);
+    (void)DeliverOmLocked(id, it->second, std::move(out));
+  }
+
+  // Under mu: a recovery of the job takes over from an operation in flight.
+  void AbandonOmLocked(const std::string& id, const std::string& why) {
+    auto it = om.find(id);
+    if (it == om.end() || !it->second.flow || !it->second.flow->busy()) return;
+    GetLogger("taskd")->warn("job {}: {} ends: {}", id, it->second.flow->record().current().id(), why);
+    (void)DeliverOmLocked(id, it->second, it->second.flow->Abandon(why, NowUnixMs()));
+  }
+
+  // Under mu: counts a new stream of the flows if max_om_streams allows
+  // (else the refusal); UncountOmStream when it ends.
+  Status CountOmStreamLocked() {
+    if (om_streams >= options.max_om_streams) {
+      if (refused != nullptr) refused->Inc();
+      return ResourceExhausted("at most " + std::to_string(options.max_om_streams) +
+                               " NIC-switch and stress-test streams are open");
+    }
+    ++om_streams;
+    if (om_streams_gauge != nullptr) om_streams_gauge->Set(static_cast<double>(om_streams));
+    return Status::Ok();
+  }
+  void UncountOmStream() {
+    std::lock_guard lock(mu);
+    --om_streams;
+    if (om_streams_gauge != nullptr) om_streams_gauge->Set(static_cast<double>(om_streams));
+  }
+
+  // Authorization, scope and rate: an error status, or OK. `scoped`: a
+  // job's TaskD call (an authenticated caller acts for its own job only);
+  // otherwise an operator's, for any job. `actor`: who, for the record.
+  Status Admit(grpc::CallbackServerContext* ctx, std::string_view method, const std::string& job, bool health,
+               bool scoped = true, std::string* actor = nullptr) {
     auto who = auth->Authorize(*ctx, MethodPath(method));
     if (!who.ok()) return who.status();
+    if (actor != nullptr) *actor = who->actor().empty() ? std::string(PrincipalKindName(who->kind)) : who->actor();
     // An authenticated TaskD acts for its own job only; without
     // authentication a caller is confined to the job it names.
     // (A jobId that is not valid is refused with code 499 right after.)
-    if (who->kind == Principal::Kind::kAuthenticated && ValidJobId(job).ok() && !MayAttachJob(*who, job)) {
+    if (scoped && who->kind == Principal::Kind::kAuthenticated && ValidJobId(job).ok() && !MayAttachJob(*who, job)) {
       return auth->Deny(*who, MethodPath(method), "may act only for job \"" + who->job + "\", not \"" + job + "\"");
     }
-    if (ValidJobId(job).ok() && !TakeForJob(job, health)) {
+    if (ValidJobId(job).ok() && !TakeForJob(scoped ? job : job + std::string(kOperatorBucket), health)) {
       if (refused != nullptr) refused->Inc();
       return ResourceExhausted(
-          "Recover calls for job " + job + " are limited to " +
+          std::string(scoped ? "Recover calls" : "NIC-switch and stress-test calls of operators") + " for job " + job +
+          " are limited to " +
           std::to_string(static_cast<long>(health ? options.per_job_health_check_rate : options.per_job_call_rate)) +
-          " per second" + (health ? " (HealthCheck)" : "") + ", so that one job's TaskD leaves the others their share");
+          " per second" + (health ? " (HealthCheck)" : "") +
+          (scoped ? ", so that one job's TaskD leaves the others their share" : ""));
     }
     if (!(health ? health_limit : call_limit).Take()) {
       if (refused != nullptr) refused->Inc();
@@ -673,8 +953,19 @@ RecoverServiceImpl::RecoverServiceImpl(const ClusterState* state, Engine* engine
                                            "Jobs initialized through the Recover service (TaskD).");
     core_->subscribers_gauge = &metrics->AddGauge("clusterd_mindcluster_recover_subscribers",
                                                   "TaskD signal streams open (one per job at most).");
-    core_->idle_gauge = &metrics->AddGauge("clusterd_mindcluster_recover_idle_streams",
-                                           "Streams of the unsupported NIC-switch and stress-test flows held open.");
+    core_->om_streams_gauge =
+        &metrics->AddGauge("clusterd_mindcluster_recover_om_streams",
+                           "NIC-switch and stress-test streams open (TaskD's notify streams, operators' results).");
+    constexpr char kOmHelp[] =
+        "NIC switches and stress tests: started, succeeded, failed, refused (a check or a limit).";
+    core_->om_started =
+        &metrics->AddCounter("clusterd_mindcluster_recover_om_operations_total", kOmHelp, {{"result", "started"}});
+    core_->om_succeeded =
+        &metrics->AddCounter("clusterd_mindcluster_recover_om_operations_total", kOmHelp, {{"result", "succeeded"}});
+    core_->om_failed =
+        &metrics->AddCounter("clusterd_mindcluster_recover_om_operations_total", kOmHelp, {{"result", "failed"}});
+    core_->om_refused =
+        &metrics->AddCounter("clusterd_mindcluster_recover_om_operations_total", kOmHelp, {{"result", "refused"}});
     core_->signals = &metrics->AddCounter("clusterd_mindcluster_recover_signals_total",
                                           "Recovery signals written to TaskD (keep-alives not counted).");
     core_->reports = &metrics->AddCounter("clusterd_mindcluster_recover_reports_total",
@@ -828,18 +1119,32 @@ namespace {
 // The common part of TaskD's reports: admission, then validation (`valid`:
 // the request's own fields), then the job's machine. `handle` runs under the
 // Core's mutex.
+// A report a NIC switch or stress test in flight may take instead of the
+// recovery protocol (ReportStopComplete, ReportRecoverStatus): its output,
+// or nullopt when it is the protocol's.
+using OmHandle = std::function<std::optional<mc::OmOutput>(mc::OmFlow&, const v1::Job&)>;
+
 template <typename Request, typename Handle>
 grpc::ServerUnaryReactor* Report(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx,
                                  std::string_view method, const Request& req, const Status& valid, ::Status* resp,
-                                 Handle handle) {
+                                 Handle handle, const OmHandle& om_handle = nullptr) {
   if (Status st = core.Admit(ctx, method, req.jobid(), false); !st.ok()) return FinishUnary(ctx, st);
   if (Status st = ValidJobId(req.jobid()); !st.ok()) return Reply(ctx, resp, mc::kRecoverClientError, st.message());
   if (!valid.ok()) return Reply(ctx, resp, mc::kRecoverClientError, valid.message());
   if (core.reports != nullptr) core.reports->Inc();
+  const std::optional<v1::Job> stored = om_handle ? core.ReadJob(req.jobid()) : std::nullopt;
   std::lock_guard lock(core.mu);
   auto it = core.jobs.find(req.jobid());
   if (it == core.jobs.end() || !it->second.registered || !it->second.machine) {
     return Reply(ctx, resp, mc::kRecoverNotRegistered, "job " + req.jobid() + " is not registered");
+  }
+  if (auto o = core.om.find(req.jobid()); stored && o != core.om.end() && o->second.flow && o->second.flow->busy()) {
+    if (auto out = om_handle(*o->second.flow, *stored)) {
+      const int32_t code = out->code;
+      std::string info = out->info.empty() ? "ok" : out->info;
+      (void)core.DeliverOmLocked(o->first, o->second, std::move(*out));
+      return Reply(ctx, resp, code, std::move(info));
+    }
   }
   mc::TaskdOutput out = handle(*it->second.machine);
   const int32_t code = out.code;
@@ -863,8 +1168,12 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::ReportStopComplete(grpc::CallbackS
                                                                  const ::StopCompleteRequest* req, ::Status* resp) {
   Status valid = ValidFaultRanks(req->faultranks());
   if (valid.ok()) valid = ValidateText("status.info", req->status().info(), kMaxInfoLength);
-  return Report(*core_, ctx, "ReportStopComplete", *req, valid, resp,
-                [&](mc::TaskdJob& m) { return m.OnStopComplete(*req); });
+  return Report(
+      *core_, ctx, "ReportStopComplete", *req, valid, resp, [&](mc::TaskdJob& m) { return m.OnStopComplete(*req); },
+      [&](mc::OmFlow& f, const v1::Job& job) -> std::optional<mc::OmOutput> {
+        if (!f.TakesStopComplete()) return std::nullopt;
+        return f.OnStopComplete(*req, job, NowUnixMs());
+      });
 }
 
 grpc::ServerUnaryReactor* RecoverServiceImpl::ReportRecoverStrategy(grpc::CallbackServerContext* ctx,
@@ -883,8 +1192,12 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::ReportRecoverStatus(grpc::Callback
     valid = InvalidArgument("isolateRankIds: more than 131072");
   }
   if (valid.ok()) valid = ValidateLine("strategy", req->strategy(), 64);
-  return Report(*core_, ctx, "ReportRecoverStatus", *req, valid, resp,
-                [&](mc::TaskdJob& m) { return m.OnRecoverStatus(*req); });
+  return Report(
+      *core_, ctx, "ReportRecoverStatus", *req, valid, resp, [&](mc::TaskdJob& m) { return m.OnRecoverStatus(*req); },
+      [&](mc::OmFlow& f, const v1::Job& job) -> std::optional<mc::OmOutput> {
+        if (!f.TakesRecoverStatus()) return std::nullopt;
+        return f.OnRecoverStatus(*req, job, NowUnixMs());
+      });
 }
 
 grpc::ServerUnaryReactor* RecoverServiceImpl::ReportProcessFault(grpc::CallbackServerContext* ctx,
@@ -943,87 +1256,253 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::ReportProcessFault(grpc::CallbackS
 
 namespace {
 
-constexpr std::string_view kNotSupported =
-    "not supported by ClusterD: NIC switching and stress tests are MindCluster-only flows (docs/mindcluster.md)";
-
-template <typename Message>
-grpc::ServerWriteReactor<Message>* HoldIdle(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx,
-                                            std::string_view method, const std::string& job) {
-  Status st = core.Admit(ctx, method, job, false);
-  // A job is named (the scope check above needs one to check).
-  if (st.ok()) st = ValidJobId(job);
-  std::shared_ptr<RecoverServiceImpl::Core> keep = core.shared_from_this();
-  bool counted = false;
-  if (st.ok()) {
+// An operator's NIC switch or stress test: checked against the job (the
+// reference's codes), refused while another operation or a recovery of the
+// job is under way (411), else stored and the pause sent; the answer (code
+// 0) comes once it is durable. A refusal changes nothing.
+grpc::ServerUnaryReactor* StartOm(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx, ::Status* resp,
+                                  const std::string& id, const std::string& actor,
+                                  const std::function<mc::OmCheck(const v1::Job*, bool)>& check) {
+  auto refuse = [&](int32_t code, std::string info) {
+    if (core.om_refused != nullptr) core.om_refused->Inc();
+    GetLogger("taskd")->info("job {}: NIC switch / stress test refused ({}): {}", id.substr(0, 253), code, info);
+    return Reply(ctx, resp, code, std::move(info));
+  };
+  if (Status st = ValidJobId(id); !st.ok()) return refuse(mc::kOmParamInvalid, st.message());
+  const std::optional<v1::Job> stored = core.ReadJob(id);
+  bool registered = false;
+  {
     std::lock_guard lock(core.mu);
-    if (core.idle_streams >= core.options.max_idle_streams) {
-      if (core.refused != nullptr) core.refused->Inc();
-      st = ResourceExhausted("at most " + std::to_string(core.options.max_idle_streams) +
-                             " NIC-switch and stress-test streams are held open");
+    auto it = core.jobs.find(id);
+    registered = it != core.jobs.end() && it->second.registered;
+  }
+  mc::OmCheck checked = check(stored ? &*stored : nullptr, registered);
+  if (checked.code != mc::kRecoverOk) return refuse(checked.code, std::move(checked.info));
+  std::lock_guard lock(core.mu);
+  auto it = core.jobs.find(id);
+  if (it != core.jobs.end() && it->second.machine &&
+      (it->second.machine->current() || it->second.machine->phase() != mc::TaskdJob::Phase::kIdle)) {
+    return refuse(mc::kOmIsRunning, "jobId=" + id + " om is running, or job recovering");
+  }
+  RecoverServiceImpl::Core::OmJob& oj = core.OmOf(id);
+  if (oj.flow->busy()) {
+    return refuse(mc::kOmIsRunning, "jobId=" + id + " om is running (" + oj.flow->record().current().id() + ")");
+  }
+  const storage::v1::OmJobRecord before = oj.flow->record();
+  mc::OmOutput out = oj.flow->Start(std::move(checked.op), actor, NowUnixMs());
+  resp->set_code(mc::kRecoverOk);
+  resp->set_info(out.info);
+  const std::string op_id = oj.flow->record().current().id();
+  auto* reactor = ctx->DefaultReactor();
+  Status st = core.DeliverOmLocked(id, oj, std::move(out), true, [reactor] { reactor->Finish(grpc::Status::OK); });
+  if (!st.ok()) {
+    // Not stored: as if never asked.
+    oj.flow = std::make_unique<mc::OmFlow>(before, core.options.om_wait.count());
+    reactor->Finish(ToGrpc(st));
+    return reactor;
+  }
+  if (core.om_started != nullptr) core.om_started->Inc();
+  GetLogger("taskd")->info("job {}: {} asked by {}", id, op_id, actor);
+  return reactor;
+}
+
+// The operator's result stream: every message of the operation of `kind` in
+// flight, ending (OK) with its outcome; with none in flight, the messages
+// of the last one finished; FAILED_PRECONDITION when there has been none.
+template <typename Message>
+grpc::ServerWriteReactor<Message>* WatchOm(
+    RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx, std::string_view method, const std::string& id,
+    std::string_view kind, std::vector<std::weak_ptr<OmStream<Message>>> RecoverServiceImpl::Core::OmJob::*watchers) {
+  std::shared_ptr<RecoverServiceImpl::Core> keep = core.shared_from_this();
+  Status st = core.Admit(ctx, method, id, false, /*scoped=*/false);
+  if (st.ok()) st = ValidJobId(id);
+  bool counted = false;
+  std::unique_lock lock(core.mu);
+  if (st.ok()) {
+    st = core.CountOmStreamLocked();
+    counted = st.ok();
+  }
+  auto stream = std::make_shared<OmStream<Message>>([keep, counted] {
+    if (counted) keep->UncountOmStream();
+  });
+  stream->Begin(stream);
+  if (!st.ok()) {
+    stream->End(ToGrpc(st));
+    return stream.get();
+  }
+  auto it = core.om.find(id);
+  const storage::v1::OmOperation* op = nullptr;
+  if (it != core.om.end() && it->second.flow) {
+    const auto& r = it->second.flow->record();
+    if (r.has_current() && r.current().kind() == kind) {
+      op = &r.current();
     } else {
-      ++core.idle_streams;
-      counted = true;
-      if (core.idle_gauge != nullptr) core.idle_gauge->Set(static_cast<double>(core.idle_streams));
+      for (int i = r.history_size() - 1; i >= 0 && op == nullptr; --i) {
+        if (r.history(i).kind() == kind) op = &r.history(i);
+      }
     }
   }
-  auto* stream = new IdleStream<Message>([keep, counted] {
-    if (!counted) return;
-    std::lock_guard lock(keep->mu);
-    --keep->idle_streams;
-    if (keep->idle_gauge != nullptr) keep->idle_gauge->Set(static_cast<double>(keep->idle_streams));
+  if (op == nullptr) {
+    stream->End(
+        grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                     "jobId=" + id + (kind == mc::kOmNicSwitch ? " is not switching nic" : " is not stress test")));
+    return stream.get();
+  }
+  for (const auto& msg : op->messages()) {
+    Message m;
+    m.set_jobid(id);
+    m.set_msg(msg);
+    stream->Push(std::move(m));
+  }
+  if (op != &it->second.flow->record().current()) {
+    stream->End(grpc::Status::OK);  // finished: its outcome is the last message
+  } else {
+    (it->second.*watchers).push_back(stream);
+  }
+  return stream.get();
+}
+
+// TaskD's notify stream of `kind`: one per job (a newer one ends the older
+// with ABORTED); the operation's notice again when it awaits TaskD's result.
+template <typename Message>
+grpc::ServerWriteReactor<Message>* NotifyOm(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx,
+                                            std::string_view method, const std::string& id,
+                                            std::shared_ptr<OmStream<Message>> RecoverServiceImpl::Core::OmJob::*slot) {
+  std::shared_ptr<RecoverServiceImpl::Core> keep = core.shared_from_this();
+  Status st = core.Admit(ctx, method, id, false);
+  if (st.ok()) st = ValidJobId(id);
+  std::lock_guard lock(core.mu);
+  if (st.ok()) {
+    auto j = core.jobs.find(id);
+    if (j == core.jobs.end() || !j->second.registered) {
+      st = FailedPrecondition("jobId=" + id + " not registed, please wait agent register (code 400)");
+    }
+  }
+  bool counted = false;
+  if (st.ok()) {
+    st = core.CountOmStreamLocked();
+    counted = st.ok();
+  }
+  auto stream = std::make_shared<OmStream<Message>>([keep, counted] {
+    if (counted) keep->UncountOmStream();
   });
-  if (!st.ok()) stream->Finish(ToGrpc(st));
-  return stream;
+  stream->Begin(stream);
+  if (!st.ok()) {
+    stream->End(ToGrpc(st));
+    return stream.get();
+  }
+  RecoverServiceImpl::Core::OmJob& oj = core.OmOf(id);
+  if (auto older = std::move(oj.*slot)) {
+    older->End(grpc::Status(grpc::StatusCode::ABORTED, "TaskD subscribed again for job " + id));
+  }
+  oj.*slot = stream;
+  mc::OmOutput again = oj.flow->ResendNotify();
+  if constexpr (std::is_same_v<Message, ::SwitchRankList>) {
+    if (again.switch_ranks) stream->Push(std::move(*again.switch_ranks));
+  } else {
+    if (again.stress_ranks) stream->Push(std::move(*again.stress_ranks));
+  }
+  return stream.get();
+}
+
+// TaskD's result of the operation in flight (the reference's 400 for a job
+// not registered).
+template <typename Request>
+grpc::ServerUnaryReactor* ReplyOm(RecoverServiceImpl::Core& core, grpc::CallbackServerContext* ctx,
+                                  std::string_view method, const Request& req, const Status& valid, ::Status* resp,
+                                  const std::function<mc::OmOutput(mc::OmFlow&, const v1::Job&)>& handle) {
+  if (Status st = core.Admit(ctx, method, req.jobid(), false); !st.ok()) return FinishUnary(ctx, st);
+  if (Status st = ValidJobId(req.jobid()); !st.ok()) return Reply(ctx, resp, mc::kRecoverClientError, st.message());
+  if (!valid.ok()) return Reply(ctx, resp, mc::kRecoverClientError, valid.message());
+  if (core.reports != nullptr) core.reports->Inc();
+  const std::optional<v1::Job> stored = core.ReadJob(req.jobid());
+  std::lock_guard lock(core.mu);
+  auto it = core.jobs.find(req.jobid());
+  // A result for an operation in flight is taken even before TaskD
+  // registered again with a restarted ClusterD: TaskD does not send it twice.
+  auto o = core.om.find(req.jobid());
+  const bool in_flight = o != core.om.end() && o->second.flow && o->second.flow->busy();
+  if (!stored || (!in_flight && (it == core.jobs.end() || !it->second.registered))) {
+    return Reply(ctx, resp, mc::kRecoverNotRegistered, "jobId=" + req.jobid() + " not registed");
+  }
+  RecoverServiceImpl::Core::OmJob& oj = core.OmOf(req.jobid());
+  mc::OmOutput out = handle(*oj.flow, *stored);
+  const int32_t code = out.code;
+  std::string info = out.info.empty() ? "ok" : out.info;
+  (void)core.DeliverOmLocked(req.jobid(), oj, std::move(out));
+  return Reply(ctx, resp, code, std::move(info));
 }
 
 }  // namespace
 
 grpc::ServerUnaryReactor* RecoverServiceImpl::SwitchNicTrack(grpc::CallbackServerContext* ctx, const ::SwitchNics* req,
                                                              ::Status* resp) {
-  if (Status st = core_->Admit(ctx, "SwitchNicTrack", req->jobid(), false); !st.ok()) return FinishUnary(ctx, st);
-  return Reply(ctx, resp, mc::kRecoverClientError, std::string(kNotSupported));
+  std::string actor;
+  if (Status st = core_->Admit(ctx, "SwitchNicTrack", req->jobid(), false, /*scoped=*/false, &actor); !st.ok()) {
+    return FinishUnary(ctx, st);
+  }
+  return StartOm(*core_, ctx, resp, req->jobid(), actor,
+                 [&](const v1::Job* job, bool registered) { return mc::CheckSwitchNics(*req, job, registered); });
 }
 
 grpc::ServerWriteReactor<::SwitchNicResponse>* RecoverServiceImpl::SubscribeSwitchNicSignal(
     grpc::CallbackServerContext* ctx, const ::SwitchNicRequest* req) {
-  return HoldIdle<::SwitchNicResponse>(*core_, ctx, "SubscribeSwitchNicSignal", req->jobid());
+  return WatchOm<::SwitchNicResponse>(*core_, ctx, "SubscribeSwitchNicSignal", req->jobid(), mc::kOmNicSwitch,
+                                      &Core::OmJob::nic_results);
 }
 
 grpc::ServerWriteReactor<::SwitchRankList>* RecoverServiceImpl::SubscribeNotifySwitch(grpc::CallbackServerContext* ctx,
                                                                                       const ::ClientInfo* req) {
-  return HoldIdle<::SwitchRankList>(*core_, ctx, "SubscribeNotifySwitch", req->jobid());
+  return NotifyOm<::SwitchRankList>(*core_, ctx, "SubscribeNotifySwitch", req->jobid(), &Core::OmJob::nic_notify);
 }
 
 grpc::ServerUnaryReactor* RecoverServiceImpl::ReplySwitchNicResult(grpc::CallbackServerContext* ctx,
                                                                    const ::SwitchResult* req, ::Status* resp) {
-  if (Status st = core_->Admit(ctx, "ReplySwitchNicResult", req->jobid(), false); !st.ok()) {
-    return FinishUnary(ctx, st);
-  }
-  return Reply(ctx, resp, mc::kRecoverClientError, std::string(kNotSupported));
+  return ReplyOm(*core_, ctx, "ReplySwitchNicResult", *req, Status::Ok(), resp,
+                 [&](mc::OmFlow& f, const v1::Job& job) { return f.OnSwitchResult(*req, job, NowUnixMs()); });
 }
 
 grpc::ServerUnaryReactor* RecoverServiceImpl::StressTest(grpc::CallbackServerContext* ctx, const ::StressTestParam* req,
                                                          ::Status* resp) {
-  if (Status st = core_->Admit(ctx, "StressTest", req->jobid(), false); !st.ok()) return FinishUnary(ctx, st);
-  return Reply(ctx, resp, mc::kRecoverClientError, std::string(kNotSupported));
+  std::string actor;
+  if (Status st = core_->Admit(ctx, "StressTest", req->jobid(), false, /*scoped=*/false, &actor); !st.ok()) {
+    return FinishUnary(ctx, st);
+  }
+  return StartOm(*core_, ctx, resp, req->jobid(), actor,
+                 [&](const v1::Job* job, bool registered) { return mc::CheckStressTest(*req, job, registered); });
 }
 
 grpc::ServerWriteReactor<::StressTestResponse>* RecoverServiceImpl::SubscribeStressTestResponse(
     grpc::CallbackServerContext* ctx, const ::StressTestRequest* req) {
-  return HoldIdle<::StressTestResponse>(*core_, ctx, "SubscribeStressTestResponse", req->jobid());
+  return WatchOm<::StressTestResponse>(*core_, ctx, "SubscribeStressTestResponse", req->jobid(), mc::kOmStressTest,
+                                       &Core::OmJob::stress_results);
 }
 
 grpc::ServerWriteReactor<::StressTestRankParams>* RecoverServiceImpl::SubscribeNotifyExecStressTest(
     grpc::CallbackServerContext* ctx, const ::ClientInfo* req) {
-  return HoldIdle<::StressTestRankParams>(*core_, ctx, "SubscribeNotifyExecStressTest", req->jobid());
+  return NotifyOm<::StressTestRankParams>(*core_, ctx, "SubscribeNotifyExecStressTest", req->jobid(),
+                                          &Core::OmJob::stress_notify);
 }
 
 grpc::ServerUnaryReactor* RecoverServiceImpl::ReplyStressTestResult(grpc::CallbackServerContext* ctx,
                                                                     const ::StressTestResult* req, ::Status* resp) {
-  if (Status st = core_->Admit(ctx, "ReplyStressTestResult", req->jobid(), false); !st.ok()) {
-    return FinishUnary(ctx, st);
+  Status valid = Status::Ok();
+  if (static_cast<size_t>(req->stressresult_size()) > mc::kOmMaxEntries) {
+    valid = InvalidArgument("stressResult: more than 131072 ranks");
   }
-  return Reply(ctx, resp, mc::kRecoverClientError, std::string(kNotSupported));
+  for (const auto& [rank, res] : req->stressresult()) {
+    if (!valid.ok()) break;
+    if (rank.size() > 16) valid = InvalidArgument("stressResult: a rank id is longer than 16 characters");
+    if (res.rankresult_size() > 16) valid = InvalidArgument("stressResult.rankResult: more than 16 operations");
+    for (const auto& [op, r] : res.rankresult()) {
+      if (!valid.ok()) break;
+      if (op.size() > 16) valid = InvalidArgument("stressResult.rankResult: an operation is longer than 16 characters");
+      if (valid.ok()) valid = ValidateLine("stressResult.rankResult.code", r.code(), 16);
+      if (valid.ok()) valid = ValidateText("stressResult.rankResult.result", r.result(), kMaxInfoLength);
+    }
+  }
+  return ReplyOm(*core_, ctx, "ReplyStressTestResult", *req, valid, resp,
+                 [&](mc::OmFlow& f, const v1::Job& job) { return f.OnStressResult(*req, job, NowUnixMs()); });
 }
 
 }  // namespace clusterd

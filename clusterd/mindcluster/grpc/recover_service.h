@@ -5,7 +5,12 @@
 // from then on it is the job's recovery agent, like a JobService.Attach
 // stream (JobAgentHub): the coordinator's commands become TaskD's signals
 // and TaskD's reports become the commands' acks (mindcluster/taskd.h holds
-// that protocol; this file only carries it).
+// that protocol; this file only carries it). An operator's NIC switch and
+// stress test (SwitchNicTrack, StressTest) run through the same TaskD as
+// stored exchanges of their own (mindcluster/om.h): TaskD's pause and
+// continue reports go to them while one is in flight, its notify streams
+// and Reply* calls carry the rest, the operator follows them on its result
+// streams.
 //
 // Threads: gRPC's callbacks, the writer thread (JobAgentHub::Sink::Send),
 // and one worker of the service's own, which reads the job (never on the
@@ -18,11 +23,13 @@
 #include <memory>
 
 #include "clusterd/engine/engine.h"
+#include "clusterd/mindcluster/om.h"
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/recovery/coordinator/coordinator.h"
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/storage/store.h"
 #include "common/metrics.h"
 #include "mindcluster/recover.grpc.pb.h"
 
@@ -45,9 +52,15 @@ struct RecoverServiceOptions {
   // knows the job, or after this long without a subscription and with no
   // command in flight (TaskD's Init and Register make it again).
   std::chrono::seconds idle_job_ttl{600};
-  // Streams of the unsupported NIC-switch and stress-test flows held open
-  // (idle) at most; beyond, RESOURCE_EXHAUSTED.
-  uint32_t max_idle_streams = 4096;
+  // Streams of the NIC-switch and stress-test flows (TaskD's notify streams,
+  // the operators' result streams) open at most; beyond, RESOURCE_EXHAUSTED.
+  uint32_t max_om_streams = 4096;
+  // How long each of TaskD's answers in those flows is waited for (the
+  // reference's 15 minutes): past it the operation fails (mindcluster/om.h).
+  std::chrono::milliseconds om_wait{mindcluster::kOmWaitS * 1000};
+  // Where the operations are kept (the meta column family, written through
+  // the engine); loaded at construction. nullptr: nothing loaded.
+  const storage::Store* store = nullptr;
   // MindIO's wait for ClusterD's next signal (its MINDIO_WAIT_MINDX_TIME,
   // the reference's 30 s): a signal sent again and unanswered this long
   // fails its command, and the changeStrategy after a PAUSE goes out at the
@@ -64,7 +77,9 @@ class RecoverServiceImpl final : public ::Recover::CallbackService {
   // clusterd_mindcluster_recover_jobs (initialized), ..._subscribers,
   // ..._signals_total, ..._reports_total, ..._refused_total (rate limits,
   // per job and shared, and limits), ..._jobs_dropped_total (deleted or
-  // idle jobs forgotten), ..._idle_streams.
+  // idle jobs forgotten), ..._om_streams (NIC-switch and stress-test
+  // streams open), ..._om_operations_total{kind,result} (started, succeeded,
+  // failed, refused).
   RecoverServiceImpl(const ClusterState* state, Engine* engine, Coordinator* coordinator, JobAgentHub* agents,
                      const Authenticator* auth, RecoverServiceOptions options, MetricsRegistry* metrics);
   ~RecoverServiceImpl() override;

@@ -24,6 +24,7 @@
 //	                   -node NAME -devices 1,2 [-fault-type NPU] [-version 1.0]
 //	mcclient jobs      -server ADDR -role FdAgent -job ID -operator add|delete [-deadline 60s]
 //	mcclient ranktable -server ADDR -job ID -role ROLE -count N [-deadline 60s]
+//	mcclient nicswitch|stresstest ...  (om.go: the Recover service's NIC switch and stress test)
 //
 // jobs registers as faultdiag-online does (a clientId of its own, replaced by
 // the server's) and follows SubscribeJobSummarySignalList until a summary of
@@ -56,7 +57,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mcclient register|subscribe|query|pubfault|jobs|ranktable -server ADDR [flags] (see main.go)")
+	fmt.Fprintln(os.Stderr, "usage: mcclient register|subscribe|query|pubfault|jobs|ranktable|nicswitch|stresstest -server ADDR [flags] (see main.go, om.go)")
 	os.Exit(64)
 }
 
@@ -95,6 +96,7 @@ func main() {
 	version := fs.String("version", "1.0", "pubfault: the request's version")
 	operator := fs.String("operator", "add", "jobs: stop after a summary of -job with this operator")
 	count := fs.Int("count", 1, "ranktable: stop after this many rank tables")
+	om := omFlags(fs) // nicswitch, stresstest (om.go)
 	if err := fs.Parse(os.Args[2:]); err != nil || fs.NArg() != 0 {
 		usage()
 	}
@@ -254,6 +256,8 @@ func main() {
 		}
 
 	default:
-		usage()
+		if !runOm(cmd, conn, *job, *deadline, om) {
+			usage()
+		}
 	}
 }
