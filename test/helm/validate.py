@@ -282,17 +282,23 @@ def check_rbac(docs):
         problem(dep, f"automountServiceAccountToken must be {bound} (roles bound: {bound})")
 
 
-def check_mindcluster_jobs_rbac(docs, roles):
-    """mindcluster.jobSummary.enabled: one <fullname>-mindcluster-jobs ClusterRole, bound by a
-    ClusterRoleBinding, iff config.json runs the mindcluster-jobs integration."""
-    cfg = {}
+def clusterd_config(docs):
+    """ClusterD's config.json as the chart renders it ({} when absent or not JSON:
+    check_json_payloads reports that)."""
     for d in docs:
         if (d.get("kind") == "ConfigMap" and component(d) == "clusterd"
                 and "config.json" in (d.get("data") or {})):
             try:
-                cfg = json.loads(d["data"]["config.json"])
+                return json.loads(d["data"]["config.json"])
             except ValueError:
-                pass
+                return {}
+    return {}
+
+
+def check_mindcluster_jobs_rbac(docs, roles):
+    """mindcluster.jobSummary.enabled: one <fullname>-mindcluster-jobs ClusterRole, bound by a
+    ClusterRoleBinding, iff config.json runs the mindcluster-jobs integration."""
+    cfg = clusterd_config(docs)
     on = "mindcluster-jobs" in (cfg.get("integrations") or [])
     if not on:
         for r in roles:
@@ -312,14 +318,7 @@ def check_mindcluster_rbac(docs, roles):
     and for its mindcluster_public_fault_namespaces a read-only <fullname>-mindcluster-publicfault
     Role in each namespace listed, or a read-only ClusterRole for ["*"] alone, bound, and nothing
     without them."""
-    cfg = {}
-    for d in docs:
-        if (d.get("kind") == "ConfigMap" and component(d) == "clusterd"
-                and "config.json" in (d.get("data") or {})):
-            try:
-                cfg = json.loads(d["data"]["config.json"])
-            except ValueError:
-                pass  # check_json_payloads reports it
+    cfg = clusterd_config(docs)
     on = "mindcluster" in (cfg.get("integrations") or [])
     if not on:
         for r in roles:
