@@ -82,6 +82,12 @@ class ClusterState : public StateView {
   // The separation policy (recovery/separation.h): before Load; MindCluster's
   // defaults otherwise (3 faults in 24 h, released after 48 h fault-free).
   void set_separation_policy(const recovery::SeparationPolicy& policy) { separations_.emplace(policy); }
+  // The separation policy from now on, after Load, on the writer thread
+  // (the "mindcluster" integration's clusterd-config-cm): counts and
+  // separations are kept, the next tick applies the new window and release
+  // time. InvalidArgument (nothing changed) for a policy out of bounds.
+  Status ChangeSeparationPolicy(const recovery::SeparationPolicy& policy);
+  const recovery::SeparationPolicy& separation_policy() const { return separations_->policy(); }
   // The node label that names a node's pool for the software chain's drift
   // (chain_drift.h); "" (the default): the model of the node's first device.
   void set_chain_pool_label(std::string label) { chain_pool_label_ = std::move(label); }

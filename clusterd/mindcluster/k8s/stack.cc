@@ -143,6 +143,16 @@ Status MindClusterStack::Start(const IntegrationEnv& env) {
     public_fault_cms_.push_back(std::make_unique<k8s::Informer>(client_.get(), pf, handlers, env.metrics));
     public_fault_cms_.back()->Start();
   }
+  if (options_.separation_policy_cm || options_.manual_info_cm) {
+    // clusterd-config-cm and clusterd-manual-info-cm: a handful of
+    // ConfigMaps in that namespace, watched whole (the names filter here).
+    k8s::InformerOptions sys;
+    sys.name = "mindcluster-system";
+    sys.path = "/api/v1/namespaces/" + k8s::UrlEncode(options_.system_namespace) + "/configmaps";
+    system_cms_ = std::make_unique<k8s::Informer>(client_.get(), sys, handlers, env.metrics);
+    system_cms_->Start();
+  }
+  StartOperatorMetrics(env.metrics);
   tokens_ = options_.writes_per_second;
   tokens_at_ = env_.clock->Now();
   if (driver_ == Driver::kThread) {
@@ -168,6 +178,7 @@ void MindClusterStack::Stop() {
   if (plugin_cms_) plugin_cms_->Stop();
   if (nodeinfo_cms_) nodeinfo_cms_->Stop();
   for (auto& informer : public_fault_cms_) informer->Stop();
+  if (system_cms_) system_cms_->Stop();
 }
 
 void MindClusterStack::Loop() {
@@ -233,6 +244,11 @@ MindClusterStack::StepResult MindClusterStack::Step() {
     next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
   }
   result.writes = Write(now, &result.pending);
+  // MindCluster's operators' ConfigMaps, after what Volcano reads.
+  if (system_cms_ && system_cms_->synced()) {
+    if (options_.separation_policy_cm && (changed || !policy_read_)) ReadSeparationPolicy();
+    if (options_.manual_info_cm) result.writes += SyncManualInfo(now, &result.pending);
+  }
 
   // The plugin's faults: those of the nodes whose view changed; all of them
   // on the first pass (what went while ClusterD was away) and after a refusal.
@@ -769,6 +785,18 @@ void MindClusterStack::FollowState(std::set<std::string>* dirty) {
       if (f.reporter().rfind("pubfault/", 0) == 0) cs.public_fault = true;
     }
     ours.node_info = mc::NodeInfoFromFaults(node_level);
+    // The separated chips, as clusterd-manual-info-cm lists them: the codes
+    // of their active faults, since when.
+    for (const v1::Device& d : v.devices) {
+      if (!d.separated() || !npus.count(d.id())) continue;
+      mc::ManualChip& c = ours.separated[d.id()];
+      c.name = mc::ChipName(ours.state.device_type, d.id());
+      c.separated_ms = d.separated_time().seconds() * 1000 + d.separated_time().nanos() / 1'000'000;
+      if (auto cs = ours.state.chip_state.find(d.id()); cs != ours.state.chip_state.end()) {
+        std::set<std::string> codes(cs->second.codes.begin(), cs->second.codes.end());
+        c.codes.assign(codes.begin(), codes.end());
+      }
+    }
     ours_[v.node.name()] = std::move(ours);
     dirty->insert(v.node.name());
   }
