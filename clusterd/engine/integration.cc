@@ -149,6 +149,9 @@ class EngineCommands final : public ClusterCommands {
   StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const override {
     return state_->Read([&](const StateView& s) { return s.ListFaults(req); });
   }
+  std::vector<v1::SchedulingFinding> SchedulingFindings() const override {
+    return state_->Read([](const StateView& s) { return s.scheduling_findings(); });
+  }
   NodeChanges NodesChangedSince(uint64_t since) const override {
     return state_->Read([&](const StateView& s) {
       NodeChanges out;

@@ -106,6 +106,9 @@ class ClusterCommands {
   virtual StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const = 0;
   virtual StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const = 0;
   virtual StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const = 0;
+  // The Pending pods the scheduler cannot place, as SetSchedulingFindings
+  // last set them (GetSummary's scheduling_findings).
+  virtual std::vector<v1::SchedulingFinding> SchedulingFindings() const { return {}; }
 
   // One node as an integration that follows the nodes sees it.
   struct NodeView {

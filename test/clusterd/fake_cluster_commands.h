@@ -157,6 +157,9 @@ class FakeClusterCommands final : public ClusterCommands {
     reply(true);
   }
 
+  std::vector<v1::SchedulingFinding> findings;  // SchedulingFindings; filled by the test
+  std::vector<v1::SchedulingFinding> SchedulingFindings() const override { return findings; }
+
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
     auto it = jobs.find(id);
     if (it == jobs.end()) return NotFound("job " + id + " does not exist");

@@ -911,6 +911,82 @@ TEST_F(MindClusterStackTest, ManualInfoEntryDeletedWhileClusterDWasAwayIsRelease
   EXPECT_EQ(commands_.releases[0].device, 6u);
 }
 
+TEST_F(MindClusterStackTest, ObservabilityConfigMapsInTheReferencesShapeWhenTheyChange) {
+  MindClusterStackOptions o;
+  o.statistics_cms = true;
+  o.scheduling_exception_cm = true;
+  o.statistics_interval = 10s;
+  SetPlugin("a", Healthy(8));
+  v1::Fault pf = ChipFault("a", 2, "220001001", v1::FAULT_LEVEL_SEPARATE);
+  pf.set_reporter("pubfault/CCAE");
+  pf.set_external_id("fault-0001");
+  pf.mutable_first_seen()->set_seconds(1'700'000'000);
+  v1::Fault pf3 = pf;
+  pf3.set_device_id(3);
+  SetOurs("a", {Chip("a", 2), Chip("a", 3)}, {pf, pf3});
+  v1::Job job;
+  job.set_id("uid-1");
+  for (uint32_t d : {2u, 3u}) {
+    auto* r = job.add_placement();
+    r->set_node("a");
+    r->set_device_id(d);
+  }
+  commands_.jobs["uid-1"] = job;
+  v1::SchedulingFinding finding;
+  finding.set_pod_namespace("ml");
+  finding.set_pod("train-0");
+  finding.set_reason("too-few");
+  finding.set_evidence("no node offers 16 huawei.com/Ascend910 (at most 8)");
+  commands_.findings = {finding};
+  Start(o);
+  Step();
+  auto stat = api_->Object(kSystem + "statistic-fault-info");
+  ASSERT_TRUE(stat.has_value());
+  EXPECT_EQ((*stat)["metadata"]["labels"], json({{"mc-statistic-fault", "true"}}));
+  EXPECT_EQ((*stat)["data"]["PublicFaults"],
+            R"({"a":[{"resource":"CCAE","devIds":[2,3],"faultId":"fault-0001","faultCode":"220001001",)"
+            R"("level":"SeparateNPU","faultTime":1700000000000}]})");
+  EXPECT_EQ((*stat)["data"]["FaultNum"], R"({"publicFaultNum":1})");
+  auto jobs = api_->Object(kInfo + "current-job-statistic");
+  ASSERT_TRUE(jobs.has_value());
+  EXPECT_EQ((*jobs)["data"]["data"], R"([{"id":"uid-1","cardNum":2}])");
+  EXPECT_EQ((*jobs)["data"]["totalJob"], "1");
+  EXPECT_FALSE((*jobs)["metadata"].contains("labels"));  // not one of Volcano's
+  auto report = api_->Object(kSystem + "scheduling-exception-report");
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ((*report)["data"]["train-0.ml/train-0"],
+            R"x({"jobName":"train-0","jobType":"Pod","nameSpace":"ml","conditions":{"status":"PodGroupInqueue",)x"
+            R"x("reason":"NotEnoughResources","message":"no node offers 16 huawei.com/Ascend910 (at most 8)"}})x");
+
+  // Unchanged: never written again; changed: at most once per interval.
+  api_->ClearCalls();
+  clock_.Advance(30s);
+  Step();
+  EXPECT_TRUE(api_->Writes().empty());
+  commands_.findings.clear();
+  clock_.Advance(1s);
+  Step();
+  EXPECT_TRUE(api_->Writes().empty());  // within the interval of the last turn
+  clock_.Advance(10s);
+  Step();
+  ASSERT_EQ(api_->Writes().size(), 1u);
+  EXPECT_TRUE((*api_->Object(kSystem + "scheduling-exception-report"))["data"].empty());
+
+  // Someone else rewrote one: its version is read again and ours written over it.
+  json other = *api_->Object(kSystem + "statistic-fault-info");
+  other["data"]["FaultNum"] = R"({"publicFaultNum":99})";
+  api_->Set(kSystem + "statistic-fault-info", other);
+  ++commands_.revision;  // a change of ours too
+  commands_.node_faults["a"] = {pf};
+  clock_.Advance(11s);
+  Step();  // a conflict: retried
+  clock_.Advance(11s);
+  Step();
+  EXPECT_EQ((*api_->Object(kSystem + "statistic-fault-info"))["data"]["PublicFaults"],
+            R"({"a":[{"resource":"CCAE","devIds":[2],"faultId":"fault-0001","faultCode":"220001001",)"
+            R"("level":"SeparateNPU","faultTime":1700000000000}]})");
+}
+
 TEST(AscendDeviceType, FromVendorAndModel) {
   EXPECT_EQ(AscendDeviceType("huawei", "Ascend910B3"), "Ascend910");
   EXPECT_EQ(AscendDeviceType("huawei", "Ascend310P3"), "Ascend310P");

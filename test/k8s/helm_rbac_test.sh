@@ -417,11 +417,15 @@ echo "== helm upgrade --set mindcluster.volcano.enabled=true: configmaps in thre
 # update, delete), through two Roles, and reads the public-fault ConfigMaps of fd-online
 # (publicFaultNamespaces; get, list, watch) through a third; configmaps in every other
 # namespace, secrets there, patch and the plugin's ConfigMaps' writes stay refused.
-PLUGIN_NS=kube-system MC_NS=mindx-dl PF_NS=fd-online
+PLUGIN_NS=kube-system MC_NS=mindx-dl PF_NS=fd-online SYS_NS=cluster-system
+k8s_create_namespace "$SYS_NS" || die "namespace $SYS_NS"
 k8s_create_namespace "$PLUGIN_NS" || die "namespace $PLUGIN_NS"
 k8s_create_namespace "$MC_NS" || die "namespace $MC_NS"
 k8s_create_namespace "$PF_NS" || die "namespace $PF_NS"
+# With MindCluster's operators' ConfigMaps (all four on): a fourth Role in cluster-system.
 if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set mindcluster.volcano.enabled=true \
+  --set mindcluster.volcano.separationPolicyConfigMap=true --set mindcluster.volcano.manualInfoConfigMap=true \
+  --set mindcluster.volcano.statisticsConfigMaps=true --set mindcluster.volcano.schedulingExceptionConfigMap=true \
   --set-json "mindcluster.volcano.publicFaultNamespaces=[\"$PF_NS\"]" 2>&1); then
   ok "helm upgrade --set mindcluster.volcano.enabled=true, publicFaultNamespaces [$PF_NS]"
 else
@@ -443,6 +447,9 @@ want="[{'verbs': ['get', 'list', 'watch'], 'apiGroups': [''], 'resources': ['con
 if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-deviceinfo: get, list, watch on configmaps"; else bad "Role clusterd-mindcluster-deviceinfo rules: '$got', want '$want'"; fi
 got=$(role_rules "$MC_PF_ROLE" 2>&1) || true
 if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-publicfault: get, list, watch on configmaps"; else bad "Role clusterd-mindcluster-publicfault rules: '$got', want '$want'"; fi
+got=$(role_rules "/apis/rbac.authorization.k8s.io/v1/namespaces/$SYS_NS/roles/clusterd-mindcluster-system" 2>&1) || true
+want="[{'verbs': ['get', 'list', 'watch', 'create', 'update', 'delete'], 'apiGroups': [''], 'resources': ['configmaps']}]"
+if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-system: get, list, watch, create, update, delete on configmaps"; else bad "Role clusterd-mindcluster-system rules: '$got', want '$want'"; fi
 got=$(role_rules "$MC_WRITE_ROLE" 2>&1) || true
 want="[{'verbs': ['get', 'list', 'watch', 'create', 'update'], 'apiGroups': [''], 'resources': ['configmaps']}]"
 if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-clusterinfo: get, list, watch, create, update on configmaps"; else bad "Role clusterd-mindcluster-clusterinfo rules: '$got', want '$want'"; fi
@@ -481,6 +488,12 @@ check 403 "mindcluster: list configmaps in $WORK" GET "/api/v1/namespaces/$WORK/
 check 403 "mindcluster: list configmaps, all namespaces" GET /api/v1/configmaps
 check 403 "mindcluster: list secrets in $MC_NS" GET "/api/v1/namespaces/$MC_NS/secrets"
 check 403 "mindcluster: list secrets in $PLUGIN_NS" GET "/api/v1/namespaces/$PLUGIN_NS/secrets"
+SYS_CMS=/api/v1/namespaces/$SYS_NS/configmaps
+check 200 "mindcluster: list and watch $SYS_NS's ConfigMaps (clusterd-config-cm, clusterd-manual-info-cm)" GET "$SYS_CMS?watch=1&timeoutSeconds=1"
+check 201 "mindcluster: create clusterd-manual-info-cm" POST "$SYS_CMS" '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"clusterd-manual-info-cm"},"data":{}}'
+check 200 "mindcluster: delete it (nothing separated)" DELETE "$SYS_CMS/clusterd-manual-info-cm"
+check 403 "mindcluster: patch a ConfigMap of $SYS_NS" PATCH "$SYS_CMS/clusterd-config-cm" '{"data":{"x":"y"}}'
+check 403 "mindcluster: list secrets in $SYS_NS" GET "/api/v1/namespaces/$SYS_NS/secrets"
 TOKEN=$NODED_TOKEN check 403 "NodeD: list the cluster-info ConfigMaps" GET "$MC_CMS"
 # The real clusterd with both integrations on the installed config.json: it lists and watches the
 # plugin's ConfigMaps, MindCluster NodeD's and the public-fault ConfigMaps of fd-online, takes

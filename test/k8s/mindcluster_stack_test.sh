@@ -355,7 +355,7 @@ assert [sorted(e) for e in d] == [["FaultCode", "FaultLevel", "LastSeparateTime"
 # The operator deletes the chip's entry, as kubectl edit does (its field manager).
 k8s_api GET $SYS/clusterd-manual-info-cm | python3 -c '
 import json, sys
-cm = json.load(sys.stdin); del cm["data"]["n2"]; print(json.dumps(cm))' >"$WORK/manual.json"
+cm = json.load(sys.stdin); del cm["data"]["n2"]; cm["metadata"].pop("managedFields", None); print(json.dumps(cm))' >"$WORK/manual.json"
 k8s_api PUT "$SYS/clusterd-manual-info-cm?fieldManager=kubectl-edit" "$(cat "$WORK/manual.json")" >/dev/null
 wait_until 15 is 'device_field n2 7 "d.get(\"separated\", False)"' False
 wait_until 15 is '[[ $(lst n2 "") == *Ascend910-7* ]] && echo yes' yes

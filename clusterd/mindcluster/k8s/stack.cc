@@ -7,6 +7,7 @@
 
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/context.h"
+#include "clusterd/mindcluster/signal.h"
 #include "clusterd/mindcluster/taskd.h"
 #include "common/logging.h"
 
@@ -249,6 +250,8 @@ MindClusterStack::StepResult MindClusterStack::Step() {
     if (options_.separation_policy_cm && (changed || !policy_read_)) ReadSeparationPolicy();
     if (options_.manual_info_cm) result.writes += SyncManualInfo(now, &result.pending);
   }
+  if (options_.statistics_cms || options_.scheduling_exception_cm)
+    result.writes += WriteObservability(now, &result.pending);
 
   // The plugin's faults: those of the nodes whose view changed; all of them
   // on the first pass (what went while ClusterD was away) and after a refusal.
@@ -783,6 +786,26 @@ void MindClusterStack::FollowState(std::set<std::string>* dirty) {
       cs.level = std::max(cs.level, f.level());
       cs.codes.push_back(f.code());
       if (f.reporter().rfind("pubfault/", 0) == 0) cs.public_fault = true;
+    }
+    // Its public faults, for statistic-fault-info: one per sender and id,
+    // with the chips it names.
+    for (const v1::Fault& f : v.active_faults) {
+      if (f.reporter().rfind("pubfault/", 0) != 0) continue;
+      const std::string resource = f.reporter().substr(9);
+      auto it = std::find_if(ours.public_faults.begin(), ours.public_faults.end(), [&](const mc::PublicFaultStat& p) {
+        return p.resource == resource && p.fault_id == f.external_id() && p.code == f.code();
+      });
+      if (it == ours.public_faults.end()) {
+        mc::PublicFaultStat p;
+        p.resource = resource;
+        p.fault_id = f.external_id();
+        p.code = f.code();
+        p.level = std::string(mc::LevelName(f.level()));
+        p.time_ms = f.first_seen().seconds() * 1000 + f.first_seen().nanos() / 1'000'000;
+        ours.public_faults.push_back(std::move(p));
+        it = std::prev(ours.public_faults.end());
+      }
+      if (f.has_device_id()) it->dev_ids.push_back(static_cast<int32_t>(f.device_id()));
     }
     ours.node_info = mc::NodeInfoFromFaults(node_level);
     // The separated chips, as clusterd-manual-info-cm lists them: the codes

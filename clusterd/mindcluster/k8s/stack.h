@@ -54,6 +54,7 @@
 #include "clusterd/mindcluster/manual_separation.h"
 #include "clusterd/mindcluster/node_info.h"
 #include "clusterd/mindcluster/pubfault.h"
+#include "clusterd/mindcluster/statistics.h"
 #include "clusterd/mindcluster/switch_info.h"
 #include "common/clock.h"
 #include "common/metrics.h"
@@ -149,7 +150,8 @@ class MindClusterStack final : public Integration {
     mindcluster::NodeState state;
     mindcluster::NodeInfo node_info;  // its node-level faults, as Volcano reads them
     bool plugin_only = false;         // registered by this integration: no agent of ClusterD there
-    std::map<uint32_t, mindcluster::ManualChip> separated;  // its chips the separation policy separated
+    std::map<uint32_t, mindcluster::ManualChip> separated;    // its chips the separation policy separated
+    std::vector<mindcluster::PublicFaultStat> public_faults;  // its active public faults
   };
 
   void Loop();
@@ -198,6 +200,9 @@ class MindClusterStack final : public Integration {
   // clusterd-manual-info-cm: an operator's deletions released, then our
   // separations written (rate-limited). Returns the writes made.
   size_t SyncManualInfo(TimePoint now, bool* pending);
+  // statistic-fault-info, current-job-statistic, scheduling-exception-report:
+  // each when its content changed, at most once per statistics_interval.
+  size_t WriteObservability(TimePoint now, bool* pending);
   // PUT guarded by `resource_version` ("": POST) in `ns`; the new version.
   StatusOr<std::string> PutOwnConfigMap(const std::string& ns, const std::string& name,
                                         const std::map<std::string, std::string>& data,
@@ -283,6 +288,12 @@ class MindClusterStack final : public Integration {
   Gauge* policy_threshold_ = nullptr;
   Gauge* policy_window_hours_ = nullptr;
   Gauge* policy_release_hours_ = nullptr;
+  TimePoint stats_next_{};
+  // ns/name -> the data written last and its resourceVersion.
+  std::map<std::string, std::map<std::string, std::string>> stats_written_;
+  std::map<std::string, std::string> stats_versions_;
+  Counter* stats_writes_ = nullptr;
+  Counter* stats_write_errors_ = nullptr;
   Counter* manual_writes_ = nullptr;
   Counter* manual_write_errors_ = nullptr;
   Counter* manual_released_ = nullptr;

@@ -33,9 +33,11 @@ std::string Describe(const recovery::SeparationPolicy& p) {
 }
 
 // Who last wrote the object, as far as the object says: the field manager of
-// its newest managedFields entry (kubectl's "kubectl-edit", "kubectl-patch",
-// ...). The API server does not record the user there. Made a token
-// (printable ASCII without spaces), at most 64 characters; "" when unknown.
+// its newest managedFields entry other than ClusterD's own (its user agent,
+// "clusterd"): kubectl's "kubectl-edit", "kubectl-patch", ... The API server
+// does not record the user there, and times have seconds only (a tie goes to
+// the later entry). Made a token (printable ASCII without spaces), at most
+// 64 characters; "" when unknown.
 std::string LastManager(const json& object) {
   const json fields = object.contains("metadata") ? object["metadata"].value("managedFields", json()) : json();
   std::string best_time, manager;
@@ -43,7 +45,7 @@ std::string LastManager(const json& object) {
     if (!f.is_object()) continue;
     const std::string time = f.value("time", "");
     const std::string m = f.value("manager", "");
-    if (m.empty() || time < best_time) continue;
+    if (m.empty() || m == "clusterd" || time < best_time) continue;
     best_time = time;
     manager = m;
   }
@@ -90,6 +92,13 @@ void MindClusterStack::StartOperatorMetrics(MetricsRegistry* m) {
     policy_release_hours_ =
         &m->AddGauge("clusterd_mindcluster_separation_policy_release_hours",
                      "The separation policy in force: fault-free hours before a release (-1: by hand only).");
+  }
+  if (options_.statistics_cms || options_.scheduling_exception_cm) {
+    stats_writes_ = &m->AddCounter("clusterd_mindcluster_observability_writes_total",
+                                   "Writes of statistic-fault-info, current-job-statistic and "
+                                   "scheduling-exception-report (each when it changed).");
+    stats_write_errors_ = &m->AddCounter("clusterd_mindcluster_observability_write_errors_total",
+                                         "Failed writes of the observability ConfigMaps (retried).");
   }
   if (options_.manual_info_cm) {
     manual_writes_ = &m->AddCounter("clusterd_mindcluster_manual_info_writes_total",
@@ -146,7 +155,9 @@ void MindClusterStack::ReadSeparationPolicy() {
   auto set = AwaitReply<bool>([&](auto reply) { env_.commands->SetSeparationPolicy(*want, reply); });
   if (!set.ok()) {
     if (policy_refused_ != nullptr) policy_refused_->Inc();
-    Warn("policy", "mindcluster: the separation policy of " + where + " was not applied: " + set.status().message());
+    Warn("policy", "mindcluster: the separation policy of " + where + " was not applied: " + set.status().message() +
+                       " (retried)");
+    policy_read_ = false;  // read again at the next pass
     return;
   }
   if (from_cm && policy_applied_ != nullptr) policy_applied_->Inc();
@@ -319,6 +330,106 @@ size_t MindClusterStack::SyncManualInfo(TimePoint now, bool* pending) {
   manual_own_ = written_version;
   if (!written_version.empty()) handle(written_version);
   return 1;
+}
+
+// ---- observability: statistic-fault-info, current-job-statistic, scheduling-exception-report ----
+
+size_t MindClusterStack::WriteObservability(TimePoint now, bool* pending) {
+  if (now < stats_next_) return 0;
+  struct Want {
+    std::string ns, name;
+    std::map<std::string, std::string> data, labels;
+  };
+  std::vector<Want> wants;
+  if (options_.statistics_cms) {
+    std::map<std::string, std::vector<mc::PublicFaultStat>> faults;
+    for (const auto& [node, ours] : ours_) {
+      if (!ours.public_faults.empty()) faults[node] = ours.public_faults;
+    }
+    wants.push_back({options_.system_namespace,
+                     std::string(mc::kStatisticFaultCmName),
+                     mc::StatisticFaultCmData(faults),
+                     {{std::string(mc::kStatisticFaultLabel), "true"}}});
+    std::vector<mc::JobStat> jobs;
+    v1::ListJobsRequest req;
+    req.set_page_size(1000);
+    for (;;) {
+      auto page = env_.commands->ListJobs(req);
+      if (!page.ok()) break;
+      for (const v1::Job& j : page->jobs()) {
+        mc::JobStat st;
+        st.id = j.id();
+        std::set<std::pair<std::string, uint32_t>> chips;
+        for (const v1::RankPlacement& r : j.placement()) {
+          if (r.has_device_id()) chips.emplace(r.node(), r.device_id());
+        }
+        st.card_num = static_cast<int64_t>(chips.size());
+        st.first_run_ms = j.create_time().seconds() * 1000 + j.create_time().nanos() / 1'000'000;
+        st.fault_times = static_cast<int64_t>(j.total_impacts());
+        jobs.push_back(std::move(st));
+      }
+      if (page->next_page_token().empty() || jobs.size() >= mc::kMaxJobStatistics) break;
+      req.set_page_token(page->next_page_token());
+    }
+    wants.push_back({options_.cluster_info_namespace,
+                     std::string(mc::kJobStatisticCmName),
+                     mc::JobStatisticCmData(std::move(jobs)),
+                     {}});
+  }
+  if (options_.scheduling_exception_cm) {
+    std::vector<mc::SchedulingException> exceptions;
+    for (const v1::SchedulingFinding& f : env_.commands->SchedulingFindings()) {
+      mc::SchedulingException e;
+      e.key = f.pod() + "." + f.pod_namespace() + "/" + f.pod();
+      e.job_name = f.pod();
+      e.job_type = "Pod";
+      e.name_space = f.pod_namespace();
+      e.status = "PodGroupInqueue";
+      e.reason = f.reason() == "taints" ? "NodePredicateFailed" : "NotEnoughResources";
+      e.message = f.evidence();
+      exceptions.push_back(std::move(e));
+    }
+    wants.push_back({options_.system_namespace,
+                     std::string(mc::kSchedulingExceptionCmName),
+                     mc::SchedulingExceptionCmData(exceptions),
+                     {}});
+  }
+  size_t written = 0;
+  for (const Want& w : wants) {
+    const std::string key = w.ns + "/" + w.name;
+    auto last = stats_written_.find(key);
+    if (last != stats_written_.end() && last->second == w.data) continue;  // unchanged: no write
+    if (!TakeToken(now)) {
+      *pending = true;
+      return written;  // the rest at the next pass
+    }
+    auto version = stats_versions_.find(key);
+    auto put =
+        PutOwnConfigMap(w.ns, w.name, w.data, w.labels, {}, version == stats_versions_.end() ? "" : version->second);
+    if (put.ok()) {
+      stats_versions_[key] = *put;
+      stats_written_[key] = w.data;
+      warned_.erase("write/" + key);
+      if (stats_writes_ != nullptr) stats_writes_->Inc();
+      ++written;
+      continue;
+    }
+    // Made or changed by someone else (the reference, an operator): its
+    // version read again, written over at the next turn; gone: made again.
+    const StatusCode code = put.status().code();
+    if (code == StatusCode::kNotFound) {
+      stats_versions_.erase(key);
+    } else if (code == StatusCode::kAborted || code == StatusCode::kAlreadyExists) {
+      auto now_cm =
+          client_->Get("/api/v1/namespaces/" + k8s::UrlEncode(w.ns) + "/configmaps/" + k8s::UrlEncode(w.name));
+      if (now_cm.ok()) stats_versions_[key] = k8s::ResourceVersionOf(*now_cm);
+    }
+    if (stats_write_errors_ != nullptr) stats_write_errors_->Inc();
+    Warn("write/" + key, "mindcluster: cannot write " + key + ": " + put.status().message() + " (retrying)");
+    *pending = true;
+  }
+  stats_next_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.statistics_interval);
+  return written;
 }
 
 StatusOr<std::string> MindClusterStack::PutOwnConfigMap(const std::string& ns, const std::string& name,
