@@ -114,8 +114,8 @@ k8s_create_namespace ops
 k8s_create_namespace cluster-system
 CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations mindcluster --mindcluster-public-fault-namespaces ops
   --separation-threshold 2 --separation-settle 0s --log-level info
-  --mindcluster-separation-policy-cm --mindcluster-manual-info-cm --mindcluster-manual-info-interval 1s
-  --mindcluster-statistics-cms --mindcluster-scheduling-exception-cm --mindcluster-statistics-interval 1s)
+  --mindcluster-separation-policy-cm true --mindcluster-manual-info-cm true --mindcluster-manual-info-interval 1s
+  --mindcluster-statistics-cms true --mindcluster-scheduling-exception-cm true --mindcluster-statistics-interval 1s)
 start_clusterd "${CLUSTERD_FLAGS[@]}"
 for n in n1 n2; do start_sim_noded $n; done
 wait_until 30 connected 2
@@ -352,10 +352,12 @@ d = v["Detail"]["Ascend910-7"]
 assert [sorted(e) for e in d] == [["FaultCode", "FaultLevel", "LastSeparateTime"]] * len(d) and d[0]["FaultLevel"] == "ManuallySeparateNPU", d
 ' || fail "I: clusterd-manual-info-cm is not in the reference's shape"
 [[ $(lst n2 "") != *Ascend910-7* ]] || fail "I: separated chip 7 still available"
-# The operator deletes the chip's entry, as kubectl edit does (its field manager).
+# The operator deletes the chip from the node's entry, as kubectl edit does (its field manager
+# then owns the key it changed: a manager that only removes keys gets no managedFields entry).
 k8s_api GET $SYS/clusterd-manual-info-cm | python3 -c '
 import json, sys
-cm = json.load(sys.stdin); del cm["data"]["n2"]; cm["metadata"].pop("managedFields", None); print(json.dumps(cm))' >"$WORK/manual.json"
+cm = json.load(sys.stdin); v = json.loads(cm["data"]["n2"]); v["Total"].remove("Ascend910-7"); del v["Detail"]["Ascend910-7"]
+cm["data"]["n2"] = json.dumps(v); cm["metadata"].pop("managedFields", None); print(json.dumps(cm))' >"$WORK/manual.json"
 k8s_api PUT "$SYS/clusterd-manual-info-cm?fieldManager=kubectl-edit" "$(cat "$WORK/manual.json")" >/dev/null
 wait_until 15 is 'device_field n2 7 "d.get(\"separated\", False)"' False
 wait_until 15 is '[[ $(lst n2 "") == *Ascend910-7* ]] && echo yes' yes

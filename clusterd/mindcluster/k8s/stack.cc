@@ -1008,6 +1008,21 @@ StatusOr<std::unique_ptr<Integration>> MakeMindClusterStackIntegration(const Clu
   options.writes_per_second = config.mindcluster_stack.writes_per_second;
   options.max_cluster_info_bytes = config.mindcluster_stack.chunk_bytes;
   options.public_fault_namespaces = config.mindcluster_stack.public_fault_namespaces;
+  options.system_namespace = config.mindcluster_stack.system_namespace;
+  options.separation_policy_cm = config.mindcluster_stack.separation_policy_cm;
+  // ClusterD's own policy (as the server gives it to the state): what applies
+  // while clusterd-config-cm has none.
+  options.separation_default.enabled = config.separation_enabled;
+  options.separation_default.threshold = config.separation_threshold;
+  options.separation_default.window = config.separation_window;
+  options.separation_default.settle = config.separation_settle;
+  options.separation_default.release_after =
+      config.separation_release_after.count() ? std::optional(config.separation_release_after) : std::nullopt;
+  options.manual_info_cm = config.mindcluster_stack.manual_info_cm;
+  options.manual_info_interval = config.mindcluster_stack.manual_info_interval;
+  options.statistics_cms = config.mindcluster_stack.statistics_cms;
+  options.scheduling_exception_cm = config.mindcluster_stack.scheduling_exception_cm;
+  options.statistics_interval = config.mindcluster_stack.statistics_interval;
   if (!config.pubfault.code_table_file.empty()) {
     CLUSTERD_RETURN_IF_ERROR(options.pubfault_table.MergeFile(config.pubfault.code_table_file));
   }

@@ -406,6 +406,12 @@ size_t MindClusterStack::WriteObservability(TimePoint now, bool* pending) {
     auto version = stats_versions_.find(key);
     auto put =
         PutOwnConfigMap(w.ns, w.name, w.data, w.labels, {}, version == stats_versions_.end() ? "" : version->second);
+    if (!put.ok() && put.status().code() == StatusCode::kAlreadyExists) {
+      // There already (written before a restart, or by the reference): its
+      // version read, and written over at once.
+      auto there = client_->Get("/api/v1/namespaces/" + k8s::UrlEncode(w.ns) + "/configmaps/" + k8s::UrlEncode(w.name));
+      if (there.ok()) put = PutOwnConfigMap(w.ns, w.name, w.data, w.labels, {}, k8s::ResourceVersionOf(*there));
+    }
     if (put.ok()) {
       stats_versions_[key] = *put;
       stats_written_[key] = w.data;
