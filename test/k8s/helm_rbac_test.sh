@@ -11,8 +11,10 @@
 # client certificate and a pod-bound token connects as its node. `helm upgrade --set
 # mindcluster.volcano.enabled=true` (publicFaultNamespaces [fd-online]): ClusterD's token reads
 # ConfigMaps in kube-system and fd-online and writes them in mindx-dl (no patch, no other
-# namespace, no secrets), and the real clusterd with the mindcluster integration writes
-# mindx-dl/cluster-info-node-cm with no refused call. `helm upgrade --set
+# namespace, no secrets; with MindCluster's operators' ConfigMaps on, also get, list, watch,
+# create, update and delete in cluster-system), and the real clusterd with the mindcluster
+# integration writes mindx-dl/cluster-info-node-cm and the observability ConfigMaps with no
+# refused call. `helm upgrade --set
 # kubernetes.enabled=false` removes the integration's access (and, the value not set again,
 # the mindcluster Roles), `--set auth.tokenReview=false` the rest. Then `helm upgrade --set ha.enabled=true` (integration and TokenReview still off): the
 # leader label's Role lets ClusterD's token get and patch pods in the release namespace and
@@ -502,9 +504,11 @@ TOKEN=$NODED_TOKEN check 403 "NodeD: list the cluster-info ConfigMaps" GET "$MC_
 if [[ -x $CLUSTERD && $help == *--kubeconfig* && $help == *--mindcluster-public-fault-namespaces* ]]; then
   start_installed_clusterd "$TMP/clusterd-mindcluster"
   node_cm() { [[ $(k8s_code GET "$MC_CMS/cluster-info-node-cm") == 200 ]]; }
+  stat_cms() { [[ $(k8s_code GET "$SYS_CMS/statistic-fault-info") == 200 && $(k8s_code GET "$MC_CMS/current-job-statistic") == 200 ]]; }
   if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$http/readyz" &&
-     k8s_wait 30 "$MC_NS/cluster-info-node-cm written" node_cm; then
-    ok "clusterd with integrations [kubernetes, mindcluster] writes $MC_NS/cluster-info-node-cm with only its ServiceAccount's rights"
+     k8s_wait 30 "$MC_NS/cluster-info-node-cm written" node_cm &&
+     k8s_wait 30 "$SYS_NS/statistic-fault-info and $MC_NS/current-job-statistic written" stat_cms; then
+    ok "clusterd with integrations [kubernetes, mindcluster] writes $MC_NS/cluster-info-node-cm, $SYS_NS/statistic-fault-info and $MC_NS/current-job-statistic with only its ServiceAccount's rights"
   else
     tail -20 "$d/clusterd.log" >&2
     bad "clusterd with the mindcluster integration did not write $MC_NS/cluster-info-node-cm"
