@@ -88,7 +88,7 @@ class MindClusterStackTest : public ::testing::Test {
 
   void Start(MindClusterStackOptions options = {}) {
     stack_ = std::make_unique<MindClusterStack>(api_, options, MindClusterStack::Driver::kManual);
-    env_ = IntegrationEnv{&commands_, &clock_, nullptr};
+    env_ = IntegrationEnv{&commands_, &clock_, metrics_};
     ASSERT_TRUE(stack_->Start(env_).ok());
     // The plugin's and MindCluster NodeD's ConfigMaps, and one per public-fault namespace.
     watches_ += 2 + options.public_fault_namespaces.size();
@@ -138,6 +138,7 @@ class MindClusterStackTest : public ::testing::Test {
   testing::FakeClusterCommands commands_;
   std::unique_ptr<MindClusterStack> stack_;
   IntegrationEnv env_;
+  MetricsRegistry* metrics_ = nullptr;  // set before Start to count
   size_t watches_ = 0;
 };
 
@@ -768,6 +769,9 @@ v1::Device Separated(const std::string& node, uint32_t id, int64_t since_s) {
 }
 
 TEST_F(MindClusterStackTest, SeparationPolicyFromTheConfigMapOverClusterDsOwn) {
+  MetricsRegistry metrics;
+  metrics_ = &metrics;
+  auto has = [&](const std::string& line) { return metrics.Render().find(line + "\n") != std::string::npos; };
   Start(OperatorOptions());
   Step();
   // No ConfigMap: ClusterD's own settings.
@@ -791,6 +795,10 @@ TEST_F(MindClusterStackTest, SeparationPolicyFromTheConfigMapOverClusterDsOwn) {
     Step();
   }
   EXPECT_EQ(commands_.policies.size(), 2u);
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_cm_total{result=\"applied\"} 1"));
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_cm_total{result=\"unchanged\"} 5"));
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_window_hours 48"));
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_release_hours -1"));
 
   // Malformed, out of range, huge, without the key: each changes nothing;
   // the last good policy stays.
@@ -803,6 +811,8 @@ TEST_F(MindClusterStackTest, SeparationPolicyFromTheConfigMapOverClusterDsOwn) {
     ASSERT_TRUE(stack_->separation_policy().has_value());
     EXPECT_EQ(stack_->separation_policy()->threshold, 2u);
   }
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_cm_total{result=\"refused\"} 7"));  // counted, each once
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_threshold 2"));
 
   // A good one again, then the ConfigMap deleted: back to ClusterD's own.
   api_->Set(kSystem + "clusterd-config-cm", PolicyCm(PolicyYaml(24, 3, 48)));
@@ -814,9 +824,14 @@ TEST_F(MindClusterStackTest, SeparationPolicyFromTheConfigMapOverClusterDsOwn) {
   ASSERT_EQ(commands_.policies.size(), 4u);
   EXPECT_EQ(commands_.policies[3].threshold, 4u);
   EXPECT_FALSE(stack_->separation_policy_from_cm());
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_from_configmap 0"));
+  Stop();  // before the registry goes
 }
 
 TEST_F(MindClusterStackTest, ManualInfoListsSeparationsAndAnOperatorsDeletionReleases) {
+  MetricsRegistry metrics;
+  metrics_ = &metrics;
+  auto has = [&](const std::string& line) { return metrics.Render().find(line + "\n") != std::string::npos; };
   SetPlugin("a", Healthy(8));
   v1::Fault fault = ChipFault("a", 3, "80E01801", v1::FAULT_LEVEL_SEPARATE);
   fault.set_device_id(3);
@@ -840,6 +855,16 @@ TEST_F(MindClusterStackTest, ManualInfoListsSeparationsAndAnOperatorsDeletionRel
     Step();
   }
   EXPECT_TRUE(api_->CallsTo("PUT", kSystem + "clusterd-manual-info-cm").empty());
+  // Rewritten in a loop by someone else with what it holds: nothing released, nothing written.
+  for (int i = 0; i < 5; ++i) {
+    api_->Set(kSystem + "clusterd-manual-info-cm", *api_->Object(kSystem + "clusterd-manual-info-cm"));
+    clock_.Advance(20s);
+    Step();
+  }
+  EXPECT_TRUE(commands_.releases.empty());
+  EXPECT_TRUE(api_->CallsTo("PUT", kSystem + "clusterd-manual-info-cm").empty());
+  EXPECT_TRUE(has("clusterd_mindcluster_manual_info_writes_total 1"));
+  cm = api_->Object(kSystem + "clusterd-manual-info-cm");
 
   // An operator deletes chip 5 (kubectl edit): released as clusterctl
   // release does, with who and why.
@@ -879,6 +904,8 @@ TEST_F(MindClusterStackTest, ManualInfoListsSeparationsAndAnOperatorsDeletionRel
   EXPECT_EQ(commands_.releases.size(), 1u);
   cm = api_->Object(kSystem + "clusterd-manual-info-cm");
   EXPECT_EQ((*cm)["data"]["a"].get<std::string>().rfind(R"({"Total":["Ascend910-3"])", 0), 0u);
+  EXPECT_TRUE(has("clusterd_mindcluster_manual_info_refused_total 1"));
+  EXPECT_TRUE(has("clusterd_mindcluster_manual_info_released_total 1"));
 
   // The whole ConfigMap deleted: every chip it listed is released (as the
   // reference takes it), and with nothing separated none is written.
@@ -891,6 +918,8 @@ TEST_F(MindClusterStackTest, ManualInfoListsSeparationsAndAnOperatorsDeletionRel
   clock_.Advance(20s);
   Step();
   EXPECT_FALSE(api_->Object(kSystem + "clusterd-manual-info-cm").has_value());
+  EXPECT_TRUE(has("clusterd_mindcluster_manual_info_released_total 2"));
+  Stop();  // before the registry goes
 }
 
 TEST_F(MindClusterStackTest, ManualInfoEntryDeletedWhileClusterDWasAwayIsReleasedAtStart) {
