@@ -139,7 +139,7 @@ void MindClusterStack::ReadSeparationPolicy() {
       from_cm = true;
     } else {
       if (policy_refused_ != nullptr) policy_refused_->Inc();
-      Warn("policy", "mindcluster: " + where + " (resourceVersion " + rv + ") refused: " + parsed.status().message() +
+      Warn("policy", "mindcluster: " + where + " refused: " + parsed.status().message() +
                          "; keeping the separation policy " +
                          (policy_sent_ ? "in force (" + Describe(*policy_sent_) + ")" : "of ClusterD's settings"));
       // Nothing good was seen yet: ClusterD's own settings are in force.
@@ -228,9 +228,10 @@ size_t MindClusterStack::SyncManualInfo(TimePoint now, bool* pending) {
       if (cm) totals = mc::ParseManualInfoTotals(cm->value("data", json()).dump());
       if (!totals.ok()) {
         if (manual_refused_ != nullptr) manual_refused_->Inc();
-        Warn("manual-info", "mindcluster: " + where + " (resourceVersion " + rv + ") refused: " +
-                                totals.status().message() + "; nothing released, ClusterD's list is written again");
+        Warn("manual-info", "mindcluster: " + where + " refused: " + totals.status().message() +
+                                "; nothing released, ClusterD's list is written again");
       } else {
+        warned_.erase("manual-info");
         const std::string manager = cm ? LastManager(*cm) : "";
         for (auto node = manual_written_.begin(); node != manual_written_.end();) {
           const auto kept = totals->find(node->first);
