@@ -646,6 +646,36 @@ std::vector<ConfigKey> MakeTable() {
         "namespaces whose public-fault ConfigMaps (label mc-consumer-publicfault=true) the mindcluster integration "
         "applies as PubFault requests (* for all; none by default)",
         "mindcluster.volcano.publicFaultNamespaces");
+  t.Add(Text("mindcluster_system_namespace", CLUSTERD_FIELD(mindcluster_stack.system_namespace), "NS"),
+        "namespace of the ConfigMaps MindCluster's operators use (clusterd-config-cm, clusterd-manual-info-cm, "
+        "statistic-fault-info, scheduling-exception-report)",
+        "mindcluster.volcano.systemNamespace");
+  t.Add(Bool("mindcluster_separation_policy_cm", CLUSTERD_FIELD(mindcluster_stack.separation_policy_cm), "BOOL",
+             "true or false; alone as a flag: true"),
+        "honour the separation policy of clusterd-config-cm (key manually_separate_policy.conf) over the "
+        "separation_* settings while it holds a valid one",
+        "mindcluster.volcano.separationPolicyConfigMap");
+  t.Add(Bool("mindcluster_manual_info_cm", CLUSTERD_FIELD(mindcluster_stack.manual_info_cm), "BOOL",
+             "true or false; alone as a flag: true"),
+        "write the separated chips to clusterd-manual-info-cm; a chip an operator deletes there is released",
+        "mindcluster.volcano.manualInfoConfigMap");
+  t.Add(Dur("mindcluster_manual_info_interval", CLUSTERD_FIELD(mindcluster_stack.manual_info_interval),
+            std::chrono::seconds(1), std::chrono::minutes(10)),
+        "clusterd-manual-info-cm is rewritten at most this often (the reference: every 15 s)",
+        "mindcluster.volcano.manualInfoInterval");
+  t.Add(Bool("mindcluster_statistics_cms", CLUSTERD_FIELD(mindcluster_stack.statistics_cms), "BOOL",
+             "true or false; alone as a flag: true"),
+        "write the observability ConfigMaps statistic-fault-info (system namespace) and current-job-statistic "
+        "(cluster-info namespace)",
+        "mindcluster.volcano.statisticsConfigMaps");
+  t.Add(Bool("mindcluster_scheduling_exception_cm", CLUSTERD_FIELD(mindcluster_stack.scheduling_exception_cm), "BOOL",
+             "true or false; alone as a flag: true"),
+        "write scheduling-exception-report (system namespace): why jobs' pods could not be scheduled",
+        "mindcluster.volcano.schedulingExceptionConfigMap");
+  t.Add(Dur("mindcluster_statistics_interval", CLUSTERD_FIELD(mindcluster_stack.statistics_interval),
+            std::chrono::seconds(1), std::chrono::hours(1)),
+        "each observability ConfigMap is rewritten at most this often, and only when its content changed",
+        "mindcluster.volcano.statisticsInterval");
 
   t.Section("Kubernetes (docs/kubernetes.md)");
   t.Add(Custom(

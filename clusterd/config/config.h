@@ -216,6 +216,22 @@ struct ClusterdConfig {
     // job's ConfigMaps stay (with operator "delete") before they are deleted.
     uint32_t job_summary_writes_per_second = 5;
     std::chrono::nanoseconds job_summary_delete_after = std::chrono::seconds(60);
+    // MindCluster's operators' ConfigMaps in `system_namespace`
+    // (docs/mindcluster.md, "Separation through ConfigMaps"): the separation
+    // policy of clusterd-config-cm honoured over separation_*; the
+    // separated chips written to clusterd-manual-info-cm (at most once per
+    // `manual_info_interval`), an entry deleted there released; the
+    // observability ConfigMaps (statistic-fault-info and
+    // current-job-statistic; scheduling-exception-report), rewritten at
+    // most once per `statistics_interval`. Each off by default: it needs RBAC
+    // in that namespace.
+    std::string system_namespace = "cluster-system";
+    bool separation_policy_cm = false;
+    bool manual_info_cm = false;
+    std::chrono::nanoseconds manual_info_interval = std::chrono::seconds(15);
+    bool statistics_cms = false;
+    bool scheduling_exception_cm = false;
+    std::chrono::nanoseconds statistics_interval = std::chrono::seconds(60);
   } mindcluster_stack;
   // High availability (docs/ha.md): with etcd endpoints, this process is one
   // replica of several; etcd holds the replicated commit log and the

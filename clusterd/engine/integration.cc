@@ -101,6 +101,30 @@ class EngineCommands final : public ClusterCommands {
     });
   }
 
+  void ReleaseDevice(std::string node, uint32_t device, std::string on_behalf_of, std::string reason,
+                     Reply<v1::Device> reply) override {
+    const std::string actor = on_behalf_of.empty() ? principal_.actor() : principal_.actor() + "/" + on_behalf_of;
+    Write<v1::Device>(std::move(reply), [node = std::move(node), device, actor, reason = std::move(reason)](
+                                            ClusterState& state, Mutation* m) {
+      return state.ApplyReleaseDevice(node, device, actor, reason, m);
+    });
+  }
+
+  void SetSeparationPolicy(recovery::SeparationPolicy policy, Reply<bool> reply) override {
+    auto shared_reply = std::make_shared<Reply<bool>>(std::move(reply));
+    const bool submitted = engine_->Submit([policy, shared_reply](ClusterState& state, Mutation*) -> Engine::Done {
+      auto st = std::make_shared<Status>(state.ChangeSeparationPolicy(policy));
+      return [shared_reply, st] {
+        if (st->ok()) {
+          (*shared_reply)(true);
+        } else {
+          (*shared_reply)(*st);
+        }
+      };
+    });
+    if (!submitted) (*shared_reply)(Unavailable("clusterd is shutting down"));
+  }
+
   void RegisterNode(std::string node, v1::Inventory inventory, Reply<v1::Node> reply) override {
     Write<v1::Node>(std::move(reply), [node = std::move(node), inventory = std::move(inventory),
                                        source = principal_.actor()](ClusterState& state, Mutation* m) {
@@ -124,6 +148,9 @@ class EngineCommands final : public ClusterCommands {
   }
   StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const override {
     return state_->Read([&](const StateView& s) { return s.ListFaults(req); });
+  }
+  std::vector<v1::SchedulingFinding> SchedulingFindings() const override {
+    return state_->Read([](const StateView& s) { return s.scheduling_findings(); });
   }
   NodeChanges NodesChangedSince(uint64_t since) const override {
     return state_->Read([&](const StateView& s) {

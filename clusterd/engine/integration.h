@@ -25,6 +25,7 @@
 
 #include "clusterd/auth/principal.h"
 #include "clusterd/config/config.h"
+#include "clusterd/recovery/separation.h"
 #include "clusterd/state/public_faults.h"
 #include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/fault.pb.h"
@@ -78,6 +79,23 @@ class ClusterCommands {
   // replacing the last list (GetSummary, the doctor). Not stored: an
   // integration says it again after a restart.
   virtual void SetSchedulingFindings(std::vector<v1::SchedulingFinding> findings) { (void)findings; }
+  // AdminService.ReleaseDevice: returns a device the separation policy
+  // separated to service (DEVICE_RELEASED with `reason`). The recorded actor
+  // is this facade's principal, followed by "/" and `on_behalf_of` when
+  // that is given (who asked the integration: a Kubernetes field manager).
+  virtual void ReleaseDevice(std::string node, uint32_t device, std::string on_behalf_of, std::string reason,
+                             Reply<v1::Device> reply) {
+    (void)node, (void)device, (void)on_behalf_of, (void)reason;
+    reply(FailedPrecondition("ReleaseDevice is not offered to integrations here"));
+  }
+  // The separation policy from now on (ClusterState::ChangeSeparationPolicy;
+  // counts and separations kept). Not stored: an integration that sets it
+  // says it again after a restart or a leader change. Replies with the
+  // policy's refusal, or OK once the writer runs with it.
+  virtual void SetSeparationPolicy(recovery::SeparationPolicy policy, Reply<bool> reply) {
+    (void)policy;
+    reply(FailedPrecondition("SetSeparationPolicy is not offered to integrations here"));
+  }
 
   // ---- reads ----
   // What the state holds when called (applied changes, durable or about to
@@ -88,6 +106,9 @@ class ClusterCommands {
   virtual StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const = 0;
   virtual StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const = 0;
   virtual StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const = 0;
+  // The Pending pods the scheduler cannot place, as SetSchedulingFindings
+  // last set them (GetSummary's scheduling_findings).
+  virtual std::vector<v1::SchedulingFinding> SchedulingFindings() const { return {}; }
 
   // One node as an integration that follows the nodes sees it.
   struct NodeView {

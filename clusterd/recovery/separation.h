@@ -89,6 +89,12 @@ class SeparationTracker {
   size_t Count(const ChipRef& chip) const;
   size_t pending() const { return pending_.size(); }
   const SeparationPolicy& policy() const { return policy_; }
+  // The policy from now on (an operator's ConfigMap, docs/mindcluster.md):
+  // what was counted and separated is kept; the new window, threshold and
+  // release time apply from the next Advance (a threshold lowered below a
+  // chip's count separates it at its next counted fault). Valid policies
+  // only (ValidateSeparationPolicy).
+  void SetPolicy(const SeparationPolicy& policy) { policy_ = policy; }
 
   // What the tracker keeps of one chip, to be stored with it and given back
   // to Restore after a restart (an occurrence still settling is not kept: a
@@ -114,7 +120,7 @@ class SeparationTracker {
     TimePoint last_fault;
     TimePoint recheck{};  // a refused release is asked again then
   };
-  const SeparationPolicy policy_;
+  SeparationPolicy policy_;
   std::vector<Pending> pending_;                       // waiting for their settle time, in the order observed
   std::vector<Pending> recent_;                        // observed within two settle times: the software-fault check
   std::map<ChipRef, std::vector<TimePoint>> counted_;  // within the window

@@ -191,6 +191,13 @@ void ClusterState::EmitSeparation(NodeState& n, const v1::Device& d, bool separa
   journal_.Emit(m, std::move(ev));
 }
 
+Status ClusterState::ChangeSeparationPolicy(const recovery::SeparationPolicy& policy) {
+  CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(policy));
+  separations_->SetPolicy(policy);
+  separation_due_ = TimePoint::min();  // the next tick applies it
+  return Status::Ok();
+}
+
 TimePoint ClusterState::AdvanceSeparations(TimePoint now, Mutation* m) {
   if (now < separation_due_) return separation_due_;
   // A separated device with an active fault is not fault-free yet.

@@ -89,6 +89,12 @@ class ClusterState : public StateView {
   // operator's catalog file. Public faults always are (ApplyPublicFaults).
   void set_reporter_levels(std::set<std::string> reporters) { reporter_levels_ = std::move(reporters); }
   bool ReporterDecidesLevel(const std::string& reporter) const { return reporter_levels_.count(reporter) > 0; }
+  // The separation policy from now on, after Load, on the writer thread
+  // (the "mindcluster" integration's clusterd-config-cm): counts and
+  // separations are kept, the next tick applies the new window and release
+  // time. InvalidArgument (nothing changed) for a policy out of bounds.
+  Status ChangeSeparationPolicy(const recovery::SeparationPolicy& policy);
+  const recovery::SeparationPolicy& separation_policy() const { return separations_->policy(); }
   // The node label that names a node's pool for the software chain's drift
   // (chain_drift.h); "" (the default): the model of the node's first device.
   void set_chain_pool_label(std::string label) { chain_pool_label_ = std::move(label); }

@@ -1512,6 +1512,47 @@ TEST_F(ClusterStateTest, AReleaseWaitsForAHealthySoftwareChain) {
   EXPECT_FALSE(Node("worker01").devices(0).separated());
 }
 
+// An operator's policy (the mindcluster integration's clusterd-config-cm) from
+// now on: counts and separations kept, the new threshold, window and release
+// time at the next tick; one out of bounds changes nothing.
+TEST_F(ClusterStateTest, ChangedSeparationPolicyAppliesAndKeepsWhatWasCounted) {
+  Hello(MakeHello("worker01", 1));
+  uint64_t seq = 0;
+  auto advance = [&] { return Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); }); };
+  auto occurrence = [&](uint32_t device) {
+    ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, true, device, "80E01801")).ok());
+    clock_.Advance(1s);
+    ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, false, device, "80E01801")).ok());
+  };
+  occurrence(3);
+  clock_.Advance(40s);
+  advance();
+  ASSERT_EQ(Node("worker01").devices(3).separation_fault_times_size(), 1);
+
+  recovery::SeparationPolicy bad;
+  bad.threshold = 0;
+  EXPECT_EQ(state_->ChangeSeparationPolicy(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(state_->separation_policy().threshold, 3u);
+
+  recovery::SeparationPolicy p;
+  p.threshold = 2;
+  p.window = std::chrono::hours(48);
+  p.release_after = std::chrono::hours(1);
+  ASSERT_TRUE(state_->ChangeSeparationPolicy(p).ok());
+  // The count made under the old policy is kept: one more separates.
+  clock_.Advance(30h);  // past the old 24 h window, within the new 48 h
+  occurrence(3);
+  clock_.Advance(40s);
+  advance();
+  v1::Device d = Node("worker01").devices(3);
+  ASSERT_TRUE(d.separated());
+  EXPECT_EQ(d.separation_reason(), "2 faults within 48h");
+  // The new release time: fault-free for an hour.
+  clock_.Advance(61min);
+  advance();
+  EXPECT_FALSE(Node("worker01").devices(3).separated());
+}
+
 TEST_F(ClusterStateTest, OperatorReleasesASeparatedDevice) {
   Hello(MakeHello("worker01", 1));
   uint64_t seq = 0;

@@ -124,6 +124,42 @@ class FakeClusterCommands final : public ClusterCommands {
     reply(std::move(n));
   }
 
+  // ReleaseDevice: the device in `devices` is no longer separated.
+  struct Release {
+    std::string node;
+    uint32_t device = 0;
+    std::string actor;
+    std::string reason;
+  };
+  std::vector<Release> releases;
+  void ReleaseDevice(std::string node, uint32_t device, std::string on_behalf_of, std::string reason,
+                     Reply<v1::Device> reply) override {
+    if (!refusal.ok()) return reply(refusal);
+    for (v1::Device& d : devices[node]) {
+      if (d.id() != device) continue;
+      const bool was = d.separated();
+      d.set_separated(false);
+      d.clear_separated_time();
+      if (was) {
+        ++revision;
+        releases.push_back(Release{
+            node, device, on_behalf_of.empty() ? principal_.actor() : principal_.actor() + "/" + on_behalf_of, reason});
+      }
+      return reply(d);
+    }
+    reply(NotFound("node " + node + " has no device " + std::to_string(device)));
+  }
+  // SetSeparationPolicy: each policy set, in order.
+  std::vector<recovery::SeparationPolicy> policies;
+  void SetSeparationPolicy(recovery::SeparationPolicy policy, Reply<bool> reply) override {
+    if (Status st = recovery::ValidateSeparationPolicy(policy); !st.ok()) return reply(st);
+    policies.push_back(policy);
+    reply(true);
+  }
+
+  std::vector<v1::SchedulingFinding> findings;  // SchedulingFindings; filled by the test
+  std::vector<v1::SchedulingFinding> SchedulingFindings() const override { return findings; }
+
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
     auto it = jobs.find(id);
     if (it == jobs.end()) return NotFound("job " + id + " does not exist");

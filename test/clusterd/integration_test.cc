@@ -270,6 +270,84 @@ TEST_F(ServerIntegrationTest, WritesThroughTheFacadeAreDurable) {
   EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
 }
 
+// The separation policy an integration sets (the mindcluster integration's
+// clusterd-config-cm) is the writer's from then on, and a device it releases
+// (an operator's deletion in clusterd-manual-info-cm) is released as
+// AdminService.ReleaseDevice does, the actor the facade's principal and who
+// asked it.
+TEST_F(ServerIntegrationTest, SeparationPolicyAndReleaseThroughTheFacade) {
+  auto owned = std::make_unique<ToyIntegration>("worker01");
+  ToyIntegration* toy = owned.get();
+  ClusterdServer server(Config());
+  server.AddIntegration(std::move(owned));
+  ASSERT_TRUE(server.Start().ok());
+  auto channel = testing::Dial(server.grpc_port());
+  testing::TestAgent agent(channel, "worker01", 1);
+  ASSERT_TRUE(agent.Connect());
+
+  recovery::SeparationPolicy bad;
+  bad.threshold = 99;
+  auto refused = AwaitReply<bool>([&](auto reply) { toy->commands()->SetSeparationPolicy(bad, reply); });
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  recovery::SeparationPolicy one;
+  one.threshold = 1;
+  one.settle = std::chrono::seconds(0);
+  auto set = AwaitReply<bool>([&](auto reply) { toy->commands()->SetSeparationPolicy(one, reply); });
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+
+  // One fault separates now.
+  v1::ReportRequest r;
+  r.set_reporter("toy");
+  r.set_id("chip-3");
+  r.set_node("worker01");
+  r.set_device_id(3);
+  r.set_code("80E01801");
+  r.set_level(v1::FAULT_LEVEL_SEPARATE);
+  r.set_action(v1::TRANSITION_ACTION_RAISE);
+  ASSERT_TRUE(AwaitReply<v1::ReportResponse>([&](auto reply) { toy->commands()->ReportFault(r, reply); }).ok());
+  v1::GetNodeRequest get;
+  get.set_name("worker01");
+  auto separated = [&] {
+    auto node = toy->commands()->GetNode(get);
+    if (!node.ok()) return false;
+    for (const auto& d : node->devices()) {
+      if (d.id() == 3) return d.separated();
+    }
+    return false;
+  };
+  ASSERT_TRUE(testing::WaitFor(separated));
+
+  auto released = AwaitReply<v1::Device>([&](auto reply) {
+    toy->commands()->ReleaseDevice("worker01", 3, "kubectl-edit", "deleted from cluster-system/clusterd-manual-info-cm",
+                                   reply);
+  });
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_FALSE(released->separated());
+  auto cluster = v1::ClusterService::NewStub(channel);
+  grpc::ClientContext ctx;
+  v1::WatchRequest req;
+  req.add_types(v1::EVENT_TYPE_DEVICE_RELEASED);
+  auto stream = cluster->Watch(&ctx, req);
+  v1::WatchResponse resp;
+  bool found = false;
+  while (!found && stream->Read(&resp)) {
+    for (const auto& e : resp.events()) {
+      if (e.type() != v1::EVENT_TYPE_DEVICE_RELEASED) continue;
+      EXPECT_EQ(e.actor(), "toy/kubectl-edit");
+      EXPECT_EQ(e.reason(), "deleted from cluster-system/clusterd-manual-info-cm");
+      found = true;
+    }
+  }
+  ctx.TryCancel();
+  (void)stream->Finish();
+  EXPECT_TRUE(found);
+  // A device that is not there: the state's refusal.
+  auto missing = AwaitReply<v1::Device>(
+      [&](auto reply) { toy->commands()->ReleaseDevice("worker01", 77, "", "no such chip", reply); });
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  server.Shutdown();
+}
+
 // NodesChangedSince on a real server: every node at first, then only those
 // whose record, faults or jobs' ranks changed, with what a follower needs.
 TEST_F(ServerIntegrationTest, NodesChangedSinceFollowsRecordsFaultsAndJobs) {

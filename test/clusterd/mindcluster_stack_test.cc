@@ -88,10 +88,11 @@ class MindClusterStackTest : public ::testing::Test {
 
   void Start(MindClusterStackOptions options = {}) {
     stack_ = std::make_unique<MindClusterStack>(api_, options, MindClusterStack::Driver::kManual);
-    env_ = IntegrationEnv{&commands_, &clock_, nullptr};
+    env_ = IntegrationEnv{&commands_, &clock_, metrics_};
     ASSERT_TRUE(stack_->Start(env_).ok());
     // The plugin's and MindCluster NodeD's ConfigMaps, and one per public-fault namespace.
     watches_ += 2 + options.public_fault_namespaces.size();
+    if (options.separation_policy_cm || options.manual_info_cm) ++watches_;  // the system namespace's
     Settle();
   }
   void Stop() {
@@ -137,6 +138,7 @@ class MindClusterStackTest : public ::testing::Test {
   testing::FakeClusterCommands commands_;
   std::unique_ptr<MindClusterStack> stack_;
   IntegrationEnv env_;
+  MetricsRegistry* metrics_ = nullptr;  // set before Start to count
   size_t watches_ = 0;
 };
 
@@ -732,6 +734,286 @@ TEST(SwitchInfo, ParsesWhatTheA3PluginWrites) {
                           "{\"FaultCode\": [\"not json\"]}", "{\"NodeStatus\": 1}"}) {
     EXPECT_EQ(mc::ParseSwitchInfoCfg(bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
+}
+
+// ---- MindCluster's operators' ConfigMaps (docs/mindcluster.md, "Separation through ConfigMaps") ----
+
+const std::string kSystem = "/api/v1/namespaces/cluster-system/configmaps/";
+
+json PolicyCm(const std::string& yaml) {
+  return {{"metadata", {{"name", "clusterd-config-cm"}, {"namespace", "cluster-system"}}},
+          {"data", {{"manually_separate_policy.conf", yaml}}}};
+}
+
+std::string PolicyYaml(int window, int threshold, int free) {
+  return "enabled: true\nseparate:\n  fault_window_hours: " + std::to_string(window) +
+         "\n  fault_threshold: " + std::to_string(threshold) +
+         "\nrelease:\n  fault_free_hours: " + std::to_string(free) + "\n";
+}
+
+MindClusterStackOptions OperatorOptions() {
+  MindClusterStackOptions o;
+  o.separation_policy_cm = true;
+  o.manual_info_cm = true;
+  o.separation_default.threshold = 4;
+  o.separation_default.window = std::chrono::hours(12);
+  o.separation_default.settle = 5s;
+  return o;
+}
+
+v1::Device Separated(const std::string& node, uint32_t id, int64_t since_s) {
+  v1::Device d = Chip(node, id);
+  d.set_separated(true);
+  d.mutable_separated_time()->set_seconds(since_s);
+  return d;
+}
+
+TEST_F(MindClusterStackTest, SeparationPolicyFromTheConfigMapOverClusterDsOwn) {
+  MetricsRegistry metrics;
+  metrics_ = &metrics;
+  auto has = [&](const std::string& line) { return metrics.Render().find(line + "\n") != std::string::npos; };
+  Start(OperatorOptions());
+  Step();
+  // No ConfigMap: ClusterD's own settings.
+  ASSERT_EQ(commands_.policies.size(), 1u);
+  EXPECT_EQ(commands_.policies[0].threshold, 4u);
+  EXPECT_FALSE(stack_->separation_policy_from_cm());
+
+  // An operator's policy: honoured, with ClusterD's settle time.
+  api_->Set(kSystem + "clusterd-config-cm", PolicyCm(PolicyYaml(48, 2, -1)));
+  Step();
+  ASSERT_EQ(commands_.policies.size(), 2u);
+  EXPECT_EQ(commands_.policies[1].threshold, 2u);
+  EXPECT_EQ(commands_.policies[1].window, std::chrono::hours(48));
+  EXPECT_EQ(commands_.policies[1].release_after, std::nullopt);
+  EXPECT_EQ(commands_.policies[1].settle, 5s);
+  EXPECT_TRUE(stack_->separation_policy_from_cm());
+
+  // Rewritten in a loop with the same content: nothing applied again.
+  for (int i = 0; i < 5; ++i) {
+    api_->Set(kSystem + "clusterd-config-cm", PolicyCm(PolicyYaml(48, 2, -1)));
+    Step();
+  }
+  EXPECT_EQ(commands_.policies.size(), 2u);
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_cm_total{result=\"applied\"} 1"));
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_cm_total{result=\"unchanged\"} 5"));
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_window_hours 48"));
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_release_hours -1"));
+
+  // Malformed, out of range, huge, without the key: each changes nothing;
+  // the last good policy stays.
+  for (const json& bad : {PolicyCm("enabled: [\n"), PolicyCm(PolicyYaml(721, 2, 48)), PolicyCm(PolicyYaml(24, 0, 48)),
+                          PolicyCm(PolicyYaml(24, 3, 0)), PolicyCm(std::string(100'000, '#')),
+                          json{{"data", {{"other", "x"}}}}, json{{"data", {{"manually_separate_policy.conf", 5}}}}}) {
+    api_->Set(kSystem + "clusterd-config-cm", bad);
+    Step();
+    EXPECT_EQ(commands_.policies.size(), 2u) << bad.dump().substr(0, 200);
+    ASSERT_TRUE(stack_->separation_policy().has_value());
+    EXPECT_EQ(stack_->separation_policy()->threshold, 2u);
+  }
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_cm_total{result=\"refused\"} 7"));  // counted, each once
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_threshold 2"));
+
+  // A good one again, then the ConfigMap deleted: back to ClusterD's own.
+  api_->Set(kSystem + "clusterd-config-cm", PolicyCm(PolicyYaml(24, 3, 48)));
+  Step();
+  ASSERT_EQ(commands_.policies.size(), 3u);
+  EXPECT_EQ(commands_.policies[2].threshold, 3u);
+  api_->Remove(kSystem + "clusterd-config-cm");
+  Step();
+  ASSERT_EQ(commands_.policies.size(), 4u);
+  EXPECT_EQ(commands_.policies[3].threshold, 4u);
+  EXPECT_FALSE(stack_->separation_policy_from_cm());
+  EXPECT_TRUE(has("clusterd_mindcluster_separation_policy_from_configmap 0"));
+  Stop();  // before the registry goes
+}
+
+TEST_F(MindClusterStackTest, ManualInfoListsSeparationsAndAnOperatorsDeletionReleases) {
+  MetricsRegistry metrics;
+  metrics_ = &metrics;
+  auto has = [&](const std::string& line) { return metrics.Render().find(line + "\n") != std::string::npos; };
+  SetPlugin("a", Healthy(8));
+  v1::Fault fault = ChipFault("a", 3, "80E01801", v1::FAULT_LEVEL_SEPARATE);
+  fault.set_device_id(3);
+  SetOurs("a", {Chip("a", 0), Separated("a", 3, 1'700'000'000), Separated("a", 5, 1'700'000'100)}, {fault});
+  Start(OperatorOptions());
+  Step();
+  auto cm = api_->Object(kSystem + "clusterd-manual-info-cm");
+  ASSERT_TRUE(cm.has_value());
+  EXPECT_EQ((*cm)["data"]["a"],
+            R"({"Total":["Ascend910-3","Ascend910-5"],"Detail":{"Ascend910-3":[{"FaultCode":"80E01801","FaultLevel":)"
+            R"("ManuallySeparateNPU","LastSeparateTime":1700000000000}],"Ascend910-5":[{"FaultCode":"",)"
+            R"("FaultLevel":"ManuallySeparateNPU","LastSeparateTime":1700000100000}]}})");
+  EXPECT_EQ((*cm)["metadata"]["annotations"]["clusterd.io/manual-info-listed"],
+            R"({"a":["Ascend910-3","Ascend910-5"]})");
+  EXPECT_NE(List(Entry("a"), "-Unhealthy").find("Ascend910-5"), std::string::npos);
+
+  // Nothing changes: nothing written again, however often it is looked at.
+  api_->ClearCalls();
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(20s);
+    Step();
+  }
+  EXPECT_TRUE(api_->CallsTo("PUT", kSystem + "clusterd-manual-info-cm").empty());
+  // Rewritten in a loop by someone else with what it holds: nothing released, nothing written.
+  for (int i = 0; i < 5; ++i) {
+    api_->Set(kSystem + "clusterd-manual-info-cm", *api_->Object(kSystem + "clusterd-manual-info-cm"));
+    clock_.Advance(20s);
+    Step();
+  }
+  EXPECT_TRUE(commands_.releases.empty());
+  EXPECT_TRUE(api_->CallsTo("PUT", kSystem + "clusterd-manual-info-cm").empty());
+  EXPECT_TRUE(has("clusterd_mindcluster_manual_info_writes_total 1"));
+  cm = api_->Object(kSystem + "clusterd-manual-info-cm");
+
+  // An operator deletes chip 5 (kubectl edit): released as clusterctl
+  // release does, with who and why.
+  json edited = *cm;
+  edited["data"]["a"] =
+      R"({"Total":["Ascend910-3"],"Detail":{"Ascend910-3":[{"FaultCode":"80E01801","FaultLevel":"ManuallySeparateNPU","LastSeparateTime":1700000000000}]}})";
+  edited["metadata"]["managedFields"] =
+      json::array({{{"manager", "clusterd"}, {"operation", "Update"}, {"time", "2026-12-06T10:00:00Z"}},
+                   {{"manager", "kubectl-edit"}, {"operation", "Update"}, {"time", "2026-12-06T11:00:00Z"}}});
+  api_->Set(kSystem + "clusterd-manual-info-cm", edited);
+  Step();
+  ASSERT_EQ(commands_.releases.size(), 1u);
+  EXPECT_EQ(commands_.releases[0].node, "a");
+  EXPECT_EQ(commands_.releases[0].device, 5u);
+  EXPECT_EQ(commands_.releases[0].actor, "/kubectl-edit");  // the fake's principal is ""
+  EXPECT_NE(commands_.releases[0].reason.find("deleted from cluster-system/clusterd-manual-info-cm by field manager "
+                                              "kubectl-edit"),
+            std::string::npos)
+      << commands_.releases[0].reason;
+  // The chip is back in Volcano's lists, and the ConfigMap says what is left.
+  clock_.Advance(20s);
+  Step();
+  EXPECT_EQ(List(Entry("a"), "-Unhealthy").find("Ascend910-5"), std::string::npos);
+  EXPECT_NE(List(Entry("a"), "").find("Ascend910-5"), std::string::npos);
+  cm = api_->Object(kSystem + "clusterd-manual-info-cm");
+  ASSERT_TRUE(cm.has_value());
+  EXPECT_EQ((*cm)["metadata"]["annotations"]["clusterd.io/manual-info-listed"], R"({"a":["Ascend910-3"]})");
+  EXPECT_EQ(commands_.releases.size(), 1u);
+
+  // An operator writes something that does not parse: nothing released, and
+  // ClusterD's list is written again.
+  json garbage = *cm;
+  garbage["data"]["a"] = "not json";
+  api_->Set(kSystem + "clusterd-manual-info-cm", garbage);
+  clock_.Advance(20s);
+  Step();
+  EXPECT_EQ(commands_.releases.size(), 1u);
+  cm = api_->Object(kSystem + "clusterd-manual-info-cm");
+  EXPECT_EQ((*cm)["data"]["a"].get<std::string>().rfind(R"({"Total":["Ascend910-3"])", 0), 0u);
+  EXPECT_TRUE(has("clusterd_mindcluster_manual_info_refused_total 1"));
+  EXPECT_TRUE(has("clusterd_mindcluster_manual_info_released_total 1"));
+
+  // The whole ConfigMap deleted: every chip it listed is released (as the
+  // reference takes it), and with nothing separated none is written.
+  api_->Remove(kSystem + "clusterd-manual-info-cm");
+  clock_.Advance(20s);
+  Step();
+  ASSERT_EQ(commands_.releases.size(), 2u);
+  EXPECT_EQ(commands_.releases[1].device, 3u);
+  EXPECT_NE(commands_.releases[1].reason.find("the ConfigMap was deleted"), std::string::npos);
+  clock_.Advance(20s);
+  Step();
+  EXPECT_FALSE(api_->Object(kSystem + "clusterd-manual-info-cm").has_value());
+  EXPECT_TRUE(has("clusterd_mindcluster_manual_info_released_total 2"));
+  Stop();  // before the registry goes
+}
+
+TEST_F(MindClusterStackTest, ManualInfoEntryDeletedWhileClusterDWasAwayIsReleasedAtStart) {
+  SetPlugin("a", Healthy(8));
+  SetOurs("a", {Separated("a", 2, 1'700'000'000), Separated("a", 6, 1'700'000'000)});
+  Start(OperatorOptions());
+  Step();
+  ASSERT_TRUE(api_->Object(kSystem + "clusterd-manual-info-cm").has_value());
+  Stop();
+  // While ClusterD is away an operator deletes chip 6 (the annotation stays).
+  json cm = *api_->Object(kSystem + "clusterd-manual-info-cm");
+  cm["data"]["a"] =
+      R"({"Total":["Ascend910-2"],"Detail":{"Ascend910-2":[{"FaultCode":"","FaultLevel":"ManuallySeparateNPU","LastSeparateTime":1700000000000}]}})";
+  api_->Set(kSystem + "clusterd-manual-info-cm", cm);
+  Start(OperatorOptions());
+  Step();
+  ASSERT_EQ(commands_.releases.size(), 1u);
+  EXPECT_EQ(commands_.releases[0].device, 6u);
+}
+
+TEST_F(MindClusterStackTest, ObservabilityConfigMapsInTheReferencesShapeWhenTheyChange) {
+  MindClusterStackOptions o;
+  o.statistics_cms = true;
+  o.scheduling_exception_cm = true;
+  o.statistics_interval = 10s;
+  SetPlugin("a", Healthy(8));
+  v1::Fault pf = ChipFault("a", 2, "220001001", v1::FAULT_LEVEL_SEPARATE);
+  pf.set_reporter("pubfault/CCAE");
+  pf.set_external_id("fault-0001");
+  pf.mutable_first_seen()->set_seconds(1'700'000'000);
+  v1::Fault pf3 = pf;
+  pf3.set_device_id(3);
+  SetOurs("a", {Chip("a", 2), Chip("a", 3)}, {pf, pf3});
+  v1::Job job;
+  job.set_id("uid-1");
+  for (uint32_t d : {2u, 3u}) {
+    auto* r = job.add_placement();
+    r->set_node("a");
+    r->set_device_id(d);
+  }
+  commands_.jobs["uid-1"] = job;
+  v1::SchedulingFinding finding;
+  finding.set_pod_namespace("ml");
+  finding.set_pod("train-0");
+  finding.set_reason("too-few");
+  finding.set_evidence("no node offers 16 huawei.com/Ascend910 (at most 8)");
+  commands_.findings = {finding};
+  Start(o);
+  Step();
+  auto stat = api_->Object(kSystem + "statistic-fault-info");
+  ASSERT_TRUE(stat.has_value());
+  EXPECT_EQ((*stat)["metadata"]["labels"], json({{"mc-statistic-fault", "true"}}));
+  EXPECT_EQ((*stat)["data"]["PublicFaults"],
+            R"({"a":[{"resource":"CCAE","devIds":[2,3],"faultId":"fault-0001","faultCode":"220001001",)"
+            R"("level":"SeparateNPU","faultTime":1700000000000}]})");
+  EXPECT_EQ((*stat)["data"]["FaultNum"], R"({"publicFaultNum":1})");
+  auto jobs = api_->Object(kInfo + "current-job-statistic");
+  ASSERT_TRUE(jobs.has_value());
+  EXPECT_EQ((*jobs)["data"]["data"], R"([{"id":"uid-1","cardNum":2}])");
+  EXPECT_EQ((*jobs)["data"]["totalJob"], "1");
+  EXPECT_FALSE((*jobs)["metadata"].contains("labels"));  // not one of Volcano's
+  auto report = api_->Object(kSystem + "scheduling-exception-report");
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ((*report)["data"]["train-0.ml/train-0"],
+            R"x({"jobName":"train-0","jobType":"Pod","nameSpace":"ml","conditions":{"status":"PodGroupInqueue",)x"
+            R"x("reason":"NotEnoughResources","message":"no node offers 16 huawei.com/Ascend910 (at most 8)"}})x");
+
+  // Unchanged: never written again; changed: at most once per interval.
+  api_->ClearCalls();
+  clock_.Advance(30s);
+  Step();
+  EXPECT_TRUE(api_->Writes().empty());
+  commands_.findings.clear();
+  clock_.Advance(1s);
+  Step();
+  EXPECT_TRUE(api_->Writes().empty());  // within the interval of the last turn
+  clock_.Advance(10s);
+  Step();
+  ASSERT_EQ(api_->Writes().size(), 1u);
+  EXPECT_TRUE((*api_->Object(kSystem + "scheduling-exception-report"))["data"].empty());
+
+  // Someone else rewrote one: its version is read again and ours written over it.
+  json other = *api_->Object(kSystem + "statistic-fault-info");
+  other["data"]["FaultNum"] = R"({"publicFaultNum":99})";
+  api_->Set(kSystem + "statistic-fault-info", other);
+  ++commands_.revision;  // a change of ours too
+  commands_.node_faults["a"] = {pf};
+  clock_.Advance(11s);
+  Step();  // a conflict: retried
+  clock_.Advance(11s);
+  Step();
+  EXPECT_EQ((*api_->Object(kSystem + "statistic-fault-info"))["data"]["PublicFaults"],
+            R"({"a":[{"resource":"CCAE","devIds":[2],"faultId":"fault-0001","faultCode":"220001001",)"
+            R"("level":"SeparateNPU","faultTime":1700000000000}]})");
 }
 
 TEST(AscendDeviceType, FromVendorAndModel) {

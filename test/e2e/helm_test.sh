@@ -338,6 +338,27 @@ if render mindcluster-volcano-k8s default "$kv" --set mindcluster.volcano.enable
   expect "mindcluster.volcano.enabled, ha, nothing else: the StatefulSet mounts the token for the two Roles alone" "$MVH" \
     "(spod('clusterd')['automountServiceAccountToken'], sorted((d['kind'], d['metadata']['name']) for k in ('Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding') for d in by.get(k, [])), cfg('clusterd')['integrations'])" \
     "(True, [('Role', 'clusterd-mindcluster-clusterinfo'), ('Role', 'clusterd-mindcluster-deviceinfo'), ('RoleBinding', 'clusterd-mindcluster-clusterinfo'), ('RoleBinding', 'clusterd-mindcluster-deviceinfo')], ['mindcluster'])"
+  # MindCluster's operators' ConfigMaps (docs/mindcluster.md, "Separation and observability
+  # through ConfigMaps"): a Role in systemNamespace with only the verbs needed, and the keys.
+  MVS=$TMP/mindcluster-volcano-system-$kv.yaml MVP=$TMP/mindcluster-volcano-policy-$kv.yaml
+  if render mindcluster-volcano-system default "$kv" --set mindcluster.volcano.enabled=true \
+       --set mindcluster.volcano.separationPolicyConfigMap=true --set mindcluster.volcano.manualInfoConfigMap=true \
+       --set mindcluster.volcano.statisticsConfigMaps=true --set mindcluster.volcano.schedulingExceptionConfigMap=true \
+       --set mindcluster.volcano.manualInfoInterval=5s --set mindcluster.volcano.systemNamespace=ops-system 2>>"$TMP/mindcluster-volcano.err" &&
+     render mindcluster-volcano-policy default "$kv" --set mindcluster.volcano.enabled=true \
+       --set mindcluster.volcano.separationPolicyConfigMap=true 2>>"$TMP/mindcluster-volcano.err"; then
+    if "$PY" test/helm/validate.py "$kv" "$MVS"; then ok "rendered objects valid (mindcluster-volcano-system)"; else bad "rendered objects invalid (mindcluster-volcano-system)"; fi
+    expect "mindcluster operators' ConfigMaps: a Role in the system namespace with delete (manual info), bound" "$MVS" \
+      "([r for r in $mv_roles if r[0] == 'ops-system'], [(ns, n, r) for ns, n, _, r, _ in $mv_bindings if ns == 'ops-system'])" \
+      "([('ops-system', 'clusterd-mindcluster-system', [('', 'configmaps', 'get list watch create update delete')])], [('ops-system', 'clusterd-mindcluster-system', 'clusterd-mindcluster-system')])"
+    expect "mindcluster operators' ConfigMaps: the keys" "$MVS" "[kv for kv in $mv_keys if kv[0] not in dict($MV_DEFAULT_KEYS)]" \
+      "[('mindcluster_manual_info_cm', True), ('mindcluster_manual_info_interval', '5s'), ('mindcluster_scheduling_exception_cm', True), ('mindcluster_separation_policy_cm', True), ('mindcluster_statistics_cms', True), ('mindcluster_statistics_interval', '60s'), ('mindcluster_system_namespace', 'ops-system')]"
+    expect "mindcluster operators' ConfigMaps: the policy alone reads (get, list, watch)" "$MVP" \
+      "([r for r in $mv_roles if r[1] == 'clusterd-mindcluster-system'], [kv for kv in $mv_keys if kv[0] not in dict($MV_DEFAULT_KEYS)])" \
+      "([('cluster-system', 'clusterd-mindcluster-system', $MV_READ)], [('mindcluster_separation_policy_cm', True), ('mindcluster_system_namespace', 'cluster-system')])"
+  else
+    cat "$TMP/mindcluster-volcano.err" >&2; bad "mindcluster: helm template with the operators' ConfigMaps"
+  fi
 else
   cat "$TMP/mindcluster-volcano.err" >&2; bad "mindcluster: helm template with mindcluster.volcano.enabled"
 fi

@@ -1,13 +1,15 @@
 // MindCluster's ConfigMaps, as anyone allowed to write a ConfigMap may write
 // them: the device plugin's DeviceInfoCfg (kube-system/mindx-dl-deviceinfo-*),
 // MindCluster NodeD's NodeInfo (mindx-dl/mindx-dl-nodeinfo-*), a public-fault
-// ConfigMap's PublicFault, an A3 plugin's SwitchInfoCfg, and a cluster-info-device value found at start. Nothing may
+// ConfigMap's PublicFault, an A3 plugin's SwitchInfoCfg, a cluster-info-device value found at start, and the
+// operators' clusterd-config-cm policy (YAML) and clusterd-manual-info-cm data. Nothing may
 // crash; what is accepted stays within the bounds, and writing it back and reading it again gives the same view (so the
 // CheckCode ClusterD computes is the plugin's).
 #include <nlohmann/json.hpp>
 
 #include "clusterd/mindcluster/cluster_info.h"
 #include "clusterd/mindcluster/device_info.h"
+#include "clusterd/mindcluster/manual_separation.h"
 #include "clusterd/mindcluster/node_info.h"
 #include "clusterd/mindcluster/pubfault.h"
 #include "clusterd/mindcluster/switch_info.h"
@@ -81,6 +83,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     PubFaultPlan plan;
     const PubFaultVerdict v = PlanPublicFaults(*req, table, PubFaultOptions(), &plan);
     FUZZ_CHECK(v.code == kPubFaultOk || v.code == kPubFaultInvalid || v.code == kPubFaultRefused);
+  }
+  // As the operators' separation policy: what is accepted is within the reference's bounds,
+  // and so a policy ClusterD's tracker takes.
+  if (auto policy = ParseManualSeparatePolicy(text); policy.ok()) {
+    FUZZ_CHECK(CheckManualSeparatePolicy(*policy).ok());
+    FUZZ_CHECK(recovery::ValidateSeparationPolicy(ToSeparationPolicy(*policy, recovery::SeparationPolicy{})).ok());
+  }
+  // As clusterd-manual-info-cm's data: within its bounds.
+  if (auto totals = ParseManualInfoTotals(text); totals.ok()) {
+    FUZZ_CHECK(totals->size() <= kMaxManualInfoNodes);
+    for (const auto& [node, chips] : *totals) FUZZ_CHECK(chips.size() <= kMaxManualInfoChipsPerNode);
   }
   // And as a cluster-info-device value found at start.
   ClusterInfoPublisher pub;

@@ -78,6 +78,7 @@ LEADER_LABEL = ("", "pods")
 MINDCLUSTER = ("", "configmaps")
 MINDCLUSTER_READ = {"get", "list", "watch"}
 # The Roles (one per namespace) or ClusterRole (["*"]) on the public-fault ConfigMaps.
+SYSTEM_SUFFIX = "-mindcluster-system"
 PUBLIC_FAULT_SUFFIX = "-mindcluster-publicfault"
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
@@ -328,7 +329,9 @@ def check_mindcluster_rbac(docs, roles):
         return
     public = [r for r in roles if r["metadata"]["name"].endswith(PUBLIC_FAULT_SUFFIX)]
     check_public_fault_rbac(docs, public, cfg.get("mindcluster_public_fault_namespaces"))
-    roles = [r for r in roles if r not in public]
+    system = [r for r in roles if r["metadata"]["name"].endswith(SYSTEM_SUFFIX)]
+    check_system_rbac(docs, system, cfg)
+    roles = [r for r in roles if r not in public and r not in system]
     for r in roles:
         if r["kind"] != "Role":
             problem(r, f"configmaps cluster-wide only for public faults (a name ending {PUBLIC_FAULT_SUFFIX})")
@@ -350,6 +353,38 @@ def check_mindcluster_rbac(docs, roles):
         if not any(b.get("kind") == "RoleBinding" and (b.get("roleRef") or {}).get("name") == r["metadata"]["name"]
                    and b["metadata"].get("namespace") == r["metadata"].get("namespace") for b in docs):
             problem(r, "no RoleBinding in its namespace grants the mindcluster Role")
+
+
+def check_system_rbac(docs, roles, cfg):
+    """MindCluster's operators' ConfigMaps (mindcluster_separation_policy_cm, _manual_info_cm,
+    _statistics_cms, _scheduling_exception_cm): one configmaps Role <fullname>-mindcluster-system in
+    mindcluster_system_namespace, bound, iff one is on, with only the verbs needed: get, list and
+    watch; create and update when ClusterD writes there; delete only for the manual-info list."""
+    keys = ("mindcluster_separation_policy_cm", "mindcluster_manual_info_cm", "mindcluster_statistics_cms",
+            "mindcluster_scheduling_exception_cm")
+    if not any(cfg.get(k) is True for k in keys):
+        for r in roles:
+            problem(r, "a mindcluster system Role without any of " + ", ".join(keys))
+        return
+    if len(roles) != 1:
+        problem(docs[0], f"mindcluster: want one {SYSTEM_SUFFIX} Role, got {len(roles)}")
+        return
+    r = roles[0]
+    ns = cfg.get("mindcluster_system_namespace", "cluster-system")
+    if r["kind"] != "Role" or r["metadata"].get("namespace") != ns:
+        problem(r, f"the mindcluster system Role must be a Role in {ns!r}")
+    want = set(MINDCLUSTER_READ)
+    if any(cfg.get(k) is True for k in keys[1:]):
+        want |= {"create", "update"}
+    if cfg.get("mindcluster_manual_info_cm") is True:
+        want.add("delete")
+    verbs = {v for rule in r.get("rules") or [] for v in rule.get("verbs") or []}
+    resources = {x for rule in r.get("rules") or [] for x in rule.get("resources") or []}
+    if verbs != want or resources != {"configmaps"}:
+        problem(r, f"mindcluster system Role: verbs {sorted(verbs)} on {sorted(resources)}, want {sorted(want)} on configmaps")
+    if not any(b.get("kind") == "RoleBinding" and (b.get("roleRef") or {}).get("name") == r["metadata"]["name"]
+               and b["metadata"].get("namespace") == r["metadata"].get("namespace") for b in docs):
+        problem(r, "no RoleBinding in its namespace grants the mindcluster system Role")
 
 
 def check_public_fault_rbac(docs, roles, namespaces):

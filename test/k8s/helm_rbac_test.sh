@@ -11,8 +11,10 @@
 # client certificate and a pod-bound token connects as its node. `helm upgrade --set
 # mindcluster.volcano.enabled=true` (publicFaultNamespaces [fd-online]): ClusterD's token reads
 # ConfigMaps in kube-system and fd-online and writes them in mindx-dl (no patch, no other
-# namespace, no secrets), and the real clusterd with the mindcluster integration writes
-# mindx-dl/cluster-info-node-cm with no refused call. `helm upgrade --set
+# namespace, no secrets; with MindCluster's operators' ConfigMaps on, also get, list, watch,
+# create, update and delete in cluster-system), and the real clusterd with the mindcluster
+# integration writes mindx-dl/cluster-info-node-cm and the observability ConfigMaps with no
+# refused call. `helm upgrade --set
 # kubernetes.enabled=false` removes the integration's access (and, the value not set again,
 # the mindcluster Roles), `--set auth.tokenReview=false` the rest. Then `helm upgrade --set ha.enabled=true` (integration and TokenReview still off): the
 # leader label's Role lets ClusterD's token get and patch pods in the release namespace and
@@ -417,11 +419,15 @@ echo "== helm upgrade --set mindcluster.volcano.enabled=true: configmaps in thre
 # update, delete), through two Roles, and reads the public-fault ConfigMaps of fd-online
 # (publicFaultNamespaces; get, list, watch) through a third; configmaps in every other
 # namespace, secrets there, patch and the plugin's ConfigMaps' writes stay refused.
-PLUGIN_NS=kube-system MC_NS=mindx-dl PF_NS=fd-online
+PLUGIN_NS=kube-system MC_NS=mindx-dl PF_NS=fd-online SYS_NS=cluster-system
+k8s_create_namespace "$SYS_NS" || die "namespace $SYS_NS"
 k8s_create_namespace "$PLUGIN_NS" || die "namespace $PLUGIN_NS"
 k8s_create_namespace "$MC_NS" || die "namespace $MC_NS"
 k8s_create_namespace "$PF_NS" || die "namespace $PF_NS"
+# With MindCluster's operators' ConfigMaps (all four on): a fourth Role in cluster-system.
 if out=$(helm_k upgrade "$RELEASE" "$CHART" -n "$NS" --set mindcluster.volcano.enabled=true \
+  --set mindcluster.volcano.separationPolicyConfigMap=true --set mindcluster.volcano.manualInfoConfigMap=true \
+  --set mindcluster.volcano.statisticsConfigMaps=true --set mindcluster.volcano.schedulingExceptionConfigMap=true \
   --set-json "mindcluster.volcano.publicFaultNamespaces=[\"$PF_NS\"]" 2>&1); then
   ok "helm upgrade --set mindcluster.volcano.enabled=true, publicFaultNamespaces [$PF_NS]"
 else
@@ -443,6 +449,9 @@ want="[{'verbs': ['get', 'list', 'watch'], 'apiGroups': [''], 'resources': ['con
 if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-deviceinfo: get, list, watch on configmaps"; else bad "Role clusterd-mindcluster-deviceinfo rules: '$got', want '$want'"; fi
 got=$(role_rules "$MC_PF_ROLE" 2>&1) || true
 if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-publicfault: get, list, watch on configmaps"; else bad "Role clusterd-mindcluster-publicfault rules: '$got', want '$want'"; fi
+got=$(role_rules "/apis/rbac.authorization.k8s.io/v1/namespaces/$SYS_NS/roles/clusterd-mindcluster-system" 2>&1) || true
+want="[{'verbs': ['get', 'list', 'watch', 'create', 'update', 'delete'], 'apiGroups': [''], 'resources': ['configmaps']}]"
+if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-system: get, list, watch, create, update, delete on configmaps"; else bad "Role clusterd-mindcluster-system rules: '$got', want '$want'"; fi
 got=$(role_rules "$MC_WRITE_ROLE" 2>&1) || true
 want="[{'verbs': ['get', 'list', 'watch', 'create', 'update'], 'apiGroups': [''], 'resources': ['configmaps']}]"
 if [[ $got == "$want" ]]; then ok "Role clusterd-mindcluster-clusterinfo: get, list, watch, create, update on configmaps"; else bad "Role clusterd-mindcluster-clusterinfo rules: '$got', want '$want'"; fi
@@ -481,6 +490,12 @@ check 403 "mindcluster: list configmaps in $WORK" GET "/api/v1/namespaces/$WORK/
 check 403 "mindcluster: list configmaps, all namespaces" GET /api/v1/configmaps
 check 403 "mindcluster: list secrets in $MC_NS" GET "/api/v1/namespaces/$MC_NS/secrets"
 check 403 "mindcluster: list secrets in $PLUGIN_NS" GET "/api/v1/namespaces/$PLUGIN_NS/secrets"
+SYS_CMS=/api/v1/namespaces/$SYS_NS/configmaps
+check 200 "mindcluster: list and watch $SYS_NS's ConfigMaps (clusterd-config-cm, clusterd-manual-info-cm)" GET "$SYS_CMS?watch=1&timeoutSeconds=1"
+check 201 "mindcluster: create clusterd-manual-info-cm" POST "$SYS_CMS" '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"clusterd-manual-info-cm"},"data":{}}'
+check 200 "mindcluster: delete it (nothing separated)" DELETE "$SYS_CMS/clusterd-manual-info-cm"
+check 403 "mindcluster: patch a ConfigMap of $SYS_NS" PATCH "$SYS_CMS/clusterd-config-cm" '{"data":{"x":"y"}}'
+check 403 "mindcluster: list secrets in $SYS_NS" GET "/api/v1/namespaces/$SYS_NS/secrets"
 TOKEN=$NODED_TOKEN check 403 "NodeD: list the cluster-info ConfigMaps" GET "$MC_CMS"
 # The real clusterd with both integrations on the installed config.json: it lists and watches the
 # plugin's ConfigMaps, MindCluster NodeD's and the public-fault ConfigMaps of fd-online, takes
@@ -489,9 +504,11 @@ TOKEN=$NODED_TOKEN check 403 "NodeD: list the cluster-info ConfigMaps" GET "$MC_
 if [[ -x $CLUSTERD && $help == *--kubeconfig* && $help == *--mindcluster-public-fault-namespaces* ]]; then
   start_installed_clusterd "$TMP/clusterd-mindcluster"
   node_cm() { [[ $(k8s_code GET "$MC_CMS/cluster-info-node-cm") == 200 ]]; }
+  stat_cms() { [[ $(k8s_code GET "$SYS_CMS/statistic-fault-info") == 200 && $(k8s_code GET "$MC_CMS/current-job-statistic") == 200 ]]; }
   if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$http/readyz" &&
-     k8s_wait 30 "$MC_NS/cluster-info-node-cm written" node_cm; then
-    ok "clusterd with integrations [kubernetes, mindcluster] writes $MC_NS/cluster-info-node-cm with only its ServiceAccount's rights"
+     k8s_wait 30 "$MC_NS/cluster-info-node-cm written" node_cm &&
+     k8s_wait 30 "$SYS_NS/statistic-fault-info and $MC_NS/current-job-statistic written" stat_cms; then
+    ok "clusterd with integrations [kubernetes, mindcluster] writes $MC_NS/cluster-info-node-cm, $SYS_NS/statistic-fault-info and $MC_NS/current-job-statistic with only its ServiceAccount's rights"
   else
     tail -20 "$d/clusterd.log" >&2
     bad "clusterd with the mindcluster integration did not write $MC_NS/cluster-info-node-cm"

@@ -21,7 +21,13 @@
 #     kill -9, and `clusterctl release` returns it;
 #  H. the node without NodeD (n3) is ClusterD's from the plugin alone: registered
 #     by the integration (Node.registered_by), its plugin faults raised there;
-#     its A3 SwitchInfoCfg reaches Volcano in cluster-info-switch-0.
+#     its A3 SwitchInfoCfg reaches Volcano in cluster-info-switch-0;
+#  I. MindCluster's operators' ConfigMaps in cluster-system: an operator's policy in
+#     clusterd-config-cm applies (its window and threshold: one fault separates); the
+#     separated chip is listed in clusterd-manual-info-cm in the reference's shape, and
+#     deleting it there (as kubectl edit) releases it: back in Volcano's list, DEVICE_RELEASED
+#     by mindcluster/kubectl-edit; statistic-fault-info, current-job-statistic and
+#     scheduling-exception-report appear in the reference's shape.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -107,9 +113,12 @@ plugin_cm n1 3
 plugin_cm n2 ""
 plugin_cm n3 ""  # a node without our NodeD
 k8s_create_namespace ops
+k8s_create_namespace cluster-system
 CLUSTERD_FLAGS=(--kubeconfig "$K8S_KUBECONFIG" --integrations mindcluster,mindcluster-jobs
   --mindcluster-job-summary-delete-after 2s --mindcluster-public-fault-namespaces ops
-  --separation-threshold 2 --separation-settle 0s --log-level info)
+  --separation-threshold 2 --separation-settle 0s --log-level info
+  --mindcluster-separation-policy-cm true --mindcluster-manual-info-cm true --mindcluster-manual-info-interval 1s
+  --mindcluster-statistics-cms true --mindcluster-scheduling-exception-cm true --mindcluster-statistics-interval 1s)
 start_clusterd "${CLUSTERD_FLAGS[@]}"
 for n in n1 n2; do start_sim_noded $n; done
 wait_until 30 connected 2
@@ -363,4 +372,59 @@ grpcurl -plaintext -d '{"id": "uid-llm"}' "$ADDR" clusterd.v1.JobService/DeleteJ
 wait_until 15 is summary_cm "delete uid-llm 0/1 pytorch "
 wait_until 15 is summary_cm "none"
 echo "   ops/job-summary-llm: add (rank table on n1), then delete, then gone 2 s later"
+echo "-- K: the operators' ConfigMaps: policy, manual-info list and release, observability"
+SYS=/api/v1/namespaces/cluster-system/configmaps
+metric() { curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+k8s_api POST $SYS '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"clusterd-config-cm","namespace":"cluster-system"},"data":{"manually_separate_policy.conf":"enabled: true\nseparate:\n  fault_window_hours: 48\n  fault_threshold: 1\nrelease:\n  fault_free_hours: -1\n"}}' >/dev/null
+wait_until 15 is 'metric clusterd_mindcluster_separation_policy_window_hours' 48
+[[ $(metric clusterd_mindcluster_separation_policy_threshold) == 1 && $(metric clusterd_mindcluster_separation_policy_from_configmap) == 1 ]] ||
+  fail "K: the ConfigMap's policy is not in force"
+inject_sim_fault n2 7 80E18402  # one fault separates now
+wait_until 15 is 'device_field n2 7 "d.get(\"separated\", False)"' True
+expect_contains "$(timeout 5 grpcurl -plaintext -max-time 3 -d '{"from_revision": 1, "nodes": ["n2"], "types": ["EVENT_TYPE_DEVICE_SEPARATED"]}' \
+  "$ADDR" clusterd.v1.ClusterService/Watch 2>/dev/null || true)" '"reason": "1 fault within 48h"' "K: separated under the ConfigMap's policy"
+inject_sim_fault n2 7 80E18402 clear
+manual_total() { k8s_api GET $SYS/clusterd-manual-info-cm 2>/dev/null | python3 -c '
+import json, sys
+print(",".join(json.loads(json.load(sys.stdin)["data"].get(sys.argv[1], "{}")).get("Total") or []))' "$1"; }
+wait_until 15 is 'manual_total n2' Ascend910-7
+k8s_api GET $SYS/clusterd-manual-info-cm | python3 -c '
+import json, sys
+v = json.loads(json.load(sys.stdin)["data"]["n2"])
+assert list(v) == ["Total", "Detail"], v
+d = v["Detail"]["Ascend910-7"]
+assert [sorted(e) for e in d] == [["FaultCode", "FaultLevel", "LastSeparateTime"]] * len(d) and d[0]["FaultLevel"] == "ManuallySeparateNPU", d
+' || fail "K: clusterd-manual-info-cm is not in the reference's shape"
+[[ $(lst n2 "") != *Ascend910-7* ]] || fail "K: separated chip 7 still available"
+# The operator deletes the chip from the node's entry, as kubectl edit does (its field manager
+# then owns the key it changed: a manager that only removes keys gets no managedFields entry).
+k8s_api GET $SYS/clusterd-manual-info-cm | python3 -c '
+import json, sys
+cm = json.load(sys.stdin); v = json.loads(cm["data"]["n2"]); v["Total"].remove("Ascend910-7"); del v["Detail"]["Ascend910-7"]
+cm["data"]["n2"] = json.dumps(v); cm["metadata"].pop("managedFields", None); print(json.dumps(cm))' >"$WORK/manual.json"
+k8s_api PUT "$SYS/clusterd-manual-info-cm?fieldManager=kubectl-edit" "$(cat "$WORK/manual.json")" >/dev/null
+wait_until 15 is 'device_field n2 7 "d.get(\"separated\", False)"' False
+wait_until 15 is '[[ $(lst n2 "") == *Ascend910-7* ]] && echo yes' yes
+watched=$(timeout 5 grpcurl -plaintext -max-time 3 -d '{"from_revision": 1, "nodes": ["n2"], "types": ["EVENT_TYPE_DEVICE_RELEASED"]}' \
+  "$ADDR" clusterd.v1.ClusterService/Watch 2>/dev/null || true)
+expect_contains "$watched" '"actor": "mindcluster/kubectl-edit"' "K: DEVICE_RELEASED by the ConfigMap's editor"
+expect_contains "$watched" 'deleted from cluster-system/clusterd-manual-info-cm by field manager kubectl-edit' "K: the release's reason"
+# A public fault, for statistic-fault-info.
+k8s_api PUT /api/v1/namespaces/ops/configmaps/pf "$(python3 -c 'import json,sys; print(json.dumps({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"pf","namespace":"ops","labels":{"mc-consumer-publicfault":"true"}},"data":{"PublicFault":sys.argv[1].replace("req-00000001","req-00000003")}}))' "$pf")" >/dev/null
+stat_faults() { k8s_api GET $SYS/statistic-fault-info 2>/dev/null | python3 -c '
+import json, sys
+cm = json.load(sys.stdin)
+assert cm["metadata"]["labels"] == {"mc-statistic-fault": "true"}, cm["metadata"]["labels"]
+assert sorted(cm["data"]) == ["FaultNum", "PublicFaults"], sorted(cm["data"])
+f = json.loads(cm["data"]["PublicFaults"]).get("n2", [])
+print(json.loads(cm["data"]["FaultNum"])["publicFaultNum"], [(e["resource"], e["faultId"], e["devIds"], e["faultCode"], e["level"]) for e in f])'; }
+wait_until 15 is stat_faults "1 [('CCAE', 'fault-0001', [1, 2], '220001001', 'SeparateNPU')]"
+k8s_api GET /api/v1/namespaces/mindx-dl/configmaps/current-job-statistic | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["data"]
+assert sorted(d) == ["data", "totalJob"] and int(d["totalJob"]) == len(json.loads(d["data"])), d' ||
+  fail "K: current-job-statistic is not in the reference's shape"
+k8s_api GET $SYS/scheduling-exception-report >/dev/null || fail "K: no scheduling-exception-report"
+echo "   policy from clusterd-config-cm (48h, 1 fault); chip 7 listed in clusterd-manual-info-cm and released"
+echo "   by deleting it there (mindcluster/kubectl-edit); statistic-fault-info lists the public fault"
 echo "PASS: mindcluster stack (device plugin in, Volcano's cluster-info out)"

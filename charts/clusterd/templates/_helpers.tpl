@@ -192,6 +192,26 @@ still takes the default config. */}}
 {{- with include "clusterd.mindcluster.publicFaultNamespaces" . | fromJsonArray }}
 {{- $_ = set $c "mindcluster_public_fault_namespaces" . }}
 {{- end }}
+{{- /* MindCluster's operators' ConfigMaps: each key only when on. */}}
+{{- if include "clusterd.mindcluster.system" . }}
+{{- $_ = set $c "mindcluster_system_namespace" (include "clusterd.mindcluster.systemNamespace" .) }}
+{{- end }}
+{{- if $v.separationPolicyConfigMap }}
+{{- $_ = set $c "mindcluster_separation_policy_cm" true }}
+{{- end }}
+{{- if $v.manualInfoConfigMap }}
+{{- $_ = set $c "mindcluster_manual_info_cm" true }}
+{{- $_ = set $c "mindcluster_manual_info_interval" ($v.manualInfoInterval | default "15s") }}
+{{- end }}
+{{- if $v.statisticsConfigMaps }}
+{{- $_ = set $c "mindcluster_statistics_cms" true }}
+{{- end }}
+{{- if $v.schedulingExceptionConfigMap }}
+{{- $_ = set $c "mindcluster_scheduling_exception_cm" true }}
+{{- end }}
+{{- if or $v.statisticsConfigMaps $v.schedulingExceptionConfigMap }}
+{{- $_ = set $c "mindcluster_statistics_interval" ($v.statisticsInterval | default "60s") }}
+{{- end }}
 {{- end }}
 {{- $ha := .Values.ha }}
 {{- if $ha.enabled }}
@@ -341,6 +361,17 @@ mindcluster.volcano.publicFaultNamespaces; with ["*"], of the ClusterRole (and
 ClusterRoleBinding): cluster-scoped, so the release namespace is part of it, as in
 clusterd.kubernetes.clusterRoleName.
 */}}
+{{- /* MindCluster's operators' ConfigMaps: non-empty when one of them is on. */}}
+{{- define "clusterd.mindcluster.system" -}}
+{{- $v := .Values.mindcluster.volcano }}
+{{- if or $v.separationPolicyConfigMap $v.manualInfoConfigMap $v.statisticsConfigMaps $v.schedulingExceptionConfigMap }}true{{- end }}
+{{- end }}
+{{- define "clusterd.mindcluster.systemNamespace" -}}
+{{- .Values.mindcluster.volcano.systemNamespace | default "cluster-system" }}
+{{- end }}
+{{- define "clusterd.mindcluster.systemRoleName" -}}
+{{- printf "%s-mindcluster-system" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
 {{- define "clusterd.mindcluster.publicFaultRoleName" -}}
 {{- printf "%s-mindcluster-publicfault" (include "clusterd.clusterd.fullname" .) }}
 {{- end }}

@@ -7,6 +7,7 @@
 
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/context.h"
+#include "clusterd/mindcluster/signal.h"
 #include "clusterd/mindcluster/taskd.h"
 #include "common/logging.h"
 
@@ -143,6 +144,16 @@ Status MindClusterStack::Start(const IntegrationEnv& env) {
     public_fault_cms_.push_back(std::make_unique<k8s::Informer>(client_.get(), pf, handlers, env.metrics));
     public_fault_cms_.back()->Start();
   }
+  if (options_.separation_policy_cm || options_.manual_info_cm) {
+    // clusterd-config-cm and clusterd-manual-info-cm: a handful of
+    // ConfigMaps in that namespace, watched whole (the names filter here).
+    k8s::InformerOptions sys;
+    sys.name = "mindcluster-system";
+    sys.path = "/api/v1/namespaces/" + k8s::UrlEncode(options_.system_namespace) + "/configmaps";
+    system_cms_ = std::make_unique<k8s::Informer>(client_.get(), sys, handlers, env.metrics);
+    system_cms_->Start();
+  }
+  StartOperatorMetrics(env.metrics);
   tokens_ = options_.writes_per_second;
   tokens_at_ = env_.clock->Now();
   if (driver_ == Driver::kThread) {
@@ -168,6 +179,7 @@ void MindClusterStack::Stop() {
   if (plugin_cms_) plugin_cms_->Stop();
   if (nodeinfo_cms_) nodeinfo_cms_->Stop();
   for (auto& informer : public_fault_cms_) informer->Stop();
+  if (system_cms_) system_cms_->Stop();
 }
 
 void MindClusterStack::Loop() {
@@ -233,6 +245,13 @@ MindClusterStack::StepResult MindClusterStack::Step() {
     next_refresh_ = now + std::chrono::duration_cast<TimePoint::duration>(options_.refresh_interval);
   }
   result.writes = Write(now, &result.pending);
+  // MindCluster's operators' ConfigMaps, after what Volcano reads.
+  if (system_cms_ && system_cms_->synced()) {
+    if (options_.separation_policy_cm && (changed || !policy_read_)) ReadSeparationPolicy();
+    if (options_.manual_info_cm) result.writes += SyncManualInfo(now, &result.pending);
+  }
+  if (options_.statistics_cms || options_.scheduling_exception_cm)
+    result.writes += WriteObservability(now, &result.pending);
 
   // The plugin's faults: those of the nodes whose view changed; all of them
   // on the first pass (what went while ClusterD was away) and after a refusal.
@@ -768,7 +787,39 @@ void MindClusterStack::FollowState(std::set<std::string>* dirty) {
       cs.codes.push_back(f.code());
       if (f.reporter().rfind("pubfault/", 0) == 0) cs.public_fault = true;
     }
+    // Its public faults, for statistic-fault-info: one per sender and id,
+    // with the chips it names.
+    for (const v1::Fault& f : v.active_faults) {
+      if (f.reporter().rfind("pubfault/", 0) != 0) continue;
+      const std::string resource = f.reporter().substr(9);
+      auto it = std::find_if(ours.public_faults.begin(), ours.public_faults.end(), [&](const mc::PublicFaultStat& p) {
+        return p.resource == resource && p.fault_id == f.external_id() && p.code == f.code();
+      });
+      if (it == ours.public_faults.end()) {
+        mc::PublicFaultStat p;
+        p.resource = resource;
+        p.fault_id = f.external_id();
+        p.code = f.code();
+        p.level = std::string(mc::LevelName(f.level()));
+        p.time_ms = f.first_seen().seconds() * 1000 + f.first_seen().nanos() / 1'000'000;
+        ours.public_faults.push_back(std::move(p));
+        it = std::prev(ours.public_faults.end());
+      }
+      if (f.has_device_id()) it->dev_ids.push_back(static_cast<int32_t>(f.device_id()));
+    }
     ours.node_info = mc::NodeInfoFromFaults(node_level);
+    // The separated chips, as clusterd-manual-info-cm lists them: the codes
+    // of their active faults, since when.
+    for (const v1::Device& d : v.devices) {
+      if (!d.separated() || !npus.count(d.id())) continue;
+      mc::ManualChip& c = ours.separated[d.id()];
+      c.name = mc::ChipName(ours.state.device_type, d.id());
+      c.separated_ms = d.separated_time().seconds() * 1000 + d.separated_time().nanos() / 1'000'000;
+      if (auto cs = ours.state.chip_state.find(d.id()); cs != ours.state.chip_state.end()) {
+        std::set<std::string> codes(cs->second.codes.begin(), cs->second.codes.end());
+        c.codes.assign(codes.begin(), codes.end());
+      }
+    }
     ours_[v.node.name()] = std::move(ours);
     dirty->insert(v.node.name());
   }
@@ -957,6 +1008,21 @@ StatusOr<std::unique_ptr<Integration>> MakeMindClusterStackIntegration(const Clu
   options.writes_per_second = config.mindcluster_stack.writes_per_second;
   options.max_cluster_info_bytes = config.mindcluster_stack.chunk_bytes;
   options.public_fault_namespaces = config.mindcluster_stack.public_fault_namespaces;
+  options.system_namespace = config.mindcluster_stack.system_namespace;
+  options.separation_policy_cm = config.mindcluster_stack.separation_policy_cm;
+  // ClusterD's own policy (as the server gives it to the state): what applies
+  // while clusterd-config-cm has none.
+  options.separation_default.enabled = config.separation_enabled;
+  options.separation_default.threshold = config.separation_threshold;
+  options.separation_default.window = config.separation_window;
+  options.separation_default.settle = config.separation_settle;
+  options.separation_default.release_after =
+      config.separation_release_after.count() ? std::optional(config.separation_release_after) : std::nullopt;
+  options.manual_info_cm = config.mindcluster_stack.manual_info_cm;
+  options.manual_info_interval = config.mindcluster_stack.manual_info_interval;
+  options.statistics_cms = config.mindcluster_stack.statistics_cms;
+  options.scheduling_exception_cm = config.mindcluster_stack.scheduling_exception_cm;
+  options.statistics_interval = config.mindcluster_stack.statistics_interval;
   if (!config.pubfault.code_table_file.empty()) {
     CLUSTERD_RETURN_IF_ERROR(options.pubfault_table.MergeFile(config.pubfault.code_table_file));
   }

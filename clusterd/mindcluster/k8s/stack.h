@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -50,8 +51,10 @@
 #include "clusterd/k8s/api/informer.h"
 #include "clusterd/mindcluster/cluster_info.h"
 #include "clusterd/mindcluster/device_info.h"
+#include "clusterd/mindcluster/manual_separation.h"
 #include "clusterd/mindcluster/node_info.h"
 #include "clusterd/mindcluster/pubfault.h"
+#include "clusterd/mindcluster/statistics.h"
 #include "clusterd/mindcluster/switch_info.h"
 #include "common/clock.h"
 #include "common/metrics.h"
@@ -78,7 +81,30 @@ struct MindClusterStackOptions {
   std::vector<std::string> public_fault_namespaces;
   PubFaultCodeTable pubfault_table = PubFaultCodeTable::Default();
   PubFaultOptions pubfault_options;
+  // MindCluster's operators' ConfigMaps in system_namespace (docs/mindcluster.md,
+  // "Separation through ConfigMaps"), each off unless set:
+  std::string system_namespace = "cluster-system";
+  // clusterd-config-cm's manually_separate_policy.conf, when valid, over
+  // `separation_default` (ClusterD's separation_* settings), which applies
+  // while the ConfigMap or its key is absent.
+  bool separation_policy_cm = false;
+  recovery::SeparationPolicy separation_default;
+  // clusterd-manual-info-cm: the separated chips, rewritten at most once per
+  // `manual_info_interval`; a chip an operator deletes there is released.
+  bool manual_info_cm = false;
+  std::chrono::nanoseconds manual_info_interval = std::chrono::seconds(15);
+  // Observability: statistic-fault-info, current-job-statistic,
+  // scheduling-exception-report, each rewritten at most once per
+  // `statistics_interval` when its content changed.
+  bool statistics_cms = false;
+  bool scheduling_exception_cm = false;
+  std::chrono::nanoseconds statistics_interval = std::chrono::seconds(60);
 };
+
+// The annotation of clusterd-manual-info-cm that holds what ClusterD wrote
+// (node -> chips), so that an entry deleted while it was away is released
+// at its start.
+inline constexpr std::string_view kManualInfoListedAnnotation = "clusterd.io/manual-info-listed";
 
 class MindClusterStack final : public Integration {
  public:
@@ -107,6 +133,10 @@ class MindClusterStack final : public Integration {
   // Inspection (tests).
   const mindcluster::ClusterInfoPublisher& publisher() const { return publisher_; }
   const mindcluster::SwitchInfoPublisher& switch_publisher() const { return switch_publisher_; }
+  // The separation policy sent to ClusterD last (nullopt: none yet), and
+  // whether it came from clusterd-config-cm.
+  const std::optional<recovery::SeparationPolicy>& separation_policy() const { return policy_sent_; }
+  bool separation_policy_from_cm() const { return policy_from_cm_; }
 
  private:
   struct PluginNode {
@@ -120,6 +150,8 @@ class MindClusterStack final : public Integration {
     mindcluster::NodeState state;
     mindcluster::NodeInfo node_info;  // its node-level faults, as Volcano reads them
     bool plugin_only = false;         // registered by this integration: no agent of ClusterD there
+    std::map<uint32_t, mindcluster::ManualChip> separated;    // its chips the separation policy separated
+    std::vector<mindcluster::PublicFaultStat> public_faults;  // its active public faults
   };
 
   void Loop();
@@ -159,6 +191,24 @@ class MindClusterStack final : public Integration {
   bool TakeToken(TimePoint now, double keep = 0);
   size_t Write(TimePoint now, bool* pending);
   Status PutConfigMap(const std::string& name, const std::string& value);
+
+  // ---- MindCluster's operators' ConfigMaps (stack_operators.cc) ----
+  void StartOperatorMetrics(MetricsRegistry* m);
+  // clusterd-config-cm: each version once; a valid policy is sent to
+  // ClusterD, a bad one is counted and logged, the last good one kept.
+  void ReadSeparationPolicy();
+  // clusterd-manual-info-cm: an operator's deletions released, then our
+  // separations written (rate-limited). Returns the writes made.
+  size_t SyncManualInfo(TimePoint now, bool* pending);
+  // statistic-fault-info, current-job-statistic, scheduling-exception-report:
+  // each when its content changed, at most once per statistics_interval.
+  size_t WriteObservability(TimePoint now, bool* pending);
+  // PUT guarded by `resource_version` ("": POST) in `ns`; the new version.
+  StatusOr<std::string> PutOwnConfigMap(const std::string& ns, const std::string& name,
+                                        const std::map<std::string, std::string>& data,
+                                        const std::map<std::string, std::string>& labels,
+                                        const std::map<std::string, std::string>& annotations,
+                                        const std::string& resource_version);
 
   const std::shared_ptr<const k8s::ApiClient> client_;
   const MindClusterStackOptions options_;
@@ -217,6 +267,37 @@ class MindClusterStack final : public Integration {
   double tokens_ = 0;
   TimePoint tokens_at_{};
   std::map<std::string, std::string> warned_;
+
+  // MindCluster's operators' ConfigMaps (stack_operators.cc).
+  std::unique_ptr<k8s::Informer> system_cms_;
+  bool policy_read_ = false;
+  std::string policy_version_;  // of clusterd-config-cm last handled ("" : absent)
+  std::optional<recovery::SeparationPolicy> policy_sent_;
+  bool policy_from_cm_ = false;
+  bool manual_loaded_ = false;
+  std::map<std::string, std::set<std::string>> manual_written_;  // what clusterd-manual-info-cm lists from us
+  // Its versions handled (looked at, or written by us), the newest few: a
+  // version the informer brings late is never taken for an operator's.
+  std::deque<std::string> manual_handled_;
+  std::optional<std::string> manual_own_;  // the version we wrote last ("": deleted)
+  TimePoint manual_next_write_{};
+  Counter* policy_applied_ = nullptr;
+  Counter* policy_unchanged_ = nullptr;
+  Counter* policy_refused_ = nullptr;
+  Gauge* policy_from_cm_gauge_ = nullptr;
+  Gauge* policy_threshold_ = nullptr;
+  Gauge* policy_window_hours_ = nullptr;
+  Gauge* policy_release_hours_ = nullptr;
+  TimePoint stats_next_{};
+  // ns/name -> the data written last and its resourceVersion.
+  std::map<std::string, std::map<std::string, std::string>> stats_written_;
+  std::map<std::string, std::string> stats_versions_;
+  Counter* stats_writes_ = nullptr;
+  Counter* stats_write_errors_ = nullptr;
+  Counter* manual_writes_ = nullptr;
+  Counter* manual_write_errors_ = nullptr;
+  Counter* manual_released_ = nullptr;
+  Counter* manual_refused_ = nullptr;
 
   Counter* public_faults_refused_ = nullptr;
   Counter* refused_malformed_ = nullptr;
