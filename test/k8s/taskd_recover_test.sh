@@ -40,7 +40,7 @@
 #     elastic-training): changeStrategy downgrade with the reference's
 #     extraParams, TaskD's 201 (the ranks to isolate) answered with
 #     faultNodesExit to their pod, then 0: SCALE_IN SUCCEEDED;
-#  E. the NIC-switch and stress-test methods answer code 499 "not supported".
+#  E. a stress test without chips is refused with the reference's code 413.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -335,10 +335,11 @@ recover ReportRecoverStatus "{\"jobId\": \"$JOB_UID\", \"status\": {\"code\": 0}
 wait_until 30 is last_recovery "RECOVERY_STRATEGY_SCALE_IN RECOVERY_STATE_SUCCEEDED"
 echo "   worker02 chip 1 (SEPARATE): changeStrategy downgrade {\"scale-in-strategy\": \"DP\"} -> 201 -> faultNodesExit pod rank 1 -> 0 -> SCALE_IN SUCCEEDED"
 
-echo "-- E: the flows ClusterD does not serve answer 'not supported'"
+echo "-- E: an operator's stress test without chips is refused as the reference refuses it, and changes nothing"
+# (The NIC switch and the stress test themselves: test/e2e/mindcluster_test.sh part 7.)
 out=$(recover StressTest "{\"jobID\": \"$JOB_UID\"}")
-[[ $(echo "$out" | code_of) == 499 ]] || fail "E: StressTest: $out"
-expect_contains "$out" "not supported" "D: StressTest's info"
-echo "   StressTest: code 499, not supported"
+[[ $(echo "$out" | code_of) == 413 ]] || fail "E: StressTest: $out"
+expect_contains "$out" "stress test node is nil" "E: StressTest's info"
+echo "   StressTest without stressParam: code 413, stress test node is nil"
 
 echo "PASS: TaskD's Recover service on a real API server"
