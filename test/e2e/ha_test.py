@@ -414,6 +414,12 @@ def summary(args, port):
     return json.loads(out) if rc == 0 else None
 
 
+def attached(args, port):
+    """GetSummary's connected_agents (proto3 JSON leaves a 0 out); -1 when the call fails."""
+    s = summary(args, port)
+    return -1 if s is None else int(s.get("connected_agents", 0))
+
+
 class AgentPool:
     """clusterd-bench --agent-pool: n simulated agents (one stream each, heartbeats every second)
     attached to every replica's address, as NodeD is; stopped by SIGTERM."""
@@ -441,12 +447,14 @@ def takeover_with_agents(c, args):
     n = args.pool_agents
     leader = c.leader()
     port = c.replicas[leader]["grpc"]
-    base = summary(args, port)["connected_agents"]
+    base = attached(args, port)
+    if base < 0:
+        raise AssertionError("GetSummary of the leader " + leader + " failed")
     pool = AgentPool(c, n, "ha-agent-")
     # The control: an agent that is gone when the leader dies never comes back to the new one,
     # which declares its node lost once the grace it gives every node has passed.
     gone = AgentPool(c, 1, "ha-gone-")
-    wait_until(30, lambda: summary(args, port)["connected_agents"] >= base + n + 1, "the pool attached to " + leader)
+    wait_until(30, lambda: attached(args, port) >= base + n + 1, "the pool attached to " + leader)
     # A job on every pool node: a node declared lost would start its recovery.
     job = {"id": "ha-pool", "kind": "JOB_KIND_TRAINING",
            "placement": [{"rank": i, "node": node, "deviceId": 0} for i, node in enumerate(pool.nodes())]}
@@ -460,7 +468,7 @@ def takeover_with_agents(c, args):
     new = wait_until(30, lambda: (lambda l: l if l and l != leader else None)(c.leader()), "a new leader")
     new_port = c.replicas[new]["grpc"]
     t_leader = time.monotonic() - t0
-    wait_until(60, lambda: (summary(args, new_port) or {}).get("connected_agents", 0) >= base + n,
+    wait_until(60, lambda: attached(args, new_port) >= base + n,
                "every agent attached to the new leader %s" % new)
     t_back = time.monotonic() - t0
 
@@ -479,7 +487,7 @@ def takeover_with_agents(c, args):
     if recoveries is None or recoveries:
         raise AssertionError("recoveries of job ha-pool after the takeover: %s" % recoveries)
     # Still every agent attached (none lost its stream meanwhile).
-    if summary(args, new_port)["connected_agents"] < base + n:
+    if attached(args, new_port) < base + n:
         raise AssertionError("agents detached after the takeover")
     grpcurl(args, "127.0.0.1:%d" % new_port, "clusterd.v1.JobService/DeleteJob", {"id": "ha-pool"})
     pool.stop()
