@@ -110,7 +110,12 @@ class OmStream final : public grpc::ServerWriteReactor<Message> {
   }
   void OnCancel() override { End(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")); }
   void OnDone() override {
-    if (done_) done_();
+    // Moved out: what it holds (the Core) is let go even while the Core
+    // still holds this stream (a job's notify slot), so the two never keep
+    // each other alive.
+    std::function<void()> done = std::move(done_);
+    done_ = nullptr;
+    if (done) done();
     self_.reset();  // may delete this
   }
 
