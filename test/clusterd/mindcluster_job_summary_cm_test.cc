@@ -137,6 +137,13 @@ TEST_F(JobSummaryConfigMapsTest, FollowsTheJobFromPendingToDeletedThenDeletesAft
   other.set_id("api-job");
   other.set_revision(1);
   commands_.jobs[other.id()] = other;
+  // A JobService client's labels that name nothing Kubernetes accepts: skipped.
+  v1::Job hostile = K8sJob("uid-bad", "Bad_Name/../x", 1, v1::JOB_STATE_RUNNING);
+  hostile.set_revision(1);
+  commands_.jobs[hostile.id()] = hostile;
+  v1::Job huge = K8sJob("uid-huge", std::string(300, 'a'), 1, v1::JOB_STATE_RUNNING);
+  huge.set_revision(1);
+  commands_.jobs[huge.id()] = huge;
   Start();
   EXPECT_EQ(writer_->Pass().writes, 1u);
   auto cm = Cm("job-summary-llm");

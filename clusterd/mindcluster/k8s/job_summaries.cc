@@ -34,6 +34,19 @@ std::string ContentOf(const std::vector<mc::JobSummaryCm>& cms) {
   return out;
 }
 
+// Whether `name` can name a Kubernetes object: a DNS subdomain (at most 253
+// of [a-z0-9.-], alphanumeric at both ends). A job's labels come from any
+// JobService client; one that names nothing writable is skipped, not retried.
+bool ObjectName(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) return false;
+  for (char c : name) {
+    if (!alnum(c) && c != '-' && c != '.') return false;
+  }
+  return true;
+}
+
 // An orphan's key in the written table: no job id is known for it.
 std::string OrphanKey(const std::string& ns, const std::string& name) { return "~" + ns + "/" + name; }
 
@@ -207,7 +220,9 @@ JobSummaryConfigMaps::PassResult JobSummaryConfigMaps::Pass() {
   std::set<std::string> live_ids, live_names;  // names: "ns/name"
   for (const v1::Job& job : jobs) {
     const std::string ns = Label(job, "k8s.namespace"), name = Label(job, "k8s.name");
-    if (ns.empty() || name.empty()) continue;  // nowhere to write it
+    // Nowhere to write it: no namespace and name, or ones Kubernetes refuses
+    // (with room for the slices' "-<i>").
+    if (!ObjectName(ns) || ns.size() > 63 || !ObjectName(mc::JobSummaryCmName(name, 999))) continue;
     live_ids.insert(job.id());
     live_names.insert(ns + "/" + name);
     written_.erase(OrphanKey(ns, name));  // a ConfigMap found at start is this job's

@@ -5,7 +5,8 @@
 //
 // - Jobs with a Kubernetes namespace and name (the labels k8s.namespace and
 //   k8s.name that discovery sets, or that a JobService client gives) get
-//   ConfigMaps; others have nowhere to go.
+//   ConfigMaps; others have nowhere to go (nor do labels Kubernetes would
+//   refuse as names: a JobService client may set any; skipped, not retried).
 // - A job's ConfigMaps are written when its summary changes (status, rank
 //   table, ...), at most writes_per_second a second (the reference's 5);
 //   what waits is written on a later pass, the oldest first.
