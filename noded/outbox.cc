@@ -546,6 +546,15 @@ Outbox::Snapshot Outbox::Take() const {
   return snap;
 }
 
+std::vector<Outbox::Pending> Outbox::PendingAfter(uint64_t epoch, uint64_t seq, size_t max) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Pending> out;
+  for (auto it = pending_.upper_bound({epoch, seq}); it != pending_.end() && out.size() < max; ++it) {
+    out.push_back(Pending{it->first.first, it->first.second, it->second});
+  }
+  return out;
+}
+
 StatusOr<std::optional<v1::FaultTransition>> Outbox::Record(v1::FaultTransition t) {
   if (!ValidAction(t.action())) return InvalidArgument("outbox: transition action must be RAISE or CLEAR");
   if (t.fault().code().empty()) return InvalidArgument("outbox: transition without a fault code");

@@ -165,6 +165,12 @@ class Outbox {
   };
   Snapshot Take() const;
 
+  // At most `max` pending transitions that come after (epoch, seq) in resend
+  // order (older epochs first, then by seq). A sender keeps the key of the last
+  // one it sent and asks only for what is new: O(new) per wake, not a copy of
+  // the whole backlog while ClusterD is slow to acknowledge.
+  std::vector<Pending> PendingAfter(uint64_t epoch, uint64_t seq, size_t max) const;
+
   size_t pending_count() const;
   std::vector<v1::FaultReport> Active() const;
 

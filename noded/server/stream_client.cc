@@ -174,8 +174,12 @@ bool StreamClient::Session() {
   // Highest sequence sent per epoch on this stream.
   std::map<uint64_t, uint64_t> sent;
   if (resp.welcome().applied_seq() > 0) sent[epoch] = resp.welcome().applied_seq();
+  // Resend order key of the last transition handed to the stream (or skipped
+  // as already applied): each wake asks the outbox only for what follows it.
+  std::pair<uint64_t, uint64_t> cursor{0, 0};
   auto send_pending = [&](const std::vector<Outbox::Pending>& pending) {
     for (const auto& p : pending) {
+      cursor = {p.epoch, p.seq};
       if (p.seq <= sent[p.epoch]) continue;
       v1::ConnectRequest req;
       *req.mutable_transition() = p.transition;
@@ -184,6 +188,16 @@ bool StreamClient::Session() {
       if (sent_transitions_) sent_transitions_->Inc();
     }
     return true;
+  };
+  // Everything recorded since the last send, in bounded batches.
+  auto send_new = [&] {
+    constexpr size_t kBatch = 256;
+    for (;;) {
+      std::vector<Outbox::Pending> batch = outbox_->PendingAfter(cursor.first, cursor.second, kBatch);
+      if (batch.empty()) return true;
+      if (!send_pending(batch)) return false;
+      if (batch.size() < kBatch) return true;
+    }
   };
   bool ok = send_pending(snapshot.pending);
   auto next_heartbeat = std::chrono::steady_clock::now();
@@ -228,7 +242,7 @@ bool StreamClient::Session() {
       if (stop_ || broken) break;
       dirty_ = false;
     }
-    ok = send_pending(outbox_->Take().pending);
+    ok = send_new();
   }
   connected_ = false;
   ctx.TryCancel();

@@ -201,6 +201,34 @@ TEST(OutboxTest, AckOfOlderEpochAfterRestart) {
   EXPECT_EQ(ActiveCodes(*box), (Codes{"0/A", "1/B", "2/C"}));
 }
 
+TEST(OutboxTest, PendingAfterReturnsOnlyWhatFollowsTheCursorInResendOrder) {
+  TempDir dir;
+  {
+    auto box = MustOpen(dir.state());
+    MustRecord(*box, Raise(0, "A"));
+    MustRecord(*box, Raise(1, "B"));
+  }
+  auto box = MustOpen(dir.state());  // epoch 2
+  MustRecord(*box, Raise(2, "C"));
+  MustRecord(*box, Raise(3, "D"));
+  auto ids = [](const std::vector<Outbox::Pending>& v) {
+    Ids out;
+    for (const auto& p : v) out.emplace_back(p.epoch, p.seq);
+    return out;
+  };
+  EXPECT_EQ(ids(box->PendingAfter(0, 0, 100)), (Ids{{1, 1}, {1, 2}, {2, 1}, {2, 2}}));
+  // Older epochs come first; the cursor may name an acknowledged entry.
+  EXPECT_EQ(ids(box->PendingAfter(1, 1, 100)), (Ids{{1, 2}, {2, 1}, {2, 2}}));
+  EXPECT_EQ(ids(box->PendingAfter(1, 2, 1)), (Ids{{2, 1}}));
+  ASSERT_TRUE(box->Ack(2, 1).ok());
+  EXPECT_EQ(ids(box->PendingAfter(1, 2, 100)), (Ids{{2, 2}}));
+  EXPECT_TRUE(box->PendingAfter(2, 2, 100).empty());
+  const auto later = MustRecord(*box, Raise(4, "E"));
+  const auto batch = box->PendingAfter(2, 2, 100);
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(batch[0].transition.fault().code(), later.fault().code());
+}
+
 TEST(OutboxTest, ActiveSetFollowsRaiseClearRaiseAgain) {
   TempDir dir;
   {
