@@ -7,32 +7,12 @@
 #include "clusterd/k8s/api/client.h"  // UrlEncode
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/discovery.h"
+#include "common/config_util.h"
 
 namespace clusterd::k8s {
 namespace {
 
 using nlohmann::json;
-
-std::string JoinComma(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) {
-    if (!out.empty()) out += ',';
-    out += s;
-  }
-  return out;
-}
-
-// The non-empty items of "a,b,c".
-std::vector<std::string> SplitComma(const std::string& list) {
-  std::vector<std::string> items;
-  for (size_t start = 0; start <= list.size();) {
-    size_t comma = list.find(',', start);
-    if (comma == std::string::npos) comma = list.size();
-    if (comma > start) items.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return items;
-}
 
 // The resourceVersion guard every Node JSON patch starts with: the patch
 // fails (422) when the Node changed since it was read.
@@ -72,7 +52,7 @@ std::optional<json> IsolateNodePatch(const json& node, const KubernetesMarks& ma
 
 std::set<uint32_t> MarkedDevices(const json& node, const KubernetesMarks& marks) {
   std::set<uint32_t> devices;
-  for (const std::string& item : SplitComma(Annotation(node, marks.devices_annotation))) {
+  for (const std::string& item : SplitCommaList(Annotation(node, marks.devices_annotation))) {
     if (item.size() < 6 &&
         std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
       devices.insert(static_cast<uint32_t>(std::stoul(item)));
@@ -85,7 +65,7 @@ std::string DeviceList(const std::vector<uint32_t>& devices) {
   std::vector<std::string> items;
   items.reserve(devices.size());
   for (uint32_t d : devices) items.push_back(std::to_string(d));
-  return JoinComma(items);
+  return JoinCommaList(items);
 }
 
 std::optional<json> IsolateDevicePatch(const json& node, const KubernetesMarks& marks, uint32_t device) {
@@ -191,13 +171,13 @@ json EventBody(const EventSpec& spec) {
 json RemovalRecordBody(EventSpec spec, std::string_view idempotency_key, const std::vector<std::string>& uids) {
   spec.name = RecordName(idempotency_key);
   json ev = EventBody(spec);
-  ev["metadata"]["annotations"] = {{std::string(kPodUidsAnnotation), JoinComma(uids)},
+  ev["metadata"]["annotations"] = {{std::string(kPodUidsAnnotation), JoinCommaList(uids)},
                                    {std::string(kIdempotencyKeyAnnotation), idempotency_key}};
   return ev;
 }
 
 std::set<std::string> RecordedPodUids(const json& record) {
-  std::vector<std::string> uids = SplitComma(Annotation(record, std::string(kPodUidsAnnotation)));
+  std::vector<std::string> uids = SplitCommaList(Annotation(record, std::string(kPodUidsAnnotation)));
   return {uids.begin(), uids.end()};
 }
 
