@@ -235,9 +235,9 @@ PubFaultVerdict PlanPublicFaults(const ::PublicFaultRequest& req, const PubFault
 
 PubFaultRateLimiter::PubFaultRateLimiter(const Clock* clock, double rate_per_second, uint32_t burst,
                                          const std::vector<std::string>& resources)
-    : clock_(clock), rate_(rate_per_second), burst_(burst) {
+    : clock_(clock) {
   const TimePoint now = clock_->Now();
-  for (const auto& r : resources) buckets_[r] = Bucket{static_cast<double>(burst_), now};
+  for (const auto& r : resources) buckets_.try_emplace(r, rate_per_second, static_cast<double>(burst), now);
 }
 
 bool PubFaultRateLimiter::Allow(std::string_view resource) {
@@ -245,15 +245,7 @@ bool PubFaultRateLimiter::Allow(std::string_view resource) {
   if (it == buckets_.end()) return false;
   const TimePoint now = clock_->Now();
   std::lock_guard lock(mu_);
-  Bucket& b = it->second;
-  const double elapsed = std::chrono::duration<double>(now - b.refilled).count();
-  if (elapsed > 0) {
-    b.tokens = std::min<double>(burst_, b.tokens + elapsed * rate_);
-    b.refilled = now;
-  }
-  if (b.tokens < 1.0) return false;
-  b.tokens -= 1.0;
-  return true;
+  return it->second.Take(now);
 }
 
 }  // namespace clusterd

@@ -17,6 +17,7 @@
 #include "clusterd/state/public_faults.h"
 #include "clusterd/v1/types.pb.h"
 #include "common/clock.h"
+#include "common/rate_limit.h"
 #include "common/status.h"
 #include "mindcluster/pubfault.pb.h"
 
@@ -94,16 +95,10 @@ class PubFaultRateLimiter {
   size_t buckets() const { return buckets_.size(); }
 
  private:
-  struct Bucket {
-    double tokens = 0;
-    TimePoint refilled{};
-  };
   const Clock* clock_;
-  const double rate_;
-  const uint32_t burst_;
   std::mutex mu_;
   // Keys fixed at construction; the buckets' contents guarded by mu_.
-  std::map<std::string, Bucket, std::less<>> buckets_;
+  std::map<std::string, TokenBucket, std::less<>> buckets_;
 };
 
 }  // namespace clusterd

@@ -67,7 +67,10 @@ MindClusterStack::MindClusterStack(std::shared_ptr<const k8s::ApiClient> client,
       options_(std::move(options)),
       driver_(driver),
       publisher_(options_.max_cluster_info_bytes),
-      switch_publisher_(options_.max_cluster_info_bytes) {}
+      switch_publisher_(options_.max_cluster_info_bytes),
+      // Full at the first use (refilled from the epoch), as at every start.
+      tokens_(std::max<uint32_t>(options_.writes_per_second, 1), std::max<uint32_t>(options_.writes_per_second, 1),
+              TimePoint{}) {}
 
 MindClusterStack::~MindClusterStack() { Stop(); }
 
@@ -154,8 +157,6 @@ Status MindClusterStack::Start(const IntegrationEnv& env) {
     system_cms_->Start();
   }
   StartOperatorMetrics(env.metrics);
-  tokens_ = options_.writes_per_second;
-  tokens_at_ = env_.clock->Now();
   if (driver_ == Driver::kThread) {
     // A commit wakes the loop: a ClusterD fault reaches Volcano without
     // waiting for the next poll. The listener holds only the wake-up.
@@ -873,19 +874,9 @@ void MindClusterStack::Publish(const std::set<std::string>& dirty, int64_t now_s
 
 // ---- writes ----
 
-double MindClusterStack::Refill(TimePoint now) {
-  const double rate = std::max<uint32_t>(options_.writes_per_second, 1);
-  const double elapsed = std::chrono::duration<double>(now - tokens_at_).count();
-  tokens_at_ = now;
-  tokens_ = std::min(rate, tokens_ + std::max(elapsed, 0.0) * rate);
-  return tokens_;
-}
+double MindClusterStack::Refill(TimePoint now) { return tokens_.Available(now); }
 
-bool MindClusterStack::TakeToken(TimePoint now, double keep) {
-  if (Refill(now) < 1 + keep) return false;
-  tokens_ -= 1;
-  return true;
-}
+bool MindClusterStack::TakeToken(TimePoint now, double keep) { return tokens_.Take(now, keep); }
 
 size_t MindClusterStack::Write(TimePoint now, bool* pending) {
   size_t written = 0;

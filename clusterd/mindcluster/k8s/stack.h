@@ -47,6 +47,7 @@
 
 #include "clusterd/config/config.h"
 #include "clusterd/engine/integration.h"
+#include "common/rate_limit.h"
 #include "clusterd/k8s/api/client.h"
 #include "clusterd/k8s/api/informer.h"
 #include "clusterd/mindcluster/cluster_info.h"
@@ -57,6 +58,7 @@
 #include "clusterd/mindcluster/statistics.h"
 #include "clusterd/mindcluster/switch_info.h"
 #include "common/clock.h"
+#include "common/rate_limit.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -264,8 +266,7 @@ class MindClusterStack final : public Integration {
   std::string node_cm_written_;                  // its value as last written or found
   std::map<std::string, std::string> versions_;  // our ConfigMaps: name -> resourceVersion
   TimePoint next_refresh_{};
-  double tokens_ = 0;
-  TimePoint tokens_at_{};
+  TokenBucket tokens_;  // the API server writes, under mu_
   std::map<std::string, std::string> warned_;
 
   // MindCluster's operators' ConfigMaps (stack_operators.cc).
