@@ -775,7 +775,11 @@ TEST(AuthzTableTest, EveryDeclaredMethodHasARule) {
 // authorization refusal exactly when the table says so. This catches a
 // handler that forgets to ask, or asks under another method's name.
 TEST_F(SecurityTest, EveryMethodEnforcesItsRule) {
-  Start();
+  // All principals' calls are open at once (below), from one address.
+  Start("request", [](ClusterdConfig& cfg) {
+    cfg.max_streams_per_peer = 100'000;
+    cfg.max_watch_streams_per_peer = 100'000;
+  });
   struct Who {
     std::string cert;
     RoleMask roles;
@@ -790,8 +794,10 @@ TEST_F(SecurityTest, EveryMethodEnforcesItsRule) {
       {"norole", 0},
       {"", 0},
   };
-  auto methods = DeclaredMethods();
-  for (const auto& who : principals) {
+  const auto methods = DeclaredMethods();
+  // One thread per principal: an allowed stream stays open until its
+  // deadline, so one principal after the other would wait that out each time.
+  auto check = [&](const Who& who) {
     auto ch = As(who.cert);
     grpc::GenericStub generic(ch);
     {
@@ -803,44 +809,62 @@ TEST_F(SecurityTest, EveryMethodEnforcesItsRule) {
       grpc::health::v1::HealthCheckResponse resp;
       ASSERT_TRUE(health->Check(&warm, grpc::health::v1::HealthCheckRequest(), &resp).ok());
     }
+    // Every method of this principal at once, too.
+    struct Call {
+      std::string method;
+      bool allowed = false;
+      grpc::ClientContext ctx;
+      grpc::ByteBuffer request, response;
+      grpc::Status status;
+      bool done = false;
+    };
+    std::vector<std::unique_ptr<Call>> calls;
+    std::mutex mu;
+    std::condition_variable cv;
     for (const auto& m : methods) {
       const MethodRule* rule = FindMethodRule(m);
       ASSERT_NE(rule, nullptr);
-      const bool allowed = rule->anyone || (who.roles & (rule->roles | RoleBit(Role::kAdmin))) != 0;
       std::string full_name = m.substr(1);
       std::replace(full_name.begin(), full_name.end(), '/', '.');
       const auto* md = google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(full_name);
       ASSERT_NE(md, nullptr) << m;
       const bool stream = md->client_streaming() || md->server_streaming();
-      grpc::ClientContext ctx;
+      auto call = std::make_unique<Call>();
+      call->method = m;
+      call->allowed = rule->anyone || (who.roles & (rule->roles | RoleBit(Role::kAdmin))) != 0;
       // Streams that are allowed stay open: the deadline ends them (a refusal
       // comes at once). A unary call always answers.
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       (stream ? std::chrono::milliseconds(3000) : std::chrono::milliseconds(30'000)));
-      grpc::ByteBuffer request, response;  // an empty message
-      grpc::Slice empty("");
-      request = grpc::ByteBuffer(&empty, 1);
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-      grpc::Status status;
-      generic.UnaryCall(&ctx, m, grpc::StubOptions(), &request, &response, [&](grpc::Status st) {
-        std::lock_guard lock(mu);
-        status = std::move(st);
-        done = true;
-        cv.notify_all();
-      });
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return done; });
-      const auto code = status.error_code();
+      call->ctx.set_deadline(std::chrono::system_clock::now() +
+                             (stream ? std::chrono::milliseconds(5000) : std::chrono::milliseconds(30'000)));
+      grpc::Slice empty("");  // an empty message
+      call->request = grpc::ByteBuffer(&empty, 1);
+      calls.push_back(std::move(call));
+    }
+    for (auto& c : calls) {
+      Call* call = c.get();
+      generic.UnaryCall(&call->ctx, call->method, grpc::StubOptions(), &call->request, &call->response,
+                        [&, call](grpc::Status st) {
+                          std::lock_guard lock(mu);
+                          call->status = std::move(st);
+                          call->done = true;
+                          cv.notify_all();
+                        });
+    }
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return std::all_of(calls.begin(), calls.end(), [](const auto& c) { return c->done; }); });
+    for (const auto& call : calls) {
+      const auto code = call->status.error_code();
       const bool refused = code == grpc::StatusCode::PERMISSION_DENIED || code == grpc::StatusCode::UNAUTHENTICATED;
-      EXPECT_EQ(refused, !allowed) << (who.cert.empty() ? "anonymous" : who.cert) << " " << m << ": " << code << " "
-                                   << status.error_message();
-      if (who.cert.empty() && !allowed) {
-        EXPECT_EQ(code, grpc::StatusCode::UNAUTHENTICATED) << m;
+      EXPECT_EQ(refused, !call->allowed) << (who.cert.empty() ? "anonymous" : who.cert) << " " << call->method << ": "
+                                         << code << " " << call->status.error_message();
+      if (who.cert.empty() && !call->allowed) {
+        EXPECT_EQ(code, grpc::StatusCode::UNAUTHENTICATED) << call->method;
       }
     }
-  }
+  };
+  std::vector<std::thread> threads;
+  for (const auto& who : principals) threads.emplace_back(check, std::cref(who));
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace
