@@ -152,22 +152,45 @@ expect_contains "$(cat "$WORK/hook.jsonl.env")" "FAULT_CLEARED worker01 RESTART_
 echo "-- two runs saw revisions $(echo $got): each fault event once, none missing"
 
 # Nothing new: it waits, and SIGTERM ends it cleanly with nothing printed.
+# metric_at_least URL NAME MIN / metric_below URL NAME MAX: the sample NAME
+# (labels included, as printed) on URL's /metrics is >= MIN / < MAX. The page
+# is read whole first (pipefail).
+metric_at_least() {
+  local page
+  page=$(curl -sf "$1") || return 1
+  awk -v n="$2" -v min="$3" '$1 == n && $2 + 0 >= min + 0 { found = 1 } END { exit !found }' <<<"$page"
+}
+metric_below() {
+  local page
+  page=$(curl -sf "$1") || return 1
+  awk -v n="$2" -v max="$3" '$1 == n && $2 + 0 < max + 0 { found = 1 } END { exit !found }' <<<"$page"
+}
+# ClusterD's own subscribers count among its watchers: the operator's Watch
+# is one more than there are with no operator running.
+METRICS="http://127.0.0.1:$HTTP_PORT/metrics"
+WATCHERS=$(curl -sf "$METRICS" | awk '$1 == "clusterd_watchers" { print $2 }')
+[[ $WATCHERS =~ ^[0-9]+$ ]] || fail "no clusterd_watchers gauge on $METRICS"
 "$WORK/operator" -server "$ADDR" -cursor-file "$CURSOR" >"$WORK/run3.out" 2>"$WORK/run3.log" &
 OP_PID=$!
 PIDS+=("$OP_PID")
-sleep 1.5
+# Its Watch is open (ClusterD counts it): nothing more is coming.
+wait_until 30 metric_at_least "$METRICS" clusterd_watchers $((WATCHERS + 1)) ||
+  fail "the operator's Watch never opened: $(cat "$WORK/run3.log")"
 rc=0; term_wait "$OP_PID" || rc=$?
 [[ $rc == 0 ]] || fail "operator exit $rc on SIGTERM: $(cat "$WORK/run3.log")"
 [[ ! -s $WORK/run3.out ]] || fail "operator repeated events: $(cat "$WORK/run3.out")"
 
 echo "-- clusterd kill -9 under a running operator: it reconnects and goes on"
+wait_until 30 metric_below "$METRICS" clusterd_watchers $((WATCHERS + 1)) || fail "the last Watch stays open"
 "$WORK/operator" -server "$ADDR" -cursor-file "$CURSOR" -max-events 1 -max-backoff 500ms \
   >"$WORK/run4.out" 2>"$WORK/run4.log" &
 OP_PID=$!
 PIDS+=("$OP_PID")
-sleep 0.5
+wait_until 30 metric_at_least "$METRICS" clusterd_watchers $((WATCHERS + 1)) ||
+  fail "the operator's Watch never opened: $(cat "$WORK/run4.log")"
 kill_wait "$CLUSTERD_PID"
-sleep 1
+# It saw its stream end and backs off before ClusterD is back.
+wait_until 30 grep -q reconnecting "$WORK/run4.log" || fail "the operator did not notice the kill: $(cat "$WORK/run4.log")"
 start_clusterd --node-grace 1h
 report "$ADDR" link-e RAISE
 rc=0; timeout 30 tail --pid="$OP_PID" -f /dev/null || rc=$?
@@ -238,7 +261,10 @@ curl -sf -o /dev/null -X POST "http://127.0.0.1:$NODED_PORT/v1/sim/faults" -d '{
   fail "sim fault injection"
 stored() { grpcurl -plaintext -d '{"node": "worker02"}' "$ADDR" clusterd.v1.ClusterService/ListFaults | grep -q 80E01801; }
 wait_until 30 stored
-sleep 1.5 # a metric snapshot and a few heartbeats
+# A metric snapshot and a few heartbeats in, so the pages carry samples.
+wait_until 30 metric_at_least "http://127.0.0.1:$HTTP_PORT/metrics" 'clusterd_agent_messages_total{type="heartbeat"}' 2 ||
+  fail "no heartbeats counted"
+wait_until 30 metric_at_least "http://127.0.0.1:$NODED_PORT/metrics" noded_polls_total 2 || fail "noded did not poll"
 promtool_check() { # NAME URL
   curl -sf "$2" >"$WORK/$1.metrics" || fail "scraping $2"
   [[ -s $WORK/$1.metrics ]] || fail "$1: empty /metrics"
