@@ -141,6 +141,9 @@ struct MetricsRegistry::Family {
   std::string help;
   Type type;
   std::vector<std::unique_ptr<Series>> series;
+  // A family listed at scrape time (AddGaugeFamily): no series of its own.
+  std::vector<std::string> label_names;
+  std::function<void(const EmitSeries&)> list;
 };
 
 MetricsRegistry::MetricsRegistry() = default;
@@ -175,9 +178,10 @@ MetricsRegistry::Series& MetricsRegistry::AddSeries(const std::string& name, con
     }
   }
   if (family == nullptr) {
-    families_.push_back(std::make_unique<Family>(Family{name, help, type, {}}));
+    families_.push_back(std::make_unique<Family>(Family{name, help, type, {}, {}, {}}));
     family = families_.back().get();
   } else {
+    if (family->list) Die("metric '" + name + "' is a family listed at scrape time: no series can be added");
     if (family->type != type) Die("metric '" + name + "' registered twice with different types");
     if (family->help != help) Die("metric '" + name + "' registered twice with different help texts");
     // Label order does not make a different series.
@@ -235,6 +239,30 @@ void MetricsRegistry::AddCallbackGauge(const std::string& name, const std::strin
   AddSeries(name, help, Type::kGauge, std::move(s));
 }
 
+void MetricsRegistry::AddGaugeFamily(const std::string& name, const std::string& help,
+                                     std::vector<std::string> label_names,
+                                     std::function<void(const EmitSeries& emit)> fn) {
+  if (!fn) Die("gauge family '" + name + "' has an empty function");
+  if (!IsValidName(name, /*allow_colon=*/true)) {
+    Die("invalid metric name '" + name + "' (must match [a-zA-Z_:][a-zA-Z0-9_:]*)");
+  }
+  for (size_t i = 0; i < label_names.size(); ++i) {
+    const std::string& label = label_names[i];
+    if (!IsValidName(label, /*allow_colon=*/false) || label.rfind("__", 0) == 0) {
+      Die("metric '" + name + "': invalid label name '" + label + "'");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (label_names[j] == label) Die("metric '" + name + "': duplicate label name '" + label + "'");
+    }
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& f : families_) {
+    if (f->name == name) Die("metric '" + name + "' registered twice");
+  }
+  families_.push_back(
+      std::make_unique<Family>(Family{name, help, Type::kGauge, {}, std::move(label_names), std::move(fn)}));
+}
+
 std::string MetricsRegistry::Render() const {
   std::string out;
   std::lock_guard lock(mu_);
@@ -245,6 +273,15 @@ std::string MetricsRegistry::Render() const {
       case Type::kCounter: out += "counter\n"; break;
       case Type::kGauge: out += "gauge\n"; break;
       case Type::kHistogram: out += "histogram\n"; break;
+    }
+    if (f->list) {
+      f->list([&](const std::vector<std::string>& values, double value) {
+        if (values.size() != f->label_names.size()) return;
+        MetricLabels labels;
+        labels.reserve(values.size());
+        for (size_t i = 0; i < values.size(); ++i) labels.emplace_back(f->label_names[i], values[i]);
+        out += f->name + FormatLabels(labels) + " " + FormatValue(value) + "\n";
+      });
     }
     for (const auto& s : f->series) {
       if (s->counter) {

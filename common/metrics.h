@@ -110,6 +110,16 @@ class MetricsRegistry {
   void AddCallbackGauge(const std::string& name, const std::string& help, std::function<double()> fn,
                         MetricLabels labels = {});
 
+  // A gauge family whose series are listed at scrape time: `fn` calls
+  // `emit(label_values, value)` once per series, the values in the order of
+  // `label_names` (a call with another count of values is dropped). For
+  // series that come and go (one per job): nothing is registered per series,
+  // so nothing needs removing. Same rules for `fn` as for a callback gauge;
+  // the family's name takes no other series.
+  using EmitSeries = std::function<void(const std::vector<std::string>& label_values, double value)>;
+  void AddGaugeFamily(const std::string& name, const std::string& help, std::vector<std::string> label_names,
+                      std::function<void(const EmitSeries& emit)> fn);
+
   // Prometheus text exposition format 0.0.4; families in registration order.
   std::string Render() const;
 

@@ -126,6 +126,33 @@ ProgressMonitor::ProgressMonitor(ClusterState* state, Engine::SubmitFn submit, c
       "Effective training time of the tracked jobs together: productive / (productive + lost) time.");
   lost_seconds_ = &metrics->AddGauge("clusterd_progress_lost_seconds",
                                      "Time the tracked jobs lost to interruptions, summed (seconds).");
+  // One series per tracked job, listed at the scrape: a job's series go when
+  // the monitor stops tracking it.
+  auto per_job = [this](double Exported::*field) {
+    return [this, field](const MetricsRegistry::EmitSeries& emit) {
+      std::lock_guard lock(exported_mu_);
+      for (const auto& e : exported_) emit({e.job}, e.*field);
+    };
+  };
+  metrics->AddGaugeFamily("clusterd_job_ettr_ratio",
+                          "A tracked job's effective training time: productive / (productive + lost) time.", {"job"},
+                          per_job(&Exported::ettr));
+  metrics->AddGaugeFamily("clusterd_job_lost_seconds",
+                          "Time a tracked job lost to interruptions (hangs, recoveries), seconds.", {"job"},
+                          per_job(&Exported::lost_seconds));
+  metrics->AddGaugeFamily("clusterd_job_step", "The step every rank of a tracked job has reached.", {"job"},
+                          per_job(&Exported::step));
+  metrics->AddGaugeFamily("clusterd_job_slow_ranks", "Ranks of a tracked job named slow now.", {"job"},
+                          per_job(&Exported::slow_ranks));
+  metrics->AddGaugeFamily("clusterd_job_progress_state",
+                          "1 for a tracked job's progress state (advancing, stalled, hung, checkpointing).",
+                          {"job", "state"}, [this](const MetricsRegistry::EmitSeries& emit) {
+                            std::lock_guard lock(exported_mu_);
+                            for (const auto& e : exported_) {
+                              const std::string_view name = kStateNames[std::min<int>(e.state, 5)];
+                              if (!name.empty()) emit({e.job, std::string(name)}, 1);
+                            }
+                          });
 }
 
 ProgressMonitor::~ProgressMonitor() { Stop(); }
@@ -305,6 +332,7 @@ TimePoint ProgressMonitor::RunOnce() {
   std::map<std::string, v1::RankPlacement> slow_node_place;
   size_t ranks = 0, slow = 0;
   size_t by_state[6] = {};
+  std::vector<Exported> exported;
   Duration productive{0}, lost{0};
   const std::map<uint32_t, v1::RankPlacement> none;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
@@ -396,6 +424,11 @@ TimePoint ProgressMonitor::RunOnce() {
     }
     ranks += t.tracker.rank_count();
     if (snap.state() > 0 && snap.state() < 6) ++by_state[snap.state()];
+    exported.push_back(Exported{id, snap.state(), snap.ettr(),
+                                std::chrono::duration<double>(
+                                    Duration(TimeUtil::DurationToNanoseconds(snap.lost())))
+                                    .count(),
+                                static_cast<double>(snap.step()), static_cast<double>(snap.slow_ranks_size())});
     productive += Duration(TimeUtil::DurationToNanoseconds(snap.productive()));
     lost += Duration(TimeUtil::DurationToNanoseconds(snap.lost()));
     ++it;
@@ -428,6 +461,10 @@ TimePoint ProgressMonitor::RunOnce() {
   }
   for (int s = 1; s < 5; ++s) {
     if (jobs_gauge_[s] != nullptr) jobs_gauge_[s]->Set(static_cast<double>(by_state[s]));
+  }
+  {
+    std::lock_guard export_lock(exported_mu_);
+    exported_.swap(exported);
   }
   ranks_gauge_->Set(static_cast<double>(ranks));
   slow_gauge_->Set(static_cast<double>(slow));

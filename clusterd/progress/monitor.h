@@ -138,6 +138,18 @@ class ProgressMonitor {
   Gauge* slow_gauge_;
   Gauge* ettr_gauge_;
   Gauge* lost_seconds_;
+  // Per job, as of the last pass: what the clusterd_job_* families list at a
+  // scrape (as many series as jobs tracked, at most progress_max_jobs).
+  struct Exported {
+    std::string job;
+    v1::ProgressState state = v1::PROGRESS_STATE_UNSPECIFIED;
+    double ettr = 1.0;
+    double lost_seconds = 0;
+    double step = 0;
+    double slow_ranks = 0;
+  };
+  mutable std::mutex exported_mu_;
+  std::vector<Exported> exported_;
 
   std::mutex run_mu_;
   std::condition_variable run_cv_;

@@ -11,6 +11,7 @@
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
 #include "test/support/grpc/agent_client.h"
+#include "test/support/http_get.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/wait.h"
 
@@ -147,6 +148,17 @@ TEST_F(ProgressServiceTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
   EXPECT_EQ(job.progress().step(), step);
   EXPECT_EQ(job.progress().state(), v1::PROGRESS_STATE_ADVANCING);
   EXPECT_TRUE(commands_.empty()) << "a slow rank starts no recovery";
+  // The job's own series on /metrics (listed at the scrape, one per job).
+  auto scraped = [&](const std::string& line) {
+    return WaitFor([&] {
+      const testing::HttpResult r = testing::HttpGet(server_->http_port(), "/metrics");
+      return r.status == 200 && r.body.find("\n" + line + "\n") != std::string::npos;
+    });
+  };
+  EXPECT_TRUE(scraped("clusterd_job_slow_ranks{job=\"train\"} 1"));
+  EXPECT_TRUE(scraped("clusterd_job_step{job=\"train\"} " + std::to_string(step)));
+  EXPECT_TRUE(scraped("clusterd_job_progress_state{job=\"train\",state=\"advancing\"} 1"));
+  EXPECT_TRUE(scraped("clusterd_job_ettr_ratio{job=\"train\"} 1"));
   // Back in step: the fault clears.
   for (int i = 0; i < 6; ++i) {
     step += 10;

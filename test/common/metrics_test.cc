@@ -101,6 +101,22 @@ TEST(MetricsTest, CallbackGaugesWithLabelsFormOneFamily) {
             "devices{health=\"healthy\"} 6\ndevices{health=\"unhealthy\"} 2\n");
 }
 
+TEST(MetricsTest, AGaugeFamilyListsItsSeriesAtScrapeTime) {
+  MetricsRegistry reg;
+  std::vector<std::pair<std::string, double>> jobs = {{"a", 0.5}, {"b\"x", 1}};
+  reg.AddGaugeFamily("job_ettr", "ETTR per job.", {"job"}, [&](const MetricsRegistry::EmitSeries& emit) {
+    for (const auto& [job, v] : jobs) emit({job}, v);
+    emit({"too", "many"}, 3);  // not as many values as label names: dropped
+  });
+  EXPECT_EQ(reg.Render(),
+            "# HELP job_ettr ETTR per job.\n# TYPE job_ettr gauge\n"
+            "job_ettr{job=\"a\"} 0.5\njob_ettr{job=\"b\\\"x\"} 1\n");
+  jobs.erase(jobs.begin());  // a series that goes is simply not listed
+  EXPECT_EQ(reg.Render(), "# HELP job_ettr ETTR per job.\n# TYPE job_ettr gauge\njob_ettr{job=\"b\\\"x\"} 1\n");
+  jobs.clear();
+  EXPECT_EQ(reg.Render(), "# HELP job_ettr ETTR per job.\n# TYPE job_ettr gauge\n");
+}
+
 TEST(MetricsTest, ReferencesStayValidAcrossRegistrations) {
   MetricsRegistry reg;
   Counter& first = reg.AddCounter("first_total", "first");
@@ -176,6 +192,11 @@ TEST_F(MetricsDeathTest, DuplicateRegistrationsAbort) {
   EXPECT_DEATH(reg.AddCounter("c_total", "other help", {{"a", "3"}}), "different help");
   reg.AddCallbackGauge("cb", "help", [] { return 1.0; });
   EXPECT_DEATH(reg.AddCallbackGauge("cb", "help", [] { return 2.0; }), "registered twice");
+  auto none = [](const MetricsRegistry::EmitSeries&) {};
+  EXPECT_DEATH(reg.AddGaugeFamily("cb", "help", {"job"}, none), "registered twice");
+  reg.AddGaugeFamily("per_job", "help", {"job"}, none);
+  EXPECT_DEATH(reg.AddGauge("per_job", "help", {{"job", "a"}}), "listed at scrape time");
+  EXPECT_DEATH(reg.AddGaugeFamily("f", "help", {"a", "a"}, none), "duplicate label name 'a'");
 }
 
 TEST_F(MetricsDeathTest, BadBucketsAbort) {
