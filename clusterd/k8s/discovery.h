@@ -118,6 +118,7 @@ struct PodInfo {
   std::string ns, name, uid;
   std::string node;   // spec.nodeName; empty: not scheduled yet
   std::string phase;  // status.phase ("Pending", "Running", "Succeeded", "Failed", ...)
+  std::string scheduler;  // spec.schedulerName ("volcano"); empty when absent
   // The controller owner reference (ownerReferences[] with controller: true);
   // all empty for a pod without one.
   std::string owner_uid, owner_kind, owner_name;
