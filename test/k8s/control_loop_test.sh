@@ -18,6 +18,8 @@
 #     follows; one recovery, SUCCEEDED.
 #  1b. An Indexed Job, no PodGroup, no job agent: the same fault, the
 #     allocatable unchanged: the replacement runs on a healthy node, SUCCEEDED.
+#  1c. The chips of 1 and 1b replaced (faults cleared, UncordonNode): their
+#     fallback taints are lifted. (2 and 4 lower the allocatable: no taint.)
 #  2. An Indexed batch/v1 Job in a Volcano PodGroup (CRD installed), with a job
 #     agent: the same fault, measured: fault -> replacement Running, split into
 #     ClusterD's share, the controllers', the scheduler's and the kubelet's.
@@ -30,8 +32,6 @@
 #     restarted with --k8s-eviction-timeout 3s --k8s-delete-fallback: refused
 #     until the timeout, then deleted, and the step says so; the replacement
 #     runs, the recovery SUCCEEDED.
-#  5. The chips of 1 and 1b returned to service (UncordonNode): their fallback
-#     taints are lifted; 2 and 4 (the allocatable lowered) never had one.
 # In every scenario no pod is ever bound to the faulty node after the fault.
 # In 2 and 4 the test plays one part of the Ascend device plugin: when a chip
 # fails, the node's allocatable huawei.com/Ascend910 drops by one
@@ -259,6 +259,18 @@ expect_contains "$(step_message "$JOB1B.1" CLUSTER_ACTION_RESCHEDULE_PODS)" "on 
 echo "   index 0 moved $FAULTY -> $NEW_NODE (tainted for chip 6); $JOB1B.1 SUCCEEDED"
 delete_all s1 /apis/batch/v1/namespaces/s1/jobs/solo
 
+# ---- 1c ----------------------------------------------------------------------
+echo "-- 1c: the chips of 1 and 1b replaced (faults cleared, UncordonNode): their fallback taints lifted"
+for pair in "$FAULTY1 3" "$FAULTY1B 6"; do
+  read -r n chip <<<"$pair"
+  inject_sim_fault "$n" "$chip" 4C4BA00C clear
+  grpcurl -plaintext -d "{\"node\": \"$n\", \"actor\": \"e2e\", \"reason\": \"chip replaced\"}" "$ADDR" \
+    clusterd.v1.AdminService/UncordonNode >/dev/null
+done
+wait_until 60 is 'fallback_taints "$FAULTY1"' ""
+wait_until 60 is 'fallback_taints "$FAULTY1B"' ""
+echo "   $FAULTY1 and $FAULTY1B untainted, back in service"
+
 # ---- 2 -----------------------------------------------------------------------
 echo "-- 2: Indexed Job in a PodGroup (Volcano's CRD installed), with an agent: chip fault, measured"
 k8s_apply_podgroup_crd
@@ -382,13 +394,4 @@ echo "   web-0: eviction refused by the budget for 3 s, then deleted; replaced; 
 expect_contains "$(step_message "$STS4.1" CLUSTER_ACTION_ISOLATE_DEVICE)" "the device plugin left it out" \
   "4: the isolate step says the allocatable shows it"
 
-# ---- 5 -----------------------------------------------------------------------
-echo "-- 5: the chips of 1 and 1b returned to service: their fallback taints lifted"
-for n in "$FAULTY1" "$FAULTY1B"; do
-  grpcurl -plaintext -d "{\"node\": \"$n\", \"actor\": \"e2e\", \"reason\": \"chip replaced\"}" "$ADDR" \
-    clusterd.v1.AdminService/UncordonNode >/dev/null
-done
-wait_until 60 is 'fallback_taints "$FAULTY1"' ""
-wait_until 30 is 'fallback_taints "$FAULTY1B"' ""
-echo "   $FAULTY1 and $FAULTY1B untainted"
 echo "control-loop e2e: OK"
