@@ -180,12 +180,12 @@ StatusOr<std::string> KubernetesActions::SchedulerView(const ActionRequest& req,
       case k8s::IsolationView::kAllocatable: return "the device plugin left it out (" + offered + ")";
       case k8s::IsolationView::kNone: break;
     }
-    const std::string unseen = "no scheduler of the job sees the isolation (no Volcano cluster-info, no DRA device, " +
-                               offered + ")";
+    const std::string unseen =
+        "no scheduler of the job sees the isolation (no Volcano cluster-info, no DRA device, " + offered + ")";
     if (!ctx_->settings().device_fallback_taint) return unseen + "; fallback taint off (k8s_device_fallback_taint)";
     const std::string key = k8s::DeviceTaintKey(marks, *req.device);
-    auto patch = k8s::DeviceFallbackTaintPatch(*node, marks, *req.device, level,
-                                               k8s::Rfc3339(env_.clock->Now(), false));
+    auto patch =
+        k8s::DeviceFallbackTaintPatch(*node, marks, *req.device, level, k8s::Rfc3339(env_.clock->Now(), false));
     if (!patch) return unseen + ": node already tainted " + key;
     auto r = api().Patch(k8s::NodePath(req.node), *patch, k8s::PatchType::kJson);
     if (r.ok()) {

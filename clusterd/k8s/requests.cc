@@ -174,8 +174,8 @@ std::string IsolatedPlacement(const std::string& node_name, const std::optional<
     if (isolated.count(d)) on.push_back(d);
   }
   if (on.empty()) return "";
-  return "device" + std::string(on.size() > 1 ? "s " : " ") + DeviceList(on) + " of node " + node_name +
-         " isolated (" + marks.devices_annotation + ")";
+  return "device" + std::string(on.size() > 1 ? "s " : " ") + DeviceList(on) + " of node " + node_name + " isolated (" +
+         marks.devices_annotation + ")";
 }
 
 bool CordonedByClusterd(const json& node, const KubernetesMarks& marks) {

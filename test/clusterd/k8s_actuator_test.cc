@@ -385,8 +385,9 @@ TEST_F(K8sActuatorTest, IsolateDeviceSeenByTheSchedulerIsNotTainted) {
   req.device = 6;
   r = Actions()->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
-  EXPECT_EQ(r.message, "device 6 marked isolated in clusterd.io/isolated-devices; the device plugin left it out "
-                       "(huawei.com/Ascend910 allocatable 7 of 8)");
+  EXPECT_EQ(r.message,
+            "device 6 marked isolated in clusterd.io/isolated-devices; the device plugin left it out "
+            "(huawei.com/Ascend910 allocatable 7 of 8)");
   no_fallback("worker04", 6);
   // A second chip isolated there, the allocatable still 7: not covered.
   req.device = 7;
@@ -414,7 +415,8 @@ TEST_F(K8sActuatorTest, AReplacementBackOnIsolatedHardwareFailsTheStep) {
 
   // On an isolated node (its taint), whatever the devices.
   node = NodeObject("worker01");
-  node["spec"]["taints"] = json::array({{{"key", "clusterd.io/fault"}, {"value", "SEPARATE"}, {"effect", "NoSchedule"}}});
+  node["spec"]["taints"] =
+      json::array({{{"key", "clusterd.io/fault"}, {"value", "SEPARATE"}, {"effect", "NoSchedule"}}});
   world_.api->Set(NodePathOf("worker01"), node);
   world_.replacement_node = "worker01";
   req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);

@@ -551,14 +551,15 @@ TEST_F(K8sIntegrationTest, ADeviceReturnedToServiceLosesItsDeviceTaintAfterTheGr
 TEST_F(K8sIntegrationTest, ADeviceReturnedToServiceLosesItsFallbackTaintAfterTheGrace) {
   json node = NodeObject("worker01");
   node["metadata"]["annotations"] = {{"clusterd.io/isolated-devices", "0,3"}};
-  node["spec"]["taints"] = json::array(
-      {{{"key", "clusterd.io/isolated-device-3"},
-        {"value", "SEPARATE"},
-        {"effect", "NoSchedule"},
-        {"timeAdded", k8s::Rfc3339(world_.clock.Now(), false)}},
-       {{"key", "clusterd.io/isolated-device-0"}, {"value", "SEPARATE"}, {"effect", "NoSchedule"},
-        {"timeAdded", "2020-01-01T00:00:00Z"}},
-       {{"key", "other"}, {"effect", "NoSchedule"}}});
+  node["spec"]["taints"] = json::array({{{"key", "clusterd.io/isolated-device-3"},
+                                         {"value", "SEPARATE"},
+                                         {"effect", "NoSchedule"},
+                                         {"timeAdded", k8s::Rfc3339(world_.clock.Now(), false)}},
+                                        {{"key", "clusterd.io/isolated-device-0"},
+                                         {"value", "SEPARATE"},
+                                         {"effect", "NoSchedule"},
+                                         {"timeAdded", "2020-01-01T00:00:00Z"}},
+                                        {{"key", "other"}, {"effect", "NoSchedule"}}});
   world_.api->Set(NodePathOf("worker01"), node);
   Device0IsolatedDevice3Released();
   StartIntegration();
@@ -569,8 +570,8 @@ TEST_F(K8sIntegrationTest, ADeviceReturnedToServiceLosesItsFallbackTaintAfterThe
     return keys;
   };
   // Within the grace: the step that added it may not be stored yet.
-  EXPECT_EQ(taints(), (std::vector<std::string>{"clusterd.io/isolated-device-3", "clusterd.io/isolated-device-0",
-                                                "other"}));
+  EXPECT_EQ(taints(),
+            (std::vector<std::string>{"clusterd.io/isolated-device-3", "clusterd.io/isolated-device-0", "other"}));
   EXPECT_EQ(k8s::Annotation(*world_.api->Object(NodePathOf("worker01")), "clusterd.io/isolated-devices"), "0");
   world_.clock.Advance(3 * world_.settings.condition_interval);
   Step();
