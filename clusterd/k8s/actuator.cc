@@ -389,14 +389,14 @@ ActionResult KubernetesActions::WaitForReplacements(const ActionRequest& req, co
   for (;;) {
     std::set<uint32_t> missing = ranks;
     std::set<std::string> running;  // the new pods that hold them: "name on node"
-    std::set<std::string> bad;      // those of them on isolated hardware: "name: why"
+    std::set<std::string> bad;      // those of them on isolated hardware: "name on <why>"
     for (const auto& pod : PodsOfJob(req.job_id)) {
       if (removed.count(pod.uid) || pod.phase != "Running") continue;
       bool holds = false;
       for (uint32_t r : k8s::PodDeviceRanks(pod)) holds = missing.erase(r) > 0 || holds;
       if (holds && !before.count(pod.uid)) {
         running.insert(pod.name + " on " + pod.node);
-        std::string why = k8s::IsolatedPlacement(pod.node, ctx_->Node(pod.node), pod.devices, ctx_->marks());
+        const std::string why = k8s::IsolatedPlacement(pod.node, ctx_->Node(pod.node), pod.devices, ctx_->marks());
         if (!why.empty()) bad.insert(pod.name + " on " + why);
       }
     }
