@@ -732,6 +732,10 @@ std::vector<ConfigKey> MakeTable() {
         "how long an eviction may be refused (PodDisruptionBudget)", "kubernetes.evictionTimeout");
   t.Add(Bool("k8s_delete_fallback", CLUSTERD_FIELD(k8s.delete_fallback)),
         "delete the pod when its eviction keeps being refused", "kubernetes.deleteFallback");
+  t.Add(Bool("k8s_device_fallback_taint", CLUSTERD_FIELD(k8s.device_fallback_taint)),
+        "taint the Node <domain>/isolated-device-<id>:NoSchedule while a device is isolated that no scheduler of "
+        "the job sees isolated (no Volcano cluster-info, DRA DeviceTaintRule or lowered allocatable)",
+        "kubernetes.deviceFallbackTaint");
   t.Add(Dur("k8s_condition_interval", CLUSTERD_FIELD(k8s.condition_interval), std::chrono::milliseconds(100)),
         "how often Node conditions are compared with ClusterD's health and written", kNoChartValue);
   t.Add(Dur("k8s_allocatable_hold", CLUSTERD_FIELD(k8s.allocatable_hold), std::chrono::seconds(1)),

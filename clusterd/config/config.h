@@ -121,6 +121,11 @@ struct ClusterdConfig {
     v1::FaultLevel node_not_ready_level = v1::FAULT_LEVEL_PRE_SEPARATE;
     std::chrono::nanoseconds eviction_timeout = std::chrono::seconds(60);
     bool delete_fallback = false;
+    // isolate_device's fallback: a device whose isolation no scheduler of
+    // the job sees (no Volcano cluster-info, no DRA DeviceTaintRule, the
+    // node's allocatable unchanged) taints its Node
+    // <domain>/isolated-device-<id>:NoSchedule while it is isolated.
+    bool device_fallback_taint = true;
     // How often the Node conditions are compared with ClusterD's health.
     std::chrono::nanoseconds condition_interval = std::chrono::seconds(5);
     // How long the kubelet's allocatable NPUs must stay below the chips

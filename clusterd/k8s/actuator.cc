@@ -125,9 +125,78 @@ ActionResult KubernetesActions::IsolateDevice(const ActionRequest& req) {
     done += "; " + *tainted;
     note += "; " + *tainted;
   }
-  changed = changed || taint_changed;
+  bool fallback_changed = false;
+  auto seen = SchedulerView(req, !tainted->empty(), &fallback_changed);
+  if (!seen.ok()) return {false, done + "; " + seen.status().message()};
+  if (!seen->empty()) {
+    done += "; " + *seen;
+    if (fallback_changed) note += "; " + *seen;
+  }
+  changed = changed || taint_changed || fallback_changed;
   if (changed) PostEvent(Event(req, "Node", req.node, "", uid, "IsolateDevice", note));
   return {true, done};
+}
+
+bool KubernetesActions::AwaitPodCache(const ActionRequest& req) {
+  // The watches normally run already (the integration started them);
+  // without the integration the first action starts them.
+  if (env_.start_watches) ctx_->StartWatches(nullptr);
+  const TimePoint sync_by = std::min(env_.clock->Now() + 30s, req.deadline);
+  while (!ctx_->JobsSynced() && env_.clock->Now() < sync_by) Sleep(100ms);
+  return ctx_->JobsSynced();
+}
+
+bool KubernetesActions::ScheduledByVolcano(const ActionRequest& req) {
+  if (!env_.volcano_cluster_info || req.job_id.empty() || !AwaitPodCache(req)) return false;
+  const auto pods = PodsOfJob(req.job_id);
+  return std::any_of(pods.begin(), pods.end(), [](const k8s::PodInfo& p) { return p.scheduler == "volcano"; });
+}
+
+StatusOr<std::string> KubernetesActions::SchedulerView(const ActionRequest& req, bool dra, bool* changed) {
+  const auto& marks = ctx_->marks();
+  const bool volcano = !dra && ScheduledByVolcano(req);
+  const std::string level =
+      ShortLevelName(req.level == v1::FAULT_LEVEL_UNSPECIFIED ? v1::FAULT_LEVEL_SEPARATE : req.level);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto node = api().Get(k8s::NodePath(req.node));
+    if (!node.ok()) return Status(node.status().code(), "get node " + req.node + ": " + node.status().message());
+    k8s::IsolationViewInputs in;
+    in.volcano = volcano;
+    in.dra = dra;
+    std::set<uint32_t> isolated = k8s::MarkedDevices(*node, marks);
+    isolated.insert(*req.device);
+    in.isolated_on_node = static_cast<uint32_t>(isolated.size());
+    std::string offered = "no accelerator resource";
+    if (auto alloc = k8s::ParseAcceleratorAllocatable(*node)) {
+      in.has_resource = true;
+      in.capacity = alloc->capacity;
+      in.allocatable = alloc->allocatable;
+      offered = alloc->resource + " allocatable " + std::to_string(alloc->allocatable) + " of " +
+                std::to_string(alloc->capacity);
+    }
+    switch (k8s::DecideIsolationView(in)) {
+      case k8s::IsolationView::kVolcano: return std::string("Volcano sees it (cluster-info ConfigMaps)");
+      case k8s::IsolationView::kDra: return std::string();  // the DeviceTaintRule says so
+      case k8s::IsolationView::kAllocatable: return "the device plugin left it out (" + offered + ")";
+      case k8s::IsolationView::kNone: break;
+    }
+    const std::string unseen =
+        "no scheduler of the job sees the isolation (no Volcano cluster-info, no DRA device, " + offered + ")";
+    if (!ctx_->settings().device_fallback_taint) return unseen + "; fallback taint off (k8s_device_fallback_taint)";
+    const std::string key = k8s::DeviceTaintKey(marks, *req.device);
+    auto patch =
+        k8s::DeviceFallbackTaintPatch(*node, marks, *req.device, level, k8s::Rfc3339(env_.clock->Now(), false));
+    if (!patch) return unseen + ": node already tainted " + key;
+    auto r = api().Patch(k8s::NodePath(req.node), *patch, k8s::PatchType::kJson);
+    if (r.ok()) {
+      *changed = true;
+      return unseen + ": tainted node " + req.node + " " + key + "=" + level + ":NoSchedule";
+    }
+    if (!Conflict(r.status())) {
+      return Status(r.status().code(), "fallback taint: patch node " + req.node + ": " + r.status().message());
+    }
+  }
+  return Status(StatusCode::kAborted, "fallback taint: patch node " + req.node + ": kept conflicting");
 }
 
 StatusOr<std::string> KubernetesActions::TaintDevice(const ActionRequest& req, bool* changed) {
@@ -245,12 +314,7 @@ std::vector<KubernetesActions::Target> KubernetesActions::FindPods(const ActionR
 // an Event named after the idempotency key, so that a repeat of the step
 // after a restart acts on the same pods, never on their replacements.
 ActionResult KubernetesActions::RemovePods(const ActionRequest& req, bool evict) {
-  // The watches normally run already (the integration started them);
-  // without the integration the first action starts them.
-  if (env_.start_watches) ctx_->StartWatches(nullptr);
-  const TimePoint sync_by = std::min(env_.clock->Now() + 30s, req.deadline);
-  while (!ctx_->JobsSynced() && env_.clock->Now() < sync_by) Sleep(100ms);
-  if (!ctx_->JobsSynced()) return {false, "the pod cache is not synced yet"};
+  if (!AwaitPodCache(req)) return {false, "the pod cache is not synced yet"};
   const std::vector<k8s::PodInfo> job = PodsOfJob(req.job_id);
   auto targets = FindPods(req, !evict, job);
   // Every pod this step removes or removed before a restart (its record).
@@ -325,16 +389,28 @@ ActionResult KubernetesActions::WaitForReplacements(const ActionRequest& req, co
   for (;;) {
     std::set<uint32_t> missing = ranks;
     std::set<std::string> running;  // the new pods that hold them: "name on node"
+    std::set<std::string> bad;      // those of them on isolated hardware: "name on <why>"
     for (const auto& pod : PodsOfJob(req.job_id)) {
       if (removed.count(pod.uid) || pod.phase != "Running") continue;
       bool holds = false;
       for (uint32_t r : k8s::PodDeviceRanks(pod)) holds = missing.erase(r) > 0 || holds;
-      if (holds && !before.count(pod.uid)) running.insert(pod.name + " on " + pod.node);
+      if (holds && !before.count(pod.uid)) {
+        running.insert(pod.name + " on " + pod.node);
+        const std::string why = k8s::IsolatedPlacement(pod.node, ctx_->Node(pod.node), pod.devices, ctx_->marks());
+        if (!why.empty()) bad.insert(pod.name + " on " + why);
+      }
     }
     if (missing.empty()) {
       if (running.empty()) return {true, done};
-      return {true,
-              done + "; replaced: " + JoinNames(std::vector<std::string>(running.begin(), running.end())) + " Running"};
+      const std::string replaced =
+          done + "; replaced: " + JoinNames(std::vector<std::string>(running.begin(), running.end())) + " Running";
+      // A recovery succeeds only off the bad hardware: a replacement back
+      // on an isolated node or device fails the step (the ladder escalates).
+      if (!bad.empty()) {
+        return {false, replaced + "; but " + JoinNames(std::vector<std::string>(bad.begin(), bad.end())) +
+                           ": back on isolated hardware (no scheduler of the job saw the isolation)"};
+      }
+      return {true, replaced};
     }
     const TimePoint now = env_.clock->Now();
     if (now >= req.deadline) {
@@ -429,6 +505,8 @@ StatusOr<std::unique_ptr<Actuator>> MakeKubernetesActuator(const ClusterdConfig&
   KubernetesActionsEnv env;
   env.start_watches =
       std::find(config.integrations.begin(), config.integrations.end(), "kubernetes") == config.integrations.end();
+  env.volcano_cluster_info =
+      std::find(config.integrations.begin(), config.integrations.end(), "mindcluster") != config.integrations.end();
   return MakeKubernetesActuator(std::move(*ctx), std::move(env));
 }
 

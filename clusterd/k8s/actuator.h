@@ -42,6 +42,10 @@ struct KubernetesActionsEnv {
   // metrics (an action resumed after a restart comes first, and watches it
   // started would export none), and an action waits for their first list.
   bool start_watches = true;
+  // Whether the "mindcluster" integration writes Volcano's cluster-info
+  // ConfigMaps: then a device isolated under a job whose pods Volcano
+  // schedules is seen by its scheduler (no fallback taint).
+  bool volcano_cluster_info = false;
 };
 
 // The actions themselves, one call each on the calling thread. Thread-safe:
@@ -66,6 +70,17 @@ class KubernetesActions {
   // the rule was created or strengthened), "" when DRA does not publish the
   // device (nothing to taint); an error fails the step.
   StatusOr<std::string> TaintDevice(const ActionRequest& req, bool* changed);
+  // Whether the device's isolation reaches the job's scheduler
+  // (k8s::DecideIsolationView; `dra`: its DeviceTaintRule is there), and when
+  // nothing does, the fallback taint on the Node (*changed when it was
+  // added): what the step says about it ("" for DRA: its rule says so).
+  StatusOr<std::string> SchedulerView(const ActionRequest& req, bool dra, bool* changed);
+  // Volcano's cluster-info is written and the job's pods are Volcano's.
+  bool ScheduledByVolcano(const ActionRequest& req);
+  // Starts the watches when this actuator owns them and waits for the pod
+  // cache's first list until 30 s or the step's deadline; false when not
+  // synced by then.
+  bool AwaitPodCache(const ActionRequest& req);
   // Logs `message` the first time `key` is seen.
   void NoteOnce(const std::string& key, const std::string& message);
   // The job's pods in the cache (terminating ones too).
@@ -75,7 +90,8 @@ class KubernetesActions {
   // Once pods are removed: waits until `ranks` are held again by pods of the
   // job that run (phase Running) and are none of `removed` (uids), until the
   // step's deadline. The recovery ends (and the agent is told to resume) only
-  // when the job is whole again; a replacement that never runs fails the step
+  // when the job is whole again; a replacement that never runs, or that runs
+  // on an isolated node or device (k8s::IsolatedPlacement), fails the step
   // and the ladder escalates. `done` says what was removed; the message names
   // the new pods (not in `before`) that hold the ranks.
   ActionResult WaitForReplacements(const ActionRequest& req, const std::set<uint32_t>& ranks,

@@ -16,7 +16,8 @@ KubernetesMarks MarksFor(const ClusterdConfig::Kubernetes& k8s) {
   } else {
     domain = "clusterd.io";
   }
-  return {k8s.taint_key, domain + "/cordoned", domain + "/isolated-at", domain + "/isolated-devices"};
+  return {k8s.taint_key, domain + "/cordoned", domain + "/isolated-at", domain + "/isolated-devices",
+          domain + "/isolated-device-"};
 }
 
 k8s::DiscoveryOptions DiscoveryOptionsFrom(const ClusterdConfig::Kubernetes& k8s) {

@@ -466,6 +466,7 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
         p.node = n;
       }
     }
+    if (const std::string* sched = StringMember(spec, "schedulerName")) p.scheduler = Printable(*sched, 64);
     if (const json* status = Member(pod, "status")) p.phase = Printable(StringOr(*status, "phase"), 64);
 
     if (!opts.job_kind_label.empty()) {

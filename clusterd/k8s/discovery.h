@@ -116,8 +116,9 @@ struct DiscoveryOptions {
 // and UIDs: [A-Za-z0-9._-], at most 253 characters).
 struct PodInfo {
   std::string ns, name, uid;
-  std::string node;   // spec.nodeName; empty: not scheduled yet
-  std::string phase;  // status.phase ("Pending", "Running", "Succeeded", "Failed", ...)
+  std::string node;       // spec.nodeName; empty: not scheduled yet
+  std::string phase;      // status.phase ("Pending", "Running", "Succeeded", "Failed", ...)
+  std::string scheduler;  // spec.schedulerName ("volcano"); empty when absent
   // The controller owner reference (ownerReferences[] with controller: true);
   // all empty for a pod without one.
   std::string owner_uid, owner_kind, owner_name;

@@ -108,6 +108,9 @@ Status KubernetesIntegration::Start(const IntegrationEnv& env) {
                                   "Nodes whose clusterd taint (and cordon) was removed after un-isolation.");
     device_untaints_ = &m.AddCounter("clusterd_k8s_device_untaints_total",
                                      "DRA DeviceTaintRules deleted after ClusterD returned their device to service.");
+    fallback_lifts_ = &m.AddCounter("clusterd_k8s_device_fallback_taints_lifted_total",
+                                    "Fallback device taints (k8s_device_fallback_taint) removed from Nodes after "
+                                    "ClusterD returned their device to service.");
     k8s_errors_ = &m.AddCounter("clusterd_k8s_api_errors_total",
                                 "Failed API calls of the integration (retried on the next pass).");
   }
@@ -445,8 +448,9 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
   const bool has_device_mark = !k8s::Annotation(obj, marks.devices_annotation).empty();
   auto rules = dra_rules_.find(name);
   const bool has_rules = rules != dra_rules_.end();
+  const std::map<uint32_t, int64_t> fallback = k8s::DeviceFallbackTaints(obj, marks);
   bool detail_read = false;
-  if (node.active_faults() > 0 || has_device_mark || node.isolated() || has_rules) {
+  if (node.active_faults() > 0 || has_device_mark || node.isolated() || has_rules || !fallback.empty()) {
     v1::GetNodeRequest greq;
     greq.set_name(name);
     auto detail = env_.commands->GetNode(greq);
@@ -497,7 +501,11 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
   const std::string want_devices = k8s::DeviceList(isolated_devices);
   if (want_devices != k8s::Annotation(obj, marks.devices_annotation)) {
     auto r = ctx_->client().Patch(path, k8s::DevicesAnnotationPatch(marks, want_devices), k8s::PatchType::kMerge);
-    if (!r.ok()) ApiError("devices/" + name, "kubernetes: node " + name + " devices: " + r.status().message());
+    if (!r.ok()) {
+      ApiError("devices/" + name, "kubernetes: node " + name + " devices: " + r.status().message());
+    } else if (r->is_object()) {
+      obj = std::move(*r);  // what follows is guarded by the new resourceVersion
+    }
   }
   // 4. DRA device taints: a device ClusterD returned to service
   //    (UncordonNode) loses the DeviceTaintRule isolate_device wrote; as
@@ -509,6 +517,19 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
       if (std::find(isolated_devices.begin(), isolated_devices.end(), rule.device) != isolated_devices.end()) continue;
       if (rule.isolated_at < 0 || now_s - rule.isolated_at >= grace_s) UntaintDevice(name, rule);
     }
+  }
+  // 4b. Fallback device taints (isolate_device, where no scheduler of the
+  //     job saw the isolation): lifted once ClusterD no longer holds the
+  //     device isolated; as above, not within the grace after the taint was
+  //     added, and only when ClusterD's detail of the node was read.
+  if (!fallback.empty() && detail_read) {
+    const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+    std::set<uint32_t> lift;
+    for (const auto& [device, at] : fallback) {
+      if (std::find(isolated_devices.begin(), isolated_devices.end(), device) != isolated_devices.end()) continue;
+      if (at < 0 || now_s - at >= grace_s) lift.insert(device);
+    }
+    if (!lift.empty()) LiftDeviceTaints(name, obj, lift);
   }
   // 5. The kubelet's allocatable NPUs against those NodeD sees usable (the
   //    detail is read whenever the node has an active fault; without one,
@@ -602,6 +623,23 @@ void KubernetesIntegration::UntaintDevice(const std::string& node, const k8s::Ma
     ApiError("untaint/" + node + "/" + std::to_string(rule.device),
              "kubernetes: node " + node + " device " + std::to_string(rule.device) + " DeviceTaintRule " + rule.name +
                  ": " + r.status().message());
+  }
+}
+
+void KubernetesIntegration::LiftDeviceTaints(const std::string& name, const json& obj,
+                                             const std::set<uint32_t>& devices) {
+  const auto& marks = ctx_->marks();
+  std::vector<uint32_t> ids(devices.begin(), devices.end());
+  auto r = ctx_->client().Patch(k8s::NodePath(name), k8s::RemoveDeviceTaintsPatch(obj, marks, devices),
+                                k8s::PatchType::kJson);
+  if (r.ok()) {
+    if (fallback_lifts_ != nullptr) fallback_lifts_->Inc(devices.size());
+    GetLogger("k8s")->info("node {}: device(s) {} returned to service: fallback taint {}* removed", name,
+                           k8s::DeviceList(ids), marks.device_taint_prefix);
+  } else {
+    // A conflict is retried at the next pass with the fresh object.
+    ApiError("fallback/" + name, "kubernetes: node " + name + " devices " + k8s::DeviceList(ids) +
+                                     " fallback taint: " + r.status().message());
   }
 }
 

@@ -93,6 +93,9 @@ class KubernetesIntegration final : public Integration {
   // (none when DRA is not served or the rules cannot be listed).
   void ListDeviceTaintRules(TimePoint now);
   void UntaintDevice(const std::string& node, const k8s::ManagedRule& rule);
+  // Removes the fallback taints of `devices` from the Node (one patch,
+  // guarded by obj's resourceVersion).
+  void LiftDeviceTaints(const std::string& name, const nlohmann::json& obj, const std::set<uint32_t>& devices);
 
   const std::shared_ptr<KubernetesContext> ctx_;
   const Driver driver_;
@@ -128,6 +131,7 @@ class KubernetesIntegration final : public Integration {
   Counter* conditions_written_ = nullptr;
   Counter* unisolations_ = nullptr;
   Counter* device_untaints_ = nullptr;
+  Counter* fallback_lifts_ = nullptr;
   Counter* k8s_errors_ = nullptr;
 };
 

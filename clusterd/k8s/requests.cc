@@ -79,6 +79,85 @@ std::optional<json> IsolateDevicePatch(const json& node, const KubernetesMarks& 
   return ops;
 }
 
+std::string_view IsolationViewName(IsolationView view) {
+  switch (view) {
+    case IsolationView::kVolcano: return "volcano";
+    case IsolationView::kDra: return "dra";
+    case IsolationView::kAllocatable: return "allocatable";
+    case IsolationView::kNone: break;
+  }
+  return "none";
+}
+
+IsolationView DecideIsolationView(const IsolationViewInputs& in) {
+  if (in.volcano) return IsolationView::kVolcano;
+  if (in.dra) return IsolationView::kDra;
+  if (in.has_resource && in.isolated_on_node > 0 && in.allocatable <= in.capacity &&
+      in.capacity - in.allocatable >= in.isolated_on_node) {
+    return IsolationView::kAllocatable;
+  }
+  return IsolationView::kNone;
+}
+
+std::string DeviceTaintKey(const KubernetesMarks& marks, uint32_t device) {
+  return marks.device_taint_prefix + std::to_string(device);
+}
+
+std::optional<json> DeviceFallbackTaintPatch(const json& node, const KubernetesMarks& marks, uint32_t device,
+                                             std::string_view level, std::string_view now) {
+  const std::string key = DeviceTaintKey(marks, device);
+  if (HasTaint(node, key)) return std::nullopt;
+  json taints = Taints(node);
+  taints.push_back({{"key", key}, {"value", level}, {"effect", "NoSchedule"}, {"timeAdded", now}});
+  json ops = json::array();
+  ops.push_back(TestResourceVersion(node));
+  ops.push_back({{"op", "add"}, {"path", "/spec/taints"}, {"value", taints}});
+  return ops;
+}
+
+std::map<uint32_t, int64_t> DeviceFallbackTaints(const json& node, const KubernetesMarks& marks) {
+  std::map<uint32_t, int64_t> out;
+  if (marks.device_taint_prefix.empty()) return out;
+  for (const auto& t : Taints(node)) {
+    if (!t.is_object()) continue;
+    const std::string key = StringAt(t, {"key"});
+    if (key.size() <= marks.device_taint_prefix.size() || key.rfind(marks.device_taint_prefix, 0) != 0) continue;
+    const std::string id = key.substr(marks.device_taint_prefix.size());
+    if (id.size() > 5 || !std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+      continue;
+    }
+    out[static_cast<uint32_t>(std::stoul(id))] = ParseRfc3339(StringAt(t, {"timeAdded"}));
+  }
+  return out;
+}
+
+json RemoveDeviceTaintsPatch(const json& node, const KubernetesMarks& marks, const std::set<uint32_t>& devices) {
+  std::set<std::string> keys;
+  for (uint32_t d : devices) keys.insert(DeviceTaintKey(marks, d));
+  json taints = json::array();
+  for (const auto& t : Taints(node)) {
+    if (!(t.is_object() && keys.count(StringAt(t, {"key"})))) taints.push_back(t);
+  }
+  json ops = json::array();
+  ops.push_back(TestResourceVersion(node));
+  ops.push_back({{"op", "replace"}, {"path", "/spec/taints"}, {"value", taints}});
+  return ops;
+}
+
+std::string IsolatedPlacement(const std::string& node_name, const std::optional<json>& node,
+                              const std::vector<uint32_t>& devices, const KubernetesMarks& marks) {
+  if (!node) return "";
+  if (HasTaint(*node, marks.taint_key)) return "node " + node_name + " is isolated (taint " + marks.taint_key + ")";
+  const std::set<uint32_t> isolated = MarkedDevices(*node, marks);
+  std::vector<uint32_t> on;
+  for (uint32_t d : devices) {
+    if (isolated.count(d)) on.push_back(d);
+  }
+  if (on.empty()) return "";
+  return "device" + std::string(on.size() > 1 ? "s " : " ") + DeviceList(on) + " of node " + node_name + " isolated (" +
+         marks.devices_annotation + ")";
+}
+
 bool CordonedByClusterd(const json& node, const KubernetesMarks& marks) {
   return Annotation(node, marks.cordoned_annotation) == "true";
 }

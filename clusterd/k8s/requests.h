@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <span>
@@ -29,6 +30,9 @@ struct KubernetesMarks {
   std::string cordoned_annotation;  // "clusterd.io/cordoned": we set spec.unschedulable
   std::string isolated_annotation;  // "clusterd.io/isolated-at": when isolate_node ran
   std::string devices_annotation;   // "clusterd.io/isolated-devices": "0,3"
+  // The fallback taint of an isolated device no scheduler sees:
+  // "clusterd.io/isolated-device-" + the device id.
+  std::string device_taint_prefix;
 };
 
 namespace k8s {
@@ -59,6 +63,57 @@ std::set<uint32_t> MarkedDevices(const nlohmann::json& node, const KubernetesMar
 // devices annotation, sorted ("0,3"); nullopt when it is already listed.
 std::optional<nlohmann::json> IsolateDevicePatch(const nlohmann::json& node, const KubernetesMarks& marks,
                                                  uint32_t device);
+
+// ---- Isolation the job's scheduler sees (docs/recovery.md) ----
+
+// Where a device's isolation reaches the scheduler that places the job's
+// pods, best first: Volcano reads the cluster-info ConfigMaps the
+// "mindcluster" integration writes (the job's pods name schedulerName
+// "volcano"); a DRA driver publishes the device and its DeviceTaintRule is
+// there; the device plugin dropped it from the Node's allocatable; or none of
+// them, and the scheduler would put a replacement back on the device.
+enum class IsolationView { kVolcano, kDra, kAllocatable, kNone };
+// "volcano", "dra", "allocatable", "none".
+std::string_view IsolationViewName(IsolationView view);
+
+struct IsolationViewInputs {
+  bool volcano = false;  // cluster-info written, and the job's pods are Volcano's
+  bool dra = false;      // a DeviceTaintRule covers the device
+  // The Node's accelerator resource (ParseAcceleratorAllocatable); nullopt
+  // when no device plugin registered one.
+  bool has_resource = false;
+  uint32_t capacity = 0, allocatable = 0;
+  // The devices the Node's devices annotation lists, this one included.
+  uint32_t isolated_on_node = 0;
+};
+// The first view that covers the device. The allocatable covers it when it
+// is at least `isolated_on_node` below the capacity: the device plugin left
+// out as many devices as are isolated (a plugin that lowers the capacity as
+// well is not told apart from one that never registered them: none).
+IsolationView DecideIsolationView(const IsolationViewInputs& in);
+
+// The fallback taint's key for `device`: marks.device_taint_prefix + id.
+std::string DeviceTaintKey(const KubernetesMarks& marks, uint32_t device);
+// The JSON patch (guarded by the resourceVersion) that adds the taint
+// DeviceTaintKey=<level>:NoSchedule (timeAdded = now); nullopt when a taint
+// with that key is there.
+std::optional<nlohmann::json> DeviceFallbackTaintPatch(const nlohmann::json& node, const KubernetesMarks& marks,
+                                                       uint32_t device, std::string_view level, std::string_view now);
+// The fallback taints on the Node: device id -> timeAdded in Unix seconds
+// (-1 when absent or unreadable).
+std::map<uint32_t, int64_t> DeviceFallbackTaints(const nlohmann::json& node, const KubernetesMarks& marks);
+// The JSON patch (guarded by the resourceVersion) that removes the fallback
+// taints of `devices`, every other taint kept.
+nlohmann::json RemoveDeviceTaintsPatch(const nlohmann::json& node, const KubernetesMarks& marks,
+                                       const std::set<uint32_t>& devices);
+
+// Why a pod on `node` (the Node object; nullopt: not in the cache) holding
+// `devices` (empty: not known) sits on isolated hardware: the Node carries
+// the isolation taint, or one of the devices is in its devices annotation.
+// "" when it does not (a pod whose devices are not known is judged by its
+// node only).
+std::string IsolatedPlacement(const std::string& node_name, const std::optional<nlohmann::json>& node,
+                              const std::vector<uint32_t>& devices, const KubernetesMarks& marks);
 
 // ---- Nodes: what the integration keeps in step with ClusterD ----
 

@@ -45,6 +45,7 @@ class K8sActuatorTest : public ::testing::Test {
       world_.clock.Advance(d);
     };
     env.host = "clusterd-0";
+    env.volcano_cluster_info = volcano_cluster_info_;
     return std::make_unique<KubernetesActions>(contexts_.back(), env);
   }
 
@@ -66,6 +67,7 @@ class K8sActuatorTest : public ::testing::Test {
   std::vector<std::shared_ptr<KubernetesContext>> contexts_;
   std::vector<Duration> sleeps_;
   std::function<void()> on_sleep_;  // what happens in the cluster while an action waits
+  bool volcano_cluster_info_ = false;
 };
 
 TEST_F(K8sActuatorTest, IsolateNodeTwiceCordonsAndTaintsOnce) {
@@ -148,6 +150,7 @@ TEST_F(K8sActuatorTest, IsolateNodeFailsWhenTheConflictsGoOnOrTheNodeIsMissing) 
 }
 
 TEST_F(K8sActuatorTest, IsolateDeviceMarksEachDeviceOnce) {
+  world_.settings.device_fallback_taint = false;  // the Node's annotation only (the fallback: below)
   auto actions = Actions();
   ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker02");
   req.device = 3;
@@ -156,7 +159,8 @@ TEST_F(K8sActuatorTest, IsolateDeviceMarksEachDeviceOnce) {
   ASSERT_TRUE(actions->Run(req).ok);
   ActionResult again = actions->Run(req);
   ASSERT_TRUE(again.ok);
-  EXPECT_EQ(again.message, "device already marked isolated on node worker02");
+  EXPECT_EQ(again.message.rfind("device already marked isolated on node worker02; no scheduler", 0), 0u)
+      << again.message;
   EXPECT_EQ(k8s::Annotation(*world_.api->Object(NodePathOf("worker02")), "clusterd.io/isolated-devices"), "0,3");
   EXPECT_EQ(world_.api->CallsTo("PATCH", NodePathOf("worker02")).size(), 2u);
   req.device.reset();
@@ -203,6 +207,8 @@ TEST_F(K8sActuatorTest, IsolateDeviceTaintsTheDraDeviceOnce) {
   EXPECT_EQ(world_.api->Objects(RulesPath()).size(), 1u);
   EXPECT_TRUE(world_.api->CallsTo("PATCH", RulePathOf(name)).empty());
   EXPECT_EQ(Events("default").size(), 1u);
+  // The DeviceTaintRule is what the scheduler sees: no fallback taint.
+  EXPECT_TRUE(k8s::Taints(*world_.api->Object(NodePathOf("worker02"))).empty());
 
   // PRE_SEPARATE keeps new claims away only; a later SEPARATE on that chip
   // makes the taint evict.
@@ -227,13 +233,17 @@ TEST_F(K8sActuatorTest, IsolateDeviceTaintsTheDraDeviceOnce) {
 // DRA is optional: no slice for the device, resource.k8s.io not served, or
 // not permitted, and isolate_device marks the Node as before.
 TEST_F(K8sActuatorTest, IsolateDeviceWithoutDraOnlyMarksTheNode) {
+  world_.settings.device_fallback_taint = false;  // the Node's annotation only (the fallback: below)
   ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker02");
   req.device = 3;
   // Slices, but of another node.
   world_.api->Set(SlicePathOf("worker01-npu"), ResourceSliceObject("worker01", "npu.huawei.com", "npu", 8, false));
   ActionResult r = Actions()->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
-  EXPECT_EQ(r.message, "device 3 marked isolated in clusterd.io/isolated-devices");
+  const std::string unseen =
+      "; no scheduler of the job sees the isolation (no Volcano cluster-info, no DRA device, no accelerator "
+      "resource); fallback taint off (k8s_device_fallback_taint)";
+  EXPECT_EQ(r.message, "device 3 marked isolated in clusterd.io/isolated-devices" + unseen);
   // Not served in any version (a cluster without DRA).
   for (std::string_view v : k8s::kDraVersions) {
     world_.api->Script("GET", k8s::DraPath(v, "resourceslices"), 404, "NotFound");
@@ -241,7 +251,7 @@ TEST_F(K8sActuatorTest, IsolateDeviceWithoutDraOnlyMarksTheNode) {
   req.device = 4;
   r = Actions()->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
-  EXPECT_EQ(r.message, "device 4 marked isolated in clusterd.io/isolated-devices");
+  EXPECT_EQ(r.message, "device 4 marked isolated in clusterd.io/isolated-devices" + unseen);
   // Not permitted (the role lacks the DRA rules).
   world_.api->Set(SlicePathOf("worker02-npu"), ResourceSliceObject("worker02", "npu.huawei.com", "npu", 8, false));
   world_.api->Script("GET", "/apis/resource.k8s.io/v1/resourceslices", 403, "Forbidden");
@@ -257,6 +267,7 @@ TEST_F(K8sActuatorTest, IsolateDeviceWithoutDraOnlyMarksTheNode) {
   ASSERT_TRUE(r.ok) << r.message;
   EXPECT_TRUE(world_.api->Objects(RulesPath()).empty());
   EXPECT_EQ(k8s::Annotation(*world_.api->Object(NodePathOf("worker02")), "clusterd.io/isolated-devices"), "3,4,5,6");
+  EXPECT_TRUE(k8s::Taints(*world_.api->Object(NodePathOf("worker02"))).empty());
 }
 
 TEST_F(K8sActuatorTest, IsolateDeviceFailsWhenTheTaintCannotBeWritten) {
@@ -276,6 +287,145 @@ TEST_F(K8sActuatorTest, IsolateDeviceFailsWhenTheTaintCannotBeWritten) {
   r = fresh->Run(req);
   ASSERT_TRUE(r.ok) << r.message;
   EXPECT_TRUE(world_.api->Object(RulePathOf(k8s::DeviceTaintRuleName("worker02", 3))).has_value());
+}
+
+// No scheduler of the job sees the isolation (no Volcano, no DRA, the
+// allocatable not lowered): the Node gets the fallback taint naming the
+// device, once, and the step and its Event say so.
+TEST_F(K8sActuatorTest, IsolateDeviceNoSchedulerSeesTaintsTheNodeForTheDevice) {
+  json node = *world_.api->Object(NodePathOf("worker02"));
+  node["status"]["capacity"] = {{"huawei.com/Ascend910", "8"}};
+  node["status"]["allocatable"] = {{"huawei.com/Ascend910", "8"}};
+  world_.api->Set(NodePathOf("worker02"), node);
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker02");
+  req.device = 3;
+  ActionResult r = actions->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  const std::string unseen =
+      "no scheduler of the job sees the isolation (no Volcano cluster-info, no DRA device, huawei.com/Ascend910 "
+      "allocatable 8 of 8)";
+  EXPECT_EQ(r.message, "device 3 marked isolated in clusterd.io/isolated-devices; " + unseen +
+                           ": tainted node worker02 clusterd.io/isolated-device-3=SEPARATE:NoSchedule");
+  json taints = k8s::Taints(*world_.api->Object(NodePathOf("worker02")));
+  ASSERT_EQ(taints.size(), 1u);
+  EXPECT_EQ(taints[0], json({{"key", "clusterd.io/isolated-device-3"},
+                             {"value", "SEPARATE"},
+                             {"effect", "NoSchedule"},
+                             {"timeAdded", k8s::Rfc3339(world_.clock.Now(), false)}}));
+  auto events = Events("default");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0]["note"].get<std::string>().find(": tainted node worker02 clusterd.io/isolated-device-3"),
+            std::string::npos)
+      << events[0]["note"];
+
+  // Repeated (after a restart): nothing new.
+  ActionResult again = Actions()->Run(req);
+  ASSERT_TRUE(again.ok) << again.message;
+  EXPECT_EQ(again.message, "device already marked isolated on node worker02; " + unseen +
+                               ": node already tainted clusterd.io/isolated-device-3");
+  EXPECT_EQ(k8s::Taints(*world_.api->Object(NodePathOf("worker02"))).size(), 1u);
+  EXPECT_EQ(Events("default").size(), 1u);
+
+  // A second device: its own taint.
+  req.device = 5;
+  ASSERT_TRUE(actions->Run(req).ok);
+  EXPECT_EQ(k8s::DeviceFallbackTaints(*world_.api->Object(NodePathOf("worker02")), contexts_.back()->marks()).size(),
+            2u);
+}
+
+// Where the job's scheduler sees the isolation, the fallback taint is not
+// used: Volcano's cluster-info for a job whose pods Volcano schedules, a DRA
+// ResourceSlice publishing the device (its DeviceTaintRule), or the device
+// plugin's lowered allocatable.
+TEST_F(K8sActuatorTest, IsolateDeviceSeenByTheSchedulerIsNotTainted) {
+  auto no_fallback = [&](const std::string& node_name, uint32_t device) {
+    json node = *world_.api->Object(NodePathOf(node_name));
+    EXPECT_TRUE(k8s::DeviceFallbackTaints(node, contexts_.back()->marks()).empty()) << node.dump();
+    EXPECT_TRUE(k8s::MarkedDevices(node, contexts_.back()->marks()).count(device));
+  };
+  // Volcano: the job's pods name schedulerName volcano, and the mindcluster
+  // integration writes cluster-info.
+  for (const char* name : {"llm-worker-0", "llm-worker-1"}) {
+    json pod = *world_.api->Object(PodPathOf(name));
+    pod["spec"]["schedulerName"] = "volcano";
+    world_.api->Set(PodPathOf(name), pod);
+  }
+  world_.Settle();
+  volcano_cluster_info_ = true;
+  ActionRequest req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker02");
+  req.device = 1;
+  ActionResult r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message,
+            "device 1 marked isolated in clusterd.io/isolated-devices; Volcano sees it (cluster-info ConfigMaps)");
+  no_fallback("worker02", 1);
+  // ... but without the cluster-info writer Volcano's pods see nothing.
+  volcano_cluster_info_ = false;
+  req.device = 2;
+  r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_NE(r.message.find(": tainted node worker02 clusterd.io/isolated-device-2"), std::string::npos) << r.message;
+
+  // DRA: a driver publishes worker01's chips.
+  world_.api->Set(SlicePathOf("worker01-npu"), ResourceSliceObject("worker01", "npu.huawei.com", "npu", 8, false));
+  req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker01");
+  req.device = 4;
+  r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_TRUE(world_.api->Object(RulePathOf(k8s::DeviceTaintRuleName("worker01", 4))).has_value());
+  no_fallback("worker01", 4);
+
+  // The allocatable: the device plugin left out as many chips as are isolated.
+  json node = NodeObject("worker04");
+  node["status"]["capacity"] = {{"huawei.com/Ascend910", "8"}};
+  node["status"]["allocatable"] = {{"huawei.com/Ascend910", "7"}};
+  world_.api->Set(NodePathOf("worker04"), node);
+  req = Request(v1::CLUSTER_ACTION_ISOLATE_DEVICE, "worker04");
+  req.device = 6;
+  r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.message,
+            "device 6 marked isolated in clusterd.io/isolated-devices; the device plugin left it out "
+            "(huawei.com/Ascend910 allocatable 7 of 8)");
+  no_fallback("worker04", 6);
+  // A second chip isolated there, the allocatable still 7: not covered.
+  req.device = 7;
+  r = Actions()->Run(req);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_NE(r.message.find(": tainted node worker04 clusterd.io/isolated-device-7"), std::string::npos) << r.message;
+}
+
+// A recovery succeeds only off the bad hardware: a replacement scheduled back
+// onto an isolated device (or node) fails the step, and the ladder escalates.
+TEST_F(K8sActuatorTest, AReplacementBackOnIsolatedHardwareFailsTheStep) {
+  json node = *world_.api->Object(NodePathOf("worker02"));
+  node["metadata"]["annotations"]["clusterd.io/isolated-devices"] = "1";
+  world_.api->Set(NodePathOf("worker02"), node);
+  world_.replacement_node = "worker02";  // the scheduler puts it back (it saw nothing)
+  auto actions = Actions();
+  ActionRequest req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.ranks = {2};
+  ActionResult r = actions->Run(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.message,
+            "evicted llm-worker-1; replaced: llm-worker-1-r on worker02 Running; but llm-worker-1-r on device 1 of "
+            "node worker02 isolated (clusterd.io/isolated-devices): back on isolated hardware (no scheduler of the "
+            "job saw the isolation)");
+
+  // On an isolated node (its taint), whatever the devices.
+  node = NodeObject("worker01");
+  node["spec"]["taints"] =
+      json::array({{{"key", "clusterd.io/fault"}, {"value", "SEPARATE"}, {"effect", "NoSchedule"}}});
+  world_.api->Set(NodePathOf("worker01"), node);
+  world_.replacement_node = "worker01";
+  req = Request(v1::CLUSTER_ACTION_RESCHEDULE_PODS);
+  req.idempotency_key += "-node";
+  req.ranks = {0};
+  r = Actions()->Run(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("llm-worker-0-r on node worker01 is isolated (taint clusterd.io/fault)"), std::string::npos)
+      << r.message;
 }
 
 TEST_F(K8sActuatorTest, RescheduleEvictsThePodsOfTheRanksAndRecordsThem) {

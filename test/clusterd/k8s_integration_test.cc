@@ -65,6 +65,20 @@ class K8sIntegrationTest : public ::testing::Test {
     return out;
   }
 
+  // worker01 in ClusterD: device 0 isolated, device 3 returned to service
+  // (UncordonNode).
+  void Device0IsolatedDevice3Released() {
+    v1::Node n;
+    n.set_name("worker01");
+    commands_.nodes["worker01"] = n;
+    v1::Device d0;
+    d0.set_id(0);
+    d0.set_isolated(true);
+    v1::Device d3;
+    d3.set_id(3);
+    commands_.devices["worker01"] = {d0, d3};
+  }
+
   void SetReady(const std::string& node, const std::string& ready) {
     world_.api->Set(NodePathOf(node), NodeObject(node, ready));
   }
@@ -508,15 +522,7 @@ TEST_F(K8sIntegrationTest, ADeviceReturnedToServiceLosesItsDeviceTaintAfterTheGr
   json theirs = RuleObject(3, "2020-01-01T00:00:00Z");
   theirs["metadata"].erase("labels");
   world_.api->Set(RulePathOf("theirs"), theirs);
-  v1::Node n;
-  n.set_name("worker01");
-  commands_.nodes["worker01"] = n;
-  v1::Device d0;
-  d0.set_id(0);
-  d0.set_isolated(true);
-  v1::Device d3;
-  d3.set_id(3);
-  commands_.devices["worker01"] = {d0, d3};
+  Device0IsolatedDevice3Released();
   StartIntegration();
   Step();
   EXPECT_TRUE(world_.api->Object(RulePathOf(released)).has_value());  // within the grace
@@ -537,6 +543,43 @@ TEST_F(K8sIntegrationTest, ADeviceReturnedToServiceLosesItsDeviceTaintAfterTheGr
   commands_.devices.clear();
   Pass();
   EXPECT_FALSE(world_.api->Object(RulePathOf(kept)).has_value());
+}
+
+// The fallback taint of an isolated device (isolate_device, no scheduler saw
+// the isolation) is lifted once ClusterD returned the device to service,
+// after the grace; a device still isolated and taints not ClusterD's stay.
+TEST_F(K8sIntegrationTest, ADeviceReturnedToServiceLosesItsFallbackTaintAfterTheGrace) {
+  json node = NodeObject("worker01");
+  node["metadata"]["annotations"] = {{"clusterd.io/isolated-devices", "0,3"}};
+  node["spec"]["taints"] = json::array({{{"key", "clusterd.io/isolated-device-3"},
+                                         {"value", "SEPARATE"},
+                                         {"effect", "NoSchedule"},
+                                         {"timeAdded", k8s::Rfc3339(world_.clock.Now(), false)}},
+                                        {{"key", "clusterd.io/isolated-device-0"},
+                                         {"value", "SEPARATE"},
+                                         {"effect", "NoSchedule"},
+                                         {"timeAdded", "2020-01-01T00:00:00Z"}},
+                                        {{"key", "other"}, {"effect", "NoSchedule"}}});
+  world_.api->Set(NodePathOf("worker01"), node);
+  Device0IsolatedDevice3Released();
+  StartIntegration();
+  Step();
+  auto taints = [&] {
+    std::vector<std::string> keys;
+    for (const auto& t : k8s::Taints(*world_.api->Object(NodePathOf("worker01")))) keys.push_back(t["key"]);
+    return keys;
+  };
+  // Within the grace: the step that added it may not be stored yet.
+  EXPECT_EQ(taints(),
+            (std::vector<std::string>{"clusterd.io/isolated-device-3", "clusterd.io/isolated-device-0", "other"}));
+  EXPECT_EQ(k8s::Annotation(*world_.api->Object(NodePathOf("worker01")), "clusterd.io/isolated-devices"), "0");
+  world_.clock.Advance(3 * world_.settings.condition_interval);
+  Step();
+  EXPECT_EQ(taints(), (std::vector<std::string>{"clusterd.io/isolated-device-0", "other"}));
+  // The whole node back in service: the last one goes too.
+  commands_.devices.clear();
+  Pass();
+  EXPECT_EQ(taints(), (std::vector<std::string>{"other"}));
 }
 
 // Without resource.k8s.io the pass goes on as before, and the API server is

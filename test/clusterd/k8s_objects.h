@@ -131,7 +131,8 @@ struct K8sWorld {
 
   K8sWorld() {
     // The workload's controller: a removed pod comes back as "<name>-r" (a
-    // new uid) holding the same ranks on worker03, Running, as the actuator
+    // new uid) holding the same ranks on worker03 (replacement_node),
+    // Running, as the actuator
     // waits for (replace_pods = false: nothing comes back).
     api->SetPodController([this](const nlohmann::json& removed) {
       if (!replace_pods) return;
@@ -141,7 +142,7 @@ struct K8sWorld {
       meta["uid"] = meta.value("uid", "") + "-r";
       meta.erase("resourceVersion");
       meta.erase("deletionTimestamp");
-      pod["spec"]["nodeName"] = "worker03";
+      pod["spec"]["nodeName"] = replacement_node;
       pod["status"] = {{"phase", "Running"}};
       api->Set("/api/v1/namespaces/" + meta.value("namespace", "") + "/pods/" + meta["name"].get<std::string>(), pod);
       Settle();  // in the caches before the actuator looks for it
@@ -172,6 +173,7 @@ struct K8sWorld {
 
   size_t watches = 0;  // started so far
   bool replace_pods = true;
+  std::string replacement_node = "worker03";  // where the scheduler puts a replacement
 };
 
 }  // namespace clusterd::testing

@@ -32,6 +32,8 @@ TEST(K8sRequests, MarksLiveInTheTaintKeysDomain) {
   EXPECT_EQ(m.cordoned_annotation, "example.com/cordoned");
   EXPECT_EQ(m.isolated_annotation, "example.com/isolated-at");
   EXPECT_EQ(m.devices_annotation, "example.com/isolated-devices");
+  EXPECT_EQ(m.device_taint_prefix, "example.com/isolated-device-");
+  EXPECT_EQ(k8s::DeviceTaintKey(m, 3), "example.com/isolated-device-3");
   k.taint_key = "broken";  // no domain: ClusterD's
   EXPECT_EQ(MarksFor(k).cordoned_annotation, "clusterd.io/cordoned");
 }
@@ -101,6 +103,74 @@ TEST(K8sRequests, IsolateDeviceKeepsTheListSortedAndOnce) {
   auto patch = k8s::IsolateDevicePatch(node, kMarks, 1);
   ASSERT_TRUE(patch.has_value());
   EXPECT_EQ(k8s::Annotation(node.patch(*patch), "clusterd.io/isolated-devices"), "0,1,3");
+}
+
+// Where a device's isolation reaches the job's scheduler, best first; none
+// of them: the fallback taint is needed.
+TEST(K8sRequests, IsolationViewIsTheFirstThatCoversTheDevice) {
+  using k8s::IsolationView;
+  k8s::IsolationViewInputs in;
+  in.isolated_on_node = 1;
+  EXPECT_EQ(k8s::DecideIsolationView(in), IsolationView::kNone);  // no device plugin resource
+  in.has_resource = true;
+  in.capacity = 8;
+  in.allocatable = 8;
+  EXPECT_EQ(k8s::DecideIsolationView(in), IsolationView::kNone);  // the plugin saw nothing
+  in.allocatable = 7;
+  EXPECT_EQ(k8s::DecideIsolationView(in), IsolationView::kAllocatable);
+  in.isolated_on_node = 2;  // two isolated, one left out: the other may still be handed out
+  EXPECT_EQ(k8s::DecideIsolationView(in), IsolationView::kNone);
+  in.capacity = 7;  // a plugin that lowers the capacity too: not told apart
+  in.allocatable = 7;
+  in.isolated_on_node = 1;
+  EXPECT_EQ(k8s::DecideIsolationView(in), IsolationView::kNone);
+  in.allocatable = 9;  // more allocatable than capacity (garbage): none
+  EXPECT_EQ(k8s::DecideIsolationView(in), IsolationView::kNone);
+  in.dra = true;
+  EXPECT_EQ(k8s::DecideIsolationView(in), IsolationView::kDra);
+  in.volcano = true;
+  EXPECT_EQ(k8s::DecideIsolationView(in), IsolationView::kVolcano);
+  EXPECT_EQ(k8s::IsolationViewName(IsolationView::kVolcano), "volcano");
+  EXPECT_EQ(k8s::IsolationViewName(IsolationView::kDra), "dra");
+  EXPECT_EQ(k8s::IsolationViewName(IsolationView::kAllocatable), "allocatable");
+  EXPECT_EQ(k8s::IsolationViewName(IsolationView::kNone), "none");
+}
+
+TEST(K8sRequests, FallbackTaintsAreAddedOnceAndLiftedAlone) {
+  json node = Stored(NodeObject("worker01"));
+  node["spec"]["taints"] = json::array({{{"key", "other"}, {"effect", "NoSchedule"}}});
+  auto patch = k8s::DeviceFallbackTaintPatch(node, kMarks, 3, "SEPARATE", "2026-12-07T02:00:00Z");
+  ASSERT_TRUE(patch.has_value());
+  json tainted = Stored(node.patch(*patch), "8");
+  EXPECT_TRUE(k8s::HasTaint(tainted, "other"));
+  EXPECT_FALSE(k8s::DeviceFallbackTaintPatch(tainted, kMarks, 3, "SEPARATE", "t").has_value());
+  tainted = Stored(tainted.patch(*k8s::DeviceFallbackTaintPatch(tainted, kMarks, 5, "PRE_SEPARATE", "bad")), "9");
+  EXPECT_EQ(k8s::DeviceFallbackTaints(tainted, kMarks),
+            (std::map<uint32_t, int64_t>{{3, k8s::ParseRfc3339("2026-12-07T02:00:00Z")}, {5, -1}}));
+  json lifted = tainted.patch(k8s::RemoveDeviceTaintsPatch(tainted, kMarks, {3}));
+  EXPECT_EQ(k8s::DeviceFallbackTaints(lifted, kMarks), (std::map<uint32_t, int64_t>{{5, -1}}));
+  EXPECT_TRUE(k8s::HasTaint(lifted, "other"));
+  // Keys under the prefix that name no device are not ours.
+  tainted["spec"]["taints"].push_back({{"key", "clusterd.io/isolated-device-x"}, {"effect", "NoSchedule"}});
+  EXPECT_EQ(k8s::DeviceFallbackTaints(tainted, kMarks).size(), 2u);
+  // Guarded by the resourceVersion, as every Node patch.
+  EXPECT_EQ(k8s::RemoveDeviceTaintsPatch(tainted, kMarks, {5})[0]["value"], "9");
+}
+
+TEST(K8sRequests, APlacementOnIsolatedHardwareIsNamed) {
+  json node = Stored(NodeObject("worker01"));
+  EXPECT_EQ(k8s::IsolatedPlacement("worker01", node, {0, 1}, kMarks), "");
+  EXPECT_EQ(k8s::IsolatedPlacement("worker09", std::nullopt, {0, 1}, kMarks), "");  // not cached: unknown
+  node["metadata"]["annotations"] = {{"clusterd.io/isolated-devices", "1,3"}};
+  EXPECT_EQ(k8s::IsolatedPlacement("worker01", node, {0, 2}, kMarks), "");  // other chips of the node
+  EXPECT_EQ(k8s::IsolatedPlacement("worker01", node, {}, kMarks), "");      // devices unknown: by the node only
+  EXPECT_EQ(k8s::IsolatedPlacement("worker01", node, {0, 1}, kMarks),
+            "device 1 of node worker01 isolated (clusterd.io/isolated-devices)");
+  EXPECT_EQ(k8s::IsolatedPlacement("worker01", node, {1, 3}, kMarks),
+            "devices 1,3 of node worker01 isolated (clusterd.io/isolated-devices)");
+  node["spec"]["taints"] = json::array({{{"key", "clusterd.io/fault"}, {"effect", "NoSchedule"}}});
+  EXPECT_EQ(k8s::IsolatedPlacement("worker01", node, {}, kMarks),
+            "node worker01 is isolated (taint clusterd.io/fault)");
 }
 
 TEST(K8sRequests, UnisolateUndoesExactlyWhatIsolateDid) {

@@ -6,13 +6,20 @@
 # runs it, and the test asserts what really happened (every pod change is
 # recorded by test/k8s/watch_pods.py). Eight nodes of 8 chips
 # (huawei.com/Ascend910), a sim NodeD on each; every pod asks for 8 chips.
-#  1. A StatefulSet, no Volcano CRD, no job agent: a SEPARATE chip fault ->
+#  1. A StatefulSet, no Volcano CRD, no job agent: a SEPARATE chip fault that
+#     only NodeD sees (the node's allocatable unchanged, no DRA driver: no
+#     scheduler sees the isolation, so ClusterD taints the node
+#     clusterd.io/isolated-device-<id>:NoSchedule) ->
 #     PAUSE skipped after the attach grace, the chip isolated, the pod's
 #     eviction refused by a PodDisruptionBudget and retried; ClusterD is killed
 #     -9 in the middle of that step, the budget removed, ClusterD restarted: the
 #     repeated step evicts the pod it recorded, the StatefulSet's replacement is
 #     scheduled on a healthy node, Running, and never evicted; the placement
 #     follows; one recovery, SUCCEEDED.
+#  1b. An Indexed Job, no PodGroup, no job agent: the same fault, the
+#     allocatable unchanged: the replacement runs on a healthy node, SUCCEEDED.
+#  1c. The chips of 1 and 1b replaced (faults cleared, UncordonNode): their
+#     fallback taints are lifted. (2 and 4 lower the allocatable: no taint.)
 #  2. An Indexed batch/v1 Job in a Volcano PodGroup (CRD installed), with a job
 #     agent: the same fault, measured: fault -> replacement Running, split into
 #     ClusterD's share, the controllers', the scheduler's and the kubelet's.
@@ -26,9 +33,9 @@
 #     until the timeout, then deleted, and the step says so; the replacement
 #     runs, the recovery SUCCEEDED.
 # In every scenario no pod is ever bound to the faulty node after the fault.
-# The test plays one part of the Ascend device plugin: when a chip fails, the
-# node's allocatable huawei.com/Ascend910 drops by one (k8s_set_node_chips), as
-# the plugin's ListAndWatch makes the kubelet do.
+# In 2 and 4 the test plays one part of the Ascend device plugin: when a chip
+# fails, the node's allocatable huawei.com/Ascend910 drops by one
+# (k8s_set_node_chips), as the plugin's ListAndWatch makes the kubelet do.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -133,9 +140,22 @@ delete_all() { # NS PATH: deletes the workload (its pods through the garbage col
 }
 # lose_chip NODE CHIP: a SEPARATE fault (a code the catalog rates SEPARATE) through the node's NodeD, and the
 # device plugin's part: the chip leaves the node's allocatable.
+# The kubelet keeps the capacity (every chip the plugin registered) and lowers the allocatable.
 lose_chip() {
   inject_sim_fault "$1" "$2" 4C4BA00C
-  k8s_set_node_chips "$1" 7
+  k8s_api PATCH "/api/v1/nodes/$1/status" '{"status":{"allocatable":{"huawei.com/Ascend910":"7"}}}' \
+    application/strategic-merge-patch+json >/dev/null
+}
+
+# fail_chip NODE CHIP: the same fault where the device plugin sees nothing (the allocatable unchanged).
+fail_chip() { inject_sim_fault "$1" "$2" 4C4BA00C; }
+# fallback_taints NODE: the node's fallback device taints, "key=value:effect" sorted.
+fallback_taints() {
+  k8s_api GET "/api/v1/nodes/$1" | python3 -c 'import json,sys; n=json.load(sys.stdin)
+print(" ".join(sorted(t["key"] + "=" + t.get("value","") + ":" + t["effect"] for t in n["spec"].get("taints", []) if t["key"].startswith("clusterd.io/isolated-device-"))))'
+}
+step_message() { # RECOVERY ACTION: the message of the recovery's first step of that action
+  recovery "$1" "[s.get('message','') for s in r['steps'] if s.get('action') == '$2'][0]"
 }
 
 # ---- the cluster -------------------------------------------------------------
@@ -178,7 +198,8 @@ STS=$(uid_of /apis/apps/v1/namespaces/s1/statefulsets/llm)
 read -r _ OLD_UID FAULTY < <(pod_of s1 1)
 wait_until 30 is 'placement_nodes "$STS"' "$(pods_py "' '.join(sorted(e['node'] for e in live('s1')))") 16"
 T1=$(now)
-lose_chip "$FAULTY" 3
+fail_chip "$FAULTY" 3
+FAULTY1=$FAULTY
 # The pod-removing step records the pods it chose (an Event named after its idempotency key)
 # before it evicts them: once it is there, the eviction is being refused and retried.
 recorded() { k8s_api GET /apis/events.k8s.io/v1/namespaces/s1/events | grep -q '"action": *"Evict"'; }
@@ -204,8 +225,51 @@ ran="{e['uid'] for e in events if e['ns'] == 's1' and e['phase'] == 'Running'}"
   fail "1: a pod other than the recorded one was removed"
 [[ " $(nodes_bound_since s1 "$T1") " != *" $FAULTY "* ]] || fail "1: a pod was bound to $FAULTY after its chip failed"
 [[ $(recoveries_of "$STS") == "$STS.1" ]] || fail "1: recoveries $(recoveries_of "$STS")"
+[[ $(fallback_taints "$FAULTY") == "clusterd.io/isolated-device-3=SEPARATE:NoSchedule" ]] ||
+  fail "1: $FAULTY's fallback taints: $(fallback_taints "$FAULTY")"
+expect_contains "$(step_message "$STS.1" CLUSTER_ACTION_ISOLATE_DEVICE)" \
+  "no scheduler of the job sees the isolation (no Volcano cluster-info, no DRA device, huawei.com/Ascend910 allocatable 8 of 8): tainted node $FAULTY clusterd.io/isolated-device-3=SEPARATE:NoSchedule" \
+  "1: the isolate step says why it tainted the node"
+k8s_api GET /apis/events.k8s.io/v1/namespaces/default/events | grep -q "tainted node $FAULTY clusterd.io/isolated-device-3" ||
+  fail "1: no Event says the node was tainted for the device"
 echo "   after the restart the step evicted the recorded pod only; replacement on $NEW_NODE; $STS.1 SUCCEEDED"
+echo "   $FAULTY tainted clusterd.io/isolated-device-3:NoSchedule (no scheduler saw the isolation)"
 delete_all s1 /apis/apps/v1/namespaces/s1/statefulsets/llm
+
+# ---- 1b ----------------------------------------------------------------------
+echo "-- 1b: Indexed Job, no PodGroup, no agent: chip fault, the allocatable unchanged"
+k8s_api POST "/apis/batch/v1/namespaces/s1/jobs" "{\"apiVersion\":\"batch/v1\",\"kind\":\"Job\",
+  \"metadata\":{\"name\":\"solo\"},\"spec\":{\"completionMode\":\"Indexed\",\"completions\":2,\"parallelism\":2,
+  \"template\":{\"metadata\":{\"annotations\":{$CHIPS_ANNOTATION}},
+    \"spec\":{\"restartPolicy\":\"Never\",$CONTAINER}}}}" >/dev/null
+wait_until 60 running s1 2
+JOB1B=$(uid_of /apis/batch/v1/namespaces/s1/jobs/solo)
+wait_until 30 is 'placement_nodes "$JOB1B"' "$(pods_py "' '.join(sorted(e['node'] for e in live('s1')))") 16"
+read -r _ OLD_UID FAULTY < <(pod_of s1 0)
+T1B=$(now)
+fail_chip "$FAULTY" 6
+FAULTY1B=$FAULTY
+wait_until 60 replaced s1 0 "$OLD_UID"
+wait_until 30 is 'recovery "$JOB1B.1" "r[\"state\"]"' RECOVERY_STATE_SUCCEEDED
+read -r _ _ NEW_NODE < <(pod_of s1 0)
+[[ " $(nodes_bound_since s1 "$T1B") " != *" $FAULTY "* ]] || fail "1b: a pod was bound to $FAULTY after its chip failed"
+[[ $(fallback_taints "$FAULTY") == "clusterd.io/isolated-device-6=SEPARATE:NoSchedule" ]] ||
+  fail "1b: $FAULTY's fallback taints: $(fallback_taints "$FAULTY")"
+expect_contains "$(step_message "$JOB1B.1" CLUSTER_ACTION_RESCHEDULE_PODS)" "on $NEW_NODE Running" "1b: the replacement"
+echo "   index 0 moved $FAULTY -> $NEW_NODE (tainted for chip 6); $JOB1B.1 SUCCEEDED"
+delete_all s1 /apis/batch/v1/namespaces/s1/jobs/solo
+
+# ---- 1c ----------------------------------------------------------------------
+echo "-- 1c: the chips of 1 and 1b replaced (faults cleared, UncordonNode): their fallback taints lifted"
+for pair in "$FAULTY1 3" "$FAULTY1B 6"; do
+  read -r n chip <<<"$pair"
+  inject_sim_fault "$n" "$chip" 4C4BA00C clear
+  grpcurl -plaintext -d "{\"node\": \"$n\", \"actor\": \"e2e\", \"reason\": \"chip replaced\"}" "$ADDR" \
+    clusterd.v1.AdminService/UncordonNode >/dev/null
+done
+wait_until 60 is 'fallback_taints "$FAULTY1"' ""
+wait_until 60 is 'fallback_taints "$FAULTY1B"' ""
+echo "   $FAULTY1 and $FAULTY1B untainted, back in service"
 
 # ---- 2 -----------------------------------------------------------------------
 echo "-- 2: Indexed Job in a PodGroup (Volcano's CRD installed), with an agent: chip fault, measured"
@@ -326,4 +390,8 @@ step=$(recovery "$STS4.1" '[s.get("message","") for s in r["steps"] if s.get("ac
 expect_contains "$step" "deleted web-0 after its eviction was refused" "4: the step says the eviction fell back to a delete"
 [[ " $(nodes_bound_since s4 "$T4") " != *" $FAULTY "* ]] || fail "4: a pod was bound to $FAULTY after its chip failed"
 echo "   web-0: eviction refused by the budget for 3 s, then deleted; replaced; $STS4.1 SUCCEEDED"
+[[ -z $(fallback_taints "$FAULTY") ]] || fail "4: a fallback taint where the allocatable showed the chip gone"
+expect_contains "$(step_message "$STS4.1" CLUSTER_ACTION_ISOLATE_DEVICE)" "the device plugin left it out" \
+  "4: the isolate step says the allocatable shows it"
+
 echo "control-loop e2e: OK"

@@ -150,6 +150,7 @@ token. Each name once; with neither, the key is left out (the binary runs none).
 {{- $_ = set $c "k8s_node_not_ready_level" $k.nodeNotReadyLevel }}
 {{- $_ = set $c "k8s_eviction_timeout" $k.evictionTimeout }}
 {{- $_ = set $c "k8s_delete_fallback" $k.deleteFallback }}
+{{- $_ = set $c "k8s_device_fallback_taint" $k.deviceFallbackTaint }}
 {{- end }}
 {{- with include "clusterd.actuator" . }}
 {{- $_ = set $c "actuator" . }}
