@@ -32,16 +32,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
-export GOPATH="${GOPATH:-$HOME/go}"
-PROTOC_GEN_GO_VERSION=v1.36.12     # as test/e2e/api_tools_test.sh
-PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
 JOB=mc-job-0001
 
 require_cmd go protoc grpcurl
 require_built clusterd noded clusterctl
-
-go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
-go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
 
 e2e_setup
 clusterd_ports
@@ -50,12 +44,7 @@ declare -A NODED_PORT NODED_PID
 on_failure() { tail_logs 20 "$WORK"/*.log "$WORK"/*.out; }
 
 echo "== build the Go client (stubs generated now, into $WORK)"
-SRC="$ROOT/test/e2e/mindcluster-client"
-mkdir -p "$WORK/mcclient"
-cp "$SRC/main.go" "$SRC/om.go" "$SRC/go.mod" "$SRC/go.sum" "$WORK/mcclient/"
-bash "$SRC/generate.sh" "$WORK/mcclient" || fail "generating the Go stubs of proto/mindcluster"
-(cd "$WORK/mcclient" && go vet ./... && go build -buildvcs=false -o "$WORK/mcclient/mcclient" .) >"$WORK/gobuild.log" 2>&1 ||
-  fail "building test/e2e/mindcluster-client: $(cat "$WORK/gobuild.log")"
+build_mcclient "$WORK/mcclient"
 MC="$WORK/mcclient/mcclient"
 
 echo "== clusterd and two sim noded agents"
@@ -386,7 +375,7 @@ grep -q "^NIC switch $OM_JOB/nic-switch/1:" <<<"$view" || fail "the view's NIC s
 grep -q "Request: *rank 1 -> backup" <<<"$view" || fail "the NIC switch's request: $view"
 grep -q "^Stress test $OM_JOB/stress-test/2:" <<<"$view" || fail "the view's stress test: $view"
 grep -Eq "^    worker02 +3 +(AIC|P2P) +2 " <<<"$view" || fail "the stress test's per-chip result (worker02 chip 3 code 2): $view"
-[[ $(grep -n "^Stress test\|^NIC switch" <<<"$view" | cut -d: -f2 | paste -sd' ') == "Stress test NIC switch" ]] ||
+[[ $(grep -E "^(Stress test|NIC switch) " <<<"$view" | awk '{print $1}' | paste -sd' ') == "Stress NIC" ]] ||
   fail "the operations are not newest first: $view"
 curl -sf "http://127.0.0.1:$HTTP_PORT/api/v1/mindcluster/jobs/$OM_JOB" | python3 -c 'import json,sys
 v = json.load(sys.stdin)
