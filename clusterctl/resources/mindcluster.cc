@@ -66,7 +66,8 @@ void PrintMcServers(Context& c, const v1::GetMindClusterJobResponse& r) {
   }
   Table t({"SERVER", "SERVER-ID", "HOST-IP", "SN", "DEVICE", "DEVICE-IP", "RANK"});
   for (const auto& s : r.servers()) {
-    if (s.devices().empty()) t.AddRow({s.server_name(), McOr(s.server_id()), McOr(s.host_ip()), McOr(s.server_sn()), "-", "-", "-"});
+    if (s.devices().empty())
+      t.AddRow({s.server_name(), McOr(s.server_id()), McOr(s.host_ip()), McOr(s.server_sn()), "-", "-", "-"});
     for (const auto& d : s.devices()) {
       t.AddRow({s.server_name(), McOr(s.server_id()), McOr(s.host_ip()), McOr(s.server_sn()), McOr(d.device_id()),
                 McOr(d.device_ip()), McOr(d.rank_id())});
@@ -91,7 +92,8 @@ void PrintMcOperation(Context& c, const v1::MindClusterOperation& op) {
   std::string request;
   if (op.kind() == "nic-switch") {
     for (int i = 0; i < op.ranks_size(); ++i) {
-      request += (request.empty() ? "rank " : ", ") + op.ranks(i) + " -> " + (i < op.planes_size() ? op.planes(i) : "?");
+      request +=
+          (request.empty() ? "rank " : ", ") + op.ranks(i) + " -> " + (i < op.planes_size() ? op.planes(i) : "?");
     }
   } else {
     std::map<std::pair<size_t, std::string>, std::string> sorted;
@@ -120,7 +122,10 @@ void PrintMcOperation(Context& c, const v1::MindClusterOperation& op) {
     c.out << "  Per-chip results:\n";
     Table t({"NODE", "DEVICE", "OP", "CODE", "RESULT"});
     for (const auto& chip : op.chip_results()) {
-      t.AddRow({chip.node(), chip.device(), chip.op() == "0" ? "AIC" : chip.op() == "1" ? "P2P" : chip.op(),
+      t.AddRow({chip.node(), chip.device(),
+                chip.op() == "0"   ? "AIC"
+                : chip.op() == "1" ? "P2P"
+                                   : chip.op(),
                 McOr(chip.code()), McOr(c.wide() ? chip.result() : Truncate(chip.result(), 60))});
     }
     c.out << Indent(TableText(t), "    ");

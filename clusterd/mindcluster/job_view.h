@@ -26,11 +26,11 @@ inline constexpr size_t kViewMaxMessageBytes = 2048;
 
 struct JobViewInput {
   std::string job_id;
-  const JobSummaryEntry* entry = nullptr;             // nullptr: no summary
-  const storage::v1::OmJobRecord* om = nullptr;       // nullptr: no operation kept
-  uint32_t page_size = 0;                             // 0: kViewMaxServers
-  std::string page_token;                             // "" the first page
-  size_t max_bytes = kAnswerBytes;                    // the answer's encoded size at most
+  const JobSummaryEntry* entry = nullptr;        // nullptr: no summary
+  const storage::v1::OmJobRecord* om = nullptr;  // nullptr: no operation kept
+  uint32_t page_size = 0;                        // 0: kViewMaxServers
+  std::string page_token;                        // "" the first page
+  size_t max_bytes = kAnswerBytes;               // the answer's encoded size at most
 };
 
 // NOT_FOUND when the job has neither a summary nor an operation;

@@ -152,7 +152,7 @@ Status QueryToMessage(std::string_view query, google::protobuf::Message* msg) {
 }
 
 void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub* hub, const Authenticator* auth,
-                     HttpApiOptions options) {
+                     const HttpApiOptions& options) {
   // Every route: who is asking first, then the query.
   auto route = [http, auth, options](const std::string& path,
                                      const std::function<HttpResponse(const HttpRequest&)>& answer) {

@@ -48,7 +48,7 @@ struct HttpApiOptions {
 // Registers the routes on `http` (before it starts). The arguments must
 // outlive it.
 void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub* hub, const Authenticator* auth,
-                     HttpApiOptions options);
+                     const HttpApiOptions& options);
 
 // For tests: query string -> request message by field name ("a=1&b=x&b=y"
 // for a repeated b); unknown or malformed parameters are InvalidArgument.

@@ -1619,7 +1619,6 @@ class DoctorGoldenTest : public ClusterctlTest {
     agents_.push_back(std::move(a));
   }
 
-
  public:
   static void ExpectGolden(const std::string& name, const std::string& got) {
     const std::string path = std::string(CLUSTERD_GOLDEN_DIR) + "/" + name;
@@ -1670,7 +1669,6 @@ TEST_F(DoctorGoldenTest, OutputMatchesTheGoldenFiles) {
   ASSERT_EQ(r.code, 0) << r.err;
   ExpectGolden("doctor-npu1.txt", r.out);
 }
-
 
 // describe mindcluster JOB, compared with test/clusterctl/golden/mindcluster.txt:
 // a job on both nodes whose TaskD (the reference's Recover stubs, played

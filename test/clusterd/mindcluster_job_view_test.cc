@@ -147,8 +147,9 @@ TEST(MindClusterJobViewTest, OperationsNewestFirstWithRequestStepsAndChips) {
   (*st.mutable_stress())["10"].add_ops(kStressOpAic);
   (*st.mutable_stress())["9"].add_ops(kStressOpAic);
   (*st.mutable_stress())["9"].add_ops(kStressOpP2p);
-  st.add_messages("stress test find fault, chips worker0/1 SEPARATE, result:"
-                  R"({"worker0":{"1":{"rankResult":{"0":{"code":"2","result":"aic error"},"1":{"code":"0","result":"ok"}}}}})");
+  st.add_messages(
+      "stress test find fault, chips worker0/1 SEPARATE, result:"
+      R"({"worker0":{"1":{"rankResult":{"0":{"code":"2","result":"aic error"},"1":{"code":"0","result":"ok"}}}}})");
   *rec.add_history() = st;
   *rec.mutable_current() = Nic("uid-4/nic-switch/3", 1);
   rec.mutable_current()->set_stage(std::string(kOmAwaitPause));

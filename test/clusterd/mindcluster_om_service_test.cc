@@ -398,9 +398,9 @@ TEST_F(MindClusterOmTest, AStressTestsFaultTakesTheChipOut) {
   EXPECT_NE(http.body.find(R"("result":"aic error")"), std::string::npos) << http.body;
   EXPECT_NE(http.body.find(R"("serverName":"worker01")"), std::string::npos) << http.body;
   EXPECT_EQ(testing::HttpGet(server_->http_port(), "/api/v1/mindcluster/jobs/no-such-job").status, 404);
-  EXPECT_EQ(testing::HttpGet(server_->http_port(), std::string("/api/v1/mindcluster/jobs/") + kJob + "?page_token=x")
-                .status,
-            400);
+  EXPECT_EQ(
+      testing::HttpGet(server_->http_port(), std::string("/api/v1/mindcluster/jobs/") + kJob + "?page_token=x").status,
+      400);
 }
 
 TEST_F(MindClusterOmTest, AfterARestartTheSwitchGoesOn) {

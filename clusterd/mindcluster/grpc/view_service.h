@@ -23,8 +23,7 @@ class MindClusterViewService final : public v1::MindClusterService::CallbackServ
   MindClusterViewService(const JobSummaryFeed* feed, const RecoverServiceImpl* recover, const Authenticator* auth)
       : feed_(feed), recover_(recover), auth_(auth) {}
 
-  grpc::ServerUnaryReactor* GetMindClusterJob(grpc::CallbackServerContext* ctx,
-                                              const v1::GetMindClusterJobRequest* req,
+  grpc::ServerUnaryReactor* GetMindClusterJob(grpc::CallbackServerContext* ctx, const v1::GetMindClusterJobRequest* req,
                                               v1::GetMindClusterJobResponse* resp) override;
 
   // The answer, without the caller's authorization (the HTTP API checks its own).
