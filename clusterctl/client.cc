@@ -48,6 +48,7 @@ ClusterClient::ClusterClient(std::string address, std::chrono::milliseconds time
   fault_ = v1::FaultService::NewStub(channel_);
   job_ = v1::JobService::NewStub(channel_);
   admin_ = v1::AdminService::NewStub(channel_);
+  mindcluster_ = v1::MindClusterService::NewStub(channel_);
 }
 
 void ClusterClient::Prepare(grpc::ClientContext* ctx) const {
@@ -124,6 +125,31 @@ grpc::Status ClusterClient::GetJob(const std::string& id, v1::GetJobResponse* ou
   v1::GetJobRequest req;
   req.set_id(id);
   return job_->GetJob(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::GetMindClusterJob(const std::string& job_id, v1::GetMindClusterJobResponse* out) {
+  v1::GetMindClusterJobRequest req;
+  req.set_job_id(job_id);
+  out->Clear();
+  // A server that hands back a token it gave before would loop: stop there.
+  for (size_t pages = 0;; ++pages) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::GetMindClusterJobResponse page;
+    if (auto st = mindcluster_->GetMindClusterJob(&ctx, req, &page); !st.ok()) return st;
+    if (pages == 0) {
+      *out = page;
+      out->clear_servers();
+    }
+    for (auto& s : *page.mutable_servers()) *out->add_servers() = std::move(s);
+    if (page.next_page_token().empty()) break;
+    if (page.next_page_token() == req.page_token() || pages >= 100000) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "GetMindClusterJob: the server's paging does not advance");
+    }
+    req.set_page_token(page.next_page_token());
+  }
+  out->clear_next_page_token();
+  return grpc::Status::OK;
 }
 
 grpc::Status ClusterClient::CreateJob(const v1::CreateJobRequest& req, v1::CreateJobResponse* out) {

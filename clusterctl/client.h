@@ -14,6 +14,7 @@
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
+#include "clusterd/v1/mindcluster.grpc.pb.h"
 #include "common/grpc/credentials.h"
 #include "common/status.h"
 
@@ -57,6 +58,11 @@ class ClusterClient {
   grpc::Status GetAdminState(v1::GetAdminStateResponse* out);
   grpc::Status ReleaseDevice(const v1::ReleaseDeviceRequest& req, v1::ReleaseDeviceResponse* out);
 
+  // MindClusterService: a job's MindCluster view, every page of its rank
+  // table's servers in out (no next_page_token; rank_table as the first page
+  // had it).
+  grpc::Status GetMindClusterJob(const std::string& job_id, v1::GetMindClusterJobResponse* out);
+
   // Opens a Watch stream and calls on_message for each response. Returns when
   // the server ends the stream (its status) or on_message returns false (OK).
   grpc::Status Watch(const v1::WatchRequest& req, const std::function<bool(const v1::WatchResponse&)>& on_message);
@@ -73,6 +79,7 @@ class ClusterClient {
   std::unique_ptr<v1::FaultService::Stub> fault_;
   std::unique_ptr<v1::JobService::Stub> job_;
   std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::unique_ptr<v1::MindClusterService::Stub> mindcluster_;
 };
 
 // "NOT_FOUND" for grpc::StatusCode::NOT_FOUND.

@@ -11,15 +11,16 @@
 
 namespace clusterctl {
 
-std::vector<Command> SummaryCommands();   // get summary
-std::vector<Command> NodeCommands();      // get nodes, describe node
-std::vector<Command> WatchCommands();     // watch
-std::vector<Command> FaultCommands();     // get faults, report-fault, clear-fault
-std::vector<Command> JobCommands();       // get jobs, describe job, create-job, delete-job
-std::vector<Command> RecoveryCommands();  // get recoveries, describe recovery
-std::vector<Command> AdminCommands();     // get admin, cordon, uncordon, pause, resume, dry-run
-std::vector<Command> DoctorCommands();    // doctor
-std::vector<Command> VersionCommands();   // version
+std::vector<Command> SummaryCommands();      // get summary
+std::vector<Command> NodeCommands();         // get nodes, describe node
+std::vector<Command> WatchCommands();        // watch
+std::vector<Command> FaultCommands();        // get faults, report-fault, clear-fault
+std::vector<Command> JobCommands();          // get jobs, describe job, create-job, delete-job
+std::vector<Command> RecoveryCommands();     // get recoveries, describe recovery
+std::vector<Command> MindClusterCommands();  // describe mindcluster
+std::vector<Command> AdminCommands();        // get admin, cordon, uncordon, pause, resume, dry-run
+std::vector<Command> DoctorCommands();       // doctor
+std::vector<Command> VersionCommands();      // version
 
 // A fault table, with or without the NODE column (describe node shows its own
 // faults); the MESSAGE is cut to 60 characters unless wide.

@@ -309,6 +309,32 @@ std::string RankRange(const std::vector<uint32_t>& ranks) {
          std::to_string(ranks.size()) + ")";
 }
 
+// `v` kept if every character is in `allowed` (plus alphanumerics) and it is
+// 1 to `max` long; else "" (a value MindCluster's components would not write).
+std::string McFact(const std::string* v, std::string_view allowed, size_t max) {
+  if (v == nullptr || v->empty() || v->size() > max) return "";
+  for (char c : *v) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && allowed.find(c) == std::string_view::npos) return "";
+  }
+  return *v;
+}
+
+// The first MASTER_ADDR given as a value in the pod's containers' env.
+std::string McMasterAddr(const json& spec) {
+  const json* containers = Member(spec, "containers");
+  if (!containers || !containers->is_array()) return "";
+  for (const json& c : *containers) {
+    const json* env = c.is_object() ? Member(c, "env") : nullptr;
+    if (!env || !env->is_array()) continue;
+    for (const json& e : *env) {
+      if (!e.is_object()) continue;
+      const std::string* name = StringMember(e, "name");
+      if (name && *name == "MASTER_ADDR") return McFact(StringMember(e, "value"), ".:-_[]", 253);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 // ---- pods and PodGroups ----
@@ -473,6 +499,11 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
       if (const std::string* k = StringMember(lab, opts.job_kind_label)) p.kind_label = Printable(*k, 64);
     }
     p.policy_annotations = PolicyAnnotations(annotations, opts);
+    p.framework = McFact(StringMember(lab, "app"), "._-", 64);
+    if (const std::string* shared = StringMember(ann, "isSharedTor"); shared && *shared == "1") {
+      p.shared_tor_ip = McFact(StringMember(ann, "sharedTorIp"), ".:", 45);
+    }
+    p.master_addr = McMasterAddr(spec);
     return p;
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("pod: unreadable object: ") + Printable(e.what(), 200));
@@ -505,6 +536,7 @@ StatusOr<PodGroupInfo> ParsePodGroup(const json& podgroup, const DiscoveryOption
       }
       g.mindcluster[std::string(key)] = std::move(clean);
     }
+    if (meta->labels) g.framework = McFact(StringMember(*meta->labels, "framework"), "._-", 64);
     return g;
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("podgroup: unreadable object: ") + Printable(e.what(), 200));
@@ -700,6 +732,24 @@ std::vector<DiscoveredJob> BuildJobs(const std::vector<PodInfo>& pods, const Pod
     if (!podgroup_name.empty()) labels[std::string(kLabelPodGroup)] = podgroup_name;
     if (pg) {
       for (const auto& [key, value] : pg->mindcluster) labels[std::string(kMindClusterLabelPrefix) + key] = value;
+    }
+    {
+      // MindCluster's job summary facts: the framework, the shared ToR IPs
+      // (distinct, in pod order, as a JSON array; left out past a label's
+      // 256 characters) and the first MASTER_ADDR.
+      std::string framework = pg ? pg->framework : "";
+      std::string tors, master;
+      std::set<std::string> seen_tor;
+      for (const PodInfo* p : members) {
+        if (framework.empty()) framework = p->framework;
+        if (master.empty()) master = p->master_addr;
+        if (!p->shared_tor_ip.empty() && seen_tor.insert(p->shared_tor_ip).second) {
+          tors += (tors.empty() ? "[\"" : ",\"") + p->shared_tor_ip + "\"";
+        }
+      }
+      if (!framework.empty()) labels[std::string(kMindClusterFrameworkLabel)] = framework;
+      if (!tors.empty() && tors.size() + 1 <= 256) labels[std::string(kMindClusterSharedTorLabel)] = tors + "]";
+      if (!master.empty() && master.size() <= 256) labels[std::string(kMindClusterMasterAddrLabel)] = master;
     }
 
     // Kind.

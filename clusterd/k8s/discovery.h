@@ -142,6 +142,15 @@ struct PodInfo {
   std::string kind_label;    // the job kind label's value, empty when absent
   // Annotations under DiscoveryOptions::policy_prefix (string values only).
   std::map<std::string, std::string> policy_annotations;
+  // What MindCluster's job summaries read from a job's pods (the reference's
+  // clusterd/pkg/domain/pod): the label "app" (the framework, when the
+  // PodGroup names none); the annotations "isSharedTor" ("1") and
+  // "sharedTorIp" (the ToR switch the pod shares); the env MASTER_ADDR of
+  // its containers (PyTorch's master). Each cleaned to the characters such a
+  // value has, empty when absent or unusable.
+  std::string framework;
+  std::string shared_tor_ip;  // set only when isSharedTor is "1"
+  std::string master_addr;
 };
 
 // NotFound: not a job pod (no controller owner and no PodGroup annotation, or
@@ -164,8 +173,18 @@ struct PodGroupInfo {
   // characters at most. The job gets them as labels "mindcluster/<key>",
   // which the Recover service reads (mindcluster/taskd.h).
   std::map<std::string, std::string> mindcluster;
+  // The PodGroup's label "framework" (ascend-operator copies the AscendJob's).
+  std::string framework;
 };
 inline constexpr std::string_view kMindClusterLabelPrefix = "mindcluster/";
+// The job labels discovery sets for MindCluster's job summaries
+// (mindcluster/job_summary.h reads them): the framework (the PodGroup's label
+// "framework", else a pod's label "app"), and for the summary's sharedTorIp
+// and masterAddr the pods' distinct shared ToR IPs (a JSON array, as the
+// reference) and the first MASTER_ADDR.
+inline constexpr std::string_view kMindClusterFrameworkLabel = "mindcluster/framework";
+inline constexpr std::string_view kMindClusterSharedTorLabel = "mindcluster/shared-tor-ip";
+inline constexpr std::string_view kMindClusterMasterAddrLabel = "mindcluster/master-addr";
 inline constexpr std::string_view kMindClusterRecoveryKeys[] = {"recover-strategy", "fault-scheduling",
                                                                 "pod-rescheduling", "process-recover-enable"};
 // InvalidArgument for a non-object or missing/invalid name, namespace or uid.

@@ -19,6 +19,16 @@ std::string Label(const v1::Job& job, std::string_view key) {
 
 bool Pending(const v1::Job& job) { return job.state() == v1::JOB_STATE_PENDING || job.placement_size() == 0; }
 
+// The host IP of the server of the job's lowest rank (the rank table's first).
+std::string FirstHostIp(const v1::Job& job, const ServerFactsFn& facts) {
+  const v1::RankPlacement* first = nullptr;
+  for (const auto& r : job.placement()) {
+    if (first == nullptr || r.rank() < first->rank()) first = &r;
+  }
+  if (first == nullptr) return "";
+  return (facts ? facts(first->node()) : ServerFactsOf(first->node(), nullptr)).host_ip;
+}
+
 }  // namespace
 
 ServerFacts ServerFactsOf(const std::string& name, const v1::Node* node) {
@@ -133,6 +143,17 @@ std::optional<JobSummaryEntry> JobSummaryBook::Upsert(const v1::Job& job, uint64
     s.clear_hccljson();
   } else {
     s.set_hccljson(table);
+  }
+  // PyTorch jobs (the reference's initJobShareTorInfo): the shared ToR IPs
+  // and the master discovery read from the pods; a Volcano Job's master is
+  // its first server's host IP.
+  if (s.framework() == kFrameworkPytorch) {
+    s.set_sharedtorip(Label(job, kSharedTorIpLabel));
+    if (Label(job, "k8s.owner-kind") == "Job") {
+      if (!pending) s.set_masteraddr(FirstHostIp(job, facts));
+    } else {
+      s.set_masteraddr(Label(job, kMasterAddrLabel));
+    }
   }
   // uuid: unique per change, the same for the same change after a restart.
   s.set_uuid(id + "/" + std::to_string(seq));

@@ -17,6 +17,10 @@
 //    a device: device_id, device_ip ("": ClusterD does not know chips'
 //    addresses), rank_id). "" above max_hccl_npus chips (40,000), or when
 //    the summary would not fit max_summary_bytes.
+//  - sharedTorIp, masterAddr: for a PyTorch job only (label
+//    mindcluster/framework "pytorch"), its labels mindcluster/shared-tor-ip
+//    and mindcluster/master-addr (discovery reads them from the pods), a
+//    Volcano Job's (owner kind Job) masterAddr its first server's host IP.
 //  - time: the job's create time (Unix seconds); cmIndex "0", total "1"
 //    (ClusterD writes no ConfigMap slices); sid the job's label
 //    custom-job-id, else its id; frameWork its label mindcluster/framework.
@@ -55,6 +59,11 @@ inline constexpr size_t kMaxHcclNpus = 40000;
 // Job labels read into the summary.
 inline constexpr std::string_view kFrameworkLabel = "mindcluster/framework";
 inline constexpr std::string_view kSidLabel = "custom-job-id";
+// Set by Kubernetes discovery from the pods (k8s/discovery.h): a PyTorch
+// job's sharedTorIp and masterAddr.
+inline constexpr std::string_view kSharedTorIpLabel = "mindcluster/shared-tor-ip";
+inline constexpr std::string_view kMasterAddrLabel = "mindcluster/master-addr";
+inline constexpr std::string_view kFrameworkPytorch = "pytorch";
 
 // What the rank table says of a node.
 struct ServerFacts {

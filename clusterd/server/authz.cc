@@ -31,6 +31,8 @@ const std::vector<MethodRule>& MethodRules() {
       {"/job.Job/SubscribeJobSummarySignalList", kViewers},
       {"/config.Config/Register", kViewers},
       {"/config.Config/SubscribeRankTable", kViewers},
+      // A job's MindCluster view (clusterctl, the status page).
+      {"/clusterd.v1.MindClusterService/GetMindClusterJob", kViewers},
       // External fault sources, each under its own reporter name.
       {"/clusterd.v1.FaultService/Report", RoleBit(Role::kReporter)},
       // MindCluster's public faults, each resource under its own name.

@@ -152,7 +152,7 @@ Status QueryToMessage(std::string_view query, google::protobuf::Message* msg) {
 }
 
 void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub* hub, const Authenticator* auth,
-                     HttpApiOptions options) {
+                     const HttpApiOptions& options) {
   // Every route: who is asking first, then the query.
   auto route = [http, auth, options](const std::string& path,
                                      const std::function<HttpResponse(const HttpRequest&)>& answer) {
@@ -268,6 +268,18 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
     }
     return Json(*job);
   });
+  if (options.mindcluster_job) {
+    route("/api/v1/mindcluster/jobs/*", [view = options.mindcluster_job](const HttpRequest& req) {
+      auto id = PathTail(req.target, "/api/v1/mindcluster/jobs/");
+      if (!id.ok()) return Error(id.status());
+      v1::GetMindClusterJobRequest r;
+      if (Status st = QueryToMessage(QueryOf(req.target), &r); !st.ok()) return Error(st);
+      if (!r.job_id().empty()) return Error(InvalidArgument("the job is the path's, not a job_id parameter"));
+      r.set_job_id(*id);
+      auto resp = view(r);
+      return resp.ok() ? Json(*resp) : Error(resp.status());
+    });
+  }
   route("/api/v1/recoveries/*", [state](const HttpRequest& req) {
     auto id = PathTail(req.target, "/api/v1/recoveries/");
     if (!id.ok()) return Error(id.status());

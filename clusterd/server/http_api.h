@@ -9,6 +9,9 @@
 //   GET /api/v1/jobs?state=&kind=&...       GET /api/v1/jobs/<id>
 //   GET /api/v1/recoveries?job=&state=&...  GET /api/v1/recoveries/<id>
 //   GET /api/v1/admin                       AdminState
+//   GET /api/v1/mindcluster/jobs/<id>?page_size=&page_token=
+//       GetMindClusterJobResponse: the job's MindCluster summary, rank table
+//       and NIC switches / stress tests (a page of the rank table's servers)
 //   GET /api/v1/events?from_revision=&limit=&nodes=&types=&min_level=&jobs=
 //       the event history after from_revision (at most `limit`, 1000), the
 //       delta feed a page follows; 410 with the oldest revision when that
@@ -20,10 +23,13 @@
 // principal with the viewer role (the HTTP port has no client certificates).
 #pragma once
 
+#include <functional>
+
 #include "clusterd/progress/monitor.h"
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/v1/mindcluster.pb.h"
 #include "common/http_server.h"
 
 namespace clusterd {
@@ -35,12 +41,14 @@ struct HttpApiOptions {
   size_t max_events = 1000;
   // The live Job.progress of GET /api/v1/jobs/<id> (null: the stored one).
   const ProgressMonitor* progress = nullptr;
+  // GET /api/v1/mindcluster/jobs/<id> (unset: not served).
+  std::function<StatusOr<v1::GetMindClusterJobResponse>(const v1::GetMindClusterJobRequest&)> mindcluster_job;
 };
 
 // Registers the routes on `http` (before it starts). The arguments must
 // outlive it.
 void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub* hub, const Authenticator* auth,
-                     HttpApiOptions options);
+                     const HttpApiOptions& options);
 
 // For tests: query string -> request message by field name ("a=1&b=x&b=y"
 // for a repeated b); unknown or malformed parameters are InvalidArgument.

@@ -28,6 +28,7 @@
 #include "clusterd/mindcluster/grpc/pubfault_service.h"
 #include "clusterd/mindcluster/grpc/recover_service.h"
 #include "clusterd/mindcluster/grpc/trace_service.h"
+#include "clusterd/mindcluster/grpc/view_service.h"
 #include "clusterd/mindcluster/k8s/taskd_objects.h"
 #include "clusterd/k8s/context.h"
 #include "clusterd/recovery/actuators/actuator.h"
@@ -102,10 +103,12 @@ struct ClusterdServer::Impl {
     std::unique_ptr<TrainingDataTraceService> trace;
     std::unique_ptr<MindClusterJobService> mindcluster_job;
     std::unique_ptr<MindClusterConfigService> mindcluster_config;
+    std::unique_ptr<MindClusterViewService> mindcluster_view;
     void RegisterWith(grpc::ServerBuilder& builder) const {
       for (grpc::Service* service : std::initializer_list<grpc::Service*>{
                agent.get(), cluster.get(), fault.get(), health.get(), job.get(), admin.get(), mindcluster_fault.get(),
-               pubfault.get(), recover.get(), trace.get(), mindcluster_job.get(), mindcluster_config.get()}) {
+               pubfault.get(), recover.get(), trace.get(), mindcluster_job.get(), mindcluster_config.get(),
+               mindcluster_view.get()}) {
         builder.RegisterService(service);
       }
     }
@@ -381,6 +384,9 @@ Status ClusterdServer::Impl::MakeServices() {
   }
   services.recover = std::make_unique<RecoverServiceImpl>(state.get(), engine.get(), coordinator.get(), &job_agents,
                                                           authenticator.get(), ro, &metrics);
+  // A job's MindCluster view (clusterctl, the status page).
+  services.mindcluster_view =
+      std::make_unique<MindClusterViewService>(job_feed.get(), services.recover.get(), authenticator.get());
   {
     // MindCluster's profiling switches, kept in the store (loaded here).
     TrainingDataTraceOptions to;
@@ -528,6 +534,11 @@ Status ClusterdServer::Impl::StartHttp() {
   HttpApiOptions api;
   api.progress = progress.get();
   api.require_viewer = !cfg.insecure;
+  if (services.mindcluster_view) {
+    api.mindcluster_job = [view = services.mindcluster_view.get()](const v1::GetMindClusterJobRequest& req) {
+      return view->View(req);
+    };
+  }
   RegisterHttpApi(http.get(), state.get(), hub.get(), authenticator.get(), api);
   // The status page holds no data (it reads the API above), so no token.
   for (const char* path : {"/", "/index.html"}) {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -12,8 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "clusterctl/cli.h"
+#include "clusterd/mindcluster/om.h"
+#include "clusterd/mindcluster/taskd.h"
+#include "mindcluster/recover.grpc.pb.h"
 #include "common/free_port.h"
 #include "test/support/grpc/agent_client.h"
+#include "test/support/grpc/stream_reader.h"
+#include "test/support/http_get.h"
 #include "test/support/grpc/tls_test_server.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/temp_dir.h"
@@ -1613,6 +1619,7 @@ class DoctorGoldenTest : public ClusterctlTest {
     agents_.push_back(std::move(a));
   }
 
+ public:
   static void ExpectGolden(const std::string& name, const std::string& got) {
     const std::string path = std::string(CLUSTERD_GOLDEN_DIR) + "/" + name;
     if (const char* update = std::getenv("CLUSTERD_UPDATE_GOLDEN"); update && std::string(update) == "1") {
@@ -1661,6 +1668,137 @@ TEST_F(DoctorGoldenTest, OutputMatchesTheGoldenFiles) {
   r = Run({"doctor", "npu1"});
   ASSERT_EQ(r.code, 0) << r.err;
   ExpectGolden("doctor-npu1.txt", r.out);
+}
+
+// describe mindcluster JOB, compared with test/clusterctl/golden/mindcluster.txt:
+// a job on both nodes whose TaskD (the reference's Recover stubs, played
+// here) carried out a NIC switch and an AIC stress test, each to its end.
+// Times and the summary's sequence change from run to run: they are masked.
+class MindClusterGoldenTest : public ClusterctlTest {
+ protected:
+  static constexpr char kJob[] = "mc-train";
+  static ::ClientInfo Taskd() {
+    ::ClientInfo c;
+    c.set_jobid(kJob);
+    c.set_role("taskd");
+    return c;
+  }
+  template <typename Call, typename Request>
+  int32_t Recover(Call call, const Request& req) {
+    grpc::ClientContext ctx;
+    ::Status resp;
+    grpc::Status st = ((*recover_).*call)(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.code();
+  }
+  int32_t StopComplete() {
+    ::StopCompleteRequest req;
+    req.set_jobid(kJob);
+    return Recover(&::Recover::Stub::ReportStopComplete, req);
+  }
+  int32_t Continued() {
+    ::RecoverStatusRequest req;
+    req.set_jobid(kJob);
+    req.set_strategy("continue");
+    return Recover(&::Recover::Stub::ReportRecoverStatus, req);
+  }
+  // The operation's last step reported on its stream: waits until the view says it ended.
+  bool Ended(size_t ops) {
+    return WaitFor([&] {
+      Result r = Run({"-o", "json", "describe", "mindcluster", kJob});
+      if (r.code != 0) return false;
+      const json v = json::parse(r.out);
+      return !v.contains("current_operation") && v["history"].size() == ops;
+    });
+  }
+  static std::string Masked(std::string text) {
+    text = std::regex_replace(text, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z)"), "<time>");
+    return std::regex_replace(text, std::regex(R"(Sequence:( *)\d+)"), "Sequence:$1<seq>");
+  }
+  std::unique_ptr<::Recover::Stub> recover_;
+};
+
+TEST_F(MindClusterGoldenTest, DescribeShowsTheSummaryRankTableAndOperations) {
+  namespace mc = clusterd::mindcluster;
+  const std::string file = dir_.Sub("job.json");
+  WriteFile(file, R"({"id": "mc-train", "kind": "JOB_KIND_TRAINING",
+    "labels": {"k8s.namespace": "default", "k8s.name": "mc-train", "mindcluster/framework": "pytorch",
+               "mindcluster/process-recover-enable": "on",
+               "mindcluster/recover-strategy": "retry,recover-in-place,recover"},
+    "placement": [{"rank": 0, "node": "worker01", "device_id": 0}, {"rank": 1, "node": "worker01", "device_id": 1},
+                  {"rank": 2, "node": "worker02", "device_id": 0}, {"rank": 3, "node": "worker02", "device_id": 1}]})");
+  ASSERT_EQ(std::string(mc::kLabelProcessRecoverEnable), "mindcluster/process-recover-enable");
+  ASSERT_EQ(std::string(mc::kLabelRecoverStrategy), "mindcluster/recover-strategy");
+  Result r = Run({"create-job", "-f", file});
+  ASSERT_EQ(r.code, 0) << r.err;
+  recover_ = ::Recover::NewStub(channel_);
+  ASSERT_EQ(Recover(&::Recover::Stub::Init, Taskd()), mc::kRecoverOk);
+  ASSERT_EQ(Recover(&::Recover::Stub::Register, Taskd()), mc::kRecoverOk);
+  clusterd::testing::StreamReader<::ProcessManageSignal> signals(
+      [&](grpc::ClientContext* ctx) { return recover_->SubscribeProcessManageSignal(ctx, Taskd()); },
+      [](const ::ProcessManageSignal& s) { return s.signaltype() != "keep-alive"; });
+  clusterd::testing::StreamReader<::SwitchRankList> nic(
+      [&](grpc::ClientContext* ctx) { return recover_->SubscribeNotifySwitch(ctx, Taskd()); });
+  clusterd::testing::StreamReader<::StressTestRankParams> stress(
+      [&](grpc::ClientContext* ctx) { return recover_->SubscribeNotifyExecStressTest(ctx, Taskd()); });
+  ASSERT_TRUE(WaitFor([&] {
+    auto res = clusterd::testing::HttpGet(server_->http_port(), "/metrics");
+    return clusterd::testing::MetricValue(res.body, "clusterd_job_agents") == 1;
+  }));
+
+  // The NIC switch: worker02's chip 1 (rank 3) to the backup plane.
+  ::SwitchNics nics;
+  nics.set_jobid(kJob);
+  auto& ops = (*nics.mutable_nicops())["worker02"];
+  ops.add_dev("1");
+  ops.add_op(true);
+  ASSERT_EQ(Recover(&::Recover::Stub::SwitchNicTrack, nics), mc::kRecoverOk);
+  ASSERT_EQ(signals.WaitMessages(1).size(), 1u);
+  ASSERT_EQ(StopComplete(), mc::kRecoverOk);
+  ASSERT_EQ(nic.WaitMessages(1).size(), 1u);
+  ::SwitchResult switched;
+  switched.set_jobid(kJob);
+  switched.set_result(true);
+  ASSERT_EQ(Recover(&::Recover::Stub::ReplySwitchNicResult, switched), mc::kRecoverOk);
+  ASSERT_EQ(signals.WaitMessages(2).size(), 2u);
+  ASSERT_EQ(Continued(), mc::kRecoverOk);
+  ASSERT_TRUE(Ended(1));
+
+  // The stress test: AIC on every chip, all pass but rank 2's.
+  ::StressTestParam param;
+  param.set_jobid(kJob);
+  param.add_allnodesops(mc::kStressOpAic);
+  ASSERT_EQ(Recover(&::Recover::Stub::StressTest, param), mc::kRecoverOk);
+  ASSERT_EQ(signals.WaitMessages(3).size(), 3u);
+  ASSERT_EQ(StopComplete(), mc::kRecoverOk);
+  ASSERT_EQ(stress.WaitMessages(1).size(), 1u);
+  ::StressTestResult result;
+  result.set_jobid(kJob);
+  for (const char* rank : {"0", "1", "2", "3"}) {
+    auto& op = (*(*result.mutable_stressresult())[rank].mutable_rankresult())["0"];
+    op.set_code(std::string(rank) == "2" ? "1" : "0");  // "1": the test could not run there (no fault)
+    op.set_result(std::string(rank) == "2" ? "aic busy" : "pass");
+  }
+  ASSERT_EQ(Recover(&::Recover::Stub::ReplyStressTestResult, result), mc::kRecoverOk);
+  // pauseStartAgent, continueStartAgent, then the continue.
+  ASSERT_EQ(signals.WaitMessages(6).size(), 6u);
+  ASSERT_EQ(Continued(), mc::kRecoverOk);
+  ASSERT_TRUE(Ended(2));
+
+  r = Run({"describe", "mindcluster", kJob});
+  ASSERT_EQ(r.code, 0) << r.err;
+  DoctorGoldenTest::ExpectGolden("mindcluster.txt", Masked(r.out));
+  r = Run({"-o", "json", "describe", "mindcluster", kJob});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json v = json::parse(r.out);
+  EXPECT_EQ(v["summary"]["job_status"], "running");
+  EXPECT_EQ(v["total_servers"], 2);
+  EXPECT_EQ(v["servers"].size(), 2u);
+  EXPECT_EQ(v["history"][0]["chip_results"].size(), 4u);
+  // Unknown job: NOT_FOUND's exit code, the server's message.
+  r = Run({"describe", "mindcluster", "no-such-job"});
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("no-such-job"), std::string::npos) << r.err;
 }
 
 }  // namespace

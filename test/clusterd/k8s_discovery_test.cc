@@ -124,7 +124,9 @@ TEST(K8sDiscovery, VolcanoJobTwoPodsEightDevices) {
   EXPECT_EQ(d.job.labels().at("k8s.name"), "llama-pretrain");
   EXPECT_EQ(d.job.labels().at("k8s.owner-kind"), "Job");
   EXPECT_EQ(d.job.labels().at("k8s.podgroup"), kPodGroupName);
-  EXPECT_EQ(d.job.labels().size(), 4u);
+  // The pods' label "app", as MindCluster reads a framework when the PodGroup has no label "framework".
+  EXPECT_EQ(d.job.labels().at("mindcluster/framework"), "llama-pretrain");
+  EXPECT_EQ(d.job.labels().size(), 5u);
   EXPECT_EQ(Placement(d.job),
             Concat(ExpectedRanks(0, "ascend-node-01", 0, 8), ExpectedRanks(8, "ascend-node-02", 0, 8)));
   EXPECT_EQ(d.pods, 2u);
@@ -489,6 +491,39 @@ TEST(K8sDiscovery, PodsWithoutOwnerOrPodGroupAreNotJobPods) {
                                         {"uid", "aa11bb22-cc33-dd44-ee55-ff6677889900"},
                                         {"controller", true}}};
   EXPECT_EQ(ParsePod(ds, kAscend).status().code(), StatusCode::kNotFound);
+}
+
+// What MindCluster's job summaries read from an ascend-operator job's pods
+// and PodGroup: the framework, the shared ToR IPs and the master address.
+TEST(K8sDiscovery, MindClusterFactsFromPodsAndPodGroup) {
+  json list = Load("volcano-job-pods.json");
+  json pg = Load("volcano-podgroup.json");
+  pg["metadata"]["labels"]["framework"] = "pytorch";
+  for (json* pod : {&list["items"][0], &list["items"][1]}) {
+    (*pod)["metadata"]["annotations"]["isSharedTor"] = "1";
+    (*pod)["spec"]["containers"][0]["env"] = json::array({{{"name", "MASTER_ADDR"}, {"value", "10.0.0.9"}}});
+  }
+  list["items"][0]["metadata"]["annotations"]["sharedTorIp"] = "10.1.0.2";
+  list["items"][1]["metadata"]["annotations"]["sharedTorIp"] = "10.1.0.1";
+  auto jobs = BuildJobs({MustParse(list["items"][0]), MustParse(list["items"][1])}, PodGroups({pg}), kAscend);
+  ASSERT_EQ(jobs.size(), 1u);
+  const auto& labels = jobs[0].job.labels();
+  EXPECT_EQ(labels.at("mindcluster/framework"), "pytorch");  // the PodGroup's, over the pods' "app"
+  EXPECT_EQ(labels.at("mindcluster/shared-tor-ip"), R"(["10.1.0.2","10.1.0.1"])");
+  EXPECT_EQ(labels.at("mindcluster/master-addr"), "10.0.0.9");
+
+  // A pod not on a shared ToR, hostile values: nothing taken from them.
+  list["items"][0]["metadata"]["annotations"]["isSharedTor"] = "0";
+  list["items"][1]["metadata"]["annotations"]["sharedTorIp"] = "10.1.0.1\",\"x";
+  list["items"][0]["spec"]["containers"][0]["env"][0]["value"] = "a b";
+  list["items"][1]["spec"]["containers"][0]["env"][0]["value"] = std::string(300, 'a');
+  list["items"][0]["metadata"]["labels"]["app"] = "x y";
+  list["items"][1]["metadata"]["labels"]["app"] = "x y";
+  jobs = BuildJobs({MustParse(list["items"][0]), MustParse(list["items"][1])}, {}, kAscend);
+  ASSERT_EQ(jobs.size(), 1u);
+  for (const char* key : {"mindcluster/framework", "mindcluster/shared-tor-ip", "mindcluster/master-addr"}) {
+    EXPECT_EQ(jobs[0].job.labels().count(key), 0u) << key;
+  }
 }
 
 // ---- hostile and malformed input ----

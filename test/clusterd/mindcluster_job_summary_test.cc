@@ -251,5 +251,27 @@ TEST(MindClusterJobSummaryTest, HostileLabelsAreCopiedAsText) {
   EXPECT_EQ(h["server_list"][0]["server_id"], "worker0\",\"x\":\"");
 }
 
+TEST(MindClusterJobSummaryTest, SharedTorIpAndMasterAddrOfPytorchJobsOnly) {
+  JobSummaryBook book;
+  auto job = MakeJob("uid-0010", 10);
+  (*job.mutable_labels())[std::string(kSharedTorIpLabel)] = R"(["10.1.0.1"])";
+  (*job.mutable_labels())[std::string(kMasterAddrLabel)] = "10.0.0.9";
+  // Not PyTorch: left empty, as the reference.
+  auto e = book.Upsert(job, 1, 100, Facts);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->summary.sharedtorip(), "");
+  EXPECT_EQ(e->summary.masteraddr(), "");
+  (*job.mutable_labels())[std::string(kFrameworkLabel)] = "pytorch";
+  e = book.Upsert(job, 2, 100, Facts);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->summary.sharedtorip(), R"(["10.1.0.1"])");
+  EXPECT_EQ(e->summary.masteraddr(), "10.0.0.9");
+  // A Volcano Job's master is its first server's host IP (worker0's node-ip label).
+  (*job.mutable_labels())["k8s.owner-kind"] = "Job";
+  e = book.Upsert(job, 3, 100, Facts);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->summary.masteraddr(), "10.0.0.7");
+}
+
 }  // namespace
 }  // namespace clusterd::mindcluster

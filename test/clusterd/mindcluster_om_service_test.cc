@@ -12,6 +12,7 @@
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
+#include "clusterd/v1/mindcluster.grpc.pb.h"
 #include "mindcluster/recover.grpc.pb.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/grpc/stream_reader.h"
@@ -53,6 +54,19 @@ class MindClusterOmTest : public testing::ClusterdServerTest {
     recover_ = ::Recover::NewStub(channel_);
     jobs_ = v1::JobService::NewStub(channel_);
     cluster_ = v1::ClusterService::NewStub(channel_);
+    view_ = v1::MindClusterService::NewStub(channel_);
+  }
+
+  // The job's MindCluster view (clusterctl's and the status page's read).
+  v1::GetMindClusterJobResponse View(grpc::Status* status = nullptr) {
+    v1::GetMindClusterJobRequest req;
+    req.set_job_id(kJob);
+    grpc::ClientContext ctx;
+    v1::GetMindClusterJobResponse resp;
+    grpc::Status st = view_->GetMindClusterJob(&ctx, req, &resp);
+    if (status != nullptr) *status = st;
+    EXPECT_TRUE(status != nullptr || st.ok()) << st.error_message();
+    return resp;
   }
 
   // A training job of two ranks on worker01's chips 0 and 1, opted in.
@@ -167,6 +181,7 @@ class MindClusterOmTest : public testing::ClusterdServerTest {
   std::unique_ptr<::Recover::Stub> recover_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_;
+  std::unique_ptr<v1::MindClusterService::Stub> view_;
 };
 
 TEST_F(MindClusterOmTest, ANicSwitchPausesSwitchesAndContinuesTraining) {
@@ -214,9 +229,36 @@ TEST_F(MindClusterOmTest, ANicSwitchPausesSwitchesAndContinuesTraining) {
                std::string::npos;
       },
       kDeadline));
+  // The job's view shows the switch: what was asked, each step, the outcome.
+  {
+    const v1::GetMindClusterJobResponse v = View();
+    EXPECT_FALSE(v.has_current_operation());
+    ASSERT_EQ(v.history_size(), 1);
+    const v1::MindClusterOperation& op = v.history(0);
+    EXPECT_EQ(op.id(), std::string(kJob) + "/nic-switch/1");
+    EXPECT_EQ(op.kind(), "nic-switch");
+    EXPECT_EQ(op.stage(), "succeeded");
+    EXPECT_EQ(std::vector<std::string>(op.ranks().begin(), op.ranks().end()), std::vector<std::string>{"1"});
+    EXPECT_EQ(std::vector<std::string>(op.planes().begin(), op.planes().end()), std::vector<std::string>{"backup"});
+    ASSERT_GE(op.messages_size(), 1);
+    EXPECT_EQ(op.messages(op.messages_size() - 1), "switch nic finish");
+    EXPECT_TRUE(op.has_finished());
+    // And the job's summary as job.Job tells it, with its one server.
+    ASSERT_TRUE(v.has_summary());
+    EXPECT_EQ(v.summary().job_status(), "running");
+    ASSERT_EQ(v.servers_size(), 1);
+    EXPECT_EQ(v.servers(0).server_name(), "worker01");
+    EXPECT_EQ(v.servers(0).devices_size(), 2);
+  }
   // The next one may start.
   EXPECT_EQ(SwitchNic(Nics("worker01", "1")), mc::kRecoverOk);
   EXPECT_EQ(taskd->Wait(2).uuid(), std::string(kJob) + "/nic-switch/2/pause");
+  // In flight: the view's current operation, awaiting TaskD's pause.
+  const v1::GetMindClusterJobResponse v = View();
+  ASSERT_TRUE(v.has_current_operation());
+  EXPECT_EQ(v.current_operation().stage(), "await-pause");
+  EXPECT_TRUE(v.current_operation().has_deadline());
+  EXPECT_EQ(v.history_size(), 1);
 }
 
 TEST_F(MindClusterOmTest, TaskdNeverAnsweringFailsTheSwitchAndTheJobIsRecovered) {
@@ -338,6 +380,27 @@ TEST_F(MindClusterOmTest, AStressTestsFaultTakesTheChipOut) {
       },
       kDeadline));
   ASSERT_TRUE(WaitFor([&] { return RecoveryCount() >= 1; }, kDeadline));
+  // The view's per-chip results, through gRPC and the HTTP API alike.
+  const v1::GetMindClusterJobResponse v = View();
+  ASSERT_EQ(v.history_size(), 1);
+  const v1::MindClusterOperation& op = v.history(0);
+  EXPECT_EQ(op.kind(), "stress-test");
+  EXPECT_EQ(op.stage(), "failed");
+  EXPECT_EQ(op.stress_ops().at("0"), "AIC");
+  EXPECT_EQ(op.stress_ops().at("1"), "AIC");
+  ASSERT_EQ(op.chip_results_size(), 2);
+  EXPECT_EQ(op.chip_results(1).node(), "worker01");
+  EXPECT_EQ(op.chip_results(1).device(), "1");
+  EXPECT_EQ(op.chip_results(1).code(), "2");
+  EXPECT_EQ(op.chip_results(1).result(), "aic error");
+  auto http = testing::HttpGet(server_->http_port(), std::string("/api/v1/mindcluster/jobs/") + kJob);
+  ASSERT_EQ(http.status, 200) << http.body;
+  EXPECT_NE(http.body.find(R"("result":"aic error")"), std::string::npos) << http.body;
+  EXPECT_NE(http.body.find(R"("serverName":"worker01")"), std::string::npos) << http.body;
+  EXPECT_EQ(testing::HttpGet(server_->http_port(), "/api/v1/mindcluster/jobs/no-such-job").status, 404);
+  EXPECT_EQ(
+      testing::HttpGet(server_->http_port(), std::string("/api/v1/mindcluster/jobs/") + kJob + "?page_token=x").status,
+      400);
 }
 
 TEST_F(MindClusterOmTest, AfterARestartTheSwitchGoesOn) {

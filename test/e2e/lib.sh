@@ -55,6 +55,22 @@ go_tool() {
   GOBIN="$dir" go install "$@" "$pkg@$version" || fail "go install $pkg@$version"
 }
 
+# build_mcclient DIR: builds test/e2e/mindcluster-client (MindCluster's clients
+# from stubs generated now from proto/mindcluster, with protoc-gen-go and
+# protoc-gen-go-grpc at the versions test/e2e/api_tools_test.sh pins) into DIR;
+# the binary is DIR/mcclient. Needs go and protoc.
+build_mcclient() {
+  local dir=$1 src=$ROOT/test/e2e/mindcluster-client
+  export GOPATH="${GOPATH:-$HOME/go}"
+  go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go v1.36.12
+  go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.1
+  mkdir -p "$dir"
+  cp "$src/main.go" "$src/om.go" "$src/go.mod" "$src/go.sum" "$dir/"
+  bash "$src/generate.sh" "$dir" || fail "generating the Go stubs of proto/mindcluster"
+  (cd "$dir" && go vet ./... && go build -buildvcs=false -o "$dir/mcclient" .) >"$dir/gobuild.log" 2>&1 ||
+    fail "building test/e2e/mindcluster-client: $(cat "$dir/gobuild.log")"
+}
+
 # ---- ports and waits --------------------------------------------------------
 
 # free_port: a loopback TCP port that was free a moment ago and that this script

@@ -32,16 +32,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
-export GOPATH="${GOPATH:-$HOME/go}"
-PROTOC_GEN_GO_VERSION=v1.36.12     # as test/e2e/api_tools_test.sh
-PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
 JOB=mc-job-0001
 
 require_cmd go protoc grpcurl
-require_built clusterd noded
-
-go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
-go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
+require_built clusterd noded clusterctl
 
 e2e_setup
 clusterd_ports
@@ -50,12 +44,7 @@ declare -A NODED_PORT NODED_PID
 on_failure() { tail_logs 20 "$WORK"/*.log "$WORK"/*.out; }
 
 echo "== build the Go client (stubs generated now, into $WORK)"
-SRC="$ROOT/test/e2e/mindcluster-client"
-mkdir -p "$WORK/mcclient"
-cp "$SRC/main.go" "$SRC/om.go" "$SRC/go.mod" "$SRC/go.sum" "$WORK/mcclient/"
-bash "$SRC/generate.sh" "$WORK/mcclient" || fail "generating the Go stubs of proto/mindcluster"
-(cd "$WORK/mcclient" && go vet ./... && go build -buildvcs=false -o "$WORK/mcclient/mcclient" .) >"$WORK/gobuild.log" 2>&1 ||
-  fail "building test/e2e/mindcluster-client: $(cat "$WORK/gobuild.log")"
+build_mcclient "$WORK/mcclient"
 MC="$WORK/mcclient/mcclient"
 
 echo "== clusterd and two sim noded agents"
@@ -376,6 +365,26 @@ sys.exit(0 if any(f.get("reporter") == "stresstest" and f.get("code") == "STRESS
 }
 wait_until 20 stress_fault_active || fail "no SEPARATE fault of the reporter stresstest on worker02 chip 3"
 echo "-- StressTest AIC+P2P, rank 1 finds a fault: worker02 chip 3 is a SEPARATE fault of the reporter stresstest"
+# The job's MindCluster view: clusterctl and the HTTP API show both operations,
+# newest first, with what was asked, each step and the per-chip results.
+view=$("$BIN/clusterctl" --server "$ADDR" describe mindcluster "$OM_JOB") || fail "clusterctl describe mindcluster: $view"
+grep -q "^Status: *running" <<<"$view" || fail "the view's summary: $view"
+# (rank 1's chip may have moved by now: the recovery of the stress test's fault)
+grep -Eq "^  worker02 .* +- +[01]$" <<<"$view" || fail "the view's hccl.json servers (worker02's chips): $view"
+grep -q "^NIC switch $OM_JOB/nic-switch/1:" <<<"$view" || fail "the view's NIC switch: $view"
+grep -q "Request: *rank 1 -> backup" <<<"$view" || fail "the NIC switch's request: $view"
+grep -q "^Stress test $OM_JOB/stress-test/2:" <<<"$view" || fail "the view's stress test: $view"
+grep -Eq "^    worker02 +3 +(AIC|P2P) +2 " <<<"$view" || fail "the stress test's per-chip result (worker02 chip 3 code 2): $view"
+[[ $(grep -E "^(Stress test|NIC switch) " <<<"$view" | awk '{print $1}' | paste -sd' ') == "Stress NIC" ]] ||
+  fail "the operations are not newest first: $view"
+curl -sf "http://127.0.0.1:$HTTP_PORT/api/v1/mindcluster/jobs/$OM_JOB" | python3 -c 'import json,sys
+v = json.load(sys.stdin)
+h = v["history"]
+assert [o["kind"] for o in h] == ["stress-test", "nic-switch"], h
+assert any(c["code"] == "2" and c["node"] == "worker02" and c["device"] == "3" for c in h[0]["chipResults"]), h[0]
+assert v["summary"]["jobStatus"] == "running" and v["totalServers"] >= 1, v' ||
+  fail "GET /api/v1/mindcluster/jobs/$OM_JOB"
+echo "-- clusterctl describe mindcluster and /api/v1/mindcluster/jobs: the summary, servers, both operations and the chip's result"
 
 echo "-- SIGTERM stops clusterd cleanly"
 term_wait "$CLUSTERD_PID" || fail "clusterd exit $?"

@@ -4,7 +4,10 @@ Asserts through the page's test hook (window.clusterdStatus) and the DOM,
 never on pixels: 16 cells; a fault injected on a sim device turns its cell
 and shows in the faults panel and in the node's detail pane without a page
 reload; the recovery it starts reaches SUCCEEDED in the recoveries panel;
-a pause and a cordon (clusterctl) show as the banner and the cells' mark.
+a pause and a cordon (clusterctl) show as the banner and the cells' mark;
+a click on a job's row shows its MindCluster view: the job.Job summary, the
+hccl.json servers, the rank table and its NIC switch and stress test with
+each step and the per-chip results.
 """
 import argparse
 import json
@@ -17,6 +20,7 @@ import urllib.request
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 
@@ -35,6 +39,37 @@ def wait_for(what, cond, timeout=30.0):
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
+def click_row(driver, selector):
+    """Clicks a table row's first cell; the panel is redrawn as events come,
+    so a row found a moment before may be gone: found again."""
+    for _ in range(20):
+        try:
+            driver.find_element(By.CSS_SELECTOR, selector).click()
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{selector}: redrawn under every click")
+
+
+def check_operations(js, job, click_job, detail_text):
+    """The job's NIC switch and stress test in its MindCluster view: both,
+    newest first, with the request, each step and every chip's result."""
+    click_job(job)
+    wait_for(f"{job}'s NIC switch and stress test", lambda: "NIC switches and stress tests (2)" in detail_text())
+    ops = js("""return [...document.querySelectorAll('#detailBody .mc-op')].map((d) => ({
+                  id: d.getAttribute('data-op'), stage: d.querySelector('.mc-stage').textContent,
+                  steps: [...d.querySelectorAll('.mc-steps li')].map((li) => li.textContent),
+                  chips: [...d.querySelectorAll('table.mc-chips tr')].slice(1).map((tr) => [...tr.cells].map((td) => td.textContent)),
+                  text: d.innerText }))""")
+    assert [o["id"] for o in ops] == [f"{job}/stress-test/2", f"{job}/nic-switch/1"], ops
+    assert all(o["stage"] == "succeeded" for o in ops), ops
+    assert ops[0]["steps"][-1] == "stress test finish", ops[0]
+    assert sorted((c[0], c[1], c[2], c[3]) for c in ops[0]["chips"]) == [("worker02", "4", "AIC", "0"),
+                                                                      ("worker02", "5", "AIC", "0")], ops[0]
+    assert ops[1]["steps"][-1] == "switch nic finish", ops[1]
+    assert "1 → backup" in ops[1]["text"], ops[1]["text"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -45,6 +80,7 @@ def main():
     ap.add_argument("--artifacts", required=True)
     ap.add_argument("--clusterctl", required=True)
     ap.add_argument("--server", required=True, help="clusterd's gRPC address")
+    ap.add_argument("--om-job", help="a job with a NIC switch and a stress test done (else that part is skipped)")
     args = ap.parse_args()
     os.makedirs(args.artifacts, exist_ok=True)
 
@@ -134,6 +170,28 @@ def main():
         assert "h-UNHEALTHY" in states.get("BROKEN", ""), states
         assert "h-HEALTHY" in states.get("ok", ""), states  # the driver and its device files
         shot("6-chain")
+
+        # A job's MindCluster view, opened by a click on its row: train-a has
+        # a summary, servers and rank table and no NIC switch or stress test.
+        click_job = lambda job: click_row(driver, f'#jobs tr[data-job="{job}"] td')
+        detail_text = lambda: js("return document.getElementById('detailBody').innerText")
+        click_job("train-a")
+        wait_for("train-a's MindCluster view", lambda: "NIC switches and stress tests (0)" in detail_text())
+        text = detail_text()
+        assert "MindCluster summary" in text and "hccl.json servers (2)" in text, text
+        assert js("return document.getElementById('detailTitle').textContent") == "job train-a"
+        rows = js("""return [...document.querySelectorAll('#detailBody table.mc-servers tr')].slice(1)
+                     .map((tr) => [...tr.cells].map((td) => td.textContent))""")
+        # (the recovery above may have moved a rank to a spare chip)
+        assert sorted(r[5] for r in rows) == ["0", "1", "2", "3"], rows
+        assert {r[0] for r in rows} == {"worker01", "worker02"}, rows
+        table = json.loads(js("return document.querySelector('#detailBody pre.mc-ranktable').textContent"))
+        assert table["status"] == "complete" and len(table["server_list"]) == 2, table
+        # The job whose TaskD did a NIC switch and a stress test: both, newest
+        # first, with the request, each step and every chip's result.
+        if args.om_job:
+            check_operations(js, args.om_job, click_job, detail_text)
+            shot("7-mindcluster-job")
 
         # All of it without a reload: the marker, one navigation, one state load.
         assert js("return window.__statusPageMarker") == "loaded-once", "the page was reloaded"

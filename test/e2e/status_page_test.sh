@@ -7,7 +7,11 @@
 # recovery and cordons a node with clusterctl and waits for the banner and the
 # mark; worker02 reads a host tree (--root) whose kubelet has no Ascend device
 # plugin registered: the "Software chain" panel and worker02's detail pane
-# show that link BROKEN, coloured. Screenshots go to ${ARTIFACT_DIR:-build/test-artifacts/status-page}/.
+# show that link BROKEN, coloured. A second job, om-a, gets a NIC switch and a
+# stress test from the Go client of test/e2e/mindcluster-client (the
+# reference's Recover stubs, as operator and TaskD): the page shows both in
+# its MindCluster view, with train-a's summary, servers and rank table.
+# Screenshots go to ${ARTIFACT_DIR:-build/test-artifacts/status-page}/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/test/e2e/lib.sh"
@@ -70,9 +74,30 @@ start_bg - "$WORK/agent.out" "$BIN/job-agent" --server "$ADDR" --job train-a --h
 wait_until 30 grep -q "attached: job train-a" "$WORK/agent.log"
 echo "-- job train-a and its agent attached"
 
+# om-a: a NIC switch (worker02 chip 5, rank 1) and an AIC stress test, TaskD
+# answering each step with success.
+cat >"$WORK/om-a.json" <<'JSON'
+{"id": "om-a", "kind": "JOB_KIND_TRAINING",
+ "labels": {"mindcluster/process-recover-enable": "on", "mindcluster/recover-strategy": "recover"},
+ "placement": [{"rank": 0, "node": "worker02", "device_id": 4}, {"rank": 1, "node": "worker02", "device_id": 5}]}
+JSON
+"$BIN/clusterctl" --server "$ADDR" create-job -f "$WORK/om-a.json" >/dev/null || fail "create-job om-a"
+OM_ARGS=()
+if command -v go >/dev/null 2>&1 && command -v protoc >/dev/null 2>&1; then
+  build_mcclient "$WORK/mcclient"
+  "$WORK/mcclient/mcclient" nicswitch -server "$ADDR" -job om-a -switch-node worker02 -switch-devs 5 -deadline 60s \
+    >"$WORK/om-nic.out" 2>&1 || fail "mcclient nicswitch: $(cat "$WORK/om-nic.out")"
+  "$WORK/mcclient/mcclient" stresstest -server "$ADDR" -job om-a -ops 0 -deadline 60s \
+    >"$WORK/om-stress.out" 2>&1 || fail "mcclient stresstest: $(cat "$WORK/om-stress.out")"
+  echo "-- job om-a: a NIC switch and a stress test done"
+  OM_ARGS=(--om-job om-a)
+else
+  echo "skip: om-a's NIC switch and stress test in the page (needs go and protoc; scripts/deps.sh installs them)"
+fi
+
 ARTIFACT_DIR="${ARTIFACT_DIR:-$ROOT/build/test-artifacts/status-page}"
 mkdir -p "$ARTIFACT_DIR"
 "$PY" "$ROOT/test/e2e/status_page_test.py" --url "http://127.0.0.1:$HTTP_PORT/" \
   --inject "http://127.0.0.1:${NODED_PORT[worker01]}/v1/sim/faults" --node worker01 --device 1 --code 80E01801 \
-  --artifacts "$ARTIFACT_DIR" --clusterctl "$BIN/clusterctl" --server "$ADDR"
+  --artifacts "$ARTIFACT_DIR" --clusterctl "$BIN/clusterctl" --server "$ADDR" "${OM_ARGS[@]}"
 echo "PASS: status page"

@@ -28,6 +28,13 @@
 #     deleting it there (as kubectl edit) releases it: back in Volcano's list, DEVICE_RELEASED
 #     by mindcluster/kubectl-edit; statistic-fault-info, current-job-statistic and
 #     scheduling-exception-report appear in the reference's shape.
+#  L. ClusterD restarted with Kubernetes discovery (integration kubernetes) too:
+#     an AscendJob's PodGroup (label framework=pytorch) and two pods as
+#     ascend-operator and the device plugin leave them (rank, chips, shared ToR
+#     annotations, MASTER_ADDR) -> the job's summary arrives on a job.Job
+#     subscription and in ops/job-summary-<job> with its servers, sharedTorIp
+#     and masterAddr; the pods deleted -> told "delete" on both, and the
+#     ConfigMap is gone after the delay.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -427,4 +434,83 @@ assert sorted(d) == ["data", "totalJob"] and int(d["totalJob"]) == len(json.load
 k8s_api GET $SYS/scheduling-exception-report >/dev/null || fail "K: no scheduling-exception-report"
 echo "   policy from clusterd-config-cm (48h, 1 fault); chip 7 listed in clusterd-manual-info-cm and released"
 echo "   by deleting it there (mindcluster/kubectl-edit); statistic-fault-info lists the public fault"
+echo "-- L: a job discovered from an AscendJob's pods and PodGroup: its summary on job.Job and in job-summary-<job>"
+k8s_apply_podgroup_crd
+kill_wait "$CLUSTERD_PID"
+start_clusterd "${CLUSTERD_FLAGS[@]/mindcluster,mindcluster-jobs/kubernetes,mindcluster,mindcluster-jobs}"
+wait_until 30 connected 2
+# faultdiag-online's subscription (the reference's job.proto, grpcurl for its client).
+jobrpc() { grpcurl -plaintext -import-path proto -proto mindcluster/job.proto -d "$2" "$ADDR" "job.Job/$1"; }
+CLIENT=$(jobrpc Register '{"role": "FdAgent"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientId"])')
+jobrpc SubscribeJobSummarySignalList "{\"role\": \"FdAgent\", \"clientId\": \"$CLIENT\"}" >"$WORK/summaries.json" 2>&1 &
+SUB_PID=$!
+AJ_UID=$(python3 -c 'import uuid; print(uuid.uuid4())')
+AJ_OWNER="[{\"apiVersion\":\"mindxdl.gitee.com/v1\",\"kind\":\"AscendJob\",\"name\":\"llm-pt\",\"uid\":\"$AJ_UID\",\"controller\":true}]"
+k8s_api POST /apis/scheduling.volcano.sh/v1beta1/namespaces/ops/podgroups \
+  "{\"apiVersion\":\"scheduling.volcano.sh/v1beta1\",\"kind\":\"PodGroup\",\"metadata\":{\"name\":\"llm-pt-${AJ_UID:0:8}\",
+    \"ownerReferences\":$AJ_OWNER,\"labels\":{\"framework\":\"pytorch\"}},\"spec\":{\"minMember\":2}}" >/dev/null
+aj_pod() {  # aj_pod NAME NODE RANK TOR_IP
+  k8s_api POST /api/v1/namespaces/ops/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\",
+    \"labels\":{\"app\":\"llm-pt\"},
+    \"annotations\":{\"scheduling.k8s.io/group-name\":\"llm-pt-${AJ_UID:0:8}\",\"hccl/rankIndex\":\"$3\",
+      \"huawei.com/AscendReal\":\"Ascend910-0,Ascend910-1\",\"isSharedTor\":\"1\",\"sharedTorIp\":\"$4\"},
+    \"ownerReferences\":$AJ_OWNER},
+    \"spec\":{\"nodeName\":\"$2\",\"containers\":[{\"name\":\"ascend\",\"image\":\"train:1\",
+      \"env\":[{\"name\":\"MASTER_ADDR\",\"value\":\"10.0.0.10\"}]}]}}" >/dev/null
+  k8s_api PATCH "/api/v1/namespaces/ops/pods/$1/status" '{"status":{"phase":"Running"}}' >/dev/null
+}
+aj_pod llm-pt-worker-0 n1 0 10.1.0.1
+aj_pod llm-pt-worker-1 n2 1 10.1.0.2
+# told: "operator status framework sharedTorIp masterAddr servers" of the job's last summary on the stream.
+told() {
+  python3 - "$WORK/summaries.json" "$AJ_UID" <<'PY'
+import json, sys
+text, dec, i, last = open(sys.argv[1]).read(), json.JSONDecoder(), 0, None
+while True:
+    while i < len(text) and text[i].isspace(): i += 1
+    if i >= len(text): break
+    try:
+        obj, i = dec.raw_decode(text, i)
+    except ValueError:
+        break
+    for s in obj.get("jobSummarySignals", []):
+        if s.get("jobId") == sys.argv[2]: last = s
+if last is None:
+    print("none"); sys.exit()
+h = json.loads(last.get("HcclJson") or "{}")
+servers = ";".join(sv["server_name"] + ":" + ",".join(d["device_id"] + "/" + d["rank_id"] for d in sv["device"])
+                   for sv in h.get("server_list", []))
+print(last.get("operator"), last.get("jobStatus"), last.get("frameWork"), last.get("sharedTorIp"), last.get("masterAddr"),
+      servers or "-")
+PY
+}
+TOLD_RUNNING='add running pytorch ["10.1.0.1","10.1.0.2"] 10.0.0.10 n1:0/0,1/1;n2:0/2,1/3'
+wait_until 30 is told "$TOLD_RUNNING" || fail "L: job.Job told $(told) (expected $TOLD_RUNNING)"
+# ajob_cm: the same from ops/job-summary-llm-pt ("none": absent).
+ajob_cm() {
+  local body
+  body=$(k8s_api GET /api/v1/namespaces/ops/configmaps/job-summary-llm-pt 2>/dev/null) || { echo none; return; }
+  python3 -c '
+import json, sys
+cm = json.load(sys.stdin)
+if cm.get("kind") != "ConfigMap":
+    print("none"); sys.exit()
+d = cm["data"]
+t = json.loads(d["hccl.json"])
+servers = ";".join(sv["server_name"] + ":" + ",".join(x["device_id"] + "/" + x["rank_id"] for x in sv["device"])
+                   for sv in t.get("server_list", []))
+print(d["operator"], d["job_status"], d["framework"], d.get("sharedTorIp"), d.get("masterAddr"), d["job_id"] == sys.argv[1],
+      servers or "-")' "$AJ_UID" <<<"$body"
+}
+wait_until 15 is ajob_cm 'add running pytorch ["10.1.0.1","10.1.0.2"] 10.0.0.10 True n1:0/0,1/1;n2:0/2,1/3' ||
+  fail "L: ops/job-summary-llm-pt says $(ajob_cm)"
+echo "   job.Job and ops/job-summary-llm-pt: running, pytorch, sharedTorIp [10.1.0.1,10.1.0.2], masterAddr 10.0.0.10, n1 and n2"
+# The job ends: its pods go (ascend-operator deletes them with the job).
+for p in llm-pt-worker-0 llm-pt-worker-1; do k8s_api DELETE "/api/v1/namespaces/ops/pods/$p?gracePeriodSeconds=0" >/dev/null; done
+wait_until 30 is 'told | cut -d" " -f1-2' "delete failed" || fail "L: job.Job told $(told) after the pods went"
+wait_until 15 is 'ajob_cm | cut -d" " -f1-2' "delete failed" || wait_until 15 is ajob_cm none ||
+  fail "L: ops/job-summary-llm-pt says $(ajob_cm) after the pods went"
+wait_until 15 is ajob_cm none
+kill "$SUB_PID" 2>/dev/null || true
+echo "   the pods deleted: told delete (failed), the ConfigMap gone after the delay"
 echo "PASS: mindcluster stack (device plugin in, Volcano's cluster-info out)"

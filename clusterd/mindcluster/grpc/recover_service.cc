@@ -993,6 +993,15 @@ size_t RecoverServiceImpl::job_count() const {
 
 size_t RecoverServiceImpl::SweepJobs() { return core_->Sweep(); }
 
+std::optional<storage::v1::OmJobRecord> RecoverServiceImpl::OmRecord(const std::string& job_id) const {
+  std::lock_guard lock(core_->mu);
+  auto it = core_->om.find(job_id);
+  if (it == core_->om.end() || !it->second.flow) return std::nullopt;
+  const storage::v1::OmJobRecord& r = it->second.flow->record();
+  if (!r.has_current() && r.history_size() == 0) return std::nullopt;
+  return r;
+}
+
 size_t RecoverServiceImpl::subscriber_count() const {
   std::lock_guard lock(core_->mu);
   return core_->subscribers;

@@ -21,6 +21,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/mindcluster/om.h"
@@ -118,6 +120,9 @@ class RecoverServiceImpl final : public ::Recover::CallbackService {
 
   size_t job_count() const;
   size_t subscriber_count() const;
+  // The job's NIC switches and stress tests as kept (the one in flight and
+  // the last finished); nullopt for a job with none (MindClusterViewService).
+  std::optional<storage::v1::OmJobRecord> OmRecord(const std::string& job_id) const;
   // Forgets jobs ClusterD no longer knows and those idle past idle_job_ttl
   // (the worker does it every keep-alive interval); how many it dropped.
   size_t SweepJobs();
