@@ -335,6 +335,31 @@ std::string McMasterAddr(const json& spec) {
   return "";
 }
 
+// The device plugin's record of the chips it gave the pod (its annotation
+// DiscoveryOptions::device_config_annotation, JSON: {"devices": [{"device_id":
+// "0", "device_ip": "192.168.1.6"}, ...]}): device id -> its address on the
+// accelerator network. What is unreadable is left out (the address is
+// informational: a job is placed without it).
+std::map<uint32_t, std::string> McDeviceIps(const std::string* text) {
+  std::map<uint32_t, std::string> out;
+  if (text == nullptr || text->empty() || text->size() > 256 * 1024) return out;
+  const json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  const json* devices = doc.is_object() ? Member(doc, "devices") : nullptr;
+  if (!devices || !devices->is_array()) return out;
+  for (const json& d : *devices) {
+    if (!d.is_object() || out.size() >= kMaxDevicesPerPod) continue;
+    const std::string* id = StringMember(d, "device_id");
+    const std::string* ip = StringMember(d, "device_ip");
+    auto n = id ? ParseUnsigned(*id, kMaxDeviceId) : std::nullopt;
+    if (!n || !ip || ip->empty() || ip->size() > 45 ||
+        ip->find_first_not_of("0123456789abcdefABCDEF.:") != std::string::npos) {
+      continue;
+    }
+    out.emplace(static_cast<uint32_t>(*n), *ip);
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---- pods and PodGroups ----
@@ -504,6 +529,9 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
       p.shared_tor_ip = McFact(StringMember(ann, "sharedTorIp"), ".:", 45);
     }
     p.master_addr = McMasterAddr(spec);
+    if (!opts.device_config_annotation.empty() && !p.devices.empty()) {
+      p.device_ips = McDeviceIps(StringMember(ann, opts.device_config_annotation));
+    }
     return p;
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("pod: unreadable object: ") + Printable(e.what(), 200));
@@ -856,6 +884,9 @@ std::vector<DiscoveredJob> BuildJobs(const std::vector<PodInfo>& pods, const Pod
       rp->set_node(where.first->node);
       if (where.second) {
         rp->set_device_id(*where.second);
+        if (auto ip = where.first->device_ips.find(*where.second); ip != where.first->device_ips.end()) {
+          rp->set_device_ip(ip->second);
+        }
       } else if (where.first->devices_per_pod > 0) {
         // The pod holds accelerators, which ones unknown (no devices
         // annotation: a GPU pod): a fault on any device of its node hits it.

@@ -81,6 +81,10 @@ struct DiscoveryOptions {
   // integer after the last '-' of each comma-separated item, or an item that
   // is only digits). An empty value counts as absent.
   std::string devices_annotation = "huawei.com/AscendReal";
+  // The device plugin's JSON record of the pod's chips with their addresses
+  // on the accelerator network (device_ip), which ranks then carry. Empty:
+  // not read.
+  std::string device_config_annotation = "ascend.kubectl.kubernetes.io/ascend-910-configuration";
   // Without the devices annotation: devices per pod = the sum over containers
   // of these resources' limits (requests when a container has no limit);
   // device ids are then unknown and ranks carry no device_id. A name ending
@@ -151,6 +155,9 @@ struct PodInfo {
   std::string framework;
   std::string shared_tor_ip;  // set only when isSharedTor is "1"
   std::string master_addr;
+  // Device id -> its address on the accelerator network, from the device
+  // plugin's annotation (only for pods with the devices annotation).
+  std::map<uint32_t, std::string> device_ips;
 };
 
 // NotFound: not a job pod (no controller owner and no PodGroup annotation, or

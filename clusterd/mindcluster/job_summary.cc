@@ -73,7 +73,7 @@ std::string RankTableJson(const v1::Job& job, const ServerFactsFn& facts) {
     if (!r->has_device_id()) continue;
     ordered_json d;
     d["device_id"] = std::to_string(r->device_id());
-    d["device_ip"] = "";
+    d["device_ip"] = r->device_ip();
     d["rank_id"] = std::to_string(r->rank());
     it->second.push_back(std::move(d));
   }

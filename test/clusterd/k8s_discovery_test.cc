@@ -526,6 +526,43 @@ TEST(K8sDiscovery, MindClusterFactsFromPodsAndPodGroup) {
   }
 }
 
+// The device plugin's record of the pod's chips gives each rank its
+// device_ip (the hccl.json of a job summary); what is unreadable is left out.
+TEST(K8sDiscovery, DeviceIpsFromTheDevicePluginsAnnotation) {
+  json list = Load("volcano-job-pods.json");
+  json& pod = list["items"][0];
+  const std::string key = "ascend.kubectl.kubernetes.io/ascend-910-configuration";
+  const auto first = MustParse(pod);
+  ASSERT_GE(first.devices.size(), 2u);
+  const uint32_t d0 = first.devices[0], d1 = first.devices[1];
+  json conf = {{"pod_name", "p0"},
+               {"server_id", "10.0.0.1"},
+               {"devices",
+                {{{"device_id", std::to_string(d0)}, {"device_ip", "192.168.1.6"}},
+                 {{"device_id", std::to_string(d1)}, {"device_ip", "fe80::1"}},
+                 {{"device_id", "4096"}, {"device_ip", "192.168.1.8"}}}}};
+  pod["metadata"]["annotations"][key] = conf.dump();
+  auto jobs = BuildJobs({MustParse(pod)}, {}, kAscend);
+  ASSERT_EQ(jobs.size(), 1u);
+  std::map<uint32_t, std::string> ips;
+  for (const auto& r : jobs[0].job.placement()) ips[r.device_id()] = r.device_ip();
+  EXPECT_EQ(ips[d0], "192.168.1.6");
+  EXPECT_EQ(ips[d1], "fe80::1");
+  EXPECT_TRUE(ValidateJob(jobs[0].job).ok());
+
+  // Hostile or broken: no address, the pod and its job stand as before.
+  for (const json& bad : {json("not json"), json(R"({"devices": 7})"), json(R"({"devices": [{"device_id": 0}]})"),
+                          json(json{{"devices", {{{"device_id", std::to_string(d0)}, {"device_ip", "1.2.3.4\",\"x"}}}}}.dump()),
+                          json(json{{"devices", {{{"device_id", std::to_string(d0)}, {"device_ip", std::string(46, '1')}}}}}.dump()),
+                          json(json{{"devices", {{{"device_id", "-1"}, {"device_ip", "1.2.3.4"}}}}}.dump()),
+                          json(std::string(300 * 1024, '{'))}) {
+    pod["metadata"]["annotations"][key] = bad;
+    auto parsed = ParsePod(pod, kAscend);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_TRUE(parsed->device_ips.empty()) << bad.dump().substr(0, 80);
+  }
+}
+
 // ---- hostile and malformed input ----
 
 TEST(K8sDiscovery, MalformedRankAndDevicesAreInvalid) {

@@ -71,7 +71,10 @@ TEST(MindClusterJobSummaryTest, SummaryOfARunningJob) {
   ASSERT_EQ(s0["device"].size(), 8u);
   EXPECT_EQ(s0["device"][3]["device_id"], "3");
   EXPECT_EQ(s0["device"][3]["rank_id"], "3");
-  EXPECT_EQ(s0["device"][3]["device_ip"], "");
+  EXPECT_EQ(s0["device"][3]["device_ip"], "");  // unknown
+  job.mutable_placement(3)->set_device_ip("192.168.1.9");
+  const auto with_ip = json::parse(RankTableJson(job, Facts));
+  EXPECT_EQ(with_ip["server_list"][0]["device"][3]["device_ip"], "192.168.1.9");
   const auto& s1 = h["server_list"][1];
   EXPECT_EQ(s1["server_id"], "worker1");  // no label: its name
   ASSERT_EQ(s1["device"].size(), 2u);

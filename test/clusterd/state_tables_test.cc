@@ -294,6 +294,34 @@ TEST_F(StateTablesTest, JobPlacementIsBoundedPerDeviceAndPerNode) {
   EXPECT_EQ(jobs.Find("wider"), nullptr);
 }
 
+// A rank's device_ip (from the device plugin) is an address or nothing.
+TEST_F(StateTablesTest, AJobsDeviceIpsMustBeAddressesOfAPlacedDevice) {
+  JobTable jobs(&journal_, &limits_);
+  v1::Job job;
+  job.set_id("ips");
+  job.set_kind(v1::JOB_KIND_TRAINING);
+  auto* p = job.add_placement();
+  p->set_rank(0);
+  p->set_node("n1");
+  p->set_device_id(3);
+  p->set_device_ip("fe80::a:1");
+  Mutation m;
+  ASSERT_TRUE(jobs.Create(job, JobTable::kApiSource, &m).ok());
+  for (const std::string& bad : std::vector<std::string>{"1.2.3.4 ", "10.0.0.1\n", "host.example", std::string(46, '1')}) {
+    job.mutable_placement(0)->set_device_ip(bad);
+    const auto refused = jobs.Update(job, JobTable::kApiSource, &m);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("job.placement[rank 0].device_ip: not an IPv4 or IPv6 address"),
+              std::string::npos)
+        << refused.status().ToString();
+  }
+  job.mutable_placement(0)->set_device_ip("10.0.0.1");
+  job.mutable_placement(0)->clear_device_id();
+  EXPECT_NE(jobs.Update(job, JobTable::kApiSource, &m).status().message().find("set without a device_id"),
+            std::string::npos);
+  EXPECT_EQ(jobs.Find("ips")->placement(0).device_ip(), "fe80::a:1");  // unchanged
+}
+
 TEST_F(StateTablesTest, NodeTableWritesEachChangedRecordOncePerFlush) {
   NodeTable nodes(&journal_);
   auto [n, created] = nodes.FindOrAdd("n1");

@@ -450,10 +450,17 @@ k8s_api POST /apis/scheduling.volcano.sh/v1beta1/namespaces/ops/podgroups \
   "{\"apiVersion\":\"scheduling.volcano.sh/v1beta1\",\"kind\":\"PodGroup\",\"metadata\":{\"name\":\"llm-pt-${AJ_UID:0:8}\",
     \"ownerReferences\":$AJ_OWNER,\"labels\":{\"framework\":\"pytorch\"}},\"spec\":{\"minMember\":2}}" >/dev/null
 aj_pod() {  # aj_pod NAME NODE RANK TOR_IP
+  # The device plugin's record of the chips it gave the pod, with their
+  # addresses on the accelerator network (192.168.RANK.10 and .11).
+  local conf
+  conf=$(python3 -c 'import json, sys; r = sys.argv[1]
+print(json.dumps(json.dumps({"pod_name": "p", "devices": [{"device_id": "0", "device_ip": "192.168.%s.10" % r},
+                                                          {"device_id": "1", "device_ip": "192.168.%s.11" % r}]})))' "$3")
   k8s_api POST /api/v1/namespaces/ops/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\",
     \"labels\":{\"app\":\"llm-pt\"},
     \"annotations\":{\"scheduling.k8s.io/group-name\":\"llm-pt-${AJ_UID:0:8}\",\"hccl/rankIndex\":\"$3\",
-      \"huawei.com/AscendReal\":\"Ascend910-0,Ascend910-1\",\"isSharedTor\":\"1\",\"sharedTorIp\":\"$4\"},
+      \"huawei.com/AscendReal\":\"Ascend910-0,Ascend910-1\",\"isSharedTor\":\"1\",\"sharedTorIp\":\"$4\",
+      \"ascend.kubectl.kubernetes.io/ascend-910-configuration\":$conf},
     \"ownerReferences\":$AJ_OWNER},
     \"spec\":{\"nodeName\":\"$2\",\"containers\":[{\"name\":\"ascend\",\"image\":\"train:1\",
       \"env\":[{\"name\":\"MASTER_ADDR\",\"value\":\"10.0.0.10\"}]}]}}" >/dev/null
@@ -478,13 +485,14 @@ while True:
 if last is None:
     print("none"); sys.exit()
 h = json.loads(last.get("HcclJson") or "{}")
-servers = ";".join(sv["server_name"] + ":" + ",".join(d["device_id"] + "/" + d["rank_id"] for d in sv["device"])
+servers = ";".join(sv["server_name"] + ":" + ",".join(d["device_id"] + "/" + d["rank_id"] + "@" + d["device_ip"]
+                                                     for d in sv["device"])
                    for sv in h.get("server_list", []))
 print(last.get("operator"), last.get("jobStatus"), last.get("frameWork"), last.get("sharedTorIp"), last.get("masterAddr"),
       servers or "-")
 PY
 }
-TOLD_RUNNING='add running pytorch ["10.1.0.1","10.1.0.2"] 10.0.0.10 n1:0/0,1/1;n2:0/2,1/3'
+TOLD_RUNNING='add running pytorch ["10.1.0.1","10.1.0.2"] 10.0.0.10 n1:0/0@192.168.0.10,1/1@192.168.0.11;n2:0/2@192.168.1.10,1/3@192.168.1.11'
 wait_until 30 is told "$TOLD_RUNNING" || fail "L: job.Job told $(told) (expected $TOLD_RUNNING)"
 # ajob_cm: the same from ops/job-summary-llm-pt ("none": absent).
 ajob_cm() {
@@ -497,14 +505,15 @@ if cm.get("kind") != "ConfigMap":
     print("none"); sys.exit()
 d = cm["data"]
 t = json.loads(d["hccl.json"])
-servers = ";".join(sv["server_name"] + ":" + ",".join(x["device_id"] + "/" + x["rank_id"] for x in sv["device"])
+servers = ";".join(sv["server_name"] + ":" + ",".join(x["device_id"] + "/" + x["rank_id"] + "@" + x["device_ip"]
+                                                     for x in sv["device"])
                    for sv in t.get("server_list", []))
 print(d["operator"], d["job_status"], d["framework"], d.get("sharedTorIp"), d.get("masterAddr"), d["job_id"] == sys.argv[1],
       servers or "-")' "$AJ_UID" <<<"$body"
 }
-wait_until 15 is ajob_cm 'add running pytorch ["10.1.0.1","10.1.0.2"] 10.0.0.10 True n1:0/0,1/1;n2:0/2,1/3' ||
+wait_until 15 is ajob_cm 'add running pytorch ["10.1.0.1","10.1.0.2"] 10.0.0.10 True n1:0/0@192.168.0.10,1/1@192.168.0.11;n2:0/2@192.168.1.10,1/3@192.168.1.11' ||
   fail "L: ops/job-summary-llm-pt says $(ajob_cm)"
-echo "   job.Job and ops/job-summary-llm-pt: running, pytorch, sharedTorIp [10.1.0.1,10.1.0.2], masterAddr 10.0.0.10, n1 and n2"
+echo "   job.Job and ops/job-summary-llm-pt: running, pytorch, sharedTorIp [10.1.0.1,10.1.0.2], masterAddr 10.0.0.10, n1 and n2 with their chips' device IPs"
 # The job ends: its pods go (ascend-operator deletes them with the job).
 for p in llm-pt-worker-0 llm-pt-worker-1; do k8s_api DELETE "/api/v1/namespaces/ops/pods/$p?gracePeriodSeconds=0" >/dev/null; done
 wait_until 30 is 'told | cut -d" " -f1-2' "delete failed" || fail "L: job.Job told $(told) after the pods went"
