@@ -207,18 +207,8 @@ class AuthenticatorImpl final : public Authenticator {
     auto auth = ctx.auth_context();
     if (auth != nullptr && auth->IsPeerAuthenticated()) {
       auto pems = auth->FindPropertyValues("x509_pem_cert");
-      if (!pems.empty()) {
-        auto id = CertIdentityOf(std::string_view(pems.front().data(), pems.front().size()));
-        if (id && !id->cn.empty()) {
-          p.kind = Principal::Kind::kAuthenticated;
-          p.method = "x509";
-          p.name = id->cn;
-          p.groups = id->orgs;
-          AssignRoles(options_.bindings, &p);
-          return p;
-        }
-      }
-      return Status(StatusCode::kUnauthenticated, "client certificate has no subject common name");
+      return CertPrincipal(
+          pems.empty() ? std::string_view() : std::string_view(pems.front().data(), pems.front().size()), std::move(p));
     }
     return p;  // anonymous: only the methods anyone may call
   }
@@ -337,6 +327,21 @@ class AuthenticatorImpl final : public Authenticator {
     }
   }
 
+  // `p` (its peer set) as the subject of a verified client certificate (PEM):
+  // user = CN, groups = O.
+  StatusOr<Principal> CertPrincipal(std::string_view pem, Principal p) const {
+    auto id = pem.empty() ? std::nullopt : CertIdentityOf(pem);
+    if (!id || id->cn.empty()) {
+      return Status(StatusCode::kUnauthenticated, "client certificate has no subject common name");
+    }
+    p.kind = Principal::Kind::kAuthenticated;
+    p.method = "x509";
+    p.name = id->cn;
+    p.groups = id->orgs;
+    AssignRoles(options_.bindings, &p);
+    return p;
+  }
+
   // The principal of an HTTP request: its bearer token, else its client
   // certificate (verified by the TLS handshake).
   StatusOr<Principal> AuthenticateHttp(const HttpRequest& req) const {
@@ -350,18 +355,9 @@ class AuthenticatorImpl final : public Authenticator {
       return AuthenticateToken(authorization.substr(kBearer.size()), req.peer);
     }
     if (!req.client_certificate_pem.empty()) {
-      auto id = CertIdentityOf(req.client_certificate_pem);
-      if (!id || id->cn.empty()) {
-        return Status(StatusCode::kUnauthenticated, "client certificate has no subject common name");
-      }
       Principal p;
       p.peer = req.peer;
-      p.kind = Principal::Kind::kAuthenticated;
-      p.method = "x509";
-      p.name = id->cn;
-      p.groups = id->orgs;
-      AssignRoles(options_.bindings, &p);
-      return p;
+      return CertPrincipal(req.client_certificate_pem, std::move(p));
     }
     return Status(StatusCode::kUnauthenticated, "no client certificate or bearer token");
   }

@@ -7,25 +7,12 @@ A wrong token is asked for again; a viewer's token loads the page.
 """
 import argparse
 import os
-import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-
-def wait_for(what, cond, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = cond()
-            if last:
-                return last
-        except Exception as e:  # the page may be between renders
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+from status_page_test import wait_for  # this script's directory is on sys.path
 
 
 def main():
