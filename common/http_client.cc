@@ -1,9 +1,14 @@
 #include "common/http_client.h"
 
+#include <optional>
+
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <openssl/ssl.h>
 
 namespace clusterd {
 namespace {
@@ -12,6 +17,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+namespace ssl = asio::ssl;
 
 }  // namespace
 
@@ -30,6 +36,15 @@ HttpClientAnswer HttpCall(const HttpClientRequest& req, std::chrono::steady_cloc
   tcp::resolver resolver(ioc);
   asio::steady_timer resolve_timer(ioc);
   beast::tcp_stream stream(ioc);
+  std::optional<ssl::stream<beast::tcp_stream&>> tls;
+  if (req.tls) {
+    tls.emplace(stream, *req.tls);
+    // SNI names a host, never an address (RFC 6066).
+    boost::system::error_code not_an_address;
+    asio::ip::make_address(req.host, not_an_address);
+    if (not_an_address) SSL_set_tlsext_host_name(tls->native_handle(), req.host.c_str());
+    if (!req.tls_verify_host.empty()) tls->set_verify_callback(ssl::host_name_verification(req.tls_verify_host));
+  }
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(max_body);
@@ -40,6 +55,15 @@ HttpClientAnswer HttpCall(const HttpClientRequest& req, std::chrono::steady_cloc
   const auto fail = [&](const char* stage, beast::error_code ec) {
     out.failed_at = stage;
     error = ec;
+  };
+  // Send the request and read the answer over `s` (the TCP stream or TLS over it).
+  const auto exchange = [&](auto& s) {
+    http::async_write(s, request, [&](beast::error_code ec, std::size_t) {
+      if (ec) return fail("sending the request", ec);
+      http::async_read(s, buffer, parser, [&](beast::error_code ec, std::size_t) {
+        if (ec) fail("waiting for the answer", ec);
+      });
+    });
   };
 
   // The resolver has no timeout of its own; the stream's covers the rest.
@@ -55,11 +79,10 @@ HttpClientAnswer HttpCall(const HttpClientRequest& req, std::chrono::steady_cloc
     stream.expires_at(deadline);
     stream.async_connect(results, [&](beast::error_code ec, const tcp::endpoint&) {
       if (ec) return fail("connecting", ec);
-      http::async_write(stream, request, [&](beast::error_code ec, std::size_t) {
-        if (ec) return fail("sending the request", ec);
-        http::async_read(stream, buffer, parser, [&](beast::error_code ec, std::size_t) {
-          if (ec) fail("waiting for the answer", ec);
-        });
+      if (!tls) return exchange(stream);
+      tls->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
+        if (ec) return fail("the TLS handshake", ec);
+        exchange(*tls);
       });
     });
   });

@@ -1,17 +1,22 @@
 // A small synchronous HTTP/1.1 client (Boost.Beast): one request on a
 // connection of its own, everything (resolve, connect, send, answer) within
 // one deadline, the answer's body capped. For the webhook actuator and the
-// replicas' checkpoint transfer (docs/ha.md); not a general client: no TLS,
-// no redirects, no keep-alive.
+// replicas' checkpoint transfer (docs/ha.md); not a general client: no
+// redirects, no keep-alive. HTTPS when given a TLS context.
 //
 // Thread contract: none (each call has its own io_context).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
 
 namespace clusterd {
 
@@ -24,6 +29,12 @@ struct HttpClientRequest {
   std::string target = "/";  // path and query
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  // Not null: HTTPS with this client context (MakeTlsClientContext: what it
+  // verifies, which certificate it presents). The host name is sent as SNI.
+  std::shared_ptr<boost::asio::ssl::context> tls;
+  // With tls: the name the server certificate must carry ("" = the chain is
+  // verified, by the context, but not the name).
+  std::string tls_verify_host;
 };
 
 struct HttpClientAnswer {

@@ -13,9 +13,14 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "common/logging.h"
 
@@ -26,6 +31,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+namespace ssl = asio::ssl;
 
 // After refusing a request whose body we did not read (413, 400), read and
 // discard what the client still sends for a while before closing. Closing a
@@ -90,6 +96,25 @@ void RefuseConnection(tcp::socket& socket, const std::string& body) {
 
 // Log lines about refusals that do not flood: the first and every 1000th.
 bool WorthLogging(uint64_t count) { return count == 1 || count % 1000 == 0; }
+
+// The verified client certificate of a finished handshake as PEM; "" when
+// the client sent none (or it was not verified: request mode without a CA).
+std::string VerifiedPeerCertificate(SSL* ssl) {
+  if (SSL_get_verify_result(ssl) != X509_V_OK) return "";
+  X509* cert = SSL_get1_peer_certificate(ssl);
+  if (cert == nullptr) return "";
+  std::string pem;
+  if (BIO* bio = BIO_new(BIO_s_mem())) {
+    if (PEM_write_bio_X509(bio, cert) == 1) {
+      char* data = nullptr;
+      const long n = BIO_get_mem_data(bio, &data);
+      if (n > 0) pem.assign(data, static_cast<std::size_t>(n));
+    }
+    BIO_free(bio);
+  }
+  X509_free(cert);
+  return pem;
+}
 
 }  // namespace
 
@@ -165,6 +190,8 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> peer_replaced{0};
   std::atomic<uint64_t> reserved_refused{0};
   std::atomic<uint64_t> accept_errors{0};
+  std::atomic<uint64_t> tls_failures{0};
+  Counter* tls_failures_metric = nullptr;
   Counter* rejected_metric = nullptr;
   Counter* peer_rejected_metric = nullptr;
   Counter* peer_replaced_metric = nullptr;
@@ -185,10 +212,14 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   // `peer_capped`: reserved because its address is at
   // max_connections_per_peer and it replaced one of that address's older
   // connections (only the probe paths answer over it).
-  Session(Impl* server, tcp::socket socket, asio::ip::address peer, bool reserved, bool peer_capped = false)
+  // `tls`: the context of a TLS connection (null: plaintext).
+  Session(Impl* server, tcp::socket socket, asio::ip::address peer, std::string remote,
+          std::shared_ptr<ssl::context> tls, bool reserved, bool peer_capped = false)
       : server_(server),
         stream_(std::move(socket)),
         peer_(std::move(peer)),
+        remote_(std::move(remote)),
+        tls_context_(std::move(tls)),
         reserved_(reserved),
         peer_capped_(peer_capped),
         io_timeout_(reserved ? server->reserved_io_timeout : server->options.io_timeout) {
@@ -214,7 +245,18 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     server_->open_connections->store(server_->sessions.size());
   }
 
-  void Start() { DoRead(); }
+  void Start() {
+    if (!tls_context_) {
+      DoRead();
+      return;
+    }
+    tls_.emplace(stream_, *tls_context_);
+    // The handshake is bounded like a request: a client that never finishes
+    // it loses the slot after the io timeout.
+    stream_.expires_after(io_timeout_);
+    tls_->async_handshake(ssl::stream_base::server,
+                          [self = shared_from_this()](beast::error_code ec) { self->OnHandshake(ec); });
+  }
 
   const asio::ip::address& peer() const { return peer_; }
   // Waiting for a request (its first, or the next on a kept-alive
@@ -239,14 +281,41 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  // Runs f on the stream requests travel on: TLS when the port has it.
+  template <typename F>
+  void WithStream(F&& f) {
+    if (tls_) {
+      f(*tls_);
+    } else {
+      f(stream_);
+    }
+  }
+
+  void OnHandshake(beast::error_code ec) {
+    if (ec) {
+      // Plaintext on a TLS port, a client certificate the CA does not
+      // verify (another CA, expired), a client that gave up: no answer.
+      const uint64_t n = server_->tls_failures.fetch_add(1) + 1;
+      if (server_->tls_failures_metric) server_->tls_failures_metric->Inc();
+      if (WorthLogging(n)) {
+        Log()->warn("TLS handshake with {} failed: {} ({} failed so far)", remote_, ec.message(), n);
+      }
+      return;
+    }
+    client_certificate_ = VerifiedPeerCertificate(tls_->native_handle());
+    DoRead();
+  }
+
   void DoRead() {
     waiting_ = true;
     waiting_since_ = std::chrono::steady_clock::now();
     parser_.emplace();
     parser_->body_limit(server_->options.max_body_bytes);
     stream_.expires_after(io_timeout_);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
+    WithStream([this](auto& stream) {
+      http::async_read(stream, buffer_, *parser_,
+                       [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
+    });
   }
 
   void OnRead(beast::error_code ec) {
@@ -324,7 +393,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
       return res;
     }
 
-    HttpRequest request{method, target, req.body(), std::string(req[boost::beast::http::field::authorization])};
+    HttpRequest request{method,     target,
+                        req.body(), std::string(req[boost::beast::http::field::authorization]),
+                        remote_,    client_certificate_};
     HttpResponse response;
     // Handlers are user code on the server thread: an escaping exception
     // would end io_context::run() for everyone, so it becomes a 500 here.
@@ -359,8 +430,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     res.prepare_payload();
     res_ = std::move(res);
     stream_.expires_after(io_timeout_);
-    http::async_write(stream_, res_, [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
-      self->OnWrite(ec, close);
+    WithStream([this, close](auto& stream) {
+      http::async_write(stream, res_, [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
+        self->OnWrite(ec, close);
+      });
     });
   }
 
@@ -379,16 +452,24 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
   void DoDrain() {
-    stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-      self->drained_ += n;
-      // EOF, error, timeout or limit: the session ends and the socket closes.
-      if (!ec && self->drained_ < kDrainLimitBytes) self->DoDrain();
+    WithStream([this](auto& stream) {
+      stream.async_read_some(asio::buffer(drain_buf_),
+                             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                               self->drained_ += n;
+                               // EOF, error, timeout or limit: the session ends and the socket closes.
+                               if (!ec && self->drained_ < kDrainLimitBytes) self->DoDrain();
+                             });
     });
   }
 
   Impl* const server_;
   beast::tcp_stream stream_;
   const asio::ip::address peer_;
+  const std::string remote_;  // "address:port", for handlers and logs
+  const std::shared_ptr<ssl::context> tls_context_;
+  // Over stream_; declared after it, so destroyed first.
+  std::optional<ssl::stream<beast::tcp_stream&>> tls_;
+  std::string client_certificate_;  // verified, PEM; "" none
   const bool reserved_;
   const bool peer_capped_;
   const std::chrono::nanoseconds io_timeout_;
@@ -450,6 +531,9 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
     return;
   }
   asio::ip::address peer = PeerOf(remote.address());
+  const std::string remote_text =
+      (remote.address().is_v6() ? "[" + remote.address().to_string() + "]" : remote.address().to_string()) + ":" +
+      std::to_string(remote.port());
   // Beyond the API's share, a connection takes a reserved slot.
   const bool reserved =
       reserved_share > 0 && sessions.size() - reserved_open >= options.max_connections - reserved_share;
@@ -499,7 +583,10 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
     RefuseConnection(socket, "too many HTTP connections from " + who + "; close some and try later\r\n");
     return;
   }
-  std::make_shared<Session>(this, std::move(socket), std::move(peer), reserved || replaced, replaced && !reserved)
+  std::shared_ptr<ssl::context> tls;
+  if (options.tls) tls = options.tls();
+  std::make_shared<Session>(this, std::move(socket), std::move(peer), remote_text, std::move(tls), reserved || replaced,
+                            replaced && !reserved)
       ->Start();
 }
 
@@ -533,6 +620,12 @@ HttpServer::HttpServer(const Options& options) : impl_(std::make_unique<Impl>(op
         &m->AddCounter(p + "_http_reserved_requests_refused_total",
                        "HTTP requests refused because they came over a slot kept for probes and asked for "
                        "another path (every other slot in use).");
+    if (options.tls) {
+      impl->tls_failures_metric =
+          &m->AddCounter(p + "_http_tls_handshake_failures_total",
+                         "TLS handshakes on the HTTP port that failed: plaintext, a client certificate not "
+                         "verified (another CA, expired), a client that gave up or timed out.");
+    }
     impl->accept_errors_metric = &m->AddCounter(
         p + "_http_accept_errors_total", "Failed accepts on the HTTP port (e.g. out of file descriptors); retried.");
   }
@@ -609,6 +702,7 @@ uint64_t HttpServer::peer_rejected_connections() const { return impl_->peer_reje
 uint64_t HttpServer::peer_replaced_connections() const { return impl_->peer_replaced.load(); }
 uint64_t HttpServer::reserved_refused_requests() const { return impl_->reserved_refused.load(); }
 uint64_t HttpServer::accept_errors() const { return impl_->accept_errors.load(); }
+uint64_t HttpServer::tls_handshake_failures() const { return impl_->tls_failures.load(); }
 
 void HttpServer::Stop() {
   std::lock_guard lock(impl_->lifecycle_mu);

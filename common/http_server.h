@@ -1,6 +1,6 @@
 // A small HTTP/1.1 server (Boost.Beast) for /metrics, health and debug
 // endpoints. Not a general web server: exact-path routing, bodies held in
-// memory, no TLS.
+// memory; TLS (and client certificates) when given a context (Options::tls).
 //
 // Threading: the server owns one io_context and one thread that runs it.
 // Every connection, and every handler call, runs on that thread, so handlers
@@ -24,6 +24,10 @@
 #include "common/metrics.h"
 #include "common/status.h"
 
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
+
 namespace clusterd {
 
 struct HttpRequest {
@@ -31,6 +35,10 @@ struct HttpRequest {
   std::string target;  // as sent, including any query string: "/metrics?x=1"
   std::string body;
   std::string authorization;  // the Authorization header, "" when absent
+  std::string peer;           // the client's address: "10.0.0.7:40112", "[::1]:5000"
+  // Over TLS: the client certificate (PEM, the leaf) when the client sent one
+  // and the context verified it; "" otherwise.
+  std::string client_certificate_pem;
 };
 
 struct HttpResponse {
@@ -91,6 +99,13 @@ class HttpServer {
     // must outlive the server.
     MetricsRegistry* metrics = nullptr;
     std::string metrics_prefix = "http";
+    // Not null: every connection speaks TLS, with the context this returns
+    // when the connection is accepted (server thread; a newer one after a
+    // certificate rotation: connections keep the one they started with). A
+    // client that fails the handshake (plaintext, a certificate the context
+    // does not verify, a timeout) is closed without an answer and counted in
+    // <metrics_prefix>_http_tls_handshake_failures_total.
+    std::function<std::shared_ptr<boost::asio::ssl::context>()> tls;
   };
 
   HttpServer();
@@ -131,6 +146,8 @@ class HttpServer {
   uint64_t peer_replaced_connections() const;
   uint64_t reserved_refused_requests() const;
   uint64_t accept_errors() const;
+  // TLS handshakes that failed (Options::tls). Any thread.
+  uint64_t tls_handshake_failures() const;
 
   // Stops accepting, closes every connection, joins the server thread.
   // Idempotent; safe to call without Start().

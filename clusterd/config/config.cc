@@ -221,8 +221,21 @@ std::vector<ConfigKey> MakeTable() {
   TableBuilder t;
   t.Section("Server");
   t.Add(Address("listen", CLUSTERD_FIELD(listen)), "gRPC address", "clusterd.ports.grpc (on 0.0.0.0)");
-  t.Add(Address("http_listen", CLUSTERD_FIELD(http_listen)), "HTTP address: /healthz, /readyz, /metrics, the API",
+  t.Add(Address("http_listen", CLUSTERD_FIELD(http_listen)),
+        "HTTP address: /healthz, /readyz, /metrics, the API and the status page (TLS unless insecure)",
         "clusterd.ports.http (on 0.0.0.0)");
+  t.Add(Custom(
+            "probe_listen", "ADDR", "host:port, or \"\" for none",
+            [](const std::string& v, ClusterdConfig* c) {
+              if (v.empty()) {
+                c->probe_listen.clear();
+                return Status::Ok();
+              }
+              return SetAddress("probe_listen", v, &c->probe_listen);
+            },
+            [](const ClusterdConfig& c) { return c.probe_listen; }),
+        "a plaintext HTTP port for the kubelet's probes only (/healthz, /readyz; no data, no /metrics); \"\" = none",
+        "clusterd.ports.probe (on 0.0.0.0, with tls.enabled)");
   t.Add(Custom(
             "data_dir", "DIR", "a non-empty path",
             [](const std::string& v, ClusterdConfig* c) {
@@ -314,7 +327,9 @@ std::vector<ConfigKey> MakeTable() {
         "roles (viewer, reporter, operator, admin) for existing users and groups", "auth.bindings");
   t.Add(Bool("metrics_auth", CLUSTERD_FIELD(auth.metrics_auth), "BOOL",
              "true or false; alone as a flag: true; needs a token source"),
-        "/metrics needs a viewer's bearer token", "metrics.auth");
+        "/metrics needs a bearer token or client certificate of a principal with metrics_role", "metrics.auth");
+  t.Add(OneOf("metrics_role", CLUSTERD_FIELD(auth.metrics_role), {"viewer", "operator", "admin"}, "ROLE"),
+        "the role /metrics needs with metrics_auth (viewer: viewer, operator or admin)", "metrics.role");
 
   t.Section("Connection limits");
   t.Add(Dur("hello_timeout", CLUSTERD_FIELD(hello_timeout), std::chrono::milliseconds(10)),
@@ -836,7 +851,7 @@ Status ValidateSecurity(const ClusterdConfig& c) {
   const bool cert = !c.tls.cert_file.empty(), key = !c.tls.key_file.empty();
   const bool authn = !c.auth.token_file.empty() || c.auth.token_review || !c.tls.client_ca_file.empty();
   if (c.insecure) {
-    if (cert || key || authn || !c.tls.client_auth.empty() || c.auth.metrics_auth) {
+    if (cert || key || authn || !c.tls.client_auth.empty() || c.auth.metrics_auth || c.auth.metrics_role != "viewer") {
       return InvalidArgument(
           "insecure: plaintext without authentication cannot be combined with tls_* or auth_* "
           "settings (drop --insecure to serve TLS)");
@@ -859,9 +874,7 @@ Status ValidateSecurity(const ClusterdConfig& c) {
   if ((c.tls.client_auth == "require" || c.tls.client_auth == "request") && c.tls.client_ca_file.empty()) {
     return InvalidArgument("tls_client_auth: \"" + c.tls.client_auth + "\" needs tls_client_ca_file");
   }
-  if (c.auth.metrics_auth && c.auth.token_file.empty() && !c.auth.token_review) {
-    return InvalidArgument("metrics_auth: needs auth_token_file or auth_token_review (a scraper sends a bearer token)");
-  }
+
   if (!c.auth.agent_service_accounts.empty() && !c.auth.token_review) {
     return InvalidArgument("auth_agent_service_accounts: needs auth_token_review");
   }

@@ -17,6 +17,10 @@ namespace clusterd {
 struct ClusterdConfig {
   std::string listen = "0.0.0.0:8899";
   std::string http_listen = "0.0.0.0:11253";
+  // A second HTTP port, always plaintext, serving the kubelet's probes only
+  // (/healthz, /readyz, /readyz/writes, /readyz/replica; no data): "" none.
+  // With TLS on http_listen a probe cannot present a client certificate.
+  std::string probe_listen;
   std::string data_dir = "./clusterd-data";
   // Free-space reserve of the data dir's filesystem: below it (bytes or
   // inodes) client writes are refused with UNAVAILABLE and the store is
@@ -167,8 +171,11 @@ struct ClusterdConfig {
     std::vector<std::string> agent_service_accounts;
     // "ROLE=user:NAME" or "ROLE=group:NAME".
     std::vector<std::string> bindings;
-    // /metrics needs a viewer's bearer token.
+    // /metrics needs a bearer token or client certificate of a principal
+    // with metrics_role ("viewer": viewer, operator or admin; "operator";
+    // "admin").
     bool metrics_auth = false;
+    std::string metrics_role = "viewer";
   } auth;
   // MindCluster's PubFault.SendPublicFault (docs/mindcluster.md): a code
   // table merged over the built-in one, the resources allowed, their rate

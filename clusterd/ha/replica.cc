@@ -23,6 +23,7 @@
 #include "clusterd/server/probe_routes.h"
 #include "clusterd/server/server.h"
 #include "clusterd/server/server_parts.h"
+#include "clusterd/server/tls.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/storage/v1/replica.pb.h"
 #include "common/config_util.h"
@@ -303,6 +304,9 @@ Status Replica::Restore(std::unique_ptr<storage::Store>* store, bool keep_old, c
     replication::FetchOptions options;
     options.address = progress.checkpoint_address();
     options.token = progress.checkpoint_token();
+    auto peer_tls = MakeHttpPeerTls(cfg_);
+    if (!peer_tls.ok()) return peer_tls.status();
+    options.tls = std::move(*peer_tls);
     options.request_timeout = std::max<std::chrono::nanoseconds>(cfg_.ha.request_timeout, std::chrono::seconds(10));
     options.cancelled = [this, &cancelled] {
       if (WaitForTerminationSignalFor(milliseconds(0)) != 0) follower_.Stop();
@@ -401,7 +405,14 @@ std::optional<int> Replica::Standby() {
   }
   log_->info("standby {}: store at log index {}, revision {}", id_, follower_.applied(), raw->revision_at_open());
 
-  const HttpServer::Options http_options = MakeHttpServerOptions(cfg_);
+  HttpServer::Options http_options = MakeHttpServerOptions(cfg_);
+  // The leader's TLS on the same port (docs/security.md).
+  auto http_tls = MakeHttpTls(cfg_);
+  if (!http_tls.ok()) {
+    log_->error("HTTP TLS: {}", http_tls.status().ToString());
+    return 1;
+  }
+  http_options.tls = std::move(*http_tls);
   // Declared first: the HTTP server, whose handlers use it, stops before it goes.
   replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_});
   HttpServer http(http_options);
@@ -423,6 +434,13 @@ std::optional<int> Replica::Standby() {
     if (reads_) text += reads_->RenderMetrics();
     return text;
   };
+  // The probe-only port (probe_listen), as the leader serves it.
+  std::optional<HttpServer> probe_http;
+  if (!cfg_.probe_listen.empty()) {
+    probe_http.emplace();
+    RegisterProbeRoutes(&*probe_http, ProbeOnly(probes));
+    probe_http->Handle("GET", "/readyz/replica", ProbeHandler([this] { return StandbyReplicaReady(); }));
+  }
   RegisterProbeRoutes(&http, std::move(probes));
   // Ready as a replica: following the log, lease alive, pod labelled. What a
   // Service that selects the leader by label probes (docs/ha.md).
@@ -431,6 +449,12 @@ std::optional<int> Replica::Standby() {
   if (Status st = http.Start(cfg_.http_listen); !st.ok()) {
     log_->error("HTTP on {}: {}", cfg_.http_listen, st.ToString());
     return 1;
+  }
+  if (probe_http) {
+    if (Status st = probe_http->Start(cfg_.probe_listen); !st.ok()) {
+      log_->error("probe port on {}: {}", cfg_.probe_listen, st.ToString());
+      return 1;
+    }
   }
   advertise_ = AdvertiseAddress(cfg_, http.port());
   if (Status st = ServeReads(follower_.store()); !st.ok()) {

@@ -207,18 +207,8 @@ class AuthenticatorImpl final : public Authenticator {
     auto auth = ctx.auth_context();
     if (auth != nullptr && auth->IsPeerAuthenticated()) {
       auto pems = auth->FindPropertyValues("x509_pem_cert");
-      if (!pems.empty()) {
-        auto id = CertIdentityOf(std::string_view(pems.front().data(), pems.front().size()));
-        if (id && !id->cn.empty()) {
-          p.kind = Principal::Kind::kAuthenticated;
-          p.method = "x509";
-          p.name = id->cn;
-          p.groups = id->orgs;
-          AssignRoles(options_.bindings, &p);
-          return p;
-        }
-      }
-      return Status(StatusCode::kUnauthenticated, "client certificate has no subject common name");
+      return CertPrincipal(
+          pems.empty() ? std::string_view() : std::string_view(pems.front().data(), pems.front().size()), std::move(p));
     }
     return p;  // anonymous: only the methods anyone may call
   }
@@ -259,6 +249,25 @@ class AuthenticatorImpl final : public Authenticator {
       return p;
     }
     return Status(StatusCode::kUnauthenticated, "unknown bearer token");
+  }
+
+  Status AuthorizeHttp(const HttpRequest& req, RoleMask roles, std::string_view what) const override {
+    if (options_.insecure) return Status::Ok();
+    auto who = AuthenticateHttp(req);
+    if (!who.ok()) {
+      Count(unauthenticated_);
+      Audit(false, req.peer, "-", what, who.status().message());
+      return who.status();
+    }
+    const RoleMask allowed = roles | RoleBit(Role::kAdmin);
+    if ((who->roles & allowed) == 0) {
+      const std::string why = "roles " + RoleMaskNames(who->roles) + "; needs " + RoleMaskNames(allowed);
+      Count(denied_);
+      Audit(false, req.peer, who->name, what, why);
+      return Status(StatusCode::kPermissionDenied, who->name + " may not " + std::string(what) + ": " + why);
+    }
+    Count(allowed_);
+    return Status::Ok();
   }
 
   StatusOr<Principal> Authorize(const grpc::ServerContextBase& ctx, std::string_view method,
@@ -316,6 +325,41 @@ class AuthenticatorImpl final : public Authenticator {
     } else {
       log->warn("deny principal={} method={} peer={} reason=\"{}\"", who, method, peer, detail);
     }
+  }
+
+  // `p` (its peer set) as the subject of a verified client certificate (PEM):
+  // user = CN, groups = O.
+  StatusOr<Principal> CertPrincipal(std::string_view pem, Principal p) const {
+    auto id = pem.empty() ? std::nullopt : CertIdentityOf(pem);
+    if (!id || id->cn.empty()) {
+      return Status(StatusCode::kUnauthenticated, "client certificate has no subject common name");
+    }
+    p.kind = Principal::Kind::kAuthenticated;
+    p.method = "x509";
+    p.name = id->cn;
+    p.groups = id->orgs;
+    AssignRoles(options_.bindings, &p);
+    return p;
+  }
+
+  // The principal of an HTTP request: its bearer token, else its client
+  // certificate (verified by the TLS handshake).
+  StatusOr<Principal> AuthenticateHttp(const HttpRequest& req) const {
+    const std::string_view authorization = req.authorization;
+    if (!authorization.empty()) {
+      // The scheme is case-insensitive (RFC 7235 section 2.1), as on gRPC.
+      constexpr std::string_view kBearer = "Bearer ";
+      if (authorization.size() < kBearer.size() || !IEquals(authorization.substr(0, kBearer.size()), kBearer)) {
+        return Status(StatusCode::kUnauthenticated, "Authorization is not \"Bearer <token>\"");
+      }
+      return AuthenticateToken(authorization.substr(kBearer.size()), req.peer);
+    }
+    if (!req.client_certificate_pem.empty()) {
+      Principal p;
+      p.peer = req.peer;
+      return CertPrincipal(req.client_certificate_pem, std::move(p));
+    }
+    return Status(StatusCode::kUnauthenticated, "no client certificate or bearer token");
   }
 
   bool IsAgentServiceAccount(const std::string& user) const {
@@ -398,18 +442,18 @@ std::unique_ptr<Authenticator> MakeClaimedActorAuthenticator() {
   return MakeAuthenticator(std::move(o), nullptr);
 }
 
-Status AuthorizeHttpReader(const Authenticator& auth, std::string_view authorization, std::string_view what) {
-  // The scheme is case-insensitive (RFC 7235 section 2.1), as on gRPC.
-  constexpr std::string_view kBearer = "Bearer ";
-  if (authorization.size() < kBearer.size() || !IEquals(authorization.substr(0, kBearer.size()), kBearer)) {
-    return Unauthenticated(std::string(what) + " needs Authorization: Bearer <token> of a viewer");
+RoleMask MetricsRoles(std::string_view metrics_role) {
+  if (metrics_role == "operator") return RoleBit(Role::kOperator) | RoleBit(Role::kAdmin);
+  if (metrics_role == "admin") return RoleBit(Role::kAdmin);
+  return kReaderRoles;
+}
+
+int HttpStatusOfRefusal(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kUnavailable: return 503;
+    default: return 401;
   }
-  auto who = auth.AuthenticateToken(authorization.substr(kBearer.size()), "http");
-  if (!who.ok()) return who.status();
-  const RoleMask readers = RoleBit(Role::kViewer) | RoleBit(Role::kOperator) | RoleBit(Role::kAdmin);
-  if ((who->roles & readers) == 0)
-    return PermissionDenied(who->name + " may not read " + std::string(what) + ": needs viewer");
-  return Status::Ok();
 }
 
 bool MayActForNode(const Principal& p, std::string_view node) {

@@ -25,6 +25,7 @@
 #include "clusterd/auth/token_review.h"
 #include "clusterd/engine/engine.h"
 #include "clusterd/server/grpc_status.h"
+#include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -48,8 +49,16 @@ class Authenticator {
   // UNAUTHENTICATED. Thread-safe.
   virtual StatusOr<Principal> Authenticate(const grpc::ServerContextBase& ctx,
                                            std::string_view claimed_actor) const = 0;
-  // A bearer token presented somewhere else (the HTTP port's /metrics).
+  // A bearer token presented somewhere else (the HTTP port).
   virtual StatusOr<Principal> AuthenticateToken(std::string_view token, std::string peer) const = 0;
+  // A request on the HTTP port (docs/security.md): its bearer token
+  // (req.authorization), else its verified client certificate, must name a
+  // principal with one of `roles` (admin always may). UNAUTHENTICATED without
+  // either or with a bad token, PERMISSION_DENIED without the role,
+  // UNAVAILABLE when the token could not be checked. Counts every decision
+  // and audits every refusal as Authorize does, `what` ("GET /metrics") in
+  // the place of the method. Always OK in --insecure mode.
+  virtual Status AuthorizeHttp(const HttpRequest& req, RoleMask roles, std::string_view what) const = 0;
   // Authenticate, then check `method` ("/pkg.Service/Method") against the
   // method table and the principal's roles: PERMISSION_DENIED when it may
   // not. Counts and logs (the "audit" logger) every refusal.
@@ -70,13 +79,15 @@ std::unique_ptr<Authenticator> MakeAuthenticator(AuthOptions options, MetricsReg
 // Today's development behaviour, kept for tests: --insecure.
 std::unique_ptr<Authenticator> MakeClaimedActorAuthenticator();
 
-// The HTTP port's reads (/metrics with metrics_auth, /api/v1/): the
-// "Authorization: Bearer <token>" header value must name a principal with
-// the viewer, operator or admin role. UNAUTHENTICATED without a token or with
-// a bad one, PERMISSION_DENIED without the role, UNAVAILABLE when the token
-// could not be checked; `what` ("/metrics", "the API") names the resource in
-// the message.
-Status AuthorizeHttpReader(const Authenticator& auth, std::string_view authorization, std::string_view what);
+// The roles that may read the cluster: viewer, operator (and admin).
+inline constexpr RoleMask kReaderRoles = RoleBit(Role::kViewer) | RoleBit(Role::kOperator) | RoleBit(Role::kAdmin);
+
+// The roles a metrics_role names: "viewer" the readers, "operator" operator,
+// "admin" admin only.
+RoleMask MetricsRoles(std::string_view metrics_role);
+
+// The HTTP status of a refusal from AuthorizeHttp: 401, 403 or 503.
+int HttpStatusOfRefusal(const Status& st);
 
 // Scope checks, true when p may act for that node / job / reporter name
 // (admins always may).

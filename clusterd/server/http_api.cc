@@ -158,7 +158,8 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
                                      const std::function<HttpResponse(const HttpRequest&)>& answer) {
     http->Handle("GET", path, [auth, options, answer](const HttpRequest& req) {
       if (options.require_viewer) {
-        if (Status st = AuthorizeHttpReader(*auth, req.authorization, "the API"); !st.ok()) return Error(st);
+        const std::string what = "GET " + req.target.substr(0, req.target.find('?'));
+        if (Status st = auth->AuthorizeHttp(req, kReaderRoles, what); !st.ok()) return Error(st);
       }
       return answer(req);
     });

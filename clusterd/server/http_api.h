@@ -19,8 +19,8 @@
 //
 // Errors are {"code": "<gRPC code name>", "message": "..."} with the HTTP
 // status of the code (400, 401, 403, 404, 410, 503). Unless ClusterD runs
-// --insecure, every call needs "Authorization: Bearer <token>" of a
-// principal with the viewer role (the HTTP port has no client certificates).
+// --insecure, every call needs "Authorization: Bearer <token>" or a client
+// certificate (the port is TLS then) of a principal with the viewer role.
 #pragma once
 
 #include <functional>

@@ -18,14 +18,13 @@ void RegisterProbeRoutes(HttpServer* http, ProbeRoutes routes) {
     return ProbeResponse({problem.empty(), problem.empty() ? "ok" : problem});
   });
   http->Handle("GET", "/readyz", ProbeHandler(std::move(routes.ready)));
+  if (!routes.metrics) return;
   http->Handle("GET", "/metrics",
-               [metrics = std::move(routes.metrics), auth = routes.metrics_auth](const HttpRequest& req) {
+               [metrics = std::move(routes.metrics), auth = routes.metrics_auth,
+                roles = routes.metrics_roles](const HttpRequest& req) {
                  if (auth) {
-                   if (Status st = AuthorizeHttpReader(*auth, req.authorization, "/metrics"); !st.ok()) {
-                     const int code = st.code() == StatusCode::kPermissionDenied ? 403
-                                      : st.code() == StatusCode::kUnavailable    ? 503
-                                                                                 : 401;
-                     return HttpResponse{code, "text/plain", st.message() + "\n"};
+                   if (Status st = auth->AuthorizeHttp(req, roles, "GET /metrics"); !st.ok()) {
+                     return HttpResponse{HttpStatusOfRefusal(st), "text/plain", st.message() + "\n"};
                    }
                  }
                  return HttpResponse{200, MetricsRegistry::kContentType, metrics()};

@@ -32,13 +32,23 @@ struct ProbeRoutes {
   std::function<std::string()> unhealthy;
   // /readyz.
   std::function<Probe()> ready;
-  // /metrics: the exposition text.
+  // /metrics: the exposition text (null: no /metrics route, as on the
+  // probe-only port).
   std::function<std::string()> metrics;
-  // Not null: /metrics needs the bearer token of a principal that may read
-  // the cluster (metrics_auth): 401 without an accepted one, 403 without the
-  // role, 503 when it could not be checked. Borrowed; outlives the routes.
+  // Not null: /metrics needs the bearer token or client certificate of a
+  // principal with one of metrics_roles (metrics_auth, metrics_role): 401
+  // without an accepted one, 403 without the role, 503 when it could not be
+  // checked. Borrowed; outlives the routes.
   const Authenticator* metrics_auth = nullptr;
+  RoleMask metrics_roles = kReaderRoles;
 };
+// The routes a probe-only port serves (probe_listen): every route of
+// `routes` but /metrics.
+inline ProbeRoutes ProbeOnly(ProbeRoutes routes) {
+  routes.metrics = nullptr;
+  routes.metrics_auth = nullptr;
+  return routes;
+}
 void RegisterProbeRoutes(HttpServer* http, ProbeRoutes routes);
 
 }  // namespace clusterd

@@ -117,6 +117,7 @@ struct ClusterdServer::Impl {
   int grpc_port = 0;
   std::unique_ptr<GrpcSelfCheck> self_check;  // behind /readyz and /healthz
   std::unique_ptr<HttpServer> http;
+  std::unique_ptr<HttpServer> probe_http;  // probe_listen; null without it
   // Integrations (integration.h), each with its own facade and env; the
   // vector is filled once, before any starts (the env's address is theirs).
   struct RunningIntegration {
@@ -495,6 +496,10 @@ Status ClusterdServer::Impl::StartHttp() {
   HttpServer::Options ho = MakeHttpServerOptions(cfg);
   ho.metrics = &metrics;
   ho.metrics_prefix = "clusterd";
+  // TLS with the gRPC port's files unless --insecure (docs/security.md).
+  auto tls = MakeHttpTls(cfg);
+  if (!tls.ok()) return tls.status();
+  ho.tls = std::move(*tls);
   http = std::make_unique<HttpServer>(ho);
   ProbeRoutes probes;
   probes.unhealthy = [this]() -> std::string {
@@ -523,14 +528,28 @@ Status ClusterdServer::Impl::StartHttp() {
   };
   probes.metrics = [this] { return metrics.Render(); };
   // A scraper's bearer token, of a principal that may read the cluster.
-  if (cfg.auth.metrics_auth) probes.metrics_auth = authenticator.get();
+  if (cfg.auth.metrics_auth) {
+    probes.metrics_auth = authenticator.get();
+    probes.metrics_roles = MetricsRoles(cfg.auth.metrics_role);
+  }
+  // The probe-only port: plaintext, the probes and nothing else.
+  if (!cfg.probe_listen.empty()) {
+    HttpServer::Options po;
+    po.max_connections = 64;
+    po.max_connections_per_peer = 16;
+    po.io_timeout = std::min<std::chrono::nanoseconds>(cfg.http_timeout, std::chrono::seconds(5));
+    probe_http = std::make_unique<HttpServer>(po);
+    RegisterProbeRoutes(probe_http.get(), ProbeOnly(probes));
+  }
   RegisterProbeRoutes(http.get(), std::move(probes));
-  http->Handle("GET", "/readyz/writes", ProbeHandler([this]() -> Probe {
-                 if (Status refusal = engine->WriteRefusal(); !refusal.ok()) {
-                   return {false, "writes refused: " + refusal.message()};
-                 }
-                 return {true, "writable"};
-               }));
+  const auto writable = ProbeHandler([this]() -> Probe {
+    if (Status refusal = engine->WriteRefusal(); !refusal.ok()) {
+      return {false, "writes refused: " + refusal.message()};
+    }
+    return {true, "writable"};
+  });
+  http->Handle("GET", "/readyz/writes", writable);
+  if (probe_http) probe_http->Handle("GET", "/readyz/writes", writable);
   HttpApiOptions api;
   api.progress = progress.get();
   api.require_viewer = !cfg.insecure;
@@ -546,8 +565,15 @@ Status ClusterdServer::Impl::StartHttp() {
       return HttpResponse{200, "text/html; charset=utf-8", std::string(StatusPageHtml())};
     });
   }
-  for (auto& route : extra_routes) http->Handle(route.method, route.path, std::move(route.handler));
+  for (auto& route : extra_routes) {
+    // A probe added by the caller (/readyz/replica) answers on the probe port too.
+    if (probe_http && route.method == "GET" && route.path.starts_with("/readyz")) {
+      probe_http->Handle(route.method, route.path, route.handler);
+    }
+    http->Handle(route.method, route.path, std::move(route.handler));
+  }
   CLUSTERD_RETURN_IF_ERROR(http->Start(cfg.http_listen));
+  if (probe_http) CLUSTERD_RETURN_IF_ERROR(probe_http->Start(cfg.probe_listen));
   return Status::Ok();
 }
 
@@ -575,6 +601,7 @@ void ClusterdServer::Shutdown() {
   if (s.grpc_server) s.grpc_server->Wait();
   if (s.watch_pool) s.watch_pool->join();
   if (s.http) s.http->Stop();
+  if (s.probe_http) s.probe_http->Stop();
   s.grpc_server.reset();
   s.store.reset();
   log->info("shut down");
@@ -623,6 +650,7 @@ Status ClusterdServer::Impl::StartIntegrations() {
 
 int ClusterdServer::grpc_port() const { return impl_->grpc_port; }
 int ClusterdServer::http_port() const { return impl_->http ? impl_->http->port() : 0; }
+int ClusterdServer::probe_port() const { return impl_->probe_http ? impl_->probe_http->port() : 0; }
 
 std::string ClusterdServer::Impl::SelfCheckTarget() const {
   // A wildcard listener is reached over loopback; a specific address as is.

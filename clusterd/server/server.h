@@ -52,6 +52,8 @@ class ClusterdServer {
 
   int grpc_port() const;
   int http_port() const;
+  // The probe-only port (probe_listen); 0 without one.
+  int probe_port() const;
 
  private:
   struct Impl;

@@ -107,4 +107,23 @@ std::shared_ptr<grpc::ChannelCredentials> MakeSelfCheckCredentials(const Cluster
   return grpc::experimental::TlsCredentials(options);
 }
 
+StatusOr<std::function<std::shared_ptr<boost::asio::ssl::context>()>> MakeHttpTls(const ClusterdConfig& cfg) {
+  using Source = std::function<std::shared_ptr<boost::asio::ssl::context>()>;
+  if (cfg.insecure) return Source();
+  TlsServerFiles files;
+  files.cert_file = cfg.tls.cert_file;
+  files.key_file = cfg.tls.key_file;
+  files.client_ca_file = cfg.tls.client_ca_file;
+  files.client_auth = ClientAuthMode(cfg);
+  files.reload_interval = std::chrono::seconds(RefreshSeconds(cfg));
+  auto source = ReloadingTlsContext::Create(std::move(files));
+  if (!source.ok()) return source.status();
+  return Source([source = std::move(*source)] { return source->Current(); });
+}
+
+StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeHttpPeerTls(const ClusterdConfig& cfg) {
+  if (cfg.insecure) return std::shared_ptr<boost::asio::ssl::context>();
+  return MakeTlsClientContext("", cfg.tls.cert_file, cfg.tls.key_file);
+}
+
 }  // namespace clusterd

@@ -3,6 +3,7 @@
 // verified against a CA when asked for; plaintext only with --insecure.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include <grpcpp/security/credentials.h>
@@ -10,6 +11,7 @@
 
 #include "clusterd/config/config.h"
 #include "common/status.h"
+#include "common/tls_context.h"
 
 namespace clusterd {
 
@@ -25,5 +27,16 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const C
 // "require"), so that certificate must then be one the client CA accepts with
 // the client-auth usage (docs/security.md).
 std::shared_ptr<grpc::ChannelCredentials> MakeSelfCheckCredentials(const ClusterdConfig& cfg);
+
+// The HTTP port's TLS (HttpServer::Options::tls): the gRPC port's
+// certificate, key, client CA, client-auth mode and reload interval, the
+// files checked now. Null in --insecure mode (plaintext).
+StatusOr<std::function<std::shared_ptr<boost::asio::ssl::context>()>> MakeHttpTls(const ClusterdConfig& cfg);
+
+// The client side of a replica fetching a peer's checkpoint over the HTTP
+// port: TLS presenting this replica's own certificate (what
+// tls_client_auth "require" asks for); the peer is not verified here (the
+// checkpoint token authenticates it). Null in --insecure mode.
+StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeHttpPeerTls(const ClusterdConfig& cfg);
 
 }  // namespace clusterd

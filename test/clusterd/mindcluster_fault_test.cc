@@ -60,6 +60,7 @@ class MindClusterFaultTest : public testing::ClusterdServerTest {
   void StartTlsServer(std::function<void(ClusterdConfig&)> tweak) {
     const auto& certs = testing::TestCerts::Get();
     ASSERT_TRUE(certs.ok()) << "test/security/make_certs.sh failed";
+    tls_ = true;
     StartServer([&](ClusterdConfig& c) {
       c.insecure = false;
       c.tls.cert_file = certs.Path("server.crt");
@@ -133,7 +134,10 @@ class MindClusterFaultTest : public testing::ClusterdServerTest {
   }
 
   double Metric(const std::string& name) {
-    auto res = testing::HttpGet(server_->http_port(), "/metrics");
+    // The HTTP port speaks TLS when the gRPC port does.
+    auto res = tls_ ? testing::HttpsGet(server_->http_port(), "/metrics",
+                                        testing::HttpTls{testing::TestCerts::Get().Path("ca.crt")})
+                    : testing::HttpGet(server_->http_port(), "/metrics");
     return res.status == 200 ? testing::MetricValue(res.body, name) : -1;
   }
   // Subscriptions that took their baseline: what happens from now on is told.
@@ -143,6 +147,7 @@ class MindClusterFaultTest : public testing::ClusterdServerTest {
 
   std::unique_ptr<fault::Fault::Stub> fault_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
+  bool tls_ = false;  // StartTlsServer: the HTTP port is TLS
 };
 
 std::vector<std::string> Codes(const fault::DeviceFaultInfo& d) {

@@ -102,6 +102,20 @@ class SecurityTest : public testing::ClusterdServerTest {
   void OnServerStarted() override { port_ = server_->grpc_port(); }
 
   std::shared_ptr<grpc::Channel> As(const std::string& cert) { return Client(port_, cert); }
+  // GET on the HTTP port over TLS (the test CA), presenting `cert` ("" none).
+  testing::HttpResult Https(const std::string& target, const std::string& authorization = "",
+                            const std::string& cert = "", const std::string& ca = "ca.crt") {
+    const Certs& c = Certs::Get();
+    testing::HttpTls tls{c.Path(ca), cert.empty() ? "" : c.Path(cert + ".crt"),
+                         cert.empty() ? "" : c.Path(cert + ".key")};
+    return testing::HttpsGet(server_->http_port(), target, tls, authorization);
+  }
+  std::string Bearer(const std::string& who) { return "Bearer " + Certs::Get().Token(who); }
+  // clusterd_auth_requests_total{result=...} (metrics_auth off).
+  double AuthCount(const std::string& result) {
+    auto m = Https("/metrics");
+    return testing::MetricValue(m.body, "clusterd_auth_requests_total{result=\"" + result + "\"}");
+  }
   std::shared_ptr<grpc::Channel> WithToken(const std::string& who) {
     return Client(port_, "", Certs::Get().Token(who));
   }
@@ -159,7 +173,7 @@ TEST_F(SecurityTest, HandshakeRefusesPlaintextWrongCaExpiredAndAnUntrustedServer
   Start("require");
   EXPECT_EQ(Summary(As("viewer")), grpc::StatusCode::OK);
   // /readyz's own check gets through mutual TLS (server.crt allows client auth).
-  EXPECT_EQ(testing::HttpGet(server_->http_port(), "/readyz").status, 200);
+  EXPECT_EQ(Https("/readyz", "", "viewer").status, 200);
   // A plaintext client on the TLS port.
   EXPECT_EQ(Summary(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials())),
             grpc::StatusCode::UNAVAILABLE);
@@ -579,21 +593,111 @@ TEST_F(SecurityTest, CertificateRotationKeepsStreams) {
 
 TEST_F(SecurityTest, MetricsNeedAViewersTokenWhenAsked) {
   Start("request", [](ClusterdConfig& cfg) { cfg.auth.metrics_auth = true; });
-  const int http = server_->http_port();
-  EXPECT_EQ(testing::HttpGet(http, "/metrics").status, 401);
-  EXPECT_EQ(testing::HttpGet(http, "/metrics", "Bearer wrong").status, 401);
-  EXPECT_EQ(testing::HttpGet(http, "/metrics", "Bearer " + Certs::Get().Token("reporter")).status, 403);
-  auto ok = testing::HttpGet(http, "/metrics", "Bearer " + Certs::Get().Token("viewer"));
+  EXPECT_EQ(Https("/metrics").status, 401);
+  EXPECT_EQ(Https("/metrics", "Bearer wrong").status, 401);
+  EXPECT_EQ(Https("/metrics", Bearer("reporter")).status, 403);
+  auto ok = Https("/metrics", Bearer("viewer"));
   EXPECT_EQ(ok.status, 200);
   EXPECT_NE(ok.body.find("clusterd_auth_requests_total"), std::string::npos);
   // The scheme is case-insensitive (RFC 7235), as on the gRPC port; another scheme is refused.
-  EXPECT_EQ(testing::HttpGet(http, "/metrics", "bearer " + Certs::Get().Token("viewer")).status, 200);
-  EXPECT_EQ(testing::HttpGet(http, "/metrics", "BEARER " + Certs::Get().Token("viewer")).status, 200);
-  EXPECT_EQ(testing::HttpGet(http, "/metrics", "Basic " + Certs::Get().Token("viewer")).status, 401);
-  EXPECT_EQ(testing::HttpGet(http, "/metrics", "Bearer").status, 401);
+  EXPECT_EQ(Https("/metrics", "bearer " + Certs::Get().Token("viewer")).status, 200);
+  EXPECT_EQ(Https("/metrics", "BEARER " + Certs::Get().Token("viewer")).status, 200);
+  EXPECT_EQ(Https("/metrics", "Basic " + Certs::Get().Token("viewer")).status, 401);
+  EXPECT_EQ(Https("/metrics", "Bearer").status, 401);
+  // A client certificate does as well as a token.
+  EXPECT_EQ(Https("/metrics", "", "viewer").status, 200);
+  EXPECT_EQ(Https("/metrics", "", "reporter").status, 403);
   // Probes stay open.
-  EXPECT_EQ(testing::HttpGet(http, "/healthz").status, 200);
-  EXPECT_EQ(testing::HttpGet(http, "/readyz").status, 200);
+  EXPECT_EQ(Https("/healthz").status, 200);
+  EXPECT_EQ(Https("/readyz").status, 200);
+}
+
+// metrics_role: /metrics for operators (and admins) only.
+TEST_F(SecurityTest, MetricsRoleIsConfigurable) {
+  Start("request", [](ClusterdConfig& cfg) {
+    cfg.auth.metrics_auth = true;
+    cfg.auth.metrics_role = "operator";
+  });
+  EXPECT_EQ(Https("/metrics", Bearer("viewer")).status, 403);
+  EXPECT_EQ(Https("/metrics", Bearer("operator")).status, 200);
+  EXPECT_EQ(Https("/metrics", "", "admin").status, 200);
+  bool help = false;
+  auto parsed = ParseClusterdFlags({"--metrics-role", "reporter", "--insecure"}, &help);
+  EXPECT_FALSE(parsed.ok());
+  parsed = ParseClusterdFlags({"--metrics-role", "admin", "--insecure"}, &help);
+  EXPECT_FALSE(parsed.ok());  // insecure takes no auth setting
+}
+
+// The HTTP port speaks TLS with the gRPC port's certificate and client CA:
+// no plaintext, no client certificate from another CA or expired, and the
+// right code for a missing or wrong token; every refusal audited and
+// counted.
+TEST_F(SecurityTest, HttpPortIsTlsAndRefusesWhatGrpcRefuses) {
+  Start("request");
+  const int http = server_->http_port();
+  // Plaintext: the handshake fails, nothing is answered.
+  EXPECT_EQ(testing::HttpGet(http, "/readyz").status, 0);
+  EXPECT_EQ(testing::HttpGet(http, "/api/v1/summary", Bearer("viewer")).status, 0);
+  // A client that does not trust the server's CA refuses it.
+  auto untrusted = Https("/readyz", "", "", "other-ca.crt");
+  EXPECT_EQ(untrusted.status, 0);
+  EXPECT_FALSE(untrusted.tls_error.empty());
+  // Client certificates from another CA, or expired: refused in the handshake.
+  EXPECT_EQ(Https("/api/v1/summary", "", "wrongca").status, 0);
+  EXPECT_EQ(Https("/api/v1/summary", "", "expired").status, 0);
+  EXPECT_EQ(Https("/api/v1/summary", Bearer("viewer"), "expired").status, 0);
+  // Tokens and certificates: 401 without or with a wrong one, 403 without the role.
+  const double unauthenticated_before = AuthCount("unauthenticated");
+  const double denied_before = AuthCount("denied");
+  EXPECT_EQ(Https("/api/v1/summary").status, 401);
+  EXPECT_EQ(Https("/api/v1/summary", "Bearer not-a-token").status, 401);
+  EXPECT_EQ(Https("/api/v1/summary", Bearer("reporter")).status, 403);
+  EXPECT_EQ(Https("/api/v1/summary", "", "norole").status, 403);
+  EXPECT_EQ(AuthCount("unauthenticated"), unauthenticated_before + 2);
+  EXPECT_EQ(AuthCount("denied"), denied_before + 2);
+  EXPECT_EQ(Https("/api/v1/summary", Bearer("viewer")).status, 200);
+  EXPECT_EQ(Https("/api/v1/summary", "", "viewer").status, 200);
+  EXPECT_EQ(Https("/api/v1/summary", "", "operator").status, 200);
+  // The bad handshakes are counted.
+  auto metrics = Https("/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_GE(testing::MetricValue(metrics.body, "clusterd_http_tls_handshake_failures_total"), 5);
+}
+
+// Under tls_client_auth "require" the HTTP port needs a client certificate
+// too; the probe-only port (probe_listen) answers the kubelet in plaintext,
+// /healthz and /readyz only.
+TEST_F(SecurityTest, ProbePortServesProbesOnly) {
+  Start("require", [](ClusterdConfig& cfg) { cfg.probe_listen = "127.0.0.1:0"; });
+  EXPECT_EQ(Https("/readyz").status, 0);
+  EXPECT_EQ(Https("/readyz", "", "viewer").status, 200);
+  const int probe = server_->probe_port();
+  ASSERT_GT(probe, 0);
+  EXPECT_EQ(testing::HttpGet(probe, "/healthz").status, 200);
+  EXPECT_EQ(testing::HttpGet(probe, "/readyz").status, 200);
+  EXPECT_EQ(testing::HttpGet(probe, "/readyz/writes").status, 200);
+  for (const char* path : {"/metrics", "/api/v1/summary", "/", "/index.html"}) {
+    EXPECT_EQ(testing::HttpGet(probe, path, Bearer("viewer")).status, 404) << path;
+  }
+}
+
+// The HTTP certificate is rotated without a restart: new connections get
+// the new one within tls_reload_interval.
+TEST_F(SecurityTest, HttpCertificateRotationWithoutRestart) {
+  Start("request");
+  const Certs& c = Certs::Get();
+  const std::string first = testing::ReadWholeFile(c.Path("server.crt"));
+  const std::string second = testing::ReadWholeFile(c.Path("server2.crt"));
+  ASSERT_NE(first, second);
+  auto served = [&] { return Https("/healthz").server_certificate_pem; };
+  EXPECT_EQ(served(), first);
+  // Both files replaced atomically, as a Secret volume does.
+  std::filesystem::copy_file(c.Path("server2.crt"), dir_.Sub("tls.crt.new"));
+  std::filesystem::copy_file(c.Path("server2.key"), dir_.Sub("tls.key.new"));
+  std::filesystem::rename(dir_.Sub("tls.key.new"), dir_.Sub("tls.key"));
+  std::filesystem::rename(dir_.Sub("tls.crt.new"), dir_.Sub("tls.crt"));
+  EXPECT_TRUE(WaitFor([&] { return served() == second; }, std::chrono::seconds(30)));
+  EXPECT_EQ(Https("/api/v1/summary", Bearer("viewer")).status, 200);
 }
 
 class FakeReviewer final : public TokenReviewer {
@@ -713,12 +817,11 @@ TEST(TokenReviewAuthTest, ParsesTheApiAnswer) {
 // unless ClusterD runs --insecure.
 TEST_F(SecurityTest, TheJsonApiNeedsAViewersToken) {
   Start();
-  const int http = server_->http_port();
-  EXPECT_EQ(testing::HttpGet(http, "/api/v1/summary").status, 401);
-  EXPECT_EQ(testing::HttpGet(http, "/api/v1/nodes", "Bearer nope").status, 401);
-  EXPECT_EQ(testing::HttpGet(http, "/api/v1/events", "Bearer " + Certs::Get().Token("reporter")).status, 403);
-  EXPECT_EQ(testing::HttpGet(http, "/api/v1/summary", "Bearer " + Certs::Get().Token("viewer")).status, 200);
-  EXPECT_EQ(testing::HttpGet(http, "/api/v1/nodes/x", "Bearer " + Certs::Get().Token("operator")).status, 404);
+  EXPECT_EQ(Https("/api/v1/summary").status, 401);
+  EXPECT_EQ(Https("/api/v1/nodes", "Bearer nope").status, 401);
+  EXPECT_EQ(Https("/api/v1/events", Bearer("reporter")).status, 403);
+  EXPECT_EQ(Https("/api/v1/summary", Bearer("viewer")).status, 200);
+  EXPECT_EQ(Https("/api/v1/nodes/x", Bearer("operator")).status, 404);
 }
 
 // The status page holds no data (it reads the API with the viewer's token),
@@ -726,7 +829,7 @@ TEST_F(SecurityTest, TheJsonApiNeedsAViewersToken) {
 TEST_F(SecurityTest, TheStatusPageNeedsNoToken) {
   Start();
   for (const char* path : {"/", "/index.html"}) {
-    auto page = testing::HttpGet(server_->http_port(), path);
+    auto page = Https(path);
     EXPECT_EQ(page.status, 200) << path;
     EXPECT_EQ(page.content_type, "text/html; charset=utf-8") << path;
     EXPECT_EQ(page.body, StatusPageHtml()) << path;

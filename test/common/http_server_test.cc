@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +24,10 @@
 
 #include "common/fd_limit.h"
 #include "common/metrics.h"
+#include "common/tls_context.h"
+#include "test/support/http_get.h"
+#include "test/support/temp_dir.h"
+#include "test/support/test_certs.h"
 #include "test/support/wait.h"
 
 namespace clusterd {
@@ -643,6 +649,88 @@ TEST_F(HttpServerTest, AcceptRecoversFromEmfile) {
   // New connections are served as usual.
   Client later(server_->port());
   EXPECT_EQ(later.Send(http::verb::get, "/hello").result_int(), 200);
+}
+
+// TLS (Options::tls): no plaintext; a verified client certificate reaches
+// the handler with the peer's address; one from another CA or expired fails
+// the handshake; a context from ReloadingTlsContext follows its files.
+TEST(HttpServerTlsTest, ServesTlsOnlyAndPassesTheClientCertificate) {
+  const auto& certs = testing::TestCerts::Get();
+  ASSERT_TRUE(certs.ok());
+  testing::TempDir dir;
+  std::filesystem::copy_file(certs.Path("server.crt"), dir.Sub("tls.crt"));
+  std::filesystem::copy_file(certs.Path("server.key"), dir.Sub("tls.key"));
+  TlsServerFiles files{dir.Sub("tls.crt"), dir.Sub("tls.key"), certs.Path("ca.crt"), "request",
+                       std::chrono::nanoseconds(0)};  // looked at on every connection
+  auto source = ReloadingTlsContext::Create(files);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  MetricsRegistry metrics;
+  HttpServer::Options options;
+  options.metrics = &metrics;
+  options.tls = [src = *source] { return src->Current(); };
+  HttpServer server(options);
+  std::mutex mu;
+  HttpRequest seen;
+  server.Handle("GET", "/who", [&](const HttpRequest& req) {
+    std::lock_guard lock(mu);
+    seen = req;
+    return HttpResponse{200, "text/plain", "ok"};
+  });
+  ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+  const auto get = [&](const std::string& cert) {
+    testing::HttpTls tls{certs.Path("ca.crt"), cert.empty() ? "" : certs.Path(cert + ".crt"),
+                         cert.empty() ? "" : certs.Path(cert + ".key")};
+    return testing::HttpsGet(server.port(), "/who", tls);
+  };
+
+  EXPECT_EQ(testing::HttpGet(server.port(), "/who").status, 0);
+  EXPECT_TRUE(WaitFor([&] { return server.tls_handshake_failures() == 1; }, std::chrono::seconds(10)));
+  auto anonymous = get("");
+  ASSERT_EQ(anonymous.status, 200) << anonymous.tls_error;
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(seen.client_certificate_pem.empty());
+    EXPECT_EQ(seen.peer.rfind("127.0.0.1:", 0), 0u) << seen.peer;
+  }
+  ASSERT_EQ(get("viewer").status, 200);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(seen.client_certificate_pem, testing::ReadWholeFile(certs.Path("viewer.crt")));
+  }
+  EXPECT_EQ(get("wrongca").status, 0);
+  EXPECT_EQ(get("expired").status, 0);
+  EXPECT_TRUE(WaitFor([&] { return server.tls_handshake_failures() == 3; }, std::chrono::seconds(10)));
+  EXPECT_NE(metrics.Render().find("http_tls_handshake_failures_total 3"), std::string::npos);
+
+  // Rotation: a new pair is used from the next connection; a broken one is not.
+  EXPECT_EQ(anonymous.server_certificate_pem, testing::ReadWholeFile(certs.Path("server.crt")));
+  std::filesystem::copy_file(certs.Path("server2.crt"), dir.Sub("tls.crt"),
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(get("").server_certificate_pem, testing::ReadWholeFile(certs.Path("server.crt")))
+      << "a certificate without its key is not used";
+  EXPECT_EQ((*source)->reload_failures(), 1u);
+  std::filesystem::copy_file(certs.Path("server2.key"), dir.Sub("tls.key"),
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(get("").server_certificate_pem, testing::ReadWholeFile(certs.Path("server2.crt")));
+  EXPECT_EQ((*source)->reloads(), 1u);
+}
+
+TEST(HttpServerTlsTest, BadFilesAreAClearError) {
+  const auto& certs = testing::TestCerts::Get();
+  ASSERT_TRUE(certs.ok());
+  const auto create = [](std::string cert, std::string key, std::string ca) {
+    TlsServerFiles files;
+    files.cert_file = std::move(cert);
+    files.key_file = std::move(key);
+    files.client_ca_file = std::move(ca);
+    return ReloadingTlsContext::Create(files).status();
+  };
+  Status missing = create("/nonexistent.crt", certs.Path("server.key"), "");
+  EXPECT_NE(missing.message().find("tls_cert_file"), std::string::npos) << missing.ToString();
+  Status mismatch = create(certs.Path("server.crt"), certs.Path("server2.key"), "");
+  EXPECT_NE(mismatch.message().find("is not the key of"), std::string::npos) << mismatch.ToString();
+  Status no_ca = create(certs.Path("server.crt"), certs.Path("server.key"), certs.Path("server.key"));
+  EXPECT_NE(no_ca.message().find("tls_client_ca_file"), std::string::npos) << no_ca.ToString();
 }
 
 TEST(HttpServerDeathTest, HandleAfterStartAborts) {

@@ -458,8 +458,10 @@ expect "default: NodeD's token: audience clusterd, 1 h, own ServiceAccount, no A
   "([s['serviceAccountToken'] for s in sources('DaemonSet') if 'serviceAccountToken' in s], pod('DaemonSet')['serviceAccountName'], pod('DaemonSet')['automountServiceAccountToken'], [a['automountServiceAccountToken'] for a in by['ServiceAccount'] if a['metadata']['name'] == 'clusterd-noded'])" \
   "([{'audience': 'clusterd', 'expirationSeconds': 3600, 'path': 'token/token'}], 'clusterd-noded', False, [False])"
 expect "default: TokenReview ClusterRole" "$D" "$(rules ClusterRole -tokenreview)" "[('authentication.k8s.io', 'tokenreviews', 'create')]"
-expect "default: ClusterD NetworkPolicy (host-network agents, no CIDRs: gRPC open; HTTP Prometheus)" "$D" "(npol('clusterd')['podSelector']['matchLabels']['app.kubernetes.io/component'], npol('clusterd')['policyTypes'], rules_of('clusterd'))" \
-  "('clusterd', ['Ingress'], [(['grpc'], None), (['http'], $PROM)])"
+expect "default: ClusterD NetworkPolicy (host-network agents, no CIDRs: gRPC and the probe port open; HTTP Prometheus)" "$D" "(npol('clusterd')['podSelector']['matchLabels']['app.kubernetes.io/component'], npol('clusterd')['policyTypes'], rules_of('clusterd'))" \
+  "('clusterd', ['Ingress'], [(['grpc'], None), (['http'], $PROM), (['probe'], None)])"
+expect "default: the HTTP port is TLS, the probes go to the plaintext probe-only port" "$D" "(cfg('clusterd')['probe_listen'], [(p['name'], p['containerPort']) for p in pod('Deployment')['containers'][0]['ports']], sorted({pod('Deployment')['containers'][0][k]['httpGet']['port'] for k in ('startupProbe', 'livenessProbe', 'readinessProbe')}))" \
+  "('0.0.0.0:11254', [('grpc', 8899), ('http', 11253), ('probe', 11254)], ['probe'])"
 expect "default: NodeD NetworkPolicy (HTTP from Prometheus only)" "$D" "(npol('clusterd-noded')['podSelector'], rules_of('clusterd-noded'))" "($NODED_SEL, [(['http'], $PROM)])"
 expect "existing-secret: nothing generated" "$X" "sorted(k for k in by if k in ('Secret', 'Certificate'))" "[]"
 expect "existing-secret: the named Secrets and the token file mounted" "$X" "[(k, n) for k, n, _ in proj('Deployment') + proj('DaemonSet')]" \
@@ -467,10 +469,13 @@ expect "existing-secret: the named Secrets and the token file mounted" "$X" "[(k
 expect "existing-secret: request mode, token file, bindings, metrics auth" "$X" "(lambda c: (c['tls_client_auth'], c['auth_token_file'], c['auth_bindings'], c['metrics_auth']))(cfg('clusterd'))" \
   "('request', '/etc/clusterd/auth/tokens.csv', ['operator=group:sre', 'viewer=user:system:serviceaccount:monitoring:prometheus'], True)"
 expect "existing-secret: tokens.csv at auth/, group-readable only" "$X" "[i for k, n, i in proj('Deployment') if n == 'clusterd-tokens']" "[[('tokens.csv', 'auth/tokens.csv', 288)]]"
+expect "existing-secret: the ClusterD ServiceMonitor scrapes https, checks the server CA, NodeD's plain http" "$X" "[(d['metadata']['name'], d['spec']['endpoints'][0]['scheme'], d['spec']['endpoints'][0].get('tlsConfig')) for d in by['ServiceMonitor']]" \
+  "[('clusterd', 'https', {'serverName': 'clusterd', 'ca': {'secret': {'name': 'clusterd-agent-cert', 'key': 'ca.crt'}}, 'cert': {'secret': {'name': 'prometheus-clusterd-client', 'key': 'tls.crt'}}, 'keySecret': {'name': 'prometheus-clusterd-client', 'key': 'tls.key'}}), ('clusterd-noded', 'http', None)]"
+expect "existing-secret: metrics.role operator" "$X" "cfg('clusterd')['metrics_role']" "operator"
 expect "existing-secret: the ServiceMonitor sends the scrape token to ClusterD only" "$X" "[(d['metadata']['name'], d['spec']['endpoints'][0].get('authorization')) for d in by['ServiceMonitor']]" \
   "[('clusterd', {'type': 'Bearer', 'credentials': {'name': 'clusterd-scrape-token', 'key': 'token'}}), ('clusterd-noded', None)]"
 expect "existing-secret: gRPC from NodeD pods and the listed clients; extra rule" "$X" "rules_of('clusterd')" \
-  "[(['grpc'], [{'podSelector': $NODED_SEL}, {'podSelector': {'matchLabels': {'app': 'clusterctl'}}}, {'namespaceSelector': {'matchLabels': {'kubernetes.io/metadata.name': 'training'}}, 'podSelector': {'matchLabels': {'clusterd.io/job-agent': 'true'}}}]), (['http'], $PROM), (['grpc'], [{'ipBlock': {'cidr': '10.20.0.0/16'}}])]"
+  "[(['grpc'], [{'podSelector': $NODED_SEL}, {'podSelector': {'matchLabels': {'app': 'clusterctl'}}}, {'namespaceSelector': {'matchLabels': {'kubernetes.io/metadata.name': 'training'}}, 'podSelector': {'matchLabels': {'clusterd.io/job-agent': 'true'}}}]), (['http'], $PROM), (['probe'], None), (['grpc'], [{'ipBlock': {'cidr': '10.20.0.0/16'}}])]"
 expect "existing-secret: NodeD extra rule" "$X" "rules_of('clusterd-noded')" "[(['http'], $PROM), (['http'], [{'ipBlock': {'cidr': '10.30.0.0/16'}}])]"
 expect "cert-manager: Certificates for server and agents" "$C" "sorted((c['metadata']['name'], c['spec']['secretName'], c['spec']['commonName'], c['spec'].get('dnsNames'), c['spec'].get('ipAddresses'), c['spec']['issuerRef'], c['spec']['duration']) for c in by['Certificate'])" \
   "[('clusterd-noded-tls', 'clusterd-noded-tls', 'clusterd-agents', None, None, {'name': 'cluster-ca', 'kind': 'ClusterIssuer', 'group': 'cert-manager.io'}, '720h'), ('clusterd-tls', 'clusterd-tls', 'clusterd', ['clusterd', 'clusterd.fault-mgmt', 'clusterd.fault-mgmt.svc', 'clusterd.fault-mgmt.svc.cluster.local', 'localhost', 'clusterd.example.com'], ['127.0.0.1', '192.0.2.10'], {'name': 'cluster-ca', 'kind': 'ClusterIssuer', 'group': 'cert-manager.io'}, '720h')]"
@@ -480,9 +485,11 @@ expect "cert-manager: integration off, TokenReview alone (its role, token mounte
 expect "cert-manager: another audience on both sides" "$C" "(cfg('clusterd')['auth_token_audience'], [(s['serviceAccountToken']['audience'], s['serviceAccountToken']['expirationSeconds']) for s in sources('DaemonSet') if 'serviceAccountToken' in s], cfg('clusterd')['tls_reload_interval'])" \
   "('clusterd.example.com', [('clusterd.example.com', 7200)], '30s')"
 expect "cert-manager: gRPC from the node CIDRs; no Prometheus rule" "$C" "(rules_of('clusterd'), rules_of('clusterd-noded'))" \
-  "([(['grpc'], [{'podSelector': $NODED_SEL}, {'ipBlock': {'cidr': '10.0.0.0/24'}}, {'ipBlock': {'cidr': '10.0.1.0/24'}}])], [])"
+  "([(['grpc'], [{'podSelector': $NODED_SEL}, {'ipBlock': {'cidr': '10.0.0.0/24'}}, {'ipBlock': {'cidr': '10.0.1.0/24'}}]), (['probe'], [{'ipBlock': {'cidr': '10.0.0.0/24'}}, {'ipBlock': {'cidr': '10.0.1.0/24'}}])], [])"
 expect "insecure: config.json says insecure, no TLS or auth keys" "$I" "(lambda c: (c.get('insecure'), sorted(k for k in c if k.startswith(('tls_', 'auth_', 'metrics_')))))(cfg('clusterd'))" "(True, [])"
 expect "insecure: NodeD without TLS keys or token" "$I" "(sorted(k for k in cfg('-noded') if k.startswith(('tls_', 'token', 'server_name'))), proj('DaemonSet'))" "([], [('configMap', 'clusterd-noded', [])])"
+expect "insecure: no probe-only port, the probes on the HTTP port" "$I" "('probe_listen' in cfg('clusterd'), [p['name'] for p in pod('Deployment')['containers'][0]['ports']], sorted({pod('Deployment')['containers'][0][k]['httpGet']['port'] for k in ('startupProbe', 'livenessProbe', 'readinessProbe')}))" \
+  "(False, ['grpc', 'http'], ['http'])"
 expect "insecure: no Secrets, NetworkPolicies or TokenReview role" "$I" "(sorted(k for k in by if k in ('Secret', 'Certificate', 'NetworkPolicy')), [d['metadata']['name'] for d in by['ClusterRole']])" "([], ['fault-mgmt-clusterd'])"
 # The generated certificates: one CA signs both; the server's names; the agents' CN and no group.
 secret_data() { # secret_data RENDERED NAME KEY OUT
@@ -541,8 +548,8 @@ expect "ha: --ha-replica-id=\$(POD_NAME), --ha-advertise-address=\$(POD_IP):1125
   "(['--config=/etc/clusterd/config.json', '--ha-replica-id=\$(POD_NAME)', '--ha-advertise-address=\$(POD_IP):11253', '--ha-pod=\$(POD_NAMESPACE)/\$(POD_NAME)'], [$HA_ENV, {'name': 'TZ', 'value': 'UTC'}])"
 expect "ha: config.json: https etcd_endpoints (the deployed members), the etcd TLS files, lease TTL, key prefix" "$HA" "sorted((k, v) for k, v in cfg('clusterd').items() if k.startswith(('etcd_', 'ha_')))" \
   "[('etcd_ca_file', '/etc/clusterd/etcd-tls/ca.crt'), ('etcd_cert_file', '/etc/clusterd/etcd-tls/tls.crt'), ('etcd_endpoints', ['https://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2379', 'https://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2379', 'https://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2379']), ('etcd_key_file', '/etc/clusterd/etcd-tls/tls.key'), ('ha_key_prefix', '/clusterd/'), ('ha_lease_ttl', '2s')]"
-expect "ha: tight readiness on /readyz/replica (every healthy replica is Ready)" "$HA" "spod('clusterd')['containers'][0]['readinessProbe']" \
-  "{'httpGet': {'path': '/readyz/replica', 'port': 'http'}, 'failureThreshold': 1, 'periodSeconds': 1, 'successThreshold': 1, 'timeoutSeconds': 1}"
+expect "ha: tight readiness on /readyz/replica (every healthy replica is Ready), on the probe-only port (TLS)" "$HA" "spod('clusterd')['containers'][0]['readinessProbe']" \
+  "{'httpGet': {'path': '/readyz/replica', 'port': 'probe'}, 'failureThreshold': 1, 'periodSeconds': 1, 'successThreshold': 1, 'timeoutSeconds': 1}"
 expect "ha: the advertised port is ClusterD's HTTP container port" "$HA" "[p['containerPort'] for p in spod('clusterd')['containers'][0]['ports'] if p['name'] == 'http']" "[11253]"
 expect "ha: required anti-affinity over hostnames, for ClusterD and etcd" "$HA" "[spod(c)['affinity'] == {'podAntiAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': [{'labelSelector': sts(c)['spec']['selector'], 'topologyKey': 'kubernetes.io/hostname'}]}} for c in ('clusterd', 'etcd')]" "[True, True]"
 expect "ha: PodDisruptionBudgets (ClusterD: maxUnavailable 1, unready replicas always evictable)" "$HA" "sorted((d['metadata']['name'], d['spec']['maxUnavailable'], d['spec'].get('unhealthyPodEvictionPolicy'), d['spec']['selector']['matchLabels']['app.kubernetes.io/component']) for d in by['PodDisruptionBudget'])" \
@@ -556,7 +563,7 @@ expect "ha: a Role with exactly get and patch on pods in the release namespace, 
 expect "ha: the integration's RBAC unchanged beside it (ClusterRole pods rules, leases Role)" "$HA" "($(rules ClusterRole), $(rules Role clusterd))" \
   "([('', 'events', 'create patch get'), ('', 'nodes', 'get list watch patch'), ('', 'nodes/status', 'patch'), ('', 'pods', 'get list watch delete'), ('', 'pods/eviction', 'create'), ('events.k8s.io', 'events', 'create patch get'), ('resource.k8s.io', 'devicetaintrules', 'get list create patch delete'), ('resource.k8s.io', 'resourceslices', 'list'), ('scheduling.volcano.sh', 'podgroups', 'get list watch')], [('coordination.k8s.io', 'leases', 'get create update')])"
 expect "ha: ClusterD NetworkPolicy: HTTP from the other replicas (checkpoints) beside Prometheus" "$HA" "rules_of('clusterd')[1:]" \
-  "[(['http'], $PROM), (['http'], [{'podSelector': $CLUSTERD_SEL}])]"
+  "[(['http'], $PROM), (['probe'], None), (['http'], [{'podSelector': $CLUSTERD_SEL}])]"
 expect "ha: etcd StatefulSet: 3 members, image, static cluster, ClusterD's flags" "$HA" \
   "(lambda s: (s['spec']['replicas'], s['spec']['podManagementPolicy'], s['spec']['serviceName'], spod('etcd')['containers'][0]['image'], [a for a in spod('etcd')['containers'][0]['args'] if a.startswith(('--initial-cluster=', '--max-', '--auto-', '--quota-', '--heartbeat-', '--election-', '--snapshot-'))], [(v['spec']['resources']['requests']['storage'], v['spec'].get('storageClassName')) for v in s['spec']['volumeClaimTemplates']]))(sts('etcd'))" \
   "(3, 'Parallel', 'clusterd-etcd', 'quay.io/coreos/etcd:v3.6.16', ['--initial-cluster=clusterd-etcd-0=https://clusterd-etcd-0.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-1=https://clusterd-etcd-1.clusterd-etcd.fault-mgmt.svc:2380,clusterd-etcd-2=https://clusterd-etcd-2.clusterd-etcd.fault-mgmt.svc:2380', '--max-request-bytes=8388608', '--max-txn-ops=1024', '--auto-compaction-mode=revision', '--auto-compaction-retention=100000', '--quota-backend-bytes=8589934592', '--heartbeat-interval=100', '--election-timeout=1000', '--snapshot-count=20000'], [('20Gi', 'local-nvme')])"
@@ -866,16 +873,28 @@ if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
     d="$TMP/run-default-tls"
     conf=$(materialize "$TMP/default-tls-$kv.yaml" Deployment "$d")
     tls=$d/etc/clusterd/tls
-    g=$(free_port) h=$(free_port)
+    g=$(free_port) h=$(free_port) pp=$(free_port)
+    # The probe-only port as the rendered probes use it (config.json's probe_listen, on loopback).
     build/bin/clusterd --config "$conf" --listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" --data-dir "$d/data" \
-      >"$d/clusterd.log" 2>&1 &
+      --probe-listen "127.0.0.1:$pp" >"$d/clusterd.log" 2>&1 &
     cpid=$!; pids+=("$cpid")
-    if wait_http "http://127.0.0.1:$h/readyz" 20 "$cpid"; then
-      ok "clusterd starts with the default config.json and the generated Secrets (mutual TLS)"
+    if wait_http "http://127.0.0.1:$pp/readyz" 20 "$cpid"; then
+      ok "clusterd starts with the default config.json and the generated Secrets (mutual TLS); the probe port answers"
       # NodeD's certificate from its Secret: the transport only, no role.
       agent=(-cacert "$tls/ca.crt" -cert "$TMP/gen-agent.crt" -key "$TMP/gen-agent.key")
       secret_data "$TMP/default-tls-$kv.yaml" clusterd-noded-tls tls.crt "$TMP/gen-agent.crt"
       secret_data "$TMP/default-tls-$kv.yaml" clusterd-noded-tls tls.key "$TMP/gen-agent.key"
+      # The HTTP port: TLS with the generated certificate, mutual; probes open, the API by role.
+      codes=$(for a in "http://127.0.0.1:$h/readyz" "https://127.0.0.1:$h/readyz"; do
+                curl -s -o /dev/null -w '%{http_code} ' --cacert "$tls/ca.crt" "$a" 2>/dev/null || true; done
+              for a in /readyz /api/v1/summary; do
+                curl -s -o /dev/null -w '%{http_code} ' --cacert "$tls/ca.crt" --cert "$TMP/gen-agent.crt" \
+                  --key "$TMP/gen-agent.key" "https://127.0.0.1:$h$a" 2>/dev/null || true; done)
+      if [[ $codes == "000 000 200 403 " ]]; then
+        ok "HTTP port: no plaintext, no TLS without a client certificate; /readyz 200 and the API 403 for NodeD's certificate"
+      else
+        bad "HTTP port answers '$codes', want '000 000 200 403 ' (plaintext, no certificate, /readyz and /api/v1/summary with NodeD's)"
+      fi
       out=$(timeout 10 grpcurl "${agent[@]}" "127.0.0.1:$g" grpc.health.v1.Health/Check 2>&1) || true
       if [[ $out == *SERVING* ]]; then ok "mTLS: NodeD's certificate reaches Health"; else echo "$out" >&2; bad "mTLS: Health with NodeD's certificate"; fi
       out=$(timeout 10 grpcurl "${agent[@]}" "127.0.0.1:$g" clusterd.v1.ClusterService/GetSummary 2>&1) || true
@@ -1217,13 +1236,16 @@ for line in open(sys.argv[1]).read().split("\n"):
 PY
   )
   g=$(free_port) h=$(free_port) d="$TMP/run-notes" w="$TMP/notes-cwd"
+  ready=$h
   mkdir -p "$d" "$w"
   if [[ $mode == tls ]]; then
     conf=$(materialize "$TMP/notes-tls.yaml" Deployment "$d")
     # What the notes' two kubectl commands fetch from the CA Secret.
     secret_data "$TMP/notes-tls.yaml" clusterd-ca ca.crt "$w/ca.crt"
     secret_data "$TMP/notes-tls.yaml" clusterd-ca tls.key "$w/ca.key"
-    flags=()
+    # The HTTP port speaks TLS: readiness from the probe-only port, as the kubelet asks.
+    ready=$(free_port)
+    flags=(--probe-listen "127.0.0.1:$ready")
   else
     conf=$(materialize "$TMP/notes-plain.yaml" Deployment "$d" "${plain_drop[@]}")
     flags=("${insecure_flag[@]}")
@@ -1231,7 +1253,7 @@ PY
   build/bin/clusterd --config "$conf" --listen "127.0.0.1:$g" --http-listen "127.0.0.1:$h" \
     --data-dir "$d/data" "${flags[@]}" >"$d/clusterd.log" 2>&1 &
   cpid=$!; pids+=("$cpid")
-  if wait_http "http://127.0.0.1:$h/readyz" 20 "$cpid"; then
+  if wait_http "http://127.0.0.1:$ready/readyz" 20 "$cpid"; then
     cd "$w"
     for cmd in "${cmds[@]}"; do
       cmd=${cmd//localhost:8899/127.0.0.1:$g}

@@ -100,4 +100,23 @@ mkdir -p "$ARTIFACT_DIR"
 "$PY" "$ROOT/test/e2e/status_page_test.py" --url "http://127.0.0.1:$HTTP_PORT/" \
   --inject "http://127.0.0.1:${NODED_PORT[worker01]}/v1/sim/faults" --node worker01 --device 1 --code 80E01801 \
   --artifacts "$ARTIFACT_DIR" --clusterctl "$BIN/clusterctl" --server "$ADDR" "${OM_ARGS[@]}"
+
+# ---- over TLS with a token: a second clusterd serving its HTTP port over TLS (the test CA,
+# client certificates requested, not required, so that a browser with a token gets in) ----
+echo "-- the page over TLS with a viewer's token"
+CERTS=$WORK/certs
+bash "$ROOT/test/security/make_certs.sh" "$CERTS"
+TLS_HTTP=$(free_port) TLS_PROBE=$(free_port)
+start_bg - "$WORK/clusterd-tls.log" "$BIN/clusterd" --listen "127.0.0.1:$(free_port)" \
+  --http-listen "127.0.0.1:$TLS_HTTP" --probe-listen "127.0.0.1:$TLS_PROBE" --data-dir "$WORK/clusterd-tls" \
+  --tls-cert-file "$CERTS/server.crt" --tls-key-file "$CERTS/server.key" --tls-client-ca-file "$CERTS/ca.crt" \
+  --tls-client-auth request --auth-token-file "$CERTS/tokens.csv" --log-level debug
+wait_ready "$TLS_PROBE"
+curl -s -o /dev/null "http://127.0.0.1:$TLS_HTTP/" && fail "the TLS port answered plaintext HTTP"
+"$PY" "$ROOT/test/e2e/status_page_tls_test.py" --url "https://127.0.0.1:$TLS_HTTP/" \
+  --token-file "$CERTS/token-viewer" --artifacts "$ARTIFACT_DIR"
+# Nor in ClusterD's log (debug level): the audit lines name the principal, never the token.
+! grep -qF "$(cat "$CERTS/token-viewer")" "$WORK/clusterd-tls.log" || fail "the viewer's token is in clusterd's log"
+grep -q 'deny principal=- method=GET /api/v1/' "$WORK/clusterd-tls.log" ||
+  fail "the page's refused API calls are not in the audit log"
 echo "PASS: status page"

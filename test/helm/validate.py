@@ -98,9 +98,27 @@ def check_service_monitor(obj):
         problem(obj, "spec.endpoints is empty")
     for i, ep in enumerate(eps):
         allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings",
-                   "authorization", "bearerTokenFile"}
+                   "authorization", "bearerTokenFile", "tlsConfig"}
         if set(ep) - allowed:
             problem(obj, f"endpoints[{i}] has unknown fields {sorted(set(ep) - allowed)}")
+        if ep.get("scheme", "http") not in ("http", "https"):
+            problem(obj, f"endpoints[{i}].scheme {ep.get('scheme')!r} is not http or https")
+        # The Prometheus Operator's SafeTLSConfig: Secret or ConfigMap references (name, key).
+        tls = ep.get("tlsConfig")
+        if tls is not None:
+            if ep.get("scheme") != "https":
+                problem(obj, f"endpoints[{i}].tlsConfig without scheme https")
+            if set(tls) - {"ca", "cert", "keySecret", "serverName", "insecureSkipVerify"}:
+                problem(obj, f"endpoints[{i}].tlsConfig has unknown fields {sorted(set(tls) - {'ca', 'cert', 'keySecret', 'serverName', 'insecureSkipVerify'})}")
+            for key in ("ca", "cert"):
+                ref = tls.get(key)
+                if ref is not None and (set(ref) - {"secret", "configMap"} or len(ref) != 1
+                                        or set(next(iter(ref.values()))) != {"name", "key"}):
+                    problem(obj, f"endpoints[{i}].tlsConfig.{key} must be one secret or configMap with name and key")
+            if "keySecret" in tls and set(tls["keySecret"]) != {"name", "key"}:
+                problem(obj, f"endpoints[{i}].tlsConfig.keySecret must have name and key")
+            if ("cert" in tls) != ("keySecret" in tls):
+                problem(obj, f"endpoints[{i}].tlsConfig: cert and keySecret go together")
         if not ep.get("port"):
             problem(obj, f"endpoints[{i}].port missing")
         auth = ep.get("authorization")

@@ -319,6 +319,15 @@ json.dump(cfg, open(out, "w"), indent=2)
 print(out)
 PY
 }
+# probe_flags: with TLS the HTTP port is TLS and the installed probe_listen (0.0.0.0:11254) is
+# where the probes go: moved to a local port, $ready (the port to probe; $http without TLS).
+probe_flags() {
+  probe_args=() ready=$http
+  if [[ -n $tls ]]; then
+    ready=$(free_port)
+    probe_args=(--probe-listen "127.0.0.1:$ready")
+  fi
+}
 # start_installed_clusterd DIR: the built clusterd in the background on the installed config
 # (from the Deployment, written under DIR) with the ServiceAccount's token as its only
 # credentials. Sets d, tls, conf, http, grpc and CLUSTERD_PID.
@@ -330,19 +339,20 @@ start_installed_clusterd() {
     conf=$(installed Deployment clusterd "$d") || die "reading the installed Deployment"
   else
     # A clusterd from before TLS: the installed config without the security keys.
-    conf=$(installed Deployment clusterd "$d" tls_ auth_ metrics_auth insecure) || die "reading the installed Deployment"
+    conf=$(installed Deployment clusterd "$d" tls_ auth_ metrics_ insecure probe_listen) || die "reading the installed Deployment"
   fi
   k8s_write_kubeconfig "$d/kubeconfig" "$SA_TOKEN" "system:serviceaccount:$NS:clusterd" "$NS"
   http=$(free_port) grpc=$(free_port)
+  probe_flags
   # The file as installed; flags move only the ports and the data directory off the image's
   # and give the out-of-cluster credentials (in a pod: the mounted token).
   "$CLUSTERD" --config "$conf" --kubeconfig "$d/kubeconfig" --listen "127.0.0.1:$grpc" \
-    --http-listen "127.0.0.1:$http" --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
+    --http-listen "127.0.0.1:$http" "${probe_args[@]}" --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
 }
 if [[ -x $CLUSTERD && $help == *--kubeconfig* ]]; then
   start_installed_clusterd "$TMP/clusterd"
-  if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$http/readyz"; then
+  if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$ready/readyz"; then
     ok "clusterd is ready with integrations [kubernetes], actuator kubernetes${tls:+, mutual TLS, TokenReview} and only its ServiceAccount's rights"
   else
     tail -20 "$d/clusterd.log" >&2
@@ -505,7 +515,7 @@ if [[ -x $CLUSTERD && $help == *--kubeconfig* && $help == *--mindcluster-public-
   start_installed_clusterd "$TMP/clusterd-mindcluster"
   node_cm() { [[ $(k8s_code GET "$MC_CMS/cluster-info-node-cm") == 200 ]]; }
   stat_cms() { [[ $(k8s_code GET "$SYS_CMS/statistic-fault-info") == 200 && $(k8s_code GET "$MC_CMS/current-job-statistic") == 200 ]]; }
-  if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$http/readyz" &&
+  if k8s_wait 30 "clusterd /readyz" curl -fsS "http://127.0.0.1:$ready/readyz" &&
      k8s_wait 30 "$MC_NS/cluster-info-node-cm written" node_cm &&
      k8s_wait 30 "$SYS_NS/statistic-fault-info and $MC_NS/current-job-statistic written" stat_cms; then
     ok "clusterd with integrations [kubernetes, mindcluster] writes $MC_NS/cluster-info-node-cm, $SYS_NS/statistic-fault-info and $MC_NS/current-job-statistic with only its ServiceAccount's rights"
@@ -625,10 +635,12 @@ if [[ $(grep -c 'tls.key' <<<"$etcd_before") == 3 ]]; then ok "ha: the etcd TLS 
 # kubeconfig: it labels its pod leader and is Ready (/readyz/replica).
 if [[ -x $CLUSTERD && $help == *--ha-pod* && $help == *--kubeconfig* ]]; then
   d=$TMP/clusterd-ha
+  tls=
   if [[ $help == *--tls-cert-file* ]]; then
+    tls=1
     conf=$(installed StatefulSet clusterd "$d") || die "reading the installed StatefulSet"
   else
-    conf=$(installed StatefulSet clusterd "$d" tls_ auth_ metrics_auth insecure) || die "reading the installed StatefulSet"
+    conf=$(installed StatefulSet clusterd "$d" tls_ auth_ metrics_ insecure probe_listen) || die "reading the installed StatefulSet"
   fi
   # The API server's etcd instead of the deployed one (pods stay Pending): plaintext, so the
   # installed etcd TLS files (etcd_ca_file, etcd_cert_file, etcd_key_file) are left out.
@@ -637,6 +649,7 @@ for k in ("etcd_ca_file", "etcd_cert_file", "etcd_key_file"): c.pop(k, None)
 json.dump(c, open(sys.argv[1], "w"), indent=2)' "$conf" "$K8S_ETCD"
   k8s_write_kubeconfig "$d/kubeconfig" "$SA_TOKEN" "system:serviceaccount:$NS:clusterd" "$NS"
   http=$(free_port) grpc=$(free_port)
+  probe_flags
   mapfile -t ha_args < <(python3 - "$d/workload.json" "$NS" "$http" <<'PY'
 import json, sys
 spec, ns, http = json.load(open(sys.argv[1]))["spec"]["template"]["spec"], sys.argv[2], sys.argv[3]
@@ -652,11 +665,11 @@ for a in c["args"]:
 PY
   )
   "$CLUSTERD" --config "$conf" --kubeconfig "$d/kubeconfig" "${ha_args[@]}" --listen "127.0.0.1:$grpc" \
-    --http-listen "127.0.0.1:$http" --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
+    --http-listen "127.0.0.1:$http" "${probe_args[@]}" --data-dir "$d/data" >"$d/clusterd.log" 2>&1 &
   CLUSTERD_PID=$!
   # /readyz/replica is 200 on a healthy standby too: a lone replica first labels its pod
   # standby and is Ready, then wins the election and relabels it; wait for both.
-  leads() { curl -fsS -o /dev/null "http://127.0.0.1:$http/readyz/replica" && [[ $(role_label clusterd-0 2>&1) == leader ]]; }
+  leads() { curl -fsS -o /dev/null "http://127.0.0.1:$ready/readyz/replica" && [[ $(role_label clusterd-0 2>&1) == leader ]]; }
   if k8s_wait 30 "clusterd /readyz/replica and its pod labelled leader" leads; then
     ok "clusterd with the StatefulSet's flags (${ha_args[*]}) leads and labels its pod leader with only the Role's rights"
   else

@@ -27,7 +27,7 @@ on_failure() {
     echo "--- nodes (name:connected:health, as the viewer)"
     nodes 2>&1 || true
     echo "--- auth metrics"
-    curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep '^clusterd_auth_' || true
+    curl -s --cacert "$CERTS/ca.crt" "https://127.0.0.1:$HTTP_PORT/metrics" | grep '^clusterd_auth_' || true
   fi
 }
 
@@ -68,13 +68,16 @@ TOKEN_A=$WORK/token-a
 mint_token noded-a clusterd "$TOKEN_A"
 
 # ---- 1. clusterd over TLS with the token file and TokenReview ----
+# The HTTP port speaks TLS too; the probe-only port answers wait_ready in plaintext.
+PROBE_PORT=$(free_port)
 start_bg - "$WORK/clusterd.log" "$BIN/clusterd" --listen "$ADDR" --http-listen "127.0.0.1:$HTTP_PORT" \
+  --probe-listen "127.0.0.1:$PROBE_PORT" \
   --data-dir "$WORK/clusterd" --tls-cert-file "$CERTS/server.crt" --tls-key-file "$CERTS/server.key" \
   --tls-client-ca-file "$CERTS/ca.crt" --tls-client-auth request \
   --auth-token-file "$CERTS/tokens.csv" --auth-token-review true \
   --auth-agent-service-accounts $NS/noded --kubeconfig "$K8S_KUBECONFIG" \
   --node-grace 10s --log-level info
-wait_ready "$HTTP_PORT"
+wait_ready "$PROBE_PORT"
 echo "-- 1: clusterd over TLS (client certs requested, token file, TokenReview) ready"
 
 # rpc CRED SERVICE/METHOD [JSON]: one call over TLS. CRED: token:FILE (a bearer token on the
@@ -110,7 +113,7 @@ echo "-- 2: NodeD with the token of pod noded-a (on worker01) is worker01's agen
 noded_as worker01 "$TOKEN_A"
 wait_until 30 worker01_ok
 wait_until 15 is 'node_names' worker01
-metrics=$(curl -sf "http://127.0.0.1:$HTTP_PORT/metrics")
+metrics=$(curl -sf --cacert "$CERTS/ca.crt" "https://127.0.0.1:$HTTP_PORT/metrics")
 grep -Eq '^clusterd_auth_token_reviews_total [1-9]' <<<"$metrics" ||
   fail "2: clusterd_auth_token_reviews_total is not > 0: $(grep '^clusterd_auth_token_review' <<<"$metrics")"
 grep -Eq '^clusterd_auth_token_review_errors_total 0$' <<<"$metrics" || fail "2: TokenReview errors"

@@ -238,6 +238,8 @@ still takes the default config. */}}
 {{- $_ = set $c "tls_key_file" (printf "%s/tls.key" $dir) }}
 {{- $_ = set $c "tls_client_ca_file" (printf "%s/ca.crt" $dir) }}
 {{- $_ = set $c "tls_client_auth" (ternary "require" "request" .Values.tls.mutual) }}
+{{- /* The HTTP port speaks TLS too: the kubelet's probes use the plaintext probe-only port. */}}
+{{- $_ = set $c "probe_listen" (printf "0.0.0.0:%d" (int .Values.clusterd.ports.probe)) }}
 {{- if include "clusterd.auth.tokenReview" . }}
 {{- $_ = set $c "auth_token_review" true }}
 {{- $_ = set $c "auth_token_audience" .Values.auth.tokenAudience }}
@@ -253,6 +255,9 @@ still takes the default config. */}}
 {{- end }}
 {{- if .Values.metrics.auth }}
 {{- $_ = set $c "metrics_auth" true }}
+{{- if ne .Values.metrics.role "viewer" }}
+{{- $_ = set $c "metrics_role" .Values.metrics.role }}
+{{- end }}
 {{- end }}
 {{- else }}
 {{- /* Plaintext, no authentication: ClusterD refuses to start without a certificate or this. */}}
@@ -564,11 +569,11 @@ Included by the ConfigMap (always rendered).
 {{- if and .Values.mindcluster.service.enabled (eq (include "clusterd.clusterd.fullname" .) (include "clusterd.mindcluster.serviceName" .)) }}
 {{- fail "mindcluster.service.enabled: the release's own Service is already named clusterd-grpc-svc; choose another release name or fullnameOverride" }}
 {{- end }}
-{{- if and .Values.metrics.auth (not .Values.auth.tokenFile.existingSecret) (not (include "clusterd.auth.tokenReview" .)) }}
-{{- fail "metrics.auth needs a token source: auth.tokenFile.existingSecret or auth.tokenReview" }}
+{{- if and .Values.metrics.auth (not .Values.auth.tokenFile.existingSecret) (not (include "clusterd.auth.tokenReview" .)) (not .Values.metrics.clientCertSecret) }}
+{{- fail "metrics.auth needs a token source: auth.tokenFile.existingSecret or auth.tokenReview (or metrics.clientCertSecret: the scraper's client certificate)" }}
 {{- end }}
-{{- if and .Values.metrics.auth .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.bearerTokenSecret.name) (not .Values.metrics.bearerTokenFile) }}
-{{- fail "metrics.auth with monitoring.serviceMonitor.enabled needs metrics.bearerTokenSecret.name or metrics.bearerTokenFile (the token Prometheus sends)" }}
+{{- if and .Values.metrics.auth .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.bearerTokenSecret.name) (not .Values.metrics.bearerTokenFile) (not .Values.metrics.clientCertSecret) }}
+{{- fail "metrics.auth with monitoring.serviceMonitor.enabled needs metrics.bearerTokenSecret.name or metrics.bearerTokenFile (the token Prometheus sends) or metrics.clientCertSecret (its client certificate)" }}
 {{- end }}
 {{- $ha := .Values.ha }}
 {{- if $ha.enabled }}

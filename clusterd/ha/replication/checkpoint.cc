@@ -324,6 +324,7 @@ StatusOr<CheckpointManifest> FetchCheckpoint(const FetchOptions& options, const 
     return InvalidArgument("peer address '" + options.address + "' is not host:port");
   }
   base.headers = {{"Authorization", "Bearer " + options.token}};
+  base.tls = options.tls;
   auto call = [&](const std::string& method, const std::string& target, size_t max_body) -> StatusOr<HttpClientAnswer> {
     HttpClientRequest req = base;
     req.method = method;

@@ -115,6 +115,9 @@ class CheckpointServer {
 struct FetchOptions {
   std::string address;  // the peer's HTTP "host:port"
   std::string token;
+  // Not null: the peer's HTTP port speaks TLS (unless --insecure); this
+  // client context (MakeHttpPeerTls) presents this replica's certificate.
+  std::shared_ptr<boost::asio::ssl::context> tls;
   std::chrono::nanoseconds request_timeout = std::chrono::seconds(10);
   // The longest wait for the peer to make the checkpoint.
   std::chrono::nanoseconds make_timeout = std::chrono::seconds(120);
