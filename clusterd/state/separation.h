@@ -23,7 +23,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 
-namespace clusterd::recovery {
+namespace clusterd {
 
 struct SeparationPolicy {
   bool enabled = true;
@@ -127,4 +127,4 @@ class SeparationTracker {
   std::map<ChipRef, Separation> separated_;
 };
 
-}  // namespace clusterd::recovery
+}  // namespace clusterd
