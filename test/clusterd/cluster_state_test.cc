@@ -43,15 +43,6 @@ class ClusterStateTest : public ::testing::Test {
     ASSERT_TRUE(state_->Load().ok());
   }
 
-  // One run of a rule at the clock's time, as the writer runs it.
-  TimePoint Run(WriterRule& rule) {
-    return Commit([&](Mutation* m) { return rule.Advance(*state_, WriterTick{clock_.Now(), m}); });
-  }
-  void SetRepeatOffenderPolicy(uint32_t max, std::chrono::nanoseconds window) {
-    offenders_ = std::make_unique<RepeatOffenderRule>(max, window);
-    state_->set_recoveries_caused_window(window);
-  }
-
   // Applies fn as one commit, like the Engine does.
   template <typename Fn>
   auto Commit(Fn&& fn) {
@@ -62,6 +53,15 @@ class ClusterStateTest : public ::testing::Test {
     state_->set_durable_revision(state_->revision());
     events_.insert(events_.end(), m.events.begin(), m.events.end());
     return result;
+  }
+
+  // One run of a rule at the clock's time, as the writer runs it.
+  TimePoint Run(WriterRule& rule) {
+    return Commit([&](Mutation* m) { return rule.Advance(*state_, WriterTick{clock_.Now(), m}); });
+  }
+  void SetRepeatOffenderPolicy(uint32_t max, std::chrono::nanoseconds window) {
+    offenders_ = std::make_unique<RepeatOffenderRule>(max, window);
+    state_->set_recoveries_caused_window(window);
   }
 
   v1::Welcome Hello(const v1::Hello& h, uint64_t session = 1) {
@@ -1549,12 +1549,12 @@ TEST_F(ClusterStateTest, ChangedSeparationPolicyAppliesAndKeepsWhatWasCounted) {
   advance();
   ASSERT_EQ(Node("worker01").devices(3).separation_fault_times_size(), 1);
 
-  recovery::SeparationPolicy bad;
+  SeparationPolicy bad;
   bad.threshold = 0;
   EXPECT_EQ(separation_->ChangePolicy(bad).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(separation_->policy().threshold, 3u);
 
-  recovery::SeparationPolicy p;
+  SeparationPolicy p;
   p.threshold = 2;
   p.window = std::chrono::hours(48);
   p.release_after = std::chrono::hours(1);
