@@ -234,11 +234,11 @@ void Engine::MaybeRetain(TimePoint now, Mutation* m) {
   }
   to = std::min(to, durable);
   if (to > compacted) {
-    std::unique_lock lock(state_->mutex());
+    std::unique_lock lock(state_->mutex(key_));
     state_->ApplyCompaction(to, m);
     GetLogger("store")->info("event log compacted to revision {}", to);
   }
-  std::unique_lock lock(state_->mutex());
+  std::unique_lock lock(state_->mutex(key_));
   if (size_t pruned = state_->ApplyRecoveryRetention(options_.recovery_retention, now, m)) {
     if (recoveries_pruned_) recoveries_pruned_->Inc(pruned);
     GetLogger("store")->info("recovery retention removed {} finished recovery record(s)", pruned);
@@ -335,7 +335,7 @@ Engine::StepResult Engine::Step() {
     next_retention_ = now + options_.retention_interval;
   }
   {
-    std::unique_lock lock(state_->mutex());
+    std::unique_lock lock(state_->mutex(key_));
     for (size_t i = 0; i < items.size(); ++i) {
       g.dones.push_back(items[i](*state_, &g.m));
       if (options_.max_group_bytes > 0 && g.m.changes.byte_size() >= options_.max_group_bytes && i + 1 < items.size()) {
@@ -364,7 +364,11 @@ Engine::StepResult Engine::Step() {
       if (expiry != TimePoint::max()) next_liveness_ = std::min(*next_liveness_, expiry + std::chrono::milliseconds(1));
     }
     // After the group: what it changed carries times up to now.
-    if (hooks_.tick) tick_at_ = hooks_.tick(*state_, clock_->Now(), &g.m, &g.dones, submit_);
+    if (!hooks_.rules.empty()) {
+      const WriterTick tick{clock_->Now(), &g.m, &g.dones, &submit_};
+      rules_at_ = TimePoint::max();
+      for (WriterRule* rule : hooks_.rules) rules_at_ = std::min(rules_at_, rule->Advance(*state_, tick));
+    }
     state_->FlushDirty(&g.m);
   }
   if (!g.m.empty() && !TryCommit(g, now, /*already_held=*/false)) {
@@ -377,7 +381,7 @@ Engine::StepResult Engine::Step() {
     return result;
   }
   Finish(&g, now);
-  result.next = split ? now : std::min(*next_liveness_, tick_at_);
+  result.next = split ? now : std::min(*next_liveness_, rules_at_);
   return result;
 }
 

@@ -38,6 +38,7 @@
 
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/writer_rule.h"
 #include "clusterd/storage/store.h"
 #include "common/clock.h"
 #include "common/metrics.h"
@@ -85,26 +86,25 @@ class Engine {
  public:
   // Runs after the commit that holds the change is durable, on the writer
   // thread; must be quick (hand results to a reactor, never block).
-  using Done = std::function<void()>;
+  using Done = WriterDone;
   // Runs on the writer thread with the state locked; records its change in
   // the Mutation and returns what to do once it is durable (may be empty).
-  using Apply = std::function<Done(ClusterState& state, Mutation* m)>;
-  // Engine::Submit as a value: what hooks hand their asynchronous work so
+  using Apply = WriterApply;
+  // Engine::Submit as a value: what rules hand their asynchronous work so
   // that its results come back onto the writer.
-  using SubmitFn = std::function<bool(Apply)>;
-  // Runs on the writer thread after every group (and at least every liveness
-  // interval), with the state locked, before the commit: it may add changes
-  // to m and Dones to run once they are durable; `submit` is this Engine's
-  // Submit, for results that arrive later (an actuator's answer). Returns
-  // when it wants to run again even if nothing is submitted
-  // (TimePoint::max(): no need); the writer wakes up then.
-  using Tick = std::function<TimePoint(ClusterState& state, TimePoint now, Mutation* m, std::vector<Done>* after,
-                                       const SubmitFn& submit)>;
+  using SubmitFn = WriterSubmit;
 
   // What the writer calls besides the submitted closures; fixed at
   // construction. Each may be empty.
   struct Hooks {
-    Tick tick;  // the recovery Coordinator in clusterd
+    // The writer's rules (state/writer_rule.h), run in this order after
+    // every group (and at least every liveness interval), with the state
+    // locked, before the commit: each may add changes to the group and Dones
+    // to run once they are durable, and says when it is next due (the writer
+    // wakes up then). Not owned; they outlive the Engine. The composition
+    // root lists them (clusterd/server/server.cc: auto-clear, separation,
+    // chain drift, repeat offenders, then the recovery Coordinator).
+    std::vector<WriterRule*> rules;
     // Free space of the data dir (not owned; outlives the Engine); null: no
     // reserve. The writer refreshes it before every commit and at least
     // every liveness interval.
@@ -199,7 +199,8 @@ class Engine {
   const Clock* clock_;
   EngineOptions options_;
   const Hooks hooks_;
-  const SubmitFn submit_;  // this->Submit, handed to the tick hook
+  const SubmitFn submit_;  // this->Submit, handed to the rules
+  const WriterKey key_;    // the state's lock is the writer's
   // The store cannot be written (read-only open, failed commit); the reason under mu_.
   std::atomic<bool> store_unavailable_{false};
   std::atomic<size_t> held_changes_{0};  // changes applied in memory, waiting for a commit the store can take
@@ -210,7 +211,7 @@ class Engine {
   std::optional<TimePoint> next_liveness_;  // unset until the first Step
   bool liveness_started_ = false;           // the nodes' grace runs (Serve, or the first Step)
   TimePoint next_retention_{};
-  TimePoint tick_at_ = TimePoint::max();   // when the tick asked to run again
+  TimePoint rules_at_ = TimePoint::max();  // when the rules asked to run again
   TimePoint next_reopen_{};                // reopen attempts are spaced
   std::optional<TimePoint> last_commit_;   // when the last group commit ended
   std::optional<TimePoint> gather_until_;  // a small group waits on the queue until then

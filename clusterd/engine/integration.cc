@@ -8,6 +8,7 @@
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/rules.h"
 
 namespace clusterd {
 namespace {
@@ -106,14 +107,17 @@ class EngineCommands final : public ClusterCommands {
     const std::string actor = on_behalf_of.empty() ? principal_.actor() : principal_.actor() + "/" + on_behalf_of;
     Write<v1::Device>(std::move(reply), [node = std::move(node), device, actor, reason = std::move(reason)](
                                             ClusterState& state, Mutation* m) {
-      return state.ApplyReleaseDevice(node, device, actor, reason, m);
+      return ReleaseSeparatedDevice(state, node, device, actor, reason, m);
     });
   }
 
-  void SetSeparationPolicy(recovery::SeparationPolicy policy, Reply<bool> reply) override {
+  void SetSeparationPolicy(SeparationPolicy policy, Reply<bool> reply) override {
     auto shared_reply = std::make_shared<Reply<bool>>(std::move(reply));
     const bool submitted = engine_->Submit([policy, shared_reply](ClusterState& state, Mutation*) -> Engine::Done {
-      auto st = std::make_shared<Status>(state.ChangeSeparationPolicy(policy));
+      SeparationRule* rule = state.Attached<SeparationRule>();
+      auto st =
+          std::make_shared<Status>(rule != nullptr ? rule->ChangePolicy(policy)
+                                                   : FailedPrecondition("no separation policy runs in this ClusterD"));
       return [shared_reply, st] {
         if (st->ok()) {
           (*shared_reply)(true);

@@ -25,8 +25,8 @@
 
 #include "clusterd/auth/principal.h"
 #include "clusterd/config/config.h"
-#include "clusterd/recovery/separation.h"
 #include "clusterd/state/public_faults.h"
+#include "clusterd/state/separation.h"
 #include "clusterd/v1/cluster.pb.h"
 #include "clusterd/v1/fault.pb.h"
 #include "clusterd/v1/job.pb.h"
@@ -88,11 +88,11 @@ class ClusterCommands {
     (void)node, (void)device, (void)on_behalf_of, (void)reason;
     reply(FailedPrecondition("ReleaseDevice is not offered to integrations here"));
   }
-  // The separation policy from now on (ClusterState::ChangeSeparationPolicy;
-  // counts and separations kept). Not stored: an integration that sets it
+  // The separation policy from now on (SeparationRule::ChangePolicy, state/
+  // rules.h; counts and separations kept). Not stored: an integration that sets it
   // says it again after a restart or a leader change. Replies with the
   // policy's refusal, or OK once the writer runs with it.
-  virtual void SetSeparationPolicy(recovery::SeparationPolicy policy, Reply<bool> reply) {
+  virtual void SetSeparationPolicy(SeparationPolicy policy, Reply<bool> reply) {
     (void)policy;
     reply(FailedPrecondition("SetSeparationPolicy is not offered to integrations here"));
   }

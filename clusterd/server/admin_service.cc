@@ -2,6 +2,7 @@
 
 #include "clusterd/server/auth.h"
 #include "clusterd/server/submit.h"
+#include "clusterd/state/rules.h"
 
 namespace clusterd {
 
@@ -47,8 +48,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ReleaseDevice(grpc::CallbackServerCo
                                                           v1::ReleaseDeviceResponse* resp) {
   return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.AdminService/ReleaseDevice", req->actor(),
                                   [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
-                                    auto device = state.ApplyReleaseDevice(req->node(), req->device_id(), who.actor(),
-                                                                           req->reason(), m);
+                                    auto device = ReleaseSeparatedDevice(state, req->node(), req->device_id(),
+                                                                         who.actor(), req->reason(), m);
                                     if (!device.ok()) return device.status();
                                     *resp->mutable_device() = std::move(*device);
                                     return Status::Ok();

@@ -20,6 +20,7 @@
 #include "clusterd/engine/engine.h"
 #include "clusterd/engine/integration.h"
 #include "clusterd/engine/watch_hub.h"
+#include "clusterd/engine/writer_rules.h"
 #include "clusterd/k8s/token_reviewer.h"
 #include "clusterd/mindcluster/grpc/config_service.h"
 #include "clusterd/mindcluster/grpc/fault_service.h"
@@ -70,6 +71,9 @@ struct ClusterdServer::Impl {
   // The state, its store and its one writer (OpenState, StartWriter).
   std::unique_ptr<DiskMonitor> disk_monitor;
   std::unique_ptr<storage::Store> store;
+  // The writer's timed policies (engine/writer_rules.h): attached to the
+  // state, run by the engine; outlive both.
+  WriterRules rules;
   std::unique_ptr<ClusterState> state;
   std::unique_ptr<WatchHub> hub;
   std::unique_ptr<Engine> engine;
@@ -228,27 +232,14 @@ Status ClusterdServer::Impl::OpenState() {
   }
   state = std::make_unique<ClusterState>(store.get(), &catalog, clock);
   state->set_limits(MakeStateLimits(cfg, &metrics));
-  recovery::SeparationPolicy separation;
-  separation.enabled = cfg.separation_enabled;
-  separation.threshold = cfg.separation_threshold;
-  separation.window = cfg.separation_window;
-  separation.settle = cfg.separation_settle;
-  separation.release_after =
-      cfg.separation_release_after.count() ? std::optional(cfg.separation_release_after) : std::nullopt;
-  CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(separation));
-  state->set_separation_policy(separation);
-  state->set_chain_pool_label(cfg.chain_pool_label);
   state->set_reporter_levels({cfg.reporter_levels.begin(), cfg.reporter_levels.end()});
-  {
-    std::map<std::string, v1::FaultLevel> drift_levels;
-    for (const std::string& e : cfg.chain_drift_levels) {
-      auto entry = ParseChainDriftLevel(e);
-      if (!entry.ok()) return entry.status();
-      drift_levels[entry->first] = entry->second;
-    }
-    state->set_chain_drift_levels(std::move(drift_levels));
-  }
-  state->set_repeat_offender_policy(cfg.repeat_offender_recoveries, cfg.repeat_offender_window);
+  // The timed policies: separation, chain drift, repeat offenders,
+  // auto-clear (engine/writer_rules.h); they see the load.
+  auto made_rules = MakeWriterRules(cfg);
+  if (!made_rules.ok()) return made_rules.status();
+  rules = std::move(*made_rules);
+  rules.AttachTo(state.get());
+  state->set_recoveries_caused_window(cfg.repeat_offender_window);
   state->set_release_chain_check(cfg.release_chain_check == "always"  ? ClusterState::ReleaseChainCheck::kAlways
                                  : cfg.release_chain_check == "never" ? ClusterState::ReleaseChainCheck::kNever
                                                                       : ClusterState::ReleaseChainCheck::kAutomatic);
@@ -288,21 +279,11 @@ Status ClusterdServer::Impl::StartWriter() {
   co.resume_grace = cfg.recovery_resume_grace;
   co.agent_attach_grace = cfg.recovery_agent_attach_grace;
   coordinator = std::make_unique<Coordinator>(&job_agents, actuator.get(), clock, co, &metrics);
-  // The writer's hooks, fixed at construction: the coordinator runs after
-  // every group and gets the Engine's Submit for its actuators' answers.
+  // The writer's hooks, fixed at construction: the timed policies, then the
+  // coordinator (engine/writer_rules.h has the order), after every group;
+  // the coordinator gets the Engine's Submit for its actuators' answers.
   Engine::Hooks hooks;
-  hooks.tick = [coordinator = coordinator.get()](ClusterState& state, TimePoint now, Mutation* m,
-                                                 std::vector<Engine::Done>* after, const Engine::SubmitFn& submit) {
-    // Public faults due to clear themselves (pubfault.h), the separation
-    // policy (devices separated and released), the chain drift, repeat
-    // offenders (nodes cordoned), then recoveries.
-    const TimePoint next_clear = state.ExpireAutoClears(now, m);
-    const TimePoint next_separation = state.AdvanceSeparations(now, m);
-    const TimePoint next_drift = state.AdvanceChainDrift(now, m);
-    const TimePoint next_offenders = state.AdvanceRepeatOffenders(now, m);
-    return std::min(
-        {next_clear, next_separation, next_drift, next_offenders, coordinator->Tick(state, now, m, after, submit)});
-  };
+  hooks.rules = rules.Ordered(coordinator.get());
   hooks.disk_monitor = disk_monitor.get();
   engine = std::make_unique<Engine>(state.get(), store.get(), hub.get(), clock, eo, &metrics, std::move(hooks));
   metrics.AddCallbackGauge("clusterd_job_agents", "Attached job recovery agents.",

@@ -38,9 +38,7 @@ std::string HeartbeatKey(const std::string& node) {
 }  // namespace
 
 ClusterState::ClusterState(storage::Store* store, const Catalog* catalog, const Clock* clock)
-    : StateView(clock), store_(store), catalog_(catalog) {
-  separations_.emplace(recovery::SeparationPolicy{});
-}
+    : StateView(clock), store_(store), catalog_(catalog) {}
 
 Status ClusterState::Load() {
   CLUSTERD_RETURN_IF_ERROR(Load(store_->revision_at_open(), store_->compacted_at_open()));
@@ -60,20 +58,9 @@ Status ClusterState::Load(uint64_t revision, uint64_t compacted) {
   }
   CLUSTERD_RETURN_IF_ERROR(jobs_.Load(*store_));
   CLUSTERD_RETURN_IF_ERROR(recoveries_.Load(*store_));
-  // The separation policy's state, as the device records keep it.
-  for (const auto& [name, n] : nodes_.all()) {
-    for (const auto& [id, d] : n.devices) {
-      if (!d.separated() && d.separation_fault_times().empty()) continue;
-      recovery::SeparationTracker::ChipRecord r;
-      for (const auto& t : d.separation_fault_times()) r.counted.push_back(FromTimestamp(t));
-      if (d.separated()) {
-        r.separated_since = FromTimestamp(d.separated_time());
-        r.last_fault = FromTimestamp(d.last_fault_time());
-      }
-      separations_->Restore({name, id}, r);
-    }
-  }
-  separation_due_ = TimePoint::min();
+  // What the attached rules keep in the records (the separation policy's
+  // counts).
+  for (WriterRule* rule : attached_) rule->Loaded(*this);
   Status parse_error;
   CLUSTERD_RETURN_IF_ERROR(store_->ForEach(Cf::kMeta, [&](std::string_view key, std::string_view value) {
     if (key != storage::kMetaAdminState) return;
@@ -117,7 +104,7 @@ const v1::Fault& ClusterState::Raise(NodeState& n, const std::string& key, const
   EmitFault(f, raised.was_active ? v1::EVENT_TYPE_FAULT_UPDATED : v1::EVENT_TYPE_FAULT_RAISED, "", m);
   if (f.source() == v1::FAULT_SOURCE_HEARTBEAT) n.lost = true;
   RecomputeHealth(n, DeviceOf(f), m);
-  if (!raised.was_active) ObserveForSeparation(n, f, true);
+  for (WriterRule* rule : attached_) rule->FaultChanged(*this, f, true, !raised.was_active);
   return f;
 }
 
@@ -128,109 +115,33 @@ bool ClusterState::Clear(NodeState& n, const std::string& key, const std::string
   EmitFault(*f, v1::EVENT_TYPE_FAULT_CLEARED, actor, m);
   if (f->source() == v1::FAULT_SOURCE_HEARTBEAT) n.lost = false;
   RecomputeHealth(n, DeviceOf(*f), m);
-  ObserveForSeparation(n, *f, false);
+  for (WriterRule* rule : attached_) rule->FaultChanged(*this, *f, false, false);
   return true;
 }
 
-// ------------------------------------------------------------ separation ---
-
-void ClusterState::ObserveForSeparation(NodeState& n, const v1::Fault& f, bool raised) {
-  if (!f.has_device_id() || !BlamesHardware(f)) return;  // a job's restart-only fault: not the chip's
-  const recovery::ChipRef chip{n.name(), f.device_id()};
-  const TimePoint now = clock_->Now();
-  if (separations_->Separated(chip)) {
-    // Raised or cleared: the fault-free time starts again from now.
-    separations_->StillFaulty(chip, now);
-    SyncSeparation(n, f.device_id());
-    return;
+bool ClusterState::ClearFault(const std::string& key, const std::string& reason, Mutation* m) {
+  const v1::Fault* f = faults_.Find(key);
+  if (!f) return false;
+  NodeState* n = nodes_.Find(f->node());
+  if (!n) {
+    faults_.SetAutoClear(key, std::nullopt, m);  // no node to clear it on (nodes are never removed)
+    return false;
   }
-  // A new occurrence above SUB_HEALTH counts (after its settle time).
-  if (!raised || f.level() <= v1::FAULT_LEVEL_SUB_HEALTH || !separations_->policy().enabled) return;
-  const std::vector<std::string> jobs = jobs_.HitBy(f);
-  separations_->Observe(chip, f.code(), jobs.empty() ? "" : jobs.front(), now);
-  separation_due_ = std::min(separation_due_, now + separations_->policy().settle);
+  return Clear(*n, key, reason, m);  // ends its auto-clear
 }
 
-v1::Device& ClusterState::SyncSeparation(NodeState& n, uint32_t device, std::optional<uint64_t> revision) {
-  const recovery::SeparationTracker::ChipRecord r = separations_->RecordOf({n.name(), device});
-  auto [dit, created] = n.devices.try_emplace(device);
+v1::Device* ClusterState::MutableDevice(const std::string& node, uint32_t device) {
+  NodeState* n = nodes_.Find(node);
+  if (!n) return nullptr;
+  auto [dit, created] = n->devices.try_emplace(device);
   v1::Device& d = dit->second;
   if (created) {
-    d.set_node(n.name());
+    d.set_node(n->name());
     d.set_id(device);
     d.set_health(v1::HEALTH_HEALTHY);
+    nodes_.Changed(d);
   }
-  const v1::Device before = d;
-  d.clear_separation_fault_times();
-  for (TimePoint t : r.counted) *d.add_separation_fault_times() = ToTimestamp(t);
-  d.set_separated(r.separated_since.has_value());
-  if (r.separated_since) {
-    *d.mutable_separated_time() = ToTimestamp(*r.separated_since);
-    *d.mutable_last_fault_time() = ToTimestamp(r.last_fault);
-  } else {
-    d.clear_separated_time();
-    d.clear_last_fault_time();
-    d.clear_separation_reason();
-  }
-  if (revision) d.set_revision(*revision);
-  if (created || !MessageDifferencer::Equals(before, d)) nodes_.Changed(d);
-  return d;
-}
-
-void ClusterState::EmitSeparation(NodeState& n, const v1::Device& d, bool separated, const std::string& actor,
-                                  const std::string& reason, Mutation* m) {
-  v1::Event ev;
-  ev.set_type(separated ? v1::EVENT_TYPE_DEVICE_SEPARATED : v1::EVENT_TYPE_DEVICE_RELEASED);
-  ev.set_revision(d.revision());
-  ev.set_node(n.name());
-  ev.set_device_id(d.id());
-  ev.set_actor(actor);
-  ev.set_reason(reason);
-  ev.set_message("device " + std::to_string(d.id()) + (separated ? " separated: " : " released: ") + reason);
-  *ev.mutable_device_info() = d;
-  journal_.Emit(m, std::move(ev));
-}
-
-Status ClusterState::ChangeSeparationPolicy(const recovery::SeparationPolicy& policy) {
-  CLUSTERD_RETURN_IF_ERROR(recovery::ValidateSeparationPolicy(policy));
-  separations_->SetPolicy(policy);
-  separation_due_ = TimePoint::min();  // the next tick applies it
-  return Status::Ok();
-}
-
-TimePoint ClusterState::AdvanceSeparations(TimePoint now, Mutation* m) {
-  if (now < separation_due_) return separation_due_;
-  // A separated device with an active fault is not fault-free yet.
-  for (const recovery::ChipRef& chip : separations_->SeparatedChips()) {
-    const NodeState* n = nodes_.Find(chip.node);
-    if (!n) continue;
-    auto dit = n->devices.find(chip.device);
-    if (dit != n->devices.end() && dit->second.active_faults() > 0) separations_->StillFaulty(chip, now);
-  }
-  std::set<recovery::ChipRef> recounted;
-  // The release waits for a healthy software chain (release_chain_check).
-  auto may_release = [this](const recovery::ChipRef& chip) { return ChainAllowsRelease(chip.node, true).ok(); };
-  const std::vector<recovery::SeparationTracker::Change> changes = separations_->Advance(now, &recounted, may_release);
-  for (const auto& change : changes) {
-    if (change.deferred) {
-      GetLogger("state")->warn("node {} device {}: release ({}) waits: {}", change.chip.node, change.chip.device,
-                               change.reason, ChainAllowsRelease(change.chip.node, true).message());
-      continue;
-    }
-    recounted.erase(change.chip);
-    NodeState* n = nodes_.Find(change.chip.node);
-    if (!n) continue;
-    v1::Device& d = SyncSeparation(*n, change.chip.device, journal_.Next());
-    if (change.separated) d.set_separation_reason(change.reason);
-    GetLogger("state")->warn("node {} device {} {}: {}", n->name(), d.id(), change.separated ? "separated" : "released",
-                             change.reason);
-    EmitSeparation(*n, d, change.separated, "clusterd", change.reason, m);
-  }
-  for (const recovery::ChipRef& chip : recounted) {
-    if (NodeState* n = nodes_.Find(chip.node)) SyncSeparation(*n, chip.device);
-  }
-  separation_due_ = separations_->NextDue();
-  return separation_due_;
+  return &d;
 }
 
 Status ClusterState::ChainAllowsRelease(const std::string& node, bool automatic) const {
@@ -246,141 +157,6 @@ Status ClusterState::ChainAllowsRelease(const std::string& node, bool automatic)
   return FailedPrecondition("node " + node +
                             "'s accelerator software chain is not healthy: " + ChainBlockersText(blockers) +
                             (automatic ? "" : " (release_chain_check is always; force to return it anyway)"));
-}
-
-TimePoint ClusterState::AdvanceChainDrift(TimePoint now, Mutation* m) {
-  if (!chain_dirty_) return TimePoint::max();
-  if (now < chain_due_) return chain_due_;
-  chain_dirty_ = false;
-  chain_due_ = now + std::chrono::seconds(1);
-  // The versions each node's agent reported (OK links only).
-  std::vector<NodeVersions> nodes;
-  for (const auto& [name, n] : nodes_.all()) {
-    const v1::Node& node = n.record.node();
-    NodeVersions v;
-    v.node = name;
-    if (!chain_pool_label_.empty()) {
-      auto it = node.labels().find(chain_pool_label_);
-      if (it != node.labels().end()) v.pool = it->second;
-    } else if (node.inventory().devices_size() > 0) {
-      v.pool = node.inventory().devices(0).model();
-    }
-    for (const auto& l : node.inventory().chain()) {
-      if ((l.name() == "driver" || l.name() == "firmware" || l.name() == "cann") &&
-          l.state() == v1::CHAIN_LINK_STATE_OK && !l.version().empty()) {
-        v.versions[l.name()] = l.version();
-      }
-    }
-    if (!v.versions.empty()) nodes.push_back(std::move(v));
-  }
-  // What ClusterD wants raised, by (node, external id).
-  struct Wanted {
-    const char* code;
-    v1::FaultLevel level;
-    std::string message;
-  };
-  std::map<std::pair<std::string, std::string>, Wanted> want;
-  {
-    std::vector<NodeVersions> pooled;
-    for (const NodeVersions& v : nodes) {
-      if (!v.pool.empty()) pooled.push_back(v);
-    }
-    for (DriftFinding& f : FindChainDrift(pooled)) {
-      auto lit = chain_drift_levels_.find(f.pool);
-      const v1::FaultLevel level = lit == chain_drift_levels_.end() ? v1::FAULT_LEVEL_SUB_HEALTH : lit->second;
-      want.emplace(std::make_pair(f.node, f.node + "/" + f.link), Wanted{kChainDriftCode, level, f.Message()});
-    }
-  }
-  // The nodes of one job that run different versions from each other
-  // (external id "<node>/<link>@<job>").
-  std::map<std::string, const NodeVersions*> by_name;
-  for (const NodeVersions& v : nodes) by_name.emplace(v.node, &v);
-  for (const auto& [id, job] : jobs_.all()) {
-    std::set<std::string> seen;
-    std::vector<const NodeVersions*> of_job;
-    for (const auto& p : job.placement()) {
-      if (!seen.insert(p.node()).second) continue;
-      if (auto it = by_name.find(p.node()); it != by_name.end()) of_job.push_back(it->second);
-    }
-    if (of_job.size() < 2) continue;
-    for (DriftFinding& f : FindJobChainDrift(id, of_job)) {
-      // Drift found only inside a tie (two nodes, two versions) is the
-      // job's finding, not a node's fault: which side is wrong is not known,
-      // and one node's agent must not mark the other node SubHealthy by
-      // reporting a version of its own. Recorded at NOT_HANDLE (shown, the
-      // nodes stay HEALTHY, nothing is put in Volcano's lists).
-      const v1::FaultLevel level = f.tie ? v1::FAULT_LEVEL_NOT_HANDLE : v1::FAULT_LEVEL_SUB_HEALTH;
-      want.emplace(std::make_pair(f.node, f.node + "/" + f.link + "@" + id),
-                   Wanted{kChainDriftCode, level, f.Message()});
-    }
-  }
-  // A driver and firmware the catalog's pair table says do not go together
-  // (external id "<node>/firmware-pair"); a driver the table does not know is
-  // not judged.
-  for (const NodeVersions& v : nodes) {
-    auto driver = v.versions.find("driver");
-    auto firmware = v.versions.find("firmware");
-    if (driver == v.versions.end() || firmware == v.versions.end()) continue;
-    if (auto message = FirmwareMismatch(*catalog_, driver->second, firmware->second)) {
-      want.emplace(std::make_pair(v.node, v.node + "/firmware-pair"),
-                   Wanted{kChainFirmwareCode, v1::FAULT_LEVEL_PRE_SEPARATE, std::move(*message)});
-    }
-  }
-  auto report = [&](const std::string& node, const std::string& id, const char* code, v1::FaultLevel level,
-                    v1::TransitionAction action, const std::string& message) {
-    v1::ReportRequest r;
-    r.set_reporter(kChainDriftReporter);
-    r.set_id(id);
-    r.set_node(node);
-    r.set_code(code);
-    r.set_level(level);
-    r.set_action(action);
-    r.set_message(message);
-    if (auto st = ApplyReport(r, m); !st.ok()) {
-      GetLogger("state")->warn("software chain {} on node {}: {}", code, node, st.status().ToString());
-    }
-  };
-  // What is active and no longer wanted (or wanted at another level: a
-  // pool's level changed) clears; what is wanted and not active is raised.
-  std::map<std::pair<std::string, std::string>, v1::FaultLevel> active;
-  std::vector<std::pair<std::pair<std::string, std::string>, std::string>> gone;  // key, code
-  for (const auto& [node, count] : faults_.nodes()) {
-    for (const auto& [key, f] : faults_.OfNode(node)) {
-      if (f.reporter() != kChainDriftReporter || f.state() != v1::FAULT_STATE_ACTIVE) continue;
-      auto k = std::make_pair(f.node(), f.external_id());
-      active.emplace(k, f.level());
-      auto w = want.find(k);
-      if (w == want.end() || catalog_->Resolve(w->second.code, w->second.level) != f.level()) {
-        gone.emplace_back(k, f.code());
-      }
-    }
-  }
-  for (const auto& [k, code] : gone) {
-    report(k.first, k.second, code.c_str(), v1::FAULT_LEVEL_SUB_HEALTH, v1::TRANSITION_ACTION_CLEAR,
-           want.count(k) ? "its level changed" : "the versions agree again");
-    active.erase(k);
-  }
-  for (const auto& [k, w] : want) {
-    if (!active.count(k)) report(k.first, k.second, w.code, w.level, v1::TRANSITION_ACTION_RAISE, w.message);
-  }
-  return TimePoint::max();
-}
-
-StatusOr<v1::Device> ClusterState::ApplyReleaseDevice(const std::string& node, uint32_t device,
-                                                      const std::string& actor, const std::string& reason,
-                                                      Mutation* m) {
-  CLUSTERD_RETURN_IF_ERROR(ValidateReleaseDevice(node, actor, reason));
-  NodeState* n = nodes_.Find(node);
-  if (!n) return NotFound("node " + node + " is not registered");
-  auto dit = n->devices.find(device);
-  if (dit == n->devices.end()) return NotFound("node " + node + " has no device " + std::to_string(device));
-  if (!separations_->Separated({node, device})) return dit->second;
-  CLUSTERD_RETURN_IF_ERROR(separations_->Release({node, device}));
-  v1::Device& d = SyncSeparation(*n, device, journal_.Next());
-  GetLogger("state")->info("node {} device {} released by {}: {}", node, device, actor, reason);
-  EmitSeparation(*n, d, false, actor, reason, m);
-  separation_due_ = TimePoint::min();
-  return d;
 }
 
 void ClusterState::RecomputeHealth(NodeState& n, std::optional<uint32_t> device, Mutation* m) {
@@ -478,7 +254,7 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const Validated<v1::Hello>& valid
   }
   // A chain that changed (or a new node) may change its pool's drift.
   if (created || !MessageDifferencer::Equals(updated.inventory(), node->inventory())) {
-    chain_dirty_ = true;
+    ++chain_generation_;
   }
   UpdateNodeRecord(n, updated, created, "", m);
   SetDevices(n, hello.inventory());
@@ -606,7 +382,7 @@ Status ClusterState::ApplyChainUpdate(const std::string& node, uint64_t session,
   bool changed = false;
   Status st = ReplaceInventory(
       node, session, [&](v1::Inventory* inv) { *inv->mutable_chain() = update->links(); }, m, &changed);
-  chain_dirty_ = chain_dirty_ || changed;
+  if (changed) ++chain_generation_;
   return st;
 }
 
@@ -845,19 +621,19 @@ StatusOr<v1::AdminState> ClusterState::ApplySetRecoveryMode(const v1::SetRecover
 StatusOr<v1::Job> ClusterState::ApplyCreateJob(const v1::Job& job, Mutation* m, const std::string& source) {
   auto stored = jobs_.Create(job, source, m);
   if (!stored.ok()) return stored.status();
-  chain_dirty_ = true;  // its nodes' versions are compared
+  ++chain_generation_;  // its nodes' versions are compared
   return WithImpacts(*stored);
 }
 
 StatusOr<v1::Job> ClusterState::ApplyUpdateJob(const v1::Job& job, Mutation* m, const std::string& source) {
   auto stored = jobs_.Update(job, source, m);
   if (!stored.ok()) return stored.status();
-  chain_dirty_ = true;
+  ++chain_generation_;
   return WithImpacts(*stored);
 }
 
 StatusOr<uint64_t> ClusterState::ApplyDeleteJob(const std::string& id, Mutation* m, const std::string& source) {
-  chain_dirty_ = true;
+  ++chain_generation_;
   return jobs_.Delete(id, source, m);
 }
 

@@ -8,11 +8,17 @@
 // change recomputes its node's and device's health, a hello reconciles the
 // agent's faults, a lost heartbeat raises one.
 //
-// Thread contract: Apply*, CheckLiveness and Load are called only by the
-// Engine's writer thread holding the state's lock exclusively (the Engine is
-// the one writer); readers on any thread go through Read, which holds the
-// lock shared and hands them the read view (StateView) only. Nothing here
-// touches the disk except Load.
+// The timed policies (separation, chain drift, repeat offenders, auto-clear)
+// are not here: each is a WriterRule (state/rules.h) that the Engine runs
+// after every group and that changes the state through the writer's
+// primitives below.
+//
+// Thread contract: Apply*, the writer's primitives, CheckLiveness and Load
+// are called only by the Engine's writer thread holding the state's lock
+// exclusively (the Engine is the one writer, the only holder of a WriterKey);
+// readers on any thread go through Read, which holds the lock shared and
+// hands them the read view (StateView) only. Nothing here touches the disk
+// except Load.
 //
 // Validation: a message that arrives as Validated<T> (state/validation.h)
 // was checked at the edge and is not checked again; a plain one is checked
@@ -30,12 +36,12 @@
 #include <utility>
 #include <vector>
 
-#include "clusterd/recovery/separation.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/mutation.h"
 #include "clusterd/state/public_faults.h"
 #include "clusterd/state/state_view.h"
 #include "clusterd/state/validation.h"
+#include "clusterd/state/writer_rule.h"
 #include "clusterd/storage/store.h"
 #include "clusterd/v1/admin.pb.h"
 #include "clusterd/v1/agent.pb.h"
@@ -49,8 +55,6 @@ namespace clusterd {
 struct TransitionResult {
   bool duplicate = false;  // id already stored: acknowledged again, changed nothing
 };
-
-class Engine;
 
 class ClusterState : public StateView {
  public:
@@ -81,29 +85,29 @@ class ClusterState : public StateView {
 
   // Before Load; the defaults otherwise.
   void set_limits(const StateLimits& limits) { limits_ = limits; }
-  // The separation policy (recovery/separation.h): before Load; MindCluster's
-  // defaults otherwise (3 faults in 24 h, released after 48 h fault-free).
-  void set_separation_policy(const recovery::SeparationPolicy& policy) { separations_.emplace(policy); }
+  // Before Load: `rule` is told of Load and of every fault raised or cleared
+  // from now on (WriterRule::Loaded, FaultChanged), in the order attached;
+  // not owned, outlives the state. The Engine runs it as well when the
+  // composition root lists it.
+  void Attach(WriterRule* rule) { attached_.push_back(rule); }
+  // The attached rule of type R (the first), or null: how a change submitted
+  // to the writer reaches a rule's own operations (an operator's device
+  // release, a new separation policy).
+  template <typename R>
+  R* Attached() const {
+    for (WriterRule* r : attached_) {
+      if (auto* found = dynamic_cast<R*>(r)) return found;
+    }
+    return nullptr;
+  }
   // External reporters whose levels are their own (Catalog::ResolveFor): a
   // level they give wins over the built-in catalog's, not over the
   // operator's catalog file. Public faults always are (ApplyPublicFaults).
   void set_reporter_levels(std::set<std::string> reporters) { reporter_levels_ = std::move(reporters); }
   bool ReporterDecidesLevel(const std::string& reporter) const { return reporter_levels_.count(reporter) > 0; }
-  // The separation policy from now on, after Load, on the writer thread
-  // (the "mindcluster" integration's clusterd-config-cm): counts and
-  // separations are kept, the next tick applies the new window and release
-  // time. InvalidArgument (nothing changed) for a policy out of bounds.
-  Status ChangeSeparationPolicy(const recovery::SeparationPolicy& policy);
-  const recovery::SeparationPolicy& separation_policy() const { return separations_->policy(); }
-  // The node label that names a node's pool for the software chain's drift
-  // (chain_drift.h); "" (the default): the model of the node's first device.
-  void set_chain_pool_label(std::string label) { chain_pool_label_ = std::move(label); }
-  // The level of CHAIN_VERSION_DRIFT per pool (unlisted pools, and a job's
-  // nodes: SUB_HEALTH; a catalog entry for the code wins over both).
-  void set_chain_drift_levels(std::map<std::string, v1::FaultLevel> levels) {
-    chain_drift_levels_ = std::move(levels);
-    chain_dirty_ = true;
-  }
+  // The window of GetNode's recoveries_caused (the repeat-offender window,
+  // RepeatOffenderRule): before Load; 24 h otherwise.
+  void set_recoveries_caused_window(std::chrono::nanoseconds window) { recoveries_caused_window_ = window; }
   // The Pending pods the scheduler cannot place for want of an accelerator
   // (GetSummary's scheduling_findings; the kubernetes integration's, replaced
   // whole, at most kMaxSchedulingFindings kept).
@@ -162,9 +166,6 @@ class ClusterState : public StateView {
     std::vector<std::string> dropped;
   };
   StatusOr<PubFaultResult> ApplyPublicFaults(const PubFaultPlan& plan, const PubFaultOptions& options, Mutation* m);
-  // Clears the faults whose auto_clear_time has come; returns when the next
-  // one is due (TimePoint::max() when none). Called by the writer's tick.
-  TimePoint ExpireAutoClears(TimePoint now, Mutation* m);
   // AdminService. Each validates, is idempotent, and records actor and reason
   // in its event.
   StatusOr<v1::Node> ApplyCordon(const std::string& node, bool cordon, const std::string& actor,
@@ -172,32 +173,34 @@ class ClusterState : public StateView {
   StatusOr<v1::Fault> ApplyClearFault(const std::string& fault_id, const std::string& actor, const std::string& reason,
                                       Mutation* m);
   StatusOr<v1::AdminState> ApplySetRecoveryMode(const v1::SetRecoveryModeRequest& req, Mutation* m);
-  // Returns a separated device to service (DEVICE_RELEASED event); a device
-  // that is not separated is answered unchanged, without an event. NotFound
-  // for a node or device ClusterD does not know.
-  StatusOr<v1::Device> ApplyReleaseDevice(const std::string& node, uint32_t device, const std::string& actor,
-                                          const std::string& reason, Mutation* m);
-  // The separation policy's clock: settles the fault occurrences that waited
-  // long enough, separates the devices at the threshold and releases those
-  // fault-free long enough (DEVICE_SEPARATED / DEVICE_RELEASED events).
-  // Returns when it next has something to do. Called by the writer's tick.
-  TimePoint AdvanceSeparations(TimePoint now, Mutation* m);
-  // The software chain's version drift (chain_drift.h): after hellos changed
-  // a chain (and once after Load), at most once a second, CHAIN_VERSION_DRIFT
-  // faults of the reporter clusterd-chain are raised on the nodes whose
-  // driver or CANN version differs from their pool's majority and cleared
-  // where it no longer does. Returns when it next has work (max: none).
-  TimePoint AdvanceChainDrift(TimePoint now, Mutation* m);
-  // Repeat offenders (docs/recovery.md, "Repeat offenders"): a node whose
-  // faults started more than `max_recoveries` recoveries within `window`
-  // (counted from its last cordon or uncordon) is cordoned, actor clusterd,
-  // with a reason naming them. 0: off (the default). Before Load.
-  void set_repeat_offender_policy(uint32_t max_recoveries, std::chrono::nanoseconds window) {
-    repeat_offender_max_ = max_recoveries;
-    repeat_offender_window_ = window;
-  }
-  // At most every 10 s; returns when it next has work (max: off).
-  TimePoint AdvanceRepeatOffenders(TimePoint now, Mutation* m);
+  // ---- the writer's primitives, for the rules (state/rules.h) ----
+  // The state's clock (what Apply* stamps records with).
+  TimePoint Now() const { return clock_->Now(); }
+  // The tables, read-only.
+  const NodeTable& node_table() const { return nodes_; }
+  const FaultTable& fault_table() const { return faults_; }
+  const Catalog& catalog() const { return *catalog_; }
+  // Counts the changes that may change the software chain's drift: a node's
+  // chain or pool (hello, chain update), a job's placement.
+  uint64_t chain_generation() const { return chain_generation_; }
+  // The fault stored under `key` clears with `reason` (its event, the
+  // health it implies); false when it is not active. A fault whose node
+  // ClusterD does not know only loses its auto-clear time.
+  bool ClearFault(const std::string& key, const std::string& reason, Mutation* m);
+  // The next fault whose auto_clear_time has come by `now` (taken off the
+  // schedule), and when the next one is due (max: none).
+  std::optional<std::string> DueAutoClear(TimePoint now) { return faults_.DueAutoClear(now); }
+  TimePoint NextAutoClear() const { return faults_.NextAutoClear(); }
+  // A device's record, created (HEALTHY) when the node has none of that id;
+  // null when the node is not registered. Call DeviceChanged after changing
+  // it: the record is written with the group.
+  v1::Device* MutableDevice(const std::string& node, uint32_t device);
+  void DeviceChanged(const v1::Device& d) { nodes_.Changed(d); }
+  // The revision of the next event, and the event appended to m.
+  uint64_t NextRevision() { return journal_.Next(); }
+  void Emit(Mutation* m, v1::Event event) { journal_.Emit(m, std::move(event)); }
+  // The jobs whose ranks a fault hits.
+  std::vector<std::string> JobsHitBy(const v1::Fault& f) const { return jobs_.HitBy(f); }
 
   // `source` is who writes: "api" (JobService) or an integration's name. It
   // is stored on the job; a job is changed or deleted only by its own source,
@@ -254,16 +257,15 @@ class ClusterState : public StateView {
   }
   // Set by the Engine once a commit is durable.
   void set_durable_revision(uint64_t r) { journal_.set_durable(r); }
+  // The lock itself: only the Engine (the writer, the only maker of a
+  // WriterKey) takes it, exclusively; readers go through Read.
+  std::shared_mutex& mutex(const WriterKey& /*writer*/) const { return mu_; }
 
  private:
   // The proposed fault's level from the reporter's and the catalog's, and,
   // where both had a say and differ, both (Fault.reported_level ...).
   void SetReportedLevel(const std::string& code, v1::FaultLevel reported, bool reporter_decides,
                         v1::Fault* proposed) const;
-  friend class Engine;  // the writer takes the lock exclusively
-  // The lock itself: only the Engine (the writer) takes it, exclusively;
-  // readers go through Read.
-  std::shared_mutex& mutex() const { return mu_; }
 
   // OK when raising the fault stored under `key` on `node` stays within
   // max_faults_per_node (a raise of a fault already active always does);
@@ -289,28 +291,13 @@ class ClusterState : public StateView {
   Status ReplaceInventory(const std::string& node, uint64_t session, const std::function<void(v1::Inventory*)>& set,
                           Mutation* m, bool* changed);
   void UpdateNodeRecord(NodeState& n, const v1::Node& updated, bool created, const std::string& actor, Mutation* m);
-  // The separation policy's view of a device's faults: a new occurrence
-  // counted (Raise), a fault of a separated device raised or cleared.
-  void ObserveForSeparation(NodeState& n, const v1::Fault& f, bool raised);
-  // Writes the policy's record of the device into its record (counted
-  // faults, separation); the event's revision when `revision` is set.
-  v1::Device& SyncSeparation(NodeState& n, uint32_t device, std::optional<uint64_t> revision = std::nullopt);
-  void EmitSeparation(NodeState& n, const v1::Device& d, bool separated, const std::string& actor,
-                      const std::string& reason, Mutation* m);
 
   storage::Store* store_;
   const Catalog* catalog_;
-  std::optional<recovery::SeparationTracker> separations_;
-  // When AdvanceSeparations next has work, unless a fault changes it first.
-  TimePoint separation_due_ = TimePoint::min();
-  std::string chain_pool_label_;
+  std::vector<WriterRule*> attached_;  // Attach's, told of Load and every fault change
   std::set<std::string> reporter_levels_;
-  std::map<std::string, v1::FaultLevel> chain_drift_levels_;
   ReleaseChainCheck release_chain_check_ = ReleaseChainCheck::kAutomatic;
-  bool chain_dirty_ = true;  // a chain changed since the last drift pass (and at start)
-  uint32_t repeat_offender_max_ = 0;
-  TimePoint repeat_offender_due_ = TimePoint::min();
-  TimePoint chain_due_ = TimePoint::min();
+  uint64_t chain_generation_ = 0;  // chain_generation()
   mutable std::shared_mutex mu_;
 };
 

@@ -5,6 +5,7 @@
 // least min_visible; "once" clears itself after it. Those delayed clears are
 // stored on the fault (auto_clear_time), so a restart does not lose them.
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/rules.h"
 #include "common/time_proto.h"
 
 namespace clusterd {
@@ -137,18 +138,12 @@ StatusOr<ClusterState::PubFaultResult> ClusterState::ApplyPublicFaults(const Pub
   return result;
 }
 
-TimePoint ClusterState::ExpireAutoClears(TimePoint now, Mutation* m) {
-  while (auto key = faults_.DueAutoClear(now)) {
-    const v1::Fault& f = *faults_.Find(*key);
-    NodeState* n = nodes_.Find(f.node());
-    if (!n) {
-      faults_.SetAutoClear(*key, std::nullopt, m);  // no node to clear it on (nodes are never removed)
-      continue;
-    }
-    const std::string reason = "cleared by " + f.reporter() + " after its minimum visibility";
-    Clear(*n, *key, reason, m);  // ends its auto-clear
+TimePoint AutoClearRule::Advance(ClusterState& state, const WriterTick& tick) {
+  while (auto key = state.DueAutoClear(tick.now)) {
+    const v1::Fault& f = *state.fault_table().Find(*key);
+    state.ClearFault(*key, "cleared by " + f.reporter() + " after its minimum visibility", tick.m);
   }
-  return faults_.NextAutoClear();
+  return state.NextAutoClear();
 }
 
 }  // namespace clusterd

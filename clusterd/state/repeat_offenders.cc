@@ -1,17 +1,19 @@
 // Repeat offenders: the recoveries each node's faults caused (GetNode's
 // recoveries_caused and mean time between them), and the policy that
-// cordons a node that caused too many (docs/recovery.md, "Repeat offenders").
+// cordons a node that caused too many (RepeatOffenderRule, state/rules.h;
+// docs/recovery.md, "Repeat offenders").
 #include <algorithm>
 
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/rules.h"
 #include "common/time_proto.h"
 
 namespace clusterd {
 
 std::map<std::string, StateView::Caused> StateView::RecoveriesByNode(
-    TimePoint now, const std::function<TimePoint(const std::string&)>& since) const {
+    TimePoint now, Duration window, const std::function<TimePoint(const std::string&)>& since) const {
   std::map<std::string, Caused> out;
-  const TimePoint from = now - repeat_offender_window_;
+  const TimePoint from = now - window;
   // Oldest first: ids are "<job>.<n>", so order by creation time.
   std::vector<std::pair<TimePoint, const v1::Recovery*>> recent;
   for (const auto& [id, r] : recoveries_.all()) {
@@ -41,34 +43,34 @@ std::map<std::string, StateView::Caused> StateView::RecoveriesByNode(
   return out;
 }
 
-TimePoint ClusterState::AdvanceRepeatOffenders(TimePoint now, Mutation* m) {
-  if (repeat_offender_max_ == 0) return TimePoint::max();
-  if (now < repeat_offender_due_) return repeat_offender_due_;
-  repeat_offender_due_ = now + std::chrono::seconds(10);
+TimePoint RepeatOffenderRule::Advance(ClusterState& state, const WriterTick& tick) {
+  const TimePoint now = tick.now;
+  if (max_ == 0) return TimePoint::max();
+  if (now < due_) return due_;
+  due_ = now + std::chrono::seconds(10);
   // Counted from the node's last cordon or uncordon: an operator who
   // returns a node to service after inspecting it starts its count again.
-  auto since = [this](const std::string& node) {
-    const NodeState* n = nodes_.Find(node);
-    if (!n || !n->record.node().has_cordon_changed_time()) return TimePoint::min();
-    return FromTimestamp(n->record.node().cordon_changed_time());
+  auto since = [&state](const std::string& node) {
+    const v1::Node* n = state.FindNode(node);
+    if (!n || !n->has_cordon_changed_time()) return TimePoint::min();
+    return FromTimestamp(n->cordon_changed_time());
   };
-  for (const auto& [node, caused] : RecoveriesByNode(now, since)) {
-    if (caused.ids.size() <= repeat_offender_max_) continue;
-    const NodeState* n = nodes_.Find(node);
-    if (!n || n->record.node().cordoned()) continue;
+  for (const auto& [node, caused] : state.RecoveriesByNode(now, window_, since)) {
+    if (caused.ids.size() <= max_) continue;
+    const v1::Node* n = state.FindNode(node);
+    if (!n || n->cordoned()) continue;
     std::string ids;
     for (size_t i = 0; i < caused.ids.size() && i < 8; ++i) ids += (i ? ", " : "") + caused.ids[i];
     if (caused.ids.size() > 8) ids += ", ...";
-    const auto hours = std::chrono::duration_cast<std::chrono::minutes>(repeat_offender_window_).count() / 60.0;
+    const auto hours = std::chrono::duration_cast<std::chrono::minutes>(window_).count() / 60.0;
     char window[32];
     std::snprintf(window, sizeof window, "%g h", hours);
     const std::string reason = "repeat offender: its faults started " + std::to_string(caused.ids.size()) +
-                               " recoveries in the last " + window + " (more than " +
-                               std::to_string(repeat_offender_max_) + "): " + ids +
-                               "; inspect the node, then uncordon it";
-    if (auto st = ApplyCordon(node, true, "clusterd", reason, m); !st.ok()) continue;
+                               " recoveries in the last " + window + " (more than " + std::to_string(max_) +
+                               "): " + ids + "; inspect the node, then uncordon it";
+    if (auto st = state.ApplyCordon(node, true, "clusterd", reason, tick.m); !st.ok()) continue;
   }
-  return repeat_offender_due_;
+  return due_;
 }
 
 }  // namespace clusterd

@@ -75,7 +75,7 @@ StatusOr<v1::GetNodeResponse> StateView::GetNode(const v1::GetNodeRequest& req) 
   *out.mutable_node() = n->Describe();
   // The recoveries its faults caused within the window (all of them, not
   // only those since its last cordon change).
-  auto caused = RecoveriesByNode(clock_->Now(), nullptr);
+  auto caused = RecoveriesByNode(clock_->Now(), recoveries_caused_window_, nullptr);
   if (auto it = caused.find(req.name()); it != caused.end()) {
     const auto& times = it->second.times;
     out.mutable_node()->set_recoveries_caused(static_cast<uint32_t>(times.size()));

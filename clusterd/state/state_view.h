@@ -109,6 +109,16 @@ class StateView {
   std::set<uint32_t> DevicesInUse(const std::string& node) const { return jobs_.DevicesInUse(node); }
   std::set<std::string> IsolatedNodes() const { return nodes_.Isolated(); }
 
+  // Recoveries whose trigger faults were on each node, created within
+  // `window` before `now` and after `since(node)` (null: any time): node ->
+  // their ids and creation times, oldest first.
+  struct Caused {
+    std::vector<std::string> ids;
+    std::vector<TimePoint> times;
+  };
+  std::map<std::string, Caused> RecoveriesByNode(TimePoint now, Duration window,
+                                                 const std::function<TimePoint(const std::string&)>& since) const;
+
   // The common heartbeat without the writer (the lock held shared): a
   // heartbeat of the node's current session on a node that is not lost only
   // refreshes its last-seen time. False: submit ApplyHeartbeat instead.
@@ -138,16 +148,9 @@ class StateView {
   JobTable jobs_;
   RecoveryTable recoveries_;
   v1::AdminState admin_;
-  // Recoveries whose trigger faults were on each node, created within the
-  // repeat-offender window before `now` and after `since(node)`: node -> their
-  // ids and creation times, oldest first.
-  struct Caused {
-    std::vector<std::string> ids;
-    std::vector<TimePoint> times;
-  };
-  std::map<std::string, Caused> RecoveriesByNode(TimePoint now,
-                                                 const std::function<TimePoint(const std::string&)>& since) const;
-  Duration repeat_offender_window_ = std::chrono::hours(24);
+  // The window of GetNode's recoveries_caused (the repeat-offender window,
+  // RepeatOffenderRule in state/rules.h; ClusterState sets it).
+  Duration recoveries_caused_window_ = std::chrono::hours(24);
   // The kubernetes integration's diagnosis of Pending pods (not stored, not
   // journaled: replaced whole by the writer; ClusterState sets it).
   std::vector<v1::SchedulingFinding> scheduling_findings_;

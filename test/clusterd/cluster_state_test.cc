@@ -1,6 +1,7 @@
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/state/chain_drift.h"
+#include "clusterd/state/rules.h"
 #include "common/levels.h"
 #include "clusterd/state/validation.h"
 
@@ -33,6 +34,12 @@ class ClusterStateTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
     state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
+    // The timed policies at their defaults (a restart starts them afresh;
+    // the separation policy rebuilds its counts from the records).
+    separation_ = std::make_unique<SeparationRule>();
+    drift_ = std::make_unique<ChainDriftRule>();
+    offenders_ = std::make_unique<RepeatOffenderRule>(0, std::chrono::hours(24));
+    state_->Attach(separation_.get());
     ASSERT_TRUE(state_->Load().ok());
   }
 
@@ -46,6 +53,15 @@ class ClusterStateTest : public ::testing::Test {
     state_->set_durable_revision(state_->revision());
     events_.insert(events_.end(), m.events.begin(), m.events.end());
     return result;
+  }
+
+  // One run of a rule at the clock's time, as the writer runs it.
+  TimePoint Run(WriterRule& rule) {
+    return Commit([&](Mutation* m) { return rule.Advance(*state_, WriterTick{clock_.Now(), m}); });
+  }
+  void SetRepeatOffenderPolicy(uint32_t max, std::chrono::nanoseconds window) {
+    offenders_ = std::make_unique<RepeatOffenderRule>(max, window);
+    state_->set_recoveries_caused_window(window);
   }
 
   v1::Welcome Hello(const v1::Hello& h, uint64_t session = 1) {
@@ -70,6 +86,9 @@ class ClusterStateTest : public ::testing::Test {
   Catalog catalog_ = Catalog::Default();
   FakeClock clock_;
   std::unique_ptr<storage::Store> store_;
+  std::unique_ptr<SeparationRule> separation_;
+  std::unique_ptr<ChainDriftRule> drift_;
+  std::unique_ptr<RepeatOffenderRule> offenders_;
   std::unique_ptr<ClusterState> state_;
   std::vector<v1::Event> events_;
 };
@@ -153,7 +172,7 @@ TEST_F(ClusterStateTest, AChainUpdateReplacesTheChainWhileConnected) {
   Hello(HelloWithDriver("n3", "24.1.rc3", "910B3"));
   auto advance = [&] {
     clock_.Advance(std::chrono::seconds(2));
-    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+    Run(*drift_);
   };
   advance();
   EXPECT_TRUE(ActiveDrift(*state_, {"n3"}, false).empty());
@@ -242,7 +261,7 @@ TEST_F(ClusterStateTest, ChainDriftIsRaisedOnTheOddNodeAndClearedWhenItCatchesUp
   auto drift = [&] { return ActiveDrift(*state_, {"n1", "n2", "n3", "n4", "m1"}, /*ids=*/false); };
   auto advance = [&] {
     clock_.Advance(std::chrono::seconds(2));
-    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+    Run(*drift_);
   };
   Hello(with_driver("n1", "24.1.rc3"));
   Hello(with_driver("n2", "24.1.rc3"));
@@ -293,7 +312,7 @@ TEST_F(ClusterStateTest, FirmwareThatDoesNotGoWithTheDriverIsAFault) {
   };
   auto advance = [&] {
     clock_.Advance(std::chrono::seconds(2));
-    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+    Run(*drift_);
   };
   Hello(hello("n1", "24.1.rc3", "7.5.0.3.220"));
   Hello(hello("n2", "24.1.rc3", "7.5.0.3.220"));
@@ -329,14 +348,15 @@ TEST_F(ClusterStateTest, FirmwareThatDoesNotGoWithTheDriverIsAFault) {
 // chain_drift_levels: a pool's drift at its own level; a change of level
 // re-raises the fault at the new one.
 TEST_F(ClusterStateTest, ChainDriftLevelPerPool) {
-  state_->set_chain_drift_levels({{"910B3", v1::FAULT_LEVEL_PRE_SEPARATE}});
+  drift_ = std::make_unique<ChainDriftRule>(
+      "", std::map<std::string, v1::FaultLevel>{{"910B3", v1::FAULT_LEVEL_PRE_SEPARATE}});
   for (const char* n : {"n1", "n2", "n3"}) Hello(HelloWithDriver(n, "24.1.rc3", "910B3"));
   Hello(HelloWithDriver("n4", "24.1.rc2", "910B3"));
   for (const char* n : {"m1", "m2", "m3"}) Hello(HelloWithDriver(n, "23.0.0", "310P3"));
   Hello(HelloWithDriver("m4", "23.0.1", "310P3"));
   auto advance = [&] {
     clock_.Advance(std::chrono::seconds(2));
-    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+    Run(*drift_);
   };
   advance();
   EXPECT_EQ(ChainFaults(*state_, "n4"),
@@ -346,7 +366,7 @@ TEST_F(ClusterStateTest, ChainDriftLevelPerPool) {
   EXPECT_EQ(ChainFaults(*state_, "m4"),
             std::vector<std::string>{
                 "m4/driver CHAIN_VERSION_DRIFT SUB_HEALTH: driver 23.0.1 where 3 of 4 nodes of pool 310P3 run 23.0.0"});
-  state_->set_chain_drift_levels({});
+  drift_ = std::make_unique<ChainDriftRule>();
   advance();
   EXPECT_EQ(ChainFaults(*state_, "n4"),
             std::vector<std::string>{
@@ -1127,7 +1147,7 @@ TEST_F(ClusterStateTest, ControlCharactersInNamesAreRefused) {
 // uncordon starts its count again; GetNode tells the recoveries it caused and
 // the mean time between them; off by default.
 TEST_F(ClusterStateTest, ARepeatOffenderIsCordonedAndAnUncordonStartsItsCountAgain) {
-  state_->set_repeat_offender_policy(2, std::chrono::hours(24));
+  SetRepeatOffenderPolicy(2, std::chrono::hours(24));
   Hello(MakeHello("worker01", 1));
   Hello(MakeHello("worker02", 1), 2);
   ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());
@@ -1146,7 +1166,7 @@ TEST_F(ClusterStateTest, ARepeatOffenderIsCordonedAndAnUncordonStartsItsCountAga
   };
   auto advance = [&] {
     clock_.Advance(std::chrono::seconds(11));
-    return Commit([&](Mutation* m) { return state_->AdvanceRepeatOffenders(clock_.Now(), m); });
+    return Run(*offenders_);
   };
   recovery(on1);
   recovery(on1);
@@ -1183,8 +1203,8 @@ TEST_F(ClusterStateTest, ARepeatOffenderIsCordonedAndAnUncordonStartsItsCountAga
   EXPECT_TRUE(Node("worker01").node().cordoned());
 
   // Off: nothing is cordoned, whatever the count.
-  state_->set_repeat_offender_policy(0, std::chrono::hours(24));
-  EXPECT_EQ(Commit([&](Mutation* m) { return state_->AdvanceRepeatOffenders(clock_.Now(), m); }), TimePoint::max());
+  SetRepeatOffenderPolicy(0, std::chrono::hours(24));
+  EXPECT_EQ(Run(*offenders_), TimePoint::max());
 }
 
 // A job's own findings are the job's, not its node's: recoveries started by
@@ -1192,7 +1212,7 @@ TEST_F(ClusterStateTest, ARepeatOffenderIsCordonedAndAnUncordonStartsItsCountAga
 // never count toward the node's repeat-offender tally, however many; a
 // node's own fault in the same recoveries still does.
 TEST_F(ClusterStateTest, AJobsOwnHangsAndProcessFaultsNeverMakeItsNodeARepeatOffender) {
-  state_->set_repeat_offender_policy(2, std::chrono::hours(24));
+  SetRepeatOffenderPolicy(2, std::chrono::hours(24));
   Hello(MakeHello("worker01", 1));
   auto raise = [&](const std::string& reporter, const std::string& id, const std::string& code) {
     v1::ReportRequest r;
@@ -1232,14 +1252,14 @@ TEST_F(ClusterStateTest, AJobsOwnHangsAndProcessFaultsNeverMakeItsNodeARepeatOff
     recovery(process);
   }
   clock_.Advance(std::chrono::seconds(11));
-  Commit([&](Mutation* m) { return state_->AdvanceRepeatOffenders(clock_.Now(), m); });
+  Run(*offenders_);
   EXPECT_FALSE(Node("worker01").node().cordoned()) << Node("worker01").node().cordon_reason();
   EXPECT_EQ(Node("worker01").node().recoveries_caused(), 0u);
   // The node's own fault counts as before.
   ASSERT_TRUE(Transition("worker01", MakeTransition(1, 1, true, 3, "80E01801")).ok());
   for (int i = 0; i < 3; ++i) recovery("worker01/3/accelerator/80E01801");
   clock_.Advance(std::chrono::seconds(11));
-  Commit([&](Mutation* m) { return state_->AdvanceRepeatOffenders(clock_.Now(), m); });
+  Run(*offenders_);
   EXPECT_TRUE(Node("worker01").node().cordoned());
   EXPECT_EQ(Node("worker01").node().recoveries_caused(), 3u);
 }
@@ -1263,7 +1283,7 @@ TEST_F(ClusterStateTest, AJobsRestartOnlyFaultsBlameNeitherTheChipNorTheNode) {
     r.set_action(action);
     ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyReport(r, m).status(); }).ok()) << id;
   };
-  auto advance = [&] { return Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); }); };
+  auto advance = [&] { return Run(*separation_); };
   for (int i = 0; i < 4; ++i) {
     report("progress", "train/hang/0", "JOB_HANG", 0, v1::FAULT_LEVEL_RESTART_BUSINESS, v1::TRANSITION_ACTION_RAISE);
     report("taskd", "train/rank/8", "TASKD_PROCESS_FAULT", 1, v1::FAULT_LEVEL_RESTART_REQUEST,
@@ -1345,7 +1365,7 @@ TEST_F(ClusterStateTest, AReportersOwnLevelWinsOnlyForReportersThatDecideLevels)
 TEST_F(ClusterStateTest, SeparationPolicySeparatesKeepsAcrossRestartAndReleases) {
   Hello(MakeHello("worker01", 1));
   uint64_t seq = 0;
-  auto advance = [&] { return Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); }); };
+  auto advance = [&] { return Run(*separation_); };
   auto occurrence = [&](uint32_t device, const std::string& code) {
     ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, true, device, code)).ok());
     clock_.Advance(1s);
@@ -1433,7 +1453,7 @@ TEST_F(ClusterStateTest, ChainDriftBetweenTheNodesOfOneJob) {
   Hello(with_driver("g2", "24.1.rc2", "910B4"));
   auto advance = [&] {
     clock_.Advance(std::chrono::seconds(2));
-    Commit([&](Mutation* m) { return state_->AdvanceChainDrift(clock_.Now(), m); });
+    Run(*drift_);
   };
   auto drift = [&] { return ActiveDrift(*state_, {"g1", "g2"}, /*ids=*/true); };
   advance();
@@ -1492,7 +1512,7 @@ TEST_F(ClusterStateTest, AReleaseWaitsForAHealthySoftwareChain) {
   state_->set_release_chain_check(ClusterState::ReleaseChainCheck::kAutomatic);
 
   uint64_t seq = 0;
-  auto advance = [&] { return Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); }); };
+  auto advance = [&] { return Run(*separation_); };
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, true, 0, "80E01801")).ok());
     ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, false, 0, "80E01801")).ok());
@@ -1518,7 +1538,7 @@ TEST_F(ClusterStateTest, AReleaseWaitsForAHealthySoftwareChain) {
 TEST_F(ClusterStateTest, ChangedSeparationPolicyAppliesAndKeepsWhatWasCounted) {
   Hello(MakeHello("worker01", 1));
   uint64_t seq = 0;
-  auto advance = [&] { return Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); }); };
+  auto advance = [&] { return Run(*separation_); };
   auto occurrence = [&](uint32_t device) {
     ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, true, device, "80E01801")).ok());
     clock_.Advance(1s);
@@ -1529,16 +1549,16 @@ TEST_F(ClusterStateTest, ChangedSeparationPolicyAppliesAndKeepsWhatWasCounted) {
   advance();
   ASSERT_EQ(Node("worker01").devices(3).separation_fault_times_size(), 1);
 
-  recovery::SeparationPolicy bad;
+  SeparationPolicy bad;
   bad.threshold = 0;
-  EXPECT_EQ(state_->ChangeSeparationPolicy(bad).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(state_->separation_policy().threshold, 3u);
+  EXPECT_EQ(separation_->ChangePolicy(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(separation_->policy().threshold, 3u);
 
-  recovery::SeparationPolicy p;
+  SeparationPolicy p;
   p.threshold = 2;
   p.window = std::chrono::hours(48);
   p.release_after = std::chrono::hours(1);
-  ASSERT_TRUE(state_->ChangeSeparationPolicy(p).ok());
+  ASSERT_TRUE(separation_->ChangePolicy(p).ok());
   // The count made under the old policy is kept: one more separates.
   clock_.Advance(30h);  // past the old 24 h window, within the new 48 h
   occurrence(3);
@@ -1560,11 +1580,11 @@ TEST_F(ClusterStateTest, OperatorReleasesASeparatedDevice) {
     ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, true, 5, "80E01801")).ok());
     ASSERT_TRUE(Transition("worker01", MakeTransition(1, ++seq, false, 5, "80E01801")).ok());
     clock_.Advance(31s);
-    Commit([&](Mutation* m) { return state_->AdvanceSeparations(clock_.Now(), m); });
+    Run(*separation_);
   }
   ASSERT_TRUE(Node("worker01").devices(5).separated());
   auto release = [&](const std::string& node, uint32_t device, const std::string& reason) {
-    return Commit([&](Mutation* m) { return state_->ApplyReleaseDevice(node, device, "alice", reason, m); });
+    return Commit([&](Mutation* m) { return separation_->ReleaseDevice(*state_, node, device, "alice", reason, m); });
   };
   const uint64_t before = state_->revision();
   EXPECT_EQ(release("worker01", 5, "").status().code(), StatusCode::kInvalidArgument);

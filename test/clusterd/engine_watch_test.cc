@@ -354,9 +354,21 @@ TEST_F(EngineTest, StopDrainsWhatIsQueuedAndRefusesMore) {
             StatusCode::kUnavailable);
 }
 
-// The tick hook runs after every group with the group's changes, on the
+// A writer rule runs after every group with the group's changes, on the
 // writer, and gets the Engine's Submit for answers that arrive later.
-TEST_F(EngineTest, TickHookSeesEachGroupAndCanSubmitLater) {
+class RecordingRule final : public WriterRule {
+ public:
+  std::string_view name() const override { return "recording"; }
+  TimePoint Advance(ClusterState&, const WriterTick& tick) override {
+    events_seen.push_back(tick.m->events.size());
+    later = *tick.submit;
+    return tick.now + 5s;
+  }
+  std::vector<size_t> events_seen;
+  Engine::SubmitFn later;
+};
+
+TEST_F(EngineTest, WriterRuleSeesEachGroupAndCanSubmitLater) {
   EngineOptions options;
   auto store = storage::RocksDbStore::Open(dir_.path());
   ASSERT_TRUE(store.ok());
@@ -365,32 +377,28 @@ TEST_F(EngineTest, TickHookSeesEachGroupAndCanSubmitLater) {
   ASSERT_TRUE(state_->Load().ok());
   hub_ = std::make_unique<WatchHub>(store_.get(), 16);
   hub_->Init(state_->revision());
-  std::vector<size_t> events_seen;
-  Engine::SubmitFn later;
+  RecordingRule rule;
+  std::vector<size_t>& events_seen = rule.events_seen;
+  Engine::SubmitFn& later = rule.later;
   Engine::Hooks hooks;
-  hooks.tick = [&](ClusterState&, TimePoint now, Mutation* m, std::vector<Engine::Done>*,
-                   const Engine::SubmitFn& submit) {
-    events_seen.push_back(m->events.size());
-    later = submit;
-    return now + 5s;
-  };
+  hooks.rules = {&rule};
   engine_ =
       std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, options, &metrics_, std::move(hooks));
   Register(3);
   ASSERT_EQ(events_seen.size(), 1u);
   EXPECT_EQ(events_seen[0], 3u);
-  // The hook's wish to run again is the writer's next deadline.
+  // The rule's wish to run again is the writer's next deadline.
   const Engine::StepResult idle = engine_->Step();
   EXPECT_EQ(idle.next, clock_.Now() + 5s);
   ASSERT_TRUE(later);
   std::atomic<int> done{0};
   ASSERT_TRUE(later([&done](ClusterState& s, Mutation* m) -> Engine::Done {
-    EXPECT_TRUE(s.ApplyHello(MakeHello("from-hook"), 77, m).ok());
+    EXPECT_TRUE(s.ApplyHello(MakeHello("from-rule"), 77, m).ok());
     return [&done] { done++; };
   }));
   Drain();
   EXPECT_EQ(done.load(), 1);
-  engine_.reset();  // before the hook's captures go
+  engine_.reset();  // before the rule goes
 }
 
 // The thread driver: Start steps on its own thread, Stop drains. Waits on

@@ -150,9 +150,9 @@ class FakeClusterCommands final : public ClusterCommands {
     reply(NotFound("node " + node + " has no device " + std::to_string(device)));
   }
   // SetSeparationPolicy: each policy set, in order.
-  std::vector<recovery::SeparationPolicy> policies;
-  void SetSeparationPolicy(recovery::SeparationPolicy policy, Reply<bool> reply) override {
-    if (Status st = recovery::ValidateSeparationPolicy(policy); !st.ok()) return reply(st);
+  std::vector<SeparationPolicy> policies;
+  void SetSeparationPolicy(SeparationPolicy policy, Reply<bool> reply) override {
+    if (Status st = ValidateSeparationPolicy(policy); !st.ok()) return reply(st);
     policies.push_back(policy);
     reply(true);
   }

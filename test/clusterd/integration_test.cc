@@ -285,11 +285,11 @@ TEST_F(ServerIntegrationTest, SeparationPolicyAndReleaseThroughTheFacade) {
   testing::TestAgent agent(channel, "worker01", 1);
   ASSERT_TRUE(agent.Connect());
 
-  recovery::SeparationPolicy bad;
+  SeparationPolicy bad;
   bad.threshold = 99;
   auto refused = AwaitReply<bool>([&](auto reply) { toy->commands()->SetSeparationPolicy(bad, reply); });
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  recovery::SeparationPolicy one;
+  SeparationPolicy one;
   one.threshold = 1;
   one.settle = std::chrono::seconds(0);
   auto set = AwaitReply<bool>([&](auto reply) { toy->commands()->SetSeparationPolicy(one, reply); });

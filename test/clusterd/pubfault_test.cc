@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/mindcluster/pubfault.h"
+#include "clusterd/state/rules.h"
 #include "state_fixtures.h"
 #include "state_on_store.h"
 
@@ -276,7 +277,8 @@ class PubFaultStateTest : public ::testing::Test {
   }
 
   TimePoint Expire() {
-    return s_.Commit([&](Mutation* m) { return s_.state_->ExpireAutoClears(s_.clock_.Now(), m); });
+    AutoClearRule rule;
+    return s_.Commit([&](Mutation* m) { return rule.Advance(*s_.state_, WriterTick{s_.clock_.Now(), m}); });
   }
 
   testing::StateOnStore<testing::MemoryBackend> s_;

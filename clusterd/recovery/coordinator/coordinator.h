@@ -2,13 +2,14 @@
 // into stored recoveries and carries them out, step by step, through the
 // job's recovery agent (JobAgentHub) and the cluster actuator.
 //
-// Everything runs on the Engine's writer thread with the state locked (the
-// Engine calls Tick after each group of changes and at least every
-// liveness interval). The rule that makes kill -9 safe: a step is stored as
-// RUNNING before it is dispatched (dispatch happens in a Done, i.e. after
-// the commit is durable), and its result is stored before the next step
-// starts. After a restart, RUNNING steps are dispatched again with the same
-// idempotency key; steps stored as SUCCEEDED are never run again.
+// Everything runs on the Engine's writer thread with the state locked (it is
+// the last of the writer's rules, state/writer_rule.h: the Engine advances it
+// after each group of changes and at least every liveness interval). The
+// rule that makes kill -9 safe: a step is stored as RUNNING before it is
+// dispatched (dispatch happens in a Done, i.e. after the commit is durable),
+// and its result is stored before the next step starts. After a restart,
+// RUNNING steps are dispatched again with the same idempotency key; steps
+// stored as SUCCEEDED are never run again.
 // docs/recovery.md describes the steps of each strategy.
 #pragma once
 
@@ -23,6 +24,7 @@
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/recovery/types.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/writer_rule.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/thread_checker.h"
@@ -43,12 +45,19 @@ struct CoordinatorOptions {
   Duration agent_attach_grace = std::chrono::seconds(30);
 };
 
-class Coordinator {
+class Coordinator final : public WriterRule {
  public:
   Coordinator(JobAgentHub* agents, Actuator* actuator, const Clock* clock, CoordinatorOptions options,
               MetricsRegistry* metrics);
 
-  // Engine hook (Engine::Hooks::tick; writer thread, state locked): reacts
+  // The writer's rule (Engine::Hooks::rules): Tick with the tick's time,
+  // Mutation, completions and Submit.
+  std::string_view name() const override { return "recoveries"; }
+  TimePoint Advance(ClusterState& state, const WriterTick& tick) override {
+    return Tick(state, tick.now, tick.m, tick.after, *tick.submit);
+  }
+
+  // Writer thread, state locked: reacts
   // to the events already in m, to due timers and step deadlines; decides,
   // starts, advances and escalates recoveries; appends the dispatches to run
   // once durable. The actuator's answers to those dispatches come back

@@ -1,11 +1,11 @@
-// Separating a chip that fails again and again (recovery/separation.h): the
+// Separating a chip that fails again and again (state/separation.h): the
 // count within the window, the settle time that tells a job's software fault
 // from a chip's, the release after a fault-free time, and an operator's.
 #include <gtest/gtest.h>
 
-#include "clusterd/recovery/separation.h"
+#include "clusterd/state/separation.h"
 
-namespace clusterd::recovery {
+namespace clusterd {
 namespace {
 
 using std::chrono::hours;
@@ -206,4 +206,4 @@ TEST(Separation, RecordsRestoreAndTheNextDueTime) {
 }
 
 }  // namespace
-}  // namespace clusterd::recovery
+}  // namespace clusterd

@@ -1,9 +1,9 @@
-#include "clusterd/recovery/separation.h"
+#include "clusterd/state/separation.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace clusterd::recovery {
+namespace clusterd {
 namespace {
 
 // "24h", or "90m" for a time that is not whole hours.
@@ -188,4 +188,4 @@ size_t SeparationTracker::Count(const ChipRef& chip) const {
   return it == counted_.end() ? 0 : it->second.size();
 }
 
-}  // namespace clusterd::recovery
+}  // namespace clusterd

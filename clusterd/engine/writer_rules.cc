@@ -1,0 +1,46 @@
+#include "clusterd/engine/writer_rules.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "clusterd/state/rules.h"
+
+namespace clusterd {
+
+void WriterRules::AttachTo(ClusterState* state) const {
+  for (const auto& rule : policies) state->Attach(rule.get());
+}
+
+std::vector<WriterRule*> WriterRules::Ordered(WriterRule* recoveries) const {
+  std::vector<WriterRule*> out;
+  for (const auto& rule : policies) out.push_back(rule.get());
+  if (recoveries != nullptr) out.push_back(recoveries);
+  return out;
+}
+
+StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
+  SeparationPolicy separation;
+  separation.enabled = cfg.separation_enabled;
+  separation.threshold = cfg.separation_threshold;
+  separation.window = cfg.separation_window;
+  separation.settle = cfg.separation_settle;
+  separation.release_after =
+      cfg.separation_release_after.count() ? std::optional(cfg.separation_release_after) : std::nullopt;
+  CLUSTERD_RETURN_IF_ERROR(ValidateSeparationPolicy(separation));
+  std::map<std::string, v1::FaultLevel> drift_levels;
+  for (const std::string& e : cfg.chain_drift_levels) {
+    auto entry = ParseChainDriftLevel(e);
+    if (!entry.ok()) return entry.status();
+    drift_levels[entry->first] = entry->second;
+  }
+  WriterRules rules;
+  rules.policies.push_back(std::make_unique<AutoClearRule>());
+  rules.policies.push_back(std::make_unique<SeparationRule>(separation));
+  rules.policies.push_back(std::make_unique<ChainDriftRule>(cfg.chain_pool_label, std::move(drift_levels)));
+  rules.policies.push_back(
+      std::make_unique<RepeatOffenderRule>(cfg.repeat_offender_recoveries, cfg.repeat_offender_window));
+  return rules;
+}
+
+}  // namespace clusterd
