@@ -136,7 +136,7 @@ class MindClusterFaultTest : public testing::ClusterdServerTest {
   double Metric(const std::string& name) {
     // The HTTP port speaks TLS when the gRPC port does.
     auto res = tls_ ? testing::HttpsGet(server_->http_port(), "/metrics",
-                                        testing::HttpTls{testing::TestCerts::Get().Path("ca.crt")})
+                                        testing::HttpTls{testing::TestCerts::Get().Path("ca.crt"), "", ""})
                     : testing::HttpGet(server_->http_port(), "/metrics");
     return res.status == 200 ? testing::MetricValue(res.body, name) : -1;
   }
