@@ -342,7 +342,7 @@ std::string McMasterAddr(const json& spec) {
 // informational: a job is placed without it).
 std::map<uint32_t, std::string> McDeviceIps(const std::string* text) {
   std::map<uint32_t, std::string> out;
-  if (text == nullptr || text->empty() || text->size() > 256 * 1024) return out;
+  if (text == nullptr || text->empty() || text->size() > size_t{256} * 1024) return out;
   const json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   const json* devices = doc.is_object() ? Member(doc, "devices") : nullptr;
   if (!devices || !devices->is_array()) return out;

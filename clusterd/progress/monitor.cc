@@ -424,11 +424,10 @@ TimePoint ProgressMonitor::RunOnce() {
     }
     ranks += t.tracker.rank_count();
     if (snap.state() > 0 && snap.state() < 6) ++by_state[snap.state()];
-    exported.push_back(Exported{id, snap.state(), snap.ettr(),
-                                std::chrono::duration<double>(
-                                    Duration(TimeUtil::DurationToNanoseconds(snap.lost())))
-                                    .count(),
-                                static_cast<double>(snap.step()), static_cast<double>(snap.slow_ranks_size())});
+    exported.push_back(
+        Exported{id, snap.state(), snap.ettr(),
+                 std::chrono::duration<double>(Duration(TimeUtil::DurationToNanoseconds(snap.lost()))).count(),
+                 static_cast<double>(snap.step()), static_cast<double>(snap.slow_ranks_size())});
     productive += Duration(TimeUtil::DurationToNanoseconds(snap.productive()));
     lost += Duration(TimeUtil::DurationToNanoseconds(snap.lost()));
     ++it;

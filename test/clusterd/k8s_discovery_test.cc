@@ -551,11 +551,12 @@ TEST(K8sDiscovery, DeviceIpsFromTheDevicePluginsAnnotation) {
   EXPECT_TRUE(ValidateJob(jobs[0].job).ok());
 
   // Hostile or broken: no address, the pod and its job stand as before.
-  for (const json& bad : {json("not json"), json(R"({"devices": 7})"), json(R"({"devices": [{"device_id": 0}]})"),
-                          json(json{{"devices", {{{"device_id", std::to_string(d0)}, {"device_ip", "1.2.3.4\",\"x"}}}}}.dump()),
-                          json(json{{"devices", {{{"device_id", std::to_string(d0)}, {"device_ip", std::string(46, '1')}}}}}.dump()),
-                          json(json{{"devices", {{{"device_id", "-1"}, {"device_ip", "1.2.3.4"}}}}}.dump()),
-                          json(std::string(300 * 1024, '{'))}) {
+  for (const json& bad :
+       {json("not json"), json(R"({"devices": 7})"), json(R"({"devices": [{"device_id": 0}]})"),
+        json(json{{"devices", {{{"device_id", std::to_string(d0)}, {"device_ip", "1.2.3.4\",\"x"}}}}}.dump()),
+        json(json{{"devices", {{{"device_id", std::to_string(d0)}, {"device_ip", std::string(46, '1')}}}}}.dump()),
+        json(json{{"devices", {{{"device_id", "-1"}, {"device_ip", "1.2.3.4"}}}}}.dump()),
+        json(std::string(300 * 1024, '{'))}) {
     pod["metadata"]["annotations"][key] = bad;
     auto parsed = ParsePod(pod, kAscend);
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();

@@ -307,7 +307,8 @@ TEST_F(StateTablesTest, AJobsDeviceIpsMustBeAddressesOfAPlacedDevice) {
   p->set_device_ip("fe80::a:1");
   Mutation m;
   ASSERT_TRUE(jobs.Create(job, JobTable::kApiSource, &m).ok());
-  for (const std::string& bad : std::vector<std::string>{"1.2.3.4 ", "10.0.0.1\n", "host.example", std::string(46, '1')}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"1.2.3.4 ", "10.0.0.1\n", "host.example", std::string(46, '1')}) {
     job.mutable_placement(0)->set_device_ip(bad);
     const auto refused = jobs.Update(job, JobTable::kApiSource, &m);
     EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << bad;
