@@ -1072,8 +1072,12 @@ json.dump(c, open(sys.argv[1], "w"), indent=2)' "$conf" "${ec[@]}"
       done
       if ((${#rpids[@]} == 2)); then
         ok "clusterd replica clusterd-0 on the values-ha config.json leads ($scheme to etcd, with its mounted files): /readyz 200"
-        sleep 2
-        out=$(curl -s -w ' %{http_code}' "http://127.0.0.1:${hp[1]}/readyz" 2>&1) || true
+        # The second replica up, in its standby role (a bounded wait, not a fixed one).
+        for _ in $(seq 1 100); do
+          out=$(curl -s -w ' %{http_code}' "http://127.0.0.1:${hp[1]}/readyz" 2>&1) || true
+          [[ $out == *standby*503 ]] && break
+          sleep 0.2
+        done
         if [[ $out == *standby*503 ]] && curl -fsS -o /dev/null "http://127.0.0.1:${hp[1]}/healthz"; then
           ok "clusterd replica clusterd-1 stands by: /readyz 503 (no Service traffic), /healthz 200"
         else
