@@ -25,6 +25,11 @@ bool ValidUtf8(std::string_view s) {
 
 }  // namespace
 
+bool IsAddressText(std::string_view text) {
+  return !text.empty() && text.size() <= 45 &&
+         text.find_first_not_of("0123456789abcdefABCDEF.:") == std::string_view::npos;
+}
+
 Status ValidateNodeName(std::string_view field, std::string_view name) {
   if (name.empty()) return Bad(field, "must not be empty");
   if (name.size() > kMaxNameLength) return Bad(field, "longer than 253 characters");

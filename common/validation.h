@@ -17,6 +17,9 @@ inline constexpr size_t kMaxLabels = 64;
 
 // Node names: 1-253 characters of [A-Za-z0-9._-], starting with a letter or digit.
 Status ValidateNodeName(std::string_view field, std::string_view name);
+// An IPv4 or IPv6 address as text: 1 to 45 hex digits, dots and colons (the
+// characters and length such an address takes; not a full parse).
+bool IsAddressText(std::string_view text);
 // Fault codes: 1-64 characters of [A-Za-z0-9_.-].
 Status ValidateCode(std::string_view field, std::string_view code);
 // Free text: at most kMaxMessageLength bytes, valid UTF-8, no NUL.

@@ -351,10 +351,7 @@ std::map<uint32_t, std::string> McDeviceIps(const std::string* text) {
     const std::string* id = StringMember(d, "device_id");
     const std::string* ip = StringMember(d, "device_ip");
     auto n = id ? ParseUnsigned(*id, kMaxDeviceId) : std::nullopt;
-    if (!n || !ip || ip->empty() || ip->size() > 45 ||
-        ip->find_first_not_of("0123456789abcdefABCDEF.:") != std::string::npos) {
-      continue;
-    }
+    if (!n || !ip || !IsAddressText(*ip)) continue;
     out.emplace(static_cast<uint32_t>(*n), *ip);
   }
   return out;

@@ -256,10 +256,7 @@ Status ValidateJob(const v1::Job& job, size_t max_ranks) {
     CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(at + ".node", p.node()));
     if (p.has_device_id() && p.device_id() > kMaxDeviceId) return InvalidArgument(at + ".device_id: above 65535");
     if (!p.device_ip().empty()) {
-      if (p.device_ip().size() > 45 ||
-          p.device_ip().find_first_not_of("0123456789abcdefABCDEF.:") != std::string::npos) {
-        return InvalidArgument(at + ".device_ip: not an IPv4 or IPv6 address");
-      }
+      if (!IsAddressText(p.device_ip())) return InvalidArgument(at + ".device_ip: not an IPv4 or IPv6 address");
       if (!p.has_device_id()) return InvalidArgument(at + ".device_ip: set without a device_id");
     }
     if (++on_node[p.node()] > kMaxJobRanksPerNode) {

@@ -528,6 +528,11 @@ TEST(K8sDiscovery, MindClusterFactsFromPodsAndPodGroup) {
 
 // The device plugin's record of the pod's chips gives each rank its
 // device_ip (the hccl.json of a job summary); what is unreadable is left out.
+// The annotation's key and shape as MindCluster writes and reads it:
+// Ascend/mind-cluster component/ascend-common/api/default_name.go
+// (Pod910DeviceAnno), component/clusterd/pkg/domain/pod/pod_util.go
+// (getServerInfo: devices[].device_id / device_ip, strings) and the sample in
+// component/clusterd/pkg/domain/job/job_util_test.go (a5DeviceAnno).
 TEST(K8sDiscovery, DeviceIpsFromTheDevicePluginsAnnotation) {
   json list = Load("volcano-job-pods.json");
   json& pod = list["items"][0];

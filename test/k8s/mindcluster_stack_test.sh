@@ -451,7 +451,9 @@ k8s_api POST /apis/scheduling.volcano.sh/v1beta1/namespaces/ops/podgroups \
     \"ownerReferences\":$AJ_OWNER,\"labels\":{\"framework\":\"pytorch\"}},\"spec\":{\"minMember\":2}}" >/dev/null
 aj_pod() {  # aj_pod NAME NODE RANK TOR_IP
   # The device plugin's record of the chips it gave the pod, with their
-  # addresses on the accelerator network (192.168.RANK.10 and .11).
+  # addresses on the accelerator network (192.168.RANK.10 and .11); key and
+  # shape as in Ascend/mind-cluster component/ascend-common/api/default_name.go
+  # (Pod910DeviceAnno) and component/clusterd/pkg/domain/pod/pod_util.go.
   local conf
   conf=$(python3 -c 'import json, sys; r = sys.argv[1]
 print(json.dumps(json.dumps({"pod_name": "p", "devices": [{"device_id": "0", "device_ip": "192.168.%s.10" % r},
