@@ -8,9 +8,9 @@
 #include <google/protobuf/util/time_util.h>
 #include <grpcpp/alarm.h>
 
-#include "clusterd/server/auth.h"
-#include "clusterd/server/grpc_status.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/auth.h"
+#include "clusterd/edge/grpc_status.h"
+#include "clusterd/edge/stream_writer.h"
 #include "common/duration.h"
 #include "common/validation.h"
 #include "common/logging.h"

@@ -3,8 +3,8 @@
 #include <memory>
 #include <mutex>
 
-#include "clusterd/server/auth.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/auth.h"
+#include "clusterd/edge/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
 #include "common/validation.h"

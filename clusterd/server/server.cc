@@ -38,7 +38,7 @@
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
 #include "clusterd/server/http_api.h"
@@ -49,7 +49,7 @@
 #include "clusterd/server/self_check.h"
 #include "clusterd/server/server_parts.h"
 #include "clusterd/server/status_page.h"
-#include "clusterd/server/tls.h"
+#include "clusterd/edge/tls.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/state/response_limits.h"
@@ -84,7 +84,7 @@ struct ClusterdServer::Impl {
   // Job progress: hangs, slow ranks, ETTR (progress/monitor.h).
   std::unique_ptr<ProgressMonitor> progress;
   // The gRPC edge (MakeServices, StartGrpc): who made each write
-  // (server/auth.h), before the services that use it.
+  // (edge/auth.h), before the services that use it.
   std::unique_ptr<TokenReviewer> token_reviewer;
   std::unique_ptr<Authenticator> authenticator;
   std::unique_ptr<boost::asio::thread_pool> watch_pool;
@@ -311,7 +311,7 @@ Status ClusterdServer::Impl::MakeServices() {
   ao.hello_timeout = cfg.hello_timeout;
   ao.max_streams_per_peer = cfg.max_streams_per_peer;
   ao.inventory_update_interval = cfg.inventory_update_interval;
-  // Who may call what (server/auth.h), before the services that ask it.
+  // Who may call what (edge/auth.h), before the services that ask it.
   auto made_auth = MakeConfiguredAuthenticator(cfg, &metrics, &token_reviewer);
   if (!made_auth.ok()) return made_auth.status();
   authenticator = std::move(*made_auth);

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/engine/integration.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/server/registries.h"
 #include "clusterd/server/server.h"
 #include "clusterd/v1/admin.grpc.pb.h"

@@ -17,8 +17,8 @@
 #include <boost/uuid/uuid_io.hpp>
 
 #include "clusterd/mindcluster/signal.h"
-#include "clusterd/server/peer_limiter.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/peer_limiter.h"
+#include "clusterd/edge/stream_writer.h"
 #include "common/logging.h"
 
 namespace clusterd {

@@ -20,7 +20,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "clusterd/engine/watch_hub.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/state/cluster_state.h"
 #include "common/metrics.h"
 #include "mindcluster/fault.grpc.pb.h"

@@ -12,7 +12,7 @@
 #include "clusterd/mindcluster/om.h"
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/recovery/types.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/stream_writer.h"
 #include "clusterd/storage/schema.h"
 #include "common/config_util.h"
 #include "common/rate_limit.h"

@@ -29,7 +29,7 @@
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/recovery/coordinator/coordinator.h"
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/store.h"
 #include "common/metrics.h"
