@@ -13,7 +13,7 @@
 #include "clusterd/server/server.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
-#include "fake_cluster_commands.h"
+#include "test/support/fakes/fake_cluster_commands.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/temp_dir.h"
