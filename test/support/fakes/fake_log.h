@@ -1,10 +1,14 @@
 // The replicated log in memory (clusterd/ha/replication/log.h): the leader's
 // replicated store appends to it, a follower (or a test playing one) reads
-// from it. It can be trimmed like the real log, fail its reads, and records
-// where each read started. Thread-safe: a leader's writer appends while a
-// test or a follower reads.
+// from it. Like etcd's log it refuses an entry that would leave a gap or
+// change an index that holds other bytes (FailedPrecondition); a test can
+// make appends fail, or commit and lose the answer, seed entries as another
+// writer would, trim it like the real log, fail its reads, and read back
+// every append and where each read started. Thread-safe: a leader's writer
+// appends while a test or a follower reads. Hooks run outside its lock.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,11 +23,27 @@ namespace clusterd::testing {
 
 class FakeLog final : public replication::LogWriter, public replication::LogReader {
  public:
-  // Records the entry (an append whose answer was lost and is retried
-  // records the same bytes again).
+  // Every call is recorded (appends()); then, unless appends fail, the
+  // entry is kept: the same bytes at an index again (an append whose answer
+  // was lost, retried) are taken, other bytes or a gap are refused.
   Status Append(uint64_t index, const std::string& entry) override {
+    std::function<void(uint64_t, const std::string&)> hook;
+    {
+      std::lock_guard lock(mu_);
+      appends_.emplace_back(index, entry);
+      hook = on_append_;
+    }
+    if (hook) hook(index, entry);
     std::lock_guard lock(mu_);
-    entries_[index] = entry;
+    if (mode_ == Mode::kFail) return append_error_;
+    if (auto it = entries_.find(index); it != entries_.end()) {
+      if (it->second != entry) return FailedPrecondition("entry " + std::to_string(index) + " holds other bytes");
+    } else {
+      if (index != last_ + 1) return FailedPrecondition("gap");
+      entries_.emplace(index, entry);
+      last_ = index;
+    }
+    if (mode_ == Mode::kCommitLoseAnswer) return Unavailable("deadline exceeded (committed)");
     return Status::Ok();
   }
 
@@ -46,6 +66,43 @@ class FakeLog final : public replication::LogWriter, public replication::LogRead
       read.entries.push_back(it->second);
     }
     return read;
+  }
+
+  // Appends fail with `st` (nothing kept) until AppendsOk.
+  void FailAppends(Status st) {
+    std::lock_guard lock(mu_);
+    mode_ = Mode::kFail;
+    append_error_ = std::move(st);
+  }
+  // Appends are kept, but answered UNAVAILABLE (the answer lost), until AppendsOk.
+  void LoseAppendAnswers() {
+    std::lock_guard lock(mu_);
+    mode_ = Mode::kCommitLoseAnswer;
+  }
+  void AppendsOk() {
+    std::lock_guard lock(mu_);
+    mode_ = Mode::kOk;
+  }
+  // Runs at the start of every append (not under the lock).
+  void OnAppend(std::function<void(uint64_t index, const std::string& entry)> hook) {
+    std::lock_guard lock(mu_);
+    on_append_ = std::move(hook);
+  }
+  // Puts an entry as another writer would (not an append of the test's).
+  void Seed(uint64_t index, std::string entry) {
+    std::lock_guard lock(mu_);
+    entries_[index] = std::move(entry);
+    last_ = std::max(last_, index);
+  }
+  // Every Append call, failed ones too, in order: index and bytes.
+  std::vector<std::pair<uint64_t, std::string>> appends() const {
+    std::lock_guard lock(mu_);
+    return appends_;
+  }
+  // What the log holds, by index.
+  std::map<uint64_t, std::string> entries() const {
+    std::lock_guard lock(mu_);
+    return entries_;
   }
 
   // Every entry after `index`, in order.
@@ -81,8 +138,15 @@ class FakeLog final : public replication::LogWriter, public replication::LogRead
   }
 
  private:
+  enum class Mode { kOk, kFail, kCommitLoseAnswer };
+
   mutable std::mutex mu_;
   std::map<uint64_t, std::string> entries_;
+  uint64_t last_ = 0;  // the highest index kept (trimming keeps it)
+  Mode mode_ = Mode::kOk;
+  Status append_error_;
+  std::vector<std::pair<uint64_t, std::string>> appends_;
+  std::function<void(uint64_t, const std::string&)> on_append_;
   std::vector<std::pair<uint64_t, bool>> reads_;
   Status read_error_;
   std::function<void(uint64_t)> on_read_;
