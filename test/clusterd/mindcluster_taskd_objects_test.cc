@@ -37,8 +37,8 @@ class TaskdObjectsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     api_->Set(kTaskdPodGroup, {{"metadata", {{"name", "pg-llm"}, {"namespace", "train"}}}});
-    api_->Set(kTaskdResetCm, {{"metadata", {{"name", "reset-config-llm"}, {"namespace", "train"}}},
-                              {"data", {{"reset.json", "{}"}}}});
+    api_->Set(kTaskdResetCm,
+              {{"metadata", {{"name", "reset-config-llm"}, {"namespace", "train"}}}, {"data", {{"reset.json", "{}"}}}});
     objects_ = std::make_unique<TaskdKubeObjects>(api_, &clock_, &metrics_);
   }
   bool Metric(const std::string& line) { return metrics_.Render().find(line + "\n") != std::string::npos; }

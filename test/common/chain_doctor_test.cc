@@ -100,8 +100,9 @@ TEST(ChainDoctor, SchedulingFindingsAreThePodsNoNodeCanTake) {
   EXPECT_EQ(found[0].fix, ChainFix("too-few"));
   found.push_back(ChainFinding{0, "n1", "driver", "BROKEN", "", "", ""});
   found.push_back(ChainFinding{1, "n1", "runtime", "DRIFT", "", "", ""});
-  EXPECT_EQ(ChainClusterSummary(3, 2, found),
-            "3 node(s), 2 reporting a software chain; 1 with a broken link or drift; 1 Pending pod(s) no node can take");
+  EXPECT_EQ(
+      ChainClusterSummary(3, 2, found),
+      "3 node(s), 2 reporting a software chain; 1 with a broken link or drift; 1 Pending pod(s) no node can take");
   EXPECT_EQ(ChainClusterSummary(3, 0, {}), "3 node(s), 0 reporting a software chain; 0 with a broken link or drift");
 }
 
