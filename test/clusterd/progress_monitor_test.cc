@@ -13,12 +13,10 @@
 #include <google/protobuf/util/time_util.h>
 #include <gtest/gtest.h>
 
-#include "clusterd/engine/engine.h"
-#include "clusterd/engine/watch_hub.h"
-#include "clusterd/storage/memory_store.h"
 #include "common/executor.h"
 #include "common/metrics.h"
 #include "state_fixtures.h"
+#include "writer_on_memory.h"
 
 namespace clusterd {
 namespace {
@@ -31,19 +29,12 @@ constexpr uint32_t kRanks = 8;
 class ProgressMonitorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = storage::MemoryStore::Open();
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(*store);
-    state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
-    ASSERT_TRUE(state_->Load().ok());
-    hub_ = std::make_unique<WatchHub>(store_.get(), 1024);
-    hub_->Init(state_->revision());
     EngineOptions options;
     options.node_grace = std::chrono::hours(24 * 365);  // no node is lost while the clock jumps
     options.commit_delay = 0ns;
-    engine_ = std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, options, &metrics_);
+    writer_.Open(&clock_, options, &metrics_);
     monitor_ = std::make_unique<ProgressMonitor>(
-        state_.get(), [this](Engine::Apply apply) { return engine_->Submit(std::move(apply)); }, &clock_,
+        writer_.state(), [this](Engine::Apply apply) { return writer_.engine()->Submit(std::move(apply)); }, &clock_,
         ProgressOptions{}, &metrics_);
     Write([](ClusterState& s, Mutation* m) { return s.ApplyHello(testing::MakeHello("worker01", 1), 1, m).status(); });
   }
@@ -51,30 +42,18 @@ class ProgressMonitorTest : public ::testing::Test {
   void TearDown() override {
     monitor_->Stop();
     monitor_.reset();
-    engine_.reset();
   }
 
   template <typename Fn>
   void Write(Fn fn) {
-    ASSERT_TRUE(engine_->Submit([fn](ClusterState& s, Mutation* m) -> Engine::Done {
-      EXPECT_TRUE(fn(s, m).ok());
-      return nullptr;
-    }));
-    Idle();
+    writer_.Write(fn);
+    writer_.Idle();
   }
-  // Steps the writer until nothing is queued (what the monitor submitted
-  // is then committed).
-  void Idle() {
-    for (;;) {
-      const Engine::StepResult r = engine_->Step();
-      ASSERT_FALSE(r.held);
-      if (!r.gathering && engine_->queue_depth() == 0) return;
-    }
-  }
-  // The monitor's passes due in the next `d`, then the writer.
+  // The monitor's passes due in the next `d`, then the writer (what the
+  // monitor submitted is then committed).
   void Advance(Duration d) {
     executor_.Advance(d);
-    Idle();
+    writer_.Idle();
   }
 
   void CreateJob(std::chrono::seconds hang_timeout) {
@@ -92,7 +71,7 @@ class ProgressMonitorTest : public ::testing::Test {
     Write([job](ClusterState& s, Mutation* m) { return s.ApplyCreateJob(job, m).status(); });
   }
   v1::Job Job() {
-    return state_->Read([](const StateView& v) { return v.jobs().at("train"); });
+    return writer_.state()->Read([](const StateView& v) { return v.jobs().at("train"); });
   }
   // Every rank at `step`, one second a step, from the job's agent.
   Status Steps(uint64_t step) {
@@ -106,7 +85,7 @@ class ProgressMonitorTest : public ::testing::Test {
     return monitor_->Report(Job(), r, ProgressSender{"job-agent", kRanks});
   }
   std::vector<v1::Fault> ActiveFaults(const std::string& code) {
-    return state_->Read([&](const StateView& v) {
+    return writer_.state()->Read([&](const StateView& v) {
       std::vector<v1::Fault> out;
       for (const auto& [key, f] : v.faults()) {
         if (f.reporter() == ProgressMonitor::kReporter && f.code() == code && f.state() == v1::FAULT_STATE_ACTIVE) {
@@ -120,11 +99,7 @@ class ProgressMonitorTest : public ::testing::Test {
   FakeClock clock_;
   ManualExecutor executor_{&clock_};
   MetricsRegistry metrics_;
-  Catalog catalog_ = Catalog::Default();
-  std::unique_ptr<storage::Store> store_;
-  std::unique_ptr<ClusterState> state_;
-  std::unique_ptr<WatchHub> hub_;
-  std::unique_ptr<Engine> engine_;
+  testing::WriterOnMemory writer_;
   std::unique_ptr<ProgressMonitor> monitor_;
 };
 
@@ -165,7 +140,7 @@ TEST_F(ProgressMonitorTest, ThePassesFollowTheIntervalAndTheHangsDueTimeAndStopE
   EXPECT_EQ(executor_.NextDue(), start + 2500ms);
   monitor_->Stop();
   EXPECT_EQ(executor_.Advance(10s), 0u) << "no pass after Stop";
-  Idle();
+  writer_.Idle();
   EXPECT_TRUE(ActiveFaults("JOB_HANG").empty());
 }
 
