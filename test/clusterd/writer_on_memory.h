@@ -52,6 +52,7 @@ class WriterOnMemory {
 
   ClusterState* state() { return state_.get(); }
   Engine* engine() { return engine_.get(); }
+  WatchHub* hub() { return hub_.get(); }
 
  private:
   Catalog catalog_ = Catalog::Default();
