@@ -134,27 +134,55 @@ TEST_F(ProgressMonitorTest, ThePassesFollowTheIntervalAndTheHangsDueTimeAndStopE
   EXPECT_EQ(executor_.NextDue(), start + 1s);
   ASSERT_TRUE(Steps(10).ok());
   Advance(500ms);
-  ASSERT_TRUE(Steps(20).ok());  // at start + 0.5 s: the hang is due at 2.5 s
-  Advance(1s);                  // the pass at start + 1 s
-  Advance(1s);                  // ... at 2 s: the next is the hang's due time, before 3 s
-  EXPECT_EQ(executor_.NextDue(), start + 2500ms);
+  // At start + 0.5 s: with a 2 s timeout the hang is due 2 s after this
+  // last advance (and a millisecond, to be past it).
+  ASSERT_TRUE(Steps(20).ok());
+  Advance(1s);     // the pass at start + 1 s; the clock at 1.5 s
+  Advance(600ms);  // the pass at 2 s; the clock at 2.1 s
+  EXPECT_EQ(executor_.NextDue(), start + 2501ms) << "the hang's due time comes before the next interval (3 s)";
   monitor_->Stop();
   EXPECT_EQ(executor_.Advance(10s), 0u) << "no pass after Stop";
   writer_.Idle();
   EXPECT_TRUE(ActiveFaults("JOB_HANG").empty());
 }
 
-TEST_F(ProgressMonitorTest, ReportsOfAJobThatIsNotRunningOrOfRanksItDoesNotHaveAreRefused) {
+// Where the adapters hand reports in: a node speaks for its own ranks only,
+// the job's agent for every rank, and neither for a job ClusterD does not know.
+TEST_F(ProgressMonitorTest, ANodeReportsOnlyItsOwnRanksOfAJobThatExists) {
+  CreateJob(2s);  // ranks 0-7 on worker01
+  v1::JobProgressReport node_report;
+  node_report.set_job_id("train");
+  auto* p = node_report.mutable_report()->add_ranks();
+  p->set_rank(0);
+  p->set_step(10);
+  EXPECT_TRUE(monitor_->ReportFromNode("worker01", node_report).ok());
+  const Status elsewhere = monitor_->ReportFromNode("worker02", node_report);
+  EXPECT_EQ(elsewhere.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(elsewhere.message().find("rank 0 of job train is not placed on node worker02"), std::string::npos)
+      << elsewhere.message();
+  node_report.set_job_id("gone");
+  EXPECT_EQ(monitor_->ReportFromNode("worker01", node_report).code(), StatusCode::kNotFound);
+  node_report.set_job_id("not a name!");
+  EXPECT_EQ(monitor_->ReportFromNode("worker01", node_report).code(), StatusCode::kInvalidArgument);
+  // The job's agent: every rank, and its rank must be one of the job's.
+  v1::ProgressReport agent = node_report.report();
+  agent.mutable_ranks(0)->set_rank(7);
+  EXPECT_TRUE(monitor_->ReportFromJobAgent("train", agent).ok());
+  EXPECT_EQ(monitor_->ReportFromJobAgent("gone", agent).code(), StatusCode::kNotFound);
+  agent.mutable_ranks(0)->set_rank(kRanks);
+  EXPECT_EQ(monitor_->ReportFromJobAgent("train", agent).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(monitor_->Live("train").has_value());
+  EXPECT_EQ(monitor_->Live("train")->step(), 10u);
+}
+
+TEST_F(ProgressMonitorTest, ReportsOfAJobThatIsNotRunningAreRefusedAndNothingIsKept) {
   CreateJob(2s);
   v1::ProgressReport r;
   auto* p = r.add_ranks();
-  p->set_rank(kRanks);  // not a rank of the job
+  p->set_rank(0);
   p->set_step(1);
-  const Status st = monitor_->Report(Job(), r, ProgressSender{"job-agent", kRanks});
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   v1::Job done = Job();
   done.set_state(v1::JOB_STATE_SUCCEEDED);
-  r.mutable_ranks(0)->set_rank(0);
   const Status not_running = monitor_->Report(done, r, ProgressSender{"job-agent", kRanks});
   EXPECT_EQ(not_running.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(not_running.message().find("is not running"), std::string::npos) << not_running.message();
