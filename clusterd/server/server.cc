@@ -66,6 +66,7 @@ namespace clusterd {
 struct ClusterdServer::Impl {
   ClusterdConfig config;
   const Clock* clock;
+  Executor* timers = nullptr;  // SetTimers; nullptr: each its own thread
   MetricsRegistry metrics;
   Catalog catalog;
   // The state, its store and its one writer (OpenState, StartWriter).
@@ -293,9 +294,13 @@ Status ClusterdServer::Impl::StartWriter() {
   po.snapshot_interval = cfg.progress_snapshot_interval;
   po.max_jobs = cfg.progress_max_jobs;
   progress = std::make_unique<ProgressMonitor>(
-      state.get(), [engine = engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); }, clock, po,
-      &metrics);
-  progress->Start();
+      state.get(), [engine = engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); },
+      timers != nullptr ? &timers->clock() : clock, po, &metrics);
+  if (timers != nullptr) {
+    progress->Start(timers);
+  } else {
+    progress->Start();
+  }
 
   return Status::Ok();
 }
@@ -330,6 +335,7 @@ Status ClusterdServer::Impl::MakeServices() {
   mfo.max_registrations_per_principal =
       std::min(cfg.mindcluster_max_registrations_per_principal, cfg.mindcluster_max_subscribers);
   mfo.registration_ttl = cfg.mindcluster_registration_ttl;
+  mfo.timers = timers;
   services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
                                                                          &metrics, authenticator.get());
   {
@@ -354,6 +360,7 @@ Status ClusterdServer::Impl::MakeServices() {
   ro.mindio_wait = cfg.mindcluster_taskd_wait;
   ro.om_wait = cfg.mindcluster_om_wait;
   ro.store = store.get();  // the NIC switches and stress tests kept
+  ro.executor = timers;
   const auto& integrations = cfg.integrations;
   if (std::find(integrations.begin(), integrations.end(), "kubernetes") != integrations.end() ||
       std::find(integrations.begin(), integrations.end(), "mindcluster") != integrations.end()) {
@@ -593,6 +600,8 @@ void ClusterdServer::WrapStore(StoreWrapper wrapper) { impl_->store_wrapper = st
 void ClusterdServer::AddHttpHandler(std::string method, std::string path, HttpServer::Handler handler) {
   impl_->extra_routes.push_back({std::move(method), std::move(path), std::move(handler)});
 }
+
+void ClusterdServer::SetTimers(Executor* timers) { impl_->timers = timers; }
 
 void ClusterdServer::SetReadinessCheck(std::function<std::string()> check) { impl_->readiness = std::move(check); }
 
