@@ -1,6 +1,7 @@
 #include "clusterd/mindcluster/grpc/fault_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -87,6 +88,9 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   // flush to the pool through a weak reference.
   std::unique_ptr<ThreadExecutor> own_timers;
   Executor* timers = nullptr;
+  // Cleared with the service: a timer still waiting on a caller's executor
+  // then posts nothing to the pool.
+  std::shared_ptr<std::atomic<bool>> live = std::make_shared<std::atomic<bool>>(true);
   Gauge* subscribers_gauge = nullptr;
   Counter* messages = nullptr;
   Gauge* registrations_gauge = nullptr;
@@ -213,8 +217,7 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
  public:
   using Core = MindClusterFaultService::Core;
 
-  Subscriber(std::shared_ptr<Core> core, grpc::CallbackServerContext* ctx)
-      : core_(std::move(core)), ctx_(ctx) {}
+  Subscriber(std::shared_ptr<Core> core, grpc::CallbackServerContext* ctx) : core_(std::move(core)), ctx_(ctx) {}
 
   const Key& key() const { return key_; }
 
@@ -345,7 +348,8 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
       return;
     }
     // Cancelled when the stream is done; a subscriber gone meanwhile is not flushed.
-    timer_ = core_->timers->PostAt(next_flush_, [weak = weak_from_this(), pool = core_->pool] {
+    timer_ = core_->timers->PostAt(next_flush_, [weak = weak_from_this(), pool = core_->pool, live = core_->live] {
+      if (!live->load()) return;
       boost::asio::post(*pool, [weak] {
         if (auto self = weak.lock()) self->Flush();
       });
@@ -678,6 +682,7 @@ MindClusterFaultService::~MindClusterFaultService() {
     }
   }
   // No flush timer fires after the service (what waits is dropped).
+  core_->live->store(false);
   if (core_->own_timers) core_->own_timers->Stop();
 }
 

@@ -221,10 +221,13 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   uint64_t keepalives = 0;
 
   // Where the work runs (common/executor.h): options.executor, or a thread
-  // of the Core's own on the monotonic clock. Posts after Stop are dropped.
+  // of the Core's own on the monotonic clock. Posts after Stop are dropped,
+  // and so are those still waiting on a caller's executor (its tasks check
+  // `live`, which Stop clears).
   std::unique_ptr<ThreadExecutor> own_executor;
   Executor* executor = nullptr;
   std::atomic<bool> stopping{false};
+  std::shared_ptr<std::atomic<bool>> live = std::make_shared<std::atomic<bool>>(true);
   TaskHandle keepalive_task;
 
   Core(const ClusterState* s, Engine* e, Coordinator* c, JobAgentHub* a, const Authenticator* au,
@@ -256,6 +259,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   }
   void Stop() {
     stopping = true;
+    live->store(false);
     keepalive_task.Cancel();
     if (own_executor) own_executor->Stop();
   }
@@ -266,12 +270,16 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   // wait, a wait MindIO bounds).
   void PostAfter(std::chrono::milliseconds delay, std::function<void()> task) {
     if (stopping.load()) return;
-    executor->PostAfter(delay, std::move(task));
+    executor->PostAfter(delay, [live = live, task = std::move(task)] {
+      if (live->load()) task();
+    });
   }
 
   void Post(std::function<void()> task) {
     if (stopping.load()) return;
-    executor->Post(std::move(task));
+    executor->Post([live = live, task = std::move(task)] {
+      if (live->load()) task();
+    });
   }
 
   void KeepAlive() {
