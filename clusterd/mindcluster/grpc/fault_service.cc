@@ -90,7 +90,7 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   Executor* timers = nullptr;
   // Cleared with the service: a timer still waiting on a caller's executor
   // then posts nothing to the pool.
-  std::shared_ptr<std::atomic<bool>> live = std::make_shared<std::atomic<bool>>(true);
+  std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
   Gauge* subscribers_gauge = nullptr;
   Counter* messages = nullptr;
   Gauge* registrations_gauge = nullptr;
@@ -348,8 +348,8 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
       return;
     }
     // Cancelled when the stream is done; a subscriber gone meanwhile is not flushed.
-    timer_ = core_->timers->PostAt(next_flush_, [weak = weak_from_this(), pool = core_->pool, live = core_->live] {
-      if (!live->load()) return;
+    timer_ = core_->timers->PostAt(next_flush_, [weak = weak_from_this(), pool = core_->pool, alive = core_->alive] {
+      if (!alive->load()) return;
       boost::asio::post(*pool, [weak] {
         if (auto self = weak.lock()) self->Flush();
       });
@@ -682,7 +682,7 @@ MindClusterFaultService::~MindClusterFaultService() {
     }
   }
   // No flush timer fires after the service (what waits is dropped).
-  core_->live->store(false);
+  core_->alive->store(false);
   if (core_->own_timers) core_->own_timers->Stop();
 }
 
