@@ -68,8 +68,13 @@ TEST_F(TaskdObjectsTest, OnlyTheJobsPodsOnTheNodeAreLabelled) {
   EXPECT_EQ((*api_->Object("/api/v1/namespaces/train/pods/llm-0"))["metadata"]["labels"]["fault-type"], "hardware");
   EXPECT_FALSE((*api_->Object("/api/v1/namespaces/train/pods/other-0"))["metadata"].contains("labels"))
       << "another PodGroup's pod on the node";
-  // No pod of the job on a node: an error, counted.
-  objects_->PodFaultTypes(TaskdObjectsJob(), {{"worker02", "hardware"}});
+  // The pods are listed by node (the API server filters; the fake does not).
+  const auto lists = api_->CallsTo("GET", "/api/v1/namespaces/train/pods");
+  ASSERT_EQ(lists.size(), 1u);
+  EXPECT_NE(lists[0].query.find("fieldSelector=spec.nodeName%3Dworker01"), std::string::npos) << lists[0].query;
+  // No pod of the job there (any more): an error, counted.
+  ASSERT_TRUE(api_->Remove("/api/v1/namespaces/train/pods/llm-0"));
+  objects_->PodFaultTypes(TaskdObjectsJob(), {{"worker01", "software"}});
   objects_->Drain();
   EXPECT_TRUE(Metric("clusterd_mindcluster_taskd_object_writes_total{result=\"error\"} 1"));
 }
