@@ -127,7 +127,22 @@ class ProgressServiceTest : public testing::ClusterdServerTest {
   std::vector<v1::Command> commands_;
 };
 
-TEST_F(ProgressServiceTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
+// The monitor's passes on a ManualExecutor over a FakeClock
+// (ClusterdServer::SetTimers): a pass runs when the test moves the clock, and
+// a 2 s hang timeout passes then, not in real seconds; the rest of ClusterD
+// runs as usual.
+class ProgressClockTest : public ProgressServiceTest {
+ protected:
+  void SetUp() override {
+    timers_ = &executor_;
+    ProgressServiceTest::SetUp();
+  }
+
+  FakeClock clock_;
+  ManualExecutor executor_{&clock_};
+};
+
+TEST_F(ProgressClockTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
   CreateJob({});
   Attach();
   uint64_t step = 0;
@@ -135,6 +150,7 @@ TEST_F(ProgressServiceTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
     step += 10;
     ASSERT_TRUE(Steps(step, [](uint32_t k) { return k == 5 ? 1400 : 1000; }).accepted());
   }
+  executor_.Advance(std::chrono::seconds(1));  // the monitor's next pass
   ASSERT_TRUE(WaitFor([&] { return ProgressFaults("SLOW_RANK").size() == 1; }));
   const v1::Fault f = ProgressFaults("SLOW_RANK")[0];
   EXPECT_EQ(f.node(), "worker01");
@@ -165,24 +181,11 @@ TEST_F(ProgressServiceTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
     step += 10;
     ASSERT_TRUE(Steps(step, [](uint32_t) { return 1000; }).accepted());
   }
+  executor_.Advance(std::chrono::seconds(1));
   EXPECT_TRUE(WaitFor([&] { return ProgressFaults("SLOW_RANK").empty(); }));
 }
 
-// The hang tests: the monitor's passes on a ManualExecutor over a FakeClock
-// (ClusterdServer::SetTimers), so a 2 s hang timeout passes when the test
-// moves the clock, not in real seconds; the rest of ClusterD runs as usual.
-class ProgressHangTest : public ProgressServiceTest {
- protected:
-  void SetUp() override {
-    timers_ = &executor_;
-    ProgressServiceTest::SetUp();
-  }
-
-  FakeClock clock_;
-  ManualExecutor executor_{&clock_};
-};
-
-TEST_F(ProgressHangTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances) {
+TEST_F(ProgressClockTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances) {
   v1::ProgressPolicy policy;
   policy.mutable_hang_timeout()->set_seconds(2);
   CreateJob(policy);
@@ -251,7 +254,7 @@ TEST_F(ProgressHangTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances) {
 // job stops with worker02's ranks at step 20 while worker01's agent claims
 // 21 for its own: one JOB_HANG that names the job, none on worker02 (before,
 // JOB_HANG went to each of worker02's ranks as "stopped first").
-TEST_F(ProgressHangTest, ANodeClaimingToBeAheadPutsNoHangOnTheOtherNode) {
+TEST_F(ProgressClockTest, ANodeClaimingToBeAheadPutsNoHangOnTheOtherNode) {
   v1::CreateJobRequest req;
   v1::Job* job = req.mutable_job();
   job->set_id("train");
