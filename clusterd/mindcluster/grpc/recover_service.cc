@@ -242,12 +242,12 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
         call_limit(o.call_rate) {}
 
   void Start() {
-    LoadOm();
     executor = options.executor;
     if (executor == nullptr) {
       own_executor = std::make_unique<ThreadExecutor>(&MonotonicClock::Instance(), "taskd");
       executor = own_executor.get();
     }
+    LoadOm();  // schedules the waits of the operations in flight
     // Every keep-alive interval: the idle and deleted jobs go, returned
     // scale-out ranks are checked, the subscribers get a keep-alive.
     keepalive_task = executor->Every(options.keepalive_interval, [this] {
