@@ -21,13 +21,11 @@ TaskHandle Executor::Every(Duration interval, Task task) {
 
 void Executor::RepeatAt(TimePoint when, std::shared_ptr<RepeatedTask> task,
                         std::shared_ptr<std::atomic<bool>> cancelled) {
-  Schedule(
-      when,
-      [this, task, cancelled] {
-        const TimePoint next = (*task)();
-        if (!cancelled->load()) RepeatAt(next, task, cancelled);
-      },
-      cancelled);
+  Task run = [this, task = std::move(task), cancelled] {
+    const TimePoint next = (*task)();
+    if (!cancelled->load()) RepeatAt(next, task, cancelled);
+  };
+  Schedule(when, std::move(run), std::move(cancelled));
 }
 
 void TaskQueue::Push(TimePoint when, Executor::Task task, std::shared_ptr<std::atomic<bool>> cancelled) {
