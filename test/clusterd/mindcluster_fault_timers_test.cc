@@ -15,6 +15,7 @@
 #include "common/executor.h"
 #include "mindcluster/fault.grpc.pb.h"
 #include "state_fixtures.h"
+#include "test/support/grpc/loopback_server.h"
 #include "test/support/wait.h"
 #include "writer_on_memory.h"
 
@@ -56,14 +57,10 @@ class FaultTimersTest : public ::testing::Test {
     options.timers = &executor_;
     service_ = std::make_unique<MindClusterFaultService>(writer_.state(), writer_.hub(), &pool_, options, &metrics_,
                                                          auth_.get());
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
+    auto loopback = testing::StartLoopbackServer({service_.get()});
+    server_ = std::move(loopback.server);
     ASSERT_TRUE(server_ != nullptr);
-    stub_ = fault::Fault::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    stub_ = fault::Fault::NewStub(loopback.channel);
   }
 
   void TearDown() override {

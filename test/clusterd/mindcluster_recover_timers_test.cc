@@ -14,6 +14,7 @@
 #include "clusterd/recovery/actuators/actuator.h"
 #include "common/executor.h"
 #include "mindcluster/recover.grpc.pb.h"
+#include "test/support/grpc/loopback_server.h"
 #include "test/support/wait.h"
 #include "writer_on_memory.h"
 
@@ -67,14 +68,10 @@ class RecoverTimersTest : public ::testing::Test {
     options.executor = &executor_;  // keepalive_interval 5 s, idle_job_ttl 600 s: the defaults
     service_ = std::make_unique<RecoverServiceImpl>(writer_.state(), writer_.engine(), coordinator_.get(), &agents_,
                                                     auth_.get(), options, &metrics_);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
+    auto loopback = testing::StartLoopbackServer({service_.get()});
+    server_ = std::move(loopback.server);
     ASSERT_TRUE(server_ != nullptr);
-    stub_ = ::Recover::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    stub_ = ::Recover::NewStub(loopback.channel);
   }
 
   void TearDown() override {
