@@ -82,7 +82,9 @@ struct NodedServer::Impl {
   std::optional<HttpResponse> Refuse(const HttpRequest& req, std::string_view what) {
     if (!config.http_auth()) return std::nullopt;
     std::string why;
-    std::string who = "-";
+    // The audit names the client certificate's CN when one came with a refused token.
+    std::string who = req.client_certificate_pem.empty() ? "" : CertificateCommonName(req.client_certificate_pem);
+    if (who.empty()) who = "-";
     if (!req.authorization.empty()) {
       const std::string_view presented = BearerToken(req.authorization);
       const std::string expected = http_token ? http_token->Current() : std::string();
@@ -102,7 +104,8 @@ struct NodedServer::Impl {
     }
     http_refused->Inc();
     GetLogger("audit")->warn("deny principal={} method=\"{}\" peer={} reason=\"{}\"", who, what, req.peer, why);
-    return HttpResponse{401, "text/plain; charset=utf-8", std::string(what) + " needs a bearer token or a client certificate: " + why + "\n"};
+    return HttpResponse{401, "text/plain; charset=utf-8",
+                        std::string(what) + " needs a bearer token or a client certificate: " + why + "\n"};
   }
 
   HttpResponse InjectSimFault(const HttpRequest& req) {

@@ -138,7 +138,8 @@ TEST_F(NodedHttpTest, ServesARotatedCertificateWithoutARestart) {
   std::filesystem::copy_file(certs.Path("server2.crt"), dir_.Sub("tls.crt"),
                              std::filesystem::copy_options::overwrite_existing);
   const std::string rotated = testing::ReadWholeFile(certs.Path("server2.crt"));
-  EXPECT_TRUE(testing::WaitFor([&] { return HttpsGet(server.http_port(), "/healthz", tls).server_certificate_pem == rotated; }));
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return HttpsGet(server.http_port(), "/healthz", tls).server_certificate_pem == rotated; }));
 }
 
 // Plaintext on an address other than loopback needs the insecure switch.
