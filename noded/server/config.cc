@@ -187,8 +187,7 @@ const ConfigSetters<NodedConfig>& Setters() {
       {"tls_key_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->tls_key_file); }},
       {"token_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->token_file); }},
       {"server_name", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->server_name); }},
-      {"http_tls_cert_file",
-       [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_tls_cert_file); }},
+      {"http_tls_cert_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_tls_cert_file); }},
       {"http_tls_key_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_tls_key_file); }},
       {"http_tls_client_ca_file",
        [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_tls_client_ca_file); }},
@@ -197,7 +196,8 @@ const ConfigSetters<NodedConfig>& Setters() {
          return SetDuration("http_tls_reload_interval", v, std::chrono::seconds(1), &c->http_tls_reload_interval);
        }},
       {"http_token_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_token_file); }},
-      {"http_insecure", [](const std::string& v, NodedConfig* c) { return SetBool("http_insecure", v, &c->http_insecure); }},
+      {"http_insecure",
+       [](const std::string& v, NodedConfig* c) { return SetBool("http_insecure", v, &c->http_insecure); }},
   };
   return table;
 }
@@ -274,10 +274,11 @@ Status CheckHttpSecurity(const NodedConfig& c) {
   } else if (c.http_insecure) {
     return InvalidArgument("http_insecure: contradicts http_tls_cert_file (plaintext or TLS: choose one)");
   }
-  for (const auto& [key, path] : {std::pair<const char*, const std::string&>{"http_tls_cert_file", c.http_tls_cert_file},
-                                  {"http_tls_key_file", c.http_tls_key_file},
-                                  {"http_tls_client_ca_file", c.http_tls_client_ca_file},
-                                  {"http_token_file", c.http_token_file}}) {
+  for (const auto& [key, path] :
+       {std::pair<const char*, const std::string&>{"http_tls_cert_file", c.http_tls_cert_file},
+        {"http_tls_key_file", c.http_tls_key_file},
+        {"http_tls_client_ca_file", c.http_tls_client_ca_file},
+        {"http_token_file", c.http_token_file}}) {
     if (path.empty()) continue;
     auto text = ReadFileToString(path);
     if (!text.ok()) return InvalidArgument(std::string(key) + ": cannot read " + path);
@@ -296,7 +297,8 @@ const char* SystemGetenv(const char* name) { return std::getenv(name); }
 
 StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help, GetEnvFn getenv) {
   if (getenv == nullptr) getenv = SystemGetenv;
-  auto split = SplitFlags(args, KnownKey, [](const std::string& key) { return key == "probe" || key == "http_insecure"; });
+  auto split =
+      SplitFlags(args, KnownKey, [](const std::string& key) { return key == "probe" || key == "http_insecure"; });
   if (!split.ok()) return split.status();
   *help = split->help;
   NodedConfig cfg;
