@@ -8,7 +8,7 @@
 
 namespace clusterd {
 
-std::string TokenFile::Current() const {
+std::string WatchedTokenFile::Current() const {
   std::lock_guard<std::mutex> lock(mu_);
   struct stat st {};
   if (::stat(path_.c_str(), &st) != 0) return cached_;  // keep the last one while it is being replaced

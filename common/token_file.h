@@ -4,7 +4,7 @@
 // while the file is missing or empty (it is being replaced). And the
 // constant-time comparison a server checks a presented token with.
 //
-// Thread contract: TokenFile::Current() is thread-safe.
+// Thread contract: WatchedTokenFile::Current() is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,9 @@
 
 namespace clusterd {
 
-class TokenFile {
+class WatchedTokenFile {
  public:
-  explicit TokenFile(std::string path) : path_(std::move(path)) {}
+  explicit WatchedTokenFile(std::string path) : path_(std::move(path)) {}
 
   // The file's contents without trailing spaces and line ends; "" when it
   // has never been read with a token in it.

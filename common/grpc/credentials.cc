@@ -45,7 +45,7 @@ class BearerTokenPlugin final : public grpc::MetadataCredentialsPlugin {
 
  private:
   const std::string token_;
-  const TokenFile file_;
+  const WatchedTokenFile file_;
 };
 
 }  // namespace

@@ -32,7 +32,7 @@ struct NodedServer::Impl {
   std::unique_ptr<ProgressFiles> progress;  // job progress files, read by the stream
   std::unique_ptr<StreamClient> stream;
   std::unique_ptr<PodResourcesWatcher> pod_resources;  // null when disabled
-  std::unique_ptr<TokenFile> http_token;               // http_token_file; null without it
+  std::unique_ptr<WatchedTokenFile> http_token;        // http_token_file; null without it
   Counter* http_refused = nullptr;
   std::unique_ptr<HttpServer> http;  // made in Start (its TLS comes from the config)
 
@@ -323,7 +323,7 @@ Status NodedServer::Start() {
   if (!stream.ok()) return InvalidArgument("connection to ClusterD: " + stream.status().message());
   s.stream = std::move(*stream);
 
-  if (!cfg.http_token_file.empty()) s.http_token = std::make_unique<TokenFile>(cfg.http_token_file);
+  if (!cfg.http_token_file.empty()) s.http_token = std::make_unique<WatchedTokenFile>(cfg.http_token_file);
   s.http_refused = &s.metrics.AddCounter("noded_http_requests_refused_total",
                                          "HTTP requests refused for want of an accepted token or client certificate.");
   s.http = std::make_unique<HttpServer>(ho);
