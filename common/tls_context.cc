@@ -101,6 +101,37 @@ StatusOr<std::shared_ptr<ssl::context>> MakeTlsServerContext(const TlsServerFile
   return BuildServerContext(files, *cert, *key, ca);
 }
 
+StatusOr<std::shared_ptr<ssl::context>> MakeVerifyingTlsClientContext(const std::string& ca_file,
+                                                                      const std::string& cert_file,
+                                                                      const std::string& key_file) {
+  auto ctx = MakeTlsClientContext(ca_file, cert_file, key_file);
+  if (!ctx.ok() || !ca_file.empty()) return ctx;
+  boost::system::error_code ec;
+  if ((*ctx)->set_default_verify_paths(ec)) {
+    return InvalidArgument("TLS: the system's CA certificates cannot be loaded: " + ec.message());
+  }
+  (*ctx)->set_verify_mode(ssl::verify_peer);
+  return ctx;
+}
+
+std::string CertificateCommonName(std::string_view pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return {};
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (cert == nullptr) return {};
+  std::string cn;
+  X509_NAME* subject = X509_get_subject_name(cert);
+  for (int i = -1; (i = X509_NAME_get_index_by_NID(subject, NID_commonName, i)) >= 0;) {
+    unsigned char* utf8 = nullptr;
+    const int len = ASN1_STRING_to_UTF8(&utf8, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, i)));
+    if (len >= 0 && utf8 != nullptr) cn.assign(reinterpret_cast<char*>(utf8), static_cast<size_t>(len));
+    if (utf8 != nullptr) OPENSSL_free(utf8);
+  }
+  X509_free(cert);
+  return cn;
+}
+
 StatusOr<std::shared_ptr<ssl::context>> MakeTlsClientContext(const std::string& ca_file, const std::string& cert_file,
                                                              const std::string& key_file) {
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);

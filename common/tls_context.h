@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -44,6 +45,18 @@ StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeTlsServerContext(const 
 StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeTlsClientContext(const std::string& ca_file,
                                                                           const std::string& cert_file,
                                                                           const std::string& key_file);
+
+// A client context that always verifies the server's certificate: against
+// `ca_file`, or the system's roots when it is "" (the caller checks the name:
+// HttpClientRequest::tls_verify_host); `cert_file`/`key_file` as above.
+StatusOr<std::shared_ptr<boost::asio::ssl::context>> MakeVerifyingTlsClientContext(const std::string& ca_file,
+                                                                                   const std::string& cert_file,
+                                                                                   const std::string& key_file);
+
+// The Subject common name of a certificate (PEM, the first in it; the last
+// CN when it has several, as Kubernetes reads it); "" when it has none or
+// is not a certificate.
+std::string CertificateCommonName(std::string_view pem);
 
 class ReloadingTlsContext {
  public:

@@ -151,6 +151,8 @@ if [[ $ALL == 1 ]]; then
   stage k8s/control_loop bash test/k8s/control_loop_test.sh
   stage k8s/security_e2e bash test/k8s/security_e2e_test.sh
   stage e2e/api_tools bash test/e2e/api_tools_test.sh
+  # A real Prometheus (built from Go modules) scraping ClusterD and NodeD over TLS with a token.
+  stage e2e/metrics_tls bash test/e2e/metrics_tls_test.sh
   stage e2e/mindcluster bash test/e2e/mindcluster_test.sh
   stage k8s/mindcluster_stack bash test/k8s/mindcluster_stack_test.sh
   stage k8s/taskd_recover bash test/k8s/taskd_recover_test.sh

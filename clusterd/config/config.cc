@@ -465,6 +465,14 @@ std::vector<ConfigKey> MakeTable() {
         "this replica's pod: labelled clusterd.io/ha-role=leader or standby through the Kubernetes API, for a "
         "Service that selects the leader",
         "the pod");
+  t.Add(List("ha_peer_names", CLUSTERD_FIELD(ha.peer_names), "certificate common names, comma-separated",
+             [](const std::string& name) {
+               if (name.empty() || name.size() > 253) return InvalidArgument("\"" + name + "\" is not a name");
+               return Status::Ok();
+             }),
+        "who may fetch a checkpoint: the Subject CN of the client certificate a peer replica presents (checked "
+        "with tls_client_ca_file); default: the CN of this replica's own tls_cert_file",
+        "the chart's server certificate");
 
   t.Section("Recovery (docs/recovery.md)");
   t.Add(Custom(
@@ -478,7 +486,8 @@ std::vector<ConfigKey> MakeTable() {
         "clusterd.config.actuator, else kubernetes.actuator");
   t.Add(Raw("actuator_command", CLUSTERD_FIELD(actuator_command), "CMD", "any; required with exec"),
         "exec: run with /bin/sh -c, the action as JSON on stdin");
-  t.Add(Raw("actuator_url", CLUSTERD_FIELD(actuator_url), "URL", "http://host:port/path; required with webhook"),
+  t.Add(Raw("actuator_url", CLUSTERD_FIELD(actuator_url), "URL",
+            "http://host:port/path or https://...; required with webhook"),
         "webhook: receives each action as JSON by POST");
   t.Add(U32("max_concurrent_recoveries", CLUSTERD_FIELD(max_concurrent_recoveries), 1, 100'000),
         "blast radius: recoveries running at once");
@@ -533,6 +542,12 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Dur("separation_settle", CLUSTERD_FIELD(separation_settle), std::chrono::seconds(0), std::chrono::minutes(10)),
         "a fault is counted after this long, unless its code hit another device of the same job meanwhile (the "
         "job's fault, not the devices')");
+  t.Add(Text("actuator_ca_file", CLUSTERD_FIELD(actuator_ca_file), "FILE"),
+        "webhook over https: CA bundle of the receiver's certificate (default: the system's roots); its host name "
+        "is verified");
+  t.Add(Text("actuator_cert_file", CLUSTERD_FIELD(actuator_cert_file), "FILE"),
+        "webhook over https: client certificate to present (with actuator_key_file)");
+  t.Add(Text("actuator_key_file", CLUSTERD_FIELD(actuator_key_file), "FILE"), "its private key");
 
   t.Section("MindCluster compatibility (docs/mindcluster.md)");
   t.Add(Text("pubfault_code_table", CLUSTERD_FIELD(pubfault.code_table_file), "FILE"),

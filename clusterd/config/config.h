@@ -96,7 +96,13 @@ struct ClusterdConfig {
   // Recovery: how cluster actions are carried out ("none", "exec", "webhook").
   std::string actuator = "none";
   std::string actuator_command;  // exec: run with /bin/sh -c, the action as JSON on stdin
-  std::string actuator_url;      // webhook: http://host:port/path
+  std::string actuator_url;      // webhook: http://host:port/path or https://...
+  // webhook over https: the CA bundle the receiver's certificate must chain
+  // to (empty: the system's roots), and a client certificate and key to
+  // present (both or neither).
+  std::string actuator_ca_file;
+  std::string actuator_cert_file;
+  std::string actuator_key_file;
   // Integrations to run alongside ClusterD, by registered name
   // (integration.h: BuiltinIntegrations): "kubernetes" discovers jobs from
   // pods and PodGroups, follows Node readiness and keeps a Node condition.
@@ -287,6 +293,12 @@ struct ClusterdConfig {
     // (/readyz/replica). Replica ids must then be pod names.
     std::string pod_namespace;
     std::string pod_name;
+    // Who may fetch a checkpoint of this replica's store, by the Subject CN
+    // of the client certificate it presents (a peer presents its own
+    // tls_cert_file). Empty: the CN of this replica's own certificate (the
+    // replicas share one). Checked when the HTTP port verifies client
+    // certificates (tls_client_ca_file), besides the checkpoint token.
+    std::vector<std::string> peer_names;
   } ha;
   // Blast radius: at most this many recoveries running at once, and at most
   // this percentage of nodes isolated.

@@ -32,6 +32,7 @@
 #include "common/metrics.h"
 #include "common/monotonic_clock.h"
 #include "common/signals.h"
+#include "common/tls_context.h"
 
 namespace clusterd::ha {
 namespace {
@@ -82,6 +83,21 @@ std::string NewToken() {
     out += word;
   }
   return out;
+}
+
+// Who may fetch a checkpoint of this store besides holding its token
+// (docs/ha.md): where the HTTP port verifies client certificates, a client
+// presenting one whose Subject CN is a peer replica's (ha_peer_names; by
+// default this replica's own, which its peers share and present). Null
+// where no client certificate is verified: the token alone.
+std::function<std::string(const HttpRequest&)> CheckpointPeerCheck(const ClusterdConfig& cfg) {
+  if (cfg.insecure || cfg.tls.client_ca_file.empty() || cfg.tls.client_auth == "none") return nullptr;
+  std::vector<std::string> names = cfg.ha.peer_names;
+  if (names.empty()) {
+    auto pem = ReadFileToString(cfg.tls.cert_file);
+    if (std::string cn = pem.ok() ? CertificateCommonName(*pem) : ""; !cn.empty()) names.push_back(std::move(cn));
+  }
+  return replication::PeerCertificateCheck(std::move(names));
 }
 
 // Where peers reach this replica's HTTP port.
@@ -413,8 +429,10 @@ std::optional<int> Replica::Standby() {
     return 1;
   }
   http_options.tls = std::move(*http_tls);
-  // Declared first: the HTTP server, whose handlers use it, stops before it goes.
-  replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_});
+  // Declared first: the HTTP server, whose handlers use them, stops before they go.
+  std::unique_ptr<TokenReviewer> metrics_reviewer;
+  std::unique_ptr<Authenticator> metrics_authenticator;
+  replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_, CheckpointPeerCheck(cfg_)});
   HttpServer http(http_options);
   checkpoints.RegisterMetrics(&metrics_);
   checkpoints.SetSource([raw](const std::string& dir) { return raw->CreateCheckpoint(dir); });
@@ -434,6 +452,20 @@ std::optional<int> Replica::Standby() {
     if (reads_) text += reads_->RenderMetrics();
     return text;
   };
+  // /metrics behind the same credential as on the leader (metrics_auth,
+  // metrics_role), with an authenticator of its own: its counters are not
+  // exported (the standby's gRPC server exports its clusterd_auth_*), its
+  // refusals are audited all the same.
+  if (cfg_.auth.metrics_auth && !cfg_.insecure) {
+    auto auth = MakeConfiguredAuthenticator(cfg_, nullptr, &metrics_reviewer);
+    if (!auth.ok()) {
+      log_->error("/metrics authentication: {}", auth.status().ToString());
+      return 1;
+    }
+    metrics_authenticator = std::move(*auth);
+    probes.metrics_auth = metrics_authenticator.get();
+    probes.metrics_roles = MetricsRoles(cfg_.auth.metrics_role);
+  }
   // The probe-only port (probe_listen), as the leader serves it.
   std::optional<HttpServer> probe_http;
   if (!cfg_.probe_listen.empty()) {
@@ -534,7 +566,7 @@ std::optional<int> Replica::Standby() {
 int Replica::Lead() {
   const auto start = SteadyClock::now();
   // Declared first: the server's HTTP handlers use it.
-  replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_});
+  replication::CheckpointServer checkpoints({cfg_.data_dir + ".checkpoint", token_, CheckpointPeerCheck(cfg_)});
   ClusterdServer server(cfg_);
   checkpoints.Install([&server](std::string method, std::string path, HttpServer::Handler handler) {
     server.AddHttpHandler(std::move(method), std::move(path), std::move(handler));

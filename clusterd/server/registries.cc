@@ -37,6 +37,9 @@ const ActuatorRegistry& BuiltinActuators() {
           [](const ClusterdConfig& c) {
             WebhookActuatorOptions o;
             o.url = c.actuator_url;
+            o.ca_file = c.actuator_ca_file;
+            o.cert_file = c.actuator_cert_file;
+            o.key_file = c.actuator_key_file;
             return MakeWebhookActuator(o);
           },
           [](const ClusterdConfig& c) {

@@ -1,18 +1,16 @@
 #include "common/grpc/credentials.h"
 
-#include <sys/stat.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <mutex>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
+
+#include "common/token_file.h"
 
 namespace clusterd {
 namespace {
@@ -31,7 +29,7 @@ Status Readable(const std::string& flag, const std::string& path) {
 // token is rotated in place by the kubelet).
 class BearerTokenPlugin final : public grpc::MetadataCredentialsPlugin {
  public:
-  BearerTokenPlugin(std::string token, std::string file) : token_(std::move(token)), file_(std::move(file)) {}
+  BearerTokenPlugin(std::string token, const std::string& file) : token_(std::move(token)), file_(file) {}
 
   bool IsBlocking() const override { return false; }
   const char* GetType() const override { return "clusterd-bearer"; }
@@ -39,38 +37,15 @@ class BearerTokenPlugin final : public grpc::MetadataCredentialsPlugin {
   grpc::Status GetMetadata(grpc::string_ref /*service_url*/, grpc::string_ref /*method_name*/,
                            const grpc::AuthContext& /*channel_auth_context*/,
                            std::multimap<grpc::string, grpc::string>* metadata) override {
-    std::string token = Current();
-    if (token.empty()) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no bearer token in " + file_);
+    std::string token = file_.path().empty() ? token_ : file_.Current();
+    if (token.empty()) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no bearer token in " + file_.path());
     metadata->emplace("authorization", "Bearer " + token);
     return grpc::Status::OK;
   }
 
  private:
-  std::string Current() {
-    if (file_.empty()) return token_;
-    std::lock_guard<std::mutex> lock(mu_);
-    struct stat st {};
-    if (::stat(file_.c_str(), &st) != 0) return cached_;  // keep the last one while it is being replaced
-    const auto mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-    if (mtime != mtime_ || cached_.empty()) {
-      std::ifstream in(file_);
-      std::stringstream buf;
-      buf << in.rdbuf();
-      std::string t = buf.str();
-      while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
-      if (!t.empty()) {
-        cached_ = std::move(t);
-        mtime_ = mtime;
-      }
-    }
-    return cached_;
-  }
-
   const std::string token_;
-  const std::string file_;
-  std::mutex mu_;
-  std::string cached_;  // guarded by mu_
-  int64_t mtime_ = -1;  // guarded by mu_
+  const WatchedTokenFile file_;
 };
 
 }  // namespace

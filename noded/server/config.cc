@@ -187,6 +187,17 @@ const ConfigSetters<NodedConfig>& Setters() {
       {"tls_key_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->tls_key_file); }},
       {"token_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->token_file); }},
       {"server_name", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->server_name); }},
+      {"http_tls_cert_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_tls_cert_file); }},
+      {"http_tls_key_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_tls_key_file); }},
+      {"http_tls_client_ca_file",
+       [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_tls_client_ca_file); }},
+      {"http_tls_reload_interval",
+       [](const std::string& v, NodedConfig* c) {
+         return SetDuration("http_tls_reload_interval", v, std::chrono::seconds(1), &c->http_tls_reload_interval);
+       }},
+      {"http_token_file", [](const std::string& v, NodedConfig* c) { return SetString(v, &c->http_token_file); }},
+      {"http_insecure",
+       [](const std::string& v, NodedConfig* c) { return SetBool("http_insecure", v, &c->http_insecure); }},
   };
   return table;
 }
@@ -246,13 +257,48 @@ Status ApplySecurity(GetEnvFn getenv, NodedConfig* c) {
   return Status::Ok();
 }
 
+// The HTTP port's settings go together: a key and its certificate, a client
+// CA or a token only over TLS, and TLS or the insecure switch, not both.
+Status CheckHttpSecurity(const NodedConfig& c) {
+  if (c.http_tls_cert_file.empty() != c.http_tls_key_file.empty()) {
+    return InvalidArgument(c.http_tls_cert_file.empty() ? "http_tls_key_file: needs http_tls_cert_file"
+                                                        : "http_tls_cert_file: needs http_tls_key_file");
+  }
+  if (!c.http_tls()) {
+    if (!c.http_tls_client_ca_file.empty()) {
+      return InvalidArgument("http_tls_client_ca_file: client certificates need TLS (set http_tls_cert_file)");
+    }
+    if (!c.http_token_file.empty()) {
+      return InvalidArgument("http_token_file: a bearer token is only accepted over TLS (set http_tls_cert_file)");
+    }
+  } else if (c.http_insecure) {
+    return InvalidArgument("http_insecure: contradicts http_tls_cert_file (plaintext or TLS: choose one)");
+  }
+  for (const auto& [key, path] :
+       {std::pair<const char*, const std::string&>{"http_tls_cert_file", c.http_tls_cert_file},
+        {"http_tls_key_file", c.http_tls_key_file},
+        {"http_tls_client_ca_file", c.http_tls_client_ca_file},
+        {"http_token_file", c.http_token_file}}) {
+    if (path.empty()) continue;
+    auto text = ReadFileToString(path);
+    if (!text.ok()) return InvalidArgument(std::string(key) + ": cannot read " + path);
+  }
+  return Status::Ok();
+}
+
+bool IsLoopbackListen(const std::string& listen) {
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  return host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 const char* SystemGetenv(const char* name) { return std::getenv(name); }
 
 }  // namespace
 
 StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, bool* help, GetEnvFn getenv) {
   if (getenv == nullptr) getenv = SystemGetenv;
-  auto split = SplitFlags(args, KnownKey, [](const std::string& key) { return key == "probe"; });
+  auto split =
+      SplitFlags(args, KnownKey, [](const std::string& key) { return key == "probe" || key == "http_insecure"; });
   if (!split.ok()) return split.status();
   *help = split->help;
   NodedConfig cfg;
@@ -279,7 +325,15 @@ StatusOr<NodedConfig> ParseNodedConfig(const std::vector<std::string>& args, boo
     cfg.node_name = host;
   }
   CLUSTERD_RETURN_IF_ERROR(ApplySecurity(getenv, &cfg));
+  CLUSTERD_RETURN_IF_ERROR(CheckHttpSecurity(cfg));
   return cfg;
+}
+
+Status CheckHttpTransport(const NodedConfig& cfg) {
+  if (cfg.http_tls() || cfg.http_insecure || IsLoopbackListen(cfg.http_listen)) return Status::Ok();
+  return FailedPrecondition("http_listen " + cfg.http_listen +
+                            ": plaintext HTTP on an address other than loopback needs http_insecure: true; "
+                            "or serve HTTPS (http_tls_cert_file, http_tls_key_file)");
 }
 
 std::string NodedUsage() {
@@ -334,6 +388,15 @@ each falls back to the environment variable named, which a flag or the file over
   --token-file FILE         bearer token, re-read when it changes; TLS only
                             (CLUSTERD_TOKEN_FILE; or the token itself in CLUSTERD_TOKEN)
   --server-name NAME        name to verify ClusterD's certificate against (CLUSTERD_SERVER_NAME)
+NodeD's HTTP port (plaintext on an address other than loopback only with --http-insecure):
+  --http-tls-cert-file FILE HTTPS with this certificate (PEM, chain allowed), re-read when it changes
+  --http-tls-key-file FILE  its private key
+  --http-tls-client-ca-file FILE  CA bundle client certificates are verified against (when sent)
+  --http-tls-reload-interval DUR  how often the three files are looked at again (default 10s)
+  --http-token-file FILE    bearer token accepted on /metrics and /v1/sim/faults, re-read when it
+                            changes. With it or a client CA, those paths need the token or a
+                            verified client certificate; /healthz and /readyz stay open
+  --http-insecure           allow plaintext HTTP on an address other than loopback
 In sim mode, POST /v1/sim/faults {"device": 3, "code": "80E01801", "state": "raise"}
 injects a fault ("clear" clears it; no "device" for a node-level fault).
 )";

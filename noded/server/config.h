@@ -66,7 +66,29 @@ struct NodedConfig {
   // Only from CLUSTERD_TOKEN (when no token file is configured): a secret has
   // no place in a config file or on a command line.
   std::string token;
+  // NodeD's own HTTP port (docs/noded.md, "Securing the HTTP port"): HTTPS
+  // with this certificate and key (re-read when they change, at most every
+  // http_tls_reload_interval), client certificates verified against
+  // http_tls_client_ca_file when a client sends one. With a client CA or a
+  // token file, /metrics and /v1/sim/faults need a verified client
+  // certificate or the token (401 otherwise); /healthz and /readyz stay open
+  // for the kubelet. Plaintext on an address other than loopback only with
+  // http_insecure.
+  std::string http_tls_cert_file;
+  std::string http_tls_key_file;
+  std::string http_tls_client_ca_file;
+  std::chrono::nanoseconds http_tls_reload_interval = std::chrono::seconds(10);
+  std::string http_token_file;  // the bearer token accepted, re-read when it changes
+  bool http_insecure = false;
+
+  bool http_tls() const { return !http_tls_cert_file.empty(); }
+  // Whether /metrics and /v1/sim/faults need a credential.
+  bool http_auth() const { return !http_tls_client_ca_file.empty() || !http_token_file.empty(); }
 };
+
+// Plaintext HTTP on an address other than loopback without http_insecure:
+// FAILED_PRECONDITION naming the keys (NodedServer::Start refuses to listen).
+Status CheckHttpTransport(const NodedConfig& cfg);
 
 using GetEnvFn = const char* (*)(const char*);
 

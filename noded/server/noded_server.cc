@@ -4,6 +4,8 @@
 #include <limits>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +13,8 @@
 #include "common/http_server.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/tls_context.h"
+#include "common/token_file.h"
 #include "noded/agent.h"
 #include "noded/outbox.h"
 #include "noded/server/pod_resources.h"
@@ -28,7 +32,9 @@ struct NodedServer::Impl {
   std::unique_ptr<ProgressFiles> progress;  // job progress files, read by the stream
   std::unique_ptr<StreamClient> stream;
   std::unique_ptr<PodResourcesWatcher> pod_resources;  // null when disabled
-  HttpServer http;
+  std::unique_ptr<WatchedTokenFile> http_token;        // http_token_file; null without it
+  Counter* http_refused = nullptr;
+  std::unique_ptr<HttpServer> http;  // made in Start (its TLS comes from the config)
 
   std::mutex mu;
   std::condition_variable cv;
@@ -66,6 +72,40 @@ struct NodedServer::Impl {
       wake = true;
     }
     cv.notify_all();
+  }
+
+  // Empty when `req` may have `what` ("GET /metrics"): no credential is
+  // configured, or it carries the token of http_token_file, or (without an
+  // Authorization header) a client certificate the handshake verified
+  // against http_tls_client_ca_file. Otherwise the 401, counted and audited
+  // (the "audit" logger, as ClusterD's refusals).
+  std::optional<HttpResponse> Refuse(const HttpRequest& req, std::string_view what) {
+    if (!config.http_auth()) return std::nullopt;
+    std::string why;
+    // The audit names the client certificate's CN when one came with a refused token.
+    std::string who = req.client_certificate_pem.empty() ? "" : CertificateCommonName(req.client_certificate_pem);
+    if (who.empty()) who = "-";
+    if (!req.authorization.empty()) {
+      const std::string_view presented = BearerToken(req.authorization);
+      const std::string expected = http_token ? http_token->Current() : std::string();
+      if (presented.empty()) {
+        why = "Authorization is not \"Bearer <token>\"";
+      } else if (expected.empty()) {
+        why = "no bearer token is accepted here (http_token_file is not set or empty)";
+      } else if (!ConstantTimeEquals(presented, expected)) {
+        why = "the bearer token is not the one of http_token_file";
+      } else {
+        return std::nullopt;
+      }
+    } else if (!req.client_certificate_pem.empty()) {
+      return std::nullopt;
+    } else {
+      why = "no client certificate or bearer token";
+    }
+    http_refused->Inc();
+    GetLogger("audit")->warn("deny principal={} method=\"{}\" peer={} reason=\"{}\"", who, what, req.peer, why);
+    return HttpResponse{401, "text/plain; charset=utf-8",
+                        std::string(what) + " needs a bearer token or a client certificate: " + why + "\n"};
   }
 
   HttpResponse InjectSimFault(const HttpRequest& req) {
@@ -174,6 +214,25 @@ Status NodedServer::Start() {
   const NodedConfig& cfg = s.config;
   auto log = GetLogger("noded");
 
+  // The HTTP port first (nothing is opened when its settings do not hold):
+  // HTTPS when a certificate is configured (re-read when it changes, as
+  // ClusterD's), plaintext on loopback or with http_insecure.
+  CLUSTERD_RETURN_IF_ERROR(CheckHttpTransport(cfg));
+  HttpServer::Options ho;
+  ho.metrics = &s.metrics;
+  ho.metrics_prefix = "noded";
+  if (cfg.http_tls()) {
+    TlsServerFiles files;
+    files.cert_file = cfg.http_tls_cert_file;
+    files.key_file = cfg.http_tls_key_file;
+    files.client_ca_file = cfg.http_tls_client_ca_file;
+    // Verified when sent, never required: the kubelet's probes send none.
+    files.client_auth = cfg.http_tls_client_ca_file.empty() ? "none" : "request";
+    files.reload_interval = cfg.http_tls_reload_interval;
+    auto tls = ReloadingTlsContext::Create(std::move(files));
+    if (!tls.ok()) return InvalidArgument("HTTP port: " + tls.status().message());
+    ho.tls = [tls = std::move(*tls)] { return tls->Current(); };
+  }
   auto outbox = Outbox::Open(cfg.state_dir);
   if (!outbox.ok()) return outbox.status();
   s.outbox = std::move(*outbox);
@@ -264,18 +323,27 @@ Status NodedServer::Start() {
   if (!stream.ok()) return InvalidArgument("connection to ClusterD: " + stream.status().message());
   s.stream = std::move(*stream);
 
-  s.http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
-  s.http.Handle("GET", "/readyz", [&s](const HttpRequest&) {
+  if (!cfg.http_token_file.empty()) s.http_token = std::make_unique<WatchedTokenFile>(cfg.http_token_file);
+  s.http_refused = &s.metrics.AddCounter("noded_http_requests_refused_total",
+                                         "HTTP requests refused for want of an accepted token or client certificate.");
+  s.http = std::make_unique<HttpServer>(ho);
+  HttpServer& http = *s.http;
+  http.Handle("GET", "/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n"}; });
+  http.Handle("GET", "/readyz", [&s](const HttpRequest&) {
     if (!s.polled_once.load()) return HttpResponse{503, "text/plain", "first collection pending\n"};
     return HttpResponse{200, "text/plain", s.stream->connected() ? "ready\n" : "ready (clusterd not connected)\n"};
   });
-  s.http.Handle("GET", "/metrics", [&s](const HttpRequest&) {
+  http.Handle("GET", "/metrics", [&s](const HttpRequest& req) {
+    if (auto refused = s.Refuse(req, "GET /metrics")) return *refused;
     return HttpResponse{200, MetricsRegistry::kContentType, s.metrics.Render()};
   });
   if (s.injector) {
-    s.http.Handle("POST", "/v1/sim/faults", [&s](const HttpRequest& req) { return s.InjectSimFault(req); });
+    http.Handle("POST", "/v1/sim/faults", [&s](const HttpRequest& req) {
+      if (auto refused = s.Refuse(req, "POST /v1/sim/faults")) return *refused;
+      return s.InjectSimFault(req);
+    });
   }
-  CLUSTERD_RETURN_IF_ERROR(s.http.Start(cfg.http_listen));
+  CLUSTERD_RETURN_IF_ERROR(http.Start(cfg.http_listen));
 
   if (!cfg.pod_resources_socket.empty()) {
     PodResourcesOptions po;
@@ -294,8 +362,9 @@ Status NodedServer::Start() {
                           : so.security.has_token()        ? "TLS, bearer token"
                           : !so.security.cert_file.empty() ? "mutual TLS"
                                                            : "TLS";
-  log->info("noded {} (epoch {}, accelerator {}) reporting to {} ({}); HTTP on port {}", cfg.node_name,
-            s.outbox->epoch(), s.backend->name(), cfg.server, transport, s.http.port());
+  log->info("noded {} (epoch {}, accelerator {}) reporting to {} ({}); {} on port {}{}", cfg.node_name,
+            s.outbox->epoch(), s.backend->name(), cfg.server, transport, cfg.http_tls() ? "HTTPS" : "HTTP",
+            s.http->port(), cfg.http_auth() ? " (/metrics needs a token or client certificate)" : "");
   return Status::Ok();
 }
 
@@ -311,9 +380,9 @@ void NodedServer::Shutdown() {
   if (s.poller.joinable()) s.poller.join();
   if (s.pod_resources) s.pod_resources->Stop();
   if (s.stream) s.stream->Stop();
-  s.http.Stop();
+  if (s.http) s.http->Stop();
 }
 
-int NodedServer::http_port() const { return impl_->http.port(); }
+int NodedServer::http_port() const { return impl_->http ? impl_->http->port() : 0; }
 
 }  // namespace clusterd::noded

@@ -14,7 +14,10 @@
 #include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 
+#include "common/http_server.h"
+#include "common/tls_context.h"
 #include "test/support/temp_dir.h"
+#include "test/support/test_certs.h"
 
 namespace clusterd {
 namespace {
@@ -412,8 +415,8 @@ TEST(WebhookActuatorTest, NoAnswerBeforeTheDeadlineFails) {
 
 TEST(WebhookActuatorTest, RejectsBadUrls) {
   for (const std::string url :
-       {"", "https://example.com/x", "ftp://h/x", "http://", "http://:80/x", "http://host:99999/x", "http://host:/x",
-        "http://user@host/x", "example.com/x", "http://ho st/x", "http://[::1/x", "http://host/x#frag"}) {
+       {"", "ftp://h/x", "http://", "http://:80/x", "http://host:99999/x", "http://host:/x", "http://user@host/x",
+        "example.com/x", "http://ho st/x", "http://[::1/x", "http://host/x#frag"}) {
     auto a = MakeWebhookActuator({.url = url});
     ASSERT_FALSE(a.ok()) << url;
     EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument) << url;
@@ -422,6 +425,95 @@ TEST(WebhookActuatorTest, RejectsBadUrls) {
   EXPECT_TRUE(MakeWebhookActuator({.url = "http://actuator.example:8080"}).ok());
   EXPECT_TRUE(MakeWebhookActuator({.url = "HTTP://[::1]:8080/a/b"}).ok());
   EXPECT_TRUE(MakeWebhookActuator({.url = "http://10.0.0.1/hook"}).ok());
+  EXPECT_TRUE(MakeWebhookActuator({.url = "https://example.com/x"}).ok()) << "the system's roots";
+}
+
+// A receiver over TLS that requires a client certificate signed by the test
+// CA (common/http_server.h with a context from common/tls_context.h), on
+// `address` ("127.0.0.1:0").
+class TlsWebhook {
+ public:
+  explicit TlsWebhook(const std::string& address = "127.0.0.1:0") {
+    const auto& certs = testing::TestCerts::Get();
+    auto tls = ReloadingTlsContext::Create(
+        {certs.Path("server.crt"), certs.Path("server.key"), certs.Path("ca.crt"), "require", 10s});
+    EXPECT_TRUE(tls.ok()) << tls.status().ToString();
+    HttpServer::Options options;
+    options.tls = [src = *tls] { return src->Current(); };
+    server_ = std::make_unique<HttpServer>(options);
+    server_->Handle("POST", "/hook", [this](const HttpRequest& req) {
+      std::lock_guard lock(mu_);
+      client_cn_ = CertificateCommonName(req.client_certificate_pem);
+      return HttpResponse{200, "text/plain", "done\n"};
+    });
+    EXPECT_TRUE(server_->Start(address).ok());
+  }
+  int port() const { return server_->port(); }
+  std::string client_cn() {
+    std::lock_guard lock(mu_);
+    return client_cn_;
+  }
+
+ private:
+  std::unique_ptr<HttpServer> server_;
+  std::mutex mu_;
+  std::string client_cn_;
+};
+
+// https:// URLs: the receiver's certificate verified against actuator_ca_file
+// and for the URL's host, the client certificate presented.
+TEST(WebhookActuatorTest, HttpsVerifiesTheReceiverAndPresentsTheClientCertificate) {
+  const auto& certs = testing::TestCerts::Get();
+  ASSERT_TRUE(certs.ok());
+  TlsWebhook server;
+  const std::string url = "https://127.0.0.1:" + std::to_string(server.port()) + "/hook";
+  const auto run = [](const WebhookActuatorOptions& o) {
+    auto a = MakeWebhookActuator(o);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? RunOne(**a, Request()) : ActionResult{false, a.status().ToString()};
+  };
+  const ActionResult ok = run({.url = url,
+                               .ca_file = certs.Path("ca.crt"),
+                               .cert_file = certs.Path("operator.crt"),
+                               .key_file = certs.Path("operator.key")});
+  EXPECT_TRUE(ok.ok) << ok.message;
+  EXPECT_EQ(ok.message, "done");
+  EXPECT_EQ(server.client_cn(), "bob");
+
+  // Another CA's bundle: the receiver is not trusted.
+  const ActionResult other_ca = run({.url = url,
+                                     .ca_file = certs.Path("other-ca.crt"),
+                                     .cert_file = certs.Path("operator.crt"),
+                                     .key_file = certs.Path("operator.key")});
+  EXPECT_FALSE(other_ca.ok);
+  EXPECT_NE(other_ca.message.find("certificate verify failed"), std::string::npos) << other_ca.message;
+  // No client certificate: the receiver refuses the handshake.
+  const ActionResult anonymous = run({.url = url, .ca_file = certs.Path("ca.crt")});
+  EXPECT_FALSE(anonymous.ok) << anonymous.message;
+
+  // The right CA but a name the certificate does not carry (it names
+  // 127.0.0.1, localhost, ::1 and clusterd).
+  TlsWebhook elsewhere("127.0.0.2:0");
+  const ActionResult wrong_name = run({.url = "https://127.0.0.2:" + std::to_string(elsewhere.port()) + "/hook",
+                                       .ca_file = certs.Path("ca.crt"),
+                                       .cert_file = certs.Path("operator.crt"),
+                                       .key_file = certs.Path("operator.key")});
+  EXPECT_FALSE(wrong_name.ok);
+  EXPECT_NE(wrong_name.message.find("certificate verify failed"), std::string::npos) << wrong_name.message;
+  EXPECT_EQ(elsewhere.client_cn(), "") << "nothing reached the handler";
+}
+
+TEST(WebhookActuatorTest, TlsSettingsNeedAnHttpsUrlAndBothCertificateFiles) {
+  const auto& certs = testing::TestCerts::Get();
+  ASSERT_TRUE(certs.ok());
+  auto plain = MakeWebhookActuator({.url = "http://127.0.0.1:1/x", .ca_file = certs.Path("ca.crt")});
+  EXPECT_EQ(plain.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(plain.status().message().find("https://"), std::string::npos) << plain.status().ToString();
+  auto half = MakeWebhookActuator({.url = "https://127.0.0.1:1/x", .cert_file = certs.Path("operator.crt")});
+  EXPECT_EQ(half.status().code(), StatusCode::kInvalidArgument);
+  auto missing = MakeWebhookActuator({.url = "https://127.0.0.1:1/x", .ca_file = "/nonexistent/ca.crt"});
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("/nonexistent/ca.crt"), std::string::npos) << missing.status().ToString();
 }
 
 }  // namespace

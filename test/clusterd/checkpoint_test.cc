@@ -2,9 +2,11 @@
 // served over a real HTTP port on loopback, fetched, checked and swapped in.
 #include "clusterd/ha/replication/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -13,7 +15,12 @@
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/http_client.h"
 #include "common/http_server.h"
+#include "common/logging.h"
+#include "common/tls_context.h"
 #include "test/support/temp_dir.h"
+#include "test/support/test_certs.h"
+
+#include <spdlog/sinks/ostream_sink.h>
 
 namespace clusterd::replication {
 namespace {
@@ -198,6 +205,75 @@ TEST_F(CheckpointTest, WithoutAStoreTheServerSaysSo) {
   auto answer = HttpCall(req, std::chrono::steady_clock::now() + std::chrono::seconds(10), 1 << 20);
   EXPECT_EQ(answer.status, 503);
   EXPECT_EQ(Get("/ha/v1/checkpoint").status, 404);
+}
+
+// Over TLS with client certificates (as a replica's HTTP port serves it):
+// only a peer replica (a certificate with a CN of ha_peer_names, here the
+// replicas' shared "clusterd") fetches a checkpoint; a client with the token
+// but another certificate, or none, is refused 403, counted and audited.
+TEST(CheckpointTlsTest, OnlyAPeerReplicasCertificateFetches) {
+  const auto& certs = testing::TestCerts::Get();
+  ASSERT_TRUE(certs.ok());
+  testing::TempDir dir;
+  auto opened = storage::RocksDbStore::Open(dir.Sub("peer"), storage::StoreOptions{.sync = false});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<storage::RocksDbStore> peer = std::move(*opened);
+  Fill(peer.get(), 1, 20);
+  MetricsRegistry metrics;
+  CheckpointServer server({dir.Sub("peer.checkpoint"), kToken, PeerCertificateCheck({"clusterd"})});
+  server.RegisterMetrics(&metrics);
+  storage::RocksDbStore* raw = peer.get();
+  server.SetSource([raw](const std::string& d) { return raw->CreateCheckpoint(d); });
+  // Client certificates verified when sent ("request"), so that the refusal
+  // of a client without one is the checkpoint server's, not the handshake's.
+  auto tls = ReloadingTlsContext::Create(
+      {certs.Path("server.crt"), certs.Path("server.key"), certs.Path("ca.crt"), "request", std::chrono::seconds(10)});
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
+  HttpServer::Options ho;
+  ho.tls = [src = *tls] { return src->Current(); };
+  HttpServer http(ho);
+  server.Install([&http](std::string method, std::string path, HttpServer::Handler handler) {
+    http.Handle(std::move(method), std::move(path), std::move(handler));
+  });
+  ASSERT_TRUE(http.Start("127.0.0.1:0").ok());
+  std::ostringstream audit;
+  auto audit_log = GetLogger("audit");
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(audit);
+  audit_log->sinks().push_back(sink);
+
+  const auto fetch = [&](const std::string& cert, const std::string& to) {
+    FetchOptions o;
+    o.address = "127.0.0.1:" + std::to_string(http.port());
+    o.token = kToken;
+    auto ctx = MakeTlsClientContext(certs.Path("ca.crt"), cert.empty() ? "" : certs.Path(cert + ".crt"),
+                                    cert.empty() ? "" : certs.Path(cert + ".key"));
+    EXPECT_TRUE(ctx.ok()) << ctx.status().ToString();
+    o.tls = *ctx;
+    return FetchCheckpoint(o, dir.Sub(to));
+  };
+  auto viewer = fetch("viewer", "by-viewer");
+  ASSERT_FALSE(viewer.ok());
+  EXPECT_NE(viewer.status().message().find("403"), std::string::npos) << viewer.status().message();
+  auto anonymous = fetch("", "by-anonymous");
+  ASSERT_FALSE(anonymous.ok());
+  EXPECT_NE(anonymous.status().message().find("403"), std::string::npos) << anonymous.status().message();
+  EXPECT_EQ(metrics.Render().find("clusterd_ha_checkpoints_created_total 1"), std::string::npos)
+      << "nothing was made for them";
+  EXPECT_NE(metrics.Render().find("clusterd_ha_checkpoint_requests_refused_total 2"), std::string::npos)
+      << metrics.Render();
+  audit_log->flush();
+  EXPECT_NE(audit.str().find("deny principal=alice method=\"POST /ha/v1/checkpoint\""), std::string::npos)
+      << audit.str();
+  EXPECT_NE(audit.str().find("no client certificate"), std::string::npos) << audit.str();
+
+  // A replica presents its own certificate (MakeHttpPeerTls).
+  auto replica = fetch("server", "by-replica");
+  ASSERT_TRUE(replica.ok()) << replica.status().ToString();
+  EXPECT_EQ(replica->log_index, 20u);
+  auto& sinks = audit_log->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+  http.Stop();
+  server.SetSource(nullptr);
 }
 
 TEST(CheckpointInstallTest, AnInterruptedInstallIsFinishedAndAnIncompleteFetchDropped) {

@@ -445,7 +445,10 @@ expect "default: mutual TLS (client certificate required)" "$D" "(lambda c: (c['
   "('/etc/clusterd/tls/tls.crt', '/etc/clusterd/tls/tls.key', '/etc/clusterd/tls/ca.crt', 'require', False)"
 expect "default: TokenReview for NodeD's ServiceAccount" "$D" "(lambda c: (c['auth_token_review'], c['auth_token_audience'], c['auth_agent_service_accounts']))(cfg('clusterd'))" \
   "(True, 'clusterd', ['fault-mgmt/clusterd-noded'])"
-expect "default: no token file, bindings or metrics auth" "$D" "sorted(k for k in cfg('clusterd') if k in ('auth_token_file', 'auth_bindings', 'metrics_auth'))" "[]"
+expect "default: no token file or bindings; metrics auth on with TLS" "$D" "sorted(k for k in cfg('clusterd') if k in ('auth_token_file', 'auth_bindings', 'metrics_auth'))" "['metrics_auth']"
+expect "default: NodeD's HTTPS port with its certificate, client certificates verified against the CA, no token, not insecure" "$D" "(lambda c: (c['http_tls_cert_file'], c['http_tls_key_file'], c['http_tls_client_ca_file'], 'http_token_file' in c, 'http_insecure' in c))(cfg('-noded'))" \
+  "('/etc/noded/tls/tls.crt', '/etc/noded/tls/tls.key', '/etc/noded/tls/ca.crt', False, False)"
+expect "default: NodeD's probes over HTTPS" "$D" "[pod('DaemonSet')['containers'][0][k]['httpGet'].get('scheme') for k in ('readinessProbe', 'livenessProbe')]" "['HTTPS', 'HTTPS']"
 expect "default: NodeD's TLS files and token" "$D" "(lambda c: (c['tls_ca_file'], c['tls_cert_file'], c['tls_key_file'], c['token_file']))(cfg('-noded'))" \
   "('/etc/noded/tls/ca.crt', '/etc/noded/tls/tls.crt', '/etc/noded/tls/tls.key', '/etc/noded/token/token')"
 expect "default: generated Secrets (CA, server, agents)" "$D" "sorted((d['metadata']['name'], d['type'], sorted(d['data'])) for d in by['Secret'])" \
@@ -469,8 +472,8 @@ expect "existing-secret: the named Secrets and the token file mounted" "$X" "[(k
 expect "existing-secret: request mode, token file, bindings, metrics auth" "$X" "(lambda c: (c['tls_client_auth'], c['auth_token_file'], c['auth_bindings'], c['metrics_auth']))(cfg('clusterd'))" \
   "('request', '/etc/clusterd/auth/tokens.csv', ['operator=group:sre', 'viewer=user:system:serviceaccount:monitoring:prometheus'], True)"
 expect "existing-secret: tokens.csv at auth/, group-readable only" "$X" "[i for k, n, i in proj('Deployment') if n == 'clusterd-tokens']" "[[('tokens.csv', 'auth/tokens.csv', 288)]]"
-expect "existing-secret: the ClusterD ServiceMonitor scrapes https, checks the server CA, NodeD's plain http" "$X" "[(d['metadata']['name'], d['spec']['endpoints'][0]['scheme'], d['spec']['endpoints'][0].get('tlsConfig')) for d in by['ServiceMonitor']]" \
-  "[('clusterd', 'https', {'serverName': 'clusterd', 'ca': {'secret': {'name': 'clusterd-agent-cert', 'key': 'ca.crt'}}, 'cert': {'secret': {'name': 'prometheus-clusterd-client', 'key': 'tls.crt'}}, 'keySecret': {'name': 'prometheus-clusterd-client', 'key': 'tls.key'}}), ('clusterd-noded', 'http', None)]"
+expect "existing-secret: both ServiceMonitors scrape https, check the server certificates against the CA, present the client certificate" "$X" "[(d['metadata']['name'], d['spec']['endpoints'][0]['scheme'], d['spec']['endpoints'][0].get('tlsConfig')) for d in by['ServiceMonitor']]" \
+  "[('clusterd', 'https', {'serverName': 'clusterd', 'ca': {'secret': {'name': 'clusterd-agent-cert', 'key': 'ca.crt'}}, 'cert': {'secret': {'name': 'prometheus-clusterd-client', 'key': 'tls.crt'}}, 'keySecret': {'name': 'prometheus-clusterd-client', 'key': 'tls.key'}}), ('clusterd-noded', 'https', {'serverName': 'clusterd-agents', 'ca': {'secret': {'name': 'clusterd-agent-cert', 'key': 'ca.crt'}}, 'cert': {'secret': {'name': 'prometheus-clusterd-client', 'key': 'tls.crt'}}, 'keySecret': {'name': 'prometheus-clusterd-client', 'key': 'tls.key'}})]"
 expect "existing-secret: metrics.role operator" "$X" "cfg('clusterd')['metrics_role']" "operator"
 expect "existing-secret: the ServiceMonitor sends the scrape token to ClusterD only" "$X" "[(d['metadata']['name'], d['spec']['endpoints'][0].get('authorization')) for d in by['ServiceMonitor']]" \
   "[('clusterd', {'type': 'Bearer', 'credentials': {'name': 'clusterd-scrape-token', 'key': 'token'}}), ('clusterd-noded', None)]"
@@ -478,7 +481,9 @@ expect "existing-secret: gRPC from NodeD pods and the listed clients; extra rule
   "[(['grpc'], [{'podSelector': $NODED_SEL}, {'podSelector': {'matchLabels': {'app': 'clusterctl'}}}, {'namespaceSelector': {'matchLabels': {'kubernetes.io/metadata.name': 'training'}}, 'podSelector': {'matchLabels': {'clusterd.io/job-agent': 'true'}}}]), (['http'], $PROM), (['probe'], None), (['grpc'], [{'ipBlock': {'cidr': '10.20.0.0/16'}}])]"
 expect "existing-secret: NodeD extra rule" "$X" "rules_of('clusterd-noded')" "[(['http'], $PROM), (['http'], [{'ipBlock': {'cidr': '10.30.0.0/16'}}])]"
 expect "cert-manager: Certificates for server and agents" "$C" "sorted((c['metadata']['name'], c['spec']['secretName'], c['spec']['commonName'], c['spec'].get('dnsNames'), c['spec'].get('ipAddresses'), c['spec']['issuerRef'], c['spec']['duration']) for c in by['Certificate'])" \
-  "[('clusterd-noded-tls', 'clusterd-noded-tls', 'clusterd-agents', None, None, {'name': 'cluster-ca', 'kind': 'ClusterIssuer', 'group': 'cert-manager.io'}, '720h'), ('clusterd-tls', 'clusterd-tls', 'clusterd', ['clusterd', 'clusterd.fault-mgmt', 'clusterd.fault-mgmt.svc', 'clusterd.fault-mgmt.svc.cluster.local', 'localhost', 'clusterd.example.com'], ['127.0.0.1', '192.0.2.10'], {'name': 'cluster-ca', 'kind': 'ClusterIssuer', 'group': 'cert-manager.io'}, '720h')]"
+  "[('clusterd-noded-tls', 'clusterd-noded-tls', 'clusterd-agents', ['clusterd-agents'], None, {'name': 'cluster-ca', 'kind': 'ClusterIssuer', 'group': 'cert-manager.io'}, '720h'), ('clusterd-tls', 'clusterd-tls', 'clusterd', ['clusterd', 'clusterd.fault-mgmt', 'clusterd.fault-mgmt.svc', 'clusterd.fault-mgmt.svc.cluster.local', 'localhost', 'clusterd.example.com'], ['127.0.0.1', '192.0.2.10'], {'name': 'cluster-ca', 'kind': 'ClusterIssuer', 'group': 'cert-manager.io'}, '720h')]"
+expect "cert-manager: NodeD's certificate serves its HTTPS port too (server auth)" "$C" "[c['spec']['usages'] for c in by['Certificate'] if c['metadata']['name'] == 'clusterd-noded-tls']" \
+  "[['digital signature', 'key encipherment', 'client auth', 'server auth']]"
 expect "cert-manager: the pods mount the Certificates' Secrets" "$C" "sorted(n for k, n, _ in proj('Deployment') + proj('DaemonSet') if k == 'secret') == sorted(c['spec']['secretName'] for c in by['Certificate']) and 'Secret' not in by" "True"
 expect "cert-manager: integration off, TokenReview alone (its role, token mounted)" "$C" "(sorted(d['metadata']['name'] for k in ('ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding') for d in by.get(k, [])), pod('Deployment')['automountServiceAccountToken'], 'integrations' in cfg('clusterd'))" \
   "(['fault-mgmt-clusterd-tokenreview', 'fault-mgmt-clusterd-tokenreview'], True, False)"
@@ -487,6 +492,18 @@ expect "cert-manager: another audience on both sides" "$C" "(cfg('clusterd')['au
 expect "cert-manager: gRPC from the node CIDRs; no Prometheus rule" "$C" "(rules_of('clusterd'), rules_of('clusterd-noded'))" \
   "([(['grpc'], [{'podSelector': $NODED_SEL}, {'ipBlock': {'cidr': '10.0.0.0/24'}}, {'ipBlock': {'cidr': '10.0.1.0/24'}}]), (['probe'], [{'ipBlock': {'cidr': '10.0.0.0/24'}}, {'ipBlock': {'cidr': '10.0.1.0/24'}}])], [])"
 expect "insecure: config.json says insecure, no TLS or auth keys" "$I" "(lambda c: (c.get('insecure'), sorted(k for k in c if k.startswith(('tls_', 'auth_', 'metrics_')))))(cfg('clusterd'))" "(True, [])"
+# tls.source=certManager without an issuerRef: the chart's own CA (a self-signed Issuer signs a
+# CA Certificate, a ca Issuer of its Secret signs the server's and the agents' certificates).
+if render cert-manager-own-ca default "$kv" --set tls.source=certManager 2>"$TMP/cert-manager-own-ca.err"; then
+  OWN=$TMP/cert-manager-own-ca-$kv.yaml
+  if "$PY" test/helm/validate.py "$kv" "$OWN"; then ok "rendered objects valid (cert-manager-own-ca)"; else bad "rendered objects invalid (cert-manager-own-ca)"; fi
+  expect "cert-manager without an issuer: a self-signed Issuer, the CA Certificate, a ca Issuer" "$OWN" \
+    "sorted((d['kind'], d['metadata']['name'], d['spec'].get('issuerRef', {}).get('name'), d['spec'].get('isCA'), d['spec'].get('ca')) for k in ('Issuer', 'Certificate') for d in by[k])" \
+    "[('Certificate', 'clusterd-ca', 'clusterd-selfsigned', True, None), ('Certificate', 'clusterd-noded-tls', 'clusterd-ca', None, None), ('Certificate', 'clusterd-tls', 'clusterd-ca', None, None), ('Issuer', 'clusterd-ca', None, None, {'secretName': 'clusterd-ca'}), ('Issuer', 'clusterd-selfsigned', None, None, None)]"
+else
+  cat "$TMP/cert-manager-own-ca.err" >&2; bad "cert-manager: helm template without an issuer"
+fi
+expect "insecure: NodeD's HTTP port plaintext by the explicit switch, probes over http" "$I" "(cfg('-noded').get('http_insecure'), sorted(k for k in cfg('-noded') if k.startswith('http_tls')), [pod('DaemonSet')['containers'][0][k]['httpGet'].get('scheme') for k in ('readinessProbe', 'livenessProbe')])" "(True, [], [None, None])"
 expect "insecure: NodeD without TLS keys or token" "$I" "(sorted(k for k in cfg('-noded') if k.startswith(('tls_', 'token', 'server_name'))), proj('DaemonSet'))" "([], [('configMap', 'clusterd-noded', [])])"
 expect "insecure: no probe-only port, the probes on the HTTP port" "$I" "('probe_listen' in cfg('clusterd'), [p['name'] for p in pod('Deployment')['containers'][0]['ports']], sorted({pod('Deployment')['containers'][0][k]['httpGet']['port'] for k in ('startupProbe', 'livenessProbe', 'readinessProbe')}))" \
   "(False, ['grpc', 'http'], ['http'])"
@@ -514,6 +531,12 @@ want_sans="DNS:clusterd,DNS:clusterd.fault-mgmt,DNS:clusterd.fault-mgmt.svc,DNS:
 if [[ $sans == "$want_sans" ]]; then ok "generated: server certificate names ($sans)"; else bad "generated: server SANs '$sans', want '$want_sans'"; fi
 subj=$(openssl x509 -in "$gen/clusterd-noded-tls-tls.crt" -noout -subject -nameopt RFC2253 2>/dev/null)
 if [[ $subj == "subject=CN=clusterd-agents" ]]; then ok "generated: agents' certificate CN=clusterd-agents, no O (no role)"; else bad "generated: agents' subject '$subj'"; fi
+agent_sans=$(openssl x509 -in "$gen/clusterd-noded-tls-tls.crt" -noout -ext subjectAltName,extendedKeyUsage 2>/dev/null | tr -d ' ')
+if [[ $agent_sans == *$'\n'DNS:clusterd-agents* && $agent_sans == *TLSWebServerAuthentication* && $agent_sans == *TLSWebClientAuthentication* ]]; then
+  ok "generated: agents' certificate names clusterd-agents, for server and client auth (NodeD's HTTPS port)"
+else
+  bad "generated: agents' SANs and usages '$agent_sans'"
+fi
 if [[ $(openssl x509 -in "$gen/clusterd-noded-tls-tls.crt" -noout -pubkey | openssl sha256) == \
       $(openssl pkey -in "$gen/clusterd-noded-tls-tls.key" -pubout | openssl sha256) ]]; then
   ok "generated: agents' key matches its certificate"
@@ -771,11 +794,11 @@ json.dump(cfg, open(out, "w"), indent=2)
 print(out)
 PY
 }
-wait_http() { # wait_http URL SECONDS PID
+wait_http() { # wait_http URL SECONDS PID [CURL_ARG...]
   local deadline=$(($(date +%s) + $2))
   while (($(date +%s) < deadline)); do
     kill -0 "$3" 2>/dev/null || return 1
-    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    curl -fsS -o /dev/null "${@:4}" "$1" 2>/dev/null && return 0
     sleep 0.2
   done
   return 1
@@ -922,9 +945,31 @@ if [[ -x build/bin/clusterd && -x build/bin/noded ]]; then
     d="$TMP/run-noded-tls"
     mkdir -p "$d/state"
     conf=$(materialize "$TMP/noded-tls-$kv.yaml" DaemonSet "$d")
-    run_daemon "noded starts with the default config.json, its certificate and a token file (TLS)" /healthz -- \
-      build/bin/noded --config "$conf" --node-name helm-test --accelerator sim --root / --kmsg-path "" \
-      --state-dir "$d/state" --server "127.0.0.1:$(free_port)"
+    # NodeD's HTTPS port as the chart sets it (its certificate, DNS name clusterd-agents; the
+    # Secret's ca.crt as the client CA): no plaintext, the probes open, /metrics only with a
+    # client certificate of the CA.
+    ntls=$d/etc/noded/tls nh=$(free_port)
+    build/bin/noded --config "$conf" --node-name helm-test --accelerator sim --root / --kmsg-path "" \
+      --state-dir "$d/state" --server "127.0.0.1:$(free_port)" --http-listen "127.0.0.1:$nh" >"$d/noded.log" 2>&1 &
+    npid=$!; pids+=("$npid")
+    via=(--cacert "$ntls/ca.crt" --resolve "clusterd-agents:$nh:127.0.0.1")
+    if wait_http "https://clusterd-agents:$nh/healthz" 20 "$npid" "${via[@]}"; then
+      ok "noded starts with the default config.json, its certificate and a token file (TLS); HTTPS verified for clusterd-agents"
+      codes=$(curl -s -o /dev/null -w '%{http_code} ' "http://127.0.0.1:$nh/healthz" 2>/dev/null || true
+              for a in /readyz /metrics; do
+                curl -s -o /dev/null -w '%{http_code} ' "${via[@]}" "https://clusterd-agents:$nh$a" 2>/dev/null || true; done
+              curl -s -o /dev/null -w '%{http_code} ' "${via[@]}" --cert "$ntls/tls.crt" --key "$ntls/tls.key" \
+                "https://clusterd-agents:$nh/metrics" 2>/dev/null || true)
+      if [[ $codes =~ ^000\ (200|503)\ 401\ 200\ $ ]]; then
+        ok "NodeD's HTTP port: no plaintext; /readyz open; /metrics 401 without a credential, 200 with a certificate of the CA"
+      else
+        bad "NodeD's HTTP port answers '$codes', want '000 200|503 401 200 ' (plaintext, /readyz, /metrics without and with a certificate)"
+      fi
+    else
+      tail -5 "$d/noded.log" >&2; bad "noded with the default config.json, its certificate and a token file (TLS)"
+    fi
+    kill "$npid" 2>/dev/null || true
+    wait "$npid" 2>/dev/null || true
   else
     echo "  skip build/bin/noded has no --tls-ca-file: its TLS config is not run"
   fi

@@ -35,7 +35,7 @@ import kubernetes_validate
 import yaml
 
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
-             ("cert-manager.io/v1", "Certificate")}
+             ("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
 # What ClusterD may do with the Kubernetes API (docs/deploy.md, "Kubernetes API access"):
 # (kind of role, apiGroup, resource) -> verbs. A rendered rule outside it is a problem.
 ALLOWED_RULES = {
@@ -164,7 +164,7 @@ def check_certificate(obj):
     """cert-manager Certificate (tls.source=certManager), checked structurally."""
     spec = obj.get("spec") or {}
     allowed = {"secretName", "commonName", "dnsNames", "ipAddresses", "duration", "renewBefore", "usages",
-               "issuerRef", "privateKey", "subject"}
+               "issuerRef", "privateKey", "subject", "isCA"}
     if set(spec) - allowed:
         problem(obj, f"spec has unknown fields {sorted(set(spec) - allowed)}")
     if not spec.get("secretName"):
@@ -172,6 +172,11 @@ def check_certificate(obj):
     ref = spec.get("issuerRef") or {}
     if not ref.get("name") or set(ref) - {"name", "kind", "group"}:
         problem(obj, f"spec.issuerRef {ref} needs a name (and only kind, group)")
+    if spec.get("isCA"):
+        # The chart's own CA (tls.certManager.issuerRef.name ""): cert-manager's default usages.
+        if spec.get("usages") or spec.get("dnsNames") or not spec.get("commonName"):
+            problem(obj, "a CA certificate takes a commonName, and no usages or dnsNames")
+        return
     usages = set(spec.get("usages") or [])
     known = {"digital signature", "key encipherment", "server auth", "client auth"}
     if usages - known:
@@ -183,6 +188,13 @@ def check_certificate(obj):
             problem(obj, f"spec.{key} {spec[key]!r} is not a Go duration")
     if not spec.get("dnsNames") and spec.get("commonName") != "clusterd-agents":
         problem(obj, "a server certificate needs dnsNames")
+
+
+def check_issuer(obj):
+    """cert-manager Issuer (the chart's own CA issuer), checked structurally."""
+    spec = obj.get("spec") or {}
+    if len(spec) != 1 or not (spec.get("selfSigned") == {} or (spec.get("ca") or {}).get("secretName")):
+        problem(obj, f"spec {spec} is neither selfSigned: {{}} nor ca: {{secretName}}")
 
 
 def check_role(obj):
@@ -615,7 +627,7 @@ def main():
             key = (obj.get("apiVersion"), obj.get("kind"))
             if key in CRD_KINDS:
                 {"ServiceMonitor": check_service_monitor, "PrometheusRule": check_prometheus_rule,
-                 "Certificate": check_certificate}[key[1]](obj)
+                 "Certificate": check_certificate, "Issuer": check_issuer}[key[1]](obj)
             else:
                 try:
                     kubernetes_validate.validate(obj, version, strict=True)

@@ -154,6 +154,57 @@ TEST_F(NodedConfigTest, TokenFromTheEnvironment) {
   EXPECT_TRUE(Contains(e, "CLUSTERD_TOKEN and CLUSTERD_TOKEN_FILE")) << e;
 }
 
+// NodeD's own HTTP port: the TLS pair together, a client CA and a token only
+// over TLS, TLS or the insecure switch, readable files; the file and flags
+// take the keys.
+TEST_F(NodedConfigTest, HttpPortSecurity) {
+  auto cfg = Parse({"--http-tls-cert-file", P("client.crt"), "--http-tls-key-file", P("client.key"),
+                    "--http-tls-client-ca-file", P("ca.crt"), "--http-token-file", P("token"),
+                    "--http-tls-reload-interval", "30s"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_TRUE(cfg->http_tls());
+  EXPECT_TRUE(cfg->http_auth());
+  EXPECT_EQ(cfg->http_tls_client_ca_file, P("ca.crt"));
+  EXPECT_EQ(cfg->http_token_file, P("token"));
+  EXPECT_EQ(cfg->http_tls_reload_interval, std::chrono::seconds(30));
+  EXPECT_FALSE(cfg->http_insecure);
+
+  dir_.Write("noded.json", R"({"http_insecure": true})");
+  cfg = Parse({"--config", P("noded.json")});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_TRUE(cfg->http_insecure);
+  EXPECT_TRUE(Parse({"--http-insecure"})->http_insecure);
+  EXPECT_FALSE(Parse({})->http_tls());
+  EXPECT_FALSE(Parse({})->http_auth());
+
+  EXPECT_EQ(Error({"--http-tls-cert-file", P("client.crt")}), "http_tls_cert_file: needs http_tls_key_file");
+  EXPECT_EQ(Error({"--http-tls-key-file", P("client.key")}), "http_tls_key_file: needs http_tls_cert_file");
+  std::string e = Error({"--http-tls-client-ca-file", P("ca.crt")});
+  EXPECT_TRUE(Contains(e, "http_tls_client_ca_file: client certificates need TLS")) << e;
+  e = Error({"--http-token-file", P("token")});
+  EXPECT_TRUE(Contains(e, "http_token_file: a bearer token is only accepted over TLS")) << e;
+  e = Error({"--http-tls-cert-file", P("client.crt"), "--http-tls-key-file", P("client.key"), "--http-insecure"});
+  EXPECT_TRUE(Contains(e, "http_insecure: contradicts http_tls_cert_file")) << e;
+  e = Error({"--http-tls-cert-file", P("client.crt"), "--http-tls-key-file", P("client.key"), "--http-token-file",
+             P("missing")});
+  EXPECT_TRUE(Contains(e, "http_token_file: cannot read")) << e;
+  e = Error({"--http-tls-reload-interval", "10ms"});
+  EXPECT_TRUE(Contains(e, "http_tls_reload_interval")) << e;
+
+  // Plaintext: on loopback as it is, elsewhere only with the switch.
+  NodedConfig plain;
+  plain.http_listen = "127.0.0.1:11255";
+  EXPECT_TRUE(CheckHttpTransport(plain).ok());
+  plain.http_listen = "[::1]:11255";
+  EXPECT_TRUE(CheckHttpTransport(plain).ok());
+  plain.http_listen = "0.0.0.0:11255";
+  Status st = CheckHttpTransport(plain);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(st.message(), "needs http_insecure: true")) << st.ToString();
+  plain.http_insecure = true;
+  EXPECT_TRUE(CheckHttpTransport(plain).ok());
+}
+
 TEST_F(NodedConfigTest, ATokenWithoutTlsIsRefused) {
   std::string e = Error({"--token-file", P("token")});
   EXPECT_EQ(e.rfind("token_file:", 0), 0u) << e;

@@ -253,7 +253,7 @@ still takes the default config. */}}
 {{- with .Values.auth.bindings }}
 {{- $_ = set $c "auth_bindings" . }}
 {{- end }}
-{{- if .Values.metrics.auth }}
+{{- if include "clusterd.metrics.auth" . }}
 {{- $_ = set $c "metrics_auth" true }}
 {{- if ne .Values.metrics.role "viewer" }}
 {{- $_ = set $c "metrics_role" .Values.metrics.role }}
@@ -451,6 +451,22 @@ NodeD's config.json content. node_name comes from the downward API as a flag.
 {{- $_ = set $c "token_file" (include "clusterd.noded.tokenFile" .) }}
 {{- end }}
 {{- end }}
+{{- if include "clusterd.noded.httpTls" . }}
+{{- /* NodeD's HTTPS port: its certificate (CN and DNS name clusterd-agents); with
+noded.http.auth, /metrics needs a client certificate of the CA or the token. */}}
+{{- $dir := include "clusterd.noded.tls.dir" . }}
+{{- $_ = set $c "http_tls_cert_file" (printf "%s/tls.crt" $dir) }}
+{{- $_ = set $c "http_tls_key_file" (printf "%s/tls.key" $dir) }}
+{{- if .Values.noded.http.auth }}
+{{- $_ = set $c "http_tls_client_ca_file" (printf "%s/ca.crt" $dir) }}
+{{- if .Values.noded.http.tokenSecret.name }}
+{{- $_ = set $c "http_token_file" (include "clusterd.noded.httpTokenFile" .) }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- /* Plaintext on the node's address: only with the explicit switch. */}}
+{{- $_ = set $c "http_insecure" true }}
+{{- end }}
 {{- include "clusterd.flatJson" $c }}
 {{- end }}
 
@@ -474,6 +490,23 @@ read-only mount, and Secret updates (cert-manager renewals) reach the running po
 {{- define "clusterd.tls.dir" -}}/etc/clusterd/tls{{- end }}
 {{- define "clusterd.noded.tls.dir" -}}/etc/noded/tls{{- end }}
 {{- define "clusterd.noded.tokenFile" -}}/etc/noded/token/token{{- end }}
+{{- define "clusterd.noded.httpTokenFile" -}}/etc/noded/http-token/token{{- end }}
+
+{{/*
+"true" when NodeD's HTTP port serves HTTPS: tls.enabled and noded.http.tls.
+*/}}
+{{- define "clusterd.noded.httpTls" -}}
+{{- if and .Values.tls.enabled .Values.noded.http.tls }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when ClusterD's /metrics needs a credential (metrics_auth): metrics.auth, or with
+metrics.auth null (the default) whenever tls.enabled.
+*/}}
+{{- define "clusterd.metrics.auth" -}}
+{{- if kindIs "bool" .Values.metrics.auth }}{{ if .Values.metrics.auth }}true{{ end }}
+{{- else if .Values.tls.enabled }}true{{ end }}
+{{- end }}
 {{- define "clusterd.auth.tokenFileMount" -}}/etc/clusterd/auth/tokens.csv{{- end }}
 
 {{/*
@@ -502,6 +535,19 @@ Name of the Secret with NodeD's client certificate (tls.crt, tls.key, ca.crt = s
 The generated CA (tls.source=generate): ca.crt, tls.crt (the same certificate) and tls.key.
 Not mounted anywhere; it signs client certificates for people and tools (NOTES.txt).
 */}}
+{{/*
+The issuerRef of the certManager Certificates (JSON): tls.certManager.issuerRef, or without a
+name the chart's own CA Issuer (tls-certificates.yaml).
+*/}}
+{{- define "clusterd.tls.certManagerIssuer" -}}
+{{- $ref := .Values.tls.certManager.issuerRef }}
+{{- if $ref.name }}
+{{- dict "name" $ref.name "kind" $ref.kind "group" $ref.group | toJson }}
+{{- else }}
+{{- dict "name" (include "clusterd.tls.caSecret" .) "kind" "Issuer" "group" "cert-manager.io" | toJson }}
+{{- end }}
+{{- end }}
+
 {{- define "clusterd.tls.caSecret" -}}
 {{- printf "%s-ca" (include "clusterd.clusterd.fullname" .) }}
 {{- end }}
@@ -561,10 +607,6 @@ Included by the ConfigMap (always rendered).
 {{- if and .Values.noded.enabled (not $t.existingSecret.agents) }}
 {{- fail "tls.source=existingSecret needs tls.existingSecret.agents (NodeD's client certificate: tls.crt, tls.key and ca.crt)" }}
 {{- end }}
-{{- else if eq $t.source "certManager" }}
-{{- if not $t.certManager.issuerRef.name }}
-{{- fail "tls.source=certManager needs tls.certManager.issuerRef.name (a cert-manager Issuer or ClusterIssuer, best a CA issuer)" }}
-{{- end }}
 {{- end }}
 {{- if and .Values.mindcluster.service.enabled (eq (include "clusterd.clusterd.fullname" .) (include "clusterd.mindcluster.serviceName" .)) }}
 {{- fail "mindcluster.service.enabled: the release's own Service is already named clusterd-grpc-svc; choose another release name or fullnameOverride" }}
@@ -572,8 +614,8 @@ Included by the ConfigMap (always rendered).
 {{- if and .Values.metrics.auth (not .Values.auth.tokenFile.existingSecret) (not (include "clusterd.auth.tokenReview" .)) (not .Values.metrics.clientCertSecret) }}
 {{- fail "metrics.auth needs a token source: auth.tokenFile.existingSecret or auth.tokenReview (or metrics.clientCertSecret: the scraper's client certificate)" }}
 {{- end }}
-{{- if and .Values.metrics.auth .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.bearerTokenSecret.name) (not .Values.metrics.bearerTokenFile) (not .Values.metrics.clientCertSecret) }}
-{{- fail "metrics.auth with monitoring.serviceMonitor.enabled needs metrics.bearerTokenSecret.name or metrics.bearerTokenFile (the token Prometheus sends) or metrics.clientCertSecret (its client certificate)" }}
+{{- if and (include "clusterd.metrics.auth" .) .Values.monitoring.serviceMonitor.enabled (not .Values.metrics.bearerTokenSecret.name) (not .Values.metrics.bearerTokenFile) (not .Values.metrics.clientCertSecret) }}
+{{- fail "metrics.auth (on by default with tls.enabled) with monitoring.serviceMonitor.enabled needs metrics.bearerTokenSecret.name or metrics.bearerTokenFile (the token Prometheus sends) or metrics.clientCertSecret (its client certificate)" }}
 {{- end }}
 {{- $ha := .Values.ha }}
 {{- if $ha.enabled }}

@@ -15,6 +15,8 @@
 #include "common/durable_file.h"
 #include "common/http_client.h"
 #include "common/logging.h"
+#include "common/tls_context.h"
+#include "common/token_file.h"
 
 namespace clusterd::replication {
 namespace {
@@ -182,19 +184,40 @@ void CheckpointServer::Install(
   handle("GET", "/ha/v1/checkpoint/file", [this](const HttpRequest& r) { return File(r); });
 }
 
-bool CheckpointServer::Authorized(const HttpRequest& req) {
-  const std::string expected = "Bearer " + options_.token;
-  // Compared in constant time: the token is the only secret here.
-  bool same = !options_.token.empty() && req.authorization.size() == expected.size();
-  unsigned char diff = 0;
-  for (size_t i = 0; same && i < expected.size(); ++i) diff |= req.authorization[i] ^ expected[i];
-  if (same && diff == 0) return true;
+std::optional<HttpResponse> CheckpointServer::Refusal(const HttpRequest& req, std::string_view what) {
+  // Compared in constant time: the token is a secret.
+  const bool token = !options_.token.empty() && ConstantTimeEquals(BearerToken(req.authorization), options_.token);
+  int code = 401;
+  std::string why = "this replica's checkpoint token is required (Authorization: Bearer)";
+  if (token) {
+    why = options_.peer_check ? options_.peer_check(req) : std::string();
+    if (why.empty()) return std::nullopt;
+    code = 403;
+  }
   if (refused_) refused_->Inc();
-  return false;
+  const std::string who = req.client_certificate_pem.empty() ? "-" : CertificateCommonName(req.client_certificate_pem);
+  GetLogger("audit")->warn("deny principal={} method=\"{}\" peer={} reason=\"{}\"", who.empty() ? "-" : who, what,
+                           req.peer, why);
+  return Text(code, why);
+}
+
+std::function<std::string(const HttpRequest&)> PeerCertificateCheck(std::vector<std::string> names) {
+  std::string listed;
+  for (const std::string& n : names) listed += (listed.empty() ? "" : ", ") + n;
+  if (listed.empty()) listed = "none";
+  return [names = std::move(names), listed](const HttpRequest& req) -> std::string {
+    if (req.client_certificate_pem.empty()) {
+      return "only a peer replica may fetch a checkpoint: no client certificate was presented";
+    }
+    const std::string cn = CertificateCommonName(req.client_certificate_pem);
+    if (!cn.empty() && std::find(names.begin(), names.end(), cn) != names.end()) return "";
+    return "only a peer replica may fetch a checkpoint: the client certificate's CN \"" + cn +
+           "\" is not a replica's (ha_peer_names: " + listed + ")";
+  };
 }
 
 HttpResponse CheckpointServer::Start(const HttpRequest& req) {
-  if (!Authorized(req)) return Text(401, "this replica's checkpoint token is required (Authorization: Bearer)");
+  if (auto refused = Refusal(req, "POST /ha/v1/checkpoint")) return *refused;
   std::lock_guard lock(mu_);
   if (making_) return Text(202, "making a checkpoint");
   const auto now = SteadyClock::now();
@@ -257,7 +280,7 @@ void CheckpointServer::Make(const Source& source, std::string id) {
 }
 
 HttpResponse CheckpointServer::Manifest(const HttpRequest& req) {
-  if (!Authorized(req)) return Text(401, "this replica's checkpoint token is required (Authorization: Bearer)");
+  if (auto refused = Refusal(req, "GET /ha/v1/checkpoint")) return *refused;
   std::lock_guard lock(mu_);
   if (making_) return Text(202, "making a checkpoint");
   if (!failure_.empty()) return Text(500, "the checkpoint failed: " + failure_);
@@ -267,7 +290,7 @@ HttpResponse CheckpointServer::Manifest(const HttpRequest& req) {
 }
 
 HttpResponse CheckpointServer::File(const HttpRequest& req) {
-  if (!Authorized(req)) return Text(401, "this replica's checkpoint token is required (Authorization: Bearer)");
+  if (auto refused = Refusal(req, "GET /ha/v1/checkpoint/file")) return *refused;
   auto query = Query(req.target);
   uint64_t offset = 0;
   if (!ParseU64(query["offset"], &offset)) return Text(400, "offset: a number is required");

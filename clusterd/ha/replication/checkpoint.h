@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -58,6 +59,10 @@ class CheckpointServer {
   struct Options {
     std::string root;   // checkpoints live here (removed and made again at start)
     std::string token;  // the bearer token peers present
+    // Not null: who else a request must come from (checked after the token):
+    // "" when its client may fetch (a peer replica: Replica's check of the
+    // client certificate, ha_peer_names), else why not (403).
+    std::function<std::string(const HttpRequest&)> peer_check;
     // A POST within this long of the last checkpoint gets that one.
     std::chrono::nanoseconds fresh_for = std::chrono::seconds(30);
     // A checkpoint nobody asked for this long is removed (Tick).
@@ -92,8 +97,10 @@ class CheckpointServer {
   HttpResponse Start(const HttpRequest& req);
   HttpResponse Manifest(const HttpRequest& req);
   HttpResponse File(const HttpRequest& req);
-  // 401 unless the request carries the token; empty optional otherwise.
-  bool Authorized(const HttpRequest& req);
+  // Empty when the request carries the token and passes peer_check; the
+  // refusal otherwise (401 without the token, 403 from another client),
+  // counted and audited (the "audit" logger).
+  std::optional<HttpResponse> Refusal(const HttpRequest& req, std::string_view what);
   void Make(const Source& source, std::string id);  // the maker thread
   void Join();
 
@@ -111,6 +118,13 @@ class CheckpointServer {
   Counter* bytes_served_ = nullptr;
   Counter* refused_ = nullptr;
 };
+
+// A CheckpointServer::Options::peer_check: the request must come with a
+// verified client certificate (the HTTP port's client CA checked it) whose
+// Subject CN is one of `names` (a peer replica's: ha_peer_names); refused,
+// with why, otherwise (no certificate, another CN; every request when
+// `names` is empty).
+std::function<std::string(const HttpRequest&)> PeerCertificateCheck(std::vector<std::string> names);
 
 struct FetchOptions {
   std::string address;  // the peer's HTTP "host:port"

@@ -89,8 +89,14 @@ struct ExecActuatorOptions {
 StatusOr<std::unique_ptr<Actuator>> MakeExecActuator(ExecActuatorOptions options);
 
 struct WebhookActuatorOptions {
-  // http://host:port/path (plain HTTP; put a TLS proxy in front if needed).
+  // http://host:port/path, or https://host:port/path: TLS, the receiver's
+  // certificate verified against ca_file (empty: the system's roots) and
+  // its name against the URL's host; cert_file and key_file (both or
+  // neither) presented as a client certificate.
   std::string url;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
   int workers = 2;
 };
 // POSTs the JSON with Content-Type application/json and an Idempotency-Key

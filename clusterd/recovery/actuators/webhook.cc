@@ -13,6 +13,7 @@
 
 #include "common/duration.h"
 #include "common/http_client.h"
+#include "common/tls_context.h"
 
 namespace clusterd {
 namespace {
@@ -26,14 +27,15 @@ using std::chrono::system_clock;
 constexpr std::uint64_t kMaxBodyBytes = 64 << 10;
 
 struct Url {
-  std::string text;         // as configured, for messages
+  std::string text;  // as configured, for messages
+  bool https = false;
   std::string host;         // name or address, without brackets
-  std::string port;         // "80" when not given
+  std::string port;         // "80" ("443" for https) when not given
   std::string host_header;  // host[:port] as written
   std::string target;       // path and query, at least "/"
 };
 
-// http://host[:port][/path][?query]; host a name, an IPv4 address or a
+// http[s]://host[:port][/path][?query]; host a name, an IPv4 address or a
 // bracketed IPv6 address.
 StatusOr<Url> ParseUrl(const std::string& text) {
   const auto bad = [&](const std::string& why) {
@@ -45,13 +47,14 @@ StatusOr<Url> ParseUrl(const std::string& text) {
     if (u <= 0x20 || u == 0x7F) return bad("spaces and control characters are not allowed");
   }
   const size_t scheme_end = text.find("://");
-  if (scheme_end == std::string::npos) return bad("expected http://host:port/path");
+  if (scheme_end == std::string::npos) return bad("expected http://host:port/path or https://host:port/path");
   std::string scheme = text.substr(0, scheme_end);
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (scheme != "http") return bad("only http:// is supported (put a TLS proxy in front for https)");
+  if (scheme != "http" && scheme != "https") return bad("only http:// and https:// are supported");
 
   Url url;
   url.text = text;
+  url.https = scheme == "https";
   const std::string rest = text.substr(scheme_end + 3);
   const size_t authority_end = rest.find_first_of("/?#");
   url.host_header = rest.substr(0, authority_end);
@@ -83,7 +86,7 @@ StatusOr<Url> ParseUrl(const std::string& text) {
   }
   if (url.host.empty()) return bad("no host");
   if (authority.back() == ':') return bad("empty port");
-  url.port = "80";
+  url.port = url.https ? "443" : "80";
   if (!port_text.empty()) {
     unsigned port = 0;
     const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
@@ -95,7 +98,8 @@ StatusOr<Url> ParseUrl(const std::string& text) {
   return url;
 }
 
-ActionResult Post(const Url& url, const ActionRequest& req) {
+// tls: the client context of an https URL (null for http).
+ActionResult Post(const Url& url, const std::shared_ptr<asio::ssl::context>& tls, const ActionRequest& req) {
   const auto start = system_clock::now();
   if (start >= req.deadline) return {false, "timed out: the deadline passed before the request was sent"};
   // The deadline is wall-clock; the call counts on the steady clock.
@@ -109,6 +113,8 @@ ActionResult Post(const Url& url, const ActionRequest& req) {
   request.target = url.target;
   request.headers = {{"Content-Type", "application/json"}, {"Idempotency-Key", req.idempotency_key}};
   request.body = ActionJson(req);
+  request.tls = tls;
+  if (tls) request.tls_verify_host = url.host;
   const HttpClientAnswer answer = HttpCall(request, expiry, kMaxBodyBytes);
   if (!answer.answered) {
     const std::string why =
@@ -137,8 +143,22 @@ StatusOr<std::unique_ptr<Actuator>> MakeWebhookActuator(const WebhookActuatorOpt
   if (options.workers < 1) {
     return InvalidArgument("webhook actuator: workers must be at least 1, got " + std::to_string(options.workers));
   }
+  if (options.cert_file.empty() != options.key_file.empty()) {
+    return InvalidArgument(
+        "webhook actuator: a client certificate needs both actuator_cert_file and actuator_key_file");
+  }
+  std::shared_ptr<asio::ssl::context> tls;
+  if (url->https) {
+    auto ctx = MakeVerifyingTlsClientContext(options.ca_file, options.cert_file, options.key_file);
+    if (!ctx.ok()) return InvalidArgument("webhook actuator: " + ctx.status().message());
+    tls = std::move(*ctx);
+  } else if (!options.ca_file.empty() || !options.cert_file.empty()) {
+    return InvalidArgument("webhook actuator: actuator_ca_file and actuator_cert_file need an https:// url, not " +
+                           options.url);
+  }
   return actuator_internal::MakePooledActuator(
-      "webhook", options.workers, [url = std::move(*url)](const ActionRequest& req) { return Post(url, req); });
+      "webhook", options.workers,
+      [url = std::move(*url), tls = std::move(tls)](const ActionRequest& req) { return Post(url, tls, req); });
 }
 
 }  // namespace clusterd
