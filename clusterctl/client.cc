@@ -96,6 +96,22 @@ grpc::Status ClusterClient::ListAllRecoveries(v1::ListRecoveriesRequest req, v1:
       [](v1::ListRecoveriesResponse* resp) { return resp->mutable_recoveries(); });
 }
 
+grpc::Status ClusterClient::ListValidations(const v1::ListValidationsRequest& req,
+                                            v1::ListValidationsResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return cluster_->ListValidations(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::ListAllValidations(v1::ListValidationsRequest req, v1::ListValidationsResponse* out) {
+  return ListAll(
+      "ListValidations", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
+      [this](grpc::ClientContext* ctx, const v1::ListValidationsRequest& r, v1::ListValidationsResponse* resp) {
+        return cluster_->ListValidations(ctx, r, resp);
+      },
+      [](v1::ListValidationsResponse* resp) { return resp->mutable_validations(); });
+}
+
 grpc::Status ClusterClient::GetRecovery(const std::string& id, v1::GetRecoveryResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
@@ -188,6 +204,25 @@ grpc::Status ClusterClient::ReleaseDevice(const v1::ReleaseDeviceRequest& req, v
   grpc::ClientContext ctx;
   Prepare(&ctx);
   return admin_->ReleaseDevice(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::StartValidation(const v1::StartValidationRequest& req,
+                                            v1::StartValidationResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->StartValidation(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::SkipValidation(const v1::SkipValidationRequest& req, v1::SkipValidationResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->SkipValidation(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::HoldOut(const v1::HoldOutRequest& req, v1::HoldOutResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->HoldOut(&ctx, req, out);
 }
 
 grpc::Status ClusterClient::SetRecoveryMode(const v1::SetRecoveryModeRequest& req, v1::SetRecoveryModeResponse* out) {
