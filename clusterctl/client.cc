@@ -96,20 +96,26 @@ grpc::Status ClusterClient::ListAllRecoveries(v1::ListRecoveriesRequest req, v1:
       [](v1::ListRecoveriesResponse* resp) { return resp->mutable_recoveries(); });
 }
 
-grpc::Status ClusterClient::ListValidations(const v1::ListValidationsRequest& req,
-                                            v1::ListValidationsResponse* out) {
+grpc::Status ClusterClient::ListValidations(const v1::ListValidationsRequest& req, v1::ListValidationsResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   return cluster_->ListValidations(&ctx, req, out);
 }
 
 grpc::Status ClusterClient::ListAllValidations(v1::ListValidationsRequest req, v1::ListValidationsResponse* out) {
-  return ListAll(
-      "ListValidations", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
-      [this](grpc::ClientContext* ctx, const v1::ListValidationsRequest& r, v1::ListValidationsResponse* resp) {
-        return cluster_->ListValidations(ctx, r, resp);
-      },
-      [](v1::ListValidationsResponse* resp) { return resp->mutable_validations(); });
+  // As ListAll, without a total (the list has none).
+  out->Clear();
+  req.set_page_size(kPageSize);
+  req.clear_page_token();
+  for (int page = 0; page < kMaxPages; ++page) {
+    v1::ListValidationsResponse resp;
+    grpc::Status st = ListValidations(req, &resp);
+    if (!st.ok()) return st;
+    for (auto& v : *resp.mutable_validations()) *out->add_validations() = std::move(v);
+    if (resp.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(resp.next_page_token());
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, "ListValidations: pagination did not end");
 }
 
 grpc::Status ClusterClient::GetRecovery(const std::string& id, v1::GetRecoveryResponse* out) {
@@ -206,8 +212,7 @@ grpc::Status ClusterClient::ReleaseDevice(const v1::ReleaseDeviceRequest& req, v
   return admin_->ReleaseDevice(&ctx, req, out);
 }
 
-grpc::Status ClusterClient::StartValidation(const v1::StartValidationRequest& req,
-                                            v1::StartValidationResponse* out) {
+grpc::Status ClusterClient::StartValidation(const v1::StartValidationRequest& req, v1::StartValidationResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   return admin_->StartValidation(&ctx, req, out);

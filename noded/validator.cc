@@ -247,8 +247,7 @@ v1::ValidationCheckResult Validator::HealthStable(const v1::ValidationRequest& r
                     ": no active fault, readings healthy, chain OK over " + std::to_string(samples) + " samples");
       break;
     }
-    cv_.wait_until(lock, std::min(until, std::chrono::steady_clock::now() + options_.sample),
-                   [this] { return stop_; });
+    cv_.wait_until(lock, std::min(until, std::chrono::steady_clock::now() + options_.sample), [this] { return stop_; });
   }
   r.set_evidence(EvidenceTail(evidence, options_.max_evidence));
   *r.mutable_duration() = TimeUtil::NanosecondsToDuration(

@@ -108,10 +108,10 @@ class Validator {
   std::condition_variable cv_;
   bool stop_ = false;
   std::deque<v1::ValidationRequest> waiting_;
-  std::set<std::string> active_;                            // waiting or running ids
-  std::map<std::string, v1::ValidationResult> done_;        // finished, by id
-  std::deque<std::string> done_order_;                      // oldest first, for the bound
-  std::vector<v1::ValidationResult> ready_results_;         // to send
+  std::set<std::string> active_;                      // waiting or running ids
+  std::map<std::string, v1::ValidationResult> done_;  // finished, by id
+  std::deque<std::string> done_order_;                // oldest first, for the bound
+  std::vector<v1::ValidationResult> ready_results_;   // to send
   size_t running_ = 0;
   uint64_t duplicates_ = 0;
   std::vector<std::thread> workers_;

@@ -73,8 +73,8 @@ int Release(Context& c) {
         const v1::Device& d = resp.device();
         c.out << "node " << Sanitize(d.node()) << " device " << d.id()
               << (d.service_phase() == v1::SERVICE_PHASE_VALIDATING ? " validating (" + d.validation_id() + ")"
-                  : d.separated()                                    ? " still separated"
-                                                                     : " in service")
+                  : d.separated()                                   ? " still separated"
+                                                                    : " in service")
               << ", revision " << d.revision() << "\n";
       });
 }
@@ -82,7 +82,8 @@ int Release(Context& c) {
 // validate, skip-validation, hold: NODE [DEVICE] --reason R [--actor A].
 template <typename Req, typename Resp>
 int ValidationAction(Context& c, const std::string& verb, const std::string& rpc,
-                     grpc::Status (ClusterClient::*call)(const Req&, Resp*), const std::function<void(const Resp&)>& print) {
+                     grpc::Status (ClusterClient::*call)(const Req&, Resp*),
+                     const std::function<void(const Resp&)>& print) {
   if (auto e = CheckPositional(c, 1, 2, "node name [and device id]")) return *e;
   if (auto e = RequireFlags(c, {"reason"})) return *e;
   std::string actor;

@@ -88,18 +88,19 @@ std::vector<Command> ValidationCommands() {
       .columns = ValidationColumns(),
       .list_rpc = "ListValidations",
       .list = &ClusterClient::ListAllValidations,
-      .items = [](const v1::ListValidationsResponse& r) -> const auto& { return r.validations(); },
-      .filters = {"node", "device"},
-      .read_filters = ReadValidationFilters,
-  });
-  return {
-      GetCommand(validations, {"validations", "validation"}, {{"node", 0, true, false}, {"device", 0, true, false}},
-                 "  get validations [--node N [--device D]]\n"
-                 "                                      validations before a return to service (all pages), newest\n"
-                 "                                      first: target, state (QUEUED, RUNNING, PASSED, FAILED,\n"
-                 "                                      SKIPPED, CANCELLED), trigger, times, outcome; -o json for\n"
-                 "                                      each check's evidence\n"),
-  };
+      .items = [](const v1::ListValidationsResponse& r) -> const auto& { return r.validations();
+}
+, .filters = {"node", "device"}, .read_filters = ReadValidationFilters,
+}  // namespace clusterctl
+);
+return {
+    GetCommand(validations, {"validations", "validation"}, {{"node", 0, true, false}, {"device", 0, true, false}},
+               "  get validations [--node N [--device D]]\n"
+               "                                      validations before a return to service (all pages), newest\n"
+               "                                      first: target, state (QUEUED, RUNNING, PASSED, FAILED,\n"
+               "                                      SKIPPED, CANCELLED), trigger, times, outcome; -o json for\n"
+               "                                      each check's evidence\n"),
+};
 }
 
 }  // namespace clusterctl

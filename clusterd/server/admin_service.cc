@@ -41,33 +41,33 @@ grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AdminServiceImpl::UncordonNode(grpc::CallbackServerContext* ctx,
                                                          const v1::UncordonNodeRequest* req,
                                                          v1::UncordonNodeResponse* resp) {
-  return SubmitAuthenticatedWrite(ctx, engine_, *auth_, "/clusterd.v1.AdminService/UncordonNode", req->actor(),
-                                  [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
-                                    if (!req->force()) {
-                                      CLUSTERD_RETURN_IF_ERROR(state.ChainAllowsRelease(req->node(), false));
-                                    }
-                                    // With validation on, a node out for its hardware returns
-                                    // after a validation (docs/validation.md); force skips it.
-                                    ValidationRule* validation = state.Attached<ValidationRule>();
-                                    const NodeState* n = state.node_table().Find(req->node());
-                                    if (validation && validation->enabled() && n && HardwareOut(*n)) {
-                                      if (req->force()) {
-                                        auto skipped = validation->Skip(state, req->node(), std::nullopt, who.actor(),
-                                                                        req->reason(), m);
-                                        if (!skipped.ok()) return skipped.status();
-                                      } else {
-                                        auto started = validation->Start(state, req->node(), std::nullopt, "operator",
-                                                                         who.actor(), req->reason(), m);
-                                        if (!started.ok()) return started.status();
-                                        *resp->mutable_node() = state.node_table().Find(req->node())->Describe();
-                                        return Status::Ok();
-                                      }
-                                    }
-                                    auto node = state.ApplyCordon(req->node(), false, who.actor(), req->reason(), m);
-                                    if (!node.ok()) return node.status();
-                                    *resp->mutable_node() = std::move(*node);
-                                    return Status::Ok();
-                                  });
+  return SubmitAuthenticatedWrite(
+      ctx, engine_, *auth_, "/clusterd.v1.AdminService/UncordonNode", req->actor(),
+      [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
+        if (!req->force()) {
+          CLUSTERD_RETURN_IF_ERROR(state.ChainAllowsRelease(req->node(), false));
+        }
+        // With validation on, a node out for its hardware returns
+        // after a validation (docs/validation.md); force skips it.
+        ValidationRule* validation = state.Attached<ValidationRule>();
+        const NodeState* n = state.node_table().Find(req->node());
+        if (validation && validation->enabled() && n && HardwareOut(*n)) {
+          if (req->force()) {
+            auto skipped = validation->Skip(state, req->node(), std::nullopt, who.actor(), req->reason(), m);
+            if (!skipped.ok()) return skipped.status();
+          } else {
+            auto started =
+                validation->Start(state, req->node(), std::nullopt, "operator", who.actor(), req->reason(), m);
+            if (!started.ok()) return started.status();
+            *resp->mutable_node() = state.node_table().Find(req->node())->Describe();
+            return Status::Ok();
+          }
+        }
+        auto node = state.ApplyCordon(req->node(), false, who.actor(), req->reason(), m);
+        if (!node.ok()) return node.status();
+        *resp->mutable_node() = std::move(*node);
+        return Status::Ok();
+      });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ClearFault(grpc::CallbackServerContext* ctx,
@@ -139,9 +139,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::StartValidation(grpc::CallbackServer
       [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
         ValidationRule* validation = state.Attached<ValidationRule>();
         if (validation == nullptr) return FailedPrecondition("this ClusterD runs no validations");
-        auto v = validation->Start(state, req->node(),
-                                   req->has_device_id() ? std::optional(req->device_id()) : std::nullopt, "operator",
-                                   who.actor(), req->reason(), m);
+        auto v =
+            validation->Start(state, req->node(), req->has_device_id() ? std::optional(req->device_id()) : std::nullopt,
+                              "operator", who.actor(), req->reason(), m);
         if (!v.ok()) return v.status();
         *resp->mutable_validation() = std::move(*v);
         return Status::Ok();
@@ -156,9 +156,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SkipValidation(grpc::CallbackServerC
       [req, resp](const Principal& who, ClusterState& state, Mutation* m) {
         ValidationRule* validation = state.Attached<ValidationRule>();
         if (validation == nullptr) return FailedPrecondition("this ClusterD runs no validations");
-        auto v = validation->Skip(state, req->node(),
-                                  req->has_device_id() ? std::optional(req->device_id()) : std::nullopt, who.actor(),
-                                  req->reason(), m);
+        auto v =
+            validation->Skip(state, req->node(), req->has_device_id() ? std::optional(req->device_id()) : std::nullopt,
+                             who.actor(), req->reason(), m);
         if (!v.ok()) return v.status();
         *resp->mutable_validation() = std::move(*v);
         return Status::Ok();

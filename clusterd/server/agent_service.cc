@@ -259,20 +259,20 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         }
         ++inflight_;
         std::string node = node_;
-        return Submit([self, node, result = std::move(*req_.mutable_validation_result()),
-                       refused = service_->validation_results_refused](ClusterState& state,
-                                                                       Mutation* m) -> Engine::Done {
-          ValidationRule* rule = state.Attached<ValidationRule>();
-          Status st = rule == nullptr ? FailedPrecondition("this ClusterD runs no validations")
-                                      : rule->ApplyResult(state, node, result, m).status();
-          if (st.code() == StatusCode::kPermissionDenied) {
-            if (refused) refused->Inc();
-          } else if (!st.ok()) {
-            GetLogger("agent")->warn("validation result from node {} ignored: {}", node, st.ToString());
-            st = Status::Ok();
-          }
-          return [self, st] { self->OnApplied(st); };
-        });
+        return Submit(
+            [self, node, result = std::move(*req_.mutable_validation_result()),
+             refused = service_->validation_results_refused](ClusterState& state, Mutation* m) -> Engine::Done {
+              ValidationRule* rule = state.Attached<ValidationRule>();
+              Status st = rule == nullptr ? FailedPrecondition("this ClusterD runs no validations")
+                                          : rule->ApplyResult(state, node, result, m).status();
+              if (st.code() == StatusCode::kPermissionDenied) {
+                if (refused) refused->Inc();
+              } else if (!st.ok()) {
+                GetLogger("agent")->warn("validation result from node {} ignored: {}", node, st.ToString());
+                st = Status::Ok();
+              }
+              return [self, st] { self->OnApplied(st); };
+            });
       }
       default: return InvalidArgument("empty or unknown message");
     }

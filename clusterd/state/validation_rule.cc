@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/time_proto.h"
+#include "common/validation.h"
 
 namespace clusterd {
 namespace {
@@ -252,8 +253,7 @@ StatusOr<v1::Validation> ValidationRule::Start(ClusterState& state, const std::s
   }
   const Target t{node, device};
   if (auto it = open_.find(t); it != open_.end()) return records_.at(it->second);
-  const v1::ServicePhase phase =
-      device ? n->devices.at(*device).service_phase() : n->record.node().service_phase();
+  const v1::ServicePhase phase = device ? n->devices.at(*device).service_phase() : n->record.node().service_phase();
   if (phase == v1::SERVICE_PHASE_HELD) {
     const std::string why = device ? n->devices.at(*device).hold_reason() : n->record.node().hold_reason();
     return FailedPrecondition(TargetText(node, device) + " is held (" + why +
@@ -285,8 +285,8 @@ StatusOr<v1::Validation> ValidationRule::Start(ClusterState& state, const std::s
   open_[t] = seq;
   triggered_[v.id()] = state.Now();
   IncIf(metrics_.started);
-  GetLogger("state")->info("{}: validation {} queued ({}, by {}: {})", TargetText(node, device), v.id(), trigger,
-                           actor, reason);
+  GetLogger("state")->info("{}: validation {} queued ({}, by {}: {})", TargetText(node, device), v.id(), trigger, actor,
+                           reason);
   due_ = TimePoint::min();
   UpdateGauges();
   return records_.emplace(seq, std::move(v)).first->second;
@@ -422,7 +422,7 @@ TimePoint ValidationRule::Advance(ClusterState& state, const WriterTick& tick) {
     if (!options_.enabled || open_.count(t)) continue;
     const NodeState* n = state.node_table().Find(t.node);
     if (!n || !IsOut(state, t) || StillFaulty(state, t)) continue;
-    if (!t.device && !n->record.node().isolated()) continue;  // a maintenance cordon stays the operator's
+    if (!t.device && !n->record.node().isolated()) continue;         // a maintenance cordon stays the operator's
     if (t.device && !n->devices.at(*t.device).isolated()) continue;  // separation: its release time decides
     const v1::ServicePhase phase =
         t.device ? n->devices.at(*t.device).service_phase() : n->record.node().service_phase();

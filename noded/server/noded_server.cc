@@ -78,12 +78,12 @@ struct NodedServer::Impl {
         auto r = agent->DeviceReading(static_cast<int32_t>(id));
         if (r && !r->healthy) {
           problems.push_back("device " + std::to_string(id) + " reads unhealthy (health " +
-                             std::to_string(r->health_raw) + (r->read_error.empty() ? "" : ", " + r->read_error) +
-                             ")");
+                             std::to_string(r->health_raw) + (r->read_error.empty() ? "" : ", " + r->read_error) + ")");
         }
       }
       uint64_t version = 0;
-      for (const auto& link : agent->Chain(&version).links()) {
+      const v1::ChainUpdate chain = agent->Chain(&version);
+      for (const auto& link : chain.links()) {
         if (link.state() == v1::CHAIN_LINK_STATE_BROKEN) problems.push_back("chain link " + link.name() + " BROKEN");
       }
       return problems;

@@ -69,8 +69,8 @@ class WriterRulesTest : public ::testing::Test {
     options.commit_delay = 0ns;                         // time moves only when the test moves it
     Engine::Hooks hooks;
     hooks.rules = rules_.Ordered(coordinator_.get());
-    engine_ =
-        std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, options, metrics_.get(), std::move(hooks));
+    engine_ = std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, options, metrics_.get(),
+                                       std::move(hooks));
   }
 
   void TearDown() override { engine_.reset(); }
@@ -155,9 +155,8 @@ class WriterRulesTest : public ::testing::Test {
 TEST_F(WriterRulesTest, TheEngineRunsThePoliciesThenTheCoordinatorInTheRootsOrder) {
   std::vector<std::string> names;
   for (WriterRule* r : rules_.Ordered(coordinator_.get())) names.emplace_back(r->name());
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"auto-clear", "separation", "chain-drift", "repeat-offenders", "validation",
-                                      "recoveries"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"auto-clear", "separation", "chain-drift", "repeat-offenders",
+                                             "validation", "recoveries"}));
   EXPECT_NE(state_->Attached<SeparationRule>(), nullptr);
   EXPECT_EQ(state_->Attached<SeparationRule>()->policy().threshold, config_.separation_threshold);
 }
@@ -523,8 +522,7 @@ TEST_F(ValidationTest, ASeparationDueIsValidatedBeforeTheRelease) {
       return s.ApplyTransition("worker01", 1, MakeTransition(1, ++seq_["worker01"], true, 5u, "80E01801"), m).status();
     });
     Write([&](ClusterState& s, Mutation* m) {
-      return s.ApplyTransition("worker01", 1, MakeTransition(1, ++seq_["worker01"], false, 5u, "80E01801"), m)
-          .status();
+      return s.ApplyTransition("worker01", 1, MakeTransition(1, ++seq_["worker01"], false, 5u, "80E01801"), m).status();
     });
     RunAt(clock_.Now() + config_.separation_settle);
   }

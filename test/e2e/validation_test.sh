@@ -13,7 +13,7 @@ source "$ROOT/test/e2e/lib.sh"
 e2e_setup
 clusterd_ports
 declare -A NODED_PORT NODED_PID
-CTL=("$BIN/clusterctl" --server "$ADDR" --insecure)
+CTL=("$BIN/clusterctl" --server "$ADDR")
 on_failure() { tail_logs 30 "$WORK/clusterd.log" "$WORK/noded-worker01.log"; }
 
 # The command NodeD runs: waits for $WORK/go (a slow burn-in the test lets
@@ -39,7 +39,7 @@ device() {
   grpcurl -plaintext -d '{"name": "worker01"}' "$ADDR" clusterd.v1.ClusterService/GetNode | python3 -c '
 import json, sys
 for d in json.load(sys.stdin).get("devices", []):
-    if d["id"] == int(sys.argv[1]):
+    if d.get("id", 0) == int(sys.argv[1]):
         print(d.get(sys.argv[2], ""))' "$1" "$2"
 }
 # validation DEV FIELD: a field of the device's newest validation.
@@ -55,7 +55,7 @@ active() {
   grpcurl -plaintext -d '{"activeOnly": true, "node": "worker01"}' "$ADDR" clusterd.v1.ClusterService/ListFaults |
     python3 -c '
 import json, sys
-sys.exit(0 if any(f["code"] == "80E01801" and f.get("deviceId") == int(sys.argv[1])
+sys.exit(0 if any(f["code"] == "80E01801" and f.get("device_id") == int(sys.argv[1])
                   for f in json.load(sys.stdin).get("faults", [])) else 1)' "$1"
 }
 inactive() { ! active "$1"; }
@@ -91,7 +91,7 @@ wait_until 60 state_is 5 FAILED
 [[ $(device 5 separated) == True ]] || fail "a chip that failed its validation is back in service"
 checks=$(validation 5 checks)
 expect_contains "$checks" "link status: DOWN on port 7" "evidence"
-expect_contains "$checks" '"exitCode": 3' "exit code"
+expect_contains "$checks" '"exit_code": 3' "exit code"
 expect_contains "$("${CTL[@]}" describe node worker01)" "link status: DOWN on port 7" "describe node evidence"
 
 echo "-- clusterd kill -9 mid-validation: resumed with the same id, run once"

@@ -43,8 +43,12 @@ class ValidatorTest : public ::testing::Test {
     o.commands = std::move(commands);
     return std::make_unique<Validator>(
         o, [this](const std::vector<uint32_t>&, bool) { return problems_; },
-        [](uint32_t) { return std::pair<std::string, std::string>{"huawei", "910B3"}; },
-        [] { return std::vector<uint32_t>{0, 1}; },
+        [](uint32_t) {
+          return std::pair<std::string, std::string>{"huawei", "910B3"};
+        },
+        [] {
+          return std::vector<uint32_t>{0, 1};
+        },
         [this] {
           std::lock_guard lock(mu_);
           ++ready_;
@@ -92,8 +96,8 @@ TEST_F(ValidatorTest, ACommandPassesOnExitZeroAndItsRegexAndKeepsItsOutput) {
 }
 
 TEST_F(ValidatorTest, AFailingCommandFailsWithItsExitCodeAndOutputTail) {
-  auto v = Make({Command("loopback",
-                         {"/bin/sh", "-c", "yes x | head -c 40000; echo; echo HCCL loopback failed >&2; exit 3"})});
+  auto v = Make(
+      {Command("loopback", {"/bin/sh", "-c", "yes x | head -c 40000; echo; echo HCCL loopback failed >&2; exit 3"})});
   v1::ValidationResult r = v->Run(Request("val-1", {"commands"}));
   EXPECT_FALSE(r.passed());
   ASSERT_EQ(r.checks_size(), 1);
