@@ -60,6 +60,35 @@ void IncIf(Counter* c) {
   if (c) c->Inc();
 }
 
+// The node of an operator's or the rule's target: InvalidArgument for a
+// request that does not validate, NotFound for a node or device ClusterD
+// does not know.
+StatusOr<const NodeState*> FindTarget(const ClusterState& state, const std::string& node,
+                                      std::optional<uint32_t> device, const std::string& actor,
+                                      const std::string& reason) {
+  CLUSTERD_RETURN_IF_ERROR(ValidateReleaseDevice(node, actor, reason));
+  const NodeState* n = state.node_table().Find(node);
+  if (!n) return NotFound("node " + node + " is not registered");
+  if (device && !n->devices.count(*device)) {
+    return NotFound("node " + node + " has no device " + std::to_string(*device));
+  }
+  return n;
+}
+
+v1::Validation NewRecord(uint64_t seq, const std::string& node, std::optional<uint32_t> device,
+                         const std::string& trigger) {
+  v1::Validation v;
+  v.set_id(ValidationIdOf(seq));
+  v.set_node(node);
+  if (device) {
+    v.add_device_ids(*device);
+  } else {
+    v.set_whole_node(true);
+  }
+  v.set_trigger(trigger);
+  return v;
+}
+
 }  // namespace
 
 Status ValidateValidationOptions(const ValidationOptions& o) {
@@ -244,13 +273,10 @@ void ValidationRule::EmitTargetUpdated(ClusterState& state, const Target& t, con
 StatusOr<v1::Validation> ValidationRule::Start(ClusterState& state, const std::string& node,
                                                std::optional<uint32_t> device, const std::string& trigger,
                                                const std::string& actor, const std::string& reason, Mutation* m) {
-  CLUSTERD_RETURN_IF_ERROR(ValidateReleaseDevice(node, actor, reason));
+  auto found = FindTarget(state, node, device, actor, reason);
+  if (!found.ok()) return found.status();
   if (!options_.enabled) return FailedPrecondition("validation is off in this ClusterD (validation_enabled)");
-  const NodeState* n = state.node_table().Find(node);
-  if (!n) return NotFound("node " + node + " is not registered");
-  if (device && !n->devices.count(*device)) {
-    return NotFound("node " + node + " has no device " + std::to_string(*device));
-  }
+  const NodeState* n = *found;
   const Target t{node, device};
   if (auto it = open_.find(t); it != open_.end()) return records_.at(it->second);
   const v1::ServicePhase phase = device ? n->devices.at(*device).service_phase() : n->record.node().service_phase();
@@ -260,16 +286,8 @@ StatusOr<v1::Validation> ValidationRule::Start(ClusterState& state, const std::s
                               "): an operator releases it with force (clusterctl uncordon/release --force)");
   }
   const uint64_t seq = next_seq_++;
-  v1::Validation v;
-  v.set_id(ValidationIdOf(seq));
-  v.set_node(node);
-  if (device) {
-    v.add_device_ids(*device);
-  } else {
-    v.set_whole_node(true);
-  }
+  v1::Validation v = NewRecord(seq, node, device, trigger);
   v.set_state(v1::VALIDATION_STATE_QUEUED);
-  v.set_trigger(trigger);
   v.set_actor(actor);
   v.set_reason(reason);
   *v.mutable_create_time() = ToTimestamp(state.Now());
@@ -542,12 +560,8 @@ StatusOr<v1::Validation> ValidationRule::ApplyResult(ClusterState& state, const 
 StatusOr<v1::Validation> ValidationRule::Skip(ClusterState& state, const std::string& node,
                                               std::optional<uint32_t> device, const std::string& actor,
                                               const std::string& reason, Mutation* m) {
-  CLUSTERD_RETURN_IF_ERROR(ValidateReleaseDevice(node, actor, reason));
-  const NodeState* n = state.node_table().Find(node);
-  if (!n) return NotFound("node " + node + " is not registered");
-  if (device && !n->devices.count(*device)) {
-    return NotFound("node " + node + " has no device " + std::to_string(*device));
-  }
+  auto found = FindTarget(state, node, device, actor, reason);
+  if (!found.ok()) return found.status();
   const Target t{node, device};
   const TimePoint now = state.Now();
   v1::Validation* v = nullptr;
@@ -555,15 +569,7 @@ StatusOr<v1::Validation> ValidationRule::Skip(ClusterState& state, const std::st
     v = &records_.at(it->second);
   } else {
     const uint64_t seq = next_seq_++;
-    v1::Validation fresh;
-    fresh.set_id(ValidationIdOf(seq));
-    fresh.set_node(node);
-    if (device) {
-      fresh.add_device_ids(*device);
-    } else {
-      fresh.set_whole_node(true);
-    }
-    fresh.set_trigger("operator");
+    v1::Validation fresh = NewRecord(seq, node, device, "operator");
     *fresh.mutable_create_time() = ToTimestamp(now);
     by_id_[fresh.id()] = seq;
     v = &records_.emplace(seq, std::move(fresh)).first->second;
@@ -592,12 +598,8 @@ StatusOr<v1::Validation> ValidationRule::Skip(ClusterState& state, const std::st
 
 Status ValidationRule::Hold(ClusterState& state, const std::string& node, std::optional<uint32_t> device,
                             const std::string& actor, const std::string& reason, Mutation* m) {
-  CLUSTERD_RETURN_IF_ERROR(ValidateReleaseDevice(node, actor, reason));
-  const NodeState* n = state.node_table().Find(node);
-  if (!n) return NotFound("node " + node + " is not registered");
-  if (device && !n->devices.count(*device)) {
-    return NotFound("node " + node + " has no device " + std::to_string(*device));
-  }
+  auto found = FindTarget(state, node, device, actor, reason);
+  if (!found.ok()) return found.status();
   const Target t{node, device};
   if (auto it = open_.find(t); it != open_.end()) {
     Finish(state, records_.at(it->second), v1::VALIDATION_STATE_CANCELLED, "held by " + actor, state.Now(), m);

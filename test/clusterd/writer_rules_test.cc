@@ -356,7 +356,7 @@ class ValidationTest : public WriterRulesTest {
   std::map<std::string, uint64_t> seq_;
 };
 
-TEST_F(ValidationTest, ACleredDeviceIsValidatedThenReturnsToService) {
+TEST_F(ValidationTest, AClearedDeviceIsValidatedThenReturnsToService) {
   Hello("worker01", 1);
   IsolateAndClear("worker01", 3);
   // VALIDATING: still isolated, asked of the node's agent.
@@ -477,6 +477,22 @@ TEST_F(ValidationTest, AValidationWithNoResultTimesOutAndFails) {
   RunAt(deadline);
   EXPECT_EQ(Last().state(), v1::VALIDATION_STATE_FAILED);
   EXPECT_NE(Last().message().find("timed out"), std::string::npos);
+  EXPECT_TRUE(Device("worker01", 3).isolated());
+}
+
+TEST_F(ValidationTest, AValidationWhoseAgentIsLostFails) {
+  Hello("worker01", 1);
+  IsolateAndClear("worker01", 3);
+  ASSERT_EQ(Last().state(), v1::VALIDATION_STATE_RUNNING);
+  // The agent falls silent past the node grace: HEARTBEAT_LOST, and the
+  // validation it was running fails; the device stays out.
+  clock_.Set(clock_.Now() + std::chrono::seconds(11));
+  Write([](ClusterState& s, Mutation* m) {
+    s.CheckLiveness(std::chrono::seconds(10), m);
+    return Status::Ok();
+  });
+  EXPECT_EQ(Last().state(), v1::VALIDATION_STATE_FAILED);
+  EXPECT_NE(Last().message().find("agent was lost"), std::string::npos) << Last().message();
   EXPECT_TRUE(Device("worker01", 3).isolated());
 }
 
