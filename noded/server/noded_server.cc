@@ -94,6 +94,7 @@ struct NodedServer::Impl {
     };
     auto node_devices = [models] {
       std::vector<uint32_t> out;
+      out.reserve(models.size());
       for (const auto& [id, m] : models) out.push_back(id);
       return out;
     };
