@@ -96,6 +96,28 @@ grpc::Status ClusterClient::ListAllRecoveries(v1::ListRecoveriesRequest req, v1:
       [](v1::ListRecoveriesResponse* resp) { return resp->mutable_recoveries(); });
 }
 
+grpc::Status ClusterClient::ListValidations(const v1::ListValidationsRequest& req, v1::ListValidationsResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return cluster_->ListValidations(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::ListAllValidations(v1::ListValidationsRequest req, v1::ListValidationsResponse* out) {
+  // As ListAll, without a total (the list has none).
+  out->Clear();
+  req.set_page_size(kPageSize);
+  req.clear_page_token();
+  for (int page = 0; page < kMaxPages; ++page) {
+    v1::ListValidationsResponse resp;
+    grpc::Status st = ListValidations(req, &resp);
+    if (!st.ok()) return st;
+    for (auto& v : *resp.mutable_validations()) *out->add_validations() = std::move(v);
+    if (resp.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(resp.next_page_token());
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, "ListValidations: pagination did not end");
+}
+
 grpc::Status ClusterClient::GetRecovery(const std::string& id, v1::GetRecoveryResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
@@ -188,6 +210,24 @@ grpc::Status ClusterClient::ReleaseDevice(const v1::ReleaseDeviceRequest& req, v
   grpc::ClientContext ctx;
   Prepare(&ctx);
   return admin_->ReleaseDevice(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::StartValidation(const v1::StartValidationRequest& req, v1::StartValidationResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->StartValidation(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::SkipValidation(const v1::SkipValidationRequest& req, v1::SkipValidationResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->SkipValidation(&ctx, req, out);
+}
+
+grpc::Status ClusterClient::HoldOut(const v1::HoldOutRequest& req, v1::HoldOutResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return admin_->HoldOut(&ctx, req, out);
 }
 
 grpc::Status ClusterClient::SetRecoveryMode(const v1::SetRecoveryModeRequest& req, v1::SetRecoveryModeResponse* out) {

@@ -42,6 +42,9 @@ class ClusterClient {
   grpc::Status Report(const v1::ReportRequest& req, v1::ReportResponse* out);
   // Recoveries, newest first. ListAllRecoveries follows every page: out holds all.
   grpc::Status ListAllRecoveries(v1::ListRecoveriesRequest req, v1::ListRecoveriesResponse* out);
+  // Validations (docs/validation.md), newest first: one page, or all of them.
+  grpc::Status ListValidations(const v1::ListValidationsRequest& req, v1::ListValidationsResponse* out);
+  grpc::Status ListAllValidations(v1::ListValidationsRequest req, v1::ListValidationsResponse* out);
   grpc::Status GetRecovery(const std::string& id, v1::GetRecoveryResponse* out);
 
   // JobService. ListAllJobs follows every page: out holds all jobs.
@@ -57,6 +60,9 @@ class ClusterClient {
   grpc::Status SetRecoveryMode(const v1::SetRecoveryModeRequest& req, v1::SetRecoveryModeResponse* out);
   grpc::Status GetAdminState(v1::GetAdminStateResponse* out);
   grpc::Status ReleaseDevice(const v1::ReleaseDeviceRequest& req, v1::ReleaseDeviceResponse* out);
+  grpc::Status StartValidation(const v1::StartValidationRequest& req, v1::StartValidationResponse* out);
+  grpc::Status SkipValidation(const v1::SkipValidationRequest& req, v1::SkipValidationResponse* out);
+  grpc::Status HoldOut(const v1::HoldOutRequest& req, v1::HoldOutResponse* out);
 
   // MindClusterService: a job's MindCluster view, every page of its rank
   // table's servers in out (no next_page_token; rank_table as the first page

@@ -127,6 +127,7 @@ stage lint bash scripts/lint.sh
 stage ctest ctest_main
 stage e2e/grpcurl bash test/e2e/grpcurl_test.sh
 stage e2e/noded bash test/e2e/noded_test.sh
+stage e2e/validation bash test/e2e/validation_test.sh
 stage e2e/progress bash test/e2e/progress_test.sh
 stage e2e/nvml bash test/e2e/nvml_test.sh
 stage e2e/recovery bash test/e2e/recovery_test.sh

@@ -1,4 +1,7 @@
-// Operator actions (AdminService): get admin, cordon, uncordon, release, pause, resume, dry-run.
+// Operator actions (AdminService): get admin, cordon, uncordon, release, pause, resume, dry-run,
+// validate, skip-validation, hold (docs/validation.md).
+#include <functional>
+
 #include "clusterctl/resources/resources.h"
 
 namespace clusterctl {
@@ -62,13 +65,68 @@ int Release(Context& c) {
   req.set_device_id(static_cast<uint32_t>(id));
   req.set_actor(actor);
   req.set_reason(c.args.Get("reason"));
+  req.set_force(c.args.Has("force"));
   return CallAndPrint<v1::ReleaseDeviceResponse>(
       c, "ReleaseDevice",
       [&](ClusterClient& client, v1::ReleaseDeviceResponse* resp) { return client.ReleaseDevice(req, resp); },
       [&](const v1::ReleaseDeviceResponse& resp) {
         const v1::Device& d = resp.device();
         c.out << "node " << Sanitize(d.node()) << " device " << d.id()
-              << (d.separated() ? " still separated" : " in service") << ", revision " << d.revision() << "\n";
+              << (d.service_phase() == v1::SERVICE_PHASE_VALIDATING ? " validating (" + d.validation_id() + ")"
+                  : d.separated()                                   ? " still separated"
+                                                                    : " in service")
+              << ", revision " << d.revision() << "\n";
+      });
+}
+
+// validate, skip-validation, hold: NODE [DEVICE] --reason R [--actor A].
+template <typename Req, typename Resp>
+int ValidationAction(Context& c, const std::string& verb, const std::string& rpc,
+                     grpc::Status (ClusterClient::*call)(const Req&, Resp*),
+                     const std::function<void(const Resp&)>& print) {
+  if (auto e = CheckPositional(c, 1, 2, "node name [and device id]")) return *e;
+  if (auto e = RequireFlags(c, {"reason"})) return *e;
+  std::string actor;
+  if (auto e = ActorFlag(c, &actor)) return *e;
+  Req req;
+  req.set_node(c.args.positional[0]);
+  if (c.args.positional.size() == 2) {
+    uint64_t id = 0;
+    if (!ParseU64(c.args.positional[1], &id) || id > UINT32_MAX) {
+      return Usage(c, verb + ": device id '" + Sanitize(Truncate(c.args.positional[1], 40)) + "' is not a number");
+    }
+    req.set_device_id(static_cast<uint32_t>(id));
+  }
+  req.set_actor(actor);
+  req.set_reason(c.args.Get("reason"));
+  return CallAndPrint<Resp>(
+      c, rpc, [&](ClusterClient& client, Resp* resp) { return (client.*call)(req, resp); }, print);
+}
+
+void PrintValidation(Context& c, const v1::Validation& v) {
+  c.out << "validation " << v.id() << " of node " << Sanitize(v.node());
+  for (uint32_t d : v.device_ids()) c.out << " device " << d;
+  c.out << ": " << v1::ValidationState_Name(v.state()).substr(17) << ", revision " << v.revision() << "\n";
+}
+
+int Validate(Context& c) {
+  return ValidationAction<v1::StartValidationRequest, v1::StartValidationResponse>(
+      c, "validate", "StartValidation", &ClusterClient::StartValidation,
+      [&c](const v1::StartValidationResponse& r) { PrintValidation(c, r.validation()); });
+}
+
+int SkipValidation(Context& c) {
+  return ValidationAction<v1::SkipValidationRequest, v1::SkipValidationResponse>(
+      c, "skip-validation", "SkipValidation", &ClusterClient::SkipValidation,
+      [&c](const v1::SkipValidationResponse& r) { PrintValidation(c, r.validation()); });
+}
+
+int Hold(Context& c) {
+  return ValidationAction<v1::HoldOutRequest, v1::HoldOutResponse>(
+      c, "hold", "HoldOut", &ClusterClient::HoldOut, [&c](const v1::HoldOutResponse& r) {
+        c.out << "node " << Sanitize(r.node().name());
+        if (r.has_device()) c.out << " device " << r.device().id();
+        c.out << " held, revision " << (r.has_device() ? r.device().revision() : r.node().revision()) << "\n";
       });
 }
 
@@ -130,14 +188,38 @@ std::vector<Command> AdminCommands() {
               "",
               {{"reason", 0, true, false}, {"actor", 0, true, false}, {"force", 0, false, false}},
               Uncordon,
-              "  uncordon NODE [--reason R] [--actor A] [--force: even with a broken software chain]\n"},
+              "  uncordon NODE [--reason R] [--actor A] [--force: even with a broken software chain, and\n"
+              "                                      without a validation when validation_enabled]\n"},
       Command{"release",
               {},
               "",
-              kAdminFlags,
+              {{"reason", 0, true, false}, {"actor", 0, true, false}, {"force", 0, false, false}},
               Release,
-              "  release NODE DEVICE --reason R [--actor A]\n"
-              "                                      return a device the separation policy separated to service\n"},
+              "  release NODE DEVICE --reason R [--actor A] [--force]\n"
+              "                                      return a device the separation policy separated to service\n"
+              "                                      (validated first when validation_enabled; --force skips it\n"
+              "                                      and releases a HELD device)\n"},
+      Command{"validate",
+              {},
+              "",
+              kAdminFlags,
+              Validate,
+              "  validate NODE [DEVICE] --reason R [--actor A]\n"
+              "                                      queue a validation of a device or the whole node\n"},
+      Command{"skip-validation",
+              {},
+              "",
+              kAdminFlags,
+              SkipValidation,
+              "  skip-validation NODE [DEVICE] --reason R [--actor A]\n"
+              "                                      return it to service without its validation (recorded)\n"},
+      Command{"hold",
+              {},
+              "",
+              kAdminFlags,
+              Hold,
+              "  hold NODE [DEVICE] --reason R [--actor A]\n"
+              "                                      hold it out of service until released with --force\n"},
       Command{"pause",
               {},
               "",

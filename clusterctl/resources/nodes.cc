@@ -127,6 +127,30 @@ void DescribeNode(Context& c, const v1::GetNodeResponse& resp) {
   } else {
     c.out << "\nMetrics:\n  <none>\n";
   }
+
+  // Return to service (docs/validation.md): what is validating or held,
+  // then the history with the failed checks' evidence.
+  std::vector<std::string> phases;
+  auto phase_line = [&](const std::string& what, v1::ServicePhase p, const std::string& id, const std::string& hold,
+                        int flaps) {
+    if (p == v1::SERVICE_PHASE_UNSPECIFIED && flaps == 0) return;
+    std::string line = what + ": " +
+                       (p == v1::SERVICE_PHASE_VALIDATING ? "VALIDATING (" + id + ")"
+                        : p == v1::SERVICE_PHASE_HELD     ? "HELD (" + hold + ")"
+                                                          : "in service or isolated");
+    if (flaps > 0) line += ", " + std::to_string(flaps) + " flaps in the window";
+    phases.push_back(line);
+  };
+  phase_line("node", n.service_phase(), n.validation_id(), n.hold_reason(), n.flap_times_size());
+  for (const auto& d : resp.devices()) {
+    phase_line("device " + std::to_string(d.id()), d.service_phase(), d.validation_id(), d.hold_reason(),
+               d.flap_times_size());
+  }
+  if (!phases.empty()) {
+    c.out << "\nReturn to service:\n";
+    for (const auto& line : phases) c.out << "  " << Sanitize(line) << "\n";
+  }
+  PrintValidationHistory(c, n.name());
 }
 
 }  // namespace

@@ -548,6 +548,30 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Text("actuator_cert_file", CLUSTERD_FIELD(actuator_cert_file), "FILE"),
         "webhook over https: client certificate to present (with actuator_key_file)");
   t.Add(Text("actuator_key_file", CLUSTERD_FIELD(actuator_key_file), "FILE"), "its private key");
+  t.Add(Bool("validation_enabled", CLUSTERD_FIELD(validation_enabled)),
+        "return to service only after a validation (docs/validation.md): an isolated or separated device or node "
+        "whose faults cleared, whose separation is due, or that an operator releases without force is VALIDATING "
+        "(still out) until its node's agent passes it");
+  t.Add(U32("validation_max_per_node", CLUSTERD_FIELD(validation_max_per_node), 1, 64),
+        "validations asked of one node's agent at once; the rest queue in order");
+  t.Add(U32("validation_max_in_flight", CLUSTERD_FIELD(validation_max_in_flight), 1, 100'000),
+        "validations asked of all agents at once; the rest queue in order");
+  t.Add(Dur("validation_timeout", CLUSTERD_FIELD(validation_timeout), std::chrono::seconds(1), std::chrono::hours(24)),
+        "a validation with no result this long after it was asked fails");
+  t.Add(Dur("validation_stable_window", CLUSTERD_FIELD(validation_stable_window), std::chrono::seconds(0),
+            std::chrono::hours(1)),
+        "the built-in check: no new fault of the devices, readings and the software chain OK this long (below "
+        "validation_timeout)");
+  t.Add(Bool("validation_commands", CLUSTERD_FIELD(validation_commands)),
+        "the agent also runs its configured validation commands for the devices' vendor and model");
+  t.Add(U32("validation_flap_limit", CLUSTERD_FIELD(validation_flap_limit), 1, 50),
+        "failed validations and returns that faulted again within validation_flap_window that hold a device or "
+        "node out (HELD) until an operator releases it with force");
+  t.Add(Dur("validation_flap_window", CLUSTERD_FIELD(validation_flap_window), std::chrono::hours(1),
+            std::chrono::hours(720)),
+        "the window flaps are counted in");
+  t.Add(U32("validation_retention_count", CLUSTERD_FIELD(validation_retention_count), 100, 1'000'000),
+        "finished validation records kept at most (oldest go first)");
 
   t.Section("MindCluster compatibility (docs/mindcluster.md)");
   t.Add(Text("pubfault_code_table", CLUSTERD_FIELD(pubfault.code_table_file), "FILE"),
@@ -918,6 +942,10 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
   if (cfg.separation_release_after.count() && cfg.separation_release_after < std::chrono::hours(1)) {
     return InvalidArgument("separation_release_after: 0s (only an operator releases) or 1h to 240h");
+  }
+  if (cfg.validation_stable_window >= cfg.validation_timeout) {
+    return InvalidArgument("validation_stable_window: must be below validation_timeout (" +
+                           std::to_string(cfg.validation_timeout.count() / 1'000'000'000) + "s)");
   }
   return cfg;
 }

@@ -347,6 +347,28 @@ struct ClusterdConfig {
   std::chrono::nanoseconds separation_window = std::chrono::hours(24);
   std::chrono::nanoseconds separation_release_after = std::chrono::hours(48);
   std::chrono::nanoseconds separation_settle = std::chrono::seconds(30);
+  // Return to service, proven (docs/validation.md): an isolated or separated
+  // device or node whose faults cleared (or whose separation is due, or that
+  // an operator releases without force) is validated by its node's agent
+  // before it returns. Off: they return as before.
+  bool validation_enabled = false;
+  // Validations asked of one node's agent, and of all agents, at once; the
+  // rest queue in order.
+  uint32_t validation_max_per_node = 1;
+  uint32_t validation_max_in_flight = 64;
+  // A validation with no result this long after it was asked fails.
+  std::chrono::nanoseconds validation_timeout = std::chrono::minutes(10);
+  // The built-in check: the devices' health stable this long.
+  std::chrono::nanoseconds validation_stable_window = std::chrono::minutes(1);
+  // Whether the agent runs its configured commands too.
+  bool validation_commands = true;
+  // The flap budget: a target that fails validation, or returns and faults
+  // again, this many times within the window is HELD (MindCluster: 3 in 24 h).
+  uint32_t validation_flap_limit = 3;
+  std::chrono::nanoseconds validation_flap_window = std::chrono::hours(24);
+  // Finished validations kept (oldest go first); each holds at most 8
+  // checks of 16 KiB evidence.
+  uint32_t validation_retention_count = 1000;
 };
 
 // One row of the table of keys (config.cc): everything about a setting is

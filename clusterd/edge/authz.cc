@@ -42,6 +42,11 @@ const std::vector<MethodRule>& MethodRules() {
       {"/clusterd.v1.AdminService/UncordonNode", kOperators},
       {"/clusterd.v1.AdminService/ClearFault", kOperators},
       {"/clusterd.v1.AdminService/ReleaseDevice", kOperators},
+      // Return to service (docs/validation.md).
+      {"/clusterd.v1.AdminService/StartValidation", kOperators},
+      {"/clusterd.v1.AdminService/SkipValidation", kOperators},
+      {"/clusterd.v1.AdminService/HoldOut", kOperators},
+      {"/clusterd.v1.ClusterService/ListValidations", kViewers},
       {"/clusterd.v1.JobService/CreateJob", kOperators},
       {"/clusterd.v1.JobService/UpdateJob", kOperators},
       {"/clusterd.v1.JobService/DeleteJob", kOperators},

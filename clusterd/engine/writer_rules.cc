@@ -5,6 +5,7 @@
 #include <string>
 
 #include "clusterd/state/rules.h"
+#include "clusterd/state/validation_rule.h"
 
 namespace clusterd {
 
@@ -40,6 +41,18 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
   rules.policies.push_back(std::make_unique<ChainDriftRule>(cfg.chain_pool_label, std::move(drift_levels)));
   rules.policies.push_back(
       std::make_unique<RepeatOffenderRule>(cfg.repeat_offender_recoveries, cfg.repeat_offender_window));
+  ValidationOptions validation;
+  validation.enabled = cfg.validation_enabled;
+  validation.max_per_node = cfg.validation_max_per_node;
+  validation.max_in_flight = cfg.validation_max_in_flight;
+  validation.timeout = cfg.validation_timeout;
+  validation.stable_window = cfg.validation_stable_window;
+  validation.commands = cfg.validation_commands;
+  validation.flap_limit = cfg.validation_flap_limit;
+  validation.flap_window = cfg.validation_flap_window;
+  validation.retention = cfg.validation_retention_count;
+  CLUSTERD_RETURN_IF_ERROR(ValidateValidationOptions(validation));
+  rules.policies.push_back(std::make_unique<ValidationRule>(validation));
   return rules;
 }
 

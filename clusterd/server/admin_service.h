@@ -27,6 +27,12 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
                                           v1::GetAdminStateResponse* resp) override;
   grpc::ServerUnaryReactor* ReleaseDevice(grpc::CallbackServerContext* ctx, const v1::ReleaseDeviceRequest* req,
                                           v1::ReleaseDeviceResponse* resp) override;
+  grpc::ServerUnaryReactor* StartValidation(grpc::CallbackServerContext* ctx, const v1::StartValidationRequest* req,
+                                            v1::StartValidationResponse* resp) override;
+  grpc::ServerUnaryReactor* SkipValidation(grpc::CallbackServerContext* ctx, const v1::SkipValidationRequest* req,
+                                           v1::SkipValidationResponse* resp) override;
+  grpc::ServerUnaryReactor* HoldOut(grpc::CallbackServerContext* ctx, const v1::HoldOutRequest* req,
+                                    v1::HoldOutResponse* resp) override;
 
  private:
   const ClusterState* state_;

@@ -11,6 +11,7 @@
 #include "clusterd/edge/auth.h"
 #include "clusterd/edge/grpc_status.h"
 #include "clusterd/edge/stream_writer.h"
+#include "clusterd/state/validation_rule.h"
 #include "common/duration.h"
 #include "common/validation.h"
 #include "common/logging.h"
@@ -121,6 +122,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     if (!node_.empty()) {
       std::string node = node_;
       uint64_t session = session_;
+      if (service_->validation_outbox()) service_->validation_outbox()->Detach(node, session);
       service_->engine()->Submit([node, session](ClusterState& state, Mutation*) -> Engine::Done {
         state.ApplyDisconnect(node, session);
         return nullptr;
@@ -228,6 +230,31 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         const Status st = service_->progress()->ReportFromNode(node_, req_.progress());
         if (!st.ok()) LogProgressRefused(st);
         return Status::Ok();
+      }
+      case v1::ConnectRequest::kValidationResult: {
+        // The outcome of a validation this node was asked for
+        // (docs/validation.md); another node's is refused and ends the
+        // stream (PERMISSION_DENIED, counted), changing nothing.
+        if (service_->messages_other) service_->messages_other->Inc();
+        if (req_.validation_result().validation_id().size() > 64) {
+          return InvalidArgument("validation_result.validation_id: at most 64 characters");
+        }
+        ++inflight_;
+        std::string node = node_;
+        return Submit(
+            [self, node, result = std::move(*req_.mutable_validation_result()),
+             refused = service_->validation_results_refused](ClusterState& state, Mutation* m) -> Engine::Done {
+              ValidationRule* rule = state.Attached<ValidationRule>();
+              Status st = rule == nullptr ? FailedPrecondition("this ClusterD runs no validations")
+                                          : rule->ApplyResult(state, node, result, m).status();
+              if (st.code() == StatusCode::kPermissionDenied) {
+                if (refused) refused->Inc();
+              } else if (!st.ok()) {
+                GetLogger("agent")->warn("validation result from node {} ignored: {}", node, st.ToString());
+                st = Status::Ok();
+              }
+              return [self, st] { self->OnApplied(st); };
+            });
       }
       default: return InvalidArgument("empty or unknown message");
     }
@@ -344,9 +371,28 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     *resp.mutable_welcome()->mutable_node_grace() =
         TimeUtil::NanosecondsToDuration(service_->options().node_grace.count());
     out_.Push(std::move(resp));
+    // Validations of this node come on this stream from now on.
+    if (ValidationOutbox* outbox = service_->validation_outbox()) {
+      std::weak_ptr<AgentReactor> weak = self_;
+      outbox->Attach(node_, session_, [weak](const v1::ValidationRequest& req) {
+        if (auto reactor = weak.lock()) reactor->PushValidation(req);
+      });
+    }
     AppliedLocked();
   }
 
+ public:
+  // A validation request of the rule (state/validation_rule.h), on the
+  // writer thread.
+  void PushValidation(const v1::ValidationRequest& req) {
+    std::lock_guard lock(mu_);
+    if (out_.finishing()) return;
+    v1::ConnectResponse resp;
+    *resp.mutable_validation() = req;
+    out_.Push(std::move(resp));
+  }
+
+ private:
   void OnApplied(const Status& st) {
     std::lock_guard lock(mu_);
     if (!st.ok()) {
@@ -448,6 +494,9 @@ AgentService::AgentService(const ClusterState* state, Engine* engine, AgentServi
         &metrics->AddCounter("clusterd_agent_streams_rejected_total", "Agent streams refused at the stream limit.");
     streams_rejected_per_peer = &metrics->AddCounter("clusterd_agent_streams_rejected_per_peer_total",
                                                      "Agent streams refused at max_streams_per_peer.");
+    validation_results_refused = &metrics->AddCounter(
+        "clusterd_validation_results_refused_total",
+        "Validation results an agent sent for another node's validation (refused, the stream ended).");
     hello_timeouts = &metrics->AddCounter("clusterd_agent_hello_timeouts_total",
                                           "Agent streams ended because no valid hello came within hello_timeout.");
     metrics->AddCallbackGauge("clusterd_agent_streams", "Open agent streams.",

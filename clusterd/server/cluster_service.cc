@@ -7,6 +7,7 @@
 
 #include "clusterd/state/response_limits.h"
 #include "clusterd/edge/auth.h"
+#include "clusterd/state/validation_rule.h"
 #include "clusterd/server/shared_events_response.h"
 #include "clusterd/edge/stream_writer.h"
 #include "clusterd/server/submit.h"
@@ -286,6 +287,19 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ListRecoveries(grpc::CallbackServe
                                                              v1::ListRecoveriesResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListRecoveries")) return refused;
   return AnswerQuery(ctx, state_().get(), resp, [req](const StateView& state) { return state.ListRecoveries(*req); });
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::ListValidations(grpc::CallbackServerContext* ctx,
+                                                              const v1::ListValidationsRequest* req,
+                                                              v1::ListValidationsResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListValidations")) return refused;
+  const auto state = state_();
+  const ClusterState* cs = state.get();
+  return AnswerQuery(ctx, cs, resp, [req, cs](const StateView&) -> StatusOr<v1::ListValidationsResponse> {
+    const ValidationRule* rule = cs->Attached<ValidationRule>();
+    if (rule == nullptr) return v1::ListValidationsResponse{};
+    return rule->List(*req);
+  });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetRecovery(grpc::CallbackServerContext* ctx,

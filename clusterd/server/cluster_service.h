@@ -57,6 +57,8 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
                                        v1::ListFaultsResponse* resp) override;
   grpc::ServerUnaryReactor* ListRecoveries(grpc::CallbackServerContext* ctx, const v1::ListRecoveriesRequest* req,
                                            v1::ListRecoveriesResponse* resp) override;
+  grpc::ServerUnaryReactor* ListValidations(grpc::CallbackServerContext* ctx, const v1::ListValidationsRequest* req,
+                                            v1::ListValidationsResponse* resp) override;
   grpc::ServerUnaryReactor* GetRecovery(grpc::CallbackServerContext* ctx, const v1::GetRecoveryRequest* req,
                                         v1::GetRecoveryResponse* resp) override;
   grpc::ServerWriteReactor<v1::WatchResponse>* Watch(grpc::CallbackServerContext* ctx,

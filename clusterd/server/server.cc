@@ -21,6 +21,7 @@
 #include "clusterd/engine/integration.h"
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/engine/writer_rules.h"
+#include "clusterd/state/validation_rule.h"
 #include "clusterd/k8s/token_reviewer.h"
 #include "clusterd/mindcluster/grpc/config_service.h"
 #include "clusterd/mindcluster/grpc/fault_service.h"
@@ -75,6 +76,9 @@ struct ClusterdServer::Impl {
   // The writer's timed policies (engine/writer_rules.h): attached to the
   // state, run by the engine; outlive both.
   WriterRules rules;
+  // Validation requests on their way to the agents' streams
+  // (state/validation_outbox.h); outlives the rules and the services.
+  ValidationOutbox validation_outbox;
   std::unique_ptr<ClusterState> state;
   std::unique_ptr<WatchHub> hub;
   std::unique_ptr<Engine> engine;
@@ -240,6 +244,10 @@ Status ClusterdServer::Impl::OpenState() {
   if (!made_rules.ok()) return made_rules.status();
   rules = std::move(*made_rules);
   rules.AttachTo(state.get());
+  if (ValidationRule* validation = state->Attached<ValidationRule>()) {
+    validation->set_outbox(&validation_outbox);
+    validation->set_metrics(MakeValidationMetrics(&metrics));
+  }
   state->set_recoveries_caused_window(cfg.repeat_offender_window);
   state->set_release_chain_check(cfg.release_chain_check == "always"  ? ClusterState::ReleaseChainCheck::kAlways
                                  : cfg.release_chain_check == "never" ? ClusterState::ReleaseChainCheck::kNever
@@ -322,6 +330,7 @@ Status ClusterdServer::Impl::MakeServices() {
   authenticator = std::move(*made_auth);
   services.agent = std::make_unique<AgentService>(state.get(), engine.get(), ao, &metrics, authenticator.get());
   services.agent->set_progress(progress.get());
+  services.agent->set_validation_outbox(&validation_outbox);
   services.cluster = std::make_unique<ClusterServiceImpl>(state.get(), hub.get(), watch_pool.get(),
                                                           MakeWatchOptions(cfg), &metrics, authenticator.get());
   services.fault = std::make_unique<FaultServiceImpl>(engine.get(), authenticator.get());
@@ -671,6 +680,29 @@ StateLimits MakeStateLimits(const ClusterdConfig& cfg, MetricsRegistry* metrics)
   limits.node_faults_truncated =
       &metrics->AddCounter("clusterd_answers_truncated_total", kTruncatedHelp, {{"what", "node_faults"}});
   return limits;
+}
+
+ValidationMetrics MakeValidationMetrics(MetricsRegistry* metrics) {
+  ValidationMetrics vm;
+  const char* kFinished = "Validations finished (docs/validation.md), by outcome.";
+  vm.started = &metrics->AddCounter("clusterd_validations_started_total",
+                                    "Validations queued before a device or node returns to service.");
+  vm.passed = &metrics->AddCounter("clusterd_validations_finished_total", kFinished, {{"outcome", "passed"}});
+  vm.failed = &metrics->AddCounter("clusterd_validations_finished_total", kFinished, {{"outcome", "failed"}});
+  vm.skipped = &metrics->AddCounter("clusterd_validations_finished_total", kFinished, {{"outcome", "skipped"}});
+  vm.flaps = &metrics->AddCounter("clusterd_validation_flaps_total",
+                                  "Failed validations and returns that faulted again (the flap budget).");
+  vm.held = &metrics->AddCounter("clusterd_validation_holds_total",
+                                 "Devices and nodes held out after validation_flap_limit flaps.");
+  vm.in_flight = &metrics->AddGauge("clusterd_validations_in_flight", "Validations asked of agents, not answered.");
+  vm.queued = &metrics->AddGauge("clusterd_validations_queued",
+                                 "Validations waiting for a slot (validation_max_per_node, validation_max_in_flight).");
+  vm.held_now = &metrics->AddGauge("clusterd_validation_held", "Devices and nodes HELD now.");
+  vm.return_seconds = &metrics->AddHistogram(
+      "clusterd_validation_return_seconds",
+      "Seconds from a validation's trigger (fault clear, separation due, the operator's release) to back in service.",
+      {1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200});
+  return vm;
 }
 
 StatusOr<std::unique_ptr<Authenticator>> MakeConfiguredAuthenticator(const ClusterdConfig& cfg,

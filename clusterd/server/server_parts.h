@@ -11,6 +11,7 @@
 #include "clusterd/edge/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/state/mutation.h"
+#include "clusterd/state/validation_rule.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -19,6 +20,8 @@ namespace clusterd {
 
 // The state's limits, with their refusal and truncation counters in metrics.
 StateLimits MakeStateLimits(const ClusterdConfig& cfg, MetricsRegistry* metrics);
+// The validation rule's metrics (state/validation_rule.h).
+ValidationMetrics MakeValidationMetrics(MetricsRegistry* metrics);
 
 // Who may call what: the configured tokens, bindings and TokenReview (the
 // reviewer, when configured, lands in *reviewer_out, which must outlive the

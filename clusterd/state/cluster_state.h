@@ -196,6 +196,18 @@ class ClusterState : public StateView {
   // it: the record is written with the group.
   v1::Device* MutableDevice(const std::string& node, uint32_t device);
   void DeviceChanged(const v1::Device& d) { nodes_.Changed(d); }
+  // A node's record (null when not registered). Call NodeChanged after
+  // changing it: the record is written with the group.
+  v1::Node* MutableNode(const std::string& node) {
+    NodeState* n = nodes_.Find(node);
+    return n ? n->record.mutable_node() : nullptr;
+  }
+  void NodeChanged(const std::string& node) {
+    if (const NodeState* n = nodes_.Find(node)) nodes_.Changed(*n);
+  }
+  // The store the state was loaded from, for an attached rule's own records
+  // (WriterRule::Loaded): read only, at Load.
+  const storage::Store& store() const { return *store_; }
   // The revision of the next event, and the event appended to m.
   uint64_t NextRevision() { return journal_.Next(); }
   void Emit(Mutation* m, v1::Event event) { journal_.Emit(m, std::move(event)); }

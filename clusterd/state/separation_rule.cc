@@ -8,6 +8,7 @@
 
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/state/rules.h"
+#include "clusterd/state/validation_rule.h"
 #include "common/logging.h"
 #include "common/time_proto.h"
 
@@ -104,12 +105,20 @@ TimePoint SeparationRule::Advance(ClusterState& state, const WriterTick& tick) {
   }
   std::set<ChipRef> recounted;
   // The release waits for a healthy software chain (release_chain_check).
-  auto may_release = [&state](const ChipRef& chip) { return state.ChainAllowsRelease(chip.node, true).ok(); };
+  // With validation on (state/validation_rule.h), a due release becomes a
+  // validation whose pass releases the device.
+  ValidationRule* validation = state.Attached<ValidationRule>();
+  auto may_release = [&state, &tick, validation](const ChipRef& chip) {
+    if (!state.ChainAllowsRelease(chip.node, true).ok()) return false;
+    return validation == nullptr ||
+           validation->SeparationReleaseAllowed(state, chip.node, chip.device, tick.now, tick.m);
+  };
   const std::vector<SeparationTracker::Change> changes = tracker_.Advance(now, &recounted, may_release);
   for (const auto& change : changes) {
     if (change.deferred) {
+      const Status chain = state.ChainAllowsRelease(change.chip.node, true);
       GetLogger("state")->warn("node {} device {}: release ({}) waits: {}", change.chip.node, change.chip.device,
-                               change.reason, state.ChainAllowsRelease(change.chip.node, true).message());
+                               change.reason, chain.ok() ? "for its validation (docs/validation.md)" : chain.message());
       continue;
     }
     recounted.erase(change.chip);

@@ -217,8 +217,8 @@ std::optional<std::string> NpuSmiHealthCode(std::string_view health) {
   }
 }
 
-StatusOr<std::string> RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
-                                 size_t max_output) {
+StatusOr<CommandRun> RunCommandCapture(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                       const CaptureOptions& options) {
   if (argv.empty() || argv[0].empty()) return InvalidArgument("command is empty");
   const std::string what = "'" + argv[0] + "'";
   int fds[2];
@@ -227,7 +227,11 @@ StatusOr<std::string> RunCommand(const std::vector<std::string>& argv, std::chro
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);  // dup2 clears O_CLOEXEC
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  if (options.with_stderr) {
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  }
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
@@ -253,7 +257,7 @@ StatusOr<std::string> RunCommand(const std::vector<std::string>& argv, std::chro
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     return static_cast<int>(std::max<int64_t>(0, left.count()));
   };
-  std::string out;
+  CommandRun run;
   Status failure;
   char buf[4096];
   while (true) {
@@ -273,11 +277,15 @@ StatusOr<std::string> RunCommand(const std::vector<std::string>& argv, std::chro
       break;
     }
     if (r == 0) break;  // EOF
-    if (out.size() + static_cast<size_t>(r) > max_output) {
-      failure = ResourceExhausted(what + " printed more than " + std::to_string(max_output) + " bytes");
-      break;
+    run.output.append(buf, static_cast<size_t>(r));
+    if (run.output.size() > options.max_output) {
+      if (!options.keep_tail) {
+        failure = ResourceExhausted(what + " printed more than " + std::to_string(options.max_output) + " bytes");
+        break;
+      }
+      run.output.erase(0, run.output.size() - options.max_output);
+      run.truncated = true;
     }
-    out.append(buf, static_cast<size_t>(r));
   }
   ::close(fds[0]);
 
@@ -309,12 +317,26 @@ StatusOr<std::string> RunCommand(const std::vector<std::string>& argv, std::chro
       ::poll(nullptr, 0, std::min(remaining_ms(), 5));  // output closed, exit not yet seen
     }
   }
-  if (!failure.ok()) return failure;
-  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0) {
-    return Unavailable(what + " exited with status " + std::to_string(WEXITSTATUS(wstatus)));
+  if (failure.code() == StatusCode::kDeadlineExceeded && options.keep_tail) {
+    run.timed_out = true;
+    return run;
   }
-  if (WIFSIGNALED(wstatus)) return Unavailable(what + " was killed by signal " + std::to_string(WTERMSIG(wstatus)));
-  return out;
+  if (!failure.ok()) return failure;
+  if (WIFEXITED(wstatus)) run.exit_code = WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) run.signal = WTERMSIG(wstatus);
+  return run;
+}
+
+StatusOr<std::string> RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                 size_t max_output) {
+  CaptureOptions options;
+  options.max_output = max_output;
+  auto run = RunCommandCapture(argv, timeout, options);
+  if (!run.ok()) return run.status();
+  const std::string what = "'" + argv[0] + "'";
+  if (run->exit_code > 0) return Unavailable(what + " exited with status " + std::to_string(run->exit_code));
+  if (run->signal != 0) return Unavailable(what + " was killed by signal " + std::to_string(run->signal));
+  return std::move(run->output);
 }
 
 NpuSmiBackend::Source NpuSmiBackend::CommandSource(const std::string& command, std::chrono::milliseconds timeout) {

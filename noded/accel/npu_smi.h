@@ -74,6 +74,26 @@ std::optional<std::string> NpuSmiHealthCode(std::string_view health);
 StatusOr<std::string> RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                                  size_t max_output = 1 << 20);
 
+// The same run, its exit status and output kept whatever they are (a
+// validation command's evidence, docs/validation.md).
+struct CaptureOptions {
+  size_t max_output = 1 << 20;
+  // Standard error into the output too (else discarded).
+  bool with_stderr = false;
+  // More output than max_output keeps its last max_output bytes (truncated),
+  // and a timeout is a run with timed_out set, not an error.
+  bool keep_tail = false;
+};
+struct CommandRun {
+  int exit_code = -1;  // -1: it did not exit by itself
+  int signal = 0;      // the signal that ended it, 0: none
+  bool timed_out = false;
+  bool truncated = false;
+  std::string output;
+};
+StatusOr<CommandRun> RunCommandCapture(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                       const CaptureOptions& options);
+
 class NpuSmiBackend final : public AcceleratorBackend {
  public:
   // Where the text comes from: the real command, or a fixture in tests.

@@ -92,6 +92,11 @@ const ConfigSetters<NodedConfig>& Setters() {
          c->rules_file = v;
          return Status::Ok();
        }},
+      {"validation_commands_file",
+       [](const std::string& v, NodedConfig* c) {
+         c->validation_commands_file = v;
+         return Status::Ok();
+       }},
       {"ascend_path",
        [](const std::string& v, NodedConfig* c) {
          if (v.empty() || v[0] != '/') return InvalidArgument("ascend_path: must be an absolute path (under root)");
@@ -357,6 +362,8 @@ Flags (the JSON config file takes the same keys with '_'):
   --mounts-file FILE        mount table under root (default /proc/mounts, or
                             /proc/1/mounts when --root is not /: the host's table)
   --rules-file FILE         JSON rules merged over the defaults
+  --validation-commands-file FILE
+                            commands a validation runs per vendor and model (docs/validation.md)
   --ascend-path DIR         where Ascend's driver and CANN are installed, under root
                             (default /usr/local/Ascend)
   --expected-chips N        NPUs the node should have (default 0: the backend's count)

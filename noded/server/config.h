@@ -29,6 +29,9 @@ struct NodedConfig {
   std::string kmsg_path = "/dev/kmsg";  // "" disables the kernel-log collector
   std::string mounts_file;              // relative to root; "" picks (see AgentOptions)
   std::string rules_file;               // JSON rules merged over the defaults
+  // The commands a validation runs per vendor and model (docs/validation.md);
+  // "": only the built-in check.
+  std::string validation_commands_file;
   // The accelerator software chain (docs/noded.md): where Ascend is
   // installed (under root), the chips expected (0: the backend's count), how
   // often it is read for its faults (0: only at start, no faults).

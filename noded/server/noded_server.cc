@@ -1,6 +1,8 @@
 #include "noded/server/noded_server.h"
 
 #include <atomic>
+#include <map>
+#include <set>
 #include <limits>
 #include <condition_variable>
 #include <mutex>
@@ -15,10 +17,12 @@
 #include "common/metrics.h"
 #include "common/tls_context.h"
 #include "common/token_file.h"
+#include "common/config_util.h"
 #include "noded/agent.h"
 #include "noded/outbox.h"
 #include "noded/server/pod_resources.h"
 #include "noded/server/stream_client.h"
+#include "noded/validator.h"
 
 namespace clusterd::noded {
 
@@ -30,6 +34,8 @@ struct NodedServer::Impl {
   FaultInjector* injector = nullptr;  // the backend's, when it takes injected faults
   std::unique_ptr<Agent> agent;
   std::unique_ptr<ProgressFiles> progress;  // job progress files, read by the stream
+  // Runs ClusterD's validation requests; outlives the stream that feeds it.
+  std::unique_ptr<Validator> validator;
   std::unique_ptr<StreamClient> stream;
   std::unique_ptr<PodResourcesWatcher> pod_resources;  // null when disabled
   std::unique_ptr<WatchedTokenFile> http_token;        // http_token_file; null without it
@@ -47,6 +53,66 @@ struct NodedServer::Impl {
   Counter* polls = nullptr;
   Counter* recorded = nullptr;
   Histogram* poll_seconds = nullptr;
+
+  // The validation of devices before they return to service
+  // (docs/validation.md): the built-in check asks what NodeD already
+  // watches (active faults, readings, the chain); the commands come from
+  // validation_commands_file.
+  Status MakeValidator() {
+    ValidatorOptions vo;
+    if (!config.validation_commands_file.empty()) {
+      auto text = ReadFileToString(config.validation_commands_file);
+      if (!text.ok()) return InvalidArgument("validation_commands_file: " + text.status().message());
+      auto commands = ParseValidationCommands(*text);
+      if (!commands.ok()) return InvalidArgument("validation_commands_file: " + commands.status().message());
+      vo.commands = std::move(*commands);
+    }
+    std::map<uint32_t, std::pair<std::string, std::string>> models;
+    if (auto devices = backend->Devices(); devices.ok()) {
+      for (const DeviceInfo& d : *devices) models[static_cast<uint32_t>(d.id)] = {d.vendor, d.model};
+    }
+    auto probe = [this](const std::vector<uint32_t>& devices, bool whole_node) {
+      std::vector<std::string> problems;
+      const std::set<uint32_t> wanted(devices.begin(), devices.end());
+      for (const auto& f : outbox->Take().active) {
+        const bool hits = f.has_device_id() ? wanted.count(f.device_id()) > 0 : whole_node;
+        if (!hits) continue;
+        problems.push_back("fault " + f.code() + " active" +
+                           (f.has_device_id() ? " on device " + std::to_string(f.device_id()) : " on the node"));
+      }
+      for (uint32_t id : devices) {
+        auto r = agent->DeviceReading(static_cast<int32_t>(id));
+        if (r && !r->healthy) {
+          problems.push_back("device " + std::to_string(id) + " reads unhealthy (health " +
+                             std::to_string(r->health_raw) + (r->read_error.empty() ? "" : ", " + r->read_error) + ")");
+        }
+      }
+      uint64_t version = 0;
+      const v1::ChainUpdate chain = agent->Chain(&version);
+      for (const auto& link : chain.links()) {
+        if (link.state() == v1::CHAIN_LINK_STATE_BROKEN) problems.push_back("chain link " + link.name() + " BROKEN");
+      }
+      return problems;
+    };
+    auto model = [models](uint32_t id) {
+      auto it = models.find(id);
+      return it == models.end() ? std::pair<std::string, std::string>{} : it->second;
+    };
+    auto node_devices = [models] {
+      std::vector<uint32_t> out;
+      out.reserve(models.size());
+      for (const auto& [id, m] : models) out.push_back(id);
+      return out;
+    };
+    validator = std::make_unique<Validator>(std::move(vo), probe, model, node_devices, [this] {
+      if (stream) stream->Notify();
+    });
+    metrics.AddCallbackGauge("noded_validations_running", "Validations running on this node.",
+                             [this] { return static_cast<double>(validator->running()); });
+    metrics.AddCallbackGauge("noded_validation_duplicates", "Validation requests asked again (answered, not rerun).",
+                             [this] { return static_cast<double>(validator->duplicates()); });
+    return Status::Ok();
+  }
 
   void PollLoop() {
     for (;;) {
@@ -300,7 +366,10 @@ Status NodedServer::Start() {
     }
   }
 
+  CLUSTERD_RETURN_IF_ERROR(s.MakeValidator());
   StreamOptions so;
+  so.validator = s.validator.get();
+  so.node_name = cfg.node_name;
   so.server = cfg.server;
   so.heartbeat_interval = cfg.heartbeat_interval;
   so.metrics_interval = cfg.metrics_interval;

@@ -162,6 +162,16 @@ bool StreamClient::Session() {
   std::thread reader([&] {
     v1::ConnectResponse in;
     while (stream->Read(&in)) {
+      if (in.has_validation()) {
+        if (options_.validator == nullptr) continue;
+        if (in.validation().node() != options_.node_name) {
+          log->warn("validation {} for node {} refused: this is node {}", in.validation().validation_id(),
+                    in.validation().node(), options_.node_name);
+          continue;
+        }
+        options_.validator->Submit(in.validation());
+        continue;
+      }
       if (!in.has_ack()) continue;
       if (acks_) acks_->Inc();
       Status st = outbox_->Ack(in.ack().id().epoch(), in.ack().id().seq());
@@ -243,6 +253,15 @@ bool StreamClient::Session() {
       dirty_ = false;
     }
     ok = send_new();
+    // Validation results (docs/validation.md): one lost with a broken
+    // stream is asked again by ClusterD and answered from the kept result.
+    if (ok && options_.validator != nullptr) {
+      for (auto& r : options_.validator->TakeReady()) {
+        v1::ConnectRequest req;
+        *req.mutable_validation_result() = std::move(r);
+        if (!(ok = stream->Write(req))) break;
+      }
+    }
   }
   connected_ = false;
   ctx.TryCancel();

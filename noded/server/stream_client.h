@@ -25,6 +25,7 @@
 #include "noded/agent.h"
 #include "noded/collectors/progress.h"
 #include "noded/outbox.h"
+#include "noded/validator.h"
 
 namespace clusterd::noded {
 
@@ -39,6 +40,11 @@ struct StreamOptions {
   std::chrono::nanoseconds backoff_min = std::chrono::milliseconds(200);
   std::chrono::nanoseconds backoff_max = std::chrono::seconds(10);
   ClientSecurity security;  // TLS, client certificate, bearer token; plaintext when empty
+  // Runs ClusterD's validation requests (docs/validation.md; borrowed, null:
+  // requests are ignored) and its results go out on the stream.
+  Validator* validator = nullptr;
+  // This node's name: a request for another node is refused (logged).
+  std::string node_name;
 };
 
 class StreamClient {
