@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "clusterd/state/pingmesh_rule.h"
 #include "clusterd/state/rules.h"
 
 namespace clusterd {
@@ -40,6 +41,19 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
   rules.policies.push_back(std::make_unique<ChainDriftRule>(cfg.chain_pool_label, std::move(drift_levels)));
   rules.policies.push_back(
       std::make_unique<RepeatOffenderRule>(cfg.repeat_offender_recoveries, cfg.repeat_offender_window));
+  if (cfg.pingmesh_enabled) {
+    PingmeshPolicy pingmesh;
+    pingmesh.interval = cfg.pingmesh_interval;
+    pingmesh.attempts = cfg.pingmesh_attempts;
+    pingmesh.timeout = cfg.pingmesh_probe_timeout;
+    pingmesh.limits.peers_per_node = cfg.pingmesh_peers_per_node;
+    pingmesh.limits.max_probes_per_round = cfg.pingmesh_max_probes_per_round;
+    pingmesh.window = cfg.pingmesh_window;
+    pingmesh.raise_after = cfg.pingmesh_raise_after;
+    pingmesh.clear_after = cfg.pingmesh_clear_after;
+    CLUSTERD_RETURN_IF_ERROR(ValidatePingmeshPolicy(pingmesh));
+    rules.policies.push_back(std::make_unique<PingmeshRule>(pingmesh, LabelDomains(cfg.pingmesh_domain_labels)));
+  }
   return rules;
 }
 

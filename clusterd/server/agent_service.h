@@ -14,6 +14,7 @@
 #include "clusterd/progress/monitor.h"
 #include "clusterd/server/auth.h"
 #include "clusterd/server/peer_limiter.h"
+#include "clusterd/state/agent_outbox.h"
 #include "clusterd/v1/agent.grpc.pb.h"
 #include "common/metrics.h"
 
@@ -72,6 +73,10 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   // reports are ignored). Set before serving.
   void set_progress(ProgressMonitor* progress) { progress_ = progress; }
   ProgressMonitor* progress() const { return progress_; }
+  // Where the writer's rules leave messages for the agents' streams
+  // (state/agent_outbox.h; null: none are delivered). Set before serving.
+  void set_outbox(AgentOutbox* outbox) { outbox_ = outbox; }
+  AgentOutbox* outbox() const { return outbox_; }
 
  private:
   const ClusterState* state_;
@@ -82,6 +87,7 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   std::atomic<uint64_t> next_session_{0};
   PeerLimiter peers_;
   ProgressMonitor* progress_ = nullptr;
+  AgentOutbox* outbox_ = nullptr;
 };
 
 }  // namespace clusterd

@@ -25,6 +25,7 @@
 #include "noded/agent.h"
 #include "noded/collectors/progress.h"
 #include "noded/outbox.h"
+#include "noded/pingmesh.h"
 
 namespace clusterd::noded {
 
@@ -39,6 +40,11 @@ struct StreamOptions {
   std::chrono::nanoseconds backoff_min = std::chrono::milliseconds(200);
   std::chrono::nanoseconds backoff_max = std::chrono::seconds(10);
   ClientSecurity security;  // TLS, client certificate, bearer token; plaintext when empty
+  // The pingmesh (docs/pingmesh.md; borrowed, null: off): its hello names
+  // probe_address, ClusterD's probe plans go to the worker and its reports
+  // out on the stream.
+  PingmeshWorker* pingmesh = nullptr;
+  std::string probe_address;  // "ip:port" or ":port"
 };
 
 class StreamClient {
@@ -49,6 +55,9 @@ class StreamClient {
                                                         MetricsRegistry* metrics);
   ~StreamClient();
 
+  // Before Start: where peers probe this node (StreamOptions::probe_address),
+  // once its port is bound.
+  void set_probe_address(std::string address) { options_.probe_address = std::move(address); }
   void Start();
   void Stop();
   // Wakes the sender: new transitions are in the Outbox. Thread-safe.
