@@ -10,13 +10,13 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 
-struct Probe {
+struct PlannedProbe {
   std::vector<ProbeTarget> targets;
   PeerProbeOptions options;
 };
 
-StatusOr<Probe> FromPlan(const v1::ProbePlan& plan) {
-  Probe p;
+StatusOr<PlannedProbe> PlannedProbeFrom(const v1::ProbePlan& plan) {
+  PlannedProbe p;
   p.options.attempts = plan.attempts();
   const int64_t ms = TimeUtil::DurationToMilliseconds(plan.timeout());
   p.options.timeout = std::chrono::milliseconds(ms);
@@ -64,7 +64,7 @@ void PingmeshWorker::Stop() {
 }
 
 Status PingmeshWorker::Submit(const v1::ProbePlan& plan) {
-  if (auto probe = FromPlan(plan); !probe.ok()) {
+  if (auto probe = PlannedProbeFrom(plan); !probe.ok()) {
     if (refused_) refused_->Inc();
     GetLogger("pingmesh")->warn("probe plan of round {} refused: {}", plan.round(), probe.status().ToString());
     return probe.status();
@@ -94,7 +94,7 @@ void PingmeshWorker::Run() {
       plan = std::move(*next_);
       next_.reset();
     }
-    auto probe = FromPlan(plan);  // validated at Submit
+    auto probe = PlannedProbeFrom(plan);  // validated at Submit
     if (!probe.ok()) continue;
     const auto outcomes = ProbePeers(probe->targets, probe->options);
     v1::ProbeReport report;

@@ -93,14 +93,14 @@ import json, sys
 out = []
 for f in json.load(sys.stdin).get("faults", []):
     if f.get("reporter") == "clusterd-pingmesh" and f.get("state") == "FAULT_STATE_ACTIVE":
-        out.append("%s %s %s" % (f["node"], f["code"], f.get("externalId", "")))
+        out.append("%s %s %s" % (f["node"], f["code"], f.get("external_id", "")))
 print("\n".join(sorted(out)))'
 }
 faults_are() { [[ "$(pingmesh_faults)" == "$1" ]]; }
 connected_count() {
   grpcurl_hub clusterd.v1.ClusterService/GetSummary | python3 -c '
 import json, sys
-print(json.load(sys.stdin).get("connectedAgents", 0))'
+print(json.load(sys.stdin).get("connected_agents", 0))'
 }
 all_connected() { [[ "$(connected_count)" == 5 ]]; }
 
