@@ -529,8 +529,7 @@ std::vector<ConfigKey> MakeTable() {
         "windows in a row without a finding that clear it");
   t.Add(List("pingmesh_domain_labels", CLUSTERD_FIELD(pingmesh_domain_labels), "label keys, comma-separated",
              [](const std::string& e) {
-               return e.empty() || e.size() > 317 ? InvalidArgument("a label key of 1-317 characters")
-                                                  : Status::Ok();
+               return e.empty() || e.size() > 317 ? InvalidArgument("a label key of 1-317 characters") : Status::Ok();
              }),
         "node label keys whose values group nodes into probe domains (\"<key>=<value>\"); empty: none");
   t.Add(Text("chain_pool_label", CLUSTERD_FIELD(chain_pool_label), "LABEL"),

@@ -41,12 +41,9 @@ Status ValidateRules(const AttributionRules& rules) {
 
 std::string Finding::Key() const {
   switch (kind) {
-    case FindingKind::kNode:
-      return "node/" + subject;
-    case FindingKind::kLink:
-      return "link/" + subject + "/" + peer;
-    case FindingKind::kDomain:
-      return "domain/" + subject;
+    case FindingKind::kNode: return "node/" + subject;
+    case FindingKind::kLink: return "link/" + subject + "/" + peer;
+    case FindingKind::kDomain: return "domain/" + subject;
   }
   return subject;
 }
@@ -118,8 +115,7 @@ std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::
   for (const auto& [ends, loss] : links) {
     findings.push_back({FindingKind::kLink, ends.first, ends.second, 1, 1, loss});
   }
-  std::sort(findings.begin(), findings.end(),
-            [](const Finding& a, const Finding& b) { return a.Key() < b.Key(); });
+  std::sort(findings.begin(), findings.end(), [](const Finding& a, const Finding& b) { return a.Key() < b.Key(); });
   return findings;
 }
 

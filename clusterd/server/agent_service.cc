@@ -184,14 +184,14 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         if (probe_ip.size() > 2 && probe_ip.front() == '[') probe_ip = probe_ip.substr(1, probe_ip.size() - 2);
         probe_port = static_cast<uint16_t>(std::stoi(a.substr(colon + 1)));  // validated: 1..65535
       }
-      return Submit([self, hello = *hello, session, probe_ip, probe_port](ClusterState& state,
-                                                                           Mutation* m) -> Engine::Done {
-        auto welcome = state.ApplyHello(hello, session, m);
-        if (auto* pingmesh = state.Attached<PingmeshRule>(); pingmesh && welcome.ok() && probe_port != 0) {
-          pingmesh->AgentUp(hello->node_name(), session, probe_ip, probe_port);
-        }
-        return [self, welcome = std::move(welcome)] { self->OnWelcome(welcome); };
-      });
+      return Submit(
+          [self, hello = *hello, session, probe_ip, probe_port](ClusterState& state, Mutation* m) -> Engine::Done {
+            auto welcome = state.ApplyHello(hello, session, m);
+            if (auto* pingmesh = state.Attached<PingmeshRule>(); pingmesh && welcome.ok() && probe_port != 0) {
+              pingmesh->AgentUp(hello->node_name(), session, probe_ip, probe_port);
+            }
+            return [self, welcome = std::move(welcome)] { self->OnWelcome(welcome); };
+          });
     }
     // An inventory update that waits for its interval goes out with the
     // first message after it (ordered before this one).

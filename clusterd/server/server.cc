@@ -245,7 +245,8 @@ Status ClusterdServer::Impl::OpenState() {
   rules.AttachTo(state.get());
   if (auto* pingmesh = state->Attached<PingmeshRule>()) {
     pingmesh->set_outbox(&outbox);
-    metrics.AddCallbackGauge("clusterd_pingmesh_agents", "Agents the pingmesh can probe (connected with a probe address).",
+    metrics.AddCallbackGauge("clusterd_pingmesh_agents",
+                             "Agents the pingmesh can probe (connected with a probe address).",
                              [pingmesh] { return static_cast<double>(pingmesh->agents()); });
     metrics.AddCallbackGauge("clusterd_pingmesh_rounds", "Probe rounds planned since the start.",
                              [pingmesh] { return static_cast<double>(pingmesh->rounds()); });

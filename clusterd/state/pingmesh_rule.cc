@@ -185,8 +185,8 @@ void PingmeshRule::Raise(ClusterState& state, const pingmesh::Finding& f,
                  " peers lost at least half of their probes to or from it (mean loss " + PingmeshPercent(f.loss) + ")");
       break;
     case pingmesh::FindingKind::kLink: {
-      const std::string message = "probes between " + f.subject + " and " + f.peer + " lost " + PingmeshPercent(f.loss) +
-                                  " while both reach their other peers";
+      const std::string message = "probes between " + f.subject + " and " + f.peer + " lost " +
+                                  PingmeshPercent(f.loss) + " while both reach their other peers";
       report(f.subject, kPingmeshLinkPrefix + f.peer, kPingmeshLinkCode, policy_.link_level, message);
       report(f.peer, kPingmeshLinkPrefix + f.subject, kPingmeshLinkCode, policy_.link_level, message);
       break;

@@ -19,7 +19,7 @@
 namespace clusterd::noded {
 
 struct ProbeTarget {
-  std::string node;  // the peer's node name, as planned
+  std::string node;     // the peer's node name, as planned
   std::string address;  // an IPv4 or IPv6 literal
   uint16_t port = 0;
 };
@@ -35,7 +35,7 @@ struct ProbeOutcome {
 };
 
 struct PeerProbeOptions {
-  uint32_t attempts = 3;  // 1..10
+  uint32_t attempts = 3;                    // 1..10
   std::chrono::milliseconds timeout{1000};  // per attempt, 10 ms..10 s
 };
 

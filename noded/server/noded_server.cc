@@ -28,7 +28,7 @@ struct NodedServer::Impl {
   std::unique_ptr<ProgressFiles> progress;  // job progress files, read by the stream
   std::unique_ptr<StreamClient> stream;
   std::unique_ptr<PodResourcesWatcher> pod_resources;  // null when disabled
-  std::unique_ptr<PingmeshWorker> pingmesh;             // null when disabled
+  std::unique_ptr<PingmeshWorker> pingmesh;            // null when disabled
   HttpServer http;
 
   std::mutex mu;
