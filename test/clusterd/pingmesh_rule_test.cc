@@ -7,6 +7,8 @@
 
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/state/pingmesh_rule.h"
+#include "clusterd/state/validation.h"
+#include "common/validation.h"
 #include "clusterd/storage/memory_store.h"
 #include "state_fixtures.h"
 
@@ -165,12 +167,38 @@ TEST_F(PingmeshRuleTest, NoDataIsNotHealthAndANodeSpeaksOnlyForItsOwnProbes) {
   EXPECT_TRUE(Active().empty());
 }
 
+// Where peers probe an agent: an IP literal and a port, or a port alone; a
+// hello naming anything else is refused before anything changes.
+TEST(PingmeshProbeAddress, OnlyLiteralsAndPortsAreTaken) {
+  for (const char* ok : {"10.0.0.7:11255", ":11255", "[fd00::7]:1", "127.0.0.1:65535"}) {
+    EXPECT_TRUE(IsProbeAddressText(ok)) << ok;
+  }
+  for (const char* bad : {"", "11255", "node-7:11255", "10.0.0.7:0", "10.0.0.7:65536", "10.0.0.7:", "fd00::7:1",
+                          "[fd00::7]", "[10.0.0.7]:1", "10.0.0.7:12a", "10.0.0.300:1", ":-1"}) {
+    EXPECT_FALSE(IsProbeAddressText(bad)) << bad;
+  }
+  v1::Hello hello = testing::MakeHello("n1", 1, 0);
+  hello.set_probe_address("node-7.example:11255");
+  const Status st = ValidateHello(hello);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("hello.probe_address"), std::string::npos) << st.message();
+  hello.set_probe_address(":11255");
+  EXPECT_TRUE(ValidateHello(hello).ok());
+}
+
 TEST(PingmeshPolicy, OutOfBoundsIsRefused) {
   PingmeshPolicy p;
   p.window = 100ms;
   EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
   p = PingmeshPolicy{};
   p.raise_after = 0;
+  EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
+  p = PingmeshPolicy{};
+  p.attempts = 5;
+  p.timeout = std::chrono::seconds(2);  // 5 x 2 s is not shorter than the 10 s interval
+  EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
+  p = PingmeshPolicy{};
+  p.limits.peers_per_node = 0;
   EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
   p = PingmeshPolicy{};
   p.rules.bad_loss = 2;
