@@ -1,5 +1,5 @@
 // Who made a write: derived in one place at the gRPC edge
-// (server/auth.h: Authenticator) or given to an integration's command facade
+// (edge/auth.h: Authenticator) or given to an integration's command facade
 // (integration.h), and passed down to the write, which records actor().
 // Domain code sees only this struct, never the transport.
 #pragma once

@@ -1,5 +1,5 @@
 // Roles and what decides them (docs/security.md). Domain-level: the gRPC edge
-// (server/authz.h) maps methods to roles; this file only names the roles and
+// (edge/authz.h) maps methods to roles; this file only names the roles and
 // derives a principal's roles and scopes from its user name and groups.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Checking a bearer token with a token-review service: the interface the
-// gRPC edge's authenticator uses (server/auth.h). The implementation on the
+// gRPC edge's authenticator uses (edge/auth.h). The implementation on the
 // Kubernetes TokenReview API (authentication.k8s.io/v1) is the Kubernetes
 // room's (MakeKubernetesTokenReviewer).
 #pragma once

@@ -23,7 +23,7 @@
 #include "clusterd/server/probe_routes.h"
 #include "clusterd/server/server.h"
 #include "clusterd/server/server_parts.h"
-#include "clusterd/server/tls.h"
+#include "clusterd/edge/tls.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "clusterd/storage/v1/replica.pb.h"
 #include "common/config_util.h"

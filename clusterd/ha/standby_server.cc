@@ -11,11 +11,11 @@
 #include <grpcpp/server_builder.h>
 
 #include "clusterd/engine/watch_hub.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
 #include "clusterd/server/server_parts.h"
-#include "clusterd/server/tls.h"
+#include "clusterd/edge/tls.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/key_codec.h"

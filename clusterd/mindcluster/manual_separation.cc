@@ -277,8 +277,8 @@ StatusOr<ManualSeparatePolicy> ParseManualSeparatePolicy(std::string_view yaml) 
   return p;
 }
 
-recovery::SeparationPolicy ToSeparationPolicy(const ManualSeparatePolicy& p, const recovery::SeparationPolicy& base) {
-  recovery::SeparationPolicy out = base;
+SeparationPolicy ToSeparationPolicy(const ManualSeparatePolicy& p, const SeparationPolicy& base) {
+  SeparationPolicy out = base;
   out.enabled = p.enabled;
   out.threshold = static_cast<uint32_t>(p.fault_threshold);
   out.window = std::chrono::hours(p.fault_window_hours);

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "clusterd/mindcluster/device_info.h"  // kManuallySeparateNPU
-#include "clusterd/recovery/separation.h"
+#include "clusterd/state/separation.h"
 #include "common/status.h"
 
 namespace clusterd::mindcluster {
@@ -61,7 +61,7 @@ StatusOr<ManualSeparatePolicy> ParseManualSeparatePolicy(std::string_view yaml);
 
 // The policy ClusterD's separation tracker runs with: `p`'s fields over
 // `base` (its settle time, which the reference fixes at 30 s, is kept).
-recovery::SeparationPolicy ToSeparationPolicy(const ManualSeparatePolicy& p, const recovery::SeparationPolicy& base);
+SeparationPolicy ToSeparationPolicy(const ManualSeparatePolicy& p, const SeparationPolicy& base);
 
 // One separated chip as the manual-info ConfigMap lists it.
 struct ManualChip {

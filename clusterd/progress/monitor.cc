@@ -5,6 +5,7 @@
 #include <google/protobuf/util/time_util.h>
 
 #include "common/logging.h"
+#include "common/validation.h"
 
 namespace clusterd {
 namespace {
@@ -209,6 +210,36 @@ Status ProgressMonitor::Report(const v1::Job& job, const v1::ProgressReport& rep
   t.tracker.Ingest(report, now, sender.id);
   reports_->Inc();
   return Status::Ok();
+}
+
+Status ProgressMonitor::ReportFromNode(const std::string& node, const v1::JobProgressReport& report) {
+  if (Status st = ValidateNodeName("progress.job_id", report.job_id()); !st.ok()) return st;
+  return state_->Read([&](const StateView& view) -> Status {
+    auto it = view.jobs().find(report.job_id());
+    if (it == view.jobs().end()) return NotFound("progress: job " + report.job_id() + " does not exist");
+    std::set<uint32_t> here;
+    for (const auto& placed : it->second.placement()) {
+      if (placed.node() == node) here.insert(placed.rank());
+    }
+    for (const auto& r : report.report().ranks()) {
+      if (!here.contains(r.rank())) {
+        return InvalidArgument("progress: rank " + std::to_string(r.rank()) + " of job " + report.job_id() +
+                               " is not placed on node " + node);
+      }
+    }
+    // Its own budget, and its word moves its own ranks only
+    // (ProgressSender): a node cannot spend another's.
+    return Report(it->second, report.report(), ProgressSender{"node/" + node, here.size()});
+  });
+}
+
+Status ProgressMonitor::ReportFromJobAgent(const std::string& job_id, const v1::ProgressReport& report) {
+  return state_->Read([&](const StateView& view) -> Status {
+    auto it = view.jobs().find(job_id);
+    if (it == view.jobs().end()) return NotFound("progress: job " + job_id + " does not exist");
+    // The job's own agent speaks for every rank.
+    return Report(it->second, report, ProgressSender{"job-agent", static_cast<size_t>(it->second.placement_size())});
+  });
 }
 
 std::optional<v1::JobProgress> ProgressMonitor::Live(const std::string& job_id) const {
@@ -495,26 +526,17 @@ TimePoint ProgressMonitor::RunOnce() {
 }
 
 void ProgressMonitor::Start() {
-  thread_ = std::thread([this] {
-    std::unique_lock lock(run_mu_);
-    while (!stop_) {
-      lock.unlock();
-      const TimePoint next = RunOnce();
-      lock.lock();
-      // The clock may be a test's: wait at most an interval of real time.
-      const auto wait = std::clamp<Duration>(next - clock_->Now(), Duration(0), options_.interval);
-      run_cv_.wait_for(lock, wait, [this] { return stop_; });
-    }
-  });
+  own_executor_ = std::make_unique<ThreadExecutor>(clock_, "progress");
+  Start(own_executor_.get());
+}
+
+void ProgressMonitor::Start(Executor* executor) {
+  passes_ = executor->Repeat(clock_->Now(), [this] { return RunOnce(); });
 }
 
 void ProgressMonitor::Stop() {
-  {
-    std::lock_guard lock(run_mu_);
-    stop_ = true;
-  }
-  run_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  passes_.Cancel();
+  if (own_executor_) own_executor_->Stop();
 }
 
 }  // namespace clusterd

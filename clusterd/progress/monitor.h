@@ -14,25 +14,26 @@
 //   GetJob answers the live values (Live).
 //
 // Threads: Report runs on gRPC threads (the caller holds the state's shared
-// lock and hands the job); RunOnce on the monitor's thread (Start) or a
-// test's; both take the monitor's mutex, never the state's exclusive lock:
-// the writes go through the Engine.
+// lock and hands the job); RunOnce on an executor (common/executor.h: its
+// own thread with Start(), a test's ManualExecutor with Start(executor)) or
+// a test's thread; both take the monitor's mutex, never the state's
+// exclusive lock: the writes go through the Engine.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <tuple>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <unordered_map>
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/progress/tracker.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/v1/agent.pb.h"
+#include "common/executor.h"
 #include "common/metrics.h"
 
 namespace clusterd {
@@ -73,6 +74,17 @@ class ProgressMonitor {
   // ResourceExhausted (the sender's rate for the job, max_jobs); nothing of a
   // refused report is taken.
   Status Report(const v1::Job& job, const v1::ProgressReport& report, const ProgressSender& sender);
+  // Where the adapters hand a report in (they check nothing of it
+  // themselves); each reads the job under the state's shared lock and calls
+  // Report. Any thread, no lock held.
+  //
+  // A NodeD's report of the ranks on its own node (NodeAgentService.Connect):
+  // InvalidArgument for a malformed job id or a rank the job does not place
+  // on `node`, NotFound for a job ClusterD does not know; the node's budget
+  // is its own (ProgressSender "node/<node>").
+  Status ReportFromNode(const std::string& node, const v1::JobProgressReport& report);
+  // The job's own agent (JobService.Attach): it speaks for every rank.
+  Status ReportFromJobAgent(const std::string& job_id, const v1::ProgressReport& report);
   // The job's live progress (for GetJob); nullopt when it never reported
   // since ClusterD started.
   std::optional<v1::JobProgress> Live(const std::string& job_id) const;
@@ -84,7 +96,13 @@ class ProgressMonitor {
   // job's hang timeout runs out before.
   TimePoint RunOnce();
 
+  // RunOnce whenever the last pass says, on a thread of the monitor's own.
   void Start();
+  // The same on `executor` (on the monitor's clock; a test's
+  // ManualExecutor): its owner stops it, or runs nothing more of it, before
+  // destroying the monitor.
+  void Start(Executor* executor);
+  // No pass after it returns (with Start(): the thread is joined).
   void Stop();
 
  private:
@@ -151,10 +169,8 @@ class ProgressMonitor {
   mutable std::mutex exported_mu_;
   std::vector<Exported> exported_;
 
-  std::mutex run_mu_;
-  std::condition_variable run_cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  std::unique_ptr<ThreadExecutor> own_executor_;  // Start()
+  TaskHandle passes_;
 };
 
 }  // namespace clusterd

@@ -1,6 +1,6 @@
 #include "clusterd/server/admin_service.h"
 
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/server/submit.h"
 #include "clusterd/state/rules.h"
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "clusterd/engine/engine.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 

@@ -8,9 +8,9 @@
 #include <google/protobuf/util/time_util.h>
 #include <grpcpp/alarm.h>
 
-#include "clusterd/server/auth.h"
-#include "clusterd/server/grpc_status.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/auth.h"
+#include "clusterd/edge/grpc_status.h"
+#include "clusterd/edge/stream_writer.h"
 #include "clusterd/state/pingmesh_rule.h"
 #include "common/duration.h"
 #include "common/validation.h"
@@ -262,27 +262,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         // report is refused and logged, never the end of the node's stream.
         if (service_->messages_other) service_->messages_other->Inc();
         if (service_->progress() == nullptr) return Status::Ok();
-        const v1::JobProgressReport& p = req_.progress();
-        Status st = ValidateNodeName("progress.job_id", p.job_id());
-        if (st.ok()) {
-          st = service_->state()->Read([&](const StateView& view) -> Status {
-            auto it = view.jobs().find(p.job_id());
-            if (it == view.jobs().end()) return NotFound("progress: job " + p.job_id() + " does not exist");
-            std::set<uint32_t> here;
-            for (const auto& placed : it->second.placement()) {
-              if (placed.node() == node_) here.insert(placed.rank());
-            }
-            for (const auto& r : p.report().ranks()) {
-              if (!here.contains(r.rank())) {
-                return InvalidArgument("progress: rank " + std::to_string(r.rank()) + " of job " + p.job_id() +
-                                       " is not placed on node " + node_);
-              }
-            }
-            // Its own budget, and its word moves its own ranks only
-            // (ProgressSender): a node cannot spend another's.
-            return service_->progress()->Report(it->second, p.report(), ProgressSender{"node/" + node_, here.size()});
-          });
-        }
+        // Who may report which rank, and the job: the monitor's
+        // (progress/monitor.h, ReportFromNode).
+        const Status st = service_->progress()->ReportFromNode(node_, req_.progress());
         if (!st.ok()) LogProgressRefused(st);
         return Status::Ok();
       }

@@ -12,8 +12,8 @@
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/progress/monitor.h"
-#include "clusterd/server/auth.h"
-#include "clusterd/server/peer_limiter.h"
+#include "clusterd/edge/auth.h"
+#include "clusterd/edge/peer_limiter.h"
 #include "clusterd/state/agent_outbox.h"
 #include "clusterd/v1/agent.grpc.pb.h"
 #include "common/metrics.h"

@@ -6,9 +6,9 @@
 #include <boost/asio/post.hpp>
 
 #include "clusterd/state/response_limits.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/server/shared_events_response.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
 

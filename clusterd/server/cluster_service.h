@@ -12,8 +12,8 @@
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/engine/watch_hub.h"
-#include "clusterd/server/auth.h"
-#include "clusterd/server/peer_limiter.h"
+#include "clusterd/edge/auth.h"
+#include "clusterd/edge/peer_limiter.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"

@@ -27,7 +27,7 @@
 
 #include "clusterd/progress/monitor.h"
 #include "clusterd/engine/watch_hub.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/v1/mindcluster.pb.h"
 #include "common/http_server.h"

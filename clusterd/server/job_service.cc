@@ -3,8 +3,8 @@
 #include <memory>
 #include <mutex>
 
-#include "clusterd/server/auth.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/auth.h"
+#include "clusterd/edge/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
 #include "common/validation.h"
@@ -221,16 +221,8 @@ grpc::ServerBidiReactor<v1::AttachRequest, v1::AttachResponse>* JobServiceImpl::
 }
 
 v1::AttachResponse JobServiceImpl::TakeProgress(const std::string& job, const v1::ProgressReport& report) {
-  Status st =
-      progress_ == nullptr
-          ? Unavailable("progress: not tracked by this server")
-          : state_->Read([&](const StateView& view) -> Status {
-              auto it = view.jobs().find(job);
-              if (it == view.jobs().end()) return NotFound("progress: job " + job + " does not exist");
-              // The job's own agent speaks for every rank.
-              return progress_->Report(it->second, report,
-                                       ProgressSender{"job-agent", static_cast<size_t>(it->second.placement_size())});
-            });
+  const Status st = progress_ == nullptr ? Unavailable("progress: not tracked by this server")
+                                         : progress_->ReportFromJobAgent(job, report);
   v1::AttachResponse out;
   out.mutable_progress_ack()->set_accepted(st.ok());
   if (!st.ok()) out.mutable_progress_ack()->set_error(st.ToString());

@@ -8,7 +8,7 @@
 #include "clusterd/progress/monitor.h"
 #include "clusterd/recovery/coordinator/coordinator.h"
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/v1/job.grpc.pb.h"
 

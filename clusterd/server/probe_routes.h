@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "common/http_server.h"
 
 namespace clusterd {

@@ -39,7 +39,7 @@
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
 #include "clusterd/server/admin_service.h"
 #include "clusterd/server/agent_service.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/server/health_service.h"
 #include "clusterd/server/http_api.h"
@@ -50,7 +50,7 @@
 #include "clusterd/server/self_check.h"
 #include "clusterd/server/server_parts.h"
 #include "clusterd/server/status_page.h"
-#include "clusterd/server/tls.h"
+#include "clusterd/edge/tls.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/state/response_limits.h"
@@ -67,6 +67,7 @@ namespace clusterd {
 struct ClusterdServer::Impl {
   ClusterdConfig config;
   const Clock* clock;
+  Executor* timers = nullptr;  // SetTimers; nullptr: each its own thread
   MetricsRegistry metrics;
   Catalog catalog;
   // The state, its store and its one writer (OpenState, StartWriter).
@@ -88,7 +89,7 @@ struct ClusterdServer::Impl {
   // Job progress: hangs, slow ranks, ETTR (progress/monitor.h).
   std::unique_ptr<ProgressMonitor> progress;
   // The gRPC edge (MakeServices, StartGrpc): who made each write
-  // (server/auth.h), before the services that use it.
+  // (edge/auth.h), before the services that use it.
   std::unique_ptr<TokenReviewer> token_reviewer;
   std::unique_ptr<Authenticator> authenticator;
   std::unique_ptr<boost::asio::thread_pool> watch_pool;
@@ -312,9 +313,13 @@ Status ClusterdServer::Impl::StartWriter() {
   po.snapshot_interval = cfg.progress_snapshot_interval;
   po.max_jobs = cfg.progress_max_jobs;
   progress = std::make_unique<ProgressMonitor>(
-      state.get(), [engine = engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); }, clock, po,
-      &metrics);
-  progress->Start();
+      state.get(), [engine = engine.get()](Engine::Apply apply) { return engine->Submit(std::move(apply)); },
+      timers != nullptr ? &timers->clock() : clock, po, &metrics);
+  if (timers != nullptr) {
+    progress->Start(timers);
+  } else {
+    progress->Start();
+  }
 
   return Status::Ok();
 }
@@ -330,7 +335,7 @@ Status ClusterdServer::Impl::MakeServices() {
   ao.hello_timeout = cfg.hello_timeout;
   ao.max_streams_per_peer = cfg.max_streams_per_peer;
   ao.inventory_update_interval = cfg.inventory_update_interval;
-  // Who may call what (server/auth.h), before the services that ask it.
+  // Who may call what (edge/auth.h), before the services that ask it.
   auto made_auth = MakeConfiguredAuthenticator(cfg, &metrics, &token_reviewer);
   if (!made_auth.ok()) return made_auth.status();
   authenticator = std::move(*made_auth);
@@ -350,6 +355,7 @@ Status ClusterdServer::Impl::MakeServices() {
   mfo.max_registrations_per_principal =
       std::min(cfg.mindcluster_max_registrations_per_principal, cfg.mindcluster_max_subscribers);
   mfo.registration_ttl = cfg.mindcluster_registration_ttl;
+  mfo.timers = timers;
   services.mindcluster_fault = std::make_unique<MindClusterFaultService>(state.get(), hub.get(), watch_pool.get(), mfo,
                                                                          &metrics, authenticator.get());
   {
@@ -374,6 +380,7 @@ Status ClusterdServer::Impl::MakeServices() {
   ro.mindio_wait = cfg.mindcluster_taskd_wait;
   ro.om_wait = cfg.mindcluster_om_wait;
   ro.store = store.get();  // the NIC switches and stress tests kept
+  ro.executor = timers;
   const auto& integrations = cfg.integrations;
   if (std::find(integrations.begin(), integrations.end(), "kubernetes") != integrations.end() ||
       std::find(integrations.begin(), integrations.end(), "mindcluster") != integrations.end()) {
@@ -613,6 +620,8 @@ void ClusterdServer::WrapStore(StoreWrapper wrapper) { impl_->store_wrapper = st
 void ClusterdServer::AddHttpHandler(std::string method, std::string path, HttpServer::Handler handler) {
   impl_->extra_routes.push_back({std::move(method), std::move(path), std::move(handler)});
 }
+
+void ClusterdServer::SetTimers(Executor* timers) { impl_->timers = timers; }
 
 void ClusterdServer::SetReadinessCheck(std::function<std::string()> check) { impl_->readiness = std::move(check); }
 

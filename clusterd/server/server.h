@@ -10,6 +10,7 @@
 #include "clusterd/engine/integration.h"
 #include "clusterd/storage/store.h"
 #include "common/clock.h"
+#include "common/executor.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -42,6 +43,13 @@ class ClusterdServer {
   // Before Start: one more route on the HTTP port (HttpServer::Handle), which
   // does its own authorization (high availability's checkpoint transfer).
   void AddHttpHandler(std::string method, std::string path, HttpServer::Handler handler);
+  // Before Start: where the timed work of the progress monitor (its passes,
+  // on `timers`' clock), TaskD's Recover service and the fault.Fault service
+  // runs (common/executor.h): a test's ManualExecutor over a FakeClock steps
+  // a hang, a keep-alive or a send interval instead of waiting it out. By
+  // default each has a thread of its own on the real clocks. Must outlive
+  // the server.
+  void SetTimers(Executor* timers);
 
   // Opens the store, loads state, starts the writer, gRPC, HTTP and the
   // integrations.

@@ -8,7 +8,7 @@
 
 #include "clusterd/auth/token_review.h"
 #include "clusterd/config/config.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/server/cluster_service.h"
 #include "clusterd/state/mutation.h"
 #include "common/http_server.h"

@@ -5,7 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "clusterd/engine/engine.h"
-#include "clusterd/server/grpc_status.h"
+#include "clusterd/edge/grpc_status.h"
 
 namespace clusterd {
 

@@ -4,7 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "clusterd/server/peer_limiter.h"
+#include "clusterd/edge/peer_limiter.h"
 #include "clusterd/server/server.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/http_get.h"

@@ -8,12 +8,12 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/engine/integration.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/server/registries.h"
 #include "clusterd/server/server.h"
 #include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
-#include "fake_cluster_commands.h"
+#include "test/support/fakes/fake_cluster_commands.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/temp_dir.h"

@@ -13,7 +13,7 @@
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/dra.h"
 #include "clusterd/k8s/integration.h"
-#include "fake_cluster_commands.h"
+#include "test/support/fakes/fake_cluster_commands.h"
 #include "k8s_objects.h"
 
 namespace clusterd {

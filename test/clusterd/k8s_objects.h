@@ -15,7 +15,7 @@
 #include "clusterd/k8s/context.h"
 #include "clusterd/v1/types.pb.h"
 #include "common/clock.h"
-#include "fake_k8s_client.h"
+#include "test/support/fakes/fake_k8s_client.h"
 
 namespace clusterd::testing {
 

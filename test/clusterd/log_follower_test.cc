@@ -19,7 +19,7 @@
 #include "clusterd/ha/replication/replicated_store.h"
 #include "clusterd/storage/memory_store.h"
 #include "common/clock.h"
-#include "fake_log.h"
+#include "test/support/fakes/fake_log.h"
 #include "test/support/wait.h"
 
 namespace clusterd::ha {

@@ -2,7 +2,8 @@
 // gRPC stubs: Register's codes, SubscribeFaultMsgSignal driven by an agent's
 // device faults, re-registration, cluster-wide subscribers, job deletion,
 // GetFaultMsgSignal, the subscriber limit and the per-client (principal)
-// limit on registrations.
+// limit on registrations. The send interval and the registration TTL are
+// measured on a FakeClock the tests move (no test waits them out).
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "clusterd/server/server.h"
 #include "clusterd/v1/job.grpc.pb.h"
 #include "common/grpc/credentials.h"
+#include "common/executor.h"
 #include "mindcluster/fault.grpc.pb.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/grpc/stream_reader.h"
@@ -47,9 +49,15 @@ class Subscription : public testing::StreamReader<fault::FaultMsgSignal> {
                      nullptr, kDeadline) {}
 };
 
+// The server's timed work on a ManualExecutor over a FakeClock
+// (ClusterdServer::SetTimers): a subscriber's next message waits for the send
+// interval (1 s) of that clock, a registration's TTL is measured on it.
 class MindClusterFaultTest : public testing::ClusterdServerTest {
  protected:
-  void SetUp() override { StartServer(); }
+  void SetUp() override {
+    timers_ = &executor_;
+    StartServer();
+  }
   void OnServerStarted() override {
     fault_ = fault::Fault::NewStub(channel_);
     jobs_ = v1::JobService::NewStub(channel_);
@@ -145,6 +153,21 @@ class MindClusterFaultTest : public testing::ClusterdServerTest {
     return WaitFor([&] { return Metric("clusterd_mindcluster_fault_subscribers") == n; }, kDeadline);
   }
 
+  // The first `n` messages of `sub` (fewer at the deadline): the clock moves
+  // 100 ms at each look, so that a flush waiting out the send interval goes.
+  std::vector<fault::FaultMsgSignal> AwaitMessages(Subscription& sub, size_t n) {
+    WaitFor(
+        [&] {
+          if (sub.Messages().size() >= n) return true;
+          executor_.Advance(std::chrono::milliseconds(100));
+          return false;
+        },
+        kDeadline);
+    return sub.Messages();
+  }
+
+  FakeClock clock_;
+  ManualExecutor executor_{&clock_};
   std::unique_ptr<fault::Fault::Stub> fault_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   bool tls_ = false;  // StartTlsServer: the HTTP port is TLS
@@ -207,7 +230,7 @@ TEST_F(MindClusterFaultTest, FaultThenNormalOnce) {
   ASSERT_TRUE(WaitLive(1));
 
   ASSERT_TRUE(agent.Transition(1, true, 3, "80E01801"));  // RESTART_BUSINESS on the job's device
-  auto msgs = sub.WaitMessages(1);
+  auto msgs = AwaitMessages(sub, 1);
   ASSERT_EQ(msgs.size(), 1u);
   EXPECT_EQ(msgs[0].jobid(), "mindie-job-0001");
   EXPECT_EQ(msgs[0].signaltype(), "fault");
@@ -226,7 +249,7 @@ TEST_F(MindClusterFaultTest, FaultThenNormalOnce) {
   // "normal".
   ASSERT_TRUE(agent.Transition(2, true, 5, "80E01801"));
   ASSERT_TRUE(agent.Transition(3, false, 3, "80E01801"));
-  msgs = sub.WaitMessages(2);
+  msgs = AwaitMessages(sub, 2);
   ASSERT_EQ(msgs.size(), 2u);
   EXPECT_EQ(msgs[1].signaltype(), "normal");
   EXPECT_EQ(msgs[1].jobid(), "mindie-job-0001");
@@ -237,7 +260,7 @@ TEST_F(MindClusterFaultTest, FaultThenNormalOnce) {
   // "normal" comes: the next message is the new fault alone.
   ASSERT_TRUE(agent.Transition(4, true, 2, "80818200"));
   ASSERT_TRUE(agent.Transition(5, true, 3, "80E01801"));
-  msgs = sub.WaitMessages(3);
+  msgs = AwaitMessages(sub, 3);
   ASSERT_EQ(msgs.size(), 3u);
   EXPECT_EQ(msgs[2].signaltype(), "fault");
   ASSERT_EQ(msgs[2].nodefaultinfo_size(), 1);
@@ -267,12 +290,12 @@ TEST_F(MindClusterFaultTest, RegisteringAgainEndsTheOlderStream) {
   Subscription third(fault_.get(), "mindie-job-0001", "controller");
   EXPECT_EQ(second.WaitEnd().error_code(), grpc::StatusCode::ABORTED);
   ASSERT_TRUE(agent.Transition(1, true, 0, "80E01801"));
-  EXPECT_EQ(other.WaitMessages(1).size(), 1u);
+  EXPECT_EQ(AwaitMessages(other, 1).size(), 1u);
   // Whether the third stream's baseline saw the fault or not, the clear
   // changes what it was told.
   ASSERT_TRUE(agent.Transition(2, false, 0, "80E01801"));
-  EXPECT_EQ(other.WaitMessages(2).size(), 2u);
-  auto msgs = third.WaitMessages(1);
+  EXPECT_EQ(AwaitMessages(other, 2).size(), 2u);
+  auto msgs = AwaitMessages(third, 1);
   ASSERT_GE(msgs.size(), 1u);
   EXPECT_EQ(msgs.back().jobid(), "mindie-job-0001");
 }
@@ -295,7 +318,9 @@ TEST_F(MindClusterFaultTest, ClusterSubscriberGetsPerJobMessages) {
   ASSERT_TRUE(WaitFor(
       [&] {
         for (const auto& m : sub.Messages()) latest[m.jobid()] = m;
-        return latest.size() == 2;
+        if (latest.size() == 2) return true;
+        executor_.Advance(std::chrono::milliseconds(100));  // a change within the send interval waits for it
+        return false;
       },
       kDeadline));
   EXPECT_EQ(latest.count(""), 0u);
@@ -309,7 +334,7 @@ TEST_F(MindClusterFaultTest, ClusterSubscriberGetsPerJobMessages) {
   // Clearing job a's fault: a "normal" for job a only.
   const size_t before = sub.Messages().size();
   ASSERT_TRUE(agent.Transition(4, false, 1, "80E01801"));
-  auto msgs = sub.WaitMessages(before + 1);
+  auto msgs = AwaitMessages(sub, before + 1);
   ASSERT_EQ(msgs.size(), before + 1);
   EXPECT_EQ(msgs.back().jobid(), "mindie-job-000a");
   EXPECT_EQ(msgs.back().signaltype(), "normal");
@@ -325,8 +350,9 @@ TEST_F(MindClusterFaultTest, DeletedJobEndsItsSubscription) {
   Subscription sub(fault_.get(), "mindie-job-0001", "controller");
   ASSERT_TRUE(WaitLive(1));
   ASSERT_TRUE(agent.Transition(1, true, 0, "80E01801"));
-  ASSERT_EQ(sub.WaitMessages(1).size(), 1u);
+  ASSERT_EQ(AwaitMessages(sub, 1).size(), 1u);
   DeleteJob("mindie-job-0001");
+  AwaitMessages(sub, 2);  // the last "normal" waits for the send interval
   grpc::Status st = sub.WaitEnd();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
   auto msgs = sub.Messages();
@@ -412,13 +438,9 @@ TEST_F(MindClusterFaultTest, RegistrationsWithoutAStreamExpire) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     EXPECT_NE(st.error_message().find("expires after 1 s"), std::string::npos) << st.error_message();
   }
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        Register("", "third", &st);
-        return st.ok();
-      },
-      kDeadline))
-      << st.error_message();
+  executor_.Advance(std::chrono::seconds(1));  // the TTL, on the clock
+  Register("", "third", &st);
+  EXPECT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations"), 2);
   EXPECT_GE(Metric("clusterd_mindcluster_fault_registrations_expired_total"), 1);
   // "gone" is no longer registered: its stream is refused.
@@ -515,13 +537,9 @@ TEST_F(MindClusterFaultTest, AnExpiredRegistrationFreesItsOwnersSlot) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     EXPECT_NE(st.error_message().find("held by client 127.0.0.1"), std::string::npos) << st.error_message();
   }
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        Register("", "second", &st);
-        return st.ok();
-      },
-      kDeadline))
-      << st.error_message();
+  executor_.Advance(std::chrono::seconds(1));  // the TTL, on the clock
+  Register("", "second", &st);
+  EXPECT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations"), 1);
   EXPECT_EQ(Metric("clusterd_mindcluster_fault_registrations_expired_total"), 1);
 }

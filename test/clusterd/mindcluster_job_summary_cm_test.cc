@@ -16,8 +16,8 @@
 #include "clusterd/mindcluster/job_summary_cm.h"
 #include "clusterd/mindcluster/k8s/job_summaries.h"
 #include "common/clock.h"
-#include "fake_cluster_commands.h"
-#include "fake_k8s_client.h"
+#include "test/support/fakes/fake_cluster_commands.h"
+#include "test/support/fakes/fake_k8s_client.h"
 
 namespace clusterd {
 namespace {

@@ -210,6 +210,9 @@ TEST_F(MindClusterJobsTest, TheListGivesEveryJobAtOnceThenEachChangeInOrder) {
 
 TEST_F(MindClusterJobsTest, TheSingleSignalStreamHasNoHistory) {
   Create(MakeJob("job-a-0002", 2));
+  // The feed has taken the job (else its summary could reach the stream
+  // below as a change).
+  ASSERT_TRUE(WaitFor([&] { return Metric("clusterd_mindcluster_job_summaries") == 1; }));
   const std::string id = RegisterOk("CCAgent");
   StreamReader<job::JobSummarySignal> sub([&](grpc::ClientContext* ctx) {
     job::ClientInfo info;

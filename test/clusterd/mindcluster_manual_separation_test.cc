@@ -26,7 +26,7 @@ TEST(ManualSeparatePolicyTest, ParsesTheReferencesDefault) {
   auto p = ParseManualSeparatePolicy(kDefault);
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_EQ(*p, (ManualSeparatePolicy{true, 24, 3, 48}));
-  recovery::SeparationPolicy base;
+  SeparationPolicy base;
   base.settle = 7s;
   const auto policy = ToSeparationPolicy(*p, base);
   EXPECT_TRUE(policy.enabled);
@@ -34,7 +34,7 @@ TEST(ManualSeparatePolicyTest, ParsesTheReferencesDefault) {
   EXPECT_EQ(policy.window, std::chrono::hours(24));
   EXPECT_EQ(policy.release_after, std::optional<std::chrono::nanoseconds>(std::chrono::hours(48)));
   EXPECT_EQ(policy.settle, 7s);  // ClusterD's own
-  EXPECT_TRUE(recovery::ValidateSeparationPolicy(policy).ok());
+  EXPECT_TRUE(ValidateSeparationPolicy(policy).ok());
 }
 
 TEST(ManualSeparatePolicyTest, AcceptsWhatYamlV2Accepts) {

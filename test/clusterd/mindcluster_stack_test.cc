@@ -17,8 +17,8 @@
 #include "clusterd/mindcluster/node_info.h"
 #include "clusterd/mindcluster/switch_info.h"
 #include "common/clock.h"
-#include "fake_cluster_commands.h"
-#include "fake_k8s_client.h"
+#include "test/support/fakes/fake_cluster_commands.h"
+#include "test/support/fakes/fake_k8s_client.h"
 
 namespace clusterd {
 namespace {

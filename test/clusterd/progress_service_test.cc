@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "common/executor.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
 #include "test/support/grpc/agent_client.h"
@@ -126,7 +127,22 @@ class ProgressServiceTest : public testing::ClusterdServerTest {
   std::vector<v1::Command> commands_;
 };
 
-TEST_F(ProgressServiceTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
+// The monitor's passes on a ManualExecutor over a FakeClock
+// (ClusterdServer::SetTimers): a pass runs when the test moves the clock, and
+// a 2 s hang timeout passes then, not in real seconds; the rest of ClusterD
+// runs as usual.
+class ProgressClockTest : public ProgressServiceTest {
+ protected:
+  void SetUp() override {
+    timers_ = &executor_;
+    ProgressServiceTest::SetUp();
+  }
+
+  FakeClock clock_;
+  ManualExecutor executor_{&clock_};
+};
+
+TEST_F(ProgressClockTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
   CreateJob({});
   Attach();
   uint64_t step = 0;
@@ -134,6 +150,7 @@ TEST_F(ProgressServiceTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
     step += 10;
     ASSERT_TRUE(Steps(step, [](uint32_t k) { return k == 5 ? 1400 : 1000; }).accepted());
   }
+  executor_.Advance(std::chrono::seconds(1));  // the monitor's next pass
   ASSERT_TRUE(WaitFor([&] { return ProgressFaults("SLOW_RANK").size() == 1; }));
   const v1::Fault f = ProgressFaults("SLOW_RANK")[0];
   EXPECT_EQ(f.node(), "worker01");
@@ -164,17 +181,19 @@ TEST_F(ProgressServiceTest, ASlowRankIsNamedOnItsChipAndInGetJob) {
     step += 10;
     ASSERT_TRUE(Steps(step, [](uint32_t) { return 1000; }).accepted());
   }
+  executor_.Advance(std::chrono::seconds(1));
   EXPECT_TRUE(WaitFor([&] { return ProgressFaults("SLOW_RANK").empty(); }));
 }
 
-TEST_F(ProgressServiceTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances) {
+TEST_F(ProgressClockTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances) {
   v1::ProgressPolicy policy;
   policy.mutable_hang_timeout()->set_seconds(2);
   CreateJob(policy);
   Attach();
   ASSERT_TRUE(Steps(10, [](uint32_t) { return 1000; }).accepted());
   ASSERT_TRUE(Steps(20, [](uint32_t) { return 1000; }).accepted());
-  // Then nothing: every rank stops at step 20.
+  // Then nothing: every rank stops at step 20, and 3 s of the clock pass.
+  executor_.Advance(std::chrono::seconds(3));
   ASSERT_TRUE(WaitFor([&] { return !ProgressFaults("JOB_HANG").empty(); }));
   const auto hangs = ProgressFaults("JOB_HANG");
   ASSERT_EQ(hangs.size(), 1u) << "no rank to blame: one fault names the job";
@@ -195,6 +214,7 @@ TEST_F(ProgressServiceTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances
   // the time it lost is the hang's.
   ASSERT_TRUE(Steps(10, [](uint32_t) { return 1000; }).accepted());
   ASSERT_TRUE(Steps(20, [](uint32_t) { return 1000; }).accepted());
+  executor_.Advance(std::chrono::seconds(1));  // the monitor's next pass
   EXPECT_TRUE(WaitFor([&] { return ProgressFaults("JOB_HANG").empty(); }));
   const v1::Job job = GetJob();
   ASSERT_GE(job.progress().lost_by_cause_size(), 1);
@@ -234,7 +254,7 @@ TEST_F(ProgressServiceTest, AHangRestartsTheProcessesAndClearsOnceTheJobAdvances
 // job stops with worker02's ranks at step 20 while worker01's agent claims
 // 21 for its own: one JOB_HANG that names the job, none on worker02 (before,
 // JOB_HANG went to each of worker02's ranks as "stopped first").
-TEST_F(ProgressServiceTest, ANodeClaimingToBeAheadPutsNoHangOnTheOtherNode) {
+TEST_F(ProgressClockTest, ANodeClaimingToBeAheadPutsNoHangOnTheOtherNode) {
   v1::CreateJobRequest req;
   v1::Job* job = req.mutable_job();
   job->set_id("train");
@@ -266,6 +286,13 @@ TEST_F(ProgressServiceTest, ANodeClaimingToBeAheadPutsNoHangOnTheOtherNode) {
     ASSERT_TRUE(report(b, 8, step));
   }
   ASSERT_TRUE(report(*agent_, 0, 21));  // worker01's word about its own ranks
+  // The five reports (sent, not acknowledged, on two streams) taken: then 3 s
+  // of the clock pass.
+  ASSERT_TRUE(WaitFor([&] {
+    const testing::HttpResult r = testing::HttpGet(server_->http_port(), "/metrics");
+    return r.status == 200 && testing::MetricValue(r.body, "clusterd_progress_reports_total") == 5;
+  }));
+  executor_.Advance(std::chrono::seconds(3));
   ASSERT_TRUE(WaitFor([&] { return !ProgressFaults("JOB_HANG").empty(); }));
   const auto hangs = ProgressFaults("JOB_HANG");
   ASSERT_EQ(hangs.size(), 1u);

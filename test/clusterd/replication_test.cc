@@ -17,6 +17,7 @@
 #include "clusterd/storage/schema.h"
 #include "clusterd/storage/v1/storage.pb.h"
 #include "common/metrics.h"
+#include "test/support/fakes/fake_log.h"
 
 namespace clusterd::replication {
 namespace {
@@ -152,42 +153,6 @@ TEST(LogEntry, ReadLogIndex) {
 
 // ---- Fakes ----------------------------------------------------------------
 
-// The replicated log: records every Append; can fail the next ones.
-class FakeLog final : public LogWriter {
- public:
-  enum class Mode { kOk, kFail, kCommitLoseAnswer };
-
-  Status Append(uint64_t index, const std::string& entry) override {
-    calls.push_back({index, entry});
-    if (on_append) on_append(index, entry);
-    switch (mode) {
-      case Mode::kFail: return error;
-      case Mode::kOk:
-      case Mode::kCommitLoseAnswer: break;
-    }
-    auto it = committed.find(index);
-    if (it != committed.end()) {
-      if (it->second != entry) return FailedPrecondition("entry " + std::to_string(index) + " holds other bytes");
-    } else {
-      if (index != committed.size() + 1) return FailedPrecondition("gap");
-      committed.emplace(index, entry);
-    }
-    if (mode == Mode::kCommitLoseAnswer) return Unavailable("deadline exceeded (committed)");
-    return Status::Ok();
-  }
-
-  void Fail(Status st) {
-    mode = Mode::kFail;
-    error = std::move(st);
-  }
-
-  Mode mode = Mode::kOk;
-  Status error;
-  std::vector<std::pair<uint64_t, std::string>> calls;
-  std::map<uint64_t, std::string> committed;
-  std::function<void(uint64_t, const std::string&)> on_append;
-};
-
 // A local store that can fail its next Write, and counts Reopens.
 class FlakyStore final : public storage::Store {
  public:
@@ -237,7 +202,7 @@ class ReplicatedStoreTest : public ::testing::Test {
   }
 
   MetricsRegistry metrics_;
-  FakeLog log_;
+  testing::FakeLog log_;
   FlakyStore* local_ = nullptr;  // owned by store_
   int fenced_calls_ = 0;
   Status fenced_status_;
@@ -247,14 +212,14 @@ class ReplicatedStoreTest : public ::testing::Test {
 TEST_F(ReplicatedStoreTest, AppendsBeforeTheLocalWrite) {
   ChangeSet changes = MixedChanges("a");
   bool local_had_it = true;
-  log_.on_append = [&](uint64_t, const std::string&) {
+  log_.OnAppend([&](uint64_t, const std::string&) {
     local_had_it = Has(*local_, Cf::kNodes, "node-a") || LogIndexOf(*local_) != 0;
-  };
+  });
   ASSERT_TRUE(store_->Write(changes).ok());
   EXPECT_FALSE(local_had_it);
-  ASSERT_EQ(log_.calls.size(), 1u);
-  EXPECT_EQ(log_.calls[0].first, 1u);
-  auto entry = DecodeEntry(log_.calls[0].second);
+  ASSERT_EQ(log_.appends().size(), 1u);
+  EXPECT_EQ(log_.appends()[0].first, 1u);
+  auto entry = DecodeEntry(log_.appends()[0].second);
   ASSERT_TRUE(entry.ok());
   EXPECT_EQ(entry->index, 1u);
   EXPECT_EQ(entry->leader, "leader-1");
@@ -269,8 +234,8 @@ TEST_F(ReplicatedStoreTest, AppendsBeforeTheLocalWrite) {
   EXPECT_EQ(store_->applied_index(), 1u);
 
   ASSERT_TRUE(store_->Write(MixedChanges("b")).ok());
-  ASSERT_EQ(log_.calls.size(), 2u);
-  EXPECT_EQ(log_.calls[1].first, 2u);
+  ASSERT_EQ(log_.appends().size(), 2u);
+  EXPECT_EQ(log_.appends()[1].first, 2u);
   EXPECT_EQ(LogIndexOf(*local_), 2u);
   EXPECT_EQ(store_->applied_index(), 2u);
   EXPECT_FALSE(store_->fenced());
@@ -280,7 +245,7 @@ TEST_F(ReplicatedStoreTest, AppendsBeforeTheLocalWrite) {
 TEST_F(ReplicatedStoreTest, FailedAppendWritesNothingAndIsRetried) {
   ASSERT_TRUE(store_->Write(MixedChanges("a")).ok());
   const auto before = DumpAll(*local_);
-  log_.Fail(Unavailable("etcd: no leader"));
+  log_.FailAppends(Unavailable("etcd: no leader"));
   ChangeSet changes = MixedChanges("b");
   Status st = store_->Write(changes);
   ASSERT_FALSE(st.ok());
@@ -290,12 +255,12 @@ TEST_F(ReplicatedStoreTest, FailedAppendWritesNothingAndIsRetried) {
   EXPECT_EQ(store_->applied_index(), 1u);
   EXPECT_FALSE(store_->fenced());
 
-  log_.mode = FakeLog::Mode::kOk;
+  log_.AppendsOk();
   ASSERT_TRUE(store_->Write(changes).ok());
-  ASSERT_EQ(log_.calls.size(), 3u);
-  EXPECT_EQ(log_.calls[1].first, 2u);
-  EXPECT_EQ(log_.calls[2].first, 2u);  // the same index again
-  EXPECT_EQ(log_.calls[1].second, log_.calls[2].second);
+  ASSERT_EQ(log_.appends().size(), 3u);
+  EXPECT_EQ(log_.appends()[1].first, 2u);
+  EXPECT_EQ(log_.appends()[2].first, 2u);  // the same index again
+  EXPECT_EQ(log_.appends()[1].second, log_.appends()[2].second);
   EXPECT_TRUE(Has(*local_, Cf::kNodes, "node-b"));
   EXPECT_EQ(LogIndexOf(*local_), 2u);
   EXPECT_EQ(store_->applied_index(), 2u);
@@ -303,18 +268,18 @@ TEST_F(ReplicatedStoreTest, FailedAppendWritesNothingAndIsRetried) {
 }
 
 TEST_F(ReplicatedStoreTest, LostAnswerIsSettledByTheLog) {
-  log_.mode = FakeLog::Mode::kCommitLoseAnswer;
+  log_.LoseAppendAnswers();
   ChangeSet changes = MixedChanges("a");
   ASSERT_FALSE(store_->Write(changes).ok());
-  EXPECT_EQ(log_.committed.size(), 1u);              // it is in the log ...
+  EXPECT_EQ(log_.entries().size(), 1u);              // it is in the log ...
   EXPECT_FALSE(Has(*local_, Cf::kNodes, "node-a"));  // ... not yet here
   EXPECT_EQ(store_->applied_index(), 0u);
 
-  log_.mode = FakeLog::Mode::kOk;
+  log_.AppendsOk();
   ASSERT_TRUE(store_->Write(changes).ok());  // same bytes: the log answers OK
-  ASSERT_EQ(log_.calls.size(), 2u);
-  EXPECT_EQ(log_.calls[1].first, 1u);
-  EXPECT_EQ(log_.committed.size(), 1u);
+  ASSERT_EQ(log_.appends().size(), 2u);
+  EXPECT_EQ(log_.appends()[1].first, 1u);
+  EXPECT_EQ(log_.entries().size(), 1u);
   EXPECT_TRUE(Has(*local_, Cf::kNodes, "node-a"));
   EXPECT_EQ(store_->applied_index(), 1u);
   EXPECT_FALSE(store_->fenced());
@@ -326,7 +291,7 @@ TEST_F(ReplicatedStoreTest, FailedLocalWriteIsRetriedWithoutAppendingAgain) {
   Status st = store_->Write(changes);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kInternal);
-  EXPECT_EQ(log_.calls.size(), 1u);
+  EXPECT_EQ(log_.appends().size(), 1u);
   EXPECT_EQ(store_->applied_index(), 0u);
   EXPECT_FALSE(Has(*local_, Cf::kNodes, "node-a"));
 
@@ -334,15 +299,15 @@ TEST_F(ReplicatedStoreTest, FailedLocalWriteIsRetriedWithoutAppendingAgain) {
   ASSERT_TRUE(store_->Reopen(false).ok());
   EXPECT_EQ(local_->reopens, 1);
   ASSERT_TRUE(store_->Write(changes).ok());
-  EXPECT_EQ(log_.calls.size(), 1u);  // not appended twice
+  EXPECT_EQ(log_.appends().size(), 1u);  // not appended twice
   EXPECT_TRUE(Has(*local_, Cf::kNodes, "node-a"));
   EXPECT_EQ(LogIndexOf(*local_), 1u);
   EXPECT_EQ(store_->applied_index(), 1u);
 
   // The next change set is the next entry.
   ASSERT_TRUE(store_->Write(MixedChanges("b")).ok());
-  ASSERT_EQ(log_.calls.size(), 2u);
-  EXPECT_EQ(log_.calls[1].first, 2u);
+  ASSERT_EQ(log_.appends().size(), 2u);
+  EXPECT_EQ(log_.appends()[1].first, 2u);
   EXPECT_EQ(store_->applied_index(), 2u);
   // A Reopen once the local store is fine again does nothing.
   ASSERT_TRUE(store_->Reopen(false).ok());
@@ -350,11 +315,11 @@ TEST_F(ReplicatedStoreTest, FailedLocalWriteIsRetriedWithoutAppendingAgain) {
 }
 
 TEST_F(ReplicatedStoreTest, ReopenAfterAFailedAppendLeavesTheLocalStore) {
-  log_.Fail(Unavailable("etcd: timeout"));
+  log_.FailAppends(Unavailable("etcd: timeout"));
   ASSERT_FALSE(store_->Write(MixedChanges("a")).ok());
   ASSERT_TRUE(store_->Reopen(false).ok());
   EXPECT_EQ(local_->reopens, 0);
-  log_.mode = FakeLog::Mode::kOk;
+  log_.AppendsOk();
   ASSERT_TRUE(store_->Write(MixedChanges("a")).ok());
   EXPECT_EQ(store_->applied_index(), 1u);
   // Going read-only is passed on.
@@ -366,20 +331,20 @@ TEST_F(ReplicatedStoreTest, ReopenAfterAFailedAppendLeavesTheLocalStore) {
 TEST_F(ReplicatedStoreTest, FencedOnceForGood) {
   ASSERT_TRUE(store_->Write(MixedChanges("a")).ok());
   const auto before = DumpAll(*local_);
-  log_.Fail(FailedPrecondition("lease lost"));
+  log_.FailAppends(FailedPrecondition("lease lost"));
   EXPECT_EQ(store_->Write(MixedChanges("b")).code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(store_->fenced());
   EXPECT_EQ(fenced_calls_, 1);
   EXPECT_EQ(fenced_status_.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(log_.calls.size(), 2u);
+  EXPECT_EQ(log_.appends().size(), 2u);
 
-  log_.mode = FakeLog::Mode::kOk;  // even when the log would take it
+  log_.AppendsOk();  // even when the log would take it
   for (int i = 0; i < 3; ++i) {
     Status st = store_->Write(MixedChanges("c"));
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   }
-  EXPECT_EQ(log_.calls.size(), 2u);  // no Append once fenced
+  EXPECT_EQ(log_.appends().size(), 2u);  // no Append once fenced
   EXPECT_EQ(fenced_calls_, 1);
   Status reopen = store_->Reopen(false);
   EXPECT_EQ(reopen.code(), StatusCode::kFailedPrecondition) << reopen.ToString();
@@ -390,7 +355,7 @@ TEST_F(ReplicatedStoreTest, FencedOnceForGood) {
 
 TEST_F(ReplicatedStoreTest, OtherBytesAtTheIndexFence) {
   // Another leader already wrote entry 1: the fake answers FAILED_PRECONDITION.
-  log_.committed.emplace(1, "someone else's entry");
+  log_.Seed(1, "someone else's entry");
   ASSERT_FALSE(store_->Write(MixedChanges("a")).ok());
   EXPECT_TRUE(store_->fenced());
   EXPECT_EQ(fenced_calls_, 1);
@@ -398,8 +363,8 @@ TEST_F(ReplicatedStoreTest, OtherBytesAtTheIndexFence) {
 }
 
 TEST(ReplicatedStore, StartsAfterTheGivenIndex) {
-  FakeLog log;
-  for (uint64_t i = 1; i <= 5; ++i) log.committed.emplace(i, "old");
+  testing::FakeLog log;
+  for (uint64_t i = 1; i <= 5; ++i) log.Seed(i, "old");
   auto inner = NewMemoryStore();
   ChangeSet caught_up;
   PutLogIndex(&caught_up, 5);
@@ -407,11 +372,11 @@ TEST(ReplicatedStore, StartsAfterTheGivenIndex) {
   ReplicatedStore store(std::move(inner), &log, 5, "leader-2", nullptr, nullptr);
   EXPECT_EQ(store.applied_index(), 5u);
   ASSERT_TRUE(store.Write(MixedChanges("a")).ok());
-  ASSERT_EQ(log.calls.size(), 1u);
-  EXPECT_EQ(log.calls[0].first, 6u);
+  ASSERT_EQ(log.appends().size(), 1u);
+  EXPECT_EQ(log.appends()[0].first, 6u);
   EXPECT_EQ(LogIndexOf(store), 6u);
   // Fenced without a callback: no crash.
-  log.Fail(FailedPrecondition("lost"));
+  log.FailAppends(FailedPrecondition("lost"));
   EXPECT_FALSE(store.Write(MixedChanges("b")).ok());
   EXPECT_TRUE(store.fenced());
 }
@@ -428,11 +393,11 @@ TEST_F(ReplicatedStoreTest, FollowerReplaysToTheSameContents) {
   third.Put(Cf::kMeta, "admin_state", "paused");
   third.Put(Cf::kEvents, std::string(8, '\0'), "event");
   ASSERT_TRUE(store_->Write(third).ok());
-  ASSERT_EQ(log_.calls.size(), 3u);
+  ASSERT_EQ(log_.appends().size(), 3u);
 
   auto follower = NewMemoryStore();
   uint64_t applied = 0;
-  for (const auto& [index, bytes] : log_.calls) {
+  for (const auto& [index, bytes] : log_.appends()) {
     ASSERT_TRUE(ApplyLogEntry(follower.get(), bytes, &applied).ok());
     EXPECT_EQ(applied, index);
   }
@@ -449,7 +414,7 @@ TEST_F(ReplicatedStoreTest, FollowerReplaysToTheSameContents) {
   ChangeSet stale;
   stale.Put(Cf::kNodes, "stale", "x");
   EXPECT_TRUE(ApplyLogEntry(follower.get(), EncodeEntry(2, stale, "old"), &applied).ok());
-  EXPECT_TRUE(ApplyLogEntry(follower.get(), log_.calls[2].second, &applied).ok());
+  EXPECT_TRUE(ApplyLogEntry(follower.get(), log_.appends()[2].second, &applied).ok());
   EXPECT_EQ(applied, 3u);
   EXPECT_EQ(DumpAll(*follower), before);
 
@@ -482,9 +447,9 @@ TEST_F(ReplicatedStoreTest, EntriesCarryThePreviousRevision) {
   ChangeSet second = MixedChanges("b");
   storage::PutRevision(&second, 9);
   ASSERT_TRUE(store_->Write(second).ok());
-  ASSERT_EQ(log_.calls.size(), 2u);
-  auto e1 = DecodeEntry(log_.calls[0].second);
-  auto e2 = DecodeEntry(log_.calls[1].second);
+  ASSERT_EQ(log_.appends().size(), 2u);
+  auto e1 = DecodeEntry(log_.appends()[0].second);
+  auto e2 = DecodeEntry(log_.appends()[1].second);
   ASSERT_TRUE(e1.ok() && e2.ok());
   EXPECT_EQ(e1->prev_revision, std::optional<uint64_t>(0));
   EXPECT_EQ(e2->prev_revision, std::optional<uint64_t>(7));
@@ -496,7 +461,7 @@ TEST_F(ReplicatedStoreTest, EntriesCarryThePreviousRevision) {
   ASSERT_TRUE(diverged->Write(own).ok());
   const auto before = DumpAll(*diverged);
   uint64_t applied = 0, revision = 3;
-  Status st = ApplyLogEntry(diverged.get(), log_.calls[0].second, &applied, &revision);
+  Status st = ApplyLogEntry(diverged.get(), log_.appends()[0].second, &applied, &revision);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_EQ(applied, 0u);
   EXPECT_EQ(DumpAll(*diverged), before);
@@ -505,9 +470,9 @@ TEST_F(ReplicatedStoreTest, EntriesCarryThePreviousRevision) {
   auto follower = NewMemoryStore();
   applied = 0;
   revision = 0;
-  ASSERT_TRUE(ApplyLogEntry(follower.get(), log_.calls[0].second, &applied, &revision).ok());
+  ASSERT_TRUE(ApplyLogEntry(follower.get(), log_.appends()[0].second, &applied, &revision).ok());
   EXPECT_EQ(revision, 7u);
-  ASSERT_TRUE(ApplyLogEntry(follower.get(), log_.calls[1].second, &applied, &revision).ok());
+  ASSERT_TRUE(ApplyLogEntry(follower.get(), log_.appends()[1].second, &applied, &revision).ok());
   EXPECT_EQ(revision, 9u);
   EXPECT_EQ(applied, 2u);
 }

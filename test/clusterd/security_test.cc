@@ -16,8 +16,8 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/k8s/token_reviewer.h"
-#include "clusterd/server/auth.h"
-#include "clusterd/server/authz.h"
+#include "clusterd/edge/auth.h"
+#include "clusterd/edge/authz.h"
 #include "clusterd/server/registries.h"
 #include "clusterd/server/server.h"
 #include "clusterd/server/status_page.h"
@@ -867,7 +867,7 @@ TEST(AuthzTableTest, EveryDeclaredMethodHasARule) {
   auto methods = DeclaredMethods();
   EXPECT_GE(methods.size(), 20u);
   std::set<std::string> declared(methods.begin(), methods.end());
-  for (const auto& m : methods) EXPECT_NE(FindMethodRule(m), nullptr) << m << " has no entry in server/authz.cc";
+  for (const auto& m : methods) EXPECT_NE(FindMethodRule(m), nullptr) << m << " has no entry in edge/authz.cc";
   for (const auto& r : MethodRules()) {
     if (r.method.rfind("/grpc.reflection.", 0) == 0) continue;  // gRPC's own service
     EXPECT_TRUE(declared.count(std::string(r.method))) << r.method << " is in the table but declared nowhere";

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/stream_writer.h"
 
 namespace clusterd {
 namespace {

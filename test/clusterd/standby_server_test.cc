@@ -24,7 +24,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mindcluster/profiling.pb.h"
 #include "mindcluster/recover.pb.h"
-#include "fake_log.h"
+#include "test/support/fakes/fake_log.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/http_get.h"
 #include "test/support/server/server_fixture.h"

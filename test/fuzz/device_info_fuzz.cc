@@ -88,7 +88,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // and so a policy ClusterD's tracker takes.
   if (auto policy = ParseManualSeparatePolicy(text); policy.ok()) {
     FUZZ_CHECK(CheckManualSeparatePolicy(*policy).ok());
-    FUZZ_CHECK(recovery::ValidateSeparationPolicy(ToSeparationPolicy(*policy, recovery::SeparationPolicy{})).ok());
+    FUZZ_CHECK(ValidateSeparationPolicy(ToSeparationPolicy(*policy, SeparationPolicy{})).ok());
   }
   // As clusterd-manual-info-cm's data: within its bounds.
   if (auto totals = ParseManualInfoTotals(text); totals.ok()) {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "clusterd/mindcluster/grpc/queued_stream.h"
-#include "clusterd/server/peer_limiter.h"
+#include "clusterd/edge/peer_limiter.h"
 #include "common/logging.h"
 #include "common/validation.h"
 

@@ -1,6 +1,7 @@
 #include "clusterd/mindcluster/grpc/fault_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -12,14 +13,14 @@
 #include <vector>
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/uuid/random_generator.hpp>
 #include <boost/uuid/uuid_io.hpp>
 
 #include "clusterd/mindcluster/signal.h"
-#include "clusterd/server/peer_limiter.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/peer_limiter.h"
+#include "clusterd/edge/stream_writer.h"
 #include "common/logging.h"
+#include "common/monotonic_clock.h"
 
 namespace clusterd {
 namespace {
@@ -69,13 +70,27 @@ class Subscriber;
 struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterFaultService::Core> {
   Core(const ClusterState* s, WatchHub* h, boost::asio::thread_pool* p, MindClusterFaultOptions o,
        const Authenticator* a)
-      : state(s), hub(h), pool(p), options(o), auth(a) {}
+      : state(s), hub(h), pool(p), options(o), auth(a) {
+    timers = options.timers;
+    if (timers == nullptr) {
+      own_timers = std::make_unique<ThreadExecutor>(&MonotonicClock::Instance(), "mindcluster-fault");
+      timers = own_timers.get();
+    }
+  }
 
   const ClusterState* const state;
   WatchHub* const hub;
   boost::asio::thread_pool* const pool;
   const MindClusterFaultOptions options;
   const Authenticator* const auth;
+  // The subscribers' flush timers (options.timers, or a thread of its own,
+  // stopped with the service). Its tasks hold no subscriber: they post the
+  // flush to the pool through a weak reference.
+  std::unique_ptr<ThreadExecutor> own_timers;
+  Executor* timers = nullptr;
+  // Cleared with the service: a timer still waiting on a caller's executor
+  // then posts nothing to the pool.
+  std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
   Gauge* subscribers_gauge = nullptr;
   Counter* messages = nullptr;
   Gauge* registrations_gauge = nullptr;
@@ -87,7 +102,7 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
   // time it was registered or its last stream ended; ignored), and whom it
   // counts against (OwnerOf the last Register of its key).
   struct Registration {
-    std::chrono::steady_clock::time_point idle_since;
+    TimePoint idle_since{};  // on the timers' clock
     std::string owner;
   };
 
@@ -156,7 +171,7 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
     if (registrations_gauge) registrations_gauge->Set(static_cast<double>(registrations.size()));
   }
   // Whether a registration has been without a stream for the TTL.
-  bool ExpiredLocked(const Key& key, const Registration& r, std::chrono::steady_clock::time_point now) const {
+  bool ExpiredLocked(const Key& key, const Registration& r, TimePoint now) const {
     return !subscribers.count(key) && now - r.idle_since >= options.registration_ttl;
   }
   // Drops one expired registration, counted; the next one.
@@ -165,7 +180,7 @@ struct MindClusterFaultService::Core : std::enable_shared_from_this<MindClusterF
     return EraseLocked(it);
   }
   // Drops every expired registration.
-  void ExpireLocked(std::chrono::steady_clock::time_point now) {
+  void ExpireLocked(TimePoint now) {
     for (auto it = registrations.begin(); it != registrations.end();) {
       it = ExpiredLocked(it->first, it->second, now) ? DropExpiredLocked(it) : std::next(it);
     }
@@ -202,8 +217,7 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
  public:
   using Core = MindClusterFaultService::Core;
 
-  Subscriber(std::shared_ptr<Core> core, grpc::CallbackServerContext* ctx)
-      : core_(std::move(core)), ctx_(ctx), timer_(core_->pool->get_executor()) {}
+  Subscriber(std::shared_ptr<Core> core, grpc::CallbackServerContext* ctx) : core_(std::move(core)), ctx_(ctx) {}
 
   const Key& key() const { return key_; }
 
@@ -275,7 +289,7 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
   void OnDone() override {
     {
       std::lock_guard lock(mu_);
-      timer_.cancel();
+      timer_.Cancel();
     }
     bool live;
     {
@@ -329,13 +343,16 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
     if (out_.finishing() || !baseline_ready_ || flush_scheduled_) return;
     if (dirty_.empty() && !all_dirty_) return;
     flush_scheduled_ = true;
-    if (std::chrono::steady_clock::now() >= next_flush_) {
+    if (core_->timers->clock().Now() >= next_flush_) {
       boost::asio::post(*core_->pool, [self = shared_from_this()] { self->Flush(); });
       return;
     }
-    timer_.expires_at(next_flush_);
-    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (!ec) self->Flush();  // else cancelled: the stream is done
+    // Cancelled when the stream is done; a subscriber gone meanwhile is not flushed.
+    timer_ = core_->timers->PostAt(next_flush_, [weak = weak_from_this(), pool = core_->pool, alive = core_->alive] {
+      if (!alive->load()) return;
+      boost::asio::post(*pool, [weak] {
+        if (auto self = weak.lock()) self->Flush();
+      });
     });
   }
 
@@ -373,7 +390,7 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
     });
     std::lock_guard lock(mu_);
     flush_scheduled_ = false;
-    next_flush_ = std::chrono::steady_clock::now() + core_->options.min_send_interval;
+    next_flush_ = core_->timers->clock().Now() + core_->options.min_send_interval;
     if (out_.finishing()) return;
     bool job_gone = false;
     for (auto& [id, signal] : results) {
@@ -437,8 +454,8 @@ class Subscriber final : public grpc::ServerWriteReactor<fault::FaultMsgSignal>,
   std::set<std::string> dirty_;
   bool all_dirty_ = false;
   bool flush_scheduled_ = false;
-  std::chrono::steady_clock::time_point next_flush_{};
-  boost::asio::steady_timer timer_;
+  TimePoint next_flush_{};  // on the timers' clock
+  TaskHandle timer_;
   std::optional<grpc::Status> drain_status_;  // finish with this once the queue is written
   StreamWriter<Subscriber, fault::FaultMsgSignal> out_{this};
 };
@@ -452,7 +469,7 @@ grpc::Status MindClusterFaultService::Core::Register(const Key& key, const std::
     std::vector<std::string> jobs;
     {
       std::lock_guard lock(mu);
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = timers->clock().Now();
       refusal = RefusalLocked(key, owner);
       // At a limit, registrations without a stream for the TTL go first.
       if (refusal != Refusal::kNone) {
@@ -517,7 +534,7 @@ grpc::Status MindClusterFaultService::Core::Attach(const std::shared_ptr<Subscri
   std::lock_guard lock(mu);
   const Key& key = sub->key();
   auto reg = registrations.find(key);
-  if (reg != registrations.end() && ExpiredLocked(key, reg->second, std::chrono::steady_clock::now())) {
+  if (reg != registrations.end() && ExpiredLocked(key, reg->second, timers->clock().Now())) {
     DropExpiredLocked(reg);
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         Describe(key) + " is not registered: its registration expired after " +
@@ -562,7 +579,7 @@ void MindClusterFaultService::Core::Detach(const Key& key, const Subscriber* sub
   // From now on the registration is idle: it expires after the TTL unless a
   // stream subscribes again.
   if (auto reg = registrations.find(key); reg != registrations.end()) {
-    reg->second.idle_since = std::chrono::steady_clock::now();
+    reg->second.idle_since = timers->clock().Now();
   }
   SubscribedChangedLocked();
 }
@@ -657,11 +674,16 @@ MindClusterFaultService::MindClusterFaultService(const ClusterState* state, Watc
 }
 
 MindClusterFaultService::~MindClusterFaultService() {
-  std::lock_guard lock(core_->mu);
-  if (core_->hub_subscribed) {
-    core_->hub->Unsubscribe(core_->hub_subscription);
-    core_->hub_subscribed = false;
+  {
+    std::lock_guard lock(core_->mu);
+    if (core_->hub_subscribed) {
+      core_->hub->Unsubscribe(core_->hub_subscription);
+      core_->hub_subscribed = false;
+    }
   }
+  // No flush timer fires after the service (what waits is dropped).
+  core_->alive->store(false);
+  if (core_->own_timers) core_->own_timers->Stop();
 }
 
 size_t MindClusterFaultService::subscriber_count() const {

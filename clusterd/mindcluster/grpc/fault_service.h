@@ -20,8 +20,9 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "clusterd/engine/watch_hub.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/state/cluster_state.h"
+#include "common/executor.h"
 #include "common/metrics.h"
 #include "mindcluster/fault.grpc.pb.h"
 
@@ -51,6 +52,12 @@ struct MindClusterFaultOptions {
   // A subscriber recomputes (and sends) at most once per this interval; the
   // first change after a quiet spell goes out at once.
   std::chrono::milliseconds min_send_interval{1000};
+  // Where a subscriber's next flush waits out min_send_interval
+  // (common/executor.h); its clock also times registration_ttl. nullptr: a
+  // thread of the service's own on the monotonic clock. A test's ManualExecutor on a
+  // FakeClock steps the interval instead of waiting it; it must outlive the
+  // service.
+  Executor* timers = nullptr;
 };
 
 class MindClusterFaultService final : public fault::Fault::CallbackService {

@@ -13,7 +13,7 @@
 #include <boost/uuid/uuid_io.hpp>
 
 #include "clusterd/mindcluster/grpc/queued_stream.h"
-#include "clusterd/server/peer_limiter.h"
+#include "clusterd/edge/peer_limiter.h"
 #include "common/logging.h"
 
 namespace clusterd {

@@ -25,7 +25,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "clusterd/mindcluster/grpc/job_feed.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "common/metrics.h"
 #include "mindcluster/job.grpc.pb.h"
 

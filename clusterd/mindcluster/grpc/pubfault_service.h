@@ -25,7 +25,7 @@
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/mindcluster/pubfault.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "common/metrics.h"
 #include "mindcluster/pubfault.grpc.pb.h"
 

@@ -26,7 +26,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <grpcpp/grpcpp.h>
 
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/stream_writer.h"
 #include "common/metrics.h"
 
 namespace clusterd {

@@ -1,22 +1,23 @@
 #include "clusterd/mindcluster/grpc/recover_service.h"
 
 #include <charconv>
-#include <condition_variable>
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include "clusterd/mindcluster/om.h"
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/recovery/types.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/stream_writer.h"
 #include "clusterd/storage/schema.h"
 #include "common/config_util.h"
+#include "common/executor.h"
 #include "common/rate_limit.h"
 #include "common/logging.h"
+#include "common/monotonic_clock.h"
 #include "common/validation.h"
 
 namespace clusterd {
@@ -174,8 +175,9 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     std::string process_recover_status;
     mc::TaskdJobRef ref;    // its Kubernetes objects, as of Init
     std::string last_note;  // the stage last stored for the command in flight
-    // Since when it has had no subscription (Init, or its stream's end).
-    std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
+    // Since when it has had no subscription (Init, or its stream's end), on
+    // the executor's clock.
+    TimePoint idle_since{};
   };
 
   const ClusterState* state;
@@ -218,12 +220,15 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   size_t om_streams = 0;
   uint64_t keepalives = 0;
 
-  std::mutex work_mu;
-  std::condition_variable work_cv;
-  std::deque<std::function<void()>> tasks;
-  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> delayed;
-  bool stopping = false;
-  std::thread worker;
+  // Where the work runs (common/executor.h): options.executor, or a thread
+  // of the Core's own on the monotonic clock. Posts after Stop are dropped,
+  // and so are those still waiting on a caller's executor (its tasks check
+  // `live`, which Stop clears).
+  std::unique_ptr<ThreadExecutor> own_executor;
+  Executor* executor = nullptr;
+  std::atomic<bool> stopping{false};
+  std::shared_ptr<std::atomic<bool>> live = std::make_shared<std::atomic<bool>>(true);
+  TaskHandle keepalive_task;
 
   Core(const ClusterState* s, Engine* e, Coordinator* c, JobAgentHub* a, const Authenticator* au,
        RecoverServiceOptions o)
@@ -237,67 +242,44 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
         call_limit(o.call_rate) {}
 
   void Start() {
-    LoadOm();
-    worker = std::thread([this] { WorkerLoop(); });
+    executor = options.executor;
+    if (executor == nullptr) {
+      own_executor = std::make_unique<ThreadExecutor>(&MonotonicClock::Instance(), "taskd");
+      executor = own_executor.get();
+    }
+    LoadOm();  // schedules the waits of the operations in flight
+    // Every keep-alive interval: the idle and deleted jobs go, returned
+    // scale-out ranks are checked, the subscribers get a keep-alive.
+    keepalive_task = executor->Every(options.keepalive_interval, [this] {
+      if (stopping.load()) return;
+      Sweep();
+      ScaleOutReturned();
+      KeepAlive();
+    });
   }
   void Stop() {
-    {
-      std::lock_guard lock(work_mu);
-      stopping = true;
-    }
-    work_cv.notify_all();
-    if (worker.joinable()) worker.join();
+    stopping = true;
+    live->store(false);
+    keepalive_task.Cancel();
+    if (own_executor) own_executor->Stop();
   }
 
-  // `task` on the worker once `delay` has passed (an HCCL retry's route wait).
+  TimePoint Now() const { return executor->clock().Now(); }
+
+  // `task` on the executor once `delay` has passed (an HCCL retry's route
+  // wait, a wait MindIO bounds).
   void PostAfter(std::chrono::milliseconds delay, std::function<void()> task) {
-    {
-      std::lock_guard lock(work_mu);
-      if (stopping) return;
-      delayed.emplace(std::chrono::steady_clock::now() + delay, std::move(task));
-    }
-    work_cv.notify_one();
+    if (stopping.load()) return;
+    executor->PostAfter(delay, [live = live, task = std::move(task)] {
+      if (live->load()) task();
+    });
   }
 
   void Post(std::function<void()> task) {
-    {
-      std::lock_guard lock(work_mu);
-      if (stopping) return;
-      tasks.push_back(std::move(task));
-    }
-    work_cv.notify_one();
-  }
-
-  void WorkerLoop() {
-    auto next_keepalive = std::chrono::steady_clock::now() + options.keepalive_interval;
-    std::unique_lock lock(work_mu);
-    while (!stopping) {
-      const auto until = delayed.empty() ? next_keepalive : std::min(next_keepalive, delayed.begin()->first);
-      work_cv.wait_until(lock, until, [this, until] {
-        return stopping || !tasks.empty() || (!delayed.empty() && delayed.begin()->first < until);
-      });
-      if (stopping) return;
-      const auto now = std::chrono::steady_clock::now();
-      while (!delayed.empty() && delayed.begin()->first <= now) {
-        tasks.push_back(std::move(delayed.begin()->second));
-        delayed.erase(delayed.begin());
-      }
-      while (!tasks.empty()) {
-        auto task = std::move(tasks.front());
-        tasks.pop_front();
-        lock.unlock();
-        task();
-        lock.lock();
-      }
-      if (std::chrono::steady_clock::now() >= next_keepalive) {
-        lock.unlock();
-        Sweep();
-        ScaleOutReturned();
-        KeepAlive();
-        lock.lock();
-        next_keepalive = std::chrono::steady_clock::now() + options.keepalive_interval;
-      }
-    }
+    if (stopping.load()) return;
+    executor->Post([live = live, task = std::move(task)] {
+      if (live->load()) task();
+    });
   }
 
   void KeepAlive() {
@@ -534,7 +516,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (it == jobs.end() || it->second.stream.get() != stream) return;
     Job& job = it->second;
     job.stream.reset();
-    job.idle_since = std::chrono::steady_clock::now();
+    job.idle_since = Now();
     if (job.session != 0) agents->Detach(it->first, job.session);
     job.session = 0;
     // As the reference: a stream's end resets TaskD's state machine (the
@@ -594,7 +576,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
       }
       return out;
     });
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Now();
     size_t n = 0;
     {
       std::lock_guard lock(mu);
@@ -1033,7 +1015,7 @@ grpc::ServerUnaryReactor* RecoverServiceImpl::Init(grpc::CallbackServerContext* 
     if (core_->jobs_gauge != nullptr) core_->jobs_gauge->Set(static_cast<double>(core_->jobs.size()));
   }
   it->second.ref = mc::TaskdJobRefOf(*stored);
-  if (!it->second.stream) it->second.idle_since = std::chrono::steady_clock::now();
+  if (!it->second.stream) it->second.idle_since = core_->Now();
   // Idempotent; a job whose strategies changed (an idle one) takes the new.
   auto& machine = it->second.machine;
   if (!machine || (machine->strategies() != opt.strategies && !machine->current())) {

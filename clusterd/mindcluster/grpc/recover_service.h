@@ -13,9 +13,10 @@
 // streams.
 //
 // Threads: gRPC's callbacks, the writer thread (JobAgentHub::Sink::Send),
-// and one worker of the service's own, which reads the job (never on the
-// writer thread, which holds the state) and writes keep-alives. One mutex
-// guards every job's protocol state.
+// and the service's executor (RecoverServiceOptions::executor: a thread of
+// its own by default), which reads the job (never on the writer thread,
+// which holds the state), writes keep-alives and runs the timed waits. One
+// mutex guards every job's protocol state.
 #pragma once
 
 #include <chrono>
@@ -29,9 +30,10 @@
 #include "clusterd/mindcluster/taskd.h"
 #include "clusterd/recovery/coordinator/coordinator.h"
 #include "clusterd/recovery/coordinator/job_agent_hub.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/store.h"
+#include "common/executor.h"
 #include "common/metrics.h"
 #include "mindcluster/recover.grpc.pb.h"
 
@@ -71,6 +73,13 @@ struct RecoverServiceOptions {
   // The job's Kubernetes objects (PodGroup label and annotation,
   // reset-config-<job>); nullptr: none written (no Kubernetes).
   mindcluster::TaskdObjects* objects = nullptr;
+  // Where the service's own work runs (common/executor.h): reading a job
+  // off the writer thread, the keep-alives and sweeps, the waits MindIO
+  // bounds and the NIC-switch and stress-test expiries, all on its clock.
+  // nullptr: a thread of its own on the monotonic clock. A test's
+  // ManualExecutor on a FakeClock steps those waits without waiting them out;
+  // it must outlive the service.
+  Executor* executor = nullptr;
 };
 
 class RecoverServiceImpl final : public ::Recover::CallbackService {

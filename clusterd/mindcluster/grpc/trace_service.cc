@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "clusterd/k8s/discovery.h"
-#include "clusterd/server/stream_writer.h"
+#include "clusterd/edge/stream_writer.h"
 #include "clusterd/storage/schema.h"
 #include "common/logging.h"
 #include "common/rate_limit.h"

@@ -16,7 +16,7 @@
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/mindcluster/data_trace.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/storage/store.h"
 #include "common/clock.h"

@@ -10,7 +10,7 @@
 
 #include "clusterd/mindcluster/grpc/job_feed.h"
 #include "clusterd/mindcluster/grpc/recover_service.h"
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 #include "clusterd/v1/mindcluster.grpc.pb.h"
 #include "common/status.h"
 

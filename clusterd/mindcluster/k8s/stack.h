@@ -90,7 +90,7 @@ struct MindClusterStackOptions {
   // `separation_default` (ClusterD's separation_* settings), which applies
   // while the ConfigMap or its key is absent.
   bool separation_policy_cm = false;
-  recovery::SeparationPolicy separation_default;
+  SeparationPolicy separation_default;
   // clusterd-manual-info-cm: the separated chips, rewritten at most once per
   // `manual_info_interval`; a chip an operator deletes there is released.
   bool manual_info_cm = false;
@@ -137,7 +137,7 @@ class MindClusterStack final : public Integration {
   const mindcluster::SwitchInfoPublisher& switch_publisher() const { return switch_publisher_; }
   // The separation policy sent to ClusterD last (nullopt: none yet), and
   // whether it came from clusterd-config-cm.
-  const std::optional<recovery::SeparationPolicy>& separation_policy() const { return policy_sent_; }
+  const std::optional<SeparationPolicy>& separation_policy() const { return policy_sent_; }
   bool separation_policy_from_cm() const { return policy_from_cm_; }
 
  private:
@@ -273,7 +273,7 @@ class MindClusterStack final : public Integration {
   std::unique_ptr<k8s::Informer> system_cms_;
   bool policy_read_ = false;
   std::string policy_version_;  // of clusterd-config-cm last handled ("" : absent)
-  std::optional<recovery::SeparationPolicy> policy_sent_;
+  std::optional<SeparationPolicy> policy_sent_;
   bool policy_from_cm_ = false;
   bool manual_loaded_ = false;
   std::map<std::string, std::set<std::string>> manual_written_;  // what clusterd-manual-info-cm lists from us

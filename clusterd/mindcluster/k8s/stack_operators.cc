@@ -18,12 +18,12 @@ namespace {
 using nlohmann::json;
 namespace mc = mindcluster;
 
-bool SamePolicy(const recovery::SeparationPolicy& a, const recovery::SeparationPolicy& b) {
+bool SamePolicy(const SeparationPolicy& a, const SeparationPolicy& b) {
   return a.enabled == b.enabled && a.threshold == b.threshold && a.window == b.window &&
          a.release_after == b.release_after && a.settle == b.settle;
 }
 
-std::string Describe(const recovery::SeparationPolicy& p) {
+std::string Describe(const SeparationPolicy& p) {
   const auto hours = [](std::chrono::nanoseconds d) {
     return std::to_string(std::chrono::duration_cast<std::chrono::hours>(d).count()) + "h";
   };
@@ -121,7 +121,7 @@ void MindClusterStack::ReadSeparationPolicy() {
   const std::string rv = cm ? k8s::ResourceVersionOf(*cm) : "";
   if (policy_read_ && rv == policy_version_) return;  // each version once
   policy_version_ = rv;
-  std::optional<recovery::SeparationPolicy> want;
+  std::optional<SeparationPolicy> want;
   bool from_cm = false;
   if (!cm) {
     // No ConfigMap: ClusterD's own settings (separation_*).

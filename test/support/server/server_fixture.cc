@@ -21,6 +21,7 @@ void ClusterdServerTest::StartServer(const std::function<void(ClusterdConfig&)>&
   ClusterdConfig cfg = LoopbackConfig(dir_.Sub("data"));
   if (tweak) tweak(cfg);
   server_ = std::make_unique<ClusterdServer>(cfg);
+  if (timers_ != nullptr) server_->SetTimers(timers_);
   Status st = server_->Start();
   ASSERT_TRUE(st.ok()) << st.ToString();
   channel_ = Dial(server_->grpc_port());

@@ -45,6 +45,9 @@ class ClusterdServerTest : public ::testing::Test {
   virtual void OnServerStarted() {}
 
   TempDir dir_;
+  // When set before StartServer: the server's timed work runs there
+  // (ClusterdServer::SetTimers), a ManualExecutor the test steps.
+  Executor* timers_ = nullptr;
   std::unique_ptr<ClusterdServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
 };

@@ -1,4 +1,4 @@
-#include "clusterd/server/auth.h"
+#include "clusterd/edge/auth.h"
 
 #include <sys/stat.h>
 
@@ -15,7 +15,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
-#include "clusterd/server/authz.h"
+#include "clusterd/edge/authz.h"
 #include "common/logging.h"
 
 namespace clusterd {

@@ -1,4 +1,4 @@
-#include "clusterd/server/tls.h"
+#include "clusterd/edge/tls.h"
 
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_certificate_verifier.h>

@@ -1,4 +1,4 @@
-#include "clusterd/server/authz.h"
+#include "clusterd/edge/authz.h"
 
 namespace clusterd {
 namespace {

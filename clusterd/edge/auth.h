@@ -24,7 +24,7 @@
 #include "clusterd/auth/roles.h"
 #include "clusterd/auth/token_review.h"
 #include "clusterd/engine/engine.h"
-#include "clusterd/server/grpc_status.h"
+#include "clusterd/edge/grpc_status.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/status.h"
