@@ -1,5 +1,8 @@
 #include "common/validation.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <string>
 
 namespace clusterd {
@@ -28,6 +31,24 @@ bool ValidUtf8(std::string_view s) {
 bool IsAddressText(std::string_view text) {
   return !text.empty() && text.size() <= 45 &&
          text.find_first_not_of("0123456789abcdefABCDEF.:") == std::string_view::npos;
+}
+
+bool IsProbeAddressText(std::string_view text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || text.size() > 64) return false;
+  const std::string_view port = text.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  if (const int p = std::stoi(std::string(port)); p < 1 || p > 65535) return false;
+  std::string_view host = text.substr(0, colon);
+  if (host.empty()) return true;
+  const bool bracketed = host.front() == '[';
+  if (bracketed) {
+    if (host.size() < 3 || host.back() != ']') return false;
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string h(host);
+  unsigned char buf[sizeof(in6_addr)];
+  return bracketed ? inet_pton(AF_INET6, h.c_str(), buf) == 1 : inet_pton(AF_INET, h.c_str(), buf) == 1;
 }
 
 Status ValidateNodeName(std::string_view field, std::string_view name) {

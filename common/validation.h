@@ -20,6 +20,9 @@ Status ValidateNodeName(std::string_view field, std::string_view name);
 // An IPv4 or IPv6 address as text: 1 to 45 hex digits, dots and colons (the
 // characters and length such an address takes; not a full parse).
 bool IsAddressText(std::string_view text);
+// Where a peer probes an agent (docs/pingmesh.md): "ip:port" with an IPv4
+// literal or a bracketed IPv6 literal, or ":port"; the port 1..65535.
+bool IsProbeAddressText(std::string_view text);
 // Fault codes: 1-64 characters of [A-Za-z0-9_.-].
 Status ValidateCode(std::string_view field, std::string_view code);
 // Free text: at most kMaxMessageLength bytes, valid UTF-8, no NUL.

@@ -517,6 +517,30 @@ std::vector<ConfigKey> MakeTable() {
         "within the budget window)");
   t.Add(Dur("recovery_retention_age", CLUSTERD_FIELD(recovery_retention_age), std::chrono::hours(1)),
         "finished recovery records that ended longer ago go (same exceptions)");
+  t.Add(Bool("pingmesh_enabled", CLUSTERD_FIELD(pingmesh_enabled)),
+        "the pingmesh (docs/pingmesh.md): NodeDs probe peers of their probe domains, ClusterD names the node, "
+        "link or domain at fault");
+  t.Add(Dur("pingmesh_interval", CLUSTERD_FIELD(pingmesh_interval), std::chrono::seconds(1), std::chrono::hours(1)),
+        "a probe round is planned this often");
+  t.Add(U32("pingmesh_peers_per_node", CLUSTERD_FIELD(pingmesh_peers_per_node), 1, 64),
+        "peers a node probes per round in each probe domain");
+  t.Add(U32("pingmesh_max_probes_per_round", CLUSTERD_FIELD(pingmesh_max_probes_per_round), 1, 10'000'000),
+        "probes planned per round cluster-wide (past it: fewer peers, then nodes take turns)");
+  t.Add(U32("pingmesh_attempts", CLUSTERD_FIELD(pingmesh_attempts), 1, 10), "TCP connects per peer per round");
+  t.Add(Dur("pingmesh_probe_timeout", CLUSTERD_FIELD(pingmesh_probe_timeout), std::chrono::milliseconds(10),
+            std::chrono::seconds(10)),
+        "a connect not done within it is lost (attempts x timeout must be shorter than the interval)");
+  t.Add(Dur("pingmesh_window", CLUSTERD_FIELD(pingmesh_window), std::chrono::seconds(1), std::chrono::hours(1)),
+        "results are summed over this long and judged by majority");
+  t.Add(U32("pingmesh_raise_after", CLUSTERD_FIELD(pingmesh_raise_after), 1, 100),
+        "windows in a row that raise a finding");
+  t.Add(U32("pingmesh_clear_after", CLUSTERD_FIELD(pingmesh_clear_after), 1, 100),
+        "windows in a row without a finding that clear it");
+  t.Add(List("pingmesh_domain_labels", CLUSTERD_FIELD(pingmesh_domain_labels), "label keys, comma-separated",
+             [](const std::string& e) {
+               return e.empty() || e.size() > 317 ? InvalidArgument("a label key of 1-317 characters") : Status::Ok();
+             }),
+        "node label keys whose values group nodes into probe domains (\"<key>=<value>\"); empty: none");
   t.Add(Text("chain_pool_label", CLUSTERD_FIELD(chain_pool_label), "LABEL"),
         "the node label whose value names a node's pool for the software chain's version drift (CHAIN_VERSION_DRIFT "
         "on a node whose driver, firmware or CANN version differs from its pool's majority); empty: the chip model");

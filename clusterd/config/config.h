@@ -332,6 +332,19 @@ struct ClusterdConfig {
   // `separation_window` is separated until it has been fault-free for
   // `separation_release_after` (0: only an operator releases it).
   bool separation_enabled = true;
+  // The pingmesh (docs/pingmesh.md): the probe plan every interval, the
+  // attribution every window, node label keys grouping nodes into probe
+  // domains.
+  bool pingmesh_enabled = true;
+  std::chrono::nanoseconds pingmesh_interval = std::chrono::seconds(10);
+  uint32_t pingmesh_peers_per_node = 4;
+  uint32_t pingmesh_max_probes_per_round = 200'000;
+  uint32_t pingmesh_attempts = 3;
+  std::chrono::nanoseconds pingmesh_probe_timeout = std::chrono::seconds(1);
+  std::chrono::nanoseconds pingmesh_window = std::chrono::minutes(1);
+  uint32_t pingmesh_raise_after = 2;
+  uint32_t pingmesh_clear_after = 3;
+  std::vector<std::string> pingmesh_domain_labels;
   // The node label naming a node's pool for the software chain's version
   // drift (docs/faults.md); "": the model of the node's first device.
   std::string chain_pool_label;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "clusterd/state/pingmesh_rule.h"
 #include "clusterd/state/rules.h"
 #include "clusterd/state/validation_rule.h"
 
@@ -53,6 +54,19 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
   validation.retention = cfg.validation_retention_count;
   CLUSTERD_RETURN_IF_ERROR(ValidateValidationOptions(validation));
   rules.policies.push_back(std::make_unique<ValidationRule>(validation));
+  if (cfg.pingmesh_enabled) {
+    PingmeshPolicy pingmesh;
+    pingmesh.interval = cfg.pingmesh_interval;
+    pingmesh.attempts = cfg.pingmesh_attempts;
+    pingmesh.timeout = cfg.pingmesh_probe_timeout;
+    pingmesh.limits.peers_per_node = cfg.pingmesh_peers_per_node;
+    pingmesh.limits.max_probes_per_round = cfg.pingmesh_max_probes_per_round;
+    pingmesh.window = cfg.pingmesh_window;
+    pingmesh.raise_after = cfg.pingmesh_raise_after;
+    pingmesh.clear_after = cfg.pingmesh_clear_after;
+    CLUSTERD_RETURN_IF_ERROR(ValidatePingmeshPolicy(pingmesh));
+    rules.policies.push_back(std::make_unique<PingmeshRule>(pingmesh, LabelDomains(cfg.pingmesh_domain_labels)));
+  }
   return rules;
 }
 

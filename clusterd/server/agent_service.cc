@@ -12,6 +12,7 @@
 #include "clusterd/edge/grpc_status.h"
 #include "clusterd/edge/stream_writer.h"
 #include "clusterd/state/validation_rule.h"
+#include "clusterd/state/pingmesh_rule.h"
 #include "common/duration.h"
 #include "common/validation.h"
 #include "common/logging.h"
@@ -22,6 +23,28 @@ namespace {
 constexpr std::string_view kConnectMethod = "/clusterd.v1.NodeAgentService/Connect";
 
 using google::protobuf::util::TimeUtil;
+
+// A ProbeReport's peers as the pingmesh counts them, from `node`'s point of
+// view: at most kMaxProbeTargets peers, each a node name, at most 10 probes
+// sent, no more lost than sent.
+StatusOr<std::vector<pingmesh::PairStats>> ProbeResults(const std::string& node, const v1::ProbeReport& report) {
+  constexpr int kMaxPeers = 256;
+  if (report.peers_size() > kMaxPeers) {
+    return InvalidArgument("probes.peers: at most " + std::to_string(kMaxPeers) + ", not " +
+                           std::to_string(report.peers_size()));
+  }
+  std::vector<pingmesh::PairStats> out;
+  out.reserve(report.peers_size());
+  for (const auto& p : report.peers()) {
+    CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("probes.peers.node", p.node()));
+    if (p.sent() > 10 || p.lost() > p.sent()) {
+      return InvalidArgument("probes.peers: peer " + p.node() + " with " + std::to_string(p.lost()) + " of " +
+                             std::to_string(p.sent()) + " probes lost (at most 10 sent, no more lost than sent)");
+    }
+    out.push_back({node, p.node(), p.sent(), p.lost()});
+  }
+  return out;
+}
 
 // One agent stream. All state lives under mu_; every gRPC operation is
 // started with mu_ held so that Finish can never race a StartRead/StartWrite.
@@ -122,9 +145,10 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     if (!node_.empty()) {
       std::string node = node_;
       uint64_t session = session_;
-      if (service_->validation_outbox()) service_->validation_outbox()->Detach(node, session);
+      if (service_->outbox()) service_->outbox()->Detach(node, session);
       service_->engine()->Submit([node, session](ClusterState& state, Mutation*) -> Engine::Done {
         state.ApplyDisconnect(node, session);
+        if (auto* pingmesh = state.Attached<PingmeshRule>()) pingmesh->AgentDown(node, session);
         return nullptr;
       });
     }
@@ -151,10 +175,24 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
       if (service_->messages_other) service_->messages_other->Inc();
       ++inflight_;
       uint64_t session = session_;
-      return Submit([self, hello = *hello, session](ClusterState& state, Mutation* m) -> Engine::Done {
-        auto welcome = state.ApplyHello(hello, session, m);
-        return [self, welcome = std::move(welcome)] { self->OnWelcome(welcome); };
-      });
+      // Where peers probe this agent in the pingmesh: ":port" is at the IP
+      // its stream comes from.
+      std::string probe_ip;
+      uint16_t probe_port = 0;
+      if (const std::string& a = (*hello)->probe_address(); !a.empty()) {
+        const size_t colon = a.rfind(':');
+        probe_ip = colon == 0 ? peer_key_ : a.substr(0, colon);
+        if (probe_ip.size() > 2 && probe_ip.front() == '[') probe_ip = probe_ip.substr(1, probe_ip.size() - 2);
+        probe_port = static_cast<uint16_t>(std::stoi(a.substr(colon + 1)));  // validated: 1..65535
+      }
+      return Submit(
+          [self, hello = *hello, session, probe_ip, probe_port](ClusterState& state, Mutation* m) -> Engine::Done {
+            auto welcome = state.ApplyHello(hello, session, m);
+            if (auto* pingmesh = state.Attached<PingmeshRule>(); pingmesh && welcome.ok() && probe_port != 0) {
+              pingmesh->AgentUp(hello->node_name(), session, probe_ip, probe_port);
+            }
+            return [self, welcome = std::move(welcome)] { self->OnWelcome(welcome); };
+          });
     }
     // An inventory update that waits for its interval goes out with the
     // first message after it (ordered before this one).
@@ -255,6 +293,19 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
               }
               return [self, st] { self->OnApplied(st); };
             });
+      case v1::ConnectRequest::kProbes: {
+        // One round of this node's pingmesh probes (docs/pingmesh.md): a
+        // report that does not validate ends the stream, changing nothing.
+        if (service_->messages_other) service_->messages_other->Inc();
+        auto results = ProbeResults(node_, req_.probes());
+        if (!results.ok()) return results.status();
+        ++inflight_;
+        return Submit(
+            [self, results = std::move(*results), node = node_](ClusterState& state, Mutation*) -> Engine::Done {
+              if (auto* pingmesh = state.Attached<PingmeshRule>()) pingmesh->Record(node, results);
+              return [self] { self->OnApplied(Status::Ok()); };
+            },
+            /*write=*/false);
       }
       default: return InvalidArgument("empty or unknown message");
     }
@@ -371,25 +422,23 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     *resp.mutable_welcome()->mutable_node_grace() =
         TimeUtil::NanosecondsToDuration(service_->options().node_grace.count());
     out_.Push(std::move(resp));
-    // Validations of this node come on this stream from now on.
-    if (ValidationOutbox* outbox = service_->validation_outbox()) {
+    // The writer's messages for this node (validation requests, probe plans) come on this
+    // stream from now on.
+    if (AgentOutbox* outbox = service_->outbox()) {
       std::weak_ptr<AgentReactor> weak = self_;
-      outbox->Attach(node_, session_, [weak](const v1::ValidationRequest& req) {
-        if (auto reactor = weak.lock()) reactor->PushValidation(req);
+      outbox->Attach(node_, session_, [weak](const v1::ConnectResponse& msg) {
+        if (auto reactor = weak.lock()) reactor->Push(msg);
       });
     }
     AppliedLocked();
   }
 
  public:
-  // A validation request of the rule (state/validation_rule.h), on the
-  // writer thread.
-  void PushValidation(const v1::ValidationRequest& req) {
+  // A message of a writer rule for this agent (state/agent_outbox.h).
+  void Push(const v1::ConnectResponse& msg) {
     std::lock_guard lock(mu_);
     if (out_.finishing()) return;
-    v1::ConnectResponse resp;
-    *resp.mutable_validation() = req;
-    out_.Push(std::move(resp));
+    out_.Push(v1::ConnectResponse(msg));
   }
 
  private:

@@ -14,7 +14,7 @@
 #include "clusterd/progress/monitor.h"
 #include "clusterd/edge/auth.h"
 #include "clusterd/edge/peer_limiter.h"
-#include "clusterd/state/validation_outbox.h"
+#include "clusterd/state/agent_outbox.h"
 #include "clusterd/v1/agent.grpc.pb.h"
 #include "common/metrics.h"
 
@@ -73,11 +73,10 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   // reports are ignored). Set before serving.
   void set_progress(ProgressMonitor* progress) { progress_ = progress; }
   ProgressMonitor* progress() const { return progress_; }
-  // Where the validation rule's requests wait for the nodes' streams
-  // (state/validation_outbox.h; null: no validation requests are sent, and
-  // results are refused). Set before serving.
-  void set_validation_outbox(ValidationOutbox* outbox) { validation_outbox_ = outbox; }
-  ValidationOutbox* validation_outbox() const { return validation_outbox_; }
+  // Where the writer's rules leave messages for the agents' streams
+  // (state/agent_outbox.h; null: none are delivered). Set before serving.
+  void set_outbox(AgentOutbox* outbox) { outbox_ = outbox; }
+  AgentOutbox* outbox() const { return outbox_; }
   Counter* validation_results_refused = nullptr;
 
  private:
@@ -89,7 +88,7 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   std::atomic<uint64_t> next_session_{0};
   PeerLimiter peers_;
   ProgressMonitor* progress_ = nullptr;
-  ValidationOutbox* validation_outbox_ = nullptr;
+  AgentOutbox* outbox_ = nullptr;
 };
 
 }  // namespace clusterd

@@ -22,6 +22,7 @@
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/engine/writer_rules.h"
 #include "clusterd/state/validation_rule.h"
+#include "clusterd/state/pingmesh_rule.h"
 #include "clusterd/k8s/token_reviewer.h"
 #include "clusterd/mindcluster/grpc/config_service.h"
 #include "clusterd/mindcluster/grpc/fault_service.h"
@@ -76,9 +77,9 @@ struct ClusterdServer::Impl {
   // The writer's timed policies (engine/writer_rules.h): attached to the
   // state, run by the engine; outlive both.
   WriterRules rules;
-  // Validation requests on their way to the agents' streams
-  // (state/validation_outbox.h); outlives the rules and the services.
-  ValidationOutbox validation_outbox;
+  // The writer's messages for the agents (validation requests, probe plans), on their way to the
+  // streams (state/agent_outbox.h); outlives the rules and the services.
+  AgentOutbox outbox;
   std::unique_ptr<ClusterState> state;
   std::unique_ptr<WatchHub> hub;
   std::unique_ptr<Engine> engine;
@@ -245,8 +246,23 @@ Status ClusterdServer::Impl::OpenState() {
   rules = std::move(*made_rules);
   rules.AttachTo(state.get());
   if (ValidationRule* validation = state->Attached<ValidationRule>()) {
-    validation->set_outbox(&validation_outbox);
+    validation->set_outbox(&outbox);
     validation->set_metrics(MakeValidationMetrics(&metrics));
+  }
+  if (auto* pingmesh = state->Attached<PingmeshRule>()) {
+    pingmesh->set_outbox(&outbox);
+    metrics.AddCallbackGauge("clusterd_pingmesh_agents",
+                             "Agents the pingmesh can probe (connected with a probe address).",
+                             [pingmesh] { return static_cast<double>(pingmesh->agents()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_rounds", "Probe rounds planned since the start.",
+                             [pingmesh] { return static_cast<double>(pingmesh->rounds()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_round_probes", "Probes planned in the last round.",
+                             [pingmesh] { return static_cast<double>(pingmesh->planned_probes()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_findings", "Node, link and domain findings active.",
+                             [pingmesh] { return static_cast<double>(pingmesh->active_findings()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_results_dropped",
+                             "Probe results dropped: a window held pingmesh max pairs already.",
+                             [pingmesh] { return static_cast<double>(pingmesh->dropped()); });
   }
   state->set_recoveries_caused_window(cfg.repeat_offender_window);
   state->set_release_chain_check(cfg.release_chain_check == "always"  ? ClusterState::ReleaseChainCheck::kAlways
@@ -330,7 +346,7 @@ Status ClusterdServer::Impl::MakeServices() {
   authenticator = std::move(*made_auth);
   services.agent = std::make_unique<AgentService>(state.get(), engine.get(), ao, &metrics, authenticator.get());
   services.agent->set_progress(progress.get());
-  services.agent->set_validation_outbox(&validation_outbox);
+  services.agent->set_outbox(&outbox);
   services.cluster = std::make_unique<ClusterServiceImpl>(state.get(), hub.get(), watch_pool.get(),
                                                           MakeWatchOptions(cfg), &metrics, authenticator.get());
   services.fault = std::make_unique<FaultServiceImpl>(engine.get(), authenticator.get());

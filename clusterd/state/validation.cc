@@ -171,6 +171,9 @@ Status ValidateHello(const v1::Hello& hello) {
   if (hello.epoch() == 0) return InvalidArgument("hello.epoch: must be positive");
   CLUSTERD_RETURN_IF_ERROR(ValidateToken("hello.instance_id", hello.instance_id(), /*allow_empty=*/true));
   if (hello.instance_id().size() > 64) return InvalidArgument("hello.instance_id: longer than 64 characters");
+  if (!hello.probe_address().empty() && !IsProbeAddressText(hello.probe_address())) {
+    return InvalidArgument("hello.probe_address: must be ip:port (an IPv4 or [IPv6] literal) or :port");
+  }
   const auto& inv = hello.inventory();
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.cpu_model", inv.cpu_model(), 256));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.kernel_version", inv.kernel_version(), 256));

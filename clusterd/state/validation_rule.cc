@@ -503,8 +503,10 @@ TimePoint ValidationRule::Advance(ClusterState& state, const WriterTick& tick) {
     if (sent == n->session) continue;
     sent = n->session;
     if (tick.after) {
-      tick.after->push_back([outbox = outbox_, node = t.node, session = n->session, req = RequestOf(v)] {
-        outbox->Send(node, session, req);
+      v1::ConnectResponse msg;
+      *msg.mutable_validation() = RequestOf(v);
+      tick.after->push_back([outbox = outbox_, node = t.node, session = n->session, msg = std::move(msg)] {
+        outbox->Send(node, session, msg);
       });
     }
   }

@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "clusterd/state/validation_outbox.h"
+#include "clusterd/state/agent_outbox.h"
 #include "clusterd/state/writer_rule.h"
 #include "clusterd/v1/agent.pb.h"
 #include "clusterd/v1/cluster.pb.h"
@@ -88,7 +88,7 @@ class ValidationRule final : public WriterRule {
   static constexpr size_t kMaxEvidenceBytes = 16 * 1024;
   static constexpr size_t kMaxChecks = 8;
 
-  explicit ValidationRule(ValidationOptions options, ValidationOutbox* outbox = nullptr)
+  explicit ValidationRule(ValidationOptions options, AgentOutbox* outbox = nullptr)
       : options_(options), outbox_(outbox) {}
 
   std::string_view name() const override { return "validation"; }
@@ -100,7 +100,7 @@ class ValidationRule final : public WriterRule {
   const ValidationOptions& options() const { return options_; }
   // Before the Engine starts.
   void set_metrics(const ValidationMetrics& metrics) { metrics_ = metrics; }
-  void set_outbox(ValidationOutbox* outbox) { outbox_ = outbox; }
+  void set_outbox(AgentOutbox* outbox) { outbox_ = outbox; }
 
   // ---- writer thread ----
   // Queues a validation of a device (or the whole node, device unset):
@@ -168,7 +168,7 @@ class ValidationRule final : public WriterRule {
   void UpdateGauges();
 
   ValidationOptions options_;
-  ValidationOutbox* outbox_;
+  AgentOutbox* outbox_;
   ValidationMetrics metrics_;
   uint64_t next_seq_ = 1;
   std::map<uint64_t, v1::Validation> records_;    // by sequence (the id's number), oldest first

@@ -124,6 +124,16 @@ const ConfigSetters<NodedConfig>& Setters() {
          return SetDuration("progress_interval", v, std::chrono::seconds(1), &c->progress_interval);
        }},
       {"probe", [](const std::string& v, NodedConfig* c) { return SetBool("probe", v, &c->probe); }},
+      {"pingmesh", [](const std::string& v, NodedConfig* c) { return SetBool("pingmesh", v, &c->pingmesh); }},
+      {"probe_address",
+       [](const std::string& v, NodedConfig* c) {
+         if (!v.empty() && !IsProbeAddressText(v)) {
+           return InvalidArgument("probe_address: must be ip:port (an IPv4 or [IPv6] literal) or :port, not \"" + v +
+                                  "\"");
+         }
+         c->probe_address = v;
+         return Status::Ok();
+       }},
       {"pod_resources_socket",
        [](const std::string& v, NodedConfig* c) {
          if (!v.empty() && v[0] != '/') {
@@ -386,6 +396,9 @@ Flags (the JSON config file takes the same keys with '_'):
   --poll-interval DUR       collection interval (default 1s)
   --heartbeat-interval DUR  heartbeat interval (default 2s)
   --metrics-interval DUR    metric snapshot interval (default 10s)
+  --pingmesh BOOL           run ClusterD's probe plans (default true; docs/pingmesh.md)
+  --probe-address ADDR      where peers probe this node: ip:port or :port (default
+                            :<the HTTP port>; ClusterD takes the IP of the stream)
   --log-level LEVEL         trace, debug, info, warn, error, critical, off (default info)
 Transport security of the stream to ClusterD (TLS when any of the three files is set;
 each falls back to the environment variable named, which a flag or the file overrides):

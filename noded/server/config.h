@@ -52,6 +52,11 @@ struct NodedConfig {
                                                       "huawei.com/Ascend310", "huawei.com/npu"};
   // Print what the accelerator backend sees and exit (RunProbe).
   bool probe = false;
+  // The pingmesh (docs/pingmesh.md): probe plans from ClusterD run, and the
+  // address peers probe this node at: "ip:port", ":port" (ClusterD takes the
+  // IP its stream comes from), or "" for ":<the HTTP port>".
+  bool pingmesh = true;
+  std::string probe_address;
   std::map<std::string, std::string> labels;
   std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);

@@ -41,6 +41,7 @@ struct NodedServer::Impl {
   std::unique_ptr<WatchedTokenFile> http_token;        // http_token_file; null without it
   Counter* http_refused = nullptr;
   std::unique_ptr<HttpServer> http;  // made in Start (its TLS comes from the config)
+  std::unique_ptr<PingmeshWorker> pingmesh;            // null when disabled
 
   std::mutex mu;
   std::condition_variable cv;
@@ -386,6 +387,15 @@ Status NodedServer::Start() {
   so.security.token = cfg.token;
   so.security.token_file = cfg.token_file;
   so.security.server_name = cfg.server_name;
+  if (cfg.pingmesh) {
+    // Its reports wake the stream's sender (set below, before either starts).
+    s.pingmesh = std::make_unique<PingmeshWorker>(
+        [&s] {
+          if (s.stream) s.stream->Notify();
+        },
+        &s.metrics);
+    so.pingmesh = s.pingmesh.get();
+  }
   // ParseNodedConfig checked these under their key names; this fails only if
   // a file went away since.
   auto stream = StreamClient::Create(so, s.agent.get(), s.outbox.get(), &s.metrics);
@@ -413,6 +423,10 @@ Status NodedServer::Start() {
     });
   }
   CLUSTERD_RETURN_IF_ERROR(http.Start(cfg.http_listen));
+  // Peers probe the HTTP port unless the operator named another address.
+  if (s.pingmesh) {
+    s.stream->set_probe_address(cfg.probe_address.empty() ? ":" + std::to_string(http.port()) : cfg.probe_address);
+  }
 
   if (!cfg.pod_resources_socket.empty()) {
     PodResourcesOptions po;
@@ -425,6 +439,7 @@ Status NodedServer::Start() {
   }
 
   s.poller = std::thread([&s] { s.PollLoop(); });
+  if (s.pingmesh) s.pingmesh->Start();
   s.stream->Start();
   if (s.pod_resources) s.pod_resources->Start();
   const char* transport = !so.security.tls()               ? "plaintext"
@@ -448,6 +463,7 @@ void NodedServer::Shutdown() {
   s.cv.notify_all();
   if (s.poller.joinable()) s.poller.join();
   if (s.pod_resources) s.pod_resources->Stop();
+  if (s.pingmesh) s.pingmesh->Stop();
   if (s.stream) s.stream->Stop();
   if (s.http) s.http->Stop();
 }

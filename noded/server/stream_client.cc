@@ -139,6 +139,7 @@ bool StreamClient::Session() {
   *hello.mutable_hello() = agent_->MakeHello();
   hello.mutable_hello()->set_epoch(outbox_->epoch());
   hello.mutable_hello()->set_instance_id(outbox_->instance_id());
+  if (options_.pingmesh != nullptr) hello.mutable_hello()->set_probe_address(options_.probe_address);
   for (auto& r : snapshot.active) *hello.mutable_hello()->add_active_faults() = std::move(r);
   v1::ConnectResponse resp;
   if (!stream->Write(hello) || !stream->Read(&resp) || !resp.has_welcome()) {
@@ -170,6 +171,11 @@ bool StreamClient::Session() {
           continue;
         }
         options_.validator->Submit(in.validation());
+        continue;
+      }
+      if (in.has_probe_plan()) {
+        // A bad plan is refused and logged by the worker; the stream goes on.
+        if (options_.pingmesh != nullptr) (void)options_.pingmesh->Submit(in.probe_plan());
         continue;
       }
       if (!in.has_ack()) continue;
@@ -260,6 +266,15 @@ bool StreamClient::Session() {
         v1::ConnectRequest req;
         *req.mutable_validation_result() = std::move(r);
         if (!(ok = stream->Write(req))) break;
+      }
+    }
+    // The pingmesh's last round (docs/pingmesh.md); one lost with a broken
+    // stream is not sent again: the next round's is.
+    if (ok && options_.pingmesh != nullptr) {
+      if (auto report = options_.pingmesh->TakeReady()) {
+        v1::ConnectRequest req;
+        *req.mutable_probes() = std::move(*report);
+        ok = stream->Write(req);
       }
     }
   }

@@ -26,6 +26,7 @@
 #include "noded/collectors/progress.h"
 #include "noded/outbox.h"
 #include "noded/validator.h"
+#include "noded/pingmesh.h"
 
 namespace clusterd::noded {
 
@@ -45,6 +46,11 @@ struct StreamOptions {
   Validator* validator = nullptr;
   // This node's name: a request for another node is refused (logged).
   std::string node_name;
+  // The pingmesh (docs/pingmesh.md; borrowed, null: off): its hello names
+  // probe_address, ClusterD's probe plans go to the worker and its reports
+  // out on the stream.
+  PingmeshWorker* pingmesh = nullptr;
+  std::string probe_address;  // "ip:port" or ":port"
 };
 
 class StreamClient {
@@ -55,6 +61,9 @@ class StreamClient {
                                                         MetricsRegistry* metrics);
   ~StreamClient();
 
+  // Before Start: where peers probe this node (StreamOptions::probe_address),
+  // once its port is bound.
+  void set_probe_address(std::string address) { options_.probe_address = std::move(address); }
   void Start();
   void Stop();
   // Wakes the sender: new transitions are in the Outbox. Thread-safe.

@@ -292,9 +292,10 @@ class ValidationTest : public WriterRulesTest {
   void AttachOutbox() {
     rule()->set_outbox(&outbox_);
     for (const std::string node : {"worker01", "worker02", "worker03"}) {
-      outbox_.Attach(node, Session(node), [this, node](const v1::ValidationRequest& r) {
-        EXPECT_EQ(r.node(), node);
-        requests_.push_back(r);
+      outbox_.Attach(node, Session(node), [this, node](const v1::ConnectResponse& msg) {
+        ASSERT_TRUE(msg.has_validation());
+        EXPECT_EQ(msg.validation().node(), node);
+        requests_.push_back(msg.validation());
       });
     }
   }
@@ -351,7 +352,7 @@ class ValidationTest : public WriterRulesTest {
     });
   }
 
-  ValidationOutbox outbox_;
+  AgentOutbox outbox_;
   std::vector<v1::ValidationRequest> requests_;
   std::map<std::string, uint64_t> seq_;
 };
@@ -516,10 +517,10 @@ TEST_F(ValidationTest, ARestartResumesAValidationInFlightWithTheSameId) {
   // A new ClusterD on the same store: the validation is still RUNNING and
   // is asked again, same id, of the agent's next session.
   Open();
-  ValidationOutbox fresh;
+  AgentOutbox fresh;
   rule()->set_outbox(&fresh);
   std::vector<v1::ValidationRequest> again;
-  fresh.Attach("worker01", 7, [&](const v1::ValidationRequest& r) { again.push_back(r); });
+  fresh.Attach("worker01", 7, [&](const v1::ConnectResponse& msg) { again.push_back(msg.validation()); });
   EXPECT_EQ(Last().state(), v1::VALIDATION_STATE_RUNNING);
   EXPECT_EQ(Device("worker01", 3).service_phase(), v1::SERVICE_PHASE_VALIDATING);
   Hello("worker01", 7);

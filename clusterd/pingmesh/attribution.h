@@ -1,0 +1,100 @@
+// Who is to blame for failed probes (docs/pingmesh.md, "Attribution"). Pure:
+// a window of probe results in, findings out; FindingTracker adds the
+// hysteresis that turns findings into faults raised and cleared.
+//
+// The rules, by majority over one window:
+//   - a pair (source -> target) is bad when at least bad_loss of its probes
+//     in the window were lost, judged only with min_sent probes or more;
+//   - a node is faulty when more than node_majority of the peers that probed
+//     it found it bad (nothing reaches it: its port, its NIC, the node), or
+//     more than node_majority of the peers it probed were bad from it (it
+//     reaches nothing), each judged only with min_peers peers or more;
+//   - a domain is faulty when more than domain_share of its judged members
+//     are faulty (min_peers judged members at least): one finding for the
+//     domain replaces its members' and its links';
+//   - a bad pair whose ends are both healthy is a link finding, one per
+//     unordered pair, carrying the worse direction's loss.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "clusterd/pingmesh/plan.h"
+#include "common/status.h"
+
+namespace clusterd::pingmesh {
+
+// One direction of one pair over the window.
+struct PairStats {
+  std::string source;
+  std::string target;
+  uint32_t sent = 0;
+  uint32_t lost = 0;
+};
+
+struct AttributionRules {
+  uint32_t min_sent = 3;
+  double bad_loss = 0.5;
+  uint32_t min_peers = 3;
+  double node_majority = 0.5;
+  double domain_share = 0.5;
+};
+
+Status ValidateRules(const AttributionRules& rules);
+
+enum class FindingKind { kNode, kLink, kDomain };
+
+struct Finding {
+  FindingKind kind = FindingKind::kNode;
+  // The node (kNode), the lower-named end (kLink) or the domain id (kDomain).
+  std::string subject;
+  // kLink: the other end. Empty otherwise.
+  std::string peer;
+  // kNode: bad peers / judged peers, the worse of the two directions.
+  // kLink: the worse direction's loss. kDomain: faulty members / judged.
+  uint32_t bad = 0;
+  uint32_t judged = 0;
+  double loss = 0;
+
+  // "node/<name>", "link/<a>/<b>", "domain/<id>": unique per finding.
+  std::string Key() const;
+  bool operator==(const Finding&) const = default;
+};
+
+// The findings of one window, sorted by key. Pairs naming the same
+// direction twice are summed.
+std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::vector<ProbeDomain>& domains,
+                               const AttributionRules& rules);
+
+// Hysteresis: a finding becomes active after raise_after windows in a row
+// and stops after clear_after windows in a row without it.
+class FindingTracker {
+ public:
+  FindingTracker(uint32_t raise_after, uint32_t clear_after);
+
+  struct Change {
+    Finding finding;
+    bool raised = false;  // false: cleared
+  };
+  // One window's findings (Attribute's answer); the changes, sorted by key.
+  std::vector<Change> Update(const std::vector<Finding>& findings);
+  // After a restart: the findings active before it (from the stored
+  // faults) are active again, with no window counted against them.
+  void Restore(const std::vector<Finding>& active);
+  std::vector<Finding> Active() const;
+
+ private:
+  struct Entry {
+    Finding finding;
+    uint32_t seen = 0;    // windows in a row with it
+    uint32_t missed = 0;  // windows in a row without it
+    bool active = false;
+  };
+  uint32_t raise_after_;
+  uint32_t clear_after_;
+  std::map<std::string, Entry> entries_;
+};
+
+}  // namespace clusterd::pingmesh

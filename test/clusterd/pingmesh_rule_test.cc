@@ -1,0 +1,210 @@
+// The pingmesh on the writer's schedule (state/pingmesh_rule.h) against a real
+// ClusterState on a MemoryStore, run by hand on a FakeClock: results over a
+// window raise the node, the link or the domain as faults after raise_after
+// windows, clear them after clear_after healthy ones, survive a restart, and
+// a NodeD cannot speak for another node's probes.
+#include <gtest/gtest.h>
+
+#include "clusterd/state/cluster_state.h"
+#include "clusterd/state/pingmesh_rule.h"
+#include "clusterd/state/validation.h"
+#include "common/validation.h"
+#include "clusterd/storage/memory_store.h"
+#include "state_fixtures.h"
+
+namespace clusterd {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<std::string> Members(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back("n" + std::to_string(i));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class PingmeshRuleTest : public ::testing::Test {
+ protected:
+  void Open() {
+    state_.reset();
+    rule_ = std::make_unique<PingmeshRule>(policy_, [this](const ClusterState&) { return domains_; });
+    auto store = storage::MemoryStore::Open(disk_);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(*store);
+    state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
+    state_->Attach(rule_.get());
+    ASSERT_TRUE(state_->Load().ok());
+    // The writer runs its rules from its first turn: the first window starts.
+    Tick();
+  }
+  void Tick() {
+    Commit([&](Mutation* m) { return rule_->Advance(*state_, WriterTick{clock_.Now(), m}); });
+  }
+
+  template <typename Fn>
+  auto Commit(Fn&& fn) -> decltype(fn(static_cast<Mutation*>(nullptr))) {
+    Mutation m;
+    auto result = fn(&m);
+    state_->FlushDirty(&m);
+    EXPECT_TRUE(store_->Write(m.changes).ok());
+    state_->set_durable_revision(state_->revision());
+    return result;
+  }
+
+  void SetUp() override {
+    policy_.window = 10s;
+    policy_.raise_after = 2;
+    policy_.clear_after = 2;
+    ASSERT_TRUE(ValidatePingmeshPolicy(policy_).ok());
+    Open();
+    for (const auto& n : members_) {
+      ASSERT_TRUE(Commit([&](Mutation* m) { return state_->ApplyHello(testing::MakeHello(n, 1, 0), 1, m); }).ok());
+    }
+  }
+
+  // One window: every member reports a probe of every other member of the
+  // domain, `lost(source, target)` of 10 lost; then the window ends.
+  template <typename LossFn>
+  void Window(LossFn lost) {
+    for (const auto& s : members_) {
+      std::vector<pingmesh::PairStats> results;
+      for (const auto& t : members_) {
+        if (s != t) results.push_back({s, t, 10, lost(s, t)});
+      }
+      rule_->Record(s, results);
+    }
+    clock_.Advance(policy_.window);
+    Tick();
+  }
+  void Healthy() {
+    Window([](const std::string&, const std::string&) { return 0u; });
+  }
+
+  // Active pingmesh faults: "<node> <code> <external id>".
+  std::vector<std::string> Active() {
+    std::vector<std::string> out;
+    for (const auto& [key, f] : state_->fault_table().all()) {
+      if (f.reporter() == kPingmeshReporter && f.state() == v1::FAULT_STATE_ACTIVE) {
+        out.push_back(f.node() + " " + f.code() + " " + f.external_id());
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  PingmeshPolicy policy_;
+  std::vector<std::string> members_ = Members(8);
+  std::vector<pingmesh::ProbeDomain> domains_ = {{"rack/1", Members(8)}};
+  std::shared_ptr<storage::MemoryDisk> disk_ = std::make_shared<storage::MemoryDisk>();
+  Catalog catalog_ = Catalog::Default();
+  FakeClock clock_;
+  std::unique_ptr<storage::Store> store_;
+  std::unique_ptr<PingmeshRule> rule_;
+  std::unique_ptr<ClusterState> state_;
+};
+
+TEST_F(PingmeshRuleTest, ANodeNothingReachesIsRaisedAfterTwoWindowsAndSurvivesARestart) {
+  auto blocked = [](const std::string&, const std::string& t) { return t == "n3" ? 10u : 0u; };
+  Window(blocked);
+  EXPECT_TRUE(Active().empty()) << "one window is not enough";
+  Window(blocked);
+  EXPECT_EQ(Active(), std::vector<std::string>{"n3 NODE_PINGMESH_UNREACHABLE pingmesh/node"});
+
+  Open();  // a restart: the finding comes back from the stored fault
+  ASSERT_EQ(rule_->Active().size(), 1u);
+  EXPECT_EQ(rule_->Active()[0].Key(), "node/n3");
+  Window(blocked);
+  EXPECT_EQ(Active(), std::vector<std::string>{"n3 NODE_PINGMESH_UNREACHABLE pingmesh/node"});
+  Healthy();
+  EXPECT_EQ(Active().size(), 1u) << "one healthy window is not enough";
+  Healthy();
+  EXPECT_TRUE(Active().empty());
+}
+
+TEST_F(PingmeshRuleTest, OneBadPairIsALinkOnBothEnds) {
+  auto cable = [](const std::string& s, const std::string& t) {
+    return (s == "n1" && t == "n5") || (s == "n5" && t == "n1") ? 10u : 0u;
+  };
+  Window(cable);
+  Window(cable);
+  EXPECT_EQ(Active(), (std::vector<std::string>{"n1 LINK_PINGMESH_LOSS pingmesh/link/n5",
+                                                "n5 LINK_PINGMESH_LOSS pingmesh/link/n1"}));
+  Open();
+  Healthy();
+  Healthy();
+  EXPECT_TRUE(Active().empty()) << "both ends cleared after the restart too";
+}
+
+TEST_F(PingmeshRuleTest, AWholeDomainIsRaisedOnEveryMember) {
+  auto down = [](const std::string&, const std::string&) { return 10u; };
+  Window(down);
+  Window(down);
+  const auto active = Active();
+  ASSERT_EQ(active.size(), members_.size());
+  for (const auto& a : active) EXPECT_NE(a.find("DOMAIN_PINGMESH_LOSS pingmesh/domain/rack/1"), std::string::npos) << a;
+  Healthy();
+  Healthy();
+  EXPECT_TRUE(Active().empty());
+}
+
+TEST_F(PingmeshRuleTest, NoDataIsNotHealthAndANodeSpeaksOnlyForItsOwnProbes) {
+  auto blocked = [](const std::string&, const std::string& t) { return t == "n3" ? 10u : 0u; };
+  Window(blocked);
+  Window(blocked);
+  ASSERT_EQ(Active().size(), 1u);
+  // Windows without any result judge nothing: the finding stays.
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(policy_.window);
+    Tick();
+  }
+  EXPECT_EQ(Active().size(), 1u);
+  // n0 claims that n1 and n2 lost everything to n4: ignored (not its probes).
+  for (int i = 0; i < 3; ++i) {
+    rule_->Record("n0", {{"n1", "n4", 10, 10}, {"n2", "n4", 10, 10}, {"n0", "n0", 10, 10}});
+    Healthy();
+  }
+  EXPECT_TRUE(Active().empty());
+}
+
+// Where peers probe an agent: an IP literal and a port, or a port alone; a
+// hello naming anything else is refused before anything changes.
+TEST(PingmeshProbeAddress, OnlyLiteralsAndPortsAreTaken) {
+  for (const char* ok : {"10.0.0.7:11255", ":11255", "[fd00::7]:1", "127.0.0.1:65535"}) {
+    EXPECT_TRUE(IsProbeAddressText(ok)) << ok;
+  }
+  for (const char* bad : {"", "11255", "node-7:11255", "10.0.0.7:0", "10.0.0.7:65536", "10.0.0.7:", "fd00::7:1",
+                          "[fd00::7]", "[10.0.0.7]:1", "10.0.0.7:12a", "10.0.0.300:1", ":-1"}) {
+    EXPECT_FALSE(IsProbeAddressText(bad)) << bad;
+  }
+  v1::Hello hello = testing::MakeHello("n1", 1, 0);
+  hello.set_probe_address("node-7.example:11255");
+  const Status st = ValidateHello(hello);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("hello.probe_address"), std::string::npos) << st.message();
+  hello.set_probe_address(":11255");
+  EXPECT_TRUE(ValidateHello(hello).ok());
+}
+
+TEST(PingmeshPolicy, OutOfBoundsIsRefused) {
+  PingmeshPolicy p;
+  p.window = 100ms;
+  EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
+  p = PingmeshPolicy{};
+  p.raise_after = 0;
+  EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
+  p = PingmeshPolicy{};
+  p.attempts = 5;
+  p.timeout = std::chrono::seconds(2);  // 5 x 2 s is not shorter than the 10 s interval
+  EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
+  p = PingmeshPolicy{};
+  p.limits.peers_per_node = 0;
+  EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
+  p = PingmeshPolicy{};
+  p.rules.bad_loss = 2;
+  EXPECT_FALSE(ValidatePingmeshPolicy(p).ok());
+  EXPECT_TRUE(ValidatePingmeshPolicy(PingmeshPolicy{}).ok());
+}
+
+}  // namespace
+}  // namespace clusterd
