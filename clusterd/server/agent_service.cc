@@ -293,6 +293,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
               }
               return [self, st] { self->OnApplied(st); };
             });
+      }
       case v1::ConnectRequest::kProbes: {
         // One round of this node's pingmesh probes (docs/pingmesh.md): a
         // report that does not validate ends the stream, changing nothing.
