@@ -768,6 +768,31 @@ std::vector<ConfigKey> MakeTable() {
                return Status::Ok();
              }),
         "DRA device taints: device names of ClusterD's device {id}, for devices without that attribute", kNoChartValue);
+
+  t.Section("Fault domains and incidents (docs/domains.md)");
+  t.Add(List("domain_levels", CLUSTERD_FIELD(domain_levels), "LEVEL=LABEL-KEY, comma-separated, broadest first",
+             [](const std::string& e) {
+               const size_t eq = e.find('=');
+               if (eq == std::string::npos || eq == 0 || eq + 1 == e.size()) {
+                 return InvalidArgument("\"" + e + "\" is not level=label-key");
+               }
+               return Status::Ok();
+             }),
+        "the fault-domain levels: each a name and the node label whose value names the node's domain at that level "
+        "(MindCluster's SuperPoD and rack labels and NVIDIA's NVLink clique by default; empty: no domains)");
+  t.Add(Bool("incidents_enabled", CLUSTERD_FIELD(incidents_enabled)),
+        "form incidents from faults that land together within a domain");
+  t.Add(Dur("incident_window", CLUSTERD_FIELD(incident_window), std::chrono::milliseconds(100), std::chrono::hours(1)),
+        "faults of one domain count together when they land within this window");
+  t.Add(U32("incident_min_nodes", CLUSTERD_FIELD(incident_min_nodes), 2, 100'000),
+        "an incident opens when the window's faults hit this many nodes of one domain");
+  t.Add(U32("incident_min_devices", CLUSTERD_FIELD(incident_min_devices), 2, 1'000'000),
+        "... or this many chips of one domain (a lone chip fault stays a chip fault)");
+  t.Add(U32("incident_isolate_percent", CLUSTERD_FIELD(incident_isolate_percent), 0, 100),
+        "an incident that hits more than this percentage of its domain's nodes isolates the domain as a whole "
+        "(subject to max_isolated_node_percent and incident_max_isolated_domains; dry-run records it only); 0: never");
+  t.Add(U32("incident_max_isolated_domains", CLUSTERD_FIELD(incident_max_isolated_domains), 0, 100'000),
+        "blast radius: at most this many domains isolated by open incidents at once");
   return t.Take();
 }
 

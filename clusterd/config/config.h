@@ -335,6 +335,20 @@ struct ClusterdConfig {
   std::chrono::nanoseconds separation_window = std::chrono::hours(24);
   std::chrono::nanoseconds separation_release_after = std::chrono::hours(48);
   std::chrono::nanoseconds separation_settle = std::chrono::seconds(30);
+  // Fault domains and incidents (docs/domains.md): the topology levels,
+  // broadest first, each "level=node-label-key"; faults within
+  // incident_window on incident_min_nodes nodes (or incident_min_devices
+  // chips) of one domain form an incident; more than
+  // incident_isolate_percent of a domain's nodes hit isolates it (0: never),
+  // at most incident_max_isolated_domains domains at once.
+  std::vector<std::string> domain_levels = {"superpod=huawei.com/topotree.superpodid",
+                                            "rack=huawei.com/topotree.rackid", "nvlink=nvidia.com/gpu.clique"};
+  bool incidents_enabled = true;
+  std::chrono::nanoseconds incident_window = std::chrono::seconds(10);
+  uint32_t incident_min_nodes = 3;
+  uint32_t incident_min_devices = 4;
+  uint32_t incident_isolate_percent = 50;
+  uint32_t incident_max_isolated_domains = 1;
 };
 
 // One row of the table of keys (config.cc): everything about a setting is

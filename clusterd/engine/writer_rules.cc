@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "clusterd/state/incidents.h"
 #include "clusterd/state/rules.h"
 
 namespace clusterd {
@@ -40,6 +41,18 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
   rules.policies.push_back(std::make_unique<ChainDriftRule>(cfg.chain_pool_label, std::move(drift_levels)));
   rules.policies.push_back(
       std::make_unique<RepeatOffenderRule>(cfg.repeat_offender_recoveries, cfg.repeat_offender_window));
+  auto domains = DomainModel::Make(cfg.domain_levels);
+  if (!domains.ok()) return domains.status();
+  IncidentPolicy incidents;
+  incidents.enabled = cfg.incidents_enabled;
+  incidents.window = cfg.incident_window;
+  incidents.min_nodes = cfg.incident_min_nodes;
+  incidents.min_devices = cfg.incident_min_devices;
+  incidents.isolate_percent = cfg.incident_isolate_percent;
+  incidents.max_isolated_domains = cfg.incident_max_isolated_domains;
+  incidents.max_isolated_node_percent = cfg.max_isolated_node_percent;
+  CLUSTERD_RETURN_IF_ERROR(ValidateIncidentPolicy(incidents));
+  rules.policies.push_back(std::make_unique<IncidentRule>(std::move(*domains), incidents));
   return rules;
 }
 

@@ -52,6 +52,7 @@
 #include "clusterd/server/tls.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/incidents.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/duration.h"
@@ -238,6 +239,23 @@ Status ClusterdServer::Impl::OpenState() {
   auto made_rules = MakeWriterRules(cfg);
   if (!made_rules.ok()) return made_rules.status();
   rules = std::move(*made_rules);
+  if (auto* incidents = [&]() -> IncidentRule* {
+        for (const auto& r : rules.policies) {
+          if (auto* found = dynamic_cast<IncidentRule*>(r.get())) return found;
+        }
+        return nullptr;
+      }()) {
+    // Per domain level: open incidents and domains isolated by them.
+    std::map<std::string, Gauge*> open, isolated;
+    for (const DomainLevel& level : incidents->model().levels()) {
+      open[level.name] = &metrics.AddGauge("clusterd_incidents_open", "open incidents per domain level (docs/domains.md)",
+                                           {{"level", level.name}});
+      isolated[level.name] = &metrics.AddGauge(
+          "clusterd_domains_isolated", "domains isolated as a whole by an open incident", {{"level", level.name}});
+    }
+    incidents->SetMetrics(&metrics.AddCounter("clusterd_incidents_opened_total", "incidents opened"), std::move(open),
+                          std::move(isolated));
+  }
   rules.AttachTo(state.get());
   state->set_recoveries_caused_window(cfg.repeat_offender_window);
   state->set_release_chain_check(cfg.release_chain_check == "always"  ? ClusterState::ReleaseChainCheck::kAlways

@@ -4,6 +4,7 @@
 
 #include "clusterd/recovery/convert.h"
 #include "clusterd/recovery/decide.h"
+#include "clusterd/state/incidents.h"
 #include "common/levels.h"
 #include "common/logging.h"
 #include "common/time_proto.h"
@@ -319,6 +320,24 @@ bool Coordinator::Handled(const StateView& state, const std::vector<const v1::Re
   return false;
 }
 
+bool Coordinator::AnsweredByIncident(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
+                                     const v1::Fault& f) const {
+  const IncidentRule* incidents = IncidentsOf(state);
+  if (incidents == nullptr) return false;
+  const v1::Incident* incident = incidents->IncidentOf(state, f);
+  if (incident == nullptr) return false;
+  for (const v1::Recovery* r : job_recoveries) {
+    if (r->state() == v1::RECOVERY_STATE_CANCELLED || r->state() == v1::RECOVERY_STATE_WAITING) continue;
+    if (r->state() == v1::RECOVERY_STATE_DRY_RUN && !state.admin_state().dry_run()) continue;
+    if (incidents->Answers(*incident, *r)) return true;
+  }
+  return false;
+}
+
+void Coordinator::NoteIncidents(ClusterState& state, const v1::Recovery& r, Mutation* m) {
+  if (auto* incidents = state.Attached<IncidentRule>()) incidents->RecordRecovery(state, r, m);
+}
+
 rc::History Coordinator::HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                                    TimePoint now) const {
   rc::History h;
@@ -386,6 +405,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
   for (const v1::Fault* f : state.FaultsOnNodes(view.by_node)) {
     if (f->state() == v1::FAULT_STATE_ACTIVE) {
       if (Handled(state, job_recoveries, *f)) continue;
+      if (AnsweredByIncident(state, job_recoveries, *f)) continue;
     } else {
       // Cleared faults only explain flaps: recent ones of this job's lifetime.
       const TimePoint cleared = FromTimestamp(f->cleared_time());
@@ -488,7 +508,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     r.set_message("dry-run: would " + StrategyText(r.strategy()));
     log->info("recovery {} of job {}: dry-run, would {}", r.id(), job_id, StrategyText(r.strategy()));
     const std::string id = r.id();
-    state.PutRecovery(std::move(r), type, m);
+    NoteIncidents(state, state.PutRecovery(std::move(r), type, m), m);
     active_.erase(id);
     return;
   }
@@ -504,6 +524,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
             fmt::join(r.hit_ranks(), ","), d.reasons.empty() ? "" : d.reasons.back());
   const v1::Recovery& stored = state.PutRecovery(std::move(r), type, m);
   active_.insert(stored.id());
+  NoteIncidents(state, stored, m);
   WarnUnlessGone(state.SetJobState(job_id, v1::JOB_STATE_RECOVERING, "recovery " + stored.id() + " started", m));
 }
 

@@ -133,6 +133,12 @@ class Coordinator final : public WriterRule {
   // Whether one of the job's recoveries already answers this activation of f.
   bool Handled(const StateView& state, const std::vector<const v1::Recovery*>& job_recoveries,
                const v1::Fault& f) const;
+  // Whether the job already has its one recovery for the open incident the
+  // fault belongs to (docs/domains.md: one recovery per job per incident).
+  bool AnsweredByIncident(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
+                          const v1::Fault& f) const;
+  // Records a started recovery with the incidents its trigger faults belong to.
+  static void NoteIncidents(ClusterState& state, const v1::Recovery& r, Mutation* m);
   recovery::History HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                               TimePoint now) const;
   // The decision engine's view of a job (status RUNNING), converted once per
