@@ -21,6 +21,10 @@ std::string IncidentMemberKey(const std::string& node, std::optional<uint32_t> d
   return device ? node + "/" + std::to_string(*device) : node;
 }
 
+std::string IncidentMemberKeyOfMember(const v1::IncidentMember& m) {
+  return m.has_device_id() ? m.node() + "/" + std::to_string(m.device_id()) : m.node();
+}
+
 std::string IncidentMemberKeyOf(const v1::Fault& f) {
   return IncidentMemberKey(f.node(), f.has_device_id() ? std::optional<uint32_t>(f.device_id()) : std::nullopt);
 }
@@ -122,11 +126,10 @@ void IncidentRule::Loaded(ClusterState& state) {
     Work& w = work_[id];
     for (int i = 0; i < inc.members_size(); ++i) {
       const v1::IncidentMember& mem = inc.members(i);
-      const std::optional<uint32_t> dev = mem.has_device_id() ? std::optional(mem.device_id()) : std::nullopt;
-      const std::string mk = IncidentMemberKey(mem.node(), dev);
+      const std::string mk = IncidentMemberKeyOfMember(mem);
       w.member_pos[mk] = i;
       w.nodes.insert(mem.node());
-      if (dev) w.devices.insert(mk);
+      if (mem.has_device_id()) w.devices.insert(mk);
       if (const v1::Fault* f = state.FindFault(mem.fault_id()); f && !f->subject().empty()) {
         w.subjects[f->subject()].insert(mk);
       }
@@ -327,8 +330,7 @@ bool IncidentRule::Recount(const ClusterState& state, v1::Incident& inc) {
     ++total;
   }
   for (v1::IncidentMember& mem : *inc.mutable_members()) {
-    const std::optional<uint32_t> dev = mem.has_device_id() ? std::optional(mem.device_id()) : std::nullopt;
-    auto it = by_member.find(IncidentMemberKey(mem.node(), dev));
+    auto it = by_member.find(IncidentMemberKeyOfMember(mem));
     mem.set_active_faults(it == by_member.end() ? 0 : it->second);
   }
   inc.set_active_faults(total);

@@ -241,7 +241,12 @@ TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std
       for (const auto& [id, job] : state.jobs()) dirty.insert(id);
       for (const auto& id : active_) dirty.insert(state.recoveries().at(id).job_id());
     }
+    // The cordoned and isolated nodes are walked once for the pass's
+    // decisions (deciding changes neither), not once per job: a cascade
+    // decides many jobs, each walk is over every node.
+    node_sets_.reset();
     for (const auto& job : dirty) DecideJob(state, job, now, m);
+    node_sets_.reset();
     dirty.clear();
     bool ended = false;
     for (auto ids = active_; const auto& id : ids) {
@@ -413,9 +418,17 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     }
     faults.push_back(rc::FromProto(*f));
   }
+  // Nothing left to decide (every fault answered, by its recovery or by the
+  // job's recovery for an incident): what follows would decide nothing, and
+  // its cluster view walks every node (a cascade decides per fault).
+  if (faults.empty() && (current == nullptr || current->state() == v1::RECOVERY_STATE_RUNNING)) {
+    if (current == nullptr) wake_.erase(job_id);
+    return;
+  }
   rc::ClusterView cluster;
-  cluster.cordoned_nodes = state.CordonedNodes();
-  cluster.isolated_nodes = state.IsolatedNodes();
+  if (!node_sets_) node_sets_ = NodeSets{state.CordonedNodes(), state.IsolatedNodes()};
+  cluster.cordoned_nodes = node_sets_->cordoned;
+  cluster.isolated_nodes = node_sets_->isolated;
   cluster.total_nodes = static_cast<int>(state.node_count());
   for (const auto& id : active_) {
     const v1::Recovery& r = state.recoveries().at(id);

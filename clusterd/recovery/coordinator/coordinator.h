@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -164,6 +165,11 @@ class Coordinator final : public WriterRule {
     recovery::Job view;
   };
   std::map<std::string, CachedView> views_;  // job id -> ViewOf
+  // The cordoned and isolated nodes during one pass of DecideJob calls.
+  struct NodeSets {
+    std::set<std::string> cordoned, isolated;
+  };
+  std::optional<NodeSets> node_sets_;
 
   std::atomic<int> running_{0};
   std::atomic<int> waiting_{0};
