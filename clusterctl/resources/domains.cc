@@ -24,14 +24,10 @@ std::string IncidentStateText(v1::IncidentState s) {
 // "switch sw-3", "link port7", "domain superpod=7", "-".
 std::string RootText(const v1::IncidentRoot& r) {
   switch (r.kind()) {
-    case v1::INCIDENT_ROOT_KIND_SWITCH:
-      return "switch " + r.subject();
-    case v1::INCIDENT_ROOT_KIND_LINK:
-      return "link " + r.subject();
-    case v1::INCIDENT_ROOT_KIND_DOMAIN:
-      return "domain " + r.subject();
-    default:
-      return "-";
+    case v1::INCIDENT_ROOT_KIND_SWITCH: return "switch " + r.subject();
+    case v1::INCIDENT_ROOT_KIND_LINK: return "link " + r.subject();
+    case v1::INCIDENT_ROOT_KIND_DOMAIN: return "domain " + r.subject();
+    default: return "-";
   }
 }
 
@@ -135,10 +131,11 @@ std::vector<Command> DomainCommands() {
       .columns = DomainColumns(),
       .list_rpc = "ListDomains",
       .list = &ClusterClient::ListAllDomains,
-      .items = [](const v1::ListDomainsResponse& r) -> const auto& { return r.domains(); },
-      .filters = {"level", "degraded"},
-      .read_filters = ReadDomainFilters,
-  });
+      .items = [](const v1::ListDomainsResponse& r) -> const auto& { return r.domains();
+}
+, .filters = {"level", "degraded"}, .read_filters = ReadDomainFilters,
+}  // namespace clusterctl
+);
   auto incidents = std::make_shared<const IncidentResource>(IncidentResource{
       .singular = "incident",
       .plural = "incidents",
@@ -146,13 +143,13 @@ std::vector<Command> DomainCommands() {
       .columns = IncidentColumns(),
       .list_rpc = "ListIncidents",
       .list = &ClusterClient::ListAllIncidents,
-      .items = [](const v1::ListIncidentsResponse& r) -> const auto& { return r.incidents(); },
-      .filters = {"domain", "open"},
-      .read_filters = ReadIncidentFilters,
-      .get_rpc = "GetIncident",
-      .get = &ClusterClient::GetIncident,
-      .item = [](const v1::GetIncidentResponse& r) -> const auto& { return r.incident(); },
-      .describe = DescribeIncident,
+      .items = [](const v1::ListIncidentsResponse& r) -> const auto& { return r.incidents();
+  }
+  , .filters = {"domain", "open"}, .read_filters = ReadIncidentFilters, .get_rpc = "GetIncident",
+    .get = &ClusterClient::GetIncident, .item = [](const v1::GetIncidentResponse& r) -> const auto& {
+    return r.incident();
+  }
+  , .describe = DescribeIncident,
   });
   return {
       GetCommand(domains, {"domains", "domain"}, {{"level", 0, true, false}, {"degraded", 0, false, false}},
@@ -166,6 +163,6 @@ std::vector<Command> DomainCommands() {
                       "  describe incident ID                incident: root and its evidence, decisions, members\n"
                       "                                      hit, timeline\n"),
   };
-}
+  }
 
-}  // namespace clusterctl
+  }  // namespace clusterctl

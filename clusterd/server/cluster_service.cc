@@ -267,18 +267,16 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ListNodes(grpc::CallbackServerCont
                                                         const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListNodes")) return refused;
   auto st = state_();
-  return AnswerQuery(ctx, st.get(), resp, [req, st](const StateView& state) {
-    return ListNodesWithDomains(state, IncidentsOf(*st), *req);
-  });
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& state) { return ListNodesWithDomains(state, IncidentsOf(*st), *req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
                                                       v1::GetNodeResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetNode")) return refused;
   auto st = state_();
-  return AnswerQuery(ctx, st.get(), resp, [req, st](const StateView& state) {
-    return GetNodeWithDomains(state, IncidentsOf(*st), *req);
-  });
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& state) { return GetNodeWithDomains(state, IncidentsOf(*st), *req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListFaults(grpc::CallbackServerContext* ctx,
@@ -308,9 +306,8 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ListDomains(grpc::CallbackServerCo
                                                           v1::ListDomainsResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListDomains")) return refused;
   auto st = state_();
-  return AnswerQuery(ctx, st.get(), resp, [req, st](const StateView& state) {
-    return ListDomainsWith(state, IncidentsOf(*st), *req);
-  });
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& state) { return ListDomainsWith(state, IncidentsOf(*st), *req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetIncident(grpc::CallbackServerContext* ctx,
@@ -318,9 +315,8 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetIncident(grpc::CallbackServerCo
                                                           v1::GetIncidentResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetIncident")) return refused;
   auto st = state_();
-  return AnswerQuery(ctx, st.get(), resp->mutable_incident(), [req, st](const StateView& /*state*/) {
-    return GetIncidentWith(IncidentsOf(*st), req->id());
-  });
+  return AnswerQuery(ctx, st.get(), resp->mutable_incident(),
+                     [req, st](const StateView& /*state*/) { return GetIncidentWith(IncidentsOf(*st), req->id()); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListIncidents(grpc::CallbackServerContext* ctx,
@@ -328,9 +324,8 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ListIncidents(grpc::CallbackServer
                                                             v1::ListIncidentsResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListIncidents")) return refused;
   auto st = state_();
-  return AnswerQuery(ctx, st.get(), resp, [req, st](const StateView& /*state*/) {
-    return ListIncidentsWith(IncidentsOf(*st), *req);
-  });
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& /*state*/) { return ListIncidentsWith(IncidentsOf(*st), *req); });
 }
 
 grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,

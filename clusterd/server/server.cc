@@ -248,8 +248,8 @@ Status ClusterdServer::Impl::OpenState() {
     // Per domain level: open incidents and domains isolated by them.
     std::map<std::string, Gauge*> open, isolated;
     for (const DomainLevel& level : incidents->model().levels()) {
-      open[level.name] = &metrics.AddGauge("clusterd_incidents_open", "open incidents per domain level (docs/domains.md)",
-                                           {{"level", level.name}});
+      open[level.name] = &metrics.AddGauge(
+          "clusterd_incidents_open", "open incidents per domain level (docs/domains.md)", {{"level", level.name}});
       isolated[level.name] = &metrics.AddGauge(
           "clusterd_domains_isolated", "domains isolated as a whole by an open incident", {{"level", level.name}});
     }

@@ -23,8 +23,7 @@ StatusOr<DomainLevel> ParseDomainLevel(std::string_view entry) {
 }
 
 std::vector<std::string> DefaultDomainLevels() {
-  return {"superpod=huawei.com/topotree.superpodid", "rack=huawei.com/topotree.rackid",
-          "nvlink=nvidia.com/gpu.clique"};
+  return {"superpod=huawei.com/topotree.superpodid", "rack=huawei.com/topotree.rackid", "nvlink=nvidia.com/gpu.clique"};
 }
 
 std::string DomainKey(const v1::DomainRef& ref) { return ref.level() + "=" + ref.name(); }

@@ -208,8 +208,7 @@ size_t IncidentRule::DomainSize(ClusterState& state, const std::string& key) {
   return index_.SizeOf(key);
 }
 
-void IncidentRule::Open(ClusterState& state, const v1::DomainRef& domain, const std::vector<Hit>& hits,
-                        TimePoint now) {
+void IncidentRule::Open(ClusterState& state, const v1::DomainRef& domain, const std::vector<Hit>& hits, TimePoint now) {
   const std::string id = "inc-" + std::to_string(next_seq_++);
   const std::string key = DomainKey(domain);
   v1::Incident& inc = incidents_[id];
@@ -481,8 +480,8 @@ TimePoint IncidentRule::Advance(ClusterState& state, const WriterTick& tick) {
     // A record loaded as it was (nothing cleared meanwhile) is not written again.
     if (change == Change::kNone) continue;
     MaybeIsolate(state, inc, now, tick.m);
-    Store(state, inc, change == Change::kOpened ? v1::EVENT_TYPE_INCIDENT_OPENED : v1::EVENT_TYPE_INCIDENT_UPDATED,
-          now, tick.m);
+    Store(state, inc, change == Change::kOpened ? v1::EVENT_TYPE_INCIDENT_OPENED : v1::EVENT_TYPE_INCIDENT_UPDATED, now,
+          tick.m);
   }
   dirty_.clear();
   if (closed_any) DropOldClosed(tick.m);
@@ -612,9 +611,7 @@ const IncidentRule* IncidentsOf(const ClusterState& state) { return state.Attach
 
 namespace {
 
-Status NoDomainModel() {
-  return Unavailable("no fault-domain model on this replica (a standby): ask the leader");
-}
+Status NoDomainModel() { return Unavailable("no fault-domain model on this replica (a standby): ask the leader"); }
 
 }  // namespace
 

@@ -148,12 +148,12 @@ class IncidentRule final : public WriterRule, public IncidentLookup {
 
   const DomainModel model_;
   const IncidentPolicy policy_;
-  std::map<std::string, v1::Incident> incidents_;       // by id
-  std::map<std::string, std::string> open_by_domain_;   // DomainKey -> id
-  std::map<std::string, Work> work_;                    // open incidents' ids
-  std::map<std::string, std::deque<Hit>> recent_;       // DomainKey -> hits within the window
-  std::map<std::string, Change> dirty_;                 // ids changed since the last Advance
-  std::set<std::string> isolated_domains_;              // DomainKeys isolated by open incidents
+  std::map<std::string, v1::Incident> incidents_;      // by id
+  std::map<std::string, std::string> open_by_domain_;  // DomainKey -> id
+  std::map<std::string, Work> work_;                   // open incidents' ids
+  std::map<std::string, std::deque<Hit>> recent_;      // DomainKey -> hits within the window
+  std::map<std::string, Change> dirty_;                // ids changed since the last Advance
+  std::set<std::string> isolated_domains_;             // DomainKeys isolated by open incidents
   uint64_t next_seq_ = 1;
   // The domains' sizes, rebuilt when the nodes' labels change.
   DomainIndex index_;

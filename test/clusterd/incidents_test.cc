@@ -159,8 +159,7 @@ class IncidentsTest : public ::testing::Test {
   void SwitchFault(const std::string& node, bool raise) {
     const uint64_t seq = ++seq_[node];
     Write([=](ClusterState& s, Mutation* m) {
-      v1::FaultTransition t =
-          MakeTransition(1, seq, raise, std::nullopt, "SWITCH_PORT_DOWN", v1::FAULT_SOURCE_NETWORK);
+      v1::FaultTransition t = MakeTransition(1, seq, raise, std::nullopt, "SWITCH_PORT_DOWN", v1::FAULT_SOURCE_NETWORK);
       t.mutable_fault()->set_subject("switch:leaf-7");
       t.mutable_fault()->set_level(v1::FAULT_LEVEL_SUB_HEALTH);
       return s.ApplyTransition(node, 1, t, m).status();
@@ -291,9 +290,8 @@ TEST_F(IncidentsTest, NodesKnowTheirDomainsAndListDomainsCountsMembersAndHealth)
   });
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 
-  const auto domains = state_->Read([&](const StateView& v) {
-    return ListDomainsWith(v, IncidentsOf(*state_), v1::ListDomainsRequest());
-  });
+  const auto domains = state_->Read(
+      [&](const StateView& v) { return ListDomainsWith(v, IncidentsOf(*state_), v1::ListDomainsRequest()); });
   ASSERT_TRUE(domains.ok()) << domains.status().ToString();
   ASSERT_EQ(domains->domains_size(), 2);
   EXPECT_EQ(DomainKey(domains->domains(0).ref()), "superpod=1");
@@ -350,9 +348,8 @@ TEST_F(IncidentsTest, ACascadeAcrossOneSuperPodIsOneIncidentWithTheSwitchAsRoot)
   bool isolate_decided = false;
   for (const auto& d : inc.decisions()) isolate_decided = isolate_decided || d.action() == "isolate-domain";
   EXPECT_TRUE(isolate_decided);
-  const auto domains = state_->Read([&](const StateView& v) {
-    return ListDomainsWith(v, IncidentsOf(*state_), v1::ListDomainsRequest());
-  });
+  const auto domains = state_->Read(
+      [&](const StateView& v) { return ListDomainsWith(v, IncidentsOf(*state_), v1::ListDomainsRequest()); });
   ASSERT_TRUE(domains.ok());
   EXPECT_EQ(domains->domains(0).open_incident(), inc.id());
   EXPECT_TRUE(domains->domains(0).isolated());
@@ -432,9 +429,8 @@ TEST_F(IncidentsTest, AnIncidentSurvivesARestartAndClosesWhenItsFaultsClear) {
   EXPECT_EQ(after.nodes_hit(), 4u);
   EXPECT_EQ(after.members_size(), 4);
   EXPECT_EQ(after.active_faults(), 4u);
-  const auto domains = state_->Read([&](const StateView& v) {
-    return ListDomainsWith(v, IncidentsOf(*state_), v1::ListDomainsRequest());
-  });
+  const auto domains = state_->Read(
+      [&](const StateView& v) { return ListDomainsWith(v, IncidentsOf(*state_), v1::ListDomainsRequest()); });
   ASSERT_TRUE(domains.ok());
   EXPECT_EQ(domains->domains(0).open_incident(), id);
 
