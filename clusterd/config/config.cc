@@ -772,6 +772,7 @@ std::vector<ConfigKey> MakeTable() {
   t.Section("Fault domains and incidents (docs/domains.md)");
   t.Add(List("domain_levels", CLUSTERD_FIELD(domain_levels), "LEVEL=LABEL-KEY, comma-separated, broadest first",
              [](const std::string& e) {
+               if (e == "none") return Status::Ok();
                const size_t eq = e.find('=');
                if (eq == std::string::npos || eq == 0 || eq + 1 == e.size()) {
                  return InvalidArgument("\"" + e + "\" is not level=label-key");
@@ -779,7 +780,8 @@ std::vector<ConfigKey> MakeTable() {
                return Status::Ok();
              }),
         "the fault-domain levels: each a name and the node label whose value names the node's domain at that level "
-        "(MindCluster's SuperPoD and rack labels and NVIDIA's NVLink clique by default; empty: no domains)");
+        "(empty: the built-in superpod=huawei.com/topotree.superpodid, rack=huawei.com/topotree.rackid, "
+        "nvlink=nvidia.com/gpu.clique; none: no domains)");
   t.Add(Bool("incidents_enabled", CLUSTERD_FIELD(incidents_enabled)),
         "form incidents from faults that land together within a domain");
   t.Add(Dur("incident_window", CLUSTERD_FIELD(incident_window), std::chrono::milliseconds(100), std::chrono::hours(1)),

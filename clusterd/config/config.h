@@ -341,8 +341,10 @@ struct ClusterdConfig {
   // chips) of one domain form an incident; more than
   // incident_isolate_percent of a domain's nodes hit isolates it (0: never),
   // at most incident_max_isolated_domains domains at once.
-  std::vector<std::string> domain_levels = {"superpod=huawei.com/topotree.superpodid",
-                                            "rack=huawei.com/topotree.rackid", "nvlink=nvidia.com/gpu.clique"};
+  // Empty: the built-in levels (DefaultDomainLevels, state/domains.h:
+  // MindCluster's SuperPoD and rack labels, NVIDIA's NVLink clique); "none":
+  // no domains.
+  std::vector<std::string> domain_levels;
   bool incidents_enabled = true;
   std::chrono::nanoseconds incident_window = std::chrono::seconds(10);
   uint32_t incident_min_nodes = 3;

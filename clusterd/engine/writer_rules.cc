@@ -41,7 +41,11 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
   rules.policies.push_back(std::make_unique<ChainDriftRule>(cfg.chain_pool_label, std::move(drift_levels)));
   rules.policies.push_back(
       std::make_unique<RepeatOffenderRule>(cfg.repeat_offender_recoveries, cfg.repeat_offender_window));
-  auto domains = DomainModel::Make(cfg.domain_levels);
+  // Empty: the built-in levels; "none": no domains.
+  const bool no_domains = cfg.domain_levels.size() == 1 && cfg.domain_levels[0] == "none";
+  auto domains = DomainModel::Make(no_domains                  ? std::vector<std::string>()
+                                   : cfg.domain_levels.empty() ? DefaultDomainLevels()
+                                                               : cfg.domain_levels);
   if (!domains.ok()) return domains.status();
   IncidentPolicy incidents;
   incidents.enabled = cfg.incidents_enabled;

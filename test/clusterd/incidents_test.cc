@@ -208,16 +208,7 @@ class IncidentsTest : public ::testing::Test {
       return n;
     });
   }
-  std::vector<v1::Event> Events(v1::EventType type) {
-    std::vector<v1::Event> out;
-    auto all = store_->ReadEvents(0, 1'000'000);
-    EXPECT_TRUE(all.ok());
-    if (!all.ok()) return out;
-    for (const auto& e : *all) {
-      if (e.type() == type) out.push_back(e);
-    }
-    return out;
-  }
+  std::vector<v1::Event> Events(v1::EventType type) { return testing::StoredEventsOfType(*store_, type); }
 
   ClusterdConfig config_;
   FakeClock clock_;

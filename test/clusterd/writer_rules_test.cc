@@ -115,16 +115,7 @@ class WriterRulesTest : public ::testing::Test {
       return out;
     });
   }
-  std::vector<v1::Event> Events(v1::EventType type) {
-    std::vector<v1::Event> out;
-    auto all = store_->ReadEvents(0, 100'000);
-    EXPECT_TRUE(all.ok());
-    if (!all.ok()) return out;
-    for (const auto& e : *all) {
-      if (e.type() == type) out.push_back(e);
-    }
-    return out;
-  }
+  std::vector<v1::Event> Events(v1::EventType type) { return testing::StoredEventsOfType(*store_, type); }
 
   ClusterdConfig config_;
   FakeClock clock_;
