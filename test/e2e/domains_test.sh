@@ -23,7 +23,7 @@ for n in "${NODES[@]}"; do
   start_sim_noded "$n" --labels "huawei.com/topotree.superpodid=$(pod_of "$n")"
 done
 all_connected() {
-  [[ $(cluster GetSummary | python3 -c 'import json,sys; print(json.load(sys.stdin).get("connectedAgents", 0))') == 6 ]]
+  [[ $(cluster GetSummary | python3 -c 'import json,sys; print(json.load(sys.stdin).get("connected_agents", 0))') == 6 ]]
 }
 wait_until 60 all_connected
 
@@ -46,13 +46,13 @@ wait_until 30 b1_raised
 echo "-- chip faults on three nodes of SuperPoD 1 are one incident"
 for n in a1 a2 a3; do inject_sim_fault "$n" 0 80E01801; done
 one_incident() {
-  [[ $(cluster ListIncidents | python3 -c 'import json,sys; print(json.load(sys.stdin).get("totalSize", 0))') == 1 ]]
+  [[ $(cluster ListIncidents | python3 -c 'import json,sys; print(json.load(sys.stdin).get("total_size", 0))') == 1 ]]
 }
 wait_until 30 one_incident
 ID=$(cluster ListIncidents | python3 -c 'import json,sys; print(json.load(sys.stdin)["incidents"][0]["id"])')
 inc=$(cluster GetIncident "{\"id\": \"$ID\"}")
 expect_contains "$inc" '"state": "INCIDENT_STATE_OPEN"' "GetIncident state"
-expect_contains "$inc" '"nodesHit": 3' "GetIncident nodes hit"
+expect_contains "$inc" '"nodes_hit": 3' "GetIncident nodes hit"
 expect_contains "$inc" '"kind": "INCIDENT_ROOT_KIND_DOMAIN"' "GetIncident root"
 python3 - "$inc" <<'PY' || fail "the incident's members are not a1..a3"
 import json, sys
@@ -79,6 +79,6 @@ echo "-- it closes when its faults clear"
 for n in a1 a2 a3; do inject_sim_fault "$n" 0 80E01801 clear; done
 closed() { cluster GetIncident "{\"id\": \"$ID\"}" | grep -q '"state": "INCIDENT_STATE_CLOSED"'; }
 wait_until 30 closed
-[[ $(cluster ListIncidents | python3 -c 'import json,sys; print(json.load(sys.stdin).get("totalSize", 0))') == 1 ]] ||
+[[ $(cluster ListIncidents | python3 -c 'import json,sys; print(json.load(sys.stdin).get("total_size", 0))') == 1 ]] ||
   fail "a second incident formed"
 echo "PASS domains"
