@@ -362,7 +362,7 @@ void IncidentRule::MaybeIsolate(ClusterState& state, v1::Incident& inc, TimePoin
   const std::string key = DomainKey(inc.domain());
   const size_t size = std::max<size_t>(DomainSize(state, key), 1);
   inc.set_domain_nodes(static_cast<uint32_t>(size));
-  if (inc.nodes_hit() * 100 <= size * policy_.isolate_percent) return;
+  if (static_cast<size_t>(inc.nodes_hit()) * 100 <= size * policy_.isolate_percent) return;
   // Decided once per incident: held or done, the decision is recorded.
   for (const v1::IncidentDecision& d : inc.decisions()) {
     if (d.action() == "isolate-domain" || d.action() == "isolate-domain-held") return;
