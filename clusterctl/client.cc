@@ -126,6 +126,32 @@ grpc::Status ClusterClient::GetRecovery(const std::string& id, v1::GetRecoveryRe
   return cluster_->GetRecovery(&ctx, req, out);
 }
 
+grpc::Status ClusterClient::ListAllDomains(v1::ListDomainsRequest req, v1::ListDomainsResponse* out) {
+  return ListAll(
+      "ListDomains", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
+      [this](grpc::ClientContext* ctx, const v1::ListDomainsRequest& r, v1::ListDomainsResponse* resp) {
+        return cluster_->ListDomains(ctx, r, resp);
+      },
+      [](v1::ListDomainsResponse* resp) { return resp->mutable_domains(); });
+}
+
+grpc::Status ClusterClient::ListAllIncidents(v1::ListIncidentsRequest req, v1::ListIncidentsResponse* out) {
+  return ListAll(
+      "ListIncidents", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
+      [this](grpc::ClientContext* ctx, const v1::ListIncidentsRequest& r, v1::ListIncidentsResponse* resp) {
+        return cluster_->ListIncidents(ctx, r, resp);
+      },
+      [](v1::ListIncidentsResponse* resp) { return resp->mutable_incidents(); });
+}
+
+grpc::Status ClusterClient::GetIncident(const std::string& id, v1::GetIncidentResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  v1::GetIncidentRequest req;
+  req.set_id(id);
+  return cluster_->GetIncident(&ctx, req, out);
+}
+
 grpc::Status ClusterClient::Report(const v1::ReportRequest& req, v1::ReportResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);

@@ -46,6 +46,10 @@ class ClusterClient {
   grpc::Status ListValidations(const v1::ListValidationsRequest& req, v1::ListValidationsResponse* out);
   grpc::Status ListAllValidations(v1::ListValidationsRequest req, v1::ListValidationsResponse* out);
   grpc::Status GetRecovery(const std::string& id, v1::GetRecoveryResponse* out);
+  // Fault domains and incidents (docs/domains.md); the ListAll* follow every page.
+  grpc::Status ListAllDomains(v1::ListDomainsRequest req, v1::ListDomainsResponse* out);
+  grpc::Status ListAllIncidents(v1::ListIncidentsRequest req, v1::ListIncidentsResponse* out);
+  grpc::Status GetIncident(const std::string& id, v1::GetIncidentResponse* out);
 
   // JobService. ListAllJobs follows every page: out holds all jobs.
   grpc::Status ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out);

@@ -9,7 +9,7 @@ const std::vector<Command>& Commands() {
     // Within each verb, `clusterctl help` and "get what?" follow this order.
     std::vector<Command> all;
     for (auto group : {SummaryCommands, NodeCommands, WatchCommands, FaultCommands, JobCommands, RecoveryCommands,
-                       ValidationCommands, MindClusterCommands, AdminCommands, DoctorCommands, VersionCommands}) {
+                       ValidationCommands, DomainCommands, MindClusterCommands, AdminCommands, DoctorCommands, VersionCommands}) {
       for (auto& cmd : group()) all.push_back(std::move(cmd));
     }
     return all;

@@ -132,6 +132,7 @@ stage e2e/progress bash test/e2e/progress_test.sh
 stage e2e/nvml bash test/e2e/nvml_test.sh
 stage e2e/recovery bash test/e2e/recovery_test.sh
 stage e2e/pingmesh bash test/e2e/pingmesh_test.sh
+stage e2e/domains bash test/e2e/domains_test.sh
 stage e2e/helm bash test/e2e/helm_test.sh
 stage e2e/status_page bash test/e2e/status_page_test.sh
 

@@ -18,6 +18,7 @@ std::vector<Command> FaultCommands();        // get faults, report-fault, clear-
 std::vector<Command> JobCommands();          // get jobs, describe job, create-job, delete-job
 std::vector<Command> RecoveryCommands();     // get recoveries, describe recovery
 std::vector<Command> ValidationCommands();   // get validations
+std::vector<Command> DomainCommands();       // get domains, get incidents, describe incident
 std::vector<Command> MindClusterCommands();  // describe mindcluster
 std::vector<Command> AdminCommands();        // get admin, cordon, uncordon, pause, resume, dry-run
 std::vector<Command> DoctorCommands();       // doctor

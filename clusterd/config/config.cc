@@ -518,8 +518,8 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Dur("recovery_retention_age", CLUSTERD_FIELD(recovery_retention_age), std::chrono::hours(1)),
         "finished recovery records that ended longer ago go (same exceptions)");
   t.Add(Bool("pingmesh_enabled", CLUSTERD_FIELD(pingmesh_enabled)),
-        "the pingmesh (docs/pingmesh.md): NodeDs probe peers of their probe domains, ClusterD names the node, "
-        "link or domain at fault");
+        "the pingmesh (docs/pingmesh.md): NodeDs probe peers of their fault domains (domain_levels), ClusterD "
+        "names the node, link or domain at fault");
   t.Add(Dur("pingmesh_interval", CLUSTERD_FIELD(pingmesh_interval), std::chrono::seconds(1), std::chrono::hours(1)),
         "a probe round is planned this often");
   t.Add(U32("pingmesh_peers_per_node", CLUSTERD_FIELD(pingmesh_peers_per_node), 1, 64),
@@ -536,11 +536,6 @@ std::vector<ConfigKey> MakeTable() {
         "windows in a row that raise a finding");
   t.Add(U32("pingmesh_clear_after", CLUSTERD_FIELD(pingmesh_clear_after), 1, 100),
         "windows in a row without a finding that clear it");
-  t.Add(List("pingmesh_domain_labels", CLUSTERD_FIELD(pingmesh_domain_labels), "label keys, comma-separated",
-             [](const std::string& e) {
-               return e.empty() || e.size() > 317 ? InvalidArgument("a label key of 1-317 characters") : Status::Ok();
-             }),
-        "node label keys whose values group nodes into probe domains (\"<key>=<value>\"); empty: none");
   t.Add(Text("chain_pool_label", CLUSTERD_FIELD(chain_pool_label), "LABEL"),
         "the node label whose value names a node's pool for the software chain's version drift (CHAIN_VERSION_DRIFT "
         "on a node whose driver, firmware or CANN version differs from its pool's majority); empty: the chip model");
@@ -831,6 +826,33 @@ std::vector<ConfigKey> MakeTable() {
                return Status::Ok();
              }),
         "DRA device taints: device names of ClusterD's device {id}, for devices without that attribute", kNoChartValue);
+
+  t.Section("Fault domains and incidents (docs/domains.md)");
+  t.Add(List("domain_levels", CLUSTERD_FIELD(domain_levels), "LEVEL=LABEL-KEY, comma-separated, broadest first",
+             [](const std::string& e) {
+               if (e == "none") return Status::Ok();
+               const size_t eq = e.find('=');
+               if (eq == std::string::npos || eq == 0 || eq + 1 == e.size()) {
+                 return InvalidArgument("\"" + e + "\" is not level=label-key");
+               }
+               return Status::Ok();
+             }),
+        "the fault-domain levels: each a name and the node label whose value names the node's domain at that level "
+        "(empty: the built-in superpod=huawei.com/topotree.superpodid, rack=huawei.com/topotree.rackid, "
+        "nvlink=nvidia.com/gpu.clique; none: no domains)");
+  t.Add(Bool("incidents_enabled", CLUSTERD_FIELD(incidents_enabled)),
+        "form incidents from faults that land together within a domain");
+  t.Add(Dur("incident_window", CLUSTERD_FIELD(incident_window), std::chrono::milliseconds(100), std::chrono::hours(1)),
+        "faults of one domain count together when they land within this window");
+  t.Add(U32("incident_min_nodes", CLUSTERD_FIELD(incident_min_nodes), 2, 100'000),
+        "an incident opens when the window's faults hit this many nodes of one domain");
+  t.Add(U32("incident_min_devices", CLUSTERD_FIELD(incident_min_devices), 2, 1'000'000),
+        "... or this many chips of one domain (a lone chip fault stays a chip fault)");
+  t.Add(U32("incident_isolate_percent", CLUSTERD_FIELD(incident_isolate_percent), 0, 100),
+        "an incident that hits more than this percentage of its domain's nodes isolates the domain as a whole "
+        "(subject to max_isolated_node_percent and incident_max_isolated_domains; dry-run records it only); 0: never");
+  t.Add(U32("incident_max_isolated_domains", CLUSTERD_FIELD(incident_max_isolated_domains), 0, 100'000),
+        "blast radius: at most this many domains isolated by open incidents at once");
   return t.Take();
 }
 

@@ -332,9 +332,8 @@ struct ClusterdConfig {
   // `separation_window` is separated until it has been fault-free for
   // `separation_release_after` (0: only an operator releases it).
   bool separation_enabled = true;
-  // The pingmesh (docs/pingmesh.md): the probe plan every interval, the
-  // attribution every window, node label keys grouping nodes into probe
-  // domains.
+  // The pingmesh (docs/pingmesh.md): the probe plan every interval over the
+  // fault domains (domain_levels), the attribution every window.
   bool pingmesh_enabled = true;
   std::chrono::nanoseconds pingmesh_interval = std::chrono::seconds(10);
   uint32_t pingmesh_peers_per_node = 4;
@@ -344,7 +343,6 @@ struct ClusterdConfig {
   std::chrono::nanoseconds pingmesh_window = std::chrono::minutes(1);
   uint32_t pingmesh_raise_after = 2;
   uint32_t pingmesh_clear_after = 3;
-  std::vector<std::string> pingmesh_domain_labels;
   // The node label naming a node's pool for the software chain's version
   // drift (docs/faults.md); "": the model of the node's first device.
   std::string chain_pool_label;
@@ -382,6 +380,22 @@ struct ClusterdConfig {
   // Finished validations kept (oldest go first); each holds at most 8
   // checks of 16 KiB evidence.
   uint32_t validation_retention_count = 1000;
+  // Fault domains and incidents (docs/domains.md): the topology levels,
+  // broadest first, each "level=node-label-key"; faults within
+  // incident_window on incident_min_nodes nodes (or incident_min_devices
+  // chips) of one domain form an incident; more than
+  // incident_isolate_percent of a domain's nodes hit isolates it (0: never),
+  // at most incident_max_isolated_domains domains at once.
+  // Empty: the built-in levels (DefaultDomainLevels, state/domains.h:
+  // MindCluster's SuperPoD and rack labels, NVIDIA's NVLink clique); "none":
+  // no domains.
+  std::vector<std::string> domain_levels;
+  bool incidents_enabled = true;
+  std::chrono::nanoseconds incident_window = std::chrono::seconds(10);
+  uint32_t incident_min_nodes = 3;
+  uint32_t incident_min_devices = 4;
+  uint32_t incident_isolate_percent = 50;
+  uint32_t incident_max_isolated_domains = 1;
 };
 
 // One row of the table of keys (config.cc): everything about a setting is

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "clusterd/state/pingmesh_rule.h"
+#include "clusterd/state/incidents.h"
 #include "clusterd/state/rules.h"
 #include "clusterd/state/validation_rule.h"
 
@@ -54,6 +55,22 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
   validation.retention = cfg.validation_retention_count;
   CLUSTERD_RETURN_IF_ERROR(ValidateValidationOptions(validation));
   rules.policies.push_back(std::make_unique<ValidationRule>(validation));
+  // Empty: the built-in levels; "none": no domains.
+  const bool no_domains = cfg.domain_levels.size() == 1 && cfg.domain_levels[0] == "none";
+  auto domains = DomainModel::Make(no_domains                  ? std::vector<std::string>()
+                                   : cfg.domain_levels.empty() ? DefaultDomainLevels()
+                                                               : cfg.domain_levels);
+  if (!domains.ok()) return domains.status();
+  IncidentPolicy incidents;
+  incidents.enabled = cfg.incidents_enabled;
+  incidents.window = cfg.incident_window;
+  incidents.min_nodes = cfg.incident_min_nodes;
+  incidents.min_devices = cfg.incident_min_devices;
+  incidents.isolate_percent = cfg.incident_isolate_percent;
+  incidents.max_isolated_domains = cfg.incident_max_isolated_domains;
+  incidents.max_isolated_node_percent = cfg.max_isolated_node_percent;
+  CLUSTERD_RETURN_IF_ERROR(ValidateIncidentPolicy(incidents));
+  rules.policies.push_back(std::make_unique<IncidentRule>(*domains, incidents));
   if (cfg.pingmesh_enabled) {
     PingmeshPolicy pingmesh;
     pingmesh.interval = cfg.pingmesh_interval;
@@ -65,7 +82,7 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
     pingmesh.raise_after = cfg.pingmesh_raise_after;
     pingmesh.clear_after = cfg.pingmesh_clear_after;
     CLUSTERD_RETURN_IF_ERROR(ValidatePingmeshPolicy(pingmesh));
-    rules.policies.push_back(std::make_unique<PingmeshRule>(pingmesh, LabelDomains(cfg.pingmesh_domain_labels)));
+    rules.policies.push_back(std::make_unique<PingmeshRule>(pingmesh, ModelDomains(*domains)));
   }
   return rules;
 }

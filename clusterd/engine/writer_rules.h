@@ -6,8 +6,9 @@
 //
 // The order: auto-clear (public faults due to clear themselves), separation
 // (chips separated and released), chain drift, repeat offenders (nodes
-// cordoned), then the recovery Coordinator, which sees what the policies
-// changed in the same turn.
+// cordoned), incidents (state/incidents.h: faults of one fault domain as one
+// incident, the domain isolated past its share), then the recovery
+// Coordinator, which sees what the policies changed in the same turn.
 //
 // A new timed policy: a WriterRule in state/ (or in its room, if it needs
 // more than the state), one line in MakeWriterRules; nothing else changes.

@@ -5,6 +5,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "clusterd/state/incidents.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/edge/auth.h"
 #include "clusterd/state/validation_rule.h"
@@ -266,13 +267,17 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetSummary(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListNodes(grpc::CallbackServerContext* ctx,
                                                         const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListNodes")) return refused;
-  return AnswerQuery(ctx, state_().get(), resp, [req](const StateView& state) { return state.ListNodes(*req); });
+  auto st = state_();
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& state) { return ListNodesWithDomains(state, IncidentsOf(*st), *req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
                                                       v1::GetNodeResponse* resp) {
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetNode")) return refused;
-  return AnswerQuery(ctx, state_().get(), resp, [req](const StateView& state) { return state.GetNode(*req); });
+  auto st = state_();
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& state) { return GetNodeWithDomains(state, IncidentsOf(*st), *req); });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ListFaults(grpc::CallbackServerContext* ctx,
@@ -308,6 +313,33 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetRecovery(grpc::CallbackServerCo
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetRecovery")) return refused;
   return AnswerQuery(ctx, state_().get(), resp->mutable_recovery(),
                      [req](const StateView& state) { return state.GetRecovery(req->id()); });
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::ListDomains(grpc::CallbackServerContext* ctx,
+                                                          const v1::ListDomainsRequest* req,
+                                                          v1::ListDomainsResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListDomains")) return refused;
+  auto st = state_();
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& state) { return ListDomainsWith(state, IncidentsOf(*st), *req); });
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::GetIncident(grpc::CallbackServerContext* ctx,
+                                                          const v1::GetIncidentRequest* req,
+                                                          v1::GetIncidentResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetIncident")) return refused;
+  auto st = state_();
+  return AnswerQuery(ctx, st.get(), resp->mutable_incident(),
+                     [req, st](const StateView& /*state*/) { return GetIncidentWith(IncidentsOf(*st), req->id()); });
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::ListIncidents(grpc::CallbackServerContext* ctx,
+                                                            const v1::ListIncidentsRequest* req,
+                                                            v1::ListIncidentsResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListIncidents")) return refused;
+  auto st = state_();
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& /*state*/) { return ListIncidentsWith(IncidentsOf(*st), *req); });
 }
 
 grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,

@@ -63,6 +63,13 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
                                         v1::GetRecoveryResponse* resp) override;
   grpc::ServerWriteReactor<v1::WatchResponse>* Watch(grpc::CallbackServerContext* ctx,
                                                      const v1::WatchRequest* req) override;
+  // Fault domains and incidents (state/incidents.h, docs/domains.md).
+  grpc::ServerUnaryReactor* ListDomains(grpc::CallbackServerContext* ctx, const v1::ListDomainsRequest* req,
+                                        v1::ListDomainsResponse* resp) override;
+  grpc::ServerUnaryReactor* GetIncident(grpc::CallbackServerContext* ctx, const v1::GetIncidentRequest* req,
+                                        v1::GetIncidentResponse* resp) override;
+  grpc::ServerUnaryReactor* ListIncidents(grpc::CallbackServerContext* ctx, const v1::ListIncidentsRequest* req,
+                                          v1::ListIncidentsResponse* resp) override;
 
   // Events at or below it are no longer in the history.
   uint64_t compacted_revision() const { return compacted_ ? compacted_() : state_()->compacted_revision(); }

@@ -6,6 +6,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
 
+#include "clusterd/state/incidents.h"
 #include "common/chain_doctor.h"
 
 namespace clusterd {
@@ -281,6 +282,20 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
       return resp.ok() ? Json(*resp) : Error(resp.status());
     });
   }
+  // Fault domains and incidents (docs/domains.md).
+  route("/api/v1/domains", list(v1::ListDomainsRequest(), [state](const StateView& s, const v1::ListDomainsRequest& r) {
+          return ListDomainsWith(s, IncidentsOf(*state), r);
+        }));
+  route("/api/v1/incidents",
+        list(v1::ListIncidentsRequest(), [state](const StateView&, const v1::ListIncidentsRequest& r) {
+          return ListIncidentsWith(IncidentsOf(*state), r);
+        }));
+  route("/api/v1/incidents/*", [state](const HttpRequest& req) {
+    auto id = PathTail(req.target, "/api/v1/incidents/");
+    if (!id.ok()) return Error(id.status());
+    auto r = state->Read([&](const StateView&) { return GetIncidentWith(IncidentsOf(*state), *id); });
+    return r.ok() ? Json(*r) : Error(r.status());
+  });
   route("/api/v1/recoveries/*", [state](const HttpRequest& req) {
     auto id = PathTail(req.target, "/api/v1/recoveries/");
     if (!id.ok()) return Error(id.status());

@@ -9,6 +9,8 @@
 //   GET /api/v1/jobs?state=&kind=&...       GET /api/v1/jobs/<id>
 //   GET /api/v1/recoveries?job=&state=&...  GET /api/v1/recoveries/<id>
 //   GET /api/v1/admin                       AdminState
+//   GET /api/v1/domains?level=&degraded_only=&...      ListDomainsResponse
+//   GET /api/v1/incidents?open_only=&domain=&...       GET /api/v1/incidents/<id>
 //   GET /api/v1/mindcluster/jobs/<id>?page_size=&page_token=
 //       GetMindClusterJobResponse: the job's MindCluster summary, rank table
 //       and NIC switches / stress tests (a page of the rank table's servers)

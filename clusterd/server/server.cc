@@ -54,6 +54,7 @@
 #include "clusterd/edge/tls.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/incidents.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/duration.h"
@@ -244,6 +245,23 @@ Status ClusterdServer::Impl::OpenState() {
   auto made_rules = MakeWriterRules(cfg);
   if (!made_rules.ok()) return made_rules.status();
   rules = std::move(*made_rules);
+  if (auto* incidents = [&]() -> IncidentRule* {
+        for (const auto& r : rules.policies) {
+          if (auto* found = dynamic_cast<IncidentRule*>(r.get())) return found;
+        }
+        return nullptr;
+      }()) {
+    // Per domain level: open incidents and domains isolated by them.
+    std::map<std::string, Gauge*> open, isolated;
+    for (const DomainLevel& level : incidents->model().levels()) {
+      open[level.name] = &metrics.AddGauge(
+          "clusterd_incidents_open", "open incidents per domain level (docs/domains.md)", {{"level", level.name}});
+      isolated[level.name] = &metrics.AddGauge(
+          "clusterd_domains_isolated", "domains isolated as a whole by an open incident", {{"level", level.name}});
+    }
+    incidents->SetMetrics(&metrics.AddCounter("clusterd_incidents_opened_total", "incidents opened"), std::move(open),
+                          std::move(isolated));
+  }
   rules.AttachTo(state.get());
   if (ValidationRule* validation = state->Attached<ValidationRule>()) {
     validation->set_outbox(&outbox);

@@ -252,6 +252,15 @@ StatusOr<v1::Welcome> ClusterState::ApplyHello(const Validated<v1::Hello>& valid
     *updated.mutable_registered_time() = ToTimestamp(clock_->Now());
     updated.set_health(v1::HEALTH_HEALTHY);
   }
+  const auto same_labels = [&] {
+    if (updated.labels_size() != node->labels_size()) return false;
+    for (const auto& [k, v] : updated.labels()) {
+      auto it = node->labels().find(k);
+      if (it == node->labels().end() || it->second != v) return false;
+    }
+    return true;
+  };
+  if (created || !same_labels()) nodes_.LabelsChanged();  // the fault domains come from the labels
   // A chain that changed (or a new node) may change its pool's drift.
   if (created || !MessageDifferencer::Equals(updated.inventory(), node->inventory())) {
     ++chain_generation_;

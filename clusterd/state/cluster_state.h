@@ -180,6 +180,9 @@ class ClusterState : public StateView {
   const NodeTable& node_table() const { return nodes_; }
   const FaultTable& fault_table() const { return faults_; }
   const Catalog& catalog() const { return *catalog_; }
+  // The store, read-only: what an attached rule keeps in records of its own
+  // reads them back at WriterRule::Loaded (the incidents).
+  const storage::Store& store() const { return *store_; }
   // Counts the changes that may change the software chain's drift: a node's
   // chain or pool (hello, chain update), a job's placement.
   uint64_t chain_generation() const { return chain_generation_; }

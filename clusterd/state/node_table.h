@@ -81,6 +81,10 @@ class NodeTable {
   // An agent connected or disconnected (the summary counts connections).
   void ConnectionChanged() { ++connections_changed_; }
   uint64_t connections_changed() const { return connections_changed_; }
+  // Counts the changes of the nodes' labels (a node created, a hello with
+  // other labels): what the fault domains are derived from (state/domains.h).
+  void LabelsChanged() { ++labels_generation_; }
+  uint64_t labels_generation() const { return labels_generation_; }
 
   // With the lock held shared: a heartbeat of the node's current session on
   // a node that is not lost refreshes its last-seen time. False otherwise.
@@ -112,6 +116,7 @@ class NodeTable {
   std::set<std::string> dirty_nodes_;
   std::set<std::pair<std::string, uint32_t>> dirty_devices_;
   uint64_t connections_changed_ = 0;
+  uint64_t labels_generation_ = 0;
 };
 
 }  // namespace clusterd

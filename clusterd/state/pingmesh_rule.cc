@@ -4,6 +4,7 @@
 #include <google/protobuf/util/time_util.h>
 
 #include <algorithm>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -49,18 +50,21 @@ Status ValidatePingmeshPolicy(const PingmeshPolicy& policy) {
   return pingmesh::ValidateRules(policy.rules);
 }
 
-std::function<std::vector<pingmesh::ProbeDomain>(const ClusterState&)> LabelDomains(std::vector<std::string> keys) {
-  return [keys = std::move(keys)](const ClusterState& state) {
-    std::map<std::string, std::vector<std::string>> groups;  // node names arrive sorted
-    for (const auto& [name, n] : state.node_table().all()) {
-      const auto& labels = n.record.node().labels();
-      for (const std::string& key : keys) {
-        if (auto it = labels.find(key); it != labels.end()) groups[key + "=" + it->second].push_back(name);
+std::function<std::vector<pingmesh::ProbeDomain>(const ClusterState&)> ModelDomains(DomainModel model) {
+  struct Cache {
+    uint64_t generation = UINT64_MAX;
+    std::vector<pingmesh::ProbeDomain> domains;
+  };
+  return [model = std::move(model), cache = std::make_shared<Cache>()](const ClusterState& state) {
+    const uint64_t generation = state.node_table().labels_generation();
+    if (generation != cache->generation) {
+      cache->generation = generation;
+      cache->domains.clear();
+      for (auto& [key, members] : DomainIndex::Build(state, model).members) {
+        cache->domains.push_back({key, std::move(members)});
       }
     }
-    std::vector<pingmesh::ProbeDomain> out;
-    for (auto& [id, members] : groups) out.push_back({id, std::move(members)});
-    return out;
+    return cache->domains;
   };
 }
 

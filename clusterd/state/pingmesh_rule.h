@@ -29,6 +29,7 @@
 #include "clusterd/pingmesh/attribution.h"
 #include "clusterd/pingmesh/plan.h"
 #include "clusterd/state/agent_outbox.h"
+#include "clusterd/state/domains.h"
 #include "clusterd/state/writer_rule.h"
 #include "common/status.h"
 
@@ -62,10 +63,10 @@ struct PingmeshPolicy {
 
 Status ValidatePingmeshPolicy(const PingmeshPolicy& policy);
 
-class PingmeshRule;
-// Probe domains from node labels: for each key, the nodes whose labels carry
-// it, grouped by its value into the domain "<key>=<value>".
-std::function<std::vector<pingmesh::ProbeDomain>(const ClusterState&)> LabelDomains(std::vector<std::string> keys);
+// The probe domains are the fault domains (state/domains.h, docs/domains.md):
+// every domain of the model with its member nodes ("superpod=7", "rack=r12"),
+// walked again only when a node's labels changed.
+std::function<std::vector<pingmesh::ProbeDomain>(const ClusterState&)> ModelDomains(DomainModel model);
 
 class PingmeshRule final : public WriterRule {
  public:

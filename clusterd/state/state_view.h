@@ -52,6 +52,9 @@ class StateView {
   const v1::AdminState& admin_state() const { return admin_; }
 
   size_t node_count() const { return nodes_.size(); }
+  // Every node as held (record, devices), by name: for walks over the fleet
+  // such as the fault domains' membership (state/domains.h).
+  const NodeTable::Map& node_states() const { return nodes_.all(); }
   size_t job_count() const { return jobs_.size(); }
   size_t recovery_count() const { return recoveries_.size(); }
   uint32_t active_public_faults() const { return faults_.active_public(); }

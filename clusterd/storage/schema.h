@@ -40,6 +40,11 @@ inline constexpr std::string_view kMetaDataTracePrefix = "mindcluster/datatrace/
 // test, in flight and finished, docs/mindcluster.md). Not cluster state: no
 // revision, no event.
 inline constexpr std::string_view kMetaOmPrefix = "mindcluster/om/";
+// Prefix of the keys "incidents/<incident id>"; value: clusterd.v1.Incident
+// (an incident of a fault domain, docs/domains.md). Cluster state: each
+// change has its revision and an INCIDENT_* event; the closed incidents
+// beyond the newest 1000 are deleted.
+inline constexpr std::string_view kMetaIncidentPrefix = "incidents/";
 
 inline constexpr uint64_t kSchemaVersion = 1;
 

@@ -4,6 +4,11 @@
 #include <optional>
 #include <string>
 
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "clusterd/storage/store.h"
 #include "clusterd/v1/agent.pb.h"
 
 namespace clusterd::testing {
@@ -35,6 +40,18 @@ inline v1::FaultTransition MakeTransition(uint64_t epoch, uint64_t seq, bool rai
   t.mutable_fault()->set_source(source);
   t.mutable_fault()->set_code(code);
   return t;
+}
+
+// Every stored event of `type`, in revision order.
+inline std::vector<v1::Event> StoredEventsOfType(const storage::Store& store, v1::EventType type) {
+  std::vector<v1::Event> out;
+  auto all = store.ReadEvents(0, 1'000'000);
+  EXPECT_TRUE(all.ok());
+  if (!all.ok()) return out;
+  for (const auto& e : *all) {
+    if (e.type() == type) out.push_back(e);
+  }
+  return out;
 }
 
 }  // namespace clusterd::testing

@@ -127,16 +127,7 @@ class WriterRulesTest : public ::testing::Test {
       return out;
     });
   }
-  std::vector<v1::Event> Events(v1::EventType type) {
-    std::vector<v1::Event> out;
-    auto all = store_->ReadEvents(0, 100'000);
-    EXPECT_TRUE(all.ok());
-    if (!all.ok()) return out;
-    for (const auto& e : *all) {
-      if (e.type() == type) out.push_back(e);
-    }
-    return out;
-  }
+  std::vector<v1::Event> Events(v1::EventType type) { return testing::StoredEventsOfType(*store_, type); }
 
   ClusterdConfig config_;
   FakeClock clock_;
@@ -156,7 +147,7 @@ TEST_F(WriterRulesTest, TheEngineRunsThePoliciesThenTheCoordinatorInTheRootsOrde
   std::vector<std::string> names;
   for (WriterRule* r : rules_.Ordered(coordinator_.get())) names.emplace_back(r->name());
   EXPECT_EQ(names, (std::vector<std::string>{"auto-clear", "separation", "chain-drift", "repeat-offenders",
-                                             "validation", "recoveries"}));
+                                             "validation", "incidents", "pingmesh", "recoveries"}));
   EXPECT_NE(state_->Attached<SeparationRule>(), nullptr);
   EXPECT_EQ(state_->Attached<SeparationRule>()->policy().threshold, config_.separation_threshold);
 }

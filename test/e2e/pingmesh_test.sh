@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The pingmesh end to end (docs/pingmesh.md): a real clusterd and five sim
 # NodeDs, each in a network namespace of this test's own (veth pairs into a
-# hub namespace's bridge, 10.201.0.0/24 only inside them), one probe domain
-# (the node label rack=r1). ClusterD plans the probes, the NodeDs connect to
-# their peers and report, ClusterD judges by majority:
+# hub namespace's bridge, 10.201.0.0/24 only inside them), one fault domain
+# (rack=r1: the node label rack, --domain-levels rack=rack). ClusterD plans
+# the probes, the NodeDs connect to their peers and report, ClusterD judges
+# by majority:
 #   - a node whose probe port is blocked (nothing answers where it says it is
 #     probed) is named (NODE_PINGMESH_UNREACHABLE), not its peers;
 #   - one path cut between two nodes (blackhole routes both ways) is named as
@@ -72,7 +73,7 @@ start_clusterd_hub() {
   start_bg CLUSTERD_PID "$WORK/clusterd.log" ip netns exec "$HUB" "$BIN/clusterd" --listen "$ADDR" --insecure \
     --http-listen 10.201.0.1:11253 --data-dir "$WORK/clusterd" --log-level warn \
     --pingmesh-interval 1s --pingmesh-window 2s --pingmesh-attempts 2 --pingmesh-probe-timeout 200ms \
-    --pingmesh-raise-after 2 --pingmesh-clear-after 2 --pingmesh-domain-labels rack
+    --pingmesh-raise-after 2 --pingmesh-clear-after 2 --domain-levels rack=rack
   wait_until 30 hub_ready
 }
 # start_node NODE [FLAG...]: a sim noded in the node's namespace, its HTTP

@@ -4,6 +4,7 @@
 
 #include "clusterd/recovery/convert.h"
 #include "clusterd/recovery/decide.h"
+#include "clusterd/state/incidents.h"
 #include "common/levels.h"
 #include "common/logging.h"
 #include "common/time_proto.h"
@@ -240,7 +241,12 @@ TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std
       for (const auto& [id, job] : state.jobs()) dirty.insert(id);
       for (const auto& id : active_) dirty.insert(state.recoveries().at(id).job_id());
     }
+    // The cordoned and isolated nodes are walked once for the pass's
+    // decisions (deciding changes neither), not once per job: a cascade
+    // decides many jobs, each walk is over every node.
+    node_sets_.reset();
     for (const auto& job : dirty) DecideJob(state, job, now, m);
+    node_sets_.reset();
     dirty.clear();
     bool ended = false;
     for (auto ids = active_; const auto& id : ids) {
@@ -319,6 +325,24 @@ bool Coordinator::Handled(const StateView& state, const std::vector<const v1::Re
   return false;
 }
 
+bool Coordinator::AnsweredByIncident(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
+                                     const v1::Fault& f) const {
+  const IncidentRule* incidents = IncidentsOf(state);
+  if (incidents == nullptr) return false;
+  const v1::Incident* incident = incidents->IncidentOf(state, f);
+  if (incident == nullptr) return false;
+  for (const v1::Recovery* r : job_recoveries) {
+    if (r->state() == v1::RECOVERY_STATE_CANCELLED || r->state() == v1::RECOVERY_STATE_WAITING) continue;
+    if (r->state() == v1::RECOVERY_STATE_DRY_RUN && !state.admin_state().dry_run()) continue;
+    if (incidents->Answers(*incident, *r)) return true;
+  }
+  return false;
+}
+
+void Coordinator::NoteIncidents(ClusterState& state, const v1::Recovery& r, Mutation* m) {
+  if (auto* incidents = state.Attached<IncidentRule>()) incidents->RecordRecovery(state, r, m);
+}
+
 rc::History Coordinator::HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                                    TimePoint now) const {
   rc::History h;
@@ -386,6 +410,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
   for (const v1::Fault* f : state.FaultsOnNodes(view.by_node)) {
     if (f->state() == v1::FAULT_STATE_ACTIVE) {
       if (Handled(state, job_recoveries, *f)) continue;
+      if (AnsweredByIncident(state, job_recoveries, *f)) continue;
     } else {
       // Cleared faults only explain flaps: recent ones of this job's lifetime.
       const TimePoint cleared = FromTimestamp(f->cleared_time());
@@ -393,9 +418,17 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     }
     faults.push_back(rc::FromProto(*f));
   }
+  // Nothing left to decide (every fault answered, by its recovery or by the
+  // job's recovery for an incident): what follows would decide nothing, and
+  // its cluster view walks every node (a cascade decides per fault).
+  if (faults.empty() && (current == nullptr || current->state() == v1::RECOVERY_STATE_RUNNING)) {
+    if (current == nullptr) wake_.erase(job_id);
+    return;
+  }
   rc::ClusterView cluster;
-  cluster.cordoned_nodes = state.CordonedNodes();
-  cluster.isolated_nodes = state.IsolatedNodes();
+  if (!node_sets_) node_sets_ = NodeSets{state.CordonedNodes(), state.IsolatedNodes()};
+  cluster.cordoned_nodes = node_sets_->cordoned;
+  cluster.isolated_nodes = node_sets_->isolated;
   cluster.total_nodes = static_cast<int>(state.node_count());
   for (const auto& id : active_) {
     const v1::Recovery& r = state.recoveries().at(id);
@@ -488,7 +521,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     r.set_message("dry-run: would " + StrategyText(r.strategy()));
     log->info("recovery {} of job {}: dry-run, would {}", r.id(), job_id, StrategyText(r.strategy()));
     const std::string id = r.id();
-    state.PutRecovery(std::move(r), type, m);
+    NoteIncidents(state, state.PutRecovery(std::move(r), type, m), m);
     active_.erase(id);
     return;
   }
@@ -504,6 +537,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
             fmt::join(r.hit_ranks(), ","), d.reasons.empty() ? "" : d.reasons.back());
   const v1::Recovery& stored = state.PutRecovery(std::move(r), type, m);
   active_.insert(stored.id());
+  NoteIncidents(state, stored, m);
   WarnUnlessGone(state.SetJobState(job_id, v1::JOB_STATE_RECOVERING, "recovery " + stored.id() + " started", m));
 }
 

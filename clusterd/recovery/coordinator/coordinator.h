@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -133,6 +134,12 @@ class Coordinator final : public WriterRule {
   // Whether one of the job's recoveries already answers this activation of f.
   bool Handled(const StateView& state, const std::vector<const v1::Recovery*>& job_recoveries,
                const v1::Fault& f) const;
+  // Whether the job already has its one recovery for the open incident the
+  // fault belongs to (docs/domains.md: one recovery per job per incident).
+  bool AnsweredByIncident(const ClusterState& state, const std::vector<const v1::Recovery*>& job_recoveries,
+                          const v1::Fault& f) const;
+  // Records a started recovery with the incidents its trigger faults belong to.
+  static void NoteIncidents(ClusterState& state, const v1::Recovery& r, Mutation* m);
   recovery::History HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                               TimePoint now) const;
   // The decision engine's view of a job (status RUNNING), converted once per
@@ -158,6 +165,11 @@ class Coordinator final : public WriterRule {
     recovery::Job view;
   };
   std::map<std::string, CachedView> views_;  // job id -> ViewOf
+  // The cordoned and isolated nodes during one pass of DecideJob calls.
+  struct NodeSets {
+    std::set<std::string> cordoned, isolated;
+  };
+  std::optional<NodeSets> node_sets_;
 
   std::atomic<int> running_{0};
   std::atomic<int> waiting_{0};

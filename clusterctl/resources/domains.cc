@@ -1,0 +1,168 @@
+// get domains, get incidents [ID], describe incident ID (docs/domains.md).
+#include <string>
+#include <vector>
+
+#include "clusterctl/resources/resources.h"
+#include "clusterd/v1/domain.pb.h"
+
+namespace clusterctl {
+namespace {
+
+using DomainResource = Resource<v1::Domain, NoGet, v1::ListDomainsRequest, v1::ListDomainsResponse>;
+using IncidentResource =
+    Resource<v1::Incident, v1::GetIncidentResponse, v1::ListIncidentsRequest, v1::ListIncidentsResponse>;
+
+std::string DomainText(const v1::DomainRef& d) { return d.level() + "=" + d.name(); }
+
+// "OPEN", "CLOSED".
+std::string IncidentStateText(v1::IncidentState s) {
+  std::string name = v1::IncidentState_Name(s);
+  const std::string prefix = "INCIDENT_STATE_";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+// "switch sw-3", "link port7", "domain superpod=7", "-".
+std::string RootText(const v1::IncidentRoot& r) {
+  switch (r.kind()) {
+    case v1::INCIDENT_ROOT_KIND_SWITCH: return "switch " + r.subject();
+    case v1::INCIDENT_ROOT_KIND_LINK: return "link " + r.subject();
+    case v1::INCIDENT_ROOT_KIND_DOMAIN: return "domain " + r.subject();
+    default: return "-";
+  }
+}
+
+Columns<v1::Domain> DomainColumns() {
+  return {
+      {"DOMAIN", false, [](const v1::Domain& d, bool) { return Sanitize(DomainText(d.ref())); }},
+      {"NODES", false, [](const v1::Domain& d, bool) { return std::to_string(d.nodes()); }},
+      {"CHIPS", false, [](const v1::Domain& d, bool) { return std::to_string(d.devices()); }},
+      {"NODES-FAULTED", false, [](const v1::Domain& d, bool) { return std::to_string(d.nodes_faulted()); }},
+      {"CHIPS-FAULTED", false, [](const v1::Domain& d, bool) { return std::to_string(d.devices_faulted()); }},
+      {"INCIDENT", false,
+       [](const v1::Domain& d, bool) { return d.open_incident().empty() ? "-" : Sanitize(d.open_incident()); }},
+      {"ISOLATED", false, [](const v1::Domain& d, bool) { return d.isolated() ? "yes" : "no"; }},
+  };
+}
+
+Columns<v1::Incident> IncidentColumns() {
+  return {
+      {"ID", false, [](const v1::Incident& i, bool) { return i.id(); }},
+      {"DOMAIN", false, [](const v1::Incident& i, bool) { return Sanitize(DomainText(i.domain())); }},
+      {"STATE", false, [](const v1::Incident& i, bool) { return IncidentStateText(i.state()); }},
+      {"ROOT", false,
+       [](const v1::Incident& i, bool wide) {
+         return wide ? Sanitize(RootText(i.root())) : Truncate(Sanitize(RootText(i.root())), 40);
+       }},
+      {"NODES", false,
+       [](const v1::Incident& i, bool) {
+         return std::to_string(i.nodes_hit()) + "/" + std::to_string(i.domain_nodes());
+       }},
+      {"CHIPS", false, [](const v1::Incident& i, bool) { return std::to_string(i.devices_hit()); }},
+      {"ACTIVE", false, [](const v1::Incident& i, bool) { return std::to_string(i.active_faults()); }},
+      {"ISOLATED", false, [](const v1::Incident& i, bool) { return i.isolated() ? "yes" : "no"; }},
+      {"OPENED", false, [](const v1::Incident& i, bool) { return FormatTime(i.open_time()); }},
+      {"CLOSED", true, [](const v1::Incident& i, bool) { return FormatTime(i.close_time()); }},
+      {"REVISION", true, [](const v1::Incident& i, bool) { return std::to_string(i.revision()); }},
+  };
+}
+
+std::optional<int> ReadDomainFilters(Context& c, v1::ListDomainsRequest* req) {
+  req->set_level(c.args.Get("level"));
+  req->set_degraded_only(c.args.Has("degraded"));
+  return std::nullopt;
+}
+
+std::optional<int> ReadIncidentFilters(Context& c, v1::ListIncidentsRequest* req) {
+  req->set_domain(c.args.Get("domain"));
+  req->set_open_only(c.args.Has("open"));
+  return std::nullopt;
+}
+
+void DescribeIncident(Context& c, const v1::GetIncidentResponse& resp) {
+  const v1::Incident& i = resp.incident();
+  PrintKeyValues(c.out, {
+                            {"Id", i.id()},
+                            {"Domain", Sanitize(DomainText(i.domain()))},
+                            {"State", IncidentStateText(i.state())},
+                            {"Root", Sanitize(RootText(i.root()))},
+                            {"Root evidence", i.root().evidence().empty() ? "-" : Sanitize(i.root().evidence())},
+                            {"Root fault", i.root().fault_id().empty() ? "-" : Sanitize(i.root().fault_id())},
+                            {"Nodes hit", std::to_string(i.nodes_hit()) + " of " + std::to_string(i.domain_nodes())},
+                            {"Chips hit", std::to_string(i.devices_hit())},
+                            {"Active faults", std::to_string(i.active_faults())},
+                            {"Isolated", i.isolated() ? "yes (the domain as a whole)" : "no"},
+                            {"Opened", FormatTime(i.open_time(), true)},
+                            {"Updated", FormatTime(i.update_time(), true)},
+                            {"Closed", FormatTime(i.close_time(), true)},
+                            {"Revision", std::to_string(i.revision())},
+                        });
+  c.out << "\nDecisions:\n";
+  if (i.decisions().empty()) c.out << "  <none>\n";
+  for (const auto& d : i.decisions()) {
+    c.out << "  " << FormatTime(d.time(), true) << "  " << Sanitize(d.action())
+          << (d.job_id().empty() ? "" : " job " + Sanitize(d.job_id()))
+          << (d.recovery_id().empty() ? "" : " recovery " + Sanitize(d.recovery_id()))
+          << (d.dry_run() ? " (dry run)" : "") << (d.detail().empty() ? "" : ": " + Sanitize(d.detail())) << "\n";
+  }
+  c.out << "\nMembers hit (" << i.total_members() << "):\n";
+  if (i.members().empty()) c.out << "  <none>\n";
+  for (const auto& m : i.members()) {
+    c.out << "  " << Sanitize(m.node()) << (m.has_device_id() ? " dev " + std::to_string(m.device_id()) : "") << "  "
+          << Sanitize(m.code()) << "  " << FormatTime(m.time(), true) << "  active " << m.active_faults() << "  "
+          << Sanitize(m.fault_id()) << "\n";
+  }
+  if (static_cast<uint32_t>(i.members_size()) < i.total_members()) {
+    c.out << "  ... " << i.total_members() - static_cast<uint32_t>(i.members_size()) << " more not kept\n";
+  }
+  c.out << "\nTimeline:\n";
+  for (int k = 0; k < i.timeline_size(); ++k) {
+    if (i.timeline_dropped() > 0 && k == 16) c.out << "  ... " << i.timeline_dropped() << " entries left out\n";
+    c.out << "  " << FormatTime(i.timeline(k).time(), true) << "  " << Sanitize(i.timeline(k).what()) << "\n";
+  }
+}
+
+}  // namespace
+
+std::vector<Command> DomainCommands() {
+  auto domains = std::make_shared<const DomainResource>(DomainResource{
+      .singular = "domain",
+      .plural = "domains",
+      .operand = "",
+      .columns = DomainColumns(),
+      .list_rpc = "ListDomains",
+      .list = &ClusterClient::ListAllDomains,
+      .items = [](const v1::ListDomainsResponse& r) -> const auto& { return r.domains();
+}
+, .filters = {"level", "degraded"}, .read_filters = ReadDomainFilters,
+}  // namespace clusterctl
+);
+  auto incidents = std::make_shared<const IncidentResource>(IncidentResource{
+      .singular = "incident",
+      .plural = "incidents",
+      .operand = "ID",
+      .columns = IncidentColumns(),
+      .list_rpc = "ListIncidents",
+      .list = &ClusterClient::ListAllIncidents,
+      .items = [](const v1::ListIncidentsResponse& r) -> const auto& { return r.incidents();
+  }
+  , .filters = {"domain", "open"}, .read_filters = ReadIncidentFilters, .get_rpc = "GetIncident",
+    .get = &ClusterClient::GetIncident, .item = [](const v1::GetIncidentResponse& r) -> const auto& {
+    return r.incident();
+  }
+  , .describe = DescribeIncident,
+  });
+  return {
+      GetCommand(domains, {"domains", "domain"}, {{"level", 0, true, false}, {"degraded", 0, false, false}},
+                 "  get domains [--level L] [--degraded]\n"
+                 "                                      fault domains (docs/domains.md): members, faulted members,\n"
+                 "                                      the open incident, isolation\n"),
+      GetCommand(incidents, {"incidents", "incident"}, {{"domain", 0, true, false}, {"open", 0, false, false}},
+                 "  get incidents [ID] [--domain LEVEL=NAME] [--open]\n"
+                 "                                      incidents, newest first: domain, state, root, nodes hit\n"),
+      DescribeCommand(incidents, {"incident", "incidents"},
+                      "  describe incident ID                incident: root and its evidence, decisions, members\n"
+                      "                                      hit, timeline\n"),
+  };
+  }
+
+  }  // namespace clusterctl
