@@ -181,7 +181,7 @@ class ClusterState : public StateView {
   const FaultTable& fault_table() const { return faults_; }
   const Catalog& catalog() const { return *catalog_; }
   // The store, read-only: what an attached rule keeps in records of its own
-  // reads them back at WriterRule::Loaded (the incidents).
+  // it reads back at WriterRule::Loaded (the incidents, the validations).
   const storage::Store& store() const { return *store_; }
   // Counts the changes that may change the software chain's drift: a node's
   // chain or pool (hello, chain update), a job's placement.
@@ -208,9 +208,6 @@ class ClusterState : public StateView {
   void NodeChanged(const std::string& node) {
     if (const NodeState* n = nodes_.Find(node)) nodes_.Changed(*n);
   }
-  // The store the state was loaded from, for an attached rule's own records
-  // (WriterRule::Loaded): read only, at Load.
-  const storage::Store& store() const { return *store_; }
   // The revision of the next event, and the event appended to m.
   uint64_t NextRevision() { return journal_.Next(); }
   void Emit(Mutation* m, v1::Event event) { journal_.Emit(m, std::move(event)); }
