@@ -61,16 +61,6 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
                                    : cfg.domain_levels.empty() ? DefaultDomainLevels()
                                                                : cfg.domain_levels);
   if (!domains.ok()) return domains.status();
-  IncidentPolicy incidents;
-  incidents.enabled = cfg.incidents_enabled;
-  incidents.window = cfg.incident_window;
-  incidents.min_nodes = cfg.incident_min_nodes;
-  incidents.min_devices = cfg.incident_min_devices;
-  incidents.isolate_percent = cfg.incident_isolate_percent;
-  incidents.max_isolated_domains = cfg.incident_max_isolated_domains;
-  incidents.max_isolated_node_percent = cfg.max_isolated_node_percent;
-  CLUSTERD_RETURN_IF_ERROR(ValidateIncidentPolicy(incidents));
-  rules.policies.push_back(std::make_unique<IncidentRule>(*domains, incidents));
   if (cfg.pingmesh_enabled) {
     PingmeshPolicy pingmesh;
     pingmesh.interval = cfg.pingmesh_interval;
@@ -84,6 +74,16 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
     CLUSTERD_RETURN_IF_ERROR(ValidatePingmeshPolicy(pingmesh));
     rules.policies.push_back(std::make_unique<PingmeshRule>(pingmesh, ModelDomains(*domains)));
   }
+  IncidentPolicy incidents;
+  incidents.enabled = cfg.incidents_enabled;
+  incidents.window = cfg.incident_window;
+  incidents.min_nodes = cfg.incident_min_nodes;
+  incidents.min_devices = cfg.incident_min_devices;
+  incidents.isolate_percent = cfg.incident_isolate_percent;
+  incidents.max_isolated_domains = cfg.incident_max_isolated_domains;
+  incidents.max_isolated_node_percent = cfg.max_isolated_node_percent;
+  CLUSTERD_RETURN_IF_ERROR(ValidateIncidentPolicy(incidents));
+  rules.policies.push_back(std::make_unique<IncidentRule>(*domains, incidents));
   return rules;
 }
 

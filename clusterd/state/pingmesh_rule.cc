@@ -136,6 +136,15 @@ void PingmeshRule::PlanRound(ClusterState& state, const WriterTick& tick) {
 }
 
 TimePoint PingmeshRule::Advance(ClusterState& state, const WriterTick& tick) {
+  // Nothing to plan and nothing to judge (no agent with a probe address, no
+  // result waiting): the rule sleeps until an agent comes (its hello is a
+  // change, after which the writer runs the rules again) instead of waking
+  // the writer every interval. Active findings stay: no data is not health.
+  if (agents_.empty() && window_.empty()) {
+    next_plan_ = TimePoint::min();
+    window_end_ = TimePoint::min();
+    return TimePoint::max();
+  }
   if (next_plan_ == TimePoint::min() || tick.now >= next_plan_) {
     if (next_plan_ != TimePoint::min()) PlanRound(state, tick);
     next_plan_ = tick.now + policy_.interval;

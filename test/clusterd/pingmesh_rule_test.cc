@@ -35,7 +35,11 @@ class PingmeshRuleTest : public ::testing::Test {
     state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
     state_->Attach(rule_.get());
     ASSERT_TRUE(state_->Load().ok());
-    // The writer runs its rules from its first turn: the first window starts.
+    // The agents (re)connect with a probe address, and the writer runs its
+    // rules from its first turn: the first window starts.
+    for (size_t i = 0; i < members_.size(); ++i) {
+      rule_->AgentUp(members_[i], 1, "10.0.0." + std::to_string(i + 1), 11255);
+    }
     Tick();
   }
   void Tick() {
@@ -184,6 +188,18 @@ TEST(PingmeshProbeAddress, OnlyLiteralsAndPortsAreTaken) {
   EXPECT_NE(st.message().find("hello.probe_address"), std::string::npos) << st.message();
   hello.set_probe_address(":11255");
   EXPECT_TRUE(ValidateHello(hello).ok());
+}
+
+// Without an agent to probe and no result waiting, the rule asks the writer
+// for nothing: no wake-up every interval in a cluster without the pingmesh.
+TEST_F(PingmeshRuleTest, NoAgentNoWakeUp) {
+  for (const auto& n : members_) rule_->AgentDown(n, 1);
+  const TimePoint next =
+      Commit([&](Mutation* m) { return rule_->Advance(*state_, WriterTick{clock_.Now(), m}); });
+  EXPECT_EQ(next, TimePoint::max());
+  rule_->AgentUp("n1", 2, "10.0.0.1", 11255);
+  EXPECT_EQ(Commit([&](Mutation* m) { return rule_->Advance(*state_, WriterTick{clock_.Now(), m}); }),
+            clock_.Now() + policy_.interval);
 }
 
 TEST(PingmeshPolicy, OutOfBoundsIsRefused) {

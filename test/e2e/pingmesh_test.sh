@@ -84,7 +84,7 @@ start_node() {
   start_bg "NODED_PID[$n]" "$WORK/noded-$n.log" ip netns exec "${NS[$n]}" "$BIN/noded" --server "$ADDR" \
     --node-name "$n" --http-listen "${IP[$n]}:11255" --state-dir "$WORK/noded-$n" --accelerator sim \
     --sim-devices 2 --kmsg-path "" --pod-resources-socket "" --poll-interval 200ms --heartbeat-interval 500ms \
-    --labels rack=r1 --log-level warn "$@"
+    --labels rack=r1 --http-insecure true --log-level warn "$@"
 }
 # The active pingmesh faults: "<node> <code> <external id>", sorted.
 pingmesh_faults() {

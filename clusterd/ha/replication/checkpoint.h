@@ -62,7 +62,7 @@ class CheckpointServer {
     // Not null: who else a request must come from (checked after the token):
     // "" when its client may fetch (a peer replica: Replica's check of the
     // client certificate, ha_peer_names), else why not (403).
-    std::function<std::string(const HttpRequest&)> peer_check;
+    std::function<std::string(const HttpRequest&)> peer_check = {};
     // A POST within this long of the last checkpoint gets that one.
     std::chrono::nanoseconds fresh_for = std::chrono::seconds(30);
     // A checkpoint nobody asked for this long is removed (Tick).

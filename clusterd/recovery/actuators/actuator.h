@@ -94,9 +94,9 @@ struct WebhookActuatorOptions {
   // its name against the URL's host; cert_file and key_file (both or
   // neither) presented as a client certificate.
   std::string url;
-  std::string ca_file;
-  std::string cert_file;
-  std::string key_file;
+  std::string ca_file = {};
+  std::string cert_file = {};
+  std::string key_file = {};
   int workers = 2;
 };
 // POSTs the JSON with Content-Type application/json and an Idempotency-Key
