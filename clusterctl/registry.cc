@@ -8,8 +8,9 @@ const std::vector<Command>& Commands() {
   static const std::vector<Command> kCommands = [] {
     // Within each verb, `clusterctl help` and "get what?" follow this order.
     std::vector<Command> all;
-    for (auto group : {SummaryCommands, NodeCommands, WatchCommands, FaultCommands, JobCommands, RecoveryCommands,
-                       ValidationCommands, DomainCommands, MindClusterCommands, AdminCommands, DoctorCommands, VersionCommands}) {
+    for (auto group :
+         {SummaryCommands, NodeCommands, WatchCommands, FaultCommands, JobCommands, RecoveryCommands,
+          ValidationCommands, DomainCommands, MindClusterCommands, AdminCommands, DoctorCommands, VersionCommands}) {
       for (auto& cmd : group()) all.push_back(std::move(cmd));
     }
     return all;

@@ -64,7 +64,7 @@ struct ValidatorOptions {
   std::chrono::milliseconds sample{1000};
   size_t max_running = 4;
   size_t remembered = 256;
-  size_t max_evidence = 16 * 1024;
+  size_t max_evidence = size_t{16} * 1024;
 };
 
 class Validator {

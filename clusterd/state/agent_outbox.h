@@ -50,7 +50,7 @@ class AgentOutbox {
   }
   // Stream side: the node's stream of `session` takes messages from now on
   // (and what waits for it).
-  void Attach(const std::string& node, uint64_t session, Deliver deliver) {
+  void Attach(const std::string& node, uint64_t session, const Deliver& deliver) {
     std::vector<v1::ConnectResponse> ready;
     {
       std::lock_guard lock(mu_);

@@ -4,6 +4,7 @@
 #include <google/protobuf/util/time_util.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -18,7 +19,7 @@ constexpr char kPingmeshNodeId[] = "pingmesh/node";
 constexpr char kPingmeshLinkPrefix[] = "pingmesh/link/";
 constexpr char kPingmeshDomainPrefix[] = "pingmesh/domain/";
 
-std::string PingmeshPercent(double share) { return std::to_string(static_cast<int>(share * 100 + 0.5)) + "%"; }
+std::string PingmeshPercent(double share) { return std::to_string(std::lround(share * 100)) + "%"; }
 
 bool PingmeshHasPrefix(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -260,6 +261,7 @@ void PingmeshRule::Loaded(ClusterState& state) {
     active.emplace(finding.Key(), finding);
   }
   std::vector<pingmesh::Finding> findings;
+  findings.reserve(active.size());
   for (auto& [key, f] : active) findings.push_back(std::move(f));
   tracker_.Restore(findings);
   stats_.findings = findings.size();

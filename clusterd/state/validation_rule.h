@@ -85,7 +85,7 @@ class ValidationRule final : public WriterRule {
   // The meta key prefix of the records (docs/storage.md).
   static constexpr std::string_view kKeyPrefix = "validation/";
   // Per check of a result: evidence kept at most (its tail), checks kept.
-  static constexpr size_t kMaxEvidenceBytes = 16 * 1024;
+  static constexpr size_t kMaxEvidenceBytes = size_t{16} * 1024;
   static constexpr size_t kMaxChecks = 8;
 
   explicit ValidationRule(ValidationOptions options, AgentOutbox* outbox = nullptr)

@@ -40,8 +40,8 @@ struct NodedServer::Impl {
   std::unique_ptr<PodResourcesWatcher> pod_resources;  // null when disabled
   std::unique_ptr<WatchedTokenFile> http_token;        // http_token_file; null without it
   Counter* http_refused = nullptr;
-  std::unique_ptr<HttpServer> http;  // made in Start (its TLS comes from the config)
-  std::unique_ptr<PingmeshWorker> pingmesh;            // null when disabled
+  std::unique_ptr<HttpServer> http;          // made in Start (its TLS comes from the config)
+  std::unique_ptr<PingmeshWorker> pingmesh;  // null when disabled
 
   std::mutex mu;
   std::condition_variable cv;

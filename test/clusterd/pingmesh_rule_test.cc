@@ -194,11 +194,12 @@ TEST(PingmeshProbeAddress, OnlyLiteralsAndPortsAreTaken) {
 // for nothing: no wake-up every interval in a cluster without the pingmesh.
 TEST_F(PingmeshRuleTest, NoAgentNoWakeUp) {
   for (const auto& n : members_) rule_->AgentDown(n, 1);
-  const TimePoint next =
-      Commit([&](Mutation* m) { return rule_->Advance(*state_, WriterTick{clock_.Now(), m}); });
+  const TimePoint next = Commit([&](Mutation* m) { return rule_->Advance(*state_, WriterTick{clock_.Now(), m}); });
   EXPECT_EQ(next, TimePoint::max());
   rule_->AgentUp("n1", 2, "10.0.0.1", 11255);
-  EXPECT_EQ(Commit([&](Mutation* m) { return rule_->Advance(*state_, WriterTick{clock_.Now(), m}); }),
+  EXPECT_EQ(Commit([&](Mutation* m) {
+              return rule_->Advance(*state_, WriterTick{clock_.Now(), m});
+            }),
             clock_.Now() + policy_.interval);
 }
 
