@@ -337,7 +337,8 @@ class AgentPool::Call final : public grpc::ClientBidiReactor<v1::ConnectRequest,
 // finds it consistent.
 class AgentPool::Stream {
  public:
-  Stream(AgentPool* pool, size_t slot, std::string name) : pool_(pool), slot_(slot), name_(std::move(name)) {}
+  Stream(AgentPool* pool, size_t index, size_t slot, std::string name)
+      : pool_(pool), index_(index), slot_(slot), name_(std::move(name)) {}
 
   const std::string& name() const { return name_; }
 
@@ -501,7 +502,17 @@ class AgentPool::Stream {
       while (!unacked_.empty() && unacked_.front().transition().id().seq() <= acked_) unacked_.pop_front();
     }
     if (welcome) pool_->Notify(nullptr);
+    if (pool_->on_message_ && !c->in.has_welcome() && !c->in.has_ack()) pool_->on_message_(index_, c->in);
     c->StartRead(&c->in);
+  }
+
+  // Any message on the current call; false when there is none.
+  bool SendMessage(v1::ConnectRequest req) {
+    std::lock_guard lock(mu_);
+    if (!call_ || !call_->welcomed || stopped_) return false;
+    EnqueueLocked(call_, std::move(req));
+    last_msg_ns_ = NowNs();
+    return true;
   }
 
   void OnDone(Call* c, const grpc::Status& s) {
@@ -575,6 +586,7 @@ class AgentPool::Stream {
   }
 
   AgentPool* pool_;
+  const size_t index_;   // in the pool
   const size_t slot_;    // which of the pool's channels
   size_t rotation_ = 0;  // with several replicas: which one the next call tries first
   size_t refusals_ = 0;  // by standbys, in a row
@@ -596,6 +608,8 @@ void AgentPool::Call::OnWriteDone(bool ok) { stream->OnWriteDone(this, ok); }
 void AgentPool::Call::OnReadDone(bool ok) { stream->OnReadDone(this, ok); }
 void AgentPool::Call::OnDone(const grpc::Status& st) { stream->OnDone(this, st); }
 
+bool AgentPool::SendMessage(size_t i, v1::ConnectRequest req) { return streams_[i]->SendMessage(std::move(req)); }
+
 AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, int channels, bool reconnect)
     : rotations_(AddressCount(target)), slots_(static_cast<size_t>(channels)), reconnect_(reconnect) {
   // The channels once per replica, each to that replica's address alone.
@@ -614,7 +628,7 @@ AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, 
   }
   for (size_t i = 0; i < names.size(); ++i) {
     index_[names[i]] = static_cast<int>(i);
-    streams_.push_back(std::make_unique<Stream>(this, i % slots_, std::move(names[i])));
+    streams_.push_back(std::make_unique<Stream>(this, i, i % slots_, std::move(names[i])));
     streams_.back()->InitBackoff(backoff_min_ns_, i + 1);
   }
   if (reconnect_) timer_ = std::thread([this] { TimerLoop(); });

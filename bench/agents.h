@@ -136,6 +136,13 @@ class AgentPool {
   size_t attached() const { return attached_.load(); }
   size_t WaitAttached(size_t n, int64_t deadline_ns);
   uint64_t reconnect_attempts() const { return reconnects_.load(); }
+  // Messages from clusterd other than Welcome and Ack (a probe plan, a
+  // validation request) go to `on_message` on a gRPC thread, one at a time
+  // per stream. Set it before Connect.
+  using OnMessage = std::function<void(size_t i, const v1::ConnectResponse& msg)>;
+  void set_on_message(OnMessage on_message) { on_message_ = std::move(on_message); }
+  // Queues any message on stream i's current call; false when it has none.
+  bool SendMessage(size_t i, v1::ConnectRequest req);
   uint64_t welcomes() const { return welcomes_total_.load(); }
 
  private:
@@ -164,6 +171,7 @@ class AgentPool {
   std::atomic<bool> hb_stop_{true};
   std::unique_ptr<std::atomic<bool>[]> hb_skip_;
   std::atomic<uint64_t> heartbeats_{0};
+  OnMessage on_message_;
 };
 
 // ---------------------------------------------------------------- WatchPool

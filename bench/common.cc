@@ -53,7 +53,7 @@ namespace {
       "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
       "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-16)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-16 and 19)\n"
       "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
       "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
       "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -85,6 +85,7 @@ namespace {
       "  --progress-jobs     scenario 16: jobs reporting progress (default 1000)\n"
       "  --progress-ranks    scenario 16: ranks per job (default 1000, at most 4096)\n"
       "  --progress-interval scenario 16: seconds between a job's reports (default 10)\n"
+      "  --pingmesh-nodes    scenario 19: simulated NodeDs in SuperPoDs of 48 (default 16000)\n"
       "  --clusterd, --noded binaries (default: next to this binary)\n"
       "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
       "                      skipped with a note when there is none)\n"
@@ -191,6 +192,8 @@ Options ParseArgs(int argc, char** argv) {
         o.progress_ranks = std::stoi(value());
       else if (a == "--progress-interval")
         o.progress_interval_s = std::stod(value());
+      else if (a == "--pingmesh-nodes")
+        o.pingmesh_nodes = std::stoi(value());
       else if (a == "--restart-events")
         o.restart_events = std::stoll(value());
       else if (a == "--clusterd")
@@ -213,7 +216,7 @@ Options ParseArgs(int argc, char** argv) {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
           const int n = std::stoi(s);
-          if (n < 1 || n > 16) Usage(2);
+          if (n < 1 || n > 19) Usage(2);
           o.only.insert(n);
         }
       } else if (a == "--help" || a == "-h")
@@ -257,6 +260,7 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--progress-jobs", &o.progress_jobs, 50);
     dflt("--progress-ranks", &o.progress_ranks, 200);
     dflt("--progress-interval", &o.progress_interval_s, 1.0);
+    dflt("--pingmesh-nodes", &o.pingmesh_nodes, 960);
     o.restart_grace_s = 1.5;
   }
   if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
@@ -266,7 +270,7 @@ Options ParseArgs(int argc, char** argv) {
       o.devices <= 0 || o.devices > 64 || o.stack_nodes <= 0 || o.stack_samples <= 0 || o.stack_churn_nodes <= 0 ||
       o.stack_chunk_kib < 0 || o.stack_chunk_kib > 800 || o.stack_churn_s <= 0 || o.taskd_samples <= 0 ||
       o.doctor_nodes < 10 || o.progress_jobs < 2 || o.progress_ranks < 8 || o.progress_ranks > 4096 ||
-      o.progress_interval_s <= 0) {
+      o.progress_interval_s <= 0 || o.pingmesh_nodes < 2) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();

@@ -81,6 +81,8 @@ struct Options {
   int progress_jobs = 1000;
   int progress_ranks = 1000;
   double progress_interval_s = 10;
+  // Scenario 19.
+  int pingmesh_nodes = 16000;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };

@@ -38,6 +38,7 @@
 #include "sink.h"
 #include "stack.h"
 #include "doctor.h"
+#include "pingmesh.h"
 #include "progress.h"
 #include "taskd.h"
 
@@ -285,7 +286,8 @@ int Run(const Options& o) {
                     {"doctor_nodes", o.doctor_nodes},
                     {"progress_jobs", o.progress_jobs},
                     {"progress_ranks", o.progress_ranks},
-                    {"progress_interval_s", o.progress_interval_s}};
+                    {"progress_interval_s", o.progress_interval_s},
+                    {"pingmesh_nodes", o.pingmesh_nodes}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -300,6 +302,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(14)) err = RunTaskd(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(15)) err = RunDoctor(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(16)) err = RunProgress(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(19)) err = RunPingmesh(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";

@@ -144,6 +144,15 @@ grpc::Status ClusterClient::ListAllIncidents(v1::ListIncidentsRequest req, v1::L
       [](v1::ListIncidentsResponse* resp) { return resp->mutable_incidents(); });
 }
 
+grpc::Status ClusterClient::ListAllLinks(v1::ListLinksRequest req, v1::ListLinksResponse* out) {
+  return ListAll(
+      "ListLinks", std::move(req), out, [this](grpc::ClientContext* ctx) { Prepare(ctx); },
+      [this](grpc::ClientContext* ctx, const v1::ListLinksRequest& r, v1::ListLinksResponse* resp) {
+        return cluster_->ListLinks(ctx, r, resp);
+      },
+      [](v1::ListLinksResponse* resp) { return resp->mutable_links(); });
+}
+
 grpc::Status ClusterClient::GetIncident(const std::string& id, v1::GetIncidentResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);

@@ -50,6 +50,8 @@ class ClusterClient {
   grpc::Status ListAllDomains(v1::ListDomainsRequest req, v1::ListDomainsResponse* out);
   grpc::Status ListAllIncidents(v1::ListIncidentsRequest req, v1::ListIncidentsResponse* out);
   grpc::Status GetIncident(const std::string& id, v1::GetIncidentResponse* out);
+  // The pingmesh's loss matrix (docs/pingmesh.md), every page.
+  grpc::Status ListAllLinks(v1::ListLinksRequest req, v1::ListLinksResponse* out);
 
   // JobService. ListAllJobs follows every page: out holds all jobs.
   grpc::Status ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out);

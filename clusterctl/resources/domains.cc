@@ -1,9 +1,14 @@
-// get domains, get incidents [ID], describe incident ID (docs/domains.md).
+// get domains, get incidents [ID], describe incident ID (docs/domains.md);
+// get links (docs/pingmesh.md).
+#include <google/protobuf/util/time_util.h>
+
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "clusterctl/resources/resources.h"
 #include "clusterd/v1/domain.pb.h"
+#include "clusterd/v1/pingmesh.pb.h"
 
 namespace clusterctl {
 namespace {
@@ -11,6 +16,8 @@ namespace {
 using DomainResource = Resource<v1::Domain, NoGet, v1::ListDomainsRequest, v1::ListDomainsResponse>;
 using IncidentResource =
     Resource<v1::Incident, v1::GetIncidentResponse, v1::ListIncidentsRequest, v1::ListIncidentsResponse>;
+
+using LinkResource = Resource<v1::ProbeLink, NoGet, v1::ListLinksRequest, v1::ListLinksResponse>;
 
 std::string DomainText(const v1::DomainRef& d) { return d.level() + "=" + d.name(); }
 
@@ -64,6 +71,36 @@ Columns<v1::Incident> IncidentColumns() {
       {"CLOSED", true, [](const v1::Incident& i, bool) { return FormatTime(i.close_time()); }},
       {"REVISION", true, [](const v1::Incident& i, bool) { return std::to_string(i.revision()); }},
   };
+}
+
+// "0.412 ms", "-" when absent.
+std::string RttText(const v1::ProbeLink& l, const google::protobuf::Duration& d, bool present) {
+  if (!present || l.sent() == l.lost()) return "-";
+  const double ms = static_cast<double>(google::protobuf::util::TimeUtil::DurationToMicroseconds(d)) / 1000.0;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f ms", ms);
+  return buf;
+}
+
+Columns<v1::ProbeLink> LinkColumns() {
+  return {
+      {"SOURCE", false, [](const v1::ProbeLink& l, bool) { return Sanitize(l.source()); }},
+      {"TARGET", false, [](const v1::ProbeLink& l, bool) { return Sanitize(l.target()); }},
+      {"SENT", false, [](const v1::ProbeLink& l, bool) { return std::to_string(l.sent()); }},
+      {"LOST", false, [](const v1::ProbeLink& l, bool) { return std::to_string(l.lost()); }},
+      {"LOSS", false, [](const v1::ProbeLink& l, bool) { return std::to_string(std::lround(l.loss() * 100)) + "%"; }},
+      {"RTT-MEAN", false, [](const v1::ProbeLink& l, bool) { return RttText(l, l.rtt_mean(), l.has_rtt_mean()); }},
+      {"RTT-MAX", true, [](const v1::ProbeLink& l, bool) { return RttText(l, l.rtt_max(), l.has_rtt_max()); }},
+      {"FINDING", false,
+       [](const v1::ProbeLink& l, bool) { return l.finding().empty() ? "-" : Sanitize(l.finding()); }},
+  };
+}
+
+std::optional<int> ReadLinkFilters(Context& c, v1::ListLinksRequest* req) {
+  req->set_node(c.args.Get("node"));
+  req->set_domain(c.args.Get("domain"));
+  req->set_lossy_only(c.args.Has("lossy"));
+  return std::nullopt;
 }
 
 std::optional<int> ReadDomainFilters(Context& c, v1::ListDomainsRequest* req) {
@@ -151,7 +188,23 @@ std::vector<Command> DomainCommands() {
   }
   , .describe = DescribeIncident,
   });
+  auto links = std::make_shared<const LinkResource>(LinkResource{
+      .singular = "link",
+      .plural = "links",
+      .operand = "",
+      .columns = LinkColumns(),
+      .list_rpc = "ListLinks",
+      .list = &ClusterClient::ListAllLinks,
+      .items = [](const v1::ListLinksResponse& r) -> const auto& { return r.links(); },
+      .filters = {"node", "domain", "lossy"},
+      .read_filters = ReadLinkFilters,
+  });
   return {
+      GetCommand(links, {"links", "link"},
+                 {{"node", 0, true, false}, {"domain", 0, true, false}, {"lossy", 0, false, false}},
+                 "  get links [--node N] [--domain LEVEL=NAME] [--lossy]\n"
+                 "                                      the pingmesh's loss matrix of its last window\n"
+                 "                                      (docs/pingmesh.md): probes sent, lost, round trip, finding\n"),
       GetCommand(domains, {"domains", "domain"}, {{"level", 0, true, false}, {"degraded", 0, false, false}},
                  "  get domains [--level L] [--degraded]\n"
                  "                                      fault domains (docs/domains.md): members, faulted members,\n"

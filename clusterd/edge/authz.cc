@@ -21,6 +21,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"/clusterd.v1.ClusterService/ListDomains", kViewers},
       {"/clusterd.v1.ClusterService/GetIncident", kViewers},
       {"/clusterd.v1.ClusterService/ListIncidents", kViewers},
+      {"/clusterd.v1.ClusterService/ListLinks", kViewers},
       {"/clusterd.v1.JobService/GetJob", kViewers},
       {"/clusterd.v1.JobService/ListJobs", kViewers},
       {"/clusterd.v1.AdminService/GetAdminState", kViewers},

@@ -39,7 +39,7 @@ Status ValidateRules(const AttributionRules& rules) {
   return Status::Ok();
 }
 
-std::string Finding::Key() const {
+std::string Finding::KeyOf(FindingKind kind, const std::string& subject, const std::string& peer) {
   switch (kind) {
     case FindingKind::kNode: return "node/" + subject;
     case FindingKind::kLink: return "link/" + subject + "/" + peer;
@@ -49,7 +49,7 @@ std::string Finding::Key() const {
 }
 
 std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::vector<ProbeDomain>& domains,
-                               const AttributionRules& rules) {
+                               const AttributionRules& rules, std::set<std::string>* judged) {
   // One entry per direction, the window's samples summed.
   std::map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>> pairs;
   for (const auto& p : window) {
@@ -63,6 +63,10 @@ std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::
   for (const auto& [key, counts] : pairs) {
     const auto [sent, lost] = counts;
     if (sent < rules.min_sent) continue;
+    if (judged != nullptr) {
+      const auto ends = std::minmax(key.first, key.second);
+      judged->insert(Finding::KeyOf(FindingKind::kLink, ends.first, ends.second));
+    }
     const double loss = static_cast<double>(lost) / static_cast<double>(sent);
     const bool bad = loss >= rules.bad_loss;
     for (Direction* d : {&nodes[key.first].out, &nodes[key.second].in}) {
@@ -75,23 +79,29 @@ std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::
 
   std::set<std::string> faulty;
   for (const auto& [name, tally] : nodes) {
+    if (judged != nullptr && (tally.in.judged >= rules.min_peers || tally.out.judged >= rules.min_peers)) {
+      judged->insert(Finding::KeyOf(FindingKind::kNode, name));
+    }
     if (Majority(tally.in, rules) || Majority(tally.out, rules)) faulty.insert(name);
   }
 
   std::vector<Finding> findings;
   std::set<std::string> covered;  // members of a faulty domain
   for (const auto& d : domains) {
-    uint32_t judged = 0;
+    uint32_t members_judged = 0;
     uint32_t hit = 0;
     for (const auto& m : d.members) {
       auto it = nodes.find(m);
       if (it == nodes.end()) continue;
       if (it->second.in.judged < rules.min_peers && it->second.out.judged < rules.min_peers) continue;
-      ++judged;
+      ++members_judged;
       if (faulty.count(m)) ++hit;
     }
-    if (judged < rules.min_peers || hit <= rules.domain_share * judged) continue;
-    findings.push_back({FindingKind::kDomain, d.id, "", hit, judged, static_cast<double>(hit) / judged});
+    if (members_judged >= rules.min_peers && judged != nullptr) {
+      judged->insert(Finding::KeyOf(FindingKind::kDomain, d.id));
+    }
+    if (members_judged < rules.min_peers || hit <= rules.domain_share * members_judged) continue;
+    findings.push_back({FindingKind::kDomain, d.id, "", hit, members_judged, static_cast<double>(hit) / members_judged});
     covered.insert(d.members.begin(), d.members.end());
   }
   for (const auto& name : faulty) {
@@ -119,10 +129,59 @@ std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::
   return findings;
 }
 
+std::vector<std::string> Explain(const std::vector<PairStats>& directions, const std::vector<Finding>& findings,
+                                 const std::vector<ProbeDomain>& domains, const AttributionRules& rules) {
+  std::set<std::string> faulty_nodes;
+  std::set<std::pair<std::string, std::string>> links;
+  std::vector<const ProbeDomain*> faulty_domains;
+  for (const auto& f : findings) {
+    switch (f.kind) {
+      case FindingKind::kNode: faulty_nodes.insert(f.subject); break;
+      case FindingKind::kLink: links.emplace(f.subject, f.peer); break;
+      case FindingKind::kDomain:
+        for (const auto& d : domains) {
+          if (d.id == f.subject) faulty_domains.push_back(&d);
+        }
+        break;
+    }
+  }
+  auto member = [](const ProbeDomain& d, const std::string& node) {
+    return std::binary_search(d.members.begin(), d.members.end(), node);
+  };
+  std::vector<std::string> out;
+  out.reserve(directions.size());
+  for (const auto& p : directions) {
+    const uint32_t lost = std::min(p.lost, p.sent);
+    if (p.sent < rules.min_sent || static_cast<double>(lost) < rules.bad_loss * static_cast<double>(p.sent)) {
+      out.emplace_back();
+      continue;
+    }
+    std::string verdict = "bad";
+    for (const ProbeDomain* d : faulty_domains) {
+      if (member(*d, p.source) && member(*d, p.target)) {
+        verdict = "domain:" + d->id;
+        break;
+      }
+    }
+    if (verdict == "bad") {
+      if (faulty_nodes.contains(p.target)) {
+        verdict = "node:" + p.target;
+      } else if (faulty_nodes.contains(p.source)) {
+        verdict = "node:" + p.source;
+      } else if (links.contains(std::minmax(p.source, p.target))) {
+        verdict = "link";
+      }
+    }
+    out.push_back(std::move(verdict));
+  }
+  return out;
+}
+
 FindingTracker::FindingTracker(uint32_t raise_after, uint32_t clear_after)
     : raise_after_(std::max<uint32_t>(1, raise_after)), clear_after_(std::max<uint32_t>(1, clear_after)) {}
 
-std::vector<FindingTracker::Change> FindingTracker::Update(const std::vector<Finding>& findings) {
+std::vector<FindingTracker::Change> FindingTracker::Update(const std::vector<Finding>& findings,
+                                                           const std::set<std::string>* judged) {
   std::vector<Change> changes;
   std::set<std::string> seen;
   for (const auto& f : findings) {
@@ -139,8 +198,8 @@ std::vector<FindingTracker::Change> FindingTracker::Update(const std::vector<Fin
   }
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
-    if (seen.count(it->first)) {
-      ++it;
+    if (seen.count(it->first) || (judged != nullptr && !judged->contains(it->first))) {
+      ++it;  // found again, or not judged this window: no data is not health
       continue;
     }
     e.seen = 0;

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct PairStats {
   std::string target;
   uint32_t sent = 0;
   uint32_t lost = 0;
+  // Over the replies (sent - lost): their round-trip times' sum and the
+  // longest, in microseconds (for the loss matrix; attribution ignores them).
+  uint64_t rtt_sum_us = 0;
+  uint32_t rtt_max_us = 0;
 };
 
 struct AttributionRules {
@@ -59,17 +64,31 @@ struct Finding {
   double loss = 0;
 
   // "node/<name>", "link/<a>/<b>", "domain/<id>": unique per finding.
-  std::string Key() const;
+  std::string Key() const { return KeyOf(kind, subject, peer); }
+  static std::string KeyOf(FindingKind kind, const std::string& subject, const std::string& peer = "");
   bool operator==(const Finding&) const = default;
 };
 
 // The findings of one window, sorted by key. Pairs naming the same
-// direction twice are summed.
+// direction twice are summed. With `judged`, the keys (Finding::Key) the
+// window had enough data to judge, found or not: a node with min_peers
+// judged peers in a direction, a pair with min_sent probes in a direction,
+// a domain with min_peers judged members.
 std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::vector<ProbeDomain>& domains,
-                               const AttributionRules& rules);
+                               const AttributionRules& rules, std::set<std::string>* judged = nullptr);
+
+// What the findings make of each direction of `directions` (for the loss
+// matrix), in the same order: "" (not bad, or fewer than min_sent probes),
+// "domain:<id>" (both ends in a faulty domain), "node:<name>" (an end is a
+// faulty node), "link" (a link finding between its ends), "bad" (bad,
+// nothing named: too few peers judged).
+std::vector<std::string> Explain(const std::vector<PairStats>& directions, const std::vector<Finding>& findings,
+                                 const std::vector<ProbeDomain>& domains, const AttributionRules& rules);
 
 // Hysteresis: a finding becomes active after raise_after windows in a row
-// and stops after clear_after windows in a row without it.
+// and stops after clear_after windows in a row without it. Windows that did
+// not judge it (no data: a pair of a large domain is probed only every few
+// rounds, see Plan.rounds_to_cover) count neither way.
 class FindingTracker {
  public:
   FindingTracker(uint32_t raise_after, uint32_t clear_after);
@@ -78,8 +97,9 @@ class FindingTracker {
     Finding finding;
     bool raised = false;  // false: cleared
   };
-  // One window's findings (Attribute's answer); the changes, sorted by key.
-  std::vector<Change> Update(const std::vector<Finding>& findings);
+  // One window's findings (Attribute's answer) and what it judged (null:
+  // everything); the changes, sorted by key.
+  std::vector<Change> Update(const std::vector<Finding>& findings, const std::set<std::string>* judged = nullptr);
   // After a restart: the findings active before it (from the stored
   // faults) are active again, with no window counted against them.
   void Restore(const std::vector<Finding>& active);

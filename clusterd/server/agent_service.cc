@@ -41,7 +41,21 @@ StatusOr<std::vector<pingmesh::PairStats>> ProbeResults(const std::string& node,
       return InvalidArgument("probes.peers: peer " + p.node() + " with " + std::to_string(p.lost()) + " of " +
                              std::to_string(p.sent()) + " probes lost (at most 10 sent, no more lost than sent)");
     }
-    out.push_back({node, p.node(), p.sent(), p.lost()});
+    pingmesh::PairStats stats{node, p.node(), p.sent(), p.lost()};
+    if (p.sent() > p.lost() && p.has_rtt_mean()) {
+      // Durations a NodeD sends are its word: negative or past the probe
+      // timeout's bounds they are refused, not stored.
+      const int64_t mean_us = google::protobuf::util::TimeUtil::DurationToMicroseconds(p.rtt_mean());
+      const int64_t max_us =
+          p.has_rtt_max() ? google::protobuf::util::TimeUtil::DurationToMicroseconds(p.rtt_max()) : mean_us;
+      constexpr int64_t kMaxRttUs = 60'000'000;
+      if (mean_us < 0 || max_us < 0 || mean_us > kMaxRttUs || max_us > kMaxRttUs) {
+        return InvalidArgument("probes.peers: peer " + p.node() + " with a round-trip time outside 0..60s");
+      }
+      stats.rtt_sum_us = static_cast<uint64_t>(mean_us) * (p.sent() - p.lost());
+      stats.rtt_max_us = static_cast<uint32_t>(max_us);
+    }
+    out.push_back(std::move(stats));
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 
 #include "clusterd/state/incidents.h"
+#include "clusterd/state/pingmesh_rule.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/edge/auth.h"
 #include "clusterd/state/validation_rule.h"
@@ -340,6 +341,13 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ListIncidents(grpc::CallbackServer
   auto st = state_();
   return AnswerQuery(ctx, st.get(), resp,
                      [req, st](const StateView& /*state*/) { return ListIncidentsWith(IncidentsOf(*st), *req); });
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::ListLinks(grpc::CallbackServerContext* ctx,
+                                                        const v1::ListLinksRequest* req, v1::ListLinksResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListLinks")) return refused;
+  auto st = state_();
+  return AnswerQuery(ctx, st.get(), resp, [req, st](const StateView& /*state*/) { return ListLinksWith(*st, *req); });
 }
 
 grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,

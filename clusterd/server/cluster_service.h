@@ -70,6 +70,9 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
                                         v1::GetIncidentResponse* resp) override;
   grpc::ServerUnaryReactor* ListIncidents(grpc::CallbackServerContext* ctx, const v1::ListIncidentsRequest* req,
                                           v1::ListIncidentsResponse* resp) override;
+  // The pingmesh's loss matrix (state/pingmesh_rule.h, docs/pingmesh.md).
+  grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* ctx, const v1::ListLinksRequest* req,
+                                      v1::ListLinksResponse* resp) override;
 
   // Events at or below it are no longer in the history.
   uint64_t compacted_revision() const { return compacted_ ? compacted_() : state_()->compacted_revision(); }

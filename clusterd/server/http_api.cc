@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clusterd/state/incidents.h"
+#include "clusterd/state/pingmesh_rule.h"
 #include "common/chain_doctor.h"
 
 namespace clusterd {
@@ -289,6 +290,9 @@ void RegisterHttpApi(HttpServer* http, const ClusterState* state, const WatchHub
   route("/api/v1/incidents",
         list(v1::ListIncidentsRequest(), [state](const StateView&, const v1::ListIncidentsRequest& r) {
           return ListIncidentsWith(IncidentsOf(*state), r);
+        }));
+  route("/api/v1/links", list(v1::ListLinksRequest(), [state](const StateView&, const v1::ListLinksRequest& r) {
+          return ListLinksWith(*state, r);
         }));
   route("/api/v1/incidents/*", [state](const HttpRequest& req) {
     auto id = PathTail(req.target, "/api/v1/incidents/");

@@ -278,6 +278,9 @@ Status ClusterdServer::Impl::OpenState() {
                              [pingmesh] { return static_cast<double>(pingmesh->planned_probes()); });
     metrics.AddCallbackGauge("clusterd_pingmesh_findings", "Node, link and domain findings active.",
                              [pingmesh] { return static_cast<double>(pingmesh->active_findings()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_results",
+                             "Probe results (one direction of one pair in one report) taken since the start.",
+                             [pingmesh] { return static_cast<double>(pingmesh->results()); });
     metrics.AddCallbackGauge("clusterd_pingmesh_results_dropped",
                              "Probe results dropped: a window held pingmesh max pairs already.",
                              [pingmesh] { return static_cast<double>(pingmesh->dropped()); });

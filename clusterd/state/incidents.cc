@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/pingmesh_rule.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/state/validation.h"
 #include "clusterd/storage/key_codec.h"
@@ -288,6 +289,19 @@ void IncidentRule::UpdateRoot(ClusterState& state, v1::Incident& inc, Work& w, c
     root->set_evidence("switch-level fault " + f->code() + " on " + f->node() +
                        (f->reporter().empty() ? std::string() : " (reporter " + f->reporter() + ")"));
     Note(inc, now, "root: switch " + root->subject() + " (" + f->id() + ")");
+    return;
+  }
+  // The pingmesh judged the domain's network at fault (docs/pingmesh.md):
+  // the domain is the root, with the probes as its evidence.
+  if (f != nullptr && f->reporter() == kPingmeshReporter && f->code() == kPingmeshDomainCode &&
+      kind != v1::INCIDENT_ROOT_KIND_LINK && inc.root().fault_id().empty()) {
+    v1::IncidentRoot* root = inc.mutable_root();
+    root->set_kind(v1::INCIDENT_ROOT_KIND_DOMAIN);
+    root->set_subject(DomainKey(inc.domain()));
+    root->set_fault_id(f->id());
+    root->set_node(f->node());
+    root->set_evidence("the pingmesh: " + f->message());
+    Note(inc, now, "root: the domain's network, by the pingmesh (" + f->id() + ")");
     return;
   }
   if (f != nullptr && !f->subject().empty()) {

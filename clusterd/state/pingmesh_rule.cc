@@ -10,7 +10,11 @@
 #include <tuple>
 
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/response_limits.h"
+#include "clusterd/state/validation.h"
+#include "clusterd/storage/key_codec.h"
 #include "common/logging.h"
+#include "common/validation.h"
 
 namespace clusterd {
 namespace {
@@ -82,10 +86,14 @@ void PingmeshRule::Record(const std::string& source, const std::vector<pingmesh:
         ++stats_.dropped;
         continue;
       }
-      it = window_.emplace(std::move(key), std::make_pair(0, 0)).first;
+      it = window_.emplace(std::move(key), Counts{}).first;
     }
-    it->second.first += r.sent;
-    it->second.second += std::min(r.lost, r.sent);
+    ++stats_.results;
+    Counts& c = it->second;
+    c.sent += r.sent;
+    c.lost += std::min(r.lost, r.sent);
+    c.rtt_sum_us += r.rtt_sum_us;
+    c.rtt_max_us = std::max(c.rtt_max_us, r.rtt_max_us);
   }
 }
 
@@ -156,13 +164,17 @@ TimePoint PingmeshRule::Advance(ClusterState& state, const WriterTick& tick) {
   if (window_.empty()) return std::min(window_end_, next_plan_);  // no data is not health
   std::vector<pingmesh::PairStats> results;
   results.reserve(window_.size());
-  for (const auto& [key, counts] : window_) {
-    results.push_back({key.first, key.second, static_cast<uint32_t>(std::min<uint64_t>(counts.first, UINT32_MAX)),
-                       static_cast<uint32_t>(std::min<uint64_t>(counts.second, UINT32_MAX))});
+  for (const auto& [key, c] : window_) {
+    results.push_back({key.first, key.second, static_cast<uint32_t>(std::min<uint64_t>(c.sent, UINT32_MAX)),
+                       static_cast<uint32_t>(std::min<uint64_t>(c.lost, UINT32_MAX)), c.rtt_sum_us, c.rtt_max_us});
   }
   window_.clear();
-  const auto domains = domains_ ? domains_(state) : std::vector<pingmesh::ProbeDomain>{};
-  for (const auto& change : tracker_.Update(pingmesh::Attribute(results, domains, policy_.rules))) {
+  auto domains = domains_ ? domains_(state) : std::vector<pingmesh::ProbeDomain>{};
+  // What the window judged: in a large domain a pair is probed only every
+  // few rounds, and a window without it is no word on it.
+  std::set<std::string> judged;
+  auto findings = pingmesh::Attribute(results, domains, policy_.rules, &judged);
+  for (const auto& change : tracker_.Update(findings, &judged)) {
     if (change.raised) {
       Raise(state, change.finding, domains, tick.m);
     } else {
@@ -170,6 +182,7 @@ TimePoint PingmeshRule::Advance(ClusterState& state, const WriterTick& tick) {
     }
   }
   stats_.findings = tracker_.Active().size();
+  KeepJudgedWindow(std::move(results), std::move(findings), std::move(domains));
   return std::min(window_end_, next_plan_);
 }
 
@@ -265,6 +278,132 @@ void PingmeshRule::Loaded(ClusterState& state) {
   for (auto& [key, f] : active) findings.push_back(std::move(f));
   tracker_.Restore(findings);
   stats_.findings = findings.size();
+}
+
+}  // namespace clusterd
+
+namespace clusterd {
+namespace {
+
+constexpr size_t kMaxListedFindings = 1000;
+
+const char* PingmeshKindName(pingmesh::FindingKind kind) {
+  switch (kind) {
+    case pingmesh::FindingKind::kNode: return "node";
+    case pingmesh::FindingKind::kLink: return "link";
+    case pingmesh::FindingKind::kDomain: return "domain";
+  }
+  return "";
+}
+
+// The page key of a direction: its two ends, unambiguous (names carry no NUL).
+std::string PingmeshLinkKey(const std::string& source, const std::string& target) {
+  return source + std::string(1, '\0') + target;
+}
+
+}  // namespace
+
+void PingmeshRule::KeepJudgedWindow(std::vector<pingmesh::PairStats> results, std::vector<pingmesh::Finding> findings,
+                                    std::vector<pingmesh::ProbeDomain> domains) {
+  JudgedWindow w;
+  w.end = google::protobuf::util::TimeUtil::GetCurrentTime();
+  w.verdicts = pingmesh::Explain(results, findings, domains, policy_.rules);
+  w.directions = std::move(results);
+  w.findings = std::move(findings);
+  w.domains = std::move(domains);
+  last_window_ = std::move(w);
+}
+
+StatusOr<v1::ListLinksResponse> ListLinksWith(const ClusterState& state, const v1::ListLinksRequest& req) {
+  const PingmeshRule* rule = state.Attached<PingmeshRule>();
+  if (rule == nullptr) {
+    return FailedPrecondition("no pingmesh on this replica (pingmesh_enabled is off, or a standby: ask the leader)");
+  }
+  return rule->ListLinks(req);
+}
+
+StatusOr<v1::ListLinksResponse> PingmeshRule::ListLinks(const v1::ListLinksRequest& req) const {
+  auto page = ParsePage(req.page_size(), req.page_token());
+  if (!page.ok()) return page.status();
+  if (!req.node().empty()) CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", req.node()));
+  const pingmesh::ProbeDomain* domain = nullptr;
+  v1::ListLinksResponse out;
+  out.set_rounds(stats_.rounds.load());
+  out.set_round_probes(stats_.probes.load());
+  // The findings: those raised now, then the last window's not raised.
+  std::set<std::string> listed;
+  auto add_finding = [&](const pingmesh::Finding& f, bool active) {
+    if (out.findings_size() >= static_cast<int>(kMaxListedFindings) || !listed.insert(f.Key()).second) return;
+    v1::PingmeshFinding* pf = out.add_findings();
+    pf->set_kind(PingmeshKindName(f.kind));
+    pf->set_subject(f.subject);
+    pf->set_peer(f.peer);
+    pf->set_bad(f.bad);
+    pf->set_judged(f.judged);
+    pf->set_loss(f.loss);
+    pf->set_active(active);
+  };
+  // The tracker keeps the counts of when a finding was raised; the last
+  // window's are newer where it has them.
+  std::map<std::string, const pingmesh::Finding*> latest;
+  if (last_window_) {
+    for (const auto& f : last_window_->findings) latest.emplace(f.Key(), &f);
+  }
+  for (const auto& f : tracker_.Active()) {
+    auto it = latest.find(f.Key());
+    add_finding(it == latest.end() ? f : *it->second, true);
+  }
+  if (!last_window_) return out;
+  for (const auto& f : last_window_->findings) add_finding(f, false);
+
+  const JudgedWindow& w = *last_window_;
+  *out.mutable_window_end() = w.end;
+  *out.mutable_window() = PingmeshDuration(policy_.window);
+  if (!req.domain().empty()) {
+    auto ref = ParseDomainRef(req.domain());
+    if (!ref.ok()) return ref.status();
+    const std::string key = DomainKey(*ref);
+    auto it = std::find_if(w.domains.begin(), w.domains.end(), [&](const auto& d) { return d.id == key; });
+    if (it == w.domains.end()) return NotFound("domain " + key + " was not probed in the last window");
+    domain = &*it;
+  }
+  auto member = [domain](const std::string& node) {
+    return std::binary_search(domain->members.begin(), domain->members.end(), node);
+  };
+  PageBudget budget(page->size);
+  int32_t total = 0;
+  bool full = false;
+  std::string last;
+  for (size_t i = 0; i < w.directions.size(); ++i) {
+    const pingmesh::PairStats& d = w.directions[i];
+    if (!req.node().empty() && d.source != req.node() && d.target != req.node()) continue;
+    if (domain != nullptr && !(member(d.source) && member(d.target))) continue;
+    if (req.lossy_only() && d.lost == 0) continue;
+    ++total;
+    if (full) continue;
+    const std::string key = PingmeshLinkKey(d.source, d.target);
+    if (!page->start.empty() && key <= page->start) continue;
+    v1::ProbeLink link;
+    link.set_source(d.source);
+    link.set_target(d.target);
+    link.set_sent(d.sent);
+    link.set_lost(d.lost);
+    link.set_loss(d.sent == 0 ? 0 : static_cast<double>(d.lost) / d.sent);
+    if (const uint32_t replies = d.sent - std::min(d.lost, d.sent); replies > 0) {
+      *link.mutable_rtt_mean() = PingmeshDuration(std::chrono::microseconds(d.rtt_sum_us / replies));
+      *link.mutable_rtt_max() = PingmeshDuration(std::chrono::microseconds(d.rtt_max_us));
+    }
+    link.set_finding(w.verdicts[i]);
+    if (!budget.Take(link.ByteSizeLong())) {
+      if (!last.empty()) out.set_next_page_token(storage::HexEncode(last));
+      full = true;
+      continue;
+    }
+    last = key;
+    *out.add_links() = std::move(link);
+  }
+  out.set_total_size(total);
+  return out;
 }
 
 }  // namespace clusterd

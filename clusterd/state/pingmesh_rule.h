@@ -22,6 +22,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "clusterd/state/agent_outbox.h"
 #include "clusterd/state/domains.h"
 #include "clusterd/state/writer_rule.h"
+#include "clusterd/v1/pingmesh.pb.h"
 #include "common/status.h"
 
 namespace clusterd {
@@ -91,6 +93,7 @@ class PingmeshRule final : public WriterRule {
   // Any thread (metrics): results dropped past max_pairs, rounds planned,
   // agents that can be probed, probes in the last round, findings active.
   uint64_t dropped() const { return stats_.dropped.load(); }
+  uint64_t results() const { return stats_.results.load(); }
   uint64_t rounds() const { return stats_.rounds.load(); }
   uint64_t agents() const { return stats_.agents.load(); }
   uint64_t planned_probes() const { return stats_.probes.load(); }
@@ -98,18 +101,38 @@ class PingmeshRule final : public WriterRule {
   // The last round's plan, for the docs' figures and tests.
   const pingmesh::Plan& last_plan() const { return last_plan_; }
   std::vector<pingmesh::Finding> Active() const { return tracker_.Active(); }
+  // ClusterService.ListLinks, under the state's lock (shared): the last
+  // judged window's loss matrix and the findings.
+  StatusOr<v1::ListLinksResponse> ListLinks(const v1::ListLinksRequest& req) const;
 
  private:
   void PlanRound(ClusterState& state, const WriterTick& tick);
   void Raise(ClusterState& state, const pingmesh::Finding& f, const std::vector<pingmesh::ProbeDomain>& domains,
              Mutation* m);
   void Clear(ClusterState& state, const pingmesh::Finding& f, Mutation* m);
+  void KeepJudgedWindow(std::vector<pingmesh::PairStats> results, std::vector<pingmesh::Finding> findings,
+                        std::vector<pingmesh::ProbeDomain> domains);
 
   PingmeshPolicy policy_;
   DomainSource domains_;
   pingmesh::FindingTracker tracker_;
-  // (source, target) -> (sent, lost), this window.
-  std::map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>> window_;
+  // (source, target) -> what its probes gave, this window.
+  struct Counts {
+    uint64_t sent = 0, lost = 0, rtt_sum_us = 0;
+    uint32_t rtt_max_us = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Counts> window_;
+  // The last judged window, for ListLinks: its directions (sorted by
+  // source, target), what the attribution made of each, its findings and
+  // the domains it was judged over.
+  struct JudgedWindow {
+    google::protobuf::Timestamp end;
+    std::vector<pingmesh::PairStats> directions;
+    std::vector<std::string> verdicts;
+    std::vector<pingmesh::Finding> findings;
+    std::vector<pingmesh::ProbeDomain> domains;
+  };
+  std::optional<JudgedWindow> last_window_;
   TimePoint window_end_ = TimePoint::min();
   TimePoint next_plan_ = TimePoint::min();
   uint64_t round_ = 0;
@@ -122,11 +145,16 @@ class PingmeshRule final : public WriterRule {
   };
   std::map<std::string, Agent> agents_;
   struct Stats {
-    std::atomic<uint64_t> dropped{0}, rounds{0}, agents{0}, probes{0}, findings{0};
+    std::atomic<uint64_t> dropped{0}, rounds{0}, agents{0}, probes{0}, findings{0}, results{0};
   };
   Stats stats_;
   // Finding key -> the faults raised for it: (node, external id).
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> raised_;
 };
+
+// ClusterService.ListLinks over the state's attached PingmeshRule, under the
+// state's lock (shared); FAILED_PRECONDITION where none is attached (the
+// pingmesh is off, or a standby: ask the leader).
+StatusOr<v1::ListLinksResponse> ListLinksWith(const ClusterState& state, const v1::ListLinksRequest& req);
 
 }  // namespace clusterd

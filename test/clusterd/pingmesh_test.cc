@@ -4,6 +4,8 @@
 // tracker raises and clears with hysteresis and survives a restart.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <set>
 
 #include "clusterd/pingmesh/attribution.h"
@@ -154,6 +156,33 @@ TEST(PingmeshAttribution, AWholeDomainFailingIsTheDomain) {
   EXPECT_EQ(findings[0].bad, 6u);
 }
 
+TEST(PingmeshAttribution, ExplainNamesWhatAccountsForEachBadDirection) {
+  const auto a = Names("a", 6);
+  const auto b = Names("b", 6);
+  // Rack a is down as a whole; in rack b, b002 is unreachable and the cable
+  // b000 <-> b004 is cut; one direction has too few probes to judge.
+  auto window = Mesh(a, [](auto&, auto&) { return 10u; });
+  const auto rack_b = Mesh(b, [](const std::string& s, const std::string& t) {
+    if (t == "b002") return 10u;
+    return (s == "b000" && t == "b004") || (s == "b004" && t == "b000") ? 10u : 0u;
+  });
+  window.insert(window.end(), rack_b.begin(), rack_b.end());
+  window.push_back({"a000", "b000", 2, 2});
+  const std::vector<ProbeDomain> domains = {{"rack=a", a}, {"rack=b", b}};
+  const auto findings = Attribute(window, domains, AttributionRules{});
+  const auto verdicts = Explain(window, findings, domains, AttributionRules{});
+  ASSERT_EQ(verdicts.size(), window.size());
+  std::map<std::string, std::string> by_pair;
+  for (size_t i = 0; i < window.size(); ++i) by_pair[window[i].source + ">" + window[i].target] = verdicts[i];
+  EXPECT_EQ(by_pair["a001>a003"], "domain:rack=a");
+  EXPECT_EQ(by_pair["b001>b002"], "node:b002");
+  EXPECT_EQ(by_pair["b002>b001"], "") << "its own probes went out";
+  EXPECT_EQ(by_pair["b000>b004"], "link");
+  EXPECT_EQ(by_pair["b004>b000"], "link");
+  EXPECT_EQ(by_pair["b001>b003"], "");
+  EXPECT_EQ(by_pair["a000>b000"], "") << "too few probes to judge";
+}
+
 TEST(PingmeshAttribution, TooFewSamplesOrPeersJudgeNothing) {
   const std::vector<std::string> two = {"x", "y"};
   // Two nodes, all lost: under min_peers no node is judged; the pair is a link.
@@ -179,6 +208,49 @@ TEST(PingmeshAttribution, RulesOutOfRangeAreRefused) {
   r.min_sent = 0;
   EXPECT_FALSE(ValidateRules(r).ok());
   EXPECT_TRUE(ValidateRules(AttributionRules{}).ok());
+}
+
+TEST(PingmeshTracker, AWindowThatDidNotJudgeAFindingCountsNeitherWay) {
+  // A SuperPoD of 48 at a fan-out of 4 probes a pair once per 12 rounds: a
+  // window may hold one direction of a cut link, the next none, the one
+  // after the other direction. Windows without it do not reset it.
+  const auto members = Names("n", 48);
+  const std::vector<ProbeDomain> domains = {{"superpod=1", members}};
+  const AttributionRules rules;
+  auto window_with = [&](bool cut_probed) {
+    std::vector<PairStats> w;
+    for (size_t i = 0; i < members.size(); ++i) {
+      // Everyone probes its 4 next members; the cut pair (n000, n030) only when asked.
+      for (size_t d = 1; d <= 4; ++d) w.push_back({members[i], members[(i + d) % members.size()], 3, 0});
+    }
+    if (cut_probed) w.push_back({"n000", "n030", 3, 3});
+    return w;
+  };
+  FindingTracker tracker(2, 2);
+  for (bool probed : {true, false, false, true}) {
+    std::set<std::string> judged;
+    const auto findings = Attribute(window_with(probed), domains, rules, &judged);
+    EXPECT_EQ(judged.contains("link/n000/n030"), probed);
+    EXPECT_TRUE(judged.contains("node/n000"));
+    EXPECT_TRUE(judged.contains("domain/superpod=1"));
+    const auto changes = tracker.Update(findings, &judged);
+    if (probed && !tracker.Active().empty()) {
+      ASSERT_EQ(changes.size(), 1u);
+      EXPECT_EQ(changes[0].finding.Key(), "link/n000/n030");
+    }
+  }
+  ASSERT_EQ(tracker.Active().size(), 1u) << "raised on its second judged window, not reset by the two without it";
+  // Healthy when probed again, twice: cleared; windows without it do not clear it.
+  auto healthy = window_with(false);
+  healthy.push_back({"n030", "n000", 3, 0});
+  std::set<std::string> judged;
+  EXPECT_TRUE(tracker.Update(Attribute(healthy, domains, rules, &judged), &judged).empty());
+  judged.clear();
+  EXPECT_TRUE(tracker.Update(Attribute(window_with(false), domains, rules, &judged), &judged).empty());
+  judged.clear();
+  const auto cleared = tracker.Update(Attribute(healthy, domains, rules, &judged), &judged);
+  ASSERT_EQ(cleared.size(), 1u);
+  EXPECT_FALSE(cleared[0].raised);
 }
 
 TEST(PingmeshTracker, RaisesAfterNWindowsClearsAfterMAndSurvivesARestart) {

@@ -127,6 +127,29 @@ ip -n "${NS[n4]}" route add blackhole "${IP[n1]}/32"
 LINK=$'n1 LINK_PINGMESH_LOSS pingmesh/link/n4\nn3 NODE_PINGMESH_UNREACHABLE pingmesh/node\nn4 LINK_PINGMESH_LOSS pingmesh/link/n1'
 wait_until 60 faults_are "$LINK"
 
+echo "-- the loss matrix names them too: ListLinks, the JSON API, clusterctl get links"
+# The lossy directions of the last window and what accounts for each.
+lossy_links() {
+  grpcurl_hub -d '{"lossyOnly": true, "pageSize": 1000}' clusterd.v1.ClusterService/ListLinks | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print(" ".join(sorted("%s>%s:%s" % (l["source"], l["target"], l.get("finding", "")) for l in r.get("links", []))))'
+}
+links_named() {
+  local got
+  got=$(lossy_links)
+  [[ $got == *"n1>n4:link"* && $got == *"n4>n1:link"* && $got == *"n2>n3:node:n3"* ]]
+}
+wait_until 30 links_named
+ip netns exec "$HUB" curl -sf "http://10.201.0.1:11253/api/v1/links?node=n1&lossy_only=true" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+kinds = sorted(f["kind"] for f in r["findings"] if f.get("active"))
+assert kinds == ["link", "node"], r["findings"]
+assert all("n1" in (l["source"], l["target"]) for l in r["links"]), r["links"]' || fail "GET /api/v1/links"
+table=$(ip netns exec "$HUB" "$BIN/clusterctl" --server "$ADDR" get links --lossy --node n4)
+grep -Eq '^n4 +n1 +[0-9]+ +[0-9]+ +100% +- +link' <<<"$table" || fail "clusterctl get links: $table"
+
 echo "-- kill -9 of clusterd: the findings stay, then clear once repaired"
 kill_wait "$CLUSTERD_PID"
 start_clusterd_hub

@@ -1,0 +1,27 @@
+// Scenario 19: the pingmesh at fleet scale (docs/pingmesh.md).
+// --pingmesh-nodes simulated NodeDs in SuperPoDs of 48 (a node label, the
+// probe domains), each announcing a probe address and answering every probe
+// plan at once with its results (every probe answered, 80 us; a cut pair
+// loses every probe):
+//   - the baseline: clusterd with the pingmesh off, the same agents
+//     heartbeating every 2 s: its CPU;
+//   - clusterd with the pingmesh at its defaults (a round every 10 s, 4 peers
+//     per node per domain): its CPU against the baseline's, probe results
+//     taken per second, plans answered per second;
+//   - the time from a path cut between two nodes of one SuperPoD to its
+//     LINK_PINGMESH_LOSS, with rounds every 2 s and a 12 s window (at the
+//     defaults it is minutes: a pair of a 48-node SuperPoD is probed every
+//     12 rounds), against the bound the plan and the hysteresis set:
+//     raise_after judged windows plus one coverage period.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace clusterd::bench {
+
+std::string RunPingmesh(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows);
+
+}  // namespace clusterd::bench
