@@ -11,8 +11,11 @@
 //   - the time from a path cut between two nodes of one SuperPoD to its
 //     LINK_PINGMESH_LOSS, with rounds every 2 s and a 12 s window (at the
 //     defaults it is minutes: a pair of a 48-node SuperPoD is probed every
-//     12 rounds), against the bound the plan and the hysteresis set:
-//     raise_after judged windows plus one coverage period.
+//     12 rounds; --short: rounds every 1 s, a 4 s window), against the bound
+//     the plan and the hysteresis set: each judged window needs a probe of
+//     the pair, at worst one per coverage period (Plan.rounds_to_cover
+//     rounds), so raise_after coverage periods, the window that judges the
+//     last, and a round.
 #pragma once
 
 #include <string>
