@@ -148,7 +148,14 @@ std::string RunTaskd(const Options& o, const TempDir& tmp, json* out, std::vecto
 
   std::vector<int64_t> first_signal, share;
   std::string err;
+  // ClusterD limits one job's Recover calls (100 a second): a sample makes
+  // four, so samples start at most every 50 ms (no TaskD retries 20 times a
+  // second).
+  const auto pace = std::chrono::milliseconds(50);
+  auto next_sample = std::chrono::steady_clock::now();
   for (int i = 0; i < o.taskd_samples && err.empty(); ++i) {
+    std::this_thread::sleep_until(next_sample);  // pacing, not synchronisation
+    next_sample = std::chrono::steady_clock::now() + pace;
     const uint32_t device = static_cast<uint32_t>(i % o.devices);
     const uint64_t seq =
         agents.Send(0, v1::TRANSITION_ACTION_RAISE, device, kRetryCode, v1::FAULT_LEVEL_RESTART_REQUEST);
@@ -205,6 +212,8 @@ std::string RunTaskd(const Options& o, const TempDir& tmp, json* out, std::vecto
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     for (int i = 0; i < o.taskd_samples && err.empty(); ++i) {
+      std::this_thread::sleep_until(next_sample);  // pacing, as above
+      next_sample = std::chrono::steady_clock::now() + pace;
       ::ProcessFaultRequest fault;
       fault.set_jobid(kInPlaceJob);
       auto* rank = fault.add_faultranks();
