@@ -22,6 +22,7 @@
 #include "clusterd/recovery/coordinator/coordinator.h"
 #include "clusterd/state/domains.h"
 #include "clusterd/state/incidents.h"
+#include "clusterd/state/pingmesh_rule.h"
 #include "clusterd/storage/memory_store.h"
 #include "common/metrics.h"
 #include "state_fixtures.h"
@@ -345,6 +346,43 @@ TEST_F(IncidentsTest, ACascadeAcrossOneSuperPodIsOneIncidentWithTheSwitchAsRoot)
   EXPECT_EQ(domains->domains(0).open_incident(), inc.id());
   EXPECT_TRUE(domains->domains(0).isolated());
   EXPECT_TRUE(domains->domains(1).open_incident().empty());
+}
+
+// The pingmesh (docs/pingmesh.md) finds every member of SuperPoD 1
+// unreachable by its peers for two windows: its DOMAIN_PINGMESH_LOSS on each
+// member is one incident whose root is the domain's network, with the
+// pingmesh's fault as evidence.
+TEST_F(IncidentsTest, ThePingmeshJudgingADomainsNetworkIsItsIncidentsRoot) {
+  constexpr int kNodes = 12;
+  Fleet(2, kNodes);
+  auto* pingmesh = state_->Attached<PingmeshRule>();
+  ASSERT_NE(pingmesh, nullptr);
+  Write([&](ClusterState&, Mutation*) {
+    for (int i = 0; i < kNodes; ++i) pingmesh->AgentUp(NodeName(1, i), 1, "10.0.0." + std::to_string(i + 1), 11255);
+    return Status::Ok();
+  });
+  for (int window = 0; window < 2; ++window) {
+    Write([&](ClusterState&, Mutation*) {
+      for (int i = 0; i < kNodes; ++i) {
+        std::vector<pingmesh::PairStats> lost;
+        for (int j = 0; j < kNodes; ++j) {
+          if (j != i) lost.push_back({NodeName(1, i), NodeName(1, j), 3, 3});
+        }
+        pingmesh->Record(NodeName(1, i), lost);
+      }
+      return Status::Ok();
+    });
+    AdvanceTo(clock_.Now() + config_.pingmesh_window);
+  }
+  const auto list = Incidents();
+  ASSERT_EQ(list.total_size(), 1);
+  const v1::Incident inc = Incident(list.incidents(0).id());
+  EXPECT_EQ(DomainKey(inc.domain()), "superpod=1");
+  EXPECT_EQ(inc.nodes_hit(), static_cast<uint32_t>(kNodes));
+  EXPECT_EQ(inc.root().kind(), v1::INCIDENT_ROOT_KIND_DOMAIN);
+  EXPECT_EQ(inc.root().subject(), "superpod=1");
+  EXPECT_NE(inc.root().fault_id().find("pingmesh/domain/superpod=1"), std::string::npos) << inc.root().fault_id();
+  EXPECT_EQ(inc.root().evidence().rfind("the pingmesh: ", 0), 0u) << inc.root().evidence();
 }
 
 // Dry-run: the jobs' recoveries end at once (DRY_RUN), so each new fault of
