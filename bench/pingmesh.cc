@@ -42,13 +42,15 @@ class PmResponder {
     const int self = static_cast<int>(i);
     for (const auto& t : plan.targets()) {
       const int peer = pool_->IndexOf(t.node());
-      const bool cut = (self == cut_a_.load() && peer == cut_b_.load()) || (self == cut_b_.load() && peer == cut_a_.load());
+      const bool cut =
+          (self == cut_a_.load() && peer == cut_b_.load()) || (self == cut_b_.load() && peer == cut_a_.load());
       v1::PeerProbeResult* r = report->add_peers();
       r->set_node(t.node());
       r->set_sent(plan.attempts());
       r->set_lost(cut ? plan.attempts() : 0);
       if (!cut) {
-        for (auto* d : {r->mutable_rtt_min(), r->mutable_rtt_mean(), r->mutable_rtt_max()}) d->set_nanos(kPmRttUs * 1000);
+        for (auto* d : {r->mutable_rtt_min(), r->mutable_rtt_mean(), r->mutable_rtt_max()})
+          d->set_nanos(kPmRttUs * 1000);
       }
     }
     plans_.fetch_add(1);
@@ -81,7 +83,7 @@ bool PmHasLinkFault(int http_port, const std::string& node) {
 // measures for `measure_s` after `warmup_s`; with `cut`, then cuts the path
 // between nodes 0 and 1 and waits (at most `cut_timeout_s`) for its fault.
 std::string PmRunPhase(const Options& o, const TempDir& tmp, const std::string& dir, std::vector<std::string> args,
-                     int n, double warmup_s, double measure_s, bool cut, double cut_timeout_s, PmPhase* out) {
+                       int n, double warmup_s, double measure_s, bool cut, double cut_timeout_s, PmPhase* out) {
   args.push_back(std::string("--domain-levels=superpod=") + kPmLabel);
   ClusterdProcess cd(o.clusterd, tmp.Sub(dir), std::move(args));
   if (std::string err = cd.Start(); !err.empty()) return "clusterd: " + err;
@@ -148,8 +150,8 @@ std::string RunPingmesh(const Options& o, const TempDir& tmp, json* out, std::ve
   PmPhase base, steady, cut;
   // At the defaults a round every 10 s; --short every 2 s (its measurement is short).
   const double steady_interval_s = o.short_mode ? 2 : 10;
-  std::string err = PmRunPhase(o, tmp, "clusterd-pm-off", {"--pingmesh-enabled=false"}, n, warmup_s, measure_s,
-                               false, 0, &base);
+  std::string err =
+      PmRunPhase(o, tmp, "clusterd-pm-off", {"--pingmesh-enabled=false"}, n, warmup_s, measure_s, false, 0, &base);
   if (err.empty()) {
     std::vector<std::string> args;
     if (o.short_mode) args = {"--pingmesh-interval=2s", "--pingmesh-probe-timeout=500ms"};
@@ -187,8 +189,8 @@ std::string RunPingmesh(const Options& o, const TempDir& tmp, json* out, std::ve
   const std::string every = "a round every " + secs(steady_interval_s);
   const double cpu_ratio = base.cpu_cores > 0 ? steady.cpu_cores / base.cpu_cores : NAN;
   rows->push_back({"19 pingmesh", "clusterd CPU, pingmesh on (" + size + ", " + every + ", hb 2 s)",
-                   Fmt(steady.cpu_cores, " cores"), Fmt(base.cpu_cores, " cores pingmesh off"), Fmt(cpu_ratio, "x"),
-                   "", ""});
+                   Fmt(steady.cpu_cores, " cores"), Fmt(base.cpu_cores, " cores pingmesh off"), Fmt(cpu_ratio, "x"), "",
+                   ""});
   rows->push_back({"19 pingmesh", "probe results taken / plans answered per second (" + every + ")",
                    Fmt(steady.results_per_s, "/s") + " / " + Fmt(steady.plans_per_s, "/s"),
                    Fmt(steady.round_probes, " probes per round"), "", "", ""});

@@ -130,7 +130,8 @@ std::string RunTaskd(const Options& o, const TempDir& tmp, json* out, std::vecto
     ::Status resp;
     grpc::Status st = ((*recover).*method)(&ctx, req, &resp);
     if (!st.ok()) std::cerr << "[bench] scenario 14: " << st.error_message() << "\n";
-    if (st.ok() && resp.code() != 0) std::cerr << "[bench] scenario 14: code " << resp.code() << ": " << resp.info() << "\n";
+    if (st.ok() && resp.code() != 0)
+      std::cerr << "[bench] scenario 14: code " << resp.code() << ": " << resp.info() << "\n";
     return st.ok() ? resp.code() : -1;
   };
   ::ClientInfo who;

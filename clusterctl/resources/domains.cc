@@ -195,9 +195,9 @@ std::vector<Command> DomainCommands() {
       .columns = LinkColumns(),
       .list_rpc = "ListLinks",
       .list = &ClusterClient::ListAllLinks,
-      .items = [](const v1::ListLinksResponse& r) -> const auto& { return r.links(); },
-      .filters = {"node", "domain", "lossy"},
-      .read_filters = ReadLinkFilters,
+      .items = [](const v1::ListLinksResponse& r) -> const auto& { return r.links();
+  }
+  , .filters = {"node", "domain", "lossy"}, .read_filters = ReadLinkFilters,
   });
   return {
       GetCommand(links, {"links", "link"},

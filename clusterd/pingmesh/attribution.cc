@@ -101,7 +101,8 @@ std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::
       judged->insert(Finding::KeyOf(FindingKind::kDomain, d.id));
     }
     if (members_judged < rules.min_peers || hit <= rules.domain_share * members_judged) continue;
-    findings.push_back({FindingKind::kDomain, d.id, "", hit, members_judged, static_cast<double>(hit) / members_judged});
+    findings.push_back(
+        {FindingKind::kDomain, d.id, "", hit, members_judged, static_cast<double>(hit) / members_judged});
     covered.insert(d.members.begin(), d.members.end());
   }
   for (const auto& name : faulty) {
