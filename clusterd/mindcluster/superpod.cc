@@ -99,8 +99,8 @@ SuperPodVerdict SuperPodMemberOf(const json& annotations) {
   }
   const std::string_view type = TrimSpaces(Annotation(annotations, kServerTypeAnnotation));
   if (type != kSuperPodServerTypeA3) {
-    return Skip(SuperPodSkip::kServerType, "serverType " + GoJsonString(type.substr(0, 32)) +
-                                               " is not A3 (only A3 SuperPoDs are published)");
+    return Skip(SuperPodSkip::kServerType,
+                "serverType " + GoJsonString(type.substr(0, 32)) + " is not A3 (only A3 SuperPoDs are published)");
   }
   SuperPodMember member;
   member.super_pod = *id;
@@ -130,9 +130,9 @@ SuperPodVerdict SuperPodMemberOf(const json& annotations) {
         name.starts_with(kChipPrefix) ? std::string_view(name).substr(kChipPrefix.size()) : std::string_view();
     const auto phy = CanonicalNumber(number, kMaxChipId);
     if (!phy) {
-      return Skip(SuperPodSkip::kDevices,
-                  "baseDeviceInfos names chip " + GoJsonString(std::string_view(name).substr(0, 32)) +
-                      " (not Ascend910-<n>)");
+      return Skip(
+          SuperPodSkip::kDevices,
+          "baseDeviceInfos names chip " + GoJsonString(std::string_view(name).substr(0, 32)) + " (not Ascend910-<n>)");
     }
     const json* sdid = it->is_object() ? SuperDeviceIdField(*it) : nullptr;
     if (sdid == nullptr || !sdid->is_number_unsigned() ||
@@ -146,8 +146,7 @@ SuperPodVerdict SuperPodMemberOf(const json& annotations) {
   return v;
 }
 
-void SuperPodIndex::Set(const std::string& node, std::optional<SuperPodVerdict> verdict,
-                        std::set<uint64_t>* changed) {
+void SuperPodIndex::Set(const std::string& node, std::optional<SuperPodVerdict> verdict, std::set<uint64_t>* changed) {
   auto it = nodes_.find(node);
   if (it == nodes_.end() && !verdict) return;
   if (it != nodes_.end() && verdict && it->second == *verdict) return;
@@ -191,8 +190,7 @@ void SuperPodIndex::Set(const std::string& node, std::optional<SuperPodVerdict> 
 bool SuperPodIndex::Kept(uint64_t id) const {
   auto it = members_.find(id);
   if (it == members_.end()) return false;
-  return members_.size() <= kMaxSuperPods ||
-         static_cast<size_t>(std::distance(members_.begin(), it)) < kMaxSuperPods;
+  return members_.size() <= kMaxSuperPods || static_cast<size_t>(std::distance(members_.begin(), it)) < kMaxSuperPods;
 }
 
 std::optional<std::string> SuperPodIndex::Value(uint64_t id) const {

@@ -116,7 +116,7 @@ class SuperPodIndex {
   bool Kept(uint64_t id) const;
 
   std::map<std::string, SuperPodVerdict> nodes_;
-  std::map<uint64_t, std::set<std::string>> members_;  // SuperPoD -> its nodes, sorted
+  std::map<uint64_t, std::set<std::string>> members_;   // SuperPoD -> its nodes, sorted
   std::array<size_t, kSuperPodSkipReasons> skipped_{};  // by verdict, not counting kFull
 };
 

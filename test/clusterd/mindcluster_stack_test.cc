@@ -94,7 +94,7 @@ class MindClusterStackTest : public ::testing::Test {
     // The plugin's and MindCluster NodeD's ConfigMaps, and one per public-fault namespace.
     watches_ += 2 + options.public_fault_namespaces.size();
     if (options.separation_policy_cm || options.manual_info_cm) ++watches_;  // the system namespace's
-    if (options.super_pod_cms) watches_ += 2;  // the Nodes and the super-pod ConfigMaps
+    if (options.super_pod_cms) watches_ += 2;                                // the Nodes and the super-pod ConfigMaps
     Settle();
   }
   void Stop() {
@@ -1067,8 +1067,7 @@ TEST_F(MindClusterStackTest, SuperPodConfigMapsFollowTheNodesAnnotations) {
   options.super_pod_cms = true;
   Start(options);
   Step();
-  EXPECT_EQ(SuperPodDevice(*api_, "1"),
-            json::parse(R"({"Version":"A3","SuperPodID":"1","NodeDeviceMap":{
+  EXPECT_EQ(SuperPodDevice(*api_, "1"), json::parse(R"({"Version":"A3","SuperPodID":"1","NodeDeviceMap":{
               "a1":{"NodeName":"a1","ServerID":"0","DeviceMap":{"0":"10","1":"11"}},
               "a2":{"NodeName":"a2","ServerID":"1","DeviceMap":{"0":"10","1":"11"}}}})"));
   EXPECT_EQ(NodesOf(SuperPodDevice(*api_, "2")), std::set<std::string>{"b1"});
@@ -1148,6 +1147,42 @@ TEST_F(MindClusterStackTest, MindClusterPingMeshFaultConfigMapsAreIngested) {
   EXPECT_EQ(commands_.public_faults[0].faults[0].node, "a3-node-07");
   EXPECT_EQ(commands_.public_faults[0].faults[0].device, 5u);
   EXPECT_EQ(commands_.public_faults[0].faults[0].level, v1::FAULT_LEVEL_SEPARATE);
+}
+
+// InformerOptions::transform (used for the Nodes above): the cache and the
+// handlers hold the cut object, listed or watched, and a change that the cut
+// object shows is still a change.
+TEST(InformerTransform, TheCacheAndTheHandlersHoldTheCutObject) {
+  auto api = std::make_shared<testing::FakeK8sClient>();
+  api->Set(kNodes + "n1", A3Node("n1", "1", "0"));
+  k8s::InformerOptions opts;
+  opts.name = "nodes";
+  opts.path = "/api/v1/nodes";
+  opts.transform = [](json node) {
+    return json{{"metadata",
+                 {{"name", node["metadata"]["name"]},
+                  {"resourceVersion", node["metadata"]["resourceVersion"]},
+                  {"sp", node["metadata"]["annotations"].value("superPodID", "")}}}};
+  };
+  std::vector<json> seen;  // what the handlers were given
+  k8s::Informer::Handlers h;
+  h.on_upsert = [&seen](const json& o) { seen.push_back(o); };
+  h.on_delete = [&seen](const json& o) { seen.push_back(o); };
+  k8s::Informer informer(api.get(), opts, h, nullptr);
+  informer.Start();
+  ASSERT_TRUE(api->WaitCaughtUp(1));
+  api->Set(kNodes + "n1", A3Node("n1", "2", "0"));
+  ASSERT_TRUE(api->Remove(kNodes + "n1"));
+  ASSERT_TRUE(api->WaitCaughtUp(1));
+  informer.Stop();
+  ASSERT_EQ(seen.size(), 3u);
+  for (const json& o : seen) {
+    EXPECT_FALSE(o.contains("status")) << o.dump();
+    EXPECT_FALSE(o["metadata"].contains("annotations")) << o.dump();
+  }
+  EXPECT_EQ(seen[0]["metadata"]["sp"], "1");
+  EXPECT_EQ(seen[1]["metadata"]["sp"], "2");
+  EXPECT_EQ(seen[2]["metadata"]["name"], "n1");
 }
 
 TEST(AscendDeviceType, FromVendorAndModel) {

@@ -33,8 +33,7 @@ namespace mc = mindcluster;
 // A Node as the SuperPoD index needs it: its name, version and the device
 // plugin's four annotations.
 json CutNode(json node) {
-  json meta = {{"name", k8s::StringAt(node, {"metadata", "name"})},
-               {"resourceVersion", k8s::ResourceVersionOf(node)}};
+  json meta = {{"name", k8s::StringAt(node, {"metadata", "name"})}, {"resourceVersion", k8s::ResourceVersionOf(node)}};
   const json annotations = node.contains("metadata") && node["metadata"].is_object()
                                ? node["metadata"].value("annotations", json::object())
                                : json::object();
@@ -58,8 +57,8 @@ struct MindClusterStack::SuperPods {
 
   // Handed over by the informers' threads.
   std::mutex mu;
-  std::map<std::string, std::optional<json>> node_changes;             // name -> cut Node (nullopt: deleted)
-  std::map<std::string, std::pair<bool, json>> cm_changes;             // name -> (deleted, object)
+  std::map<std::string, std::optional<json>> node_changes;  // name -> cut Node (nullopt: deleted)
+  std::map<std::string, std::pair<bool, json>> cm_changes;  // name -> (deleted, object)
 
   // The stepping thread's.
   mc::SuperPodIndex index;
@@ -83,8 +82,9 @@ void MindClusterStack::StartSuperPods(MetricsRegistry* m) {
   super_pods_ = std::make_shared<SuperPods>();
   SuperPods& sp = *super_pods_;
   if (m != nullptr) {
-    sp.writes = &m->AddCounter("clusterd_mindcluster_super_pod_writes_total",
-                               "super-pod-<id> ConfigMaps created, updated or deleted (written only when they change).");
+    sp.writes =
+        &m->AddCounter("clusterd_mindcluster_super_pod_writes_total",
+                       "super-pod-<id> ConfigMaps created, updated or deleted (written only when they change).");
     sp.write_errors = &m->AddCounter("clusterd_mindcluster_super_pod_write_errors_total",
                                      "Failed super-pod-<id> ConfigMap writes (retried).");
     sp.configmaps = &m->AddGauge("clusterd_mindcluster_super_pod_configmaps",
@@ -182,8 +182,8 @@ size_t MindClusterStack::SyncSuperPods(TimePoint now, bool* pending) {
     const auto& [deleted, cm] = change;
     const std::string version = k8s::ResourceVersionOf(cm);
     auto it = sp.there.find(id);
-    const bool ours = it != sp.there.end() && std::find(it->second.ours.begin(), it->second.ours.end(), version) !=
-                                                  it->second.ours.end();
+    const bool ours = it != sp.there.end() &&
+                      std::find(it->second.ours.begin(), it->second.ours.end(), version) != it->second.ours.end();
     if (deleted) {
       // Gone (or its label removed). A version of ours older than the last
       // we wrote is the informer catching up: ignored.
@@ -193,7 +193,7 @@ size_t MindClusterStack::SyncSuperPods(TimePoint now, bool* pending) {
       }
       continue;
     }
-    if (ours) continue;  // our own write coming back
+    if (ours) continue;                  // our own write coming back
     SuperPods::There& t = sp.there[id];  // found at start, or written by someone else
     t.value = k8s::StringAt(cm, {"data", std::string(mc::kSuperPodDeviceKey)});
     t.version = version;
@@ -236,9 +236,8 @@ size_t MindClusterStack::SyncSuperPods(TimePoint now, bool* pending) {
     } else {
       // No node left: the ConfigMap goes, as the reference deletes it;
       // guarded, so a version written since is looked at first.
-      auto deleted =
-          client_->Delete(collection + "/" + k8s::UrlEncode(name),
-                          json{{"preconditions", {{"resourceVersion", it->second.version}}}});
+      auto deleted = client_->Delete(collection + "/" + k8s::UrlEncode(name),
+                                     json{{"preconditions", {{"resourceVersion", it->second.version}}}});
       if (deleted.ok() || deleted.status().code() == StatusCode::kNotFound) {
         sp.there.erase(it);
       } else {
@@ -264,15 +263,15 @@ size_t MindClusterStack::SyncSuperPods(TimePoint now, bool* pending) {
         SuperPods::There& t = sp.there[id];
         t.value = k8s::StringAt(*got, {"data", std::string(mc::kSuperPodDeviceKey)});
         t.version = k8s::ResourceVersionOf(*got);
-        t.labelled = k8s::StringAt(*got, {"metadata", "labels", std::string(mc::kPingMeshLabelKey)}) ==
-                     mc::kPingMeshLabelValue;
+        t.labelled =
+            k8s::StringAt(*got, {"metadata", "labels", std::string(mc::kPingMeshLabelKey)}) == mc::kPingMeshLabelValue;
       } else if (got.status().code() == StatusCode::kNotFound) {
         sp.there.erase(id);
       }
     }
     if (sp.write_errors != nullptr) sp.write_errors->Inc();
-    Warn("write/" + name, "mindcluster: cannot write " + options_.system_namespace + "/" + name + ": " + st.message() +
-                              " (retrying)");
+    Warn("write/" + name,
+         "mindcluster: cannot write " + options_.system_namespace + "/" + name + ": " + st.message() + " (retrying)");
     *pending = true;
     ++id_it;
   }
