@@ -158,6 +158,7 @@ if [[ $ALL == 1 ]]; then
   stage e2e/metrics_tls bash test/e2e/metrics_tls_test.sh
   stage e2e/mindcluster bash test/e2e/mindcluster_test.sh
   stage k8s/mindcluster_stack bash test/k8s/mindcluster_stack_test.sh
+  stage k8s/mindcluster_superpod bash test/k8s/mindcluster_superpod_test.sh
   stage k8s/taskd_recover bash test/k8s/taskd_recover_test.sh
   stage k8s/chain bash test/k8s/chain_k8s_test.sh
   stage k8s/gpu bash test/k8s/gpu_k8s_test.sh

@@ -749,6 +749,11 @@ std::vector<ConfigKey> MakeTable() {
             std::chrono::seconds(1), std::chrono::hours(1)),
         "each observability ConfigMap is rewritten at most this often, and only when its content changed",
         "mindcluster.volcano.statisticsInterval");
+  t.Add(Bool("mindcluster_super_pod_cms", CLUSTERD_FIELD(mindcluster_stack.super_pod_cms), "BOOL",
+             "true or false; alone as a flag: true"),
+        "write super-pod-<id> (system namespace, label app=pingmesh) from the device plugin's Node annotations, so "
+        "that MindCluster NodeD's pingmesh finds its peers; a SuperPoD's ConfigMap goes with its last node",
+        "mindcluster.volcano.superPodConfigMaps");
 
   t.Section("Kubernetes (docs/kubernetes.md)");
   t.Add(Custom(

@@ -250,6 +250,10 @@ struct ClusterdConfig {
     bool statistics_cms = false;
     bool scheduling_exception_cm = false;
     std::chrono::nanoseconds statistics_interval = std::chrono::seconds(60);
+    // super-pod-<id> ConfigMaps in `system_namespace` for MindCluster NodeD's
+    // pingmesh, from the device plugin's Node annotations. Off by default: it
+    // needs RBAC there and a read of every Node.
+    bool super_pod_cms = false;
   } mindcluster_stack;
   // High availability (docs/ha.md): with etcd endpoints, this process is one
   // replica of several; etcd holds the replicated commit log and the

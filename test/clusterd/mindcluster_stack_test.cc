@@ -6,6 +6,7 @@
 // UpdateTime growing, adopted across a restart, guarded, rate-limited).
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,7 @@ class MindClusterStackTest : public ::testing::Test {
     // The plugin's and MindCluster NodeD's ConfigMaps, and one per public-fault namespace.
     watches_ += 2 + options.public_fault_namespaces.size();
     if (options.separation_policy_cm || options.manual_info_cm) ++watches_;  // the system namespace's
+    if (options.super_pod_cms) watches_ += 2;                                // the Nodes and the super-pod ConfigMaps
     Settle();
   }
   void Stop() {
@@ -1014,6 +1016,173 @@ TEST_F(MindClusterStackTest, ObservabilityConfigMapsInTheReferencesShapeWhenThey
   EXPECT_EQ((*api_->Object(kSystem + "statistic-fault-info"))["data"]["PublicFaults"],
             R"({"a":[{"resource":"CCAE","devIds":[2],"faultId":"fault-0001","faultCode":"220001001",)"
             R"("level":"SeparateNPU","faultTime":1700000000000}]})");
+}
+
+// ---- super-pod-<id> ConfigMaps for MindCluster NodeD's pingmesh ----
+
+const std::string kNodes = "/api/v1/nodes/";
+const std::string kSuperPod = "/api/v1/namespaces/cluster-system/configmaps/super-pod-";
+
+// A Node of an A3 SuperPoD as the device plugin annotates it, with the
+// status a kubelet writes (which the super-pod ConfigMaps do not depend on).
+json A3Node(const std::string& name, const std::string& super_pod, const std::string& server_index,
+            const std::string& heartbeat = "2026-01-01T00:00:00Z") {
+  json infos = json::object();
+  for (int i = 0; i < 2; ++i) infos["Ascend910-" + std::to_string(i)] = {{"IP", ""}, {"SuperDeviceID", 10 + i}};
+  return {{"metadata",
+           {{"name", name},
+            {"labels", {{"kubernetes.io/hostname", name}}},
+            {"annotations",
+             {{"superPodID", super_pod},
+              {"serverIndex", server_index},
+              {"serverType", "A3"},
+              {"baseDeviceInfos", infos.dump()}}}}},
+          {"status", {{"conditions", json::array({{{"type", "Ready"}, {"lastHeartbeatTime", heartbeat}}})}}}};
+}
+
+// The superPodDevice of super-pod-<id>: nullptr when the ConfigMap is absent.
+json SuperPodDevice(const testing::FakeK8sClient& api, const std::string& id) {
+  auto cm = api.Object(kSuperPod + id);
+  if (!cm) return nullptr;
+  EXPECT_EQ((*cm)["metadata"]["labels"]["app"], "pingmesh");
+  return json::parse((*cm)["data"].value("superPodDevice", std::string("null")));
+}
+
+std::set<std::string> NodesOf(const json& device) {
+  std::set<std::string> out;
+  for (auto it = device["NodeDeviceMap"].begin(); it != device["NodeDeviceMap"].end(); ++it) out.insert(it.key());
+  return out;
+}
+
+TEST_F(MindClusterStackTest, SuperPodConfigMapsFollowTheNodesAnnotations) {
+  MetricsRegistry metrics;
+  metrics_ = &metrics;
+  auto has = [&](const std::string& line) { return metrics.Render().find(line + "\n") != std::string::npos; };
+  api_->Set(kNodes + "a1", A3Node("a1", "1", "0"));
+  api_->Set(kNodes + "a2", A3Node("a2", "1", "1"));
+  api_->Set(kNodes + "b1", A3Node("b1", "2", "0"));
+  api_->Set(kNodes + "cpu", {{"metadata", {{"name", "cpu"}}}});  // in no SuperPoD
+  api_->Set(kNodes + "bad", A3Node("bad", "07", "0"));
+  MindClusterStackOptions options;
+  options.super_pod_cms = true;
+  Start(options);
+  Step();
+  EXPECT_EQ(SuperPodDevice(*api_, "1"), json::parse(R"({"Version":"A3","SuperPodID":"1","NodeDeviceMap":{
+              "a1":{"NodeName":"a1","ServerID":"0","DeviceMap":{"0":"10","1":"11"}},
+              "a2":{"NodeName":"a2","ServerID":"1","DeviceMap":{"0":"10","1":"11"}}}})"));
+  EXPECT_EQ(NodesOf(SuperPodDevice(*api_, "2")), std::set<std::string>{"b1"});
+  EXPECT_TRUE(has("clusterd_mindcluster_super_pod_nodes_skipped{reason=\"super_pod_id\"} 1"));
+  EXPECT_TRUE(has("clusterd_mindcluster_super_pod_configmaps 2"));
+  EXPECT_TRUE(has("clusterd_mindcluster_super_pod_writes_total 2"));
+
+  // A Node's status changing writes nothing; a node moving rewrites both.
+  api_->ClearCalls();
+  clock_.Advance(1s);
+  api_->Set(kNodes + "a1", A3Node("a1", "1", "0", "2026-01-01T00:00:10Z"));
+  Step();
+  EXPECT_TRUE(api_->Writes().empty());
+  api_->Set(kNodes + "a2", A3Node("a2", "2", "1"));
+  Step();
+  EXPECT_EQ(NodesOf(SuperPodDevice(*api_, "1")), std::set<std::string>{"a1"});
+  EXPECT_EQ(NodesOf(SuperPodDevice(*api_, "2")), (std::set<std::string>{"a2", "b1"}));
+  EXPECT_EQ(api_->Writes().size(), 2u);
+  for (const auto& w : api_->Writes()) EXPECT_EQ(w.method, "PUT") << w.path;
+
+  // The last node of SuperPoD 1 goes: so does its ConfigMap.
+  clock_.Advance(1s);
+  ASSERT_TRUE(api_->Remove(kNodes + "a1"));
+  Step();
+  EXPECT_FALSE(api_->Object(kSuperPod + "1"));
+  // Someone else's edit, or a deletion, is written back.
+  json edited = *api_->Object(kSuperPod + "2");
+  edited["data"]["superPodDevice"] = "{}";
+  api_->Set(kSuperPod + "2", edited);
+  clock_.Advance(1s);
+  Step();
+  EXPECT_EQ(NodesOf(SuperPodDevice(*api_, "2")), (std::set<std::string>{"a2", "b1"}));
+  ASSERT_TRUE(api_->Remove(kSuperPod + "2"));
+  clock_.Advance(1s);
+  Step();
+  EXPECT_EQ(NodesOf(SuperPodDevice(*api_, "2")), (std::set<std::string>{"a2", "b1"}));
+
+  // A restart adopts them: nothing is written again; a node that came
+  // meanwhile is written, once.
+  Stop();
+  metrics_ = nullptr;
+  api_->Set(kNodes + "c1", A3Node("c1", "3", "0"));
+  api_->ClearCalls();
+  clock_.Advance(1s);
+  Start(options);
+  Step();
+  ASSERT_EQ(api_->Writes().size(), 1u);
+  EXPECT_EQ(api_->Writes()[0].method, "POST");
+  EXPECT_EQ(NodesOf(SuperPodDevice(*api_, "3")), std::set<std::string>{"c1"});
+  clock_.Advance(1s);
+  Step();
+  EXPECT_EQ(api_->Writes().size(), 1u);
+}
+
+// MindCluster NodeD's pingmesh findings (v7.0.RC1's cmreporter): the public-fault
+// ConfigMap cluster-system/pingmesh-fault-<node>, read where
+// public_fault_namespaces lists cluster-system.
+TEST_F(MindClusterStackTest, MindClusterPingMeshFaultConfigMapsAreIngested) {
+  const std::string request = R"({"id":"0e6f6c3a-4b1b-11f0-9d6b-0242ac110002","timestamp":1750000000123,
+    "version":"1.0","resource":"pingmesh","faults":[
+    {"faultId":"3f1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f809","faultType":"NPU",
+     "faultCode":"220001001","faultTime":1750000000123,"assertion":"occur","faultLocation":{},
+     "influence":[{"nodeName":"a3-node-07","nodeSN":"","deviceIds":[5]}],"description":"hccsping-mesh fault"}]})";
+  api_->Set("/api/v1/namespaces/cluster-system/configmaps/pingmesh-fault-a3-node-07",
+            {{"metadata",
+              {{"name", "pingmesh-fault-a3-node-07"},
+               {"namespace", "cluster-system"},
+               {"labels", {{"mc-consumer-publicfault", "true"}}}}},
+             {"data", {{"PublicFault", request}}}});
+  MindClusterStackOptions options;
+  options.public_fault_namespaces = {"cluster-system"};
+  Start(options);
+  Step();
+  ASSERT_EQ(commands_.public_faults.size(), 1u);
+  EXPECT_EQ(commands_.public_faults[0].reporter, "pubfault/pingmesh");
+  ASSERT_EQ(commands_.public_faults[0].faults.size(), 1u);
+  EXPECT_EQ(commands_.public_faults[0].faults[0].node, "a3-node-07");
+  EXPECT_EQ(commands_.public_faults[0].faults[0].device, 5u);
+  EXPECT_EQ(commands_.public_faults[0].faults[0].level, v1::FAULT_LEVEL_SEPARATE);
+}
+
+// InformerOptions::transform (used for the Nodes above): the cache and the
+// handlers hold the cut object, listed or watched, and a change that the cut
+// object shows is still a change.
+TEST(InformerTransform, TheCacheAndTheHandlersHoldTheCutObject) {
+  auto api = std::make_shared<testing::FakeK8sClient>();
+  api->Set(kNodes + "n1", A3Node("n1", "1", "0"));
+  k8s::InformerOptions opts;
+  opts.name = "nodes";
+  opts.path = "/api/v1/nodes";
+  opts.transform = [](json node) {
+    return json{{"metadata",
+                 {{"name", node["metadata"]["name"]},
+                  {"resourceVersion", node["metadata"]["resourceVersion"]},
+                  {"sp", node["metadata"]["annotations"].value("superPodID", "")}}}};
+  };
+  std::vector<json> seen;  // what the handlers were given
+  k8s::Informer::Handlers h;
+  h.on_upsert = [&seen](const json& o) { seen.push_back(o); };
+  h.on_delete = [&seen](const json& o) { seen.push_back(o); };
+  k8s::Informer informer(api.get(), opts, h, nullptr);
+  informer.Start();
+  ASSERT_TRUE(api->WaitCaughtUp(1));
+  api->Set(kNodes + "n1", A3Node("n1", "2", "0"));
+  ASSERT_TRUE(api->Remove(kNodes + "n1"));
+  ASSERT_TRUE(api->WaitCaughtUp(1));
+  informer.Stop();
+  ASSERT_EQ(seen.size(), 3u);
+  for (const json& o : seen) {
+    EXPECT_FALSE(o.contains("status")) << o.dump();
+    EXPECT_FALSE(o["metadata"].contains("annotations")) << o.dump();
+  }
+  EXPECT_EQ(seen[0]["metadata"]["sp"], "1");
+  EXPECT_EQ(seen[1]["metadata"]["sp"], "2");
+  EXPECT_EQ(seen[2]["metadata"]["name"], "n1");
 }
 
 TEST(AscendDeviceType, FromVendorAndModel) {

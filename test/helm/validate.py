@@ -79,6 +79,9 @@ MINDCLUSTER = ("", "configmaps")
 MINDCLUSTER_READ = {"get", "list", "watch"}
 # The Roles (one per namespace) or ClusterRole (["*"]) on the public-fault ConfigMaps.
 SYSTEM_SUFFIX = "-mindcluster-system"
+# mindcluster.volcano.superPodConfigMaps: the Nodes' annotations read (a ClusterRole of its own).
+NODES_SUFFIX = "-mindcluster-nodes"
+NODES = ("", "nodes")
 PUBLIC_FAULT_SUFFIX = "-mindcluster-publicfault"
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
@@ -289,8 +292,12 @@ def check_rbac(docs):
                    for g in rule.get("apiGroups") or [] for r in rule.get("resources") or [])
     leader_label = [d for d in docs if d.get("kind") == "Role" and only(d, LEADER_LABEL)]
     mindcluster = [d for d in docs if d.get("kind") in ("Role", "ClusterRole") and only(d, MINDCLUSTER)]
+    nodes = [d for d in docs if d.get("kind") == "ClusterRole" and only(d, NODES)
+             and d["metadata"]["name"].endswith(NODES_SUFFIX)]
     integration = [d for d in docs if (d.get("kind") == "Role" and d not in leader_label and d not in mindcluster)
-                   or (d.get("kind") == "ClusterRole" and not only(d, TOKEN_REVIEW) and d not in mindcluster)]
+                   or (d.get("kind") == "ClusterRole" and not only(d, TOKEN_REVIEW) and d not in mindcluster
+                       and d not in nodes)]
+    check_mindcluster_nodes_rbac(docs, nodes)
     if integration and not ({"ClusterRole", "Role"} <= {d["kind"] for d in integration}
                             and sum(d.get("kind") == "ClusterRoleBinding" for d in docs)
                             >= sum(d.get("kind") == "ClusterRole" for d in docs)
@@ -324,6 +331,26 @@ def clusterd_config(docs):
             except ValueError:
                 return {}
     return {}
+
+
+def check_mindcluster_nodes_rbac(docs, roles):
+    """mindcluster_super_pod_cms: one <fullname>-mindcluster-nodes ClusterRole, get, list and watch
+    on nodes only, bound cluster-wide, iff the setting is on."""
+    cfg = clusterd_config(docs)
+    if cfg.get("mindcluster_super_pod_cms") is not True:
+        for r in roles:
+            problem(r, "a nodes ClusterRole without mindcluster_super_pod_cms")
+        return
+    if len(roles) != 1:
+        problem(docs[0], f"mindcluster_super_pod_cms: want one {NODES_SUFFIX} ClusterRole, got {len(roles)}")
+        return
+    r = roles[0]
+    verbs = {v for rule in r.get("rules") or [] for v in rule.get("verbs") or []}
+    if verbs != MINDCLUSTER_READ:
+        problem(r, f"the nodes ClusterRole must be get, list, watch only, not {sorted(verbs)}")
+    if not any(b.get("kind") == "ClusterRoleBinding" and (b.get("roleRef") or {}).get("name") == r["metadata"]["name"]
+               for b in docs):
+        problem(r, "no ClusterRoleBinding grants the nodes ClusterRole")
 
 
 def check_mindcluster_jobs_rbac(docs, roles):
@@ -387,11 +414,12 @@ def check_mindcluster_rbac(docs, roles):
 
 def check_system_rbac(docs, roles, cfg):
     """MindCluster's operators' ConfigMaps (mindcluster_separation_policy_cm, _manual_info_cm,
-    _statistics_cms, _scheduling_exception_cm): one configmaps Role <fullname>-mindcluster-system in
-    mindcluster_system_namespace, bound, iff one is on, with only the verbs needed: get, list and
-    watch; create and update when ClusterD writes there; delete only for the manual-info list."""
+    _statistics_cms, _scheduling_exception_cm, _super_pod_cms): one configmaps Role
+    <fullname>-mindcluster-system in mindcluster_system_namespace, bound, iff one is on, with only the
+    verbs needed: get, list and watch; create and update when ClusterD writes there; delete only for
+    the manual-info list and the super-pod ConfigMaps."""
     keys = ("mindcluster_separation_policy_cm", "mindcluster_manual_info_cm", "mindcluster_statistics_cms",
-            "mindcluster_scheduling_exception_cm")
+            "mindcluster_scheduling_exception_cm", "mindcluster_super_pod_cms")
     if not any(cfg.get(k) is True for k in keys):
         for r in roles:
             problem(r, "a mindcluster system Role without any of " + ", ".join(keys))
@@ -406,7 +434,7 @@ def check_system_rbac(docs, roles, cfg):
     want = set(MINDCLUSTER_READ)
     if any(cfg.get(k) is True for k in keys[1:]):
         want |= {"create", "update"}
-    if cfg.get("mindcluster_manual_info_cm") is True:
+    if cfg.get("mindcluster_manual_info_cm") is True or cfg.get("mindcluster_super_pod_cms") is True:
         want.add("delete")
     verbs = {v for rule in r.get("rules") or [] for v in rule.get("verbs") or []}
     resources = {x for rule in r.get("rules") or [] for x in rule.get("resources") or []}

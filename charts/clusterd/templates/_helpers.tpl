@@ -213,6 +213,9 @@ still takes the default config. */}}
 {{- if or $v.statisticsConfigMaps $v.schedulingExceptionConfigMap }}
 {{- $_ = set $c "mindcluster_statistics_interval" ($v.statisticsInterval | default "60s") }}
 {{- end }}
+{{- if $v.superPodConfigMaps }}
+{{- $_ = set $c "mindcluster_super_pod_cms" true }}
+{{- end }}
 {{- end }}
 {{- $ha := .Values.ha }}
 {{- if $ha.enabled }}
@@ -370,7 +373,7 @@ clusterd.kubernetes.clusterRoleName.
 {{- /* MindCluster's operators' ConfigMaps: non-empty when one of them is on. */}}
 {{- define "clusterd.mindcluster.system" -}}
 {{- $v := .Values.mindcluster.volcano }}
-{{- if or $v.separationPolicyConfigMap $v.manualInfoConfigMap $v.statisticsConfigMaps $v.schedulingExceptionConfigMap }}true{{- end }}
+{{- if or $v.separationPolicyConfigMap $v.manualInfoConfigMap $v.statisticsConfigMaps $v.schedulingExceptionConfigMap $v.superPodConfigMaps }}true{{- end }}
 {{- end }}
 {{- define "clusterd.mindcluster.systemNamespace" -}}
 {{- .Values.mindcluster.volcano.systemNamespace | default "cluster-system" }}
@@ -380,6 +383,9 @@ clusterd.kubernetes.clusterRoleName.
 {{- end }}
 {{- define "clusterd.mindcluster.publicFaultRoleName" -}}
 {{- printf "%s-mindcluster-publicfault" (include "clusterd.clusterd.fullname" .) }}
+{{- end }}
+{{- define "clusterd.mindcluster.nodesClusterRoleName" -}}
+{{- printf "%s-%s-mindcluster-nodes" .Release.Namespace (include "clusterd.clusterd.fullname" .) | trunc 253 | trimSuffix "-" }}
 {{- end }}
 {{- define "clusterd.mindcluster.publicFaultClusterRoleName" -}}
 {{- printf "%s-%s-mindcluster-publicfault" .Release.Namespace (include "clusterd.clusterd.fullname" .) | trunc 253 | trimSuffix "-" }}

@@ -174,7 +174,9 @@ Status Informer::ListAll(std::string* resource_version) {
     if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
       return Unavailable("kubernetes: list of " + options_.name + " is not a list");
     }
-    for (auto& item : list["items"]) items.push_back(std::move(item));
+    for (auto& item : list["items"]) {
+      items.push_back(options_.transform ? options_.transform(std::move(item)) : std::move(item));
+    }
     const auto& meta = list.value("metadata", nlohmann::json::object());
     rv = meta.is_object() ? meta.value("resourceVersion", std::string()) : std::string();
     cont = meta.is_object() ? meta.value("continue", std::string()) : std::string();
@@ -236,6 +238,10 @@ Status Informer::Watch(std::string* resource_version) {
       return false;
     }
     if (events_ != nullptr) events_->Inc();
+    if (options_.transform && (ev->type == WatchEvent::Type::kAdded || ev->type == WatchEvent::Type::kModified ||
+                               ev->type == WatchEvent::Type::kDeleted)) {
+      ev->object = options_.transform(std::move(ev->object));
+    }
     switch (ev->type) {
       case WatchEvent::Type::kError:
         ended = ev->error_code == 410 ? OutOfRange("kubernetes: watch of " + options_.name + ": " + ev->error_message)

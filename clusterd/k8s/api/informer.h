@@ -85,6 +85,12 @@ struct InformerOptions {
   // when its CRD is installed. Without it a 404 is an error like any other.
   bool may_be_absent = false;
   std::chrono::milliseconds absent_recheck{30'000};
+  // Applied to every listed or watched object before it is cached and
+  // handed to the handlers (client-go's SetTransform), so that an informer
+  // of a large kind (16,000 Nodes) keeps only the fields its user reads. It
+  // must keep metadata.name, metadata.namespace and metadata.resourceVersion
+  // (the cache's key and change test). Empty: objects as the server sent them.
+  std::function<nlohmann::json(nlohmann::json)> transform;
 };
 
 class Informer {

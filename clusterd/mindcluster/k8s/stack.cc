@@ -157,6 +157,7 @@ Status MindClusterStack::Start(const IntegrationEnv& env) {
     system_cms_->Start();
   }
   StartOperatorMetrics(env.metrics);
+  if (options_.super_pod_cms) StartSuperPods(env.metrics);
   if (driver_ == Driver::kThread) {
     // A commit wakes the loop: a ClusterD fault reaches Volcano without
     // waiting for the next poll. The listener holds only the wake-up.
@@ -181,6 +182,7 @@ void MindClusterStack::Stop() {
   if (nodeinfo_cms_) nodeinfo_cms_->Stop();
   for (auto& informer : public_fault_cms_) informer->Stop();
   if (system_cms_) system_cms_->Stop();
+  StopSuperPods();
 }
 
 void MindClusterStack::Loop() {
@@ -253,6 +255,7 @@ MindClusterStack::StepResult MindClusterStack::Step() {
   }
   if (options_.statistics_cms || options_.scheduling_exception_cm)
     result.writes += WriteObservability(now, &result.pending);
+  if (options_.super_pod_cms) result.writes += SyncSuperPods(now, &result.pending);
 
   // The plugin's faults: those of the nodes whose view changed; all of them
   // on the first pass (what went while ClusterD was away) and after a refusal.
@@ -1014,6 +1017,7 @@ StatusOr<std::unique_ptr<Integration>> MakeMindClusterStackIntegration(const Clu
   options.statistics_cms = config.mindcluster_stack.statistics_cms;
   options.scheduling_exception_cm = config.mindcluster_stack.scheduling_exception_cm;
   options.statistics_interval = config.mindcluster_stack.statistics_interval;
+  options.super_pod_cms = config.mindcluster_stack.super_pod_cms;
   if (!config.pubfault.code_table_file.empty()) {
     CLUSTERD_RETURN_IF_ERROR(options.pubfault_table.MergeFile(config.pubfault.code_table_file));
   }

@@ -101,6 +101,10 @@ struct MindClusterStackOptions {
   bool statistics_cms = false;
   bool scheduling_exception_cm = false;
   std::chrono::nanoseconds statistics_interval = std::chrono::seconds(60);
+  // super-pod-<id> ConfigMaps in system_namespace for MindCluster NodeD's
+  // pingmesh, built from the device plugin's Node annotations
+  // (stack_superpod.cc, mindcluster/superpod.h).
+  bool super_pod_cms = false;
 };
 
 // The annotation of clusterd-manual-info-cm that holds what ClusterD wrote
@@ -205,6 +209,14 @@ class MindClusterStack final : public Integration {
   // statistic-fault-info, current-job-statistic, scheduling-exception-report:
   // each when its content changed, at most once per statistics_interval.
   size_t WriteObservability(TimePoint now, bool* pending);
+  // ---- super-pod-<id> ConfigMaps (stack_superpod.cc) ----
+  struct SuperPods;
+  void StartSuperPods(MetricsRegistry* m);
+  void StopSuperPods();
+  // The Nodes' changes applied; the ConfigMaps whose SuperPoD changed
+  // written (rate-limited), those of a SuperPoD without nodes deleted.
+  size_t SyncSuperPods(TimePoint now, bool* pending);
+
   // PUT guarded by `resource_version` ("": POST) in `ns`; the new version.
   StatusOr<std::string> PutOwnConfigMap(const std::string& ns, const std::string& name,
                                         const std::map<std::string, std::string>& data,
@@ -299,6 +311,8 @@ class MindClusterStack final : public Integration {
   Counter* manual_write_errors_ = nullptr;
   Counter* manual_released_ = nullptr;
   Counter* manual_refused_ = nullptr;
+
+  std::shared_ptr<SuperPods> super_pods_;  // with super_pod_cms (shared_ptr: the type is stack_superpod.cc's)
 
   Counter* public_faults_refused_ = nullptr;
   Counter* refused_malformed_ = nullptr;
