@@ -185,8 +185,7 @@ TEST_F(AscendBackendTest, AValidationFailsOnEccGrowthOrANewCodeWithinItsWindow) 
     if (n == 2) fake_.Raise(3, 0x80CB8009u);
   });
   EXPECT_FALSE(r.passed());
-  EXPECT_NE(r.checks(0).message().find("device 3 code 80CB8009 appeared"), std::string::npos)
-      << r.checks(0).message();
+  EXPECT_NE(r.checks(0).message().find("device 3 code 80CB8009 appeared"), std::string::npos) << r.checks(0).message();
 
   // A chip that cannot be read does not pass.
   fake_.Clear(3, 0x80CB8009u);

@@ -185,8 +185,7 @@ int dcmi_get_device_power_info(int card_id, int device_id, int* power) {
   return 0;
 }
 
-int dcmi_get_device_ecc_info(int card_id, int device_id, int input_type,
-                             clusterd::noded::dcmi::EccInfo* ecc_info) {
+int dcmi_get_device_ecc_info(int card_id, int device_id, int input_type, clusterd::noded::dcmi::EccInfo* ecc_info) {
   std::lock_guard<std::mutex> lock(mu);
   int logic = Logic(card_id, device_id);
   if (int rc = Enter("dcmi_get_device_ecc_info", logic); rc != 0) return rc;
