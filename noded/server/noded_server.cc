@@ -83,7 +83,8 @@ struct NodedServer::Impl {
       }
       // The backend's latest readings (the agent's poll): health, ECC and
       // Xid counters, error codes.
-      AddReadings(devices, [this](int32_t id) { return agent->DeviceReading(id); }, &sample);
+      AddReadings(
+          devices, [this](int32_t id) { return agent->DeviceReading(id); }, &sample);
       uint64_t version = 0;
       const v1::ChainUpdate chain = agent->Chain(&version);
       for (const auto& link : chain.links()) {
