@@ -454,8 +454,9 @@ void NvmlBackend::Core::EventLoop() {
           data.event_data < 1'000'000) {
         std::lock_guard lock(mu);
         for (size_t i = 0; i < handles.size(); ++i) {
-          if (handles[i] == data.device)
+          if (handles[i] == data.device) {
             NoteXidLocked(static_cast<unsigned>(i), static_cast<unsigned>(data.event_data));
+          }
         }
       }
       continue;
