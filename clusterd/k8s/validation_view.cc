@@ -1,15 +1,11 @@
 #include "clusterd/k8s/validation_view.h"
 
-#include <map>
-#include <optional>
+#include <functional>
 #include <set>
-
-#include <google/protobuf/util/time_util.h>
 
 namespace clusterd::k8s {
 namespace {
 
-using google::protobuf::util::TimeUtil;
 using nlohmann::json;
 
 constexpr size_t kMaxConditionMessage = 1024;
