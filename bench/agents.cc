@@ -397,6 +397,16 @@ class AgentPool::Stream {
     return true;
   }
 
+  bool SendValidationResult(v1::ValidationResult result) {
+    std::lock_guard lock(mu_);
+    if (!call_ || !call_->welcomed || stopped_) return false;
+    v1::ConnectRequest req;
+    *req.mutable_validation_result() = std::move(result);
+    EnqueueLocked(call_, std::move(req));
+    last_msg_ns_ = NowNs();
+    return true;
+  }
+
   void RequestClose() {
     std::lock_guard lock(mu_);
     stopped_ = true;
@@ -501,6 +511,7 @@ class AgentPool::Stream {
       while (!unacked_.empty() && unacked_.front().transition().id().seq() <= acked_) unacked_.pop_front();
     }
     if (welcome) pool_->Notify(nullptr);
+    if (c->in.has_validation() && pool_->validation_handler_) pool_->validation_handler_(c->in.validation());
     c->StartRead(&c->in);
   }
 
@@ -591,6 +602,10 @@ class AgentPool::Stream {
   std::vector<int64_t> send_ns_{0}, ack_ns_{0};  // by seq; [0] unused
   grpc::Status status_;
 };
+
+bool AgentPool::SendValidationResult(size_t i, v1::ValidationResult result) {
+  return streams_[i]->SendValidationResult(std::move(result));
+}
 
 void AgentPool::Call::OnWriteDone(bool ok) { stream->OnWriteDone(this, ok); }
 void AgentPool::Call::OnReadDone(bool ok) { stream->OnReadDone(this, ok); }

@@ -136,6 +136,14 @@ class AgentPool {
   size_t attached() const { return attached_.load(); }
   size_t WaitAttached(size_t n, int64_t deadline_ns);
   uint64_t reconnect_attempts() const { return reconnects_.load(); }
+
+  // Validation requests (docs/validation.md) as they arrive, on a gRPC
+  // thread (be quick); set before Connect. SendValidationResult answers one
+  // on stream i's current call; false when it has none.
+  void SetValidationHandler(std::function<void(const v1::ValidationRequest&)> handler) {
+    validation_handler_ = std::move(handler);
+  }
+  bool SendValidationResult(size_t i, v1::ValidationResult result);
   uint64_t welcomes() const { return welcomes_total_.load(); }
 
  private:
@@ -148,6 +156,7 @@ class AgentPool {
     return stubs_[rotation * slots_ + slot].get();
   }
   // Each slot's channel, once per rotation of the target's addresses.
+  std::function<void(const v1::ValidationRequest&)> validation_handler_;
   const size_t rotations_, slots_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::NodeAgentService::Stub>> stubs_;
