@@ -143,6 +143,7 @@ class AgentPool {
   void set_on_message(OnMessage on_message) { on_message_ = std::move(on_message); }
   // Queues any message on stream i's current call; false when it has none.
   bool SendMessage(size_t i, v1::ConnectRequest req);
+
   uint64_t welcomes() const { return welcomes_total_.load(); }
 
  private:

@@ -77,6 +77,11 @@ struct Options {
   int taskd_samples = 50;
   // Scenario 15.
   int doctor_nodes = 16000;
+  // Scenario 17 (return to service): nodes of 16 chips, chips validated at
+  // once, one validation's duration.
+  int validation_nodes = 16000;
+  int validation_chips = 1000;
+  int validation_ms = 2000;
   // Scenario 16.
   int progress_jobs = 1000;
   int progress_ranks = 1000;

@@ -40,6 +40,7 @@
 #include "doctor.h"
 #include "pingmesh.h"
 #include "progress.h"
+#include "validation.h"
 #include "taskd.h"
 
 namespace clusterd::bench {
@@ -302,6 +303,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(14)) err = RunTaskd(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(15)) err = RunDoctor(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(16)) err = RunProgress(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(17)) err = RunReturnToService(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(19)) err = RunPingmesh(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {

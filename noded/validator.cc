@@ -32,6 +32,24 @@ std::string EvidenceTail(const std::string& text, size_t max) {
 
 }  // namespace
 
+void AddReadings(const std::vector<uint32_t>& devices,
+                 const std::function<std::optional<DeviceStatus>(int32_t)>& reading, ValidationSample* sample) {
+  for (uint32_t id : devices) {
+    const std::string name = "device " + std::to_string(id);
+    const std::optional<DeviceStatus> r = reading ? reading(static_cast<int32_t>(id)) : std::nullopt;
+    if (!r) {
+      sample->problems.push_back(name + " has no reading from the backend");
+      continue;
+    }
+    if (!r->healthy) {
+      sample->problems.push_back(name + " reads unhealthy (health " + std::to_string(r->health_raw) +
+                                 (r->read_error.empty() ? "" : ", " + r->read_error) + ")");
+    }
+    for (const auto& [counter, value] : r->error_counters) sample->counters[name + " " + counter] = value;
+    for (const std::string& code : r->error_codes) sample->codes.insert(name + " code " + code);
+  }
+}
+
 StatusOr<std::vector<ValidationCommand>> ParseValidationCommands(const std::string& text) {
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return InvalidArgument("validation commands: not a JSON object");
@@ -224,9 +242,30 @@ v1::ValidationCheckResult Validator::HealthStable(const v1::ValidationRequest& r
   r.set_exit_code(-1);
   std::string evidence;
   size_t samples = 0;
+  // The window's first sample: the counters (lowered when one drops: a reset
+  // device counts again from there) and the codes present when it began.
+  std::optional<ValidationSample> first;
   for (;;) {
-    std::vector<std::string> problems = probe_ ? probe_(devices, req.whole_node()) : std::vector<std::string>{};
+    ValidationSample sample = probe_ ? probe_(devices, req.whole_node()) : ValidationSample{};
     ++samples;
+    std::vector<std::string> problems = std::move(sample.problems);
+    if (!first) {
+      first = std::move(sample);
+    } else {
+      for (const auto& [counter, value] : sample.counters) {
+        auto base = first->counters.find(counter);
+        if (base == first->counters.end()) {
+          first->counters.emplace(counter, value);  // read for the first time: from here
+        } else if (value > base->second) {
+          problems.push_back(counter + " rose from " + std::to_string(base->second) + " to " + std::to_string(value));
+        } else {
+          base->second = value;
+        }
+      }
+      for (const std::string& code : sample.codes) {
+        if (first->codes.count(code) == 0) problems.push_back(code + " appeared");
+      }
+    }
     if (!problems.empty()) {
       std::string list;
       for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
@@ -244,7 +283,10 @@ v1::ValidationCheckResult Validator::HealthStable(const v1::ValidationRequest& r
     if (std::chrono::steady_clock::now() >= until) {
       r.set_passed(true);
       r.set_message("devices " + (devices.empty() ? std::string("(none)") : ValidationDeviceList(devices)) +
-                    ": no active fault, readings healthy, chain OK over " + std::to_string(samples) + " samples");
+                    ": no active fault, readings healthy, no error counter grown and no new code, chain OK over " +
+                    std::to_string(samples) + " samples");
+      // What held still, for the record: the counters as the window ended.
+      for (const auto& [counter, value] : first->counters) evidence += counter + " " + std::to_string(value) + "\n";
       break;
     }
     cv_.wait_until(lock, std::min(until, std::chrono::steady_clock::now() + options_.sample), [this] { return stop_; });

@@ -4,8 +4,11 @@
 //
 //   health-stable  built in: for the request's stable_window, sampled every
 //                  `sample` interval, no active fault of the devices, their
-//                  readings healthy, no BROKEN link of the software chain
-//                  (what NodeD already watches, through `Probe`).
+//                  readings complete and healthy, no BROKEN link of the
+//                  software chain (what NodeD already watches, through
+//                  `Probe`); and, against the window's first sample, no
+//                  error counter of the backend grown (ECC counts, Xid
+//                  events) and no new error code (an Xid, a DCMI code).
 //   commands       configured per vendor and model (ParseValidationCommands):
 //                  argv without a shell ("{devices}" becomes "0,3"), a
 //                  timeout and a pass rule (exit 0, and an output regex when
@@ -37,6 +40,7 @@
 
 #include "clusterd/v1/agent.pb.h"
 #include "common/status.h"
+#include "noded/accel/backend.h"
 
 namespace clusterd::noded {
 
@@ -59,6 +63,25 @@ struct ValidationCommand {
 // of 1 to 3600 s, regexes that compile. InvalidArgument naming the entry.
 StatusOr<std::vector<ValidationCommand>> ParseValidationCommands(const std::string& json);
 
+// One look at the targets by the built-in check.
+struct ValidationSample {
+  // Wrong now (an active fault, an unreadable or unhealthy device, a BROKEN
+  // chain link): the check fails at once with these.
+  std::vector<std::string> problems;
+  // The backend's error counters ("device 3 ecc_corrected" -> 12) and error
+  // codes ("device 3 code XID_79"), compared with the window's first sample:
+  // a counter that grew or a code that appeared fails the check.
+  std::map<std::string, uint64_t> counters;
+  std::set<std::string> codes;
+};
+
+// Adds what the backend read of `devices` (`reading`: a device's latest
+// DeviceStatus, nullopt when it has none) to `sample`: a device not read, not
+// read completely or not healthy is a problem; its error counters and codes
+// go to the comparison.
+void AddReadings(const std::vector<uint32_t>& devices,
+                 const std::function<std::optional<DeviceStatus>(int32_t)>& reading, ValidationSample* sample);
+
 struct ValidatorOptions {
   std::vector<ValidationCommand> commands;
   std::chrono::milliseconds sample{1000};
@@ -69,9 +92,10 @@ struct ValidatorOptions {
 
 class Validator {
  public:
-  // What is wrong with the devices now (empty: nothing): active faults,
-  // readings, the chain. `devices` empty with whole_node: the node's.
-  using Probe = std::function<std::vector<std::string>(const std::vector<uint32_t>& devices, bool whole_node)>;
+  // A look at the devices now (ValidationSample): active faults, readings,
+  // counters and codes, the chain. With whole_node, `devices` are the node's
+  // and the node's own faults count too.
+  using Probe = std::function<ValidationSample(const std::vector<uint32_t>& devices, bool whole_node)>;
   // A device's vendor and model (for the commands' match); the node's
   // devices for a whole-node request.
   using DeviceModel = std::function<std::pair<std::string, std::string>(uint32_t device)>;

@@ -162,6 +162,7 @@ if [[ $ALL == 1 ]]; then
   stage k8s/taskd_recover bash test/k8s/taskd_recover_test.sh
   stage k8s/chain bash test/k8s/chain_k8s_test.sh
   stage k8s/gpu bash test/k8s/gpu_k8s_test.sh
+  stage k8s/validation bash test/k8s/validation_k8s_test.sh
   # High availability: 3 etcd members (the binary built above) and 3 replicas; then with TLS
   # to etcd; then on Kubernetes (the replicas label their pods for the Service).
   stage ha/ha_test python3 test/e2e/ha_test.py --etcd "$k8s_bin/etcd" --bin build/bin \

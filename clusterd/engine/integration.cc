@@ -9,6 +9,7 @@
 #include "clusterd/engine/engine.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/state/rules.h"
+#include "clusterd/state/validation_rule.h"
 
 namespace clusterd {
 namespace {
@@ -152,6 +153,13 @@ class EngineCommands final : public ClusterCommands {
   }
   StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const override {
     return state_->Read([&](const StateView& s) { return s.ListFaults(req); });
+  }
+  StatusOr<v1::ListValidationsResponse> ListValidations(const v1::ListValidationsRequest& req) const override {
+    return state_->Read([&](const StateView&) -> StatusOr<v1::ListValidationsResponse> {
+      const ValidationRule* rule = state_->Attached<ValidationRule>();
+      if (rule == nullptr) return v1::ListValidationsResponse{};
+      return rule->List(req);
+    });
   }
   std::vector<v1::SchedulingFinding> SchedulingFindings() const override {
     return state_->Read([](const StateView& s) { return s.scheduling_findings(); });

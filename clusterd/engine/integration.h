@@ -106,6 +106,12 @@ class ClusterCommands {
   virtual StatusOr<v1::GetNodeResponse> GetNode(const v1::GetNodeRequest& req) const = 0;
   virtual StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req) const = 0;
   virtual StatusOr<v1::ListFaultsResponse> ListFaults(const v1::ListFaultsRequest& req) const = 0;
+  // ClusterService.ListValidations (newest first, paged); an empty answer
+  // where no validation rule runs (validation_enabled off).
+  virtual StatusOr<v1::ListValidationsResponse> ListValidations(const v1::ListValidationsRequest& req) const {
+    (void)req;
+    return v1::ListValidationsResponse{};
+  }
   // The Pending pods the scheduler cannot place, as SetSchedulingFindings
   // last set them (GetSummary's scheduling_findings).
   virtual std::vector<v1::SchedulingFinding> SchedulingFindings() const { return {}; }

@@ -1,7 +1,5 @@
 #include "clusterd/k8s/actuator.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -24,16 +22,10 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-std::string Hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "clusterd";
-  return buf;
-}
-
 KubernetesActionsEnv WithDefaults(KubernetesActionsEnv env) {
   if (env.clock == nullptr) env.clock = &SystemClock::Instance();
   if (!env.sleep) env.sleep = [](Duration d) { std::this_thread::sleep_for(d); };
-  if (env.host.empty()) env.host = Hostname();
+  if (env.host.empty()) env.host = k8s::HostName();
   return env;
 }
 

@@ -13,6 +13,7 @@
 #include "clusterd/k8s/discovery.h"
 #include "clusterd/k8s/requests.h"
 #include "clusterd/k8s/scheduling.h"
+#include "clusterd/k8s/validation_view.h"
 #include "common/logging.h"
 
 namespace clusterd {
@@ -113,7 +114,12 @@ Status KubernetesIntegration::Start(const IntegrationEnv& env) {
                                     "ClusterD returned their device to service.");
     k8s_errors_ = &m.AddCounter("clusterd_k8s_api_errors_total",
                                 "Failed API calls of the integration (retried on the next pass).");
+    validation_events_posted_ =
+        &m.AddCounter("clusterd_k8s_validation_events_total",
+                      "Kubernetes Events posted for validations (started, passed, failed, skipped, cancelled) and "
+                      "holds of devices and nodes returning to service.");
   }
+  host_ = k8s::HostName();
   ctx_->SetListener([this] {
     {
       std::lock_guard lock(mu_);
@@ -431,6 +437,7 @@ bool KubernetesIntegration::SyncNodes(TimePoint now) {
     if (auto obj = ctx_->Node(node.name())) SyncNode(node, *obj, now, grace);
   });
   if (!listed) return false;
+  SyncValidations(now);
   if (devices == kubelet_devices_) return false;
   kubelet_devices_ = std::move(devices);
   kubelet_loaded_ = true;
@@ -655,6 +662,63 @@ void KubernetesIntegration::Unisolate(const std::string& name, const json& obj) 
     // next pass with the fresh object.
     ApiError("unisolate/" + name, "kubernetes: node " + name + " un-isolation: " + r.status().message());
   }
+}
+
+void KubernetesIntegration::SyncValidations(TimePoint now) {
+  v1::ListValidationsRequest req;
+  req.set_page_size(1000);
+  auto page = env_.commands->ListValidations(req);
+  if (!page.ok()) {
+    Warn("validations", "kubernetes: validations: " + page.status().message());
+    return;
+  }
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+  // What happened before this ClusterD's first pass was told by the one
+  // before it (the Events' names keep a repeat out).
+  if (validation_events_since_s_ < 0) validation_events_since_s_ = now_s - 60;
+  std::map<std::string, std::vector<const v1::Validation*>> by_node;  // newest first
+  for (const auto& v : page->validations()) by_node[v.node()].push_back(&v);
+  std::set<std::string> posted;
+  auto post = [&](k8s::EventSpec e) {
+    if (validation_events_.count(e.name)) {
+      posted.insert(e.name);
+      return;
+    }
+    e.reporting_instance = host_;
+    e.event_time = k8s::Rfc3339(now, true);
+    auto r = ctx_->client().Post(k8s::EventsPath(k8s::EventNamespace(e)), k8s::EventBody(e));
+    if (r.ok() || r.status().code() == StatusCode::kAlreadyExists) {
+      posted.insert(e.name);  // not posted again while it is listed
+      if (r.ok() && validation_events_posted_ != nullptr) validation_events_posted_->Inc();
+    } else {
+      ApiError("validation-event/" + e.regarding_name,
+               "kubernetes: node " + e.regarding_name + " " + e.action + " event: " + r.status().message());
+    }
+  };
+  for (const auto& [name, validations] : by_node) {
+    for (const v1::Validation* v : validations) {
+      for (auto& e : k8s::ValidationEvents(*v, validation_events_since_s_)) post(std::move(e));
+    }
+    v1::GetNodeRequest greq;
+    greq.set_name(name);
+    auto detail = env_.commands->GetNode(greq);
+    if (!detail.ok()) continue;
+    for (auto& e : k8s::HeldEvents(*detail, validation_events_since_s_)) post(std::move(e));
+    auto obj = ctx_->Node(name);
+    if (!obj) continue;
+    json cond = k8s::ValidationCondition(*detail, validations);
+    if (cond.is_null() || k8s::ConditionMatches(*obj, cond)) continue;
+    auto r =
+        ctx_->client().Patch(k8s::NodePath(name) + "/status", k8s::ConditionPatch(*obj, cond, k8s::Rfc3339(now, false)),
+                             k8s::PatchType::kStrategicMerge);
+    if (r.ok()) {
+      if (conditions_written_ != nullptr) conditions_written_->Inc();
+    } else {
+      ApiError("validation-condition/" + name,
+               "kubernetes: node " + name + " validation condition: " + r.status().message());
+    }
+  }
+  validation_events_ = std::move(posted);
 }
 
 StatusOr<std::unique_ptr<Integration>> MakeKubernetesIntegration(const ClusterdConfig& config) {

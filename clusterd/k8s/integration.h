@@ -96,6 +96,10 @@ class KubernetesIntegration final : public Integration {
   // Removes the fallback taints of `devices` from the Node (one patch,
   // guarded by obj's resourceVersion).
   void LiftDeviceTaints(const std::string& name, const nlohmann::json& obj, const std::set<uint32_t>& devices);
+  // Return to service (k8s/validation_view.h): the Events of the newest
+  // validations (one ListValidations page) and of held targets, each posted
+  // once; the AcceleratorValidation condition of their nodes.
+  void SyncValidations(TimePoint now);
 
   const std::shared_ptr<KubernetesContext> ctx_;
   const Driver driver_;
@@ -123,6 +127,11 @@ class KubernetesIntegration final : public Integration {
   std::map<std::string, std::string> warned_;
   std::string dra_version_;                                         // of the rules listed by the current node pass
   std::map<std::string, std::vector<k8s::ManagedRule>> dra_rules_;  // node -> its rules, this pass
+  // Validation Events posted (their names), of the validations and holds
+  // the last pass listed: at most a page's worth.
+  std::set<std::string> validation_events_;
+  int64_t validation_events_since_s_ = -1;  // set at the first pass: a minute before it
+  std::string host_;                        // the Events' reportingInstance
   Counter* jobs_written_ = nullptr;
   Counter* jobs_refused_ = nullptr;
   Gauge* pods_refused_ = nullptr;
@@ -133,6 +142,7 @@ class KubernetesIntegration final : public Integration {
   Counter* device_untaints_ = nullptr;
   Counter* fallback_lifts_ = nullptr;
   Counter* k8s_errors_ = nullptr;
+  Counter* validation_events_posted_ = nullptr;
 };
 
 // The integration over KubernetesContext::For(config), run by a thread.

@@ -1,5 +1,7 @@
 #include "clusterd/k8s/requests.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -226,6 +228,12 @@ std::string RecordName(std::string_view key) {
   return "clusterd-" + clean + "-" + hex;
 }
 
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "clusterd";
+  return buf;
+}
+
 std::string EventNamespace(const EventSpec& spec) {
   return spec.regarding_namespace.empty() ? "default" : spec.regarding_namespace;
 }
@@ -241,8 +249,8 @@ json EventBody(const EventSpec& spec) {
           {"reportingController", "clusterd.io/clusterd"},
           {"reportingInstance", spec.reporting_instance.substr(0, 128)},
           {"action", spec.action},
-          {"reason", "ClusterdRecovery"},
-          {"type", "Warning"},
+          {"reason", spec.reason},
+          {"type", spec.type},
           {"regarding", regarding},
           {"note", spec.note.substr(0, 1000)}};
 }

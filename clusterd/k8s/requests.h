@@ -167,11 +167,15 @@ struct EventSpec {
   std::string note;                // what was done; cut to 1000 bytes
   std::string reporting_instance;  // the host name; cut to 128 bytes
   std::string event_time;          // RFC 3339 with microseconds
+  std::string reason = "ClusterdRecovery";
+  std::string type = "Warning";  // or "Normal"
 };
-// An events.k8s.io/v1 Event (reason ClusterdRecovery, type Warning, from
-// clusterd.io/clusterd), in the regarded object's namespace ("default" for a
-// Node).
+// An events.k8s.io/v1 Event (reason and type from the spec: ClusterdRecovery
+// and Warning unless said, from clusterd.io/clusterd), in the regarded
+// object's namespace ("default" for a Node).
 nlohmann::json EventBody(const EventSpec& spec);
+// This host's name (an Event's reportingInstance); "clusterd" when unknown.
+std::string HostName();
 // The namespace EventBody puts the Event in.
 std::string EventNamespace(const EventSpec& spec);
 

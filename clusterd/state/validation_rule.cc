@@ -261,6 +261,18 @@ void ValidationRule::EmitTargetUpdated(ClusterState& state, const Target& t, con
   v1::Event ev;
   ev.set_type(v1::EVENT_TYPE_NODE_UPDATED);
   ev.set_revision(state.NextRevision());
+  // The target's record carries its change's revision, so that whoever
+  // follows the nodes by revision (StateView::NodesChangedAfter: Volcano's
+  // cluster-info lists) sees its return or its hold.
+  if (t.device) {
+    if (v1::Device* d = state.MutableDevice(t.node, *t.device)) {
+      d->set_revision(ev.revision());
+      state.DeviceChanged(*d);
+    }
+  } else if (v1::Node* rec = state.MutableNode(t.node)) {
+    rec->set_revision(ev.revision());
+    state.NodeChanged(t.node);
+  }
   ev.set_node(t.node);
   if (t.device) ev.set_device_id(*t.device);
   ev.set_actor(actor);

@@ -158,7 +158,8 @@ class ValidationRule final : public WriterRule {
               TimePoint now, Mutation* m);
   void ReturnToService(ClusterState& state, const v1::Validation& v, const std::string& actor,
                        const std::string& reason, Mutation* m);
-  // A NODE_UPDATED event carrying the node as answered.
+  // A NODE_UPDATED event carrying the node as answered; the target's
+  // record takes its revision.
   static void EmitTargetUpdated(ClusterState& state, const Target& t, const std::string& actor,
                                 const std::string& reason, const std::string& message, Mutation* m);
   v1::ValidationRequest RequestOf(const v1::Validation& v) const;

@@ -106,6 +106,7 @@ Status AscendBackend::Resolve() {
   }
   get_device_temperature_ = reinterpret_cast<dcmi::GetDeviceTemperatureFn>(sym("dcmi_get_device_temperature"));
   get_device_power_info_ = reinterpret_cast<dcmi::GetDevicePowerInfoFn>(sym("dcmi_get_device_power_info"));
+  get_device_ecc_info_ = reinterpret_cast<dcmi::GetDeviceEccInfoFn>(sym("dcmi_get_device_ecc_info"));
   auto log = GetLogger("accel");
   if (get_device_temperature_ == nullptr) log->warn("{} has no dcmi_get_device_temperature", loaded_path_);
   if (get_device_power_info_ == nullptr) log->warn("{} has no dcmi_get_device_power_info", loaded_path_);
@@ -234,6 +235,14 @@ DeviceStatus AscendBackend::ReadChip(const Chip& c) {
   if (get_device_power_info_ != nullptr) {
     int p = 0;
     if (get_device_power_info_(c.card_id, c.chip, &p) == 0) s.power_w = p / 10.0;
+  }
+  if (get_device_ecc_info_ != nullptr) {
+    // A chip without HBM ECC (or a driver that refuses the query) has no counters.
+    dcmi::EccInfo ecc{};
+    if (get_device_ecc_info_(c.card_id, c.chip, dcmi::kDeviceTypeHbm, &ecc) == 0 && ecc.enable_flag != 0) {
+      s.error_counters["ecc_single_bit"] = ecc.total_single_bit_error_cnt;
+      s.error_counters["ecc_double_bit"] = ecc.total_double_bit_error_cnt;
+    }
   }
   return s;
 }

@@ -7,8 +7,10 @@
 // dcmi_init, dcmi_get_card_list (older drivers: dcmi_get_card_num_list, same
 // signature), dcmi_get_device_num_in_card, dcmi_get_device_logic_id,
 // dcmi_get_device_chip_info, dcmi_get_device_health, dcmi_get_device_errorcode_v2.
-// Optional: dcmi_get_device_temperature, dcmi_get_device_power_info (their fields
-// stay empty when absent or failing). The library is never unloaded (dlclose), see
+// Optional: dcmi_get_device_temperature, dcmi_get_device_power_info,
+// dcmi_get_device_ecc_info (the HBM's total ECC counts, as the error counters
+// ecc_single_bit and ecc_double_bit); their fields stay empty when absent or
+// failing. The library is never unloaded (dlclose), see
 // Unload in the .cc.
 //
 // Device ids are DCMI logic ids (the N of /dev/davinciN). Error codes are printed
@@ -94,6 +96,7 @@ class AscendBackend final : public AcceleratorBackend {
   dcmi::GetDeviceErrorCodeV2Fn get_device_errorcode_v2_ = nullptr;
   dcmi::GetDeviceTemperatureFn get_device_temperature_ = nullptr;
   dcmi::GetDevicePowerInfoFn get_device_power_info_ = nullptr;
+  dcmi::GetDeviceEccInfoFn get_device_ecc_info_ = nullptr;
 };
 
 }  // namespace clusterd::noded

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,14 @@ struct DeviceStatus {
   std::vector<std::string> error_codes;
   std::optional<double> temperature_c;
   std::optional<double> power_w;
+  // Cumulative error counters the source keeps, by name; they only grow
+  // (until the device or its driver is reset). nvml: "ecc_corrected" and
+  // "ecc_uncorrected" (volatile ECC counts, since the driver loaded),
+  // "xid_events" (Xid events this backend has seen); ascend: "ecc_single_bit"
+  // and "ecc_double_bit" (the HBM's total ECC counts, dcmi_get_device_ecc_info).
+  // Absent when the source does not say. The validation's built-in check
+  // (noded/validator.h) fails when one grows within its window.
+  std::map<std::string, uint64_t> error_counters;
   // Empty when the device was read completely. Otherwise which call failed and how
   // ("dcmi_get_device_health(card 1, chip 0) returned -8020"); health/codes may then
   // be incomplete. A device that cannot be read is not silently reported healthy.

@@ -28,4 +28,22 @@ using GetDeviceErrorCodeV2Fn = int (*)(int card_id, int device_id, int* error_co
 using GetDeviceTemperatureFn = int (*)(int card_id, int device_id, int* temperature);
 using GetDevicePowerInfoFn = int (*)(int card_id, int device_id, int* power);  // 0.1 W units
 
+// `enum dcmi_device_type`'s HBM value (DDR 0, SRAM 1, HBM 2, NPU 3).
+inline constexpr int kDeviceTypeHbm = 2;
+
+// Layout must match the driver's `struct dcmi_ecc_info` exactly.
+struct EccInfo {
+  int enable_flag;
+  unsigned int single_bit_error_cnt;
+  unsigned int double_bit_error_cnt;
+  unsigned int total_single_bit_error_cnt;
+  unsigned int total_double_bit_error_cnt;
+  unsigned int single_bit_isolated_pages_cnt;
+  unsigned int double_bit_isolated_pages_cnt;
+  unsigned int single_bit_next_isolated_pages_cnt;
+  unsigned int double_bit_next_isolated_pages_cnt;
+};
+// input_type is an `enum dcmi_device_type` (an int in the C ABI).
+using GetDeviceEccInfoFn = int (*)(int card_id, int device_id, int input_type, EccInfo* ecc_info);
+
 }  // namespace clusterd::noded::dcmi

@@ -152,6 +152,9 @@ struct NvmlBackend::Core {
   // Shared with the event thread and KernelLine: Xids per GPU index.
   mutable std::mutex mu;
   std::map<unsigned, std::map<unsigned, NvmlClock::time_point>> xids;
+  // Xid occurrences per GPU index since the backend started (NVML's events
+  // and the kernel log's lines each count): DeviceStatus "xid_events".
+  std::map<unsigned, uint64_t> xid_counts;
   std::map<std::tuple<unsigned, unsigned, unsigned>, unsigned> index_by_pci;
   std::string reason;  // why there are no GPUs
   bool unresponsive = false;
@@ -164,9 +167,10 @@ struct NvmlBackend::Core {
     const char* text = error_string ? error_string(rc) : nullptr;
     return std::to_string(rc) + (text ? std::string(" (") + text + ")" : "");
   }
-  void NoteXid(unsigned index, unsigned xid) {
-    std::lock_guard lock(mu);
+  // Under mu.
+  void NoteXidLocked(unsigned index, unsigned xid) {
     xids[index][xid] = NvmlClock::now();
+    ++xid_counts[index];
   }
   void EventLoop();
   Status List();
@@ -450,8 +454,9 @@ void NvmlBackend::Core::EventLoop() {
           data.event_data < 1'000'000) {
         std::lock_guard lock(mu);
         for (size_t i = 0; i < handles.size(); ++i) {
-          if (handles[i] == data.device)
-            xids[static_cast<unsigned>(i)][static_cast<unsigned>(data.event_data)] = NvmlClock::now();
+          if (handles[i] == data.device) {
+            NoteXidLocked(static_cast<unsigned>(i), static_cast<unsigned>(data.event_data));
+          }
         }
       }
       continue;
@@ -504,10 +509,16 @@ DeviceStatus NvmlBackend::Core::Read(Gpu& g) {
     if (!failed("nvmlDeviceGetPowerUsage", rc) && rc == nvml::kSuccess) s.power_w = mw / 1000.0;
   }
   if (ecc != nullptr) {
-    unsigned long long volatile_dbe = 0, aggregate_dbe = 0;
+    unsigned long long volatile_dbe = 0, aggregate_dbe = 0, volatile_sbe = 0;
     nvml::Return rc = ecc(g.handle, nvml::kMemoryErrorUncorrected, nvml::kVolatileEcc, &volatile_dbe);
-    if (!failed("nvmlDeviceGetTotalEccErrors", rc) && rc == nvml::kSuccess && volatile_dbe > 0) {
-      codes.insert("GPU_ECC_DBE_VOLATILE");
+    if (!failed("nvmlDeviceGetTotalEccErrors", rc) && rc == nvml::kSuccess) {
+      s.error_counters["ecc_uncorrected"] = volatile_dbe;
+      if (volatile_dbe > 0) codes.insert("GPU_ECC_DBE_VOLATILE");
+    }
+    // Corrected errors raise no code; their growth is a validation's concern.
+    rc = ecc(g.handle, nvml::kMemoryErrorCorrected, nvml::kVolatileEcc, &volatile_sbe);
+    if (!failed("nvmlDeviceGetTotalEccErrors", rc) && rc == nvml::kSuccess) {
+      s.error_counters["ecc_corrected"] = volatile_sbe;
     }
     rc = ecc(g.handle, nvml::kMemoryErrorUncorrected, nvml::kAggregateEcc, &aggregate_dbe);
     if (!failed("nvmlDeviceGetTotalEccErrors", rc) && rc == nvml::kSuccess && options.ecc_aggregate_threshold > 0 &&
@@ -597,6 +608,8 @@ DeviceStatus NvmlBackend::Core::Read(Gpu& g) {
       std::erase_if(it->second, [&](const auto& x) { return now - x.second >= options.xid_hold; });
       for (const auto& [xid, when] : it->second) codes.insert("XID_" + std::to_string(xid));
     }
+    auto count = xid_counts.find(static_cast<unsigned>(g.info.id));
+    s.error_counters["xid_events"] = count == xid_counts.end() ? 0 : count->second;
   }
   s.error_codes.assign(codes.begin(), codes.end());
   s.health_raw = !s.read_error.empty() && codes.empty() ? kHealthUnknown : codes.empty() ? 0 : 2;
@@ -658,7 +671,7 @@ void NvmlBackend::KernelLine(std::string_view message) {
   std::lock_guard lock(core_->mu);
   auto it = core_->index_by_pci.find({x->domain, x->bus, x->device});
   if (it == core_->index_by_pci.end()) return;  // not one of ours, or NVML not up
-  core_->xids[it->second][x->xid] = NvmlClock::now();
+  core_->NoteXidLocked(it->second, x->xid);
 }
 
 std::vector<std::pair<std::string, std::string>> NvmlBackend::ChainVersions() const {

@@ -15,8 +15,10 @@
 // GPU_RESET_REQUIRED, GPU_ECC_DBE_VOLATILE, GPU_ECC_DBE_AGGREGATE_HIGH,
 // GPU_RETIRED_PAGES_PENDING, GPU_ROW_REMAP_PENDING, GPU_ROW_REMAP_FAILURE,
 // GPU_THERMAL_SLOWDOWN, GPU_POWER_BRAKE_SLOWDOWN, GPU_HW_SLOWDOWN,
-// GPU_PCIE_REPLAY_HIGH, GPU_NVLINK_DOWN, GPU_NVLINK_ERRORS. A query the GPU
-// does not support is skipped; any other failure is the GPU's read_error.
+// GPU_PCIE_REPLAY_HIGH, GPU_NVLINK_DOWN, GPU_NVLINK_ERRORS; and the
+// counters (DeviceStatus::error_counters) ecc_corrected, ecc_uncorrected
+// (volatile) and xid_events. A query the GPU does not support is skipped;
+// any other failure is the GPU's read_error.
 //
 // Watchdog: every NVML call of Init, Devices and Poll runs on one worker
 // thread; a call that has not returned after `call_timeout` leaves the GPUs

@@ -73,27 +73,26 @@ struct NodedServer::Impl {
       for (const DeviceInfo& d : *devices) models[static_cast<uint32_t>(d.id)] = {d.vendor, d.model};
     }
     auto probe = [this](const std::vector<uint32_t>& devices, bool whole_node) {
-      std::vector<std::string> problems;
+      ValidationSample sample;
       const std::set<uint32_t> wanted(devices.begin(), devices.end());
       for (const auto& f : outbox->Take().active) {
         const bool hits = f.has_device_id() ? wanted.count(f.device_id()) > 0 : whole_node;
         if (!hits) continue;
-        problems.push_back("fault " + f.code() + " active" +
-                           (f.has_device_id() ? " on device " + std::to_string(f.device_id()) : " on the node"));
+        sample.problems.push_back("fault " + f.code() + " active" +
+                                  (f.has_device_id() ? " on device " + std::to_string(f.device_id()) : " on the node"));
       }
-      for (uint32_t id : devices) {
-        auto r = agent->DeviceReading(static_cast<int32_t>(id));
-        if (r && !r->healthy) {
-          problems.push_back("device " + std::to_string(id) + " reads unhealthy (health " +
-                             std::to_string(r->health_raw) + (r->read_error.empty() ? "" : ", " + r->read_error) + ")");
-        }
-      }
+      // The backend's latest readings (the agent's poll): health, ECC and
+      // Xid counters, error codes.
+      AddReadings(
+          devices, [this](int32_t id) { return agent->DeviceReading(id); }, &sample);
       uint64_t version = 0;
       const v1::ChainUpdate chain = agent->Chain(&version);
       for (const auto& link : chain.links()) {
-        if (link.state() == v1::CHAIN_LINK_STATE_BROKEN) problems.push_back("chain link " + link.name() + " BROKEN");
+        if (link.state() == v1::CHAIN_LINK_STATE_BROKEN) {
+          sample.problems.push_back("chain link " + link.name() + " BROKEN");
+        }
       }
-      return problems;
+      return sample;
     };
     auto model = [models](uint32_t id) {
       auto it = models.find(id);

@@ -361,8 +361,12 @@ TEST_F(ValidationTest, AClearedDeviceIsValidatedThenReturnsToService) {
   EXPECT_EQ(requests_[0].device_ids(0), 3u);
   EXPECT_EQ(Last().state(), v1::VALIDATION_STATE_RUNNING);
   EXPECT_EQ(Last().trigger(), "fault-cleared");
-  // Pass: back in service, with the events.
+  // Pass: back in service, with the events; whoever follows the nodes by
+  // revision (Volcano's cluster-info lists) sees the change.
+  const uint64_t before = state_->Read([](const StateView& s) { return s.revision(); });
   ASSERT_TRUE(Result("worker01", id, true).ok());
+  EXPECT_EQ(state_->Read([&](const StateView& s) { return s.NodesChangedAfter(before); }),
+            std::set<std::string>{"worker01"});
   d = Device("worker01", 3);
   EXPECT_FALSE(d.isolated());
   EXPECT_EQ(d.service_phase(), v1::SERVICE_PHASE_UNSPECIFIED);

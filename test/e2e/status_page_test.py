@@ -7,7 +7,8 @@ reload; the recovery it starts reaches SUCCEEDED in the recoveries panel;
 a pause and a cordon (clusterctl) show as the banner and the cells' mark;
 a click on a job's row shows its MindCluster view: the job.Job summary, the
 hccl.json servers, the rank table and its NIC switch and stress test with
-each step and the per-chip results.
+each step and the per-chip results; a chip held out of service
+(clusterctl hold) shows as held in its node's detail pane.
 """
 import argparse
 import json
@@ -192,6 +193,15 @@ def main():
         if args.om_job:
             check_operations(js, args.om_job, click_job, detail_text)
             shot("7-mindcluster-job")
+
+        # Return to service (docs/validation.md): a chip an operator holds out
+        # shows its state in its node's detail pane, live.
+        js("window.clusterdStatus.openNode('worker02')")
+        subprocess.run([args.clusterctl, "--server", args.server, "hold", "worker02", "7", "--reason", "burn-in due"],
+                       check=True, stdout=subprocess.DEVNULL)
+        wait_for("worker02's chip 7 held in the detail pane",
+                 lambda: "device 7 held: held by" in detail_text() and "burn-in due" in detail_text())
+        shot("8-held")
 
         # All of it without a reload: the marker, one navigation, one state load.
         assert js("return window.__statusPageMarker") == "loaded-once", "the page was reloaded"

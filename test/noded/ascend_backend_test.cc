@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "noded/accel/ascend_backend.h"
 #include "noded/accel/backend.h"
+#include "backend_validation.h"
 #include "test_util.h"
 
 namespace clusterd::noded {
@@ -26,6 +28,7 @@ class FakeDcmi {
     clear_ = lib_.Sym<decltype(clear_)>("fake_dcmi_clear");
     set_sensors_ = lib_.Sym<decltype(set_sensors_)>("fake_dcmi_set_sensors");
     set_chip_name_ = lib_.Sym<decltype(set_chip_name_)>("fake_dcmi_set_chip_name");
+    set_ecc_ = lib_.Sym<decltype(set_ecc_)>("fake_dcmi_set_ecc");
     fail_ = lib_.Sym<decltype(fail_)>("fake_dcmi_fail");
     calls_ = lib_.Sym<decltype(calls_)>("fake_dcmi_calls");
   }
@@ -41,6 +44,9 @@ class FakeDcmi {
     ASSERT_EQ(set_sensors_(logic, temp, power_decawatts), 0);
   }
   void SetChipName(int logic, const char* name) { ASSERT_EQ(set_chip_name_(logic, name), 0); }
+  void SetEcc(int logic, unsigned single_bit, unsigned double_bit) {
+    ASSERT_EQ(set_ecc_(logic, single_bit, double_bit), 0);
+  }
   void Fail(const char* fn, int rc, int logic = -1) { fail_(fn, logic, rc); }
   int Calls(const char* fn) { return calls_(fn); }
 
@@ -52,6 +58,7 @@ class FakeDcmi {
   int (*clear_)(int, unsigned) = nullptr;
   int (*set_sensors_)(int, int, int) = nullptr;
   int (*set_chip_name_)(int, const char*) = nullptr;
+  int (*set_ecc_)(int, unsigned, unsigned) = nullptr;
   void (*fail_)(const char*, int, int) = nullptr;
   int (*calls_)(const char*) = nullptr;
 };
@@ -147,6 +154,45 @@ TEST_F(AscendBackendTest, RaisedCodesAppearAsHexAndClearedCodesDisappear) {
   poll = b.Poll();
   EXPECT_TRUE(ById(*poll, 3).error_codes.empty());
   EXPECT_TRUE(ById(*poll, 3).healthy);
+}
+
+// The HBM's ECC counts are the chip's error counters; the validation's
+// built-in check fails when one grows within its window, or when DCMI reports
+// a code the window did not start with, and passes while both hold still.
+TEST_F(AscendBackendTest, AValidationFailsOnEccGrowthOrANewCodeWithinItsWindow) {
+  AscendBackend b = Backend({FAKE_DCMI_PATH});
+  ASSERT_TRUE(b.Init().ok());
+  fake_.SetEcc(2, 5, 1);
+  auto poll = b.Poll();
+  ASSERT_TRUE(poll.ok());
+  EXPECT_EQ(ById(*poll, 2).error_counters,
+            (std::map<std::string, uint64_t>{{"ecc_double_bit", 1}, {"ecc_single_bit", 5}}));
+
+  v1::ValidationResult r = testing::ValidateOverBackend(b, {2, 3}, std::chrono::milliseconds(30), nullptr);
+  ASSERT_EQ(r.checks_size(), 1);
+  EXPECT_TRUE(r.passed()) << r.checks(0).message();
+  EXPECT_NE(r.checks(0).evidence().find("device 2 ecc_single_bit 5"), std::string::npos) << r.checks(0).evidence();
+
+  r = testing::ValidateOverBackend(b, {2, 3}, testing::kUntilItFails, [&](int n) {
+    if (n == 3) fake_.SetEcc(2, 5, 2);
+  });
+  EXPECT_FALSE(r.passed());
+  EXPECT_NE(r.checks(0).message().find("device 2 ecc_double_bit rose from 1 to 2"), std::string::npos)
+      << r.checks(0).message();
+
+  // A code while the chip's health stays 0 (a minor event DCMI reports).
+  r = testing::ValidateOverBackend(b, {2, 3}, testing::kUntilItFails, [&](int n) {
+    if (n == 2) fake_.Raise(3, 0x80CB8009u);
+  });
+  EXPECT_FALSE(r.passed());
+  EXPECT_NE(r.checks(0).message().find("device 3 code 80CB8009 appeared"), std::string::npos) << r.checks(0).message();
+
+  // A chip that cannot be read does not pass.
+  fake_.Clear(3, 0x80CB8009u);
+  fake_.Fail("dcmi_get_device_health", -8020, 3);
+  r = testing::ValidateOverBackend(b, {3}, testing::kUntilItFails, nullptr);
+  EXPECT_FALSE(r.passed());
+  EXPECT_NE(r.checks(0).message().find("-8020"), std::string::npos) << r.checks(0).message();
 }
 
 TEST_F(AscendBackendTest, ManyCodesAreCappedAtTheListLength) {

@@ -12,6 +12,7 @@
 #include "noded/accel/backend.h"
 #include "noded/accel/nvml_backend.h"
 #include "noded/collectors/kmsg.h"
+#include "backend_validation.h"
 #include "test/support/wait.h"
 #include "test_util.h"
 
@@ -361,6 +362,39 @@ TEST_F(NvmlBackendTest, AnOptionalEntryPointMissingIsSkipped) {
   ASSERT_EQ(statuses->size(), 2u);
   EXPECT_TRUE((*statuses)[0].healthy) << (*statuses)[0].read_error;
   no_remap.Reset(0);
+}
+
+// The validation's built-in check reads the backend: over its window, a GPU
+// whose corrected or uncorrected ECC count grows, or that takes an Xid,
+// fails it (the counter or the code named as its evidence); counts that hold
+// still pass it, and are kept as its evidence.
+TEST_F(NvmlBackendTest, AValidationFailsOnEccGrowthOrAnXidWithinItsWindow) {
+  NvmlBackend b(Options(FAKE_NVML_PATH));
+  ASSERT_TRUE(b.Init().ok());
+  fake_.Set(1, "ecc_volatile_corrected", 7);  // before the window: the baseline, not a failure
+  v1::ValidationResult r = testing::ValidateOverBackend(b, {1, 2}, std::chrono::milliseconds(30), nullptr);
+  ASSERT_EQ(r.checks_size(), 1);
+  EXPECT_TRUE(r.passed()) << r.checks(0).message();
+  EXPECT_NE(r.checks(0).evidence().find("device 1 ecc_corrected 7"), std::string::npos) << r.checks(0).evidence();
+  EXPECT_NE(r.checks(0).evidence().find("device 2 xid_events 0"), std::string::npos) << r.checks(0).evidence();
+
+  // Corrected errors raise no code: only the count says it.
+  r = testing::ValidateOverBackend(b, {1, 2}, testing::kUntilItFails, [&](int n) {
+    if (n == 3) fake_.Set(1, "ecc_volatile_corrected", 9);
+  });
+  EXPECT_FALSE(r.passed());
+  EXPECT_NE(r.checks(0).message().find("device 1 ecc_corrected rose from 7 to 9"), std::string::npos)
+      << r.checks(0).message();
+
+  // An Xid, from NVML's events: counted and its code appears.
+  r = testing::ValidateOverBackend(b, {2, 3}, testing::kUntilItFails, [&](int n) {
+    if (n == 2) fake_.Xid(3, 31);
+  });
+  EXPECT_FALSE(r.passed());
+  EXPECT_NE(r.checks(0).message().find("device 3"), std::string::npos) << r.checks(0).message();
+  EXPECT_NE(r.checks(0).evidence().find("XID_31"), std::string::npos) << r.checks(0).evidence();
+  EXPECT_NE(r.checks(0).evidence().find("device 3 xid_events rose from 0 to 1"), std::string::npos)
+      << r.checks(0).evidence();
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <google/protobuf/util/time_util.h>
 #include <gtest/gtest.h>
 
+#include "test/support/temp_dir.h"
+
 namespace clusterd::noded {
 namespace {
 
@@ -42,7 +44,12 @@ class ValidatorTest : public ::testing::Test {
     ValidatorOptions o;
     o.commands = std::move(commands);
     return std::make_unique<Validator>(
-        o, [this](const std::vector<uint32_t>&, bool) { return problems_; },
+        o,
+        [this](const std::vector<uint32_t>&, bool) {
+          ValidationSample s;
+          s.problems = problems_;
+          return s;
+        },
         [](uint32_t) {
           return std::pair<std::string, std::string>{"huawei", "910B3"};
         },
@@ -126,10 +133,15 @@ TEST_F(ValidatorTest, AnUnknownCheckFails) {
 }
 
 TEST_F(ValidatorTest, EachIdRunsOnceAndARepeatedRequestGetsTheKeptResult) {
-  auto v = Make({Command("count", {"/bin/sh", "-c", "echo ran"})});
+  // The command waits for `go`, so that the second request comes while the
+  // first runs (not after it finished, which would be answered again).
+  clusterd::testing::TempDir dir;
+  const std::string go = dir.Sub("go");
+  auto v = Make({Command("count", {"/bin/sh", "-c", "while [ ! -f " + go + " ]; do sleep 0.01; done; echo ran"})});
   const v1::ValidationRequest req = Request("val-7", {"health-stable", "commands"});
   v->Submit(req);
   v->Submit(req);  // while it runs or waits: ignored
+  dir.Write("go", "");
   auto results = WaitFor(*v, 1);
   ASSERT_EQ(results.size(), 1u);
   EXPECT_TRUE(results[0].passed());

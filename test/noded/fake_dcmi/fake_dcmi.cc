@@ -34,6 +34,9 @@ struct Chip {
   int temperature = 40;
   int power_decawatts = 900;  // 0.1 W units, as DCMI reports
   std::string name = "910B3";
+  // The HBM's total ECC counts (dcmi_get_device_ecc_info), ECC enabled.
+  unsigned ecc_single_bit = 0;
+  unsigned ecc_double_bit = 0;
 };
 
 struct State {
@@ -182,6 +185,20 @@ int dcmi_get_device_power_info(int card_id, int device_id, int* power) {
   return 0;
 }
 
+int dcmi_get_device_ecc_info(int card_id, int device_id, int input_type, clusterd::noded::dcmi::EccInfo* ecc_info) {
+  std::lock_guard<std::mutex> lock(mu);
+  int logic = Logic(card_id, device_id);
+  if (int rc = Enter("dcmi_get_device_ecc_info", logic); rc != 0) return rc;
+  if (logic < 0 || input_type != clusterd::noded::dcmi::kDeviceTypeHbm) return kInvalidDevice;
+  std::memset(ecc_info, 0, sizeof(*ecc_info));
+  ecc_info->enable_flag = 1;
+  ecc_info->single_bit_error_cnt = state.chip[logic].ecc_single_bit;
+  ecc_info->double_bit_error_cnt = state.chip[logic].ecc_double_bit;
+  ecc_info->total_single_bit_error_cnt = state.chip[logic].ecc_single_bit;
+  ecc_info->total_double_bit_error_cnt = state.chip[logic].ecc_double_bit;
+  return 0;
+}
+
 // ---- scripting ----
 
 // Forgets everything (failures, codes, call counts, initialisation) and sets up
@@ -223,6 +240,14 @@ int fake_dcmi_set_sensors(int logic, int temperature, int power_decawatts) {
   if (logic < 0 || static_cast<size_t>(logic) >= state.chip.size()) return -1;
   state.chip[logic].temperature = temperature;
   state.chip[logic].power_decawatts = power_decawatts;
+  return 0;
+}
+
+int fake_dcmi_set_ecc(int logic, unsigned single_bit, unsigned double_bit) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (logic < 0 || static_cast<size_t>(logic) >= state.chip.size()) return -1;
+  state.chip[logic].ecc_single_bit = single_bit;
+  state.chip[logic].ecc_double_bit = double_bit;
   return 0;
 }
 
