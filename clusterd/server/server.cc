@@ -620,7 +620,7 @@ void ClusterdServer::Shutdown() {
     // (PubFault's planning worker answers its queued calls meanwhile: the
     // writer still runs, and the worker ends with its service).
     s.grpc_server->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::duration_cast<std::chrono::system_clock::duration>(s.config.shutdown_grace));
+                            std::chrono::duration_cast<std::chrono::system_clock::duration>(s.config.shutdown_grace));
   }
   // Integrations stop while the writer still answers their writes.
   for (auto it = s.integrations.rbegin(); it != s.integrations.rend(); ++it) it->integration->Stop();

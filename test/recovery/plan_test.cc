@@ -69,9 +69,9 @@ TEST(PlanSteps, AProcessRestartStopsFirstOnlyWhenChipsAreReset) {
   d->set_node("worker01");
   d->set_device_id(0);
   PlanSteps(PlanJob(4), Strategy::kProcessRestart, &reset);
-  EXPECT_EQ(Lines(reset), (std::vector<std::string>{"agent JOB_COMMAND_STOP [2]",
-                                                    "act CLUSTER_ACTION_RESET_DEVICE worker01/0",
-                                                    "agent JOB_COMMAND_RESTART_PROCESSES [2]"}));
+  EXPECT_EQ(Lines(reset),
+            (std::vector<std::string>{"agent JOB_COMMAND_STOP [2]", "act CLUSTER_ACTION_RESET_DEVICE worker01/0",
+                                      "agent JOB_COMMAND_RESTART_PROCESSES [2]"}));
 }
 
 TEST(PlanSteps, APodRescheduleCheckpointsWhenGracefulPausesIsolatesMovesAndResumes) {
@@ -100,9 +100,9 @@ TEST(PlanSteps, AJobRescheduleStopsEveryRankAndRestartsTheJob) {
   v1::Recovery r = PlanRecovery({0});
   r.add_isolate_nodes("worker00");
   PlanSteps(PlanJob(3), Strategy::kJobReschedule, &r);
-  EXPECT_EQ(Lines(r), (std::vector<std::string>{"agent JOB_COMMAND_STOP [0,1,2]",
-                                                "act CLUSTER_ACTION_ISOLATE_NODE worker00",
-                                                "act CLUSTER_ACTION_RESTART_JOB [3 ranks]"}));
+  EXPECT_EQ(Lines(r),
+            (std::vector<std::string>{"agent JOB_COMMAND_STOP [0,1,2]", "act CLUSTER_ACTION_ISOLATE_NODE worker00",
+                                      "act CLUSTER_ACTION_RESTART_JOB [3 ranks]"}));
 }
 
 TEST(PlanSteps, AScaleInDropsEveryRankOfEachHitReplica) {
