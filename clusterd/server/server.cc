@@ -391,11 +391,15 @@ Status ClusterdServer::Impl::MakeServices() {
     jo.max_clients = cfg.mindcluster_max_subscribers;
     jo.max_clients_per_principal = mfo.max_registrations_per_principal;
     jo.registration_ttl = cfg.mindcluster_registration_ttl;
+    // Their rates and registrations' idle time run on the timers' clock
+    // when a test sets it (SetTimers), else on the monotonic clock.
+    jo.clock = timers != nullptr ? &timers->clock() : nullptr;
     services.mindcluster_job =
         std::make_unique<MindClusterJobService>(job_feed.get(), watch_pool.get(), authenticator.get(), jo, &metrics);
     MindClusterConfigOptions co;
     co.max_registrations = cfg.mindcluster_max_subscribers;
     co.registration_ttl = cfg.mindcluster_registration_ttl;
+    co.clock = jo.clock;
     services.mindcluster_config =
         std::make_unique<MindClusterConfigService>(job_feed.get(), watch_pool.get(), authenticator.get(), co, &metrics);
   }
