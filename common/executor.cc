@@ -50,6 +50,13 @@ std::optional<TimePoint> TaskQueue::NextDue() {
   return entries_.begin()->first.first;
 }
 
+bool TaskQueue::HasDueAt(TimePoint when) const {
+  for (auto it = entries_.lower_bound({when, 0}); it != entries_.end() && it->first.first == when; ++it) {
+    if (!it->second.cancelled || !it->second.cancelled->load()) return true;
+  }
+  return false;
+}
+
 ThreadExecutor::ThreadExecutor(const Clock* clock, std::string name)
     : clock_(clock), name_(std::move(name)), thread_([this] { Loop(); }) {}
 
@@ -149,6 +156,11 @@ size_t ManualExecutor::pending() {
 std::optional<TimePoint> ManualExecutor::NextDue() {
   std::lock_guard lock(mu_);
   return queue_.NextDue();
+}
+
+bool ManualExecutor::HasDueAt(TimePoint when) {
+  std::lock_guard lock(mu_);
+  return queue_.HasDueAt(when);
 }
 
 }  // namespace clusterd

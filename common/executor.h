@@ -85,6 +85,8 @@ class TaskQueue {
   bool PopDue(TimePoint now, Executor::Task* task);
   // When the earliest entry is due (cancelled ones are dropped); nullopt: empty.
   std::optional<TimePoint> NextDue();
+  // Whether an entry not cancelled is due at exactly `when`.
+  bool HasDueAt(TimePoint when) const;
   size_t size() const { return entries_.size(); }
   void Clear() { entries_.clear(); }
 
@@ -144,6 +146,9 @@ class ManualExecutor final : public Executor {
   size_t pending();
   // When the next task is due; nullopt when none waits.
   std::optional<TimePoint> NextDue();
+  // Whether a task waits to run at exactly `when` (a test waits for what it
+  // expects to be scheduled before it moves the clock there).
+  bool HasDueAt(TimePoint when);
 
  private:
   TaskHandle Schedule(TimePoint when, Task task, std::shared_ptr<std::atomic<bool>> cancelled) override;

@@ -362,6 +362,9 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Dur("grpc_unhealthy_after", CLUSTERD_FIELD(grpc_unhealthy_after), std::chrono::nanoseconds(0)),
         "/healthz fails once the self-check has failed this long without a break: a restart is what brings "
         "gRPC's listener back (0s: never)");
+  t.Add(Dur("shutdown_grace", CLUSTERD_FIELD(shutdown_grace), std::chrono::nanoseconds(0), std::chrono::minutes(1)),
+        "at shutdown, how long gRPC calls in flight may finish before those still open (agent streams, watches) "
+        "are cancelled");
 
   t.Section("Size limits");
   t.Add(U32("max_job_ranks", CLUSTERD_FIELD(max_job_ranks), 1, 16'777'216), "ranks per job; more is INVALID_ARGUMENT");

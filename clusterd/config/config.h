@@ -85,6 +85,9 @@ struct ClusterdConfig {
   // self-check has failed without a break for this long: gRPC 1.51 never
   // brings a listener back after accept() failed. 0: never.
   std::chrono::nanoseconds grpc_unhealthy_after = std::chrono::seconds(60);
+  // At shutdown, how long unary calls in flight may finish before every
+  // call still open (agent streams, watches) is cancelled.
+  std::chrono::nanoseconds shutdown_grace = std::chrono::seconds(2);
   // Size limits that keep every computation and answer bounded: ranks per
   // job (16,000 nodes x 16 devices = 256,000 ranks fit), active faults per
   // node (counted apart for the agent and for external reporters) and

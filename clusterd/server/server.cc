@@ -394,11 +394,15 @@ Status ClusterdServer::Impl::MakeServices() {
     jo.max_clients = cfg.mindcluster_max_subscribers;
     jo.max_clients_per_principal = mfo.max_registrations_per_principal;
     jo.registration_ttl = cfg.mindcluster_registration_ttl;
+    // Their rates and registrations' idle time run on the timers' clock
+    // when a test sets it (SetTimers), else on the monotonic clock.
+    jo.clock = timers != nullptr ? &timers->clock() : nullptr;
     services.mindcluster_job =
         std::make_unique<MindClusterJobService>(job_feed.get(), watch_pool.get(), authenticator.get(), jo, &metrics);
     MindClusterConfigOptions co;
     co.max_registrations = cfg.mindcluster_max_subscribers;
     co.registration_ttl = cfg.mindcluster_registration_ttl;
+    co.clock = jo.clock;
     services.mindcluster_config =
         std::make_unique<MindClusterConfigService>(job_feed.get(), watch_pool.get(), authenticator.get(), co, &metrics);
   }
@@ -622,7 +626,8 @@ void ClusterdServer::Shutdown() {
     // Streams are cancelled after the deadline; unary calls in flight finish
     // (PubFault's planning worker answers its queued calls meanwhile: the
     // writer still runs, and the worker ends with its service).
-    s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    s.grpc_server->Shutdown(std::chrono::system_clock::now() +
+                            std::chrono::duration_cast<std::chrono::system_clock::duration>(s.config.shutdown_grace));
   }
   // Integrations stop while the writer still answers their writes.
   for (auto it = s.integrations.rbegin(); it != s.integrations.rend(); ++it) it->integration->Stop();

@@ -46,9 +46,10 @@ class ClusterdServer {
   // Before Start: where the timed work of the progress monitor (its passes,
   // on `timers`' clock), TaskD's Recover service and the fault.Fault service
   // runs (common/executor.h): a test's ManualExecutor over a FakeClock steps
-  // a hang, a keep-alive or a send interval instead of waiting it out. By
-  // default each has a thread of its own on the real clocks. Must outlive
-  // the server.
+  // a hang, a keep-alive or a send interval instead of waiting it out; the
+  // job.Job and config.Config services' call rates and registrations' idle
+  // time read its clock too. By default each has a thread of its own on the
+  // real clocks. Must outlive the server.
   void SetTimers(Executor* timers);
 
   // Opens the store, loads state, starts the writer, gRPC, HTTP and the

@@ -14,6 +14,7 @@
 #include "clusterd/v1/job.grpc.pb.h"
 #include "mindcluster/config.grpc.pb.h"
 #include "mindcluster/job.grpc.pb.h"
+#include "common/executor.h"
 #include "test/support/grpc/stream_reader.h"
 #include "test/support/http_get.h"
 #include "test/support/server/server_fixture.h"
@@ -86,10 +87,15 @@ class MindClusterJobsTest : public testing::ClusterdServerTest {
       req.set_clientid("chosen-by-the-client");
       grpc::ClientContext ctx;
       st = job_->Register(&ctx, req, out);
-      return st.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+      if (st.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return true;
+      OnRateLimited();
+      return false;
     });
     return st;
   }
+  // A call was refused by a rate: MindClusterJobsClockTest moves the clock a
+  // second; here real time passes while the caller waits.
+  virtual void OnRateLimited() {}
   std::string RegisterOk(const std::string& role = "FdAgent") {
     job::Status s;
     grpc::Status st = Register(role, &s);
@@ -354,7 +360,26 @@ TEST_F(MindClusterJobsTest, RankTablesFollowThePlacementAndEndWithTheJob) {
   EXPECT_EQ(SubscribeRankTable("job-r-0001")->WaitEnd().error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(MindClusterJobsTest, TwentyStreamsPerRole) {
+// The server's timers (ClusterdServer::SetTimers) on a ManualExecutor over a
+// FakeClock: the job.Job service's call rates read that clock, so a call a
+// rate refused is let through a second later on it, not in real time.
+class MindClusterJobsClockTest : public MindClusterJobsTest {
+ protected:
+  void SetUp() override {
+    timers_ = &executor_;
+    MindClusterJobsTest::SetUp();
+  }
+  void TearDown() override {
+    MindClusterJobsTest::TearDown();
+    timers_ = nullptr;
+  }
+  void OnRateLimited() override { clock_.Advance(std::chrono::seconds(1)); }
+
+  FakeClock clock_;
+  ManualExecutor executor_{&clock_};
+};
+
+TEST_F(MindClusterJobsClockTest, TwentyStreamsPerRole) {
   // More calls than the per-client rate's burst: each subscription is
   // opened again while the rate refuses it (its counter says so).
   const std::string kRate = "clusterd_mindcluster_job_refused_total{limit=\"client_rate\"}";
@@ -365,6 +390,7 @@ TEST_F(MindClusterJobsTest, TwentyStreamsPerRole) {
       auto sub = SubscribeList(id, role);
       EXPECT_TRUE(WaitFor([&] { return Metric(kStreams) == streams || Metric(kRate) > refused; }));
       if (Metric(kStreams) == streams || Metric(kRate) == refused) return sub;
+      OnRateLimited();
     }
   };
   std::vector<std::unique_ptr<StreamReader<job::JobSummarySignalList>>> subs;
@@ -373,7 +399,9 @@ TEST_F(MindClusterJobsTest, TwentyStreamsPerRole) {
   grpc::Status st;
   WaitFor([&] {
     st = SubscribeList(id, "DefaultUser1")->WaitEnd();
-    return st.error_message().find("per second") == std::string::npos;
+    if (st.error_message().find("per second") == std::string::npos) return true;
+    OnRateLimited();
+    return false;
   });
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(st.error_message().find("the most per role"), std::string::npos) << st.error_message();

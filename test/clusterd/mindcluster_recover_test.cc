@@ -16,6 +16,7 @@
 #include "clusterd/v1/admin.grpc.pb.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/job.grpc.pb.h"
+#include "common/executor.h"
 #include "mindcluster/recover.grpc.pb.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/grpc/stream_reader.h"
@@ -191,6 +192,54 @@ class MindClusterRecoverTest : public testing::ClusterdServerTest {
   std::unique_ptr<::Recover::Stub> recover_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_;
+};
+
+// The server's timers (ClusterdServer::SetTimers) on a ManualExecutor over a
+// FakeClock that only the test moves: the Recover service's sweep every
+// keep-alive interval (5 s) and an HCCL retry's route wait (3 s) come when
+// the test moves the clock, not after real seconds. The executor's tasks
+// (the service also takes subscriptions and reads jobs there) run on one
+// thread of the fixture as soon as they are due, one at a time.
+class MindClusterRecoverClockTest : public MindClusterRecoverTest {
+ protected:
+  void SetUp() override {
+    runner_ = std::thread([this] {
+      std::unique_lock lock(mu_);
+      while (!stop_) {
+        lock.unlock();
+        executor_.RunReady();
+        lock.lock();
+        // What the server posts is picked up within a millisecond: nothing
+        // waits on this beyond that (no timing of the test depends on it).
+        cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stop_; });
+      }
+    });
+    timers_ = &executor_;
+    MindClusterRecoverTest::SetUp();
+  }
+  void TearDown() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    runner_.join();  // no task runs while the server goes
+    MindClusterRecoverTest::TearDown();
+    timers_ = nullptr;
+  }
+  // Waits until a task is due `d` from now, then moves the clock there.
+  void AdvanceToTaskIn(std::chrono::nanoseconds d) {
+    const TimePoint due = clock_.Now() + d;
+    ASSERT_TRUE(WaitFor([&] { return executor_.HasDueAt(due); }, kTaskdDeadline));
+    clock_.Advance(d);
+  }
+
+  FakeClock clock_;
+  ManualExecutor executor_{&clock_};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread runner_;
 };
 
 TEST_F(MindClusterRecoverTest, CodesBeforeAndAfterInitAndRegister) {
@@ -527,7 +576,7 @@ TEST_F(MindClusterRecoverTest, AJobThatCannotRecoverExitsAndRestarts) {
 // An HCCL error TaskD reports (type "2"): a step retry as the reference's,
 // type "2" in the signals, globalFault's timeout 33 s, and the
 // changeStrategy after the routes' wait (its delay is the adapter's timer).
-TEST_F(MindClusterRecoverTest, AnHcclErrorTaskdReportsIsRetriedAfterTheRouteWait) {
+TEST_F(MindClusterRecoverClockTest, AnHcclErrorTaskdReportsIsRetriedAfterTheRouteWait) {
   TestAgent agent(channel_, "worker01", 2);
   ASSERT_TRUE(agent.Connect());
   CreateOptedInJob();
@@ -548,6 +597,7 @@ TEST_F(MindClusterRecoverTest, AnHcclErrorTaskdReportsIsRetriedAfterTheRouteWait
   ASSERT_EQ(global.signaltype(), "globalFault");
   EXPECT_EQ(global.timeout(), mc::kHcclRetryTimeoutS);
   OfferStrategies({"retry", "recover"});
+  AdvanceToTaskIn(std::chrono::milliseconds(mc::kHcclRouteWaitMs));  // the routes' wait, then the change
   const ::ProcessManageSignal change = taskd->Wait(2);
   ASSERT_EQ(change.changestrategy(), "retry");
   RecoverStatus("retry");
@@ -559,7 +609,7 @@ TEST_F(MindClusterRecoverTest, AnHcclErrorTaskdReportsIsRetriedAfterTheRouteWait
 // its 201 (the ranks to isolate) answered with faultNodesExit to their
 // pods, then its 0. A job of two pods (ranks 0-1 on worker01, 2-3 on
 // worker02) that allows only SCALE_IN; a chip of worker02 fails.
-TEST_F(MindClusterRecoverTest, ScaleInIsMindiosDowngrade) {
+TEST_F(MindClusterRecoverClockTest, ScaleInIsMindiosDowngrade) {
   StartServer([](ClusterdConfig& c) {
     ActuatorThatSucceeds(c);
     c.node_grace = std::chrono::minutes(5);  // these agents send no heartbeats
@@ -622,6 +672,7 @@ TEST_F(MindClusterRecoverTest, ScaleInIsMindiosDowngrade) {
     grpc::Status st = admin->UncordonNode(&ctx, req, &resp);
     ASSERT_TRUE(st.ok()) << st.error_message();
   }
+  clock_.Advance(std::chrono::seconds(5));  // the sweep sees the chips back
   ASSERT_TRUE(mindio.WaitFor([](const auto& signals) {
     return std::any_of(signals.begin(), signals.end(), [](const auto& s) { return s.changestrategy() == "upgrade"; });
   })) << "no upgrade";
@@ -695,7 +746,7 @@ namespace {
 // is no longer ok and its entry (and subscription) goes at the next sweep,
 // so 10,000 jobs created and deleted over a leader's life never fill it
 // (issue #51, item 4).
-TEST_F(MindClusterRecoverTest, ADeletedJobIsForgotten) {
+TEST_F(MindClusterRecoverClockTest, ADeletedJobIsForgotten) {
   CreateOptedInJob();
   ASSERT_EQ(Init(kTaskdJob), mc::kRecoverOk);
   ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
@@ -716,7 +767,9 @@ TEST_F(MindClusterRecoverTest, ADeletedJobIsForgotten) {
     ASSERT_TRUE(st.ok()) << st.error_message();
   }
   ASSERT_TRUE(WaitFor([&] { return HealthCheck(kTaskdJob) == mc::kRecoverNotRegistered; }, kTaskdDeadline));
+  EXPECT_EQ(jobs_metric(), 1);  // until the sweep
   // The sweep (every keep-alive interval) drops it and ends its stream.
+  clock_.Advance(std::chrono::seconds(5));
   ASSERT_TRUE(WaitFor([&] { return jobs_metric() == 0; }, kTaskdDeadline));
   EXPECT_EQ(taskd.WaitEnd().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   auto res = testing::HttpGet(server_->http_port(), "/metrics");

@@ -43,6 +43,22 @@ TEST(ManualExecutor, PostAfterRunsAtItsTimeAndReadsThatTime) {
   EXPECT_EQ(clock.Now(), start + milliseconds(5999));
 }
 
+TEST(ManualExecutor, HasDueAtNamesExactlyTheTimesWaitedForUntilCancelledOrRun) {
+  FakeClock clock;
+  ManualExecutor ex(&clock);
+  const TimePoint start = clock.Now();
+  EXPECT_FALSE(ex.HasDueAt(start + seconds(3)));
+  ex.PostAfter(seconds(1), [] {});
+  TaskHandle later = ex.PostAfter(seconds(3), [] {});
+  EXPECT_TRUE(ex.HasDueAt(start + seconds(3)));
+  EXPECT_FALSE(ex.HasDueAt(start + seconds(2)));
+  later.Cancel();
+  EXPECT_FALSE(ex.HasDueAt(start + seconds(3)));
+  EXPECT_TRUE(ex.HasDueAt(start + seconds(1)));
+  ex.Advance(seconds(1));
+  EXPECT_FALSE(ex.HasDueAt(start + seconds(1)));
+}
+
 TEST(ManualExecutor, EveryRepeatsUntilCancelled) {
   FakeClock clock;
   ManualExecutor ex(&clock);

@@ -9,6 +9,7 @@
 #include "clusterd/mindcluster/grpc/queued_stream.h"
 #include "clusterd/edge/peer_limiter.h"
 #include "common/logging.h"
+#include "common/monotonic_clock.h"
 #include "common/validation.h"
 
 namespace clusterd {
@@ -54,7 +55,13 @@ config::RankTableStream RankTableMessage(const std::string& job, const std::stri
 struct MindClusterConfigService::Core : std::enable_shared_from_this<MindClusterConfigService::Core> {
   Core(JobSummaryFeed* f, boost::asio::thread_pool* p, const Authenticator* a, MindClusterConfigOptions o,
        MetricsRegistry* metrics)
-      : feed(f), pool(p), auth(a), options(o), client_rates(o.client_rate, kMaxRateClients), call_rate(o.call_rate) {
+      : feed(f),
+        pool(p),
+        auth(a),
+        options(o),
+        clock(o.clock != nullptr ? o.clock : &MonotonicClock::Instance()),
+        client_rates(o.client_rate, kMaxRateClients, clock),
+        call_rate(o.call_rate, clock) {
     if (metrics == nullptr) return;
     subscribers =
         &metrics->AddGauge("clusterd_mindcluster_config_subscribers", "config.Config rank-table streams open.");
@@ -70,7 +77,7 @@ struct MindClusterConfigService::Core : std::enable_shared_from_this<MindCluster
 
   struct Registration {
     std::string role;
-    std::chrono::steady_clock::time_point idle_since;
+    TimePoint idle_since;
     uint64_t generation = 0;  // which Register made it
     uint64_t stream = 0;      // 0: none open
     std::function<void(grpc::Status)> end;
@@ -80,6 +87,7 @@ struct MindClusterConfigService::Core : std::enable_shared_from_this<MindCluster
   boost::asio::thread_pool* const pool;
   const Authenticator* const auth;
   const MindClusterConfigOptions options;
+  const Clock* const clock;  // options.clock, or the monotonic clock
   ClientRateLimits client_rates;
   RateLimit call_rate;
   Gauge* subscribers = nullptr;
@@ -115,7 +123,7 @@ struct MindClusterConfigService::Core : std::enable_shared_from_this<MindCluster
     }
     return who;
   }
-  bool ExpiredLocked(const Registration& r, std::chrono::steady_clock::time_point now) const {
+  bool ExpiredLocked(const Registration& r, TimePoint now) const {
     return r.stream == 0 && now - r.idle_since >= options.registration_ttl;
   }
   // The stream is done: the registration stays (for a new stream) and its
@@ -126,7 +134,7 @@ struct MindClusterConfigService::Core : std::enable_shared_from_this<MindCluster
     if (it == registrations.end() || it->second.stream != stream) return;
     it->second.stream = 0;
     it->second.end = nullptr;
-    it->second.idle_since = std::chrono::steady_clock::now();
+    it->second.idle_since = clock->Now();
     --streams;
     GaugesLocked();
   }
@@ -170,7 +178,7 @@ grpc::ServerUnaryReactor* MindClusterConfigService::Register(grpc::CallbackServe
   std::function<void(grpc::Status)> replaced;
   {
     std::lock_guard lock(core_->mu);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = core_->clock->Now();
     auto it = core_->registrations.find(req->jobid());
     if (it == core_->registrations.end() && core_->registrations.size() >= core_->options.max_registrations) {
       for (auto r = core_->registrations.begin(); r != core_->registrations.end();) {
@@ -228,7 +236,7 @@ grpc::ServerWriteReactor<config::RankTableStream>* MindClusterConfigService::Sub
   {
     std::lock_guard lock(core_->mu);
     auto it = core_->registrations.find(job);
-    if (it != core_->registrations.end() && core_->ExpiredLocked(it->second, std::chrono::steady_clock::now())) {
+    if (it != core_->registrations.end() && core_->ExpiredLocked(it->second, core_->clock->Now())) {
       core_->registrations.erase(it);
       it = core_->registrations.end();
       core_->GaugesLocked();

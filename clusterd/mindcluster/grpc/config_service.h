@@ -24,6 +24,7 @@
 
 #include "clusterd/mindcluster/grpc/job_feed.h"
 #include "clusterd/edge/auth.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "mindcluster/config.grpc.pb.h"
 
@@ -34,6 +35,9 @@ struct MindClusterConfigOptions {
   std::chrono::seconds registration_ttl{300};
   double client_rate = 10;
   double call_rate = 100;
+  // The clock of the rates and the registrations' idle time: nullptr, the
+  // monotonic clock; a test's FakeClock moves them without waiting.
+  const Clock* clock = nullptr;
 };
 
 class MindClusterConfigService final : public config::Config::CallbackService {

@@ -255,7 +255,7 @@ void JobSummaryFeed::SyncForTest() {
 }
 
 bool ClientRateLimits::Take(const std::string& client) {
-  const auto now = std::chrono::steady_clock::now();
+  const TimePoint now = clock_->Now();
   std::lock_guard lock(mu_);
   {
     auto it = buckets_.find(client);
@@ -266,10 +266,10 @@ bool ClientRateLimits::Take(const std::string& client) {
         }
       }
       if (buckets_.size() >= max_clients_) return false;
-      it = buckets_.emplace(client, Bucket{std::make_unique<RateLimit>(rate_), now}).first;
+      it = buckets_.emplace(client, Bucket{TokenBucket(rate_, rate_, now), now}).first;
     }
     it->second.used = now;
-    return it->second.limit->Take();
+    return it->second.bucket.Take(now);
   }
 }
 

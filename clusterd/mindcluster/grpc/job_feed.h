@@ -71,20 +71,24 @@ class JobSummaryFeed {
 // front of one service's calls, so that one client's flood cannot use up
 // another's share. At most max_clients buckets; a bucket unused for a
 // minute is dropped when room is needed, and with every bucket busy a new
-// client is refused (Take false). Thread-safe.
+// client is refused (Take false). On `clock` (common/rate_limit.h's
+// TokenBucket: `rate` a second, a burst of one second's worth, at least 1).
+// Thread-safe.
 class ClientRateLimits {
  public:
-  ClientRateLimits(double rate, size_t max_clients) : rate_(rate), max_clients_(max_clients) {}
+  ClientRateLimits(double rate, size_t max_clients, const Clock* clock)
+      : rate_(std::max(rate, 1.0)), max_clients_(max_clients), clock_(clock) {}
   bool Take(const std::string& client);
   size_t size() const;
 
  private:
   struct Bucket {
-    std::unique_ptr<RateLimit> limit;
-    std::chrono::steady_clock::time_point used;
+    TokenBucket bucket;
+    TimePoint used;
   };
   const double rate_;
   const size_t max_clients_;
+  const Clock* const clock_;
   mutable std::mutex mu_;
   std::map<std::string, Bucket> buckets_;
 };

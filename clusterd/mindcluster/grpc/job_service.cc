@@ -15,6 +15,7 @@
 #include "clusterd/mindcluster/grpc/queued_stream.h"
 #include "clusterd/edge/peer_limiter.h"
 #include "common/logging.h"
+#include "common/monotonic_clock.h"
 
 namespace clusterd {
 namespace {
@@ -59,7 +60,13 @@ std::string NowMillis() {
 struct MindClusterJobService::Core : std::enable_shared_from_this<MindClusterJobService::Core> {
   Core(JobSummaryFeed* f, boost::asio::thread_pool* p, const Authenticator* a, MindClusterJobOptions o,
        MetricsRegistry* metrics)
-      : feed(f), pool(p), auth(a), options(o), client_rates(o.client_rate, kMaxRateClients), call_rate(o.call_rate) {
+      : feed(f),
+        pool(p),
+        auth(a),
+        options(o),
+        clock(o.clock != nullptr ? o.clock : &MonotonicClock::Instance()),
+        client_rates(o.client_rate, kMaxRateClients, clock),
+        call_rate(o.call_rate, clock) {
     if (metrics == nullptr) return;
     subscribers = &metrics->AddGauge("clusterd_mindcluster_job_subscribers", "job.Job subscription streams open.");
     clients_gauge = &metrics->AddGauge("clusterd_mindcluster_job_clients", "job.Job clients registered.");
@@ -75,7 +82,7 @@ struct MindClusterJobService::Core : std::enable_shared_from_this<MindClusterJob
   struct Client {
     std::string role;
     std::string owner;
-    std::chrono::steady_clock::time_point idle_since;
+    TimePoint idle_since;
     uint64_t stream = 0;  // 0: none open
     std::function<void(grpc::Status)> end;
   };
@@ -84,6 +91,7 @@ struct MindClusterJobService::Core : std::enable_shared_from_this<MindClusterJob
   boost::asio::thread_pool* const pool;
   const Authenticator* const auth;
   const MindClusterJobOptions options;
+  const Clock* const clock;  // options.clock, or the monotonic clock
   ClientRateLimits client_rates;
   RateLimit call_rate;
   Gauge* subscribers = nullptr;
@@ -131,10 +139,10 @@ struct MindClusterJobService::Core : std::enable_shared_from_this<MindClusterJob
     GaugesLocked();
     return it;
   }
-  bool ExpiredLocked(const Client& c, std::chrono::steady_clock::time_point now) const {
+  bool ExpiredLocked(const Client& c, TimePoint now) const {
     return c.stream == 0 && now - c.idle_since >= options.registration_ttl;
   }
-  void ExpireLocked(std::chrono::steady_clock::time_point now) {
+  void ExpireLocked(TimePoint now) {
     for (auto it = clients.begin(); it != clients.end();) {
       it = ExpiredLocked(it->second, now) ? EraseLocked(it) : std::next(it);
     }
@@ -182,7 +190,7 @@ grpc::ServerWriteReactor<Message>* MindClusterJobService::Core::Subscribe(grpc::
   {
     std::lock_guard lock(mu);
     auto it = clients.find(id);
-    if (it != clients.end() && ExpiredLocked(it->second, std::chrono::steady_clock::now())) {
+    if (it != clients.end() && ExpiredLocked(it->second, clock->Now())) {
       EraseLocked(it);
       it = clients.end();
     }
@@ -297,7 +305,7 @@ grpc::ServerUnaryReactor* MindClusterJobService::Register(grpc::CallbackServerCo
   std::string id;
   {
     std::lock_guard lock(core_->mu);
-    core_->ExpireLocked(std::chrono::steady_clock::now());
+    core_->ExpireLocked(core_->clock->Now());
     const auto& o = core_->options;
     auto n = core_->owned.find(owner);
     if (core_->clients.size() >= o.max_clients) {
@@ -315,7 +323,7 @@ grpc::ServerUnaryReactor* MindClusterJobService::Register(grpc::CallbackServerCo
       Core::Client c;
       c.role = req->role();
       c.owner = owner;
-      c.idle_since = std::chrono::steady_clock::now();
+      c.idle_since = core_->clock->Now();
       core_->clients.emplace(id, std::move(c));
       ++core_->owned[owner];
       core_->GaugesLocked();

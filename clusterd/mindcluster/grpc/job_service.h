@@ -26,6 +26,7 @@
 
 #include "clusterd/mindcluster/grpc/job_feed.h"
 #include "clusterd/edge/auth.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "mindcluster/job.grpc.pb.h"
 
@@ -50,6 +51,9 @@ struct MindClusterJobOptions {
   // a second in all).
   double client_rate = 10;
   double call_rate = 100;
+  // The clock of the rates and the registrations' idle time: nullptr, the
+  // monotonic clock; a test's FakeClock moves them without waiting.
+  const Clock* clock = nullptr;
 };
 
 class MindClusterJobService final : public job::Job::CallbackService {

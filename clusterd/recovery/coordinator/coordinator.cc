@@ -4,6 +4,7 @@
 
 #include "clusterd/recovery/convert.h"
 #include "clusterd/recovery/decide.h"
+#include "clusterd/recovery/plan.h"
 #include "clusterd/state/incidents.h"
 #include "common/levels.h"
 #include "common/logging.h"
@@ -67,103 +68,6 @@ v1::Command CommandFor(const v1::Recovery& r, const v1::RecoveryStep& step) {
   cmd.set_reason(r.reasons().empty() ? "" : r.reasons(0));
   *cmd.mutable_hit_ranks() = r.hit_ranks();
   return cmd;
-}
-
-std::vector<uint32_t> AllRanks(const v1::Job& job) {
-  std::vector<uint32_t> out;
-  for (const auto& p : job.placement()) out.push_back(p.rank());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// The steps that carry out `strategy` for recovery r (whose hit ranks and
-// isolation/reset lists are set), numbered from r's current step count.
-void PlanSteps(const v1::Job& job, rc::Strategy strategy, v1::Recovery* r) {
-  const v1::RecoveryStrategy proto = rc::ToProto(strategy);
-  std::vector<uint32_t> hit(r->hit_ranks().begin(), r->hit_ranks().end());
-  auto add = [&](v1::JobCommand command, v1::ClusterAction action, const std::vector<uint32_t>& ranks) {
-    v1::RecoveryStep* s = r->add_steps();
-    s->set_index(static_cast<uint32_t>(r->steps_size() - 1));
-    s->set_strategy(proto);
-    s->set_command(command);
-    s->set_action(action);
-    for (uint32_t rank : ranks) s->add_ranks(rank);
-    s->set_state(v1::STEP_STATE_PENDING);
-    s->set_idempotency_key(r->id() + "/" + std::to_string(s->index()));
-    return s;
-  };
-  auto agent = [&](v1::JobCommand c, const std::vector<uint32_t>& ranks) {
-    return add(c, v1::CLUSTER_ACTION_UNSPECIFIED, ranks);
-  };
-  auto act = [&](v1::ClusterAction a, const std::vector<uint32_t>& ranks) {
-    return add(v1::JOB_COMMAND_UNSPECIFIED, a, ranks);
-  };
-  auto isolate = [&]() {
-    for (const auto& node : r->isolate_nodes()) act(v1::CLUSTER_ACTION_ISOLATE_NODE, {})->set_node(node);
-    for (const auto& d : r->isolate_devices()) {
-      auto* s = act(v1::CLUSTER_ACTION_ISOLATE_DEVICE, {});
-      s->set_node(d.node());
-      s->set_device_id(d.device_id());
-    }
-  };
-  const std::vector<uint32_t> all = AllRanks(job);
-  switch (strategy) {
-    case rc::Strategy::kStepRetry: agent(v1::JOB_COMMAND_RETRY_STEP, hit); break;
-    case rc::Strategy::kProcessRestart:
-      if (r->reset_devices_size() > 0) {
-        agent(v1::JOB_COMMAND_STOP, hit);
-        for (const auto& d : r->reset_devices()) {
-          auto* s = act(v1::CLUSTER_ACTION_RESET_DEVICE, {});
-          s->set_node(d.node());
-          s->set_device_id(d.device_id());
-        }
-      }
-      agent(v1::JOB_COMMAND_RESTART_PROCESSES, hit);
-      break;
-    case rc::Strategy::kPodReschedule:
-      if (r->graceful()) agent(v1::JOB_COMMAND_CHECKPOINT, all);
-      agent(v1::JOB_COMMAND_PAUSE, all);
-      isolate();
-      act(v1::CLUSTER_ACTION_RESCHEDULE_PODS, hit);
-      agent(v1::JOB_COMMAND_RESUME, hit);  // the ranks that moved; every rank resumes
-      break;
-    case rc::Strategy::kJobReschedule:
-      agent(v1::JOB_COMMAND_STOP, all);
-      isolate();
-      act(v1::CLUSTER_ACTION_RESTART_JOB, all);
-      break;
-    case rc::Strategy::kScaleIn: {
-      // The ranks of every hit replica leave.
-      const uint32_t per = std::max<uint32_t>(1, job.policy().ranks_per_replica());
-      std::set<uint32_t> replicas;
-      for (uint32_t rank : hit) replicas.insert(rank / per);
-      std::vector<uint32_t> drop;
-      for (uint32_t rank : all) {
-        if (replicas.contains(rank / per)) drop.push_back(rank);
-      }
-      isolate();
-      agent(v1::JOB_COMMAND_SCALE_IN, drop);
-      break;
-    }
-    case rc::Strategy::kFail: break;
-  }
-}
-
-void SetActions(const rc::Decision& d, v1::Recovery* r) {
-  r->clear_isolate_nodes();
-  r->clear_isolate_devices();
-  r->clear_reset_devices();
-  for (const auto& n : d.isolate_nodes) r->add_isolate_nodes(n);
-  for (const auto& dev : d.isolate_devices) {
-    auto* x = r->add_isolate_devices();
-    x->set_node(dev.node);
-    x->set_device_id(dev.device);
-  }
-  for (const auto& dev : d.reset_devices) {
-    auto* x = r->add_reset_devices();
-    x->set_node(dev.node);
-    x->set_device_id(dev.device);
-  }
 }
 
 }  // namespace
@@ -475,7 +379,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
   r.clear_reasons();
   for (const auto& reason : d.reasons) r.add_reasons(reason);
   r.set_graceful(d.graceful);
-  SetActions(d, &r);
+  rc::SetActions(d, &r);
   const rc::Strategy strategy = d.strategy.value_or(rc::Strategy::kFail);
   r.set_strategy(rc::ToProto(strategy));
   r.set_initial_strategy(rc::ToProto(strategy));
@@ -490,7 +394,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     }
     r.set_state(v1::RECOVERY_STATE_WAITING);
     r.set_wait_reason(why);
-    PlanSteps(job, strategy, &r);
+    rc::PlanSteps(job, strategy, &r);
     const v1::Recovery& stored =
         state.PutRecovery(std::move(r), current ? v1::EVENT_TYPE_RECOVERY_UPDATED : v1::EVENT_TYPE_RECOVERY_STARTED, m);
     active_.insert(stored.id());
@@ -508,7 +412,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     decision_seconds_->Observe(std::max(0.0, std::chrono::duration<double>(now - ready).count()));
   }
   r.clear_wait_reason();
-  PlanSteps(job, strategy, &r);
+  rc::PlanSteps(job, strategy, &r);
   const v1::EventType type = current ? v1::EVENT_TYPE_RECOVERY_UPDATED : v1::EVENT_TYPE_RECOVERY_STARTED;
   if (d.dry_run) {
     for (auto& s : *r.mutable_steps()) {
@@ -731,12 +635,12 @@ void Coordinator::Replan(ClusterState& state, v1::Recovery r, const v1::Job& job
                          const rc::Decision& plan, const std::string& why, TimePoint now, Mutation* m) {
   r.add_reasons(why);
   r.set_strategy(rc::ToProto(to));
-  SetActions(plan, &r);
+  rc::SetActions(plan, &r);
   if (to == rc::Strategy::kFail) {
     Finish(state, std::move(r), v1::RECOVERY_STATE_FAILED, why, now, m);
     return;
   }
-  PlanSteps(job, to, &r);
+  rc::PlanSteps(job, to, &r);
   state.PutRecovery(std::move(r), v1::EVENT_TYPE_RECOVERY_UPDATED, m);
 }
 

@@ -22,7 +22,7 @@ void ClusterdProcess::Start() {
   }
   argv.insert(argv.end(), {bin, "--listen=127.0.0.1:" + std::to_string(grpc_port_), "--insecure",
                            "--http-listen=127.0.0.1:" + std::to_string(http_port_), "--data-dir=" + options_.data_dir,
-                           "--log-level=warn"});
+                           "--log-level=warn", "--shutdown-grace=0s"});
   argv.insert(argv.end(), options_.flags.begin(), options_.flags.end());
   ASSERT_TRUE(process_.Start(argv)) << process_.error();
   channel_ = Dial(grpc_port_);

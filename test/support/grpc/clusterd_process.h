@@ -21,7 +21,8 @@ class ClusterdProcess {
   struct Options {
     std::string data_dir;
     // Added after the launcher's own flags (--listen, --insecure,
-    // --http-listen, --data-dir, --log-level=warn).
+    // --http-listen, --data-dir, --log-level=warn, --shutdown-grace=0s: a
+    // stop cancels the streams still open at once).
     std::vector<std::string> flags;
     // When not empty, the binary is started by /bin/sh after
     // `ulimit <ulimit>` (e.g. "-n 1024"), which applies to it alone.

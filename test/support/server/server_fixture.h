@@ -48,6 +48,11 @@ class ClusterdServerTest : public ::testing::Test {
   // When set before StartServer: the server's timed work runs there
   // (ClusterdServer::SetTimers), a ManualExecutor the test steps.
   Executor* timers_ = nullptr;
+  // When set before StartServer: the server's clock (the writer's, its
+  // rules', the services'), a FakeClock the test moves; the writer reads it
+  // when it next runs (after any write). Set commit_delay to 0 with it: a
+  // small group gathers until a time on that clock.
+  const Clock* server_clock_ = nullptr;
   std::unique_ptr<ClusterdServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
 };
