@@ -50,6 +50,8 @@ class ClusterClient {
   grpc::Status ListAllDomains(v1::ListDomainsRequest req, v1::ListDomainsResponse* out);
   grpc::Status ListAllIncidents(v1::ListIncidentsRequest req, v1::ListIncidentsResponse* out);
   grpc::Status GetIncident(const std::string& id, v1::GetIncidentResponse* out);
+  // One page of an incident's evidence (one member's bundle).
+  grpc::Status GetIncidentEvidence(const v1::GetIncidentEvidenceRequest& req, v1::GetIncidentEvidenceResponse* out);
 
   // JobService. ListAllJobs follows every page: out holds all jobs.
   grpc::Status ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out);

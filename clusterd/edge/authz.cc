@@ -21,6 +21,8 @@ const std::vector<MethodRule>& MethodRules() {
       {"/clusterd.v1.ClusterService/ListDomains", kViewers},
       {"/clusterd.v1.ClusterService/GetIncident", kViewers},
       {"/clusterd.v1.ClusterService/ListIncidents", kViewers},
+      // Incident evidence holds kernel logs and tool output: operators.
+      {"/clusterd.v1.ClusterService/GetIncidentEvidence", kOperators},
       {"/clusterd.v1.JobService/GetJob", kViewers},
       {"/clusterd.v1.JobService/ListJobs", kViewers},
       {"/clusterd.v1.AdminService/GetAdminState", kViewers},

@@ -5,6 +5,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "clusterd/state/evidence.h"
 #include "clusterd/state/incidents.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/edge/auth.h"
@@ -340,6 +341,21 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ListIncidents(grpc::CallbackServer
   auto st = state_();
   return AnswerQuery(ctx, st.get(), resp,
                      [req, st](const StateView& /*state*/) { return ListIncidentsWith(IncidentsOf(*st), *req); });
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::GetIncidentEvidence(grpc::CallbackServerContext* ctx,
+                                                                  const v1::GetIncidentEvidenceRequest* req,
+                                                                  v1::GetIncidentEvidenceResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetIncidentEvidence")) return refused;
+  auto st = state_();
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& /*state*/) -> StatusOr<v1::GetIncidentEvidenceResponse> {
+                       const EvidenceRule* rule = st->Attached<EvidenceRule>();
+                       if (rule == nullptr) {
+                         return Unavailable("no incident evidence on this replica (a standby): ask the leader");
+                       }
+                       return rule->Get(IncidentsOf(*st), *req);
+                     });
 }
 
 grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,

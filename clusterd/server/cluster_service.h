@@ -70,6 +70,9 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
                                         v1::GetIncidentResponse* resp) override;
   grpc::ServerUnaryReactor* ListIncidents(grpc::CallbackServerContext* ctx, const v1::ListIncidentsRequest* req,
                                           v1::ListIncidentsResponse* resp) override;
+  grpc::ServerUnaryReactor* GetIncidentEvidence(grpc::CallbackServerContext* ctx,
+                                                const v1::GetIncidentEvidenceRequest* req,
+                                                v1::GetIncidentEvidenceResponse* resp) override;
 
   // Events at or below it are no longer in the history.
   uint64_t compacted_revision() const { return compacted_ ? compacted_() : state_()->compacted_revision(); }
