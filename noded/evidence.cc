@@ -83,10 +83,10 @@ StatusOr<std::vector<EvidenceCommand>> ParseEvidenceCommands(const std::string& 
     EvidenceCommand c;
     if (!e.contains("name") || !e["name"].is_string()) return InvalidArgument(where + ".name: a string is required");
     c.name = e["name"].get<std::string>();
-    const bool name_ok = !c.name.empty() && c.name.size() <= 64 &&
-                         std::all_of(c.name.begin(), c.name.end(), [](char ch) {
-                           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
-                         });
+    const bool name_ok =
+        !c.name.empty() && c.name.size() <= 64 && std::all_of(c.name.begin(), c.name.end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+        });
     if (!name_ok) return InvalidArgument(where + ".name: 1 to 64 characters of [A-Za-z0-9._-]");
     if (!names.insert(c.name).second) return InvalidArgument(where + ".name: \"" + c.name + "\" given twice");
     if (!e.contains("argv") || !e["argv"].is_array() || e["argv"].empty() || e["argv"].size() > kMaxEvidenceArgs) {
@@ -135,8 +135,8 @@ StatusOr<std::string> KernelLogExcerpt(const std::string& path, int64_t since_un
     for (const KmsgRecord& r : *records) {
       const int64_t wall_ns = boot_ns + static_cast<int64_t>(r.timestamp_us) * 1000;
       if (wall_ns < since_unix_ns) continue;
-      text += google::protobuf::util::TimeUtil::ToString(google::protobuf::util::TimeUtil::NanosecondsToTimestamp(
-                  wall_ns / 1000 * 1000)) +
+      text += google::protobuf::util::TimeUtil::ToString(
+                  google::protobuf::util::TimeUtil::NanosecondsToTimestamp(wall_ns / 1000 * 1000)) +
               " " + KmsgLevelName(r.level) + " " + r.message + "\n";
       // Keep memory bounded while reading: only the newest max_bytes matter.
       if (text.size() > 2 * max_bytes) text = EvidenceTail(text, max_bytes, truncated);

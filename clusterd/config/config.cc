@@ -866,8 +866,9 @@ std::vector<ConfigKey> MakeTable() {
         "an asked member's bundle comes within this (and a queued member's agent connects within it), or it failed");
   t.Add(U32("evidence_max_in_flight", CLUSTERD_FIELD(evidence_max_in_flight), 1, 10'000),
         "members asked for evidence at once, over all incidents (the rest wait in order)");
-  t.Add(Dur("evidence_log_before", CLUSTERD_FIELD(evidence_log_before), std::chrono::seconds(0), std::chrono::hours(24)),
-        "the kernel-log excerpt starts this long before the member's first fault of the incident");
+  t.Add(
+      Dur("evidence_log_before", CLUSTERD_FIELD(evidence_log_before), std::chrono::seconds(0), std::chrono::hours(24)),
+      "the kernel-log excerpt starts this long before the member's first fault of the incident");
   return t.Take();
 }
 

@@ -286,7 +286,8 @@ Status ClusterdServer::Impl::OpenState() {
   if (auto* evidence = state->Attached<EvidenceRule>()) {
     evidence->set_outbox(&outbox);
     EvidenceMetrics em;
-    em.asked = &metrics.AddCounter("clusterd_evidence_requests_total", "Member nodes asked for an incident's evidence.");
+    em.asked =
+        &metrics.AddCounter("clusterd_evidence_requests_total", "Member nodes asked for an incident's evidence.");
     em.stored = &metrics.AddCounter("clusterd_evidence_bundles_stored_total", "Evidence bundles stored.");
     em.failed = &metrics.AddCounter("clusterd_evidence_failed_total",
                                     "Members whose evidence failed (no bundle in time, the agent collects none).");

@@ -157,12 +157,11 @@ void EvidenceRule::Dispatch(ClusterState& state, const WriterTick& tick) {
     }
     const NodeState* n = state.node_table().Find(node);
     auto agent = agents_.find(node);
-    if (n == nullptr || !n->connected || agent == agents_.end() || agent->second != n->session ||
-        outbox_ == nullptr) {
+    if (n == nullptr || !n->connected || agent == agents_.end() || agent->second != n->session || outbox_ == nullptr) {
       // Its agent is not there (yet): it waits at most evidence_timeout.
       if (now - e->queued_at >= options_.timeout) {
-        Fail(*e, "the node's agent was not connected within evidence_timeout (" + FormatDuration(options_.timeout) +
-                     ")");
+        Fail(*e,
+             "the node's agent was not connected within evidence_timeout (" + FormatDuration(options_.timeout) + ")");
         it = queue_.erase(it);
       } else {
         ++it;
@@ -188,9 +187,8 @@ void EvidenceRule::Dispatch(ClusterState& state, const WriterTick& tick) {
       req->set_node(node);
       *req->mutable_since() = ToTimestamp(e->since);
       req->set_max_bytes(options_.max_bundle_bytes);
-      tick.after->push_back([outbox = outbox_, node, session = n->session, msg = std::move(msg)] {
-        outbox->Send(node, session, msg);
-      });
+      tick.after->push_back(
+          [outbox = outbox_, node, session = n->session, msg = std::move(msg)] { outbox->Send(node, session, msg); });
     }
     it = queue_.erase(it);
   }
@@ -280,8 +278,7 @@ TimePoint EvidenceRule::Advance(ClusterState& state, const WriterTick& tick) {
   return next;
 }
 
-Status EvidenceRule::ApplyBundle(ClusterState& state, const std::string& node, v1::EvidenceBundle bundle,
-                                 Mutation* m) {
+Status EvidenceRule::ApplyBundle(ClusterState& state, const std::string& node, v1::EvidenceBundle bundle, Mutation* m) {
   (void)state;
   Entry* e = Find(bundle.incident_id(), node);
   if (e == nullptr) {

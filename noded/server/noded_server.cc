@@ -141,8 +141,7 @@ struct NodedServer::Impl {
         });
     metrics.AddCallbackGauge("noded_evidence_bundles_collected", "Incident evidence bundles collected.",
                              [this] { return static_cast<double>(evidence->collected()); });
-    metrics.AddCallbackGauge("noded_evidence_requests_dropped",
-                             "Incident evidence requests dropped: too many waiting.",
+    metrics.AddCallbackGauge("noded_evidence_requests_dropped", "Incident evidence requests dropped: too many waiting.",
                              [this] { return static_cast<double>(evidence->dropped()); });
     return Status::Ok();
   }

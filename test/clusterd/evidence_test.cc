@@ -7,6 +7,7 @@
 // another node, over the cap or sent twice is refused and changes nothing;
 // bundles expire by total size (the oldest first) and by age, survive a
 // restart, and an asked member that never answers fails at the timeout.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,28 +15,22 @@
 
 #include <gtest/gtest.h>
 
-#include "clusterd/engine/engine.h"
-#include "clusterd/engine/watch_hub.h"
-#include "clusterd/engine/writer_rules.h"
 #include "clusterd/state/agent_outbox.h"
 #include "clusterd/state/evidence.h"
-#include "clusterd/state/incidents.h"
-#include "clusterd/storage/memory_store.h"
 #include "clusterd/storage/schema.h"
-#include "common/metrics.h"
 #include "common/time_proto.h"
-#include "state_fixtures.h"
+#include "incidents_fixture.h"
 
 namespace clusterd {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::MakeHello;
-using testing::MakeTransition;
 
 std::string Member(int i) { return "ev-n" + std::to_string(i); }
 
-class EvidenceTest : public ::testing::Test {
+// The incidents' fixture, with the evidence rule's outbox and metrics.
+class EvidenceTest : public testing::IncidentsTest {
  protected:
   void SetUp() override {
     config_.evidence_max_in_flight = 2;
@@ -43,24 +38,13 @@ class EvidenceTest : public ::testing::Test {
     config_.evidence_max_total_bytes = 3 * 4096;
     config_.evidence_timeout = 30s;
     config_.evidence_max_age = 1h;
-    auto store = storage::MemoryStore::Open();
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(*store);
-    Start();
+    IncidentsTest::SetUp();
+    Begin();
   }
-  void TearDown() override { engine_.reset(); }
-
-  void Start() {
-    engine_.reset();
-    auto rules = MakeWriterRules(config_);
-    ASSERT_TRUE(rules.ok()) << rules.status().ToString();
-    rules_ = std::move(*rules);
-    state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &clock_);
-    rules_.AttachTo(state_.get());
+  void Begin() {
     rule_ = state_->Attached<EvidenceRule>();
     ASSERT_NE(rule_, nullptr);
     rule_->set_outbox(&outbox_);
-    metrics_ = std::make_unique<MetricsRegistry>();
     m_.asked = &metrics_->AddCounter("asked", "");
     m_.stored = &metrics_->AddCounter("stored", "");
     m_.failed = &metrics_->AddCounter("failed", "");
@@ -73,26 +57,13 @@ class EvidenceTest : public ::testing::Test {
     m_.in_flight = &metrics_->AddGauge("in_flight", "");
     m_.queued = &metrics_->AddGauge("queued", "");
     rule_->set_metrics(m_);
-    ASSERT_TRUE(state_->Load(revision_, 0).ok());
-    hub_ = std::make_unique<WatchHub>(store_.get(), 100'000);
-    hub_->Init(state_->revision());
-    EngineOptions options;
-    options.node_grace = std::chrono::hours(24 * 365);
-    options.commit_delay = 0ns;
-    Engine::Hooks hooks;
-    hooks.rules = rules_.Ordered(nullptr);
-    engine_ = std::make_unique<Engine>(state_.get(), store_.get(), hub_.get(), &clock_, options, metrics_.get(),
-                                       std::move(hooks));
   }
-  void Restart() {
-    revision_ = state_->revision();
-    engine_.reset();
-    state_.reset();
-    rules_ = WriterRules();
-    Start();
+  void RestartEvidence() {
+    Restart();
+    Begin();
   }
 
-  Status Write(std::function<Status(ClusterState&, Mutation*)> fn) {
+  Status WriteStatus(std::function<Status(ClusterState&, Mutation*)> fn) {
     auto st = std::make_shared<Status>();
     EXPECT_TRUE(engine_->Submit([fn, st](ClusterState& s, Mutation* m) -> Engine::Done {
       *st = fn(s, m);
@@ -100,25 +71,6 @@ class EvidenceTest : public ::testing::Test {
     }));
     Idle();
     return *st;
-  }
-  TimePoint Idle() {
-    for (;;) {
-      const Engine::StepResult r = engine_->Step();
-      if (r.gathering) {
-        clock_.Set(r.next);
-      } else if (engine_->queue_depth() == 0) {
-        return r.next;
-      }
-    }
-  }
-  void AdvanceTo(TimePoint t) {
-    for (int i = 0; i < 1000; ++i) {
-      const TimePoint next = Idle();
-      if (next > t) break;
-      clock_.Set(std::max(next, clock_.Now()));
-    }
-    clock_.Set(t);
-    Idle();
   }
 
   // `n` nodes of SuperPoD 1, each with a connected agent that collects
@@ -128,7 +80,7 @@ class EvidenceTest : public ::testing::Test {
       const std::string node = Member(i);
       v1::Hello h = MakeHello(node, 1);
       (*h.mutable_labels())["huawei.com/topotree.superpodid"] = "1";
-      ASSERT_TRUE(Write([h, this](ClusterState& s, Mutation* m) {
+      ASSERT_TRUE(WriteStatus([h, this](ClusterState& s, Mutation* m) {
                     auto w = s.ApplyHello(h, 1, m);
                     if (w.ok()) rule_->AgentUp(h.node_name(), 1, true);
                     return w.status();
@@ -141,15 +93,9 @@ class EvidenceTest : public ::testing::Test {
       if (msg.has_evidence_request()) asked_[node].push_back(msg.evidence_request());
     });
   }
-  void ChipFault(const std::string& node) {
-    const uint64_t seq = ++seq_[node];
-    ASSERT_TRUE(Write([=](ClusterState& s, Mutation* m) {
-                  return s.ApplyTransition(node, 1, MakeTransition(1, seq, true, 0, "80E01801"), m).status();
-                }).ok());
-  }
   // Three nodes hit within the window: one incident; its id.
   std::string Incident(int first = 0) {
-    for (int i = first; i < first + 3; ++i) ChipFault(Member(i));
+    for (int i = first; i < first + 3; ++i) ChipFault(Member(i), true);
     return state_->Read([&](const StateView&) {
       const IncidentRule* r = IncidentsOf(*state_);
       return r->open_by_domain().empty() ? std::string() : r->open_by_domain().begin()->second;
@@ -165,7 +111,7 @@ class EvidenceTest : public ::testing::Test {
     return b;
   }
   Status Upload(const std::string& node, const v1::EvidenceBundle& b) {
-    return Write([=, this](ClusterState& s, Mutation* m) { return rule_->ApplyBundle(s, node, b, m); });
+    return WriteStatus([=, this](ClusterState& s, Mutation* m) { return rule_->ApplyBundle(s, node, b, m); });
   }
   v1::GetIncidentEvidenceResponse Get(const std::string& id, const std::string& node = "",
                                       const std::string& token = "") {
@@ -203,21 +149,10 @@ class EvidenceTest : public ::testing::Test {
     return n;
   }
 
-  ClusterdConfig config_;
-  FakeClock clock_;
-  Catalog catalog_ = Catalog::Default();
-  std::unique_ptr<MetricsRegistry> metrics_;
   EvidenceMetrics m_;
-  uint64_t revision_ = 0;
-  std::unique_ptr<storage::Store> store_;
-  WriterRules rules_;
-  std::unique_ptr<ClusterState> state_;
   EvidenceRule* rule_ = nullptr;
-  std::unique_ptr<WatchHub> hub_;
-  std::unique_ptr<Engine> engine_;
   AgentOutbox outbox_;
   std::map<std::string, std::vector<v1::EvidenceRequest>> asked_;
-  std::map<std::string, uint64_t> seq_;
 };
 
 TEST_F(EvidenceTest, EachMemberIsAskedAtMostInFlightAtOnceAndItsBundleStoredAndReadBack) {
@@ -295,7 +230,7 @@ TEST_F(EvidenceTest, HostileBundlesAreRefusedAndChangeNothing) {
 
 TEST_F(EvidenceTest, BundlesExpireByTotalSizeOldestFirstAndByAge) {
   config_.evidence_max_in_flight = 16;
-  Restart();
+  RestartEvidence();
   Fleet(3);
   const std::string id = Incident();
   ASSERT_FALSE(id.empty());
@@ -310,13 +245,13 @@ TEST_F(EvidenceTest, BundlesExpireByTotalSizeOldestFirstAndByAge) {
   // A new member of the incident: its bundle takes the oldest's place.
   v1::Hello h = MakeHello(Member(3), 1);
   (*h.mutable_labels())["huawei.com/topotree.superpodid"] = "1";
-  ASSERT_TRUE(Write([h, this](ClusterState& s, Mutation* m) {
+  ASSERT_TRUE(WriteStatus([h, this](ClusterState& s, Mutation* m) {
                 auto w = s.ApplyHello(h, 1, m);
                 rule_->AgentUp(h.node_name(), 1, true);
                 return w.status();
               }).ok());
   Attach(Member(3));
-  ChipFault(Member(3));
+  ChipFault(Member(3), true);
   ASSERT_EQ(asked_.count(Member(3)), 1u);
   clock_.Advance(1s);
   ASSERT_TRUE(Upload(Member(3), Bundle(id, Member(3), 3500)).ok());
@@ -329,7 +264,7 @@ TEST_F(EvidenceTest, BundlesExpireByTotalSizeOldestFirstAndByAge) {
   EXPECT_EQ(m_.bytes->Value(), static_cast<double>(rule_->total_bytes()));
 
   // The stored ones survive a restart.
-  Restart();
+  RestartEvidence();
   EXPECT_EQ(rule_->stored(), 3u);
   EXPECT_EQ(Get(id, Member(3)).bundle().sections(0).content().size(), 3500u);
 
@@ -361,7 +296,7 @@ TEST_F(EvidenceTest, AnAskedMemberThatNeverAnswersFailsAtTheTimeoutAndFreesItsSl
 
 TEST_F(EvidenceTest, AnAgentThatCollectsNoneFailsItsMembersAtOnce) {
   Fleet(3);
-  ASSERT_TRUE(Write([this](ClusterState&, Mutation*) {
+  ASSERT_TRUE(WriteStatus([this](ClusterState&, Mutation*) {
                 rule_->AgentUp(Member(0), 1, false);
                 return Status::Ok();
               }).ok());

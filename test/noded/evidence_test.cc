@@ -76,7 +76,10 @@ TEST_F(EvidenceTest, KernelLogSinceTheFaultsReadoutAndCommandsMakeTheBundle) {
   EvidenceCommand missing{"vendor-missing", {"/nonexistent/tool"}};
   o.commands = {ok, fails, missing};
   EvidenceCollector c(
-      o, [] { return std::vector<std::pair<std::string, std::string>>{{"accelerator", "device 0 healthy"}}; },
+      o,
+      [] {
+        return std::vector<std::pair<std::string, std::string>>{{"accelerator", "device 0 healthy"}};
+      },
       nullptr);
   const v1::EvidenceBundle b = c.Collect(Request(60));
   EXPECT_EQ(b.incident_id(), "inc-7");
@@ -107,7 +110,8 @@ TEST_F(EvidenceTest, KernelLogSinceTheFaultsReadoutAndCommandsMakeTheBundle) {
 TEST_F(EvidenceTest, TheBundleStaysUnderTheSmallerCapKeepingTheNewestLogLines) {
   {
     std::ofstream out(kmsg_);
-    for (int i = 0; i < 5000; ++i) Record(out, static_cast<uint64_t>(i + 1), 50 - i * 0.001, "line " + std::to_string(i));
+    for (int i = 0; i < 5000; ++i)
+      Record(out, static_cast<uint64_t>(i + 1), 50 - i * 0.001, "line " + std::to_string(i));
   }
   EvidenceCollectorOptions o;
   o.kmsg_path = kmsg_;
@@ -116,7 +120,10 @@ TEST_F(EvidenceTest, TheBundleStaysUnderTheSmallerCapKeepingTheNewestLogLines) {
   big.max_bytes = 100 << 10;
   o.commands = {big};
   EvidenceCollector c(
-      o, [] { return std::vector<std::pair<std::string, std::string>>{{"metrics", std::string(100'000, 'm')}}; },
+      o,
+      [] {
+        return std::vector<std::pair<std::string, std::string>>{{"metrics", std::string(100'000, 'm')}};
+      },
       nullptr);
   // The request's cap (16 KiB) is the smaller.
   const v1::EvidenceBundle b = c.Collect(Request(60, 16 << 10));
@@ -152,7 +159,11 @@ TEST_F(EvidenceTest, InvalidUtf8BecomesQuestionMarksSoTheBundleSerializes) {
   EvidenceCollectorOptions o;
   o.kmsg_path = "";
   EvidenceCollector c(
-      o, [] { return std::vector<std::pair<std::string, std::string>>{{"accelerator", "ok \xff\xfe end"}}; }, nullptr);
+      o,
+      [] {
+        return std::vector<std::pair<std::string, std::string>>{{"accelerator", "ok \xff\xfe end"}};
+      },
+      nullptr);
   const v1::EvidenceBundle b = c.Collect(Request(60));
   EXPECT_EQ(SectionOf(b, "accelerator")->content(), "ok ?? end");
   v1::EvidenceBundle back;
