@@ -262,6 +262,18 @@ Status ClusterdServer::Impl::OpenState() {
     }
     incidents->SetMetrics(&metrics.AddCounter("clusterd_incidents_opened_total", "incidents opened"), std::move(open),
                           std::move(isolated));
+    // Per domain level: the domains degraded now (a faulted member or an
+    // open incident), counted at each scrape under the state's lock.
+    for (const DomainLevel& level : incidents->model().levels()) {
+      metrics.AddCallbackGauge("clusterd_domains_degraded",
+                               "domains with a member at SUB_HEALTH or worse or an open incident, per level",
+                               [this, incidents, name = level.name] {
+                                 return static_cast<double>(state->Read([&](const StateView& v) {
+                                   return DegradedDomainsByLevel(v, incidents->model(), incidents)[name];
+                                 }));
+                               },
+                               {{"level", level.name}});
+    }
   }
   rules.AttachTo(state.get());
   if (ValidationRule* validation = state->Attached<ValidationRule>()) {

@@ -96,6 +96,13 @@ TEST_F(IncidentsTest, NodesKnowTheirDomainsAndListDomainsCountsMembersAndHealth)
   EXPECT_EQ(domains->domains(0).nodes_faulted(), 1u);
   EXPECT_EQ(domains->domains(0).devices_faulted(), 1u);
   EXPECT_EQ(domains->domains(1).nodes_faulted(), 0u);
+  // The metric's count: SuperPoD 1 degraded, SuperPoD 2 not.
+  const auto degraded = state_->Read([&](const StateView& v) {
+    const IncidentRule* rule = IncidentsOf(*state_);
+    return DegradedDomainsByLevel(v, rule->model(), rule);
+  });
+  EXPECT_EQ(degraded.at("superpod"), 1u);
+  EXPECT_EQ(degraded.at("rack"), 0u);
   // Paged one at a time: the token resumes after the first.
   v1::ListDomainsRequest one;
   one.set_page_size(1);

@@ -87,6 +87,9 @@ described=$(ctl describe incident "$ID")
 expect_contains "$described" "Members hit (3)" "describe incident"
 expect_contains "$described" "opened: 3 node(s)" "describe incident timeline"
 expect_contains "$(ctl get domains --degraded)" "$ID" "get domains shows the open incident"
+# Both SuperPoDs are degraded: 1 by the incident, 2 by b1's lone chip fault.
+expect_contains "$(curl -sf "http://127.0.0.1:$HTTP_PORT/metrics")" 'clusterd_domains_degraded{level="superpod"} 2' \
+  "domains degraded per level"
 
 echo "-- a bundle is collected from each member and read back per member"
 evidence() { cluster GetIncidentEvidence "{\"id\": \"$ID\"${1:+, \"node\": \"$1\"}}"; }
