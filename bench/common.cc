@@ -53,7 +53,7 @@ namespace {
       "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
       "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-16)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-17)\n"
       "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
       "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
       "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -82,6 +82,8 @@ namespace {
       "  --stack-chunk-kib   scenario 13: clusterd's cluster-info ConfigMap size at most, KiB (default: its own)\n"
       "  --taskd-samples     scenario 14: step retries through TaskD's Recover service timed (default 50)\n"
       "  --doctor-nodes      scenario 15: nodes reporting a software chain, a fifth drifted (default 16000)\n"
+      "  --incident-nodes    scenario 17: nodes in SuperPoDs of 48 (default 16000, at least 144)\n"
+      "  --incident-faults   scenario 17: chip faults of the cascade, in 1 s over 20 SuperPoDs (default 1000)\n"
       "  --progress-jobs     scenario 16: jobs reporting progress (default 1000)\n"
       "  --progress-ranks    scenario 16: ranks per job (default 1000, at most 4096)\n"
       "  --progress-interval scenario 16: seconds between a job's reports (default 10)\n"
@@ -185,6 +187,10 @@ Options ParseArgs(int argc, char** argv) {
         o.taskd_samples = std::stoi(value());
       else if (a == "--doctor-nodes")
         o.doctor_nodes = std::stoi(value());
+      else if (a == "--incident-nodes")
+        o.incident_nodes = std::stoi(value());
+      else if (a == "--incident-faults")
+        o.incident_faults = std::stoi(value());
       else if (a == "--progress-jobs")
         o.progress_jobs = std::stoi(value());
       else if (a == "--progress-ranks")
@@ -213,7 +219,7 @@ Options ParseArgs(int argc, char** argv) {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
           const int n = std::stoi(s);
-          if (n < 1 || n > 16) Usage(2);
+          if (n < 1 || n > 17) Usage(2);
           o.only.insert(n);
         }
       } else if (a == "--help" || a == "-h")
@@ -254,6 +260,7 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--stack-churn", &o.stack_churn_s, 3.0);
     dflt("--taskd-samples", &o.taskd_samples, 10);
     dflt("--doctor-nodes", &o.doctor_nodes, 1000);
+    dflt("--incident-nodes", &o.incident_nodes, 960);
     dflt("--progress-jobs", &o.progress_jobs, 50);
     dflt("--progress-ranks", &o.progress_ranks, 200);
     dflt("--progress-interval", &o.progress_interval_s, 1.0);
@@ -266,7 +273,7 @@ Options ParseArgs(int argc, char** argv) {
       o.devices <= 0 || o.devices > 64 || o.stack_nodes <= 0 || o.stack_samples <= 0 || o.stack_churn_nodes <= 0 ||
       o.stack_chunk_kib < 0 || o.stack_chunk_kib > 800 || o.stack_churn_s <= 0 || o.taskd_samples <= 0 ||
       o.doctor_nodes < 10 || o.progress_jobs < 2 || o.progress_ranks < 8 || o.progress_ranks > 4096 ||
-      o.progress_interval_s <= 0) {
+      o.progress_interval_s <= 0 || o.incident_nodes < 3 * 48 || o.incident_faults < 3 * 20) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();

@@ -81,6 +81,9 @@ struct Options {
   int progress_jobs = 1000;
   int progress_ranks = 1000;
   double progress_interval_s = 10;
+  // Scenario 17.
+  int incident_nodes = 16000;
+  int incident_faults = 1000;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };
