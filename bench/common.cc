@@ -53,7 +53,7 @@ namespace {
       "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
       "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-17 and 19)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-19)\n"
       "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
       "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
       "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -85,6 +85,8 @@ namespace {
       "  --validation-nodes  scenario 17: nodes of 16 chips (default 16000)\n"
       "  --validation-chips  scenario 17: chips validated at once, one per node first (default 1000)\n"
       "  --validation-ms     scenario 17: one validation's duration, the agents' answer delay (default 2000)\n"
+      "  --incident-nodes    scenario 18: nodes in SuperPoDs of 48 (default 16000, at least 144)\n"
+      "  --incident-faults   scenario 18: chip faults of the cascade, in 1 s over 20 SuperPoDs (default 1000)\n"
       "  --progress-jobs     scenario 16: jobs reporting progress (default 1000)\n"
       "  --progress-ranks    scenario 16: ranks per job (default 1000, at most 4096)\n"
       "  --progress-interval scenario 16: seconds between a job's reports (default 10)\n"
@@ -195,6 +197,10 @@ Options ParseArgs(int argc, char** argv) {
         o.validation_chips = std::stoi(value());
       else if (a == "--validation-ms")
         o.validation_ms = std::stoi(value());
+      else if (a == "--incident-nodes")
+        o.incident_nodes = std::stoi(value());
+      else if (a == "--incident-faults")
+        o.incident_faults = std::stoi(value());
       else if (a == "--progress-jobs")
         o.progress_jobs = std::stoi(value());
       else if (a == "--progress-ranks")
@@ -269,6 +275,7 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--validation-nodes", &o.validation_nodes, 200);
     dflt("--validation-chips", &o.validation_chips, 200);
     dflt("--validation-ms", &o.validation_ms, 200);
+    dflt("--incident-nodes", &o.incident_nodes, 960);
     dflt("--progress-jobs", &o.progress_jobs, 50);
     dflt("--progress-ranks", &o.progress_ranks, 200);
     dflt("--progress-interval", &o.progress_interval_s, 1.0);
@@ -283,7 +290,7 @@ Options ParseArgs(int argc, char** argv) {
       o.stack_chunk_kib < 0 || o.stack_chunk_kib > 800 || o.stack_churn_s <= 0 || o.taskd_samples <= 0 ||
       o.doctor_nodes < 10 || o.progress_jobs < 2 || o.progress_ranks < 8 || o.progress_ranks > 4096 ||
       o.progress_interval_s <= 0 || o.pingmesh_nodes < 2 || o.validation_nodes < 1 || o.validation_chips < 1 ||
-      o.validation_ms < 1) {
+      o.validation_ms < 1 || o.incident_nodes < 3 * 48 || o.incident_faults < 3 * 20) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();

@@ -88,6 +88,9 @@ struct Options {
   double progress_interval_s = 10;
   // Scenario 19.
   int pingmesh_nodes = 16000;
+  // Scenario 18.
+  int incident_nodes = 16000;
+  int incident_faults = 1000;
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };

@@ -38,6 +38,7 @@
 #include "sink.h"
 #include "stack.h"
 #include "doctor.h"
+#include "incidents.h"
 #include "pingmesh.h"
 #include "progress.h"
 #include "validation.h"
@@ -288,7 +289,9 @@ int Run(const Options& o) {
                     {"progress_jobs", o.progress_jobs},
                     {"progress_ranks", o.progress_ranks},
                     {"progress_interval_s", o.progress_interval_s},
-                    {"pingmesh_nodes", o.pingmesh_nodes}};
+                    {"pingmesh_nodes", o.pingmesh_nodes},
+                    {"incident_nodes", o.incident_nodes},
+                    {"incident_faults", o.incident_faults}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -304,6 +307,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(15)) err = RunDoctor(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(16)) err = RunProgress(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(17)) err = RunReturnToService(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(18)) err = RunIncidents(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(19)) err = RunPingmesh(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {

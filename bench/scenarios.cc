@@ -40,7 +40,8 @@ std::unique_ptr<grpc::ClientContext> Deadline(double seconds) {
 
 std::string StatusText(const grpc::Status& st) { return std::to_string(st.error_code()) + " " + st.error_message(); }
 
-// The current revision, or 0 and *err.
+}  // namespace
+
 uint64_t CurrentRevision(v1::ClusterService::Stub* cluster, std::string* err) {
   v1::GetSummaryResponse resp;
   auto ctx = Deadline(10);
@@ -49,8 +50,6 @@ uint64_t CurrentRevision(v1::ClusterService::Stub* cluster, std::string* err) {
   return resp.revision();
 }
 
-// A training job with a rank on every device of `nodes`; hold-down set to
-// 0 s explicitly (unset means the 10 s default).
 std::string CreateJob(v1::JobService::Stub* jobs, const std::string& id, const std::vector<std::string>& nodes) {
   v1::CreateJobRequest req;
   v1::Job* job = req.mutable_job();
@@ -71,6 +70,8 @@ std::string CreateJob(v1::JobService::Stub* jobs, const std::string& id, const s
   auto st = jobs->CreateJob(ctx.get(), req, &resp);
   return st.ok() ? "" : "CreateJob " + id + ": " + StatusText(st);
 }
+
+namespace {
 
 std::string DeleteJob(v1::JobService::Stub* jobs, const std::string& id) {
   v1::DeleteJobRequest req;

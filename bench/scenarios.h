@@ -7,9 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "clusterd/v1/cluster.grpc.pb.h"
+#include "clusterd/v1/job.grpc.pb.h"
 #include "common.h"
 
 namespace clusterd::bench {
+
+// The current revision, or 0 and *err.
+uint64_t CurrentRevision(v1::ClusterService::Stub* cluster, std::string* err);
+// A training job with a rank on every device (kDevices) of `nodes`;
+// hold-down set to 0 s explicitly (unset means the 10 s default). "" or the
+// error.
+std::string CreateJob(v1::JobService::Stub* jobs, const std::string& id, const std::vector<std::string>& nodes);
 
 // Flags for the clusterd of scenarios 5, 6 and 8: no gate holds a decision back.
 std::vector<std::string> RecoveryClusterdArgs();

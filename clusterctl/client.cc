@@ -161,6 +161,13 @@ grpc::Status ClusterClient::GetIncident(const std::string& id, v1::GetIncidentRe
   return cluster_->GetIncident(&ctx, req, out);
 }
 
+grpc::Status ClusterClient::GetIncidentEvidence(const v1::GetIncidentEvidenceRequest& req,
+                                                v1::GetIncidentEvidenceResponse* out) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  return cluster_->GetIncidentEvidence(&ctx, req, out);
+}
+
 grpc::Status ClusterClient::Report(const v1::ReportRequest& req, v1::ReportResponse* out) {
   grpc::ClientContext ctx;
   Prepare(&ctx);

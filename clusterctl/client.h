@@ -52,6 +52,8 @@ class ClusterClient {
   grpc::Status GetIncident(const std::string& id, v1::GetIncidentResponse* out);
   // The pingmesh's loss matrix (docs/pingmesh.md), every page.
   grpc::Status ListAllLinks(v1::ListLinksRequest req, v1::ListLinksResponse* out);
+  // One page of an incident's evidence (one member's bundle).
+  grpc::Status GetIncidentEvidence(const v1::GetIncidentEvidenceRequest& req, v1::GetIncidentEvidenceResponse* out);
 
   // JobService. ListAllJobs follows every page: out holds all jobs.
   grpc::Status ListAllJobs(v1::ListJobsRequest req, v1::ListJobsResponse* out);

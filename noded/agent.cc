@@ -475,6 +475,40 @@ std::optional<DeviceStatus> Agent::DeviceReading(int32_t id) const {
   return it->second;
 }
 
+std::vector<std::pair<std::string, std::string>> Agent::EvidenceReadout() const {
+  std::lock_guard lock(mu_);
+  std::ostringstream acc;
+  if (device_infos_.empty()) acc << "no accelerator devices\n";
+  for (const DeviceInfo& d : device_infos_) {
+    acc << "device " << d.id << "  vendor " << d.vendor << "  model " << d.model << "  serial "
+        << (d.serial.empty() ? "-" : d.serial) << "  location " << (d.location.empty() ? "-" : d.location) << "\n";
+    auto it = devices_.find(d.id);
+    if (it == devices_.end()) {
+      acc << "  not read yet\n";
+      continue;
+    }
+    const DeviceStatus& r = it->second;
+    acc << "  healthy " << (r.healthy ? "yes" : "no") << "  health_raw " << r.health_raw;
+    if (r.temperature_c) acc << "  temperature_c " << *r.temperature_c;
+    if (r.power_w) acc << "  power_w " << *r.power_w;
+    acc << "\n  codes";
+    if (r.error_codes.empty()) acc << " none";
+    for (const std::string& c : r.error_codes) acc << " " << c;
+    acc << "\n";
+    if (!r.read_error.empty()) acc << "  read_error " << r.read_error << "\n";
+  }
+  std::ostringstream chain;
+  if (inventory_.chain().empty()) chain << "no chain links\n";
+  for (const auto& link : inventory_.chain()) {
+    chain << link.name() << "  " << v1::ChainLinkState_Name(link.state()) << "  " << link.version()
+          << (link.evidence().empty() ? "" : "  " + link.evidence()) << "\n";
+  }
+  std::ostringstream metrics;
+  std::map<std::string, double> sorted(metrics_.gauges().begin(), metrics_.gauges().end());
+  for (const auto& [name, value] : sorted) metrics << name << " " << value << "\n";
+  return {{"accelerator", acc.str()}, {"chain", chain.str()}, {"metrics", metrics.str()}};
+}
+
 v1::MetricSnapshot Agent::LatestMetrics() const {
   std::lock_guard lock(mu_);
   return metrics_;

@@ -18,6 +18,8 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "clusterd/v1/agent.pb.h"
 #include "common/clock.h"
@@ -83,6 +85,11 @@ class Agent {
   // The accelerator device's last reading (nullopt before the first poll or
   // for a device the backend did not return). Any thread.
   std::optional<DeviceStatus> DeviceReading(int32_t id) const;
+  // What an incident's evidence bundle holds of this agent's own view
+  // (noded/evidence.h): "accelerator" (every device and its last full
+  // reading), "chain" (the software chain), "metrics" (the last metric
+  // snapshot: the link counters among them). Any thread.
+  std::vector<std::pair<std::string, std::string>> EvidenceReadout() const;
 
  private:
   void Record(v1::FaultTransition t);

@@ -158,6 +158,65 @@ void DescribeIncident(Context& c, const v1::GetIncidentResponse& resp) {
   }
 }
 
+// "STORED", "FAILED" ...
+std::string EvidenceStateText(v1::EvidenceState s) {
+  std::string name = v1::EvidenceState_Name(s);
+  const std::string prefix = "EVIDENCE_STATE_";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+// describe incident ID --bundle [--node NODE]: every member's evidence state,
+// then each stored bundle (one page per member), or -o json: the pages.
+int DescribeIncidentEvidence(Context& c) {
+  if (auto e = CheckPositional(c, 1, 1, "incident id")) return *e;
+  v1::GetIncidentEvidenceRequest req;
+  req.set_id(c.args.positional[0]);
+  req.set_node(c.args.Get("node"));
+  bool first = true;
+  for (;;) {
+    v1::GetIncidentEvidenceResponse resp;
+    if (auto st = c.Client().GetIncidentEvidence(req, &resp); !st.ok()) {
+      return RpcFailure(c, "GetIncidentEvidence", st);
+    }
+    if (c.json()) {
+      c.out << ToJson(resp, true) << "\n";
+    } else {
+      if (first) {
+        c.out << "Evidence of incident " << Sanitize(req.id()) << " (" << resp.members_size() << " member(s)):\n";
+        if (resp.members().empty()) c.out << "  <none asked>\n";
+        for (const auto& m : resp.members()) {
+          c.out << "  " << Sanitize(m.node()) << "  " << EvidenceStateText(m.state())
+                << (m.state() == v1::EVIDENCE_STATE_STORED ? "  " + std::to_string(m.size_bytes()) + " bytes" : "")
+                << (m.detail().empty() ? "" : "  " + Sanitize(m.detail())) << "\n";
+        }
+      }
+      if (resp.has_bundle()) {
+        const v1::EvidenceBundle& b = resp.bundle();
+        c.out << "\n=== " << Sanitize(b.node()) << "  collected " << FormatTime(b.collect_time(), true) << "  "
+              << b.size_bytes() << " bytes\n";
+        for (const auto& s : b.sections()) {
+          c.out << "--- " << Sanitize(s.name()) << (s.truncated() ? " (truncated: the newest part kept)" : "")
+                << (s.error().empty() ? "" : " [" + Sanitize(s.error()) + "]") << "\n";
+          // The content is the node's own text (kernel log, tool output):
+          // printed line by line with control characters made visible.
+          size_t pos = 0;
+          const std::string& text = s.content();
+          while (pos < text.size()) {
+            size_t nl = text.find('\n', pos);
+            if (nl == std::string::npos) nl = text.size();
+            c.out << Sanitize(text.substr(pos, nl - pos)) << "\n";
+            pos = nl + 1;
+          }
+        }
+      }
+    }
+    first = false;
+    if (!req.node().empty() || resp.next_page_token().empty()) break;
+    req.set_page_token(resp.next_page_token());
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 std::vector<Command> DomainCommands() {
@@ -212,9 +271,20 @@ std::vector<Command> DomainCommands() {
       GetCommand(incidents, {"incidents", "incident"}, {{"domain", 0, true, false}, {"open", 0, false, false}},
                  "  get incidents [ID] [--domain LEVEL=NAME] [--open]\n"
                  "                                      incidents, newest first: domain, state, root, nodes hit\n"),
-      DescribeCommand(incidents, {"incident", "incidents"},
-                      "  describe incident ID                incident: root and its evidence, decisions, members\n"
-                      "                                      hit, timeline\n"),
+      [&] {
+        Command describe = DescribeCommand(
+            incidents, {"incident", "incidents"},
+            "  describe incident ID [--bundle [--node NODE]]\n"
+            "                                      incident: root and its evidence, decisions, members\n"
+            "                                      hit, timeline; --bundle: the members' evidence bundles\n");
+        describe.flags = {{"bundle", 0, false, false}, {"node", 0, true, false}};
+        describe.run = [plain = describe.run](Context& c) {
+          if (c.args.Has("bundle")) return DescribeIncidentEvidence(c);
+          if (c.args.Has("node")) return Usage(c, "--node goes with --bundle");
+          return plain(c);
+        };
+        return describe;
+      }(),
   };
   }
 

@@ -861,6 +861,22 @@ std::vector<ConfigKey> MakeTable() {
         "(subject to max_isolated_node_percent and incident_max_isolated_domains; dry-run records it only); 0: never");
   t.Add(U32("incident_max_isolated_domains", CLUSTERD_FIELD(incident_max_isolated_domains), 0, 100'000),
         "blast radius: at most this many domains isolated by open incidents at once");
+  t.Add(Bool("evidence_enabled", CLUSTERD_FIELD(evidence_enabled)),
+        "ask the member nodes of a new incident for a diagnostic bundle (kernel log, accelerator readout, chain, "
+        "link counters, vendor tools)");
+  t.Add(U64("evidence_max_bundle_bytes", CLUSTERD_FIELD(evidence_max_bundle_bytes), 1024, uint64_t{3} << 20),
+        "one member's bundle at most (encoded); larger ones are refused. Keep it under ha_max_entry_bytes with HA");
+  t.Add(U64("evidence_max_total_bytes", CLUSTERD_FIELD(evidence_max_total_bytes), 1024, uint64_t{1} << 40),
+        "all stored bundles at most: the oldest are deleted past it (at least evidence_max_bundle_bytes)");
+  t.Add(Dur("evidence_max_age", CLUSTERD_FIELD(evidence_max_age), std::chrono::seconds(1)),
+        "a stored bundle is deleted this long after it was stored");
+  t.Add(Dur("evidence_timeout", CLUSTERD_FIELD(evidence_timeout), std::chrono::seconds(1), std::chrono::hours(1)),
+        "an asked member's bundle comes within this (and a queued member's agent connects within it), or it failed");
+  t.Add(U32("evidence_max_in_flight", CLUSTERD_FIELD(evidence_max_in_flight), 1, 10'000),
+        "members asked for evidence at once, over all incidents (the rest wait in order)");
+  t.Add(
+      Dur("evidence_log_before", CLUSTERD_FIELD(evidence_log_before), std::chrono::seconds(0), std::chrono::hours(24)),
+      "the kernel-log excerpt starts this long before the member's first fault of the incident");
   return t.Take();
 }
 

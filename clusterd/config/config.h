@@ -403,6 +403,18 @@ struct ClusterdConfig {
   uint32_t incident_min_devices = 4;
   uint32_t incident_isolate_percent = 50;
   uint32_t incident_max_isolated_domains = 1;
+  // Evidence bundles (docs/domains.md, state/evidence.h): the member nodes
+  // of a new incident are asked for a diagnostic bundle, at most
+  // evidence_max_in_flight at once, each answering within evidence_timeout
+  // with at most evidence_max_bundle_bytes; stored bundles expire after
+  // evidence_max_age and past evidence_max_total_bytes (the oldest first).
+  bool evidence_enabled = true;
+  uint64_t evidence_max_bundle_bytes = uint64_t{512} << 10;
+  uint64_t evidence_max_total_bytes = uint64_t{64} << 20;
+  std::chrono::nanoseconds evidence_max_age = std::chrono::hours(24 * 7);
+  std::chrono::nanoseconds evidence_timeout = std::chrono::minutes(2);
+  uint32_t evidence_max_in_flight = 16;
+  std::chrono::nanoseconds evidence_log_before = std::chrono::minutes(1);
 };
 
 // One row of the table of keys (config.cc): everything about a setting is

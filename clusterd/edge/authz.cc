@@ -22,6 +22,8 @@ const std::vector<MethodRule>& MethodRules() {
       {"/clusterd.v1.ClusterService/GetIncident", kViewers},
       {"/clusterd.v1.ClusterService/ListIncidents", kViewers},
       {"/clusterd.v1.ClusterService/ListLinks", kViewers},
+      // Incident evidence holds kernel logs and tool output: operators.
+      {"/clusterd.v1.ClusterService/GetIncidentEvidence", kOperators},
       {"/clusterd.v1.JobService/GetJob", kViewers},
       {"/clusterd.v1.JobService/ListJobs", kViewers},
       {"/clusterd.v1.AdminService/GetAdminState", kViewers},

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "clusterd/state/evidence.h"
 #include "clusterd/state/pingmesh_rule.h"
 #include "clusterd/state/incidents.h"
 #include "clusterd/state/rules.h"
@@ -84,6 +85,17 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
   incidents.max_isolated_node_percent = cfg.max_isolated_node_percent;
   CLUSTERD_RETURN_IF_ERROR(ValidateIncidentPolicy(incidents));
   rules.policies.push_back(std::make_unique<IncidentRule>(*domains, incidents));
+  // After the incidents: it asks the members of the ones that changed.
+  EvidenceOptions evidence;
+  evidence.enabled = cfg.evidence_enabled;
+  evidence.max_bundle_bytes = cfg.evidence_max_bundle_bytes;
+  evidence.max_total_bytes = cfg.evidence_max_total_bytes;
+  evidence.max_age = cfg.evidence_max_age;
+  evidence.timeout = cfg.evidence_timeout;
+  evidence.max_in_flight = cfg.evidence_max_in_flight;
+  evidence.log_before = cfg.evidence_log_before;
+  CLUSTERD_RETURN_IF_ERROR(ValidateEvidenceOptions(evidence));
+  rules.policies.push_back(std::make_unique<EvidenceRule>(evidence));
   return rules;
 }
 

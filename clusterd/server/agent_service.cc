@@ -11,6 +11,7 @@
 #include "clusterd/edge/auth.h"
 #include "clusterd/edge/grpc_status.h"
 #include "clusterd/edge/stream_writer.h"
+#include "clusterd/state/evidence.h"
 #include "clusterd/state/validation_rule.h"
 #include "clusterd/state/pingmesh_rule.h"
 #include "common/duration.h"
@@ -205,6 +206,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
             if (auto* pingmesh = state.Attached<PingmeshRule>(); pingmesh && welcome.ok() && probe_port != 0) {
               pingmesh->AgentUp(hello->node_name(), session, probe_ip, probe_port);
             }
+            if (auto* evidence = state.Attached<EvidenceRule>(); evidence && welcome.ok()) {
+              evidence->AgentUp(hello->node_name(), session, hello->collects_evidence());
+            }
             return [self, welcome = std::move(welcome)] { self->OnWelcome(welcome); };
           });
     }
@@ -321,6 +325,27 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
               return [self] { self->OnApplied(Status::Ok()); };
             },
             /*write=*/false);
+      }
+      case v1::ConnectRequest::kEvidence: {
+        // This node's evidence of an incident it was asked about
+        // (docs/domains.md): one for another node or an incident it was not
+        // asked about is refused and ends the stream (PERMISSION_DENIED),
+        // changing nothing; one over the cap or sent twice is refused and
+        // logged.
+        if (service_->messages_other) service_->messages_other->Inc();
+        if (req_.evidence().incident_id().empty() || req_.evidence().incident_id().size() > 64) {
+          return InvalidArgument("evidence.incident_id: 1 to 64 characters");
+        }
+        ++inflight_;
+        return Submit([self, node = node_, bundle = std::move(*req_.mutable_evidence())](
+                          ClusterState& state, Mutation* m) mutable -> Engine::Done {
+          EvidenceRule* rule = state.Attached<EvidenceRule>();
+          Status st = rule == nullptr ? FailedPrecondition("this ClusterD collects no evidence")
+                                      : rule->ApplyBundle(state, node, std::move(bundle), m);
+          if (st.ok() || st.code() == StatusCode::kPermissionDenied) return [self, st] { self->OnApplied(st); };
+          GetLogger("agent")->warn("evidence from node {} refused: {}", node, st.ToString());
+          return [self] { self->OnApplied(Status::Ok()); };
+        });
       }
       default: return InvalidArgument("empty or unknown message");
     }

@@ -73,6 +73,9 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   // The pingmesh's loss matrix (state/pingmesh_rule.h, docs/pingmesh.md).
   grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* ctx, const v1::ListLinksRequest* req,
                                       v1::ListLinksResponse* resp) override;
+  grpc::ServerUnaryReactor* GetIncidentEvidence(grpc::CallbackServerContext* ctx,
+                                                const v1::GetIncidentEvidenceRequest* req,
+                                                v1::GetIncidentEvidenceResponse* resp) override;
 
   // Events at or below it are no longer in the history.
   uint64_t compacted_revision() const { return compacted_ ? compacted_() : state_()->compacted_revision(); }

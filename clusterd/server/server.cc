@@ -54,6 +54,7 @@
 #include "clusterd/edge/tls.h"
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/evidence.h"
 #include "clusterd/state/incidents.h"
 #include "clusterd/state/response_limits.h"
 #include "clusterd/storage/rocksdb_store.h"
@@ -261,6 +262,18 @@ Status ClusterdServer::Impl::OpenState() {
     }
     incidents->SetMetrics(&metrics.AddCounter("clusterd_incidents_opened_total", "incidents opened"), std::move(open),
                           std::move(isolated));
+    // Per domain level: the domains degraded now (a faulted member or an
+    // open incident), counted at each scrape under the state's lock.
+    for (const DomainLevel& level : incidents->model().levels()) {
+      metrics.AddCallbackGauge("clusterd_domains_degraded",
+                               "domains with a member at SUB_HEALTH or worse or an open incident, per level",
+                               [this, incidents, name = level.name] {
+                                 return static_cast<double>(state->Read([&](const StateView& v) {
+                                   return DegradedDomainsByLevel(v, incidents->model(), incidents)[name];
+                                 }));
+                               },
+                               {{"level", level.name}});
+    }
   }
   rules.AttachTo(state.get());
   if (ValidationRule* validation = state->Attached<ValidationRule>()) {
@@ -284,6 +297,31 @@ Status ClusterdServer::Impl::OpenState() {
     metrics.AddCallbackGauge("clusterd_pingmesh_results_dropped",
                              "Probe results dropped: a window held pingmesh max pairs already.",
                              [pingmesh] { return static_cast<double>(pingmesh->dropped()); });
+  }
+  if (auto* evidence = state->Attached<EvidenceRule>()) {
+    evidence->set_outbox(&outbox);
+    EvidenceMetrics em;
+    em.asked =
+        &metrics.AddCounter("clusterd_evidence_requests_total", "Member nodes asked for an incident's evidence.");
+    em.stored = &metrics.AddCounter("clusterd_evidence_bundles_stored_total", "Evidence bundles stored.");
+    em.failed = &metrics.AddCounter("clusterd_evidence_failed_total",
+                                    "Members whose evidence failed (no bundle in time, the agent collects none).");
+    em.refused = &metrics.AddCounter(
+        "clusterd_evidence_bundles_refused_total",
+        "Evidence bundles refused: not asked for, for another node, over evidence_max_bundle_bytes, or twice.");
+    em.dropped = &metrics.AddCounter("clusterd_evidence_members_dropped_total",
+                                     "Incident members not asked for evidence: the tracked members' bound reached.");
+    em.expired_age = &metrics.AddCounter("clusterd_evidence_bundles_expired_total",
+                                         "Evidence bundles deleted, by evidence_max_age or evidence_max_total_bytes.",
+                                         {{"reason", "age"}});
+    em.expired_size = &metrics.AddCounter("clusterd_evidence_bundles_expired_total",
+                                          "Evidence bundles deleted, by evidence_max_age or evidence_max_total_bytes.",
+                                          {{"reason", "size"}});
+    em.bytes = &metrics.AddGauge("clusterd_evidence_bytes", "Bytes of the stored evidence bundles.");
+    em.bundles = &metrics.AddGauge("clusterd_evidence_bundles", "Evidence bundles stored.");
+    em.in_flight = &metrics.AddGauge("clusterd_evidence_in_flight", "Members asked for evidence, not answered yet.");
+    em.queued = &metrics.AddGauge("clusterd_evidence_queued", "Members waiting to be asked for evidence.");
+    evidence->set_metrics(em);
   }
   state->set_recoveries_caused_window(cfg.repeat_offender_window);
   state->set_release_chain_check(cfg.release_chain_check == "always"  ? ClusterState::ReleaseChainCheck::kAlways

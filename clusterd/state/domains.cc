@@ -152,4 +152,28 @@ StatusOr<v1::ListDomainsResponse> ListDomains(const StateView& view, const Domai
   return out;
 }
 
+std::map<std::string, uint32_t> DegradedDomainsByLevel(const StateView& view, const DomainModel& model,
+                                                       const IncidentLookup* incidents) {
+  std::map<std::string, uint32_t> out;
+  for (const DomainLevel& level : model.levels()) out[level.name] = 0;
+  std::map<std::string, bool> degraded;  // DomainKey -> degraded
+  std::map<std::string, std::string> level_of;
+  for (const auto& [name, n] : view.node_states()) {
+    const v1::Node& node = n.record.node();
+    bool faulted = node.worst_level() >= v1::FAULT_LEVEL_SUB_HEALTH || node.health() == v1::HEALTH_UNKNOWN;
+    for (const auto& [id, dev] : n.devices) faulted = faulted || dev.worst_level() >= v1::FAULT_LEVEL_SUB_HEALTH;
+    for (const v1::DomainRef& ref : model.Of(node)) {
+      const std::string key = DomainKey(ref);
+      bool& d = degraded[key];
+      d = d || faulted;
+      level_of.try_emplace(key, ref.level());
+    }
+  }
+  for (const auto& [key, d] : degraded) {
+    bool isolated = false;
+    if (d || (incidents != nullptr && !incidents->OpenIncidentOf(key, &isolated).empty())) ++out[level_of[key]];
+  }
+  return out;
+}
+
 }  // namespace clusterd

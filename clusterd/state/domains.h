@@ -101,4 +101,12 @@ class IncidentLookup {
 StatusOr<v1::ListDomainsResponse> ListDomains(const StateView& view, const DomainModel& model,
                                               const IncidentLookup* incidents, const v1::ListDomainsRequest& req);
 
+// Per configured level (each present, 0 when none), the domains that are
+// degraded: a member node or chip with an active fault at SUB_HEALTH or
+// worse (or a node UNKNOWN), or an open incident, as ListDomains'
+// degraded_only counts them (the metric clusterd_domains_degraded{level}).
+// One walk over the nodes, under the state's lock. `incidents` may be null.
+std::map<std::string, uint32_t> DegradedDomainsByLevel(const StateView& view, const DomainModel& model,
+                                                       const IncidentLookup* incidents);
+
 }  // namespace clusterd

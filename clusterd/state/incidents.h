@@ -100,6 +100,13 @@ class IncidentRule final : public WriterRule, public IncidentLookup {
   std::string OpenIncidentOf(const std::string& domain_key, bool* isolated) const override;
   // The DomainKeys of the domains with an open incident.
   std::set<std::string> OpenDomains() const;
+  // DomainKey -> the id of its open incident.
+  const std::map<std::string, std::string>& open_by_domain() const { return open_by_domain_; }
+  // The incident (open or closed), or null.
+  const v1::Incident* Find(const std::string& id) const {
+    auto it = incidents_.find(id);
+    return it == incidents_.end() ? nullptr : &it->second;
+  }
   // The open incident whose members include the fault's member (its node, or
   // its chip), or null.
   const v1::Incident* IncidentOf(const StateView& state, const v1::Fault& fault) const;

@@ -45,6 +45,12 @@ inline constexpr std::string_view kMetaOmPrefix = "mindcluster/om/";
 // change has its revision and an INCIDENT_* event; the closed incidents
 // beyond the newest 1000 are deleted.
 inline constexpr std::string_view kMetaIncidentPrefix = "incidents/";
+// Prefix of the keys "evidence/<incident id>/<node>"; value:
+// clusterd.v1.EvidenceBundle (a member node's diagnostic bundle of an
+// incident, docs/domains.md). Not cluster state: no revision, no event;
+// deleted by age (evidence_max_age) and by total size
+// (evidence_max_total_bytes, the oldest first).
+inline constexpr std::string_view kMetaEvidencePrefix = "evidence/";
 
 inline constexpr uint64_t kSchemaVersion = 1;
 

@@ -97,6 +97,16 @@ const ConfigSetters<NodedConfig>& Setters() {
          c->validation_commands_file = v;
          return Status::Ok();
        }},
+      {"evidence", [](const std::string& v, NodedConfig* c) { return SetBool("evidence", v, &c->evidence); }},
+      {"evidence_commands_file",
+       [](const std::string& v, NodedConfig* c) {
+         c->evidence_commands_file = v;
+         return Status::Ok();
+       }},
+      {"evidence_max_bytes",
+       [](const std::string& v, NodedConfig* c) {
+         return SetU64("evidence_max_bytes", v, 1024, uint64_t{3} << 20, &c->evidence_max_bytes);
+       }},
       {"ascend_path",
        [](const std::string& v, NodedConfig* c) {
          if (v.empty() || v[0] != '/') return InvalidArgument("ascend_path: must be an absolute path (under root)");
@@ -374,6 +384,11 @@ Flags (the JSON config file takes the same keys with '_'):
   --rules-file FILE         JSON rules merged over the defaults
   --validation-commands-file FILE
                             commands a validation runs per vendor and model (docs/validation.md)
+  --evidence BOOL           collect incidents' evidence bundles when ClusterD asks (default true;
+                            docs/domains.md)
+  --evidence-commands-file FILE
+                            vendor tools a bundle runs, each with a timeout and a size cap
+  --evidence-max-bytes N    a bundle at most (default 524288)
   --ascend-path DIR         where Ascend's driver and CANN are installed, under root
                             (default /usr/local/Ascend)
   --expected-chips N        NPUs the node should have (default 0: the backend's count)

@@ -32,6 +32,13 @@ struct NodedConfig {
   // The commands a validation runs per vendor and model (docs/validation.md);
   // "": only the built-in check.
   std::string validation_commands_file;
+  // Evidence bundles of incidents (docs/domains.md): collected when ClusterD
+  // asks (kernel log from kmsg_path, the accelerator readout, chain,
+  // metrics, and the vendor tools of evidence_commands_file), at most
+  // evidence_max_bytes a bundle.
+  bool evidence = true;
+  std::string evidence_commands_file;
+  uint64_t evidence_max_bytes = uint64_t{512} << 10;
   // The accelerator software chain (docs/noded.md): where Ascend is
   // installed (under root), the chips expected (0: the backend's count), how
   // often it is read for its faults (0: only at start, no faults).

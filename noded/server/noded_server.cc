@@ -22,6 +22,7 @@
 #include "noded/outbox.h"
 #include "noded/server/pod_resources.h"
 #include "noded/server/stream_client.h"
+#include "noded/evidence.h"
 #include "noded/validator.h"
 
 namespace clusterd::noded {
@@ -36,6 +37,8 @@ struct NodedServer::Impl {
   std::unique_ptr<ProgressFiles> progress;  // job progress files, read by the stream
   // Runs ClusterD's validation requests; outlives the stream that feeds it.
   std::unique_ptr<Validator> validator;
+  // Collects incidents' evidence bundles; null when off.
+  std::unique_ptr<EvidenceCollector> evidence;
   std::unique_ptr<StreamClient> stream;
   std::unique_ptr<PodResourcesWatcher> pod_resources;  // null when disabled
   std::unique_ptr<WatchedTokenFile> http_token;        // http_token_file; null without it
@@ -111,6 +114,34 @@ struct NodedServer::Impl {
                              [this] { return static_cast<double>(validator->running()); });
     metrics.AddCallbackGauge("noded_validation_duplicates", "Validation requests asked again (answered, not rerun).",
                              [this] { return static_cast<double>(validator->duplicates()); });
+    return Status::Ok();
+  }
+
+  // Incidents' evidence bundles (docs/domains.md): the kernel log from
+  // kmsg_path, the agent's readout, the vendor tools of
+  // evidence_commands_file.
+  Status MakeEvidence() {
+    if (!config.evidence) return Status::Ok();
+    EvidenceCollectorOptions eo;
+    eo.kmsg_path = config.kmsg_path;
+    eo.max_bytes = config.evidence_max_bytes;
+    if (!config.evidence_commands_file.empty()) {
+      auto text = ReadFileToString(config.evidence_commands_file);
+      if (!text.ok()) return InvalidArgument("evidence_commands_file: " + text.status().message());
+      auto commands = ParseEvidenceCommands(*text);
+      if (!commands.ok()) return InvalidArgument("evidence_commands_file: " + commands.status().message());
+      eo.commands = std::move(*commands);
+    }
+    const Agent* a = agent.get();
+    evidence = std::make_unique<EvidenceCollector>(
+        std::move(eo), [a] { return a->EvidenceReadout(); },
+        [this] {
+          if (stream) stream->Notify();
+        });
+    metrics.AddCallbackGauge("noded_evidence_bundles_collected", "Incident evidence bundles collected.",
+                             [this] { return static_cast<double>(evidence->collected()); });
+    metrics.AddCallbackGauge("noded_evidence_requests_dropped", "Incident evidence requests dropped: too many waiting.",
+                             [this] { return static_cast<double>(evidence->dropped()); });
     return Status::Ok();
   }
 
@@ -368,6 +399,8 @@ Status NodedServer::Start() {
 
   CLUSTERD_RETURN_IF_ERROR(s.MakeValidator());
   StreamOptions so;
+  CLUSTERD_RETURN_IF_ERROR(s.MakeEvidence());
+  so.evidence = s.evidence.get();
   so.validator = s.validator.get();
   so.node_name = cfg.node_name;
   so.server = cfg.server;

@@ -140,6 +140,7 @@ bool StreamClient::Session() {
   hello.mutable_hello()->set_epoch(outbox_->epoch());
   hello.mutable_hello()->set_instance_id(outbox_->instance_id());
   if (options_.pingmesh != nullptr) hello.mutable_hello()->set_probe_address(options_.probe_address);
+  hello.mutable_hello()->set_collects_evidence(options_.evidence != nullptr);
   for (auto& r : snapshot.active) *hello.mutable_hello()->add_active_faults() = std::move(r);
   v1::ConnectResponse resp;
   if (!stream->Write(hello) || !stream->Read(&resp) || !resp.has_welcome()) {
@@ -171,6 +172,16 @@ bool StreamClient::Session() {
           continue;
         }
         options_.validator->Submit(in.validation());
+        continue;
+      }
+      if (in.has_evidence_request()) {
+        if (options_.evidence == nullptr) continue;
+        if (in.evidence_request().node() != options_.node_name) {
+          log->warn("evidence request of incident {} for node {} refused: this is node {}",
+                    in.evidence_request().incident_id(), in.evidence_request().node(), options_.node_name);
+          continue;
+        }
+        options_.evidence->Submit(in.evidence_request());
         continue;
       }
       if (in.has_probe_plan()) {
@@ -265,6 +276,16 @@ bool StreamClient::Session() {
       for (auto& r : options_.validator->TakeReady()) {
         v1::ConnectRequest req;
         *req.mutable_validation_result() = std::move(r);
+        if (!(ok = stream->Write(req))) break;
+      }
+    }
+    // Evidence bundles (docs/domains.md): one lost with a broken stream is
+    // not sent again (ClusterD asks again after its restart, or marks it
+    // failed at its timeout).
+    if (ok && options_.evidence != nullptr) {
+      for (auto& b : options_.evidence->TakeReady()) {
+        v1::ConnectRequest req;
+        *req.mutable_evidence() = std::move(b);
         if (!(ok = stream->Write(req))) break;
       }
     }

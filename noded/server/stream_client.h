@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "noded/agent.h"
 #include "noded/collectors/progress.h"
+#include "noded/evidence.h"
 #include "noded/outbox.h"
 #include "noded/validator.h"
 #include "noded/pingmesh.h"
@@ -51,6 +52,10 @@ struct StreamOptions {
   // out on the stream.
   PingmeshWorker* pingmesh = nullptr;
   std::string probe_address;  // "ip:port" or ":port"
+  // Collects incidents' evidence bundles (docs/domains.md; borrowed, null:
+  // off): its hello says so, ClusterD's requests go to it and its bundles
+  // out on the stream.
+  EvidenceCollector* evidence = nullptr;
 };
 
 class StreamClient {

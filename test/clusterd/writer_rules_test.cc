@@ -147,7 +147,7 @@ TEST_F(WriterRulesTest, TheEngineRunsThePoliciesThenTheCoordinatorInTheRootsOrde
   std::vector<std::string> names;
   for (WriterRule* r : rules_.Ordered(coordinator_.get())) names.emplace_back(r->name());
   EXPECT_EQ(names, (std::vector<std::string>{"auto-clear", "separation", "chain-drift", "repeat-offenders",
-                                             "validation", "pingmesh", "incidents", "recoveries"}));
+                                             "validation", "pingmesh", "incidents", "evidence", "recoveries"}));
   EXPECT_NE(state_->Attached<SeparationRule>(), nullptr);
   EXPECT_EQ(state_->Attached<SeparationRule>()->policy().threshold, config_.separation_threshold);
 }
