@@ -349,50 +349,52 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ListLinks(grpc::CallbackServerCont
   if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/ListLinks")) return refused;
   auto st = state_();
   return AnswerQuery(ctx, st.get(), resp, [req, st](const StateView& /*state*/) { return ListLinksWith(*st, *req); });
-  grpc::ServerUnaryReactor* ClusterServiceImpl::GetIncidentEvidence(grpc::CallbackServerContext * ctx,
-                                                                    const v1::GetIncidentEvidenceRequest* req,
-                                                                    v1::GetIncidentEvidenceResponse* resp) {
-    if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetIncidentEvidence")) return refused;
-    auto st = state_();
-    return AnswerQuery(ctx, st.get(), resp,
-                       [req, st](const StateView& /*state*/) -> StatusOr<v1::GetIncidentEvidenceResponse> {
-                         const EvidenceRule* rule = st->Attached<EvidenceRule>();
-                         if (rule == nullptr) {
-                           return Unavailable("no incident evidence on this replica (a standby): ask the leader");
-                         }
-                         return rule->Get(IncidentsOf(*st), *req);
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::GetIncidentEvidence(grpc::CallbackServerContext* ctx,
+                                                                  const v1::GetIncidentEvidenceRequest* req,
+                                                                  v1::GetIncidentEvidenceResponse* resp) {
+  if (auto* refused = RefuseUnary(ctx, *auth_, "/clusterd.v1.ClusterService/GetIncidentEvidence")) return refused;
+  auto st = state_();
+  return AnswerQuery(ctx, st.get(), resp,
+                     [req, st](const StateView& /*state*/) -> StatusOr<v1::GetIncidentEvidenceResponse> {
+                       const EvidenceRule* rule = st->Attached<EvidenceRule>();
+                       if (rule == nullptr) {
+                         return Unavailable("no incident evidence on this replica (a standby): ask the leader");
+                       }
+                       return rule->Get(IncidentsOf(*st), *req);
+                     });
+}
+
+grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,
+                                                                       const v1::WatchRequest* req) {
+  auto reactor = std::make_shared<WatchReactor>(this, ctx);
+  WatchReactor* raw = reactor.get();
+  raw->Begin(std::move(reactor), *req);
+  return raw;
+}
+
+grpc::ServerUnaryReactor* FaultServiceImpl::Report(grpc::CallbackServerContext* ctx, const v1::ReportRequest* req,
+                                                   v1::ReportResponse* resp) {
+  // Who first: a caller that may not report learns nothing from validation.
+  auto who = auth_->Authorize(*ctx, "/clusterd.v1.FaultService/Report");
+  if (!who.ok()) return FinishUnary(ctx, who.status());
+  // Validated here, once: the writer takes it as is.
+  auto valid = Validate(*req);
+  if (!valid.ok()) return FinishUnary(ctx, valid.status());
+  // A reporter reports, and clears, only under its own name.
+  if (!MayReportAs(*who, req->reporter())) {
+    return FinishUnary(ctx, auth_->Deny(*who, "/clusterd.v1.FaultService/Report",
+                                        "may report only as reporter \"" + ReporterScope(*who) + "\", not \"" +
+                                            req->reporter() + "\""));
+  }
+  return SubmitWriteAs(ctx, engine_, std::move(*who),
+                       [valid = *valid, resp](const Principal&, ClusterState& state, Mutation* m) {
+                         auto result = state.ApplyReport(valid, m);
+                         if (!result.ok()) return result.status();
+                         *resp = std::move(*result);
+                         return Status::Ok();
                        });
-  }
-
-  grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext * ctx,
-                                                                         const v1::WatchRequest* req) {
-    auto reactor = std::make_shared<WatchReactor>(this, ctx);
-    WatchReactor* raw = reactor.get();
-    raw->Begin(std::move(reactor), *req);
-    return raw;
-  }
-
-  grpc::ServerUnaryReactor* FaultServiceImpl::Report(grpc::CallbackServerContext * ctx, const v1::ReportRequest* req,
-                                                     v1::ReportResponse* resp) {
-    // Who first: a caller that may not report learns nothing from validation.
-    auto who = auth_->Authorize(*ctx, "/clusterd.v1.FaultService/Report");
-    if (!who.ok()) return FinishUnary(ctx, who.status());
-    // Validated here, once: the writer takes it as is.
-    auto valid = Validate(*req);
-    if (!valid.ok()) return FinishUnary(ctx, valid.status());
-    // A reporter reports, and clears, only under its own name.
-    if (!MayReportAs(*who, req->reporter())) {
-      return FinishUnary(ctx, auth_->Deny(*who, "/clusterd.v1.FaultService/Report",
-                                          "may report only as reporter \"" + ReporterScope(*who) + "\", not \"" +
-                                              req->reporter() + "\""));
-    }
-    return SubmitWriteAs(ctx, engine_, std::move(*who),
-                         [valid = *valid, resp](const Principal&, ClusterState& state, Mutation* m) {
-                           auto result = state.ApplyReport(valid, m);
-                           if (!result.ok()) return result.status();
-                           *resp = std::move(*result);
-                           return Status::Ok();
-                         });
-  }
+}
 
 }  // namespace clusterd
