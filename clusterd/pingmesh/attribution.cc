@@ -130,51 +130,43 @@ std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::
   return findings;
 }
 
-std::vector<std::string> Explain(const std::vector<PairStats>& directions, const std::vector<Finding>& findings,
-                                 const std::vector<ProbeDomain>& domains, const AttributionRules& rules) {
-  std::set<std::string> faulty_nodes;
-  std::set<std::pair<std::string, std::string>> links;
-  std::vector<const ProbeDomain*> faulty_domains;
+Explainer::Explainer(const std::vector<Finding>& findings, const std::vector<ProbeDomain>& domains,
+                     const AttributionRules& rules)
+    : rules_(rules) {
   for (const auto& f : findings) {
     switch (f.kind) {
-      case FindingKind::kNode: faulty_nodes.insert(f.subject); break;
-      case FindingKind::kLink: links.emplace(f.subject, f.peer); break;
+      case FindingKind::kNode: faulty_nodes_.insert(f.subject); break;
+      case FindingKind::kLink: links_.emplace(f.subject, f.peer); break;
       case FindingKind::kDomain:
         for (const auto& d : domains) {
-          if (d.id == f.subject) faulty_domains.push_back(&d);
+          if (d.id == f.subject) faulty_domains_.push_back(&d);
         }
         break;
     }
   }
+}
+
+std::string Explainer::Of(const PairStats& p) const {
+  const uint32_t lost = std::min(p.lost, p.sent);
+  if (p.sent < rules_.min_sent || static_cast<double>(lost) < rules_.bad_loss * static_cast<double>(p.sent)) return "";
   auto member = [](const ProbeDomain& d, const std::string& node) {
     return std::binary_search(d.members.begin(), d.members.end(), node);
   };
+  for (const ProbeDomain* d : faulty_domains_) {
+    if (member(*d, p.source) && member(*d, p.target)) return "domain:" + d->id;
+  }
+  if (faulty_nodes_.contains(p.target)) return "node:" + p.target;
+  if (faulty_nodes_.contains(p.source)) return "node:" + p.source;
+  if (links_.contains(std::minmax(p.source, p.target))) return "link";
+  return "bad";
+}
+
+std::vector<std::string> Explain(const std::vector<PairStats>& directions, const std::vector<Finding>& findings,
+                                 const std::vector<ProbeDomain>& domains, const AttributionRules& rules) {
+  const Explainer explain(findings, domains, rules);
   std::vector<std::string> out;
   out.reserve(directions.size());
-  for (const auto& p : directions) {
-    const uint32_t lost = std::min(p.lost, p.sent);
-    if (p.sent < rules.min_sent || static_cast<double>(lost) < rules.bad_loss * static_cast<double>(p.sent)) {
-      out.emplace_back();
-      continue;
-    }
-    std::string verdict = "bad";
-    for (const ProbeDomain* d : faulty_domains) {
-      if (member(*d, p.source) && member(*d, p.target)) {
-        verdict = "domain:" + d->id;
-        break;
-      }
-    }
-    if (verdict == "bad") {
-      if (faulty_nodes.contains(p.target)) {
-        verdict = "node:" + p.target;
-      } else if (faulty_nodes.contains(p.source)) {
-        verdict = "node:" + p.source;
-      } else if (links.contains(std::minmax(p.source, p.target))) {
-        verdict = "link";
-      }
-    }
-    out.push_back(std::move(verdict));
-  }
+  for (const auto& p : directions) out.push_back(explain.Of(p));
   return out;
 }
 

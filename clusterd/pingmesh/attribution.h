@@ -85,6 +85,21 @@ std::vector<Finding> Attribute(const std::vector<PairStats>& window, const std::
 std::vector<std::string> Explain(const std::vector<PairStats>& directions, const std::vector<Finding>& findings,
                                  const std::vector<ProbeDomain>& domains, const AttributionRules& rules);
 
+// Explain one direction at a time: the findings indexed once, for a page of
+// the loss matrix. Borrows `domains` and `rules`, which must outlive it.
+class Explainer {
+ public:
+  Explainer(const std::vector<Finding>& findings, const std::vector<ProbeDomain>& domains,
+            const AttributionRules& rules);
+  std::string Of(const PairStats& direction) const;
+
+ private:
+  const AttributionRules& rules_;
+  std::set<std::string> faulty_nodes_;
+  std::set<std::pair<std::string, std::string>> links_;
+  std::vector<const ProbeDomain*> faulty_domains_;
+};
+
 // Hysteresis: a finding becomes active after raise_after windows in a row
 // and stops after clear_after windows in a row without it. Windows that did
 // not judge it (no data: a pair of a large domain is probed only every few

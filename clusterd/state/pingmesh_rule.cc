@@ -307,7 +307,6 @@ void PingmeshRule::KeepJudgedWindow(std::vector<pingmesh::PairStats> results, st
                                     std::vector<pingmesh::ProbeDomain> domains) {
   JudgedWindow w;
   w.end = google::protobuf::util::TimeUtil::GetCurrentTime();
-  w.verdicts = pingmesh::Explain(results, findings, domains, policy_.rules);
   w.directions = std::move(results);
   w.findings = std::move(findings);
   w.domains = std::move(domains);
@@ -326,6 +325,14 @@ StatusOr<v1::ListLinksResponse> PingmeshRule::ListLinks(const v1::ListLinksReque
   auto page = ParsePage(req.page_size(), req.page_token());
   if (!page.ok()) return page.status();
   if (!req.node().empty()) CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node", req.node()));
+  // Checked before anything is answered: a bad filter is refused even
+  // before the first window is judged.
+  std::string domain_key;
+  if (!req.domain().empty()) {
+    auto ref = ParseDomainRef(req.domain());
+    if (!ref.ok()) return ref.status();
+    domain_key = DomainKey(*ref);
+  }
   const pingmesh::ProbeDomain* domain = nullptr;
   v1::ListLinksResponse out;
   out.set_rounds(stats_.rounds.load());
@@ -359,23 +366,21 @@ StatusOr<v1::ListLinksResponse> PingmeshRule::ListLinks(const v1::ListLinksReque
   const JudgedWindow& w = *last_window_;
   *out.mutable_window_end() = w.end;
   *out.mutable_window() = PingmeshDuration(policy_.window);
-  if (!req.domain().empty()) {
-    auto ref = ParseDomainRef(req.domain());
-    if (!ref.ok()) return ref.status();
-    const std::string key = DomainKey(*ref);
-    auto it = std::find_if(w.domains.begin(), w.domains.end(), [&](const auto& d) { return d.id == key; });
-    if (it == w.domains.end()) return NotFound("domain " + key + " was not probed in the last window");
+  if (!domain_key.empty()) {
+    auto it = std::find_if(w.domains.begin(), w.domains.end(), [&](const auto& d) { return d.id == domain_key; });
+    if (it == w.domains.end()) return NotFound("domain " + domain_key + " was not probed in the last window");
     domain = &*it;
   }
   auto member = [domain](const std::string& node) {
     return std::binary_search(domain->members.begin(), domain->members.end(), node);
   };
+  // What accounts for each listed direction, worked out for the page only.
+  const pingmesh::Explainer explain(w.findings, w.domains, policy_.rules);
   PageBudget budget(page->size);
   int32_t total = 0;
   bool full = false;
   std::string last;
-  for (size_t i = 0; i < w.directions.size(); ++i) {
-    const pingmesh::PairStats& d = w.directions[i];
+  for (const pingmesh::PairStats& d : w.directions) {
     if (!req.node().empty() && d.source != req.node() && d.target != req.node()) continue;
     if (domain != nullptr && !(member(d.source) && member(d.target))) continue;
     if (req.lossy_only() && d.lost == 0) continue;
@@ -393,7 +398,7 @@ StatusOr<v1::ListLinksResponse> PingmeshRule::ListLinks(const v1::ListLinksReque
       *link.mutable_rtt_mean() = PingmeshDuration(std::chrono::microseconds(d.rtt_sum_us / replies));
       *link.mutable_rtt_max() = PingmeshDuration(std::chrono::microseconds(d.rtt_max_us));
     }
-    link.set_finding(w.verdicts[i]);
+    link.set_finding(explain.Of(d));
     if (!budget.Take(link.ByteSizeLong())) {
       if (!last.empty()) out.set_next_page_token(storage::HexEncode(last));
       full = true;

@@ -123,12 +123,11 @@ class PingmeshRule final : public WriterRule {
   };
   std::map<std::pair<std::string, std::string>, Counts> window_;
   // The last judged window, for ListLinks: its directions (sorted by
-  // source, target), what the attribution made of each, its findings and
-  // the domains it was judged over.
+  // source, target), its findings and the domains it was judged over (what
+  // accounts for each direction is worked out per page).
   struct JudgedWindow {
     google::protobuf::Timestamp end;
     std::vector<pingmesh::PairStats> directions;
-    std::vector<std::string> verdicts;
     std::vector<pingmesh::Finding> findings;
     std::vector<pingmesh::ProbeDomain> domains;
   };

@@ -149,6 +149,9 @@ TEST_F(PingmeshRuleTest, ListLinksShowsTheLastWindowsMatrixFilteredAndPaged) {
     ASSERT_TRUE(before.ok()) << before.status().ToString();
     EXPECT_EQ(before->links_size(), 0) << "no judged window yet";
     EXPECT_FALSE(before->has_window_end());
+    v1::ListLinksRequest bad;
+    bad.set_domain("rack");
+    EXPECT_EQ(rule_->ListLinks(bad).status().code(), StatusCode::kInvalidArgument) << "refused before any window too";
   }
   auto cable = [](const std::string& s, const std::string& t) {
     return (s == "n1" && t == "n5") || (s == "n5" && t == "n1") ? 10u : 0u;
