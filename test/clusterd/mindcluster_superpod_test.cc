@@ -5,6 +5,26 @@
 // skipped with a reason, the reference's bounds; and the findings MindCluster
 // NodeD's pingmesh reports (public faults of the resource "pingmesh") taken
 // as ClusterD faults of the right node and chip.
+//
+// What the stand-ins encode, checked against the reference (Ascend/mind-cluster):
+//   - ConfigMap name super-pod-<id>, namespace cluster-system, label
+//     app=pingmesh, key superPodDevice, the rack map left out:
+//     component/clusterd/pkg/application/pingmesh/publisher.go
+//     (updateSuperPodDeviceCM), component/ascend-common/api/consts.go (ClusterNS);
+//   - the JSON shape (Version, SuperPodID, NodeDeviceMap of NodeName,
+//     ServerID, DeviceMap; ServerType left out):
+//     component/ascend-common/api/superpoddevice.go;
+//   - the Node annotations superPodID, serverIndex, serverType and
+//     baseDeviceInfos, "Ascend910-<phy id>" -> SuperDeviceID, at most 128
+//     chips: component/clusterd/pkg/domain/node/node_storage.go
+//     (GetNodeDeviceAndSuperPodID, getNodeDevice);
+//   - Version from the node's server type, the SuperPoD bounds:
+//     component/clusterd/pkg/domain/superpod/superpod_storage.go;
+//   - a natural-number SuperPoD id only:
+//     component/clusterd/pkg/application/pingmesh/collector.go (NodeCollector);
+//   - the findings as public faults of the resource "pingmesh":
+//     component/noded/pkg/pingmesh/resulthandler/cmreporter/fault_analyze.go,
+//     component/clusterd/build/publicFaultConfiguration.json.
 #include <cstdio>
 #include <set>
 #include <string>
