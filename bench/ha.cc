@@ -146,9 +146,32 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   int lead = wait_leader(-1, 60);
   if (lead < 0) return "scenario 11: no replica became the leader within 60 s";
   std::cerr << "[bench] scenario 11: HA ingest against leader r" << lead << "\n";
+  // Where the closed loop's time goes on the leader: its appends (one etcd
+  // transaction each), their latency and the log's bytes before and after
+  // compression.
+  const std::vector<std::string> kLogMetrics = {
+      "clusterd_ha_log_appends_total", "clusterd_ha_log_append_duration_seconds_sum",
+      "clusterd_ha_log_change_bytes_total", "clusterd_ha_log_stored_bytes_total"};
+  auto log_metrics = [&] {
+    std::vector<double> v;
+    for (const auto& m : kLogMetrics) v.push_back(replicas[lead]->Metric(m));
+    return v;
+  };
+  const std::vector<double> log0 = log_metrics();
   auto ha_tput = DriveAgents(replicas[lead]->target(), "ha", o.streams, o.duration_s, 0);
+  const std::vector<double> log1 = log_metrics();
   auto ha_lat = DriveAgents(replicas[lead]->target(), "ha-lat", o.streams, o.duration_s, o.rate);
   const double appends = replicas[lead]->Metric("clusterd_ha_log_appends_total");
+  const double tput_appends = log1[0] - log0[0];
+  json log_json = {
+      {"appends", tput_appends},
+      {"appends_per_s", tput_appends / ha_tput.window_s},
+      {"transitions_per_append", tput_appends > 0 ? ha_tput.acked_per_s * ha_tput.window_s / tput_appends : NAN},
+      {"append_ms_mean", tput_appends > 0 ? 1e3 * (log1[1] - log0[1]) / tput_appends : NAN},
+      {"append_busy_share", (log1[1] - log0[1]) / ha_tput.window_s},
+      {"change_bytes_per_append", tput_appends > 0 ? (log1[2] - log0[2]) / tput_appends : NAN},
+      {"stored_bytes_per_append", tput_appends > 0 ? (log1[3] - log0[3]) / tput_appends : NAN},
+      {"compression_ratio", (log1[3] - log0[3]) > 0 ? (log1[2] - log0[2]) / (log1[3] - log0[3]) : NAN}};
   if (!ha_tput.ok || !ha_lat.ok || !single_tput.ok || !single_lat.ok) {
     return "scenario 11: an ingest run failed: " + ha_tput.error + ha_lat.error + single_tput.error + single_lat.error;
   }
@@ -189,6 +212,7 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
          {"ha_ingest", DriveJson(ha_tput)},
          {"ha_paced", DriveJson(ha_lat)},
          {"ha_log_appends", appends},
+         {"ha_closed_loop_log", log_json},
          {"ratio_ingest_vs_single", ratio},
          {"takeover_nodes", n},
          {"kill_to_elected_s", elected_s},
@@ -197,15 +221,15 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
          {"kill_to_all_reattached_s", reattach_s},
          {"reattached", attached},
          {"targets",
-          {{"ratio_min", 0.5},
+          {{"ratio_min", 0.8},
            {"first_write_max_s", 5},
            {"reattach_max_s", 15},
-           {"met_ratio", ratio >= 0.5},
+           {"met_ratio", ratio >= 0.8},
            {"met_first_write", write_s <= 5},
            {"met_reattach", reattach_s <= 15}}}};
   const std::string sc = "11 HA (3 etcd, 3 replicas)";
   rows->push_back({sc, "durable ingest, closed loop", Fmt(ha_tput.acked_per_s, "/s"),
-                   Fmt(single_tput.acked_per_s, "/s single"), Fmt(ratio, "x"), ">= 0.5x", Met(ratio >= 0.5)});
+                   Fmt(single_tput.acked_per_s, "/s single"), Fmt(ratio, "x"), ">= 0.8x", Met(ratio >= 0.8)});
   rows->push_back({sc, "ack p50 / p99 at " + Fmt(o.rate, "/s"),
                    Fmt(ha_lat.p50_ms, " ms") + " / " + Fmt(ha_lat.p99_ms, " ms"),
                    Fmt(single_lat.p50_ms, " ms") + " / " + Fmt(single_lat.p99_ms, " ms") + " single", "", "", ""});

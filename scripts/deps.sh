@@ -6,7 +6,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache mold pkg-config git curl ca-certificates python3 python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  librocksdb-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev
+  librocksdb-dev libzstd-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev
   libssl-dev libyaml-cpp-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   golang-go

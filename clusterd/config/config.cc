@@ -429,6 +429,10 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(U64("ha_max_entry_bytes", CLUSTERD_FIELD(ha.max_entry_bytes), 64 << 10, 64 << 20),
         "a group commit's change set stops growing past this (etcd's --max-request-bytes must be larger)",
         "ha.maxEntryBytes");
+  t.Add(Bool("ha_log_compression", CLUSTERD_FIELD(ha.log_compression), "BOOL", "true or false; alone as a flag: true"),
+        "store the replicated log's entries zstd-compressed (turn off only while replicas older than this release "
+        "still run: they cannot read them)",
+        "ha.logCompression");
   t.Add(U64("ha_log_retain_entries", CLUSTERD_FIELD(ha.log_retain_entries), 0, 100'000'000),
         "log entries kept in etcd behind the slowest live replica", "ha.logRetainEntries");
   t.Add(Custom(

@@ -285,6 +285,9 @@ struct ClusterdConfig {
     // A group commit's change set stops growing past this (one etcd
     // transaction carries it; etcd's --max-request-bytes must be larger).
     uint64_t max_entry_bytes = 1 << 20;
+    // Store the log's entries zstd-compressed (log_entry.h). Off only while
+    // a rolling upgrade still runs replicas that cannot read them.
+    bool log_compression = true;
     // Log entries kept in etcd behind the slowest live replica, so that a
     // replica that was away briefly catches up from the log.
     uint64_t log_retain_entries = 10'000;

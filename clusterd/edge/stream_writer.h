@@ -16,7 +16,7 @@
 namespace clusterd {
 
 // The message a queued response is written as: the response itself, unless
-// its type wraps one and overloads this (shared_events_response.h).
+// its type wraps one and overloads this (server/wire_events.h).
 template <typename Message>
 const Message& WireMessage(const Message& m) {
   return m;

@@ -598,8 +598,9 @@ int Replica::Lead() {
                               "the store opened, the state loaded, gRPC listening.",
                               [this] { return serving_unix_.load(); });
     // Fenced appends are known to etcd_log_ (LeaderProblem).
-    auto store =
-        std::make_unique<replication::ReplicatedStore>(std::move(inner), &etcd_log_, *index, id_, metrics, nullptr);
+    auto store = std::make_unique<replication::ReplicatedStore>(
+        std::move(inner), &etcd_log_, *index, id_, metrics, nullptr,
+        cfg_.ha.log_compression ? replication::EntryCodec::kZstd : replication::EntryCodec::kPlain);
     replicated = store.get();
     return std::unique_ptr<storage::Store>(std::move(store));
   });

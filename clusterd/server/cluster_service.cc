@@ -11,7 +11,7 @@
 #include "clusterd/state/response_limits.h"
 #include "clusterd/edge/auth.h"
 #include "clusterd/state/validation_rule.h"
-#include "clusterd/server/shared_events_response.h"
+#include "clusterd/server/wire_events.h"
 #include "clusterd/edge/stream_writer.h"
 #include "clusterd/server/submit.h"
 #include "common/logging.h"
@@ -19,20 +19,41 @@
 namespace clusterd {
 namespace {
 
+// A raw request's message, or INVALID_ARGUMENT.
+grpc::Status ParseRequest(const grpc::ByteBuffer& raw, v1::WatchRequest* req) {
+  std::vector<grpc::Slice> slices;
+  if (raw.Valid() && !raw.Dump(&slices).ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "watch request unreadable");
+  }
+  std::string bytes;
+  bytes.reserve(raw.Valid() ? raw.Length() : 0);
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (!req->ParseFromString(bytes)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "watch request is not a clusterd.v1.WatchRequest");
+  }
+  return grpc::Status::OK;
+}
+
 // One Watch stream. It pulls batches from the hub on the watch pool (which may
 // read the disk), writes one batch at a time, and goes idle when caught up
-// until the hub notifies it. State is under a recursive mutex held while any
-// gRPC operation starts (see AgentReactor for why).
-class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
+// until the hub notifies it. Responses are written as bytes framed once per
+// event for every watcher (wire_events.h). State is under a recursive mutex
+// held while any gRPC operation starts (see AgentReactor for why).
+class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                            public std::enable_shared_from_this<WatchReactor> {
  public:
   WatchReactor(ClusterServiceImpl* service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {}
 
-  void Begin(std::shared_ptr<WatchReactor> self, const v1::WatchRequest& req) {
+  void Begin(std::shared_ptr<WatchReactor> self, const grpc::ByteBuffer& raw) {
     self_ = std::move(self);
     std::lock_guard lock(mu_);
     if (auto who = service_->auth()->Authorize(*ctx_, "/clusterd.v1.ClusterService/Watch"); !who.ok()) {
       FinishLocked(ToGrpc(who.status()));
+      return;
+    }
+    v1::WatchRequest req;
+    if (grpc::Status parsed = ParseRequest(raw, &req); !parsed.ok()) {
+      FinishLocked(std::move(parsed));
       return;
     }
     peer_key_ = PeerLimiter::PeerKey(ctx_->peer());
@@ -152,25 +173,22 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
       // kWatchBatchBytes unless one event alone is larger (a job event can
       // reach kMaxJobBytes), so it always fits a client's 4 MiB. The rest of
       // the batch goes in the next response.
-      SharedEventsResponse resp;
-      size_t bytes = 0;
+      WireResponseBuilder resp;
       for (const auto& e : *batch) {
         if (filter_.Matches(*e)) {
-          const size_t size = e->ByteSizeLong();
-          if (resp.events_size() > 0 && bytes + size > kWatchBatchBytes) break;
-          bytes += size;
-          resp.Add(e);
+          grpc::Slice framed = service_->wire_cache()->Framed(e);
+          if (resp.events() > 0 && resp.bytes() + framed.size() > kWatchBatchBytes) break;
+          resp.Add(std::move(framed));
         }
         after = e->revision();
       }
       std::lock_guard lock(mu_);
       after_ = after;
-      if (resp.events_size() > 0) {
+      if (resp.events() > 0) {
         scheduled_ = false;
         if (out_.finishing()) return;
-        resp.set_revision(after);
-        if (service_->watch_events_sent) service_->watch_events_sent->Inc(resp.events_size());
-        out_.Push(std::move(resp));
+        if (service_->watch_events_sent) service_->watch_events_sent->Inc(resp.events());
+        out_.Push(resp.Finish(after));
         return;
       }
       if (batch->empty() || after >= service_->hub()->head()) {
@@ -200,7 +218,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchResponse>,
   bool live_ = false;
   bool scheduled_ = false;
   // One batch in flight at a time: the queue never holds more than one.
-  StreamWriter<WatchReactor, SharedEventsResponse> out_{this};
+  StreamWriter<WatchReactor, WireResponse> out_{this};
 };
 
 }  // namespace
@@ -231,6 +249,14 @@ ClusterServiceImpl::ClusterServiceImpl(StateFn state, WatchHub* hub, boost::asio
     watch_events_sent = &metrics->AddCounter("clusterd_watch_events_sent_total", "Events written to watchers.");
     metrics->AddCallbackGauge("clusterd_watchers", "Open Watch streams.",
                               [this] { return static_cast<double>(hub_->watcher_count()); });
+    metrics->AddCallbackGauge("clusterd_watch_wire_cache_bytes",
+                              "Bytes of events kept serialized for every watcher (at most 64 MiB).",
+                              [this] { return static_cast<double>(wire_cache_.bytes()); });
+    wire_cache_.set_counters(
+        &metrics->AddCounter("clusterd_watch_wire_cache_hits_total",
+                             "Events written to a watcher from the bytes serialized for another."),
+        &metrics->AddCounter("clusterd_watch_wire_cache_misses_total",
+                             "Events serialized for a watcher (no other had, or they were not kept)."));
   }
 }
 
@@ -366,8 +392,8 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetIncidentEvidence(grpc::Callback
                      });
 }
 
-grpc::ServerWriteReactor<v1::WatchResponse>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,
-                                                                       const v1::WatchRequest* req) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* ctx,
+                                                                      const grpc::ByteBuffer* req) {
   auto reactor = std::make_shared<WatchReactor>(this, ctx);
   WatchReactor* raw = reactor.get();
   raw->Begin(std::move(reactor), *req);

@@ -14,6 +14,7 @@
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/edge/auth.h"
 #include "clusterd/edge/peer_limiter.h"
+#include "clusterd/server/wire_events.h"
 #include "clusterd/state/cluster_state.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
 #include "clusterd/v1/fault.grpc.pb.h"
@@ -31,7 +32,10 @@ struct WatchOptions {
   uint32_t max_streams_per_peer = 1'000;
 };
 
-class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
+// Watch is a raw method (its messages are byte buffers, wire_events.h); the
+// others are typed.
+class ClusterServiceImpl final
+    : public v1::ClusterService::WithRawCallbackMethod_Watch<v1::ClusterService::CallbackService> {
  public:
   // Where queries read: the leader's one state, or the state a standby last
   // loaded from the store it follows the log into (standby_server.h), which
@@ -61,8 +65,10 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
                                             v1::ListValidationsResponse* resp) override;
   grpc::ServerUnaryReactor* GetRecovery(grpc::CallbackServerContext* ctx, const v1::GetRecoveryRequest* req,
                                         v1::GetRecoveryResponse* resp) override;
-  grpc::ServerWriteReactor<v1::WatchResponse>* Watch(grpc::CallbackServerContext* ctx,
-                                                     const v1::WatchRequest* req) override;
+  // The request is a serialized v1::WatchRequest; each response a serialized
+  // v1::WatchResponse.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* req) override;
   // Fault domains and incidents (state/incidents.h, docs/domains.md).
   grpc::ServerUnaryReactor* ListDomains(grpc::CallbackServerContext* ctx, const v1::ListDomainsRequest* req,
                                         v1::ListDomainsResponse* resp) override;
@@ -83,6 +89,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   boost::asio::thread_pool* pool() const { return pool_; }
   const Authenticator* auth() const { return auth_; }
   const WatchOptions& options() const { return options_; }
+  WireEventCache* wire_cache() { return &wire_cache_; }
   Counter* watch_ended_lagging = nullptr;
   Counter* watch_events_sent = nullptr;
   Counter* watch_rejected = nullptr;
@@ -104,6 +111,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   const Authenticator* auth_;
   std::atomic<int64_t> open_watches_{0};
   PeerLimiter watch_peers_;
+  WireEventCache wire_cache_;
 };
 
 class FaultServiceImpl final : public v1::FaultService::CallbackService {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include "clusterd/ha/replication/log_entry.h"
 #include "clusterd/ha/replication/replicated_store.h"
@@ -134,6 +135,73 @@ TEST(LogEntry, DecodeRejectsWhatIsNotAnEntry) {
   storage::v1::LogEntry bad_op = GoodProto();
   bad_op.mutable_ops(0)->set_op(3);
   ExpectInvalid(bad_op.SerializeAsString(), "unknown operation");
+}
+
+// A group commit's worth of fault-like records: what the leader appends.
+ChangeSet GroupLikeChanges(int records) {
+  ChangeSet c;
+  for (int i = 0; i < records; ++i) {
+    const std::string node = "node-" + std::to_string(i % 64);
+    c.Put(Cf::kFaults, node + "/npu-" + std::to_string(i % 8) + "/0x80C98008",
+          "{node:" + node + ",code:0x80C98008,level:RestartBusiness,source:dcmi,device:" + std::to_string(i % 8) +
+              ",message:HBM ECC multi-bit error on the chip,count:" + std::to_string(i) + "}");
+  }
+  return c;
+}
+
+TEST(LogEntry, CompressedRoundTripIsSmallerAndDecodesTheSame) {
+  const ChangeSet changes = GroupLikeChanges(400);
+  const std::string plain = EncodeEntry(5, changes, "replica-a", 77);
+  const std::string packed = EncodeEntry(5, changes, "replica-a", 77, EntryCodec::kZstd);
+  ASSERT_FALSE(packed.empty());
+  EXPECT_EQ(packed[0], kCompressedMarker);
+  EXPECT_EQ(static_cast<EntryCodec>(packed[1]), EntryCodec::kZstd);
+  EXPECT_LT(packed.size() * 4, plain.size()) << packed.size() << " vs " << plain.size();
+  auto a = DecodeEntry(plain);
+  auto b = DecodeEntry(packed);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->index, 5u);
+  EXPECT_EQ(b->leader, "replica-a");
+  EXPECT_EQ(b->prev_revision, std::optional<uint64_t>(77));
+  EXPECT_EQ(b->changes.changes(), a->changes.changes());
+}
+
+TEST(LogEntry, SmallEntriesStayPlainEvenWithCompression) {
+  ChangeSet c;
+  c.Put(Cf::kNodes, "n", "r");
+  const std::string bytes = EncodeEntry(3, c, "l", std::nullopt, EntryCodec::kZstd);
+  EXPECT_EQ(bytes, EncodeEntry(3, c, "l"));
+  EXPECT_TRUE(DecodeEntry(bytes).ok());
+}
+
+TEST(LogEntry, AReplicaTooOldForCompressionFailsLoudlyInsteadOfApplyingNothing) {
+  // What a release without the codec does with the bytes: parse them as a
+  // LogEntry. The marker is a field-0 tag, so that parse must fail.
+  const std::string packed = EncodeEntry(9, GroupLikeChanges(100), "l", std::nullopt, EntryCodec::kZstd);
+  ASSERT_EQ(packed[0], kCompressedMarker);
+  storage::v1::LogEntry old;
+  EXPECT_FALSE(old.ParseFromString(packed));
+}
+
+TEST(LogEntry, DecodeRejectsBadCompressedEntries) {
+  const std::string packed = EncodeEntry(9, GroupLikeChanges(100), "l", std::nullopt, EntryCodec::kZstd);
+  std::string codec = packed;
+  codec[1] = 7;
+  ExpectInvalid(codec, "unknown codec 7");
+  ExpectInvalid(std::string(1, kCompressedMarker), "unknown codec (none)");
+  ExpectInvalid(packed.substr(0, 2) + "not zstd at all", "not a zstd frame");
+  // A truncated frame: its header still states the size.
+  ExpectInvalid(packed.substr(0, packed.size() / 2), "corrupt zstd frame");
+  // A frame that says it is bigger than any entry may be (a zip bomb, or
+  // garbage): refused before anything is allocated.
+  std::string big(kMaxDecodedEntryBytes + 1, 'x');
+  const size_t bound = ZSTD_compressBound(big.size());
+  std::string frame(bound, '\0');
+  const size_t n = ZSTD_compress(frame.data(), bound, big.data(), big.size(), 1);
+  ASSERT_FALSE(ZSTD_isError(n));
+  frame.resize(n);
+  ExpectInvalid(std::string(1, kCompressedMarker) + std::string(1, '\1') + frame, "more than the");
 }
 
 TEST(LogEntry, ReadLogIndex) {

@@ -334,6 +334,11 @@ class Watcher(threading.Thread):
             buf = ""
             for line in p.stdout:
                 buf += line
+                # grpcurl prints each response as indented JSON closed by a "}" in column 0:
+                # decode only then (decoding at every line costs O(lines^2) on a large batch,
+                # enough to starve this thread on a busy machine).
+                if not line.startswith("}"):
+                    continue
                 objs, used = decode_stream(buf)
                 buf = buf[used:]
                 for o in objs:
@@ -367,11 +372,20 @@ def read_history(args, cluster, rid):
                          stdout=open(os.path.join(args.work, "read-%s.log" % rid), "ab"), stderr=subprocess.STDOUT)
     try:
         wait_until(30, lambda: http_get(http_port, "/readyz")[0] == 200, "replica %s's store opened alone" % rid)
-        _, out, _ = grpcurl(args, "127.0.0.1:%d" % grpc_port, "clusterd.v1.ClusterService/Watch",
-                            {"from_revision": 0}, timeout=4)
-        events = []
-        for o in decode_stream(out)[0]:
-            events.extend(o.get("events", []))
+        _, summary, _ = grpcurl(args, "127.0.0.1:%d" % grpc_port, "clusterd.v1.ClusterService/GetSummary", {})
+        head = int(json.loads(summary).get("revision", 0))
+        # Watch from 0 up to the store's head: each grpcurl reads for at most 4 s (on a busy
+        # machine that may end before the head), so read on from where the last one stopped.
+        events, after = [], 0
+        deadline = time.time() + 120
+        while after < head:
+            if time.time() > deadline:
+                raise AssertionError("replica %s: Watch from 0 reached revision %d of %d in 120 s" % (rid, after, head))
+            _, out, _ = grpcurl(args, "127.0.0.1:%d" % grpc_port, "clusterd.v1.ClusterService/Watch",
+                                {"from_revision": after}, timeout=4)
+            for o in decode_stream(out)[0]:
+                events.extend(o.get("events", []))
+                after = max(after, int(o.get("revision", 0)))
         # Every page: the external reporter's faults alone can be more than one page holds, and
         # the agents' faults may be on any of them.
         states, token = {}, ""
@@ -745,8 +759,12 @@ def run(c, args):
     _, summary, _ = grpcurl(args, "127.0.0.1:%d" % c.replicas[leader]["grpc"],
                             "clusterd.v1.ClusterService/GetSummary", {})
     head = int(json.loads(summary)["revision"])
-    wait_until(60, lambda: watcher.last >= head, "the watcher at revision %d" % head)
-    wait_until(60, lambda: standby_watcher.last >= head, "the watcher of %s at revision %d" % (watched, head))
+    for w, what in ((watcher, "the watcher"), (standby_watcher, "the watcher of %s" % watched)):
+        try:
+            wait_until(60, lambda: w.last >= head, "%s at revision %d" % (what, head))
+        except AssertionError as e:
+            raise AssertionError("%s (it is at %d after %d streams; %s)" %
+                                 (e, w.last, w.reconnects, "; ".join(w.violations[:5]) or "no violation"))
     watcher.stop.set()
     standby_watcher.stop.set()
     # Every standby's queries catch up with the leader's answers.

@@ -234,6 +234,7 @@ still takes the default config. */}}
 {{- $_ = set $c "ha_request_timeout" $ha.requestTimeout }}
 {{- $_ = set $c "ha_max_entry_bytes" $ha.maxEntryBytes }}
 {{- $_ = set $c "ha_log_retain_entries" $ha.logRetainEntries }}
+{{- $_ = set $c "ha_log_compression" $ha.logCompression }}
 {{- end }}
 {{- if .Values.tls.enabled }}
 {{- $dir := include "clusterd.tls.dir" . }}

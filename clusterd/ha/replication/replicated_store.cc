@@ -9,13 +9,14 @@ namespace clusterd::replication {
 
 ReplicatedStore::ReplicatedStore(std::unique_ptr<storage::Store> inner, LogWriter* log, uint64_t index,
                                  std::string leader_id, MetricsRegistry* metrics,
-                                 std::function<void(const Status&)> on_fenced)
+                                 std::function<void(const Status&)> on_fenced, EntryCodec codec)
     : inner_(std::move(inner)),
       log_(log),
       applied_(index),
       revision_(inner_->revision_at_open()),
       leader_id_(std::move(leader_id)),
-      on_fenced_(std::move(on_fenced)) {
+      on_fenced_(std::move(on_fenced)),
+      codec_(codec) {
   if (metrics) {
     appends_ = &metrics->AddCounter("clusterd_ha_log_appends_total", "Group commits appended to the replicated log.");
     append_failures_ = &metrics->AddCounter("clusterd_ha_log_append_failures_total",
@@ -23,8 +24,14 @@ ReplicatedStore::ReplicatedStore(std::unique_ptr<storage::Store> inner, LogWrite
     append_seconds_ = &metrics->AddHistogram("clusterd_ha_log_append_duration_seconds",
                                              "Latency of one fenced log append (an etcd transaction).",
                                              ExponentialBuckets(0.0001, 2, 16));
-    entry_bytes_ = &metrics->AddHistogram("clusterd_ha_log_entry_bytes", "Bytes of one log entry.",
+    entry_bytes_ = &metrics->AddHistogram("clusterd_ha_log_entry_bytes", "Bytes of one log entry, as stored.",
                                           ExponentialBuckets(256, 2, 16));
+    change_bytes_ = &metrics->AddCounter("clusterd_ha_log_change_bytes_total",
+                                         "Bytes of the change sets appended to the log, before encoding.");
+    stored_bytes_ =
+        &metrics->AddCounter("clusterd_ha_log_stored_bytes_total",
+                             "Bytes appended to the log as stored (compressed with ha_log_compression); over "
+                             "clusterd_ha_log_change_bytes_total: the compression ratio.");
     metrics->AddCallbackGauge("clusterd_ha_log_index", "The last log entry durable in the log and this store.",
                               [this] { return static_cast<double>(applied_index()); });
   }
@@ -34,8 +41,10 @@ Status ReplicatedStore::Write(const storage::ChangeSet& changes) {
   if (fenced()) return FailedPrecondition("this replica no longer leads: writes go to the new leader");
   const uint64_t index = applied_.load(std::memory_order_relaxed) + 1;
   if (appended_ != index) {
-    const std::string entry = EncodeEntry(index, changes, leader_id_, revision_);
+    const std::string entry = EncodeEntry(index, changes, leader_id_, revision_, codec_);
     if (entry_bytes_) entry_bytes_->Observe(static_cast<double>(entry.size()));
+    if (change_bytes_) change_bytes_->Inc(changes.byte_size());
+    if (stored_bytes_) stored_bytes_->Inc(entry.size());
     const auto start = std::chrono::steady_clock::now();
     Status st = log_->Append(index, entry);
     if (append_seconds_) {

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "clusterd/ha/replication/log.h"
+#include "clusterd/ha/replication/log_entry.h"
 #include "clusterd/storage/store.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -36,9 +37,11 @@ class ReplicatedStore final : public storage::Store {
   // `inner` is the local store, already holding every log entry up to
   // `index` (the caller caught up with the log). `log` is borrowed
   // and must outlive this store. `on_fenced` runs (on the writer) the first
-  // time the log says this replica no longer leads.
+  // time the log says this replica no longer leads. `codec`: how entries
+  // are stored in the log (ha_log_compression).
   ReplicatedStore(std::unique_ptr<storage::Store> inner, LogWriter* log, uint64_t index, std::string leader_id,
-                  MetricsRegistry* metrics, std::function<void(const Status&)> on_fenced);
+                  MetricsRegistry* metrics, std::function<void(const Status&)> on_fenced,
+                  EntryCodec codec = EntryCodec::kPlain);
 
   uint64_t revision_at_open() const override { return inner_->revision_at_open(); }
   uint64_t compacted_at_open() const override { return inner_->compacted_at_open(); }
@@ -79,10 +82,13 @@ class ReplicatedStore final : public storage::Store {
   std::atomic<bool> fenced_{false};
   const std::string leader_id_;
   std::function<void(const Status&)> on_fenced_;
+  const EntryCodec codec_;
   Counter* appends_ = nullptr;
   Counter* append_failures_ = nullptr;
   Histogram* append_seconds_ = nullptr;
   Histogram* entry_bytes_ = nullptr;
+  Counter* change_bytes_ = nullptr;  // the change sets' own bytes, before encoding
+  Counter* stored_bytes_ = nullptr;  // what went to the log
 };
 
 // A standby's step: applies one log entry to the local store, which must
