@@ -631,6 +631,7 @@ AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, 
     streams_.push_back(std::make_unique<Stream>(this, i, i % slots_, std::move(names[i])));
     streams_.back()->InitBackoff(backoff_min_ns_, i + 1);
   }
+  hb_skip_ = std::make_unique<std::atomic<bool>[]>(streams_.size());
   if (reconnect_) timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -720,7 +721,6 @@ int AgentPool::IndexOf(const std::string& name) const {
 }
 
 std::string AgentPool::Connect(double timeout_s) {
-  hb_skip_ = std::make_unique<std::atomic<bool>[]>(streams_.size());
   for (auto& s : streams_) s->Start();
   std::unique_lock lock(mu_);
   const bool ok = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),

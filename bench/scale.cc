@@ -610,15 +610,18 @@ json FleetSteadyJson(const FleetSteady& r, int n) {
            r.heartbeats ? r.cpu_cores * r.window_s * 1e6 / static_cast<double>(r.heartbeats) : NAN}};
 }
 
-// Connects the pool (every Hello welcomed), heartbeats every hb_s, waits
-// warmup_s, then samples pid's CPU and RSS over window_s.
+// Connects the pool (every Hello welcomed), each agent heartbeating every
+// hb_s from its Welcome on (as NodeD: at 100,000 the Hellos take longer than
+// a grace, so heartbeats that began only once all were in would let the
+// first ones be called lost), waits warmup_s, then samples pid's CPU and RSS
+// over window_s.
 std::string FleetSteadyLoad(AgentPool* pool, pid_t pid, double hb_s, double warmup_s, double window_s,
                             FleetSteady* r) {
   r->idle_rss_mib = ProcessRssKiB(pid) / 1024;
   const int64_t c0 = NowNs();
+  pool->StartHeartbeats(hb_s);
   if (auto e = pool->Connect(600); !e.empty()) return e;
   r->connect_s = static_cast<double>(NowNs() - c0) / 1e9;
-  pool->StartHeartbeats(hb_s);
   std::cerr << "[bench]   " << pool->size() << " agents attached in " << Fmt(r->connect_s, " s") << "; warm-up "
             << Fmt(warmup_s, " s") << ", then " << Fmt(window_s, " s") << " measured\n";
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
@@ -653,6 +656,7 @@ std::string MeasureFleetQueries(const Options& o, const std::string& target, Age
                                 FleetQueries* q) {
   const size_t n = pool->size();
   for (int k = 0; k <= o.detect_samples; ++k) {
+    if (watch->ended() > 0) return "the Watch stream ended: " + watch->end_status();
     const size_t a = (static_cast<size_t>(k) * 7919) % n;
     const auto dev = static_cast<uint32_t>(k % DevicesPerNode());
     const uint64_t seq = pool->Send(a, v1::TRANSITION_ACTION_RAISE, dev, kProbeCode, v1::FAULT_LEVEL_NOT_HANDLE);
@@ -791,6 +795,11 @@ std::string Joined(const std::vector<std::string>& v) {
   return all;
 }
 
+// Connections the agents share: --agent-channels, more when that would put
+// over 500 streams on one (each NodeD has a connection of its own; 3,125
+// heartbeating streams on one connection starved its keepalive acks here).
+int FleetChannels(const Options& o, int n) { return std::min(n, std::max(o.agent_channels, n / 500)); }
+
 std::vector<std::string> FleetFlags(int n, double hb) {
   return {"--node-grace=" + std::to_string(static_cast<int64_t>(3 * hb * 1000)) + "ms",
           "--heartbeat-interval=" + std::to_string(static_cast<int64_t>(hb * 1000)) + "ms",
@@ -799,7 +808,7 @@ std::vector<std::string> FleetFlags(int n, double hb) {
 
 // One point of scenario 20: n nodes on one clusterd.
 std::string FleetPoint(const Options& o, const TempDir& tmp, int n, json* j, std::vector<Row>* rows) {
-  const int channels = std::min(o.agent_channels, n);
+  const int channels = FleetChannels(o, n);
   const double hb = o.fleet_heartbeat_s, grace = 3 * hb;
   const double warmup = o.short_mode ? 0.5 : hb;
   const double window = std::max(o.steady_s, 2 * hb);
@@ -888,13 +897,14 @@ std::string FleetPoint(const Options& o, const TempDir& tmp, int n, json* j, std
 // The same with HA on: three replicas on a 3-member etcd, the agents on an
 // ipv4:r0,r1,r2 target; the restart is a kill -9 of the leader.
 std::string FleetHaPoint(const Options& o, const TempDir& tmp, int n, json* j, std::vector<Row>* rows) {
-  const int channels = std::min(o.agent_channels, n);
+  const int channels = FleetChannels(o, n);
   const double hb = o.fleet_heartbeat_s, grace = 3 * hb;
   const double warmup = o.short_mode ? 0.5 : hb;
   const double window = std::max(o.steady_s, 2 * hb);
   const std::string prefix = "bench-fha-";
   (*j)["nodes"] = n;
   (*j)["ha"] = true;
+  (*j)["connections"] = channels;
   (*j)["heartbeat_s"] = hb;
   (*j)["node_grace_s"] = grace;
   EtcdCluster etcd;
@@ -993,9 +1003,20 @@ std::string FleetHaPoint(const Options& o, const TempDir& tmp, int n, json* j, s
 std::string RunFleet(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows) {
   json& s20 = (*out)["scenario20_fleet"];
   s20["points"] = json::array();
+  // In a full run a point that fails is a figure (its error in the JSON and
+  // a row) and the next point still runs; in --short it is the run's error.
+  auto failed = [&](const std::string& sc, const std::string& e, json* j) {
+    std::cerr << "[bench] " << e << "\n";
+    (*j)["error"] = e;
+    rows->push_back({sc, "did not finish", e, "", "", "", "NO"});
+  };
   for (int n : o.fleet_nodes) {
     json j;
-    if (auto e = FleetPoint(o, tmp, n, &j, rows); !e.empty()) return e;
+    if (auto e = FleetPoint(o, tmp, n, &j, rows); !e.empty()) {
+      if (o.short_mode) return e;
+      failed("20 fleet " + std::to_string(n / 1000) + "k", e, &j);
+    }
+    std::cerr << "[bench] scenario 20 point: " << j.dump() << "\n";  // a long run's figures so far
     s20["points"].push_back(j);
   }
   if (o.fleet_ha_nodes > 0) {
@@ -1004,7 +1025,11 @@ std::string RunFleet(const Options& o, const TempDir& tmp, json* out, std::vecto
       s20["ha_skipped"] = "no etcd binary";
     } else {
       json j;
-      if (auto e = FleetHaPoint(o, tmp, o.fleet_ha_nodes, &j, rows); !e.empty()) return e;
+      if (auto e = FleetHaPoint(o, tmp, o.fleet_ha_nodes, &j, rows); !e.empty()) {
+        if (o.short_mode) return e;
+        failed("20 fleet " + std::to_string(o.fleet_ha_nodes / 1000) + "k HA", e, &j);
+      }
+      std::cerr << "[bench] scenario 20 HA point: " << j.dump() << "\n";
       s20["ha"] = j;
     }
   }
