@@ -806,18 +806,53 @@ std::vector<std::string> FleetFlags(int n, double hb) {
           "--max-streams=" + std::to_string(n + 1000)};
 }
 
-// One point of scenario 20: n nodes on one clusterd.
-std::string FleetPoint(const Options& o, const TempDir& tmp, int n, json* j, std::vector<Row>* rows) {
-  const int channels = FleetChannels(o, n);
-  const double hb = o.fleet_heartbeat_s, grace = 3 * hb;
-  const double warmup = o.short_mode ? 0.5 : hb;
-  const double window = std::max(o.steady_s, 2 * hb);
-  const std::string prefix = "bench-f-";
+// A point's load: its connections, heartbeat interval and grace, warm-up
+// and measured window (also into its JSON).
+struct FleetShape {
+  int channels = 0;
+  double hb = 0, grace = 0, warmup = 0, window = 0;
+};
+
+FleetShape FleetShapeOf(const Options& o, int n, json* j) {
+  FleetShape f;
+  f.channels = FleetChannels(o, n);
+  f.hb = o.fleet_heartbeat_s;
+  f.grace = 3 * f.hb;
+  f.warmup = o.short_mode ? 0.5 : f.hb;
+  f.window = std::max(o.steady_s, 2 * f.hb);
   (*j)["nodes"] = n;
   (*j)["devices"] = static_cast<int64_t>(n) * DevicesPerNode();
-  (*j)["connections"] = channels;
-  (*j)["heartbeat_s"] = hb;
-  (*j)["node_grace_s"] = grace;
+  (*j)["connections"] = f.channels;
+  (*j)["heartbeat_s"] = f.hb;
+  (*j)["node_grace_s"] = f.grace;
+  return f;
+}
+
+// After the measurements, before the kill: every agent still connected and
+// none called lost (else *broken says so); the Watch is closed.
+std::string FleetSettle(v1::ClusterService::Stub* cluster, int n, const std::string& prefix,
+                        std::unique_ptr<FaultWatch>* watch, v1::GetSummaryResponse* sum,
+                        std::vector<std::string>* broken) {
+  std::string err;
+  if (!Summary(cluster, 30, sum, &err)) return err;
+  if (sum->connected_agents() != static_cast<uint32_t>(n)) {
+    broken->push_back(std::to_string(sum->connected_agents()) + " of " + std::to_string(n) + " agents connected");
+  }
+  if ((*watch)->ended() > 0) return "the Watch stream ended: " + (*watch)->end_status();
+  if (const size_t lost = (*watch)->LostCount(prefix); lost > 0) {
+    broken->push_back(std::to_string(lost) + " nodes called lost before the restart");
+  }
+  (*watch)->Cancel();
+  watch->reset();
+  return "";
+}
+
+// One point of scenario 20: n nodes on one clusterd.
+std::string FleetPoint(const Options& o, const TempDir& tmp, int n, json* j, std::vector<Row>* rows) {
+  const FleetShape f = FleetShapeOf(o, n, j);
+  const int channels = f.channels;
+  const double hb = f.hb, grace = f.grace, warmup = f.warmup, window = f.window;
+  const std::string prefix = "bench-f-";
 
   // --- the raw gRPC sink with the same agents, in its own process.
   FleetSteady sink;
@@ -849,17 +884,8 @@ std::string FleetPoint(const Options& o, const TempDir& tmp, int n, json* j, std
   if (auto e = FleetSteadyLoad(&pool, cd.pid(), hb, warmup, window, &steady); !e.empty()) return "scenario 20: " + e;
   FleetQueries q;
   if (auto e = MeasureFleetQueries(o, cd.target(), &pool, watch.get(), &q); !e.empty()) return "scenario 20: " + e;
-  if (!Summary(cluster.get(), 30, &sum, &err)) return "scenario 20: " + err;
   std::vector<std::string> broken;
-  if (sum.connected_agents() != static_cast<uint32_t>(n)) {
-    broken.push_back(std::to_string(sum.connected_agents()) + " of " + std::to_string(n) + " agents connected");
-  }
-  if (watch->ended() > 0) return "scenario 20: the Watch stream ended: " + watch->end_status();
-  if (const size_t lost = watch->LostCount(prefix); lost > 0) {
-    broken.push_back(std::to_string(lost) + " nodes called lost before the restart");
-  }
-  watch->Cancel();
-  watch.reset();
+  if (auto e = FleetSettle(cluster.get(), n, prefix, &watch, &sum, &broken); !e.empty()) return "scenario 20: " + e;
 
   // --- kill -9 and restart on the same data dir and ports.
   std::cerr << "[bench] scenario 20: kill -9 with " << n << " agents attached\n";
@@ -897,16 +923,11 @@ std::string FleetPoint(const Options& o, const TempDir& tmp, int n, json* j, std
 // The same with HA on: three replicas on a 3-member etcd, the agents on an
 // ipv4:r0,r1,r2 target; the restart is a kill -9 of the leader.
 std::string FleetHaPoint(const Options& o, const TempDir& tmp, int n, json* j, std::vector<Row>* rows) {
-  const int channels = FleetChannels(o, n);
-  const double hb = o.fleet_heartbeat_s, grace = 3 * hb;
-  const double warmup = o.short_mode ? 0.5 : hb;
-  const double window = std::max(o.steady_s, 2 * hb);
+  const FleetShape f = FleetShapeOf(o, n, j);
+  const int channels = f.channels;
+  const double hb = f.hb, grace = f.grace, warmup = f.warmup, window = f.window;
   const std::string prefix = "bench-fha-";
-  (*j)["nodes"] = n;
   (*j)["ha"] = true;
-  (*j)["connections"] = channels;
-  (*j)["heartbeat_s"] = hb;
-  (*j)["node_grace_s"] = grace;
   EtcdCluster etcd;
   if (auto e = StartEtcdCluster(o, tmp, "fleet-ha", &etcd); !e.empty()) return "scenario 20 (HA): " + e;
   std::vector<std::unique_ptr<ClusterdProcess>> replicas;
@@ -958,14 +979,10 @@ std::string FleetHaPoint(const Options& o, const TempDir& tmp, int n, json* j, s
   if (auto e = MeasureFleetQueries(o, replicas[lead]->target(), &pool, watch.get(), &q); !e.empty()) {
     return "scenario 20 (HA): " + e;
   }
-  if (!Summary(cluster.get(), 30, &sum, &err)) return "scenario 20 (HA): " + err;
   std::vector<std::string> broken;
-  if (sum.connected_agents() != static_cast<uint32_t>(n)) {
-    broken.push_back(std::to_string(sum.connected_agents()) + " of " + std::to_string(n) + " agents connected");
+  if (auto e = FleetSettle(cluster.get(), n, prefix, &watch, &sum, &broken); !e.empty()) {
+    return "scenario 20 (HA): " + e;
   }
-  if (watch->ended() > 0) return "scenario 20 (HA): the Watch stream ended: " + watch->end_status();
-  watch->Cancel();
-  watch.reset();
 
   std::cerr << "[bench] scenario 20: kill -9 of the HA leader with " << n << " agents attached\n";
   FleetTakeover t;
