@@ -97,7 +97,7 @@ struct Options {
   std::vector<int> fleet_nodes = {50000, 100000};
   double fleet_heartbeat_s = 10;
   int fleet_queries = 200;
-  bool fleet_sink = true;  // the raw gRPC sink with the same agents first
+  bool fleet_sink = true;       // the raw gRPC sink with the same agents first
   int fleet_ha_nodes = 100000;  // the point with HA on (3 etcd, 3 replicas); 0: none
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }

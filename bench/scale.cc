@@ -615,8 +615,7 @@ json FleetSteadyJson(const FleetSteady& r, int n) {
 // a grace, so heartbeats that began only once all were in would let the
 // first ones be called lost), waits warmup_s, then samples pid's CPU and RSS
 // over window_s.
-std::string FleetSteadyLoad(AgentPool* pool, pid_t pid, double hb_s, double warmup_s, double window_s,
-                            FleetSteady* r) {
+std::string FleetSteadyLoad(AgentPool* pool, pid_t pid, double hb_s, double warmup_s, double window_s, FleetSteady* r) {
   r->idle_rss_mib = ProcessRssKiB(pid) / 1024;
   const int64_t c0 = NowNs();
   pool->StartHeartbeats(hb_s);
@@ -763,8 +762,7 @@ void FleetFigures(const Options& o, const std::string& sc, int n, const FleetSte
   for (const auto& b : *broken) inv.push_back(b);
   (*j)["broken_invariants"] = inv;
 
-  rows->push_back({sc,
-                   std::to_string(n) + " x " + std::to_string(DevicesPerNode()) + ": RSS max, per node",
+  rows->push_back({sc, std::to_string(n) + " x " + std::to_string(DevicesPerNode()) + ": RSS max, per node",
                    Fmt(steady.rss_max_mib, " MiB") + ", " + Fmt(mb_per_node * 1000, " KB"),
                    sink ? Fmt(sink->rss_max_mib, " MiB sink") : "NVSentinel 2.35 MB",
                    Fmt(2.35 / mb_per_node, "x less than NVSentinel"), "", ""});
@@ -783,8 +781,8 @@ void FleetFigures(const Options& o, const std::string& sc, int n, const FleetSte
                    Fmt(p50_list, " ms") + " / " + Fmt(p99_list, " ms"), "", "", "", ""});
   rows->push_back({sc, restart_what + " -> first GetSummary", Fmt(answer_s, " s"), "", "", "", ""});
   rows->push_back({sc,
-                   restart_what + " -> all agents reattached (" + std::to_string(t.attached) + "/" +
-                       std::to_string(n) + "), none lost",
+                   restart_what + " -> all agents reattached (" + std::to_string(t.attached) + "/" + std::to_string(n) +
+                       "), none lost",
                    Fmt(reattach_s, " s"), "", "", "all, 0 lost",
                    Met(t.attached == static_cast<size_t>(n) && t.spurious == 0)});
 }
@@ -857,7 +855,8 @@ std::string FleetPoint(const Options& o, const TempDir& tmp, int n, json* j, std
   // --- the raw gRPC sink with the same agents, in its own process.
   FleetSteady sink;
   if (o.fleet_sink) {
-    std::cerr << "[bench] scenario 20: " << n << " agents on " << channels << " connections against the raw gRPC sink\n";
+    std::cerr << "[bench] scenario 20: " << n << " agents on " << channels
+              << " connections against the raw gRPC sink\n";
     ChildProcess proc;
     int port = 0;
     if (auto e = StartSinkProcess(&proc, &port); !e.empty()) return "scenario 20: " + e;
@@ -944,8 +943,7 @@ std::string FleetHaPoint(const Options& o, const TempDir& tmp, int n, json* j, s
     const int64_t deadline = NowNs() + static_cast<int64_t>(seconds * 1e9);
     for (;;) {
       for (size_t i = 0; i < replicas.size(); ++i) {
-        if (static_cast<int>(i) != not_this &&
-            HttpGet(replicas[i]->http_port(), "/readyz").rfind("ready", 0) == 0) {
+        if (static_cast<int>(i) != not_this && HttpGet(replicas[i]->http_port(), "/readyz").rfind("ready", 0) == 0) {
           return static_cast<int>(i);
         }
       }
@@ -1009,8 +1007,8 @@ std::string FleetHaPoint(const Options& o, const TempDir& tmp, int n, json* j, s
   pool.Close(30);
   for (auto& r : replicas) r->Stop();
   etcd.Stop();
-  FleetFigures(o, "20 fleet " + std::to_string(n / 1000) + "k HA", n, steady, nullptr, q, t, "kill -9 of the leader",
-               j, rows, &broken);
+  FleetFigures(o, "20 fleet " + std::to_string(n / 1000) + "k HA", n, steady, nullptr, q, t, "kill -9 of the leader", j,
+               rows, &broken);
   if (o.short_mode && !broken.empty()) return "scenario 20 (HA, " + std::to_string(n) + " nodes): " + Joined(broken);
   return "";
 }
