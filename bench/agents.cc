@@ -330,6 +330,11 @@ class AgentPool::Call final : public grpc::ClientBidiReactor<v1::ConnectRequest,
   v1::ConnectResponse in;
   std::deque<v1::ConnectRequest> queue;
   bool writing = false, writes_done = false, welcomed = false;
+  // Writes start from other threads too (heartbeats, Send): a hold keeps
+  // gRPC from running OnDone (which deletes the call) while one starts.
+  // Released once the call's read fails: the call is over, and no write
+  // starts after that (`over`).
+  bool over = false;
 };
 
 // Logical state of one agent (one node), across calls. Everything is under a
@@ -353,6 +358,7 @@ class AgentPool::Stream {
     call_ = c;
     ++pool_->live_calls_;
     pool_->Stub(slot_, rotation_)->async()->Connect(&c->ctx, c);
+    c->AddHold();
     c->StartRead(&c->in);
     v1::ConnectRequest hello = MakeHello(name_);
     for (const auto& [key, report] : active_) *hello.mutable_hello()->add_active_faults() = report;
@@ -467,7 +473,7 @@ class AgentPool::Stream {
   void OnWriteDone(Call* c, bool ok) {
     std::lock_guard lock(mu_);
     c->writing = false;
-    if (!ok) return;  // the call is over; OnDone follows
+    if (!ok || c->over) return;  // the call is over; OnDone follows
     if (!c->queue.empty()) {
       c->out = std::move(c->queue.front());
       c->queue.pop_front();
@@ -479,7 +485,12 @@ class AgentPool::Stream {
   }
 
   void OnReadDone(Call* c, bool ok) {
-    if (!ok) return;
+    if (!ok) {
+      std::lock_guard lock(mu_);
+      c->over = true;
+      c->RemoveHold();  // OnDone may run now (even inline): c is not touched after it
+      return;
+    }
     const int64_t now = NowNs();
     bool welcome = false;
     {
@@ -570,7 +581,7 @@ class AgentPool::Stream {
     pool_->Notify(&pool_->done_);
   }
   void EnqueueLocked(Call* c, v1::ConnectRequest req) {
-    if (c->writes_done) return;
+    if (c->writes_done || c->over) return;
     if (c->writing) {
       c->queue.push_back(std::move(req));
       return;
@@ -580,7 +591,7 @@ class AgentPool::Stream {
     c->StartWrite(&c->out);
   }
   void MaybeWritesDoneLocked(Call* c) {
-    if (!close_requested_ || c->writing || !c->queue.empty() || c->writes_done) return;
+    if (!close_requested_ || c->writing || !c->queue.empty() || c->writes_done || c->over) return;
     c->writes_done = true;
     c->StartWritesDone();
   }
@@ -631,6 +642,7 @@ AgentPool::AgentPool(const std::string& target, std::vector<std::string> names, 
     streams_.push_back(std::make_unique<Stream>(this, i, i % slots_, std::move(names[i])));
     streams_.back()->InitBackoff(backoff_min_ns_, i + 1);
   }
+  hb_skip_ = std::make_unique<std::atomic<bool>[]>(streams_.size());
   if (reconnect_) timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -720,7 +732,6 @@ int AgentPool::IndexOf(const std::string& name) const {
 }
 
 std::string AgentPool::Connect(double timeout_s) {
-  hb_skip_ = std::make_unique<std::atomic<bool>[]>(streams_.size());
   for (auto& s : streams_) s->Start();
   std::unique_lock lock(mu_);
   const bool ok = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),

@@ -119,8 +119,9 @@ class AgentPool {
   // first error.
   std::string Close(double timeout_s = 30);
 
-  // Heartbeats (after Connect): every stream that is attached sends one
-  // every interval_s, spread evenly over the interval, from one thread.
+  // Heartbeats: every stream that is attached sends one every interval_s,
+  // spread evenly over the interval, from one thread. Started before
+  // Connect, a stream's heartbeats begin with its Welcome, as NodeD's do.
   void StartHeartbeats(double interval_s);
   void StopHeartbeats();
   void SetHeartbeating(size_t i, bool on);

@@ -53,7 +53,7 @@ namespace {
       "                      [--clusterd PATH] [--noded PATH] [--ghz PATH] [--etcd PATH]\n"
       "                      [--kube-apiserver PATH] [--kube-peer PATH] [--json PATH] [--tmpdir DIR]\n"
       "  --short             a short run with tiny sizes (what scripts/test.sh runs)\n"
-      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-19)\n"
+      "  --only              scenarios to run, e.g. 1,2,5 (default: all of 1-20)\n"
       "  --duration          seconds per measured phase of scenarios 1, 2 and 6 (default 10)\n"
       "  --streams           concurrent agent streams of scenarios 1 and 2 (default 16)\n"
       "  --rate              offered rate of scenario 2, events/s across streams (default 10000)\n"
@@ -91,6 +91,13 @@ namespace {
       "  --progress-ranks    scenario 16: ranks per job (default 1000, at most 4096)\n"
       "  --progress-interval scenario 16: seconds between a job's reports (default 10)\n"
       "  --pingmesh-nodes    scenario 19: simulated NodeDs in SuperPoDs of 48 (default 16000)\n"
+      "  --fleet-nodes LIST  scenario 20: nodes (x --devices) on one leader, per point (default 50000,100000)\n"
+      "  --fleet-heartbeat   scenario 20: the agents' and clusterd's heartbeat interval, seconds; the node\n"
+      "                      grace is 3x it (default 10)\n"
+      "  --fleet-queries     scenario 20: GetSummary calls and ListNodes pages timed per point (default 200)\n"
+      "  --fleet-sink BOOL   scenario 20: the raw gRPC sink with the same agents first (default true)\n"
+      "  --fleet-ha-nodes N  scenario 20: nodes of the point with HA on (3 etcd, 3 replicas; default 100000;\n"
+      "                      0: none; skipped with a note without --etcd)\n"
       "  --clusterd, --noded binaries (default: next to this binary)\n"
       "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
       "                      skipped with a note when there is none)\n"
@@ -209,6 +216,18 @@ Options ParseArgs(int argc, char** argv) {
         o.progress_interval_s = std::stod(value());
       else if (a == "--pingmesh-nodes")
         o.pingmesh_nodes = std::stoi(value());
+      else if (a == "--fleet-nodes") {
+        o.fleet_nodes.clear();
+        std::istringstream list(value());
+        for (std::string n; std::getline(list, n, ',');) o.fleet_nodes.push_back(std::stoi(n));
+      } else if (a == "--fleet-heartbeat")
+        o.fleet_heartbeat_s = std::stod(value());
+      else if (a == "--fleet-queries")
+        o.fleet_queries = std::stoi(value());
+      else if (a == "--fleet-ha-nodes")
+        o.fleet_ha_nodes = std::stoi(value());
+      else if (a == "--fleet-sink")
+        o.fleet_sink = value() != "false";
       else if (a == "--restart-events")
         o.restart_events = std::stoll(value());
       else if (a == "--clusterd")
@@ -231,7 +250,7 @@ Options ParseArgs(int argc, char** argv) {
         std::istringstream list(value());
         for (std::string s; std::getline(list, s, ',');) {
           const int n = std::stoi(s);
-          if (n < 1 || n > 19) Usage(2);
+          if (n < 1 || n > 20) Usage(2);
           o.only.insert(n);
         }
       } else if (a == "--help" || a == "-h")
@@ -280,8 +299,15 @@ Options ParseArgs(int argc, char** argv) {
     dflt("--progress-ranks", &o.progress_ranks, 200);
     dflt("--progress-interval", &o.progress_interval_s, 1.0);
     dflt("--pingmesh-nodes", &o.pingmesh_nodes, 960);
+    if (!given.count("--fleet-nodes")) o.fleet_nodes = {2000};
+    dflt("--fleet-heartbeat", &o.fleet_heartbeat_s, 1.0);
+    dflt("--fleet-queries", &o.fleet_queries, 20);
+    dflt("--fleet-ha-nodes", &o.fleet_ha_nodes, 1000);
     o.restart_grace_s = 1.5;
   }
+  bool fleet_ok = !o.fleet_nodes.empty() && o.fleet_heartbeat_s >= 0.1 && o.fleet_queries > 0;
+  for (int n : o.fleet_nodes) fleet_ok &= n >= 10;
+  fleet_ok &= o.fleet_ha_nodes == 0 || o.fleet_ha_nodes >= 10;
   if (o.duration_s <= 0 || o.streams <= 0 || o.rate <= 0 || o.decision_samples <= 0 || o.storm_nodes <= 0 ||
       o.watchers <= 0 || o.fanout_rate <= 0 || o.footprint_s <= 0 || o.query_nodes <= 0 || o.query_s <= 0 ||
       o.agents <= 0 || o.agent_channels <= 0 || o.steady_s <= 0 || o.detect_samples <= 0 || o.lost_samples <= 0 ||
@@ -290,7 +316,7 @@ Options ParseArgs(int argc, char** argv) {
       o.stack_chunk_kib < 0 || o.stack_chunk_kib > 800 || o.stack_churn_s <= 0 || o.taskd_samples <= 0 ||
       o.doctor_nodes < 10 || o.progress_jobs < 2 || o.progress_ranks < 8 || o.progress_ranks > 4096 ||
       o.progress_interval_s <= 0 || o.pingmesh_nodes < 2 || o.validation_nodes < 1 || o.validation_chips < 1 ||
-      o.validation_ms < 1 || o.incident_nodes < 3 * 48 || o.incident_faults < 3 * 20) {
+      o.validation_ms < 1 || o.incident_nodes < 3 * 48 || o.incident_faults < 3 * 20 || !fleet_ok) {
     Usage(2);
   }
   const fs::path self_dir = fs::read_symlink("/proc/self/exe").parent_path();

@@ -91,6 +91,14 @@ struct Options {
   // Scenario 18.
   int incident_nodes = 16000;
   int incident_faults = 1000;
+  // Scenario 20 (one leader at fleet scale): the points (nodes of --devices
+  // each), their heartbeat interval (clusterd's --heartbeat-interval; the
+  // node grace is 3x it) and the GetSummary / ListNodes calls timed per point.
+  std::vector<int> fleet_nodes = {50000, 100000};
+  double fleet_heartbeat_s = 10;
+  int fleet_queries = 200;
+  bool fleet_sink = true;       // the raw gRPC sink with the same agents first
+  int fleet_ha_nodes = 100000;  // the point with HA on (3 etcd, 3 replicas); 0: none
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
 };

@@ -26,12 +26,6 @@
 namespace clusterd::bench {
 namespace {
 
-struct EtcdMember {
-  std::string name;
-  int client = 0, peer = 0;
-  ChildProcess proc;
-};
-
 // One report through a fresh channel to `target`: true when acknowledged.
 bool ReportOnce(const std::string& target, const std::string& node, const std::string& id) {
   auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
@@ -51,33 +45,25 @@ bool ReportOnce(const std::string& target, const std::string& node, const std::s
 
 }  // namespace
 
-std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows) {
-  json& s11 = (*out)["scenario11_high_availability"];
-  if (o.etcd.empty() || ::access(o.etcd.c_str(), X_OK) != 0) {
-    std::cerr << "[bench] scenario 11 skipped: no etcd binary (--etcd, or scripts/k8s-tools.sh builds one)\n";
-    s11["skipped"] = "no etcd binary";
-    return "";
-  }
-  // etcd: 3 members, the settings docs/ha.md asks for.
-  std::vector<std::unique_ptr<EtcdMember>> etcd;
-  std::string cluster, endpoints;
+std::string StartEtcdCluster(const Options& o, const TempDir& tmp, const std::string& prefix, EtcdCluster* out) {
+  std::string cluster;
   for (int i = 0; i < 3; ++i) {
-    auto m = std::make_unique<EtcdMember>();
+    auto m = std::make_unique<EtcdCluster::Member>();
     m->name = "e" + std::to_string(i);
     m->client = FreeLoopbackPort();
     m->peer = FreeLoopbackPort();
     cluster += (i ? "," : "") + m->name + "=http://127.0.0.1:" + std::to_string(m->peer);
-    endpoints += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(m->client);
-    etcd.push_back(std::move(m));
+    out->endpoints += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(m->client);
+    out->members.push_back(std::move(m));
   }
-  for (auto& m : etcd) {
+  for (auto& m : out->members) {
     const std::string client = "http://127.0.0.1:" + std::to_string(m->client);
     const std::string peer = "http://127.0.0.1:" + std::to_string(m->peer);
     if (auto err = m->proc.Spawn({o.etcd,
                                   "--name",
                                   m->name,
                                   "--data-dir",
-                                  tmp.Sub("ha-" + m->name),
+                                  tmp.Sub(prefix + "-" + m->name),
                                   "--listen-client-urls",
                                   client,
                                   "--advertise-client-urls",
@@ -96,18 +82,31 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
                                   std::to_string(8LL << 30),
                                   "--log-level",
                                   "warn"},
-                                 tmp.Sub("ha-" + m->name + ".log"));
+                                 tmp.Sub(prefix + "-" + m->name + ".log"));
         !err.empty()) {
-      return "scenario 11: etcd: " + err;
+      return "etcd: " + err;
     }
   }
-  const int64_t etcd_deadline = NowNs() + static_cast<int64_t>(30e9);
-  for (auto& m : etcd) {
+  const int64_t deadline = NowNs() + static_cast<int64_t>(30e9);
+  for (auto& m : out->members) {
     while (HttpGet(m->client, "/health").find("\"true\"") == std::string::npos) {
-      if (NowNs() > etcd_deadline) return "scenario 11: etcd member " + m->name + " not healthy within 30 s";
+      if (NowNs() > deadline) return "etcd member " + m->name + " not healthy within 30 s";
       SleepUntilNs(NowNs() + 50'000'000);
     }
   }
+  return "";
+}
+
+std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows) {
+  json& s11 = (*out)["scenario11_high_availability"];
+  if (o.etcd.empty() || ::access(o.etcd.c_str(), X_OK) != 0) {
+    std::cerr << "[bench] scenario 11 skipped: no etcd binary (--etcd, or scripts/k8s-tools.sh builds one)\n";
+    s11["skipped"] = "no etcd binary";
+    return "";
+  }
+  EtcdCluster etcd;
+  if (auto err = StartEtcdCluster(o, tmp, "ha", &etcd); !err.empty()) return "scenario 11: " + err;
+  const std::string& endpoints = etcd.endpoints;
 
   // The single-node baseline, same writers, same run.
   DriveResult single_tput, single_lat;
@@ -204,7 +203,7 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   const double reattach_s = attached == static_cast<size_t>(n) ? static_cast<double>(all_attached - kill) / 1e9 : NAN;
   pool.Close(10);
   for (auto& r : replicas) r->Stop();
-  for (auto& m : etcd) m->proc.Stop();
+  etcd.Stop();
 
   const double ratio = ha_tput.acked_per_s / single_tput.acked_per_s;
   s11 = {{"single_node_ingest", DriveJson(single_tput)},

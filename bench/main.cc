@@ -3,7 +3,7 @@
 // sink (no storage), RocksDB synced group commits, the single-writer
 // fdatasync rate and a raw unary call. Scenarios 1 (durable ingest) and 2
 // (ack latency at a fixed offered rate) are here; 5, 6, 8, 9 and 12 are in
-// scenarios.cc, 3, 4 and 7 in scale.cc, 10 (etcd and the Kubernetes API
+// scenarios.cc, 3, 4, 7 and 20 in scale.cc, 10 (etcd and the Kubernetes API
 // server as peers) in peers.cc, 11 in ha.cc, 13 (the MindCluster stack's
 // ConfigMaps) in stack.cc. Figures are printed and written as
 // JSON, never asserted.
@@ -291,7 +291,12 @@ int Run(const Options& o) {
                     {"progress_interval_s", o.progress_interval_s},
                     {"pingmesh_nodes", o.pingmesh_nodes},
                     {"incident_nodes", o.incident_nodes},
-                    {"incident_faults", o.incident_faults}};
+                    {"incident_faults", o.incident_faults},
+                    {"fleet_nodes", o.fleet_nodes},
+                    {"fleet_heartbeat_s", o.fleet_heartbeat_s},
+                    {"fleet_queries", o.fleet_queries},
+                    {"fleet_sink", o.fleet_sink},
+                    {"fleet_ha_nodes", o.fleet_ha_nodes}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -309,6 +314,7 @@ int Run(const Options& o) {
   if (err.empty() && o.Runs(17)) err = RunReturnToService(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(18)) err = RunIncidents(o, tmp, &out, &rows);
   if (err.empty() && o.Runs(19)) err = RunPingmesh(o, tmp, &out, &rows);
+  if (err.empty() && o.Runs(20)) err = RunFleet(o, tmp, &out, &rows);
   out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
   if (!err.empty()) {
     std::cerr << "[bench] error: " << err << "\n";

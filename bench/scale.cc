@@ -20,6 +20,7 @@
 
 #include "agents.h"
 #include "clusterd/v1/cluster.grpc.pb.h"
+#include "ha.h"
 #include "sink.h"
 
 namespace clusterd::bench {
@@ -579,6 +580,474 @@ std::string RunRestart(const Options& o, const TempDir& tmp, json* out, std::vec
                    Fmt(reattach_s, " s"), "", "", "<= 15 s", Met(reattach_met)});
   rows->push_back({"7 restart", "spurious node-lost after restart (grace " + Fmt(grace, " s") + ")",
                    std::to_string(spurious), "", "", "0", Met(lost_met)});
+  return "";
+}
+
+}  // namespace clusterd::bench
+
+// ================================================================ scenario 20
+
+namespace clusterd::bench {
+namespace {
+
+struct FleetSteady {
+  double connect_s = NAN, cpu_cores = NAN, bench_cpu_cores = NAN, rss_mib = NAN, rss_max_mib = NAN, idle_rss_mib = NAN;
+  double window_s = 0;
+  uint64_t heartbeats = 0;
+};
+
+json FleetSteadyJson(const FleetSteady& r, int n) {
+  return {{"connect_s", r.connect_s},
+          {"cpu_cores", r.cpu_cores},
+          {"bench_cpu_cores", r.bench_cpu_cores},
+          {"idle_rss_mib", r.idle_rss_mib},
+          {"rss_mib", r.rss_mib},
+          {"rss_max_mib", r.rss_max_mib},
+          {"rss_kib_per_node", r.rss_max_mib * 1024 / n},
+          {"window_s", r.window_s},
+          {"heartbeats_per_s", static_cast<double>(r.heartbeats) / r.window_s},
+          {"cpu_us_per_heartbeat",
+           r.heartbeats ? r.cpu_cores * r.window_s * 1e6 / static_cast<double>(r.heartbeats) : NAN}};
+}
+
+// Connects the pool (every Hello welcomed), each agent heartbeating every
+// hb_s from its Welcome on (as NodeD: at 100,000 the Hellos take longer than
+// a grace, so heartbeats that began only once all were in would let the
+// first ones be called lost), waits warmup_s, then samples pid's CPU and RSS
+// over window_s.
+std::string FleetSteadyLoad(AgentPool* pool, pid_t pid, double hb_s, double warmup_s, double window_s, FleetSteady* r) {
+  r->idle_rss_mib = ProcessRssKiB(pid) / 1024;
+  const int64_t c0 = NowNs();
+  pool->StartHeartbeats(hb_s);
+  if (auto e = pool->Connect(600); !e.empty()) return e;
+  r->connect_s = static_cast<double>(NowNs() - c0) / 1e9;
+  std::cerr << "[bench]   " << pool->size() << " agents attached in " << Fmt(r->connect_s, " s") << "; warm-up "
+            << Fmt(warmup_s, " s") << ", then " << Fmt(window_s, " s") << " measured\n";
+  std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
+  const double cpu0 = ProcessCpuSeconds(pid), self0 = ProcessCpuSeconds(getpid());
+  const uint64_t hb0 = pool->heartbeats();
+  const int64_t t0 = NowNs(), end = t0 + static_cast<int64_t>(window_s * 1e9);
+  double rss_max = 0;
+  while (NowNs() < end) {
+    rss_max = std::max(rss_max, ProcessRssKiB(pid));
+    SleepUntilNs(std::min(end, NowNs() + 500'000'000));
+  }
+  r->window_s = static_cast<double>(NowNs() - t0) / 1e9;
+  r->cpu_cores = (ProcessCpuSeconds(pid) - cpu0) / r->window_s;
+  r->bench_cpu_cores = (ProcessCpuSeconds(getpid()) - self0) / r->window_s;
+  r->heartbeats = pool->heartbeats() - hb0;
+  r->rss_mib = ProcessRssKiB(pid) / 1024;
+  r->rss_max_mib = std::max(rss_max, ProcessRssKiB(pid)) / 1024;
+  return "";
+}
+
+// What scenario 20 measures on the serving clusterd once the agents are on.
+struct FleetQueries {
+  std::vector<int64_t> detect, summary, list;
+  int detect_missed = 0;
+  size_t list_bytes = 0;
+};
+
+// Fault -> Watch (one NOT_HANDLE probe at a time on agents spread over the
+// fleet, raised then cleared), then GetSummary and ListNodes pages of 100
+// walked from the first (each answer's token to the next), one call at a time.
+std::string MeasureFleetQueries(const Options& o, const std::string& target, AgentPool* pool, FaultWatch* watch,
+                                FleetQueries* q) {
+  const size_t n = pool->size();
+  for (int k = 0; k <= o.detect_samples; ++k) {
+    if (watch->ended() > 0) return "the Watch stream ended: " + watch->end_status();
+    const size_t a = (static_cast<size_t>(k) * 7919) % n;
+    const auto dev = static_cast<uint32_t>(k % DevicesPerNode());
+    const uint64_t seq = pool->Send(a, v1::TRANSITION_ACTION_RAISE, dev, kProbeCode, v1::FAULT_LEVEL_NOT_HANDLE);
+    const int64_t sent = pool->SentNs(a, seq);
+    const int64_t seen = watch->WaitProbe(pool->name(a), dev, sent, 10);
+    if (k > 0) {  // sample 0: warm-up
+      if (seen == 0) {
+        ++q->detect_missed;
+      } else {
+        q->detect.push_back(seen - sent);
+      }
+    }
+    pool->Send(a, v1::TRANSITION_ACTION_CLEAR, dev, kProbeCode, v1::FAULT_LEVEL_NOT_HANDLE);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + (k * 7) % 30));
+  }
+  if (!pool->WaitAllAcked(60)) return "probe transitions not acknowledged within 60 s";
+  auto cluster = v1::ClusterService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  std::string err;
+  for (int k = 0; k < o.fleet_queries; ++k) {
+    v1::GetSummaryResponse s;
+    const int64_t t = NowNs();
+    if (!Summary(cluster.get(), 30, &s, &err)) return err;
+    q->summary.push_back(NowNs() - t);
+  }
+  std::string token;
+  for (int k = 0; k < o.fleet_queries; ++k) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::ListNodesRequest req;
+    req.set_page_size(100);
+    req.set_page_token(token);
+    v1::ListNodesResponse resp;
+    const int64_t t = NowNs();
+    auto st = cluster->ListNodes(&ctx, req, &resp);
+    if (!st.ok()) return "ListNodes: " + GrpcError(st);
+    q->list.push_back(NowNs() - t);
+    q->list_bytes = std::max(q->list_bytes, resp.ByteSizeLong());
+    token = resp.next_page_token();
+  }
+  return "";
+}
+
+// The first successful GetSummary on target (a fresh channel per 500 ms
+// try), 0 if none before deadline_ns or when `exited` says the server is gone.
+template <typename Exited>
+int64_t FirstAnswer(const std::string& target, int64_t deadline_ns, Exited exited) {
+  while (NowNs() < deadline_ns && !exited()) {
+    auto stub = v1::ClusterService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    ctx.set_wait_for_ready(true);
+    v1::GetSummaryResponse s;
+    if (stub->GetSummary(&ctx, v1::GetSummaryRequest(), &s).ok()) return NowNs();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+// A point's figures after the kill -9: when the replacement answered and
+// every agent was back.
+struct FleetTakeover {
+  int64_t killed = 0, exec = 0, first_answer = 0, all_attached = 0;
+  size_t attached = 0, spurious = 0;
+  uint64_t reconnects = 0, rewelcomes = 0;
+  double rss_reattached_mib = NAN;
+};
+
+// The JSON and rows of one point; the invariants that did not hold go to *broken.
+void FleetFigures(const Options& o, const std::string& sc, int n, const FleetSteady& steady, const FleetSteady* sink,
+                  const FleetQueries& q, const FleetTakeover& t, const std::string& restart_what, json* j,
+                  std::vector<Row>* rows, std::vector<std::string>* broken) {
+  const double answer_s = t.first_answer ? static_cast<double>(t.first_answer - t.exec) / 1e9 : NAN;
+  const double reattach_s =
+      t.attached == static_cast<size_t>(n) ? static_cast<double>(t.all_attached - t.exec) / 1e9 : NAN;
+  std::vector<int64_t> detect = q.detect, summary = q.summary, list = q.list;
+  const double p50_detect = Percentile(detect, 0.5), p99_detect = Percentile(detect, 0.99);
+  const double p50_sum = Percentile(summary, 0.5), p99_sum = Percentile(summary, 0.99);
+  const double p50_list = Percentile(list, 0.5), p99_list = Percentile(list, 0.99);
+  const double mb_per_node = steady.rss_max_mib * 1.048576 / n;
+  (*j)["clusterd"] = FleetSteadyJson(steady, n);
+  if (sink) (*j)["sink"] = FleetSteadyJson(*sink, n);
+  (*j)["mb_per_node"] = mb_per_node;
+  (*j)["nvsentinel_mb_per_node"] = 2.35;
+  (*j)["fault_to_watch"] = LatencyJson(q.detect);
+  (*j)["fault_to_watch_missed"] = q.detect_missed;
+  (*j)["get_summary"] = LatencyJson(q.summary);
+  (*j)["list_nodes_page_100"] = LatencyJson(q.list);
+  (*j)["list_nodes_page_bytes"] = q.list_bytes;
+  (*j)["exec_after_kill_ms"] = static_cast<double>(t.exec - t.killed) / 1e6;
+  (*j)["first_answer_s"] = answer_s;
+  (*j)["all_reattached_s"] = reattach_s;
+  (*j)["reattached"] = t.attached;
+  (*j)["rss_reattached_mib"] = t.rss_reattached_mib;
+  (*j)["reconnect_attempts"] = t.reconnects;
+  (*j)["welcomes_after_restart"] = t.rewelcomes;
+  (*j)["spurious_node_lost"] = t.spurious;
+  if (q.detect_missed > 0) broken->push_back(std::to_string(q.detect_missed) + " probe faults never on the Watch");
+  if (t.first_answer == 0) broken->push_back("no answer after the " + restart_what);
+  if (t.attached != static_cast<size_t>(n)) {
+    broken->push_back(std::to_string(t.attached) + " of " + std::to_string(n) + " agents reattached within 300 s");
+  }
+  if (t.spurious > 0) broken->push_back(std::to_string(t.spurious) + " nodes called lost after the " + restart_what);
+  json inv = json::array();
+  for (const auto& b : *broken) inv.push_back(b);
+  (*j)["broken_invariants"] = inv;
+
+  rows->push_back({sc, std::to_string(n) + " x " + std::to_string(DevicesPerNode()) + ": RSS max, per node",
+                   Fmt(steady.rss_max_mib, " MiB") + ", " + Fmt(mb_per_node * 1000, " KB"),
+                   sink ? Fmt(sink->rss_max_mib, " MiB sink") : "NVSentinel 2.35 MB",
+                   Fmt(2.35 / mb_per_node, "x less than NVSentinel"), "", ""});
+  rows->push_back({sc,
+                   "CPU, steady, hb " + Fmt(o.fleet_heartbeat_s, " s") + " (" +
+                       Fmt(static_cast<double>(steady.heartbeats) / steady.window_s, " hb/s") + ")",
+                   Fmt(steady.cpu_cores, " cores"), sink ? Fmt(sink->cpu_cores, " cores sink") : "",
+                   sink ? Fmt(steady.cpu_cores / sink->cpu_cores, "x") : "", "", ""});
+  rows->push_back({sc, "every agent attached (Hello -> Welcome)", Fmt(steady.connect_s, " s"), "", "", "all", "yes"});
+  rows->push_back({sc, "fault -> Watch p50 / p99 (" + std::to_string(q.detect.size()) + ")",
+                   Fmt(p50_detect, " ms") + " / " + Fmt(p99_detect, " ms"), "", "", "p99 <= 50 ms, none missed",
+                   std::string(Met(q.detect_missed == 0 && p99_detect <= 50)) +
+                       (q.detect_missed ? " (" + std::to_string(q.detect_missed) + " missed)" : "")});
+  rows->push_back({sc, "GetSummary p50 / p99", Fmt(p50_sum, " ms") + " / " + Fmt(p99_sum, " ms"), "", "", "", ""});
+  rows->push_back({sc, "ListNodes page of 100 p50 / p99 (" + std::to_string(q.list_bytes / 1024) + " KiB)",
+                   Fmt(p50_list, " ms") + " / " + Fmt(p99_list, " ms"), "", "", "", ""});
+  rows->push_back({sc, restart_what + " -> first GetSummary", Fmt(answer_s, " s"), "", "", "", ""});
+  rows->push_back({sc,
+                   restart_what + " -> all agents reattached (" + std::to_string(t.attached) + "/" + std::to_string(n) +
+                       "), none lost",
+                   Fmt(reattach_s, " s"), "", "", "all, 0 lost",
+                   Met(t.attached == static_cast<size_t>(n) && t.spurious == 0)});
+}
+
+std::string Joined(const std::vector<std::string>& v) {
+  std::string all;
+  for (const auto& b : v) all += (all.empty() ? "" : "; ") + b;
+  return all;
+}
+
+// Connections the agents share: --agent-channels, more when that would put
+// over 500 streams on one (each NodeD has a connection of its own; 3,125
+// heartbeating streams on one connection starved its keepalive acks here).
+int FleetChannels(const Options& o, int n) { return std::min(n, std::max(o.agent_channels, n / 500)); }
+
+std::vector<std::string> FleetFlags(int n, double hb) {
+  return {"--node-grace=" + std::to_string(static_cast<int64_t>(3 * hb * 1000)) + "ms",
+          "--heartbeat-interval=" + std::to_string(static_cast<int64_t>(hb * 1000)) + "ms",
+          "--max-streams=" + std::to_string(n + 1000)};
+}
+
+// A point's load: its connections, heartbeat interval and grace, warm-up
+// and measured window (also into its JSON).
+struct FleetShape {
+  int channels = 0;
+  double hb = 0, grace = 0, warmup = 0, window = 0;
+};
+
+FleetShape FleetShapeOf(const Options& o, int n, json* j) {
+  FleetShape f;
+  f.channels = FleetChannels(o, n);
+  f.hb = o.fleet_heartbeat_s;
+  f.grace = 3 * f.hb;
+  f.warmup = o.short_mode ? 0.5 : f.hb;
+  f.window = std::max(o.steady_s, 2 * f.hb);
+  (*j)["nodes"] = n;
+  (*j)["devices"] = static_cast<int64_t>(n) * DevicesPerNode();
+  (*j)["connections"] = f.channels;
+  (*j)["heartbeat_s"] = f.hb;
+  (*j)["node_grace_s"] = f.grace;
+  return f;
+}
+
+// After the measurements, before the kill: every agent still connected and
+// none called lost (else *broken says so); the Watch is closed.
+std::string FleetSettle(v1::ClusterService::Stub* cluster, int n, const std::string& prefix,
+                        std::unique_ptr<FaultWatch>* watch, v1::GetSummaryResponse* sum,
+                        std::vector<std::string>* broken) {
+  std::string err;
+  if (!Summary(cluster, 30, sum, &err)) return err;
+  if (sum->connected_agents() != static_cast<uint32_t>(n)) {
+    broken->push_back(std::to_string(sum->connected_agents()) + " of " + std::to_string(n) + " agents connected");
+  }
+  if ((*watch)->ended() > 0) return "the Watch stream ended: " + (*watch)->end_status();
+  if (const size_t lost = (*watch)->LostCount(prefix); lost > 0) {
+    broken->push_back(std::to_string(lost) + " nodes called lost before the restart");
+  }
+  (*watch)->Cancel();
+  watch->reset();
+  return "";
+}
+
+// One point of scenario 20: n nodes on one clusterd.
+std::string FleetPoint(const Options& o, const TempDir& tmp, int n, json* j, std::vector<Row>* rows) {
+  const FleetShape f = FleetShapeOf(o, n, j);
+  const int channels = f.channels;
+  const double hb = f.hb, grace = f.grace, warmup = f.warmup, window = f.window;
+  const std::string prefix = "bench-f-";
+
+  // --- the raw gRPC sink with the same agents, in its own process.
+  FleetSteady sink;
+  if (o.fleet_sink) {
+    std::cerr << "[bench] scenario 20: " << n << " agents on " << channels
+              << " connections against the raw gRPC sink\n";
+    ChildProcess proc;
+    int port = 0;
+    if (auto e = StartSinkProcess(&proc, &port); !e.empty()) return "scenario 20: " + e;
+    AgentPool pool("127.0.0.1:" + std::to_string(port), NodeNames(prefix, n), channels);
+    if (auto e = FleetSteadyLoad(&pool, proc.pid(), hb, warmup, window, &sink); !e.empty()) {
+      return "scenario 20 (sink): " + e;
+    }
+    if (auto e = pool.Close(120); !e.empty()) return "scenario 20 (sink): " + e;
+    proc.Stop();
+  }
+
+  // --- clusterd.
+  ClusterdProcess cd(o.clusterd, tmp.Sub("clusterd-fleet-" + std::to_string(n)), FleetFlags(n, hb));
+  std::cerr << "[bench] scenario 20: " << n << " nodes x " << DevicesPerNode() << " devices on one clusterd (heartbeat "
+            << hb << " s, grace " << grace << " s)\n";
+  if (auto e = cd.Start(); !e.empty()) return "scenario 20: " + e;
+  auto cluster = v1::ClusterService::NewStub(grpc::CreateChannel(cd.target(), grpc::InsecureChannelCredentials()));
+  v1::GetSummaryResponse sum;
+  std::string err;
+  if (!Summary(cluster.get(), 10, &sum, &err)) return "scenario 20: " + err;
+  auto watch = std::make_unique<FaultWatch>(cd.target(), sum.revision());
+  AgentPool pool(cd.target(), NodeNames(prefix, n), channels, /*reconnect=*/true);
+  FleetSteady steady;
+  if (auto e = FleetSteadyLoad(&pool, cd.pid(), hb, warmup, window, &steady); !e.empty()) return "scenario 20: " + e;
+  FleetQueries q;
+  if (auto e = MeasureFleetQueries(o, cd.target(), &pool, watch.get(), &q); !e.empty()) return "scenario 20: " + e;
+  std::vector<std::string> broken;
+  if (auto e = FleetSettle(cluster.get(), n, prefix, &watch, &sum, &broken); !e.empty()) return "scenario 20: " + e;
+
+  // --- kill -9 and restart on the same data dir and ports.
+  std::cerr << "[bench] scenario 20: kill -9 with " << n << " agents attached\n";
+  FleetTakeover t;
+  const uint64_t welcomes0 = pool.welcomes();
+  cd.Kill9();
+  t.killed = NowNs();
+  while (pool.attached() > 0 && NowNs() < t.killed + static_cast<int64_t>(30e9)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (auto e = cd.Respawn(); !e.empty()) return "scenario 20: " + e;
+  t.exec = cd.started_ns();
+  t.first_answer = FirstAnswer(cd.target(), t.exec + static_cast<int64_t>(300e9), [&] { return cd.Exited(); });
+  if (t.first_answer == 0) return "scenario 20: clusterd did not answer GetSummary within 300 s of its restart";
+  FaultWatch after(cd.target(), sum.revision());
+  t.attached = pool.WaitAttached(static_cast<size_t>(n), t.exec + static_cast<int64_t>(300e9));
+  t.all_attached = NowNs();
+  t.rss_reattached_mib = ProcessRssKiB(cd.pid()) / 1024;
+  // Past the grace after the restart (+1 s): any node clusterd would call lost is.
+  SleepUntilNs(std::max(NowNs(), t.exec + static_cast<int64_t>((grace + 1) * 1e9)));
+  t.spurious = after.LostCount(prefix);
+  if (after.ended() > 0) return "scenario 20: the Watch stream ended after the restart: " + after.end_status();
+  t.reconnects = pool.reconnect_attempts();
+  t.rewelcomes = pool.welcomes() - welcomes0;
+  if (auto e = pool.Close(120); !e.empty()) return "scenario 20: " + e;
+  after.Cancel();
+  cd.Stop();
+
+  FleetFigures(o, "20 fleet " + std::to_string(n / 1000) + "k", n, steady, o.fleet_sink ? &sink : nullptr, q, t,
+               "kill -9, exec", j, rows, &broken);
+  if (o.short_mode && !broken.empty()) return "scenario 20 (" + std::to_string(n) + " nodes): " + Joined(broken);
+  return "";
+}
+
+// The same with HA on: three replicas on a 3-member etcd, the agents on an
+// ipv4:r0,r1,r2 target; the restart is a kill -9 of the leader.
+std::string FleetHaPoint(const Options& o, const TempDir& tmp, int n, json* j, std::vector<Row>* rows) {
+  const FleetShape f = FleetShapeOf(o, n, j);
+  const int channels = f.channels;
+  const double hb = f.hb, grace = f.grace, warmup = f.warmup, window = f.window;
+  const std::string prefix = "bench-fha-";
+  (*j)["ha"] = true;
+  EtcdCluster etcd;
+  if (auto e = StartEtcdCluster(o, tmp, "fleet-ha", &etcd); !e.empty()) return "scenario 20 (HA): " + e;
+  std::vector<std::unique_ptr<ClusterdProcess>> replicas;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> args = FleetFlags(n, hb);
+    args.push_back("--etcd-endpoints=" + etcd.endpoints);
+    args.push_back("--ha-replica-id=r" + std::to_string(i));
+    args.push_back("--ha-lease-ttl=2s");
+    replicas.push_back(
+        std::make_unique<ClusterdProcess>(o.clusterd, tmp.Sub("fleet-ha-r" + std::to_string(i)), std::move(args)));
+    if (auto e = replicas.back()->Launch(); !e.empty()) return "scenario 20 (HA): " + e;
+  }
+  auto wait_leader = [&](int not_this, double seconds) {
+    const int64_t deadline = NowNs() + static_cast<int64_t>(seconds * 1e9);
+    for (;;) {
+      for (size_t i = 0; i < replicas.size(); ++i) {
+        if (static_cast<int>(i) != not_this && HttpGet(replicas[i]->http_port(), "/readyz").rfind("ready", 0) == 0) {
+          return static_cast<int>(i);
+        }
+      }
+      if (NowNs() > deadline) return -1;
+      SleepUntilNs(NowNs() + 10'000'000);
+    }
+  };
+  int lead = wait_leader(-1, 60);
+  if (lead < 0) return "scenario 20 (HA): no replica became the leader within 60 s";
+  std::cerr << "[bench] scenario 20: " << n << " nodes x " << DevicesPerNode()
+            << " devices with HA (3 etcd, 3 replicas), leader r" << lead << "\n";
+  std::string all = "ipv4:";
+  for (size_t i = 0; i < replicas.size(); ++i) all += (i ? "," : "") + replicas[i]->target();
+  auto cluster =
+      v1::ClusterService::NewStub(grpc::CreateChannel(replicas[lead]->target(), grpc::InsecureChannelCredentials()));
+  v1::GetSummaryResponse sum;
+  std::string err;
+  if (!Summary(cluster.get(), 10, &sum, &err)) return "scenario 20 (HA): " + err;
+  auto watch = std::make_unique<FaultWatch>(replicas[lead]->target(), sum.revision());
+  AgentPool pool(all, NodeNames(prefix, n), channels, /*reconnect=*/true);
+  FleetSteady steady;
+  if (auto e = FleetSteadyLoad(&pool, replicas[lead]->pid(), hb, warmup, window, &steady); !e.empty()) {
+    return "scenario 20 (HA): " + e;
+  }
+  double standby_rss = 0;
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    if (static_cast<int>(i) != lead) standby_rss = std::max(standby_rss, ProcessRssKiB(replicas[i]->pid()) / 1024);
+  }
+  (*j)["standby_rss_mib"] = standby_rss;
+  FleetQueries q;
+  if (auto e = MeasureFleetQueries(o, replicas[lead]->target(), &pool, watch.get(), &q); !e.empty()) {
+    return "scenario 20 (HA): " + e;
+  }
+  std::vector<std::string> broken;
+  if (auto e = FleetSettle(cluster.get(), n, prefix, &watch, &sum, &broken); !e.empty()) {
+    return "scenario 20 (HA): " + e;
+  }
+
+  std::cerr << "[bench] scenario 20: kill -9 of the HA leader with " << n << " agents attached\n";
+  FleetTakeover t;
+  const uint64_t welcomes0 = pool.welcomes();
+  const int old = lead;
+  replicas[old]->Kill9();
+  t.killed = t.exec = NowNs();
+  lead = wait_leader(old, 120);
+  if (lead >= 0) {
+    t.first_answer = FirstAnswer(replicas[lead]->target(), t.killed + static_cast<int64_t>(300e9),
+                                 [&] { return replicas[lead]->Exited(); });
+  }
+  if (t.first_answer != 0) {
+    FaultWatch after(replicas[lead]->target(), sum.revision());
+    t.attached = pool.WaitAttached(static_cast<size_t>(n), t.killed + static_cast<int64_t>(300e9));
+    t.all_attached = NowNs();
+    t.rss_reattached_mib = ProcessRssKiB(replicas[lead]->pid()) / 1024;
+    SleepUntilNs(std::max(NowNs(), t.first_answer + static_cast<int64_t>((grace + 1) * 1e9)));
+    t.spurious = after.LostCount(prefix);
+    after.Cancel();
+  }
+  t.reconnects = pool.reconnect_attempts();
+  t.rewelcomes = pool.welcomes() - welcomes0;
+  pool.Close(30);
+  for (auto& r : replicas) r->Stop();
+  etcd.Stop();
+  FleetFigures(o, "20 fleet " + std::to_string(n / 1000) + "k HA", n, steady, nullptr, q, t, "kill -9 of the leader", j,
+               rows, &broken);
+  if (o.short_mode && !broken.empty()) return "scenario 20 (HA, " + std::to_string(n) + " nodes): " + Joined(broken);
+  return "";
+}
+
+}  // namespace
+
+std::string RunFleet(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows) {
+  json& s20 = (*out)["scenario20_fleet"];
+  s20["points"] = json::array();
+  // In a full run a point that fails is a figure (its error in the JSON and
+  // a row) and the next point still runs; in --short it is the run's error.
+  auto failed = [&](const std::string& sc, const std::string& e, json* j) {
+    std::cerr << "[bench] " << e << "\n";
+    (*j)["error"] = e;
+    rows->push_back({sc, "did not finish", e, "", "", "", "NO"});
+  };
+  for (int n : o.fleet_nodes) {
+    json j;
+    if (auto e = FleetPoint(o, tmp, n, &j, rows); !e.empty()) {
+      if (o.short_mode) return e;
+      failed("20 fleet " + std::to_string(n / 1000) + "k", e, &j);
+    }
+    std::cerr << "[bench] scenario 20 point: " << j.dump() << "\n";  // a long run's figures so far
+    s20["points"].push_back(j);
+  }
+  if (o.fleet_ha_nodes > 0) {
+    if (o.etcd.empty() || ::access(o.etcd.c_str(), X_OK) != 0) {
+      std::cerr << "[bench] scenario 20 with HA skipped: no etcd binary (--etcd)\n";
+      s20["ha_skipped"] = "no etcd binary";
+    } else {
+      json j;
+      if (auto e = FleetHaPoint(o, tmp, o.fleet_ha_nodes, &j, rows); !e.empty()) {
+        if (o.short_mode) return e;
+        failed("20 fleet " + std::to_string(o.fleet_ha_nodes / 1000) + "k HA", e, &j);
+      }
+      std::cerr << "[bench] scenario 20 HA point: " << j.dump() << "\n";
+      s20["ha"] = j;
+    }
+  }
   return "";
 }
 

@@ -19,4 +19,13 @@ std::string RunScale(const Options& o, const TempDir& tmp, json* out, std::vecto
 // agent reattached, spurious node-lost decisions.
 std::string RunRestart(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows);
 
+// Scenario 20: each of --fleet-nodes nodes x --devices devices on one
+// leader (agents multiplexed as in scenario 3, heartbeating every
+// --fleet-heartbeat seconds): RSS per node, CPU in steady state, fault ->
+// Watch, GetSummary and ListNodes page latency, kill -9 -> serving and every
+// agent reattached; next to the raw gRPC sink holding the same agents. In
+// --short its invariants (every agent attached, every fault on the Watch,
+// every agent reattached, no node called lost) are errors when broken.
+std::string RunFleet(const Options& o, const TempDir& tmp, json* out, std::vector<Row>* rows);
+
 }  // namespace clusterd::bench

@@ -358,10 +358,17 @@ Engine::StepResult Engine::Step() {
     }
     if (can_write && now >= *next_liveness_) {
       // Check again when the next node could cross the grace (a moment
-      // after, so that it has), and at least every liveness interval.
+      // after, so that it has). No node can cross it sooner: a node's last
+      // message only gets later, and one that is watched from now on (new,
+      // back from lost) crosses it a whole grace from now, after every node
+      // seen by now. The check walks every node (4-7 % of clusterd's CPU at
+      // 100,000 nodes every 500 ms); it runs about every grace less one
+      // heartbeat interval now. With no node to watch: every liveness
+      // interval; and at least once a grace (a step of the wall clock).
       const TimePoint expiry = state_->CheckLiveness(options_.node_grace, &g.m);
-      next_liveness_ = now + options_.liveness_interval;
-      if (expiry != TimePoint::max()) next_liveness_ = std::min(*next_liveness_, expiry + std::chrono::milliseconds(1));
+      next_liveness_ = expiry == TimePoint::max()
+                           ? now + options_.liveness_interval
+                           : std::min(expiry + std::chrono::milliseconds(1), now + options_.node_grace);
     }
     // After the group: what it changed carries times up to now.
     if (!hooks_.rules.empty()) {

@@ -48,7 +48,8 @@ namespace clusterd {
 
 struct EngineOptions {
   std::chrono::nanoseconds node_grace = std::chrono::seconds(10);
-  // How often liveness is checked; the default follows node_grace.
+  // Liveness is checked when the next node could cross node_grace, and
+  // this often while no node is watched; the default follows node_grace.
   std::chrono::nanoseconds liveness_interval = std::chrono::milliseconds(0);
   // Set (the server): no node is declared lost before Serve() says agents
   // can reach this ClusterD, and every node's grace runs from then, however

@@ -214,8 +214,24 @@ StatusOr<v1::ListNodesResponse> NodeTable::List(const v1::ListNodesRequest& req)
     return selector->Matches(node.labels());
   };
   v1::ListNodesResponse out;
-  int32_t total = 0;
   PageBudget budget(page->size);
+  if (req.health() == v1::HEALTH_UNSPECIFIED && req.label_selector().empty()) {
+    // Every node matches: the total is the table's size and the page starts
+    // at its token, so a page costs its own nodes, not the whole table (at
+    // 100,000 nodes a walk of every page was quadratic).
+    auto it = page->start.empty() ? nodes_.begin() : nodes_.upper_bound(page->start);
+    for (; it != nodes_.end(); ++it) {
+      v1::Node node = it->second.Describe();
+      if (!budget.Take(node.ByteSizeLong())) {
+        out.set_next_page_token(storage::HexEncode(out.nodes(out.nodes_size() - 1).name()));
+        break;
+      }
+      *out.add_nodes() = std::move(node);
+    }
+    out.set_total_size(static_cast<int32_t>(nodes_.size()));
+    return out;
+  }
+  int32_t total = 0;
   for (const auto& [name, n] : nodes_) {
     if (!matches(n)) continue;
     ++total;

@@ -279,6 +279,41 @@ TEST_F(EngineTest, LivenessRunsOnTheWriter) {
   EXPECT_EQ(unknown(), 1u);
 }
 
+// The liveness check walks every node, so it runs when the next node could
+// cross the grace, not every liveness interval: none can cross it sooner (a
+// node's last message only gets later), and the one that stops is still
+// lost a moment after its grace.
+TEST_F(EngineTest, LivenessWaitsUntilANodeCouldCrossTheGrace) {
+  EngineOptions options;
+  options.node_grace = 10s;
+  options.liveness_interval = 1ms;
+  options.commit_delay = 0ms;
+  Start(options);
+  const TimePoint t0 = clock_.Now();
+  Register(2);  // the first Step: every node's grace runs from t0
+  auto unknown = [&] { return state_->Read([](const StateView& s) { return s.GetSummary().nodes().unknown(); }); };
+  clock_.Advance(4s);
+  std::atomic<int> done{0};
+  SubmitHello("node0", 1, &done);  // node0 heard from at t0 + 4 s, node1 at t0
+  Drain();
+  Engine::StepResult idle = engine_->Step();
+  EXPECT_EQ(idle.next, t0 + 10s);
+  clock_.Set(idle.next);
+  idle = engine_->Step();
+  EXPECT_EQ(unknown(), 0u);
+  EXPECT_EQ(idle.next, t0 + 10s + 1ms);  // node1 just past its grace
+  clock_.Set(idle.next);
+  idle = engine_->Step();
+  EXPECT_EQ(unknown(), 1u);
+  EXPECT_EQ(idle.next, t0 + 14s + 1ms);  // node0's, not the 1 ms interval: nobody can cross it sooner
+  clock_.Set(idle.next - 2ms);
+  EXPECT_EQ(engine_->Step().next, t0 + 14s + 1ms);
+  EXPECT_EQ(unknown(), 1u);
+  clock_.Set(t0 + 14s + 1ms);
+  engine_->Step();
+  EXPECT_EQ(unknown(), 2u);
+}
+
 // #51 item 9: a takeover (or a restart) must not make a node lost. The
 // nodes' last messages went to the old leader, long ago; the new one loads
 // them, takes its time to start serving, and still gives every agent a
