@@ -524,7 +524,8 @@ void PingmeshRule::Loaded(ClusterState& state) {
       const size_t slash = rest.find('/');
       if (slash == std::string::npos) continue;
       device_plane = true;
-      const auto ends = std::minmax(PingmeshPortName(f.node(), f.device_id()), rest.substr(slash + 1));
+      const std::string mine = PingmeshPortName(f.node(), f.device_id()), other = rest.substr(slash + 1);
+      const auto ends = std::minmax(mine, other);  // references: both named above
       finding = {pingmesh::FindingKind::kLink, ends.first, ends.second, 0, 0, 0};
     } else if (id == kPingmeshNpuNodeId) {
       device_plane = true;
