@@ -208,14 +208,14 @@ std::string RunPingmesh(const Options& o, const TempDir& tmp, json* out, std::ve
                    Fmt(steady.results_per_s, "/s") + " / " + Fmt(steady.plans_per_s, "/s"),
                    Fmt(steady.round_probes, " probes per round"), "", "", ""});
   const std::string cut_setup = "(a round every " + secs(interval_s) + ", window " + secs(window_s);
-  rows->push_back({"19 pingmesh", "path cut -> LINK_PINGMESH_LOSS on both ends, no suspect re-probing " + cut_setup + ")",
-                   Fmt(plain_cut.cut_to_fault_s, " s"), Fmt(bound_s, " s bound (2 coverage periods + a window + a round)"),
-                   Fmt(plain_cut.cut_to_fault_s / bound_s, "x"), "<= 1x bound", Met(plain_cut.cut_to_fault_s <= bound_s)});
-  rows->push_back({"19 pingmesh", "path cut -> LINK_PINGMESH_LOSS on both ends, suspects re-probed " + cut_setup + ")",
-                   Fmt(cut.cut_to_fault_s, " s"),
-                   Fmt(suspect_bound_s, " s bound (a coverage period + 2 windows + a round)"),
-                   Fmt(cut.cut_to_fault_s / suspect_bound_s, "x"), "<= 1x bound",
-                   Met(cut.cut_to_fault_s <= suspect_bound_s)});
+  rows->push_back(
+      {"19 pingmesh", "path cut -> LINK_PINGMESH_LOSS on both ends, no suspect re-probing " + cut_setup + ")",
+       Fmt(plain_cut.cut_to_fault_s, " s"), Fmt(bound_s, " s bound (2 coverage periods + a window + a round)"),
+       Fmt(plain_cut.cut_to_fault_s / bound_s, "x"), "<= 1x bound", Met(plain_cut.cut_to_fault_s <= bound_s)});
+  rows->push_back(
+      {"19 pingmesh", "path cut -> LINK_PINGMESH_LOSS on both ends, suspects re-probed " + cut_setup + ")",
+       Fmt(cut.cut_to_fault_s, " s"), Fmt(suspect_bound_s, " s bound (a coverage period + 2 windows + a round)"),
+       Fmt(cut.cut_to_fault_s / suspect_bound_s, "x"), "<= 1x bound", Met(cut.cut_to_fault_s <= suspect_bound_s)});
   return "";
 }
 

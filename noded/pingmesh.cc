@@ -210,8 +210,8 @@ void PingmeshWorker::ProbeDevicePlane(const v1::ProbePlan& plan, std::vector<Dev
   if (device_errors_) device_errors_->Inc(errors);
   *state = errors == 0 ? v1::DEVICE_PLANE_STATE_PROBED : v1::DEVICE_PLANE_STATE_PARTIAL;
   if (errors > 0) {
-    *detail = std::to_string(errors) + " of " + std::to_string(outcomes->size()) + " device probes failed: " +
-              first_error.substr(0, 512);
+    *detail = std::to_string(errors) + " of " + std::to_string(outcomes->size()) +
+              " device probes failed: " + first_error.substr(0, 512);
     SanitizeLine(detail);
     GetLogger("pingmesh")->warn("round {}: {}", plan.round(), *detail);
   }

@@ -433,9 +433,8 @@ void PingmeshRule::RaiseDevice(ClusterState& state, const pingmesh::Finding& f,
       if (d == domains.end()) break;
       std::set<std::string> nodes;
       for (const auto& port : d->members) nodes.insert(PingmeshPortNode(port));
-      const std::string message = std::to_string(f.bad) + " of " + std::to_string(f.judged) +
-                                  " judged NPU ports of " + f.subject +
-                                  " unreachable by their peers: the domain's accelerator network";
+      const std::string message = std::to_string(f.bad) + " of " + std::to_string(f.judged) + " judged NPU ports of " +
+                                  f.subject + " unreachable by their peers: the domain's accelerator network";
       for (const auto& node : nodes) {
         ReportRaise(state, raised, {node, kPingmeshNpuDomainPrefix + f.subject, std::nullopt, kPingmeshNpuDomainCode},
                     policy_.npu_domain_level, message, m);
@@ -537,8 +536,8 @@ void PingmeshRule::Loaded(ClusterState& state) {
       continue;
     }
     const std::string raised_key = (device_plane ? std::string(kPingmeshDevicePlane) : std::string()) + finding.Key();
-    raised_[raised_key].push_back({f.node(), id,
-                                   f.has_device_id() ? std::optional<uint32_t>(f.device_id()) : std::nullopt, f.code()});
+    raised_[raised_key].push_back(
+        {f.node(), id, f.has_device_id() ? std::optional<uint32_t>(f.device_id()) : std::nullopt, f.code()});
     (device_plane ? device_active : active).emplace(finding.Key(), finding);
   }
   auto restore = [](pingmesh::FindingTracker& tracker, std::map<std::string, pingmesh::Finding>& from) {

@@ -28,8 +28,8 @@
 
 namespace clusterd::noded {
 
-inline constexpr size_t kMaxDevicePorts = 64;        // ports per node
-inline constexpr size_t kMaxHccnConfBytes = 64 << 10;  // /etc/hccn.conf read at most
+inline constexpr size_t kMaxDevicePorts = 64;            // ports per node
+inline constexpr size_t kMaxHccnConfBytes = 64 << 10;    // /etc/hccn.conf read at most
 inline constexpr size_t kMaxPingOutputBytes = 64 << 10;  // one tool run's output kept at most
 inline constexpr uint32_t kMaxDeviceProbesPerRound = 1024;
 inline constexpr uint32_t kDeviceProbeParallel = 16;  // tool runs at once
@@ -66,7 +66,7 @@ struct DevicePing {
 StatusOr<DevicePing> ParseHccnPing(std::string_view text);
 
 struct DeviceProbeTarget {
-  std::string node;  // the peer
+  std::string node;             // the peer
   uint32_t device_id = 0;       // this node's device that probes
   uint32_t peer_device_id = 0;  // the peer's port
   std::string address;          // the peer port's IPv4 literal

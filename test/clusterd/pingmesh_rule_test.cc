@@ -307,7 +307,6 @@ TEST(PingmeshPolicy, OutOfBoundsIsRefused) {
   EXPECT_TRUE(ValidatePingmeshPolicy(PingmeshPolicy{}).ok());
 }
 
-
 // The device plane: each member has NPU ports 0..3 ("n<i>#<d>"), port d of
 // a node probing port d of its peers; the same majority rules and
 // hysteresis name a bad port, a bad node (all its ports), or a link between
@@ -336,8 +335,8 @@ class PingmeshDeviceTest : public PingmeshRuleTest {
     std::vector<std::string> out;
     for (const auto& [key, f] : state_->fault_table().all()) {
       if (f.reporter() == kPingmeshReporter && f.state() == v1::FAULT_STATE_ACTIVE) {
-        out.push_back(f.node() + (f.has_device_id() ? "#" + std::to_string(f.device_id()) : "") + " " + f.code() +
-                      " " + f.external_id());
+        out.push_back(f.node() + (f.has_device_id() ? "#" + std::to_string(f.device_id()) : "") + " " + f.code() + " " +
+                      f.external_id());
       }
     }
     std::sort(out.begin(), out.end());

@@ -94,18 +94,22 @@ TEST(HccnPing, OutputWithoutASummaryOrWithBadNumbersIsRefused) {
 // asked to ping (argv: -i <dev> -ping -g address <ip> pkt <n>).
 std::string WriteFakeTool(const TempDir& dir) {
   const std::string log = dir.Sub("calls.log");
-  const std::string path = dir.Write("hccn_tool", "#!/bin/sh\n"
-                                                  "echo \"$*\" >> '" + log + "'\n"
-                                                  "dev=$2; ip=$6; n=$8\n"
-                                                  "case \"$ip\" in\n"
-                                                  "  10.9.9.9) exec sleep 60 ;;\n"
-                                                  "  10.6.6.6) echo 'ping failed: device busy'; exit 1 ;;\n"
-                                                  "  10.0.0.2) echo \"device $dev PING $ip\";\n"
-                                                  "    echo \"$n packets transmitted, 0 received, 100.00% packet loss\" ;;\n"
-                                                  "  *) echo \"device $dev PING $ip\"; i=0;\n"
-                                                  "    while [ $i -lt $n ]; do echo \"recv seq=$i,time=0.050000ms\"; i=$((i+1)); done;\n"
-                                                  "    echo \"$n packets transmitted, $n received, 0.00% packet loss\" ;;\n"
-                                                  "esac\n");
+  const std::string path =
+      dir.Write("hccn_tool",
+                "#!/bin/sh\n"
+                "echo \"$*\" >> '" +
+                    log +
+                    "'\n"
+                    "dev=$2; ip=$6; n=$8\n"
+                    "case \"$ip\" in\n"
+                    "  10.9.9.9) exec sleep 60 ;;\n"
+                    "  10.6.6.6) echo 'ping failed: device busy'; exit 1 ;;\n"
+                    "  10.0.0.2) echo \"device $dev PING $ip\";\n"
+                    "    echo \"$n packets transmitted, 0 received, 100.00% packet loss\" ;;\n"
+                    "  *) echo \"device $dev PING $ip\"; i=0;\n"
+                    "    while [ $i -lt $n ]; do echo \"recv seq=$i,time=0.050000ms\"; i=$((i+1)); done;\n"
+                    "    echo \"$n packets transmitted, $n received, 0.00% packet loss\" ;;\n"
+                    "esac\n");
   EXPECT_EQ(::chmod(path.c_str(), 0755), 0);
   return path;
 }
@@ -124,10 +128,8 @@ TEST(DeviceProbe, TheToolRunsPerPortPairAndItsAnswersAreCounted) {
   options.packets = 4;
   options.timeout = std::chrono::milliseconds(300);  // the hanging port's run is killed after it
   ASSERT_TRUE(DeviceToolUsable(options.tool));
-  const std::vector<DeviceProbeTarget> targets = {{"up", 0, 0, "10.0.0.1"},
-                                                  {"cut", 1, 1, "10.0.0.2"},
-                                                  {"hung", 2, 2, "10.9.9.9"},
-                                                  {"broken", 3, 3, "10.6.6.6"}};
+  const std::vector<DeviceProbeTarget> targets = {
+      {"up", 0, 0, "10.0.0.1"}, {"cut", 1, 1, "10.0.0.2"}, {"hung", 2, 2, "10.9.9.9"}, {"broken", 3, 3, "10.6.6.6"}};
   const auto out = ProbeDevices(targets, options);
   ASSERT_EQ(out.size(), 4u);
   EXPECT_TRUE(out[0].ran);
