@@ -370,8 +370,8 @@ void PingmeshRule::AddSuspectProbes(const std::vector<pingmesh::ProbeDomain>& do
   stats_.suspects = suspects_.size();
 }
 
-void PingmeshRule::ReportRaise(ClusterState& state, std::vector<RaisedFault>* raised, RaisedFault f,
-                               v1::FaultLevel level, const std::string& message, Mutation* m) {
+v1::ReportRequest PingmeshRule::RequestFor(const RaisedFault& f, v1::FaultLevel level, v1::TransitionAction action,
+                                           const std::string& message) {
   v1::ReportRequest r;
   r.set_reporter(kPingmeshReporter);
   r.set_id(f.id);
@@ -379,9 +379,14 @@ void PingmeshRule::ReportRaise(ClusterState& state, std::vector<RaisedFault>* ra
   if (f.device) r.set_device_id(*f.device);
   r.set_code(f.code);
   r.set_level(level);
-  r.set_action(v1::TRANSITION_ACTION_RAISE);
+  r.set_action(action);
   r.set_message(message);
-  if (auto st = state.ApplyReport(r, m); !st.ok()) {
+  return r;
+}
+
+void PingmeshRule::ReportRaise(ClusterState& state, std::vector<RaisedFault>* raised, RaisedFault f,
+                               v1::FaultLevel level, const std::string& message, Mutation* m) {
+  if (auto st = state.ApplyReport(RequestFor(f, level, v1::TRANSITION_ACTION_RAISE, message), m); !st.ok()) {
     GetLogger("state")->warn("pingmesh {} on node {}: {}", f.code, f.node, st.status().ToString());
     return;
   }
@@ -482,15 +487,7 @@ void PingmeshRule::Clear(ClusterState& state, const std::string& key, Mutation* 
   auto it = raised_.find(key);
   if (it == raised_.end()) return;
   for (const auto& f : it->second) {
-    v1::ReportRequest r;
-    r.set_reporter(kPingmeshReporter);
-    r.set_id(f.id);
-    r.set_node(f.node);
-    if (f.device) r.set_device_id(*f.device);
-    r.set_code(f.code);
-    r.set_level(v1::FAULT_LEVEL_SUB_HEALTH);
-    r.set_action(v1::TRANSITION_ACTION_CLEAR);
-    r.set_message("the probes succeed again");
+    const auto r = RequestFor(f, v1::FAULT_LEVEL_SUB_HEALTH, v1::TRANSITION_ACTION_CLEAR, "the probes succeed again");
     if (auto st = state.ApplyReport(r, m); !st.ok()) {
       GetLogger("state")->warn("pingmesh clear on node {}: {}", f.node, st.status().ToString());
     }

@@ -48,6 +48,7 @@
 #include "clusterd/state/agent_outbox.h"
 #include "clusterd/state/domains.h"
 #include "clusterd/state/writer_rule.h"
+#include "clusterd/v1/fault.pb.h"
 #include "clusterd/v1/pingmesh.pb.h"
 #include "common/status.h"
 
@@ -164,6 +165,8 @@ class PingmeshRule final : public WriterRule {
   struct RaisedFault;
   void ReportRaise(ClusterState& state, std::vector<RaisedFault>* raised, RaisedFault f, v1::FaultLevel level,
                    const std::string& message, Mutation* m);
+  static v1::ReportRequest RequestFor(const RaisedFault& f, v1::FaultLevel level, v1::TransitionAction action,
+                                      const std::string& message);
   struct Counts;
   static std::vector<pingmesh::PairStats> TakeWindow(std::map<std::pair<std::string, std::string>, Counts>* window);
   // Adds one result to a window (false: the window is full, counted).
