@@ -352,7 +352,8 @@ void PingmeshRule::AddSuspectProbes(const std::vector<pingmesh::ProbeDomain>& do
     }
   };
   for (auto it = suspects_.begin(); it != suspects_.end();) {
-    const auto& [source, target] = it->first;
+    const std::string& source = it->first.first;  // named: lambdas below take them
+    const std::string& target = it->first.second;
     // The pair both ways (a link), more peers probing the target (is it the
     // node nothing reaches?) and probed by the source (does it reach nothing?).
     add(source, target);
