@@ -15,7 +15,10 @@
 //     the plan and the hysteresis set: each judged window needs a probe of
 //     the pair, at worst one per coverage period (Plan.rounds_to_cover
 //     rounds), so raise_after coverage periods, the window that judges the
-//     last, and a round.
+//     last, and a round; measured without suspect re-probing
+//     (--pingmesh-suspect-probes=0) and at its default, whose bound is one
+//     coverage period (the first probe of the pair), raise_after windows
+//     (each holds the pair's re-probes) and a round.
 #pragma once
 
 #include <string>

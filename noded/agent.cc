@@ -70,7 +70,7 @@ v1::FaultLevel ChainCodeLevel(std::string_view code) {
   return v1::FAULT_LEVEL_SEPARATE;
 }
 
-bool AscendBackend(const AcceleratorBackend& backend) {
+bool IsAscendBackend(const AcceleratorBackend& backend) {
   const std::string name = backend.name();
   return name == "ascend" || name == "npu-smi";
 }
@@ -338,7 +338,7 @@ void Agent::DiffAccelerators() {
 }
 
 ChainReading Agent::CollectChain() const {
-  ChainReading reading = chain_->Collect(backend_chips_, AscendBackend(*backend_));
+  ChainReading reading = chain_->Collect(backend_chips_, IsAscendBackend(*backend_));
   // What the backend knows fills the links the files could not decide (a
   // GPU node's driver: no Ascend driver file, NVML's version).
   for (const auto& named : backend_->ChainVersions()) {

@@ -543,6 +543,11 @@ std::vector<ConfigKey> MakeTable() {
         "windows in a row that raise a finding");
   t.Add(U32("pingmesh_clear_after", CLUSTERD_FIELD(pingmesh_clear_after), 1, 100),
         "windows in a row without a finding that clear it");
+  t.Add(U32("pingmesh_suspect_probes", CLUSTERD_FIELD(pingmesh_suspect_probes), 0, 16),
+        "a direction that lost a round's probes is probed again each round, both ways, with this many more peers "
+        "probing its target and probed by its source, so that every window judges it (0: off)");
+  t.Add(U32("pingmesh_max_suspects", CLUSTERD_FIELD(pingmesh_max_suspects), 0, 100'000),
+        "suspect directions probed again at most (past it: counted in clusterd_pingmesh_suspects_dropped)");
   t.Add(Text("chain_pool_label", CLUSTERD_FIELD(chain_pool_label), "LABEL"),
         "the node label whose value names a node's pool for the software chain's version drift (CHAIN_VERSION_DRIFT "
         "on a node whose driver, firmware or CANN version differs from its pool's majority); empty: the chip model");

@@ -353,6 +353,8 @@ struct ClusterdConfig {
   std::chrono::nanoseconds pingmesh_window = std::chrono::minutes(1);
   uint32_t pingmesh_raise_after = 2;
   uint32_t pingmesh_clear_after = 3;
+  uint32_t pingmesh_suspect_probes = 3;
+  uint32_t pingmesh_max_suspects = 1000;
   // The node label naming a node's pool for the software chain's version
   // drift (docs/faults.md); "": the model of the node's first device.
   std::string chain_pool_label;

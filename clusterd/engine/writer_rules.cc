@@ -72,6 +72,8 @@ StatusOr<WriterRules> MakeWriterRules(const ClusterdConfig& cfg) {
     pingmesh.window = cfg.pingmesh_window;
     pingmesh.raise_after = cfg.pingmesh_raise_after;
     pingmesh.clear_after = cfg.pingmesh_clear_after;
+    pingmesh.suspect_probes = cfg.pingmesh_suspect_probes;
+    pingmesh.max_suspects = cfg.pingmesh_max_suspects;
     CLUSTERD_RETURN_IF_ERROR(ValidatePingmeshPolicy(pingmesh));
     rules.policies.push_back(std::make_unique<PingmeshRule>(pingmesh, ModelDomains(*domains)));
   }

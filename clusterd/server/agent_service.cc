@@ -25,17 +25,44 @@ constexpr std::string_view kConnectMethod = "/clusterd.v1.NodeAgentService/Conne
 
 using google::protobuf::util::TimeUtil;
 
-// A ProbeReport's peers as the pingmesh counts them, from `node`'s point of
-// view: at most kMaxProbeTargets peers, each a node name, at most 10 probes
-// sent, no more lost than sent.
-StatusOr<std::vector<pingmesh::PairStats>> ProbeResults(const std::string& node, const v1::ProbeReport& report) {
+// Round-trip times a NodeD sends are its word: negative or past 60 s they
+// are refused, not stored. Fills the sum over `replies` and the longest.
+Status ProbeRtt(const std::string& what, const google::protobuf::Duration* mean, const google::protobuf::Duration* max,
+                uint32_t replies, pingmesh::PairStats* stats) {
+  if (replies == 0 || mean == nullptr) return Status::Ok();
+  const int64_t mean_us = google::protobuf::util::TimeUtil::DurationToMicroseconds(*mean);
+  const int64_t max_us = max != nullptr ? google::protobuf::util::TimeUtil::DurationToMicroseconds(*max) : mean_us;
+  constexpr int64_t kMaxRttUs = 60'000'000;
+  if (mean_us < 0 || max_us < 0 || mean_us > kMaxRttUs || max_us > kMaxRttUs) {
+    return InvalidArgument("probes.peers: " + what + " with a round-trip time outside 0..60s");
+  }
+  stats->rtt_sum_us = static_cast<uint64_t>(mean_us) * replies;
+  stats->rtt_max_us = static_cast<uint32_t>(max_us);
+  return Status::Ok();
+}
+
+// A ProbeReport as the pingmesh counts it, from `node`'s point of view: at
+// most 256 peers, each a node name, at most 10 probes sent, no more lost than
+// sent; on the device plane at most 64 port pairs per peer, ports named
+// "<node>#<device>".
+struct ProbeRoundResults {
+  std::vector<pingmesh::PairStats> tcp;
+  std::vector<pingmesh::PairStats> device;
+  bool device_unprobed = false;
+};
+
+StatusOr<ProbeRoundResults> ProbeResults(const std::string& node, const v1::ProbeReport& report) {
   constexpr int kMaxPeers = 256;
+  constexpr int kMaxPortPairs = 64;
+  constexpr uint32_t kMaxDevice = 65535;
   if (report.peers_size() > kMaxPeers) {
     return InvalidArgument("probes.peers: at most " + std::to_string(kMaxPeers) + ", not " +
                            std::to_string(report.peers_size()));
   }
-  std::vector<pingmesh::PairStats> out;
-  out.reserve(report.peers_size());
+  CLUSTERD_RETURN_IF_ERROR(ValidateLine("probes.device_plane_detail", report.device_plane_detail(), 1024));
+  ProbeRoundResults out;
+  out.device_unprobed = report.device_plane() == v1::DEVICE_PLANE_STATE_NO_TOOL;
+  out.tcp.reserve(report.peers_size());
   for (const auto& p : report.peers()) {
     CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("probes.peers.node", p.node()));
     if (p.sent() > 10 || p.lost() > p.sent()) {
@@ -43,20 +70,24 @@ StatusOr<std::vector<pingmesh::PairStats>> ProbeResults(const std::string& node,
                              std::to_string(p.sent()) + " probes lost (at most 10 sent, no more lost than sent)");
     }
     pingmesh::PairStats stats{node, p.node(), p.sent(), p.lost()};
-    if (p.sent() > p.lost() && p.has_rtt_mean()) {
-      // Durations a NodeD sends are its word: negative or past the probe
-      // timeout's bounds they are refused, not stored.
-      const int64_t mean_us = google::protobuf::util::TimeUtil::DurationToMicroseconds(p.rtt_mean());
-      const int64_t max_us =
-          p.has_rtt_max() ? google::protobuf::util::TimeUtil::DurationToMicroseconds(p.rtt_max()) : mean_us;
-      constexpr int64_t kMaxRttUs = 60'000'000;
-      if (mean_us < 0 || max_us < 0 || mean_us > kMaxRttUs || max_us > kMaxRttUs) {
-        return InvalidArgument("probes.peers: peer " + p.node() + " with a round-trip time outside 0..60s");
-      }
-      stats.rtt_sum_us = static_cast<uint64_t>(mean_us) * (p.sent() - p.lost());
-      stats.rtt_max_us = static_cast<uint32_t>(max_us);
+    CLUSTERD_RETURN_IF_ERROR(ProbeRtt("peer " + p.node(), p.has_rtt_mean() ? &p.rtt_mean() : nullptr,
+                                      p.has_rtt_max() ? &p.rtt_max() : nullptr, p.sent() - p.lost(), &stats));
+    out.tcp.push_back(std::move(stats));
+    if (p.devices_size() > kMaxPortPairs) {
+      return InvalidArgument("probes.peers: peer " + p.node() + " with more than " + std::to_string(kMaxPortPairs) +
+                             " device port pairs");
     }
-    out.push_back(std::move(stats));
+    for (const auto& d : p.devices()) {
+      if (d.device_id() > kMaxDevice || d.peer_device_id() > kMaxDevice || d.sent() > 10 || d.lost() > d.sent()) {
+        return InvalidArgument("probes.peers.devices: peer " + p.node() +
+                               ": device ids at most 65535, at most 10 probes sent, no more lost than sent");
+      }
+      pingmesh::PairStats port{PingmeshPortName(node, d.device_id()), PingmeshPortName(p.node(), d.peer_device_id()),
+                               d.sent(), d.lost()};
+      CLUSTERD_RETURN_IF_ERROR(ProbeRtt("port " + port.target, d.has_rtt_mean() ? &d.rtt_mean() : nullptr,
+                                        d.has_rtt_max() ? &d.rtt_max() : nullptr, d.sent() - d.lost(), &port));
+      out.device.push_back(std::move(port));
+    }
   }
   return out;
 }
@@ -204,7 +235,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
           [self, hello = *hello, session, probe_ip, probe_port](ClusterState& state, Mutation* m) -> Engine::Done {
             auto welcome = state.ApplyHello(hello, session, m);
             if (auto* pingmesh = state.Attached<PingmeshRule>(); pingmesh && welcome.ok() && probe_port != 0) {
-              pingmesh->AgentUp(hello->node_name(), session, probe_ip, probe_port);
+              std::vector<std::pair<uint32_t, std::string>> devices;
+              for (const auto& d : hello->device_addresses()) devices.emplace_back(d.device_id(), d.address());
+              pingmesh->AgentUp(hello->node_name(), session, probe_ip, probe_port, std::move(devices));
             }
             if (auto* evidence = state.Attached<EvidenceRule>(); evidence && welcome.ok()) {
               evidence->AgentUp(hello->node_name(), session, hello->collects_evidence());
@@ -321,7 +354,10 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
         ++inflight_;
         return Submit(
             [self, results = std::move(*results), node = node_](ClusterState& state, Mutation*) -> Engine::Done {
-              if (auto* pingmesh = state.Attached<PingmeshRule>()) pingmesh->Record(node, results);
+              if (auto* pingmesh = state.Attached<PingmeshRule>()) {
+                pingmesh->Record(node, results.tcp);
+                pingmesh->RecordDevices(node, results.device, results.device_unprobed);
+              }
               return [self] { self->OnApplied(Status::Ok()); };
             },
             /*write=*/false);

@@ -297,6 +297,19 @@ Status ClusterdServer::Impl::OpenState() {
     metrics.AddCallbackGauge("clusterd_pingmesh_results_dropped",
                              "Probe results dropped: a window held pingmesh max pairs already.",
                              [pingmesh] { return static_cast<double>(pingmesh->dropped()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_device_results",
+                             "Device-plane probe results (one port pair in one report) taken since the start.",
+                             [pingmesh] { return static_cast<double>(pingmesh->device_results()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_device_unprobed_reports",
+                             "Probe reports whose agent could not probe the device plane (no tool) since the start.",
+                             [pingmesh] { return static_cast<double>(pingmesh->device_unprobed()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_suspects", "Suspect directions probed again by more peers now.",
+                             [pingmesh] { return static_cast<double>(pingmesh->suspects()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_suspects_dropped",
+                             "Suspect directions not taken since the start: pingmesh_max_suspects held already.",
+                             [pingmesh] { return static_cast<double>(pingmesh->suspects_dropped()); });
+    metrics.AddCallbackGauge("clusterd_pingmesh_suspect_probes", "Extra probes the last round planned for suspects.",
+                             [pingmesh] { return static_cast<double>(pingmesh->suspect_probes()); });
   }
   if (auto* evidence = state->Attached<EvidenceRule>()) {
     evidence->set_outbox(&outbox);

@@ -174,6 +174,22 @@ Status ValidateHello(const v1::Hello& hello) {
   if (!hello.probe_address().empty() && !IsProbeAddressText(hello.probe_address())) {
     return InvalidArgument("hello.probe_address: must be ip:port (an IPv4 or [IPv6] literal) or :port");
   }
+  // The pingmesh's device plane (docs/pingmesh.md): at most 64 ports, ids
+  // unique, each an IPv4 literal.
+  if (hello.device_addresses_size() > 64) return InvalidArgument("hello.device_addresses: more than 64");
+  {
+    std::set<uint32_t> ids;
+    for (const auto& d : hello.device_addresses()) {
+      if (d.device_id() > kMaxDeviceId) return InvalidArgument("hello.device_addresses.device_id: above 65535");
+      if (!ids.insert(d.device_id()).second) {
+        return InvalidArgument("hello.device_addresses: device " + std::to_string(d.device_id()) + " twice");
+      }
+      if (d.address().find(':') != std::string::npos || !IsProbeAddressText(d.address() + ":1")) {
+        return InvalidArgument("hello.device_addresses.address: device " + std::to_string(d.device_id()) +
+                               " is no IPv4 literal");
+      }
+    }
+  }
   const auto& inv = hello.inventory();
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.cpu_model", inv.cpu_model(), 256));
   CLUSTERD_RETURN_IF_ERROR(ValidateLine("hello.inventory.kernel_version", inv.kernel_version(), 256));

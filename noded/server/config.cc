@@ -144,6 +144,25 @@ const ConfigSetters<NodedConfig>& Setters() {
          c->probe_address = v;
          return Status::Ok();
        }},
+      {"hccn_conf",
+       [](const std::string& v, NodedConfig* c) {
+         if (!v.empty() && v[0] != '/') return InvalidArgument("hccn_conf: must be an absolute path, or empty");
+         c->hccn_conf = v;
+         return Status::Ok();
+       }},
+      {"hccn_tool",
+       [](const std::string& v, NodedConfig* c) {
+         if (v.empty() || v[0] != '/') return InvalidArgument("hccn_tool: must be an absolute path");
+         c->hccn_tool = v;
+         return Status::Ok();
+       }},
+      {"hccn_tool_timeout",
+       [](const std::string& v, NodedConfig* c) {
+         CLUSTERD_RETURN_IF_ERROR(
+             SetDuration("hccn_tool_timeout", v, std::chrono::milliseconds(100), &c->hccn_tool_timeout));
+         if (c->hccn_tool_timeout > std::chrono::seconds(60)) return InvalidArgument("hccn_tool_timeout: at most 60s");
+         return Status::Ok();
+       }},
       {"pod_resources_socket",
        [](const std::string& v, NodedConfig* c) {
          if (!v.empty() && v[0] != '/') {

@@ -64,6 +64,12 @@ struct NodedConfig {
   // IP its stream comes from), or "" for ":<the HTTP port>".
   bool pingmesh = true;
   std::string probe_address;
+  // The pingmesh's device plane: the NPU ports' addresses (address_<id>=
+  // lines; "" or a missing file: not on the device plane), the tool that
+  // pings from a port, and how long one run may take.
+  std::string hccn_conf = "/etc/hccn.conf";
+  std::string hccn_tool = "/usr/local/Ascend/driver/tools/hccn_tool";
+  std::chrono::nanoseconds hccn_tool_timeout = std::chrono::seconds(5);
   std::map<std::string, std::string> labels;
   std::chrono::nanoseconds poll_interval = std::chrono::seconds(1);
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);

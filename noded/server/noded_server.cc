@@ -420,12 +420,25 @@ Status NodedServer::Start() {
   so.security.token_file = cfg.token_file;
   so.security.server_name = cfg.server_name;
   if (cfg.pingmesh) {
+    // The device plane: this node's NPU ports, if it has any (a missing file
+    // is a node without them; one that does not parse is logged and left out).
+    DevicePlaneOptions device;
+    device.tool = cfg.hccn_tool;
+    device.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.hccn_tool_timeout);
+    if (!cfg.hccn_conf.empty()) {
+      if (auto ports = ReadHccnConf(cfg.hccn_conf); ports.ok()) {
+        device.ports = std::move(*ports);
+        GetLogger("pingmesh")->info("device plane: {} NPU ports from {}", device.ports.size(), cfg.hccn_conf);
+      } else if (ports.status().code() != StatusCode::kNotFound) {
+        GetLogger("pingmesh")->warn("device plane off: {}", ports.status().ToString());
+      }
+    }
     // Its reports wake the stream's sender (set below, before either starts).
     s.pingmesh = std::make_unique<PingmeshWorker>(
         [&s] {
           if (s.stream) s.stream->Notify();
         },
-        &s.metrics);
+        &s.metrics, std::move(device));
     so.pingmesh = s.pingmesh.get();
   }
   // ParseNodedConfig checked these under their key names; this fails only if

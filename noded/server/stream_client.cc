@@ -139,7 +139,14 @@ bool StreamClient::Session() {
   *hello.mutable_hello() = agent_->MakeHello();
   hello.mutable_hello()->set_epoch(outbox_->epoch());
   hello.mutable_hello()->set_instance_id(outbox_->instance_id());
-  if (options_.pingmesh != nullptr) hello.mutable_hello()->set_probe_address(options_.probe_address);
+  if (options_.pingmesh != nullptr) {
+    hello.mutable_hello()->set_probe_address(options_.probe_address);
+    for (const auto& p : options_.pingmesh->device_ports()) {
+      v1::DeviceAddress* d = hello.mutable_hello()->add_device_addresses();
+      d->set_device_id(p.device_id);
+      d->set_address(p.address);
+    }
+  }
   hello.mutable_hello()->set_collects_evidence(options_.evidence != nullptr);
   for (auto& r : snapshot.active) *hello.mutable_hello()->add_active_faults() = std::move(r);
   v1::ConnectResponse resp;

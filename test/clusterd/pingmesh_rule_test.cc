@@ -307,5 +307,213 @@ TEST(PingmeshPolicy, OutOfBoundsIsRefused) {
   EXPECT_TRUE(ValidatePingmeshPolicy(PingmeshPolicy{}).ok());
 }
 
+// The device plane: each member has NPU ports 0..3 ("n<i>#<d>"), port d of
+// a node probing port d of its peers; the same majority rules and
+// hysteresis name a bad port, a bad node (all its ports), or a link between
+// two ports, as faults on the ports' devices.
+class PingmeshDeviceTest : public PingmeshRuleTest {
+ protected:
+  static constexpr uint32_t kPorts = 4;
+  template <typename LossFn>
+  void DeviceWindow(LossFn lost) {
+    for (const auto& s : members_) {
+      std::vector<pingmesh::PairStats> results;
+      for (const auto& t : members_) {
+        if (s == t) continue;
+        for (uint32_t d = 0; d < kPorts; ++d) {
+          const std::string a = PingmeshPortName(s, d), b = PingmeshPortName(t, d);
+          results.push_back({a, b, 3, lost(a, b)});
+        }
+      }
+      rule_->RecordDevices(s, results, false);
+    }
+    clock_.Advance(policy_.window);
+    Tick();
+  }
+  // Active pingmesh faults with their device: "<node>[#<device>] <code> <external id>".
+  std::vector<std::string> ActiveWithDevices() {
+    std::vector<std::string> out;
+    for (const auto& [key, f] : state_->fault_table().all()) {
+      if (f.reporter() == kPingmeshReporter && f.state() == v1::FAULT_STATE_ACTIVE) {
+        out.push_back(f.node() + (f.has_device_id() ? "#" + std::to_string(f.device_id()) : "") + " " + f.code() + " " +
+                      f.external_id());
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+TEST_F(PingmeshDeviceTest, ABadPortIsRaisedOnItsDeviceAndSurvivesARestart) {
+  auto port = [](const std::string&, const std::string& t) { return t == "n2#1" ? 3u : 0u; };
+  DeviceWindow(port);
+  EXPECT_TRUE(ActiveWithDevices().empty()) << "one window is not enough";
+  DeviceWindow(port);
+  EXPECT_EQ(ActiveWithDevices(), std::vector<std::string>{"n2#1 NPU_PINGMESH_UNREACHABLE pingmesh/npu/1"});
+  Open();  // a restart: the device finding comes back from its stored fault
+  ASSERT_EQ(rule_->ActiveDevice().size(), 1u);
+  EXPECT_EQ(rule_->ActiveDevice()[0].Key(), "node/n2#1");
+  EXPECT_TRUE(rule_->Active().empty()) << "the TCP plane has nothing";
+  auto healthy = [](const std::string&, const std::string&) { return 0u; };
+  DeviceWindow(healthy);
+  EXPECT_EQ(ActiveWithDevices().size(), 1u);
+  DeviceWindow(healthy);
+  EXPECT_TRUE(ActiveWithDevices().empty());
+}
+
+TEST_F(PingmeshDeviceTest, AllPortsOfANodeAreTheNodeNotFourPorts) {
+  auto node = [](const std::string&, const std::string& t) { return PingmeshPortNode(t) == "n5" ? 3u : 0u; };
+  DeviceWindow(node);
+  DeviceWindow(node);
+  EXPECT_EQ(ActiveWithDevices(), std::vector<std::string>{"n5 NODE_PINGMESH_NPU_UNREACHABLE pingmesh/npu-node"});
+  Open();
+  ASSERT_EQ(rule_->ActiveDevice().size(), 1u);
+  EXPECT_EQ(rule_->ActiveDevice()[0].Key(), "domain/n5#");
+}
+
+TEST_F(PingmeshDeviceTest, OneBadPortPairIsALinkOnBothPortsAndListedOnItsPlane) {
+  auto cable = [](const std::string& s, const std::string& t) {
+    return (s == "n1#2" && t == "n6#2") || (s == "n6#2" && t == "n1#2") ? 3u : 0u;
+  };
+  DeviceWindow(cable);
+  DeviceWindow(cable);
+  EXPECT_EQ(ActiveWithDevices(), (std::vector<std::string>{"n1#2 NPU_LINK_PINGMESH_LOSS pingmesh/npu-link/2/n6#2",
+                                                           "n6#2 NPU_LINK_PINGMESH_LOSS pingmesh/npu-link/2/n1#2"}));
+  v1::ListLinksRequest req;
+  req.set_lossy_only(true);
+  auto lossy = rule_->ListLinks(req);
+  ASSERT_TRUE(lossy.ok()) << lossy.status().ToString();
+  ASSERT_EQ(lossy->links_size(), 2);
+  EXPECT_EQ(lossy->links(0).source(), "n1#2");
+  EXPECT_EQ(lossy->links(0).target(), "n6#2");
+  EXPECT_EQ(lossy->links(0).plane(), "device");
+  EXPECT_EQ(lossy->links(0).finding(), "link");
+  ASSERT_EQ(lossy->findings_size(), 1);
+  EXPECT_EQ(lossy->findings(0).plane(), "device");
+  EXPECT_EQ(lossy->findings(0).subject(), "n1#2");
+  EXPECT_EQ(lossy->findings(0).peer(), "n6#2");
+  req.set_lossy_only(false);
+  req.set_node("n6");  // a node's filter takes its ports too
+  auto node = rule_->ListLinks(req);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->total_size(), 2 * 7 * static_cast<int>(kPorts));
+
+  Open();  // both ends come back as one link finding
+  ASSERT_EQ(rule_->ActiveDevice().size(), 1u);
+  EXPECT_EQ(rule_->ActiveDevice()[0].Key(), "link/n1#2/n6#2");
+}
+
+TEST_F(PingmeshDeviceTest, PortsOfAnotherNodeAndUnprobedReportsChangeNothing) {
+  // n0 speaks for n1's ports, and for a node's name where a port belongs: ignored.
+  for (int i = 0; i < 3; ++i) {
+    rule_->RecordDevices("n0", {{"n1#0", "n4#0", 3, 3}, {"n0", "n4#0", 3, 3}, {"n0#0", "n0#1", 3, 3}}, true);
+    clock_.Advance(policy_.window);
+    Tick();
+  }
+  EXPECT_TRUE(ActiveWithDevices().empty());
+  EXPECT_EQ(rule_->device_results(), 0u);
+  EXPECT_EQ(rule_->device_unprobed(), 3u);
+}
+
+// The plan carries each peer's ports that the prober has a port of the same
+// id for; a direction that lost a round's probes is probed again in the next
+// rounds, both ways and with more peers at each end, within the bound.
+TEST_F(PingmeshRuleTest, PlansCarryPeerPortsAndSuspectsGetExtraProbes) {
+  // 16 members, fan-out 1: a pair is probed once in 15 rounds.
+  members_ = Members(16);
+  domains_ = {{"rack=1", Members(16)}};
+  policy_.limits.peers_per_node = 1;
+  policy_.suspect_probes = 2;
+  ASSERT_TRUE(ValidatePingmeshPolicy(policy_).ok());
+  Open();
+  AgentOutbox outbox;
+  rule_->set_outbox(&outbox);
+  std::map<std::string, v1::ProbePlan> plans;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    // Ports 0 and 1 everywhere, port 2 only on n1.
+    std::vector<std::pair<uint32_t, std::string>> ports = {{0, "10.1." + std::to_string(i) + ".0"},
+                                                           {1, "10.1." + std::to_string(i) + ".1"}};
+    if (members_[i] == "n1") ports.emplace_back(2, "10.1.1.2");
+    rule_->AgentUp(members_[i], 1, "10.0.0." + std::to_string(i + 1), 11255, ports);
+    outbox.Attach(members_[i], 1,
+                  [&plans, node = members_[i]](const v1::ConnectResponse& r) { plans[node] = r.probe_plan(); });
+  }
+  auto round = [&] {
+    plans.clear();
+    std::vector<WriterDone> after;
+    clock_.Advance(policy_.interval);
+    Commit([&](Mutation* m) {
+      WriterTick tick{clock_.Now(), m, &after};
+      return rule_->Advance(*state_, tick);
+    });
+    for (auto& fn : after) fn();
+  };
+  round();
+  ASSERT_FALSE(plans.empty());
+  for (const auto& [node, plan] : plans) {
+    ASSERT_EQ(plan.targets_size(), 1) << node << ": fan-out 1, no suspect yet";
+    const auto& t = plan.targets(0);
+    ASSERT_EQ(t.devices_size(), 2) << node << " -> " << t.node() << ": ports 0 and 1 (2 is n1's alone)";
+    EXPECT_EQ(t.devices(0).device_id(), 0u);
+    EXPECT_EQ(t.devices(1).device_id(), 1u);
+  }
+  EXPECT_EQ(rule_->suspects(), 0u);
+  // n3 -> n9 loses a round's probes: a suspect from the next round on.
+  rule_->Record("n3", {{"n3", "n9", 3, 3}});
+  EXPECT_EQ(rule_->suspects(), 1u);
+  round();
+  auto probes = [&](const std::string& from, const std::string& to) {
+    for (const auto& t : plans[from].targets()) {
+      if (t.node() == to) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(probes("n3", "n9"));
+  EXPECT_TRUE(probes("n9", "n3"));
+  int extra_sources = 0;
+  for (const auto& m : members_) {
+    if (m != "n3" && m != "n9" && probes(m, "n9")) ++extra_sources;
+  }
+  EXPECT_GE(extra_sources, 2) << "more peers probe the suspect's target";
+  EXPECT_GE(plans["n3"].targets_size(), 3) << "the suspect's source probes more peers";
+  EXPECT_GT(rule_->suspect_probes(), 0u);
+  // The suspect expires once no round is bad for the rounds raise_after windows take.
+  for (int i = 0; i < 20; ++i) round();
+  EXPECT_EQ(rule_->suspects(), 0u);
+  EXPECT_EQ(rule_->suspect_probes(), 0u);
+
+  // Bounded: past max_suspects a new suspect is counted, not kept.
+  policy_.max_suspects = 1;
+  rule_ = nullptr;
+  Open();
+  rule_->Record("n3", {{"n3", "n9", 3, 3}, {"n3", "n8", 3, 3}});
+  EXPECT_EQ(rule_->suspects(), 1u);
+  EXPECT_EQ(rule_->suspects_dropped(), 1u);
+}
+
+TEST(PingmeshDeviceHello, PortsAreBoundedUniqueAndIpv4) {
+  v1::Hello hello = testing::MakeHello("n1", 1, 0);
+  auto* d = hello.add_device_addresses();
+  d->set_device_id(0);
+  d->set_address("29.1.110.1");
+  EXPECT_TRUE(ValidateHello(hello).ok());
+  auto* twice = hello.add_device_addresses();
+  twice->set_device_id(0);
+  twice->set_address("29.1.110.2");
+  EXPECT_EQ(ValidateHello(hello).code(), StatusCode::kInvalidArgument);
+  twice->set_device_id(1);
+  twice->set_address("fd00::1");
+  EXPECT_EQ(ValidateHello(hello).code(), StatusCode::kInvalidArgument);
+  twice->set_address("host.example");
+  EXPECT_EQ(ValidateHello(hello).code(), StatusCode::kInvalidArgument);
+  hello.clear_device_addresses();
+  for (uint32_t i = 0; i < 65; ++i) {
+    auto* p = hello.add_device_addresses();
+    p->set_device_id(i);
+    p->set_address("10.0.0.1");
+  }
+  EXPECT_EQ(ValidateHello(hello).code(), StatusCode::kInvalidArgument) << "at most 64 ports";
+}
+
 }  // namespace
 }  // namespace clusterd

@@ -10,7 +10,12 @@
 #   - one path cut between two nodes (blackhole routes both ways) is named as
 #     that link (LINK_PINGMESH_LOSS on both ends), no node;
 #   - a kill -9 of clusterd keeps the findings (stored faults) and both clear
-#     once repaired.
+#     once repaired;
+#   - the device plane: each node has two NPU ports (an hccn.conf this test
+#     writes) and a fake hccn_tool of this test's (a script that answers
+#     unless the test marked the pinged port down; n5 has no tool at all and
+#     says its device plane was not probed): a port marked down is named on
+#     its device (NPU_PINGMESH_UNREACHABLE), and clears once up again.
 # Needs root for ip netns; says SKIP and passes without it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -63,6 +68,24 @@ for n in "${NODES[@]}"; do
   ip -n "${NS[$n]}" link set "$peer" up
 done
 
+# The device plane's fake hccn_tool (argv: -i <dev> -ping -g address <ip> pkt <n>):
+# every packet answered, unless $WORK/npu-down-<ip> exists.
+FAKE_HCCN_TOOL="$WORK/hccn_tool"
+cat >"$FAKE_HCCN_TOOL" <<EOF
+#!/bin/sh
+dev=\$2; ip=\$6; n=\$8
+echo "device \$dev PING \$ip"
+if [ -e "$WORK/npu-down-\$ip" ]; then echo "\$n packets transmitted, 0 received, 100.00% packet loss"; exit 0; fi
+i=0; while [ \$i -lt \$n ]; do echo "recv seq=\$i,time=0.050000ms"; i=\$((i+1)); done
+echo "\$n packets transmitted, \$n received, 0.00% packet loss"
+EOF
+chmod 0755 "$FAKE_HCCN_TOOL"
+i=0
+for n in "${NODES[@]}"; do
+  i=$((i + 1))
+  printf 'address_0=172.31.%d.10\nnetmask_0=255.255.255.0\naddress_1=172.31.%d.11\n' "$i" "$i" >"$WORK/hccn-$n.conf"
+done
+
 ADDR=10.201.0.1:8899
 grpcurl_hub() {
   local method=${*: -1}
@@ -84,7 +107,8 @@ start_node() {
   start_bg "NODED_PID[$n]" "$WORK/noded-$n.log" ip netns exec "${NS[$n]}" "$BIN/noded" --server "$ADDR" \
     --node-name "$n" --http-listen "${IP[$n]}:11255" --state-dir "$WORK/noded-$n" --accelerator sim \
     --sim-devices 2 --kmsg-path "" --pod-resources-socket "" --poll-interval 200ms --heartbeat-interval 500ms \
-    --labels rack=r1 --http-insecure true --log-level warn "$@"
+    --labels rack=r1 --http-insecure true --log-level warn --hccn-conf "$WORK/hccn-$n.conf" \
+    --hccn-tool "$([[ $n == n5 ]] && echo "$WORK/no-hccn_tool" || echo "$FAKE_HCCN_TOOL")" "$@"
 }
 # The active pingmesh faults: "<node> <code> <external id>", sorted.
 pingmesh_faults() {
@@ -160,6 +184,27 @@ ip -n "${NS[n4]}" route del blackhole "${IP[n1]}/32"
 kill_wait "${NODED_PID[n3]}"
 start_node n3
 wait_until 60 faults_are ""
+
+echo "-- the device plane: a port nothing reaches is named on its device, then clears"
+touch "$WORK/npu-down-172.31.2.11"
+wait_until 60 faults_are "n2 NPU_PINGMESH_UNREACHABLE pingmesh/npu/1"
+device_links() {
+  grpcurl_hub -d '{"lossyOnly": true, "pageSize": 1000}' clusterd.v1.ClusterService/ListLinks | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print(" ".join(sorted("%s>%s:%s:%s" % (l["source"], l["target"], l.get("plane", ""), l.get("finding", "")) for l in r.get("links", []))))'
+}
+got=$(device_links)
+[[ $got == *"n1#1>n2#1:device:node:n2#1"* ]] || fail "ListLinks device plane: $got"
+[[ $got != *"n5#"*">"* ]] || fail "n5 has no tool but reported its ports: $got"
+rm -f "$WORK/npu-down-172.31.2.11"
+wait_until 60 faults_are ""
+unprobed=$(ip netns exec "${NS[n5]}" curl -sf "http://${IP[n5]}:11255/metrics" |
+  awk '/^noded_pingmesh_device_rounds_unprobed_total /{print $2}')
+((unprobed > 0)) || fail "noded n5 (no tool) did not count its unprobed rounds"
+dprobes=$(ip netns exec "${NS[n2]}" curl -sf "http://${IP[n2]}:11255/metrics" |
+  awk '/^noded_pingmesh_device_probes_total /{print $2}')
+((dprobes > 0)) || fail "noded n2 sent no device probes"
 
 echo "-- the probes ran: NodeD counts them"
 probes=$(ip netns exec "${NS[n2]}" curl -sf "http://${IP[n2]}:11255/metrics" | awk '/^noded_pingmesh_probes_total /{print $2}')
