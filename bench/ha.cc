@@ -110,11 +110,15 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
 
   // The single-node baseline, same writers, same run.
   DriveResult single_tput, single_lat;
+  // CPU seconds in the closed-loop phase: {server(s), bench}.
+  std::pair<double, double> single_cpu{NAN, NAN};
   {
     ClusterdProcess single(o.clusterd, tmp.Sub("ha-single"));
     if (auto err = single.Start(); !err.empty()) return "scenario 11: " + err;
     std::cerr << "[bench] scenario 11: single-node ingest (" << o.streams << " streams, " << o.duration_s << " s)\n";
+    const double cpu0 = single.CpuSeconds(), self0 = SelfCpuSeconds();
     single_tput = DriveAgents(single.target(), "single", o.streams, o.duration_s, 0);
+    single_cpu = {single.CpuSeconds() - cpu0, SelfCpuSeconds() - self0};
     single_lat = DriveAgents(single.target(), "single-lat", o.streams, o.duration_s, o.rate);
     single.Stop();
   }
@@ -156,8 +160,27 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
     for (const auto& m : kLogMetrics) v.push_back(replicas[lead]->Metric(m));
     return v;
   };
+  // Every process's CPU over the closed loop: on two cores the leader, both
+  // standbys (each applies every entry), three etcd members and the bench's
+  // agents share them, which bounds the HA rate (docs/performance.md).
+  auto cpu_now = [&] {
+    std::vector<double> v;
+    v.push_back(replicas[lead]->CpuSeconds());
+    double standbys = 0;
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      if (static_cast<int>(i) != lead) standbys += replicas[i]->CpuSeconds();
+    }
+    v.push_back(standbys);
+    double members = 0;
+    for (auto& m : etcd.members) members += ProcessCpuSeconds(m->proc.pid());
+    v.push_back(members);
+    v.push_back(SelfCpuSeconds());
+    return v;
+  };
   const std::vector<double> log0 = log_metrics();
+  const std::vector<double> cpu0 = cpu_now();
   auto ha_tput = DriveAgents(replicas[lead]->target(), "ha", o.streams, o.duration_s, 0);
+  const std::vector<double> cpu1 = cpu_now();
   const std::vector<double> log1 = log_metrics();
   auto ha_lat = DriveAgents(replicas[lead]->target(), "ha-lat", o.streams, o.duration_s, o.rate);
   const double appends = replicas[lead]->Metric("clusterd_ha_log_appends_total");
@@ -171,6 +194,28 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
       {"change_bytes_per_append", tput_appends > 0 ? (log1[2] - log0[2]) / tput_appends : NAN},
       {"stored_bytes_per_append", tput_appends > 0 ? (log1[3] - log0[3]) / tput_appends : NAN},
       {"compression_ratio", (log1[3] - log0[3]) > 0 ? (log1[2] - log0[2]) / (log1[3] - log0[3]) : NAN}};
+  // Cores used in the closed loop, and CPU per acknowledged transition (µs),
+  // HA against single-node: the machine's bound when the sum is ~2 cores.
+  const double ha_acked = ha_tput.acked_per_s * ha_tput.window_s;
+  const double single_acked = single_tput.acked_per_s * single_tput.window_s;
+  auto cores = [&](size_t i) { return (cpu1[i] - cpu0[i]) / ha_tput.window_s; };
+  const double ha_total = (cpu1[0] - cpu0[0]) + (cpu1[1] - cpu0[1]) + (cpu1[2] - cpu0[2]) + (cpu1[3] - cpu0[3]);
+  json cpu_json = {{"ha_cores",
+                    {{"leader", cores(0)},
+                     {"standbys", cores(1)},
+                     {"etcd", cores(2)},
+                     {"bench", cores(3)},
+                     {"total", ha_total / ha_tput.window_s}}},
+                   {"ha_cpu_us_per_transition",
+                    {{"leader", ha_acked > 0 ? 1e6 * (cpu1[0] - cpu0[0]) / ha_acked : NAN},
+                     {"all", ha_acked > 0 ? 1e6 * ha_total / ha_acked : NAN}}},
+                   {"single_cores",
+                    {{"clusterd", single_cpu.first / single_tput.window_s},
+                     {"bench", single_cpu.second / single_tput.window_s},
+                     {"total", (single_cpu.first + single_cpu.second) / single_tput.window_s}}},
+                   {"single_cpu_us_per_transition",
+                    {{"clusterd", single_acked > 0 ? 1e6 * single_cpu.first / single_acked : NAN},
+                     {"all", single_acked > 0 ? 1e6 * (single_cpu.first + single_cpu.second) / single_acked : NAN}}}};
   if (!ha_tput.ok || !ha_lat.ok || !single_tput.ok || !single_lat.ok) {
     return "scenario 11: an ingest run failed: " + ha_tput.error + ha_lat.error + single_tput.error + single_lat.error;
   }
@@ -212,6 +257,7 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
          {"ha_paced", DriveJson(ha_lat)},
          {"ha_log_appends", appends},
          {"ha_closed_loop_log", log_json},
+         {"closed_loop_cpu", cpu_json},
          {"ratio_ingest_vs_single", ratio},
          {"takeover_nodes", n},
          {"kill_to_elected_s", elected_s},
@@ -229,6 +275,17 @@ std::string RunHa(const Options& o, const TempDir& tmp, json* out, std::vector<R
   const std::string sc = "11 HA (3 etcd, 3 replicas)";
   rows->push_back({sc, "durable ingest, closed loop", Fmt(ha_tput.acked_per_s, "/s"),
                    Fmt(single_tput.acked_per_s, "/s single"), Fmt(ratio, "x"), ">= 0.8x", Met(ratio >= 0.8)});
+  {
+    const double ha_us = ha_acked > 0 ? 1e6 * ha_total / ha_acked : NAN;
+    const double single_us = single_acked > 0 ? 1e6 * (single_cpu.first + single_cpu.second) / single_acked : NAN;
+    rows->push_back(
+        {sc,
+         "closed loop: cores leader / standbys / etcd / bench (" + Fmt(ha_total / ha_tput.window_s, "") + " in all)",
+         Fmt(cores(0), "") + " / " + Fmt(cores(1), "") + " / " + Fmt(cores(2), "") + " / " + Fmt(cores(3), ""), "", "",
+         "", ""});
+    rows->push_back({sc, "closed loop: CPU per transition, every process", Fmt(ha_us, " us"),
+                     Fmt(single_us, " us single"), Fmt(ha_us / single_us, "x"), "", ""});
+  }
   rows->push_back({sc, "ack p50 / p99 at " + Fmt(o.rate, "/s"),
                    Fmt(ha_lat.p50_ms, " ms") + " / " + Fmt(ha_lat.p99_ms, " ms"),
                    Fmt(single_lat.p50_ms, " ms") + " / " + Fmt(single_lat.p99_ms, " ms") + " single", "", "", ""});
