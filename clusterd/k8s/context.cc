@@ -17,7 +17,7 @@ KubernetesMarks MarksFor(const ClusterdConfig::Kubernetes& k8s) {
     domain = "clusterd.io";
   }
   return {k8s.taint_key, domain + "/cordoned", domain + "/isolated-at", domain + "/isolated-devices",
-          domain + "/isolated-device-"};
+          domain + "/isolated-device-", domain + "/avoid-domain"};
 }
 
 k8s::DiscoveryOptions DiscoveryOptionsFrom(const ClusterdConfig::Kubernetes& k8s) {

@@ -146,6 +146,41 @@ json RemoveDeviceTaintsPatch(const json& node, const KubernetesMarks& marks, con
   return ops;
 }
 
+std::optional<std::string> AvoidTaint(const json& node, const KubernetesMarks& marks) {
+  if (marks.avoid_taint_key.empty()) return std::nullopt;
+  for (const auto& t : Taints(node)) {
+    if (t.is_object() && StringAt(t, {"key"}) == marks.avoid_taint_key) return StringAt(t, {"value"});
+  }
+  return std::nullopt;
+}
+
+std::optional<json> AvoidTaintPatch(const json& node, const KubernetesMarks& marks, std::string_view incident,
+                                    std::string_view now) {
+  if (AvoidTaint(node, marks) == std::optional<std::string>(incident)) return std::nullopt;
+  json taints = json::array();
+  for (const auto& t : Taints(node)) {
+    if (!(t.is_object() && StringAt(t, {"key"}) == marks.avoid_taint_key)) taints.push_back(t);
+  }
+  taints.push_back({{"key", marks.avoid_taint_key}, {"value", incident}, {"effect", "PreferNoSchedule"},
+                    {"timeAdded", now}});
+  json ops = json::array();
+  ops.push_back(TestResourceVersion(node));
+  ops.push_back({{"op", "add"}, {"path", "/spec/taints"}, {"value", taints}});
+  return ops;
+}
+
+std::optional<json> RemoveAvoidTaintPatch(const json& node, const KubernetesMarks& marks) {
+  if (!AvoidTaint(node, marks)) return std::nullopt;
+  json taints = json::array();
+  for (const auto& t : Taints(node)) {
+    if (!(t.is_object() && StringAt(t, {"key"}) == marks.avoid_taint_key)) taints.push_back(t);
+  }
+  json ops = json::array();
+  ops.push_back(TestResourceVersion(node));
+  ops.push_back({{"op", "replace"}, {"path", "/spec/taints"}, {"value", taints}});
+  return ops;
+}
+
 std::string IsolatedPlacement(const std::string& node_name, const std::optional<json>& node,
                               const std::vector<uint32_t>& devices, const KubernetesMarks& marks) {
   if (!node) return "";

@@ -2,7 +2,8 @@
 // docs/domains.md): the real rule set (MakeWriterRules) and the recovery
 // Coordinator on a real ClusterState and Engine over a MemoryStore, stepped
 // by hand on a FakeClock; synthetic SuperPoD fleets, chip and switch faults,
-// a cascade. Shared by incidents_test.cc and evidence_test.cc.
+// a cascade. Shared by incidents_test.cc, incidents_avoid_test.cc and
+// evidence_test.cc.
 #pragma once
 
 #include <map>
