@@ -1021,6 +1021,23 @@ TEST(K8sDiscovery, MindClusterRecoveryKeysOfThePodGroupBecomeJobLabels) {
   EXPECT_EQ(jobs[0].job.labels().count("mindcluster/unknown"), 0u);
 }
 
+// MindCluster's SuperPoD affinity (ascend-for-volcano reads it off the
+// PodGroup's annotations) travels the same way: the job then moves as a unit
+// out of a fault domain with an incident (state/incidents.h DomainAffinityOf).
+TEST(K8sDiscovery, TheSuperPodAffinityOfThePodGroupBecomesJobLabels) {
+  json pg = Load("podgroup-no-owner.json");
+  pg["metadata"]["annotations"]["sp-block"] = "16";
+  pg["metadata"]["annotations"]["huawei.com/schedule_policy"] = "chip2-node16-sp";
+  json base = Load("volcano-job-pods.json")["items"][0];
+  base["metadata"]["namespace"] = "team-b";
+  base["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = "mnist-gang";
+  base["metadata"].erase("ownerReferences");
+  const auto jobs = BuildJobs({MustParse(base)}, PodGroups({pg}), kAscend);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].job.labels().at("mindcluster/sp-block"), "16");
+  EXPECT_EQ(jobs[0].job.labels().at("mindcluster/huawei.com/schedule_policy"), "chip2-node16-sp");
+}
+
 // ---- nodes ----
 
 TEST(K8sDiscovery, NodeReadinessVariants) {
