@@ -550,9 +550,9 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
   //     domain (its NoSchedule isolation taint takes over).
   {
     auto want = avoided_.find(name);
-    std::optional<json> patch =
-        want != avoided_.end() ? k8s::AvoidTaintPatch(obj, marks, want->second, k8s::Rfc3339(now, false))
-                               : k8s::RemoveAvoidTaintPatch(obj, marks);
+    std::optional<json> patch = want != avoided_.end()
+                                    ? k8s::AvoidTaintPatch(obj, marks, want->second, k8s::Rfc3339(now, false))
+                                    : k8s::RemoveAvoidTaintPatch(obj, marks);
     if (patch) {
       auto r = ctx_->client().Patch(path, *patch, k8s::PatchType::kJson);
       if (r.ok()) {

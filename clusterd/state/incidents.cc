@@ -557,7 +557,8 @@ void IncidentRule::RecordRecovery(ClusterState& state, const v1::Recovery& recov
     d.set_job_id(recovery.job_id());
     d.set_recovery_id(recovery.id());
     d.set_dry_run(recovery.dry_run());
-    std::string detail = "the job's one recovery for this incident (" + v1::RecoveryStrategy_Name(recovery.strategy()) + ")";
+    std::string detail =
+        "the job's one recovery for this incident (" + v1::RecoveryStrategy_Name(recovery.strategy()) + ")";
     if ((inc.avoid() || inc.isolated()) && (recovery.strategy() == v1::RECOVERY_STRATEGY_POD_RESCHEDULE ||
                                             recovery.strategy() == v1::RECOVERY_STRATEGY_JOB_RESCHEDULE)) {
       detail += "; no replacement is placed into " + DomainKey(inc.domain());

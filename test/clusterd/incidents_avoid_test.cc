@@ -74,15 +74,6 @@ class AvoidDomainTest : public IncidentsTest {
     const std::string fault = node + "/0/accelerator/80E01801";
     Write([fault](ClusterState& s, Mutation* m) { return s.ApplyClearFault(fault, "alice", "replaced", m).status(); });
   }
-  void SetDryRun(bool on) {
-    Write([on](ClusterState& s, Mutation* m) {
-      v1::SetRecoveryModeRequest req;
-      req.set_dry_run(on);
-      req.set_actor("test");
-      req.set_reason("test");
-      return s.ApplySetRecoveryMode(req, m).status();
-    });
-  }
   std::map<std::string, std::string> AvoidedNodes() {
     return state_->Read([&](const StateView& v) { return IncidentsOf(*state_)->AvoidedNodes(v); });
   }
@@ -286,7 +277,8 @@ TEST_F(AvoidDomainTest, AJobThatRequiresTheDomainButMayNotRestartWholeMovesItsRa
   });
   EXPECT_EQ(r.strategy(), v1::RECOVERY_STRATEGY_POD_RESCHEDULE);
   bool said = false;
-  for (const auto& reason : r.reasons()) said = said || reason.find("does not allow JOB_RESCHEDULE") != std::string::npos;
+  for (const auto& reason : r.reasons())
+    said = said || reason.find("does not allow JOB_RESCHEDULE") != std::string::npos;
   EXPECT_TRUE(said);
   EXPECT_TRUE(DecisionsOf(Incident(Incidents().incidents(0).id()), "move-job").empty());
 }

@@ -175,6 +175,17 @@ class IncidentsTest : public ::testing::Test {
     AdvanceTo(clock_.Now() + 5s);  // the last hold-downs pass
   }
 
+  // Dry-run mode on or off (AdminService.SetRecoveryMode).
+  void SetDryRun(bool on) {
+    Write([on](ClusterState& s, Mutation* m) {
+      v1::SetRecoveryModeRequest req;
+      req.set_dry_run(on);
+      req.set_actor("test");
+      req.set_reason("dry run");
+      return s.ApplySetRecoveryMode(req, m).status();
+    });
+  }
+
   v1::ListIncidentsResponse Incidents() {
     return state_->Read([&](const StateView&) {
       auto r = ListIncidentsWith(IncidentsOf(*state_), v1::ListIncidentsRequest());

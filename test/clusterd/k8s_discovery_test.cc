@@ -1003,6 +1003,11 @@ TEST(K8sDiscovery, MindClusterRecoveryKeysOfThePodGroupBecomeJobLabels) {
   pg["metadata"]["annotations"]["recover-strategy"] = "retry, recover\n;$(x)";
   pg["metadata"]["annotations"]["fault-scheduling"] = "force";
   pg["metadata"]["annotations"]["pod-rescheduling"] = std::string(500, 'o');
+  // MindCluster's SuperPoD affinity (ascend-for-volcano reads it off the
+  // PodGroup) travels the same way: the job then moves as a unit out of a
+  // fault domain with an incident (state/incidents.h DomainAffinityOf).
+  pg["metadata"]["annotations"]["sp-block"] = "16";
+  pg["metadata"]["annotations"]["huawei.com/schedule_policy"] = "chip2-node16-sp";
   auto g = ParsePodGroup(pg, kAscend);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ(g->mindcluster.at("process-recover-enable"), "on");
@@ -1018,24 +1023,9 @@ TEST(K8sDiscovery, MindClusterRecoveryKeysOfThePodGroupBecomeJobLabels) {
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].job.labels().at("mindcluster/process-recover-enable"), "on");
   EXPECT_EQ(jobs[0].job.labels().at("mindcluster/recover-strategy"), "retry,recoverx");
-  EXPECT_EQ(jobs[0].job.labels().count("mindcluster/unknown"), 0u);
-}
-
-// MindCluster's SuperPoD affinity (ascend-for-volcano reads it off the
-// PodGroup's annotations) travels the same way: the job then moves as a unit
-// out of a fault domain with an incident (state/incidents.h DomainAffinityOf).
-TEST(K8sDiscovery, TheSuperPodAffinityOfThePodGroupBecomesJobLabels) {
-  json pg = Load("podgroup-no-owner.json");
-  pg["metadata"]["annotations"]["sp-block"] = "16";
-  pg["metadata"]["annotations"]["huawei.com/schedule_policy"] = "chip2-node16-sp";
-  json base = Load("volcano-job-pods.json")["items"][0];
-  base["metadata"]["namespace"] = "team-b";
-  base["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = "mnist-gang";
-  base["metadata"].erase("ownerReferences");
-  const auto jobs = BuildJobs({MustParse(base)}, PodGroups({pg}), kAscend);
-  ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].job.labels().at("mindcluster/sp-block"), "16");
   EXPECT_EQ(jobs[0].job.labels().at("mindcluster/huawei.com/schedule_policy"), "chip2-node16-sp");
+  EXPECT_EQ(jobs[0].job.labels().count("mindcluster/unknown"), 0u);
 }
 
 // ---- nodes ----

@@ -607,7 +607,8 @@ TEST_F(K8sIntegrationTest, TheNodesOfAnAvoidedDomainCarryAPreferNoScheduleTaintU
   const json w1 = *world_.api->Object(NodePathOf("worker01"));
   EXPECT_TRUE(k8s::HasTaint(w1, "other"));
   bool prefer = false;
-  for (const auto& t : k8s::Taints(w1)) prefer = prefer || (t["key"] == "clusterd.io/avoid-domain" && t["effect"] == "PreferNoSchedule");
+  for (const auto& t : k8s::Taints(w1))
+    prefer = prefer || (t["key"] == "clusterd.io/avoid-domain" && t["effect"] == "PreferNoSchedule");
   EXPECT_TRUE(prefer);
   const size_t patches = world_.api->CallsTo("PATCH", "/api/v1/nodes/worker01").size();
   Pass();

@@ -280,8 +280,10 @@ std::string Coordinator::MoveAsUnit(const ClusterState& state, const v1::Job& jo
   if (incident == nullptr) return "";
   const std::string domain = DomainKey(incident->domain());
   if (!view.policy.Allows(rc::Strategy::kJobReschedule)) {
-    d->reasons.push_back("the job's placement requires its domain (" + *affinity + ") but its policy does not allow "
-                         "JOB_RESCHEDULE: its hit ranks move one by one out of " + domain);
+    d->reasons.push_back("the job's placement requires its domain (" + *affinity +
+                         ") but its policy does not allow "
+                         "JOB_RESCHEDULE: its hit ranks move one by one out of " +
+                         domain);
     return "";
   }
   std::vector<rc::FaultView> triggers;
@@ -292,8 +294,8 @@ std::string Coordinator::MoveAsUnit(const ClusterState& state, const v1::Job& jo
   }
   d->strategy = rc::Strategy::kJobReschedule;
   rc::ActionsFor(view, triggers, rc::Strategy::kJobReschedule, d);
-  d->reasons.push_back("the job's placement requires its domain (" + *affinity + "): moved as a unit out of " +
-                       domain + " (incident " + incident->id() + "), not rank by rank");
+  d->reasons.push_back("the job's placement requires its domain (" + *affinity + "): moved as a unit out of " + domain +
+                       " (incident " + incident->id() + "), not rank by rank");
   return incident->id();
 }
 
