@@ -48,6 +48,7 @@ Columns<v1::Domain> DomainColumns() {
       {"INCIDENT", false,
        [](const v1::Domain& d, bool) { return d.open_incident().empty() ? "-" : Sanitize(d.open_incident()); }},
       {"ISOLATED", false, [](const v1::Domain& d, bool) { return d.isolated() ? "yes" : "no"; }},
+      {"AVOIDED", false, [](const v1::Domain& d, bool) { return d.avoided() ? "yes" : "no"; }},
   };
 }
 
@@ -128,6 +129,7 @@ void DescribeIncident(Context& c, const v1::GetIncidentResponse& resp) {
                             {"Chips hit", std::to_string(i.devices_hit())},
                             {"Active faults", std::to_string(i.active_faults())},
                             {"Isolated", i.isolated() ? "yes (the domain as a whole)" : "no"},
+                            {"Avoided", i.avoid() ? "yes (no rank is placed into the domain while it is open)" : "no"},
                             {"Opened", FormatTime(i.open_time(), true)},
                             {"Updated", FormatTime(i.update_time(), true)},
                             {"Closed", FormatTime(i.close_time(), true)},

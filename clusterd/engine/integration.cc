@@ -8,6 +8,7 @@
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/state/cluster_state.h"
+#include "clusterd/state/incidents.h"
 #include "clusterd/state/rules.h"
 #include "clusterd/state/validation_rule.h"
 
@@ -159,6 +160,12 @@ class EngineCommands final : public ClusterCommands {
       const ValidationRule* rule = state_->Attached<ValidationRule>();
       if (rule == nullptr) return v1::ListValidationsResponse{};
       return rule->List(req);
+    });
+  }
+  std::map<std::string, std::string> AvoidedNodes() const override {
+    return state_->Read([&](const StateView& s) {
+      const IncidentRule* rule = state_->Attached<IncidentRule>();
+      return rule == nullptr ? std::map<std::string, std::string>() : rule->AvoidedNodes(s);
     });
   }
   std::vector<v1::SchedulingFinding> SchedulingFindings() const override {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -115,6 +116,11 @@ class ClusterCommands {
   // The Pending pods the scheduler cannot place, as SetSchedulingFindings
   // last set them (GetSummary's scheduling_findings).
   virtual std::vector<v1::SchedulingFinding> SchedulingFindings() const { return {}; }
+  // Node -> incident id: the nodes of the fault domains whose open incident
+  // keeps placement out without isolating them (IncidentRule::AvoidedNodes,
+  // docs/domains.md), isolated nodes left out; empty where none is avoided
+  // or no incident rule runs.
+  virtual std::map<std::string, std::string> AvoidedNodes() const { return {}; }
 
   // One node as an integration that follows the nodes sees it.
   struct NodeView {

@@ -16,8 +16,12 @@ KubernetesMarks MarksFor(const ClusterdConfig::Kubernetes& k8s) {
   } else {
     domain = "clusterd.io";
   }
-  return {k8s.taint_key, domain + "/cordoned", domain + "/isolated-at", domain + "/isolated-devices",
-          domain + "/isolated-device-"};
+  return {k8s.taint_key,
+          domain + "/cordoned",
+          domain + "/isolated-at",
+          domain + "/isolated-devices",
+          domain + "/isolated-device-",
+          domain + "/avoid-domain"};
 }
 
 k8s::DiscoveryOptions DiscoveryOptionsFrom(const ClusterdConfig::Kubernetes& k8s) {

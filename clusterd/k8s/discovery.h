@@ -192,8 +192,12 @@ inline constexpr std::string_view kMindClusterLabelPrefix = "mindcluster/";
 inline constexpr std::string_view kMindClusterFrameworkLabel = "mindcluster/framework";
 inline constexpr std::string_view kMindClusterSharedTorLabel = "mindcluster/shared-tor-ip";
 inline constexpr std::string_view kMindClusterMasterAddrLabel = "mindcluster/master-addr";
+// The last two are its Volcano plugin's SuperPoD affinity (IsSuperPodJob:
+// the schedule policy, else an sp-block), which makes the job move as a unit
+// out of a fault domain with an incident (state/incidents.h DomainAffinityOf).
 inline constexpr std::string_view kMindClusterRecoveryKeys[] = {"recover-strategy", "fault-scheduling",
-                                                                "pod-rescheduling", "process-recover-enable"};
+                                                                "pod-rescheduling", "process-recover-enable",
+                                                                "sp-block",         "huawei.com/schedule_policy"};
 // InvalidArgument for a non-object or missing/invalid name, namespace or uid.
 StatusOr<PodGroupInfo> ParsePodGroup(const nlohmann::json& podgroup, const DiscoveryOptions& opts);
 

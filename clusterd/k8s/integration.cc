@@ -112,6 +112,9 @@ Status KubernetesIntegration::Start(const IntegrationEnv& env) {
     fallback_lifts_ = &m.AddCounter("clusterd_k8s_device_fallback_taints_lifted_total",
                                     "Fallback device taints (k8s_device_fallback_taint) removed from Nodes after "
                                     "ClusterD returned their device to service.");
+    avoid_taints_ = &m.AddCounter("clusterd_k8s_avoid_domain_taints_total",
+                                  "PreferNoSchedule avoid-domain taints added to or removed from Nodes (the nodes "
+                                  "of a fault domain with an open incident that did not isolate it).");
     k8s_errors_ = &m.AddCounter("clusterd_k8s_api_errors_total",
                                 "Failed API calls of the integration (retried on the next pass).");
     validation_events_posted_ =
@@ -431,6 +434,7 @@ bool KubernetesIntegration::SyncNodes(TimePoint now) {
   const int64_t grace = std::max<int64_t>(
       3, 3 * std::chrono::duration_cast<std::chrono::seconds>(ctx_->settings().condition_interval).count());
   ListDeviceTaintRules(now);
+  avoided_ = env_.commands->AvoidedNodes();
   k8s::KubeletDevices devices;
   const bool listed = ForEachNode(*env_.commands, [&](const v1::Node& node) {
     AddKubeletDevices(node, &devices);
@@ -537,6 +541,29 @@ void KubernetesIntegration::SyncNode(const v1::Node& node, json obj, TimePoint n
       if (at < 0 || now_s - at >= grace_s) lift.insert(device);
     }
     if (!lift.empty()) LiftDeviceTaints(name, obj, lift);
+  }
+  // 4c. The avoid-domain taint (docs/domains.md): PreferNoSchedule on the
+  //     nodes of a fault domain whose open incident keeps placement out
+  //     without isolating it, so that neither kube-scheduler nor Volcano
+  //     (its nodeorder plugin scores taints) puts a replacement there while
+  //     another node fits; removed once the incident closes or isolates the
+  //     domain (its NoSchedule isolation taint takes over).
+  {
+    auto want = avoided_.find(name);
+    std::optional<json> patch = want != avoided_.end()
+                                    ? k8s::AvoidTaintPatch(obj, marks, want->second, k8s::Rfc3339(now, false))
+                                    : k8s::RemoveAvoidTaintPatch(obj, marks);
+    if (patch) {
+      auto r = ctx_->client().Patch(path, *patch, k8s::PatchType::kJson);
+      if (r.ok()) {
+        if (avoid_taints_ != nullptr) avoid_taints_->Inc();
+        GetLogger("k8s")->info("node {}: avoid-domain taint {}", name,
+                               want != avoided_.end() ? "set (incident " + want->second + ")" : "removed");
+        if (r->is_object()) obj = std::move(*r);
+      } else {
+        ApiError("avoid/" + name, "kubernetes: node " + name + " avoid-domain taint: " + r.status().message());
+      }
+    }
   }
   // 5. The kubelet's allocatable NPUs against those NodeD sees usable (the
   //    detail is read whenever the node has an active fault; without one,

@@ -116,6 +116,7 @@ class KubernetesIntegration final : public Integration {
   TimePoint next_nodes_;
   std::map<std::string, std::string> written_;  // job id -> Fingerprint of what ClusterD holds
   k8s::KubeletDevices kubelet_devices_;         // as of the last node pass
+  std::map<std::string, std::string> avoided_;  // AvoidedNodes as of this node pass
   bool kubelet_loaded_ = false;
   std::map<std::string, bool> not_ready_;            // node -> NODE_NOT_READY raised
   std::map<std::string, TimePoint> mismatch_since_;  // node -> allocatable short since
@@ -141,6 +142,7 @@ class KubernetesIntegration final : public Integration {
   Counter* unisolations_ = nullptr;
   Counter* device_untaints_ = nullptr;
   Counter* fallback_lifts_ = nullptr;
+  Counter* avoid_taints_ = nullptr;
   Counter* k8s_errors_ = nullptr;
   Counter* validation_events_posted_ = nullptr;
 };

@@ -22,6 +22,23 @@ json TestResourceVersion(const json& node) {
   return {{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", ResourceVersionOf(node)}};
 }
 
+// The Node's taints without those with `key`.
+json NodeTaintsWithout(const json& node, const std::string& key) {
+  json taints = json::array();
+  for (const auto& t : Taints(node)) {
+    if (!(t.is_object() && StringAt(t, {"key"}) == key)) taints.push_back(t);
+  }
+  return taints;
+}
+
+// The guarded patch that writes `taints` as the Node's (op "add" or "replace").
+json NodeTaintsPatch(const json& node, std::string_view op, json taints) {
+  json ops = json::array();
+  ops.push_back(TestResourceVersion(node));
+  ops.push_back({{"op", op}, {"path", "/spec/taints"}, {"value", std::move(taints)}});
+  return ops;
+}
+
 }  // namespace
 
 std::string NodePath(std::string_view node) { return "/api/v1/nodes/" + UrlEncode(node); }
@@ -146,6 +163,28 @@ json RemoveDeviceTaintsPatch(const json& node, const KubernetesMarks& marks, con
   return ops;
 }
 
+std::optional<std::string> AvoidTaint(const json& node, const KubernetesMarks& marks) {
+  if (marks.avoid_taint_key.empty()) return std::nullopt;
+  for (const auto& t : Taints(node)) {
+    if (t.is_object() && StringAt(t, {"key"}) == marks.avoid_taint_key) return StringAt(t, {"value"});
+  }
+  return std::nullopt;
+}
+
+std::optional<json> AvoidTaintPatch(const json& node, const KubernetesMarks& marks, std::string_view incident,
+                                    std::string_view now) {
+  if (AvoidTaint(node, marks) == std::optional<std::string>(incident)) return std::nullopt;
+  json taints = NodeTaintsWithout(node, marks.avoid_taint_key);
+  taints.push_back(
+      {{"key", marks.avoid_taint_key}, {"value", incident}, {"effect", "PreferNoSchedule"}, {"timeAdded", now}});
+  return NodeTaintsPatch(node, "add", std::move(taints));
+}
+
+std::optional<json> RemoveAvoidTaintPatch(const json& node, const KubernetesMarks& marks) {
+  if (!AvoidTaint(node, marks)) return std::nullopt;
+  return NodeTaintsPatch(node, "replace", NodeTaintsWithout(node, marks.avoid_taint_key));
+}
+
 std::string IsolatedPlacement(const std::string& node_name, const std::optional<json>& node,
                               const std::vector<uint32_t>& devices, const KubernetesMarks& marks) {
   if (!node) return "";
@@ -165,13 +204,7 @@ bool CordonedByClusterd(const json& node, const KubernetesMarks& marks) {
 }
 
 json UnisolatePatch(const json& node, const KubernetesMarks& marks) {
-  json taints = json::array();
-  for (const auto& t : Taints(node)) {
-    if (!(t.is_object() && StringAt(t, {"key"}) == marks.taint_key)) taints.push_back(t);
-  }
-  json ops = json::array();
-  ops.push_back(TestResourceVersion(node));
-  ops.push_back({{"op", "replace"}, {"path", "/spec/taints"}, {"value", taints}});
+  json ops = NodeTaintsPatch(node, "replace", NodeTaintsWithout(node, marks.taint_key));
   if (CordonedByClusterd(node, marks)) {
     ops.push_back({{"op", "replace"}, {"path", "/spec/unschedulable"}, {"value", false}});
   }

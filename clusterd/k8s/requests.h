@@ -33,6 +33,10 @@ struct KubernetesMarks {
   // The fallback taint of an isolated device no scheduler sees:
   // "clusterd.io/isolated-device-" + the device id.
   std::string device_taint_prefix;
+  // The PreferNoSchedule taint on the nodes of a fault domain whose open
+  // incident keeps placement out without isolating it (docs/domains.md):
+  // "clusterd.io/avoid-domain", its value the incident id.
+  std::string avoid_taint_key;
 };
 
 namespace k8s {
@@ -106,6 +110,18 @@ std::map<uint32_t, int64_t> DeviceFallbackTaints(const nlohmann::json& node, con
 // taints of `devices`, every other taint kept.
 nlohmann::json RemoveDeviceTaintsPatch(const nlohmann::json& node, const KubernetesMarks& marks,
                                        const std::set<uint32_t>& devices);
+
+// The avoid-domain taint (marks.avoid_taint_key=<incident>:PreferNoSchedule)
+// on the Node: its value, nullopt when absent.
+std::optional<std::string> AvoidTaint(const nlohmann::json& node, const KubernetesMarks& marks);
+// The JSON patch (guarded by the resourceVersion) that sets the avoid-domain
+// taint to `incident` (timeAdded = now), every other taint kept; nullopt when
+// it is there with that value.
+std::optional<nlohmann::json> AvoidTaintPatch(const nlohmann::json& node, const KubernetesMarks& marks,
+                                              std::string_view incident, std::string_view now);
+// The JSON patch (guarded by the resourceVersion) that removes the
+// avoid-domain taint, every other taint kept; nullopt when there is none.
+std::optional<nlohmann::json> RemoveAvoidTaintPatch(const nlohmann::json& node, const KubernetesMarks& marks);
 
 // Why a pod on `node` (the Node object; nullopt: not in the cache) holding
 // `devices` (empty: not known) sits on isolated hardware: the Node carries

@@ -135,6 +135,7 @@ StatusOr<v1::ListDomainsResponse> ListDomains(const StateView& view, const Domai
       bool isolated = false;
       d.set_open_incident(incidents->OpenIncidentOf(DomainKey(d.ref()), &isolated));
       d.set_isolated(isolated);
+      d.set_avoided(incidents->Avoided(DomainKey(d.ref())));
     }
     if (req.degraded_only() && d.nodes_faulted() == 0 && d.devices_faulted() == 0 && d.open_incident().empty()) {
       continue;

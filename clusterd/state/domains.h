@@ -93,6 +93,12 @@ class IncidentLookup {
   virtual ~IncidentLookup() = default;
   // The domain's open incident ("" none) and whether it isolated the domain.
   virtual std::string OpenIncidentOf(const std::string& domain_key, bool* isolated) const = 0;
+  // Whether the domain's open incident keeps placement out of it without
+  // isolating it (Domain.avoided).
+  virtual bool Avoided(const std::string& domain_key) const {
+    (void)domain_key;
+    return false;
+  }
 };
 
 // ClusterService.ListDomains over the state (under its lock): by level in

@@ -106,6 +106,7 @@ void IncidentRule::Loaded(ClusterState& state) {
   recent_.clear();
   dirty_.clear();
   isolated_domains_.clear();
+  avoid_domains_.clear();
   index_generation_.reset();
   Status bad;
   const std::string prefix(storage::kMetaIncidentPrefix);
@@ -124,6 +125,7 @@ void IncidentRule::Loaded(ClusterState& state) {
     const std::string key = DomainKey(inc.domain());
     open_by_domain_[key] = id;
     if (inc.isolated()) isolated_domains_.insert(key);
+    if (inc.avoid()) avoid_domains_.insert(key);
     Work& w = work_[id];
     for (int i = 0; i < inc.members_size(); ++i) {
       const v1::IncidentMember& mem = inc.members(i);
@@ -424,6 +426,29 @@ void IncidentRule::MaybeIsolate(ClusterState& state, v1::Incident& inc, TimePoin
   Decide(inc, now, std::move(d));
 }
 
+void IncidentRule::MaybeAvoid(ClusterState& state, v1::Incident& inc, TimePoint now) {
+  // An isolated domain keeps work out already (Node.isolated, its taint).
+  if (inc.avoid() || inc.isolated() || inc.state() != v1::INCIDENT_STATE_OPEN) return;
+  const bool dry_run = state.admin_state().dry_run();
+  // Decided once per incident; a dry-run decision is taken again for real
+  // once dry-run is off.
+  for (const v1::IncidentDecision& d : inc.decisions()) {
+    if (d.action() == "avoid-domain" && (!d.dry_run() || dry_run)) return;
+  }
+  const std::string key = DomainKey(inc.domain());
+  v1::IncidentDecision d;
+  d.set_action("avoid-domain");
+  d.set_dry_run(dry_run);
+  d.set_detail("no rank is placed into " + key +
+               " while the incident is open: its nodes are avoided (PreferNoSchedule on Kubernetes) and "
+               "recoveries' cluster actions name the domain to avoid");
+  if (!dry_run) {
+    inc.set_avoid(true);
+    avoid_domains_.insert(key);
+  }
+  Decide(inc, now, std::move(d));
+}
+
 void IncidentRule::Store(ClusterState& state, v1::Incident& inc, v1::EventType type, TimePoint now, Mutation* m) {
   inc.set_revision(state.NextRevision());
   *inc.mutable_update_time() = ToTimestamp(now);
@@ -483,8 +508,16 @@ TimePoint IncidentRule::Advance(ClusterState& state, const WriterTick& tick) {
       inc.set_state(v1::INCIDENT_STATE_CLOSED);
       *inc.mutable_close_time() = ToTimestamp(now);
       Note(inc, now, "closed: every member's faults cleared");
+      if (inc.avoid()) {
+        inc.set_avoid(false);
+        v1::IncidentDecision lift;
+        lift.set_action("avoid-domain-lifted");
+        lift.set_detail("the incident closed: ranks may be placed into " + key + " again");
+        Decide(inc, now, std::move(lift));
+      }
       open_by_domain_.erase(key);
       isolated_domains_.erase(key);
+      avoid_domains_.erase(key);
       work_.erase(id);
       Store(state, inc, v1::EVENT_TYPE_INCIDENT_CLOSED, now, tick.m);
       closed_any = true;
@@ -494,6 +527,7 @@ TimePoint IncidentRule::Advance(ClusterState& state, const WriterTick& tick) {
     // A record loaded as it was (nothing cleared meanwhile) is not written again.
     if (change == Change::kNone) continue;
     MaybeIsolate(state, inc, now, tick.m);
+    MaybeAvoid(state, inc, now);
     Store(state, inc, change == Change::kOpened ? v1::EVENT_TYPE_INCIDENT_OPENED : v1::EVENT_TYPE_INCIDENT_UPDATED, now,
           tick.m);
   }
@@ -514,14 +548,22 @@ void IncidentRule::RecordRecovery(ClusterState& state, const v1::Recovery& recov
   for (const std::string& id : ids) {
     v1::Incident& inc = incidents_[id];
     bool known = false;
-    for (const v1::IncidentDecision& d : inc.decisions()) known = known || d.recovery_id() == recovery.id();
+    for (const v1::IncidentDecision& d : inc.decisions()) {
+      known = known || (d.action() == "recovery" && d.recovery_id() == recovery.id());
+    }
     if (known) continue;
     v1::IncidentDecision d;
     d.set_action("recovery");
     d.set_job_id(recovery.job_id());
     d.set_recovery_id(recovery.id());
     d.set_dry_run(recovery.dry_run());
-    d.set_detail("the job's one recovery for this incident (" + v1::RecoveryStrategy_Name(recovery.strategy()) + ")");
+    std::string detail =
+        "the job's one recovery for this incident (" + v1::RecoveryStrategy_Name(recovery.strategy()) + ")";
+    if ((inc.avoid() || inc.isolated()) && (recovery.strategy() == v1::RECOVERY_STRATEGY_POD_RESCHEDULE ||
+                                            recovery.strategy() == v1::RECOVERY_STRATEGY_JOB_RESCHEDULE)) {
+      detail += "; no replacement is placed into " + DomainKey(inc.domain());
+    }
+    d.set_detail(std::move(detail));
     Decide(inc, now, std::move(d));
     dirty_.erase(id);
     if (Work& w = work_[id]; w.recount) {
@@ -591,6 +633,48 @@ std::string IncidentRule::OpenIncidentOf(const std::string& domain_key, bool* is
   return it == open_by_domain_.end() ? std::string() : it->second;
 }
 
+bool IncidentRule::Avoided(const std::string& domain_key) const {
+  return avoid_domains_.contains(domain_key) && !isolated_domains_.contains(domain_key);
+}
+
+std::map<std::string, std::string> IncidentRule::AvoidedDomains() const {
+  std::map<std::string, std::string> out;
+  for (const std::string& key : avoid_domains_) {
+    if (isolated_domains_.contains(key)) continue;
+    if (auto it = open_by_domain_.find(key); it != open_by_domain_.end()) out[key] = it->second;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> IncidentRule::AvoidedNodes(const StateView& state) const {
+  std::map<std::string, std::string> out;
+  const std::map<std::string, std::string> domains = AvoidedDomains();
+  if (domains.empty()) return out;
+  const std::set<std::string> isolated = state.IsolatedNodes();
+  const DomainIndex index = DomainIndex::Build(state, model_);
+  for (const auto& [key, id] : domains) {
+    auto it = index.members.find(key);
+    if (it == index.members.end()) continue;
+    for (const std::string& node : it->second) {
+      if (!isolated.contains(node)) out.try_emplace(node, id);
+    }
+  }
+  return out;
+}
+
+bool IncidentRule::RecordDecision(const std::string& id, v1::IncidentDecision d, TimePoint now) {
+  auto it = incidents_.find(id);
+  if (it == incidents_.end() || it->second.state() != v1::INCIDENT_STATE_OPEN) return false;
+  for (const v1::IncidentDecision& known : it->second.decisions()) {
+    if (known.action() == d.action() && known.recovery_id() == d.recovery_id() && known.job_id() == d.job_id()) {
+      return true;
+    }
+  }
+  Decide(it->second, now, std::move(d));
+  dirty_.try_emplace(id, Change::kUpdated);
+  return true;
+}
+
 std::set<std::string> IncidentRule::OpenDomains() const {
   std::set<std::string> out;
   for (const auto& [key, id] : open_by_domain_) out.insert(key);
@@ -619,6 +703,23 @@ bool IncidentRule::Answers(const v1::Incident& incident, const v1::Recovery& rec
     if (w->second.nodes.contains(fid.substr(0, fid.find('/')))) return true;
   }
   return false;
+}
+
+std::optional<std::string> DomainAffinityOf(const v1::Job& job) {
+  const auto& labels = job.labels();
+  if (auto it = labels.find(std::string(kDomainAffinityLabel)); it != labels.end() && !it->second.empty()) {
+    return std::string(kDomainAffinityLabel) + "=" + it->second;
+  }
+  // MindCluster (ascend-for-volcano's IsSuperPodJob): the schedule policy
+  // decides when it is there; an sp-block otherwise.
+  if (auto it = labels.find("mindcluster/huawei.com/schedule_policy"); it != labels.end()) {
+    static const std::set<std::string, std::less<>> kSuperPodPolicies = {"chip2-node16-sp", "chip2-node8-sp",
+                                                                         "chip8-node8-sp", "chip8-node8-ra64-sp"};
+    if (kSuperPodPolicies.contains(it->second)) return "SuperPoD schedule policy " + it->second;
+    return std::nullopt;
+  }
+  if (auto it = labels.find("mindcluster/sp-block"); it != labels.end()) return "SuperPoD sp-block " + it->second;
+  return std::nullopt;
 }
 
 const IncidentRule* IncidentsOf(const ClusterState& state) { return state.Attached<IncidentRule>(); }

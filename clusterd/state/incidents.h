@@ -8,7 +8,10 @@
 // member node Node.isolated), subject to the blast-radius gates: at most
 // max_isolated_domains domains isolated at once, and the recovery gate
 // max_isolated_node_percent over the whole cluster; in dry-run mode the
-// decision is recorded and nothing is isolated.
+// decision is recorded and nothing is isolated. An open incident that did not
+// isolate its domain keeps placement out of it (decision "avoid-domain",
+// Incident.avoid: AvoidedDomains, AvoidedNodes), lifted when it closes
+// (decision "avoid-domain-lifted").
 //
 // A WriterRule attached to the state (writer_rule.h): it sees each fault
 // raised or cleared in the writer's turn, and writes the incidents it
@@ -98,6 +101,15 @@ class IncidentRule final : public WriterRule, public IncidentLookup {
   StatusOr<v1::Incident> Get(const std::string& id) const;
   StatusOr<v1::ListIncidentsResponse> List(const v1::ListIncidentsRequest& req) const;
   std::string OpenIncidentOf(const std::string& domain_key, bool* isolated) const override;
+  // The domain's open incident keeps placement out of it and did not
+  // isolate it.
+  bool Avoided(const std::string& domain_key) const override;
+  // DomainKey -> incident id of every avoided domain.
+  std::map<std::string, std::string> AvoidedDomains() const;
+  // Node -> incident id: the nodes of the avoided domains that are not
+  // isolated (what the Kubernetes integration taints PreferNoSchedule).
+  // One walk over the nodes when a domain is avoided; none otherwise.
+  std::map<std::string, std::string> AvoidedNodes(const StateView& state) const;
   // The DomainKeys of the domains with an open incident.
   std::set<std::string> OpenDomains() const;
   // DomainKey -> the id of its open incident.
@@ -120,6 +132,10 @@ class IncidentRule final : public WriterRule, public IncidentLookup {
   // of every open incident one of its trigger faults belongs to, stored now
   // with an INCIDENT_UPDATED event.
   void RecordRecovery(ClusterState& state, const v1::Recovery& recovery, Mutation* m);
+  // A decision the Coordinator took because of the open incident `id` (a
+  // job moved as a unit), recorded once per (action, recovery); stored with
+  // the next RecordRecovery or Advance. False when `id` is not open.
+  bool RecordDecision(const std::string& id, v1::IncidentDecision d, TimePoint now);
 
  private:
   struct Hit {
@@ -146,6 +162,7 @@ class IncidentRule final : public WriterRule, public IncidentLookup {
   // Recounts the members' active faults; true when none is left.
   bool Recount(const ClusterState& state, v1::Incident& inc);
   void MaybeIsolate(ClusterState& state, v1::Incident& inc, TimePoint now, Mutation* m);
+  void MaybeAvoid(ClusterState& state, v1::Incident& inc, TimePoint now);
   void Note(v1::Incident& inc, TimePoint now, std::string what);
   void Decide(v1::Incident& inc, TimePoint now, v1::IncidentDecision d);
   void Store(ClusterState& state, v1::Incident& inc, v1::EventType type, TimePoint now, Mutation* m);
@@ -161,6 +178,7 @@ class IncidentRule final : public WriterRule, public IncidentLookup {
   std::map<std::string, std::deque<Hit>> recent_;      // DomainKey -> hits within the window
   std::map<std::string, Change> dirty_;                // ids changed since the last Advance
   std::set<std::string> isolated_domains_;             // DomainKeys isolated by open incidents
+  std::set<std::string> avoid_domains_;                // DomainKeys whose open incident has Incident.avoid
   uint64_t next_seq_ = 1;
   // The domains' sizes, rebuilt when the nodes' labels change.
   DomainIndex index_;
@@ -168,6 +186,17 @@ class IncidentRule final : public WriterRule, public IncidentLookup {
   Counter* opened_total_ = nullptr;
   std::map<std::string, Gauge*> open_gauges_, isolated_gauges_;
 };
+
+// Why `job`'s placement requires its fault domain (it runs within one
+// SuperPoD, one NVLink domain), or nullopt when it does not: the label
+// clusterd.io/domain-affinity (any value: the level, for jobs made through
+// the API); MindCluster's SuperPoD affinity as its Volcano plugin reads it
+// off the PodGroup (IsSuperPodJob), which Kubernetes discovery copies onto
+// the job as mindcluster/<key> labels: the schedule policy
+// huawei.com/schedule_policy decides when present (one of the -sp
+// policies), else an sp-block. Such a job moves as a unit (docs/domains.md).
+std::optional<std::string> DomainAffinityOf(const v1::Job& job);
+inline constexpr std::string_view kDomainAffinityLabel = "clusterd.io/domain-affinity";
 
 // The state's attached IncidentRule, or null.
 const IncidentRule* IncidentsOf(const ClusterState& state);

@@ -2,7 +2,8 @@
 // docs/domains.md): the real rule set (MakeWriterRules) and the recovery
 // Coordinator on a real ClusterState and Engine over a MemoryStore, stepped
 // by hand on a FakeClock; synthetic SuperPoD fleets, chip and switch faults,
-// a cascade. Shared by incidents_test.cc and evidence_test.cc.
+// a cascade. Shared by incidents_test.cc, incidents_avoid_test.cc and
+// evidence_test.cc.
 #pragma once
 
 #include <map>
@@ -172,6 +173,17 @@ class IncidentsTest : public ::testing::Test {
       ChipFault(NodeName(1, i), true);
     }
     AdvanceTo(clock_.Now() + 5s);  // the last hold-downs pass
+  }
+
+  // Dry-run mode on or off (AdminService.SetRecoveryMode).
+  void SetDryRun(bool on) {
+    Write([on](ClusterState& s, Mutation* m) {
+      v1::SetRecoveryModeRequest req;
+      req.set_dry_run(on);
+      req.set_actor("test");
+      req.set_reason("dry run");
+      return s.ApplySetRecoveryMode(req, m).status();
+    });
   }
 
   v1::ListIncidentsResponse Incidents() {

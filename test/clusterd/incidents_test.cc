@@ -211,13 +211,7 @@ TEST_F(IncidentsTest, ThePingmeshJudgingADomainsNetworkIsItsIncidentsRoot) {
 // the domain's isolation is recorded, not done.
 TEST_F(IncidentsTest, InDryRunEachJobGetsOneRecoveryForTheIncidentAndNothingIsIsolated) {
   Fleet(2, 72);
-  Write([](ClusterState& s, Mutation* m) {
-    v1::SetRecoveryModeRequest req;
-    req.set_dry_run(true);
-    req.set_actor("test");
-    req.set_reason("dry run");
-    return s.ApplySetRecoveryMode(req, m).status();
-  });
+  SetDryRun(true);
   Cascade(72);
   ASSERT_EQ(Incidents().total_size(), 1);
   const v1::Incident inc = Incident(Incidents().incidents(0).id());

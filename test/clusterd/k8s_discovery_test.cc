@@ -1003,6 +1003,11 @@ TEST(K8sDiscovery, MindClusterRecoveryKeysOfThePodGroupBecomeJobLabels) {
   pg["metadata"]["annotations"]["recover-strategy"] = "retry, recover\n;$(x)";
   pg["metadata"]["annotations"]["fault-scheduling"] = "force";
   pg["metadata"]["annotations"]["pod-rescheduling"] = std::string(500, 'o');
+  // MindCluster's SuperPoD affinity (ascend-for-volcano reads it off the
+  // PodGroup) travels the same way: the job then moves as a unit out of a
+  // fault domain with an incident (state/incidents.h DomainAffinityOf).
+  pg["metadata"]["annotations"]["sp-block"] = "16";
+  pg["metadata"]["annotations"]["huawei.com/schedule_policy"] = "chip2-node16-sp";
   auto g = ParsePodGroup(pg, kAscend);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ(g->mindcluster.at("process-recover-enable"), "on");
@@ -1018,6 +1023,8 @@ TEST(K8sDiscovery, MindClusterRecoveryKeysOfThePodGroupBecomeJobLabels) {
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].job.labels().at("mindcluster/process-recover-enable"), "on");
   EXPECT_EQ(jobs[0].job.labels().at("mindcluster/recover-strategy"), "retry,recoverx");
+  EXPECT_EQ(jobs[0].job.labels().at("mindcluster/sp-block"), "16");
+  EXPECT_EQ(jobs[0].job.labels().at("mindcluster/huawei.com/schedule_policy"), "chip2-node16-sp");
   EXPECT_EQ(jobs[0].job.labels().count("mindcluster/unknown"), 0u);
 }
 

@@ -7,12 +7,14 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include <gtest/gtest.h>
 
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/dra.h"
 #include "clusterd/k8s/integration.h"
+#include "clusterd/k8s/requests.h"
 #include "test/support/fakes/fake_cluster_commands.h"
 #include "k8s_objects.h"
 
@@ -580,6 +582,47 @@ TEST_F(K8sIntegrationTest, ADeviceReturnedToServiceLosesItsFallbackTaintAfterThe
   commands_.devices.clear();
   Pass();
   EXPECT_EQ(taints(), (std::vector<std::string>{"other"}));
+}
+
+// The nodes of a fault domain whose open incident keeps placement out
+// (ClusterCommands::AvoidedNodes) carry the PreferNoSchedule avoid-domain
+// taint, moved to a newer incident, and lose it when the incident is over;
+// no other taint is touched and nothing is written while nothing changes.
+TEST_F(K8sIntegrationTest, TheNodesOfAnAvoidedDomainCarryAPreferNoScheduleTaintUntilItIsLifted) {
+  for (const char* name : {"worker01", "worker02"}) {
+    json node = NodeObject(name);
+    node["spec"]["taints"] = json::array({{{"key", "other"}, {"effect", "NoSchedule"}}});
+    world_.api->Set(NodePathOf(name), node);
+    v1::Node n;
+    n.set_name(name);
+    n.set_health(v1::HEALTH_HEALTHY);
+    commands_.nodes[name] = n;
+  }
+  commands_.avoided = {{"worker01", "inc-3"}};
+  StartIntegration();
+  Step();
+  auto avoid = [&](const char* name) { return k8s::AvoidTaint(*world_.api->Object(NodePathOf(name)), ctx_->marks()); };
+  EXPECT_EQ(avoid("worker01"), std::optional<std::string>("inc-3"));
+  EXPECT_FALSE(avoid("worker02").has_value());
+  const json w1 = *world_.api->Object(NodePathOf("worker01"));
+  EXPECT_TRUE(k8s::HasTaint(w1, "other"));
+  bool prefer = false;
+  for (const auto& t : k8s::Taints(w1))
+    prefer = prefer || (t["key"] == "clusterd.io/avoid-domain" && t["effect"] == "PreferNoSchedule");
+  EXPECT_TRUE(prefer);
+  const size_t patches = world_.api->CallsTo("PATCH", "/api/v1/nodes/worker01").size();
+  Pass();
+  EXPECT_EQ(world_.api->CallsTo("PATCH", "/api/v1/nodes/worker01").size(), patches);  // nothing changed
+  commands_.avoided = {{"worker01", "inc-4"}, {"worker02", "inc-4"}};
+  Pass();
+  EXPECT_EQ(avoid("worker01"), std::optional<std::string>("inc-4"));
+  EXPECT_EQ(avoid("worker02"), std::optional<std::string>("inc-4"));
+  commands_.avoided.clear();
+  Pass();
+  EXPECT_FALSE(avoid("worker01").has_value());
+  EXPECT_FALSE(avoid("worker02").has_value());
+  EXPECT_TRUE(k8s::HasTaint(*world_.api->Object(NodePathOf("worker01")), "other"));
+  EXPECT_TRUE(k8s::HasTaint(*world_.api->Object(NodePathOf("worker02")), "other"));
 }
 
 // Without resource.k8s.io the pass goes on as before, and the API server is

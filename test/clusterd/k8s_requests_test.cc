@@ -157,6 +157,33 @@ TEST(K8sRequests, FallbackTaintsAreAddedOnceAndLiftedAlone) {
   EXPECT_EQ(k8s::RemoveDeviceTaintsPatch(tainted, kMarks, {5})[0]["value"], "9");
 }
 
+// The avoid-domain taint (docs/domains.md): PreferNoSchedule, its value the
+// incident; set once, moved to a new incident, removed alone.
+TEST(K8sRequests, TheAvoidDomainTaintIsSetOnceAndRemovedAlone) {
+  json node = Stored(NodeObject("worker01"));
+  node["spec"]["taints"] = json::array({{{"key", "other"}, {"effect", "NoSchedule"}}});
+  EXPECT_FALSE(k8s::AvoidTaint(node, kMarks).has_value());
+  EXPECT_FALSE(k8s::RemoveAvoidTaintPatch(node, kMarks).has_value());  // nothing to remove
+  auto patch = k8s::AvoidTaintPatch(node, kMarks, "inc-3", "2026-12-07T02:00:00Z");
+  ASSERT_TRUE(patch.has_value());
+  EXPECT_EQ((*patch)[0]["value"], "7");  // guarded by the resourceVersion
+  json avoided = Stored(node.patch(*patch), "8");
+  EXPECT_EQ(k8s::AvoidTaint(avoided, kMarks), std::optional<std::string>("inc-3"));
+  EXPECT_TRUE(k8s::HasTaint(avoided, "other"));
+  bool prefer = false;
+  for (const auto& t : avoided["spec"]["taints"]) {
+    prefer = prefer || (t["key"] == "clusterd.io/avoid-domain" && t["effect"] == "PreferNoSchedule");
+  }
+  EXPECT_TRUE(prefer);
+  EXPECT_FALSE(k8s::AvoidTaintPatch(avoided, kMarks, "inc-3", "t").has_value());  // there already
+  json moved = Stored(avoided.patch(*k8s::AvoidTaintPatch(avoided, kMarks, "inc-4", "t")), "9");
+  EXPECT_EQ(k8s::AvoidTaint(moved, kMarks), std::optional<std::string>("inc-4"));
+  EXPECT_EQ(moved["spec"]["taints"].size(), 2u);  // replaced, not added
+  json lifted = moved.patch(*k8s::RemoveAvoidTaintPatch(moved, kMarks));
+  EXPECT_FALSE(k8s::AvoidTaint(lifted, kMarks).has_value());
+  EXPECT_TRUE(k8s::HasTaint(lifted, "other"));
+}
+
 TEST(K8sRequests, APlacementOnIsolatedHardwareIsNamed) {
   json node = Stored(NodeObject("worker01"));
   EXPECT_EQ(k8s::IsolatedPlacement("worker01", node, {0, 1}, kMarks), "");

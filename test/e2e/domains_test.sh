@@ -87,6 +87,14 @@ described=$(ctl describe incident "$ID")
 expect_contains "$described" "Members hit (3)" "describe incident"
 expect_contains "$described" "opened: 3 node(s)" "describe incident timeline"
 expect_contains "$(ctl get domains --degraded)" "$ID" "get domains shows the open incident"
+# Under the isolation share (0 here: never), the incident keeps placement
+# out of SuperPoD 1 only: avoid-domain, recorded, and Domain.avoided.
+expect_contains "$inc" '"action": "avoid-domain"' "GetIncident avoid-domain decision"
+expect_contains "$inc" '"avoid": true' "GetIncident avoid"
+avoided_domains() {
+  cluster ListDomains | python3 -c 'import json,sys; print(sorted(d["ref"]["name"] for d in json.load(sys.stdin)["domains"] if d.get("avoided")))'
+}
+[[ $(avoided_domains) == "['1']" ]] || fail "only superpod=1 should be avoided: $(avoided_domains)"
 # Both SuperPoDs are degraded: 1 by the incident, 2 by b1's lone chip fault.
 expect_contains "$(curl -sf "http://127.0.0.1:$HTTP_PORT/metrics")" 'clusterd_domains_degraded{level="superpod"} 2' \
   "domains degraded per level"
@@ -132,6 +140,7 @@ kill_wait "$CLUSTERD_PID"
 start_clusterd --incident-isolate-percent 0 --evidence-max-bundle-bytes 8192 --evidence-max-total-bytes 8192
 wait_until 60 all_connected
 expect_contains "$(cluster GetIncident "{\"id\": \"$ID\"}")" '"state": "INCIDENT_STATE_OPEN"' "after restart"
+[[ $(avoided_domains) == "['1']" ]] || fail "superpod=1 should stay avoided across the restart: $(avoided_domains)"
 expired_by_size() {
   curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" | grep -Eq '^clusterd_evidence_bundles_expired_total\{reason="size"\} [1-9]'
 }
@@ -148,6 +157,8 @@ echo "-- it closes when its faults clear"
 for n in a1 a2 a3; do inject_sim_fault "$n" 0 80E01801 clear; done
 closed() { cluster GetIncident "{\"id\": \"$ID\"}" | grep -q '"state": "INCIDENT_STATE_CLOSED"'; }
 wait_until 30 closed
+expect_contains "$(cluster GetIncident "{\"id\": \"$ID\"}")" '"action": "avoid-domain-lifted"' "the hint lifted"
+[[ $(avoided_domains) == "[]" ]] || fail "no domain should be avoided after the close: $(avoided_domains)"
 [[ $(cluster ListIncidents | python3 -c 'import json,sys; print(json.load(sys.stdin).get("total_size", 0))') == 1 ]] ||
   fail "a second incident formed"
 echo "PASS domains"

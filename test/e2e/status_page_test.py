@@ -8,7 +8,9 @@ a pause and a cordon (clusterctl) show as the banner and the cells' mark;
 a click on a job's row shows its MindCluster view: the job.Job summary, the
 hccl.json servers, the rank table and its NIC switch and stress test with
 each step and the per-chip results; a chip held out of service
-(clusterctl hold) shows as held in its node's detail pane.
+(clusterctl hold) shows as held in its node's detail pane; the domain view
+shows the nodes' SuperPoD degraded by the fault, with no incident and
+nothing kept out.
 """
 import argparse
 import json
@@ -130,6 +132,15 @@ def main():
         wait_for("the fault in the faults panel", lambda: any(
             args.code in row.text and args.node in row.text for row in driver.find_elements(By.CSS_SELECTOR, "#faults tr")))
         assert int(js("return window.clusterdStatus.revision()")) > rev0, "revision did not move"
+        # The domain view (docs/domains.md): SuperPoD 1 degraded by the one
+        # fault, a chip fault and not an incident, so nothing is kept out.
+        domain_row = lambda: driver.find_element(By.CSS_SELECTOR, '#domains tr[data-domain="superpod=1"]')
+        domain_cells = lambda: [td.text for td in domain_row().find_elements(By.CSS_SELECTOR, "td")]
+        wait_for("superpod=1 (2 nodes) with the faulted chip in the domain view",
+                 lambda: domain_cells()[:2] == ["superpod=1", "2"] and int(domain_cells()[3]) >= 1)
+        cells = domain_cells()
+        assert int(cells[2]) >= 1, cells  # worker01 faulted
+        assert cells[4] == "-" and cells[6] == "no", cells  # no incident, neither isolated nor avoided
         # The job's impacts (computed by ClusterD, read again after the fault event).
         wait_for("the fault's impact on train-a in the jobs panel", lambda: f"{args.node}/{args.device}" in
                  driver.find_element(By.CSS_SELECTOR, '#jobs tr[data-job="train-a"]').text)

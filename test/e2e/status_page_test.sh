@@ -60,8 +60,9 @@ for f in null davinci_manager davinci0 davinci1 davinci2 davinci3 davinci4 davin
   : >"$CHAIN/dev/$f"
 done
 : >"$CHAIN/var/lib/kubelet/device-plugins/kubelet.sock"
-start_sim_noded worker01
-start_sim_noded worker02 --root "$CHAIN" --mounts-file /proc/mounts
+# Both in SuperPoD 1 (docs/domains.md): the page's domain view shows it degraded.
+start_sim_noded worker01 --labels huawei.com/topotree.superpodid=1
+start_sim_noded worker02 --root "$CHAIN" --mounts-file /proc/mounts --labels huawei.com/topotree.superpodid=1
 connected() {
   curl -sf "http://127.0.0.1:$HTTP_PORT/api/v1/summary" |
     python3 -c 'import json,sys; sys.exit(0 if int(json.load(sys.stdin).get("connectedAgents", 0)) == 2 else 1)'

@@ -198,6 +198,7 @@ std::string ActionJson(const ActionRequest& req) {
   if (req.device) j["device_id"] = *req.device;
   j["ranks"] = req.ranks;
   j["deadline"] = FormatDeadline(req.deadline);
+  if (!req.avoid.empty()) j["avoid"] = req.avoid;
   // Invalid UTF-8 in a string becomes U+FFFD rather than an exception.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

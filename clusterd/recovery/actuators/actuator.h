@@ -38,6 +38,11 @@ struct ActionRequest {
   std::vector<uint32_t> ranks;     // RESCHEDULE_PODS, RESTART_JOB
   // Worst level among the recovery's trigger faults (e.g. a taint's value).
   v1::FaultLevel level = v1::FAULT_LEVEL_UNSPECIFIED;
+  // RESCHEDULE_PODS, RESTART_JOB: the fault domains no pod may be placed
+  // into, as label selector terms ("huawei.com/topotree.superpodid=7"): those
+  // with an open incident that avoids or isolates them (docs/domains.md).
+  // At most 64.
+  std::vector<std::string> avoid;
   // Wall-clock deadline of the step; the actuator gives up (and reports a
   // failure) when it passes.
   TimePoint deadline;
@@ -56,7 +61,8 @@ std::string_view ActionName(v1::ClusterAction action);
 // {"idempotency_key":"train-1.1/2","recovery_id":"train-1.1","job_id":"train-1",
 //  "action":"isolate_device","strategy":"POD_RESCHEDULE","node":"worker01",
 //  "device_id":3,"ranks":[3],"deadline":"2026-11-30T01:02:03.000Z"}
-// device_id is present only when set; strings are JSON-escaped.
+// device_id is present only when set, "avoid" (an array of label selector
+// terms) only when not empty; strings are JSON-escaped.
 std::string ActionJson(const ActionRequest& req);
 
 class Actuator {

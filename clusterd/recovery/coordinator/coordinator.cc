@@ -104,6 +104,7 @@ Coordinator::Coordinator(JobAgentHub* agents, Actuator* actuator, const Clock* c
 TimePoint Coordinator::Tick(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after,
                             const Engine::SubmitFn& submit) {
   CLUSTERD_DCHECK_ON_THREAD(writer_);
+  avoid_ = KeptOutDomains(state);
   if (!started_) {
     started_ = true;
     Resume(state, now, m, after, submit);
@@ -247,6 +248,71 @@ void Coordinator::NoteIncidents(ClusterState& state, const v1::Recovery& r, Muta
   if (auto* incidents = state.Attached<IncidentRule>()) incidents->RecordRecovery(state, r, m);
 }
 
+std::vector<std::string> Coordinator::KeptOutDomains(const ClusterState& state) {
+  std::vector<std::string> out;
+  const IncidentRule* incidents = IncidentsOf(state);
+  if (incidents == nullptr) return out;
+  for (const auto& [key, id] : incidents->open_by_domain()) {
+    bool isolated = false;
+    (void)incidents->OpenIncidentOf(key, &isolated);
+    if (!isolated && !incidents->Avoided(key)) continue;
+    auto ref = ParseDomainRef(key);
+    if (!ref.ok()) continue;
+    auto term = incidents->model().SelectorOf(*ref);
+    if (term.ok()) out.push_back(*term);
+    if (out.size() == kMaxAvoid) break;
+  }
+  return out;
+}
+
+std::string Coordinator::MoveAsUnit(const ClusterState& state, const v1::Job& job, const rc::Job& view,
+                                    const std::vector<rc::FaultView>& faults, rc::Decision* d) const {
+  if (d->action == rc::Action::kNone || d->strategy != rc::Strategy::kPodReschedule) return "";
+  const IncidentRule* incidents = IncidentsOf(state);
+  if (incidents == nullptr || incidents->open_by_domain().empty()) return "";
+  const std::optional<std::string> affinity = DomainAffinityOf(job);
+  if (!affinity) return "";
+  const v1::Incident* incident = nullptr;
+  for (const std::string& fid : d->trigger_fault_ids) {
+    const v1::Fault* f = state.FindFault(fid);
+    if (f != nullptr && (incident = incidents->IncidentOf(state, *f)) != nullptr) break;
+  }
+  if (incident == nullptr) return "";
+  const std::string domain = DomainKey(incident->domain());
+  if (!view.policy.Allows(rc::Strategy::kJobReschedule)) {
+    d->reasons.push_back("the job's placement requires its domain (" + *affinity +
+                         ") but its policy does not allow "
+                         "JOB_RESCHEDULE: its hit ranks move one by one out of " +
+                         domain);
+    return "";
+  }
+  std::vector<rc::FaultView> triggers;
+  for (const rc::FaultView& f : faults) {
+    if (std::find(d->trigger_fault_ids.begin(), d->trigger_fault_ids.end(), f.id) != d->trigger_fault_ids.end()) {
+      triggers.push_back(f);
+    }
+  }
+  d->strategy = rc::Strategy::kJobReschedule;
+  rc::ActionsFor(view, triggers, rc::Strategy::kJobReschedule, d);
+  d->reasons.push_back("the job's placement requires its domain (" + *affinity + "): moved as a unit out of " + domain +
+                       " (incident " + incident->id() + "), not rank by rank");
+  return incident->id();
+}
+
+void Coordinator::NoteMove(ClusterState& state, const std::string& incident_id, const std::string& job_id,
+                           const std::string& recovery_id, bool dry_run, TimePoint now) {
+  if (incident_id.empty()) return;
+  auto* incidents = state.Attached<IncidentRule>();
+  if (incidents == nullptr) return;
+  v1::IncidentDecision d;
+  d.set_action("move-job");
+  d.set_job_id(job_id);
+  d.set_recovery_id(recovery_id);
+  d.set_dry_run(dry_run);
+  d.set_detail("the job's placement requires the domain: rescheduled as a whole (JOB_RESCHEDULE), not rank by rank");
+  incidents->RecordDecision(incident_id, std::move(d), now);
+}
+
 rc::History Coordinator::HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                                    TimePoint now) const {
   rc::History h;
@@ -346,7 +412,8 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     return;
   }
   const rc::History history = HistoryOf(job_recoveries, current ? current->id() : "", now);
-  const rc::Decision d = rc::Decide(view, faults, cluster, options_.limits, history, now);
+  rc::Decision d = rc::Decide(view, faults, cluster, options_.limits, history, now);
+  const std::string moved_for = MoveAsUnit(state, job, view, faults, &d);
 
   if (d.action == rc::Action::kNone) {
     wake_.erase(job_id);
@@ -425,6 +492,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
     r.set_message("dry-run: would " + StrategyText(r.strategy()));
     log->info("recovery {} of job {}: dry-run, would {}", r.id(), job_id, StrategyText(r.strategy()));
     const std::string id = r.id();
+    NoteMove(state, moved_for, job_id, id, true, now);
     NoteIncidents(state, state.PutRecovery(std::move(r), type, m), m);
     active_.erase(id);
     return;
@@ -439,6 +507,7 @@ void Coordinator::DecideJob(ClusterState& state, const std::string& job_id, Time
   if (started_total_) started_total_->Inc();
   log->info("recovery {} of job {}: {} for ranks [{}] ({})", r.id(), job_id, StrategyText(r.strategy()),
             fmt::join(r.hit_ranks(), ","), d.reasons.empty() ? "" : d.reasons.back());
+  NoteMove(state, moved_for, job_id, r.id(), false, now);
   const v1::Recovery& stored = state.PutRecovery(std::move(r), type, m);
   active_.insert(stored.id());
   NoteIncidents(state, stored, m);
@@ -754,6 +823,9 @@ void Coordinator::Dispatch(const v1::Recovery& r, const v1::RecoveryStep& step, 
   req.ranks.assign(step.ranks().begin(), step.ranks().end());
   req.level = r.level();
   req.deadline = FromTimestamp(step.deadline());
+  if (req.action == v1::CLUSTER_ACTION_RESCHEDULE_PODS || req.action == v1::CLUSTER_ACTION_RESTART_JOB) {
+    req.avoid = avoid_;
+  }
   after->push_back([this, submit, req = std::move(req)]() mutable {
     const std::string key = req.idempotency_key;
     actuator_->Execute(std::move(req), [this, submit, key](const ActionResult& result) {

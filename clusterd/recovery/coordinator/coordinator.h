@@ -92,6 +92,11 @@ class Coordinator final : public WriterRule {
   int running() const { return running_.load(); }
   int waiting() const { return waiting_.load(); }
 
+  // The label selector terms of the domains an open incident avoids or
+  // isolates (ActionRequest::avoid), at most kMaxAvoid.
+  static constexpr size_t kMaxAvoid = 64;
+  static std::vector<std::string> KeptOutDomains(const ClusterState& state);
+
  private:
   void Resume(ClusterState& state, TimePoint now, Mutation* m, std::vector<Engine::Done>* after,
               const Engine::SubmitFn& submit);
@@ -140,6 +145,16 @@ class Coordinator final : public WriterRule {
                           const v1::Fault& f) const;
   // Records a started recovery with the incidents its trigger faults belong to.
   static void NoteIncidents(ClusterState& state, const v1::Recovery& r, Mutation* m);
+  // A job whose placement requires its domain (DomainAffinityOf) is not
+  // moved rank by rank out of a domain with an open incident (a replacement
+  // could neither stay in the domain nor leave it): a POD_RESCHEDULE whose
+  // trigger fault is a member of an open incident becomes JOB_RESCHEDULE,
+  // the job's policy allowing. Returns that incident's id ("" unchanged).
+  std::string MoveAsUnit(const ClusterState& state, const v1::Job& job, const recovery::Job& view,
+                         const std::vector<recovery::FaultView>& faults, recovery::Decision* d) const;
+  // Records the move with the incident (decision "move-job"); no-op for "".
+  static void NoteMove(ClusterState& state, const std::string& incident_id, const std::string& job_id,
+                       const std::string& recovery_id, bool dry_run, TimePoint now);
   recovery::History HistoryOf(const std::vector<const v1::Recovery*>& job_recoveries, const std::string& skip,
                               TimePoint now) const;
   // The decision engine's view of a job (status RUNNING), converted once per
@@ -170,6 +185,8 @@ class Coordinator final : public WriterRule {
     std::set<std::string> cordoned, isolated;
   };
   std::optional<NodeSets> node_sets_;
+  // KeptOutDomains as of the last Tick: what Dispatch hands the actuator.
+  std::vector<std::string> avoid_;
 
   std::atomic<int> running_{0};
   std::atomic<int> waiting_{0};

@@ -159,6 +159,8 @@ class FakeClusterCommands final : public ClusterCommands {
 
   std::vector<v1::SchedulingFinding> findings;  // SchedulingFindings; filled by the test
   std::vector<v1::SchedulingFinding> SchedulingFindings() const override { return findings; }
+  std::map<std::string, std::string> avoided;  // AvoidedNodes (node -> incident); filled by the test
+  std::map<std::string, std::string> AvoidedNodes() const override { return avoided; }
 
   StatusOr<v1::Job> GetJob(const std::string& id) const override {
     auto it = jobs.find(id);
