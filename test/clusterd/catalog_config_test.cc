@@ -14,6 +14,7 @@
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/chain_drift.h"
 #include "common/duration.h"
+#include "test/support/config_docs.h"
 #include "test/support/temp_dir.h"
 
 namespace clusterd {
@@ -481,25 +482,10 @@ TEST(ConfigTable, HelpListsEveryKeyWithItsDefault) {
 // must be the same setting as the default (parsed by the key's own row, so
 // "60s" and "1m" agree), and each key it names must exist.
 TEST(ConfigTable, ChartValuesAreTheDefaults) {
-  const std::string path = std::string(CLUSTERD_CHART_DIR) + "/values.yaml";
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << path;
-  bool in_clusterd = false, in_config = false;
+  const auto values = testing::ChartConfigValues(std::string(CLUSTERD_CHART_DIR) + "/values.yaml", "clusterd");
   int checked = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("clusterd:", 0) == 0) in_clusterd = true;
-    if (in_clusterd && line == "  config:") {
-      in_config = true;
-      continue;
-    }
-    if (!in_config) continue;
-    if (!line.empty() && line.rfind("    ", 0) != 0) break;  // the map ended
-    const size_t colon = line.find(':');
-    if (line.rfind("    #", 0) == 0 || colon == std::string::npos) continue;
-    const std::string key = line.substr(4, colon - 4);
-    std::string value = line.substr(colon + 2);
+  for (const auto& [key, value] : values) {
     SCOPED_TRACE(key + ": " + value);
-    if (value == "[]") value.clear();  // an empty list: the flag's empty text
     const auto& keys = ClusterdConfigKeys();
     auto row = std::find_if(keys.begin(), keys.end(), [&](const ConfigKey& k) { return k.name == key; });
     ASSERT_NE(row, keys.end()) << "not a key of the table";
@@ -515,14 +501,11 @@ TEST(ConfigTable, ChartValuesAreTheDefaults) {
 // The chart's values.schema.json refuses any clusterd.config key it does not
 // list: it lists exactly the keys whose chart value is clusterd.config.<key>.
 TEST(ConfigTable, ChartSchemaListsTheChartKeys) {
-  const std::string path = std::string(CLUSTERD_CHART_DIR) + "/values.schema.json";
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << path;
-  const nlohmann::json schema = nlohmann::json::parse(in);
-  const nlohmann::json& config = schema.at("properties").at("clusterd").at("properties").at("config");
-  EXPECT_EQ(config.value("additionalProperties", true), false);
-  std::set<std::string> listed, chart;
-  for (const auto& [key, value] : config.at("properties").items()) listed.insert(key);
+  bool closed = false;
+  const std::set<std::string> listed =
+      testing::ChartSchemaConfigKeys(std::string(CLUSTERD_CHART_DIR) + "/values.schema.json", "clusterd", &closed);
+  EXPECT_TRUE(closed);
+  std::set<std::string> chart;
   for (const ConfigKey& k : ClusterdConfigKeys()) {
     if (k.chart_value == "clusterd.config." + k.name) chart.insert(k.name);
   }
@@ -538,24 +521,9 @@ TEST(ConfigTable, ChartSchemaListsTheChartKeys) {
 // docs/configuration.md's reference tables are the table's, to the byte.
 // CLUSTERD_UPDATE_DOCS=1 writes them into the document instead.
 TEST(ConfigTable, ReferenceInDocsIsCurrent) {
-  const std::string path = std::string(CLUSTERD_DOCS_DIR) + "/configuration.md";
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << path;
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string doc = buf.str();
-  const std::string begin = "<!-- BEGIN GENERATED: the table of keys (clusterd/config/config.cc) -->\n";
-  const std::string end = "<!-- END GENERATED -->";
-  const size_t b = doc.find(begin), e = doc.find(end);
-  ASSERT_NE(b, std::string::npos) << path << " lacks " << begin;
-  ASSERT_NE(e, std::string::npos) << path << " lacks " << end;
-  const std::string want = ClusterdConfigReference(BuiltinConfigChecks());
-  const std::string have = doc.substr(b + begin.size(), e - b - begin.size());
-  if (have != want && std::getenv("CLUSTERD_UPDATE_DOCS")) {
-    std::ofstream(path) << doc.substr(0, b + begin.size()) << want << doc.substr(e);
-    GTEST_SKIP() << "rewrote " << path;
-  }
-  EXPECT_EQ(have, want) << path << " is out of step with the table of keys: run this test with CLUSTERD_UPDATE_DOCS=1";
+  testing::ExpectGeneratedSection(std::string(CLUSTERD_DOCS_DIR) + "/configuration.md",
+                                  "<!-- BEGIN GENERATED: the table of keys (clusterd/config/config.cc) -->\n",
+                                  ClusterdConfigReference(BuiltinConfigChecks()));
 }
 
 }  // namespace
