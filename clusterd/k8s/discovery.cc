@@ -1,5 +1,6 @@
 // Kubernetes job discovery; see discovery.h. Every JSON access is checked
-// (type tests before get_ref), and each entry point also catches what the JSON
+// (api/object.h: ValueAt, StringPtrAt, StringAt; type tests before get_ref),
+// and each entry point also catches what the JSON
 // library might throw, so hostile input never escapes as an exception.
 #include "clusterd/k8s/discovery.h"
 
@@ -11,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "clusterd/k8s/api/object.h"
 #include "clusterd/state/fault_table.h"
 #include "common/duration.h"
 #include "common/levels.h"
@@ -27,25 +29,6 @@ constexpr size_t kMaxPolicyKeys = 64;
 constexpr size_t kMaxSilences = 64;
 constexpr uint32_t kMaxRetries = 1'000'000;
 constexpr uint32_t kMaxReplicaCount = 16'777'216;
-
-// ---- checked JSON access ----
-
-const json* Member(const json& obj, std::string_view key) {
-  if (!obj.is_object()) return nullptr;
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-const std::string* StringMember(const json& obj, std::string_view key) {
-  const json* v = Member(obj, key);
-  return v && v->is_string() ? &v->get_ref<const std::string&>() : nullptr;
-}
-
-std::string StringOr(const json& obj, std::string_view key) {
-  const std::string* s = StringMember(obj, key);
-  return s ? *s : std::string();
-}
 
 // A one-line, bounded copy of API text for a message: non-printable or
 // non-ASCII bytes become '?'.
@@ -106,33 +89,33 @@ struct ObjectMeta {
 // controller owner reference optional but validated when present.
 StatusOr<ObjectMeta> ParseMeta(const json& obj, std::string_view what) {
   if (!obj.is_object()) return InvalidArgument(std::string(what) + ": not a JSON object");
-  const json* md = Member(obj, "metadata");
+  const json* md = ValueAt(obj, {"metadata"});
   if (!md || !md->is_object()) return InvalidArgument(std::string(what) + ": no metadata");
   ObjectMeta m;
-  m.ns = StringOr(*md, "namespace");
-  m.name = StringOr(*md, "name");
-  m.uid = StringOr(*md, "uid");
+  m.ns = StringAt(*md, {"namespace"});
+  m.name = StringAt(*md, {"name"});
+  m.uid = StringAt(*md, {"uid"});
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(std::string(what) + " metadata.namespace", m.ns));
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(std::string(what) + " metadata.name", m.name));
   const std::string where = std::string(what) + " " + m.ns + "/" + m.name;
   CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(where + " metadata.uid", m.uid));
-  if (const json* owners = Member(*md, "ownerReferences")) {
+  if (const json* owners = ValueAt(*md, {"ownerReferences"})) {
     if (!owners->is_array()) return InvalidArgument(where + ": metadata.ownerReferences is not a list");
     for (const json& ref : *owners) {
-      const json* controller = Member(ref, "controller");
+      const json* controller = ValueAt(ref, {"controller"});
       if (!controller || !controller->is_boolean() || !controller->get<bool>()) continue;
-      m.owner_uid = StringOr(ref, "uid");
-      m.owner_kind = StringOr(ref, "kind");
-      m.owner_name = StringOr(ref, "name");
+      m.owner_uid = StringAt(ref, {"uid"});
+      m.owner_kind = StringAt(ref, {"kind"});
+      m.owner_name = StringAt(ref, {"name"});
       CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(where + " controller owner uid", m.owner_uid));
       CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(where + " controller owner name", m.owner_name));
       CLUSTERD_RETURN_IF_ERROR(ValidateToken(where + " controller owner kind", m.owner_kind));
       break;  // the API server allows at most one controller reference
     }
   }
-  if (const json* l = Member(*md, "labels"); l && l->is_object()) m.labels = l;
-  if (const json* a = Member(*md, "annotations"); a && a->is_object()) m.annotations = a;
-  m.terminating = Member(*md, "deletionTimestamp") != nullptr;
+  if (const json* l = ValueAt(*md, {"labels"}); l && l->is_object()) m.labels = l;
+  if (const json* a = ValueAt(*md, {"annotations"}); a && a->is_object()) m.annotations = a;
+  m.terminating = ValueAt(*md, {"deletionTimestamp"}) != nullptr;
   return m;
 }
 
@@ -160,22 +143,22 @@ std::optional<uint32_t> DeviceNumber(std::string_view item) {
 
 // Devices per pod from the containers' limits (requests without a limit).
 StatusOr<uint32_t> DevicesFromResources(const json& spec, const DiscoveryOptions& opts, const std::string& where) {
-  const json* containers = Member(spec, "containers");
+  const json* containers = ValueAt(spec, {"containers"});
   if (!containers) return 0u;
   if (!containers->is_array()) return InvalidArgument(where + ": spec.containers is not a list");
   uint64_t total = 0;
   for (const json& c : *containers) {
-    const json* res = Member(c, "resources");
+    const json* res = ValueAt(c, {"resources"});
     if (!res) continue;
-    const json* limits = Member(*res, "limits");
-    const json* requests = Member(*res, "requests");
+    const json* limits = ValueAt(*res, {"limits"});
+    const json* requests = ValueAt(*res, {"requests"});
     // The resources counted in this container: exact names, and those a
     // prefix names (limits first; a request without its limit too).
     std::vector<std::pair<std::string, const json*>> counted;
     for (const auto& name : opts.device_resources) {
       if (name.empty() || name.back() != '*') {
-        const json* q = limits ? Member(*limits, name) : nullptr;
-        if (!q && requests) q = Member(*requests, name);
+        const json* q = limits ? ValueAt(*limits, {name}) : nullptr;
+        if (!q && requests) q = ValueAt(*requests, {name});
         if (q) counted.emplace_back(name, q);
         continue;
       }
@@ -225,25 +208,25 @@ std::optional<std::string> MetadataFieldKey(std::string_view path, bool* label) 
 // PET_NODE_RANK the completion index); *from_key is that key ("" for a literal).
 std::optional<std::string> EnvValue(const json& spec, const std::string& name, const json& labels,
                                     const json& annotations, std::string* from_key) {
-  const json* containers = Member(spec, "containers");
+  const json* containers = ValueAt(spec, {"containers"});
   if (!containers || !containers->is_array()) return std::nullopt;
   for (const json& c : *containers) {
-    const json* env = Member(c, "env");
+    const json* env = ValueAt(c, {"env"});
     if (!env || !env->is_array()) continue;
     for (const json& e : *env) {
-      const std::string* n = StringMember(e, "name");
+      const std::string* n = StringPtrAt(e, {"name"});
       if (!n || *n != name) continue;
-      if (const std::string* v = StringMember(e, "value")) {
+      if (const std::string* v = StringPtrAt(e, {"value"})) {
         from_key->clear();
         return *v;
       }
-      const json* from = Member(e, "valueFrom");
-      const json* ref = from ? Member(*from, "fieldRef") : nullptr;
-      const std::string* path = ref ? StringMember(*ref, "fieldPath") : nullptr;
+      const json* from = ValueAt(e, {"valueFrom"});
+      const json* ref = from ? ValueAt(*from, {"fieldRef"}) : nullptr;
+      const std::string* path = ref ? StringPtrAt(*ref, {"fieldPath"}) : nullptr;
       bool label = false;
       auto key = path ? MetadataFieldKey(*path, &label) : std::nullopt;
       if (!key) continue;
-      if (const std::string* v = StringMember(label ? labels : annotations, *key)) {
+      if (const std::string* v = StringPtrAt(label ? labels : annotations, {*key})) {
         *from_key = *key;
         return *v;
       }
@@ -321,15 +304,15 @@ std::string McFact(const std::string* v, std::string_view allowed, size_t max) {
 
 // The first MASTER_ADDR given as a value in the pod's containers' env.
 std::string McMasterAddr(const json& spec) {
-  const json* containers = Member(spec, "containers");
+  const json* containers = ValueAt(spec, {"containers"});
   if (!containers || !containers->is_array()) return "";
   for (const json& c : *containers) {
-    const json* env = c.is_object() ? Member(c, "env") : nullptr;
+    const json* env = c.is_object() ? ValueAt(c, {"env"}) : nullptr;
     if (!env || !env->is_array()) continue;
     for (const json& e : *env) {
       if (!e.is_object()) continue;
-      const std::string* name = StringMember(e, "name");
-      if (name && *name == "MASTER_ADDR") return McFact(StringMember(e, "value"), ".:-_[]", 253);
+      const std::string* name = StringPtrAt(e, {"name"});
+      if (name && *name == "MASTER_ADDR") return McFact(StringPtrAt(e, {"value"}), ".:-_[]", 253);
     }
   }
   return "";
@@ -344,12 +327,12 @@ std::map<uint32_t, std::string> McDeviceIps(const std::string* text) {
   std::map<uint32_t, std::string> out;
   if (text == nullptr || text->empty() || text->size() > size_t{256} * 1024) return out;
   const json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  const json* devices = doc.is_object() ? Member(doc, "devices") : nullptr;
+  const json* devices = doc.is_object() ? ValueAt(doc, {"devices"}) : nullptr;
   if (!devices || !devices->is_array()) return out;
   for (const json& d : *devices) {
     if (!d.is_object() || out.size() >= kMaxDevicesPerPod) continue;
-    const std::string* id = StringMember(d, "device_id");
-    const std::string* ip = StringMember(d, "device_ip");
+    const std::string* id = StringPtrAt(d, {"device_id"});
+    const std::string* ip = StringPtrAt(d, {"device_ip"});
     auto n = id ? ParseUnsigned(*id, kMaxDeviceId) : std::nullopt;
     if (!n || !ip || !IsAddressText(*ip)) continue;
     out.emplace(static_cast<uint32_t>(*n), *ip);
@@ -381,7 +364,7 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
     const json& lab = labels ? *labels : kEmpty;
 
     if (!opts.podgroup_annotation.empty()) {
-      if (const std::string* pg = StringMember(ann, opts.podgroup_annotation); pg && !pg->empty()) {
+      if (const std::string* pg = StringPtrAt(ann, {opts.podgroup_annotation}); pg && !pg->empty()) {
         CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(where + " annotation " + opts.podgroup_annotation, *pg));
         p.podgroup = *pg;
       }
@@ -389,14 +372,14 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
     // A JobSet's pods (each owned by one of its child Jobs) are one job: the
     // JobSet's.
     if (!opts.jobset_uid_label.empty()) {
-      if (const std::string* js = StringMember(lab, opts.jobset_uid_label); js && !js->empty()) {
+      if (const std::string* js = StringPtrAt(lab, {opts.jobset_uid_label}); js && !js->empty()) {
         CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(where + " label " + opts.jobset_uid_label, *js));
         p.owner_uid = *js;
         p.owner_kind = "JobSet";
-        const std::string* name = StringMember(lab, opts.jobset_name_label);
+        const std::string* name = StringPtrAt(lab, {opts.jobset_name_label});
         p.owner_name = name && ValidateNodeName("", *name).ok() ? *name : std::string();
         for (const std::string& key : opts.jobset_index_labels) {
-          const std::string* v = StringMember(lab, key);
+          const std::string* v = StringPtrAt(lab, {key});
           if (!v) continue;
           auto index = ParseUnsigned(Trim(*v), kMaxPodRank);
           if (!index) {
@@ -413,7 +396,7 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
     }
     std::string volcano_job;
     if (!opts.volcano_job_label.empty()) {
-      if (const std::string* vj = StringMember(lab, opts.volcano_job_label); vj && !vj->empty()) {
+      if (const std::string* vj = StringPtrAt(lab, {opts.volcano_job_label}); vj && !vj->empty()) {
         CLUSTERD_RETURN_IF_ERROR(ValidateNodeName(where + " label " + opts.volcano_job_label, *vj));
         volcano_job = *vj;
       }
@@ -421,13 +404,13 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
     p.job_name = !volcano_job.empty() ? volcano_job : !p.owner_name.empty() ? p.owner_name : p.podgroup;
 
     static const json kEmptySpec = json::object();
-    const json* spec_ptr = Member(pod, "spec");
+    const json* spec_ptr = ValueAt(pod, {"spec"});
     if (spec_ptr && !spec_ptr->is_object()) return InvalidArgument(where + ": spec is not an object");
     const json& spec = spec_ptr ? *spec_ptr : kEmptySpec;
 
     // Rank: the annotation, else a Kubernetes index (label, then annotation),
     // else the env var.
-    const json* rank_ann = opts.rank_annotation.empty() ? nullptr : Member(ann, opts.rank_annotation);
+    const json* rank_ann = opts.rank_annotation.empty() ? nullptr : ValueAt(ann, {opts.rank_annotation});
     std::optional<std::string> rank_text;
     std::string rank_from;
     if (rank_ann) {
@@ -438,10 +421,10 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
     }
     for (size_t i = 0; !rank_text && i < opts.rank_index_keys.size(); ++i) {
       const std::string& key = opts.rank_index_keys[i];
-      if (const std::string* v = StringMember(lab, key)) {
+      if (const std::string* v = StringPtrAt(lab, {key})) {
         rank_text = *v;
         rank_from = "label " + key;
-      } else if (const std::string* a = StringMember(ann, key)) {
+      } else if (const std::string* a = StringPtrAt(ann, {key})) {
         rank_text = *a;
         rank_from = "annotation " + key;
       }
@@ -468,7 +451,7 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
     p.rank = static_cast<uint32_t>(*rank);
 
     // Devices: the annotation, else the resource limits.
-    const json* dev_ann = opts.devices_annotation.empty() ? nullptr : Member(ann, opts.devices_annotation);
+    const json* dev_ann = opts.devices_annotation.empty() ? nullptr : ValueAt(ann, {opts.devices_annotation});
     if (dev_ann && !dev_ann->is_string()) {
       return InvalidArgument(where + ": annotation " + opts.devices_annotation + " is not a string");
     }
@@ -506,7 +489,7 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
                              " devices does not fit a 32-bit device rank");
     }
 
-    if (const json* node = Member(spec, "nodeName")) {
+    if (const json* node = ValueAt(spec, {"nodeName"})) {
       if (!node->is_string()) return InvalidArgument(where + ": spec.nodeName is not a string");
       const std::string& n = node->get_ref<const std::string&>();
       if (!n.empty()) {
@@ -514,20 +497,20 @@ StatusOr<PodInfo> ParsePod(const json& pod, const DiscoveryOptions& opts) {
         p.node = n;
       }
     }
-    if (const std::string* sched = StringMember(spec, "schedulerName")) p.scheduler = Printable(*sched, 64);
-    if (const json* status = Member(pod, "status")) p.phase = Printable(StringOr(*status, "phase"), 64);
+    if (const std::string* sched = StringPtrAt(spec, {"schedulerName"})) p.scheduler = Printable(*sched, 64);
+    if (const json* status = ValueAt(pod, {"status"})) p.phase = Printable(StringAt(*status, {"phase"}), 64);
 
     if (!opts.job_kind_label.empty()) {
-      if (const std::string* k = StringMember(lab, opts.job_kind_label)) p.kind_label = Printable(*k, 64);
+      if (const std::string* k = StringPtrAt(lab, {opts.job_kind_label})) p.kind_label = Printable(*k, 64);
     }
     p.policy_annotations = PolicyAnnotations(annotations, opts);
-    p.framework = McFact(StringMember(lab, "app"), "._-", 64);
-    if (const std::string* shared = StringMember(ann, "isSharedTor"); shared && *shared == "1") {
-      p.shared_tor_ip = McFact(StringMember(ann, "sharedTorIp"), ".:", 45);
+    p.framework = McFact(StringPtrAt(lab, {"app"}), "._-", 64);
+    if (const std::string* shared = StringPtrAt(ann, {"isSharedTor"}); shared && *shared == "1") {
+      p.shared_tor_ip = McFact(StringPtrAt(ann, {"sharedTorIp"}), ".:", 45);
     }
     p.master_addr = McMasterAddr(spec);
     if (!opts.device_config_annotation.empty() && !p.devices.empty()) {
-      p.device_ips = McDeviceIps(StringMember(ann, opts.device_config_annotation));
+      p.device_ips = McDeviceIps(StringPtrAt(ann, {opts.device_config_annotation}));
     }
     return p;
   } catch (const std::exception& e) {
@@ -547,12 +530,12 @@ StatusOr<PodGroupInfo> ParsePodGroup(const json& podgroup, const DiscoveryOption
     g.owner_kind = std::move(meta->owner_kind);
     g.owner_name = std::move(meta->owner_name);
     if (meta->labels && !opts.job_kind_label.empty()) {
-      if (const std::string* k = StringMember(*meta->labels, opts.job_kind_label)) g.kind_label = Printable(*k, 64);
+      if (const std::string* k = StringPtrAt(*meta->labels, {opts.job_kind_label})) g.kind_label = Printable(*k, 64);
     }
     g.policy_annotations = PolicyAnnotations(meta->annotations, opts);
     for (std::string_view key : kMindClusterRecoveryKeys) {
-      const std::string* v = meta->labels ? StringMember(*meta->labels, key) : nullptr;
-      if (!v && meta->annotations) v = StringMember(*meta->annotations, key);
+      const std::string* v = meta->labels ? StringPtrAt(*meta->labels, {key}) : nullptr;
+      if (!v && meta->annotations) v = StringPtrAt(*meta->annotations, {key});
       if (!v) continue;
       std::string clean;
       for (char c : *v) {
@@ -561,7 +544,7 @@ StatusOr<PodGroupInfo> ParsePodGroup(const json& podgroup, const DiscoveryOption
       }
       g.mindcluster[std::string(key)] = std::move(clean);
     }
-    if (meta->labels) g.framework = McFact(StringMember(*meta->labels, "framework"), "._-", 64);
+    if (meta->labels) g.framework = McFact(StringPtrAt(*meta->labels, {"framework"}), "._-", 64);
     return g;
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("podgroup: unreadable object: ") + Printable(e.what(), 200));
@@ -948,28 +931,28 @@ std::optional<AcceleratorAllocatable> ParseAcceleratorAllocatable(const json& no
 StatusOr<NodeReadiness> ParseNodeReadiness(const json& node) {
   try {
     if (!node.is_object()) return InvalidArgument("node: not a JSON object");
-    const json* md = Member(node, "metadata");
+    const json* md = ValueAt(node, {"metadata"});
     if (!md) return InvalidArgument("node: no metadata");
     NodeReadiness r;
-    r.name = StringOr(*md, "name");
+    r.name = StringAt(*md, {"name"});
     CLUSTERD_RETURN_IF_ERROR(ValidateNodeName("node metadata.name", r.name));
-    if (const json* spec = Member(node, "spec")) {
-      const json* u = Member(*spec, "unschedulable");
+    if (const json* spec = ValueAt(node, {"spec"})) {
+      const json* u = ValueAt(*spec, {"unschedulable"});
       r.unschedulable = u && u->is_boolean() && u->get<bool>();
     }
-    const json* status = Member(node, "status");
-    const json* conditions = status ? Member(*status, "conditions") : nullptr;
+    const json* status = ValueAt(node, {"status"});
+    const json* conditions = status ? ValueAt(*status, {"conditions"}) : nullptr;
     if (conditions && conditions->is_array()) {
       for (const json& c : *conditions) {
-        const std::string* type = StringMember(c, "type");
+        const std::string* type = StringPtrAt(c, {"type"});
         if (!type || *type != "Ready") continue;
-        const std::string s = StringOr(c, "status");
+        const std::string s = StringAt(c, {"status"});
         r.state = s == "True"    ? NodeReadiness::State::kReady
                   : s == "False" ? NodeReadiness::State::kNotReady
                                  : NodeReadiness::State::kUnknown;
-        r.reason = Printable(StringOr(c, "reason"));
-        r.message = Printable(StringOr(c, "message"));
-        r.last_transition_time = Printable(StringOr(c, "lastTransitionTime"), 64);
+        r.reason = Printable(StringAt(c, {"reason"}));
+        r.message = Printable(StringAt(c, {"message"}));
+        r.last_transition_time = Printable(StringAt(c, {"lastTransitionTime"}), 64);
         break;
       }
     }
@@ -1043,13 +1026,13 @@ json AcceleratorCondition(const v1::Node& node, std::string_view type, std::span
 namespace {
 
 const json* FindCondition(const json& node_object, const json& condition) {
-  const std::string* type = StringMember(condition, "type");
+  const std::string* type = StringPtrAt(condition, {"type"});
   if (!type) return nullptr;
-  const json* status = Member(node_object, "status");
-  const json* conditions = status ? Member(*status, "conditions") : nullptr;
+  const json* status = ValueAt(node_object, {"status"});
+  const json* conditions = status ? ValueAt(*status, {"conditions"}) : nullptr;
   if (!conditions || !conditions->is_array()) return nullptr;
   for (const json& c : *conditions) {
-    const std::string* t = StringMember(c, "type");
+    const std::string* t = StringPtrAt(c, {"type"});
     if (t && *t == *type) return &c;
   }
   return nullptr;
@@ -1062,8 +1045,8 @@ bool ConditionMatches(const json& node_object, const json& condition) {
     const json* existing = FindCondition(node_object, condition);
     if (!existing) return false;
     for (const char* field : {"status", "reason", "message"}) {
-      const std::string* want = StringMember(condition, field);
-      const std::string* have = StringMember(*existing, field);
+      const std::string* want = StringPtrAt(condition, {field});
+      const std::string* have = StringPtrAt(*existing, {field});
       if ((want ? *want : std::string()) != (have ? *have : std::string())) return false;
     }
     return true;
@@ -1077,9 +1060,9 @@ json StampCondition(const json& node_object, json condition, std::string_view no
     if (!condition.is_object()) return condition;
     std::string transition(now);
     if (const json* existing = FindCondition(node_object, condition)) {
-      const std::string* old_status = StringMember(*existing, "status");
-      const std::string* new_status = StringMember(condition, "status");
-      const std::string* old_time = StringMember(*existing, "lastTransitionTime");
+      const std::string* old_status = StringPtrAt(*existing, {"status"});
+      const std::string* new_status = StringPtrAt(condition, {"status"});
+      const std::string* old_time = StringPtrAt(*existing, {"lastTransitionTime"});
       if (old_status && new_status && *old_status == *new_status && old_time && !old_time->empty()) {
         transition = *old_time;
       }
