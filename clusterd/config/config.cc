@@ -868,11 +868,10 @@ Status CheckNames(const ClusterdConfig& cfg, const ConfigChecks& checks) {
 }
 
 std::string ClusterdUsage(const ConfigChecks& checks) {
-  return config_table::Usage(
-      Docs(checks),
-      "usage: clusterd [--config FILE] [--flag value ...]\n\n"
-      "Flags (the JSON config file takes the same keys with '_'; a flag overrides the file):\n",
-      "Durations take a unit: 500ms, 10s, 2m, 1h, 7d. Every key: docs/configuration.md.\n");
+  return config_table::Usage(Docs(checks),
+                             "usage: clusterd [--config FILE] [--flag value ...]\n\n"
+                             "Flags (the JSON config file takes the same keys with '_'; a flag overrides the file):\n",
+                             "Durations take a unit: 500ms, 10s, 2m, 1h, 7d. Every key: docs/configuration.md.\n");
 }
 
 std::string ClusterdConfigReference(const ConfigChecks& checks) { return config_table::Reference(Docs(checks)); }

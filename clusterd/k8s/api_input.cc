@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "common/validation.h"
+#include "common/levels.h"
 
 namespace clusterd::k8s {
 namespace input {

@@ -18,8 +18,8 @@
 
 namespace clusterd::k8s {
 
-using input::Printable;
 using input::kMaxFieldBytes;
+using input::Printable;
 using nlohmann::json;
 
 std::string_view ReadinessName(NodeReadiness::State state) {

@@ -35,8 +35,8 @@ using config_table::U64;
 NodedConfigKey Custom(std::string name, std::string value_name, std::string accepted,
                       std::function<Status(const std::string&, NodedConfig*)> set,
                       std::function<std::string(const NodedConfig&)> show) {
-  return config_table::Custom<NodedConfig>(std::move(name), std::move(value_name), std::move(accepted),
-                                           std::move(set), std::move(show));
+  return config_table::Custom<NodedConfig>(std::move(name), std::move(value_name), std::move(accepted), std::move(set),
+                                           std::move(show));
 }
 
 // An absolute path; `empty_ok`: or "" (off).

@@ -420,8 +420,8 @@ TEST(NodedConfigTable, ChartValuesAreTheDefaults) {
 // exactly the keys whose chart value is noded.config.<key>.
 TEST(NodedConfigTable, ChartSchemaListsTheChartKeys) {
   bool closed = false;
-  const std::set<std::string> listed =
-      clusterd::testing::ChartSchemaConfigKeys(std::string(CLUSTERD_CHART_DIR) + "/values.schema.json", "noded", &closed);
+  const std::set<std::string> listed = clusterd::testing::ChartSchemaConfigKeys(
+      std::string(CLUSTERD_CHART_DIR) + "/values.schema.json", "noded", &closed);
   EXPECT_TRUE(closed);
   std::set<std::string> chart;
   for (const NodedConfigKey& k : NodedConfigKeys()) {
@@ -479,8 +479,8 @@ TEST(NodedConfigTable, TheDaemonSetSetsWhatTheTableSays) {
 // CLUSTERD_UPDATE_DOCS=1 writes them into the document instead.
 TEST(NodedConfigTable, ReferenceInDocsIsCurrent) {
   clusterd::testing::ExpectGeneratedSection(std::string(CLUSTERD_DOCS_DIR) + "/noded.md",
-                                  "<!-- BEGIN GENERATED: the table of keys (noded/server/config.cc) -->\n",
-                                  NodedConfigReference());
+                                            "<!-- BEGIN GENERATED: the table of keys (noded/server/config.cc) -->\n",
+                                            NodedConfigReference());
 }
 
 }  // namespace

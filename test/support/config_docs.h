@@ -19,8 +19,7 @@ std::vector<std::pair<std::string, std::string>> ChartConfigValues(const std::st
 
 // The keys values.schema.json allows in `<component>.config`; `closed` says
 // whether it refuses others (additionalProperties false).
-std::set<std::string> ChartSchemaConfigKeys(const std::string& schema_path, const std::string& component,
-                                            bool* closed);
+std::set<std::string> ChartSchemaConfigKeys(const std::string& schema_path, const std::string& component, bool* closed);
 
 // The text of `doc_path` between `begin` (a whole line, "\n" included) and
 // "<!-- END GENERATED -->" equals `want`; with CLUSTERD_UPDATE_DOCS set, a
