@@ -429,21 +429,7 @@ TEST(Config, MindClusterRegistrationLimits) {
 // Every row of the table of keys is complete, and the default it documents
 // is a value its own parser takes back unchanged.
 TEST(ConfigTable, EveryKeyIsDescribedAndItsDefaultParses) {
-  std::set<std::string> names;
-  for (const ConfigKey& k : ClusterdConfigKeys()) {
-    SCOPED_TRACE(k.name);
-    EXPECT_TRUE(names.insert(k.name).second) << "listed twice";
-    EXPECT_FALSE(k.section.empty());
-    EXPECT_FALSE(k.help.empty());
-    EXPECT_FALSE(k.accepted.empty());
-    EXPECT_FALSE(k.chart_value.empty());
-    ASSERT_TRUE(k.set && k.show);
-    const std::string dflt = k.show(ClusterdConfig{});
-    if (dflt.empty()) continue;  // unset by default (a path, a list, an id)
-    ClusterdConfig c;
-    ASSERT_TRUE(k.set(dflt, &c).ok()) << dflt;
-    EXPECT_EQ(k.show(c), dflt);
-  }
+  testing::ExpectEveryRowDescribed(ClusterdConfigKeys());
   // Each key parses as a flag and as a JSON key, and a bad value is refused
   // naming it (the same setter serves both).
   bool help = false;
@@ -483,18 +469,7 @@ TEST(ConfigTable, HelpListsEveryKeyWithItsDefault) {
 // "60s" and "1m" agree), and each key it names must exist.
 TEST(ConfigTable, ChartValuesAreTheDefaults) {
   const auto values = testing::ChartConfigValues(std::string(CLUSTERD_CHART_DIR) + "/values.yaml", "clusterd");
-  int checked = 0;
-  for (const auto& [key, value] : values) {
-    SCOPED_TRACE(key + ": " + value);
-    const auto& keys = ClusterdConfigKeys();
-    auto row = std::find_if(keys.begin(), keys.end(), [&](const ConfigKey& k) { return k.name == key; });
-    ASSERT_NE(row, keys.end()) << "not a key of the table";
-    if (value == "null") continue;  // left out: the binary's default applies
-    ClusterdConfig c;
-    ASSERT_TRUE(row->set(value, &c).ok());
-    EXPECT_EQ(row->show(c), row->show(ClusterdConfig{}));
-    ++checked;
-  }
+  const int checked = testing::ExpectChartValuesAreDefaults(ClusterdConfigKeys(), values, "clusterd.config.");
   EXPECT_GT(checked, 20);
 }
 

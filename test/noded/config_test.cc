@@ -357,21 +357,7 @@ const NodedConfigKey* Row(const std::string& name) {
 // Every row of the table is complete, and the default it documents is a
 // value its own parser takes back unchanged.
 TEST(NodedConfigTable, EveryKeyIsDescribedAndItsDefaultParses) {
-  std::set<std::string> names;
-  for (const NodedConfigKey& k : NodedConfigKeys()) {
-    SCOPED_TRACE(k.name);
-    EXPECT_TRUE(names.insert(k.name).second) << "listed twice";
-    EXPECT_FALSE(k.section.empty());
-    EXPECT_FALSE(k.help.empty());
-    EXPECT_FALSE(k.accepted.empty());
-    EXPECT_FALSE(k.chart_value.empty());
-    ASSERT_TRUE(k.set && k.show);
-    const std::string dflt = k.show(NodedConfig{});
-    if (dflt.empty()) continue;  // unset by default (a path, an address, the labels)
-    NodedConfig c;
-    ASSERT_TRUE(k.set(dflt, &c).ok()) << dflt;
-    EXPECT_EQ(k.show(c), dflt);
-  }
+  clusterd::testing::ExpectEveryRowDescribed(NodedConfigKeys());
   // The defaults are NodedConfig's, shown as a flag spells them.
   EXPECT_EQ(Row("poll_interval")->show(NodedConfig{}), "1s");
   EXPECT_EQ(Row("nvml_xid_hold")->show(NodedConfig{}), "10m");
@@ -401,18 +387,7 @@ TEST(NodedConfigTable, HelpListsEveryKeyWithItsDefault) {
 // (parsed by the key's own row), and each key it names exists.
 TEST(NodedConfigTable, ChartValuesAreTheDefaults) {
   const auto values = clusterd::testing::ChartConfigValues(std::string(CLUSTERD_CHART_DIR) + "/values.yaml", "noded");
-  int checked = 0;
-  for (const auto& [key, value] : values) {
-    SCOPED_TRACE(key + ": " + value);
-    const NodedConfigKey* row = Row(key);
-    ASSERT_NE(row, nullptr) << "not a key of the table";
-    EXPECT_EQ(row->chart_value, "noded.config." + key);
-    if (value == "null") continue;  // left out: the binary's default applies
-    NodedConfig c;
-    ASSERT_TRUE(row->set(value, &c).ok());
-    EXPECT_EQ(row->show(c), row->show(NodedConfig{}));
-    ++checked;
-  }
+  const int checked = clusterd::testing::ExpectChartValuesAreDefaults(NodedConfigKeys(), values, "noded.config.");
   EXPECT_GE(checked, 4);
 }
 
