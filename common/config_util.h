@@ -1,13 +1,12 @@
 // Building blocks shared by the daemons' config parsers: value setters whose
 // errors name the key, and the split of argv into --config and --key value
 // pairs. Each daemon keeps its own table of keys (clusterd/config/config.cc,
-// noded/server/config.cc).
+// noded/server/config.cc) built with common/config_table.h.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,10 +33,6 @@ std::string JoinNames(const std::vector<std::string>& names, std::string_view la
 // back ("a,b"). List settings, and the lists of MindCluster's ConfigMaps.
 std::vector<std::string> SplitCommaList(std::string_view text);
 std::string JoinCommaList(const std::vector<std::string>& items);
-
-// A table of keys: JSON uses the key, flags use --key with '_' written '-'.
-template <typename Config>
-using ConfigSetters = std::map<std::string, std::function<Status(const std::string& value, Config* cfg)>>;
 
 struct FlagArgs {
   std::string config_path;

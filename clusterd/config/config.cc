@@ -1,16 +1,13 @@
 #include "clusterd/config/config.h"
 
 #include <algorithm>
-#include <charconv>
-#include <fstream>
 #include <functional>
-#include <limits>
 #include <map>
 #include <sstream>
-#include <type_traits>
 #include <utility>
 
 #include "clusterd/auth/roles.h"
+#include "common/config_table.h"
 #include "common/config_util.h"
 #include "common/duration.h"
 #include "common/levels.h"
@@ -19,133 +16,38 @@
 namespace clusterd {
 namespace {
 
-// A free-text setting: one printable line.
-Status SetText(const std::string& v, std::string* out) {
-  for (unsigned char ch : v) {
-    if (ch < 0x20 || ch == 0x7f) return InvalidArgument("\"" + v + "\" has a control character");
-  }
-  *out = v;
-  return Status::Ok();
-}
-
 // ------------------------------------------------------------ the table ---
 //
 // Every key is one row: its name (the JSON key; the flag is --name with '_'
-// written '-'), its type and bounds (the maker: U32, Dur, ...), the section
-// and text of --help, and the Helm value that sets it. The parser, --help,
-// the checks and the reference table of docs/configuration.md all come from
-// these rows; the defaults come from ClusterdConfig's initialisers (shown
-// through each row's `show`), so each is written once.
+// written '-'), its type and bounds (the maker: U32, Dur, ...; common's
+// config_table.h), the section and text of --help, and the Helm value that
+// sets it. The parser, --help, the checks and the reference table of
+// docs/configuration.md all come from these rows; the defaults come from
+// ClusterdConfig's initialisers (shown through each row's `show`), so each is
+// written once.
+
+using config_table::Address;
+using config_table::Bool;
+using config_table::Dur;
+using config_table::List;
+using config_table::OneOf;
+using config_table::Raw;
+using config_table::SetText;
+using config_table::Text;
+using config_table::U32;
+using config_table::U64;
 
 // Reads and writes a field of a (const or not) ClusterdConfig. (`member` is a
 // member path, not an expression: it cannot be parenthesised.)
 // NOLINTBEGIN(bugprone-macro-parentheses)
-#define CLUSTERD_FIELD(member) \
-  [](auto& c) -> auto& { return c.member; }
+#define CLUSTERD_FIELD(member) config_table::FieldOf<ClusterdConfig>([](auto& c) -> auto& { return c.member; })
 // NOLINTEND(bugprone-macro-parentheses)
 
-std::string ShowDuration(std::chrono::nanoseconds d) { return d.count() == 0 ? std::string("0s") : FormatDuration(d); }
-
-// A row of any type: its own parse and display. The makers below are the
-// common types.
 ConfigKey Custom(std::string name, std::string value_name, std::string accepted,
                  std::function<Status(const std::string&, ClusterdConfig*)> set,
                  std::function<std::string(const ClusterdConfig&)> show) {
-  ConfigKey k;
-  k.name = std::move(name);
-  k.value_name = std::move(value_name);
-  k.accepted = std::move(accepted);
-  k.set = std::move(set);
-  k.show = std::move(show);
-  return k;
-}
-
-// Shows a text field as it is.
-template <typename Get>
-std::function<std::string(const ClusterdConfig&)> AsText(Get get) {
-  return [get](const ClusterdConfig& c) { return std::string(get(c)); };
-}
-
-// One printable line.
-template <typename Get>
-ConfigKey Text(const std::string& name, Get get, std::string value_name) {
-  return Custom(
-      name, std::move(value_name), "one line of text",
-      [get](const std::string& v, ClusterdConfig* c) { return SetText(v, &get(*c)); }, AsText(get));
-}
-
-// Any text, taken as it is (a path, a shell command, a URL).
-template <typename Get>
-ConfigKey Raw(const std::string& name, Get get, std::string value_name, std::string accepted) {
-  return Custom(
-      name, std::move(value_name), std::move(accepted),
-      [get](const std::string& v, ClusterdConfig* c) {
-        get(*c) = v;
-        return Status::Ok();
-      },
-      AsText(get));
-}
-
-template <typename Get>
-ConfigKey Address(const std::string& name, Get get) {
-  return Custom(
-      name, "ADDR", "host:port",
-      [name, get](const std::string& v, ClusterdConfig* c) { return SetAddress(name, v, &get(*c)); }, AsText(get));
-}
-
-// A count from `min` to `max` (uint32_t or uint64_t, as the field is).
-template <typename T, typename Get>
-ConfigKey Count(const std::string& name, Get get, T min, T max) {
-  static_assert(std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>);
-  std::string accepted = max == std::numeric_limits<T>::max() ? "at least " + std::to_string(min)
-                                                              : std::to_string(min) + " to " + std::to_string(max);
-  return Custom(
-      name, "N", std::move(accepted),
-      [name, get, min, max](const std::string& v, ClusterdConfig* c) {
-        if constexpr (std::is_same_v<T, uint32_t>) {
-          return SetU32(name, v, min, max, &get(*c));
-        } else {
-          return SetU64(name, v, min, max, &get(*c));
-        }
-      },
-      [get](const ClusterdConfig& c) { return std::to_string(get(c)); });
-}
-template <typename Get>
-ConfigKey U32(const std::string& name, Get get, uint32_t min, uint32_t max) {
-  return Count<uint32_t>(name, get, min, max);
-}
-template <typename Get>
-ConfigKey U64(const std::string& name, Get get, uint64_t min, uint64_t max) {
-  return Count<uint64_t>(name, get, min, max);
-}
-
-// A duration of at least `min` and, when `max` is not zero, at most `max`.
-template <typename Get>
-ConfigKey Dur(const std::string& name, Get get, std::chrono::nanoseconds min,
-              std::chrono::nanoseconds max = std::chrono::nanoseconds(0)) {
-  return Custom(
-      name, "DUR", max.count() ? ShowDuration(min) + " to " + ShowDuration(max) : "at least " + ShowDuration(min),
-      [name, get, min, max](const std::string& v, ClusterdConfig* c) {
-        std::chrono::nanoseconds d{};
-        CLUSTERD_RETURN_IF_ERROR(SetDuration(name, v, min, &d));
-        if (max.count() && d > max) {
-          return InvalidArgument(name + ": " + v + " is longer than the maximum " + ShowDuration(max));
-        }
-        get(*c) = d;
-        return Status::Ok();
-      },
-      [get](const ClusterdConfig& c) { return ShowDuration(get(c)); });
-}
-
-// true or false; `value_name` "" for a switch that may be given alone as a
-// flag (IsSwitch).
-template <typename Get>
-ConfigKey Bool(const std::string& name, Get get, std::string value_name = "BOOL",
-               std::string accepted = "true or false") {
-  return Custom(
-      name, std::move(value_name), std::move(accepted),
-      [name, get](const std::string& v, ClusterdConfig* c) { return SetBool(name, v, &get(*c)); },
-      [get](const ClusterdConfig& c) { return std::string(get(c) ? "true" : "false"); });
+  return config_table::Custom<ClusterdConfig>(std::move(name), std::move(value_name), std::move(accepted),
+                                              std::move(set), std::move(show));
 }
 
 template <typename Get>
@@ -161,64 +63,17 @@ ConfigKey Level(const std::string& name, Get get) {
       [get](const ClusterdConfig& c) { return ShortLevelName(get(c)); });
 }
 
-// A comma-separated list (a JSON list in the file), each item checked by
-// `check` (an error without the key: the row adds it).
-template <typename Get>
-ConfigKey List(const std::string& name, Get get, std::string accepted,
-               const std::function<Status(const std::string& item)>& check) {
-  return Custom(
-      name, "LIST", std::move(accepted),
-      [name, get, check](const std::string& v, ClusterdConfig* c) {
-        std::vector<std::string> items = SplitCommaList(v);
-        for (const std::string& item : items) {
-          if (Status st = check(item); !st.ok()) return InvalidArgument(name + ": " + st.message());
-        }
-        get(*c) = std::move(items);
-        return Status::Ok();
-      },
-      [get](const ClusterdConfig& c) { return JoinCommaList(get(c)); });
-}
-
-// One of a fixed set of words.
-template <typename Get>
-ConfigKey OneOf(const std::string& name, Get get, const std::vector<std::string>& choices, std::string value_name) {
-  return Custom(
-      name, std::move(value_name), JoinNames(choices, " or "),
-      [name, get, choices](const std::string& v, ClusterdConfig* c) {
-        if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
-          return InvalidArgument(name + ": \"" + v + "\" is not " + JoinNames(choices, " or "));
-        }
-        get(*c) = v;
-        return Status::Ok();
-      },
-      AsText(get));
-}
-
-// Builds the table in order: Section() starts a --help section, Add() a row
-// with its help text and the Helm value that sets it ("" where the chart
-// sets it from elsewhere: say so in `chart`; nullptr: clusterd.config.<key>).
-class TableBuilder {
- public:
-  void Section(std::string title) { section_ = std::move(title); }
-  void Add(ConfigKey key, std::string help, const char* chart = nullptr) {
-    key.section = section_;
-    key.help = std::move(help);
-    key.chart_value = chart ? chart : "clusterd.config." + key.name;
-    keys_.push_back(std::move(key));
-  }
-  std::vector<ConfigKey> Take() { return std::move(keys_); }
-
- private:
-  std::string section_;
-  std::vector<ConfigKey> keys_;
-};
+// The table in order: Section() starts a --help section, Add() a row with
+// its help text and the Helm value that sets it ("" where the chart sets it
+// from elsewhere: say so in `chart`; nullptr: clusterd.config.<key>).
+using TableBuilder = config_table::TableBuilder<ClusterdConfig>;
 
 // A k8s_* key the chart's kubernetes.* values do not set: clusterd.config
 // refuses k8s_* keys (values.schema.json), so the chart cannot set it yet.
 constexpr const char* kNoChartValue = "none yet (clusterd.config refuses the Kubernetes keys)";
 
 std::vector<ConfigKey> MakeTable() {
-  TableBuilder t;
+  TableBuilder t("clusterd.config.");
   t.Section("Server");
   t.Add(Address("listen", CLUSTERD_FIELD(listen)), "gRPC address", "clusterd.ports.grpc (on 0.0.0.0)");
   t.Add(Address("http_listen", CLUSTERD_FIELD(http_listen)),
@@ -892,22 +747,9 @@ std::vector<ConfigKey> MakeTable() {
 #undef CLUSTERD_FIELD
 
 const ConfigKey* FindKey(const std::string& name) {
-  static const std::map<std::string, const ConfigKey*> index = [] {
-    std::map<std::string, const ConfigKey*> m;
-    for (const ConfigKey& k : ClusterdConfigKeys()) m.emplace(k.name, &k);
-    return m;
-  }();
+  static const std::map<std::string, const ConfigKey*> index = config_table::IndexKeys(ClusterdConfigKeys());
   auto it = index.find(name);
   return it == index.end() ? nullptr : it->second;
-}
-
-bool KnownKey(const std::string& key) { return FindKey(key) != nullptr; }
-
-// "--flag" for a key.
-std::string FlagOf(const std::string& key) {
-  std::string flag = key;
-  std::replace(flag.begin(), flag.end(), '_', '-');
-  return "--" + flag;
 }
 
 // May be given alone as a flag ("--insecure"), meaning true.
@@ -915,11 +757,16 @@ bool IsSwitch(const std::string& key) {
   return key == "insecure" || key == "auth_token_review" || key == "metrics_auth";
 }
 
-// The names the registries give, for the two keys whose values are names.
-std::string AcceptedOf(const ConfigKey& k, const ConfigChecks& checks) {
-  if (k.name == "actuator") return JoinNames(checks.actuators, " or ");
-  if (k.name == "integrations") return JoinNames(checks.integrations, " or ") + ", comma-separated";
-  return k.accepted;
+// The table's text for --help and the reference, with the names the
+// registries give for the two keys whose values are names.
+std::vector<config_table::KeyDoc> Docs(const ConfigChecks& checks) {
+  std::vector<config_table::KeyDoc> docs = config_table::KeyDocs(ClusterdConfigKeys());
+  for (config_table::KeyDoc& d : docs) {
+    if (d.name == "actuator") d.accepted = JoinNames(checks.actuators, " or ");
+    if (d.name == "integrations") d.accepted = JoinNames(checks.integrations, " or ") + ", comma-separated";
+    if (d.name == "actuator" || d.name == "integrations") d.accepted_in_help = true;
+  }
+  return docs;
 }
 
 }  // namespace
@@ -943,12 +790,7 @@ const std::vector<ConfigKey>& ClusterdConfigKeys() {
 }
 
 Status ApplyClusterdConfigJson(std::string_view json_text, std::string_view origin, ClusterdConfig* cfg) {
-  ClusterdConfig next = *cfg;
-  CLUSTERD_RETURN_IF_ERROR(ApplyJsonObject(
-      json_text, origin, KnownKey,
-      [&](const std::string& key, const std::string& value) { return FindKey(key)->set(value, &next); }));
-  *cfg = next;
-  return Status::Ok();
+  return config_table::ApplyJson(json_text, origin, FindKey, cfg);
 }
 
 // TLS to etcd: files only with https endpoints, a certificate with its key.
@@ -1001,22 +843,9 @@ Status ValidateSecurity(const ClusterdConfig& c) {
 
 StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& args, const ConfigChecks& checks,
                                              bool* help) {
-  auto split = SplitFlags(
-      args, [](const std::string& key) { return key == "catalog" || KnownKey(key); }, IsSwitch);
-  if (!split.ok()) return split.status();
-  *help = split->help;
-  ClusterdConfig cfg;
-  if (split->help) return cfg;
-  if (!split->config_path.empty()) {
-    auto text = ReadFileToString(split->config_path);
-    if (!text.ok()) return InvalidArgument("--config: " + text.status().message());
-    CLUSTERD_RETURN_IF_ERROR(ApplyClusterdConfigJson(*text, "config file " + split->config_path, &cfg));
-  }
-  for (auto [key, value] : split->flags) {
-    if (key == "catalog") key = "catalog_file";
-    Status st = FindKey(key)->set(value, &cfg);
-    if (!st.ok()) return InvalidArgument(FlagOf(key) + ": " + st.message());
-  }
+  auto parsed = config_table::ParseArgs<ClusterdConfig>(args, FindKey, {{"catalog", "catalog_file"}}, IsSwitch, help);
+  if (!parsed.ok() || *help) return parsed;
+  ClusterdConfig& cfg = *parsed;
   CLUSTERD_RETURN_IF_ERROR(CheckNames(cfg, checks));
   CLUSTERD_RETURN_IF_ERROR(ValidateSecurity(cfg));
   if (cfg.separation_release_after.count() && cfg.separation_release_after < std::chrono::hours(1)) {
@@ -1026,7 +855,7 @@ StatusOr<ClusterdConfig> ParseClusterdConfig(const std::vector<std::string>& arg
     return InvalidArgument("validation_stable_window: must be below validation_timeout (" +
                            std::to_string(cfg.validation_timeout.count() / 1'000'000'000) + "s)");
   }
-  return cfg;
+  return parsed;
 }
 
 Status CheckNames(const ClusterdConfig& cfg, const ConfigChecks& checks) {
@@ -1047,102 +876,13 @@ Status CheckNames(const ClusterdConfig& cfg, const ConfigChecks& checks) {
   return Status::Ok();
 }
 
-namespace {
-
-// `text` wrapped to lines of at most `width` characters, every line after the
-// first indented by `indent` spaces.
-std::string Wrap(const std::string& text, size_t first_column, size_t indent, size_t width) {
-  std::string out;
-  size_t column = first_column;
-  std::istringstream words(text);
-  std::string word;
-  bool first = true;
-  while (words >> word) {
-    if (!first && column + 1 + word.size() > width) {
-      out += "\n" + std::string(indent, ' ');
-      column = indent;
-    } else if (!first) {
-      out += ' ';
-      ++column;
-    }
-    out += word;
-    column += word.size();
-    first = false;
-  }
-  return out;
-}
-
-std::string Default(const ConfigKey& k) { return k.show(ClusterdConfig{}); }
-
-// A markdown table cell: no line breaks, '|' escaped.
-std::string Cell(const std::string& text) {
-  std::string out;
-  for (char ch : text) {
-    if (ch == '|')
-      out += "\\|";
-    else if (ch == '\n')
-      out += ' ';
-    else
-      out += ch;
-  }
-  return out;
-}
-
-// "text." with a capital first letter, for a table of sentences.
-std::string Sentence(std::string text) {
-  if (!text.empty() && text[0] >= 'a' && text[0] <= 'z') text[0] = static_cast<char>(text[0] - 'a' + 'A');
-  return text + ".";
-}
-
-}  // namespace
-
 std::string ClusterdUsage(const ConfigChecks& checks) {
-  constexpr size_t kHelpColumn = 30, kWidth = 100;
-  std::string out =
-      "usage: clusterd [--config FILE] [--flag value ...]\n\n"
-      "Flags (the JSON config file takes the same keys with '_'; a flag overrides the file):\n";
-  std::string section;
-  for (const ConfigKey& k : ClusterdConfigKeys()) {
-    if (k.section != section) {
-      section = k.section;
-      out += section + ":\n";
-    }
-    std::string line = "  " + FlagOf(k.name) + (k.value_name.empty() ? "" : " " + k.value_name);
-    std::string help = k.help;
-    const std::string dflt = Default(k);
-    std::string notes;
-    if (!dflt.empty()) notes = "default " + dflt;
-    if (k.value_name == "N" || k.value_name == "DUR" || k.name == "actuator" || k.name == "integrations") {
-      notes += (notes.empty() ? "" : "; ") + AcceptedOf(k, checks);
-    }
-    if (!notes.empty()) help += " (" + notes + ")";
-    if (line.size() + 1 > kHelpColumn) {
-      out += line + "\n" + std::string(kHelpColumn, ' ');
-    } else {
-      out += line + std::string(kHelpColumn - line.size(), ' ');
-    }
-    out += Wrap(help, kHelpColumn, kHelpColumn, kWidth) + "\n";
-  }
-  out += "Durations take a unit: 500ms, 10s, 2m, 1h, 7d. Every key: docs/configuration.md.\n";
-  return out;
+  return config_table::Usage(Docs(checks),
+                             "usage: clusterd [--config FILE] [--flag value ...]\n\n"
+                             "Flags (the JSON config file takes the same keys with '_'; a flag overrides the file):\n",
+                             "Durations take a unit: 500ms, 10s, 2m, 1h, 7d. Every key: docs/configuration.md.\n");
 }
 
-std::string ClusterdConfigReference(const ConfigChecks& checks) {
-  std::string out;
-  std::string section;
-  for (const ConfigKey& k : ClusterdConfigKeys()) {
-    if (k.section != section) {
-      section = k.section;
-      out += (out.empty() ? "" : "\n") + std::string("### ") + section + "\n\n";
-      out += "| Key (flag) | Default | Accepted | Helm value | Meaning |\n|---|---|---|---|---|\n";
-    }
-    const std::string dflt = Default(k);
-    const std::string chart =
-        k.chart_value.find(' ') == std::string::npos ? "`" + k.chart_value + "`" : Cell(k.chart_value);
-    out += "| `" + k.name + "` (`" + FlagOf(k.name) + "`) | " + (dflt.empty() ? "—" : "`" + Cell(dflt) + "`") + " | " +
-           Cell(AcceptedOf(k, checks)) + " | " + chart + " | " + Cell(Sentence(k.help)) + " |\n";
-  }
-  return out;
-}
+std::string ClusterdConfigReference(const ConfigChecks& checks) { return config_table::Reference(Docs(checks)); }
 
 }  // namespace clusterd

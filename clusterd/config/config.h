@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "clusterd/v1/types.pb.h"
+#include "common/config_table.h"
 #include "common/status.h"
 
 namespace clusterd {
@@ -424,21 +425,10 @@ struct ClusterdConfig {
 
 // One row of the table of keys (config.cc): everything about a setting is
 // said once there, and the parser, --help, the checks and the reference
-// table of docs/configuration.md come from it. The default is what `show`
-// prints for a default-constructed ClusterdConfig.
-struct ConfigKey {
-  std::string name;         // the JSON key; the flag is --name with '_' written '-'
-  std::string section;      // --help's and the reference's section
-  std::string value_name;   // --help's placeholder: N, DUR, FILE, LIST, ... ("" for --insecure)
-  std::string help;         // what it does, in a phrase or two
-  std::string accepted;     // the values it takes, bounds included
-  std::string chart_value;  // the Helm chart's value that sets it
-  // Parses one value (a flag's text, or a JSON value as text) into cfg;
-  // InvalidArgument naming the key otherwise, cfg then unchanged for it.
-  std::function<Status(const std::string& value, ClusterdConfig* cfg)> set;
-  // The value as a flag would spell it ("" when unset).
-  std::function<std::string(const ClusterdConfig& cfg)> show;
-};
+// table of docs/configuration.md come from it (common/config_table.h, shared
+// with NodeD's table). The default is what `show` prints for a
+// default-constructed ClusterdConfig.
+using ConfigKey = ConfigKeyOf<ClusterdConfig>;
 
 // The table, in --help's order.
 const std::vector<ConfigKey>& ClusterdConfigKeys();

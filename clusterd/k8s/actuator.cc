@@ -9,6 +9,7 @@
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/discovery.h"
 #include "clusterd/k8s/dra.h"
+#include "clusterd/k8s/node_status.h"
 #include "clusterd/k8s/requests.h"
 #include "clusterd/recovery/actuators/pooled.h"
 #include "common/config_util.h"  // JoinNames

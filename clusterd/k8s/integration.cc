@@ -11,6 +11,7 @@
 
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/discovery.h"
+#include "clusterd/k8s/node_status.h"
 #include "clusterd/k8s/requests.h"
 #include "clusterd/k8s/scheduling.h"
 #include "clusterd/k8s/validation_view.h"

@@ -9,6 +9,7 @@
 #include "clusterd/k8s/api/client.h"  // UrlEncode
 #include "clusterd/k8s/api/object.h"
 #include "clusterd/k8s/discovery.h"
+#include "clusterd/k8s/node_status.h"
 #include "common/config_util.h"
 
 namespace clusterd::k8s {

@@ -144,7 +144,7 @@ bool CordonedByClusterd(const nlohmann::json& node, const KubernetesMarks& marks
 // Device ids as the devices annotation and the condition list them: "0,3".
 std::string DeviceList(const std::vector<uint32_t>& devices);
 
-// The condition of a ClusterD node (AcceleratorCondition, discovery.h) with
+// The condition of a ClusterD node (AcceleratorCondition, node_status.h) with
 // the isolated devices appended to its message ("...; isolated devices: 0,3"),
 // cut to 1 KiB.
 nlohmann::json NodeCondition(const v1::Node& node, std::string_view type, std::span<const v1::Fault> active_faults,

@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "clusterd/k8s/api_input.h"
 #include "clusterd/k8s/discovery.h"
 
 namespace clusterd::k8s {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config_table.h"
 #include "common/status.h"
 
 namespace clusterd::noded {
@@ -110,6 +111,18 @@ struct NodedConfig {
 // Plaintext HTTP on an address other than loopback without http_insecure:
 // FAILED_PRECONDITION naming the keys (NodedServer::Start refuses to listen).
 Status CheckHttpTransport(const NodedConfig& cfg);
+
+// One row of NodeD's table of keys (config.cc; common/config_table.h): the
+// parser, --help and docs/noded.md's reference come from the rows, the
+// defaults from NodedConfig's initialisers.
+using NodedConfigKey = ConfigKeyOf<NodedConfig>;
+
+// The table, in --help's order.
+const std::vector<NodedConfigKey>& NodedConfigKeys();
+
+// The reference tables of docs/noded.md (markdown, one per section), from the
+// table; a test keeps the document in step.
+std::string NodedConfigReference();
 
 using GetEnvFn = const char* (*)(const char*);
 

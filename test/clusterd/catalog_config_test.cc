@@ -14,6 +14,7 @@
 #include "clusterd/state/catalog.h"
 #include "clusterd/state/chain_drift.h"
 #include "common/duration.h"
+#include "test/support/config_docs.h"
 #include "test/support/temp_dir.h"
 
 namespace clusterd {
@@ -428,21 +429,7 @@ TEST(Config, MindClusterRegistrationLimits) {
 // Every row of the table of keys is complete, and the default it documents
 // is a value its own parser takes back unchanged.
 TEST(ConfigTable, EveryKeyIsDescribedAndItsDefaultParses) {
-  std::set<std::string> names;
-  for (const ConfigKey& k : ClusterdConfigKeys()) {
-    SCOPED_TRACE(k.name);
-    EXPECT_TRUE(names.insert(k.name).second) << "listed twice";
-    EXPECT_FALSE(k.section.empty());
-    EXPECT_FALSE(k.help.empty());
-    EXPECT_FALSE(k.accepted.empty());
-    EXPECT_FALSE(k.chart_value.empty());
-    ASSERT_TRUE(k.set && k.show);
-    const std::string dflt = k.show(ClusterdConfig{});
-    if (dflt.empty()) continue;  // unset by default (a path, a list, an id)
-    ClusterdConfig c;
-    ASSERT_TRUE(k.set(dflt, &c).ok()) << dflt;
-    EXPECT_EQ(k.show(c), dflt);
-  }
+  testing::ExpectEveryRowDescribed(ClusterdConfigKeys());
   // Each key parses as a flag and as a JSON key, and a bad value is refused
   // naming it (the same setter serves both).
   bool help = false;
@@ -481,48 +468,19 @@ TEST(ConfigTable, HelpListsEveryKeyWithItsDefault) {
 // must be the same setting as the default (parsed by the key's own row, so
 // "60s" and "1m" agree), and each key it names must exist.
 TEST(ConfigTable, ChartValuesAreTheDefaults) {
-  const std::string path = std::string(CLUSTERD_CHART_DIR) + "/values.yaml";
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << path;
-  bool in_clusterd = false, in_config = false;
-  int checked = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("clusterd:", 0) == 0) in_clusterd = true;
-    if (in_clusterd && line == "  config:") {
-      in_config = true;
-      continue;
-    }
-    if (!in_config) continue;
-    if (!line.empty() && line.rfind("    ", 0) != 0) break;  // the map ended
-    const size_t colon = line.find(':');
-    if (line.rfind("    #", 0) == 0 || colon == std::string::npos) continue;
-    const std::string key = line.substr(4, colon - 4);
-    std::string value = line.substr(colon + 2);
-    SCOPED_TRACE(key + ": " + value);
-    if (value == "[]") value.clear();  // an empty list: the flag's empty text
-    const auto& keys = ClusterdConfigKeys();
-    auto row = std::find_if(keys.begin(), keys.end(), [&](const ConfigKey& k) { return k.name == key; });
-    ASSERT_NE(row, keys.end()) << "not a key of the table";
-    if (value == "null") continue;  // left out: the binary's default applies
-    ClusterdConfig c;
-    ASSERT_TRUE(row->set(value, &c).ok());
-    EXPECT_EQ(row->show(c), row->show(ClusterdConfig{}));
-    ++checked;
-  }
+  const auto values = testing::ChartConfigValues(std::string(CLUSTERD_CHART_DIR) + "/values.yaml", "clusterd");
+  const int checked = testing::ExpectChartValuesAreDefaults(ClusterdConfigKeys(), values, "clusterd.config.");
   EXPECT_GT(checked, 20);
 }
 
 // The chart's values.schema.json refuses any clusterd.config key it does not
 // list: it lists exactly the keys whose chart value is clusterd.config.<key>.
 TEST(ConfigTable, ChartSchemaListsTheChartKeys) {
-  const std::string path = std::string(CLUSTERD_CHART_DIR) + "/values.schema.json";
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << path;
-  const nlohmann::json schema = nlohmann::json::parse(in);
-  const nlohmann::json& config = schema.at("properties").at("clusterd").at("properties").at("config");
-  EXPECT_EQ(config.value("additionalProperties", true), false);
-  std::set<std::string> listed, chart;
-  for (const auto& [key, value] : config.at("properties").items()) listed.insert(key);
+  bool closed = false;
+  const std::set<std::string> listed =
+      testing::ChartSchemaConfigKeys(std::string(CLUSTERD_CHART_DIR) + "/values.schema.json", "clusterd", &closed);
+  EXPECT_TRUE(closed);
+  std::set<std::string> chart;
   for (const ConfigKey& k : ClusterdConfigKeys()) {
     if (k.chart_value == "clusterd.config." + k.name) chart.insert(k.name);
   }
@@ -538,24 +496,9 @@ TEST(ConfigTable, ChartSchemaListsTheChartKeys) {
 // docs/configuration.md's reference tables are the table's, to the byte.
 // CLUSTERD_UPDATE_DOCS=1 writes them into the document instead.
 TEST(ConfigTable, ReferenceInDocsIsCurrent) {
-  const std::string path = std::string(CLUSTERD_DOCS_DIR) + "/configuration.md";
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << path;
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string doc = buf.str();
-  const std::string begin = "<!-- BEGIN GENERATED: the table of keys (clusterd/config/config.cc) -->\n";
-  const std::string end = "<!-- END GENERATED -->";
-  const size_t b = doc.find(begin), e = doc.find(end);
-  ASSERT_NE(b, std::string::npos) << path << " lacks " << begin;
-  ASSERT_NE(e, std::string::npos) << path << " lacks " << end;
-  const std::string want = ClusterdConfigReference(BuiltinConfigChecks());
-  const std::string have = doc.substr(b + begin.size(), e - b - begin.size());
-  if (have != want && std::getenv("CLUSTERD_UPDATE_DOCS")) {
-    std::ofstream(path) << doc.substr(0, b + begin.size()) << want << doc.substr(e);
-    GTEST_SKIP() << "rewrote " << path;
-  }
-  EXPECT_EQ(have, want) << path << " is out of step with the table of keys: run this test with CLUSTERD_UPDATE_DOCS=1";
+  testing::ExpectGeneratedSection(std::string(CLUSTERD_DOCS_DIR) + "/configuration.md",
+                                  "<!-- BEGIN GENERATED: the table of keys (clusterd/config/config.cc) -->\n",
+                                  ClusterdConfigReference(BuiltinConfigChecks()));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include "clusterd/k8s/node_status.h"
 #include "clusterd/state/validation.h"
 
 namespace clusterd::k8s {

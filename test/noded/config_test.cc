@@ -3,8 +3,12 @@
 // and the startup errors that name the key.
 #include "noded/server/config.h"
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +18,7 @@
 
 #include "noded/server/noded_server.h"
 #include "noded/server/stream_client.h"
+#include "test/support/config_docs.h"
 #include "test_util.h"
 
 namespace clusterd::noded {
@@ -332,6 +337,125 @@ TEST_F(NodedConfigTest, ProbePrintsWhatTheBackendSees) {
     EXPECT_EQ(rc, 1);
     EXPECT_TRUE(f.contains("error")) << failed.str();
   }
+}
+
+}  // namespace
+}  // namespace clusterd::noded
+
+namespace clusterd::noded {
+namespace {
+
+// ------------------------------------------------------ the table of keys ---
+
+const NodedConfigKey* Row(const std::string& name) {
+  for (const NodedConfigKey& k : NodedConfigKeys()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+// Every row of the table is complete, and the default it documents is a
+// value its own parser takes back unchanged.
+TEST(NodedConfigTable, EveryKeyIsDescribedAndItsDefaultParses) {
+  clusterd::testing::ExpectEveryRowDescribed(NodedConfigKeys());
+  // The defaults are NodedConfig's, shown as a flag spells them.
+  EXPECT_EQ(Row("poll_interval")->show(NodedConfig{}), "1s");
+  EXPECT_EQ(Row("nvml_xid_hold")->show(NodedConfig{}), "10m");
+  EXPECT_EQ(Row("accelerator")->show(NodedConfig{}), "none");
+  NodedConfig labelled;
+  ASSERT_TRUE(Row("labels")->set("zone=b,pool=train", &labelled).ok());
+  EXPECT_EQ(Row("labels")->show(labelled), "pool=train,zone=b");
+}
+
+// --help lists every key with its default, from the same table.
+TEST(NodedConfigTable, HelpListsEveryKeyWithItsDefault) {
+  const std::string help = NodedUsage();
+  for (const NodedConfigKey& k : NodedConfigKeys()) {
+    std::string flag = k.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    EXPECT_TRUE(Contains(help, "--" + flag + (k.value_name.empty() ? "" : " " + k.value_name))) << k.name;
+  }
+  EXPECT_TRUE(Contains(help, "--poll-interval DUR")) << help;
+  EXPECT_TRUE(Contains(help, "(default 1s; at least 50ms)")) << help;
+  EXPECT_TRUE(Contains(help, "/v1/sim/faults"));
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
+}
+
+// The chart's noded.config map (charts/clusterd/values.yaml) repeats the
+// binary's defaults: each value it sets is the same setting as the default
+// (parsed by the key's own row), and each key it names exists.
+TEST(NodedConfigTable, ChartValuesAreTheDefaults) {
+  const auto values = clusterd::testing::ChartConfigValues(std::string(CLUSTERD_CHART_DIR) + "/values.yaml", "noded");
+  const int checked = clusterd::testing::ExpectChartValuesAreDefaults(NodedConfigKeys(), values, "noded.config.");
+  EXPECT_GE(checked, 4);
+}
+
+// values.schema.json refuses any noded.config key it does not list: it lists
+// exactly the keys whose chart value is noded.config.<key>.
+TEST(NodedConfigTable, ChartSchemaListsTheChartKeys) {
+  bool closed = false;
+  const std::set<std::string> listed = clusterd::testing::ChartSchemaConfigKeys(
+      std::string(CLUSTERD_CHART_DIR) + "/values.schema.json", "noded", &closed);
+  EXPECT_TRUE(closed);
+  std::set<std::string> chart;
+  for (const NodedConfigKey& k : NodedConfigKeys()) {
+    if (k.chart_value == "noded.config." + k.name) chart.insert(k.name);
+  }
+  EXPECT_EQ(listed, chart);
+}
+
+// What the DaemonSet sets besides noded.config (the config.json the chart's
+// clusterd.nodedConfig writes, and the container's flags) is exactly what the
+// table says the chart sets: every key it writes is a key whose chart value
+// names a chart setting, and every such key is written.
+TEST(NodedConfigTable, TheDaemonSetSetsWhatTheTableSays) {
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    EXPECT_TRUE(in) << path;
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return buf.str();
+  };
+  const std::string helpers = read(std::string(CLUSTERD_CHART_DIR) + "/templates/_helpers.tpl");
+  const size_t begin = helpers.find("{{- define \"clusterd.nodedConfig\" -}}");
+  const size_t end = helpers.find("include \"clusterd.flatJson\" $c", begin);
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  std::set<std::string> written;
+  const std::regex set_key(R"re(set \$c "([a-z_0-9]+)")re");
+  const std::string body = helpers.substr(begin, end - begin);
+  for (std::sregex_iterator it(body.begin(), body.end(), set_key), last; it != last; ++it) written.insert((*it)[1]);
+  const std::string daemonset = read(std::string(CLUSTERD_CHART_DIR) + "/templates/noded-daemonset.yaml");
+  const std::regex flag(R"re(- --([a-z-]+)=)re");
+  for (std::sregex_iterator it(daemonset.begin(), daemonset.end(), flag), last; it != last; ++it) {
+    std::string key = (*it)[1];
+    if (key == "config") continue;
+    std::replace(key.begin(), key.end(), '-', '_');
+    written.insert(key);
+  }
+  EXPECT_GT(written.size(), 10u);
+  for (const std::string& key : written) {
+    const NodedConfigKey* row = Row(key);
+    ASSERT_NE(row, nullptr) << key << ": the chart writes a key NodeD does not have";
+    EXPECT_EQ(row->chart_value.rfind("noded.extraArgs", 0), std::string::npos) << key;
+    EXPECT_EQ(row->chart_value.rfind("none", 0), std::string::npos) << key;
+  }
+  for (const NodedConfigKey& k : NodedConfigKeys()) {
+    const bool by_chart = k.chart_value.rfind("noded.extraArgs", 0) != 0 && k.chart_value.rfind("none", 0) != 0 &&
+                          k.chart_value != "noded.config." + k.name;
+    if (by_chart) {
+      EXPECT_TRUE(written.count(k.name)) << k.name << ": " << k.chart_value << ", but the chart never sets it";
+    }
+  }
+}
+
+// docs/noded.md's reference tables are the table's, to the byte.
+// CLUSTERD_UPDATE_DOCS=1 writes them into the document instead.
+TEST(NodedConfigTable, ReferenceInDocsIsCurrent) {
+  clusterd::testing::ExpectGeneratedSection(std::string(CLUSTERD_DOCS_DIR) + "/noded.md",
+                                            "<!-- BEGIN GENERATED: the table of keys (noded/server/config.cc) -->\n",
+                                            NodedConfigReference());
 }
 
 }  // namespace

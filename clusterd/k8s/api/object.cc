@@ -7,25 +7,25 @@ namespace clusterd::k8s {
 
 using nlohmann::json;
 
-namespace {
-
-// The value at `path`, or null when a step is missing or not an object.
-const json* Find(const json& object, std::initializer_list<std::string_view> path) {
+const json* ValueAt(const json& object, std::initializer_list<std::string_view> path) {
   const json* cur = &object;
   for (std::string_view key : path) {
     if (!cur->is_object()) return nullptr;
     auto it = cur->find(key);
-    if (it == cur->end()) return nullptr;
+    if (it == cur->end() || it->is_null()) return nullptr;
     cur = &*it;
   }
   return cur;
 }
 
-}  // namespace
+const std::string* StringPtrAt(const json& object, std::initializer_list<std::string_view> path) {
+  const json* value = ValueAt(object, path);
+  return value != nullptr && value->is_string() ? &value->get_ref<const std::string&>() : nullptr;
+}
 
 std::string StringAt(const json& object, std::initializer_list<std::string_view> path) {
-  const json* value = Find(object, path);
-  return value != nullptr && value->is_string() ? value->get<std::string>() : std::string();
+  const std::string* value = StringPtrAt(object, path);
+  return value != nullptr ? *value : std::string();
 }
 
 std::string ObjectKey(const json& object) {
@@ -38,7 +38,7 @@ std::string ObjectKey(const json& object) {
 std::string ResourceVersionOf(const json& object) { return StringAt(object, {"metadata", "resourceVersion"}); }
 
 json Annotations(const json& object) {
-  const json* ann = Find(object, {"metadata", "annotations"});
+  const json* ann = ValueAt(object, {"metadata", "annotations"});
   return ann != nullptr && ann->is_object() ? *ann : json::object();
 }
 
@@ -47,7 +47,7 @@ std::string Annotation(const json& object, const std::string& key) {
 }
 
 json Taints(const json& node) {
-  const json* taints = Find(node, {"spec", "taints"});
+  const json* taints = ValueAt(node, {"spec", "taints"});
   return taints != nullptr && taints->is_array() ? *taints : json::array();
 }
 
@@ -59,7 +59,7 @@ bool HasTaint(const json& node, std::string_view key) {
 }
 
 bool Unschedulable(const json& node) {
-  const json* value = Find(node, {"spec", "unschedulable"});
+  const json* value = ValueAt(node, {"spec", "unschedulable"});
   return value != nullptr && value->is_boolean() && value->get<bool>();
 }
 

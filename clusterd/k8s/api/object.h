@@ -15,8 +15,14 @@
 
 namespace clusterd::k8s {
 
-// The string at `path` ({"metadata", "uid"}); "" when a step is missing or
-// not an object, or the value is not a string.
+// The value at `path` ({"metadata", "uid"}); nullptr when a step is missing
+// or not an object, or the value is null (an explicit null reads as absent,
+// as the API server means it).
+const nlohmann::json* ValueAt(const nlohmann::json& object, std::initializer_list<std::string_view> path);
+// The string at `path`; nullptr when ValueAt finds none or the value is not
+// a string.
+const std::string* StringPtrAt(const nlohmann::json& object, std::initializer_list<std::string_view> path);
+// The string at `path`; "" when StringPtrAt finds none.
 std::string StringAt(const nlohmann::json& object, std::initializer_list<std::string_view> path);
 
 // "namespace/name", or "name" for cluster-scoped objects; empty when the
