@@ -254,7 +254,7 @@ std::vector<NodedConfigKey> MakeTable() {
   t.Add(AbsolutePath("hccn_conf", NODED_FIELD(hccn_conf), "FILE", true),
         "the NPU ports' addresses (address_<id>= lines) for the pingmesh's device plane (\"\" or a missing file: "
         "not on the device plane)",
-        kExtraArgs);
+        "noded.ascend.hccnConf (\"\": the chart leaves the device plane off)");
   t.Add(AbsolutePath("hccn_tool", NODED_FIELD(hccn_tool), "FILE", false),
         "the tool that pings from an NPU port (absent: the device plane is reported not probed)", kExtraArgs);
   t.Add(Dur("hccn_tool_timeout", NODED_FIELD(hccn_tool_timeout), std::chrono::milliseconds(100),

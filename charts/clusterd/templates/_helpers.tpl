@@ -429,6 +429,9 @@ NodeD's config.json content. node_name comes from the downward API as a flag.
 {{- if and (eq $n.accelerator "ascend") $n.ascend.dcmiPath }}
 {{- $_ = set $c "dcmi_path" $n.ascend.dcmiPath }}
 {{- end }}
+{{- if and (has $n.accelerator (list "ascend" "npu-smi")) $n.ascend.hccnConf }}
+{{- $_ = set $c "hccn_conf" $n.ascend.hccnConf }}
+{{- end }}
 {{- if eq $n.accelerator "npu-smi" }}
 {{- $_ = set $c "npu_smi_command" $n.npuSmi.command }}
 {{- end }}
