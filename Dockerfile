@@ -13,7 +13,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config git ca-certificates python3 \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      librocksdb-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev \
+      librocksdb-dev libzstd-dev libjemalloc-dev libboost-dev libspdlog-dev nlohmann-json3-dev \
       libssl-dev libyaml-cpp-dev \
       libgtest-dev libgmock-dev libbenchmark-dev \
  && rm -rf /var/lib/apt/lists/*
