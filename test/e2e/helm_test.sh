@@ -246,6 +246,8 @@ else
   echo "$out" >&2; bad "plain \`helm template $CHART\` fails"
 fi
 expect "npu-smi: pod network, custom ports" "$N" "(pod('DaemonSet').get('hostNetwork'), pod('DaemonSet')['containers'][0]['ports'][0]['containerPort'], by['Service'][0]['spec']['ports'][0]['port'])" "(None, 21255, 18899)"
+expect "npu-smi: the host's hccn.conf mounted read-only as a file, and NodeD told" "$N" "([(m['mountPath'], m['readOnly']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'hccn-conf'], [(v['hostPath']['path'], v['hostPath']['type']) for v in pod('DaemonSet')['volumes'] if v['name'] == 'hccn-conf'], cfg('-noded').get('hccn_conf'))" "([('/etc/hccn.conf', True)], [('/etc/hccn.conf', 'File')], '/etc/hccn.conf')"
+expect "default: no hccn.conf (the device plane is opt-in)" "$D" "cfg('-noded').get('hccn_conf')" "None"
 expect "npu-smi: npu-smi binary mounted read-only" "$N" "[(m['mountPath'], m['readOnly']) for m in pod('DaemonSet')['containers'][0]['volumeMounts'] if m['name'] == 'npu-smi']" "[('/usr/local/bin/npu-smi', True)]"
 expect "gpu: NodeD config accelerator nvml" "$G" "__import__('json').loads(cm('-noded')['config.json'])['accelerator']" "nvml"
 expect "gpu: NodeD privileged (the NVIDIA device nodes)" "$G" "pod('DaemonSet')['containers'][0]['securityContext']['privileged']" "True"
