@@ -565,8 +565,11 @@ StatusOr<std::optional<v1::FaultTransition>> Outbox::Record(v1::FaultTransition 
     // transition stored with such bytes (a kernel log line, say) could never
     // be replayed; ClusterD refuses control characters in a subject (part of
     // the fault's identity).
-    const bool fixed =
-        SanitizeUtf8(f->mutable_code()) | SanitizeUtf8(f->mutable_message()) | SanitizeLine(f->mutable_subject());
+    // Each field is repaired, so no short-circuit here.
+    const bool code_fixed = SanitizeUtf8(f->mutable_code());
+    const bool message_fixed = SanitizeUtf8(f->mutable_message());
+    const bool subject_fixed = SanitizeLine(f->mutable_subject());
+    const bool fixed = code_fixed || message_fixed || subject_fixed;
     if (fixed) GetLogger("outbox")->warn("outbox: replaced invalid UTF-8 or control characters in fault {}", f->code());
   }
 

@@ -129,7 +129,7 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(U64("watch_cache_bytes", CLUSTERD_FIELD(watch_cache_bytes), uint64_t{1} << 20, uint64_t{1} << 40),
         "the most bytes (encoded) of recent events kept in memory for watchers; older ones are read from the store");
   t.Add(U32("watch_max_lag_events", CLUSTERD_FIELD(watch_max_lag_events), 16, 16'000'000),
-        "a live watcher further behind the head than this is ended");
+        "a live watcher further behind the head than this while its client holds it back is ended");
   t.Add(U32("max_message_bytes", CLUSTERD_FIELD(max_message_bytes), 4096, 64u << 20),
         "largest accepted gRPC request message, in bytes");
   t.Add(U32("max_streams", CLUSTERD_FIELD(max_streams), 1, 1'000'000), "most concurrent agent streams");

@@ -114,7 +114,11 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   }
 
   // A watcher that had caught up and now trails the head by more than the
-  // limit is ended: it can resume from its revision.
+  // limit is ended: it can resume from its revision. Only its client can
+  // hold it back, so the limit is checked while a write is in flight and
+  // when one completes: a watcher whose pump waits for the watch pool (a
+  // hello storm on a busy server) or whose filter skips everything it reads
+  // is behind by the server's doing, and holds no more than before.
   bool LaggingLocked(uint64_t head) {
     if (!live_ || head <= after_ || head - after_ <= service_->options().max_lag_events) return false;
     if (service_->watch_ended_lagging) service_->watch_ended_lagging->Inc();
@@ -129,7 +133,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void OnPublished(uint64_t head) {
     std::lock_guard lock(mu_);
     if (out_.finishing()) return;
-    if (LaggingLocked(head)) return;
+    if (out_.writing() && LaggingLocked(head)) return;
     ScheduleLocked();
   }
 

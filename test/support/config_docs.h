@@ -49,7 +49,8 @@ int ExpectChartValuesAreDefaults(const std::vector<ConfigKeyOf<Config>>& keys,
   int checked = 0;
   for (const auto& [key, value] : values) {
     SCOPED_TRACE(key + ": " + value);
-    auto row = std::find_if(keys.begin(), keys.end(), [&](const ConfigKeyOf<Config>& k) { return k.name == key; });
+    const std::string& name = key;  // clang refuses a structured binding in a lambda's capture
+    auto row = std::find_if(keys.begin(), keys.end(), [&](const ConfigKeyOf<Config>& k) { return k.name == name; });
     EXPECT_NE(row, keys.end()) << "not a key of the table";
     if (row == keys.end()) continue;
     // The row names this value, alone or first with a qualifier ("clusterd.config.actuator,

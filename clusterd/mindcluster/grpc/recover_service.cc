@@ -171,6 +171,10 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     std::unique_ptr<mc::TaskdJob> machine;
     bool registered = false;
     std::shared_ptr<SignalStream> stream;
+    // OnSubscribed ran for `stream`: until then a NIC switch's or stress
+    // test's signal waits for it (it sends what the operation waits on), or
+    // TaskD would get the same signal twice.
+    bool resumed = false;
     uint64_t session = 0;  // in the JobAgentHub while subscribed
     std::string process_recover_status;
     mc::TaskdJobRef ref;    // its Kubernetes objects, as of Init
@@ -497,7 +501,9 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     }
     std::lock_guard lock(mu);
     auto it = jobs.find(id);
-    if (it == jobs.end() || it->second.stream.get() != stream || !stored) return;
+    if (it == jobs.end() || it->second.stream.get() != stream) return;
+    it->second.resumed = true;
+    if (!stored) return;
     it->second.machine->Reset();
     if (!pending.empty()) AbandonOmLocked(id, "a recovery of the job took over (" + pending.front().id() + ")");
     for (size_t i = 0; i < pending.size(); ++i) {
@@ -516,6 +522,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
     if (it == jobs.end() || it->second.stream.get() != stream) return;
     Job& job = it->second;
     job.stream.reset();
+    job.resumed = false;
     job.idle_since = Now();
     if (job.session != 0) agents->Detach(it->first, job.session);
     job.session = 0;
@@ -740,7 +747,7 @@ struct RecoverServiceImpl::Core : std::enable_shared_from_this<Core> {
   Status DeliverOmLocked(const std::string& id, OmJob& oj, mc::OmOutput out, bool client = false,
                          Engine::Done after = {}) {
     auto it = jobs.find(id);
-    std::shared_ptr<SignalStream> stream = it != jobs.end() ? it->second.stream : nullptr;
+    std::shared_ptr<SignalStream> stream = it != jobs.end() && it->second.resumed ? it->second.stream : nullptr;
     std::vector<std::shared_ptr<NicResultStream>> nic_results;
     std::vector<std::shared_ptr<StressResultStream>> stress_results;
     for (auto& w : oj.nic_results) {
@@ -1080,6 +1087,7 @@ grpc::ServerWriteReactor<::ProcessManageSignal>* RecoverServiceImpl::SubscribePr
       --core_->subscribers;
     }
     it->second.stream = stream;
+    it->second.resumed = false;
     ++core_->subscribers;
     if (core_->subscribers_gauge != nullptr) core_->subscribers_gauge->Set(static_cast<double>(core_->subscribers));
   }
