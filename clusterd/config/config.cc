@@ -210,8 +210,8 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(Dur("grpc_handshake_timeout", CLUSTERD_FIELD(grpc_handshake_timeout), std::chrono::milliseconds(100)),
         "a gRPC connection must finish its HTTP/2 handshake by then");
   t.Add(Dur("grpc_self_check_interval", CLUSTERD_FIELD(grpc_self_check_interval), std::chrono::nanoseconds(0)),
-        "how often /readyz checks that a new loopback connection to the gRPC port is accepted and answered "
-        "(0s: never)");
+        "how often /readyz checks that a new loopback connection to the gRPC port is accepted (a slow answer "
+        "passes: the server is busy) (0s: never)");
   t.Add(Dur("grpc_self_check_timeout", CLUSTERD_FIELD(grpc_self_check_timeout), std::chrono::milliseconds(10)),
         "deadline of that check");
   t.Add(Dur("grpc_unhealthy_after", CLUSTERD_FIELD(grpc_unhealthy_after), std::chrono::nanoseconds(0)),

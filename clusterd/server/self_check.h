@@ -7,7 +7,10 @@
 // nothing in the API reports it. So the check cannot trust a flag: it asks
 // whether a new connection to the port is accepted and answered
 // (Health/Check), the way a client would, over a connection of its own (a
-// fresh subchannel each time), every interval on a thread of its own.
+// fresh subchannel each time), every interval on a thread of its own. A
+// connection that is accepted (the server's HTTP/2 settings arrive) but whose
+// Health/Check is not answered in time passes, counted as slow: the server is
+// busy, its listener is not dead.
 #pragma once
 
 #include <atomic>
@@ -34,7 +37,7 @@ class GrpcSelfCheck {
     std::chrono::nanoseconds timeout{};
   };
 
-  // Registers clusterd_grpc_self_check_ok and _failures_total.
+  // Registers clusterd_grpc_self_check_ok, _failures_total and _slow_total.
   GrpcSelfCheck(Options options, MetricsRegistry* metrics);
   ~GrpcSelfCheck();
 
@@ -57,6 +60,7 @@ class GrpcSelfCheck {
 
   const Options options_;
   Counter* failures_;
+  Counter* slow_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
