@@ -98,6 +98,8 @@ namespace {
       "  --fleet-sink BOOL   scenario 20: the raw gRPC sink with the same agents first (default true)\n"
       "  --fleet-ha-nodes N  scenario 20: nodes of the point with HA on (3 etcd, 3 replicas; default 100000;\n"
       "                      0: none; skipped with a note without --etcd)\n"
+      "  --clusterd-arg ARG  appended to every clusterd's command line (repeat it; e.g.\n"
+      "                      --clusterd-arg=--watch-coalesce=20ms)\n"
       "  --clusterd, --noded binaries (default: next to this binary)\n"
       "  --ghz               ghz binary (default: on PATH, else $HOME/go/bin/ghz; scenario 9 is\n"
       "                      skipped with a note when there is none)\n"
@@ -228,6 +230,8 @@ Options ParseArgs(int argc, char** argv) {
         o.fleet_ha_nodes = std::stoi(value());
       else if (a == "--fleet-sink")
         o.fleet_sink = value() != "false";
+      else if (a == "--clusterd-arg")
+        o.clusterd_args.push_back(value());
       else if (a == "--restart-events")
         o.restart_events = std::stoll(value());
       else if (a == "--clusterd")
@@ -514,6 +518,15 @@ void ChildProcess::Kill9() {
 
 std::string ClusterdProcess::Respawn() { return SpawnOnPorts(); }
 
+namespace {
+std::vector<std::string>& CommonArgs() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+void ClusterdProcess::SetCommonArgs(std::vector<std::string> args) { CommonArgs() = std::move(args); }
+
 std::string ClusterdProcess::SpawnOnPorts() {
   std::vector<std::string> args = {
       bin_, "--listen=127.0.0.1:" + std::to_string(port_), "--http-listen=127.0.0.1:" + std::to_string(http_port_),
@@ -522,6 +535,7 @@ std::string ClusterdProcess::SpawnOnPorts() {
       // 127.0.0.1: one peer as far as the per-peer limits go.
       "--max-streams-per-peer=1000000", "--max-watch-streams-per-peer=1000000", "--max-watch-streams=1000000"};
   args.insert(args.end(), extra_.begin(), extra_.end());
+  args.insert(args.end(), CommonArgs().begin(), CommonArgs().end());
   started_ns_ = NowNs();
   return proc_.Spawn(args);
 }

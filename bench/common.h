@@ -97,7 +97,9 @@ struct Options {
   std::vector<int> fleet_nodes = {50000, 100000};
   double fleet_heartbeat_s = 10;
   int fleet_queries = 200;
-  bool fleet_sink = true;       // the raw gRPC sink with the same agents first
+  bool fleet_sink = true;  // the raw gRPC sink with the same agents first
+  // Appended to every clusterd's command line (an A/B of a setting).
+  std::vector<std::string> clusterd_args;
   int fleet_ha_nodes = 100000;  // the point with HA on (3 etcd, 3 replicas); 0: none
 
   bool Runs(int scenario) const { return only.empty() || only.count(scenario) > 0; }
@@ -167,6 +169,8 @@ class ChildProcess {
 
 class ClusterdProcess {
  public:
+  // Arguments every clusterd of this run gets after its own (--clusterd-arg).
+  static void SetCommonArgs(std::vector<std::string> args);
   ClusterdProcess(std::string bin, std::string data_dir, std::vector<std::string> extra_args = {})
       : bin_(std::move(bin)), data_dir_(std::move(data_dir)), extra_(std::move(extra_args)) {}
   // Returns an empty string on success, else why it failed.

@@ -296,7 +296,8 @@ int Run(const Options& o) {
                     {"fleet_heartbeat_s", o.fleet_heartbeat_s},
                     {"fleet_queries", o.fleet_queries},
                     {"fleet_sink", o.fleet_sink},
-                    {"fleet_ha_nodes", o.fleet_ha_nodes}};
+                    {"fleet_ha_nodes", o.fleet_ha_nodes},
+                    {"clusterd_args", o.clusterd_args}};
   std::vector<Row> rows;
   std::string err;
   if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
@@ -372,6 +373,7 @@ int main(int argc, char** argv) {
     return clusterd::bench::RunAgentPool(argv[2], std::atoi(argv[3]), argv[4]);
   }
   auto opts = clusterd::bench::ParseArgs(argc, argv);
+  clusterd::bench::ClusterdProcess::SetCommonArgs(opts.clusterd_args);
   clusterd::bench::SetDevicesPerNode(opts.devices);
   try {
     return clusterd::bench::Run(opts);

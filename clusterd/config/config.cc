@@ -130,6 +130,9 @@ std::vector<ConfigKey> MakeTable() {
         "the most bytes (encoded) of recent events kept in memory for watchers; older ones are read from the store");
   t.Add(U32("watch_max_lag_events", CLUSTERD_FIELD(watch_max_lag_events), 16, 16'000'000),
         "a live watcher further behind the head than this while its client holds it back is ended");
+  t.Add(Dur("watch_coalesce", CLUSTERD_FIELD(watch_coalesce), std::chrono::nanoseconds(0), std::chrono::seconds(1)),
+        "a live watcher's next response starts no sooner than this after its previous one: more events per "
+        "response under a high rate, up to this much more delivery latency (0s: at once)");
   t.Add(U32("max_message_bytes", CLUSTERD_FIELD(max_message_bytes), 4096, 64u << 20),
         "largest accepted gRPC request message, in bytes");
   t.Add(U32("max_streams", CLUSTERD_FIELD(max_streams), 1, 1'000'000), "most concurrent agent streams");

@@ -52,6 +52,11 @@ struct ClusterdConfig {
   // with its whole inventory) fill it by bytes long before by count.
   uint64_t watch_cache_bytes = uint64_t{64} << 20;
   uint32_t watch_max_lag_events = 10'000;
+  // A live watcher's next response starts no sooner than this after its
+  // previous one: under a high event rate each response carries more events
+  // (fewer writes for server and client), at the cost of up to this much
+  // delivery latency; a watcher idle that long is written to at once.
+  std::chrono::nanoseconds watch_coalesce{0};
   uint32_t max_message_bytes = 4 << 20;
   uint32_t max_streams = 20'000;
   // Messages of one agent stream accepted but not yet durable before reading pauses.

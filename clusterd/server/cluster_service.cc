@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "clusterd/state/evidence.h"
 #include "clusterd/state/incidents.h"
@@ -42,7 +43,8 @@ grpc::Status ParseRequest(const grpc::ByteBuffer& raw, v1::WatchRequest* req) {
 class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                            public std::enable_shared_from_this<WatchReactor> {
  public:
-  WatchReactor(ClusterServiceImpl* service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {}
+  WatchReactor(ClusterServiceImpl* service, grpc::CallbackServerContext* ctx)
+      : service_(service), ctx_(ctx), timer_(service->pool()->get_executor()) {}
 
   void Begin(std::shared_ptr<WatchReactor> self, const grpc::ByteBuffer& raw) {
     self_ = std::move(self);
@@ -139,7 +141,21 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   void ScheduleLocked() {
     if (out_.finishing() || out_.writing() || scheduled_) return;
+    // Caught up: the hub's next publish schedules it (it takes mu_ after
+    // moving the head, so none is missed).
+    if (live_ && service_->hub()->head() <= after_) return;
     scheduled_ = true;
+    // watch_coalesce: a live watcher's next response waits until that long
+    // after its previous one, so the events in between go together.
+    const auto window = service_->options().coalesce;
+    if (live_ && window.count() > 0 && last_push_ != std::chrono::steady_clock::time_point{}) {
+      const auto due = last_push_ + window;
+      if (std::chrono::steady_clock::now() < due) {
+        timer_.expires_at(due);
+        timer_.async_wait([self = shared_from_this()](const boost::system::error_code&) { self->Pump(); });
+        return;
+      }
+    }
     boost::asio::post(*service_->pool(), [self = shared_from_this()] { self->Pump(); });
   }
 
@@ -192,6 +208,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
         scheduled_ = false;
         if (out_.finishing()) return;
         if (service_->watch_events_sent) service_->watch_events_sent->Inc(resp.events());
+        last_push_ = std::chrono::steady_clock::now();
         out_.Push(resp.Finish(after));
         return;
       }
@@ -221,6 +238,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   bool admitted_ = false;  // counted in the Watch limits; released in OnDone
   bool live_ = false;
   bool scheduled_ = false;
+  // watch_coalesce: when the last response was handed to gRPC, and the
+  // timer that holds the next one until the window has passed (on the pool).
+  std::chrono::steady_clock::time_point last_push_{};
+  boost::asio::steady_timer timer_;
   // One batch in flight at a time: the queue never holds more than one.
   StreamWriter<WatchReactor, WireResponse> out_{this};
 };

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,6 +26,9 @@ namespace clusterd {
 struct WatchOptions {
   size_t batch_events = 256;
   uint64_t max_lag_events = 10'000;
+  // A live watcher's next response starts no sooner than this after its
+  // previous one started (0: at once).
+  std::chrono::nanoseconds coalesce{0};
   // Admission: Watch streams open at once, in all and per client IP address;
   // more are refused with RESOURCE_EXHAUSTED (each holds a batch and a
   // subscription, some hundreds of KiB at worst).

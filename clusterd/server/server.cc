@@ -823,6 +823,7 @@ StatusOr<std::unique_ptr<Authenticator>> MakeConfiguredAuthenticator(const Clust
 WatchOptions MakeWatchOptions(const ClusterdConfig& cfg) {
   WatchOptions wo;
   wo.max_lag_events = cfg.watch_max_lag_events;
+  wo.coalesce = cfg.watch_coalesce;
   wo.max_streams = cfg.max_watch_streams;
   wo.max_streams_per_peer = cfg.max_watch_streams_per_peer;
   return wo;

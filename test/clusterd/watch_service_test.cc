@@ -1,7 +1,8 @@
 // ClusterServiceImpl's Watch alone on a real gRPC server, with a watch pool
 // of one thread the test can hold: a watcher is ended for lagging only when
 // its client holds it back, never because the server's own pool was busy
-// while events it filters out went by (docs/api.md, "Watch").
+// while events it filters out went by; watch_coalesce puts the events of one
+// window in one response (docs/architecture.md, "Watch").
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -130,6 +131,34 @@ TEST_F(WatchServiceTest, AWatcherHeldUpByTheServersPoolIsNotEndedForLagging) {
   EXPECT_EQ(resp.events(0).revision(), 101u);
   EXPECT_EQ(resp.revision(), 101u);
   EXPECT_TRUE(Metric("clusterd_watch_lagging_ended_total 0")) << metrics_.Render();
+  ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// The window is long against the four publishes that follow the first
+// response (microseconds apart) and short against the test's deadline.
+TEST_F(WatchServiceTest, EventsWithinTheCoalescingWindowGoInOneResponse) {
+  WatchOptions options;
+  options.coalesce = std::chrono::milliseconds(300);
+  ASSERT_NO_FATAL_FAILURE(Start(options));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub_->Watch(&ctx, v1::WatchRequest());
+  ASSERT_TRUE(testing::WaitFor([&] { return hub_->watcher_count() == 1; }));
+  DrainPool();
+
+  // Idle: the first event goes at once, alone.
+  Publish(1, 1, v1::EVENT_TYPE_FAULT_RAISED);
+  v1::WatchResponse resp;
+  ASSERT_TRUE(reader->Read(&resp)) << reader->Finish().error_message();
+  ASSERT_EQ(resp.events_size(), 1);
+  // The next four, published one by one inside the window, come together.
+  for (uint64_t r = 2; r <= 5; ++r) Publish(r, r, v1::EVENT_TYPE_FAULT_CLEARED);
+  ASSERT_TRUE(reader->Read(&resp)) << reader->Finish().error_message();
+  ASSERT_EQ(resp.events_size(), 4);
+  EXPECT_EQ(resp.events(0).revision(), 2u);
+  EXPECT_EQ(resp.events(3).revision(), 5u);
+  EXPECT_EQ(resp.revision(), 5u);
   ctx.TryCancel();
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
