@@ -587,7 +587,13 @@ inventory_churn() {
   CASE_PIDS+=("$DRIVER_PID")
   read_all() { grep -q '^ok:' "$W/driver.out" || ! alive "$DRIVER_PID"; }
   wait_until 300 read_all || fail "the updates were not all read within 300 s"
-  grep -q '^ok:' "$W/driver.out" || fail "$(tail -1 "$W/driver.out")"
+  if ! grep -q '^ok:' "$W/driver.out"; then
+    # Its last line says why; a driver that died without one gets its exit
+    # status named (over 128: the signal's number + 128).
+    local drc=0
+    wait "$DRIVER_PID" || drc=$?
+    fail "the driver ended (exit status $drc, clusterd $(alive "$CLUSTERD_PID" && echo alive || echo dead)): $(tail -1 "$W/driver.out")"
+  fi
   alive "$CLUSTERD_PID" || fail "clusterd died under the inventory churn"
   after=$(rss_mib "$CLUSTERD_PID")
   coalesced=$(clusterd_metric clusterd_agent_inventory_updates_coalesced_total)
