@@ -370,11 +370,18 @@ k8s_start_control_loop() {
     cat "$stages/$f.yaml"
     echo ---
   done >"$K8S_DIR/kwok-stages.yaml"
-  "$bin/kube-scheduler" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --secure-port 0 \
+  # Each serves its health checks on a free port (TLS, self-signed): the
+  # start waits for them below.
+  local sched_port cm_port
+  sched_port=$(k8s_free_port)
+  cm_port=$(k8s_free_port)
+  "$bin/kube-scheduler" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --bind-address 127.0.0.1 \
+    --secure-port "$sched_port" \
     >"$K8S_DIR/kube-scheduler.log" 2>&1 &
   K8S_SCHEDULER_PID=$!
   echo "$K8S_SCHEDULER_PID" >"$K8S_DIR/loop-scheduler.pid"
-  "$bin/kube-controller-manager" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --secure-port 0 \
+  "$bin/kube-controller-manager" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --bind-address 127.0.0.1 \
+    --secure-port "$cm_port" \
     --use-service-account-credentials=false --service-account-private-key-file "$K8S_DIR/sa.key" \
     --root-ca-file "$K8S_CA" --controllers "$K8S_CONTROLLERS" \
     --node-monitor-period 1s --node-monitor-grace-period "${K8S_NODE_GRACE:-8s}" \
@@ -383,14 +390,23 @@ k8s_start_control_loop() {
   echo "$K8S_CONTROLLER_MANAGER_PID" >"$K8S_DIR/loop-controller-manager.pid"
   K8S_KWOK=$bin/kwok
   export K8S_SCHEDULER_PID K8S_CONTROLLER_MANAGER_PID K8S_KWOK
-  local name pid
+  # Each is up once its check answers ok (the scheduler's /readyz: its
+  # informers synced from the API server; the controller manager's
+  # /healthz: it serves no /readyz); one that exits first, or is not up
+  # within K8S_START_TIMEOUT, fails the start with its log.
+  local name pid url deadline=$((SECONDS + K8S_START_TIMEOUT))
   for name in scheduler controller-manager; do
     pid=$(cat "$K8S_DIR/loop-$name.pid")
-    sleep 0.5
-    kill -0 "$pid" 2>/dev/null && continue
-    k8s_log "$name exited at start; last lines of its log:"
-    tail -20 "$K8S_DIR"/*"$name".log >&2
-    return 1
+    url=https://127.0.0.1:$sched_port/readyz
+    [[ $name == scheduler ]] || url=https://127.0.0.1:$cm_port/healthz
+    until [[ $(curl -sk --max-time 2 "$url" 2>/dev/null) == ok ]]; do
+      if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
+        k8s_log "kube-$name exited or was not ready within $K8S_START_TIMEOUT s; last lines of its log:"
+        tail -20 "$K8S_DIR/kube-$name.log" >&2
+        return 1
+      fi
+      sleep 0.1
+    done
   done
   k8s_log "kube-scheduler and kube-controller-manager started in $((SECONDS - t0)) s"
 }
