@@ -199,10 +199,28 @@ class MindClusterRecoverTest : public testing::ClusterdServerTest {
 // keep-alive interval (5 s) and an HCCL retry's route wait (3 s) come when
 // the test moves the clock, not after real seconds. The executor's tasks
 // (the service also takes subscriptions and reads jobs there) run on one
-// thread of the fixture as soon as they are due, one at a time.
+// thread of the fixture as soon as they are due, one at a time; that thread
+// pauses while a server stops (a restart within a test too), so no task runs
+// while the server goes.
 class MindClusterRecoverClockTest : public MindClusterRecoverTest {
  protected:
   void SetUp() override {
+    StartRunner();
+    timers_ = &executor_;
+    MindClusterRecoverTest::SetUp();
+  }
+  void TearDown() override {
+    MindClusterRecoverTest::TearDown();
+    StopRunner();
+    timers_ = nullptr;
+  }
+  void StopServer() override {
+    StopRunner();
+    MindClusterRecoverTest::StopServer();
+    StartRunner();
+  }
+  void StartRunner() {
+    stop_ = false;
     runner_ = std::thread([this] {
       std::unique_lock lock(mu_);
       while (!stop_) {
@@ -214,18 +232,14 @@ class MindClusterRecoverClockTest : public MindClusterRecoverTest {
         cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stop_; });
       }
     });
-    timers_ = &executor_;
-    MindClusterRecoverTest::SetUp();
   }
-  void TearDown() override {
+  void StopRunner() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
-    runner_.join();  // no task runs while the server goes
-    MindClusterRecoverTest::TearDown();
-    timers_ = nullptr;
+    runner_.join();
   }
   // Waits until a task is due `d` from now, then moves the clock there.
   void AdvanceToTaskIn(std::chrono::nanoseconds d) {
@@ -690,9 +704,9 @@ TEST_F(MindClusterRecoverClockTest, ScaleInIsMindiosDowngrade) {
 // ClusterD restarted while TaskD owed an answer; TaskD drops the signal
 // sent again with the uuid it has seen (and had dropped its report after
 // four tries). The step fails once MindIO's wait has passed (here 2 s,
-// mindcluster_taskd_wait_seconds) and the ladder goes on, instead of
-// waiting for the rung's timeout.
-TEST_F(MindClusterRecoverTest, ASignalSentAgainAndNeverAnsweredFailsAfterMindiosWait) {
+// mindcluster_taskd_wait_seconds, stepped on the timers' clock) and the
+// ladder goes on, instead of waiting for the rung's timeout.
+TEST_F(MindClusterRecoverClockTest, ASignalSentAgainAndNeverAnsweredFailsAfterMindiosWait) {
   auto short_wait = [](ClusterdConfig& c) { c.mindcluster_taskd_wait = std::chrono::seconds(2); };
   StartServer(short_wait);
   auto agent = std::make_unique<TestAgent>(channel_, "worker01", 2);
@@ -724,6 +738,7 @@ TEST_F(MindClusterRecoverTest, ASignalSentAgainAndNeverAnsweredFailsAfterMindios
   ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
   SignalReader taskd(recover_.get(), kTaskdJob);
   EXPECT_EQ(taskd.Wait(0).uuid(), stop_uuid);  // sent again: TaskD drops it
+  AdvanceToTaskIn(std::chrono::seconds(2));    // MindIO's wait for its answer
   auto first_step = [&]() -> v1::RecoveryStep {
     for (const auto& r : Recoveries()) {
       if (r.id() == recovery && r.steps_size() > 0) return r.steps(0);
