@@ -4,10 +4,6 @@
 // fault that ClusterD decides to retry, carried out as stopTrain ->
 // globalFault -> changeStrategy with TaskD's reports as the step's answer,
 // and the recovery SUCCEEDED in ClusterD's own API.
-#include <condition_variable>
-#include <mutex>
-#include <thread>
-
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +17,7 @@
 #include "test/support/grpc/agent_client.h"
 #include "test/support/grpc/stream_reader.h"
 #include "test/support/http_get.h"
+#include "test/support/running_timers.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/wait.h"
 #include "mindio_standin.h"
@@ -205,55 +202,24 @@ class MindClusterRecoverTest : public testing::ClusterdServerTest {
 class MindClusterRecoverClockTest : public MindClusterRecoverTest {
  protected:
   void SetUp() override {
-    StartRunner();
     timers_ = &executor_;
     MindClusterRecoverTest::SetUp();
   }
   void TearDown() override {
     MindClusterRecoverTest::TearDown();
-    StopRunner();
     timers_ = nullptr;
   }
   void StopServer() override {
-    StopRunner();
+    running_.Pause();
     MindClusterRecoverTest::StopServer();
-    StartRunner();
-  }
-  void StartRunner() {
-    stop_ = false;
-    runner_ = std::thread([this] {
-      std::unique_lock lock(mu_);
-      while (!stop_) {
-        lock.unlock();
-        executor_.RunReady();
-        lock.lock();
-        // What the server posts is picked up within a millisecond: nothing
-        // waits on this beyond that (no timing of the test depends on it).
-        cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stop_; });
-      }
-    });
-  }
-  void StopRunner() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    runner_.join();
+    running_.Resume();
   }
   // Waits until a task is due `d` from now, then moves the clock there.
-  void AdvanceToTaskIn(std::chrono::nanoseconds d) {
-    const TimePoint due = clock_.Now() + d;
-    ASSERT_TRUE(WaitFor([&] { return executor_.HasDueAt(due); }, kTaskdDeadline));
-    clock_.Advance(d);
-  }
+  void AdvanceToTaskIn(std::chrono::nanoseconds d) { ASSERT_TRUE(running_.AdvanceToTaskIn(d, kTaskdDeadline)); }
 
-  FakeClock clock_;
-  ManualExecutor executor_{&clock_};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread runner_;
+  testing::RunningTimers running_;
+  FakeClock& clock_ = running_.clock();
+  ManualExecutor& executor_ = running_.executor();
 };
 
 TEST_F(MindClusterRecoverTest, CodesBeforeAndAfterInitAndRegister) {
