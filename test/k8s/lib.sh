@@ -119,6 +119,22 @@ k8s_gen_certs() {
 }
 
 k8s_readyz() { [[ $(K8S_TOKEN= K8S_API_TIMEOUT=2 k8s_code GET /readyz) == 200 ]]; }
+# k8s_answers_ok URL: the component's health check (TLS, not verified) says ok.
+k8s_answers_ok() { [[ $(curl -sk --max-time 2 "$1" 2>/dev/null) == ok ]]; }
+# k8s_wait_up PID LOG WHAT CMD...: waits until CMD succeeds; fails with LOG's
+# last lines when PID exits first or K8S_START_TIMEOUT passes.
+k8s_wait_up() {
+  local pid=$1 log=$2 what=$3 deadline=$((SECONDS + K8S_START_TIMEOUT))
+  shift 3
+  until "$@"; do
+    if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
+      k8s_log "$what exited or was not up within $K8S_START_TIMEOUT s; last lines of $log:"
+      tail -20 "$log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
 k8s_etcd_healthy() { curl -fsS --max-time 2 "$K8S_ETCD/health" 2>/dev/null | grep -q '"health":"true"'; }
 
 # Starts kube-apiserver (again) with the arguments k8s_start chose, and waits for /readyz.
@@ -203,15 +219,7 @@ k8s_start() {
     rm -rf "$K8S_DIR"
   ) </dev/null >/dev/null 2>&1 &
   K8S_GUARD_PID=$!
-  local deadline=$((SECONDS + K8S_START_TIMEOUT))
-  until k8s_etcd_healthy; do
-    if ! kill -0 "$K8S_ETCD_PID" 2>/dev/null || ((SECONDS >= deadline)); then
-      k8s_log "etcd did not become healthy; last lines of $K8S_DIR/etcd.log:"
-      tail -20 "$K8S_DIR/etcd.log" >&2
-      return 1
-    fi
-    sleep 0.1
-  done
+  k8s_wait_up "$K8S_ETCD_PID" "$K8S_DIR/etcd.log" etcd k8s_etcd_healthy || return 1
 
   local port
   port=$(free_port)
@@ -394,20 +402,10 @@ k8s_start_control_loop() {
   # informers synced from the API server; the controller manager's
   # /healthz: it serves no /readyz); one that exits first, or is not up
   # within K8S_START_TIMEOUT, fails the start with its log.
-  local name pid url deadline=$((SECONDS + K8S_START_TIMEOUT))
-  for name in scheduler controller-manager; do
-    pid=$(cat "$K8S_DIR/loop-$name.pid")
-    url=https://127.0.0.1:$sched_port/readyz
-    [[ $name == scheduler ]] || url=https://127.0.0.1:$cm_port/healthz
-    until [[ $(curl -sk --max-time 2 "$url" 2>/dev/null) == ok ]]; do
-      if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
-        k8s_log "kube-$name exited or was not ready within $K8S_START_TIMEOUT s; last lines of its log:"
-        tail -20 "$K8S_DIR/kube-$name.log" >&2
-        return 1
-      fi
-      sleep 0.1
-    done
-  done
+  k8s_wait_up "$K8S_SCHEDULER_PID" "$K8S_DIR/kube-scheduler.log" kube-scheduler \
+    k8s_answers_ok "https://127.0.0.1:$sched_port/readyz" || return 1
+  k8s_wait_up "$K8S_CONTROLLER_MANAGER_PID" "$K8S_DIR/kube-controller-manager.log" kube-controller-manager \
+    k8s_answers_ok "https://127.0.0.1:$cm_port/healthz" || return 1
   k8s_log "kube-scheduler and kube-controller-manager started in $((SECONDS - t0)) s"
 }
 
