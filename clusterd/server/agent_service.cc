@@ -17,6 +17,7 @@
 #include "common/duration.h"
 #include "common/validation.h"
 #include "common/logging.h"
+#include "common/monotonic_clock.h"
 
 namespace clusterd {
 namespace {
@@ -132,10 +133,12 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
     }
     peer_counted_ = true;
     // A stream that never says hello would hold its slots forever. The
-    // alarm holds only a weak reference: it never keeps the stream alive.
+    // deadline runs on the service's timers (cancelled when the hello comes
+    // or the stream ends) and holds only a weak reference: it never keeps
+    // the stream alive, and one that fires after the stream is done finds
+    // nothing.
     std::weak_ptr<AgentReactor> weak = self_;
-    hello_alarm_.Set(std::chrono::system_clock::now() + opts.hello_timeout, [weak](bool fired) {
-      if (!fired) return;  // cancelled: the hello came, or the stream ended
+    hello_deadline_ = service_->timers()->PostAfter(opts.hello_timeout, [weak] {
       if (auto reactor = weak.lock()) reactor->OnHelloDeadline();
     });
     StartReadLocked();
@@ -183,9 +186,9 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   void OnDone() override {
     service_->open_streams().fetch_sub(1);
     if (peer_counted_) service_->peers().Release(peer_key_);
-    hello_alarm_.Cancel();
     {
       std::lock_guard lock(mu_);
+      hello_deadline_.Cancel();
       if (inventory_alarm_) inventory_alarm_->Cancel();
     }
     if (!node_.empty()) {
@@ -217,7 +220,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
             "may say hello only for node \"" + principal_.node + "\", not \"" + (*hello)->node_name() + "\"");
       }
       node_ = (*hello)->node_name();
-      hello_alarm_.Cancel();
+      hello_deadline_.Cancel();
       if (service_->messages_other) service_->messages_other->Inc();
       ++inflight_;
       uint64_t session = session_;
@@ -581,7 +584,7 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
   Principal principal_;
   std::string peer_key_;       // client IP address, for the per-peer limit
   bool peer_counted_ = false;  // peer_key_ holds one of the peer's slots
-  grpc::Alarm hello_alarm_;    // ends the stream if no hello arrives in time
+  TaskHandle hello_deadline_;  // ends the stream if no hello arrives in time
   uint32_t inflight_ = 0;
   bool reading_ = false;
   bool read_closed_ = false;
@@ -602,6 +605,11 @@ class AgentReactor final : public grpc::ServerBidiReactor<v1::ConnectRequest, v1
 AgentService::AgentService(const ClusterState* state, Engine* engine, AgentServiceOptions options,
                            MetricsRegistry* metrics, const Authenticator* auth)
     : state_(state), engine_(engine), options_(options), auth_(auth), peers_(options.max_streams_per_peer) {
+  timers_ = options_.timers;
+  if (timers_ == nullptr) {
+    own_timers_ = std::make_unique<ThreadExecutor>(&MonotonicClock::Instance(), "agent-hello");
+    timers_ = own_timers_.get();
+  }
   if (metrics) {
     messages_heartbeat = &metrics->AddCounter("clusterd_agent_messages_total", "Messages received from agents.",
                                               {{"type", "heartbeat"}});

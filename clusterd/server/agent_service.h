@@ -3,12 +3,14 @@
 // Welcome and the acknowledgements once the Engine reports them durable.
 //
 // Admission: at most max_streams streams in all and max_streams_per_peer per
-// client IP address; a stream must send its Hello within hello_timeout.
+// client IP address; a stream must send its Hello within hello_timeout
+// (a deadline on the service's executor, AgentServiceOptions::timers).
 // Threading: Connect is called by gRPC on any thread; the metrics and
 // accessors are thread-safe.
 #pragma once
 
 #include <atomic>
+#include <memory>
 
 #include "clusterd/engine/engine.h"
 #include "clusterd/progress/monitor.h"
@@ -16,6 +18,7 @@
 #include "clusterd/edge/peer_limiter.h"
 #include "clusterd/state/agent_outbox.h"
 #include "clusterd/v1/agent.grpc.pb.h"
+#include "common/executor.h"
 #include "common/metrics.h"
 
 namespace clusterd {
@@ -28,6 +31,11 @@ struct AgentServiceOptions {
   // A stream that has not sent a valid Hello this long after it opened is
   // ended with DEADLINE_EXCEEDED, freeing its slot.
   std::chrono::nanoseconds hello_timeout = std::chrono::seconds(10);
+  // Where the streams' hello deadlines run (common/executor.h; a test's
+  // ManualExecutor steps a FakeClock past hello_timeout instead of waiting
+  // it out). nullptr: a thread of the service's own on the monotonic clock.
+  // Must outlive the service.
+  Executor* timers = nullptr;
   // Agent streams one peer IP address may hold; more are refused with
   // RESOURCE_EXHAUSTED (a node runs one agent; this stops one host from
   // taking all max_streams slots).
@@ -69,6 +77,8 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   Counter* inventory_coalesced = nullptr;
 
   PeerLimiter& peers() { return peers_; }
+  // Where the hello deadlines run (options().timers, or the service's own).
+  Executor* timers() const { return timers_; }
   // Takes the job progress NodeD reads from the node's files (null: such
   // reports are ignored). Set before serving.
   void set_progress(ProgressMonitor* progress) { progress_ = progress; }
@@ -89,6 +99,10 @@ class AgentService final : public v1::NodeAgentService::CallbackService {
   PeerLimiter peers_;
   ProgressMonitor* progress_ = nullptr;
   AgentOutbox* outbox_ = nullptr;
+  Executor* timers_ = nullptr;
+  // options.timers unset: the hello deadlines' thread, stopped first when
+  // the service goes (a deadline still waiting then finds no stream).
+  std::unique_ptr<ThreadExecutor> own_timers_;
 };
 
 }  // namespace clusterd

@@ -412,6 +412,7 @@ Status ClusterdServer::Impl::MakeServices() {
   ao.hello_timeout = cfg.hello_timeout;
   ao.max_streams_per_peer = cfg.max_streams_per_peer;
   ao.inventory_update_interval = cfg.inventory_update_interval;
+  ao.timers = timers;  // the hello deadlines; nullptr: the service's own thread
   // Who may call what (edge/auth.h), before the services that ask it.
   auto made_auth = MakeConfiguredAuthenticator(cfg, &metrics, &token_reviewer);
   if (!made_auth.ok()) return made_auth.status();

@@ -44,9 +44,10 @@ class ClusterdServer {
   // does its own authorization (high availability's checkpoint transfer).
   void AddHttpHandler(std::string method, std::string path, HttpServer::Handler handler);
   // Before Start: where the timed work of the progress monitor (its passes,
-  // on `timers`' clock), TaskD's Recover service and the fault.Fault service
-  // runs (common/executor.h): a test's ManualExecutor over a FakeClock steps
-  // a hang, a keep-alive or a send interval instead of waiting it out; the
+  // on `timers`' clock), TaskD's Recover service, the fault.Fault service
+  // and the agent streams' hello deadlines runs (common/executor.h): a
+  // test's ManualExecutor over a FakeClock steps a hang, a keep-alive, a
+  // send interval or a hello_timeout instead of waiting it out; the
   // job.Job and config.Config services' call rates and registrations' idle
   // time read its clock too. By default each has a thread of its own on the
   // real clocks. Must outlive the server.

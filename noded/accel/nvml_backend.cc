@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/monotonic_clock.h"
 #include "noded/accel/nvml_abi.h"
 
 namespace clusterd::noded {
@@ -151,7 +152,7 @@ struct NvmlBackend::Core {
 
   // Shared with the event thread and KernelLine: Xids per GPU index.
   mutable std::mutex mu;
-  std::map<unsigned, std::map<unsigned, NvmlClock::time_point>> xids;
+  std::map<unsigned, std::map<unsigned, TimePoint>> xids;  // when each was last seen (XidNow)
   // Xid occurrences per GPU index since the backend started (NVML's events
   // and the kernel log's lines each count): DeviceStatus "xid_events".
   std::map<unsigned, uint64_t> xid_counts;
@@ -167,9 +168,14 @@ struct NvmlBackend::Core {
     const char* text = error_string ? error_string(rc) : nullptr;
     return std::to_string(rc) + (text ? std::string(" (") + text + ")" : "");
   }
+  // The Xids' hold runs on options.clock (a test's FakeClock), else on the
+  // monotonic clock.
+  TimePoint XidNow() const {
+    return options.clock != nullptr ? options.clock->Now() : MonotonicClock::Instance().Now();
+  }
   // Under mu.
   void NoteXidLocked(unsigned index, unsigned xid) {
-    xids[index][xid] = NvmlClock::now();
+    xids[index][xid] = XidNow();
     ++xid_counts[index];
   }
   void EventLoop();
@@ -604,7 +610,7 @@ DeviceStatus NvmlBackend::Core::Read(Gpu& g) {
     std::lock_guard lock(mu);
     auto it = xids.find(static_cast<unsigned>(g.info.id));
     if (it != xids.end()) {
-      const auto now = NvmlClock::now();
+      const TimePoint now = XidNow();
       std::erase_if(it->second, [&](const auto& x) { return now - x.second >= options.xid_hold; });
       for (const auto& [xid, when] : it->second) codes.insert("XID_" + std::to_string(xid));
     }

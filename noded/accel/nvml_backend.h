@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "noded/accel/backend.h"
 
 namespace clusterd::noded {
@@ -56,6 +57,10 @@ struct NvmlBackendOptions {
   std::chrono::milliseconds call_timeout{10000};
   std::chrono::milliseconds retry_interval{60000};  // loading again without a driver
   std::chrono::seconds xid_hold{600};
+  // What the Xids' hold is measured on; nullptr: the monotonic clock. A
+  // test's FakeClock steps the hold instead of waiting it out. Must outlive
+  // the backend.
+  const Clock* clock = nullptr;
   // One wait of the event thread in nvmlEventSetWait_v2 (also how long the
   // backend's destruction may wait for it).
   std::chrono::milliseconds event_wait{1000};

@@ -228,10 +228,15 @@ TEST(ExecActuatorTest, DeadlineTerminatesTheProcessGroup) {
 }
 
 TEST(ExecActuatorTest, DeadlineKillsWhatIgnoresSigterm) {
-  auto a = Exec("trap '' TERM; echo waiting; sleep 30");
+  // A short grace after SIGTERM (2 s by default): the command is a real
+  // process, killed in real time.
+  auto made = MakeExecActuator({.command = "trap '' TERM; echo waiting; sleep 30", .kill_grace = 50ms});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto& a = *made;
   const ActionResult r = RunOne(*a, Request("k", std::chrono::system_clock::now() + 300ms));
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.message.find("timed out"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("killed: SIGTERM was not enough"), std::string::npos) << r.message;
   EXPECT_NE(r.message.find("waiting"), std::string::npos) << r.message;
 }
 

@@ -6,6 +6,8 @@
 
 #include "clusterd/edge/peer_limiter.h"
 #include "clusterd/server/server.h"
+#include "common/clock.h"
+#include "common/executor.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/http_get.h"
 #include "test/support/server/server_fixture.h"
@@ -30,6 +32,23 @@ class AdmissionTest : public testing::ClusterdServerTest {
   static std::chrono::system_clock::time_point FailureBound() {
     return std::chrono::system_clock::now() + std::chrono::seconds(60);
   }
+
+  // The hello deadlines (and the server's other timed work) on a
+  // ManualExecutor over a FakeClock: a test steps hello_timeout instead of
+  // waiting it out. Before StartServer.
+  void UseManualTimers() { timers_ = &executor_; }
+  // Moves the timers' clock one hello_timeout (1 s) at a time until
+  // clusterd_agent_hello_timeouts_total reaches `n`: a stream whose server
+  // side began after a step has its deadline in the next one.
+  bool StepUntilHelloTimeouts(double n) {
+    return WaitFor([&] {
+      executor_.Advance(std::chrono::seconds(1));
+      return Metric("clusterd_agent_hello_timeouts_total") >= n;
+    });
+  }
+
+  FakeClock clock_;
+  ManualExecutor executor_{&clock_};
 };
 
 TEST(PeerLimiterTest, KeysOnTheAddressWithoutPort) {
@@ -49,6 +68,7 @@ TEST(PeerLimiterTest, KeysOnTheAddressWithoutPort) {
 // Before the fix a stream that sent nothing held its agent slot until the
 // client gave up: with max_streams=1 no agent could ever connect again.
 TEST_F(AdmissionTest, StreamWithoutHelloIsEndedAndFreesItsSlot) {
+  UseManualTimers();
   StartServer([](ClusterdConfig& c) {
     c.hello_timeout = std::chrono::seconds(1);
     c.max_streams = 1;
@@ -57,6 +77,7 @@ TEST_F(AdmissionTest, StreamWithoutHelloIsEndedAndFreesItsSlot) {
   grpc::ClientContext ctx;
   ctx.set_deadline(FailureBound());  // far beyond hello_timeout: only a failure bound
   auto silent = stub->Connect(&ctx);
+  ASSERT_TRUE(StepUntilHelloTimeouts(1));
   v1::ConnectResponse resp;
   EXPECT_FALSE(silent->Read(&resp));  // returns once the server ends the stream
   grpc::Status st = silent->Finish();
@@ -76,6 +97,7 @@ TEST_F(AdmissionTest, StreamWithoutHelloIsEndedAndFreesItsSlot) {
 }
 
 TEST_F(AdmissionTest, HelloLessStreamsTimeOutWhileAgentsKeepConnecting) {
+  UseManualTimers();
   StartServer([](ClusterdConfig& c) { c.hello_timeout = std::chrono::seconds(1); });
   // A welcomed agent is not subject to the deadline: it outlives the silent
   // streams opened after it.
@@ -93,6 +115,9 @@ TEST_F(AdmissionTest, HelloLessStreamsTimeOutWhileAgentsKeepConnecting) {
   // Agents still connect meanwhile.
   TestAgent other(channel_, "worker02", 1);
   ASSERT_TRUE(other.Connect()) << other.status().error_message();
+  // hello_timeout passes (as often as it takes): the silent streams end,
+  // the welcomed agents stay.
+  ASSERT_TRUE(StepUntilHelloTimeouts(kSilent));
   for (auto& s : streams) {
     v1::ConnectResponse resp;
     EXPECT_FALSE(s->Read(&resp));

@@ -17,6 +17,7 @@
 #include "test/support/grpc/agent_client.h"
 #include "test/support/grpc/stream_reader.h"
 #include "test/support/http_get.h"
+#include "test/support/running_timers.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/wait.h"
 
@@ -261,7 +262,26 @@ TEST_F(MindClusterOmTest, ANicSwitchPausesSwitchesAndContinuesTraining) {
   EXPECT_EQ(v.history_size(), 1);
 }
 
-TEST_F(MindClusterOmTest, TaskdNeverAnsweringFailsTheSwitchAndTheJobIsRecovered) {
+// The server's timers on a ManualExecutor whose due tasks a thread runs
+// (test/support/running_timers.h): the operation's wait (om_wait) comes when
+// the test moves the clock.
+class MindClusterOmClockTest : public MindClusterOmTest {
+ protected:
+  void SetUp() override { timers_ = &running_.executor(); }
+  void TearDown() override {
+    MindClusterOmTest::TearDown();
+    timers_ = nullptr;
+  }
+  void StopServer() override {
+    running_.Pause();
+    MindClusterOmTest::StopServer();
+    running_.Resume();
+  }
+
+  testing::RunningTimers running_;
+};
+
+TEST_F(MindClusterOmClockTest, TaskdNeverAnsweringFailsTheSwitchAndTheJobIsRecovered) {
   StartServer([](ClusterdConfig& c) {
     c.mindcluster_om_wait = std::chrono::seconds(1);
     c.actuator = "exec";
@@ -276,6 +296,7 @@ TEST_F(MindClusterOmTest, TaskdNeverAnsweringFailsTheSwitchAndTheJobIsRecovered)
   auto results = SwitchResults();
   ASSERT_EQ(taskd->Wait(0).signaltype(), "stopTrain");
   // TaskD never answers: the wait runs out.
+  ASSERT_TRUE(running_.AdvanceToTaskIn(std::chrono::seconds(1), kDeadline));
   EXPECT_EQ(results->Wait(0).msg(), "switch nic failed, pause train timeout");
   EXPECT_TRUE(results->WaitEnd().ok());
   // The paused job's switched rank gets a process fault, and ClusterD recovers the job through TaskD.

@@ -4,10 +4,6 @@
 // fault that ClusterD decides to retry, carried out as stopTrain ->
 // globalFault -> changeStrategy with TaskD's reports as the step's answer,
 // and the recovery SUCCEEDED in ClusterD's own API.
-#include <condition_variable>
-#include <mutex>
-#include <thread>
-
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +17,7 @@
 #include "test/support/grpc/agent_client.h"
 #include "test/support/grpc/stream_reader.h"
 #include "test/support/http_get.h"
+#include "test/support/running_timers.h"
 #include "test/support/server/server_fixture.h"
 #include "test/support/wait.h"
 #include "mindio_standin.h"
@@ -199,47 +196,30 @@ class MindClusterRecoverTest : public testing::ClusterdServerTest {
 // keep-alive interval (5 s) and an HCCL retry's route wait (3 s) come when
 // the test moves the clock, not after real seconds. The executor's tasks
 // (the service also takes subscriptions and reads jobs there) run on one
-// thread of the fixture as soon as they are due, one at a time.
+// thread of the fixture as soon as they are due, one at a time; that thread
+// pauses while a server stops (a restart within a test too), so no task runs
+// while the server goes.
 class MindClusterRecoverClockTest : public MindClusterRecoverTest {
  protected:
   void SetUp() override {
-    runner_ = std::thread([this] {
-      std::unique_lock lock(mu_);
-      while (!stop_) {
-        lock.unlock();
-        executor_.RunReady();
-        lock.lock();
-        // What the server posts is picked up within a millisecond: nothing
-        // waits on this beyond that (no timing of the test depends on it).
-        cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stop_; });
-      }
-    });
     timers_ = &executor_;
     MindClusterRecoverTest::SetUp();
   }
   void TearDown() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    runner_.join();  // no task runs while the server goes
     MindClusterRecoverTest::TearDown();
     timers_ = nullptr;
   }
-  // Waits until a task is due `d` from now, then moves the clock there.
-  void AdvanceToTaskIn(std::chrono::nanoseconds d) {
-    const TimePoint due = clock_.Now() + d;
-    ASSERT_TRUE(WaitFor([&] { return executor_.HasDueAt(due); }, kTaskdDeadline));
-    clock_.Advance(d);
+  void StopServer() override {
+    running_.Pause();
+    MindClusterRecoverTest::StopServer();
+    running_.Resume();
   }
+  // Waits until a task is due `d` from now, then moves the clock there.
+  void AdvanceToTaskIn(std::chrono::nanoseconds d) { ASSERT_TRUE(running_.AdvanceToTaskIn(d, kTaskdDeadline)); }
 
-  FakeClock clock_;
-  ManualExecutor executor_{&clock_};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread runner_;
+  testing::RunningTimers running_;
+  FakeClock& clock_ = running_.clock();
+  ManualExecutor& executor_ = running_.executor();
 };
 
 TEST_F(MindClusterRecoverTest, CodesBeforeAndAfterInitAndRegister) {
@@ -690,9 +670,9 @@ TEST_F(MindClusterRecoverClockTest, ScaleInIsMindiosDowngrade) {
 // ClusterD restarted while TaskD owed an answer; TaskD drops the signal
 // sent again with the uuid it has seen (and had dropped its report after
 // four tries). The step fails once MindIO's wait has passed (here 2 s,
-// mindcluster_taskd_wait_seconds) and the ladder goes on, instead of
-// waiting for the rung's timeout.
-TEST_F(MindClusterRecoverTest, ASignalSentAgainAndNeverAnsweredFailsAfterMindiosWait) {
+// mindcluster_taskd_wait_seconds, stepped on the timers' clock) and the
+// ladder goes on, instead of waiting for the rung's timeout.
+TEST_F(MindClusterRecoverClockTest, ASignalSentAgainAndNeverAnsweredFailsAfterMindiosWait) {
   auto short_wait = [](ClusterdConfig& c) { c.mindcluster_taskd_wait = std::chrono::seconds(2); };
   StartServer(short_wait);
   auto agent = std::make_unique<TestAgent>(channel_, "worker01", 2);
@@ -724,6 +704,7 @@ TEST_F(MindClusterRecoverTest, ASignalSentAgainAndNeverAnsweredFailsAfterMindios
   ASSERT_EQ(Register(kTaskdJob), mc::kRecoverOk);
   SignalReader taskd(recover_.get(), kTaskdJob);
   EXPECT_EQ(taskd.Wait(0).uuid(), stop_uuid);  // sent again: TaskD drops it
+  AdvanceToTaskIn(std::chrono::seconds(2));    // MindIO's wait for its answer
   auto first_step = [&]() -> v1::RecoveryStep {
     for (const auto& r : Recoveries()) {
       if (r.id() == recovery && r.steps_size() > 0) return r.steps(0);

@@ -119,6 +119,22 @@ k8s_gen_certs() {
 }
 
 k8s_readyz() { [[ $(K8S_TOKEN= K8S_API_TIMEOUT=2 k8s_code GET /readyz) == 200 ]]; }
+# k8s_answers_ok URL: the component's health check (TLS, not verified) says ok.
+k8s_answers_ok() { [[ $(curl -sk --max-time 2 "$1" 2>/dev/null) == ok ]]; }
+# k8s_wait_up PID LOG WHAT CMD...: waits until CMD succeeds; fails with LOG's
+# last lines when PID exits first or K8S_START_TIMEOUT passes.
+k8s_wait_up() {
+  local pid=$1 log=$2 what=$3 deadline=$((SECONDS + K8S_START_TIMEOUT))
+  shift 3
+  until "$@"; do
+    if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
+      k8s_log "$what exited or was not up within $K8S_START_TIMEOUT s; last lines of $log:"
+      tail -20 "$log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
 k8s_etcd_healthy() { curl -fsS --max-time 2 "$K8S_ETCD/health" 2>/dev/null | grep -q '"health":"true"'; }
 
 # Starts kube-apiserver (again) with the arguments k8s_start chose, and waits for /readyz.
@@ -203,15 +219,7 @@ k8s_start() {
     rm -rf "$K8S_DIR"
   ) </dev/null >/dev/null 2>&1 &
   K8S_GUARD_PID=$!
-  local deadline=$((SECONDS + K8S_START_TIMEOUT))
-  until k8s_etcd_healthy; do
-    if ! kill -0 "$K8S_ETCD_PID" 2>/dev/null || ((SECONDS >= deadline)); then
-      k8s_log "etcd did not become healthy; last lines of $K8S_DIR/etcd.log:"
-      tail -20 "$K8S_DIR/etcd.log" >&2
-      return 1
-    fi
-    sleep 0.1
-  done
+  k8s_wait_up "$K8S_ETCD_PID" "$K8S_DIR/etcd.log" etcd k8s_etcd_healthy || return 1
 
   local port
   port=$(free_port)
@@ -370,11 +378,18 @@ k8s_start_control_loop() {
     cat "$stages/$f.yaml"
     echo ---
   done >"$K8S_DIR/kwok-stages.yaml"
-  "$bin/kube-scheduler" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --secure-port 0 \
+  # Each serves its health checks on a free port (TLS, self-signed): the
+  # start waits for them below.
+  local sched_port cm_port
+  sched_port=$(k8s_free_port)
+  cm_port=$(k8s_free_port)
+  "$bin/kube-scheduler" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --bind-address 127.0.0.1 \
+    --secure-port "$sched_port" \
     >"$K8S_DIR/kube-scheduler.log" 2>&1 &
   K8S_SCHEDULER_PID=$!
   echo "$K8S_SCHEDULER_PID" >"$K8S_DIR/loop-scheduler.pid"
-  "$bin/kube-controller-manager" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --secure-port 0 \
+  "$bin/kube-controller-manager" --kubeconfig "$K8S_KUBECONFIG" --leader-elect=false --bind-address 127.0.0.1 \
+    --secure-port "$cm_port" \
     --use-service-account-credentials=false --service-account-private-key-file "$K8S_DIR/sa.key" \
     --root-ca-file "$K8S_CA" --controllers "$K8S_CONTROLLERS" \
     --node-monitor-period 1s --node-monitor-grace-period "${K8S_NODE_GRACE:-8s}" \
@@ -383,15 +398,14 @@ k8s_start_control_loop() {
   echo "$K8S_CONTROLLER_MANAGER_PID" >"$K8S_DIR/loop-controller-manager.pid"
   K8S_KWOK=$bin/kwok
   export K8S_SCHEDULER_PID K8S_CONTROLLER_MANAGER_PID K8S_KWOK
-  local name pid
-  for name in scheduler controller-manager; do
-    pid=$(cat "$K8S_DIR/loop-$name.pid")
-    sleep 0.5
-    kill -0 "$pid" 2>/dev/null && continue
-    k8s_log "$name exited at start; last lines of its log:"
-    tail -20 "$K8S_DIR"/*"$name".log >&2
-    return 1
-  done
+  # Each is up once its check answers ok (the scheduler's /readyz: its
+  # informers synced from the API server; the controller manager's
+  # /healthz: it serves no /readyz); one that exits first, or is not up
+  # within K8S_START_TIMEOUT, fails the start with its log.
+  k8s_wait_up "$K8S_SCHEDULER_PID" "$K8S_DIR/kube-scheduler.log" kube-scheduler \
+    k8s_answers_ok "https://127.0.0.1:$sched_port/readyz" || return 1
+  k8s_wait_up "$K8S_CONTROLLER_MANAGER_PID" "$K8S_DIR/kube-controller-manager.log" kube-controller-manager \
+    k8s_answers_ok "https://127.0.0.1:$cm_port/healthz" || return 1
   k8s_log "kube-scheduler and kube-controller-manager started in $((SECONDS - t0)) s"
 }
 

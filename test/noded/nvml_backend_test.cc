@@ -215,6 +215,8 @@ TEST_F(NvmlBackendTest, HealthConditionsBecomeCodesOnTheirGpu) {
 TEST_F(NvmlBackendTest, XidEventsAndKernelLinesAreOneCodeHeldForAWhile) {
   NvmlBackendOptions o = Options(FAKE_NVML_PATH);
   o.xid_hold = std::chrono::seconds(1);
+  FakeClock clock;  // the hold is stepped, not waited out
+  o.clock = &clock;
   NvmlBackend b(o);
   ASSERT_TRUE(b.Init().ok());
   fake_.Xid(3, 79);
@@ -228,8 +230,14 @@ TEST_F(NvmlBackendTest, XidEventsAndKernelLinesAreOneCodeHeldForAWhile) {
   b.KernelLine("NVRM: Xid (PCI:0000:99:00): 13, Graphics Exception");
   b.KernelLine("NVRM: Xid (PCI:zz): 13");
   EXPECT_EQ(CodesOf(b, 0), std::vector<std::string>{"XID_48"});
-  // Gone once the hold passed without another.
-  ASSERT_TRUE(WaitFor([&] { return CodesOf(b, 0).empty() && CodesOf(b, 3).empty(); }));
+  // Still there just before the hold has passed since the last one; gone
+  // once it has.
+  clock.Advance(std::chrono::milliseconds(999));
+  EXPECT_EQ(CodesOf(b, 0), std::vector<std::string>{"XID_48"});
+  EXPECT_EQ(CodesOf(b, 3), std::vector<std::string>{"XID_79"});
+  clock.Advance(std::chrono::milliseconds(1));
+  EXPECT_TRUE(CodesOf(b, 0).empty());
+  EXPECT_TRUE(CodesOf(b, 3).empty());
 }
 
 TEST(NvmlKernelXid, ParsesBothBusFormsAndNothingElse) {

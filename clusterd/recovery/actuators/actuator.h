@@ -89,9 +89,12 @@ struct ExecActuatorOptions {
   std::string command;
   // Actions run in parallel on this many worker threads.
   int workers = 2;
+  // How long a command has after SIGTERM before SIGKILL (a test's command
+  // that ignores SIGTERM is killed sooner).
+  std::chrono::milliseconds kill_grace{2000};
 };
-// At the deadline the command's process group gets SIGTERM, 2 s later
-// SIGKILL, and the action fails with "timed out".
+// At the deadline the command's process group gets SIGTERM, kill_grace
+// (2 s) later SIGKILL, and the action fails with "timed out".
 StatusOr<std::unique_ptr<Actuator>> MakeExecActuator(ExecActuatorOptions options);
 
 struct WebhookActuatorOptions {

@@ -36,7 +36,6 @@ constexpr size_t kMaxRawLineBytes = 4 * kMaxMessageBytes;
 constexpr size_t kMaxReadBytes = 64 << 10;
 // Output still read after the command exited (from what it left behind).
 constexpr size_t kMaxDrainBytes = 1 << 20;
-constexpr auto kKillGrace = std::chrono::seconds(2);
 // Longest single wait, so that a wall-clock step is noticed soon.
 constexpr auto kMaxWait = std::chrono::seconds(1);
 // Without a pidfd (kernels before 5.3) the child is checked this often.
@@ -201,7 +200,7 @@ int PollTimeoutMs(system_clock::time_point now, system_clock::time_point wake, s
   return static_cast<int>(std::min(ms, cap).count());
 }
 
-ActionResult RunCommand(const std::string& command, const ActionRequest& req) {
+ActionResult RunCommand(const std::string& command, std::chrono::milliseconds kill_grace, const ActionRequest& req) {
   const auto start = system_clock::now();
   if (start >= req.deadline) return {false, "timed out: the deadline passed before the command started"};
   SigpipeBlock sigpipe;
@@ -260,7 +259,7 @@ ActionResult RunCommand(const std::string& command, const ActionRequest& req) {
     const auto now = system_clock::now();
     if (!timed_out && now >= req.deadline) {
       timed_out = true;
-      kill_at = now + kKillGrace;
+      kill_at = now + kill_grace;
       killpg(group, SIGTERM);
       in_write.Reset();
     } else if (timed_out && !killed && now >= kill_at) {
@@ -342,7 +341,9 @@ StatusOr<std::unique_ptr<Actuator>> MakeExecActuator(ExecActuatorOptions options
   }
   return actuator_internal::MakePooledActuator(
       "exec", options.workers,
-      [command = std::move(options.command)](const ActionRequest& req) { return RunCommand(command, req); });
+      [command = std::move(options.command), grace = options.kill_grace](const ActionRequest& req) {
+        return RunCommand(command, grace, req);
+      });
 }
 
 }  // namespace clusterd
