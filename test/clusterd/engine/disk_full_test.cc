@@ -12,6 +12,7 @@
 #include "clusterd/engine/engine.h"
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/storage/rocksdb_store.h"
+#include "test/support/state/state_fixtures.h"
 #include "test/support/temp_dir.h"
 
 namespace clusterd {
@@ -43,12 +44,7 @@ class FakeSource final : public FreeSpaceSource {
   FakeDisk* disk_;
 };
 
-v1::Hello MakeHello(const std::string& node) {
-  v1::Hello h;
-  h.set_node_name(node);
-  h.set_epoch(1);
-  return h;
-}
+using testing::MakeHello;
 
 TEST(DiskMonitorTest, ReasonNamesTheDirTheFreeSpaceAndTheReserve) {
   FakeDisk disk;

@@ -9,6 +9,7 @@
 #include "clusterd/engine/engine.h"
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/storage/rocksdb_store.h"
+#include "test/support/state/state_fixtures.h"
 #include "test/support/temp_dir.h"
 
 namespace clusterd {
@@ -16,12 +17,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-v1::Hello MakeHello(const std::string& node) {
-  v1::Hello h;
-  h.set_node_name(node);
-  h.set_epoch(1);
-  return h;
-}
+using testing::MakeHello;
 
 // The writer stepped by hand on a FakeClock: no thread, no waiting. Time
 // passes only when a test advances the clock.

@@ -21,7 +21,8 @@
 #include "clusterd/storage/memory_store.h"
 #include "common/metrics.h"
 #include "common/time_proto.h"
-#include "state_fixtures.h"
+#include "test/support/fakes/fake_actuator.h"
+#include "test/support/state/state_fixtures.h"
 
 namespace clusterd {
 namespace {
@@ -30,13 +31,7 @@ using namespace std::chrono_literals;
 using testing::MakeHello;
 using testing::MakeTransition;
 
-class NoActuator final : public Actuator {
- public:
-  void Execute(ActionRequest req, Done) override { requests.push_back(std::move(req)); }
-  void Stop() override {}
-  std::string_view kind() const override { return "test"; }
-  std::vector<ActionRequest> requests;
-};
+using testing::FakeActuator;
 
 class WriterRulesTest : public ::testing::Test {
  protected:
@@ -138,7 +133,7 @@ class WriterRulesTest : public ::testing::Test {
   std::unique_ptr<ClusterState> state_;
   std::unique_ptr<WatchHub> hub_;
   JobAgentHub agents_;
-  NoActuator actuator_;
+  FakeActuator actuator_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<Engine> engine_;
 };

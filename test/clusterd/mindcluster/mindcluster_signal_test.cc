@@ -8,9 +8,9 @@
 
 #include <gtest/gtest.h>
 
-#include "state_fixtures.h"
-#include "state_on_store.h"
-#include "store_backends.h"
+#include "test/support/state/state_fixtures.h"
+#include "test/support/state/state_on_store.h"
+#include "test/support/state/store_backends.h"
 
 namespace clusterd {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "clusterd/mindcluster/pubfault.h"
 #include "clusterd/state/rules.h"
-#include "state_fixtures.h"
-#include "state_on_store.h"
+#include "test/support/state/state_fixtures.h"
+#include "test/support/state/state_on_store.h"
 
 namespace clusterd {
 namespace {

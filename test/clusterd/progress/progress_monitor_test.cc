@@ -15,8 +15,8 @@
 
 #include "common/executor.h"
 #include "common/metrics.h"
-#include "state_fixtures.h"
-#include "writer_on_memory.h"
+#include "test/support/state/state_fixtures.h"
+#include "test/support/state/writer_on_memory.h"
 
 namespace clusterd {
 namespace {

@@ -83,9 +83,9 @@ class TmpfsMount {
 
 // The real binary with the smallest reserve allowed, ready (/readyz 200)
 // when Start returns.
-class Clusterd : public testing::ClusterdProcess {
+class DiskFullClusterd : public testing::ClusterdProcess {
  public:
-  explicit Clusterd(std::string data_dir)
+  explicit DiskFullClusterd(std::string data_dir)
       : ClusterdProcess(
             Options{std::move(data_dir), {"--min-free-bytes=" + std::to_string(kSmallestReserve)}, "", true}) {}
 };
@@ -153,7 +153,7 @@ TEST(DiskFullProcessTest, RefusesWritesBeforeFullServesReadsOnAFullDiskAndResume
   TmpfsMount tmpfs(fs);
   if (!tmpfs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs (needs root): " << tmpfs.error();
   const std::string ballast = fs + "/ballast";
-  Clusterd server(fs + "/data");
+  DiskFullClusterd server(fs + "/data");
   ASSERT_NO_FATAL_FAILURE(server.Start());
   constexpr uint64_t kEpoch = 7;
   std::set<std::string> acked;

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/server/server.h"
-#include "state_fixtures.h"
+#include "test/support/state/state_fixtures.h"
 #include "test/support/grpc/agent_client.h"
 #include "test/support/server/server_fixture.h"
 

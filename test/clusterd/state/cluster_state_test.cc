@@ -13,7 +13,7 @@
 #include "clusterd/storage/key_codec.h"
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/time_proto.h"
-#include "state_fixtures.h"
+#include "test/support/state/state_fixtures.h"
 #include "test/support/temp_dir.h"
 
 namespace clusterd {

@@ -17,7 +17,7 @@
 #include "clusterd/state/domains.h"
 #include "clusterd/state/incidents.h"
 #include "incidents_fixture.h"
-#include "state_fixtures.h"
+#include "test/support/state/state_fixtures.h"
 
 namespace clusterd {
 namespace {

@@ -22,20 +22,14 @@
 #include "clusterd/state/incidents.h"
 #include "clusterd/storage/memory_store.h"
 #include "common/metrics.h"
-#include "state_fixtures.h"
+#include "test/support/fakes/fake_actuator.h"
+#include "test/support/state/state_fixtures.h"
 
 namespace clusterd::testing {
 
 using namespace std::chrono_literals;
 
 constexpr const char* kSuperPodLabel = "huawei.com/topotree.superpodid";
-
-class IgnoringActuator final : public Actuator {
- public:
-  void Execute(ActionRequest, Done) override {}
-  void Stop() override {}
-  std::string_view kind() const override { return "test"; }
-};
 
 inline std::string NodeName(int pod, int i) { return "sp" + std::to_string(pod) + "-n" + std::to_string(i); }
 
@@ -226,7 +220,7 @@ class IncidentsTest : public ::testing::Test {
   std::unique_ptr<ClusterState> state_;
   std::unique_ptr<WatchHub> hub_;
   JobAgentHub agents_;
-  IgnoringActuator actuator_;
+  FakeActuator actuator_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<Engine> engine_;
   std::map<std::string, uint64_t> seq_;

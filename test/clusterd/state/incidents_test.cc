@@ -25,7 +25,7 @@
 #include "clusterd/state/pingmesh_rule.h"
 #include "clusterd/storage/memory_store.h"
 #include "common/metrics.h"
-#include "state_fixtures.h"
+#include "test/support/state/state_fixtures.h"
 #include "incidents_fixture.h"
 
 namespace clusterd {

@@ -13,7 +13,7 @@
 #include "clusterd/state/validation.h"
 #include "common/validation.h"
 #include "clusterd/storage/memory_store.h"
-#include "state_fixtures.h"
+#include "test/support/state/state_fixtures.h"
 
 namespace clusterd {
 namespace {

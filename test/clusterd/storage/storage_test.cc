@@ -11,7 +11,7 @@
 #include "clusterd/storage/key_codec.h"
 #include "clusterd/storage/memory_store.h"
 #include "clusterd/storage/rocksdb_store.h"
-#include "store_backends.h"
+#include "test/support/state/store_backends.h"
 
 namespace clusterd::storage {
 namespace {

@@ -1,4 +1,5 @@
-// Builders of agent messages shared by the ClusterState and Coordinator tests.
+// Builders of agent messages shared by the state, engine, coordinator and
+// progress tests.
 #pragma once
 
 #include <optional>
@@ -12,6 +13,14 @@
 #include "clusterd/v1/agent.pb.h"
 
 namespace clusterd::testing {
+
+// A Hello with only the node's name and epoch 1 (no inventory, no labels).
+inline v1::Hello MakeHello(const std::string& node) {
+  v1::Hello h;
+  h.set_node_name(node);
+  h.set_epoch(1);
+  return h;
+}
 
 inline v1::Hello MakeHello(const std::string& node, uint64_t epoch, int devices = 8) {
   v1::Hello h;

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterd/state/cluster_state.h"
-#include "store_backends.h"
+#include "test/support/state/store_backends.h"
 
 namespace clusterd::testing {
 

@@ -14,10 +14,10 @@
 #include "clusterd/mindcluster/grpc/fault_service.h"
 #include "common/executor.h"
 #include "mindcluster/fault.grpc.pb.h"
-#include "state_fixtures.h"
+#include "test/support/state/state_fixtures.h"
 #include "test/support/grpc/loopback_server.h"
 #include "test/support/wait.h"
-#include "writer_on_memory.h"
+#include "test/support/state/writer_on_memory.h"
 
 namespace clusterd {
 namespace {

@@ -27,7 +27,7 @@ namespace mc = mindcluster;
 using testing::TestAgent;
 using testing::WaitFor;
 
-constexpr auto kDeadline = std::chrono::seconds(30);
+constexpr auto kOmServiceDeadline = std::chrono::seconds(30);
 constexpr char kJob[] = "7f3e-ascendjob-uid";
 
 ::ClientInfo Taskd(const std::string& job) {
@@ -109,21 +109,21 @@ class MindClusterOmTest : public testing::ClusterdServerTest {
     if (Unary(&::Recover::Stub::Register, Taskd(kJob)).code() != mc::kRecoverOk) return nullptr;
     auto reader = std::make_unique<Reader<::ProcessManageSignal>>(
         [&](grpc::ClientContext* ctx) { return recover_->SubscribeProcessManageSignal(ctx, Taskd(kJob)); },
-        [](const ::ProcessManageSignal& s) { return s.signaltype() != "keep-alive"; }, kDeadline);
-    if (!WaitFor([&] { return Metric("clusterd_job_agents") == 1; }, kDeadline)) return nullptr;
+        [](const ::ProcessManageSignal& s) { return s.signaltype() != "keep-alive"; }, kOmServiceDeadline);
+    if (!WaitFor([&] { return Metric("clusterd_job_agents") == 1; }, kOmServiceDeadline)) return nullptr;
     return reader;
   }
   std::unique_ptr<Reader<::SwitchRankList>> NotifySwitch() {
     return std::make_unique<Reader<::SwitchRankList>>(
         [&](grpc::ClientContext* ctx) { return recover_->SubscribeNotifySwitch(ctx, Taskd(kJob)); }, nullptr,
-        kDeadline);
+        kOmServiceDeadline);
   }
   std::unique_ptr<Reader<::SwitchNicResponse>> SwitchResults() {
     ::SwitchNicRequest req;
     req.set_jobid(kJob);
     return std::make_unique<Reader<::SwitchNicResponse>>(
         [this, req](grpc::ClientContext* ctx) { return recover_->SubscribeSwitchNicSignal(ctx, req); }, nullptr,
-        kDeadline);
+        kOmServiceDeadline);
   }
   double Metric(const std::string& name) {
     auto res = testing::HttpGet(server_->http_port(), "/metrics");
@@ -228,7 +228,7 @@ TEST_F(MindClusterOmTest, ANicSwitchPausesSwitchesAndContinuesTraining) {
         return res.body.find("clusterd_mindcluster_recover_om_operations_total{result=\"succeeded\"} 1") !=
                std::string::npos;
       },
-      kDeadline));
+      kOmServiceDeadline));
   // The job's view shows the switch: what was asked, each step, the outcome.
   {
     const v1::GetMindClusterJobResponse v = View();
@@ -284,8 +284,8 @@ TEST_F(MindClusterOmTest, TaskdNeverAnsweringFailsTheSwitchAndTheJobIsRecovered)
         auto fs = Faults("taskd");
         return fs.size() == 1 && fs[0].code() == mc::kCodeOmFailed && fs[0].device_id() == 1;
       },
-      kDeadline));
-  ASSERT_TRUE(WaitFor([&] { return RecoveryCount() >= 1; }, kDeadline));
+      kOmServiceDeadline));
+  ASSERT_TRUE(WaitFor([&] { return RecoveryCount() >= 1; }, kOmServiceDeadline));
   // Its late answer is not the operation's any more.
   EXPECT_EQ(Switched(true), mc::kRecoverClientError);
 }
@@ -338,7 +338,7 @@ TEST_F(MindClusterOmTest, AStressTestsFaultTakesTheChipOut) {
   ASSERT_TRUE(taskd);
   Reader<::StressTestRankParams> notify(
       [&](grpc::ClientContext* ctx) { return recover_->SubscribeNotifyExecStressTest(ctx, Taskd(kJob)); }, nullptr,
-      kDeadline);
+      kOmServiceDeadline);
   ::StressTestParam param;
   param.set_jobid(kJob);
   param.add_allnodesops(mc::kStressOpAic);
@@ -346,7 +346,7 @@ TEST_F(MindClusterOmTest, AStressTestsFaultTakesTheChipOut) {
   ::StressTestRequest watch;
   watch.set_jobid(kJob);
   Reader<::StressTestResponse> results(
-      [&](grpc::ClientContext* ctx) { return recover_->SubscribeStressTestResponse(ctx, watch); }, nullptr, kDeadline);
+      [&](grpc::ClientContext* ctx) { return recover_->SubscribeStressTestResponse(ctx, watch); }, nullptr, kOmServiceDeadline);
 
   const ::ProcessManageSignal pause = taskd->Wait(0);
   ASSERT_EQ(pause.signaltype(), "stopTrain");
@@ -378,8 +378,8 @@ TEST_F(MindClusterOmTest, AStressTestsFaultTakesTheChipOut) {
         return fs.size() == 1 && fs[0].device_id() == 1 && fs[0].level() == v1::FAULT_LEVEL_SEPARATE &&
                fs[0].code() == mc::kCodeStressTestFault && fs[0].state() == v1::FAULT_STATE_ACTIVE;
       },
-      kDeadline));
-  ASSERT_TRUE(WaitFor([&] { return RecoveryCount() >= 1; }, kDeadline));
+      kOmServiceDeadline));
+  ASSERT_TRUE(WaitFor([&] { return RecoveryCount() >= 1; }, kOmServiceDeadline));
   // The view's per-chip results, through gRPC and the HTTP API alike.
   const v1::GetMindClusterJobResponse v = View();
   ASSERT_EQ(v.history_size(), 1);
@@ -491,7 +491,7 @@ TEST_F(MindClusterOmTest, HostileCallersGetClearErrors) {
     EXPECT_EQ(early->WaitEnd().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     Reader<::StressTestRankParams> anonymous(
         [&](grpc::ClientContext* ctx) { return recover_->SubscribeNotifyExecStressTest(ctx, Taskd("")); }, nullptr,
-        kDeadline);
+        kOmServiceDeadline);
     EXPECT_EQ(anonymous.WaitEnd().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   auto taskd = StartTaskd();

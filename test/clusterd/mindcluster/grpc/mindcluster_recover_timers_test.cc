@@ -16,7 +16,7 @@
 #include "mindcluster/recover.grpc.pb.h"
 #include "test/support/grpc/loopback_server.h"
 #include "test/support/wait.h"
-#include "writer_on_memory.h"
+#include "test/support/state/writer_on_memory.h"
 
 namespace clusterd {
 namespace {

@@ -7,7 +7,8 @@
 
 #include "clusterd/storage/rocksdb_store.h"
 #include "common/time_proto.h"
-#include "state_fixtures.h"
+#include "test/support/fakes/fake_actuator.h"
+#include "test/support/state/state_fixtures.h"
 #include "test/support/temp_dir.h"
 
 namespace clusterd {
@@ -17,14 +18,7 @@ using namespace std::chrono_literals;
 using testing::MakeHello;
 using testing::MakeTransition;
 
-// Records every request; the test answers them.
-class FakeActuator final : public Actuator {
- public:
-  void Execute(ActionRequest req, Done) override { requests.push_back(std::move(req)); }
-  void Stop() override {}
-  std::string_view kind() const override { return "fake"; }
-  std::vector<ActionRequest> requests;
-};
+using testing::FakeActuator;
 
 class FakeSink final : public JobAgentHub::Sink {
  public:
