@@ -346,7 +346,8 @@ TEST_F(MindClusterOmTest, AStressTestsFaultTakesTheChipOut) {
   ::StressTestRequest watch;
   watch.set_jobid(kJob);
   Reader<::StressTestResponse> results(
-      [&](grpc::ClientContext* ctx) { return recover_->SubscribeStressTestResponse(ctx, watch); }, nullptr, kOmServiceDeadline);
+      [&](grpc::ClientContext* ctx) { return recover_->SubscribeStressTestResponse(ctx, watch); }, nullptr,
+      kOmServiceDeadline);
 
   const ::ProcessManageSignal pause = taskd->Wait(0);
   ASSERT_EQ(pause.signaltype(), "stopTrain");
