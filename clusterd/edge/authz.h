@@ -1,6 +1,6 @@
 // The one table of who may call what (docs/security.md): every method of
 // every service ClusterD serves, with the roles allowed. A method missing
-// here is refused for everyone, and test/clusterd/authz_test.cc walks every
+// here is refused for everyone, and test/clusterd/edge/security_test.cc walks every
 // method of every registered service through reflection, so a new method
 // without an entry fails the tests.
 #pragma once

@@ -1,7 +1,7 @@
 // From a decision to the stored recovery's steps: which agent commands and
 // cluster actions carry out a strategy, in order. Pure (the coordinator
 // stores and dispatches what these write), so the step lists are tested on
-// their own (test/recovery/plan_test.cc).
+// their own (test/clusterd/recovery/plan_test.cc).
 #pragma once
 
 #include "clusterd/recovery/types.h"

@@ -2,7 +2,7 @@
 // byte order of keys is their numeric order; strings that lead a key end with
 // a 0x00 byte (node names are validated never to contain one), so a node's
 // devices and faults are one contiguous prefix range.
-// Golden-byte tests (test/clusterd/key_codec_test.cc) pin the format.
+// Golden-byte tests (test/clusterd/storage/key_codec_test.cc) pin the format.
 #pragma once
 
 #include <cstdint>

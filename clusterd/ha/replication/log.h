@@ -5,7 +5,7 @@
 // numbered 1, 2, 3 ... without gaps; the oldest go once every live replica
 // is past them, so a reader may find the log starting later than it asked.
 // Implemented over etcd in clusterd/ha (etcd_log.h); tests use a fake in
-// memory (test/clusterd/fake_log.h).
+// memory (test/support/fakes/fake_log.h).
 //
 // Thread contract: an implementation's; the ones here may be called from any
 // thread.

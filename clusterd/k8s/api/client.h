@@ -100,7 +100,7 @@ using LineSink = std::function<bool(std::string_view line)>;
 // (Stream). The JSON verbs are built here on Do, once, so every
 // implementation answers them alike (ApiStatus for a non-2xx answer). Client
 // is the real one (HTTPS); tests use an in-memory API server
-// (test/clusterd/fake_k8s_client.h). Implementations are thread-safe.
+// (test/support/fakes/fake_k8s_client.h). Implementations are thread-safe.
 class ApiClient {
  public:
   virtual ~ApiClient() = default;
