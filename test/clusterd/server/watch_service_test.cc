@@ -15,8 +15,7 @@
 #include "clusterd/edge/auth.h"
 #include "clusterd/engine/watch_hub.h"
 #include "clusterd/server/cluster_service.h"
-#include "clusterd/state/cluster_state.h"
-#include "clusterd/storage/memory_store.h"
+#include "test/support/state/state_on_store.h"
 #include "test/support/wait.h"
 
 namespace clusterd {
@@ -34,15 +33,12 @@ v1::Event EventAt(uint64_t revision, v1::EventType type) {
 class WatchServiceTest : public ::testing::Test {
  protected:
   void Start(WatchOptions options) {
-    auto store = storage::MemoryStore::Open(std::make_shared<storage::MemoryDisk>(), storage::StoreOptions());
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(*store);
-    state_ = std::make_unique<ClusterState>(store_.get(), &catalog_, &SystemClock::Instance());
-    ASSERT_TRUE(state_->Load().ok());
-    hub_ = std::make_unique<WatchHub>(store_.get(), 4096);
+    ASSERT_NO_FATAL_FAILURE(db_.Open());
+    hub_ = std::make_unique<WatchHub>(db_.store_.get(), 4096);
     hub_->Init(0);
     auth_ = MakeClaimedActorAuthenticator();
-    service_ = std::make_unique<ClusterServiceImpl>(state_.get(), hub_.get(), &pool_, options, &metrics_, auth_.get());
+    service_ =
+        std::make_unique<ClusterServiceImpl>(db_.state_.get(), hub_.get(), &pool_, options, &metrics_, auth_.get());
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -94,9 +90,7 @@ class WatchServiceTest : public ::testing::Test {
   std::condition_variable cv_;
   bool released_ = false;
   MetricsRegistry metrics_;
-  Catalog catalog_ = Catalog::Default();
-  std::unique_ptr<storage::Store> store_;
-  std::unique_ptr<ClusterState> state_;
+  testing::StateOnStore<testing::MemoryBackend> db_;
   std::unique_ptr<WatchHub> hub_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<ClusterServiceImpl> service_;
