@@ -374,7 +374,7 @@ TEST_F(GrpcTest, WatchRefusesBytesThatAreNotAWatchRequest) {
   // Not a WatchRequest: a varint tag that never ends, and a field 1 of
   // length 5 holding 2 bytes.
   const std::string truncated_field = std::string("\x0a\x05", 2) + "ab";
-  for (const std::string& bytes : {std::string("\xff\xff\xff\xff\x0f garbage", 15), truncated_field}) {
+  for (const std::string& bytes : {std::string("\xff\xff\xff\xff\x0f", 5) + " garbage", truncated_field}) {
     grpc::ClientContext ctx;
     grpc::Slice slice(bytes);
     grpc::ByteBuffer request(&slice, 1);
