@@ -93,7 +93,7 @@ namespace {
       "  --pingmesh-nodes    scenario 19: simulated NodeDs in SuperPoDs of 48 (default 16000)\n"
       "  --fleet-nodes LIST  scenario 20: nodes (x --devices) on one leader, per point (default 50000,100000)\n"
       "  --fleet-heartbeat   scenario 20: the agents' and clusterd's heartbeat interval, seconds; the node\n"
-      "                      grace is 3x it (default 10)\n"
+      "                      grace is 3x it (default 20)\n"
       "  --fleet-queries     scenario 20: GetSummary calls and ListNodes pages timed per point (default 200)\n"
       "  --fleet-sink BOOL   scenario 20: the raw gRPC sink with the same agents first (default true)\n"
       "  --fleet-ha-nodes N  scenario 20: nodes of the point with HA on (3 etcd, 3 replicas; default 100000;\n"

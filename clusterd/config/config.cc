@@ -106,6 +106,9 @@ std::vector<ConfigKey> MakeTable() {
   t.Add(U64("min_free_inodes", CLUSTERD_FIELD(min_free_inodes), 16, 1'000'000'000), "the same for free inodes");
   t.Add(Dur("node_grace", CLUSTERD_FIELD(node_grace), std::chrono::milliseconds(100)),
         "heartbeat silence before a node is lost (also sent to agents in Welcome)");
+  t.Add(Dur("reattach_grace", CLUSTERD_FIELD(reattach_grace), std::chrono::nanoseconds(0), std::chrono::hours(1)),
+        "after a restart or a takeover, how much longer than node_grace a node whose agent has not come back yet is "
+        "not declared lost while other agents keep coming back (a large fleet's reattach); 0s: off");
   t.Add(Dur("heartbeat_interval", CLUSTERD_FIELD(heartbeat_interval), std::chrono::milliseconds(10)),
         "heartbeat interval advertised to agents");
   t.Add(Raw("catalog_file", CLUSTERD_FIELD(catalog_file), "FILE", "a readable JSON file"),

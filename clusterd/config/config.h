@@ -31,6 +31,10 @@ struct ClusterdConfig {
   uint64_t min_free_bytes = 256ull << 20;
   uint64_t min_free_inodes = 1024;
   std::chrono::nanoseconds node_grace = std::chrono::seconds(10);
+  // After a restart or a takeover, how much longer than node_grace the
+  // agents still to come back are given while others keep coming back
+  // (EngineOptions::reattach_grace); 0s: off.
+  std::chrono::nanoseconds reattach_grace = std::chrono::minutes(2);
   // Advertised to agents in the Welcome.
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(2);
   std::string catalog_file;  // optional override, merged over the built-in catalog

@@ -51,6 +51,15 @@ Engine::Engine(ClusterState* state, storage::Store* store, WatchHub* hub, const 
                               "1 while client writes are accepted; 0 while they are refused (disk below its reserve, "
                               "store read-only or failing).",
                               [this] { return writable() ? 1.0 : 0.0; });
+    metrics->AddCallbackGauge(
+        "clusterd_nodes_awaiting_reattach",
+        "After a restart or a takeover: nodes whose agent has not come back yet (counted every node_grace / 4 "
+        "until all are back or the rest are declared lost).",
+        [this] { return static_cast<double>(awaiting_reattach_.load(std::memory_order_relaxed)); });
+    reattached_late_ = &metrics->AddCounter(
+        "clusterd_nodes_reattached_late_total",
+        "Nodes whose agent came back after node_grace from a restart or takeover, held (not declared lost) while "
+        "the reattach was still under way (--reattach-grace).");
     metrics->AddCallbackGauge("clusterd_store_held_changes",
                               "Changes applied in memory but held (not acknowledged, not published) until the store "
                               "can commit them.",
@@ -245,6 +254,47 @@ void Engine::MaybeRetain(TimePoint now, Mutation* m) {
   }
 }
 
+bool Engine::HoldForReattach(TimePoint now) {
+  Reattach& r = *reattach_;
+  const size_t awaiting = state_->AwaitingReattach();
+  awaiting_reattach_.store(awaiting, std::memory_order_relaxed);
+  if (awaiting < r.awaiting) {
+    r.awaiting = awaiting;
+    r.progress_at = now;
+  }
+  auto log = GetLogger("liveness");
+  const auto ms = [](std::chrono::nanoseconds d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  if (now >= r.grace_end && !r.past_grace && awaiting > 0) {
+    r.past_grace = true;
+    r.at_grace = awaiting;
+  }
+  const bool coming = now - r.progress_at < options_.node_grace / 4;
+  if (awaiting > 0 && (now < r.grace_end || (coming && now < r.until))) {
+    if (r.past_grace && r.progress_at == now) {
+      log->info(
+          "reattach under way {} ms past the grace: {} agent(s) still to come back, not declared lost while "
+          "others keep coming (at most {} ms more)",
+          ms(now - r.grace_end), awaiting, ms(r.until - now));
+    }
+    return true;
+  }
+  if (r.past_grace) {
+    const size_t late = r.at_grace - awaiting;
+    if (reattached_late_) reattached_late_->Inc(late);
+    log->warn(
+        "reattach ended {} ms past the grace: {} agent(s) came back late and were held; {} still away are "
+        "declared lost now ({})",
+        ms(now - r.grace_end), late, awaiting,
+        awaiting == 0 ? "none"
+                      : (now >= r.until ? "reattach_grace reached" : "no agent came back for a quarter grace"));
+  }
+  reattach_.reset();
+  awaiting_reattach_.store(0, std::memory_order_relaxed);
+  return false;
+}
+
 Engine::StepResult Engine::Step() {
   CLUSTERD_DCHECK_ON_THREAD(writer_);
   const TimePoint now = clock_->Now();
@@ -355,8 +405,16 @@ Engine::StepResult Engine::Step() {
       state_->RestartGrace(now);
       next_liveness_ = now + options_.node_grace;
       liveness_started_ = true;
+      const size_t awaiting = options_.reattach_grace.count() > 0 ? state_->AwaitingReattach() : 0;
+      if (awaiting > 0) {
+        awaiting_reattach_.store(awaiting, std::memory_order_relaxed);
+        const TimePoint grace_end = now + options_.node_grace;
+        reattach_ = Reattach{grace_end, grace_end + options_.reattach_grace, now, awaiting};
+        next_liveness_ = now + options_.node_grace / 4;
+      }
     }
     if (can_write && now >= *next_liveness_) {
+      const bool hold = reattach_ && HoldForReattach(now);
       // Check again when the next node could cross the grace (a moment
       // after, so that it has). No node can cross it sooner: a node's last
       // message only gets later, and one that is watched from now on (new,
@@ -365,10 +423,12 @@ Engine::StepResult Engine::Step() {
       // 100,000 nodes every 500 ms); it runs about every grace less one
       // heartbeat interval now. With no node to watch: every liveness
       // interval; and at least once a grace (a step of the wall clock).
-      const TimePoint expiry = state_->CheckLiveness(options_.node_grace, &g.m);
+      const TimePoint expiry = state_->CheckLiveness(options_.node_grace, &g.m, hold);
       next_liveness_ = expiry == TimePoint::max()
                            ? now + options_.liveness_interval
                            : std::min(expiry + std::chrono::milliseconds(1), now + options_.node_grace);
+      // While agents reattach, they are counted again a quarter grace on.
+      if (reattach_) next_liveness_ = std::min(*next_liveness_, now + options_.node_grace / 4);
     }
     // After the group: what it changed carries times up to now.
     if (!hooks_.rules.empty()) {

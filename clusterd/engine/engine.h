@@ -57,6 +57,18 @@ struct EngineOptions {
   // elected ClusterD gives every agent a whole node_grace to come back.
   // Unset (tests that step by hand): liveness starts with the first Step.
   bool liveness_waits_for_serve = false;
+  // The reattach storm after a restart or a takeover. Once the nodes' grace
+  // starts, the agents still to come back (ClusterState::AwaitingReattach)
+  // are counted every node_grace / 4. Past node_grace, while that count fell
+  // within the last node_grace / 4 (agents are still coming back: the server,
+  // not they, sets the pace), those still to come back are not declared lost,
+  // for at most reattach_grace more; once the count stops falling (or it is
+  // reached) they are, at once. A fleet too large to reattach within one
+  // node_grace (100,000 agents on 2 vCPUs: over a minute) is then not called
+  // lost in part by its own reattach, and a node whose agent is really gone
+  // is declared lost at most node_grace / 4 after the others are back.
+  // 0: off (every node is lost one grace after Serve).
+  std::chrono::nanoseconds reattach_grace{0};
   uint64_t retention_events = 1'000'000;
   std::chrono::nanoseconds retention_age = std::chrono::hours(24 * 7);
   std::chrono::nanoseconds retention_interval = std::chrono::seconds(60);
@@ -183,6 +195,9 @@ class Engine {
 
   void Run();
   void MaybeRetain(TimePoint now, Mutation* m);
+  // Writer, state locked. Whether the nodes still to reattach are held now
+  // (EngineOptions::reattach_grace); ends the reattach when they are not.
+  bool HoldForReattach(TimePoint now);
   // Writer. Whether a commit may be tried now: refreshes the monitor and,
   // when there is room and the store is read-only or failed, reopens it for
   // writing (at most every store_retry_interval).
@@ -211,6 +226,17 @@ class Engine {
   ThreadChecker writer_;
   std::optional<TimePoint> next_liveness_;  // unset until the first Step
   bool liveness_started_ = false;           // the nodes' grace runs (Serve, or the first Step)
+  // From the nodes' grace start until every agent is back or the hold ends.
+  struct Reattach {
+    TimePoint grace_end;    // the grace started at Serve runs out
+    TimePoint until;        // held no longer than this
+    TimePoint progress_at;  // the count last fell
+    size_t awaiting = 0;    // agents still to come back, at the last count
+    size_t at_grace = 0;    // ... when the grace ran out
+    bool past_grace = false;
+  };
+  std::optional<Reattach> reattach_;
+  std::atomic<size_t> awaiting_reattach_{0};  // the gauge's
   TimePoint next_retention_{};
   TimePoint rules_at_ = TimePoint::max();  // when the rules asked to run again
   TimePoint next_reopen_{};                // reopen attempts are spaced
@@ -231,6 +257,7 @@ class Engine {
   std::thread thread_;
 
   Counter* recoveries_pruned_ = nullptr;
+  Counter* reattached_late_ = nullptr;
   Counter* commits_ = nullptr;
   Counter* changes_ = nullptr;
   Counter* events_ = nullptr;

@@ -352,6 +352,7 @@ Status ClusterdServer::Impl::StartWriter() {
   const ClusterdConfig& cfg = config;
   EngineOptions eo;
   eo.node_grace = cfg.node_grace;
+  eo.reattach_grace = cfg.reattach_grace;
   eo.liveness_waits_for_serve = true;  // Start calls Serve once gRPC listens
   eo.retention_events = cfg.retention_events;
   eo.retention_age = cfg.retention_age;

@@ -491,11 +491,12 @@ void ClusterState::ApplyDisconnect(const std::string& node, uint64_t session) {
   }
 }
 
-TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* m) {
+TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* m, bool hold_unattached) {
   const TimePoint now = clock_->Now();
   TimePoint next = TimePoint::max();
   for (auto& [name, n] : nodes_.all()) {
     if (n.lost || !n.record.node().registered_by().empty()) continue;  // no agent expected there
+    if (hold_unattached && n.session == 0) continue;                   // still to reattach
     const TimePoint seen = n.LastSeen();
     if (now - seen <= grace) {
       next = std::min(next, seen + grace);
@@ -512,6 +513,14 @@ TimePoint ClusterState::CheckLiveness(std::chrono::nanoseconds grace, Mutation* 
     Raise(n, HeartbeatKey(name), f, m);
   }
   return next;
+}
+
+size_t ClusterState::AwaitingReattach() const {
+  size_t awaiting = 0;
+  for (const auto& [name, n] : nodes_.all()) {
+    if (!n.lost && n.session == 0 && n.record.node().registered_by().empty()) ++awaiting;
+  }
+  return awaiting;
 }
 
 void ClusterState::RestartGrace(TimePoint now) {

@@ -247,8 +247,15 @@ class ClusterState : public StateView {
 
   // Raises HEARTBEAT_LOST on every node silent for longer than grace.
   // Returns when the next node would be silent for longer than grace if it
-  // stays silent (TimePoint::max() if none can be).
-  TimePoint CheckLiveness(std::chrono::nanoseconds grace, Mutation* m);
+  // stays silent (TimePoint::max() if none can be). hold_unattached: a node
+  // whose agent has not said Hello to this process yet (AwaitingReattach)
+  // is not declared lost, however long it has been silent: the writer holds
+  // them while a restart's reattach is still under way.
+  TimePoint CheckLiveness(std::chrono::nanoseconds grace, Mutation* m, bool hold_unattached = false);
+  // Nodes whose agent is expected (not lost, not registered by an API
+  // client) and has not said Hello to this process since it loaded the
+  // state: after a restart or a takeover, the agents still to come back.
+  size_t AwaitingReattach() const;
   // Every node that is not lost counts as seen at `now` (if seen before):
   // its grace starts again. The writer calls it when agents can first reach
   // this process (Engine::Serve), so that neither the time the load took nor

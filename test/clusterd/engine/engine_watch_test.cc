@@ -1,6 +1,8 @@
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <thread>
 
@@ -350,6 +352,145 @@ TEST_F(EngineTest, TakeoverGivesEveryNodeAWholeGraceFromServing) {
   engine_->Step();
   EXPECT_EQ(unknown(), 3u);
   EXPECT_EQ(lost_faults(), 3u);
+}
+
+// A reattach storm after a restart (#59): a large fleet's agents come back
+// over longer than one grace, at the pace the server sets. Those still to
+// come back are not declared lost while others keep coming (EngineOptions::
+// reattach_grace); a node whose agent is really gone is declared lost once
+// they stop coming, and one that came back late never was.
+class ReattachTest : public EngineTest {
+ protected:
+  // Registers `nodes`, kills the writer and starts it again long after, with
+  // `options`; Serve is at t0_.
+  void Restart(int nodes, EngineOptions options) {
+    Start(options);
+    Register(nodes);
+    Stop();
+    clock_.Advance(1h);
+    options.liveness_waits_for_serve = true;
+    Start(options);
+    engine_->Step();
+    engine_->Serve();
+    t0_ = clock_.Now();
+    engine_->Step();
+  }
+  // Steps the writer every 100 ms up to t0_ + `until`; node i says Hello
+  // again (a new session) at t0_ + back[i], if it has one, and heartbeats
+  // every step from then on unless it is in silent_. Records when each node
+  // was first declared lost.
+  void RunUntil(std::chrono::milliseconds until, const std::map<int, std::chrono::milliseconds>& back) {
+    while (clock_.Now() < t0_ + until) {
+      clock_.Advance(100ms);
+      std::atomic<int> done{0};
+      int submitted = 0;
+      for (const auto& [i, at] : back) {
+        const std::string node = "node" + std::to_string(i);
+        const uint64_t session = 1000 + i;
+        if (t0_ + at > clock_.Now() - 100ms && t0_ + at <= clock_.Now()) {
+          SubmitHello(node, session, &done);
+          ++submitted;
+        } else if (t0_ + at <= clock_.Now() && !silent_.count(i)) {
+          ASSERT_TRUE(engine_->Submit([node, session, &done](ClusterState& s, Mutation* m) -> Engine::Done {
+            EXPECT_TRUE(s.ApplyHeartbeat(node, session, m).ok());
+            return [&done] { done++; };
+          }));
+          ++submitted;
+        }
+      }
+      Drain();
+      ASSERT_EQ(done.load(), submitted);
+      engine_->Step();
+      state_->Read([&](const StateView& s) {
+        for (const auto& [key, f] : s.faults()) {
+          if (f.code() == "HEARTBEAT_LOST") lost_at_.emplace(f.node(), clock_.Now() - t0_);
+        }
+        return 0;
+      });
+    }
+  }
+  double Late() { return CounterIn(engine_metrics_->Render(), "clusterd_nodes_reattached_late_total"); }
+  double Awaiting() { return CounterIn(engine_metrics_->Render(), "clusterd_nodes_awaiting_reattach"); }
+
+  TimePoint t0_;
+  std::set<int> silent_;                                     // nodes that send no heartbeat once back
+  std::map<std::string, std::chrono::nanoseconds> lost_at_;  // node -> first seen lost, from t0_
+};
+
+TEST_F(ReattachTest, AgentsStillComingBackAreNotLostAndTheOneThatIsGoneIsLostOnceTheyStop) {
+  EngineOptions options;
+  options.node_grace = 8s;  // counted every 2 s
+  options.liveness_interval = 1ms;
+  options.reattach_grace = 60s;
+  Restart(8, options);
+  EXPECT_EQ(Awaiting(), 8);
+  // One agent back every 1.5 s: node5 and node6 after the grace; node7 never.
+  std::map<int, std::chrono::milliseconds> back;
+  for (int i = 0; i < 7; ++i) back[i] = std::chrono::milliseconds(1500 * (i + 1));
+  RunUntil(12100ms, back);  // the count at 12 s saw node6 back
+  EXPECT_TRUE(lost_at_.empty()) << lost_at_.begin()->first;
+  EXPECT_EQ(Awaiting(), 1);
+  RunUntil(30s, back);
+  // Only node7, within two counts of the last return; node5 and node6 never.
+  ASSERT_EQ(lost_at_.size(), 1u);
+  ASSERT_TRUE(lost_at_.count("node7"));
+  EXPECT_GT(lost_at_["node7"], 10500ms);
+  EXPECT_LE(lost_at_["node7"], 10500ms + 2 * 2s + 100ms);
+  EXPECT_EQ(Late(), 2);  // node5 and node6 came back past the grace and were held
+  EXPECT_EQ(Awaiting(), 0);
+}
+
+TEST_F(ReattachTest, WithoutItTheAgentsStillToComeBackAreLostAtTheGrace) {
+  EngineOptions options;
+  options.node_grace = 8s;
+  options.liveness_interval = 1ms;
+  options.reattach_grace = 0s;
+  Restart(8, options);
+  std::map<int, std::chrono::milliseconds> back;
+  for (int i = 0; i < 7; ++i) back[i] = std::chrono::milliseconds(1500 * (i + 1));
+  RunUntil(30s, back);
+  EXPECT_EQ(lost_at_.size(), 3u);  // node5, node6 and node7, at the grace
+  for (const auto& [node, at] : lost_at_) EXPECT_LE(at, 8s + 100ms) << node;
+  EXPECT_EQ(Late(), 0);
+}
+
+TEST_F(ReattachTest, TheHoldEndsAtReattachGraceEvenWhileAgentsKeepComing) {
+  EngineOptions options;
+  options.node_grace = 8s;
+  options.liveness_interval = 1ms;
+  options.reattach_grace = 4s;
+  Restart(40, options);
+  std::map<int, std::chrono::milliseconds> back;  // one a second, for 40 s
+  for (int i = 0; i < 40; ++i) back[i] = std::chrono::milliseconds(500 + 1000 * i);
+  RunUntil(40s, back);
+  // Held until the grace plus reattach_grace (12 s) and not longer: those
+  // still away then (node12 and on) are lost then.
+  EXPECT_FALSE(lost_at_.count("node10"));
+  ASSERT_TRUE(lost_at_.count("node13"));
+  ASSERT_TRUE(lost_at_.count("node39"));
+  EXPECT_GE(lost_at_["node39"], 12s);
+  EXPECT_LE(lost_at_["node39"], 12s + 2s + 100ms);
+  EXPECT_EQ(lost_at_["node39"], lost_at_["node13"]);
+}
+
+// A restart where every agent is back within the grace ends the reattach at
+// once: a node that leaves later is lost one grace after its last message.
+TEST_F(ReattachTest, EveryAgentBackEndsItAndLaterSilenceIsAnOrdinaryGrace) {
+  EngineOptions options;
+  options.node_grace = 8s;
+  options.liveness_interval = 1ms;
+  options.reattach_grace = 60s;
+  Restart(2, options);
+  silent_ = {0, 1};
+  RunUntil(20s, {{0, 1000ms}, {1, 1000ms}});
+  EXPECT_EQ(Awaiting(), 0);
+  // Both are silent since t0 + 1 s (no heartbeats here): lost at 9 s.
+  ASSERT_EQ(lost_at_.size(), 2u);
+  for (const auto& [node, at] : lost_at_) {
+    EXPECT_GT(at, 9s) << node;
+    EXPECT_LE(at, 9s + 100ms) << node;
+  }
+  EXPECT_EQ(Late(), 0);
 }
 
 // Without Serve (a writer stepped by hand) the grace starts with the first
