@@ -712,7 +712,13 @@ void AgentPool::StartHeartbeats(double interval_s) {
         while (!hb_stop_.load() && due > NowNs()) SleepUntilNs(std::min(due, NowNs() + 50'000'000));
       }
       if (hb_stop_.load()) break;
-      if (!hb_skip_[i].load(std::memory_order_relaxed) && streams_[i]->Heartbeat()) ++heartbeats_;
+      if (!hb_skip_[i].load(std::memory_order_relaxed) && streams_[i]->Heartbeat()) {
+        ++heartbeats_;
+        const int64_t late = NowNs() - due;
+        int64_t seen = hb_max_late_.load(std::memory_order_relaxed);
+        while (late > seen && !hb_max_late_.compare_exchange_weak(seen, late)) {
+        }
+      }
     }
   });
 }

@@ -127,6 +127,10 @@ class AgentPool {
   void SetHeartbeating(size_t i, bool on);
   bool Heartbeat(size_t i);  // one now; false if stream i is not attached
   uint64_t heartbeats() const { return heartbeats_.load(); }
+  // The most a heartbeat was queued after its slot since the last call (ns):
+  // how far this process's heartbeat thread fell behind (a co-located client
+  // starved of CPU), as opposed to the server being late to read it.
+  int64_t TakeHeartbeatMaxLateNs() { return hb_max_late_.exchange(0); }
   // Cancels stream i for good, as an agent that died (no reconnect).
   void Kill(size_t i);
   // When stream i last queued a message (Hello, transition or heartbeat).
@@ -173,6 +177,7 @@ class AgentPool {
   std::atomic<bool> hb_stop_{true};
   std::unique_ptr<std::atomic<bool>[]> hb_skip_;
   std::atomic<uint64_t> heartbeats_{0};
+  std::atomic<int64_t> hb_max_late_{0};
   OnMessage on_message_;
 };
 
