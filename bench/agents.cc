@@ -93,11 +93,13 @@ static std::string FirstAddress(const std::string& target) {
   return comma == std::string::npos ? target : target.substr(0, comma);
 }
 
-std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels) {
+std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels,
+                                                         const std::string& role) {
   std::vector<std::shared_ptr<grpc::Channel>> out;
   for (int i = 0; i < channels; ++i) {
     grpc::ChannelArguments args;
     args.SetInt("bench.channel", i);  // distinct args -> distinct subchannel/connection
+    args.SetString("bench.role", role);
     args.SetMaxReceiveMessageSize(64 << 20);
     // As NodeD: its own backoff governs reconnects, gRPC's is kept short.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -698,34 +700,43 @@ void AgentPool::TimerLoop() {
 void AgentPool::StartHeartbeats(double interval_s) {
   StopHeartbeats();
   hb_stop_ = false;
-  hb_ = std::thread([this, interval_s] {
-    const int64_t interval = static_cast<int64_t>(interval_s * 1e9);
-    const size_t n = streams_.size();
-    const int64_t start = NowNs();
-    for (uint64_t k = 0; !hb_stop_.load(); ++k) {
-      const size_t i = k % n;
-      const int64_t due =
-          start + static_cast<int64_t>(k / n) * interval +
-          static_cast<int64_t>(static_cast<double>(interval) * static_cast<double>(i) / static_cast<double>(n));
-      if (due > NowNs() + 1'000'000) {
-        // Sleep in slices of at most 50 ms so StopHeartbeats is prompt.
-        while (!hb_stop_.load() && due > NowNs()) SleepUntilNs(std::min(due, NowNs() + 50'000'000));
-      }
-      if (hb_stop_.load()) break;
-      if (!hb_skip_[i].load(std::memory_order_relaxed) && streams_[i]->Heartbeat()) {
-        ++heartbeats_;
-        const int64_t late = NowNs() - due;
-        int64_t seen = hb_max_late_.load(std::memory_order_relaxed);
-        while (late > seen && !hb_max_late_.compare_exchange_weak(seen, late)) {
+  // Several threads, each the streams i % threads == t, as NodeD's agents
+  // each keep their own timer: one thread for 100,000 agents fell a whole
+  // grace behind while it shared 2 vCPUs with a reattach storm, and one
+  // stream whose lock a gRPC thread held delayed every heartbeat after it.
+  const size_t n = streams_.size();
+  const size_t threads = std::min<size_t>(kHeartbeatThreads, n);
+  const int64_t interval = static_cast<int64_t>(interval_s * 1e9);
+  const int64_t start = NowNs();
+  for (size_t t = 0; t < threads; ++t) {
+    hb_.emplace_back([this, interval, start, n, threads, t] {
+      const size_t mine = (n - t + threads - 1) / threads;  // streams t, t + threads, ...
+      for (uint64_t k = 0; !hb_stop_.load(); ++k) {
+        const size_t i = t + (k % mine) * threads;
+        const int64_t due =
+            start + static_cast<int64_t>(k / mine) * interval +
+            static_cast<int64_t>(static_cast<double>(interval) * static_cast<double>(i) / static_cast<double>(n));
+        if (due > NowNs() + 1'000'000) {
+          // Sleep in slices of at most 50 ms so StopHeartbeats is prompt.
+          while (!hb_stop_.load() && due > NowNs()) SleepUntilNs(std::min(due, NowNs() + 50'000'000));
+        }
+        if (hb_stop_.load()) break;
+        if (!hb_skip_[i].load(std::memory_order_relaxed) && streams_[i]->Heartbeat()) {
+          ++heartbeats_;
+          const int64_t late = NowNs() - due;
+          int64_t seen = hb_max_late_.load(std::memory_order_relaxed);
+          while (late > seen && !hb_max_late_.compare_exchange_weak(seen, late)) {
+          }
         }
       }
-    }
-  });
+    });
+  }
 }
 
 void AgentPool::StopHeartbeats() {
   hb_stop_ = true;
-  if (hb_.joinable()) hb_.join();
+  for (auto& t : hb_) t.join();
+  hb_.clear();
 }
 
 void AgentPool::SetHeartbeating(size_t i, bool on) { hb_skip_[i] = !on; }
@@ -852,7 +863,7 @@ class WatchPool::Watcher final : public grpc::ClientReadReactor<v1::WatchRespons
 
 WatchPool::WatchPool(const std::string& target, int count, const v1::WatchRequest& req, OnResponse on_response,
                      int channels)
-    : channels_(MakeChannels(target, channels)), on_response_(std::move(on_response)) {
+    : channels_(MakeChannels(target, channels, "watch")), on_response_(std::move(on_response)) {
   for (auto& ch : channels_) stubs_.push_back(v1::ClusterService::NewStub(ch));
   for (int i = 0; i < count; ++i) {
     watchers_.push_back(std::make_unique<Watcher>(this, static_cast<size_t>(i), stubs_[i % stubs_.size()].get(), req));

@@ -56,8 +56,16 @@ size_t RecordSize();
 // prefix0, prefix1, ... prefix(n-1): the node names of n simulated agents.
 std::vector<std::string> NodeNames(const std::string& prefix, int n);
 
-// `channels` channels to target, each its own HTTP/2 connection.
-std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels);
+// `channels` channels to target, each its own HTTP/2 connection, for one
+// kind of client (`role`). gRPC to target for one kind of client (`role`). gRPC
+// shares a connection between channels of the same target and arguments
+// (its global subchannel pool), so the role keeps a pool's connections its
+// own: a Watch opened after a restart must not land on the agents'
+// connection that is still in reconnect backoff from while the server was
+// down (it fails at once with that connection's last "Connection refused"),
+// nor share its HTTP/2 flow control with the agents' load.
+std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels,
+                                                         const std::string& role = "agent");
 
 // ---------------------------------------------------------------- DriveAgents
 
@@ -120,15 +128,17 @@ class AgentPool {
   std::string Close(double timeout_s = 30);
 
   // Heartbeats: every stream that is attached sends one every interval_s,
-  // spread evenly over the interval, from one thread. Started before
-  // Connect, a stream's heartbeats begin with its Welcome, as NodeD's do.
+  // spread evenly over the interval, from kHeartbeatThreads threads (each
+  // a share of the streams). Started before Connect, a stream's heartbeats
+  // begin with its Welcome, as NodeD's do.
+  static constexpr size_t kHeartbeatThreads = 4;
   void StartHeartbeats(double interval_s);
   void StopHeartbeats();
   void SetHeartbeating(size_t i, bool on);
   bool Heartbeat(size_t i);  // one now; false if stream i is not attached
   uint64_t heartbeats() const { return heartbeats_.load(); }
   // The most a heartbeat was queued after its slot since the last call (ns):
-  // how far this process's heartbeat thread fell behind (a co-located client
+  // how far this process's heartbeat threads fell behind (a co-located client
   // starved of CPU), as opposed to the server being late to read it.
   int64_t TakeHeartbeatMaxLateNs() { return hb_max_late_.exchange(0); }
   // Cancels stream i for good, as an agent that died (no reconnect).
@@ -173,7 +183,8 @@ class AgentPool {
   std::atomic<size_t> welcomed_{0}, done_{0}, attached_{0}, live_calls_{0}, welcomes_total_{0}, reconnects_{0};
   std::atomic<bool> stopping_{false};
   std::multimap<int64_t, Stream*> timers_;  // reconnects due
-  std::thread timer_, hb_;
+  std::thread timer_;
+  std::vector<std::thread> hb_;
   std::atomic<bool> hb_stop_{true};
   std::unique_ptr<std::atomic<bool>[]> hb_skip_;
   std::atomic<uint64_t> heartbeats_{0};

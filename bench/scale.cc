@@ -96,8 +96,7 @@ class FaultWatch {
   // Streams that ended for another reason than falling behind or an
   // unavailable server. One that clusterd ended for lagging
   // (watch_max_lag_events: this co-located client is starved during a hello
-  // storm), or that could not reach it (UNAVAILABLE: the restarted server's
-  // listener refused a connection during the storm), is resumed from the
+  // storm), or that could not reach it (UNAVAILABLE), is resumed from the
   // last revision it received, as a client should: nothing is missed,
   // nothing counted twice. At most 100 times.
   size_t ended() {
@@ -753,7 +752,7 @@ struct FleetTakeover {
   size_t attached = 0, spurious = 0;
   uint64_t reconnects = 0, rewelcomes = 0;
   double rss_reattached_mib = NAN;
-  // The most the bench's own heartbeat thread queued a heartbeat after its
+  // The most the bench's own heartbeat threads queued a heartbeat after its
   // slot, from the restart until the count: above the grace, nodes it
   // represents were silent for the grace on this side, not clusterd's.
   double bench_heartbeat_late_s = NAN;
