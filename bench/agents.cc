@@ -697,15 +697,14 @@ void AgentPool::TimerLoop() {
   }
 }
 
-void AgentPool::StartHeartbeats(double interval_s) {
+void AgentPool::StartHeartbeats(double interval_s, size_t threads) {
   StopHeartbeats();
   hb_stop_ = false;
-  // Several threads, each the streams i % threads == t, as NodeD's agents
-  // each keep their own timer: one thread for 100,000 agents fell a whole
-  // grace behind while it shared 2 vCPUs with a reattach storm, and one
-  // stream whose lock a gRPC thread held delayed every heartbeat after it.
+  // With several threads, each sends for the streams i % threads == t: one
+  // thread for 100,000 agents fell a whole grace behind while it shared 2
+  // vCPUs with a reattach storm (scenario 20 uses 4).
   const size_t n = streams_.size();
-  const size_t threads = std::min<size_t>(kHeartbeatThreads, n);
+  threads = std::clamp<size_t>(threads, 1, n);
   const int64_t interval = static_cast<int64_t>(interval_s * 1e9);
   const int64_t start = NowNs();
   for (size_t t = 0; t < threads; ++t) {

@@ -128,11 +128,10 @@ class AgentPool {
   std::string Close(double timeout_s = 30);
 
   // Heartbeats: every stream that is attached sends one every interval_s,
-  // spread evenly over the interval, from kHeartbeatThreads threads (each
-  // a share of the streams). Started before Connect, a stream's heartbeats
-  // begin with its Welcome, as NodeD's do.
-  static constexpr size_t kHeartbeatThreads = 4;
-  void StartHeartbeats(double interval_s);
+  // spread evenly over the interval, from `threads` threads (each a share
+  // of the streams). Started before Connect, a stream's heartbeats begin
+  // with its Welcome, as NodeD's do.
+  void StartHeartbeats(double interval_s, size_t threads = 1);
   void StopHeartbeats();
   void SetHeartbeating(size_t i, bool on);
   bool Heartbeat(size_t i);  // one now; false if stream i is not attached

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -299,29 +300,45 @@ int Run(const Options& o) {
                     {"fleet_ha_nodes", o.fleet_ha_nodes},
                     {"clusterd_args", o.clusterd_args}};
   std::vector<Row> rows;
-  std::string err;
-  if (o.Runs(1) || o.Runs(2)) err = RunIngest(o, tmp, out, rows);
-  if (err.empty() && (o.Runs(3) || o.Runs(4))) err = RunScale(o, tmp, &out, &rows);
-  if (err.empty() && (o.Runs(5) || o.Runs(6) || o.Runs(8))) err = RunRecoveryAndWatch(o, tmp, out, rows);
-  if (err.empty() && o.Runs(7)) err = RunRestart(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(9)) err = RunQueries(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(10)) err = RunPeers(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(11)) err = RunHa(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(12)) err = RunLargestJobs(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(13)) err = RunStack(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(14)) err = RunTaskd(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(15)) err = RunDoctor(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(16)) err = RunProgress(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(17)) err = RunReturnToService(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(18)) err = RunIncidents(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(19)) err = RunPingmesh(o, tmp, &out, &rows);
-  if (err.empty() && o.Runs(20)) err = RunFleet(o, tmp, &out, &rows);
-  out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
-  if (!err.empty()) {
-    std::cerr << "[bench] error: " << err << "\n";
-    if (!rows.empty()) PrintTable(rows);
-    return 1;
+  // Each group of scenarios in turn. A group that fails is a row of the
+  // table ("did not finish" and why) and the next group still runs, so one
+  // failure does not cost a full run the scenarios after it; the run then
+  // exits 1 with every error on stderr, and the JSON is written.
+  struct Group {
+    const char* name;
+    bool runs;
+    std::function<std::string()> run;
+  };
+  const std::vector<Group> groups = {
+      {"1-2 ingest", o.Runs(1) || o.Runs(2), [&] { return RunIngest(o, tmp, out, rows); }},
+      {"3-4 scale", o.Runs(3) || o.Runs(4), [&] { return RunScale(o, tmp, &out, &rows); }},
+      {"5-8 recovery, watch", o.Runs(5) || o.Runs(6) || o.Runs(8),
+       [&] { return RunRecoveryAndWatch(o, tmp, out, rows); }},
+      {"7 restart", o.Runs(7), [&] { return RunRestart(o, tmp, &out, &rows); }},
+      {"9 queries", o.Runs(9), [&] { return RunQueries(o, tmp, &out, &rows); }},
+      {"10 peers", o.Runs(10), [&] { return RunPeers(o, tmp, &out, &rows); }},
+      {"11 HA", o.Runs(11), [&] { return RunHa(o, tmp, &out, &rows); }},
+      {"12 largest jobs", o.Runs(12), [&] { return RunLargestJobs(o, tmp, &out, &rows); }},
+      {"13 stack", o.Runs(13), [&] { return RunStack(o, tmp, &out, &rows); }},
+      {"14 taskd", o.Runs(14), [&] { return RunTaskd(o, tmp, &out, &rows); }},
+      {"15 doctor", o.Runs(15), [&] { return RunDoctor(o, tmp, &out, &rows); }},
+      {"16 progress", o.Runs(16), [&] { return RunProgress(o, tmp, &out, &rows); }},
+      {"17 return", o.Runs(17), [&] { return RunReturnToService(o, tmp, &out, &rows); }},
+      {"18 incidents", o.Runs(18), [&] { return RunIncidents(o, tmp, &out, &rows); }},
+      {"19 pingmesh", o.Runs(19), [&] { return RunPingmesh(o, tmp, &out, &rows); }},
+      {"20 fleet", o.Runs(20), [&] { return RunFleet(o, tmp, &out, &rows); }},
+  };
+  std::vector<std::string> errors;
+  for (const auto& g : groups) {
+    if (!g.runs) continue;
+    if (std::string err = g.run(); !err.empty()) {
+      std::cerr << "[bench] error: " << err << "\n";
+      rows.push_back({g.name, "did not finish", err, "", "", "", "NO"});
+      out["errors"].push_back(err);
+      errors.push_back(err);
+    }
   }
+  out["wall_s"] = static_cast<double>(NowNs() - t0) / 1e9;
 
   std::cout << "clusterd-bench" << (o.short_mode ? " --short" : "") << ": " << std::thread::hardware_concurrency()
             << " CPUs (" << CpuModel() << "), " << o.streams << " streams, " << o.duration_s << " s per phase, "
@@ -335,7 +352,8 @@ int Run(const Options& o) {
     return 1;
   }
   std::cout << "results: " << o.json_path << "\n";
-  return 0;
+  for (const auto& e : errors) std::cerr << "[bench] error: " << e << "\n";
+  return errors.empty() ? 0 : 1;
 }
 
 // clusterd-bench --agent-pool TARGET N PREFIX: N simulated agents (PREFIX0 ..

@@ -409,6 +409,20 @@ class ReattachTest : public EngineTest {
       });
     }
   }
+  // An 8 s grace (counted every 2 s) and the liveness check at every step.
+  static EngineOptions Options(std::chrono::nanoseconds reattach_grace) {
+    EngineOptions options;
+    options.node_grace = 8s;
+    options.liveness_interval = 1ms;
+    options.reattach_grace = reattach_grace;
+    return options;
+  }
+  // Nodes 0..n-1 back one every 1.5 s from t0_ + 1.5 s.
+  static std::map<int, std::chrono::milliseconds> OneEvery1500ms(int n) {
+    std::map<int, std::chrono::milliseconds> back;
+    for (int i = 0; i < n; ++i) back[i] = std::chrono::milliseconds(1500 * (i + 1));
+    return back;
+  }
   double Late() { return CounterIn(engine_metrics_->Render(), "clusterd_nodes_reattached_late_total"); }
   double Awaiting() { return CounterIn(engine_metrics_->Render(), "clusterd_nodes_awaiting_reattach"); }
 
@@ -418,15 +432,10 @@ class ReattachTest : public EngineTest {
 };
 
 TEST_F(ReattachTest, AgentsStillComingBackAreNotLostAndTheOneThatIsGoneIsLostOnceTheyStop) {
-  EngineOptions options;
-  options.node_grace = 8s;  // counted every 2 s
-  options.liveness_interval = 1ms;
-  options.reattach_grace = 60s;
-  Restart(8, options);
+  Restart(8, Options(60s));
   EXPECT_EQ(Awaiting(), 8);
   // One agent back every 1.5 s: node5 and node6 after the grace; node7 never.
-  std::map<int, std::chrono::milliseconds> back;
-  for (int i = 0; i < 7; ++i) back[i] = std::chrono::milliseconds(1500 * (i + 1));
+  const auto back = OneEvery1500ms(7);
   RunUntil(12100ms, back);  // the count at 12 s saw node6 back
   EXPECT_TRUE(lost_at_.empty()) << lost_at_.begin()->first;
   EXPECT_EQ(Awaiting(), 1);
@@ -441,25 +450,15 @@ TEST_F(ReattachTest, AgentsStillComingBackAreNotLostAndTheOneThatIsGoneIsLostOnc
 }
 
 TEST_F(ReattachTest, WithoutItTheAgentsStillToComeBackAreLostAtTheGrace) {
-  EngineOptions options;
-  options.node_grace = 8s;
-  options.liveness_interval = 1ms;
-  options.reattach_grace = 0s;
-  Restart(8, options);
-  std::map<int, std::chrono::milliseconds> back;
-  for (int i = 0; i < 7; ++i) back[i] = std::chrono::milliseconds(1500 * (i + 1));
-  RunUntil(30s, back);
+  Restart(8, Options(0s));
+  RunUntil(30s, OneEvery1500ms(7));
   EXPECT_EQ(lost_at_.size(), 3u);  // node5, node6 and node7, at the grace
   for (const auto& [node, at] : lost_at_) EXPECT_LE(at, 8s + 100ms) << node;
   EXPECT_EQ(Late(), 0);
 }
 
 TEST_F(ReattachTest, TheHoldEndsAtReattachGraceEvenWhileAgentsKeepComing) {
-  EngineOptions options;
-  options.node_grace = 8s;
-  options.liveness_interval = 1ms;
-  options.reattach_grace = 4s;
-  Restart(40, options);
+  Restart(40, Options(4s));
   std::map<int, std::chrono::milliseconds> back;  // one a second, for 40 s
   for (int i = 0; i < 40; ++i) back[i] = std::chrono::milliseconds(500 + 1000 * i);
   RunUntil(40s, back);
@@ -476,11 +475,7 @@ TEST_F(ReattachTest, TheHoldEndsAtReattachGraceEvenWhileAgentsKeepComing) {
 // A restart where every agent is back within the grace ends the reattach at
 // once: a node that leaves later is lost one grace after its last message.
 TEST_F(ReattachTest, EveryAgentBackEndsItAndLaterSilenceIsAnOrdinaryGrace) {
-  EngineOptions options;
-  options.node_grace = 8s;
-  options.liveness_interval = 1ms;
-  options.reattach_grace = 60s;
-  Restart(2, options);
+  Restart(2, Options(60s));
   silent_ = {0, 1};
   RunUntil(20s, {{0, 1000ms}, {1, 1000ms}});
   EXPECT_EQ(Awaiting(), 0);
