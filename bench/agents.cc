@@ -704,6 +704,7 @@ void AgentPool::StartHeartbeats(double interval_s, size_t threads) {
   // thread for 100,000 agents fell a whole grace behind while it shared 2
   // vCPUs with a reattach storm (scenario 20 uses 4).
   const size_t n = streams_.size();
+  if (n == 0) return;
   threads = std::clamp<size_t>(threads, 1, n);
   const int64_t interval = static_cast<int64_t>(interval_s * 1e9);
   const int64_t start = NowNs();

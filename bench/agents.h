@@ -57,13 +57,13 @@ size_t RecordSize();
 std::vector<std::string> NodeNames(const std::string& prefix, int n);
 
 // `channels` channels to target, each its own HTTP/2 connection, for one
-// kind of client (`role`). gRPC to target for one kind of client (`role`). gRPC
-// shares a connection between channels of the same target and arguments
-// (its global subchannel pool), so the role keeps a pool's connections its
-// own: a Watch opened after a restart must not land on the agents'
-// connection that is still in reconnect backoff from while the server was
-// down (it fails at once with that connection's last "Connection refused"),
-// nor share its HTTP/2 flow control with the agents' load.
+// kind of client (`role`). gRPC shares a connection between channels of
+// the same target and arguments (its global subchannel pool), so the role
+// keeps a pool's connections its own: a Watch opened after a restart must
+// not land on the agents' connection that is still in reconnect backoff
+// from while the server was down (it fails at once with that connection's
+// last "Connection refused"), nor share its HTTP/2 flow control with the
+// agents' load.
 std::vector<std::shared_ptr<grpc::Channel>> MakeChannels(const std::string& target, int channels,
                                                          const std::string& role = "agent");
 
